@@ -1,0 +1,104 @@
+# tooljail — `make run` starts the daemon, `make test` passes the whole suite; both set up what is
+# missing first (venv, OPA build, Docker engine, sandbox image), idempotently.
+SHELL := /bin/bash
+.SHELLFLAGS := -eu -o pipefail -c
+.DEFAULT_GOAL := help
+
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+OPA := .tools/bin/opa
+GENERATED := daemon/_generated/tooljail/v1/executor_pb2.py
+LISTEN ?= unix:///run/tooljail/tooljail.sock
+WORKSPACE ?= $(CURDIR)/.tooljail/workspace
+PYTEST_ARGS ?=
+
+.PHONY: help setup venv proto opa grpcurl packages docker image run test lint typecheck policy-test \
+        pytest unit integration bench-sandbox fmt clean
+
+help: ## show the targets
+	@grep -hE '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | \
+	  awk 'BEGIN {FS = ":.*## "}; {printf "  make %-14s %s\n", $$1, $$2}'
+
+setup: venv proto opa packages docker image ## install everything that is missing (idempotent)
+
+venv: $(VENV)/.installed ## the Python virtualenv with tooljail and its dev tools
+
+$(VENV)/.installed: pyproject.toml
+	@echo "==> Python virtualenv ($(VENV)) and packages"
+	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	@$(BIN)/pip install -q --disable-pip-version-check -e '.[dev]'
+	@touch $@
+
+proto: $(GENERATED) ## generate the Python gRPC code from proto/
+
+$(GENERATED): proto/tooljail/v1/executor.proto scripts/gen-proto.sh $(VENV)/.installed
+	@echo "==> generating gRPC code from proto/"
+	@scripts/gen-proto.sh
+
+opa: ## build the pinned OPA from source into .tools/bin
+	@scripts/build-opa.sh
+
+GRPCURL_VERSION := v1.9.4
+grpcurl: .tools/bin/grpcurl ## build grpcurl (for the README tour) into .tools/bin
+
+.tools/bin/grpcurl:
+	@echo "==> building grpcurl $(GRPCURL_VERSION) with go install (about a minute)"
+	@PATH="$$PATH:/usr/local/go/bin" GOBIN=$(CURDIR)/.tools/bin CGO_ENABLED=0 \
+	  go install github.com/fullstorydev/grpcurl/cmd/grpcurl@$(GRPCURL_VERSION)
+
+packages: ## Debian packages the tools need (ripgrep, debootstrap)
+	@scripts/ensure-packages.sh ripgrep debootstrap
+
+docker: ## make sure a Docker engine answers (installs and starts dockerd when root)
+	@scripts/ensure-docker.sh
+
+image: docker venv ## build the sandbox image locally (only when its recipe changed)
+	@sandbox/image/build.sh
+
+run: setup ## run the daemon (LISTEN=..., WORKSPACE=... to override)
+	@mkdir -p "$(WORKSPACE)"
+	@echo "==> tooljail serve --listen $(LISTEN) --workspace $(WORKSPACE)"
+	@exec $(BIN)/tooljail serve --listen "$(LISTEN)" --workspace "$(WORKSPACE)"
+
+test: setup lint typecheck policy-test pytest ## everything CI runs
+
+lint: venv ## ruff lint and format check
+	@echo "==> ruff"
+	@$(BIN)/ruff check daemon sandbox tests
+	@$(BIN)/ruff format --check daemon sandbox tests
+
+fmt: venv ## format the code
+	@$(BIN)/ruff format daemon sandbox tests
+	@$(BIN)/ruff check --fix daemon sandbox tests
+
+typecheck: venv proto ## mypy --strict
+	@echo "==> mypy --strict"
+	@$(BIN)/mypy
+
+# The input JSON schema lives beside the policies but is documentation, not data.
+OPA_LOAD := --ignore input.schema.json
+
+policy-test: opa ## opa fmt, opa check --strict, opa test with coverage >= 90% on policies/
+	@echo "==> opa fmt / check / test"
+	@$(OPA) fmt --list --fail policies
+	@$(OPA) check --strict $(OPA_LOAD) policies
+	@$(OPA) test --coverage --threshold 90 $(OPA_LOAD) policies > /dev/null
+	@$(OPA) test -v $(OPA_LOAD) policies | tail -n 3
+
+pytest: setup ## the pytest suite (unit and integration, real OPA and Docker)
+	@echo "==> pytest"
+	@$(BIN)/pytest $(PYTEST_ARGS); rc=$$?; \
+	  if [ $$rc -eq 5 ]; then echo "pytest collected no tests: failing"; exit 1; fi; exit $$rc
+
+unit: venv proto ## only the unit tests (no Docker, no OPA)
+	@$(BIN)/pytest tests/unit $(PYTEST_ARGS)
+
+integration: setup ## only the integration tests
+	@$(BIN)/pytest tests/integration $(PYTEST_ARGS)
+
+bench-sandbox: setup ## sandbox latency benchmark (warm pool vs cold vs docker run)
+	@$(BIN)/python bench/sandbox_bench.py
+
+clean: ## remove the venv and build outputs (keeps the sandbox image)
+	rm -rf $(VENV) .tools .pytest_cache .mypy_cache .ruff_cache

@@ -1,0 +1,36 @@
+"""The audit log: one JSON line per call, to a file or standard output."""
+
+from __future__ import annotations
+
+import json
+import sys
+import threading
+from pathlib import Path
+from typing import Any, TextIO
+
+
+class AuditLog:
+    """Appends one JSON object per line; safe to call from several threads."""
+
+    def __init__(self, target: str) -> None:
+        self._lock = threading.Lock()
+        self._owned = target != "-"
+        if self._owned:
+            path = Path(target)
+            path.parent.mkdir(parents=True, exist_ok=True)
+            self._stream: TextIO = path.open("a", encoding="utf-8", buffering=1)
+        else:
+            self._stream = sys.stdout
+
+    def write(self, record: dict[str, Any]) -> None:
+        """Write one record as a single line."""
+        line = json.dumps(record, ensure_ascii=False, separators=(",", ":"), default=str)
+        with self._lock:
+            self._stream.write(line + "\n")
+            self._stream.flush()
+
+    def close(self) -> None:
+        """Close the file (standard output is left open)."""
+        if self._owned:
+            with self._lock:
+                self._stream.close()

@@ -1,0 +1,160 @@
+"""One typed, frozen settings object: TOML file < environment (TOOLJAIL_...) < flags."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic_settings import (
+    BaseSettings,
+    PydanticBaseSettingsSource,
+    SettingsConfigDict,
+    TomlConfigSettingsSource,
+)
+
+from daemon.errors import TooljailError
+from sandbox.backend import NetworkMode, SandboxLimits
+
+#: The repository (or installed package) root: policies/ and .tools/ live beside daemon/.
+PROJECT_ROOT = Path(__file__).resolve().parent.parent
+DEFAULT_CONFIG_FILE = Path("/etc/tooljail/tooljail.toml")
+
+
+class ConfigError(TooljailError):
+    """The configuration is invalid; the message names the key."""
+
+
+class _Section(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class OpaSettings(_Section):
+    """Where decisions come from."""
+
+    url: str | None = None
+    """An external OPA (http://host:port); when unset the daemon runs and supervises its own."""
+    binary: Path | None = None
+    """The opa executable for the managed server (default: .tools/bin/opa, then PATH)."""
+    policies_dir: Path = PROJECT_ROOT / "policies"
+    """Rego files (and data.json) loaded into the managed OPA."""
+    timeout_s: float = Field(default=0.5, gt=0, le=10)
+    """Per-decision timeout; no retries (a dead OPA must cost little, and means deny)."""
+
+
+class SandboxCeilings(_Section):
+    """Hard limits a policy decision can never exceed."""
+
+    timeout_ms: int = Field(default=600_000, gt=0)
+    memory_mb: int = Field(default=4_096, gt=0)
+    cpus: float = Field(default=2.0, gt=0)
+    pids: int = Field(default=1_024, gt=0)
+    allow_network: bool = False
+    """Whether any policy may grant network access at all."""
+
+
+class SandboxSettings(_Section):
+    """The disposable containers."""
+
+    enabled: bool = True
+    """Without a sandbox, non-read-only tools answer that they cannot run."""
+    image: str = ""
+    """Image reference (default: the locally built tooljail-sandbox image of this recipe)."""
+    pool_size: int = Field(default=2, ge=0, le=32)
+    """Pre-started containers per workspace and limits profile."""
+    idle_ttl_s: float = Field(default=60.0, gt=0)
+    """Idle pooled containers are destroyed after this long."""
+    defaults: SandboxLimits = SandboxLimits()
+    """Limits used where the policy names none."""
+    ceilings: SandboxCeilings = SandboxCeilings()
+
+
+class Settings(BaseSettings):
+    """Everything the daemon is configured with."""
+
+    model_config = SettingsConfigDict(
+        env_prefix="TOOLJAIL_", env_nested_delimiter="__", frozen=True, extra="forbid"
+    )
+
+    listen: str = "unix:///run/tooljail/tooljail.sock"
+    """unix:///path/to.sock or host:port."""
+    workspace: Path = Path("/var/lib/tooljail/workspace")
+    """The default session's workspace directory (created if missing)."""
+    audit_log: str = "-"
+    """File the audit lines go to; '-' is standard output."""
+    result_budget_chars: int = Field(default=50_000, ge=1_000)
+    """Overall cap of one tool_result (a tool's own budget and the policy may lower it)."""
+    max_request_bytes: int = Field(default=16 << 20, ge=1 << 16)
+    """Largest accepted gRPC message."""
+    instance_id: str = ""
+    """Names this daemon's containers (default: derived from the listen address)."""
+    opa: OpaSettings = OpaSettings()
+    sandbox: SandboxSettings = SandboxSettings()
+
+    @field_validator("listen")
+    @classmethod
+    def _check_listen(cls, value: str) -> str:
+        if value.startswith("unix://"):
+            if not value.removeprefix("unix://").startswith("/"):
+                raise ValueError("a unix listener needs an absolute path: unix:///path/to.sock")
+            return value
+        host, sep, port = value.rpartition(":")
+        if not sep or not host or not port.isdigit():
+            raise ValueError("expected unix:///path/to.sock or host:port")
+        return value
+
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        toml_file = _CONFIG_FILE_IN_USE.get("path")
+        sources: list[PydanticBaseSettingsSource] = [init_settings, env_settings]
+        if toml_file is not None:
+            sources.append(TomlConfigSettingsSource(settings_cls, toml_file=toml_file))
+        return tuple(sources)
+
+
+# pydantic-settings builds sources from class-level hooks; this carries the chosen file to them.
+_CONFIG_FILE_IN_USE: dict[str, Path | None] = {"path": None}
+
+
+def _describe(exc: ValidationError) -> str:
+    lines = []
+    for error in exc.errors(include_url=False):
+        key = ".".join(str(part) for part in error["loc"])
+        lines.append(f"  {key}: {error['msg']}")
+    return "invalid configuration:\n" + "\n".join(lines)
+
+
+def load_settings(config_file: Path | None = None, **overrides: Any) -> Settings:
+    """Load the settings: flags (`overrides`) win over the environment, which wins over the file."""
+    if config_file is None and DEFAULT_CONFIG_FILE.is_file():
+        config_file = DEFAULT_CONFIG_FILE
+    if config_file is not None and not config_file.is_file():
+        raise ConfigError(f"config file {config_file} does not exist")
+    _CONFIG_FILE_IN_USE["path"] = config_file
+    try:
+        return Settings(**{k: v for k, v in overrides.items() if v is not None})
+    except ValidationError as exc:
+        raise ConfigError(_describe(exc)) from exc
+    finally:
+        _CONFIG_FILE_IN_USE["path"] = None
+
+
+def clamp_limits(requested: SandboxLimits, ceilings: SandboxCeilings) -> SandboxLimits:
+    """Limits as granted: what the policy asked for, never above the daemon's ceilings."""
+    network = requested.network if ceilings.allow_network else NetworkMode.NONE
+    return requested.model_copy(
+        update={
+            "timeout_ms": min(requested.timeout_ms, ceilings.timeout_ms),
+            "memory_mb": min(requested.memory_mb, ceilings.memory_mb),
+            "cpus": min(requested.cpus, ceilings.cpus),
+            "pids": min(requested.pids, ceilings.pids),
+            "network": network,
+        }
+    )

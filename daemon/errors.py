@@ -1,0 +1,55 @@
+"""One exception root; small subclasses carry what the caller or the model needs to know."""
+
+from __future__ import annotations
+
+from sandbox.backend import SandboxError
+
+__all__ = [
+    "ConfinementError",
+    "PolicyError",
+    "PolicyLoadError",
+    "RequestError",
+    "RequestTooLarge",
+    "SandboxError",
+    "ToolError",
+    "ToolInputError",
+    "TooljailError",
+    "Unavailable",
+]
+
+
+class TooljailError(Exception):
+    """Root of every error tooljail raises on purpose."""
+
+
+class RequestError(TooljailError):
+    """The request itself is malformed: the caller's program must fix it (INVALID_ARGUMENT)."""
+
+
+class RequestTooLarge(TooljailError):
+    """The request exceeds a size limit (RESOURCE_EXHAUSTED)."""
+
+
+class Unavailable(TooljailError):
+    """The daemon cannot take calls right now (UNAVAILABLE), e.g. shutting down."""
+
+
+class ToolError(TooljailError):
+    """A failure the model should see as an is_error tool_result, with advice on what to do."""
+
+
+class ToolInputError(ToolError):
+    """The tool input failed schema or semantic validation."""
+
+
+class ConfinementError(ToolError):
+    """A path resolves outside the workspace, or to something that must never be touched."""
+
+
+class PolicyError(TooljailError):
+    """The policy engine could not give a usable decision (the call is denied: fail closed)."""
+
+
+class PolicyLoadError(TooljailError):
+    """A policy failed to compile or load; the message carries OPA's file/row/col details."""
+

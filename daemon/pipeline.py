@@ -1,0 +1,242 @@
+"""The call lifecycle, in order: look up, validate (schema, then semantics), decide (OPA), execute,
+map to a tool_result, fit the result budget, audit. Every failure a model can act on becomes an
+is_error tool_result; only malformed requests become gRPC statuses (raised as RequestError)."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from daemon.audit import AuditLog
+from daemon.budget import fit_content
+from daemon.config import SandboxCeilings, clamp_limits
+from daemon.errors import SandboxError, ToolError, Unavailable
+from daemon.models import (
+    Caller,
+    Decision,
+    ExecuteOutcome,
+    ExecutionReport,
+    Outcome,
+    TextContent,
+    ToolResult,
+    ToolUse,
+)
+from daemon.policy.document import call_document, listing_document
+from daemon.policy.engine import PolicyEngine
+from daemon.policy.verdict import Verdict
+from daemon.session import Session
+from daemon.sessions import SessionStore
+from daemon.tools.contract import AnyTool, CallContext, SandboxRunner, ToolOutput
+from daemon.tools.registry import ToolDefinition, ToolRegistry
+from daemon.tools.validation import parse_input
+from sandbox.backend import SandboxLimits
+
+log = logging.getLogger(__name__)
+
+#: Builds the sandbox runner a call uses (None when the daemon has no sandbox).
+RunnerFactory = Callable[[Session, str], SandboxRunner | None]
+
+
+@dataclass(frozen=True)
+class CallRequest:
+    """One tool_use to execute, as the transport delivered it (already well-formed)."""
+
+    tool_use: ToolUse
+    session_id: str = ""
+    approval_token: str = ""
+
+
+@dataclass(frozen=True)
+class PipelineLimits:
+    """The daemon's own bounds on every call."""
+
+    result_budget_chars: int
+    default_sandbox: SandboxLimits
+    ceilings: SandboxCeilings
+
+
+def _input_digest(raw: dict[str, Any]) -> str:
+    canonical = json.dumps(raw, sort_keys=True, separators=(",", ":"), default=str)
+    return hashlib.sha256(canonical.encode("utf-8", "surrogatepass")).hexdigest()
+
+
+def _error(tool_use_id: str, text: str) -> ToolResult:
+    return ToolResult(tool_use_id=tool_use_id, content=(TextContent(text=text),), is_error=True)
+
+
+class Pipeline:
+    """Runs tool calls through the lifecycle."""
+
+    def __init__(
+        self,
+        registry: ToolRegistry,
+        policy: PolicyEngine,
+        sessions: SessionStore,
+        limits: PipelineLimits,
+        audit: AuditLog,
+        runner_factory: RunnerFactory,
+    ) -> None:
+        self._registry = registry
+        self._policy = policy
+        self._sessions = sessions
+        self._limits = limits
+        self._audit = audit
+        self._runner_factory = runner_factory
+
+    async def list_tools(self, session_id: str, caller: Caller) -> list[ToolDefinition]:
+        """The enabled tools this caller may see, in registry order."""
+        session = self._sessions.get(session_id)
+        definitions = [self._registry.definition(t.name) for t in self._registry.enabled()]
+        visible = await self._policy.visible_tools(listing_document(definitions, session, caller))
+        if visible is None:
+            raise Unavailable("the policy engine cannot be reached; retry ListTools later")
+        return [d for d in definitions if d.name in visible]
+
+    async def execute(self, request: CallRequest, caller: Caller) -> ExecuteOutcome:
+        """Run one call through every step; never raises for anything the model did."""
+        started = time.monotonic()
+        session = self._sessions.get(request.session_id)
+        tool_use = request.tool_use
+        tool = self._registry.get(tool_use.name)
+        if tool is None:
+            names = ", ".join(self._registry.names())
+            result = _error(
+                tool_use.id,
+                f"Unknown tool {tool_use.name!r}. The available tools are: {names}. "
+                "Call one of those instead.",
+            )
+            return self._finish(request, session, caller, None, result, ExecutionReport(), started)
+        try:
+            args = parse_input(tool, tool_use.input)
+            args = tool.validate(args, session)
+            paths = tool.touched_paths(args, session)
+        except ToolError as exc:
+            result = _error(tool_use.id, str(exc))
+            return self._finish(request, session, caller, None, result, ExecutionReport(), started)
+
+        verdict = await self._policy.decide(call_document(tool, args, paths, session, caller))
+        if verdict.outcome is not Outcome.ALLOW:
+            result = _error(tool_use.id, self._refusal_text(tool.name, verdict))
+            return self._finish(
+                request, session, caller, verdict, result, ExecutionReport(), started
+            )
+
+        limits = clamp_limits(verdict.limits or self._limits.default_sandbox, self._limits.ceilings)
+        budget = min(tool.traits.max_result_chars, self._limits.result_budget_chars)
+        if verdict.result_budget_chars is not None:
+            budget = min(budget, verdict.result_budget_chars)
+        ctx = CallContext(
+            tool_use_id=tool_use.id,
+            session=session,
+            limits=limits,
+            sandbox=self._runner_factory(session, tool_use.id) if tool.traits.sandboxed else None,
+        )
+        exec_started = time.monotonic()
+        output = await self._run_tool(tool, args, ctx)
+        content, fitted = fit_content(output.content, budget, output.keep)
+        report = ExecutionReport(
+            sandboxed=tool.traits.sandboxed,
+            sandbox_id=output.sandbox_id,
+            exit_code=output.exit_code,
+            timed_out=output.timed_out,
+            oom_killed=output.oom_killed,
+            duration_ms=int((time.monotonic() - exec_started) * 1000),
+            truncated=fitted.truncated,
+            original_chars=fitted.original_chars,
+        )
+        result = ToolResult(tool_use_id=tool_use.id, content=content, is_error=output.is_error)
+        return self._finish(request, session, caller, verdict, result, report, started)
+
+    @staticmethod
+    def _refusal_text(tool_name: str, verdict: Verdict) -> str:
+        reasons = "\n".join(f"- {reason}" for reason in verdict.reasons)
+        if verdict.outcome is Outcome.ASK:
+            return (
+                f"The {tool_name} call needs a human's approval before it can run:\n{reasons}\n"
+                "It did not run. Ask the user to approve it, or do something else."
+            )
+        return (
+            f"The {tool_name} call was denied by policy:\n{reasons}\n"
+            "It did not run. Do not retry it unchanged."
+        )
+
+    @staticmethod
+    async def _run_tool(tool: AnyTool, args: Any, ctx: CallContext) -> ToolOutput:
+        try:
+            return tool.render(await tool.call(args, ctx))
+        except ToolError as exc:
+            return ToolOutput.text(str(exc), is_error=True)
+        except SandboxError as exc:
+            log.warning("sandbox failure in %s: %s", tool.name, exc)
+            return ToolOutput.text(
+                f"The sandbox could not run this {tool.name} call: {exc}. Nothing was changed by "
+                "this call unless its output says so; retry it, and if it keeps failing, tell the "
+                "user the sandbox is unavailable.",
+                is_error=True,
+            )
+        except FileNotFoundError as exc:
+            return ToolOutput.text(
+                f"{exc.filename or 'The file'} does not exist. Check the path (Glob or LS can "
+                "find it) and try again.",
+                is_error=True,
+            )
+        except IsADirectoryError as exc:
+            return ToolOutput.text(
+                f"{exc.args[0] if exc.args else 'The path'} is a directory, not a file; use LS to "
+                "list it.",
+                is_error=True,
+            )
+        except PermissionError as exc:
+            return ToolOutput.text(
+                f"Permission denied for {exc.filename or 'that path'}.", is_error=True
+            )
+        except Exception:
+            incident = uuid.uuid4().hex[:12]
+            log.exception("tool %s failed unexpectedly (incident %s)", tool.name, incident)
+            return ToolOutput.text(
+                f"The {tool.name} tool failed with an internal error (incident {incident}); "
+                "this is a tooljail bug, not a problem with your input. Try another approach.",
+                is_error=True,
+            )
+
+    def _finish(
+        self,
+        request: CallRequest,
+        session: Session,
+        caller: Caller,
+        verdict: Verdict | None,
+        result: ToolResult,
+        report: ExecutionReport,
+        started: float,
+    ) -> ExecuteOutcome:
+        decision_id = (verdict.decision_id if verdict else "") or uuid.uuid4().hex
+        decision = Decision(
+            outcome=verdict.outcome if verdict else None,
+            reasons=verdict.reasons if verdict else (),
+            decision_id=decision_id,
+            policy_revision=self._policy.revision if verdict else "",
+        )
+        self._audit.write(
+            {
+                "time": time.time(),
+                "decision_id": decision_id,
+                "principal": caller.principal,
+                "session": session.id,
+                "tool_use_id": request.tool_use.id,
+                "tool": request.tool_use.name,
+                "input_sha256": _input_digest(request.tool_use.input),
+                "outcome": decision.outcome.value if decision.outcome else "not_evaluated",
+                "reasons": list(decision.reasons),
+                "policy_revision": decision.policy_revision,
+                "is_error": result.is_error,
+                "truncated": report.truncated,
+                "duration_ms": int((time.monotonic() - started) * 1000),
+            }
+        )
+        return ExecuteOutcome(result=result, decision=decision, report=report)

@@ -1,0 +1,1 @@
+"""Policy decisions: the engine interface, OPA as the engine, and the managed OPA process."""

@@ -1,0 +1,25 @@
+"""The policy engine interface the pipeline depends on (OPA implements it; tests may fake it)."""
+
+from __future__ import annotations
+
+import abc
+from typing import Any
+
+from daemon.policy.verdict import Verdict
+
+
+class PolicyEngine(abc.ABC):
+    """Answers decisions for calls and which tools a caller may see."""
+
+    @abc.abstractmethod
+    async def decide(self, document: dict[str, Any]) -> Verdict:
+        """The decision for one call; must fail closed (a deny) on any error."""
+
+    @abc.abstractmethod
+    async def visible_tools(self, document: dict[str, Any]) -> frozenset[str] | None:
+        """Tool names the caller may see; None when the policy cannot answer (show none)."""
+
+    @property
+    @abc.abstractmethod
+    def revision(self) -> str:
+        """Revision of the policy in force."""

@@ -1,0 +1,80 @@
+"""Loading a policy folder (Rego modules and data.json) into an OPA server through its REST API."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from opa_client import AsyncOpaClient
+from opa_client.errors import RegoParseError
+
+from daemon.errors import PolicyLoadError
+
+
+@dataclass(frozen=True)
+class PolicyFiles:
+    """The modules and data of a policy folder."""
+
+    modules: dict[str, str]
+    """Module id (path relative to the folder) -> Rego source. Test files are left out."""
+    data: dict[str, Any]
+    """Contents of data.json at the folder's root (empty when absent)."""
+
+
+def read_policy_folder(folder: Path) -> PolicyFiles:
+    """Read every non-test .rego file and data.json below `folder`."""
+    if not folder.is_dir():
+        raise PolicyLoadError(f"policy folder {folder} does not exist")
+    modules = {
+        str(path.relative_to(folder)): path.read_text(encoding="utf-8")
+        for path in sorted(folder.rglob("*.rego"))
+        if not path.name.endswith("_test.rego")
+    }
+    if not modules:
+        raise PolicyLoadError(f"policy folder {folder} has no .rego files")
+    data_file = folder / "data.json"
+    data: dict[str, Any] = {}
+    if data_file.is_file():
+        try:
+            loaded = json.loads(data_file.read_text(encoding="utf-8"))
+        except json.JSONDecodeError as exc:
+            raise PolicyLoadError(f"{data_file}:{exc.lineno}:{exc.colno}: {exc.msg}") from exc
+        if not isinstance(loaded, dict):
+            raise PolicyLoadError(f"{data_file}: the top level must be a JSON object")
+        data = loaded
+    return PolicyFiles(modules=modules, data=data)
+
+
+def describe_rego_error(exc: RegoParseError) -> str:
+    """OPA's compile errors as `file:row:col: message` lines."""
+    lines = []
+    for error in exc.errors:
+        if not isinstance(error, dict):
+            continue
+        location = error.get("location") or {}
+        where = f"{location.get('file', '?')}:{location.get('row', '?')}:{location.get('col', '?')}"
+        lines.append(f"{where}: {error.get('code', 'error')}: {error.get('message', '')}")
+    return "\n".join(lines) or str(exc)
+
+
+async def load_policy_files(client: AsyncOpaClient, files: PolicyFiles) -> None:
+    """Upload data, then modules; modules that depend on others are retried until none progress."""
+    for key, value in files.data.items():
+        document = value if isinstance(value, dict) else {"value": value}
+        try:
+            await client.update_or_create_data(document, key)
+        except RegoParseError as exc:
+            raise PolicyLoadError(f"data.json key {key!r}: {describe_rego_error(exc)}") from exc
+    pending = dict(files.modules)
+    while pending:
+        failures: dict[str, str] = {}
+        for module_id, source in pending.items():
+            try:
+                await client.update_policy_from_string(source, module_id, rego_compat=False)
+            except RegoParseError as exc:
+                failures[module_id] = describe_rego_error(exc)
+        if len(failures) == len(pending):
+            raise PolicyLoadError("policy failed to compile:\n" + "\n".join(failures.values()))
+        pending = {module_id: pending[module_id] for module_id in failures}

@@ -1,0 +1,87 @@
+"""OPA as the policy engine: one decision query per call, short timeout, no retries, fail closed."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+from urllib.parse import urlsplit
+
+from opa_client import AsyncOpaClient
+
+from daemon.policy.engine import PolicyEngine
+from daemon.policy.verdict import Verdict, parse_verdict
+from sandbox.backend import SandboxLimits
+
+log = logging.getLogger(__name__)
+
+PACKAGE = "tooljail.authz"
+
+
+def client_for(url: str, timeout_s: float) -> AsyncOpaClient:
+    """An async OPA client for http(s)://host:port with no retries."""
+    parts = urlsplit(url)
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise ValueError(f"OPA URL must be http(s)://host:port, got {url!r}")
+    port = parts.port or (443 if parts.scheme == "https" else 8181)
+    return AsyncOpaClient(
+        host=parts.hostname, port=port, ssl=parts.scheme == "https", retries=0, timeout=timeout_s
+    )
+
+
+class OpaPolicyEngine(PolicyEngine):
+    """Queries data.tooljail.authz.decision and .visible_tools on an OPA server."""
+
+    def __init__(
+        self, url: str, timeout_s: float, base_limits: SandboxLimits, revision: str
+    ) -> None:
+        self._client = client_for(url, timeout_s)
+        self._base_limits = base_limits
+        self._revision = revision
+        self._open = False
+
+    @property
+    def revision(self) -> str:
+        return self._revision
+
+    def set_revision(self, revision: str) -> None:
+        """Record the revision after a (re)load."""
+        self._revision = revision
+
+    async def open(self) -> None:
+        """Open the HTTP session (AsyncOpaClient only works inside its context)."""
+        await self._client.__aenter__()
+        self._open = True
+
+    async def close(self) -> None:
+        """Close the HTTP session."""
+        if self._open:
+            await self._client.__aexit__(None, None, None)
+            self._open = False
+
+    async def _query(self, document: dict[str, Any], rule: str) -> dict[str, Any]:
+        response = await self._client.query_rule(document, PACKAGE, rule)
+        if not isinstance(response, dict):
+            raise TypeError(f"OPA answered {type(response).__name__}, not an object")
+        return response
+
+    async def decide(self, document: dict[str, Any]) -> Verdict:
+        try:
+            response = await self._query(document, "decision")
+        except Exception as exc:  # noqa: BLE001 - any transport failure must become a deny
+            log.warning("policy engine unreachable: %s", exc)
+            return Verdict.deny(
+                "The policy engine (OPA) could not be reached or did not answer in time "
+                f"({type(exc).__name__}), so the call is denied (fail closed). Retry later."
+            )
+        return parse_verdict(response, self._base_limits)
+
+    async def visible_tools(self, document: dict[str, Any]) -> frozenset[str] | None:
+        try:
+            response = await self._query(document, "visible_tools")
+        except Exception as exc:  # noqa: BLE001 - the caller turns None into UNAVAILABLE
+            log.warning("policy engine unreachable for visible_tools: %s", exc)
+            return None
+        result = response.get("result", [])
+        if not isinstance(result, list):
+            return frozenset()
+        return frozenset(name for name in result if isinstance(name, str))

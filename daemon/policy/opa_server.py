@@ -1,0 +1,194 @@
+"""The managed OPA: started on a private loopback port, loaded with the policy folder, supervised
+(restarted and reloaded if it dies), stopped with the daemon."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import ctypes
+import logging
+import os
+import shutil
+import signal
+import socket
+import time
+from collections import deque
+from pathlib import Path
+
+from daemon.errors import PolicyLoadError, TooljailError
+from daemon.policy.loader import PolicyFiles, load_policy_files, read_policy_folder
+from daemon.policy.opa_engine import client_for
+
+log = logging.getLogger(__name__)
+
+_PR_SET_PDEATHSIG = 1
+_START_TIMEOUT_S = 15.0
+_RESTART_BACKOFF_S = 0.5
+
+
+def find_opa(configured: Path | None, project_root: Path) -> Path:
+    """The opa binary: configured, else the project's .tools/bin/opa, else PATH."""
+    candidates = [configured] if configured else [project_root / ".tools" / "bin" / "opa"]
+    for candidate in candidates:
+        if candidate is not None and os.access(candidate, os.X_OK):
+            return candidate
+    found = shutil.which("opa")
+    if found:
+        return Path(found)
+    raise TooljailError(
+        "the opa binary was not found (looked at .tools/bin/opa and PATH); run `make setup` "
+        "or set opa.binary in the config"
+    )
+
+
+def _free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+def _die_with_parent() -> None:
+    """Runs in the child before exec: OPA gets SIGTERM if the daemon dies, even by SIGKILL."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
+
+
+class ManagedOpa:
+    """An OPA server owned by this daemon."""
+
+    def __init__(self, binary: Path, policies_dir: Path, timeout_s: float = 2.0) -> None:
+        self._binary = binary
+        self._policies_dir = policies_dir
+        self._timeout_s = timeout_s
+        self._port = _free_port()
+        self._process: asyncio.subprocess.Process | None = None
+        self._supervisor: asyncio.Task[None] | None = None
+        self._stopping = False
+        self._files: PolicyFiles | None = None
+        self._stderr_tail: deque[str] = deque(maxlen=40)
+        self._drain: asyncio.Task[None] | None = None
+        self.restarts = 0
+        """How often the supervisor had to restart OPA."""
+
+    @property
+    def url(self) -> str:
+        """Base URL of the server."""
+        return f"http://127.0.0.1:{self._port}"
+
+    @property
+    def pid(self) -> int | None:
+        """Process id of the running server."""
+        return self._process.pid if self._process else None
+
+    async def start(self) -> None:
+        """Start OPA and load the policy folder; raises PolicyLoadError on a bad policy."""
+        self._files = read_policy_folder(self._policies_dir)
+        await self._spawn_and_load()
+        self._supervisor = asyncio.create_task(self._supervise(), name="opa-supervisor")
+
+    async def reload(self) -> None:
+        """Re-read the policy folder and load it into the running server."""
+        files = read_policy_folder(self._policies_dir)
+        await self._load(files)
+        self._files = files
+
+    async def _spawn_and_load(self) -> None:
+        process = await asyncio.create_subprocess_exec(
+            str(self._binary),
+            "run",
+            "--server",
+            "--addr",
+            f"127.0.0.1:{self._port}",
+            "--log-level",
+            "error",
+            "--disable-telemetry",
+            stdin=asyncio.subprocess.DEVNULL,
+            stdout=asyncio.subprocess.DEVNULL,
+            stderr=asyncio.subprocess.PIPE,
+            preexec_fn=_die_with_parent,
+        )
+        self._process = process
+        self._drain = asyncio.create_task(self._drain_stderr(process), name="opa-stderr")
+        try:
+            await self._wait_healthy(process)
+            assert self._files is not None
+            await self._load(self._files)
+        except BaseException:
+            await self._terminate(process)
+            raise
+
+    async def _wait_healthy(self, process: asyncio.subprocess.Process) -> None:
+        deadline = time.monotonic() + _START_TIMEOUT_S
+        async with client_for(self.url, 1.0) as client:
+            while time.monotonic() < deadline:
+                if process.returncode is not None:
+                    if self._drain is not None:
+                        with contextlib.suppress(TimeoutError):
+                            await asyncio.wait_for(asyncio.shield(self._drain), 1.0)
+                    raise TooljailError(
+                        f"opa exited with code {process.returncode} at start: "
+                        + " | ".join(self._stderr_tail)
+                    )
+                if await client.check_health():
+                    return
+                await asyncio.sleep(0.05)
+        raise TooljailError(f"opa did not become healthy within {_START_TIMEOUT_S:.0f} s")
+
+    async def _drain_stderr(self, process: asyncio.subprocess.Process) -> None:
+        """Keep reading OPA's stderr so a full pipe can never stall it; keep the last lines."""
+        assert process.stderr is not None
+        async for raw in process.stderr:
+            line = raw.decode(errors="replace").rstrip()
+            self._stderr_tail.append(line)
+            log.warning("opa: %s", line)
+
+    async def _load(self, files: PolicyFiles) -> None:
+        async with client_for(self.url, max(self._timeout_s, 5.0)) as client:
+            await load_policy_files(client, files)
+
+    async def _supervise(self) -> None:
+        while not self._stopping:
+            process = self._process
+            if process is None:
+                return
+            await process.wait()
+            if self._stopping:
+                return
+            log.error("managed opa exited with code %s; restarting it", process.returncode)
+            while not self._stopping:
+                await asyncio.sleep(_RESTART_BACKOFF_S)
+                try:
+                    await self._spawn_and_load()
+                except (TooljailError, OSError) as exc:
+                    log.error("restarting opa failed: %s", exc)
+                    continue
+                self.restarts += 1
+                log.warning("managed opa restarted (pid %s)", self.pid)
+                break
+
+    @staticmethod
+    async def _terminate(process: asyncio.subprocess.Process) -> None:
+        if process.returncode is not None:
+            return
+        with contextlib.suppress(ProcessLookupError):
+            process.terminate()
+        try:
+            await asyncio.wait_for(process.wait(), timeout=5)
+        except TimeoutError:
+            with contextlib.suppress(ProcessLookupError):
+                process.kill()
+            await process.wait()
+
+    async def stop(self) -> None:
+        """Stop supervising and stop the server."""
+        self._stopping = True
+        if self._supervisor is not None:
+            self._supervisor.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._supervisor
+        if self._process is not None:
+            await self._terminate(self._process)
+
+
+__all__ = ["ManagedOpa", "PolicyLoadError", "find_opa"]

@@ -1,0 +1,91 @@
+"""Parsing what the policy returned. Anything missing, undefined or ill-typed is a deny."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    StrictFloat,
+    StrictInt,
+    StrictStr,
+    ValidationError,
+)
+
+from daemon.models import Outcome
+from sandbox.backend import NetworkMode, SandboxLimits
+
+
+class _RawSandbox(BaseModel):
+    model_config = ConfigDict(extra="ignore", strict=True)
+
+    timeout_ms: StrictInt = Field(gt=0)
+    memory_mb: StrictInt = Field(gt=0)
+    cpus: StrictFloat | StrictInt = Field(gt=0)
+    pids: StrictInt = Field(gt=0)
+    network: Literal["none", "bridge"]
+
+
+class _RawDecision(BaseModel):
+    model_config = ConfigDict(extra="ignore", strict=True)
+
+    outcome: Literal["allow", "deny", "ask"]
+    reasons: list[StrictStr]
+    sandbox: _RawSandbox
+    result_budget_chars: StrictInt = Field(gt=0)
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """A usable decision from the policy engine (before the daemon's ceilings are applied)."""
+
+    outcome: Outcome
+    reasons: tuple[str, ...]
+    limits: SandboxLimits | None
+    """Requested sandbox limits (None on a deny produced by the daemon itself)."""
+    result_budget_chars: int | None
+    decision_id: str = ""
+
+    @classmethod
+    def deny(cls, reason: str, decision_id: str = "") -> Verdict:
+        """A deny the daemon produces itself (fail closed)."""
+        return cls(Outcome.DENY, (reason,), None, None, decision_id)
+
+
+def parse_verdict(response: dict[str, Any], base_limits: SandboxLimits) -> Verdict:
+    """Turn an OPA data API response into a Verdict; never raises, never allows by accident."""
+    decision_id = response.get("decision_id", "")
+    decision_id = decision_id if isinstance(decision_id, str) else ""
+    if "result" not in response:
+        return Verdict.deny(
+            "The policy has no decision for this call (data.tooljail.authz.decision is undefined), "
+            "so it is denied.",
+            decision_id,
+        )
+    try:
+        raw = _RawDecision.model_validate(response["result"])
+    except ValidationError as exc:
+        first = exc.errors(include_url=False)[0]
+        where = ".".join(str(p) for p in first["loc"]) or "decision"
+        return Verdict.deny(
+            f"The policy returned a malformed decision ({where}: {first['msg']}), so the call is "
+            "denied. The policy needs fixing.",
+            decision_id,
+        )
+    limits = base_limits.model_copy(
+        update={
+            "timeout_ms": raw.sandbox.timeout_ms,
+            "memory_mb": raw.sandbox.memory_mb,
+            "cpus": float(raw.sandbox.cpus),
+            "pids": raw.sandbox.pids,
+            "network": NetworkMode(raw.sandbox.network),
+        }
+    )
+    reasons = tuple(dict.fromkeys(raw.reasons))
+    outcome = Outcome(raw.outcome)
+    if outcome is not Outcome.ALLOW and not reasons:
+        reasons = (f"The policy decided {outcome.value} without giving a reason.",)
+    return Verdict(outcome, reasons, limits, raw.result_budget_chars, decision_id)

@@ -1,0 +1,166 @@
+"""Assembles and runs the daemon: policy engine (managed or external OPA), registry, sandbox,
+pipeline and the gRPC server with health and reflection; stops them in order."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hashlib
+import logging
+import signal
+
+import grpc
+from grpc_health.v1 import health, health_pb2, health_pb2_grpc
+from grpc_reflection.v1alpha import reflection
+
+from daemon._generated.tooljail.v1 import executor_pb2, executor_pb2_grpc
+from daemon.audit import AuditLog
+from daemon.config import PROJECT_ROOT, Settings
+from daemon.listen import ListenAddress
+from daemon.pipeline import Pipeline, PipelineLimits, RunnerFactory
+from daemon.policy.opa_engine import OpaPolicyEngine
+from daemon.policy.opa_server import ManagedOpa, find_opa
+from daemon.policy.revision import policy_revision
+from daemon.sandbox_bridge import SessionSandboxRunner
+from daemon.server.service import ExecutorService
+from daemon.session import Session
+from daemon.sessions import SessionStore
+from daemon.tools.builtin import builtin_registry
+from daemon.tools.contract import SandboxRunner
+
+log = logging.getLogger(__name__)
+
+EXECUTOR_SERVICE = executor_pb2.DESCRIPTOR.services_by_name["Executor"].full_name
+DEFAULT_PRINCIPAL = "local"
+
+
+def instance_id_for(settings: Settings) -> str:
+    """Stable per listener, so a restarted daemon finds its predecessor's leftovers."""
+    if settings.instance_id:
+        return settings.instance_id
+    return "tj-" + hashlib.sha256(settings.listen.encode()).hexdigest()[:12]
+
+
+class Daemon:
+    """One running tooljail daemon."""
+
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+        self.instance_id = instance_id_for(settings)
+        self.address = ListenAddress.parse(settings.listen)
+        self.opa: ManagedOpa | None = None
+        self.engine: OpaPolicyEngine | None = None
+        self.sandbox_executor: object | None = None
+        self._server: grpc.aio.Server | None = None
+        self._health = health.aio.HealthServicer()
+        self._audit: AuditLog | None = None
+        self._stopped = asyncio.Event()
+
+    async def start(self) -> None:
+        """Start everything; on failure, stop what was started and raise."""
+        try:
+            await self._start()
+        except BaseException:
+            await self.stop()
+            raise
+
+    async def _start(self) -> None:
+        settings = self.settings
+        self.address.prepare()
+        self._audit = AuditLog(settings.audit_log)
+        policies_dir = settings.opa.policies_dir
+        if settings.opa.url:
+            url = settings.opa.url
+        else:
+            self.opa = ManagedOpa(find_opa(settings.opa.binary, PROJECT_ROOT), policies_dir)
+            await self.opa.start()
+            url = self.opa.url
+        self.engine = OpaPolicyEngine(
+            url, settings.opa.timeout_s, settings.sandbox.defaults, policy_revision(policies_dir)
+        )
+        await self.engine.open()
+        sessions = SessionStore(settings.workspace)
+        pipeline = Pipeline(
+            registry=builtin_registry(),
+            policy=self.engine,
+            sessions=sessions,
+            limits=PipelineLimits(
+                result_budget_chars=settings.result_budget_chars,
+                default_sandbox=settings.sandbox.defaults,
+                ceilings=settings.sandbox.ceilings,
+            ),
+            audit=self._audit,
+            runner_factory=await self._start_sandbox(),
+        )
+        server = grpc.aio.server(
+            options=[
+                ("grpc.max_receive_message_length", settings.max_request_bytes),
+                ("grpc.max_send_message_length", settings.max_request_bytes),
+            ]
+        )
+        executor_pb2_grpc.add_ExecutorServicer_to_server(
+            ExecutorService(pipeline, DEFAULT_PRINCIPAL), server
+        )
+        health_pb2_grpc.add_HealthServicer_to_server(self._health, server)
+        reflection.enable_server_reflection(
+            (EXECUTOR_SERVICE, health.SERVICE_NAME, reflection.SERVICE_NAME), server
+        )
+        server.add_insecure_port(self.address.grpc_target)
+        await server.start()
+        self._server = server
+        if self.address.unix_path is not None:
+            self.address.unix_path.chmod(0o660)
+        for name in ("", EXECUTOR_SERVICE):
+            await self._health.set(name, health_pb2.HealthCheckResponse.SERVING)
+        log.info("tooljail listening on %s (instance %s)", settings.listen, self.instance_id)
+
+    async def _start_sandbox(self) -> RunnerFactory:
+        """Start the Docker sandbox if enabled and reachable; without it sandboxed tools refuse."""
+        if not self.settings.sandbox.enabled:
+            return lambda _session, _tool_use_id: None
+        from daemon.sandbox_setup import start_sandbox_executor
+
+        executor = await start_sandbox_executor(self.settings, self.instance_id)
+        if executor is None:
+            return lambda _session, _tool_use_id: None
+        self.sandbox_executor = executor
+
+        def factory(session: Session, tool_use_id: str) -> SandboxRunner:
+            return SessionSandboxRunner(executor, session, tool_use_id)
+
+        return factory
+
+    async def stop(self, grace_s: float = 5.0) -> None:
+        """Stop intake, let in-flight calls finish within the grace period, then tear down."""
+        with contextlib.suppress(Exception):
+            await self._health.enter_graceful_shutdown()
+        if self._server is not None:
+            await self._server.stop(grace_s)
+            self._server = None
+        if self.sandbox_executor is not None:
+            from daemon.sandbox_setup import stop_sandbox_executor
+
+            await stop_sandbox_executor(self.sandbox_executor)
+            self.sandbox_executor = None
+        if self.engine is not None:
+            await self.engine.close()
+            self.engine = None
+        if self.opa is not None:
+            await self.opa.stop()
+            self.opa = None
+        if self._audit is not None:
+            self._audit.close()
+            self._audit = None
+        self.address.cleanup()
+        self._stopped.set()
+
+    async def run_until_signalled(self) -> None:
+        """Serve until SIGTERM or SIGINT, then stop."""
+        loop = asyncio.get_running_loop()
+        stop = asyncio.Event()
+        for signum in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(signum, stop.set)
+        await self.start()
+        await stop.wait()
+        log.info("stopping")
+        await self.stop()

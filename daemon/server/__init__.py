@@ -1,0 +1,1 @@
+"""The gRPC edge: protobuf conversion, the servicer, error-to-status mapping."""

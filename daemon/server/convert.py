@@ -1,0 +1,125 @@
+"""The only module that touches generated protobuf code: converts at the edge, both ways."""
+
+from __future__ import annotations
+
+import json
+
+from google.protobuf import json_format, struct_pb2
+
+from daemon._generated.tooljail.v1 import executor_pb2 as pb
+from daemon.errors import RequestError
+from daemon.models import (
+    Decision,
+    ExecuteOutcome,
+    ExecutionReport,
+    ImageContent,
+    Outcome,
+    TextContent,
+    ToolResult,
+    ToolUse,
+)
+from daemon.pipeline import CallRequest
+from daemon.tools.registry import ToolDefinition
+
+_OUTCOMES = {None: pb.OUTCOME_UNSPECIFIED, Outcome.ALLOW: pb.ALLOW, Outcome.DENY: pb.DENY,
+             Outcome.ASK: pb.ASK}  # fmt: skip
+
+
+def tool_use_from_proto(message: pb.ToolUse, where: str = "tool_use") -> ToolUse:
+    """A well-formed ToolUse, or RequestError naming the missing part."""
+    if not message.id:
+        raise RequestError(f"{where}.id is empty: every tool_use needs the id the model gave it")
+    if not message.name:
+        raise RequestError(f"{where}.name is empty: name the tool to call")
+    raw = json_format.MessageToDict(message.input) if message.HasField("input") else {}
+    return ToolUse(id=message.id, name=message.name, input=raw)
+
+
+def call_request_from_proto(message: pb.ExecuteRequest) -> CallRequest:
+    """An ExecuteRequest as the pipeline's CallRequest."""
+    if not message.HasField("tool_use"):
+        raise RequestError("ExecuteRequest.tool_use is missing")
+    return CallRequest(
+        tool_use=tool_use_from_proto(message.tool_use),
+        session_id=message.session_id,
+        approval_token=message.approval_token,
+    )
+
+
+def batch_from_proto(message: pb.ExecuteBatchRequest) -> list[CallRequest]:
+    """An ExecuteBatchRequest as CallRequests in order; ids must be unique within the batch."""
+    if not message.tool_uses:
+        raise RequestError("ExecuteBatchRequest.tool_uses is empty")
+    requests = [
+        CallRequest(
+            tool_use=tool_use_from_proto(t, f"tool_uses[{i}]"), session_id=message.session_id
+        )
+        for i, t in enumerate(message.tool_uses)
+    ]
+    ids = [r.tool_use.id for r in requests]
+    if len(set(ids)) != len(ids):
+        raise RequestError("ExecuteBatchRequest.tool_uses has duplicate ids; each must be unique")
+    return requests
+
+
+def _struct(value: dict[str, object]) -> struct_pb2.Struct:
+    message = struct_pb2.Struct()
+    json_format.ParseDict(value, message)
+    return message
+
+
+def _result_to_proto(result: ToolResult) -> pb.ToolResult:
+    blocks = []
+    for block in result.content:
+        if isinstance(block, TextContent):
+            blocks.append(pb.ContentBlock(text=pb.TextBlock(text=block.text)))
+        elif isinstance(block, ImageContent):
+            blocks.append(
+                pb.ContentBlock(image=pb.ImageBlock(media_type=block.media_type, data=block.data))
+            )
+    return pb.ToolResult(tool_use_id=result.tool_use_id, content=blocks, is_error=result.is_error)
+
+
+def _decision_to_proto(decision: Decision) -> pb.Decision:
+    return pb.Decision(
+        outcome=_OUTCOMES[decision.outcome],
+        reasons=list(decision.reasons),
+        decision_id=decision.decision_id,
+        policy_revision=decision.policy_revision,
+        approval_token=decision.approval_token,
+    )
+
+
+def _report_to_proto(report: ExecutionReport) -> pb.ExecutionReport:
+    return pb.ExecutionReport(**report.model_dump())
+
+
+def outcome_to_proto(outcome: ExecuteOutcome) -> pb.ExecuteResponse:
+    """The pipeline's answer as an ExecuteResponse (with the exact Anthropic JSON beside it)."""
+    return pb.ExecuteResponse(
+        result=_result_to_proto(outcome.result),
+        decision=_decision_to_proto(outcome.decision),
+        report=_report_to_proto(outcome.report),
+        tool_result_json=json.dumps(outcome.result.to_anthropic(), ensure_ascii=False),
+    )
+
+
+def tools_to_proto(definitions: list[ToolDefinition]) -> pb.ListToolsResponse:
+    """Tool definitions as protobuf and as an Anthropic `tools` JSON array."""
+    tools = [
+        pb.ToolDefinition(
+            name=d.name,
+            description=d.description,
+            input_schema=_struct(d.input_schema),
+            traits=pb.ToolTraits(
+                read_only=d.traits.read_only,
+                destructive=d.traits.destructive,
+                concurrency_safe=d.traits.concurrency_safe,
+                sandboxed=d.traits.sandboxed,
+                max_result_chars=d.traits.max_result_chars,
+            ),
+        )
+        for d in definitions
+    ]
+    tools_json = json.dumps([d.to_anthropic() for d in definitions], ensure_ascii=False)
+    return pb.ListToolsResponse(tools=tools, tools_json=tools_json)

@@ -1,0 +1,68 @@
+"""A session: its workspace and what it has Read (for read-before-write and staleness checks)."""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from daemon.errors import ToolError
+
+
+@dataclass(frozen=True)
+class ReadRecord:
+    """What a Read saw of one file."""
+
+    mtime_ns: int
+    """Modification time when it was read."""
+    sha256: str
+    """Hash of the whole file's bytes when it was read."""
+
+
+def file_sha256(data: bytes) -> str:
+    """Hex sha256 of file content."""
+    return hashlib.sha256(data).hexdigest()
+
+
+@dataclass
+class Session:
+    """State shared by the calls of one session."""
+
+    id: str
+    workspace: Path
+    """Resolved absolute workspace root."""
+    reads: dict[Path, ReadRecord] = field(default_factory=dict)
+    cwd: Path | None = None
+    """Working directory Bash starts in (the workspace until a command changes it)."""
+
+    def record_read(self, path: Path, data: bytes, mtime_ns: int) -> None:
+        """Remember that `path` was Read with this content."""
+        self.reads[path] = ReadRecord(mtime_ns=mtime_ns, sha256=file_sha256(data))
+
+    def require_fresh(self, path: Path, current: bytes, tool: str) -> str:
+        """Refuse to modify a file not Read in this session or changed since; returns its sha256."""
+        record = self.reads.get(path)
+        if record is None:
+            raise ToolError(
+                f"{path} exists but has not been read in this session. Use the Read tool on it "
+                f"first, then retry the {tool}."
+            )
+        digest = file_sha256(current)
+        if digest != record.sha256:
+            raise ToolError(
+                f"{path} has been modified since it was last read (by the user, a command or "
+                f"another tool). Read it again, then retry the {tool}."
+            )
+        return digest
+
+    def forget(self, path: Path) -> None:
+        """Forget a read (after the file was rewritten, the new content is recorded instead)."""
+        self.reads.pop(path, None)
+
+    def record_written(self, path: Path, data: bytes) -> None:
+        """After a successful write the session knows the file's content as if it had Read it."""
+        try:
+            mtime_ns = path.stat().st_mtime_ns
+        except OSError:
+            mtime_ns = 0
+        self.record_read(path, data, mtime_ns)

@@ -1,0 +1,1 @@
+"""The Tool contract, the registry and the built-in tools."""

@@ -1,0 +1,246 @@
+"""Bash: run a shell command in a disposable container of the session's workspace.
+
+The working directory carries over between calls (a `cd` persists) as long as it stays inside
+the workspace; nothing else does, because every command gets a fresh container.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import ClassVar
+
+from pydantic import Field, field_validator
+
+from daemon.errors import ToolInputError
+from daemon.models import TextContent
+from daemon.session import Session
+from daemon.tools.coerce import LaxInt, LaxToolInput
+from daemon.tools.contract import (
+    CallContext,
+    InterruptBehavior,
+    Tool,
+    ToolInput,
+    ToolOutput,
+    ToolTraits,
+    TouchedPath,
+)
+from daemon.tools.write import require_sandbox
+from daemon.workspace import is_inside
+from sandbox.backend import BashRequest, SandboxResult
+
+DEFAULT_TIMEOUT_MS = 120_000
+MAX_TIMEOUT_MS = 600_000
+#: Output the runner keeps in memory (head and tail); the rest is only counted.
+OUTPUT_LIMIT_BYTES = 1 << 20
+
+
+class BashInput(LaxToolInput):
+    """Input of Bash."""
+
+    command: str = Field(min_length=1, description="The command to run with bash.")
+    timeout: LaxInt | None = Field(
+        default=None,
+        gt=0,
+        description=f"Optional timeout in milliseconds (default {DEFAULT_TIMEOUT_MS}, max "
+        f"{MAX_TIMEOUT_MS}; larger values are lowered to the max).",
+    )
+    description: str | None = Field(
+        default=None,
+        description="A short description of what the command does, in 5 to 10 words "
+        "(e.g. 'Run the unit tests').",
+    )
+    run_in_background: bool = Field(
+        default=False,
+        description="Not supported by this executor: leave it unset. Every command runs in the "
+        "foreground in its own container, which is removed when the command ends.",
+    )
+
+    @field_validator("timeout")
+    @classmethod
+    def _clamp_timeout(cls, value: int | None) -> int | None:
+        # Models ask for more than the maximum often enough that clamping helps more than a
+        # refusal that only costs them another turn.
+        return None if value is None else min(value, MAX_TIMEOUT_MS)
+
+
+@dataclass(frozen=True)
+class BashRun:
+    """A finished command, with what is needed to explain it."""
+
+    result: SandboxResult
+    timeout_ms: int
+    """The timeout the command actually had."""
+    policy_capped: bool
+    """The policy's limit, not the requested timeout, set `timeout_ms`."""
+    memory_mb: int
+    """The memory limit the container had."""
+    notes: tuple[str, ...] = ()
+    """Extra lines for the model (e.g. the working directory was reset)."""
+
+
+class BashTool(Tool[BashInput, BashRun]):
+    """Shell commands in the sandbox."""
+
+    name: ClassVar[str] = "Bash"
+    description: ClassVar[str] = (
+        "Runs a bash command in a disposable, isolated container and returns its output "
+        "(stdout and stderr merged).\n"
+        "- The workspace is mounted at the same absolute path and is the only place where "
+        "changes persist: every command gets a fresh container, so environment variables, "
+        "background processes and files outside the workspace (e.g. /tmp) are gone afterwards. "
+        "The working directory does carry over (a `cd` persists) while it stays inside the "
+        "workspace; otherwise it is reset to the workspace root.\n"
+        "- Network access is off unless the policy grants it.\n"
+        f"- timeout is in milliseconds: default {DEFAULT_TIMEOUT_MS}, max {MAX_TIMEOUT_MS}; the "
+        "policy may set a lower ceiling. A command that runs past it is killed and you get the "
+        "output so far.\n"
+        "- A non-zero exit status is reported as an error whose text starts with `Exit code N`. "
+        "Long output is cut to its beginning and end (about 30000 characters).\n"
+        "- run_in_background is not supported: long-running servers cannot be started here; "
+        "run commands that finish.\n"
+        "- Prefer the dedicated tools: Read instead of cat/head/tail, Edit/Write instead of "
+        "sed/echo redirection, Glob instead of find, Grep instead of grep/rg. Quote paths that "
+        "contain spaces. Chain dependent commands with && rather than newlines."
+    )
+    input_model: ClassVar[type[ToolInput]] = BashInput
+    traits: ClassVar[ToolTraits] = ToolTraits(
+        read_only=False,
+        destructive=True,
+        concurrency_safe=False,
+        sandboxed=True,
+        interrupt=InterruptBehavior.CANCEL,
+        max_result_chars=30_000,
+    )
+
+    def validate(self, args: BashInput, session: Session) -> BashInput:
+        if not args.command.strip():
+            raise ToolInputError("command is blank: give the shell command to run.")
+        if "\x00" in args.command:
+            raise ToolInputError("command contains a NUL byte, which bash cannot run; remove it.")
+        if args.run_in_background:
+            raise ToolInputError(
+                "run_in_background is not supported here: every command runs in its own container, "
+                "which is removed as soon as the command ends, so nothing can keep running in the "
+                "background. Call Bash again without run_in_background, with a command that "
+                f"finishes within the timeout (at most {MAX_TIMEOUT_MS} ms)."
+            )
+        return args
+
+    def touched_paths(self, args: BashInput, session: Session) -> list[TouchedPath]:
+        cwd = session.cwd or session.workspace
+        return [
+            TouchedPath(
+                path=cwd, access="write", inside_workspace=is_inside(session.workspace, cwd)
+            )
+        ]
+
+    async def call(self, args: BashInput, ctx: CallContext) -> BashRun:
+        runner = require_sandbox(ctx)
+        notes: list[str] = []
+        cwd = _start_directory(ctx.session, notes)
+        requested = args.timeout or DEFAULT_TIMEOUT_MS
+        timeout_ms = min(requested, ctx.limits.timeout_ms)
+        request = BashRequest(
+            command=args.command,
+            cwd=str(cwd),
+            timeout_ms=timeout_ms,
+            output_limit_bytes=OUTPUT_LIMIT_BYTES,
+        )
+        result = await runner.run(request, ctx.limits)
+        _follow_directory(ctx.session, result.final_cwd, notes)
+        return BashRun(
+            result=result,
+            timeout_ms=timeout_ms,
+            policy_capped=timeout_ms < requested,
+            memory_mb=ctx.limits.memory_mb,
+            notes=tuple(notes),
+        )
+
+    def render(self, result: BashRun) -> ToolOutput:
+        run = result.result
+        output = run.output or "(no output)"
+        is_error = True
+        if run.error:
+            text = f"{run.error}\n{run.output}" if run.output else run.error
+        elif run.timed_out:
+            text = (
+                f"Command timed out: it was killed after {result.timeout_ms} ms. "
+                f"{_timeout_advice(result)}\nOutput before it was killed:\n{output}"
+            )
+        elif run.oom_killed:
+            text = (
+                f"Command ran out of memory and was killed (limit {result.memory_mb} MB). Make it "
+                f"use less memory (smaller input, fewer parallel jobs).\nOutput before it was "
+                f"killed:\n{output}"
+            )
+        elif run.cancelled:
+            text = f"Command was cancelled before it finished.\nOutput so far:\n{output}"
+        elif run.exit_code != 0:
+            text = f"Exit code {run.exit_code}\n{output}"
+        else:
+            text, is_error = output, False
+        notes = list(result.notes)
+        if run.output_truncated:
+            notes.insert(
+                0,
+                f"[Output truncated: the command produced {run.output_bytes} bytes; only the "
+                "beginning and the end are shown. Redirect output to a file in the workspace and "
+                "search it with Grep to see more.]",
+            )
+        if notes:
+            text = text.rstrip("\n") + "\n\n" + "\n".join(notes)
+        return ToolOutput(
+            content=[TextContent(text=text)],
+            is_error=is_error,
+            exit_code=run.exit_code,
+            timed_out=run.timed_out,
+            oom_killed=run.oom_killed,
+            sandbox_id=run.sandbox_id,
+        )
+
+
+def _timeout_advice(run: BashRun) -> str:
+    if run.policy_capped:
+        return (
+            f"The policy allows at most {run.timeout_ms} ms per command: make the command finish "
+            "sooner (smaller input, fewer steps) or split it into several calls."
+        )
+    if run.timeout_ms < MAX_TIMEOUT_MS:
+        return (
+            "Make the command finish sooner, or pass a larger timeout (at most "
+            f"{MAX_TIMEOUT_MS} ms)."
+        )
+    return "Make the command finish sooner (smaller input, fewer steps) or split it up."
+
+
+def _start_directory(session: Session, notes: list[str]) -> Path:
+    """The session's cwd while it is still a directory inside the workspace, else the root."""
+    cwd = session.cwd
+    if cwd is None or cwd == session.workspace:
+        return session.workspace
+    if is_inside(session.workspace, cwd) and cwd.is_dir():
+        return cwd
+    notes.append(
+        f"The previous working directory {cwd} is no longer a directory inside the workspace; "
+        f"the command ran in {session.workspace} instead."
+    )
+    session.cwd = session.workspace
+    return session.workspace
+
+
+def _follow_directory(session: Session, final_cwd: str, notes: list[str]) -> None:
+    """Keep the directory the shell ended in, unless it lies outside the workspace."""
+    if not final_cwd:
+        return  # killed or failed before reporting: keep the previous directory
+    # The workspace is mounted at its host path, so the container's path names the host path.
+    resolved = Path(os.path.realpath(final_cwd))
+    if is_inside(session.workspace, resolved) and resolved.is_dir():
+        session.cwd = resolved
+        return
+    session.cwd = session.workspace
+    notes.append(
+        f"Shell cwd was reset to {session.workspace}: the command ended in {final_cwd}, which "
+        "is outside the workspace."
+    )

@@ -1,0 +1,448 @@
+"""Grep: search file contents of the workspace with ripgrep.
+
+ripgrep runs on the host with a fixed argv (no shell, `--no-config`, the pattern after `--`), on a
+path confined to the workspace. It never follows symlinks (its default), so it cannot be led out
+of the workspace by one. File choice, documented for the model: hidden files are searched (except
+`.git/`), ignore files (.gitignore inside a git repository, .ignore, .rgignore) are respected,
+binary files are skipped. Content and count results are sorted by path so that `offset` pages
+through a stable order; files_with_matches is sorted by modification time, newest first, like Glob.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import shutil
+import stat
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Literal
+
+from pydantic import ConfigDict, Field
+
+from daemon.errors import ToolError, ToolInputError
+from daemon.models import TextContent
+from daemon.tools.coerce import LaxInt, LaxToolInput
+from daemon.tools.contract import (
+    CallContext,
+    InterruptBehavior,
+    Tool,
+    ToolOutput,
+    ToolTraits,
+    TouchedPath,
+)
+from daemon.workspace import is_inside, open_confined, require_inside, resolve_path
+
+if TYPE_CHECKING:
+    from daemon.session import Session
+
+DEFAULT_HEAD_LIMIT = 250
+"""Lines or entries shown when head_limit is not given."""
+MAX_COLUMNS = 500
+"""Longer matching lines are shown as a preview (minified files would flood the result)."""
+MAX_KEPT_CHARS = 4 * 1024 * 1024
+"""Output kept in memory at most; beyond it lines are counted, not stored."""
+MAX_STDERR_BYTES = 8192
+"""ripgrep's error output kept for the message."""
+
+OutputMode = Literal["content", "files_with_matches", "count"]
+
+
+class GrepInput(LaxToolInput):
+    """Input of Grep. Fields named like rg's flags use aliases ("-A", "-i", ...)."""
+
+    model_config = ConfigDict(populate_by_name=True)
+
+    pattern: str = Field(
+        min_length=1,
+        description="Regular expression to search for (Rust regex syntax, as ripgrep). Escape "
+        r"literal characters such as ( ) [ ] { } . * + ? | with a backslash, e.g. 'interface\{\}'.",
+    )
+    path: str | None = Field(
+        default=None,
+        description="Absolute path of a file or directory to search. Omit it to search the "
+        "whole workspace.",
+    )
+    glob: str | None = Field(
+        default=None,
+        description='Only search files whose path matches this glob, e.g. "*.py" or '
+        '"src/**/*.{ts,tsx}".',
+    )
+    file_type: str | None = Field(
+        default=None,
+        alias="type",
+        description='Only search files of this ripgrep type, e.g. "py", "js", "rust", "go". '
+        "More efficient than glob for standard types.",
+    )
+    output_mode: OutputMode = Field(
+        default="files_with_matches",
+        description='"files_with_matches" (default): paths of matching files, newest first; '
+        '"content": matching lines (path:line:text); "count": matching lines per file.',
+    )
+    after: LaxInt | None = Field(
+        default=None, alias="-A", ge=0, description="Lines to show after each match (content)."
+    )
+    before: LaxInt | None = Field(
+        default=None, alias="-B", ge=0, description="Lines to show before each match (content)."
+    )
+    around: LaxInt | None = Field(
+        default=None,
+        alias="-C",
+        ge=0,
+        description="Lines to show before and after each match (content mode only).",
+    )
+    context: LaxInt | None = Field(
+        default=None, ge=0, description='Same as "-C" (content mode only).'
+    )
+    line_numbers: bool | None = Field(
+        default=None,
+        alias="-n",
+        description="Show line numbers (content mode only; default true).",
+    )
+    ignore_case: bool | None = Field(
+        default=None, alias="-i", description="Match case-insensitively."
+    )
+    only_matching: bool | None = Field(
+        default=None,
+        alias="-o",
+        description="Show only the matched part of each line (content mode only).",
+    )
+    head_limit: LaxInt | None = Field(
+        default=None,
+        ge=0,
+        description=f"Show at most this many lines (content) or entries (default "
+        f"{DEFAULT_HEAD_LIMIT}; 0 means no limit).",
+    )
+    offset: LaxInt | None = Field(
+        default=None,
+        ge=0,
+        description="Skip this many lines or entries first (to page through a long result).",
+    )
+    multiline: bool | None = Field(
+        default=None,
+        description="Let the pattern span lines ('.' also matches newlines). Default false.",
+    )
+
+
+def _context_lines(args: GrepInput) -> int | None:
+    if args.around is not None and args.context is not None and args.around != args.context:
+        raise ToolInputError(
+            f'"-C" ({args.around}) and context ({args.context}) mean the same thing but differ; '
+            "give only one of them."
+        )
+    return args.around if args.around is not None else args.context
+
+
+def build_argv(rg: str, args: GrepInput, search_path: Path) -> list[str]:
+    """The exact ripgrep command line (an argv list; no shell ever sees it)."""
+    argv = [
+        rg,
+        "--no-config",
+        "--color=never",
+        "--no-heading",
+        "--with-filename",
+        "--hidden",
+        f"--max-columns={MAX_COLUMNS}",
+        "--max-columns-preview",
+    ]
+    if args.ignore_case:
+        argv.append("--ignore-case")
+    if args.multiline:
+        argv += ["--multiline", "--multiline-dotall"]
+    if args.glob:
+        argv.append(f"--glob={args.glob}")
+    # After the caller's glob, so that it wins over a broad one like "*".
+    argv.append("--glob=!.git")
+    if args.file_type:
+        argv.append(f"--type={args.file_type}")
+    if args.output_mode == "files_with_matches":
+        argv.append("--files-with-matches")
+    elif args.output_mode == "count":
+        argv += ["--count", "--sort=path"]
+    else:
+        # Sorting makes ripgrep single-threaded, but offset must page through a stable order.
+        argv.append("--sort=path")
+        argv.append("--no-line-number" if args.line_numbers is False else "--line-number")
+        if args.after is not None:
+            argv.append(f"--after-context={args.after}")
+        if args.before is not None:
+            argv.append(f"--before-context={args.before}")
+        context = _context_lines(args)
+        if context is not None:
+            argv.append(f"--context={context}")
+        if args.only_matching:
+            argv.append("--only-matching")
+    argv += ["--", args.pattern, str(search_path)]
+    return argv
+
+
+@dataclass
+class _Collector:
+    """Keeps the lines of a window of ripgrep's output and counts all of them."""
+
+    skip: int
+    keep: int | None
+    lines: list[str] = field(default_factory=list)
+    total: int = 0
+    chars: int = 0
+    capped: bool = False
+
+    def feed(self, line: str) -> None:
+        index = self.total
+        self.total += 1
+        if index < self.skip or (self.keep is not None and len(self.lines) >= self.keep):
+            return
+        if self.capped or self.chars + len(line) > MAX_KEPT_CHARS:
+            self.capped = True
+            return
+        self.chars += len(line) + 1
+        self.lines.append(line)
+
+
+@dataclass(frozen=True)
+class GrepResult:
+    """What the search found, already windowed by offset/head_limit."""
+
+    mode: OutputMode
+    lines: tuple[str, ...]
+    """Shown lines (content) or entries (paths, or path:count)."""
+    total: int
+    """All lines or entries ripgrep produced."""
+    offset: int
+    total_matches: int = 0
+    """count mode: matching lines summed over all files."""
+    warnings: str = ""
+    """ripgrep's error output when it still found matches (e.g. an unreadable file)."""
+    capped: bool = False
+    """Too much output to keep in memory; later lines were counted only."""
+
+
+async def _read_capped(stream: asyncio.StreamReader, limit: int) -> bytes:
+    kept = b""
+    while chunk := await stream.read(65536):
+        if len(kept) < limit:
+            kept += chunk[: limit - len(kept)]
+    return kept
+
+
+async def _drain_lines(stream: asyncio.StreamReader, collector: _Collector) -> None:
+    pending = b""
+    while chunk := await stream.read(65536):
+        pending += chunk
+        *complete, pending = pending.split(b"\n")
+        for raw in complete:
+            collector.feed(raw.decode("utf-8", errors="replace"))
+    if pending:
+        collector.feed(pending.decode("utf-8", errors="replace"))
+
+
+async def run_rg(
+    argv: list[str], cwd: Path, collector: _Collector, timeout_s: float
+) -> tuple[int, str]:
+    """Run ripgrep, feeding stdout to the collector; returns (exit code, stderr text).
+
+    The process is killed if the call is cancelled or runs past the timeout.
+    """
+    try:
+        proc = await asyncio.create_subprocess_exec(
+            *argv,
+            stdin=asyncio.subprocess.DEVNULL,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE,
+            cwd=cwd,
+        )
+    except FileNotFoundError as exc:
+        raise _rg_missing() from exc
+    assert proc.stdout is not None
+    assert proc.stderr is not None
+    stderr_task = asyncio.create_task(_read_capped(proc.stderr, MAX_STDERR_BYTES))
+    try:
+        async with asyncio.timeout(timeout_s):
+            await _drain_lines(proc.stdout, collector)
+            code = await proc.wait()
+            stderr = await stderr_task
+    except TimeoutError as exc:
+        raise ToolError(
+            f"The search took longer than {timeout_s:g} s and was stopped. Narrow it with path, "
+            "glob or type."
+        ) from exc
+    finally:
+        if proc.returncode is None:
+            with contextlib.suppress(ProcessLookupError):
+                pass
+            await proc.wait()
+        if not stderr_task.done():
+            stderr_task.cancel()
+    return code, stderr.decode("utf-8", errors="replace").strip()
+
+
+def _rg_missing() -> ToolError:
+    return ToolError(
+        "Grep needs ripgrep (rg), which is not installed on the daemon's host. Search with Bash "
+        "(grep -rn) instead, and tell the operator to install ripgrep."
+    )
+
+
+def _search_error(stderr: str) -> ToolError:
+    if "regex parse error" in stderr or "error parsing regex" in stderr:
+        advice = (
+            "Fix the pattern: it is a Rust regular expression, so escape literal ( ) [ ] { } . "
+            "* + ? | with a backslash (or set multiline for patterns spanning lines)."
+        )
+    elif "unrecognized file type" in stderr:
+        advice = (
+            'Use a standard ripgrep type name such as "py", "js", "ts", "rust", "go", or use glob.'
+        )
+    elif "glob" in stderr:
+        advice = "Fix the glob (e.g. '*.py' or 'src/**/*.ts')."
+    else:
+        advice = "Check the pattern, path, glob and type."
+    return ToolError(f"ripgrep could not run the search:\n{stderr}\n{advice}")
+
+
+def _check_searchable(workspace: Path, path: Path, raw: str) -> None:
+    """Refuse a missing path, a FIFO or device (rg would hang or read forever), or an escape."""
+    try:
+        mode = os.lstat(path).st_mode
+        fd = open_confined(workspace, path, directory=stat.S_ISDIR(mode))
+    except FileNotFoundError as exc:
+        raise ToolError(
+            f"{raw} does not exist. Give an existing file or directory as path, or omit path to "
+            "search the whole workspace."
+        ) from exc
+    except PermissionError as exc:
+        raise ToolError(f"{raw} cannot be read: permission denied.") from exc
+    os.close(fd)
+
+
+def _by_mtime(paths: list[str]) -> list[str]:
+    def mtime(path: str) -> int:
+        try:
+            return Path(path).stat().st_mtime_ns
+        except OSError:
+            return 0
+
+    stamped = [(mtime(path), path) for path in paths]
+    stamped.sort(key=lambda item: (-item[0], item[1]))
+    return [path for _, path in stamped]
+
+
+def _count_of(entry: str) -> int:
+    _, _, number = entry.rpartition(":")
+    return int(number) if number.isdigit() else 0
+
+
+class GrepTool(Tool[GrepInput, GrepResult]):
+    """Search file contents with ripgrep."""
+
+    name = "Grep"
+    description = (
+        "Searches file contents with ripgrep (fast, regex). Use it instead of running grep or rg "
+        "through Bash. The pattern is a Rust regular expression (e.g. 'log.*Error', "
+        r"'def\s+\w+'); escape literal ( ) [ ] { } with a backslash. Narrow the search with path "
+        '(a file or directory), glob (e.g. "*.py", "**/*.{ts,tsx}") or type (e.g. "py", "js"). '
+        'output_mode: "files_with_matches" (default) lists matching files, newest first; '
+        '"content" shows matching lines as path:line:text, with "-A"/"-B"/"-C" context lines, '
+        '"-n" line numbers (on by default) and "-o" for only the match; "count" shows matching '
+        'lines per file and a total. "-i" ignores case; multiline lets a match span lines. '
+        f"Results are cut to head_limit lines or entries (default {DEFAULT_HEAD_LIMIT}, 0 = no "
+        "limit); use offset to see the next ones. Hidden files are searched, .git is not; files "
+        "ignored by .gitignore (in a git repository) and binary files are skipped; symbolic links "
+        "are not followed. Several Grep calls can run in parallel."
+    )
+    input_model = GrepInput
+    traits = ToolTraits(
+        read_only=True,
+        destructive=False,
+        concurrency_safe=True,
+        sandboxed=False,
+        interrupt=InterruptBehavior.CANCEL,
+        max_result_chars=20_000,
+    )
+
+    def validate(self, args: GrepInput, session: Session) -> GrepInput:
+        if "\x00" in args.pattern:
+            raise ToolInputError("pattern contains a NUL byte; remove it.")
+        if args.path is not None:
+            resolve_path(args.path, "path")
+        _context_lines(args)
+        return args
+
+    def _search_path(self, args: GrepInput, workspace: Path) -> Path:
+        return resolve_path(args.path, "path") if args.path is not None else workspace
+
+    def touched_paths(self, args: GrepInput, session: Session) -> list[TouchedPath]:
+        path = self._search_path(args, session.workspace)
+        inside = is_inside(session.workspace, path)
+        return [TouchedPath(path=path, access="read", inside_workspace=inside)]
+
+    async def call(self, args: GrepInput, ctx: CallContext) -> GrepResult:
+        raw = args.path if args.path is not None else str(ctx.workspace)
+        path = require_inside(ctx.workspace, self._search_path(args, ctx.workspace), raw)
+        await asyncio.to_thread(_check_searchable, ctx.workspace, path, raw)
+        rg = shutil.which("rg")
+        if rg is None:
+            raise _rg_missing()
+        offset = args.offset or 0
+        head_limit = DEFAULT_HEAD_LIMIT if args.head_limit is None else args.head_limit
+        keep = head_limit or None
+        windowed = args.output_mode == "content"
+        # files_with_matches is sorted by mtime and count sums all entries: keep them all.
+        collector = _Collector(skip=offset if windowed else 0, keep=keep if windowed else None)
+        code, stderr = await run_rg(
+            build_argv(rg, args, path), ctx.workspace, collector, ctx.limits.timeout_ms / 1000
+        )
+        if code == 2 and collector.total == 0:
+            raise _search_error(stderr)
+        if code not in (0, 1, 2):
+            raise ToolError(f"ripgrep failed with exit code {code}: {stderr or '(no message)'}")
+        lines = collector.lines
+        total_matches = 0
+        if args.output_mode == "files_with_matches":
+            lines = await asyncio.to_thread(_by_mtime, lines)
+        elif args.output_mode == "count":
+            total_matches = sum(_count_of(entry) for entry in lines)
+        if not windowed:
+            end = offset + head_limit if head_limit else None
+            lines = lines[offset:end]
+        return GrepResult(
+            mode=args.output_mode,
+            lines=tuple(lines),
+            total=collector.total,
+            offset=offset,
+            total_matches=total_matches,
+            warnings=stderr if code == 2 else "",
+            capped=collector.capped,
+        )
+
+    def render(self, result: GrepResult) -> ToolOutput:
+        if result.total == 0:
+            return ToolOutput.text("No matches found")
+        unit = "lines" if result.mode == "content" else "entries"
+        out: list[str] = []
+        if result.mode == "files_with_matches":
+            noun = "file" if result.total == 1 else "files"
+            out.append(f"Found {result.total} {noun}")
+        if not result.lines:
+            out.append(
+                f"(No {unit} at offset {result.offset}: the result has only {result.total}. "
+                "Use a smaller offset.)"
+            )
+        out.extend(result.lines)
+        if result.mode == "count":
+            files = "file" if result.total == 1 else "files"
+            out.append(f"Total: {result.total_matches} matching lines in {result.total} {files}")
+        shown_end = result.offset + len(result.lines)
+        if result.lines and (result.offset > 0 or shown_end < result.total):
+            more = (
+                f" Use offset={shown_end} to see the next ones, or narrow the search."
+                if shown_end < result.total
+                else ""
+            )
+            out.append(f"(Showing {unit} {result.offset + 1}-{shown_end} of {result.total}.{more})")
+        if result.capped:
+            out.append("(The output was too large to keep in full; some lines are missing.)")
+        if result.warnings:
+            out.append(f"(ripgrep reported errors for some files:\n{result.warnings})")
+        return ToolOutput(content=[TextContent(text="\n".join(out))], keep="head")

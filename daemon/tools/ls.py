@@ -1,0 +1,259 @@
+"""LS: show a directory of the workspace as a tree, shallow levels first.
+
+The listing is breadth-first, so when it hits its entry cap the model still sees the top of the
+tree rather than the inside of the first deep directory. Every directory is reopened from the root
+one component at a time with O_NOFOLLOW, so the walk cannot be redirected out of the workspace by a
+symlink, and symlinks are shown (with their target) but never entered.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import fnmatch
+import os
+import stat
+from collections import deque
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Literal
+
+from pydantic import Field
+
+from daemon.errors import ToolError
+from daemon.models import TextContent
+from daemon.tools.coerce import LaxToolInput
+from daemon.tools.contract import (
+    CallContext,
+    InterruptBehavior,
+    Tool,
+    ToolOutput,
+    ToolTraits,
+    TouchedPath,
+)
+from daemon.tools.glob import open_child_dir
+from daemon.workspace import is_inside, open_confined, require_inside, resolve_path
+
+if TYPE_CHECKING:
+    from daemon.session import Session
+
+MAX_ENTRIES = 1000
+"""Entries listed; the listing stops there with a note."""
+NOT_EXPANDED = frozenset(
+    {
+        ".git",
+        ".hg",
+        ".svn",
+        "node_modules",
+        "__pycache__",
+        ".venv",
+        "venv",
+        ".mypy_cache",
+        ".pytest_cache",
+        ".ruff_cache",
+        ".tox",
+    }
+)
+"""Directories shown but not entered (unless LS is pointed at them): bulky and rarely useful."""
+
+
+class LsInput(LaxToolInput):
+    """Input of LS."""
+
+    path: str = Field(description="Absolute path of the directory to list (inside the workspace).")
+    ignore: list[str] | None = Field(
+        default=None,
+        description='Glob patterns of entries to leave out, e.g. ["*.pyc", "build"]. A pattern '
+        "is matched against each entry's name and against its path relative to path.",
+    )
+
+
+@dataclass
+class LsNode:
+    """One entry of the tree."""
+
+    name: str
+    kind: Literal["dir", "file", "symlink", "other"]
+    link_target: str = ""
+    children: list[LsNode] = field(default_factory=list)
+    collapsed: bool = False
+    """A directory shown but deliberately not entered (see NOT_EXPANDED)."""
+    unreadable: bool = False
+
+
+@dataclass(frozen=True)
+class LsResult:
+    """The tree under the listed directory."""
+
+    root: Path
+    tree: LsNode
+    count: int
+    """Entries listed."""
+    truncated: bool
+    """The listing stopped at MAX_ENTRIES."""
+
+
+def _ignored(patterns: tuple[str, ...], name: str, rel: str) -> bool:
+    return any(
+        fnmatch.fnmatchcase(name, pattern) or fnmatch.fnmatchcase(rel, pattern.rstrip("/"))
+        for pattern in patterns
+    )
+
+
+def _open_chain(root_fd: int, parts: tuple[str, ...]) -> int | None:
+    fd = root_fd
+    for part in parts:
+        child = open_child_dir(fd, part)
+        if fd != root_fd:
+            os.close(fd)
+        if child is None:
+            return None
+        fd = child
+    return fd
+
+
+def _entries(fd: int) -> list[tuple[str, Literal["dir", "file", "symlink", "other"], str]]:
+    """(name, kind, symlink target) of every entry, read while the listing's descriptor is open."""
+    found: list[tuple[str, Literal["dir", "file", "symlink", "other"], str]] = []
+    with os.scandir(fd) as listing:
+        for entry in listing:
+            try:
+                if entry.is_symlink():
+                    found.append((entry.name, "symlink", os.readlink(entry.name, dir_fd=fd)))
+                elif entry.is_dir(follow_symlinks=False):
+                    found.append((entry.name, "dir", ""))
+                elif entry.is_file(follow_symlinks=False):
+                    found.append((entry.name, "file", ""))
+                else:
+                    found.append((entry.name, "other", ""))
+            except OSError:
+                continue
+    found.sort(key=lambda item: item[0])
+    return found
+
+
+def _list(workspace: Path, root: Path, raw: str, ignore: tuple[str, ...]) -> LsResult:
+    with contextlib.suppress(OSError):
+        if not stat.S_ISDIR(root.lstat().st_mode):
+            raise ToolError(f"{raw} is not a directory. LS lists directories; use Read for a file.")
+    try:
+        root_fd = open_confined(workspace, root, directory=True)
+    except FileNotFoundError as exc:
+        raise ToolError(
+            f"Directory {raw} does not exist. Check the path (LS the parent directory to see what "
+            "is there)."
+        ) from exc
+    except PermissionError as exc:
+        raise ToolError(f"Directory {raw} cannot be read: permission denied.") from exc
+    tree = LsNode(name=str(root), kind="dir")
+    queue: deque[tuple[LsNode, tuple[str, ...]]] = deque([(tree, ())])
+    count = 0
+    truncated = False
+    try:
+        while queue and not truncated:
+            node, parts = queue.popleft()
+            fd = _open_chain(root_fd, parts) if parts else root_fd
+            if fd is None:
+                node.unreadable = True
+                continue
+            try:
+                entries = _entries(fd)
+            except OSError:
+                node.unreadable = True
+                continue
+            finally:
+                if fd != root_fd:
+                    os.close(fd)
+            for name, kind, target in entries:
+                rel = "/".join((*parts, name))
+                if _ignored(ignore, name, rel):
+                    continue
+                if count >= MAX_ENTRIES:
+                    truncated = True
+                    break
+                count += 1
+                child = LsNode(name=name, kind=kind, link_target=target)
+                node.children.append(child)
+                if kind == "dir":
+                    if name in NOT_EXPANDED:
+                        child.collapsed = True
+                    else:
+                        queue.append((child, (*parts, name)))
+    finally:
+        os.close(root_fd)
+    return LsResult(root=root, tree=tree, count=count, truncated=truncated)
+
+
+def _label(node: LsNode) -> str:
+    if node.kind == "dir":
+        label = node.name.rstrip("/") + "/"
+        if node.collapsed:
+            label += " (not listed)"
+        if node.unreadable:
+            label += " (cannot be read)"
+        return label
+    if node.kind == "symlink":
+        return f"{node.name} -> {node.link_target}"
+    return node.name
+
+
+def render_tree(tree: LsNode) -> list[str]:
+    """The tree as indented `- name` lines (iterative: deep trees cannot exhaust the stack)."""
+    lines: list[str] = []
+    stack: list[tuple[LsNode, int]] = [(tree, 0)]
+    while stack:
+        node, depth = stack.pop()
+        lines.append(f"{'  ' * depth}- {_label(node)}")
+        stack.extend((child, depth + 1) for child in reversed(node.children))
+    return lines
+
+
+class LsTool(Tool[LsInput, LsResult]):
+    """List a directory as a tree."""
+
+    name = "LS"
+    description = (
+        "Lists the files and directories under a directory of the workspace as an indented tree "
+        "(directories end with '/', symbolic links show their target and are not entered). path "
+        "must be an absolute path to a directory. Shallow levels are listed first; the listing "
+        f"stops after {MAX_ENTRIES} entries with a note, in which case LS a subdirectory to see "
+        "more. Bulky directories such as .git, node_modules and __pycache__ are shown but not "
+        "entered unless you LS them directly. ignore takes glob patterns of entries to leave "
+        "out. To find files by name pattern anywhere in the tree, Glob is usually better; to "
+        "search contents, use Grep."
+    )
+    input_model = LsInput
+    traits = ToolTraits(
+        read_only=True,
+        destructive=False,
+        concurrency_safe=True,
+        sandboxed=False,
+        interrupt=InterruptBehavior.CANCEL,
+        max_result_chars=100_000,
+    )
+
+    def validate(self, args: LsInput, session: Session) -> LsInput:
+        resolve_path(args.path, "path")
+        return args
+
+    def touched_paths(self, args: LsInput, session: Session) -> list[TouchedPath]:
+        path = resolve_path(args.path, "path")
+        inside = is_inside(session.workspace, path)
+        return [TouchedPath(path=path, access="read", inside_workspace=inside)]
+
+    async def call(self, args: LsInput, ctx: CallContext) -> LsResult:
+        root = require_inside(ctx.workspace, resolve_path(args.path, "path"), args.path)
+        ignore = tuple(args.ignore or ())
+        return await asyncio.to_thread(_list, ctx.workspace, root, args.path, ignore)
+
+    def render(self, result: LsResult) -> ToolOutput:
+        lines = render_tree(result.tree)
+        if result.count == 0:
+            lines.append("(The directory is empty or every entry was ignored.)")
+        if result.truncated:
+            lines.append(
+                f"(Listing stopped after {MAX_ENTRIES} entries; directories shown without "
+                "contents past that point were not read. LS a subdirectory, or use Glob, to see "
+                "more.)"
+            )
+        return ToolOutput(content=[TextContent(text="\n".join(lines))], keep="head")

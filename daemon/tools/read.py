@@ -1,0 +1,329 @@
+"""Read: show a text file of the workspace with `cat -n` line numbers (or a small image).
+
+Runs on the host, read-only. The file is opened through `open_confined`, so a symlink swapped in
+after validation, a FIFO or a device file is refused on the descriptor itself. The whole file's
+hash is recorded in the session even when only a window is shown: Write and Edit compare against
+the whole file.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Literal
+
+from pydantic import Field
+
+from daemon.errors import ToolError
+from daemon.models import ImageContent, TextContent
+from daemon.tools.coerce import LaxInt, LaxToolInput
+from daemon.tools.contract import (
+    CallContext,
+    InterruptBehavior,
+    Tool,
+    ToolOutput,
+    ToolTraits,
+    TouchedPath,
+)
+from daemon.workspace import is_inside, open_confined, require_inside, resolve_path
+
+if TYPE_CHECKING:
+    from daemon.session import Session
+
+LINE_FORMAT = "{number:>6}\t{text}"
+"""How Read prefixes each line: the number right-aligned in 6 columns, then a TAB (as `cat -n`)."""
+
+LINE_FORMAT_DESCRIPTION = (
+    "each line starts with its line number right-aligned in 6 columns followed by a tab "
+    "character; the file's own text begins after that tab"
+)
+"""The prefix format in words, for the descriptions of tools that quote Read's output (Edit)."""
+
+DEFAULT_LIMIT = 2000
+"""Lines shown when no limit is given."""
+MAX_LINE_CHARS = 2000
+"""Longer lines are cut to this many characters."""
+MAX_WHOLE_FILE_BYTES = 256 * 1024
+"""Larger files need offset or limit."""
+MAX_FILE_BYTES = 32 * 1024 * 1024
+"""Larger files are not read at all (the whole file is held in memory to hash it)."""
+MAX_IMAGE_BYTES = 3_750_000
+"""Larger images are refused rather than returned as an image block."""
+SNIFF_BYTES = 8192
+"""A NUL byte in this many leading bytes marks a file as binary."""
+_NOTE_RESERVE = 1000
+"""Characters of the budget kept free for the notes after the numbered lines."""
+
+_IMAGE_MAGIC: tuple[tuple[bytes, str], ...] = (
+    (b"\x89PNG\r\n\x1a\n", "image/png"),
+    (b"\xff\xd8\xff", "image/jpeg"),
+    (b"GIF87a", "image/gif"),
+    (b"GIF89a", "image/gif"),
+)
+
+
+def format_line(number: int, text: str) -> str:
+    """One numbered output line, exactly as Read shows it."""
+    return LINE_FORMAT.format(number=number, text=text)
+
+
+def sniff_image(head: bytes) -> str | None:
+    """The image MIME type from the file's leading bytes, or None."""
+    for magic, media_type in _IMAGE_MAGIC:
+        if head.startswith(magic):
+            return media_type
+    if head[:4] == b"RIFF" and head[8:12] == b"WEBP":
+        return "image/webp"
+    return None
+
+
+class ReadInput(LaxToolInput):
+    """Input of Read."""
+
+    file_path: str = Field(description="Absolute path of the file to read (inside the workspace).")
+    offset: LaxInt | None = Field(
+        default=None,
+        ge=0,
+        description="Line number to start from (1-based; 0 means 1). Give it for large files.",
+    )
+    limit: LaxInt | None = Field(
+        default=None,
+        gt=0,
+        description=f"How many lines to show (default {DEFAULT_LIMIT}). Give it for large files.",
+    )
+
+
+@dataclass(frozen=True)
+class ReadResult:
+    """What Read found; `render` turns it into text (or an image block)."""
+
+    path: Path
+    kind: Literal["text", "empty", "past_end", "image"]
+    total_lines: int = 0
+    """Lines in the whole file."""
+    first_line: int = 1
+    """Number of the first line shown (the effective offset)."""
+    lines: tuple[str, ...] = ()
+    """The lines shown, endings removed, long ones already cut."""
+    cut_lines: tuple[int, ...] = ()
+    """Numbers of the lines that were cut to MAX_LINE_CHARS."""
+    stopped_for_budget: bool = False
+    """Fewer lines than asked were shown so the result fits the tool's budget."""
+    budget_chars: int = 0
+    image: ImageContent | None = None
+
+
+def _load(fd: int, path: Path) -> tuple[bytes, int]:
+    """Read the whole descriptor; returns the bytes and the mtime after reading."""
+    chunks: list[bytes] = []
+    total = 0
+    while chunk := os.read(fd, 1 << 20):
+        chunks.append(chunk)
+        total += len(chunk)
+        if total > MAX_FILE_BYTES:
+            raise ToolError(
+                f"{path} grew past {MAX_FILE_BYTES} bytes while it was being read; use Grep to "
+                "find the lines you need."
+            )
+    return b"".join(chunks), os.fstat(fd).st_mtime_ns
+
+
+def _count_lines(data: bytes) -> int:
+    if not data:
+        return 0
+    return data.count(b"\n") + (0 if data.endswith(b"\n") else 1)
+
+
+def _window(
+    path: Path, data: bytes, offset: int | None, limit: int | None, budget: int
+) -> ReadResult:
+    total = _count_lines(data)
+    if total == 0:
+        return ReadResult(path=path, kind="empty")
+    first = max(offset or 1, 1)
+    if first > total:
+        return ReadResult(path=path, kind="past_end", total_lines=total, first_line=first)
+    start = first - 1
+    # Clamped to what exists: a huge limit must not reach bytes.split as an overflowing int.
+    count = min(limit if limit is not None else DEFAULT_LIMIT, total - start)
+    # maxsplit keeps the unrequested tail of a large file in one piece instead of a list of lines.
+    pieces = data.split(b"\n", start + count)
+    lines: list[str] = []
+    cut: list[int] = []
+    used = 0
+    stopped = False
+    for index in range(start, min(start + count, total)):
+        raw = pieces[index]
+        if raw.endswith(b"\r"):
+            raw = raw[:-1]
+        text = raw.decode("utf-8", errors="replace")
+        if len(text) > MAX_LINE_CHARS:
+            text = text[:MAX_LINE_CHARS]
+            cut.append(index + 1)
+        used += len(format_line(index + 1, text)) + 1
+        if used > budget and lines:
+            stopped = True
+            break
+        lines.append(text)
+    return ReadResult(
+        path=path,
+        kind="text",
+        total_lines=total,
+        first_line=first,
+        lines=tuple(lines),
+        cut_lines=tuple(n for n in cut if n < first + len(lines)),
+        stopped_for_budget=stopped,
+        budget_chars=budget,
+    )
+
+
+def _read_file(
+    workspace: Path, path: Path, offset: int | None, limit: int | None, budget: int
+) -> tuple[ReadResult, bytes, int]:
+    """Blocking part of Read: open confined, classify, load, cut the window."""
+    try:
+        fd = open_confined(workspace, path)
+    except FileNotFoundError as exc:
+        raise ToolError(
+            f"{path} does not exist. Check the path (Glob or LS can find the right one; names are "
+            "case-sensitive)."
+        ) from exc
+    except IsADirectoryError as exc:
+        raise ToolError(
+            f"{path} is a directory, not a file. Use LS to list it or Glob to find files in it."
+        ) from exc
+    except PermissionError as exc:
+        raise ToolError(f"{path} cannot be read: permission denied.") from exc
+    except OSError as exc:
+        raise ToolError(f"{path} cannot be read: {exc.strerror or exc}.") from exc
+    try:
+        size = os.fstat(fd).st_size
+        head = os.pread(fd, SNIFF_BYTES, 0)
+        media_type = sniff_image(head)
+        if media_type is not None:
+            if size > MAX_IMAGE_BYTES:
+                raise ToolError(
+                    f"{path} is an image of {size} bytes, larger than the {MAX_IMAGE_BYTES} bytes "
+                    "Read can return. Resize it (e.g. with Bash) and read the smaller copy."
+                )
+            data, mtime_ns = _load(fd, path)
+            image = ImageContent(media_type=media_type, data=data)
+            return ReadResult(path=path, kind="image", image=image), data, mtime_ns
+        if b"\x00" in head or head.startswith(b"%PDF-"):
+            raise ToolError(
+                f"{path} is a binary file (it contains NUL bytes), and Read shows text only. "
+                "Inspect it with Bash (e.g. `file`, `xxd | head`) if you need to."
+            )
+        if offset is None and limit is None and size > MAX_WHOLE_FILE_BYTES:
+            raise ToolError(
+                f"{path} is {size} bytes, more than the {MAX_WHOLE_FILE_BYTES} bytes Read shows "
+                "at once. Call Read again with offset and limit to read it in parts, or use Grep "
+                "to find the lines you need."
+            )
+        if size > MAX_FILE_BYTES:
+            raise ToolError(
+                f"{path} is {size} bytes, more than the {MAX_FILE_BYTES} bytes Read can open even "
+                "in parts. Use Grep to find the lines you need, or Bash (e.g. `sed -n '100,200p'`)."
+            )
+        data, mtime_ns = _load(fd, path)
+    finally:
+        os.close(fd)
+    return _window(path, data, offset, limit, budget), data, mtime_ns
+
+
+class ReadTool(Tool[ReadInput, ReadResult]):
+    """Read a text file (or a small image) from the workspace."""
+
+    name = "Read"
+    description = (
+        "Reads a file from the workspace and returns its text with line numbers, like `cat -n`: "
+        f"{LINE_FORMAT_DESCRIPTION}. file_path must be an absolute path. By default up to "
+        f"{DEFAULT_LIMIT} lines are shown from the start; use offset (1-based line number) and "
+        "limit to read another part. Read any file before you change it with Edit or Write. "
+        f"Lines longer than {MAX_LINE_CHARS} characters are cut. Files larger than "
+        f"{MAX_WHOLE_FILE_BYTES // 1024} KB must be read in parts with offset/limit. Images (PNG, "
+        "JPEG, GIF, WebP) are returned as images. Directories (use LS or Glob), binary files, "
+        "device files and FIFOs are refused. To find which file contains something, use Grep "
+        "first; to find files by name, use Glob. Several Read calls can run in parallel."
+    )
+    input_model = ReadInput
+    traits = ToolTraits(
+        read_only=True,
+        destructive=False,
+        concurrency_safe=True,
+        sandboxed=False,
+        interrupt=InterruptBehavior.CANCEL,
+        max_result_chars=100_000,
+    )
+
+    def validate(self, args: ReadInput, session: Session) -> ReadInput:
+        resolve_path(args.file_path, "file_path")
+        return args
+
+    def touched_paths(self, args: ReadInput, session: Session) -> list[TouchedPath]:
+        path = resolve_path(args.file_path, "file_path")
+        inside = is_inside(session.workspace, path)
+        return [TouchedPath(path=path, access="read", inside_workspace=inside)]
+
+    async def call(self, args: ReadInput, ctx: CallContext) -> ReadResult:
+        path = require_inside(
+            ctx.workspace, resolve_path(args.file_path, "file_path"), args.file_path
+        )
+        budget = self.traits.max_result_chars - _NOTE_RESERVE
+        result, data, mtime_ns = await asyncio.to_thread(
+            _read_file, ctx.workspace, path, args.offset, args.limit, budget
+        )
+        ctx.session.record_read(path, data, mtime_ns)
+        return result
+
+    def render(self, result: ReadResult) -> ToolOutput:
+        if result.kind == "image" and result.image is not None:
+            return ToolOutput(content=[result.image], keep="head")
+        if result.kind == "empty":
+            return ToolOutput.text(f"Warning: {result.path} exists but is empty (0 bytes).")
+        if result.kind == "past_end":
+            unit = "line" if result.total_lines == 1 else "lines"
+            return ToolOutput.text(
+                f"Warning: {result.path} has {result.total_lines} {unit}, so offset "
+                f"{result.first_line} is past its end. Use an offset from 1 to "
+                f"{result.total_lines}."
+            )
+        numbered = [format_line(result.first_line + i, text) for i, text in enumerate(result.lines)]
+        notes = _notes(result)
+        body = "\n".join(numbered)
+        if notes:
+            body += "\n\n" + "\n".join(notes)
+        return ToolOutput(content=[TextContent(text=body)], keep="head")
+
+
+def _notes(result: ReadResult) -> list[str]:
+    notes: list[str] = []
+    if result.cut_lines:
+        shown = ", ".join(str(n) for n in result.cut_lines[:10])
+        more = len(result.cut_lines) - 10
+        if more > 0:
+            shown += f" and {more} more"
+        if len(result.cut_lines) == 1:
+            notes.append(
+                f"(Line {shown} is longer than {MAX_LINE_CHARS} characters and is shown cut to "
+                f"its first {MAX_LINE_CHARS}.)"
+            )
+        else:
+            notes.append(
+                f"(Lines {shown} are longer than {MAX_LINE_CHARS} characters and are shown cut "
+                f"to their first {MAX_LINE_CHARS}.)"
+            )
+    last = result.first_line + len(result.lines) - 1
+    if last < result.total_lines:
+        why = (
+            f" (stopped there to stay within {result.budget_chars} characters)"
+            if result.stopped_for_budget
+            else ""
+        )
+        notes.append(
+            f"(Showing lines {result.first_line}-{last} of {result.total_lines}{why}. Call Read "
+            f"with offset={last + 1} to read on.)"
+        )
+    return notes

@@ -1,0 +1,241 @@
+# METADATA
+# title: tooljail tool-call authorization
+# description: |
+#   Decides whether one tool call may run (allow, deny or ask), under which sandbox limits and
+#   result budget, and which tools a caller may see in ListTools. The input documents are
+#   described in policies/input.schema.json and policies/README.md.
+#
+#   Each rule adds a full-sentence reason to the deny, ask or allow set; `decision` turns the
+#   sets into one answer, where deny beats ask and ask beats allow. New rules only add to a set.
+package tooljail.authz
+
+# The input document version this policy understands (input.version).
+supported_version := 1
+
+# Ceiling for a Bash call's own timeout, in milliseconds (the tool's documented maximum).
+max_timeout_ms := 600000
+
+# METADATA
+# title: Decision
+# description: The one answer the daemon enforces for a tool call.
+# entrypoint: true
+decision := {
+	"outcome": outcome,
+	"reasons": reasons,
+	"sandbox": sandbox,
+	"result_budget_chars": result_budget_chars,
+}
+
+# METADATA
+# title: Visible tools
+# description: Names of the tools in input.tools this caller may see in ListTools.
+# entrypoint: true
+visible_tools contains tool.name if {
+	some tool in input.tools
+	not tool_hidden(principal_config, tool)
+}
+
+# --- Combining the rule sets ---------------------------------------------------------------
+
+# Fail closed: when no rule speaks, the call is denied.
+default outcome := "deny"
+
+outcome := "deny" if {
+	count(deny) > 0
+} else := "ask" if {
+	count(ask) > 0
+} else := "allow" if {
+	count(allow) > 0
+}
+
+# Only the reasons of the winning set are reported, sorted so answers are reproducible.
+default reasons := ["No policy rule allows this tool call, so it was refused; use another tool or ask the operator."]
+
+reasons := sort(deny) if {
+	count(deny) > 0
+} else := sort(ask) if {
+	count(ask) > 0
+} else := sort(allow) if {
+	count(allow) > 0
+}
+
+# The limits of the disposable container; the daemon clamps them to its own ceilings.
+sandbox := {
+	"timeout_ms": timeout_ms,
+	"memory_mb": 512,
+	"cpus": 1,
+	"pids": 256,
+	"network": "none",
+}
+
+default timeout_ms := 120000
+
+timeout_ms := min([floor(input.input.timeout), max_timeout_ms]) if {
+	input.tool.name == "Bash"
+	is_number(input.input.timeout)
+	input.input.timeout >= 1
+}
+
+# Characters of tool_result text the model may receive; the daemon also applies the tool's own cap.
+result_budget_chars := 50000
+
+# --- Deny rules ------------------------------------------------------------------------------
+
+deny contains concat(" ", [
+	sprintf("The daemon sent policy input version %v, but this policy understands version %d only;", [
+		object.get(input, "version", "(none)"),
+		supported_version,
+	]),
+	"update the daemon or the policy so that they match.",
+]) if {
+	not input.version == supported_version
+}
+
+# One reason per path outside the workspace, naming the path, the access and the workspace.
+deny contains concat(" ", [
+	sprintf("%s: %v is outside the workspace %v, so %v access is refused;", [
+		tool_name,
+		object.get(touched, "path", "(no path)"),
+		workspace,
+		object.get(touched, "access", "any"),
+	]),
+	"only paths inside the workspace may be touched.",
+]) if {
+	some touched in input.paths
+	not path_inside(touched, workspace)
+}
+
+# A tool declared read-only that would write means the daemon's input is inconsistent.
+deny contains concat(" ", [
+	sprintf("%s is declared read-only but would write to %v;", [tool_name, touched.path]),
+	"the call is refused because a read-only tool may not write.",
+]) if {
+	read_only_tool
+	some touched in input.paths
+	touched.access == "write"
+}
+
+# Tools that change files or run commands only ever run in the sandbox.
+deny contains concat(" ", [
+	sprintf("%s can change files or run commands but is not marked as sandboxed;", [tool_name]),
+	"this policy runs such tools only in the sandbox, so the call is refused.",
+]) if {
+	not read_only_tool
+	not input.tool.sandboxed == true
+}
+
+deny contains concat(" ", [
+	sprintf("%s can change files or run commands, and principal %s may only use read-only tools;", [
+		tool_name,
+		principal_name,
+	]),
+	"use a read-only tool such as Read, Glob, Grep or LS instead.",
+]) if {
+	principal_config.read_only_only == true
+	not read_only_tool
+}
+
+deny contains sprintf(
+	"%s is not available to principal %s; use one of the tools that ListTools shows.",
+	[tool_name, principal_name],
+) if {
+	tool_listed_hidden(principal_config, input.tool.name)
+}
+
+# Placeholder until the policy receives parsed commands: a plain pattern on the raw string.
+deny contains "Bash: the command uses sudo, and commands may not raise their privileges; run it without sudo." if {
+	input.tool.name == "Bash"
+	is_string(input.input.command)
+	regex.match(`(^|[^\w.-])sudo([^\w.-]|$)`, input.input.command)
+}
+
+# --- Ask rules -------------------------------------------------------------------------------
+
+ask contains sprintf(
+	"%s needs a person's approval for principal %s; the call waits until someone approves it.",
+	[tool_name, principal_name],
+) if {
+	input.tool.name in object.get(principal_config, "ask_tools", [])
+}
+
+# --- Allow rules -----------------------------------------------------------------------------
+
+allow contains sprintf(
+	"%s only reads, and every path it touches is inside the workspace %s.",
+	[tool_name, workspace],
+) if {
+	read_only_tool
+	all_paths_inside
+}
+
+allow contains sprintf(
+	"%s runs in the sandbox, and every path it touches is inside the workspace %s.",
+	[tool_name, workspace],
+) if {
+	not read_only_tool
+	input.tool.sandboxed == true
+	all_paths_inside
+}
+
+# --- Helpers ---------------------------------------------------------------------------------
+
+default tool_name := "The tool"
+
+tool_name := input.tool.name if is_string(input.tool.name)
+
+default workspace := "(no workspace)"
+
+workspace := input.session.workspace if is_string(input.session.workspace)
+
+default principal_name := "(unknown)"
+
+principal_name := input.caller.principal if is_string(input.caller.principal)
+
+# Per-principal settings from data.json; unknown principals get the shipped rules unchanged.
+default principal_config := {}
+
+principal_config := data.tooljail.principals[principal_name]
+
+# A tool counts as read-only only when it says so; a missing trait means risky.
+read_only_tool if input.tool.read_only == true
+
+# Also false without a usable workspace, so a call listing no paths is not allowed by accident.
+all_paths_inside if {
+	absolute(workspace)
+	is_array(input.paths)
+	every touched in input.paths {
+		path_inside(touched, workspace)
+	}
+}
+
+# Inside only when the daemon says so and the path lies under the workspace (defence in depth).
+path_inside(touched, root) if {
+	touched.inside_workspace == true
+	path_within(touched.path, root)
+}
+
+path_within(path, root) if {
+	absolute(root)
+	path == root
+}
+
+path_within(path, root) if {
+	absolute(root)
+	is_string(path)
+	not regex.match(`(^|/)\.\.(/|$)`, path)
+	startswith(path, concat("", [trim_right(root, "/"), "/"]))
+}
+
+absolute(path) if {
+	is_string(path)
+	startswith(path, "/")
+}
+
+tool_listed_hidden(config, name) if name in object.get(config, "hidden_tools", [])
+
+tool_hidden(config, tool) if tool_listed_hidden(config, tool.name)
+
+tool_hidden(config, tool) if {
+	config.read_only_only == true
+	not tool.read_only == true
+}

@@ -1,0 +1,452 @@
+# METADATA
+# title: Tests of tooljail.authz
+# description: |
+#   One scenario per test. The *_input objects below are example input documents; keep them
+#   plain JSON (no references), because tests/unit/test_policy_schema.py reads them and checks
+#   them against policies/input.schema.json.
+package tooljail.authz_test
+
+import data.tooljail.authz
+
+# --- Example input documents (plain JSON) ----------------------------------------------------
+
+read_input := {
+	"version": 1,
+	"tool": {"name": "Read", "read_only": true, "destructive": false, "concurrency_safe": true, "sandboxed": false},
+	"input": {"file_path": "/srv/ws/a.txt", "limit": 10},
+	"paths": [{"path": "/srv/ws/a.txt", "access": "read", "inside_workspace": true}],
+	"session": {"id": "default", "workspace": "/srv/ws"},
+	"caller": {"principal": "local", "transport": "unix"},
+}
+
+write_input := {
+	"version": 1,
+	"tool": {"name": "Write", "read_only": false, "destructive": true, "concurrency_safe": false, "sandboxed": true},
+	"input": {"file_path": "/srv/ws/notes/b.txt", "content": "hello\n"},
+	"paths": [{"path": "/srv/ws/notes/b.txt", "access": "write", "inside_workspace": true}],
+	"session": {"id": "default", "workspace": "/srv/ws"},
+	"caller": {"principal": "local", "transport": "unix"},
+}
+
+bash_input := {
+	"version": 1,
+	"tool": {"name": "Bash", "read_only": false, "destructive": true, "concurrency_safe": false, "sandboxed": true},
+	"input": {"command": "ls -la", "timeout": 5000},
+	"paths": [],
+	"session": {"id": "default", "workspace": "/srv/ws"},
+	"caller": {"principal": "local", "transport": "unix"},
+}
+
+list_tools_input := {
+	"caller": {"principal": "local", "transport": "unix"},
+	"session": {"id": "default", "workspace": "/srv/ws"},
+	"tools": [
+		{"name": "Read", "read_only": true, "destructive": false, "concurrency_safe": true, "sandboxed": false},
+		{"name": "Grep", "read_only": true, "destructive": false, "concurrency_safe": true, "sandboxed": false},
+		{"name": "Write", "read_only": false, "destructive": true, "concurrency_safe": false, "sandboxed": true},
+		{"name": "Bash", "read_only": false, "destructive": true, "concurrency_safe": false, "sandboxed": true},
+	],
+}
+
+# --- Helpers ---------------------------------------------------------------------------------
+
+default_sandbox := {"timeout_ms": 120000, "memory_mb": 512, "cpus": 1, "pids": 256, "network": "none"}
+
+as_principal(doc, principal) := object.union(doc, {"caller": {"principal": principal}})
+
+with_paths(doc, paths) := object.union(doc, {"paths": paths})
+
+bash_command(command) := object.union(bash_input, {"input": {"command": command}})
+
+bash_timeout(timeout) := object.union(bash_input, {"input": {"timeout": timeout}})
+
+outside_reason(tool, path, access) := sprintf(
+	"%s: %s is outside the workspace /srv/ws, so %s access is refused; only paths inside the workspace may be touched.",
+	[tool, path, access],
+)
+
+read_only_principal_reason(tool) := sprintf(
+	"%s can change files or run commands, and principal readonly-bot may only use read-only tools; %s",
+	[tool, "use a read-only tool such as Read, Glob, Grep or LS instead."],
+)
+
+sudo_reason := "Bash: the command uses sudo, and commands may not raise their privileges; run it without sudo."
+
+# --- The decision object ---------------------------------------------------------------------
+
+test_read_inside_workspace_is_allowed if {
+	authz.decision == {
+		"outcome": "allow",
+		"reasons": ["Read only reads, and every path it touches is inside the workspace /srv/ws."],
+		"sandbox": default_sandbox,
+		"result_budget_chars": 50000,
+	} with input as read_input
+}
+
+test_no_matching_rule_denies_with_default_reason if {
+	# A read-only call with no workspace to check its paths against: no rule allows it.
+	doc := json.remove(with_paths(read_input, []), ["session/workspace"])
+	authz.decision == {
+		"outcome": "deny",
+		"reasons": ["No policy rule allows this tool call, so it was refused; use another tool or ask the operator."],
+		"sandbox": default_sandbox,
+		"result_budget_chars": 50000,
+	} with input as doc
+}
+
+test_missing_paths_list_is_denied if {
+	d := authz.decision with input as json.remove(read_input, ["paths"])
+	d.outcome == "deny"
+	d.reasons == ["No policy rule allows this tool call, so it was refused; use another tool or ask the operator."]
+}
+
+# --- Workspace confinement -------------------------------------------------------------------
+
+test_read_outside_workspace_names_path_access_and_workspace if {
+	doc := with_paths(read_input, [{"path": "/etc/passwd", "access": "read", "inside_workspace": false}])
+	d := authz.decision with input as doc
+	d.outcome == "deny"
+	d.reasons == [outside_reason("Read", "/etc/passwd", "read")]
+}
+
+test_write_outside_workspace_names_write_access if {
+	doc := with_paths(write_input, [{"path": "/etc/hosts", "access": "write", "inside_workspace": false}])
+	d := authz.decision with input as doc
+	d.outcome == "deny"
+	d.reasons == [outside_reason("Write", "/etc/hosts", "write")]
+}
+
+test_one_reason_per_outside_path if {
+	doc := with_paths(read_input, [
+		{"path": "/srv/ws/ok.txt", "access": "read", "inside_workspace": true},
+		{"path": "/etc/shadow", "access": "read", "inside_workspace": false},
+		{"path": "/home/u/.ssh/id_ed25519", "access": "read", "inside_workspace": false},
+	])
+	d := authz.decision with input as doc
+	d.outcome == "deny"
+	d.reasons == [
+		outside_reason("Read", "/etc/shadow", "read"),
+		outside_reason("Read", "/home/u/.ssh/id_ed25519", "read"),
+	]
+}
+
+test_daemon_verdict_outside_wins_over_matching_prefix if {
+	# A symlink inside the workspace that resolves elsewhere: only the daemon can know.
+	doc := with_paths(read_input, [{"path": "/srv/ws/link", "access": "read", "inside_workspace": false}])
+	d := authz.decision with input as doc
+	d.reasons == [outside_reason("Read", "/srv/ws/link", "read")]
+}
+
+test_prefix_check_catches_daemon_saying_inside if {
+	doc := with_paths(read_input, [{"path": "/etc/passwd", "access": "read", "inside_workspace": true}])
+	d := authz.decision with input as doc
+	d.reasons == [outside_reason("Read", "/etc/passwd", "read")]
+}
+
+test_sibling_directory_sharing_the_prefix_is_outside if {
+	doc := with_paths(read_input, [{"path": "/srv/ws2/a.txt", "access": "read", "inside_workspace": true}])
+	d := authz.decision with input as doc
+	d.reasons == [outside_reason("Read", "/srv/ws2/a.txt", "read")]
+}
+
+test_parent_segment_is_outside if {
+	doc := with_paths(read_input, [{"path": "/srv/ws/../etc/passwd", "access": "read", "inside_workspace": true}])
+	d := authz.decision with input as doc
+	d.reasons == [outside_reason("Read", "/srv/ws/../etc/passwd", "read")]
+}
+
+test_relative_path_is_outside if {
+	doc := with_paths(read_input, [{"path": "a.txt", "access": "read", "inside_workspace": true}])
+	d := authz.decision with input as doc
+	d.reasons == [outside_reason("Read", "a.txt", "read")]
+}
+
+test_workspace_root_itself_is_inside if {
+	doc := with_paths(read_input, [{"path": "/srv/ws", "access": "read", "inside_workspace": true}])
+	d := authz.decision with input as doc
+	d.outcome == "allow"
+}
+
+test_another_workspace_root_itself_is_inside if {
+	doc := {
+		"version": 1,
+		"tool": {"name": "LS", "read_only": true, "destructive": false, "concurrency_safe": true, "sandboxed": false},
+		"input": {"path": "/home/u/proj"},
+		"paths": [{"path": "/home/u/proj", "access": "read", "inside_workspace": true}],
+		"session": {"id": "s1", "workspace": "/home/u/proj"},
+		"caller": {"principal": "local", "transport": "tcp"},
+	}
+	d := authz.decision with input as doc
+	d.reasons == ["LS only reads, and every path it touches is inside the workspace /home/u/proj."]
+}
+
+test_relative_workspace_allows_nothing if {
+	doc := object.union(read_input, {"session": {"workspace": "srv/ws"}})
+	d := authz.decision with input as doc
+	d.outcome == "deny"
+}
+
+# --- Tools that change things ----------------------------------------------------------------
+
+test_write_inside_workspace_is_allowed if {
+	d := authz.decision with input as write_input
+	d.outcome == "allow"
+	d.reasons == ["Write runs in the sandbox, and every path it touches is inside the workspace /srv/ws."]
+}
+
+test_bash_without_paths_is_allowed if {
+	d := authz.decision with input as bash_input
+	d.outcome == "allow"
+	d.reasons == ["Bash runs in the sandbox, and every path it touches is inside the workspace /srv/ws."]
+}
+
+test_unsandboxed_writer_is_denied if {
+	doc := object.union(write_input, {"tool": {"sandboxed": false}})
+	d := authz.decision with input as doc
+	d.outcome == "deny"
+	d.reasons == [concat("", [
+		"Write can change files or run commands but is not marked as sandboxed; ",
+		"this policy runs such tools only in the sandbox, so the call is refused.",
+	])]
+}
+
+test_tool_without_traits_is_treated_as_unsandboxed_writer if {
+	doc := object.union(write_input, {"tool": {"name": "Mystery"}})
+	d := authz.decision with input as json.remove(doc, ["tool/read_only", "tool/sandboxed"])
+	d.outcome == "deny"
+	d.reasons == [concat("", [
+		"Mystery can change files or run commands but is not marked as sandboxed; ",
+		"this policy runs such tools only in the sandbox, so the call is refused.",
+	])]
+}
+
+test_call_without_tool_description_is_denied if {
+	d := authz.decision with input as json.remove(write_input, ["tool"])
+	d.outcome == "deny"
+	d.reasons == [concat("", [
+		"The tool can change files or run commands but is not marked as sandboxed; ",
+		"this policy runs such tools only in the sandbox, so the call is refused.",
+	])]
+}
+
+test_read_only_tool_that_writes_is_denied if {
+	doc := with_paths(read_input, [{"path": "/srv/ws/a.txt", "access": "write", "inside_workspace": true}])
+	d := authz.decision with input as doc
+	d.outcome == "deny"
+	d.reasons == [concat("", [
+		"Read is declared read-only but would write to /srv/ws/a.txt; ",
+		"the call is refused because a read-only tool may not write.",
+	])]
+}
+
+# --- Bash timeout ----------------------------------------------------------------------------
+
+test_bash_timeout_comes_from_input if {
+	d := authz.decision with input as bash_input
+	d.sandbox.timeout_ms == 5000
+}
+
+test_bash_timeout_is_clamped_to_ten_minutes if {
+	d := authz.decision with input as bash_timeout(3600000)
+	d.sandbox.timeout_ms == 600000
+}
+
+test_bash_fractional_timeout_is_rounded_down if {
+	d := authz.decision with input as bash_timeout(1500.7)
+	d.sandbox.timeout_ms == 1500
+}
+
+test_bash_without_timeout_gets_the_default if {
+	d := authz.decision with input as json.remove(bash_input, ["input/timeout"])
+	d.sandbox == default_sandbox
+}
+
+test_bash_zero_timeout_gets_the_default if {
+	d := authz.decision with input as bash_timeout(0)
+	d.sandbox.timeout_ms == 120000
+}
+
+test_bash_string_timeout_gets_the_default if {
+	d := authz.decision with input as bash_timeout("5000")
+	d.sandbox.timeout_ms == 120000
+}
+
+test_timeout_of_other_tools_is_ignored if {
+	doc := object.union(write_input, {"input": {"timeout": 5000}})
+	d := authz.decision with input as doc
+	d.sandbox.timeout_ms == 120000
+}
+
+# --- sudo placeholder ------------------------------------------------------------------------
+
+test_sudo_at_start_is_denied if {
+	d := authz.decision with input as bash_command("sudo rm -rf /")
+	d.outcome == "deny"
+	d.reasons == [sudo_reason]
+}
+
+test_sudo_after_and_operator_is_denied if {
+	d := authz.decision with input as bash_command("make && sudo make install")
+	d.reasons == [sudo_reason]
+}
+
+test_sudo_after_semicolon_without_space_is_denied if {
+	d := authz.decision with input as bash_command("true;sudo id")
+	d.reasons == [sudo_reason]
+}
+
+test_sudo_by_absolute_path_is_denied if {
+	d := authz.decision with input as bash_command("/usr/bin/sudo id")
+	d.reasons == [sudo_reason]
+}
+
+test_sudo_in_command_substitution_is_denied if {
+	d := authz.decision with input as bash_command("echo $(sudo cat /etc/shadow)")
+	d.reasons == [sudo_reason]
+}
+
+test_bare_sudo_is_denied if {
+	d := authz.decision with input as bash_command("sudo")
+	d.reasons == [sudo_reason]
+}
+
+test_sudoers_file_name_is_not_sudo if {
+	d := authz.decision with input as bash_command("grep root /srv/ws/sudoers.bak")
+	d.outcome == "allow"
+}
+
+test_visudo_is_not_sudo if {
+	d := authz.decision with input as bash_command("visudo -c -f /srv/ws/sudoers")
+	d.outcome == "allow"
+}
+
+test_sudo_in_another_tool_input_is_ignored if {
+	doc := object.union(write_input, {"input": {"content": "sudo make install\n"}})
+	d := authz.decision with input as doc
+	d.outcome == "allow"
+}
+
+# --- Input version ---------------------------------------------------------------------------
+
+test_unknown_version_is_denied if {
+	d := authz.decision with input as object.union(read_input, {"version": 2})
+	d.outcome == "deny"
+	d.reasons == [concat("", [
+		"The daemon sent policy input version 2, but this policy understands version 1 only; ",
+		"update the daemon or the policy so that they match.",
+	])]
+}
+
+test_missing_version_is_denied if {
+	d := authz.decision with input as json.remove(read_input, ["version"])
+	d.outcome == "deny"
+	d.reasons == [concat("", [
+		"The daemon sent policy input version (none), but this policy understands version 1 only; ",
+		"update the daemon or the policy so that they match.",
+	])]
+}
+
+# --- Principals (data.json) ------------------------------------------------------------------
+
+test_readonly_bot_may_read_inside_workspace if {
+	d := authz.decision with input as as_principal(read_input, "readonly-bot")
+	d.outcome == "allow"
+}
+
+test_readonly_bot_write_is_denied if {
+	d := authz.decision with input as as_principal(write_input, "readonly-bot")
+	d.outcome == "deny"
+	d.reasons == [
+		read_only_principal_reason("Write"),
+		"Write is not available to principal readonly-bot; use one of the tools that ListTools shows.",
+	]
+}
+
+test_readonly_bot_bash_is_denied if {
+	d := authz.decision with input as as_principal(bash_input, "readonly-bot")
+	d.outcome == "deny"
+}
+
+test_read_only_only_denies_a_writer_missing_from_hidden_tools if {
+	doc := as_principal(object.union(write_input, {"tool": {"name": "NotebookEdit"}}), "readonly-bot")
+	d := authz.decision with input as doc
+	d.reasons == [read_only_principal_reason("NotebookEdit")]
+}
+
+test_hidden_read_only_tool_is_denied if {
+	principals := {"auditor": {"hidden_tools": ["Read"]}}
+	d := authz.decision with input as as_principal(read_input, "auditor")
+		with data.tooljail.principals as principals
+	d.outcome == "deny"
+	d.reasons == ["Read is not available to principal auditor; use one of the tools that ListTools shows."]
+}
+
+test_call_without_caller_gets_the_shipped_rules if {
+	d := authz.decision with input as json.remove(write_input, ["caller"])
+	d.outcome == "allow"
+}
+
+test_unknown_principal_gets_the_shipped_rules if {
+	d := authz.decision with input as as_principal(write_input, "someone-else")
+	d.outcome == "allow"
+}
+
+# --- Precedence: deny beats ask beats allow --------------------------------------------------
+
+test_ask_tool_asks if {
+	principals := {"careful": {"ask_tools": ["Bash"]}}
+	d := authz.decision with input as as_principal(bash_input, "careful")
+		with data.tooljail.principals as principals
+	d.outcome == "ask"
+	d.reasons == ["Bash needs a person's approval for principal careful; the call waits until someone approves it."]
+}
+
+test_ask_beats_allow if {
+	principals := {"careful": {"ask_tools": ["Read"]}}
+	d := authz.decision with input as as_principal(read_input, "careful")
+		with data.tooljail.principals as principals
+	d.outcome == "ask"
+}
+
+test_deny_beats_ask if {
+	principals := {"careful": {"ask_tools": ["Bash"]}}
+	d := authz.decision with input as as_principal(bash_command("sudo id"), "careful")
+		with data.tooljail.principals as principals
+	d.outcome == "deny"
+	d.reasons == [sudo_reason]
+}
+
+test_deny_beats_allow if {
+	# Bash inside the workspace is allowed, but sudo is denied: only the deny reason is reported.
+	d := authz.decision with input as bash_command("sudo id")
+	d.outcome == "deny"
+	d.reasons == [sudo_reason]
+}
+
+# --- visible_tools ---------------------------------------------------------------------------
+
+test_every_tool_is_visible_to_an_ordinary_principal if {
+	authz.visible_tools == {"Read", "Grep", "Write", "Bash"} with input as list_tools_input
+}
+
+test_readonly_bot_sees_only_read_only_tools if {
+	doc := as_principal(list_tools_input, "readonly-bot")
+	authz.visible_tools == {"Read", "Grep"} with input as doc
+}
+
+test_read_only_only_hides_a_writer_missing_from_hidden_tools if {
+	extra := object.union(list_tools_input.tools[2], {"name": "NotebookEdit"})
+	doc := object.union(as_principal(list_tools_input, "readonly-bot"), {"tools": [extra]})
+	count(authz.visible_tools) == 0 with input as doc
+}
+
+test_hidden_tools_hide_a_read_only_tool if {
+	principals := {"auditor": {"hidden_tools": ["Grep"]}}
+	visible := authz.visible_tools with input as as_principal(list_tools_input, "auditor")
+		with data.tooljail.principals as principals
+	visible == {"Read", "Write", "Bash"}
+}
+
+test_no_tools_means_nothing_visible if {
+	count(authz.visible_tools) == 0 with input as object.union(list_tools_input, {"tools": []})
+}

@@ -1,0 +1,1 @@
+"""tooljail sandbox: disposable, hardened containers that run one tool request each."""

@@ -1,0 +1,168 @@
+"""The sandbox backend interface: start a container, run one request in it, collect, destroy.
+
+`daemon` talks only to these types; the Docker backend (and a fake for unit tests) sit behind them.
+A container runs exactly one request and is destroyed after it: never reused.
+"""
+
+from __future__ import annotations
+
+import abc
+from enum import StrEnum
+from pathlib import Path
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+#: Label keys every container carries, so leftovers can always be found and reaped.
+LABEL_MANAGED = "io.tooljail.managed"
+LABEL_INSTANCE = "io.tooljail.instance"
+LABEL_SESSION = "io.tooljail.session"
+LABEL_TOOL_USE = "io.tooljail.tool_use_id"
+
+
+class SandboxError(Exception):
+    """A sandboxed execution could not be started or completed (engine down, image missing...)."""
+
+
+class _Frozen(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class NetworkMode(StrEnum):
+    """Network access granted to a container."""
+
+    NONE = "none"
+    BRIDGE = "bridge"
+
+
+class SandboxLimits(_Frozen):
+    """Resource limits of one container (already clamped to the daemon's ceilings)."""
+
+    timeout_ms: int = Field(default=120_000, gt=0)
+    """Wall-clock limit of the request; the container is killed when it passes."""
+    memory_mb: int = Field(default=512, gt=0)
+    """Memory limit; swap is set equal so the container cannot swap."""
+    cpus: float = Field(default=1.0, gt=0)
+    """CPU quota in cores."""
+    pids: int = Field(default=256, gt=0)
+    """Maximum number of processes/threads (contains fork bombs)."""
+    network: NetworkMode = NetworkMode.NONE
+    """none (default) or bridge when the policy grants network."""
+    file_size_mb: int = Field(default=1024, gt=0)
+    """RLIMIT_FSIZE for processes in the container."""
+    tmpfs_mb: int = Field(default=64, gt=0)
+    """Size of the writable /tmp."""
+
+
+class SandboxSpec(_Frozen):
+    """What a container is started for: its workspace, limits and labels."""
+
+    workspace: Path
+    """Host directory bind-mounted read-write at the same absolute path; the cwd."""
+    limits: SandboxLimits = SandboxLimits()
+    session_id: str = ""
+    """Session the container serves (label only)."""
+
+    def profile_key(self) -> tuple[str, SandboxLimits]:
+        """Containers are interchangeable exactly when this key is equal (warm pool key)."""
+        return (str(self.workspace), self.limits)
+
+
+class BashRequest(_Frozen):
+    """Run a shell command with bash; stdout and stderr merged."""
+
+    kind: Literal["bash"] = "bash"
+    command: str
+    cwd: str
+    """Absolute directory inside the workspace to start in."""
+    timeout_ms: int = Field(gt=0)
+    output_limit_bytes: int = Field(default=1 << 20, gt=0)
+    """Bytes of output kept (head and tail); the rest is counted, not stored."""
+
+
+class WriteFileRequest(_Frozen):
+    """Atomically replace (or create) one file in the workspace."""
+
+    kind: Literal["write_file"] = "write_file"
+    path: str
+    """Absolute path inside the workspace."""
+    content: str
+    expected_sha256: str | None = None
+    """sha256 the current file must have (checked just before the rename); None: must not exist."""
+
+
+SandboxRequest = BashRequest | WriteFileRequest
+
+
+class SandboxResult(_Frozen):
+    """What came back from one request."""
+
+    sandbox_id: str = ""
+    exit_code: int = 0
+    output: str = ""
+    """Captured output (head and tail within the output limit), UTF-8 decoded with replacement."""
+    output_bytes: int = 0
+    """Total bytes the command produced, kept or not."""
+    output_truncated: bool = False
+    """Some output was counted but not kept."""
+    timed_out: bool = False
+    oom_killed: bool = False
+    cancelled: bool = False
+    error: str = ""
+    """Set when the request could not be carried out (e.g. a write precondition failed)."""
+    final_cwd: str = ""
+    """Directory the shell ended in (bash only)."""
+    duration_ms: int = 0
+
+
+class SandboxStartError(Exception):
+    """No container could be started (engine down, image missing, bad workspace); nothing ran."""
+
+
+class SandboxNotDelivered(Exception):
+    """The request never reached the container (it was already gone): safe to retry elsewhere."""
+
+
+class Sandbox(abc.ABC):
+    """One started container, waiting for exactly one request."""
+
+    @property
+    @abc.abstractmethod
+    def id(self) -> str:
+        """The container id."""
+
+    @abc.abstractmethod
+    async def run(self, request: SandboxRequest) -> SandboxResult:
+        """Send the request and return its answer as soon as it is complete.
+
+        Raises SandboxNotDelivered when the container was gone before the request reached it.
+        """
+
+    @abc.abstractmethod
+    async def destroy(self) -> None:
+        """Kill and remove the container; idempotent, never raises."""
+
+
+class SandboxBackend(abc.ABC):
+    """Starts sandboxes and cleans up after them."""
+
+    @abc.abstractmethod
+    async def start(self, spec: SandboxSpec, *, tool_use_id: str = "") -> Sandbox:
+        """Start a hardened container for one request.
+
+        `tool_use_id` labels the container when the call is known at start (not for pooled ones).
+        Raises SandboxStartError when no container could be started (nothing ran).
+        """
+
+    @abc.abstractmethod
+    async def reap(self) -> int:
+        """Remove this backend's labelled leftovers in any state; returns how many."""
+
+    async def reap_untracked(self) -> int:
+        """Remove containers of this backend's instance that it no longer tracks (periodic safety
+        net, safe while calls run); returns how many."""
+        return 0
+
+    @abc.abstractmethod
+    async def close(self) -> None:
+        """Destroy everything this backend started and release resources."""

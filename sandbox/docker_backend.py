@@ -1,0 +1,437 @@
+"""The Docker backend: one hardened container per request, driven through the attach socket.
+
+Start = create + attach + start (one worker-thread hop, blocking docker SDK calls); the container
+runs `sandbox/runner/runner.py`, which waits for one request on stdin. `run` writes the request to
+the attach socket and reads the runner's answer from it on the event loop (non-blocking socket, no
+thread), returning as soon as the answer is complete. Every container the backend creates is
+tracked from the moment the engine names it until it is removed, and labelled so it can be reaped
+even when the daemon that made it is gone.
+
+Only Docker engines reached over a Unix or plain TCP socket are supported (the default
+`/var/run/docker.sock` is the case that matters): the attach stream is read as a raw socket.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import logging
+import os
+import socket
+import ssl
+import stat
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, TypeVar
+
+import docker
+import docker.errors
+import requests
+
+from sandbox import reaper
+from sandbox.backend import (
+    BashRequest,
+    Sandbox,
+    SandboxBackend,
+    SandboxNotDelivered,
+    SandboxRequest,
+    SandboxResult,
+    SandboxSpec,
+    SandboxStartError,
+)
+from sandbox.hardening import container_recipe
+from sandbox.protocol import (
+    PROTOCOL_VERSION,
+    STDERR,
+    STDOUT,
+    AttachDemuxer,
+    FrameDecoder,
+    ProtocolError,
+    encode_frame,
+)
+from sandbox.runner import RUNNER_SOURCE
+
+log = logging.getLogger(__name__)
+
+_T = TypeVar("_T")
+_ENGINE_ERRORS = (docker.errors.DockerException, requests.RequestException, OSError)
+_RESULT_FIELDS = frozenset(SandboxResult.model_fields) - {"sandbox_id", "duration_ms"}
+_STDERR_KEPT = 4096
+_RECV_BYTES = 1 << 16
+
+
+class _AttachConnection:
+    """The hijacked HTTP connection of `POST /containers/{id}/attach`: stdin in, frames out."""
+
+    def __init__(self, raw: Any) -> None:
+        self._raw = raw  # keeps the SDK's response (and with it the connection) alive
+        inner = raw if isinstance(raw, socket.socket) else getattr(raw, "_sock", None)
+        if not isinstance(inner, socket.socket) or isinstance(inner, ssl.SSLSocket):
+            raise SandboxStartError(
+                "the Docker engine is reached through a transport this backend cannot read "
+                "(TLS or SSH); point DOCKER_HOST at a Unix socket"
+            )
+        self.sock = inner
+        self.sock.setblocking(False)
+        self._closed = False
+
+    def peer_closed(self) -> bool:
+        """True when the container's side has already hung up (it died while pooled)."""
+        try:
+            return self.sock.recv(1, socket.MSG_PEEK | socket.MSG_DONTWAIT) == b""
+        except (BlockingIOError, InterruptedError):
+            return False
+        except OSError:
+            return True
+
+    def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        response = getattr(self._raw, "_response", None)
+        closers = [self._raw.close, self.sock.close]
+        if response is not None:
+            closers.insert(0, response.close)
+        for closer in closers:
+            try:
+                closer()
+            except (OSError, ValueError):  # already closed underneath: nothing left to release
+                pass
+
+
+class DockerBackend(SandboxBackend):
+    """Starts hardened sandbox containers on the local Docker engine.
+
+    Args:
+        image: Image reference of the sandbox image (bash, coreutils, python3).
+        instance_id: Identifies this daemon instance in the labels; `reap` and the periodic reaper
+            only ever touch containers carrying it.
+        client: A docker SDK client; by default one from the environment, negotiating the API
+            version (one blocking call, here in the constructor).
+        runner_source: Host path of the runner mounted into containers.
+        max_workers: Threads running blocking SDK calls (create/start/remove/list).
+        grace_s: Added to a Bash request's own timeout for the outer deadline: the runner kills the
+            command itself at the timeout; the daemon kills the container when even that fails.
+        write_timeout_s: Outer deadline of a write request.
+        runner_idle_exit_s: A never-used container exits on its own after this long.
+        untracked_min_age_s: `reap_untracked` spares younger containers, which may be starting.
+    """
+
+    def __init__(
+        self,
+        *,
+        image: str,
+        instance_id: str,
+        client: docker.DockerClient | None = None,
+        runner_source: Path = RUNNER_SOURCE,
+        max_workers: int = 8,
+        grace_s: float = 2.0,
+        write_timeout_s: float = 60.0,
+        runner_idle_exit_s: int = 900,
+        untracked_min_age_s: float = 30.0,
+    ) -> None:
+        if not instance_id:
+            raise ValueError("instance_id must be non-empty: it is how leftovers are found")
+        self.image = image
+        self.instance_id = instance_id
+        self._owns_client = client is None
+        self._client = client or docker.from_env(version="auto", max_pool_size=max_workers)
+        self.api: docker.APIClient = self._client.api
+        self._runner_source = runner_source
+        self.grace_s = grace_s
+        self.write_timeout_s = write_timeout_s
+        self._idle_exit_s = runner_idle_exit_s
+        self._untracked_min_age_s = untracked_min_age_s
+        self._threads = concurrent.futures.ThreadPoolExecutor(
+            max_workers=max_workers, thread_name_prefix="tooljail-docker"
+        )
+        self._live: set[str] = set()
+        self._live_lock = threading.Lock()
+        self._closed = False
+
+    # --- blocking helpers, run in worker threads ------------------------------------------------
+
+    async def _call(self, fn: Callable[..., _T], *args: Any) -> _T:
+        return await asyncio.get_running_loop().run_in_executor(self._threads, fn, *args)
+
+    def _track(self, container_id: str) -> None:
+        with self._live_lock:
+            self._live.add(container_id)
+
+    def _untrack(self, container_id: str) -> None:
+        with self._live_lock:
+            self._live.discard(container_id)
+
+    def _remove_sync(self, container_id: str) -> bool:
+        gone = reaper.remove_container(self.api, container_id)
+        if gone:
+            self._untrack(container_id)
+        return gone
+
+    def _owner_of(self, workspace: Path) -> tuple[int, int]:
+        try:
+            info = os.stat(workspace)
+        except OSError as exc:
+            raise SandboxStartError(
+                f"workspace {workspace} is not accessible ({exc.strerror}); "
+                "create it or open the session on an existing directory"
+            ) from exc
+        if not stat.S_ISDIR(info.st_mode):
+            raise SandboxStartError(f"workspace {workspace} is not a directory")
+        return info.st_uid, info.st_gid
+
+    def _start_sync(self, spec: SandboxSpec, tool_use_id: str) -> tuple[str, _AttachConnection]:
+        recipe = container_recipe(
+            spec,
+            image=self.image,
+            runner_source=self._runner_source,
+            instance_id=self.instance_id,
+            owner=self._owner_of(spec.workspace),
+            tool_use_id=tool_use_id,
+            idle_exit_s=self._idle_exit_s,
+        )
+        try:
+            host_config = self.api.create_host_config(**recipe.host_config_kwargs)
+            created = self.api.create_container(host_config=host_config, **recipe.create_kwargs)
+        except docker.errors.ImageNotFound as exc:
+            raise SandboxStartError(
+                f"sandbox image {self.image} is not present; build it with `make image` "
+                "or configure an existing image"
+            ) from exc
+        except _ENGINE_ERRORS as exc:
+            raise SandboxStartError(f"cannot create a sandbox container: {exc}") from exc
+        container_id = str(created["Id"])
+        self._track(container_id)
+        conn: _AttachConnection | None = None
+        try:
+            # Attach before start: the runner stays silent until it has the request, so nothing
+            # can be missed, and the first byte of its answer is already on its way to us.
+            params = {"stdin": 1, "stdout": 1, "stderr": 1, "stream": 1}
+            conn = _AttachConnection(self.api.attach_socket(container_id, params=params))
+            self.api.start(container_id)
+        except BaseException as exc:
+            if conn is not None:
+                conn.close()
+            self._remove_sync(container_id)
+            if isinstance(exc, SandboxStartError):
+                raise
+            if isinstance(exc, _ENGINE_ERRORS):
+                raise SandboxStartError(f"cannot start a sandbox container: {exc}") from exc
+            raise
+        return container_id, conn
+
+    def _discard_started(self, future: asyncio.Future[tuple[str, _AttachConnection]]) -> None:
+        """A start finished after its caller was cancelled: remove what it made."""
+        if future.cancelled() or future.exception() is not None:
+            return
+        container_id, conn = future.result()
+        conn.close()
+        try:
+            self._threads.submit(self._remove_sync, container_id)
+        except RuntimeError:  # threads already shut down: do it here, it is rare
+            self._remove_sync(container_id)
+
+    # --- SandboxBackend -------------------------------------------------------------------------
+
+    async def start(self, spec: SandboxSpec, *, tool_use_id: str = "") -> DockerSandbox:
+        if self._closed:
+            raise SandboxStartError("the sandbox backend is closed (the daemon is shutting down)")
+        loop = asyncio.get_running_loop()
+        future = loop.run_in_executor(self._threads, self._start_sync, spec, tool_use_id)
+        try:
+            container_id, conn = await asyncio.shield(future)
+        except asyncio.CancelledError:
+            future.add_done_callback(self._discard_started)
+            raise
+        return DockerSandbox(self, container_id, conn)
+
+    async def remove(self, container_id: str) -> None:
+        """Kill and remove one container (idempotent); failures are logged, the reaper retries."""
+        try:
+            await self._call(self._remove_sync, container_id)
+        except RuntimeError:  # threads shut down by close(), which removed everything already
+            pass
+
+    async def reap(self) -> int:
+        removed = await self._call(reaper.reap_instance, self.api, self.instance_id)
+        with self._live_lock:
+            self._live.clear()
+        return removed
+
+    async def reap_untracked(self) -> int:
+        with self._live_lock:
+            keep = frozenset(self._live)
+        return await self._call(
+            lambda: reaper.reap_instance(
+                self.api, self.instance_id, keep=keep, min_age_s=self._untracked_min_age_s
+            )
+        )
+
+    @classmethod
+    async def reap_instance(
+        cls, instance_id: str, client: docker.DockerClient | None = None
+    ) -> int:
+        """Remove every container a (previous) daemon instance left behind, in any state."""
+
+        def reap() -> int:
+            own = client or docker.from_env(version="auto")
+            try:
+                return reaper.reap_instance(own.api, instance_id)
+            finally:
+                if client is None:
+                    own.close()
+
+        return await asyncio.to_thread(reap)
+
+    def live_ids(self) -> frozenset[str]:
+        """Containers created and not yet known to be removed."""
+        with self._live_lock:
+            return frozenset(self._live)
+
+    async def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        with self._live_lock:
+            live = list(self._live)
+        await asyncio.gather(*(self._call(self._remove_sync, cid) for cid in live))
+        try:
+            await self._call(reaper.wait_until_gone, self.api, self.instance_id, 10.0)
+        except _ENGINE_ERRORS as exc:
+            log.warning("could not verify that all sandbox containers are gone: %s", exc)
+        self._threads.shutdown(wait=True)
+        if self._owns_client:
+            self._client.close()
+
+
+class DockerSandbox(Sandbox):
+    """One started container whose runner waits for exactly one request."""
+
+    def __init__(self, backend: DockerBackend, container_id: str, conn: _AttachConnection):
+        self._backend = backend
+        self._id = container_id
+        self._conn = conn
+        self._used = False
+        self._reading = False
+        self._destroy_task: asyncio.Task[None] | None = None
+
+    @property
+    def id(self) -> str:
+        return self._id
+
+    async def run(self, request: SandboxRequest) -> SandboxResult:
+        if self._used:
+            raise RuntimeError("a sandbox runs exactly one request; start a new one")
+        self._used = True
+        if self._destroy_task is not None or self._conn.peer_closed():
+            await self.destroy()
+            raise SandboxNotDelivered(f"sandbox {self._id[:12]} ended before it got the request")
+        if isinstance(request, BashRequest):
+            deadline_s = request.timeout_ms / 1000 + self._backend.grace_s
+            max_frame = 6 * request.output_limit_bytes + (1 << 16)
+        else:
+            deadline_s = self._backend.write_timeout_s
+            max_frame = 1 << 20
+        payload = {"v": PROTOCOL_VERSION, **request.model_dump(mode="json")}
+        started = time.monotonic()
+        self._reading = True
+        try:
+            async with asyncio.timeout(deadline_s):
+                await self._send(encode_frame(payload))
+                message = await self._read_result(max_frame)
+        except TimeoutError:
+            await self.destroy()
+            return self._result(
+                started,
+                exit_code=137,
+                timed_out=True,
+                error=f"the sandbox did not answer within {deadline_s:.1f} s and was killed",
+            )
+        except asyncio.CancelledError:
+            await asyncio.shield(self.destroy())
+            raise
+        except (ProtocolError, OSError, _RunnerGone) as exc:
+            await self.destroy()
+            return await self._failure(started, exc)
+        finally:
+            self._reading = False
+            self._conn.close()
+        return self._parse(message, started)
+
+    async def _send(self, frame: bytes) -> None:
+        try:
+            await asyncio.get_running_loop().sock_sendall(self._conn.sock, frame)
+        except OSError as exc:
+            # The runner acts only on a complete request: a failed send ran nothing.
+            await self.destroy()
+            raise SandboxNotDelivered(f"sandbox {self._id[:12]} refused the request: {exc}") from exc
+
+    async def _read_result(self, max_frame: int) -> dict[str, Any]:
+        loop = asyncio.get_running_loop()
+        demux = AttachDemuxer()
+        frames = FrameDecoder(max_frame)
+        stderr = bytearray()
+        while True:
+            data = await loop.sock_recv(self._conn.sock, _RECV_BYTES)
+            if not data:
+                raise _RunnerGone(bytes(stderr))
+            for stream, payload in demux.feed(data):
+                if stream == STDERR:
+                    stderr += payload[: max(0, _STDERR_KEPT - len(stderr))]
+                elif stream == STDOUT:
+                    for message in frames.feed(payload):
+                        if message["type"] == "result":
+                            return message
+                        # Other types ("progress") are reserved for streaming output later.
+
+    def _result(self, started: float, **fields: Any) -> SandboxResult:
+        duration_ms = int((time.monotonic() - started) * 1000)
+        return SandboxResult(sandbox_id=self._id, duration_ms=duration_ms, **fields)
+
+    def _parse(self, message: dict[str, Any], started: float) -> SandboxResult:
+        fields = {key: value for key, value in message.items() if key in _RESULT_FIELDS}
+        try:
+            return self._result(started, **fields)
+        except ValueError as exc:
+            return self._result(
+                started, exit_code=-1, error=f"the sandbox answered with a malformed result: {exc}"
+            )
+
+    async def _failure(self, started: float, exc: Exception) -> SandboxResult:
+        if self._destroy_task is not None and not isinstance(exc, ProtocolError):
+            return self._result(
+                started,
+                exit_code=-1,
+                cancelled=True,
+                error="the sandbox was stopped before the request finished (cancelled or the "
+                "daemon is shutting down)",
+            )
+        detail = str(exc)
+        if isinstance(exc, _RunnerGone):
+            detail = "its runner ended without answering"
+            if exc.stderr:
+                last = exc.stderr.decode("utf-8", "replace").strip().splitlines()[-1:]
+                detail += f" ({' '.join(last)[:300]})"
+        return self._result(
+            started,
+            exit_code=-1,
+            error=f"the sandbox failed: {detail}; the request may have been partly carried out, "
+            "check its effects before retrying",
+        )
+
+    async def destroy(self) -> None:
+        if self._destroy_task is None:
+            self._destroy_task = asyncio.ensure_future(self._backend.remove(self._id))
+            if not self._reading:
+                self._conn.close()
+        await asyncio.shield(self._destroy_task)
+
+
+class _RunnerGone(Exception):
+    """The attach stream ended before a result arrived."""
+
+    def __init__(self, stderr: bytes) -> None:
+        super().__init__("the sandbox runner ended without answering")
+        self.stderr = stderr

@@ -1,0 +1,242 @@
+"""Runs sandboxed requests: a warm container when one is ready, a cold one otherwise, never reused.
+
+`SandboxExecutor` is what the daemon calls. Per call it takes a pre-started, never-used container
+from the warm pool (or starts one), sends the request, returns the answer as soon as it is
+complete, then destroys that container in the background and tops the pool up again. A background
+task expires pooled containers that idled past their TTL and periodically reaps containers of this
+daemon instance that nothing tracks any more.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+import weakref
+from collections.abc import Hashable, Iterable
+from dataclasses import dataclass
+
+from sandbox.backend import (
+    Sandbox,
+    SandboxBackend,
+    SandboxNotDelivered,
+    SandboxRequest,
+    SandboxResult,
+    SandboxSpec,
+    SandboxStartError,
+)
+from sandbox.pool import WarmPool
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class ExecutorStats:
+    """Counters since the executor was made (a snapshot)."""
+
+    pool_hits: int = 0
+    """Calls served by a warm container."""
+    pool_misses: int = 0
+    """Calls that had to start a container first (cold path)."""
+    started: int = 0
+    """Containers started (cold and for the pool)."""
+    removed: int = 0
+    """Containers destroyed."""
+    reaped: int = 0
+    """Untracked leftovers removed by the periodic reaper."""
+    not_delivered: int = 0
+    """Warm containers found dead when a call took them (the call then went cold)."""
+    pooled: int = 0
+    """Containers ready in the pool right now."""
+    in_flight: int = 0
+    """Containers running a request right now."""
+
+
+def pool_key(spec: SandboxSpec) -> Hashable:
+    """Containers are interchangeable when workspace and limits match, and the session too: the
+    session is in each container's labels, which cannot change after creation."""
+    return (spec.profile_key(), spec.session_id)
+
+
+class SandboxExecutor:
+    """Warm-pooled, one-container-per-call execution of sandbox requests.
+
+    Args:
+        backend: Starts and removes containers. The executor does not close it.
+        pool_size: Warm containers kept per profile (0: always cold).
+        idle_ttl_s: A warm container unused for this long is destroyed.
+        max_pooled: Cap on warm plus starting containers over all profiles.
+        reap_interval_s: How often untracked leftovers of this instance are reaped.
+        maintenance_interval_s: How often idle warm containers are looked at.
+    """
+
+    def __init__(
+        self,
+        backend: SandboxBackend,
+        *,
+        pool_size: int = 2,
+        idle_ttl_s: float = 60.0,
+        max_pooled: int = 32,
+        reap_interval_s: float = 60.0,
+        maintenance_interval_s: float = 1.0,
+    ) -> None:
+        self._backend = backend
+        self._pool = WarmPool(size=pool_size, idle_ttl_s=idle_ttl_s, max_total=max_pooled)
+        self._reap_interval_s = reap_interval_s
+        self._maintenance_interval_s = maintenance_interval_s
+        self._in_flight: set[Sandbox] = set()
+        self._fills: dict[Hashable, set[asyncio.Task[BaseException | None]]] = {}
+        self._destroys: set[asyncio.Task[None]] = set()
+        self._doomed: weakref.WeakSet[Sandbox] = weakref.WeakSet()
+        self._maintenance: asyncio.Task[None] | None = None
+        self._closed = False
+        self._counts = {
+            "pool_hits": 0,
+            "pool_misses": 0,
+            "started": 0,
+            "removed": 0,
+            "reaped": 0,
+            "not_delivered": 0,
+        }
+
+    def stats(self) -> ExecutorStats:
+        """The counters now."""
+        return ExecutorStats(
+            **self._counts, pooled=self._pool.ready(), in_flight=len(self._in_flight)
+        )
+
+    async def run(
+        self, spec: SandboxSpec, request: SandboxRequest, *, tool_use_id: str = ""
+    ) -> SandboxResult:
+        """Run one request in a fresh container and return its result.
+
+        Raises:
+            SandboxStartError: No container could be started; nothing ran.
+            asyncio.CancelledError: The call was cancelled; its container is already removed.
+        """
+        self._ensure_open()
+        key = pool_key(spec)
+        self._destroy_later(self._pool.expire())
+        try:
+            sandbox = self._pool.take(key)
+            if sandbox is not None:
+                try:
+                    result = await self._run_on(sandbox, request)
+                except SandboxNotDelivered as exc:
+                    log.info("warm sandbox unusable, starting a fresh one: %s", exc)
+                    self._counts["not_delivered"] += 1
+                else:
+                    self._counts["pool_hits"] += 1
+                    return result
+            self._counts["pool_misses"] += 1
+            sandbox = await self._start(spec, tool_use_id)
+            return await self._run_on(sandbox, request)
+        finally:
+            # After the call, not before: starting containers competes for CPU with the call.
+            if not self._closed:
+                self._refill(key, spec)
+
+    async def warm(self, spec: SandboxSpec) -> int:
+        """Fill the pool for this profile and wait until it is; returns how many are ready.
+
+        Raises:
+            SandboxStartError: A container could not be started (e.g. the image is missing).
+        """
+        self._ensure_open()
+        key = pool_key(spec)
+        self._refill(key, spec)
+        outcomes = await asyncio.gather(*self._fills.get(key, ()))
+        for outcome in outcomes:
+            if outcome is not None:
+                raise outcome
+        return self._pool.ready(key)
+
+    async def close(self) -> None:
+        """Destroy every container of this executor (pooled, starting, in flight) and stop.
+
+        Calls still running get a result marked cancelled.
+        """
+        if self._closed:
+            return
+        self._closed = True
+        if self._maintenance is not None:
+            self._maintenance.cancel()
+        fills = [task for tasks in self._fills.values() for task in tasks]
+        for task in fills:
+            task.cancel()
+        await asyncio.gather(*fills, return_exceptions=True)
+        if self._maintenance is not None:
+            await asyncio.gather(self._maintenance, return_exceptions=True)
+        self._destroy_later([*self._pool.drain(), *self._in_flight])
+        while self._destroys:
+            await asyncio.gather(*list(self._destroys), return_exceptions=True)
+
+    # --- internals ------------------------------------------------------------------------------
+
+    def _ensure_open(self) -> None:
+        if self._closed:
+            raise SandboxStartError("the sandbox executor is closed (the daemon is shutting down)")
+        if self._maintenance is None:
+            self._maintenance = asyncio.create_task(self._maintain(), name="sandbox-maintenance")
+
+    async def _start(self, spec: SandboxSpec, tool_use_id: str = "") -> Sandbox:
+        sandbox = await self._backend.start(spec, tool_use_id=tool_use_id)
+        self._counts["started"] += 1
+        if self._closed:  # closed while it started: nothing may run any more
+            self._destroy_later([sandbox])
+            raise SandboxStartError("the sandbox executor is closed (the daemon is shutting down)")
+        return sandbox
+
+    async def _run_on(self, sandbox: Sandbox, request: SandboxRequest) -> SandboxResult:
+        self._in_flight.add(sandbox)
+        try:
+            return await sandbox.run(request)
+        finally:
+            self._in_flight.discard(sandbox)
+            self._destroy_later([sandbox])
+
+    def _refill(self, key: Hashable, spec: SandboxSpec) -> None:
+        for _ in range(self._pool.deficit(key)):
+            self._pool.starting(key, 1)
+            task = asyncio.create_task(self._fill_one(key, spec), name="sandbox-pool-fill")
+            tasks = self._fills.setdefault(key, set())
+            tasks.add(task)
+            task.add_done_callback(tasks.discard)
+
+    async def _fill_one(self, key: Hashable, spec: SandboxSpec) -> BaseException | None:
+        try:
+            sandbox = await self._start(spec)
+        except SandboxStartError as exc:
+            log.warning("could not pre-start a sandbox: %s", exc)
+            return exc
+        finally:
+            self._pool.starting(key, -1)
+        if self._closed or not self._pool.add(key, sandbox):
+            self._destroy_later([sandbox])
+        return None
+
+    def _destroy_later(self, sandboxes: Iterable[Sandbox]) -> None:
+        for sandbox in sandboxes:
+            if sandbox in self._doomed:
+                continue  # each container is destroyed (and counted) once
+            self._doomed.add(sandbox)
+            task = asyncio.create_task(self._destroy(sandbox), name="sandbox-destroy")
+            self._destroys.add(task)
+            task.add_done_callback(self._destroys.discard)
+
+    async def _destroy(self, sandbox: Sandbox) -> None:
+        await sandbox.destroy()
+        self._counts["removed"] += 1
+
+    async def _maintain(self) -> None:
+        next_reap = time.monotonic() + self._reap_interval_s
+        while True:
+            await asyncio.sleep(self._maintenance_interval_s)
+            self._destroy_later(self._pool.expire())
+            if time.monotonic() < next_reap:
+                continue
+            next_reap = time.monotonic() + self._reap_interval_s
+            try:
+                self._counts["reaped"] += await self._backend.reap_untracked()
+            except Exception:  # noqa: BLE001 - a failed sweep is retried at the next interval
+                log.warning("periodic sandbox reaping failed", exc_info=True)

@@ -1,0 +1,136 @@
+"""The configuration of every sandbox container, as one pure function.
+
+Everything that makes a container safe is decided here and nowhere else, so a unit test can read
+the whole recipe and an integration test can compare it with what the engine actually applied.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from docker.types import LogConfig, Mount, Ulimit
+
+from sandbox.backend import (
+    LABEL_INSTANCE,
+    LABEL_MANAGED,
+    LABEL_SESSION,
+    LABEL_TOOL_USE,
+    NetworkMode,
+    SandboxSpec,
+)
+
+#: Where the runner appears inside the container (read-only).
+RUNNER_PATH = "/opt/tooljail/runner.py"
+
+#: The whole environment of a container: nothing of the daemon's own environment leaks in.
+SAFE_ENV: dict[str, str] = {
+    "PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+    "HOME": "/tmp",
+    "TMPDIR": "/tmp",
+    "LANG": "C.UTF-8",
+    "TERM": "dumb",
+    # Nothing may wait for a human: pagers and credential prompts would hang until the timeout.
+    "PAGER": "cat",
+    "GIT_PAGER": "cat",
+    "GIT_TERMINAL_PROMPT": "0",
+}
+
+_MIB = 1 << 20
+
+
+@dataclass(frozen=True)
+class ContainerRecipe:
+    """Arguments for the docker SDK's low-level `create_container` and `create_host_config`."""
+
+    create_kwargs: dict[str, Any]
+    """Passed to `APIClient.create_container` (with `host_config` added)."""
+    host_config_kwargs: dict[str, Any]
+    """Passed to `APIClient.create_host_config`."""
+
+
+def container_labels(
+    spec: SandboxSpec, *, instance_id: str, tool_use_id: str = ""
+) -> dict[str, str]:
+    """The labels that let every container be found and reaped."""
+    return {
+        LABEL_MANAGED: "true",
+        LABEL_INSTANCE: instance_id,
+        LABEL_SESSION: spec.session_id,
+        LABEL_TOOL_USE: tool_use_id,
+    }
+
+
+def container_recipe(
+    spec: SandboxSpec,
+    *,
+    image: str,
+    runner_source: Path,
+    instance_id: str,
+    owner: tuple[int, int],
+    tool_use_id: str = "",
+    idle_exit_s: int = 900,
+) -> ContainerRecipe:
+    """The hardened configuration of a container that runs the runner for one request.
+
+    Args:
+        spec: Workspace, limits and session of the call.
+        image: Image reference to run.
+        runner_source: Host path of `runner.py`, mounted read-only at `RUNNER_PATH`.
+        instance_id: The daemon instance (label) that owns the container.
+        owner: uid and gid of the workspace owner: the container runs as them, so every file it
+            creates in the workspace belongs to the workspace's owner.
+        tool_use_id: The call the container serves, when known at creation (label).
+        idle_exit_s: The runner exits (and the container is removed) when no request arrived in
+            this time: a last line of defence should the daemon forget a pooled container.
+    """
+    limits = spec.limits
+    workspace = str(spec.workspace)
+    memory = limits.memory_mb * _MIB
+    file_size = limits.file_size_mb * _MIB
+    create_kwargs: dict[str, Any] = {
+        "image": image,
+        "command": ["python3", "-I", "-S", RUNNER_PATH, "--idle-exit-s", str(idle_exit_s)],
+        "user": f"{owner[0]}:{owner[1]}",
+        "environment": dict(SAFE_ENV),
+        "working_dir": workspace,
+        "labels": container_labels(spec, instance_id=instance_id, tool_use_id=tool_use_id),
+        # stdin open and attached: the request goes in there. StdinOnce (set by the SDK with
+        # these) closes it when the daemon's attach connection drops, so the runner of a daemon
+        # that died exits and its container removes itself.
+        "stdin_open": True,
+        "tty": False,
+        "detach": False,
+        # Otherwise the SDK injects proxy variables from the daemon user's Docker config.
+        "use_config_proxy": False,
+    }
+    host_config_kwargs: dict[str, Any] = {
+        "mounts": [
+            Mount(target=workspace, source=workspace, type="bind", read_only=False),
+            Mount(target=RUNNER_PATH, source=str(runner_source), type="bind", read_only=True),
+        ],
+        "cap_drop": ["ALL"],
+        "security_opt": ["no-new-privileges"],
+        "read_only": True,
+        "tmpfs": {"/tmp": f"rw,nosuid,nodev,size={limits.tmpfs_mb}m,mode=1777"},
+        "network_mode": "bridge" if limits.network == NetworkMode.BRIDGE else "none",
+        "ipc_mode": "private",
+        "pids_limit": limits.pids,
+        "mem_limit": memory,
+        "memswap_limit": memory,  # equal: no swap at all
+        "nano_cpus": round(limits.cpus * 1e9),
+        "ulimits": [
+            Ulimit(name="fsize", soft=file_size, hard=file_size),
+            # Crashing programs must not drop core files into the workspace.
+            Ulimit(name="core", soft=0, hard=0),
+        ],
+        "init": True,
+        # Output reaches the daemon through the attach stream; logging it again would cost disk
+        # and time for nothing.
+        "log_config": LogConfig(type="none"),
+        # The engine removes the container once the runner exits, even if the daemon is gone;
+        # the daemon removes it itself in every case too.
+        "auto_remove": True,
+    }
+    return ContainerRecipe(create_kwargs=create_kwargs, host_config_kwargs=host_config_kwargs)

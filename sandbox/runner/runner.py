@@ -1,0 +1,484 @@
+"""tooljail's in-container runner: read one request on stdin, carry it out, answer on stdout, exit.
+
+This file is bind-mounted read-only into every sandbox container and run by the image's own
+``python3`` with the standard library only: it never imports the tooljail package (which is not in
+the container), so the tiny wire format below is duplicated knowingly in ``sandbox/protocol.py``.
+
+Wire format, both directions: a 4-byte big-endian length, then that many bytes of a UTF-8 JSON
+object. The host sends exactly one request; the runner answers with messages, each an object with a
+``"type"``: today only ``"result"`` (the last message), later also ``"progress"``. The runner writes
+nothing before it has read the whole request, so a host that attaches late loses nothing.
+
+Exit codes in results follow the shell convention: 0-255 for a normal exit, 128+N for a process
+killed by signal N (a timeout or the OOM killer shows up as 137, SIGKILL), -1 when unknown.
+"""
+
+from __future__ import annotations
+
+import argparse
+import errno
+import hashlib
+import json
+import os
+import select
+import signal
+import struct
+import subprocess
+import sys
+import time
+from typing import Any
+
+PROTOCOL_VERSION = 1
+_HEADER = struct.Struct(">I")
+#: Largest request accepted (a Write's content travels in it).
+MAX_REQUEST_BYTES = 256 << 20
+#: Once the first byte of a request arrived, the rest must follow within this time.
+REQUEST_READ_TIMEOUT_S = 60.0
+#: After the shell exited (or was killed), how long to keep reading output that its leftovers, if
+#: any escaped the process group, still write; the container is destroyed right after anyway.
+DRAIN_GRACE_S = 0.25
+#: File descriptors the shell inherits: its start-up file (a pipe, see _BASH_ENV) and the pipe the
+#: EXIT trap writes the final directory to. High numbers so they do not collide with scripts that
+#: use 3-9 themselves; below 63, which bash uses for process substitution.
+RC_FD = 30
+CWD_FD = 31
+#: Sourced by bash through BASH_ENV before the command, so the command string runs verbatim (error
+#: messages and line numbers are exactly bash's own). It makes the shell's processes the OOM
+#: killer's first choice (the runner must survive to report), records the final directory at exit,
+#: and removes its own traces so nested bash scripts do not source it again.
+_BASH_ENV = (
+    "unset BASH_ENV\n"
+    "builtin echo 1000 2>/dev/null >/proc/self/oom_score_adj\n"
+    f"trap 'builtin pwd -P >&{CWD_FD} 2>/dev/null' EXIT\n"
+    f"exec {RC_FD}<&-\n"
+)
+_CHUNK = 1 << 16
+_MARKER = "\n[... {n} bytes of output omitted ...]\n"
+
+
+class RequestError(Exception):
+    """The request could not be read or understood; answered with an error result."""
+
+
+# --- framing -----------------------------------------------------------------------------------
+
+
+def read_exact(fd: int, size: int, first_byte_timeout: float | None) -> bytes | None:
+    """Read exactly `size` bytes; None on EOF before the first byte or when nothing came in time."""
+    buf = bytearray()
+    deadline = None if first_byte_timeout is None else time.monotonic() + first_byte_timeout
+    while len(buf) < size:
+        if deadline is not None:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0 or not select.select([fd], [], [], remaining)[0]:
+                if buf:
+                    raise RequestError("timed out in the middle of a request")
+                return None
+        data = os.read(fd, size - len(buf))
+        if not data:
+            if buf:
+                raise RequestError("stdin closed in the middle of a request")
+            return None
+        buf += data
+        # The rest of a started request must come quickly; the idle wait only applies to byte one.
+        deadline = time.monotonic() + REQUEST_READ_TIMEOUT_S
+    return bytes(buf)
+
+
+def read_request(fd: int, idle_timeout: float | None) -> dict[str, Any] | None:
+    """Read one length-prefixed JSON request; None when the host went away without sending one."""
+    header = read_exact(fd, _HEADER.size, idle_timeout)
+    if header is None:
+        return None
+    (length,) = _HEADER.unpack(header)
+    if length > MAX_REQUEST_BYTES:
+        raise RequestError(f"request of {length} bytes exceeds {MAX_REQUEST_BYTES}")
+    body = read_exact(fd, length, REQUEST_READ_TIMEOUT_S)
+    if body is None:
+        raise RequestError("stdin closed before the request body")
+    request = json.loads(body.decode("utf-8"))
+    if not isinstance(request, dict):
+        raise RequestError("the request is not a JSON object")
+    return request
+
+
+def write_message(fd: int, message: dict[str, Any]) -> None:
+    """Write one length-prefixed JSON message, all of it."""
+    body = json.dumps(message, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
+    view = memoryview(_HEADER.pack(len(body)) + body)
+    while view:
+        written = os.write(fd, view)
+        view = view[written:]
+
+
+# --- output capture ----------------------------------------------------------------------------
+
+
+def _utf8_head(data: bytes) -> bytes:
+    """`data` without a trailing incomplete UTF-8 sequence."""
+    for back in range(1, min(4, len(data)) + 1):
+        byte = data[-back]
+        if byte < 0x80:
+            return data
+        if byte >= 0xC0:  # lead byte: keep it only if its sequence is complete
+            need = 2 if byte < 0xE0 else 3 if byte < 0xF0 else 4
+            return data if back >= need else data[:-back]
+    return data
+
+
+def _utf8_tail(data: bytes) -> bytes:
+    """`data` without leading UTF-8 continuation bytes (of a character cut off in front)."""
+    start = 0
+    while start < min(3, len(data)) and 0x80 <= data[start] < 0xC0:
+        start += 1
+    return data[start:]
+
+
+class OutputSink:
+    """Keeps the first and last `limit`/2 bytes of a stream and counts the rest.
+
+    Memory stays below 1.5 x `limit` whatever the stream's size: the tail is trimmed whenever it
+    grows to twice its share, which keeps trimming amortised O(1) per byte.
+    """
+
+    def __init__(self, limit: int) -> None:
+        self.head_limit = max(1, limit // 2)
+        self.tail_limit = max(1, limit - self.head_limit)
+        self.head = bytearray()
+        self.tail = bytearray()
+        self.total = 0
+
+    def add(self, data: bytes) -> None:
+        self.total += len(data)
+        room = self.head_limit - len(self.head)
+        if room > 0:
+            self.head += data[:room]
+            data = data[room:]
+        if data:
+            self.tail += data
+            if len(self.tail) > 2 * self.tail_limit:
+                del self.tail[: len(self.tail) - self.tail_limit]
+
+    def render(self) -> tuple[str, bool]:
+        """The kept text (head, an omission marker, tail) and whether anything was left out."""
+        head = bytes(self.head)
+        tail = bytes(self.tail[-self.tail_limit :])
+        if len(head) + len(tail) >= self.total:
+            return (head + tail).decode("utf-8", "replace"), False
+        head, tail = _utf8_head(head), _utf8_tail(tail)
+        omitted = self.total - len(head) - len(tail)
+        text = head.decode("utf-8", "replace") + _MARKER.format(n=omitted)
+        return text + tail.decode("utf-8", "replace"), True
+
+
+# --- bash --------------------------------------------------------------------------------------
+
+
+def oom_kill_count() -> int | None:
+    """OOM kills so far in this container's memory cgroup (v2 or v1), None when unreadable."""
+    for path in ("/sys/fs/cgroup/memory.events", "/sys/fs/cgroup/memory/memory.oom_control"):
+        try:
+            with open(path, encoding="ascii") as handle:
+                lines = handle.read().splitlines()
+        except OSError:
+            continue
+        for line in lines:
+            key, _, value = line.partition(" ")
+            if key == "oom_kill" and value.strip().isdigit():
+                return int(value)
+    return None
+
+
+def _kill_group(pgid: int) -> None:
+    try:
+        os.killpg(pgid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def _read_available(fd: int) -> bytes:
+    os.set_blocking(fd, False)
+    try:
+        return os.read(fd, 4096)
+    except (BlockingIOError, OSError):
+        return b""
+
+
+def _exit_code(returncode: int | None) -> int:
+    if returncode is None:
+        return -1
+    return 128 - returncode if returncode < 0 else returncode
+
+
+def _pipe_at(fd: int, target: int) -> None:
+    """Move `fd` to the number `target` (inheritable), closing the original."""
+    if fd != target:
+        os.dup2(fd, target, inheritable=True)
+        os.close(fd)
+    else:
+        os.set_inheritable(fd, True)
+
+
+def run_bash(request: dict[str, Any]) -> dict[str, Any]:
+    """Run `bash -c command` in its own process group; stdout and stderr merged into one pipe."""
+    command = str(request["command"])
+    cwd = str(request["cwd"])
+    timeout_s = int(request["timeout_ms"]) / 1000.0
+    sink = OutputSink(int(request.get("output_limit_bytes") or 1 << 20))
+    oom_before = oom_kill_count()
+
+    out_r, out_w = os.pipe()
+    rc_r, rc_w = os.pipe()
+    cwd_r, cwd_w = os.pipe()
+    os.write(rc_w, _BASH_ENV.encode())
+    os.close(rc_w)
+    _pipe_at(rc_r, RC_FD)
+    _pipe_at(cwd_w, CWD_FD)
+    env = dict(os.environ, BASH_ENV=f"/dev/fd/{RC_FD}")
+    started = time.monotonic()
+    try:
+        proc = subprocess.Popen(
+            ["bash", "--noprofile", "--norc", "-c", command],
+            executable="/bin/bash",
+            stdin=subprocess.DEVNULL,
+            stdout=out_w,
+            stderr=out_w,
+            cwd=cwd,
+            env=env,
+            pass_fds=(RC_FD, CWD_FD),
+            start_new_session=True,
+        )
+    except OSError as exc:
+        for fd in (out_r, out_w, RC_FD, CWD_FD, cwd_r):
+            os.close(fd)
+        return {"exit_code": -1, "error": f"cannot start bash in {cwd}: {exc.strerror}"}
+    for fd in (out_w, RC_FD, CWD_FD):
+        os.close(fd)
+
+    timed_out = _pump(proc, out_r, sink, started + timeout_s)
+    os.close(out_r)
+    final_cwd = "" if timed_out else _read_available(cwd_r).decode("utf-8", "replace")
+    os.close(cwd_r)
+    oom_after = oom_kill_count()
+    text, truncated = sink.render()
+    return {
+        "exit_code": _exit_code(proc.returncode),
+        "output": text,
+        "output_bytes": sink.total,
+        "output_truncated": truncated,
+        "timed_out": timed_out,
+        "oom_killed": oom_before is not None and oom_after is not None and oom_after > oom_before,
+        "final_cwd": final_cwd.strip().rsplit("\n", 1)[-1],
+        "duration_ms": int((time.monotonic() - started) * 1000),
+    }
+
+
+def _pump(proc: subprocess.Popen[bytes], out_r: int, sink: OutputSink, deadline: float) -> bool:
+    """Copy output into `sink` until bash exits or the deadline passes; True when it timed out.
+
+    The call ends when bash itself exits, not when the pipe closes: a background process holding
+    the pipe open must not hang the call. Whatever is left of the process group is killed then.
+    """
+    try:
+        exit_fd: int | None = os.pidfd_open(proc.pid)
+    except (AttributeError, OSError):
+        exit_fd = None  # old kernel: poll instead
+    watched = [out_r] if exit_fd is None else [out_r, exit_fd]
+    timed_out = False
+    pipe_open = True
+    try:
+        while proc.poll() is None:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                timed_out = True
+                break
+            wait = remaining if exit_fd is not None else min(remaining, 0.05)
+            ready = select.select(watched if pipe_open else watched[1:], [], [], wait)[0]
+            if out_r in ready:
+                data = os.read(out_r, _CHUNK)
+                if data:
+                    sink.add(data)
+                else:
+                    pipe_open = False
+                    if exit_fd is None:
+                        watched = []
+    finally:
+        if exit_fd is not None:
+            os.close(exit_fd)
+    _kill_group(proc.pid)
+    if pipe_open:
+        _drain(out_r, sink, time.monotonic() + DRAIN_GRACE_S)
+    try:
+        proc.wait(timeout=5)
+    except subprocess.TimeoutExpired:
+        pass  # unkillable (D state); the container's destruction takes it
+    return timed_out
+
+
+def _drain(fd: int, sink: OutputSink, deadline: float) -> None:
+    while True:
+        remaining = deadline - time.monotonic()
+        if remaining <= 0 or not select.select([fd], [], [], remaining)[0]:
+            return
+        data = os.read(fd, _CHUNK)
+        if not data:
+            return
+        sink.add(data)
+
+
+# --- write_file --------------------------------------------------------------------------------
+
+_ERRNO_ADVICE = {
+    errno.ENOSPC: "no space left on the device",
+    errno.EDQUOT: "disk quota exceeded",
+    errno.EACCES: "permission denied (the sandbox runs as the workspace owner)",
+    errno.EPERM: "operation not permitted",
+    errno.EROFS: "read-only file system: only files inside the workspace can be written",
+    errno.EFBIG: "file too large for the sandbox's file-size limit",
+    errno.EISDIR: "it is a directory",
+    errno.ENOTDIR: "a parent of it is not a directory",
+    errno.ENAMETOOLONG: "the file name is too long",
+}
+
+
+def _sha256_of(path: str) -> str | None:
+    """sha256 of the file's current content, None when it does not exist."""
+    digest = hashlib.sha256()
+    try:
+        with open(path, "rb") as handle:
+            for block in iter(lambda: handle.read(_CHUNK), b""):
+                digest.update(block)
+    except FileNotFoundError:
+        return None
+    return digest.hexdigest()
+
+
+def write_file(request: dict[str, Any]) -> dict[str, Any]:
+    """Replace or create a file atomically, if it is still what the host last read."""
+    path = str(request["path"])
+    if not os.path.isabs(path):
+        return {"exit_code": 1, "error": f"{path} is not an absolute path; give the full path"}
+    # Write through symbolic links, as an editor would; the sandbox can only write the workspace.
+    content, expected = request["content"], request.get("expected_sha256")
+    if not isinstance(content, str) or not (expected is None or isinstance(expected, str)):
+        raise TypeError("content must be a string and expected_sha256 a string or null")
+    target = os.path.realpath(path)
+    try:
+        _replace_checked(target, content.encode("utf-8"), expected)
+    except _Stale as exc:
+        return {"exit_code": 1, "error": f"{path} {exc}"}
+    except OSError as exc:
+        reason = _ERRNO_ADVICE.get(exc.errno or 0, exc.strerror or str(exc))
+        return {"exit_code": 1, "error": f"cannot write {path}: {reason}"}
+    return {"exit_code": 0}
+
+
+class _Stale(Exception):
+    pass
+
+
+def _replace_checked(target: str, data: bytes, expected: str | None) -> None:
+    parent = os.path.dirname(target)
+    os.makedirs(parent, exist_ok=True)
+    try:
+        mode = os.stat(target).st_mode & 0o7777
+    except FileNotFoundError:
+        umask = os.umask(0)
+        os.umask(umask)
+        mode = 0o666 & ~umask
+    if os.path.isdir(target):
+        raise OSError(errno.EISDIR, os.strerror(errno.EISDIR), target)
+    tmp = os.path.join(parent, f".{os.path.basename(target)}.tooljail-{os.urandom(6).hex()}.tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    try:
+        try:
+            view = memoryview(data)
+            while view:
+                view = view[os.write(fd, view) :]
+            os.fchmod(fd, mode)
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        # Checked as late as possible: the window for a concurrent change is the rename alone.
+        current = _sha256_of(target)
+        if current != expected:
+            if expected is None:
+                raise _Stale("changed since it was read: it now exists; read it first")
+            if current is None:
+                raise _Stale("changed since it was read: it was deleted; read it again")
+            raise _Stale("changed since it was read; read it again before writing")
+        os.replace(tmp, target)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
+    _fsync_dir(parent)
+
+
+def _fsync_dir(path: str) -> None:
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass  # some file systems refuse fsync on directories; the rename is done
+    finally:
+        os.close(fd)
+
+
+# --- main --------------------------------------------------------------------------------------
+
+_HANDLERS = {"bash": run_bash, "write_file": write_file}
+
+
+def _forbid_inspection() -> None:
+    """Make this process non-dumpable so the command (same uid) cannot open /proc/<runner>/fd/1
+    and forge answers; best effort."""
+    try:
+        import ctypes  # only here: nothing else needs it
+
+        ctypes.CDLL(None, use_errno=True).prctl(4, 0, 0, 0, 0)  # PR_SET_DUMPABLE, 0
+    except (ImportError, OSError, AttributeError):
+        pass
+
+
+def handle(request: dict[str, Any]) -> dict[str, Any]:
+    """Carry out one request and build its result message (without the type)."""
+    kind = request.get("kind")
+    handler = _HANDLERS.get(str(kind))
+    if handler is None:
+        return {"exit_code": -1, "error": f"unknown request kind {kind!r}"}
+    try:
+        return handler(request)
+    except (KeyError, TypeError, ValueError) as exc:
+        return {"exit_code": -1, "error": f"malformed {kind} request: {exc!r}"}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
+    parser.add_argument(
+        "--idle-exit-s",
+        type=float,
+        default=None,
+        help="exit quietly when no request arrived within this many seconds",
+    )
+    args = parser.parse_args(argv)
+    _forbid_inspection()
+    try:
+        request = read_request(0, args.idle_exit_s)
+    except (RequestError, ValueError) as exc:
+        write_message(1, {"type": "result", "exit_code": -1, "error": f"bad request: {exc}"})
+        return 2
+    if request is None:
+        return 0
+    result = handle(request)
+    write_message(1, {"type": "result", "v": PROTOCOL_VERSION, **result})
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

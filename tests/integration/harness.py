@@ -1,0 +1,96 @@
+"""Runs a real daemon (real OPA, optionally real Docker) in a background thread for tests."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import threading
+from collections.abc import Iterator
+from concurrent.futures import Future
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import grpc
+from google.protobuf import json_format
+
+from daemon._generated.tooljail.v1 import executor_pb2 as pb
+from daemon._generated.tooljail.v1 import executor_pb2_grpc as pb_grpc
+from daemon.config import load_settings
+from daemon.runtime import Daemon
+
+
+class RunningDaemon:
+    """A daemon on its own event loop in a thread; call `stop()` when done."""
+
+    def __init__(self, workspace: Path, socket_path: Path, **overrides: Any) -> None:
+        self.workspace = workspace
+        self.audit_path = socket_path.with_suffix(".audit.jsonl")
+        self.settings = load_settings(
+            None,
+            listen=f"unix://{socket_path}",
+            workspace=workspace,
+            audit_log=str(self.audit_path),
+            instance_id=f"test-{socket_path.stem}",
+            **overrides,
+        )
+        self.daemon = Daemon(self.settings)
+        self.loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self.loop.run_forever, name="daemon", daemon=True)
+        self._thread.start()
+        self._run(self.daemon.start())
+        self.target = f"unix:{socket_path}"
+        self.channel = grpc.insecure_channel(self.target)
+        self.stub = pb_grpc.ExecutorStub(self.channel)
+
+    def _run(self, coro: Any, timeout: float = 60) -> Any:
+        future: Future[Any] = asyncio.run_coroutine_threadsafe(coro, self.loop)
+        return future.result(timeout)
+
+    def stop(self) -> None:
+        """Stop the daemon and its loop."""
+        self.channel.close()
+        try:
+            self._run(self.daemon.stop())
+        finally:
+            self.loop.call_soon_threadsafe(self.loop.stop)
+            self._thread.join(10)
+            self.loop.close()
+
+    # Helpers the tests use.
+    def execute(
+        self, name: str, tool_input: dict[str, Any], tool_use_id: str = "toolu_test", **kw: Any
+    ) -> pb.ExecuteResponse:
+        """Execute one tool_use."""
+        tool_use = pb.ToolUse(id=tool_use_id, name=name)
+        tool_use.input.update(tool_input)
+        response: pb.ExecuteResponse = self.stub.Execute(
+            pb.ExecuteRequest(tool_use=tool_use, **kw), timeout=120
+        )
+        return response
+
+    def audit_lines(self) -> list[dict[str, Any]]:
+        """Every audit record written so far."""
+        if not self.audit_path.exists():
+            return []
+        return [json.loads(line) for line in self.audit_path.read_text().splitlines() if line]
+
+
+def text_of(response: pb.ExecuteResponse) -> str:
+    """All text of a response's tool_result."""
+    return "".join(b.text.text for b in response.result.content if b.HasField("text"))
+
+
+def as_json(response: pb.ExecuteResponse) -> dict[str, Any]:
+    """The response as JSON (for debugging output in assertions)."""
+    return json_format.MessageToDict(response)
+
+
+@contextmanager
+def running_daemon(workspace: Path, socket_path: Path, **overrides: Any) -> Iterator[RunningDaemon]:
+    """A daemon for the duration of a with-block."""
+    daemon = RunningDaemon(workspace, socket_path, **overrides)
+    try:
+        yield daemon
+    finally:
+        daemon.stop()

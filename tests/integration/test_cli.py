@@ -1,0 +1,119 @@
+"""The `tooljail` command as a user runs it: serve, tools, call, then SIGTERM."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.integration
+
+TOOLJAIL = [sys.executable, "-m", "daemon.cli"]
+
+
+@pytest.fixture
+def served(short_tmp: Path) -> Iterator[tuple[str, Path, subprocess.Popen[str]]]:
+    workspace = short_tmp / "ws-cli"
+    workspace.mkdir(exist_ok=True)
+    socket_path = short_tmp / "cli.sock"
+    env = dict(os.environ, TOOLJAIL_SANDBOX__ENABLED="false", TOOLJAIL_AUDIT_LOG="/dev/null")
+    log_path = short_tmp / "cli-serve.log"
+    with log_path.open("w") as log:
+        process = subprocess.Popen(
+            [
+                *TOOLJAIL,
+                "serve",
+                "--listen",
+                f"unix://{socket_path}",
+                "--workspace",
+                str(workspace),
+            ],
+            env=env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+    deadline = time.monotonic() + 60
+    while not socket_path.exists():
+        if process.poll() is not None or time.monotonic() > deadline:
+            process.kill()
+            process.wait()
+            pytest.fail(f"tooljail serve did not start:\n{log_path.read_text()}")
+        time.sleep(0.05)
+    try:
+        yield f"unix://{socket_path}", workspace, process
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+
+
+def run_cli(*args: str, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [*TOOLJAIL, *args], input=stdin, capture_output=True, text=True, timeout=60, check=False
+    )
+
+
+def test_serve_tools_call_and_sigterm(served: tuple[str, Path, subprocess.Popen[str]]) -> None:
+    target, workspace, process = served
+    (workspace / "note.txt").write_text("first line\nsecond line\n")
+
+    tools = run_cli("tools", "--target", target)
+    assert tools.returncode == 0, tools.stderr
+    assert {line.split()[0] for line in tools.stdout.splitlines()} >= {"Read", "Bash", "Grep"}
+    as_json = run_cli("tools", "--target", target, "--json")
+    assert {t["name"] for t in json.loads(as_json.stdout)} >= {"Read", "Write"}
+
+    call = run_cli(
+        "call", "--target", target, "Read", json.dumps({"file_path": str(workspace / "note.txt")})
+    )
+    assert call.returncode == 0, call.stderr
+    assert "     1\tfirst line" in call.stdout and "[ALLOW, ok]" in call.stdout
+
+    denied = run_cli("call", "--target", target, "Read", '{"file_path": "/etc/passwd"}')
+    assert denied.returncode == 1
+    assert "[DENY, error]" in denied.stdout and "outside the workspace" in denied.stdout
+
+    blocks = [
+        {"type": "tool_use", "id": "toolu_a", "name": "LS", "input": {"path": str(workspace)}},
+        {"type": "tool_use", "id": "toolu_b", "name": "Nope", "input": {}},
+    ]
+    from_stdin = run_cli("call", "--target", target, "--json", stdin=json.dumps(blocks))
+    assert from_stdin.returncode == 1
+    assert '"toolUseId": "toolu_a"' in from_stdin.stdout
+    assert from_stdin.stdout.index("toolu_a") < from_stdin.stdout.index("toolu_b")
+
+    bad = run_cli("call", "--target", target, "Read", "[1, 2]")
+    assert bad.returncode == 2 and "JSON object" in bad.stderr
+
+    process.send_signal(signal.SIGTERM)
+    assert process.wait(timeout=30) == 0
+    assert not Path(target.removeprefix("unix://")).exists()
+
+
+def test_second_daemon_on_the_same_socket_is_refused(
+    served: tuple[str, Path, subprocess.Popen[str]],
+) -> None:
+    target, workspace, _ = served
+    env = dict(os.environ, TOOLJAIL_SANDBOX__ENABLED="false")
+    second = subprocess.run(
+        [*TOOLJAIL, "serve", "--listen", target, "--workspace", str(workspace)],
+        env=env, capture_output=True, text=True, timeout=60, check=False,
+    )  # fmt: skip
+    assert second.returncode == 1
+    assert "already listening" in second.stderr
+
+
+def test_config_errors_name_the_key(tmp_path: Path) -> None:
+    config = tmp_path / "tooljail.toml"
+    config.write_text('listen = "nonsense"\n[sandbox]\npool_size = -1\n')
+    result = run_cli("serve", "--config", str(config), "--workspace", str(tmp_path))
+    assert result.returncode == 2
+    assert "listen" in result.stderr and "sandbox.pool_size" in result.stderr

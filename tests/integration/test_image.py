@@ -1,0 +1,96 @@
+"""The sandbox image built by sandbox/image/build.sh: present under the recipe's tag and usable."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+from collections.abc import Iterator
+
+import docker
+import pytest
+
+from sandbox import image
+
+pytestmark = pytest.mark.docker
+
+# The container settings the sandbox backend uses (REFERENCE.md section 6), so the image is known to
+# work under them and not only as root with a writable root filesystem.
+HARDENED = [
+    "--network", "none", "--read-only", "--tmpfs", "/tmp", "--cap-drop", "ALL",
+    "--security-opt", "no-new-privileges", "--user", "1000:1000", "--init",
+]  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def image_ref() -> str:
+    ref = image.default_image_ref()
+    if shutil.which("docker") is None:
+        pytest.fail("the docker CLI is not installed: run scripts/ensure-docker.sh")
+    found = subprocess.run(
+        ["docker", "image", "inspect", ref], capture_output=True, check=False, timeout=30
+    )
+    if found.returncode != 0:
+        pytest.fail(f"{ref} is not built (or Docker is down): run `make image`")
+    return ref
+
+
+@pytest.fixture
+def client() -> Iterator[docker.DockerClient]:
+    client = docker.from_env()
+    try:
+        yield client
+    finally:
+        client.close()
+
+
+def run(ref: str, *command: str, options: list[str] | None = None) -> str:
+    """Runs `command` in a throw-away container and returns its stdout."""
+    done = subprocess.run(
+        ["docker", "run", "--rm", *(options or ["--network", "none"]), ref, *command],
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=60,
+    )
+    assert done.returncode == 0, done.stderr
+    return done.stdout
+
+
+def test_image_present_finds_the_recipe_tag(image_ref: str, client: docker.DockerClient) -> None:
+    assert image.image_present(client)
+    assert not image.image_present(client, "tooljail-sandbox:000000000000")
+    labels = client.images.get(image_ref).labels
+    assert labels["io.tooljail.recipe"] == image.recipe_hash()
+
+
+def test_python3_has_json(image_ref: str) -> None:
+    out = run(image_ref, "python3", "-c", "import json; print(json.dumps({'a': [1]}))")
+    assert out == '{"a": [1]}\n'
+
+
+def test_bash_and_git_are_present(image_ref: str) -> None:
+    assert run(image_ref, "bash", "-c", "echo ${BASH_VERSINFO[0]}").strip() == "5"
+    assert run(image_ref, "git", "--version").startswith("git version 2.")
+
+
+def test_runs_as_the_uid_it_is_given(image_ref: str) -> None:
+    assert run(image_ref, "id", "-u", options=["--network", "none", "--user", "1000:1000"]) == (
+        "1000\n"
+    )
+
+
+def test_usable_under_the_hardened_settings(image_ref: str) -> None:
+    # HOME=/tmp (set by the image) is writable even with a read-only root, so git can keep state.
+    script = "cd /tmp && git init -q repo && git -C repo status --short && echo $HOME && id -u"
+    assert run(image_ref, "bash", "-c", script, options=HARDENED) == "/tmp\n1000\n"
+
+
+def test_the_root_filesystem_is_slim(image_ref: str) -> None:
+    # Docs, man pages and apt lists are removed at build time; licences stay.
+    out = run(
+        image_ref,
+        "bash",
+        "-c",
+        "find /usr/share/man /var/lib/apt/lists -mindepth 1 | wc -l; ls /usr/share/doc/bash",
+    )
+    assert out == "0\ncopyright\n"

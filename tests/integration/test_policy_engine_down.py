@@ -1,0 +1,60 @@
+"""OPA killed mid-test: calls fail closed with a reason naming the policy engine, then recover
+when the daemon's supervisor has restarted it — without restarting the daemon."""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+from pathlib import Path
+
+import pytest
+
+from daemon._generated.tooljail.v1 import executor_pb2 as pb
+from tests.integration.harness import running_daemon, text_of
+
+pytestmark = pytest.mark.integration
+
+
+def _wait_for(predicate: object, timeout_s: float = 30.0) -> bool:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if predicate():  # type: ignore[operator]
+            return True
+        time.sleep(0.05)
+    return False
+
+
+def test_opa_killed_fails_closed_then_recovers(short_tmp: Path) -> None:
+    workspace = short_tmp / "ws-opa-kill"
+    workspace.mkdir()
+    target = workspace / "hello.txt"
+    target.write_text("hello\n")
+    with running_daemon(workspace, short_tmp / "opakill.sock", sandbox={"enabled": False}) as d:
+        assert d.daemon.opa is not None
+        before = d.execute("Read", {"file_path": str(target)})
+        assert before.decision.outcome == pb.ALLOW and "hello" in text_of(before)
+
+        first_pid = d.daemon.opa.pid
+        assert first_pid is not None
+        # Stop OPA first so the outage is certain to be observed, then kill it for real.
+        os.kill(first_pid, signal.SIGSTOP)
+        down = d.execute("Read", {"file_path": str(target)}, tool_use_id="toolu_down")
+        assert down.result.is_error
+        assert down.decision.outcome == pb.DENY
+        assert "policy engine" in text_of(down) and "fail closed" in text_of(down)
+        assert "hello" not in text_of(down)
+        os.kill(first_pid, signal.SIGKILL)
+
+        def recovered() -> bool:
+            opa = d.daemon.opa
+            if opa is None or opa.pid in (None, first_pid):
+                return False
+            return d.execute("Read", {"file_path": str(target)}).decision.outcome == pb.ALLOW
+
+        assert _wait_for(recovered), "the daemon did not restart OPA"
+        after = d.execute("Read", {"file_path": str(target)})
+        assert not after.result.is_error and "hello" in text_of(after)
+        assert d.daemon.opa.restarts >= 1
+        audit = {r["tool_use_id"]: r for r in d.audit_lines()}
+        assert audit["toolu_down"]["outcome"] == "deny"

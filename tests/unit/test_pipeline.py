@@ -1,0 +1,208 @@
+"""The call lifecycle with a fake policy engine and small test tools."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, ClassVar
+
+import pytest
+from pydantic import Field
+
+from daemon.audit import AuditLog
+from daemon.config import SandboxCeilings
+from daemon.errors import ToolError, ToolInputError, Unavailable
+from daemon.models import Caller, Outcome, ToolUse
+from daemon.pipeline import CallRequest, Pipeline, PipelineLimits
+from daemon.policy.engine import PolicyEngine
+from daemon.policy.verdict import Verdict
+from daemon.session import Session
+from daemon.sessions import SessionStore
+from daemon.tools.contract import CallContext, Tool, ToolInput, ToolOutput, ToolTraits
+from daemon.tools.registry import ToolRegistry
+from sandbox.backend import SandboxLimits
+
+
+class EchoInput(ToolInput):
+    text: str = Field(description="what to echo")
+    times: int = Field(default=1, gt=0, le=100_000)
+
+
+class EchoTool(Tool[EchoInput, str]):
+    name: ClassVar[str] = "Echo"
+    description: ClassVar[str] = "Echoes text."
+    input_model = EchoInput
+    traits = ToolTraits(read_only=True, destructive=False, sandboxed=False, max_result_chars=2_000)
+    seen_limits: ClassVar[list[SandboxLimits]] = []
+
+    def validate(self, args: EchoInput, session: Session) -> EchoInput:
+        if args.text == "forbidden":
+            raise ToolInputError("text may not be 'forbidden'")
+        return args
+
+    async def call(self, args: EchoInput, ctx: CallContext) -> str:
+        self.seen_limits.append(ctx.limits)
+        if args.text == "fail":
+            raise ToolError("it failed, as asked")
+        if args.text == "crash":
+            raise RuntimeError("boom")
+        return args.text * args.times
+
+    def render(self, result: str) -> ToolOutput:
+        return ToolOutput.text(result)
+
+
+class DisabledTool(EchoTool):
+    name: ClassVar[str] = "Disabled"
+    enabled: ClassVar[bool] = False
+
+
+@dataclass
+class FakeEngine(PolicyEngine):
+    verdict: Verdict
+    visible: frozenset[str] | None = frozenset({"Echo"})
+    documents: list[dict[str, Any]] | None = None
+
+    async def decide(self, document: dict[str, Any]) -> Verdict:
+        if self.documents is not None:
+            self.documents.append(document)
+        return self.verdict
+
+    async def visible_tools(self, document: dict[str, Any]) -> frozenset[str] | None:
+        return self.visible
+
+    @property
+    def revision(self) -> str:
+        return "abc1234"
+
+
+def allow(**limits: Any) -> Verdict:
+    return Verdict(Outcome.ALLOW, (), SandboxLimits(**limits), None)
+
+
+_AUDITS: list[AuditLog] = []
+
+
+@pytest.fixture(autouse=True)
+def _close_audit_logs() -> Iterator[None]:
+    yield
+    while _AUDITS:
+        _AUDITS.pop().close()
+
+
+def make_pipeline(tmp_path: Path, engine: FakeEngine) -> Pipeline:
+    audit = AuditLog(str(tmp_path / "audit.jsonl"))
+    _AUDITS.append(audit)
+    return Pipeline(
+        registry=ToolRegistry([EchoTool(), DisabledTool()]),
+        policy=engine,
+        sessions=SessionStore(tmp_path / "ws"),
+        limits=PipelineLimits(
+            result_budget_chars=50_000,
+            default_sandbox=SandboxLimits(),
+            ceilings=SandboxCeilings(timeout_ms=10_000, memory_mb=1024),
+        ),
+        audit=audit,
+        runner_factory=lambda _s, _t: None,
+    )
+
+
+async def run(pipeline: Pipeline, name: str, tool_input: dict[str, Any]) -> Any:
+    request = CallRequest(tool_use=ToolUse(id="toolu_1", name=name, input=tool_input))
+    return await pipeline.execute(request, Caller(principal="tester", transport="inproc"))
+
+
+async def test_allowed_call_runs_and_is_audited(tmp_path: Path) -> None:
+    documents: list[dict[str, Any]] = []
+    pipeline = make_pipeline(tmp_path, FakeEngine(allow(), documents=documents))
+    outcome = await run(pipeline, "Echo", {"text": "hi", "times": "3"})
+    assert outcome.result.text() == "hihihi"
+    assert not outcome.result.is_error
+    assert outcome.decision.outcome is Outcome.ALLOW
+    assert outcome.decision.policy_revision == "abc1234"
+    document = documents[0]
+    assert document["version"] == 1
+    assert document["tool"]["name"] == "Echo" and document["tool"]["read_only"] is True
+    assert document["input"] == {"text": "hi", "times": 3}
+    assert document["caller"] == {"principal": "tester", "transport": "inproc"}
+    audit = [json.loads(line) for line in (tmp_path / "audit.jsonl").read_text().splitlines()]
+    assert audit[0]["outcome"] == "allow" and audit[0]["tool"] == "Echo"
+    assert audit[0]["decision_id"] == outcome.decision.decision_id
+
+
+async def test_unknown_tool_lists_the_available_ones(tmp_path: Path) -> None:
+    outcome = await run(make_pipeline(tmp_path, FakeEngine(allow())), "Nope", {})
+    assert outcome.result.is_error
+    assert "Unknown tool 'Nope'" in outcome.result.text()
+    assert "Echo" in outcome.result.text() and "Disabled" not in outcome.result.text()
+    assert outcome.decision.outcome is None
+
+
+async def test_disabled_tool_is_unknown(tmp_path: Path) -> None:
+    outcome = await run(make_pipeline(tmp_path, FakeEngine(allow())), "Disabled", {"text": "x"})
+    assert outcome.result.is_error and "Unknown tool" in outcome.result.text()
+
+
+async def test_schema_errors_name_the_field(tmp_path: Path) -> None:
+    pipeline = make_pipeline(tmp_path, FakeEngine(allow()))
+    outcome = await run(pipeline, "Echo", {"times": -2, "colour": "red"})
+    text = outcome.result.text()
+    assert outcome.result.is_error
+    assert "`text`: required field is missing" in text
+    assert "`times`" in text and "greater than 0" in text
+    assert "`colour`: unexpected field; the allowed fields are text, times" in text
+
+
+async def test_semantic_validation_error(tmp_path: Path) -> None:
+    outcome = await run(make_pipeline(tmp_path, FakeEngine(allow())), "Echo", {"text": "forbidden"})
+    assert outcome.result.is_error and "may not be 'forbidden'" in outcome.result.text()
+
+
+async def test_deny_and_ask_do_not_run(tmp_path: Path) -> None:
+    EchoTool.seen_limits.clear()
+    deny = Verdict(Outcome.DENY, ("no reading today",), None, None)
+    outcome = await run(make_pipeline(tmp_path, FakeEngine(deny)), "Echo", {"text": "x"})
+    assert outcome.result.is_error and "no reading today" in outcome.result.text()
+    assert outcome.decision.outcome is Outcome.DENY
+    ask = Verdict(Outcome.ASK, ("a human must look",), None, None)
+    outcome = await run(make_pipeline(tmp_path, FakeEngine(ask)), "Echo", {"text": "x"})
+    assert outcome.result.is_error and "approval" in outcome.result.text()
+    assert EchoTool.seen_limits == []
+
+
+async def test_tool_errors_and_crashes_become_error_results(tmp_path: Path) -> None:
+    pipeline = make_pipeline(tmp_path, FakeEngine(allow()))
+    failed = await run(pipeline, "Echo", {"text": "fail"})
+    assert failed.result.is_error and failed.result.text() == "it failed, as asked"
+    crashed = await run(pipeline, "Echo", {"text": "crash"})
+    assert crashed.result.is_error and "internal error" in crashed.result.text()
+
+
+async def test_policy_limits_are_clamped_to_the_ceilings(tmp_path: Path) -> None:
+    EchoTool.seen_limits.clear()
+    pipeline = make_pipeline(tmp_path, FakeEngine(allow(timeout_ms=999_999, memory_mb=64)))
+    await run(pipeline, "Echo", {"text": "x"})
+    assert EchoTool.seen_limits[-1].timeout_ms == 10_000
+    assert EchoTool.seen_limits[-1].memory_mb == 64
+
+
+async def test_result_budget_is_the_smallest_of_tool_config_and_policy(tmp_path: Path) -> None:
+    pipeline = make_pipeline(tmp_path, FakeEngine(allow()))
+    outcome = await run(pipeline, "Echo", {"text": "abcdefghij\n", "times": 1000})
+    assert len(outcome.result.text()) <= 2_000 and outcome.report.truncated
+    assert outcome.report.original_chars == 11_000
+    verdict = Verdict(Outcome.ALLOW, (), SandboxLimits(), 500)
+    outcome = await run(make_pipeline(tmp_path, FakeEngine(verdict)), "Echo", {"text": "y" * 900})
+    assert len(outcome.result.text()) <= 500 and outcome.report.truncated
+
+
+async def test_list_tools_is_filtered_by_policy(tmp_path: Path) -> None:
+    pipeline = make_pipeline(tmp_path, FakeEngine(allow(), visible=frozenset()))
+    assert await pipeline.list_tools("", Caller()) == []
+    pipeline = make_pipeline(tmp_path, FakeEngine(allow()))
+    assert [d.name for d in await pipeline.list_tools("", Caller())] == ["Echo"]
+    pipeline = make_pipeline(tmp_path, FakeEngine(allow(), visible=None))
+    with pytest.raises(Unavailable):
+        await pipeline.list_tools("", Caller())

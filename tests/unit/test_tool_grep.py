@@ -1,0 +1,233 @@
+"""Grep with the real ripgrep: output modes, flags, paging, filters, errors, confinement."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import shutil
+import time
+from pathlib import Path
+
+import pytest
+
+from daemon.errors import ConfinementError, ToolError, ToolInputError
+from daemon.models import TextContent
+from daemon.tools.grep import GrepInput, GrepTool, _Collector, run_rg
+from tests.unit.conftest import CallTool
+
+pytestmark = pytest.mark.skipif(shutil.which("rg") is None, reason="ripgrep (rg) is not installed")
+
+TOOL = GrepTool()
+
+
+def make(root: Path, rel: str, text: str, mtime: int = 1_000) -> Path:
+    path = root / rel
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text)
+    os.utime(path, (mtime, mtime))
+    return path
+
+
+async def grep(call_tool: CallTool, pattern: str, **extra: object) -> str:
+    output = await call_tool(TOOL, {"pattern": pattern, **extra})
+    assert not output.is_error
+    return "".join(b.text for b in output.content if isinstance(b, TextContent))
+
+
+@pytest.fixture
+def code(workspace: Path) -> Path:
+    make(workspace, "app.py", "import os\ndef main():\n    return TODO\n", 2_000)
+    make(workspace, "lib/util.py", "x = 1\n# todo later\ny = 2\nTODO = 3\n", 3_000)
+    make(workspace, "web/app.js", "// TODO js\n", 1_000)
+    make(workspace, ".env.example", "TODO=secret\n", 500)
+    make(workspace, ".git/config", "TODO in git internals\n", 4_000)
+    return workspace
+
+
+async def test_files_with_matches_is_the_default_newest_first(
+    call_tool: CallTool, code: Path
+) -> None:
+    assert await grep(call_tool, "TODO") == "\n".join(
+        [
+            "Found 4 files",
+            f"{code}/lib/util.py",
+            f"{code}/app.py",
+            f"{code}/web/app.js",
+            f"{code}/.env.example",  # hidden files are searched, .git is not
+        ]
+    )
+
+
+async def test_content_mode_shows_path_line_text(call_tool: CallTool, code: Path) -> None:
+    assert await grep(call_tool, "TODO", output_mode="content", glob="*.py") == "\n".join(
+        [f"{code}/app.py:3:    return TODO", f"{code}/lib/util.py:4:TODO = 3"]
+    )
+
+
+async def test_line_numbers_can_be_turned_off(call_tool: CallTool, code: Path) -> None:
+    text = await grep(call_tool, "TODO =", output_mode="content", **{"-n": "false"})
+    assert text == f"{code}/lib/util.py:TODO = 3"
+
+
+async def test_ignore_case(call_tool: CallTool, code: Path) -> None:
+    text = await grep(
+        call_tool, "todo", output_mode="content", path=str(code / "lib"), **{"-i": True}
+    )
+    assert text == f"{code}/lib/util.py:2:# todo later\n{code}/lib/util.py:4:TODO = 3"
+
+
+async def test_context_lines(call_tool: CallTool, code: Path) -> None:
+    text = await grep(call_tool, "later", output_mode="content", **{"-C": "1"})
+    assert text == "\n".join(
+        [
+            f"{code}/lib/util.py-1-x = 1",
+            f"{code}/lib/util.py:2:# todo later",
+            f"{code}/lib/util.py-3-y = 2",
+        ]
+    )
+
+
+async def test_context_and_minus_c_must_agree(call_tool: CallTool, code: Path) -> None:
+    with pytest.raises(ToolInputError, match="give only one of them"):
+        await grep(call_tool, "x", output_mode="content", context=1, **{"-C": 2})
+
+
+async def test_only_matching(call_tool: CallTool, code: Path) -> None:
+    text = await grep(call_tool, r"TODO \w+", output_mode="content", **{"-o": True})
+    assert text == f"{code}/web/app.js:1:TODO js"
+
+
+async def test_count_mode_with_total(call_tool: CallTool, code: Path) -> None:
+    text = await grep(call_tool, "(?i)todo", output_mode="count", type="py")
+    assert text == "\n".join(
+        [
+            f"{code}/app.py:1",
+            f"{code}/lib/util.py:2",
+            "Total: 3 matching lines in 2 files",
+        ]
+    )
+
+
+async def test_head_limit_and_offset_page_through_content(
+    call_tool: CallTool, workspace: Path
+) -> None:
+    make(workspace, "n.txt", "".join(f"hit {i}\n" for i in range(1, 6)))
+    text = await grep(call_tool, "hit", output_mode="content", head_limit=2, offset="1")
+    assert text == "\n".join(
+        [
+            f"{workspace}/n.txt:2:hit 2",
+            f"{workspace}/n.txt:3:hit 3",
+            "(Showing lines 2-3 of 5. Use offset=3 to see the next ones, or narrow the search.)",
+        ]
+    )
+    last = await grep(call_tool, "hit", output_mode="content", head_limit=2, offset=4)
+    assert last == f"{workspace}/n.txt:5:hit 5\n(Showing lines 5-5 of 5.)"
+
+
+async def test_head_limit_applies_to_file_entries(call_tool: CallTool, workspace: Path) -> None:
+    for i in range(300):
+        make(workspace, f"f{i:03}.txt", "needle\n", 10_000 + i)
+    lines = (await grep(call_tool, "needle")).split("\n")
+    assert lines[0] == "Found 300 files"
+    assert lines[1] == f"{workspace}/f299.txt"
+    assert len(lines) == 1 + 250 + 1
+    assert lines[-1] == (
+        "(Showing entries 1-250 of 300. Use offset=250 to see the next ones, or narrow the search.)"
+    )
+    unlimited = (await grep(call_tool, "needle", head_limit=0)).split("\n")
+    assert len(unlimited) == 301
+
+
+async def test_no_matches(call_tool: CallTool, code: Path) -> None:
+    assert await grep(call_tool, "nothing-like-this") == "No matches found"
+
+
+async def test_bad_regex_quotes_ripgrep(call_tool: CallTool, code: Path) -> None:
+    with pytest.raises(ToolError) as caught:
+        await grep(call_tool, "foo(")
+    message = str(caught.value)
+    assert "regex parse error" in message
+    assert "unclosed group" in message
+    assert "escape literal" in message
+
+
+async def test_unknown_type_is_explained(call_tool: CallTool, code: Path) -> None:
+    with pytest.raises(ToolError, match="unrecognized file type"):
+        await grep(call_tool, "x", type="nosuchtype")
+
+
+async def test_pattern_starting_with_a_dash_is_a_pattern(
+    call_tool: CallTool, workspace: Path
+) -> None:
+    make(workspace, "opts.txt", "use --files here\n")
+    text = await grep(call_tool, "--files", output_mode="content")
+    assert text == f"{workspace}/opts.txt:1:use --files here"
+
+
+async def test_multiline(call_tool: CallTool, workspace: Path) -> None:
+    make(workspace, "m.txt", "start\nmiddle\nend\n")
+    assert await grep(call_tool, "start.*end") == "No matches found"
+    assert await grep(call_tool, "start.*end", multiline="true") == (
+        f"Found 1 file\n{workspace}/m.txt"
+    )
+
+
+async def test_symlink_out_is_not_searched(
+    call_tool: CallTool, workspace: Path, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    secret = make(tmp_path_factory.mktemp("outside"), "secret.txt", "password=hunter2\n")
+    (workspace / "link.txt").symlink_to(secret)
+    assert await grep(call_tool, "hunter2") == "No matches found"
+    with pytest.raises(ConfinementError):
+        await grep(call_tool, "hunter2", path=str(workspace / "link.txt"))
+
+
+async def test_fifo_path_is_refused_without_hanging(call_tool: CallTool, workspace: Path) -> None:
+    os.mkfifo(workspace / "pipe")
+    with pytest.raises(ConfinementError, match="not a regular file"):
+        await asyncio.wait_for(grep(call_tool, "x", path=str(workspace / "pipe")), timeout=5)
+
+
+async def test_path_outside_and_missing_path(call_tool: CallTool, workspace: Path) -> None:
+    with pytest.raises(ConfinementError, match="outside the workspace"):
+        await grep(call_tool, "root", path="/etc")
+    with pytest.raises(ToolError, match="does not exist"):
+        await grep(call_tool, "x", path=str(workspace / "missing"))
+
+
+async def test_missing_ripgrep_is_a_clear_error(
+    call_tool: CallTool, code: Path, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    monkeypatch.setenv("PATH", str(tmp_path / "empty-bin"))
+    with pytest.raises(ToolError, match="ripgrep \\(rg\\), which is not installed"):
+        await grep(call_tool, "TODO")
+
+
+async def test_cancel_kills_the_process(workspace: Path) -> None:
+    task = asyncio.create_task(run_rg(["sleep", "30"], workspace, _Collector(0, None), 60))
+    await asyncio.sleep(0.2)
+    started = time.monotonic()
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert time.monotonic() - started < 5  # waiting for `sleep 30` would take 30 s
+
+
+async def test_timeout_kills_the_process(workspace: Path) -> None:
+    started = time.monotonic()
+    with pytest.raises(ToolError, match=r"longer than 0\.3 s"):
+        await run_rg(["sleep", "30"], workspace, _Collector(0, None), 0.3)
+    assert time.monotonic() - started < 5
+
+
+def test_dashed_names_in_schema_and_by_name() -> None:
+    properties = GrepTool().input_schema()["properties"]
+    assert {"-A", "-B", "-C", "-n", "-i", "-o", "type", "context"} <= properties.keys()
+    assert properties["-A"]["minimum"] == 0
+    by_alias = GrepInput.model_validate({"pattern": "x", "-A": "2", "-i": "true"})
+    by_name = GrepInput.model_validate({"pattern": "x", "after": 2, "ignore_case": True})
+    assert by_alias == by_name
+    with pytest.raises(ValueError, match="greater than or equal to 0"):
+        GrepInput.model_validate({"pattern": "x", "head_limit": -1})
+    with pytest.raises(ValueError, match="Extra inputs are not permitted"):
+        GrepInput.model_validate({"pattern": "x", "-z": 1})

@@ -1,0 +1,262 @@
+"""Read on real files: numbering, windows, refusals, confinement, the session record, the schema."""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+from pydantic import ValidationError
+
+from daemon.errors import ConfinementError, ToolError, ToolInputError
+from daemon.models import ImageContent, TextContent
+from daemon.session import Session
+from daemon.tools.contract import ToolOutput
+from daemon.tools.read import MAX_WHOLE_FILE_BYTES, ReadInput, ReadTool
+from tests.unit.conftest import CallTool
+
+TOOL = ReadTool()
+
+
+def text_of(output: ToolOutput) -> str:
+    assert not output.is_error
+    return "".join(b.text for b in output.content if isinstance(b, TextContent))
+
+
+async def read(call_tool: CallTool, path: Path | str, **extra: object) -> str:
+    return text_of(await call_tool(TOOL, {"file_path": str(path), **extra}))
+
+
+def cat_n(path: Path) -> list[str]:
+    """Real `cat -n` output lines (its format is "%6d\\t"), endings removed."""
+    out = subprocess.run(["cat", "-n", str(path)], capture_output=True, check=True, text=True)
+    return out.stdout.splitlines()
+
+
+async def test_numbering_matches_cat_n_for_a_window(call_tool: CallTool, workspace: Path) -> None:
+    path = workspace / "f.txt"
+    path.write_text("".join(f"line {i}\n" for i in range(1, 13)))
+    text = await read(call_tool, path, offset=3, limit=4)
+    shown, _, note = text.partition("\n\n")
+    assert shown.split("\n") == cat_n(path)[2:6]
+    assert shown.split("\n")[0] == "     3\tline 3"
+    assert note == "(Showing lines 3-6 of 12. Call Read with offset=7 to read on.)"
+
+
+async def test_whole_file_is_exactly_cat_n(call_tool: CallTool, workspace: Path) -> None:
+    path = workspace / "f.py"
+    path.write_text("def f():\n\treturn 1\n\n# end")
+    assert await read(call_tool, path) == "\n".join(cat_n(path))
+
+
+async def test_offset_zero_means_the_first_line(call_tool: CallTool, workspace: Path) -> None:
+    path = workspace / "f.txt"
+    path.write_text("a\nb\n")
+    assert await read(call_tool, path, offset=0) == "     1\ta\n     2\tb"
+
+
+async def test_default_limit_is_2000_lines(call_tool: CallTool, workspace: Path) -> None:
+    path = workspace / "big.txt"
+    path.write_text("".join(f"{i}\n" for i in range(1, 2501)))
+    lines = (await read(call_tool, path)).split("\n")
+    assert lines[1999] == "  2000\t2000"
+    assert lines[-1] == "(Showing lines 1-2000 of 2500. Call Read with offset=2001 to read on.)"
+
+
+async def test_crlf_endings_are_removed(call_tool: CallTool, workspace: Path) -> None:
+    path = workspace / "win.txt"
+    path.write_bytes(b"one\r\ntwo\r\n")
+    assert await read(call_tool, path) == "     1\tone\n     2\ttwo"
+
+
+async def test_invalid_utf8_is_replaced(call_tool: CallTool, workspace: Path) -> None:
+    path = workspace / "latin1.txt"
+    path.write_bytes(b"caf\xe9\n")
+    assert await read(call_tool, path) == "     1\tcaf\ufffd"
+
+
+async def test_long_lines_are_cut_and_the_cut_is_said(call_tool: CallTool, workspace: Path) -> None:
+    path = workspace / "long.txt"
+    path.write_text("short\n" + "x" * 2500 + "\nend\n")
+    lines = (await read(call_tool, path)).split("\n")
+    assert lines[1] == "     2\t" + "x" * 2000
+    assert lines[2] == "     3\tend"
+    assert lines[-1] == (
+        "(Line 2 is longer than 2000 characters and is shown cut to its first 2000.)"
+    )
+
+
+async def test_empty_file_gives_a_warning_not_an_error(
+    call_tool: CallTool, workspace: Path
+) -> None:
+    path = workspace / "empty.txt"
+    path.write_bytes(b"")
+    output = await call_tool(TOOL, {"file_path": str(path)})
+    assert not output.is_error
+    assert text_of(output) == f"Warning: {path} exists but is empty (0 bytes)."
+
+
+async def test_offset_past_the_end_says_how_many_lines(
+    call_tool: CallTool, workspace: Path
+) -> None:
+    path = workspace / "three.txt"
+    path.write_text("a\nb\nc\n")
+    text = await read(call_tool, path, offset=10)
+    assert text.startswith(f"Warning: {path} has 3 lines, so offset 10 is past its end.")
+
+
+async def test_output_stops_before_the_budget(call_tool: CallTool, workspace: Path) -> None:
+    path = workspace / "wide.txt"
+    path.write_text(("y" * 1999 + "\n") * 200)
+    text = await read(call_tool, path, limit=200)
+    assert len(text) <= TOOL.traits.max_result_chars
+    assert "(Showing lines 1-49 of 200 (stopped there to stay within 99000 characters)." in text
+
+
+async def test_directory_is_refused_with_advice(call_tool: CallTool, workspace: Path) -> None:
+    (workspace / "sub").mkdir()
+    with pytest.raises(ToolError, match=r"is a directory.*Use LS"):
+        await read(call_tool, workspace / "sub")
+
+
+async def test_missing_file_is_an_error(call_tool: CallTool, workspace: Path) -> None:
+    with pytest.raises(ToolError, match="does not exist"):
+        await read(call_tool, workspace / "nope.txt")
+
+
+async def test_dev_zero_is_refused(call_tool: CallTool) -> None:
+    with pytest.raises(ConfinementError, match="outside the workspace"):
+        await read(call_tool, "/dev/zero")
+
+
+async def test_fifo_inside_the_workspace_is_refused_without_hanging(
+    call_tool: CallTool, workspace: Path
+) -> None:
+    fifo = workspace / "pipe"
+    os.mkfifo(fifo)
+    with pytest.raises(ConfinementError, match="not a regular file"):
+        await asyncio.wait_for(read(call_tool, fifo), timeout=5)
+
+
+async def test_symlink_pointing_outside_is_refused(
+    call_tool: CallTool, workspace: Path, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    secret = tmp_path_factory.mktemp("outside") / "secret.txt"
+    secret.write_text("top secret\n")
+    (workspace / "link.txt").symlink_to(secret)
+    with pytest.raises(ConfinementError, match="outside the workspace") as caught:
+        await read(call_tool, workspace / "link.txt")
+    assert "top secret" not in str(caught.value)
+
+
+async def test_symlink_inside_the_workspace_is_followed(
+    call_tool: CallTool, workspace: Path
+) -> None:
+    (workspace / "real.txt").write_text("hello\n")
+    (workspace / "alias.txt").symlink_to(workspace / "real.txt")
+    assert await read(call_tool, workspace / "alias.txt") == "     1\thello"
+
+
+async def test_dotdot_escape_is_refused(
+    call_tool: CallTool, workspace: Path, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    outside = tmp_path_factory.mktemp("elsewhere") / "x.txt"
+    outside.write_text("x\n")
+    escape = f"{workspace}/../{outside.parent.name}/x.txt"
+    with pytest.raises(ConfinementError, match="outside the workspace"):
+        await read(call_tool, escape)
+
+
+async def test_relative_path_is_refused_by_validate(call_tool: CallTool) -> None:
+    with pytest.raises(ToolInputError, match="must be an absolute path"):
+        await read(call_tool, "notes.txt")
+
+
+async def test_binary_file_is_refused(call_tool: CallTool, workspace: Path) -> None:
+    path = workspace / "blob.bin"
+    path.write_bytes(b"ELF\x00\x01\x02" + b"text" * 10)
+    with pytest.raises(ToolError, match="is a binary file"):
+        await read(call_tool, path)
+
+
+async def test_large_file_needs_offset_or_limit(call_tool: CallTool, workspace: Path) -> None:
+    path = workspace / "large.log"
+    path.write_text("0123456789abcdef\n" * (MAX_WHOLE_FILE_BYTES // 16))
+    size = path.stat().st_size
+    with pytest.raises(ToolError) as caught:
+        await read(call_tool, path)
+    assert f"is {size} bytes" in str(caught.value)
+    assert "offset and limit" in str(caught.value)
+    assert await read(call_tool, path, offset=5, limit=1) == "     5\t0123456789abcdef" + (
+        f"\n\n(Showing lines 5-5 of {MAX_WHOLE_FILE_BYTES // 16}. Call Read with offset=6 "
+        "to read on.)"
+    )
+
+
+async def test_the_whole_file_is_recorded_even_for_a_window(
+    call_tool: CallTool, workspace: Path, session: Session
+) -> None:
+    path = workspace / "rec.txt"
+    data = b"".join(b"row %d\n" % i for i in range(100))
+    path.write_bytes(data)
+    await read(call_tool, path, offset=50, limit=2)
+    record = session.reads[path]
+    assert record.sha256 == hashlib.sha256(data).hexdigest()
+    assert record.mtime_ns == path.stat().st_mtime_ns
+
+
+async def test_small_png_comes_back_as_an_image(call_tool: CallTool, workspace: Path) -> None:
+    png = b"\x89PNG\r\n\x1a\n" + b"\x00" * 64
+    (workspace / "pic.png").write_bytes(png)
+    output = await call_tool(TOOL, {"file_path": str(workspace / "pic.png")})
+    assert output.content == [ImageContent(media_type="image/png", data=png)]
+
+
+def test_numbers_may_come_as_strings() -> None:
+    args = ReadInput.model_validate({"file_path": "/w/f", "limit": "10", "offset": "2"})
+    assert (args.limit, args.offset) == (10, 2)
+
+
+@pytest.mark.parametrize(
+    ("raw", "complaint"),
+    [
+        ({"file_path": "/w/f", "bogus": 1}, "Extra inputs are not permitted"),
+        ({"file_path": "/w/f", "limit": -1}, "greater than 0"),
+        ({"file_path": "/w/f", "limit": 0}, "greater than 0"),
+        ({"file_path": "/w/f", "offset": -1}, "greater than or equal to 0"),
+        ({"file_path": "/w/f", "limit": True}, "got a boolean"),
+        ({"file_path": "/w/f", "limit": "ten"}, "valid integer"),
+        ({}, "Field required"),
+    ],
+)
+def test_schema_rejects_bad_input(raw: dict[str, object], complaint: str) -> None:
+    with pytest.raises(ValidationError, match=complaint):
+        ReadInput.model_validate(raw)
+
+
+def test_advertised_schema_is_strict_and_standard() -> None:
+    schema = TOOL.input_schema()
+    assert schema["additionalProperties"] is False
+    assert schema["required"] == ["file_path"]
+    assert schema["properties"]["limit"] == {
+        "description": schema["properties"]["limit"]["description"],
+        "exclusiveMinimum": 0,
+        "type": "integer",
+    }
+    assert schema["properties"]["offset"]["minimum"] == 0
+    json.dumps(schema)
+
+
+def test_touched_paths_say_whether_inside(workspace: Path, session: Session) -> None:
+    inside = TOOL.touched_paths(ReadInput(file_path=f"{workspace}/a.txt"), session)
+    outside = TOOL.touched_paths(ReadInput(file_path="/etc/hostname"), session)
+    assert (inside[0].path, inside[0].access, inside[0].inside_workspace) == (
+        workspace / "a.txt",
+        "read",
+        True,
+    )
+    assert outside[0].inside_workspace is False

@@ -1,0 +1,71 @@
+"""Whatever OPA answers, only a well-formed allow/ask/deny is taken; the rest is a deny."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from daemon.models import Outcome
+from daemon.policy.verdict import parse_verdict
+from sandbox.backend import NetworkMode, SandboxLimits
+
+SANDBOX = {"timeout_ms": 5000, "memory_mb": 256, "cpus": 1, "pids": 64, "network": "none"}
+
+
+def decision(**overrides: Any) -> dict[str, Any]:
+    body: dict[str, Any] = {
+        "outcome": "allow",
+        "reasons": [],
+        "sandbox": dict(SANDBOX),
+        "result_budget_chars": 1234,
+    }
+    body.update(overrides)
+    return {"result": body}
+
+
+def test_allow_carries_limits_and_budget() -> None:
+    verdict = parse_verdict(decision(), SandboxLimits())
+    assert verdict.outcome is Outcome.ALLOW
+    assert verdict.limits is not None
+    assert verdict.limits.timeout_ms == 5000
+    assert verdict.limits.memory_mb == 256
+    assert verdict.limits.network is NetworkMode.NONE
+    assert verdict.result_budget_chars == 1234
+
+
+def test_undefined_decision_is_a_deny() -> None:
+    verdict = parse_verdict({}, SandboxLimits())
+    assert verdict.outcome is Outcome.DENY
+    assert "undefined" in verdict.reasons[0]
+
+
+@pytest.mark.parametrize(
+    ("overrides", "where"),
+    [
+        ({"outcome": "permit"}, "outcome"),
+        ({"outcome": True}, "outcome"),
+        ({"reasons": "no"}, "reasons"),
+        ({"reasons": [1]}, "reasons"),
+        ({"sandbox": {**SANDBOX, "timeout_ms": "5000"}}, "sandbox.timeout_ms"),
+        ({"sandbox": {**SANDBOX, "network": "host"}}, "sandbox.network"),
+        ({"sandbox": {k: v for k, v in SANDBOX.items() if k != "pids"}}, "sandbox.pids"),
+        ({"result_budget_chars": -1}, "result_budget_chars"),
+        ({"result_budget_chars": 1.5}, "result_budget_chars"),
+    ],
+)
+def test_malformed_parts_are_a_deny_naming_the_part(overrides: dict[str, Any], where: str) -> None:
+    verdict = parse_verdict(decision(**overrides), SandboxLimits())
+    assert verdict.outcome is Outcome.DENY
+    assert where in verdict.reasons[0]
+    assert "malformed" in verdict.reasons[0]
+
+
+def test_result_that_is_not_an_object_is_a_deny() -> None:
+    assert parse_verdict({"result": "allow"}, SandboxLimits()).outcome is Outcome.DENY
+
+
+def test_deny_without_reasons_gets_one() -> None:
+    verdict = parse_verdict(decision(outcome="deny"), SandboxLimits())
+    assert verdict.outcome is Outcome.DENY
+    assert verdict.reasons
