@@ -8,6 +8,7 @@ import json
 import logging
 import os
 import sys
+import uuid
 from pathlib import Path
 from typing import Any
 
@@ -76,7 +77,8 @@ def _tool_uses_from(args: argparse.Namespace) -> list[dict[str, Any]]:
         raw_input = json.loads(args.input) if args.input else {}
         if not isinstance(raw_input, dict):
             raise ValueError("INPUT must be a JSON object")
-        return [{"id": args.id, "name": args.name, "input": raw_input}]
+        tool_use_id = args.id or f"toolu_cli_{uuid.uuid4().hex[:16]}"
+        return [{"id": tool_use_id, "name": args.name, "input": raw_input}]
     document = json.load(sys.stdin)
     blocks = document if isinstance(document, list) else [document]
     if not all(isinstance(b, dict) for b in blocks):
@@ -142,7 +144,9 @@ def build_parser() -> argparse.ArgumentParser:
         if name == "call":
             command.add_argument("name", nargs="?", help="tool name (else tool_use JSON on stdin)")
             command.add_argument("input", nargs="?", help="tool input as a JSON object")
-            command.add_argument("--id", default="toolu_cli", help="tool_use id to send")
+            command.add_argument(
+                "--id", default="", help="tool_use id to send (default: a fresh one per call)"
+            )
     return parser
 
 

@@ -69,6 +69,23 @@ class SandboxSettings(_Section):
     ceilings: SandboxCeilings = SandboxCeilings()
 
 
+class SchedulerSettings(_Section):
+    """How calls are scheduled and bounded."""
+
+    max_parallel: int = Field(default=10, ge=1, le=100)
+    """Largest group of concurrency-safe calls run in parallel."""
+    max_in_flight: int = Field(default=64, ge=1)
+    """Calls running at once, overall."""
+    max_in_flight_per_session: int = Field(default=16, ge=1)
+    """Calls running at once in one session."""
+    queue_timeout_s: float = Field(default=30.0, gt=0)
+    """How long a call waits for a slot before the caller gets RESOURCE_EXHAUSTED."""
+    replay_ttl_s: float = Field(default=600.0, gt=0)
+    """How long answers are remembered by tool_use id (idempotent retries)."""
+    replay_max_entries: int = Field(default=2_000, ge=1)
+    """How many answers are remembered at most."""
+
+
 class Settings(BaseSettings):
     """Everything the daemon is configured with."""
 
@@ -90,6 +107,7 @@ class Settings(BaseSettings):
     """Names this daemon's containers (default: derived from the listen address)."""
     opa: OpaSettings = OpaSettings()
     sandbox: SandboxSettings = SandboxSettings()
+    scheduler: SchedulerSettings = SchedulerSettings()
 
     @field_validator("listen")
     @classmethod

@@ -6,6 +6,7 @@ from sandbox.backend import SandboxError
 
 __all__ = [
     "ConfinementError",
+    "Overloaded",
     "PolicyError",
     "PolicyLoadError",
     "RequestError",
@@ -30,6 +31,10 @@ class RequestTooLarge(TooljailError):
     """The request exceeds a size limit (RESOURCE_EXHAUSTED)."""
 
 
+class Overloaded(TooljailError):
+    """Too many calls in flight and none finished in time (RESOURCE_EXHAUSTED)."""
+
+
 class Unavailable(TooljailError):
     """The daemon cannot take calls right now (UNAVAILABLE), e.g. shutting down."""
 
@@ -52,4 +57,3 @@ class PolicyError(TooljailError):
 
 class PolicyLoadError(TooljailError):
     """A policy failed to compile or load; the message carries OPA's file/row/col details."""
-

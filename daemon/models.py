@@ -124,6 +124,8 @@ class ExecutionReport(Frozen):
     """The result was cut to fit its budget."""
     original_chars: int = 0
     """Size of the result before any cut."""
+    replayed: bool = False
+    """The answer was remembered from an earlier call with the same tool_use id; nothing ran now."""
 
 
 class ExecuteOutcome(Frozen):

@@ -4,13 +4,15 @@ is_error tool_result; only malformed requests become gRPC statuses (raised as Re
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import hashlib
 import json
 import logging
 import time
 import uuid
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from daemon.audit import AuditLog
@@ -32,7 +34,15 @@ from daemon.policy.engine import PolicyEngine
 from daemon.policy.verdict import Verdict
 from daemon.session import Session
 from daemon.sessions import SessionStore
-from daemon.tools.contract import AnyTool, CallContext, SandboxRunner, ToolOutput
+from daemon.tools.contract import (
+    AnyTool,
+    CallContext,
+    InterruptBehavior,
+    SandboxRunner,
+    ToolInput,
+    ToolOutput,
+    TouchedPath,
+)
 from daemon.tools.registry import ToolDefinition, ToolRegistry
 from daemon.tools.validation import parse_input
 from sandbox.backend import SandboxLimits
@@ -50,6 +60,28 @@ class CallRequest:
     tool_use: ToolUse
     session_id: str = ""
     approval_token: str = ""
+
+
+@dataclass(frozen=True)
+class PreparedCall:
+    """A call after look-up and validation: ready to decide and run, or already answered."""
+
+    request: CallRequest
+    session: Session
+    started: float
+    """Monotonic time the call arrived."""
+    tool: AnyTool | None = None
+    args: ToolInput | None = None
+    paths: list[TouchedPath] = field(default_factory=list)
+    early: str | None = None
+    """Set when look-up or validation failed: the error text the model gets; nothing runs."""
+
+    @property
+    def concurrency_safe(self) -> bool:
+        """May run beside other safe calls. A call that failed validation is not safe."""
+        if self.early is not None or self.tool is None or self.args is None:
+            return False
+        return self.tool.is_concurrency_safe(self.args)
 
 
 @dataclass(frozen=True)
@@ -98,34 +130,45 @@ class Pipeline:
             raise Unavailable("the policy engine cannot be reached; retry ListTools later")
         return [d for d in definitions if d.name in visible]
 
-    async def execute(self, request: CallRequest, caller: Caller) -> ExecuteOutcome:
-        """Run one call through every step; never raises for anything the model did."""
+    def prepare(self, request: CallRequest) -> PreparedCall:
+        """Look up and validate, without side effects; failures are kept as an early answer."""
         started = time.monotonic()
         session = self._sessions.get(request.session_id)
         tool_use = request.tool_use
         tool = self._registry.get(tool_use.name)
         if tool is None:
             names = ", ".join(self._registry.names())
-            result = _error(
-                tool_use.id,
-                f"Unknown tool {tool_use.name!r}. The available tools are: {names}. "
+            return PreparedCall(
+                request,
+                session,
+                started,
+                early=f"Unknown tool {tool_use.name!r}. The available tools are: {names}. "
                 "Call one of those instead.",
             )
-            return self._finish(request, session, caller, None, result, ExecutionReport(), started)
         try:
             args = parse_input(tool, tool_use.input)
             args = tool.validate(args, session)
             paths = tool.touched_paths(args, session)
         except ToolError as exc:
-            result = _error(tool_use.id, str(exc))
-            return self._finish(request, session, caller, None, result, ExecutionReport(), started)
+            return PreparedCall(request, session, started, tool=tool, early=str(exc))
+        return PreparedCall(request, session, started, tool=tool, args=args, paths=paths)
 
-        verdict = await self._policy.decide(call_document(tool, args, paths, session, caller))
+    async def execute(self, request: CallRequest, caller: Caller) -> ExecuteOutcome:
+        """Run one call through every step; never raises for anything the model did."""
+        return await self.run(self.prepare(request), caller)
+
+    async def run(self, call: PreparedCall, caller: Caller) -> ExecuteOutcome:
+        """Decide, execute, map, fit and audit a prepared call."""
+        tool_use = call.request.tool_use
+        if call.early is not None or call.tool is None or call.args is None:
+            result = _error(tool_use.id, call.early or "The call could not be prepared.")
+            return self._finish(call, caller, None, result, ExecutionReport())
+        tool, args, session = call.tool, call.args, call.session
+
+        verdict = await self._policy.decide(call_document(tool, args, call.paths, session, caller))
         if verdict.outcome is not Outcome.ALLOW:
             result = _error(tool_use.id, self._refusal_text(tool.name, verdict))
-            return self._finish(
-                request, session, caller, verdict, result, ExecutionReport(), started
-            )
+            return self._finish(call, caller, verdict, result, ExecutionReport())
 
         limits = clamp_limits(verdict.limits or self._limits.default_sandbox, self._limits.ceilings)
         budget = min(tool.traits.max_result_chars, self._limits.result_budget_chars)
@@ -138,7 +181,7 @@ class Pipeline:
             sandbox=self._runner_factory(session, tool_use.id) if tool.traits.sandboxed else None,
         )
         exec_started = time.monotonic()
-        output = await self._run_tool(tool, args, ctx)
+        output = await self._run_respecting_interrupt(tool, args, ctx)
         content, fitted = fit_content(output.content, budget, output.keep)
         report = ExecutionReport(
             sandboxed=tool.traits.sandboxed,
@@ -151,7 +194,7 @@ class Pipeline:
             original_chars=fitted.original_chars,
         )
         result = ToolResult(tool_use_id=tool_use.id, content=content, is_error=output.is_error)
-        return self._finish(request, session, caller, verdict, result, report, started)
+        return self._finish(call, caller, verdict, result, report)
 
     @staticmethod
     def _refusal_text(tool_name: str, verdict: Verdict) -> str:
@@ -165,6 +208,23 @@ class Pipeline:
             f"The {tool_name} call was denied by policy:\n{reasons}\n"
             "It did not run. Do not retry it unchanged."
         )
+
+    @classmethod
+    async def _run_respecting_interrupt(
+        cls, tool: AnyTool, args: Any, ctx: CallContext
+    ) -> ToolOutput:
+        """A `cancel` tool stops at once; a `block` tool finishes its current step first, so an
+        interrupted Edit never leaves a half-written file, then the cancellation goes on."""
+        if tool.traits.interrupt is InterruptBehavior.CANCEL:
+            return await cls._run_tool(tool, args, ctx)
+        task = asyncio.create_task(cls._run_tool(tool, args, ctx))
+        try:
+            return await asyncio.shield(task)
+        except asyncio.CancelledError:
+            while not task.done():
+                with contextlib.suppress(asyncio.CancelledError):
+                    await asyncio.shield(task)
+            raise
 
     @staticmethod
     async def _run_tool(tool: AnyTool, args: Any, ctx: CallContext) -> ToolOutput:
@@ -207,14 +267,13 @@ class Pipeline:
 
     def _finish(
         self,
-        request: CallRequest,
-        session: Session,
+        call: PreparedCall,
         caller: Caller,
         verdict: Verdict | None,
         result: ToolResult,
         report: ExecutionReport,
-        started: float,
     ) -> ExecuteOutcome:
+        request = call.request
         decision_id = (verdict.decision_id if verdict else "") or uuid.uuid4().hex
         decision = Decision(
             outcome=verdict.outcome if verdict else None,
@@ -227,7 +286,7 @@ class Pipeline:
                 "time": time.time(),
                 "decision_id": decision_id,
                 "principal": caller.principal,
-                "session": session.id,
+                "session": call.session.id,
                 "tool_use_id": request.tool_use.id,
                 "tool": request.tool_use.name,
                 "input_sha256": _input_digest(request.tool_use.input),
@@ -236,7 +295,7 @@ class Pipeline:
                 "policy_revision": decision.policy_revision,
                 "is_error": result.is_error,
                 "truncated": report.truncated,
-                "duration_ms": int((time.monotonic() - started) * 1000),
+                "duration_ms": int((time.monotonic() - call.started) * 1000),
             }
         )
         return ExecuteOutcome(result=result, decision=decision, report=report)

@@ -16,12 +16,14 @@ from grpc_reflection.v1alpha import reflection
 from daemon._generated.tooljail.v1 import executor_pb2, executor_pb2_grpc
 from daemon.audit import AuditLog
 from daemon.config import PROJECT_ROOT, Settings
+from daemon.idempotency import ResultCache
 from daemon.listen import ListenAddress
 from daemon.pipeline import Pipeline, PipelineLimits, RunnerFactory
 from daemon.policy.opa_engine import OpaPolicyEngine
 from daemon.policy.opa_server import ManagedOpa, find_opa
 from daemon.policy.revision import policy_revision
 from daemon.sandbox_bridge import SessionSandboxRunner
+from daemon.scheduler import Scheduler, SchedulerLimits
 from daemon.server.service import ExecutorService
 from daemon.session import Session
 from daemon.sessions import SessionStore
@@ -51,6 +53,7 @@ class Daemon:
         self.opa: ManagedOpa | None = None
         self.engine: OpaPolicyEngine | None = None
         self.sandbox_executor: object | None = None
+        self.scheduler: Scheduler | None = None
         self._server: grpc.aio.Server | None = None
         self._health = health.aio.HealthServicer()
         self._audit: AuditLog | None = None
@@ -98,8 +101,20 @@ class Daemon:
                 ("grpc.max_send_message_length", settings.max_request_bytes),
             ]
         )
+        sched = settings.scheduler
+        scheduler = Scheduler(
+            pipeline,
+            SchedulerLimits(
+                max_parallel=sched.max_parallel,
+                max_in_flight=sched.max_in_flight,
+                max_in_flight_per_session=sched.max_in_flight_per_session,
+                queue_timeout_s=sched.queue_timeout_s,
+            ),
+            ResultCache(ttl_s=sched.replay_ttl_s, max_entries=sched.replay_max_entries),
+        )
+        self.scheduler = scheduler
         executor_pb2_grpc.add_ExecutorServicer_to_server(
-            ExecutorService(pipeline, DEFAULT_PRINCIPAL), server
+            ExecutorService(pipeline, scheduler, DEFAULT_PRINCIPAL), server
         )
         health_pb2_grpc.add_HealthServicer_to_server(self._health, server)
         reflection.enable_server_reflection(

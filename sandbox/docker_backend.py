@@ -15,8 +15,8 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import contextlib
 import logging
-import os
 import socket
 import ssl
 import stat
@@ -95,10 +95,9 @@ class _AttachConnection:
         if response is not None:
             closers.insert(0, response.close)
         for closer in closers:
-            try:
+            # Already closed underneath (the response owns the socket too): nothing to release.
+            with contextlib.suppress(OSError, ValueError):
                 closer()
-            except (OSError, ValueError):  # already closed underneath: nothing left to release
-                pass
 
 
 class DockerBackend(SandboxBackend):
@@ -149,6 +148,8 @@ class DockerBackend(SandboxBackend):
         )
         self._live: set[str] = set()
         self._live_lock = threading.Lock()
+        self._starting: set[asyncio.Future[tuple[str, _AttachConnection]]] = set()
+        self._cleanups: set[asyncio.Task[None]] = set()
         self._closed = False
 
     # --- blocking helpers, run in worker threads ------------------------------------------------
@@ -172,7 +173,7 @@ class DockerBackend(SandboxBackend):
 
     def _owner_of(self, workspace: Path) -> tuple[int, int]:
         try:
-            info = os.stat(workspace)
+            info = workspace.stat()
         except OSError as exc:
             raise SandboxStartError(
                 f"workspace {workspace} is not accessible ({exc.strerror}); "
@@ -206,6 +207,8 @@ class DockerBackend(SandboxBackend):
         self._track(container_id)
         conn: _AttachConnection | None = None
         try:
+            if self._closed:
+                raise SandboxStartError("the sandbox backend closed while the container started")
             # Attach before start: the runner stays silent until it has the request, so nothing
             # can be missed, and the first byte of its answer is already on its way to us.
             params = {"stdin": 1, "stdout": 1, "stderr": 1, "stream": 1}
@@ -228,10 +231,9 @@ class DockerBackend(SandboxBackend):
             return
         container_id, conn = future.result()
         conn.close()
-        try:
-            self._threads.submit(self._remove_sync, container_id)
-        except RuntimeError:  # threads already shut down: do it here, it is rare
-            self._remove_sync(container_id)
+        task = asyncio.ensure_future(self.remove(container_id))
+        self._cleanups.add(task)
+        task.add_done_callback(self._cleanups.discard)
 
     # --- SandboxBackend -------------------------------------------------------------------------
 
@@ -240,6 +242,8 @@ class DockerBackend(SandboxBackend):
             raise SandboxStartError("the sandbox backend is closed (the daemon is shutting down)")
         loop = asyncio.get_running_loop()
         future = loop.run_in_executor(self._threads, self._start_sync, spec, tool_use_id)
+        self._starting.add(future)
+        future.add_done_callback(self._starting.discard)
         try:
             container_id, conn = await asyncio.shield(future)
         except asyncio.CancelledError:
@@ -249,10 +253,9 @@ class DockerBackend(SandboxBackend):
 
     async def remove(self, container_id: str) -> None:
         """Kill and remove one container (idempotent); failures are logged, the reaper retries."""
-        try:
+        # RuntimeError: threads shut down by close(), which removed everything already.
+        with contextlib.suppress(RuntimeError):
             await self._call(self._remove_sync, container_id)
-        except RuntimeError:  # threads shut down by close(), which removed everything already
-            pass
 
     async def reap(self) -> int:
         removed = await self._call(reaper.reap_instance, self.api, self.instance_id)
@@ -294,6 +297,10 @@ class DockerBackend(SandboxBackend):
         if self._closed:
             return
         self._closed = True
+        # Starts still in a worker thread (their callers may be gone): let them finish, so what
+        # they created is tracked (or already handed to a cleanup) before the sweep below.
+        while self._starting or self._cleanups:
+            await asyncio.gather(*self._starting, *self._cleanups, return_exceptions=True)
         with self._live_lock:
             live = list(self._live)
         await asyncio.gather(*(self._call(self._remove_sync, cid) for cid in live))
@@ -342,13 +349,10 @@ class DockerSandbox(Sandbox):
                 await self._send(encode_frame(payload))
                 message = await self._read_result(max_frame)
         except TimeoutError:
+            # The runner enforces the timeout itself; reaching this means even that failed.
+            log.warning("sandbox %s missed its %.1f s deadline; killed", self._id[:12], deadline_s)
             await self.destroy()
-            return self._result(
-                started,
-                exit_code=137,
-                timed_out=True,
-                error=f"the sandbox did not answer within {deadline_s:.1f} s and was killed",
-            )
+            return self._result(started, exit_code=137, timed_out=True)
         except asyncio.CancelledError:
             await asyncio.shield(self.destroy())
             raise
@@ -366,7 +370,9 @@ class DockerSandbox(Sandbox):
         except OSError as exc:
             # The runner acts only on a complete request: a failed send ran nothing.
             await self.destroy()
-            raise SandboxNotDelivered(f"sandbox {self._id[:12]} refused the request: {exc}") from exc
+            raise SandboxNotDelivered(
+                f"sandbox {self._id[:12]} refused the request: {exc}"
+            ) from exc
 
     async def _read_result(self, max_frame: int) -> dict[str, Any]:
         loop = asyncio.get_running_loop()
@@ -401,13 +407,8 @@ class DockerSandbox(Sandbox):
 
     async def _failure(self, started: float, exc: Exception) -> SandboxResult:
         if self._destroy_task is not None and not isinstance(exc, ProtocolError):
-            return self._result(
-                started,
-                exit_code=-1,
-                cancelled=True,
-                error="the sandbox was stopped before the request finished (cancelled or the "
-                "daemon is shutting down)",
-            )
+            # Stopped by us (shutdown) while it ran: a cancellation, not a failure.
+            return self._result(started, exit_code=-1, cancelled=True)
         detail = str(exc)
         if isinstance(exc, _RunnerGone):
             detail = "its runner ended without answering"

@@ -62,12 +62,14 @@ class SandboxExecutor:
     """Warm-pooled, one-container-per-call execution of sandbox requests.
 
     Args:
-        backend: Starts and removes containers. The executor does not close it.
+        backend: Starts and removes containers.
         pool_size: Warm containers kept per profile (0: always cold).
         idle_ttl_s: A warm container unused for this long is destroyed.
         max_pooled: Cap on warm plus starting containers over all profiles.
         reap_interval_s: How often untracked leftovers of this instance are reaped.
         maintenance_interval_s: How often idle warm containers are looked at.
+        close_backend: `close()` also closes the backend (which verifies that no container of
+            the instance is left).
     """
 
     def __init__(
@@ -79,8 +81,10 @@ class SandboxExecutor:
         max_pooled: int = 32,
         reap_interval_s: float = 60.0,
         maintenance_interval_s: float = 1.0,
+        close_backend: bool = True,
     ) -> None:
         self._backend = backend
+        self._close_backend = close_backend
         self._pool = WarmPool(size=pool_size, idle_ttl_s=idle_ttl_s, max_total=max_pooled)
         self._reap_interval_s = reap_interval_s
         self._maintenance_interval_s = maintenance_interval_s
@@ -130,7 +134,13 @@ class SandboxExecutor:
                     return result
             self._counts["pool_misses"] += 1
             sandbox = await self._start(spec, tool_use_id)
-            return await self._run_on(sandbox, request)
+            try:
+                return await self._run_on(sandbox, request)
+            except SandboxNotDelivered as exc:
+                raise SandboxStartError(
+                    f"the sandbox container ended before it got the request ({exc}); nothing "
+                    "ran, retry the call"
+                ) from exc
         finally:
             # After the call, not before: starting containers competes for CPU with the call.
             if not self._closed:
@@ -170,6 +180,8 @@ class SandboxExecutor:
         self._destroy_later([*self._pool.drain(), *self._in_flight])
         while self._destroys:
             await asyncio.gather(*list(self._destroys), return_exceptions=True)
+        if self._close_backend:
+            await self._backend.close()
 
     # --- internals ------------------------------------------------------------------------------
 
@@ -238,5 +250,5 @@ class SandboxExecutor:
             next_reap = time.monotonic() + self._reap_interval_s
             try:
                 self._counts["reaped"] += await self._backend.reap_untracked()
-            except Exception:  # noqa: BLE001 - a failed sweep is retried at the next interval
+            except Exception:  # a failed sweep is retried at the next interval
                 log.warning("periodic sandbox reaping failed", exc_info=True)

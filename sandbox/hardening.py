@@ -27,8 +27,9 @@ RUNNER_PATH = "/opt/tooljail/runner.py"
 #: The whole environment of a container: nothing of the daemon's own environment leaks in.
 SAFE_ENV: dict[str, str] = {
     "PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
-    "HOME": "/tmp",
-    "TMPDIR": "/tmp",
+    # The container's own tmpfs, the only writable place besides the workspace.
+    "HOME": "/tmp",  # noqa: S108
+    "TMPDIR": "/tmp",  # noqa: S108
     "LANG": "C.UTF-8",
     "TERM": "dumb",
     # Nothing may wait for a human: pagers and credential prompts would hang until the timeout.
@@ -113,7 +114,7 @@ def container_recipe(
         "cap_drop": ["ALL"],
         "security_opt": ["no-new-privileges"],
         "read_only": True,
-        "tmpfs": {"/tmp": f"rw,nosuid,nodev,size={limits.tmpfs_mb}m,mode=1777"},
+        "tmpfs": {"/tmp": f"rw,nosuid,nodev,size={limits.tmpfs_mb}m,mode=1777"},  # noqa: S108
         "network_mode": "bridge" if limits.network == NetworkMode.BRIDGE else "none",
         "ipc_mode": "private",
         "pids_limit": limits.pids,

@@ -94,9 +94,7 @@ class FrameDecoder:
         while len(self._buffer) >= _LENGTH.size:
             (length,) = _LENGTH.unpack_from(self._buffer)
             if length > self._max:
-                raise ProtocolError(
-                    f"message of {length} bytes exceeds the {self._max}-byte limit"
-                )
+                raise ProtocolError(f"message of {length} bytes exceeds the {self._max}-byte limit")
             end = _LENGTH.size + length
             if len(self._buffer) < end:
                 break

@@ -24,9 +24,7 @@ def instance_filters(instance_id: str) -> dict[str, list[str]]:
     return {"label": [f"{LABEL_MANAGED}=true", f"{LABEL_INSTANCE}={instance_id}"]}
 
 
-def list_instance_containers(
-    api: docker.APIClient, instance_id: str
-) -> list[tuple[str, float]]:
+def list_instance_containers(api: docker.APIClient, instance_id: str) -> list[tuple[str, float]]:
     """Ids and creation times (unix seconds) of the instance's containers in every state."""
     found = api.containers(all=True, filters=instance_filters(instance_id))
     return [(str(c["Id"]), float(c.get("Created", 0))) for c in found]

@@ -11,6 +11,7 @@ from daemon._generated.tooljail.v1 import executor_pb2_grpc as pb_grpc
 from daemon.errors import TooljailError
 from daemon.models import Caller
 from daemon.pipeline import Pipeline
+from daemon.scheduler import Scheduler
 from daemon.server import convert
 from daemon.server.status import status_for
 
@@ -26,8 +27,9 @@ def caller_of(context: grpc.aio.ServicerContext[object, object], default_princip
 class ExecutorService(pb_grpc.ExecutorServicer):
     """tooljail.v1.Executor."""
 
-    def __init__(self, pipeline: Pipeline, default_principal: str) -> None:
+    def __init__(self, pipeline: Pipeline, scheduler: Scheduler, default_principal: str) -> None:
         self._pipeline = pipeline
+        self._scheduler = scheduler
         self._principal = default_principal
 
     async def ListTools(
@@ -46,7 +48,7 @@ class ExecutorService(pb_grpc.ExecutorServicer):
     ) -> pb.ExecuteResponse:
         try:
             call = convert.call_request_from_proto(request)
-            outcome = await self._pipeline.execute(call, caller_of(context, self._principal))
+            outcome = await self._scheduler.execute(call, caller_of(context, self._principal))
         except TooljailError as exc:
             await context.abort(status_for(exc), str(exc))
         return convert.outcome_to_proto(outcome)
@@ -59,9 +61,8 @@ class ExecutorService(pb_grpc.ExecutorServicer):
         except TooljailError as exc:
             await context.abort(status_for(exc), str(exc))
         caller = caller_of(context, self._principal)
-        for call in calls:
-            try:
-                outcome = await self._pipeline.execute(call, caller)
-            except TooljailError as exc:
-                await context.abort(status_for(exc), str(exc))
-            yield convert.outcome_to_proto(outcome)
+        try:
+            async for outcome in self._scheduler.execute_batch(calls, caller):
+                yield convert.outcome_to_proto(outcome)
+        except TooljailError as exc:
+            await context.abort(status_for(exc), str(exc))

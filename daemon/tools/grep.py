@@ -270,7 +270,7 @@ async def run_rg(
     finally:
         if proc.returncode is None:
             with contextlib.suppress(ProcessLookupError):
-                pass
+                proc.kill()
             await proc.wait()
         if not stderr_task.done():
             stderr_task.cancel()
@@ -445,4 +445,5 @@ class GrepTool(Tool[GrepInput, GrepResult]):
             out.append("(The output was too large to keep in full; some lines are missing.)")
         if result.warnings:
             out.append(f"(ripgrep reported errors for some files:\n{result.warnings})")
-        return ToolOutput(content=[TextContent(text="\n".join(out))], keep="head")
+        # Over budget the head and the tail survive (the tail carries the paging note).
+        return ToolOutput(content=[TextContent(text="\n".join(out))])

@@ -295,7 +295,8 @@ class ReadTool(Tool[ReadInput, ReadResult]):
         body = "\n".join(numbered)
         if notes:
             body += "\n\n" + "\n".join(notes)
-        return ToolOutput(content=[TextContent(text=body)], keep="head")
+        # Over budget, head and tail both survive: the tail carries the "continue at offset" note.
+        return ToolOutput(content=[TextContent(text=body)])
 
 
 def _notes(result: ReadResult) -> list[str]:

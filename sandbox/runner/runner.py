@@ -16,6 +16,7 @@ killed by signal N (a timeout or the OOM killer shows up as 137, SIGKILL), -1 wh
 from __future__ import annotations
 
 import argparse
+import contextlib
 import errno
 import hashlib
 import json
@@ -26,6 +27,7 @@ import struct
 import subprocess
 import sys
 import time
+from pathlib import Path
 from typing import Any
 
 PROTOCOL_VERSION = 1
@@ -178,8 +180,7 @@ def oom_kill_count() -> int | None:
     """OOM kills so far in this container's memory cgroup (v2 or v1), None when unreadable."""
     for path in ("/sys/fs/cgroup/memory.events", "/sys/fs/cgroup/memory/memory.oom_control"):
         try:
-            with open(path, encoding="ascii") as handle:
-                lines = handle.read().splitlines()
+            lines = Path(path).read_text(encoding="ascii").splitlines()
         except OSError:
             continue
         for line in lines:
@@ -190,10 +191,8 @@ def oom_kill_count() -> int | None:
 
 
 def _kill_group(pgid: int) -> None:
-    try:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(pgid, signal.SIGKILL)
-    except (ProcessLookupError, PermissionError):
-        pass
 
 
 def _read_available(fd: int) -> bytes:
@@ -308,10 +307,9 @@ def _pump(proc: subprocess.Popen[bytes], out_r: int, sink: OutputSink, deadline:
     _kill_group(proc.pid)
     if pipe_open:
         _drain(out_r, sink, time.monotonic() + DRAIN_GRACE_S)
-    try:
+    # A process stuck in the kernel (D state) cannot be waited for; the container's end takes it.
+    with contextlib.suppress(subprocess.TimeoutExpired):
         proc.wait(timeout=5)
-    except subprocess.TimeoutExpired:
-        pass  # unkillable (D state); the container's destruction takes it
     return timed_out
 
 
@@ -335,17 +333,17 @@ _ERRNO_ADVICE = {
     errno.EPERM: "operation not permitted",
     errno.EROFS: "read-only file system: only files inside the workspace can be written",
     errno.EFBIG: "file too large for the sandbox's file-size limit",
-    errno.EISDIR: "it is a directory",
+    errno.EISDIR: "it is a directory, not a file",
     errno.ENOTDIR: "a parent of it is not a directory",
     errno.ENAMETOOLONG: "the file name is too long",
 }
 
 
-def _sha256_of(path: str) -> str | None:
+def _sha256_of(path: Path) -> str | None:
     """sha256 of the file's current content, None when it does not exist."""
     digest = hashlib.sha256()
     try:
-        with open(path, "rb") as handle:
+        with path.open("rb") as handle:
             for block in iter(lambda: handle.read(_CHUNK), b""):
                 digest.update(block)
     except FileNotFoundError:
@@ -356,20 +354,22 @@ def _sha256_of(path: str) -> str | None:
 def write_file(request: dict[str, Any]) -> dict[str, Any]:
     """Replace or create a file atomically, if it is still what the host last read."""
     path = str(request["path"])
-    if not os.path.isabs(path):
-        return {"exit_code": 1, "error": f"{path} is not an absolute path; give the full path"}
-    # Write through symbolic links, as an editor would; the sandbox can only write the workspace.
     content, expected = request["content"], request.get("expected_sha256")
     if not isinstance(content, str) or not (expected is None or isinstance(expected, str)):
         raise TypeError("content must be a string and expected_sha256 a string or null")
-    target = os.path.realpath(path)
+    if not Path(path).is_absolute():
+        return {"exit_code": 1, "error": "the path is not absolute; give the full path"}
+    # Write through symbolic links, as an editor would; the sandbox can only write the workspace.
+    target = Path(path).resolve()
     try:
-        _replace_checked(target, content.encode("utf-8"), expected)
+        _replace_checked(target, content.encode("utf-8"), expected and expected.lower())
     except _Stale as exc:
-        return {"exit_code": 1, "error": f"{path} {exc}"}
+        return {"exit_code": 1, "error": str(exc)}
     except OSError as exc:
-        reason = _ERRNO_ADVICE.get(exc.errno or 0, exc.strerror or str(exc))
-        return {"exit_code": 1, "error": f"cannot write {path}: {reason}"}
+        return {
+            "exit_code": 1,
+            "error": _ERRNO_ADVICE.get(exc.errno or 0, exc.strerror or str(exc)),
+        }
     return {"exit_code": 0}
 
 
@@ -377,18 +377,18 @@ class _Stale(Exception):
     pass
 
 
-def _replace_checked(target: str, data: bytes, expected: str | None) -> None:
-    parent = os.path.dirname(target)
-    os.makedirs(parent, exist_ok=True)
+def _replace_checked(target: Path, data: bytes, expected: str | None) -> None:
+    parent = target.parent
+    parent.mkdir(parents=True, exist_ok=True)
     try:
-        mode = os.stat(target).st_mode & 0o7777
+        mode = target.stat().st_mode & 0o7777
     except FileNotFoundError:
         umask = os.umask(0)
         os.umask(umask)
         mode = 0o666 & ~umask
-    if os.path.isdir(target):
-        raise OSError(errno.EISDIR, os.strerror(errno.EISDIR), target)
-    tmp = os.path.join(parent, f".{os.path.basename(target)}.tooljail-{os.urandom(6).hex()}.tmp")
+    if target.is_dir():
+        raise OSError(errno.EISDIR, os.strerror(errno.EISDIR), str(target))
+    tmp = parent / f".{target.name}.tooljail-{os.urandom(6).hex()}.tmp"
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
     try:
         try:
@@ -403,21 +403,19 @@ def _replace_checked(target: str, data: bytes, expected: str | None) -> None:
         current = _sha256_of(target)
         if current != expected:
             if expected is None:
-                raise _Stale("changed since it was read: it now exists; read it first")
+                raise _Stale("the file changed since it was read (it exists now); Read it, retry")
             if current is None:
-                raise _Stale("changed since it was read: it was deleted; read it again")
-            raise _Stale("changed since it was read; read it again before writing")
-        os.replace(tmp, target)
+                raise _Stale("the file changed since it was read (it was deleted); Read it, retry")
+            raise _Stale("the file changed since it was read; Read it again, then retry")
+        tmp.replace(target)
     except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
+        with contextlib.suppress(OSError):
+            tmp.unlink()
         raise
     _fsync_dir(parent)
 
 
-def _fsync_dir(path: str) -> None:
+def _fsync_dir(path: Path) -> None:
     try:
         fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
     except OSError:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import threading
+import uuid
 from collections.abc import Iterator
 from concurrent.futures import Future
 from contextlib import contextmanager
@@ -59,10 +60,10 @@ class RunningDaemon:
 
     # Helpers the tests use.
     def execute(
-        self, name: str, tool_input: dict[str, Any], tool_use_id: str = "toolu_test", **kw: Any
+        self, name: str, tool_input: dict[str, Any], tool_use_id: str = "", **kw: Any
     ) -> pb.ExecuteResponse:
-        """Execute one tool_use."""
-        tool_use = pb.ToolUse(id=tool_use_id, name=name)
+        """Execute one tool_use (a fresh id unless one is given)."""
+        tool_use = pb.ToolUse(id=tool_use_id or f"toolu_{uuid.uuid4().hex[:16]}", name=name)
         tool_use.input.update(tool_input)
         response: pb.ExecuteResponse = self.stub.Execute(
             pb.ExecuteRequest(tool_use=tool_use, **kw), timeout=120

@@ -52,7 +52,9 @@ def test_read_with_offset_and_limit_numbers_lines_like_cat_n(
 ) -> None:
     target = workdir / "lines.txt"
     target.write_text("".join(f"line {i}\n" for i in range(1, 21)))
-    response = host_daemon.execute("Read", {"file_path": str(target), "offset": 5, "limit": 3})
+    response = host_daemon.execute(
+        "Read", {"file_path": str(target), "offset": 5, "limit": 3}, tool_use_id="toolu_lines"
+    )
     assert not response.result.is_error, text_of(response)
     assert response.decision.outcome == pb.ALLOW
     assert text_of(response).startswith("     5\tline 5\n     6\tline 6\n     7\tline 7")
@@ -61,7 +63,7 @@ def test_read_with_offset_and_limit_numbers_lines_like_cat_n(
     TypeAdapter(ToolResultBlockParam).validate_python(envelope)
     assert envelope == {
         "type": "tool_result",
-        "tool_use_id": "toolu_test",
+        "tool_use_id": "toolu_lines",
         "content": [{"type": "text", "text": text_of(response)}],
         "is_error": False,
     }
@@ -142,7 +144,7 @@ def test_read_over_budget_is_cut_with_head_and_tail(
     host_daemon: RunningDaemon, workdir: Path
 ) -> None:
     big = workdir / "big.txt"
-    big.write_text("".join(f"row {i:06d} " + "x" * 60 + "\n" for i in range(1, 1_901)))
+    big.write_text("".join(f"row {i:06d} " + "x" * 60 + "\n" for i in range(1, 1_001)))
     response = host_daemon.execute("Read", {"file_path": str(big)})
     text = text_of(response)
     assert not response.result.is_error
@@ -150,7 +152,7 @@ def test_read_over_budget_is_cut_with_head_and_tail(
     assert response.report.original_chars > 50_000
     assert len(text) <= 50_000
     assert text.startswith("     1\trow 000001")
-    assert text.rstrip("\n").endswith("row 001900 " + "x" * 60)
+    assert text.rstrip("\n").endswith("row 001000 " + "x" * 60)
     assert "cut here" in text
 
 

@@ -316,6 +316,7 @@ class ExecutionReport(_message.Message):
     DURATION_MS_FIELD_NUMBER: _builtins.int
     TRUNCATED_FIELD_NUMBER: _builtins.int
     ORIGINAL_CHARS_FIELD_NUMBER: _builtins.int
+    REPLAYED_FIELD_NUMBER: _builtins.int
     sandboxed: _builtins.bool
     sandbox_id: _builtins.str
     exit_code: _builtins.int
@@ -325,6 +326,8 @@ class ExecutionReport(_message.Message):
     truncated: _builtins.bool
     """The result was cut to its budget; original_chars is its size before the cut."""
     original_chars: _builtins.int
+    replayed: _builtins.bool
+    """The answer was remembered from an earlier call with the same tool_use id: nothing ran now."""
     def __init__(
         self,
         *,
@@ -336,10 +339,11 @@ class ExecutionReport(_message.Message):
         duration_ms: _builtins.int = ...,
         truncated: _builtins.bool = ...,
         original_chars: _builtins.int = ...,
+        replayed: _builtins.bool = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["duration_ms", b"duration_ms", "exit_code", b"exit_code", "oom_killed", b"oom_killed", "original_chars", b"original_chars", "sandbox_id", b"sandbox_id", "sandboxed", b"sandboxed", "timed_out", b"timed_out", "truncated", b"truncated"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["duration_ms", b"duration_ms", "exit_code", b"exit_code", "oom_killed", b"oom_killed", "original_chars", b"original_chars", "replayed", b"replayed", "sandbox_id", b"sandbox_id", "sandboxed", b"sandboxed", "timed_out", b"timed_out", "truncated", b"truncated"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -1,0 +1,219 @@
+"""Write, Edit, MultiEdit and Bash through the daemon, in real disposable Docker containers."""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import docker
+import grpc
+import pytest
+
+from daemon._generated.tooljail.v1 import executor_pb2 as pb
+from sandbox.backend import LABEL_INSTANCE
+from tests.integration.harness import RunningDaemon, running_daemon, text_of
+
+pytestmark = [pytest.mark.integration, pytest.mark.docker]
+
+OWNER_UID = 1000
+OWNER_GID = 1000
+
+
+def _containers(instance_id: str) -> list[object]:
+    client = docker.from_env()
+    try:
+        return client.containers.list(
+            all=True, filters={"label": f"{LABEL_INSTANCE}={instance_id}"}
+        )
+    finally:
+        client.close()
+
+
+def _wait_no_containers(instance_id: str, timeout_s: float = 30.0, keep: int = 0) -> int:
+    """Wait until at most `keep` containers (the warm pool) of the instance remain."""
+    deadline = time.monotonic() + timeout_s
+    count = len(_containers(instance_id))
+    while count > keep and time.monotonic() < deadline:
+        time.sleep(0.2)
+        count = len(_containers(instance_id))
+    return count
+
+
+@pytest.fixture(scope="module")
+def sandbox_daemon(short_tmp: Path) -> Iterator[RunningDaemon]:
+    """A daemon with the real Docker sandbox over a workspace owned by a non-root user."""
+    workspace = short_tmp / "ws-sandbox"
+    workspace.mkdir()
+    os.chown(workspace, OWNER_UID, OWNER_GID)
+    with running_daemon(
+        workspace,
+        short_tmp / "sandbox.sock",
+        sandbox={"pool_size": 1, "ceilings": {"memory_mb": 128, "pids": 128}},
+    ) as daemon:
+        if daemon.daemon.sandbox_executor is None:
+            pytest.skip("no Docker engine answers")
+        yield daemon
+    assert _containers(daemon.daemon.instance_id) == [], "containers left after the daemon stopped"
+
+
+@pytest.fixture
+def sandbox_dir(sandbox_daemon: RunningDaemon, request: pytest.FixtureRequest) -> Path:
+    folder = sandbox_daemon.workspace.resolve() / request.node.name.replace("[", "_").replace(
+        "]", ""
+    )
+    folder.mkdir()
+    os.chown(folder, OWNER_UID, OWNER_GID)
+    return folder
+
+
+def test_write_creates_a_file_owned_by_the_workspace_owner(
+    sandbox_daemon: RunningDaemon, sandbox_dir: Path
+) -> None:
+    target = sandbox_dir / "new" / "hello.txt"
+    response = sandbox_daemon.execute("Write", {"file_path": str(target), "content": "hi\nthere\n"})
+    assert not response.result.is_error, text_of(response)
+    assert response.report.sandboxed and response.report.sandbox_id
+    assert target.read_text() == "hi\nthere\n"
+    assert target.stat().st_uid == OWNER_UID and target.stat().st_gid == OWNER_GID
+
+
+def test_write_over_an_unread_file_is_refused(
+    sandbox_daemon: RunningDaemon, sandbox_dir: Path
+) -> None:
+    target = sandbox_dir / "existing.txt"
+    target.write_text("keep me\n")
+    response = sandbox_daemon.execute("Write", {"file_path": str(target), "content": "gone"})
+    assert response.result.is_error
+    assert "has not been read" in text_of(response)
+    assert target.read_text() == "keep me\n"
+
+
+def test_read_then_edit_then_stale_edit(sandbox_daemon: RunningDaemon, sandbox_dir: Path) -> None:
+    target = sandbox_dir / "code.py"
+    target.write_text("def f():\n    return 1\n\ndef g():\n    return 1\n")
+    sandbox_daemon.execute("Read", {"file_path": str(target)})
+    twice = sandbox_daemon.execute(
+        "Edit", {"file_path": str(target), "old_string": "return 1", "new_string": "return 2"}
+    )
+    assert twice.result.is_error and "2" in text_of(twice)
+    edited = sandbox_daemon.execute(
+        "Edit",
+        {
+            "file_path": str(target),
+            "old_string": "def g():\n    return 1",
+            "new_string": "def g():\n    return 3",
+        },
+    )
+    assert not edited.result.is_error, text_of(edited)
+    assert target.read_text() == "def f():\n    return 1\n\ndef g():\n    return 3\n"
+    target.write_text("changed behind the model's back\n")
+    stale = sandbox_daemon.execute(
+        "Edit", {"file_path": str(target), "old_string": "changed", "new_string": "x"}
+    )
+    assert stale.result.is_error and "modified since" in text_of(stale)
+    assert target.read_text() == "changed behind the model's back\n"
+
+
+def test_multiedit_is_all_or_nothing(sandbox_daemon: RunningDaemon, sandbox_dir: Path) -> None:
+    target = sandbox_dir / "m.txt"
+    target.write_text("alpha\nbeta\ngamma\n")
+    sandbox_daemon.execute("Read", {"file_path": str(target)})
+    failed = sandbox_daemon.execute(
+        "MultiEdit",
+        {
+            "file_path": str(target),
+            "edits": [
+                {"old_string": "alpha", "new_string": "ALPHA"},
+                {"old_string": "delta", "new_string": "DELTA"},
+            ],
+        },
+    )
+    assert failed.result.is_error and "2" in text_of(failed)
+    assert target.read_text() == "alpha\nbeta\ngamma\n"
+    done = sandbox_daemon.execute(
+        "MultiEdit",
+        {
+            "file_path": str(target),
+            "edits": [
+                {"old_string": "alpha", "new_string": "ALPHA"},
+                {"old_string": "gamma", "new_string": "GAMMA"},
+            ],
+        },
+    )
+    assert not done.result.is_error, text_of(done)
+    assert target.read_text() == "ALPHA\nbeta\nGAMMA\n"
+
+
+def test_bash_output_exit_codes_and_no_output(
+    sandbox_daemon: RunningDaemon, sandbox_dir: Path
+) -> None:
+    ok = sandbox_daemon.execute("Bash", {"command": "echo hi; echo err >&2"})
+    assert not ok.result.is_error and text_of(ok).split() == ["hi", "err"]
+    failed = sandbox_daemon.execute("Bash", {"command": "echo before; exit 3"})
+    assert failed.result.is_error and text_of(failed).startswith("Exit code 3")
+    assert "before" in text_of(failed) and failed.report.exit_code == 3
+    quiet = sandbox_daemon.execute("Bash", {"command": "true"})
+    assert not quiet.result.is_error and text_of(quiet) == "(no output)"
+    made = sandbox_daemon.execute("Bash", {"command": f"echo data > {sandbox_dir}/by-bash.txt"})
+    assert not made.result.is_error, text_of(made)
+    created = sandbox_dir / "by-bash.txt"
+    assert created.read_text() == "data\n" and created.stat().st_uid == OWNER_UID
+
+
+def test_bash_cannot_write_outside_the_workspace_or_reach_the_network(
+    sandbox_daemon: RunningDaemon,
+) -> None:
+    outside = sandbox_daemon.execute(
+        "Bash", {"command": "touch /etc/x /usr/x /x 2>&1; echo $(id -u)"}
+    )
+    text = text_of(outside)
+    assert "Read-only file system" in text
+    assert text.strip().endswith(str(OWNER_UID))
+    interfaces = sandbox_daemon.execute("Bash", {"command": "ls /sys/class/net"})
+    assert text_of(interfaces).split() == ["lo"]
+    routes = sandbox_daemon.execute("Bash", {"command": "tail -n +2 /proc/net/route | wc -l"})
+    assert text_of(routes).strip() == "0"
+
+
+def test_bash_timeout_kills_and_leaves_no_container(sandbox_daemon: RunningDaemon) -> None:
+    started = time.monotonic()
+    response = sandbox_daemon.execute("Bash", {"command": "sleep 1000", "timeout": 1000})
+    elapsed = time.monotonic() - started
+    assert response.result.is_error and response.report.timed_out
+    assert "1000" in text_of(response) or "1 s" in text_of(response)
+    assert elapsed < 30
+    keep = sandbox_daemon.settings.sandbox.pool_size
+    assert _wait_no_containers(sandbox_daemon.daemon.instance_id, keep=keep) <= keep
+
+
+def test_memory_hog_is_reported_as_out_of_memory(sandbox_daemon: RunningDaemon) -> None:
+    response = sandbox_daemon.execute(
+        "Bash", {"command": "python3 -c 'x = bytearray(400 * 1024 * 1024); print(len(x))'"}
+    )
+    assert response.result.is_error
+    assert response.report.oom_killed, text_of(response)
+    assert "memory" in text_of(response).lower()
+
+
+def test_fork_bomb_is_contained(sandbox_daemon: RunningDaemon) -> None:
+    response = sandbox_daemon.execute(
+        "Bash",
+        {"command": "bomb() { bomb | bomb & }; bomb; sleep 2; echo survived", "timeout": 8000},
+    )
+    assert response.result.tool_use_id
+    after = sandbox_daemon.execute("Bash", {"command": "echo still fine"})
+    assert text_of(after).strip() == "still fine"
+
+
+def test_client_cancel_kills_the_container(sandbox_daemon: RunningDaemon) -> None:
+    tool_use = pb.ToolUse(id="toolu_cancel", name="Bash")
+    tool_use.input.update({"command": "sleep 300"})
+    future = sandbox_daemon.stub.Execute.future(pb.ExecuteRequest(tool_use=tool_use), timeout=120)
+    time.sleep(2.0)
+    future.cancel()
+    with pytest.raises(grpc.FutureCancelledError):
+        future.result()
+    keep = sandbox_daemon.settings.sandbox.pool_size
+    assert _wait_no_containers(sandbox_daemon.daemon.instance_id, keep=keep) <= keep

@@ -1,0 +1,241 @@
+"""SandboxExecutor over a fake backend: warm pool, never reuse, cleanup on every path."""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+from collections.abc import AsyncIterator, Callable
+from pathlib import Path
+
+import pytest
+
+from sandbox.backend import (
+    BashRequest,
+    Sandbox,
+    SandboxBackend,
+    SandboxNotDelivered,
+    SandboxRequest,
+    SandboxResult,
+    SandboxSpec,
+    SandboxStartError,
+)
+from sandbox.executor import SandboxExecutor
+
+REQUEST = BashRequest(command="echo hi", cwd="/w", timeout_ms=1000)
+
+
+class FakeSandbox(Sandbox):
+    def __init__(self, backend: FakeBackend, name: str, spec: SandboxSpec) -> None:
+        self.backend = backend
+        self.name = name
+        self.spec = spec
+        self.runs = 0
+        self.destroyed = False
+
+    @property
+    def id(self) -> str:
+        return self.name
+
+    async def run(self, request: SandboxRequest) -> SandboxResult:
+        self.runs += 1
+        assert self.runs == 1, "a sandbox was reused"
+        assert not self.destroyed, "ran on a destroyed sandbox"
+        behaviour = self.backend.behaviour
+        try:
+            if behaviour == "dead":
+                raise SandboxNotDelivered("gone")
+            if behaviour == "hang":
+                await asyncio.sleep(3600)
+        except asyncio.CancelledError:
+            await self.destroy()
+            raise
+        return SandboxResult(sandbox_id=self.name, output="hi\n")
+
+    async def destroy(self) -> None:
+        self.destroyed = True
+        self.backend.live.discard(self.name)
+
+
+class FakeBackend(SandboxBackend):
+    def __init__(self) -> None:
+        self.started: list[FakeSandbox] = []
+        self.live: set[str] = set()
+        self.behaviour = "ok"
+        self.fail_start = False
+        self.closed = False
+        self.reap_calls = 0
+        self._names = itertools.count(1)
+
+    async def start(self, spec: SandboxSpec, *, tool_use_id: str = "") -> FakeSandbox:
+        await asyncio.sleep(0.001)
+        if self.fail_start:
+            raise SandboxStartError("image missing")
+        sandbox = FakeSandbox(self, f"c{next(self._names)}", spec)
+        self.started.append(sandbox)
+        self.live.add(sandbox.name)
+        return sandbox
+
+    async def reap(self) -> int:
+        return 0
+
+    async def reap_untracked(self) -> int:
+        self.reap_calls += 1
+        return 1
+
+    async def close(self) -> None:
+        self.closed = True
+
+
+@pytest.fixture
+def backend() -> FakeBackend:
+    return FakeBackend()
+
+
+@pytest.fixture
+async def make_executor(backend: FakeBackend) -> AsyncIterator[Callable[..., SandboxExecutor]]:
+    made: list[SandboxExecutor] = []
+
+    def make(**kwargs: float) -> SandboxExecutor:
+        executor = SandboxExecutor(backend, **kwargs)  # type: ignore[arg-type]
+        made.append(executor)
+        return executor
+
+    yield make
+    for executor in made:
+        await executor.close()
+
+
+def spec(session: str = "s1") -> SandboxSpec:
+    return SandboxSpec(workspace=Path("/w"), session_id=session)
+
+
+async def until(condition: Callable[[], bool], timeout: float = 2.0) -> None:
+    async with asyncio.timeout(timeout):
+        while not condition():
+            await asyncio.sleep(0.005)
+
+
+async def test_first_call_is_cold_then_the_pool_serves_warm(
+    backend: FakeBackend, make_executor: Callable[..., SandboxExecutor]
+) -> None:
+    executor = make_executor(pool_size=2)
+    first = await executor.run(spec(), REQUEST)
+    assert first.output == "hi\n"
+    await until(lambda: executor.stats().pooled == 2)
+    second = await executor.run(spec(), REQUEST)
+    stats = executor.stats()
+    assert (stats.pool_misses, stats.pool_hits) == (1, 1)
+    assert second.sandbox_id != first.sandbox_id
+    assert second.sandbox_id in {s.name for s in backend.started[1:3]}
+
+
+async def test_every_container_runs_once_and_is_destroyed_after(
+    backend: FakeBackend, make_executor: Callable[..., SandboxExecutor]
+) -> None:
+    executor = make_executor(pool_size=2)
+    ids = [(await executor.run(spec(), REQUEST)).sandbox_id for _ in range(6)]
+    assert len(set(ids)) == 6
+    used = [s for s in backend.started if s.runs]
+    await until(lambda: all(s.destroyed for s in used))
+    assert executor.stats().removed >= 6
+
+
+async def test_warm_fills_the_pool_and_reports_start_failures(
+    backend: FakeBackend, make_executor: Callable[..., SandboxExecutor]
+) -> None:
+    executor = make_executor(pool_size=3)
+    assert await executor.warm(spec()) == 3
+    assert await executor.warm(spec()) == 3  # already full: nothing more started
+    assert len(backend.started) == 3
+    backend.fail_start = True
+    with pytest.raises(SandboxStartError, match="image missing"):
+        await executor.warm(spec("other"))
+
+
+async def test_the_pool_is_per_session_because_labels_are(
+    backend: FakeBackend, make_executor: Callable[..., SandboxExecutor]
+) -> None:
+    executor = make_executor(pool_size=1)
+    await executor.warm(spec("a"))
+    result = await executor.run(spec("b"), REQUEST)
+    assert executor.stats().pool_misses == 1
+    served = next(s for s in backend.started if s.name == result.sandbox_id)
+    assert served.spec.session_id == "b"
+
+
+async def test_pool_size_zero_is_always_cold(
+    backend: FakeBackend, make_executor: Callable[..., SandboxExecutor]
+) -> None:
+    executor = make_executor(pool_size=0)
+    for _ in range(3):
+        await executor.run(spec(), REQUEST)
+    assert executor.stats().pool_misses == 3
+    assert executor.stats().pooled == 0
+    assert len(backend.started) == 3
+
+
+async def test_cancel_destroys_the_container_before_propagating(
+    backend: FakeBackend, make_executor: Callable[..., SandboxExecutor]
+) -> None:
+    executor = make_executor(pool_size=0)
+    backend.behaviour = "hang"
+    task = asyncio.create_task(executor.run(spec(), REQUEST))
+    await until(lambda: executor.stats().in_flight == 1)
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert backend.started[0].destroyed
+    assert backend.live == set()
+
+
+async def test_a_dead_warm_container_falls_back_to_a_cold_one(
+    backend: FakeBackend, make_executor: Callable[..., SandboxExecutor]
+) -> None:
+    executor = make_executor(pool_size=1)
+    await executor.warm(spec())
+    backend.behaviour = "dead"
+    with pytest.raises(SandboxStartError, match="nothing ran"):
+        # the cold one is dead too here: the caller learns nothing ran, nothing loops
+        await executor.run(spec(), REQUEST)
+    stats = executor.stats()
+    assert (stats.not_delivered, stats.pool_misses) == (1, 1)
+    backend.behaviour = "ok"
+    assert (await executor.run(spec(), REQUEST)).output == "hi\n"
+
+
+async def test_idle_containers_expire_after_the_ttl(
+    backend: FakeBackend, make_executor: Callable[..., SandboxExecutor]
+) -> None:
+    executor = make_executor(pool_size=2, idle_ttl_s=0.05, maintenance_interval_s=0.01)
+    await executor.warm(spec())
+    await until(lambda: len(backend.started) == 2 and all(s.destroyed for s in backend.started))
+    assert executor.stats().pooled == 0
+    assert all(s.runs == 0 for s in backend.started)
+
+
+async def test_untracked_leftovers_are_reaped_periodically(
+    backend: FakeBackend, make_executor: Callable[..., SandboxExecutor]
+) -> None:
+    executor = make_executor(pool_size=0, reap_interval_s=0.02, maintenance_interval_s=0.01)
+    await executor.run(spec(), REQUEST)
+    await until(lambda: backend.reap_calls >= 2)
+    assert executor.stats().reaped >= 2
+
+
+async def test_close_destroys_pooled_and_in_flight_and_refuses_new_calls(
+    backend: FakeBackend, make_executor: Callable[..., SandboxExecutor]
+) -> None:
+    executor = make_executor(pool_size=2)
+    await executor.warm(spec())
+    backend.behaviour = "hang"
+    task = asyncio.create_task(executor.run(spec(), REQUEST))
+    await until(lambda: executor.stats().in_flight == 1)
+    closing = asyncio.create_task(executor.close())
+    await until(lambda: backend.live == set())
+    task.cancel()  # the fake does not notice its destruction; a real container's EOF would
+    await asyncio.gather(task, return_exceptions=True)
+    await closing
+    assert backend.closed
+    assert all(s.destroyed for s in backend.started)
+    with pytest.raises(SandboxStartError, match="closed"):
+        await executor.run(spec(), REQUEST)

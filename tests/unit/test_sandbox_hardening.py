@@ -1,0 +1,123 @@
+"""Every container's configuration, read from the one function that decides it (no Docker)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import docker
+import pytest
+
+from sandbox.backend import (
+    LABEL_INSTANCE,
+    LABEL_MANAGED,
+    LABEL_SESSION,
+    LABEL_TOOL_USE,
+    NetworkMode,
+    SandboxLimits,
+    SandboxSpec,
+)
+from sandbox.hardening import RUNNER_PATH, SAFE_ENV, ContainerRecipe, container_recipe
+
+WORKSPACE = Path("/srv/work space:1")  # spaces and colons must survive (no "src:dst" parsing)
+RUNNER = Path("/opt/pkg/runner.py")
+DEFAULT_LIMITS = SandboxLimits()
+
+
+def recipe_for(limits: SandboxLimits = DEFAULT_LIMITS, **kwargs: Any) -> ContainerRecipe:
+    spec = SandboxSpec(workspace=WORKSPACE, limits=limits, session_id="sess-1")
+    return container_recipe(
+        spec,
+        image="img:tag",
+        runner_source=RUNNER,
+        instance_id="inst-1",
+        owner=(1234, 5678),
+        **kwargs,
+    )
+
+
+def host_config(limits: SandboxLimits = DEFAULT_LIMITS) -> dict[str, Any]:
+    """What the SDK sends to the engine for these limits (built offline, nothing is contacted)."""
+    api = docker.APIClient(version="1.41")
+    try:
+        return dict(api.create_host_config(**recipe_for(limits).host_config_kwargs))
+    finally:
+        api.close()
+
+
+def test_runs_the_runner_as_the_workspace_owner_in_the_workspace() -> None:
+    create = recipe_for().create_kwargs
+    assert create["user"] == "1234:5678"
+    assert create["working_dir"] == str(WORKSPACE)
+    assert create["command"][:4] == ["python3", "-I", "-S", RUNNER_PATH]
+    assert create["image"] == "img:tag"
+    assert create["stdin_open"] is True and create["tty"] is False
+
+
+def test_environment_is_exactly_the_safe_set(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "leak")
+    monkeypatch.setenv("HTTP_PROXY", "http://proxy")
+    create = recipe_for().create_kwargs
+    assert create["environment"] == SAFE_ENV
+    assert create["use_config_proxy"] is False
+    assert SAFE_ENV["HOME"] == "/tmp"
+
+
+def test_labels_name_instance_session_and_call() -> None:
+    labels = recipe_for(tool_use_id="toolu_9").create_kwargs["labels"]
+    assert labels == {
+        LABEL_MANAGED: "true",
+        LABEL_INSTANCE: "inst-1",
+        LABEL_SESSION: "sess-1",
+        LABEL_TOOL_USE: "toolu_9",
+    }
+
+
+def test_host_config_is_locked_down() -> None:
+    hc = host_config()
+    assert hc["CapDrop"] == ["ALL"]
+    assert "CapAdd" not in hc
+    assert hc["SecurityOpt"] == ["no-new-privileges"]
+    assert hc["ReadonlyRootfs"] is True
+    assert hc["Tmpfs"] == {"/tmp": "rw,nosuid,nodev,size=64m,mode=1777"}
+    assert hc["NetworkMode"] == "none"
+    assert hc["Init"] is True
+    assert hc.get("Privileged", False) is False
+    assert hc["IpcMode"] == "private"
+    assert hc["AutoRemove"] is True
+    assert hc["LogConfig"] == {"Type": "none", "Config": {}}
+    assert "Binds" not in hc
+
+
+def test_only_the_workspace_and_the_runner_are_mounted() -> None:
+    mounts = host_config()["Mounts"]
+    assert mounts == [
+        {
+            "Target": str(WORKSPACE),
+            "Source": str(WORKSPACE),
+            "Type": "bind",
+            "ReadOnly": False,
+        },
+        {"Target": RUNNER_PATH, "Source": str(RUNNER), "Type": "bind", "ReadOnly": True},
+    ]
+
+
+def test_limits_become_engine_limits() -> None:
+    limits = SandboxLimits(memory_mb=300, cpus=1.5, pids=77, file_size_mb=5, tmpfs_mb=16)
+    hc = host_config(limits)
+    assert hc["Memory"] == hc["MemorySwap"] == 300 << 20
+    assert hc["NanoCpus"] == 1_500_000_000
+    assert hc["PidsLimit"] == 77
+    assert {"Name": "fsize", "Soft": 5 << 20, "Hard": 5 << 20} in hc["Ulimits"]
+    assert {"Name": "core", "Soft": 0, "Hard": 0} in hc["Ulimits"]
+    assert hc["Tmpfs"] == {"/tmp": "rw,nosuid,nodev,size=16m,mode=1777"}
+
+
+def test_network_only_when_granted() -> None:
+    assert host_config(SandboxLimits(network=NetworkMode.BRIDGE))["NetworkMode"] == "bridge"
+    assert host_config(SandboxLimits(network=NetworkMode.NONE))["NetworkMode"] == "none"
+
+
+def test_idle_exit_reaches_the_runner_command_line() -> None:
+    command = recipe_for(idle_exit_s=42).create_kwargs["command"]
+    assert command[-2:] == ["--idle-exit-s", "42"]

@@ -1,0 +1,282 @@
+"""The in-container runner, run here on the host as the container would run it (no Docker).
+
+The runner is a standalone script: each test pipes one framed request into `python3 runner.py`
+and decodes the framed answer, exactly what the daemon does through the attach socket.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from sandbox.protocol import FrameDecoder, encode_frame
+from sandbox.runner import RUNNER_SOURCE
+from sandbox.runner import runner as runner_module
+
+
+def call_runner(request: dict[str, Any], *args: str, timeout: float = 60) -> dict[str, Any]:
+    """Send one request to a fresh runner process and return its single result message."""
+    done = subprocess.run(
+        [sys.executable, "-I", "-S", str(RUNNER_SOURCE), *args],
+        input=encode_frame(request),
+        capture_output=True,
+        timeout=timeout,
+        check=False,
+    )
+    assert done.stderr == b""
+    messages = FrameDecoder(64 << 20).feed(done.stdout)
+    assert len(messages) == 1, done.stdout[:200]
+    assert messages[0]["type"] == "result"
+    return messages[0]
+
+
+def bash(
+    command: str, cwd: Path, *, timeout_ms: int = 10_000, limit: int = 1 << 20
+) -> dict[str, Any]:
+    return call_runner(
+        {
+            "kind": "bash",
+            "command": command,
+            "cwd": str(cwd),
+            "timeout_ms": timeout_ms,
+            "output_limit_bytes": limit,
+        }
+    )
+
+
+def write(path: Path, content: str, expected: str | None = None) -> dict[str, Any]:
+    return call_runner(
+        {"kind": "write_file", "path": str(path), "content": content, "expected_sha256": expected}
+    )
+
+
+def sha(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+# --- bash -------------------------------------------------------------------------------------
+
+
+def test_stdout_and_stderr_are_merged_in_order_with_the_exit_code(tmp_path: Path) -> None:
+    result = bash("echo out; echo err >&2; echo out2; exit 3", tmp_path)
+    assert result["output"] == "out\nerr\nout2\n"
+    assert result["exit_code"] == 3
+    assert result["output_bytes"] == len("out\nerr\nout2\n")
+    assert result["output_truncated"] is False
+    assert result["timed_out"] is False
+
+
+def test_no_output_is_an_empty_string(tmp_path: Path) -> None:
+    result = bash("true", tmp_path)
+    assert (result["output"], result["output_bytes"], result["exit_code"]) == ("", 0, 0)
+
+
+def test_runs_in_the_requested_directory_and_reports_where_it_ended(tmp_path: Path) -> None:
+    (tmp_path / "sub").mkdir()
+    result = bash("pwd; cd sub; exit 4", tmp_path)
+    assert result["output"] == f"{tmp_path}\n"
+    assert result["final_cwd"] == str((tmp_path / "sub").resolve())
+    assert result["exit_code"] == 4
+
+
+def test_a_missing_directory_is_an_error_not_a_crash(tmp_path: Path) -> None:
+    result = bash("echo never", tmp_path / "missing")
+    assert "cannot start bash" in result["error"]
+    assert result["exit_code"] == -1
+
+
+def test_syntax_errors_read_exactly_as_bash_reports_them(tmp_path: Path) -> None:
+    result = bash("if then", tmp_path)
+    assert result["exit_code"] == 2
+    assert result["output"].startswith("bash: -c: line 1: syntax error near unexpected token")
+
+
+def test_the_wrapper_leaves_no_trace_in_the_command_environment(tmp_path: Path) -> None:
+    result = bash(
+        'echo "[$BASH_ENV]"; ls /proc/$$/fd | sort -n | tr "\\n" " "; echo; bash -c "echo nested"',
+        tmp_path,
+    )
+    lines = result["output"].splitlines()
+    assert lines[0] == "[]"
+    assert str(runner_module.RC_FD) not in lines[1].split()
+    assert lines[2] == "nested"
+
+
+def test_killed_by_a_signal_reports_128_plus_the_signal(tmp_path: Path) -> None:
+    assert bash("kill -TERM $$", tmp_path)["exit_code"] == 143
+
+
+def test_timeout_kills_the_command_and_says_so(tmp_path: Path) -> None:
+    started = time.monotonic()
+    result = bash("echo before; sleep 30", tmp_path, timeout_ms=500)
+    assert time.monotonic() - started < 5
+    assert result["timed_out"] is True
+    assert result["exit_code"] == 137
+    assert result["output"] == "before\n"
+    assert result["final_cwd"] == ""
+
+
+def test_background_processes_neither_hang_the_call_nor_survive_it(tmp_path: Path) -> None:
+    pid_file = tmp_path / "pid"
+    started = time.monotonic()
+    result = bash(f"sleep 30 & echo $! > {pid_file}; echo done", tmp_path)
+    assert time.monotonic() - started < 5
+    assert result["output"] == "done\n"
+    pid = int(pid_file.read_text())
+    deadline = time.monotonic() + 5
+    while Path(f"/proc/{pid}").exists() and time.monotonic() < deadline:
+        time.sleep(0.05)  # killed with its process group; its parent may still need a moment
+    status = Path(f"/proc/{pid}/stat")
+    assert not status.exists() or status.read_text().split()[2] == "Z"
+
+
+def test_a_flood_keeps_head_and_tail_and_counts_the_rest(tmp_path: Path) -> None:
+    total = 50_000_000
+    result = bash(
+        f"echo START; head -c {total} /dev/zero | tr '\\0' y; echo; echo END", tmp_path, limit=4096
+    )
+    assert result["output_bytes"] == total + len("START\n") + len("\nEND\n")
+    assert result["output_truncated"] is True
+    text = result["output"]
+    assert text.startswith("START\nyyy")
+    assert text.endswith("yyy\nEND\n")
+    assert "bytes of output omitted" in text
+    assert len(text.encode()) <= 4096 + 100
+
+
+def test_cutting_the_output_never_splits_a_character(tmp_path: Path) -> None:
+    result = bash("for i in $(seq 2000); do printf 'é€😀'; done", tmp_path, limit=1001)
+    assert result["output_truncated"] is True
+    assert "\ufffd" not in result["output"]
+
+
+def test_the_sink_memory_stays_bounded_whatever_the_stream() -> None:
+    sink = runner_module.OutputSink(1000)
+    for _ in range(10_000):
+        sink.add(b"x" * 777)
+        assert len(sink.head) + len(sink.tail) <= 1500
+    text, truncated = sink.render()
+    assert truncated is True
+    assert sink.total == 7_770_000
+    assert f"{7_770_000 - 1000} bytes of output omitted" in text
+
+
+# --- write_file -------------------------------------------------------------------------------
+
+
+def test_write_creates_the_file_and_missing_parents(tmp_path: Path) -> None:
+    target = tmp_path / "a" / "b" / "new.txt"
+    assert write(target, "hello\n") == {"type": "result", "v": 1, "exit_code": 0}
+    assert target.read_text() == "hello\n"
+    assert sorted(p.name for p in target.parent.iterdir()) == ["new.txt"]  # no temp file left
+
+
+def test_write_replaces_a_file_that_still_has_the_expected_hash(tmp_path: Path) -> None:
+    target = tmp_path / "f.txt"
+    target.write_bytes(b"old")
+    target.chmod(0o640)
+    result = write(target, "new", sha(b"old"))
+    assert result["exit_code"] == 0 and "error" not in result
+    assert target.read_text() == "new"
+    assert target.stat().st_mode & 0o777 == 0o640
+
+
+def test_write_refuses_a_file_that_changed_and_keeps_it(tmp_path: Path) -> None:
+    target = tmp_path / "f.txt"
+    target.write_bytes(b"changed by someone")
+    result = write(target, "new", sha(b"what was read"))
+    assert "changed since it was read" in result["error"]
+    assert target.read_bytes() == b"changed by someone"
+    assert [p.name for p in tmp_path.iterdir()] == ["f.txt"]
+
+
+def test_write_refuses_to_create_a_file_that_appeared(tmp_path: Path) -> None:
+    target = tmp_path / "f.txt"
+    target.write_bytes(b"appeared")
+    result = write(target, "new", None)
+    assert "changed since it was read (it exists now)" in result["error"]
+    assert target.read_bytes() == b"appeared"
+
+
+def test_write_refuses_a_file_deleted_since_it_was_read(tmp_path: Path) -> None:
+    result = write(tmp_path / "gone.txt", "new", sha(b"old"))
+    assert "changed since it was read (it was deleted)" in result["error"]
+    assert not (tmp_path / "gone.txt").exists()
+
+
+def test_write_goes_through_a_symlink_to_its_target(tmp_path: Path) -> None:
+    (tmp_path / "real.txt").write_bytes(b"old")
+    (tmp_path / "link.txt").symlink_to("real.txt")
+    assert write(tmp_path / "link.txt", "new", sha(b"old"))["exit_code"] == 0
+    assert (tmp_path / "link.txt").is_symlink()
+    assert (tmp_path / "real.txt").read_text() == "new"
+
+
+def test_write_to_a_directory_or_a_relative_path_is_a_clear_error(tmp_path: Path) -> None:
+    assert write(tmp_path, "x")["error"] == "it is a directory, not a file"
+    assert "not absolute" in write(Path("relative.txt"), "x")["error"]
+
+
+def test_write_under_a_file_is_a_clear_error(tmp_path: Path) -> None:
+    (tmp_path / "plain").write_text("x")
+    result = write(tmp_path / "plain" / "child.txt", "x")
+    assert result["error"] in {"a parent of it is not a directory", "File exists"}
+    assert (tmp_path / "plain").read_text() == "x"
+
+
+# --- protocol edges ---------------------------------------------------------------------------
+
+
+def test_no_request_means_a_quiet_exit() -> None:
+    done = subprocess.run(
+        [sys.executable, str(RUNNER_SOURCE)],
+        input=b"",
+        capture_output=True,
+        timeout=30,
+        check=False,
+    )
+    assert (done.returncode, done.stdout, done.stderr) == (0, b"", b"")
+
+
+def test_idle_runner_exits_on_its_own() -> None:
+    read_end, write_end = os.pipe()  # stdin stays open and silent
+    try:
+        started = time.monotonic()
+        done = subprocess.run(
+            [sys.executable, str(RUNNER_SOURCE), "--idle-exit-s", "0.3"],
+            stdin=read_end,
+            capture_output=True,
+            timeout=30,
+            check=False,
+        )
+    finally:
+        os.close(read_end)
+        os.close(write_end)
+    assert done.returncode == 0 and done.stdout == b""
+    assert time.monotonic() - started < 10
+
+
+def test_malformed_and_unknown_requests_are_answered_not_crashed_on() -> None:
+    assert "unknown request kind" in call_runner({"kind": "format_disk"})["error"]
+    assert "malformed bash request" in call_runner({"kind": "bash"})["error"]
+
+
+@pytest.mark.parametrize("body", [b"not json", b"[1, 2]"])
+def test_a_request_that_is_not_a_json_object_gets_an_error_result(body: bytes) -> None:
+    done = subprocess.run(
+        [sys.executable, str(RUNNER_SOURCE)],
+        input=len(body).to_bytes(4, "big") + body,
+        capture_output=True,
+        timeout=30,
+        check=False,
+    )
+    (message,) = FrameDecoder(1 << 20).feed(done.stdout)
+    assert message["type"] == "result"
+    assert message["error"].startswith("bad request")

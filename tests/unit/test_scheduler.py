@@ -1,0 +1,282 @@
+"""Scheduling: declared semantics decide what runs together; answers keep request order."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any, ClassVar
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from pydantic import Field
+
+from daemon.audit import AuditLog
+from daemon.config import SandboxCeilings
+from daemon.errors import Overloaded, RequestError
+from daemon.models import Caller, Outcome, ToolUse
+from daemon.pipeline import CallRequest, Pipeline, PipelineLimits
+from daemon.policy.engine import PolicyEngine
+from daemon.policy.verdict import Verdict
+from daemon.scheduler import Scheduler, SchedulerLimits, partition
+from daemon.session import Session
+from daemon.sessions import SessionStore
+from daemon.tools.contract import (
+    CallContext,
+    InterruptBehavior,
+    Tool,
+    ToolInput,
+    ToolOutput,
+    ToolTraits,
+)
+from daemon.tools.registry import ToolRegistry
+from sandbox.backend import SandboxLimits
+
+#: (tool_use id, start, end) of every call that ran, across tools.
+SPANS: list[tuple[str, float, float]] = []
+
+
+class StepInput(ToolInput):
+    seconds: float = Field(default=0.0, ge=0)
+    fail: bool = False
+    safe: bool = True
+
+
+class _Step(Tool[StepInput, str]):
+    description: ClassVar[str] = "test step"
+    input_model = StepInput
+
+    def is_concurrency_safe(self, args: StepInput) -> bool:
+        return self.traits.concurrency_safe and args.safe
+
+    async def call(self, args: StepInput, ctx: CallContext) -> str:
+        start = time.monotonic()
+        try:
+            await asyncio.sleep(args.seconds)
+        finally:
+            SPANS.append((ctx.tool_use_id, start, time.monotonic()))
+        return "failed" if args.fail else "done"
+
+    def render(self, result: str) -> ToolOutput:
+        return ToolOutput.text(result, is_error=result == "failed")
+
+
+class SafeStep(_Step):
+    name: ClassVar[str] = "Safe"
+    traits = ToolTraits(
+        read_only=True, concurrency_safe=True, sandboxed=False, interrupt=InterruptBehavior.CANCEL
+    )
+
+
+class UnsafeStep(_Step):
+    name: ClassVar[str] = "Unsafe"
+    traits = ToolTraits(sandboxed=False)
+
+
+class FakeBash(_Step):
+    """Safe when its input says so, like a read-only shell command."""
+
+    name: ClassVar[str] = "Bash"
+    traits = ToolTraits(concurrency_safe=True, sandboxed=False, interrupt=InterruptBehavior.CANCEL)
+
+
+class AllowAll(PolicyEngine):
+    async def decide(self, document: dict[str, Any]) -> Verdict:
+        return Verdict(Outcome.ALLOW, (), SandboxLimits(), None)
+
+    async def visible_tools(self, document: dict[str, Any]) -> frozenset[str] | None:
+        return frozenset({"Safe", "Unsafe", "Bash"})
+
+    @property
+    def revision(self) -> str:
+        return "test"
+
+
+@pytest.fixture
+def audit(tmp_path: Path) -> Iterator[AuditLog]:
+    log = AuditLog(str(tmp_path / "audit.jsonl"))
+    yield log
+    log.close()
+
+
+def make_scheduler(tmp_path: Path, audit: AuditLog, **limits: Any) -> Scheduler:
+    sessions = SessionStore(tmp_path / "ws")
+    sessions._sessions["other"] = Session(id="other", workspace=(tmp_path / "ws").resolve())
+    pipeline = Pipeline(
+        registry=ToolRegistry([SafeStep(), UnsafeStep(), FakeBash()]),
+        policy=AllowAll(),
+        sessions=sessions,
+        limits=PipelineLimits(50_000, SandboxLimits(), SandboxCeilings()),
+        audit=audit,
+        runner_factory=lambda _s, _t: None,
+    )
+    return Scheduler(pipeline, SchedulerLimits(**limits))
+
+
+def req(tool_id: str, name: str = "Safe", session: str = "", **tool_input: Any) -> CallRequest:
+    return CallRequest(ToolUse(id=tool_id, name=name, input=tool_input), session_id=session)
+
+
+def span(tool_id: str) -> tuple[float, float]:
+    matches = [(s, e) for i, s, e in SPANS if i == tool_id]
+    assert len(matches) == 1, f"{tool_id} ran {len(matches)} times"
+    return matches[0]
+
+
+def overlap(a: str, b: str) -> bool:
+    (s1, e1), (s2, e2) = span(a), span(b)
+    return s1 < e2 and s2 < e1
+
+
+async def collect(scheduler: Scheduler, requests: list[CallRequest]) -> list[Any]:
+    return [o async for o in scheduler.execute_batch(requests, Caller())]
+
+
+@pytest.fixture(autouse=True)
+def _clear_spans() -> None:
+    SPANS.clear()
+
+
+def test_partition_groups_consecutive_safe_calls(tmp_path: Path, audit: AuditLog) -> None:
+    scheduler = make_scheduler(tmp_path, audit)
+    pipeline = scheduler._pipeline
+    calls = [
+        pipeline.prepare(r)
+        for r in [
+            req("a"),
+            req("b"),
+            req("c", "Unsafe"),
+            req("d"),
+            req("e", "Safe", colour="bad"),  # fails validation: not safe
+            req("f"),
+            req("g", "Bash", safe=False),
+        ]
+    ]
+    groups = partition(calls, max_parallel=10)
+    assert [[c.request.tool_use.id for c in g] for g in groups] == [
+        ["a", "b"], ["c"], ["d"], ["e"], ["f"], ["g"]
+    ]  # fmt: skip
+    capped = partition([pipeline.prepare(req(str(i))) for i in range(25)], max_parallel=10)
+    assert [len(g) for g in capped] == [10, 10, 5]
+
+
+async def test_safe_calls_overlap_and_unsafe_calls_run_alone(
+    tmp_path: Path, audit: AuditLog
+) -> None:
+    scheduler = make_scheduler(tmp_path, audit)
+    requests = [
+        req("s1", seconds=0.2),
+        req("s2", seconds=0.2),
+        req("s3", seconds=0.2),
+        req("u1", "Unsafe", seconds=0.05),
+        req("s4", seconds=0.05),
+    ]
+    outcomes = await collect(scheduler, requests)
+    assert [o.result.tool_use_id for o in outcomes] == ["s1", "s2", "s3", "u1", "s4"]
+    assert overlap("s1", "s2") and overlap("s2", "s3") and overlap("s1", "s3")
+    for other in ("s1", "s2", "s3", "s4"):
+        assert not overlap("u1", other)
+    assert span("u1")[0] >= max(span(i)[1] for i in ("s1", "s2", "s3"))
+    assert span("s4")[0] >= span("u1")[1]
+
+
+async def test_unsafe_call_is_exclusive_across_separate_rpcs(
+    tmp_path: Path, audit: AuditLog
+) -> None:
+    scheduler = make_scheduler(tmp_path, audit)
+    calls = [
+        scheduler.execute(req("r1", seconds=0.15), Caller()),
+        scheduler.execute(req("w1", "Unsafe", seconds=0.1), Caller()),
+        scheduler.execute(req("r2", seconds=0.15), Caller()),
+        scheduler.execute(req("x1", "Unsafe", seconds=0.1, session="other"), Caller()),
+    ]
+    await asyncio.gather(*calls)
+    assert not overlap("w1", "r1") and not overlap("w1", "r2")
+    assert overlap("x1", "w1") or overlap("x1", "r1"), "another session must not wait"
+
+
+async def test_failing_bash_cancels_its_running_siblings(tmp_path: Path, audit: AuditLog) -> None:
+    scheduler = make_scheduler(tmp_path, audit)
+    outcomes = await collect(
+        scheduler,
+        [
+            req("slow", seconds=60),
+            req("bash", "Bash", seconds=0.05, fail=True),
+            req("quick", seconds=0.0),
+        ],
+    )
+    slow, bash, quick = outcomes
+    assert bash.result.is_error and bash.result.text() == "failed"
+    assert slow.result.is_error and "parallel" in slow.result.text()
+    assert "bash" in slow.result.text()
+    assert not quick.result.is_error
+    slow_start, slow_end = span("slow")
+    assert slow_end - slow_start < 60, "the slow sibling ran to its end"
+
+
+async def test_other_failures_leave_siblings_alone(tmp_path: Path, audit: AuditLog) -> None:
+    scheduler = make_scheduler(tmp_path, audit)
+    outcomes = await collect(
+        scheduler, [req("slow", seconds=0.3), req("bad", fail=True, seconds=0.01)]
+    )
+    assert not outcomes[0].result.is_error and outcomes[0].result.text() == "done"
+    assert outcomes[1].result.is_error
+
+
+async def test_retried_call_runs_once_and_is_replayed(tmp_path: Path, audit: AuditLog) -> None:
+    scheduler = make_scheduler(tmp_path, audit)
+    first, second = await asyncio.gather(
+        scheduler.execute(req("same", "Unsafe", seconds=0.1), Caller()),
+        scheduler.execute(req("same", "Unsafe", seconds=0.1), Caller()),
+    )
+    third = await scheduler.execute(req("same", "Unsafe", seconds=0.1), Caller())
+    span("same")  # ran exactly once
+    assert [first.report.replayed, second.report.replayed, third.report.replayed] == [
+        False,
+        True,
+        True,
+    ]
+    assert first.result == second.result == third.result
+    with pytest.raises(RequestError, match="different input"):
+        await scheduler.execute(req("same", "Unsafe", seconds=0.2), Caller())
+
+
+async def test_overload_answers_resource_exhausted(tmp_path: Path, audit: AuditLog) -> None:
+    scheduler = make_scheduler(tmp_path, audit, max_in_flight=1, queue_timeout_s=0.1)
+    blocker = asyncio.create_task(scheduler.execute(req("long", seconds=1.0), Caller()))
+    await asyncio.sleep(0.05)
+    with pytest.raises(Overloaded):
+        await scheduler.execute(req("late"), Caller())
+    await blocker
+    assert scheduler.in_flight == 0
+
+
+@settings(max_examples=25, deadline=None)
+@given(
+    plan=st.lists(
+        st.tuples(st.sampled_from(["Safe", "Unsafe", "Bash"]), st.integers(0, 20)),
+        min_size=1,
+        max_size=12,
+    )
+)
+def test_answers_keep_request_order_under_random_durations(
+    tmp_path_factory: pytest.TempPathFactory, plan: list[tuple[str, int]]
+) -> None:
+    tmp_path = tmp_path_factory.mktemp("order")
+    SPANS.clear()
+    with contextlib.closing(AuditLog(str(tmp_path / "audit.jsonl"))) as log:
+        scheduler = make_scheduler(tmp_path, log)
+        requests = [
+            req(f"id{i}", name, seconds=ms / 1000, safe=name != "Bash" or ms % 2 == 0)
+            for i, (name, ms) in enumerate(plan)
+        ]
+        outcomes = asyncio.run(collect(scheduler, requests))
+    assert [o.result.tool_use_id for o in outcomes] == [f"id{i}" for i in range(len(plan))]
+    for i, (name, _) in enumerate(plan):
+        if name == "Unsafe":
+            for j in range(len(plan)):
+                if j != i:
+                    assert not overlap(f"id{i}", f"id{j}")
