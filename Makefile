@@ -59,7 +59,8 @@ image: docker venv ## build the sandbox image locally (only when its recipe chan
 run: setup ## run the daemon (LISTEN=..., WORKSPACE=... to override)
 	@mkdir -p "$(WORKSPACE)"
 	@echo "==> tooljail serve --listen $(LISTEN) --workspace $(WORKSPACE)"
-	@exec $(BIN)/tooljail serve --listen "$(LISTEN)" --workspace "$(WORKSPACE)"
+	@TOOLJAIL_STATE_DIR="$${TOOLJAIL_STATE_DIR:-$(CURDIR)/.tooljail/state}" \
+	  exec $(BIN)/tooljail serve --listen "$(LISTEN)" --workspace "$(WORKSPACE)"
 
 test: setup lint typecheck policy-test pytest ## everything CI runs
 
@@ -97,8 +98,8 @@ unit: venv proto ## only the unit tests (no Docker, no OPA)
 integration: setup ## only the integration tests
 	@$(BIN)/pytest tests/integration $(PYTEST_ARGS)
 
-bench-sandbox: setup ## sandbox latency benchmark (warm pool vs cold vs docker run)
-	@$(BIN)/python bench/sandbox_bench.py
+bench-sandbox: setup ## sandbox benchmark: warm pool vs cold vs docker run, churn, output flood
+	@$(BIN)/python -m bench.sandbox_bench --sustained 60 --flood
 
 clean: ## remove the venv and build outputs (keeps the sandbox image)
 	rm -rf $(VENV) .tools .pytest_cache .mypy_cache .ruff_cache

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, field_validator
 from pydantic_settings import (
     BaseSettings,
     PydanticBaseSettingsSource,
@@ -86,6 +86,17 @@ class SchedulerSettings(_Section):
     """How many answers are remembered at most."""
 
 
+class ApprovalSettings(_Section):
+    """Approval tokens handed out when the policy asks."""
+
+    key: SecretStr | None = None
+    """HMAC key as hex or base64 (at least 32 bytes); unset: the key file is used."""
+    key_file: Path | None = None
+    """Key file, created with mode 0600 on first start (default: <state_dir>/approval.key)."""
+    ttl_s: int = Field(default=900, ge=1, le=86_400)
+    """How long a token stays valid."""
+
+
 class Settings(BaseSettings):
     """Everything the daemon is configured with."""
 
@@ -103,11 +114,18 @@ class Settings(BaseSettings):
     """Overall cap of one tool_result (a tool's own budget and the policy may lower it)."""
     max_request_bytes: int = Field(default=16 << 20, ge=1 << 16)
     """Largest accepted gRPC message."""
+    state_dir: Path = Path("/var/lib/tooljail")
+    """Where the daemon keeps its own files (the approval key)."""
+    sessions_root: Path | None = None
+    """Where fresh session workspaces are made (default: <state_dir>/sessions)."""
+    session_idle_ttl_s: float = Field(default=3_600.0, gt=0)
+    """Opened sessions are closed after this long without calls (unless they ask otherwise)."""
     instance_id: str = ""
     """Names this daemon's containers (default: derived from the listen address)."""
     opa: OpaSettings = OpaSettings()
     sandbox: SandboxSettings = SandboxSettings()
     scheduler: SchedulerSettings = SchedulerSettings()
+    approval: ApprovalSettings = ApprovalSettings()
 
     @field_validator("listen")
     @classmethod

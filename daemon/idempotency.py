@@ -1,8 +1,10 @@
 """Idempotency on the tool_use id: a tool call is never run twice by accident.
 
 A retried call (same session, same tool_use id, same input) that arrives while the first is
-running waits for it and gets the same answer; one that arrives after gets the remembered answer,
-marked as replayed, for a configurable time. The same id with a different input is a request
+running waits for it and gets the same answer; one that arrives after a call that ran gets the
+remembered answer, marked as replayed, for a configurable time. Answers of calls that did not run
+(refused, asking for approval, invalid) are not remembered: sending the same tool_use again with an
+approval token must be decided afresh. The same id with a different input is a request
 error. Memory is bounded by entry count and by the total characters remembered.
 """
 
@@ -15,7 +17,14 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
 from daemon.errors import RequestError
-from daemon.models import Decision, ExecuteOutcome, ExecutionReport, TextContent, ToolResult
+from daemon.models import (
+    Decision,
+    ExecuteOutcome,
+    ExecutionReport,
+    Outcome,
+    TextContent,
+    ToolResult,
+)
 
 Key = tuple[str, str]
 """(session id, tool_use id)."""
@@ -111,7 +120,14 @@ class ResultCache:
             future.exception()  # mark retrieved: waiters re-raise it themselves
             raise
         self._settle(entry, outcome)
+        if outcome.decision.outcome is not Outcome.ALLOW:
+            self._forget(key, entry)
         return outcome, False
+
+    def _forget(self, key: Key, entry: _Entry) -> None:
+        if self._entries.get(key) is entry:
+            del self._entries[key]
+            self._chars -= entry.chars
 
     def _settle(self, entry: _Entry, outcome: ExecuteOutcome) -> None:
         entry.finished_at = time.monotonic()

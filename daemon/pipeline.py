@@ -6,8 +6,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import hashlib
-import json
 import logging
 import time
 import uuid
@@ -29,8 +27,10 @@ from daemon.models import (
     ToolResult,
     ToolUse,
 )
-from daemon.policy.document import call_document, listing_document
+from daemon.policy.approval import ApprovalAuthority, canonical_input_hash
+from daemon.policy.document import listing_document
 from daemon.policy.engine import PolicyEngine
+from daemon.policy.gate import PolicyGate
 from daemon.policy.verdict import Verdict
 from daemon.session import Session
 from daemon.sessions import SessionStore
@@ -93,11 +93,6 @@ class PipelineLimits:
     ceilings: SandboxCeilings
 
 
-def _input_digest(raw: dict[str, Any]) -> str:
-    canonical = json.dumps(raw, sort_keys=True, separators=(",", ":"), default=str)
-    return hashlib.sha256(canonical.encode("utf-8", "surrogatepass")).hexdigest()
-
-
 def _error(tool_use_id: str, text: str) -> ToolResult:
     return ToolResult(tool_use_id=tool_use_id, content=(TextContent(text=text),), is_error=True)
 
@@ -113,9 +108,11 @@ class Pipeline:
         limits: PipelineLimits,
         audit: AuditLog,
         runner_factory: RunnerFactory,
+        approvals: ApprovalAuthority | None = None,
     ) -> None:
         self._registry = registry
         self._policy = policy
+        self._gate = PolicyGate(policy, approvals)
         self._sessions = sessions
         self._limits = limits
         self._audit = audit
@@ -165,10 +162,14 @@ class Pipeline:
             return self._finish(call, caller, None, result, ExecutionReport())
         tool, args, session = call.tool, call.args, call.session
 
-        verdict = await self._policy.decide(call_document(tool, args, call.paths, session, caller))
+        gate = await self._gate.decide(
+            tool, args, call.paths, session, caller, tool_use.id, call.request.approval_token
+        )
+        verdict = gate.verdict
         if verdict.outcome is not Outcome.ALLOW:
             result = _error(tool_use.id, self._refusal_text(tool.name, verdict))
-            return self._finish(call, caller, verdict, result, ExecutionReport())
+            report = ExecutionReport()
+            return self._finish(call, caller, verdict, result, report, gate.approval_token)
 
         limits = clamp_limits(verdict.limits or self._limits.default_sandbox, self._limits.ceilings)
         budget = min(tool.traits.max_result_chars, self._limits.result_budget_chars)
@@ -202,7 +203,8 @@ class Pipeline:
         if verdict.outcome is Outcome.ASK:
             return (
                 f"The {tool_name} call needs a human's approval before it can run:\n{reasons}\n"
-                "It did not run. Ask the user to approve it, or do something else."
+                "It did not run. The caller has been given an approval token; once a human "
+                "approves, the same call is sent again with it. Otherwise do something else."
             )
         return (
             f"The {tool_name} call was denied by policy:\n{reasons}\n"
@@ -272,6 +274,7 @@ class Pipeline:
         verdict: Verdict | None,
         result: ToolResult,
         report: ExecutionReport,
+        approval_token: str = "",
     ) -> ExecuteOutcome:
         request = call.request
         decision_id = (verdict.decision_id if verdict else "") or uuid.uuid4().hex
@@ -279,7 +282,8 @@ class Pipeline:
             outcome=verdict.outcome if verdict else None,
             reasons=verdict.reasons if verdict else (),
             decision_id=decision_id,
-            policy_revision=self._policy.revision if verdict else "",
+            policy_revision=self._gate.revision if verdict else "",
+            approval_token=approval_token,
         )
         self._audit.write(
             {
@@ -289,7 +293,7 @@ class Pipeline:
                 "session": call.session.id,
                 "tool_use_id": request.tool_use.id,
                 "tool": request.tool_use.name,
-                "input_sha256": _input_digest(request.tool_use.input),
+                "input_sha256": canonical_input_hash(request.tool_use.input),
                 "outcome": decision.outcome.value if decision.outcome else "not_evaluated",
                 "reasons": list(decision.reasons),
                 "policy_revision": decision.policy_revision,

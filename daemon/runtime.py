@@ -19,16 +19,25 @@ from daemon.config import PROJECT_ROOT, Settings
 from daemon.idempotency import ResultCache
 from daemon.listen import ListenAddress
 from daemon.pipeline import Pipeline, PipelineLimits, RunnerFactory
+from daemon.policy.approval import ApprovalAuthority
+from daemon.policy.keys import load_key
 from daemon.policy.opa_engine import OpaPolicyEngine
 from daemon.policy.opa_server import ManagedOpa, find_opa
 from daemon.policy.revision import policy_revision
 from daemon.sandbox_bridge import SessionSandboxRunner
+from daemon.sandbox_setup import (
+    remove_session_containers,
+    start_sandbox_executor,
+    stop_sandbox_executor,
+)
 from daemon.scheduler import Scheduler, SchedulerLimits
 from daemon.server.service import ExecutorService
 from daemon.session import Session
+from daemon.session_manager import SessionManager
 from daemon.sessions import SessionStore
 from daemon.tools.builtin import builtin_registry
 from daemon.tools.contract import SandboxRunner
+from sandbox.executor import SandboxExecutor
 
 log = logging.getLogger(__name__)
 
@@ -52,8 +61,9 @@ class Daemon:
         self.address = ListenAddress.parse(settings.listen)
         self.opa: ManagedOpa | None = None
         self.engine: OpaPolicyEngine | None = None
-        self.sandbox_executor: object | None = None
+        self.sandbox_executor: SandboxExecutor | None = None
         self.scheduler: Scheduler | None = None
+        self.sessions: SessionManager | None = None
         self._server: grpc.aio.Server | None = None
         self._health = health.aio.HealthServicer()
         self._audit: AuditLog | None = None
@@ -82,7 +92,14 @@ class Daemon:
             url, settings.opa.timeout_s, settings.sandbox.defaults, policy_revision(policies_dir)
         )
         await self.engine.open()
-        sessions = SessionStore(settings.workspace)
+        sessions = SessionStore(
+            settings.workspace, settings.sessions_root or settings.state_dir / "sessions"
+        )
+        approval = settings.approval
+        key = load_key(
+            approval.key.get_secret_value() if approval.key else None,
+            approval.key_file or settings.state_dir / "approval.key",
+        )
         pipeline = Pipeline(
             registry=builtin_registry(),
             policy=self.engine,
@@ -94,6 +111,7 @@ class Daemon:
             ),
             audit=self._audit,
             runner_factory=await self._start_sandbox(),
+            approvals=ApprovalAuthority(key, ttl_s=approval.ttl_s),
         )
         server = grpc.aio.server(
             options=[
@@ -113,8 +131,16 @@ class Daemon:
             ResultCache(ttl_s=sched.replay_ttl_s, max_entries=sched.replay_max_entries),
         )
         self.scheduler = scheduler
+        self.sessions = SessionManager(
+            sessions,
+            self.engine,
+            scheduler,
+            default_idle_ttl_s=settings.session_idle_ttl_s,
+            sandbox_cleanup=self._session_sandbox_cleanup,
+        )
+        self.sessions.start()
         executor_pb2_grpc.add_ExecutorServicer_to_server(
-            ExecutorService(pipeline, scheduler, DEFAULT_PRINCIPAL), server
+            ExecutorService(pipeline, scheduler, self.sessions, DEFAULT_PRINCIPAL), server
         )
         health_pb2_grpc.add_HealthServicer_to_server(self._health, server)
         reflection.enable_server_reflection(
@@ -133,9 +159,9 @@ class Daemon:
         """Start the Docker sandbox if enabled and reachable; without it sandboxed tools refuse."""
         if not self.settings.sandbox.enabled:
             return lambda _session, _tool_use_id: None
-        from daemon.sandbox_setup import start_sandbox_executor
-
-        executor = await start_sandbox_executor(self.settings, self.instance_id)
+        executor = await start_sandbox_executor(
+            self.settings, self.instance_id, self.settings.workspace.resolve()
+        )
         if executor is None:
             return lambda _session, _tool_use_id: None
         self.sandbox_executor = executor
@@ -145,6 +171,12 @@ class Daemon:
 
         return factory
 
+    async def _session_sandbox_cleanup(self, session: Session) -> int:
+        """Remove a closed session's containers (its running ones were killed on cancel)."""
+        if self.sandbox_executor is None:
+            return 0
+        return await remove_session_containers(self.sandbox_executor, session)
+
     async def stop(self, grace_s: float = 5.0) -> None:
         """Stop intake, let in-flight calls finish within the grace period, then tear down."""
         with contextlib.suppress(Exception):
@@ -152,9 +184,10 @@ class Daemon:
         if self._server is not None:
             await self._server.stop(grace_s)
             self._server = None
+        if self.sessions is not None:
+            await self.sessions.stop()
+            self.sessions = None
         if self.sandbox_executor is not None:
-            from daemon.sandbox_setup import stop_sandbox_executor
-
             await stop_sandbox_executor(self.sandbox_executor)
             self.sandbox_executor = None
         if self.engine is not None:

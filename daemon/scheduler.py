@@ -105,6 +105,7 @@ class Scheduler:
         self._global = asyncio.Semaphore(limits.max_in_flight)
         self._session_slots: dict[str, asyncio.Semaphore] = {}
         self._locks: dict[str, SharedExclusiveLock] = {}
+        self._running: dict[str, set[asyncio.Task[object]]] = {}
         self._in_flight = 0
 
     @property
@@ -122,6 +123,7 @@ class Scheduler:
         if lock is not None and lock.idle:
             del self._locks[session_id]
         self._session_slots.pop(session_id, None)
+        self._running.pop(session_id, None)
         self._cache.forget_session(session_id)
 
     @contextlib.asynccontextmanager
@@ -156,6 +158,29 @@ class Scheduler:
         finally:
             self._global.release()
 
+    @contextlib.asynccontextmanager
+    async def _tracked(self, session_id: str) -> AsyncIterator[None]:
+        """Register the running task, so closing its session can cancel it."""
+        task = asyncio.current_task()
+        assert task is not None
+        running = self._running.setdefault(session_id, set())
+        running.add(task)
+        try:
+            yield
+        finally:
+            running.discard(task)
+
+    def has_running(self, session_id: str) -> bool:
+        """Whether a call of the session is running."""
+        return any(not t.done() for t in self._running.get(session_id, ()))
+
+    def cancel_session(self, session_id: str) -> int:
+        """Cancel every running call of a session; returns how many were cancelled."""
+        tasks = [t for t in self._running.pop(session_id, set()) if not t.done()]
+        for task in tasks:
+            task.cancel()
+        return len(tasks)
+
     async def _run(self, call: PreparedCall, caller: Caller) -> ExecuteOutcome:
         """One call: idempotency, slot, session lock (shared if safe), then the pipeline."""
 
@@ -163,6 +188,7 @@ class Scheduler:
             async with (
                 self._slot(call.session.id),
                 self.lock_for(call.session.id).hold(exclusive=not call.concurrency_safe),
+                self._tracked(call.session.id),
             ):
                 return await self._pipeline.run(call, caller)
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -31,9 +32,23 @@ class Session:
     id: str
     workspace: Path
     """Resolved absolute workspace root."""
+    owns_workspace: bool = False
+    """The workspace was created for this session (it may be deleted when the session closes)."""
+    idle_ttl_s: float | None = None
+    """Closed after this long without calls (None: never)."""
+    last_used: float = field(default_factory=time.monotonic)
+    """Monotonic time of the last call."""
     reads: dict[Path, ReadRecord] = field(default_factory=dict)
     cwd: Path | None = None
     """Working directory Bash starts in (the workspace until a command changes it)."""
+
+    def touch(self) -> None:
+        """Note activity (postpones the idle close)."""
+        self.last_used = time.monotonic()
+
+    def idle_for(self, now: float) -> float:
+        """Seconds since the last call."""
+        return now - self.last_used
 
     def record_read(self, path: Path, data: bytes, mtime_ns: int) -> None:
         """Remember that `path` was Read with this content."""

@@ -115,11 +115,11 @@ class SandboxResult(_Frozen):
     duration_ms: int = 0
 
 
-class SandboxStartError(Exception):
+class SandboxStartError(SandboxError):
     """No container could be started (engine down, image missing, bad workspace); nothing ran."""
 
 
-class SandboxNotDelivered(Exception):
+class SandboxNotDelivered(SandboxError):
     """The request never reached the container (it was already gone): safe to retry elsewhere."""
 
 

@@ -167,11 +167,13 @@ class DockerBackend(SandboxBackend):
 
     def _remove_sync(self, container_id: str) -> bool:
         gone = reaper.remove_container(self.api, container_id)
-        if gone:
-            self._untrack(container_id)
+        # Untracked even when removal failed: the periodic sweep of untracked leftovers retries.
+        self._untrack(container_id)
         return gone
 
     def _owner_of(self, workspace: Path) -> tuple[int, int]:
+        if not workspace.is_absolute():
+            raise SandboxStartError(f"workspace {workspace} is not an absolute path")
         try:
             info = workspace.stat()
         except OSError as exc:
@@ -357,8 +359,9 @@ class DockerSandbox(Sandbox):
             await asyncio.shield(self.destroy())
             raise
         except (ProtocolError, OSError, _RunnerGone) as exc:
+            stopped_by_us = self._destroy_task is not None
             await self.destroy()
-            return await self._failure(started, exc)
+            return self._failure(started, exc, stopped_by_us=stopped_by_us)
         finally:
             self._reading = False
             self._conn.close()
@@ -405,9 +408,9 @@ class DockerSandbox(Sandbox):
                 started, exit_code=-1, error=f"the sandbox answered with a malformed result: {exc}"
             )
 
-    async def _failure(self, started: float, exc: Exception) -> SandboxResult:
-        if self._destroy_task is not None and not isinstance(exc, ProtocolError):
-            # Stopped by us (shutdown) while it ran: a cancellation, not a failure.
+    def _failure(self, started: float, exc: Exception, *, stopped_by_us: bool) -> SandboxResult:
+        if stopped_by_us and not isinstance(exc, ProtocolError):
+            # Destroyed by us (shutdown) while it ran: a cancellation, not a failure.
             return self._result(started, exit_code=-1, cancelled=True)
         detail = str(exc)
         if isinstance(exc, _RunnerGone):

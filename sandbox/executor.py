@@ -11,12 +11,15 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os.path
 import time
 import weakref
 from collections.abc import Hashable, Iterable
 from dataclasses import dataclass
+from pathlib import Path
 
 from sandbox.backend import (
+    BashRequest,
     Sandbox,
     SandboxBackend,
     SandboxNotDelivered,
@@ -53,9 +56,31 @@ class ExecutorStats:
 
 
 def pool_key(spec: SandboxSpec) -> Hashable:
-    """Containers are interchangeable when workspace and limits match, and the session too: the
-    session is in each container's labels, which cannot change after creation."""
-    return (spec.profile_key(), spec.session_id)
+    """Containers are interchangeable when workspace and container limits match, whatever the
+    session and the timeout (enforced per request, not part of the container's configuration)."""
+    workspace, limits = spec.profile_key()
+    return (workspace, tuple(sorted(limits.model_dump(exclude={"timeout_ms"}).items())))
+
+
+def _unbound(spec: SandboxSpec) -> SandboxSpec:
+    """The spec a pooled container starts with: it serves no session or call yet, and labels
+    cannot change after creation, so it carries neither (cold containers carry both)."""
+    return spec.model_copy(update={"session_id": ""})
+
+
+def outside_workspace(spec: SandboxSpec, request: SandboxRequest) -> str:
+    """Why the request's path is not inside the workspace, or "" when it is.
+
+    Lexical only: the daemon confines paths (symbolic links included) before it builds a
+    request, and inside the container nothing but the workspace is writable anyway.
+    """
+    path = request.cwd if isinstance(request, BashRequest) else request.path
+    what = "working directory" if isinstance(request, BashRequest) else "path"
+    normal = Path(os.path.normpath(path))
+    workspace = spec.workspace
+    if normal.is_absolute() and (normal == workspace or workspace in normal.parents):
+        return ""
+    return f"the {what} {path} is not inside the workspace {workspace}; use a path inside it"
 
 
 class SandboxExecutor:
@@ -119,6 +144,8 @@ class SandboxExecutor:
             asyncio.CancelledError: The call was cancelled; its container is already removed.
         """
         self._ensure_open()
+        if problem := outside_workspace(spec, request):
+            return SandboxResult(exit_code=-1, error=problem)
         key = pool_key(spec)
         self._destroy_later(self._pool.expire())
         try:
@@ -160,6 +187,12 @@ class SandboxExecutor:
             if outcome is not None:
                 raise outcome
         return self._pool.ready(key)
+
+    async def discard_workspace(self, workspace: str) -> int:
+        """Destroy the warm containers kept for a workspace (its session closed); how many."""
+        doomed = self._pool.drain_keys(lambda key: isinstance(key, tuple) and key[0] == workspace)
+        self._destroy_later(doomed)
+        return len(doomed)
 
     async def close(self) -> None:
         """Destroy every container of this executor (pooled, starting, in flight) and stop.
@@ -217,7 +250,7 @@ class SandboxExecutor:
 
     async def _fill_one(self, key: Hashable, spec: SandboxSpec) -> BaseException | None:
         try:
-            sandbox = await self._start(spec)
+            sandbox = await self._start(_unbound(spec))
         except SandboxStartError as exc:
             log.warning("could not pre-start a sandbox: %s", exc)
             return exc

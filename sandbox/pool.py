@@ -100,6 +100,13 @@ class WarmPool:
                 del self._ready[key]
         return expired
 
+    def drain_keys(self, matches: Callable[[Hashable], bool]) -> list[Sandbox]:
+        """Remove and return the ready sandboxes of every key that `matches`."""
+        drained: list[Sandbox] = []
+        for key in [k for k in self._ready if matches(k)]:
+            drained += [entry.sandbox for entry in self._ready.pop(key)]
+        return drained
+
     def drain(self) -> list[Sandbox]:
         """Remove and return every ready sandbox."""
         drained = [entry.sandbox for entries in self._ready.values() for entry in entries]

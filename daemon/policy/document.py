@@ -42,6 +42,7 @@ def call_document(
     traits["read_only"] = tool.is_read_only(args)
     traits["concurrency_safe"] = tool.is_concurrency_safe(args)
     return {
+        **tool.policy_facts(args, session),
         "version": INPUT_VERSION,
         "tool": traits,
         "input": args.model_dump(mode="json", by_alias=True),

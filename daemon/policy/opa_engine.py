@@ -9,7 +9,7 @@ from urllib.parse import urlsplit
 from opa_client import AsyncOpaClient
 
 from daemon.policy.engine import PolicyEngine
-from daemon.policy.verdict import Verdict, parse_verdict
+from daemon.policy.verdict import Verdict, parse_verdict, parse_workspace_verdict
 from sandbox.backend import SandboxLimits
 
 log = logging.getLogger(__name__)
@@ -74,6 +74,16 @@ class OpaPolicyEngine(PolicyEngine):
                 f"({type(exc).__name__}), so the call is denied (fail closed). Retry later."
             )
         return parse_verdict(response, self._base_limits)
+
+    async def decide_workspace(self, document: dict[str, Any]) -> Verdict:
+        try:
+            response = await self._query(document, "open_session")
+        except Exception as exc:  # noqa: BLE001 - any transport failure must become a deny
+            return Verdict.deny(
+                f"The policy engine (OPA) could not be reached ({type(exc).__name__}); the session "
+                "was not opened (fail closed). Retry later."
+            )
+        return parse_workspace_verdict(response)
 
     async def visible_tools(self, document: dict[str, Any]) -> frozenset[str] | None:
         try:

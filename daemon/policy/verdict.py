@@ -89,3 +89,26 @@ def parse_verdict(response: dict[str, Any], base_limits: SandboxLimits) -> Verdi
     if outcome is not Outcome.ALLOW and not reasons:
         reasons = (f"The policy decided {outcome.value} without giving a reason.",)
     return Verdict(outcome, reasons, limits, raw.result_budget_chars, decision_id)
+
+
+class _RawWorkspaceDecision(BaseModel):
+    model_config = ConfigDict(extra="ignore", strict=True)
+
+    allow: bool
+    reasons: list[StrictStr] = []
+
+
+def parse_workspace_verdict(response: dict[str, Any]) -> Verdict:
+    """data.tooljail.authz.open_session as a Verdict (allow or deny); anything else is a deny."""
+    if "result" not in response:
+        return Verdict.deny(
+            "The policy has no open_session rule, so existing directories are refused."
+        )
+    try:
+        raw = _RawWorkspaceDecision.model_validate(response["result"])
+    except ValidationError:
+        return Verdict.deny("The policy returned a malformed open_session decision; refused.")
+    reasons = tuple(raw.reasons)
+    if not raw.allow:
+        return Verdict(Outcome.DENY, reasons or ("The policy refuses this workspace.",), None, None)
+    return Verdict(Outcome.ALLOW, reasons, None, None)

@@ -19,6 +19,7 @@ from daemon.models import (
     ToolUse,
 )
 from daemon.pipeline import CallRequest
+from daemon.session import Session
 from daemon.tools.registry import ToolDefinition
 
 _OUTCOMES = {None: pb.OUTCOME_UNSPECIFIED, Outcome.ALLOW: pb.ALLOW, Outcome.DENY: pb.DENY,
@@ -123,3 +124,12 @@ def tools_to_proto(definitions: list[ToolDefinition]) -> pb.ListToolsResponse:
     ]
     tools_json = json.dumps([d.to_anthropic() for d in definitions], ensure_ascii=False)
     return pb.ListToolsResponse(tools=tools, tools_json=tools_json)
+
+
+def session_to_proto(session: Session) -> pb.Session:
+    """A session as the caller sees it."""
+    return pb.Session(
+        id=session.id,
+        workspace=str(session.workspace),
+        idle_ttl_s=int(session.idle_ttl_s or 0),
+    )

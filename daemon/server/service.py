@@ -14,6 +14,7 @@ from daemon.pipeline import Pipeline
 from daemon.scheduler import Scheduler
 from daemon.server import convert
 from daemon.server.status import status_for
+from daemon.session_manager import SessionManager
 
 
 def caller_of(context: grpc.aio.ServicerContext[object, object], default_principal: str) -> Caller:
@@ -27,9 +28,16 @@ def caller_of(context: grpc.aio.ServicerContext[object, object], default_princip
 class ExecutorService(pb_grpc.ExecutorServicer):
     """tooljail.v1.Executor."""
 
-    def __init__(self, pipeline: Pipeline, scheduler: Scheduler, default_principal: str) -> None:
+    def __init__(
+        self,
+        pipeline: Pipeline,
+        scheduler: Scheduler,
+        sessions: SessionManager,
+        default_principal: str,
+    ) -> None:
         self._pipeline = pipeline
         self._scheduler = scheduler
+        self._sessions = sessions
         self._principal = default_principal
 
     async def ListTools(
@@ -66,3 +74,25 @@ class ExecutorService(pb_grpc.ExecutorServicer):
                 yield convert.outcome_to_proto(outcome)
         except TooljailError as exc:
             await context.abort(status_for(exc), str(exc))
+
+    async def OpenSession(
+        self, request: pb.OpenSessionRequest, context: grpc.aio.ServicerContext[object, object]
+    ) -> pb.Session:
+        try:
+            session = await self._sessions.open(
+                request.workspace, request.idle_ttl_s, caller_of(context, self._principal)
+            )
+        except TooljailError as exc:
+            await context.abort(status_for(exc), str(exc))
+        return convert.session_to_proto(session)
+
+    async def CloseSession(
+        self, request: pb.CloseSessionRequest, context: grpc.aio.ServicerContext[object, object]
+    ) -> pb.CloseSessionResponse:
+        try:
+            closed = await self._sessions.close(request.session_id, request.delete_workspace)
+        except TooljailError as exc:
+            await context.abort(status_for(exc), str(exc))
+        return pb.CloseSessionResponse(
+            cancelled_calls=closed.cancelled_calls, workspace_deleted=closed.workspace_deleted
+        )

@@ -9,13 +9,14 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import ClassVar
+from typing import Any, ClassVar
 
 from pydantic import Field, field_validator
 
 from daemon.errors import ToolInputError
 from daemon.models import TextContent
 from daemon.session import Session
+from daemon.tools.bash_readonly import is_read_only_command, parsed
 from daemon.tools.coerce import LaxInt, LaxToolInput
 from daemon.tools.contract import (
     CallContext,
@@ -127,6 +128,13 @@ class BashTool(Tool[BashInput, BashRun]):
                 f"finishes within the timeout (at most {MAX_TIMEOUT_MS} ms)."
             )
         return args
+
+    def is_concurrency_safe(self, args: BashInput) -> bool:
+        # A line that only reads may run beside other safe calls (and a failure then cancels them).
+        return is_read_only_command(args.command)
+
+    def policy_facts(self, args: BashInput, session: Session) -> dict[str, Any]:
+        return {"command": parsed(args.command).to_policy()}
 
     def touched_paths(self, args: BashInput, session: Session) -> list[TouchedPath]:
         cwd = session.cwd or session.workspace

@@ -146,6 +146,10 @@ class Tool(abc.ABC, Generic[InT, OutT]):
         """Semantic checks beyond the schema (raise ToolInputError); may normalise the input."""
         return args
 
+    def policy_facts(self, args: InT, session: Session) -> dict[str, Any]:
+        """Extra top-level facts for the policy input (e.g. Bash's parsed command)."""
+        return {}
+
     def touched_paths(self, args: InT, session: Session) -> list[TouchedPath]:
         """Every path this call touches, resolved, for the policy input."""
         return []

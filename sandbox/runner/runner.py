@@ -282,7 +282,6 @@ def _pump(proc: subprocess.Popen[bytes], out_r: int, sink: OutputSink, deadline:
         exit_fd: int | None = os.pidfd_open(proc.pid)
     except (AttributeError, OSError):
         exit_fd = None  # old kernel: poll instead
-    watched = [out_r] if exit_fd is None else [out_r, exit_fd]
     timed_out = False
     pipe_open = True
     try:
@@ -291,16 +290,17 @@ def _pump(proc: subprocess.Popen[bytes], out_r: int, sink: OutputSink, deadline:
             if remaining <= 0:
                 timed_out = True
                 break
+            watched = [out_r] if pipe_open else []
+            if exit_fd is not None:
+                watched.append(exit_fd)  # readable once bash has exited
             wait = remaining if exit_fd is not None else min(remaining, 0.05)
-            ready = select.select(watched if pipe_open else watched[1:], [], [], wait)[0]
+            ready = select.select(watched, [], [], wait)[0]
             if out_r in ready:
                 data = os.read(out_r, _CHUNK)
                 if data:
                     sink.add(data)
                 else:
                     pipe_open = False
-                    if exit_fd is None:
-                        watched = []
     finally:
         if exit_fd is not None:
             os.close(exit_fd)
@@ -352,15 +352,27 @@ def _sha256_of(path: Path) -> str | None:
 
 
 def write_file(request: dict[str, Any]) -> dict[str, Any]:
-    """Replace or create a file atomically, if it is still what the host last read."""
+    """Replace or create a file atomically, if it is still what the host last read.
+
+    The runner starts in the workspace (the container's working directory); a path that resolves
+    outside it, through a symbolic link, is refused rather than written to a place that vanishes
+    with the container (its /tmp) or fails obscurely.
+    """
     path = str(request["path"])
     content, expected = request["content"], request.get("expected_sha256")
     if not isinstance(content, str) or not (expected is None or isinstance(expected, str)):
         raise TypeError("content must be a string and expected_sha256 a string or null")
     if not Path(path).is_absolute():
         return {"exit_code": 1, "error": "the path is not absolute; give the full path"}
-    # Write through symbolic links, as an editor would; the sandbox can only write the workspace.
+    # Write through symbolic links, as an editor would, but only into the workspace.
     target = Path(path).resolve()
+    workspace = Path.cwd()
+    if target != workspace and workspace not in target.parents:
+        return {
+            "exit_code": 1,
+            "error": f"it resolves to {target}, outside the workspace {workspace} (through a "
+            "symbolic link); only files inside the workspace can be written",
+        }
     try:
         _replace_checked(target, content.encode("utf-8"), expected and expected.lower())
     except _Stale as exc:

@@ -33,6 +33,7 @@ class RunningDaemon:
             workspace=workspace,
             audit_log=str(self.audit_path),
             instance_id=f"test-{socket_path.stem}",
+            state_dir=socket_path.with_suffix(".state"),
             **overrides,
         )
         self.daemon = Daemon(self.settings)

@@ -23,7 +23,12 @@ def served(short_tmp: Path) -> Iterator[tuple[str, Path, subprocess.Popen[str]]]
     workspace = short_tmp / "ws-cli"
     workspace.mkdir(exist_ok=True)
     socket_path = short_tmp / "cli.sock"
-    env = dict(os.environ, TOOLJAIL_SANDBOX__ENABLED="false", TOOLJAIL_AUDIT_LOG="/dev/null")
+    env = dict(
+        os.environ,
+        TOOLJAIL_SANDBOX__ENABLED="false",
+        TOOLJAIL_AUDIT_LOG="/dev/null",
+        TOOLJAIL_STATE_DIR=str(short_tmp / "cli-state"),
+    )
     log_path = short_tmp / "cli-serve.log"
     with log_path.open("w") as log:
         process = subprocess.Popen(
@@ -99,10 +104,12 @@ def test_serve_tools_call_and_sigterm(served: tuple[str, Path, subprocess.Popen[
 
 
 def test_second_daemon_on_the_same_socket_is_refused(
-    served: tuple[str, Path, subprocess.Popen[str]],
+    served: tuple[str, Path, subprocess.Popen[str]], short_tmp: Path
 ) -> None:
     target, workspace, _ = served
-    env = dict(os.environ, TOOLJAIL_SANDBOX__ENABLED="false")
+    env = dict(
+        os.environ, TOOLJAIL_SANDBOX__ENABLED="false", TOOLJAIL_STATE_DIR=str(short_tmp / "s2")
+    )
     second = subprocess.run(
         [*TOOLJAIL, "serve", "--listen", target, "--workspace", str(workspace)],
         env=env, capture_output=True, text=True, timeout=60, check=False,

@@ -48,7 +48,7 @@ def test_opa_killed_fails_closed_then_recovers(short_tmp: Path) -> None:
 
         def recovered() -> bool:
             opa = d.daemon.opa
-            if opa is None or opa.pid in (None, first_pid):
+            if opa is None or opa.pid in (None, first_pid) or opa.restarts < 1:
                 return False
             return d.execute("Read", {"file_path": str(target)}).decision.outcome == pb.ALLOW
 

@@ -191,6 +191,34 @@ async def test_cancelling_the_call_removes_the_container_at_once(
     assert not exists(docker_client, running)
 
 
+async def test_a_runner_killed_by_the_command_is_a_clear_failure(
+    executor: SandboxExecutor, workspace: Path, docker_client: docker.DockerClient
+) -> None:
+    result = await executor.run(
+        SandboxSpec(workspace=workspace), bash(workspace, "kill -KILL $PPID; sleep 100")
+    )
+    assert result.error.startswith("the sandbox failed: its runner ended without answering")
+    assert not result.cancelled and not result.timed_out
+    await wait_gone(docker_client, result.sandbox_id)
+
+
+async def test_shutdown_stops_running_calls_with_a_cancelled_result(
+    backend: DockerBackend, workspace: Path
+) -> None:
+    executor = SandboxExecutor(backend, pool_size=0, close_backend=False)
+    call = asyncio.create_task(
+        executor.run(SandboxSpec(workspace=workspace), bash(workspace, "sleep 1000", 600_000))
+    )
+    async with asyncio.timeout(10):
+        while executor.stats().in_flight == 0:
+            await asyncio.sleep(0.01)
+    await asyncio.sleep(0.3)
+    await executor.close()
+    result = await asyncio.wait_for(call, 10)
+    assert result.cancelled is True
+    assert result.error == ""
+
+
 async def test_oom_is_reported_as_such(executor: SandboxExecutor, workspace: Path) -> None:
     spec = SandboxSpec(workspace=workspace, limits=SandboxLimits(memory_mb=64))
     hog = "python3 -c 'x = bytearray(1 << 20) * 512; print(len(x))'"
@@ -320,8 +348,22 @@ async def test_write_errors_are_clear_and_harmless(
     )
     assert denied.error.startswith("permission denied")
     assert (locked / "keep.txt").read_text() == "original"
-    outside = await executor.run(spec, WriteFileRequest(path="/usr/evil", content="x"))
-    assert outside.error.startswith("read-only file system")
+    refused = await executor.run(spec, WriteFileRequest(path="/usr/evil", content="x"))
+    assert "not inside the workspace" in refused.error
+
+
+async def test_the_container_itself_refuses_writes_outside_the_workspace(
+    backend: DockerBackend, workspace: Path
+) -> None:
+    # Straight to a container, past the executor's check: the runner refuses on its own.
+    (workspace / "escape").symlink_to("/tmp/x")
+    for path in ("/usr/evil", str(workspace / "escape")):
+        sandbox = await backend.start(SandboxSpec(workspace=workspace))
+        try:
+            result = await sandbox.run(WriteFileRequest(path=path, content="x"))
+        finally:
+            await sandbox.destroy()
+        assert "outside the workspace" in result.error
 
 
 async def test_file_size_limit_stops_writes(executor: SandboxExecutor, workspace: Path) -> None:

@@ -442,9 +442,11 @@ def mode(path: Path) -> int:
     return stat.S_IMODE(path.stat().st_mode)
 
 
-def test_key_file_is_created_private_with_private_parents(tmp_path: Path) -> None:
+@pytest.mark.parametrize("umask", [0o000, 0o277])
+def test_key_file_is_created_private_with_private_parents(tmp_path: Path, umask: int) -> None:
+    # 0o000 would let loose bits through, 0o277 would strip the owner's own bits: neither may.
     path = tmp_path / "state" / "keys" / "approval.key"
-    old_umask = os.umask(0)
+    old_umask = os.umask(umask)
     try:
         key = load_or_create_key(path)
     finally:

@@ -13,11 +13,13 @@ from sandbox.backend import (
     BashRequest,
     Sandbox,
     SandboxBackend,
+    SandboxLimits,
     SandboxNotDelivered,
     SandboxRequest,
     SandboxResult,
     SandboxSpec,
     SandboxStartError,
+    WriteFileRequest,
 )
 from sandbox.executor import SandboxExecutor
 
@@ -105,8 +107,9 @@ async def make_executor(backend: FakeBackend) -> AsyncIterator[Callable[..., San
         await executor.close()
 
 
-def spec(session: str = "s1") -> SandboxSpec:
-    return SandboxSpec(workspace=Path("/w"), session_id=session)
+def spec(session: str = "s1", workspace: str = "/w", timeout_ms: int = 1000) -> SandboxSpec:
+    limits = SandboxLimits(timeout_ms=timeout_ms)
+    return SandboxSpec(workspace=Path(workspace), session_id=session, limits=limits)
 
 
 async def until(condition: Callable[[], bool], timeout: float = 2.0) -> None:
@@ -149,16 +152,25 @@ async def test_warm_fills_the_pool_and_reports_start_failures(
     assert len(backend.started) == 3
     backend.fail_start = True
     with pytest.raises(SandboxStartError, match="image missing"):
-        await executor.warm(spec("other"))
+        await executor.warm(spec(workspace="/elsewhere"))
 
 
-async def test_the_pool_is_per_session_because_labels_are(
+async def test_sessions_and_timeouts_share_a_pool_and_pooled_containers_carry_no_session(
     backend: FakeBackend, make_executor: Callable[..., SandboxExecutor]
 ) -> None:
     executor = make_executor(pool_size=1)
-    await executor.warm(spec("a"))
+    await executor.warm(spec("a", timeout_ms=5000))
+    result = await executor.run(spec("b", timeout_ms=90_000), REQUEST)
+    assert executor.stats().pool_hits == 1
+    served = next(s for s in backend.started if s.name == result.sandbox_id)
+    assert served.spec.session_id == ""
+
+
+async def test_cold_containers_carry_the_session(
+    backend: FakeBackend, make_executor: Callable[..., SandboxExecutor]
+) -> None:
+    executor = make_executor(pool_size=0)
     result = await executor.run(spec("b"), REQUEST)
-    assert executor.stats().pool_misses == 1
     served = next(s for s in backend.started if s.name == result.sandbox_id)
     assert served.spec.session_id == "b"
 
@@ -239,3 +251,31 @@ async def test_close_destroys_pooled_and_in_flight_and_refuses_new_calls(
     assert all(s.destroyed for s in backend.started)
     with pytest.raises(SandboxStartError, match="closed"):
         await executor.run(spec(), REQUEST)
+
+
+@pytest.mark.parametrize(
+    "request_",
+    [
+        BashRequest(command="ls", cwd="/etc", timeout_ms=1000),
+        BashRequest(command="ls", cwd="/w/../etc", timeout_ms=1000),
+        BashRequest(command="ls", cwd="w", timeout_ms=1000),
+        WriteFileRequest(path="/wx/file", content=""),
+    ],
+)
+async def test_paths_outside_the_workspace_are_refused_before_any_container(
+    backend: FakeBackend, make_executor: Callable[..., SandboxExecutor], request_: SandboxRequest
+) -> None:
+    result = await make_executor(pool_size=0).run(spec(), request_)
+    assert "is not inside the workspace /w" in result.error
+    assert backend.started == []
+
+
+async def test_paths_inside_the_workspace_are_accepted(
+    backend: FakeBackend, make_executor: Callable[..., SandboxExecutor]
+) -> None:
+    executor = make_executor(pool_size=0)
+    for request in (
+        BashRequest(command="ls", cwd="/w/sub/..", timeout_ms=1000),
+        WriteFileRequest(path="/w/a/b.txt", content=""),
+    ):
+        assert (await executor.run(spec(), request)).error == ""

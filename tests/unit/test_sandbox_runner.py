@@ -21,10 +21,14 @@ from sandbox.runner import RUNNER_SOURCE
 from sandbox.runner import runner as runner_module
 
 
-def call_runner(request: dict[str, Any], *args: str, timeout: float = 60) -> dict[str, Any]:
-    """Send one request to a fresh runner process and return its single result message."""
+def call_runner(
+    request: dict[str, Any], *args: str, cwd: Path | None = None, timeout: float = 60
+) -> dict[str, Any]:
+    """Send one request to a fresh runner process (started in `cwd`, the workspace, as in a
+    container) and return its single result message."""
     done = subprocess.run(
         [sys.executable, "-I", "-S", str(RUNNER_SOURCE), *args],
+        cwd=cwd,
         input=encode_frame(request),
         capture_output=True,
         timeout=timeout,
@@ -51,10 +55,16 @@ def bash(
     )
 
 
-def write(path: Path, content: str, expected: str | None = None) -> dict[str, Any]:
-    return call_runner(
-        {"kind": "write_file", "path": str(path), "content": content, "expected_sha256": expected}
-    )
+def write(
+    path: Path, content: str, expected: str | None = None, *, workspace: Path | None = None
+) -> dict[str, Any]:
+    request = {
+        "kind": "write_file",
+        "path": str(path),
+        "content": content,
+        "expected_sha256": expected,
+    }
+    return call_runner(request, cwd=workspace or path.parent)
 
 
 def sha(data: bytes) -> str:
@@ -173,7 +183,11 @@ def test_the_sink_memory_stays_bounded_whatever_the_stream() -> None:
 
 def test_write_creates_the_file_and_missing_parents(tmp_path: Path) -> None:
     target = tmp_path / "a" / "b" / "new.txt"
-    assert write(target, "hello\n") == {"type": "result", "v": 1, "exit_code": 0}
+    assert write(target, "hello\n", workspace=tmp_path) == {
+        "type": "result",
+        "v": 1,
+        "exit_code": 0,
+    }
     assert target.read_text() == "hello\n"
     assert sorted(p.name for p in target.parent.iterdir()) == ["new.txt"]  # no temp file left
 
@@ -219,14 +233,23 @@ def test_write_goes_through_a_symlink_to_its_target(tmp_path: Path) -> None:
     assert (tmp_path / "real.txt").read_text() == "new"
 
 
+def test_write_refuses_a_symlink_that_leads_out_of_the_workspace(tmp_path: Path) -> None:
+    workspace, outside = tmp_path / "ws", tmp_path / "outside.txt"
+    workspace.mkdir()
+    (workspace / "escape").symlink_to(outside)
+    result = write(workspace / "escape", "x", workspace=workspace)
+    assert "outside the workspace" in result["error"]
+    assert not outside.exists()
+
+
 def test_write_to_a_directory_or_a_relative_path_is_a_clear_error(tmp_path: Path) -> None:
-    assert write(tmp_path, "x")["error"] == "it is a directory, not a file"
-    assert "not absolute" in write(Path("relative.txt"), "x")["error"]
+    assert write(tmp_path, "x", workspace=tmp_path)["error"] == "it is a directory, not a file"
+    assert "not absolute" in write(Path("relative.txt"), "x", workspace=tmp_path)["error"]
 
 
 def test_write_under_a_file_is_a_clear_error(tmp_path: Path) -> None:
     (tmp_path / "plain").write_text("x")
-    result = write(tmp_path / "plain" / "child.txt", "x")
+    result = write(tmp_path / "plain" / "child.txt", "x", workspace=tmp_path)
     assert result["error"] in {"a parent of it is not a directory", "File exists"}
     assert (tmp_path / "plain").read_text() == "x"
 

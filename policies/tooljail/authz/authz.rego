@@ -5,8 +5,10 @@
 #   result budget, and which tools a caller may see in ListTools. The input documents are
 #   described in policies/input.schema.json and policies/README.md.
 #
-#   Each rule adds a full-sentence reason to the deny, ask or allow set; `decision` turns the
-#   sets into one answer, where deny beats ask and ask beats allow. New rules only add to a set.
+#   Each rule adds a full-sentence reason to the deny, needs_approval or allow set; `decision`
+#   turns the sets into one answer, where deny beats ask and ask beats allow. A person's approval
+#   (input.approval) silences needs_approval and never a deny. New rules only add to a set.
+#   The Bash command rules are in commands.rego, open_session in session.rego, mask in audit.rego.
 package tooljail.authz
 
 # The input document version this policy understands (input.version).
@@ -65,8 +67,13 @@ sandbox := {
 	"memory_mb": 512,
 	"cpus": 1,
 	"pids": 256,
-	"network": "none",
+	"network": network,
 }
+
+# Network off, unless data.json grants a principal the bridge network.
+default network := "none"
+
+network := "bridge" if principal_config.network == "bridge"
 
 default timeout_ms := 120000
 
@@ -142,16 +149,16 @@ deny contains sprintf(
 	tool_listed_hidden(principal_config, input.tool.name)
 }
 
-# Placeholder until the policy receives parsed commands: a plain pattern on the raw string.
-deny contains "Bash: the command uses sudo, and commands may not raise their privileges; run it without sudo." if {
-	input.tool.name == "Bash"
-	is_string(input.input.command)
-	regex.match(`(^|[^\w.-])sudo([^\w.-]|$)`, input.input.command)
-}
-
 # --- Ask rules -------------------------------------------------------------------------------
 
-ask contains sprintf(
+# Rules add to needs_approval; a call that carries a granted approval is not asked again (the
+# daemon turns a second ask for an approved call into a deny, so every ask must be liftable).
+ask contains reason if {
+	not approval_granted
+	some reason in needs_approval
+}
+
+needs_approval contains sprintf(
 	"%s needs a person's approval for principal %s; the call waits until someone approves it.",
 	[tool_name, principal_name],
 ) if {
@@ -195,6 +202,16 @@ principal_name := input.caller.principal if is_string(input.caller.principal)
 default principal_config := {}
 
 principal_config := data.tooljail.principals[principal_name]
+
+# The daemon checked the token (signature, binding to this exact call, expiry, replay) before
+# saying granted; anything but a well-formed grant counts as no approval.
+approval_granted if {
+	input.approval.granted == true
+	is_string(input.approval.token_id)
+	input.approval.token_id != ""
+	is_string(input.approval.approved_by)
+	input.approval.approved_by != ""
+}
 
 # A tool counts as read-only only when it says so; a missing trait means risky.
 read_only_tool if input.tool.read_only == true

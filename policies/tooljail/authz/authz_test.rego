@@ -17,6 +17,7 @@ read_input := {
 	"paths": [{"path": "/srv/ws/a.txt", "access": "read", "inside_workspace": true}],
 	"session": {"id": "default", "workspace": "/srv/ws"},
 	"caller": {"principal": "local", "transport": "unix"},
+	"approval": {"granted": false},
 }
 
 write_input := {
@@ -26,6 +27,7 @@ write_input := {
 	"paths": [{"path": "/srv/ws/notes/b.txt", "access": "write", "inside_workspace": true}],
 	"session": {"id": "default", "workspace": "/srv/ws"},
 	"caller": {"principal": "local", "transport": "unix"},
+	"approval": {"granted": false},
 }
 
 bash_input := {
@@ -35,6 +37,46 @@ bash_input := {
 	"paths": [],
 	"session": {"id": "default", "workspace": "/srv/ws"},
 	"caller": {"principal": "local", "transport": "unix"},
+	"approval": {"granted": false},
+	"command": {
+		"raw": "ls -la",
+		"parsed": true,
+		"parse_error": "",
+		"simple_commands": [{"argv": ["ls", "-la"], "name": "ls", "path": "ls", "wrappers": [], "assignments": [], "context": "simple"}],
+		"redirects": [],
+		"written_paths": [],
+	},
+}
+
+# A destructive line that a person approved: the shape of input.approval when granted.
+approved_bash_input := {
+	"version": 1,
+	"tool": {"name": "Bash", "read_only": false, "destructive": true, "concurrency_safe": false, "sandboxed": true},
+	"input": {"command": "cd /srv/ws && env A=1 /bin/rm -rf /srv/ws/ 2>/dev/null", "timeout": 60000},
+	"paths": [],
+	"session": {"id": "s-7", "workspace": "/srv/ws"},
+	"caller": {"principal": "local", "transport": "unix"},
+	"approval": {
+		"granted": true,
+		"token_id": "tok-1f3a",
+		"approved_by": "local",
+		"issued_at": 1767225600,
+		"expires_at": 1767226200,
+	},
+	"command": {
+		"raw": "cd /srv/ws && env A=1 /bin/rm -rf /srv/ws/ 2>/dev/null",
+		"parsed": true,
+		"parse_error": "",
+		"simple_commands": [
+			{"argv": ["cd", "/srv/ws"], "name": "cd", "path": "cd", "wrappers": [], "context": "list"},
+			{
+				"argv": ["/bin/rm", "-rf", "/srv/ws/"], "name": "rm", "path": "/bin/rm",
+				"wrappers": ["env"], "assignments": ["A=1"], "context": "list",
+			},
+		],
+		"redirects": [{"op": "2>", "target": "/dev/null"}],
+		"written_paths": ["/dev/null"],
+	},
 }
 
 list_tools_input := {
@@ -56,9 +98,24 @@ as_principal(doc, principal) := object.union(doc, {"caller": {"principal": princ
 
 with_paths(doc, paths) := object.union(doc, {"paths": paths})
 
-bash_command(command) := object.union(bash_input, {"input": {"command": command}})
-
 bash_timeout(timeout) := object.union(bash_input, {"input": {"timeout": timeout}})
+
+# input.approval as the daemon sends it for a call that carries a valid approval token.
+granted := approved_bash_input.approval
+
+approved(doc) := object.union(doc, {"approval": granted})
+
+decided(doc) := d if {
+	d := authz.decision with input as doc
+}
+
+# The decision has this outcome and one of its reasons contains the phrase.
+decides(doc, outcome, phrase) if {
+	d := decided(doc)
+	d.outcome == outcome
+	some reason in d.reasons
+	contains(reason, phrase)
+}
 
 outside_reason(tool, path, access) := sprintf(
 	"%s: %s is outside the workspace /srv/ws, so %s access is refused; only paths inside the workspace may be touched.",
@@ -69,8 +126,6 @@ read_only_principal_reason(tool) := sprintf(
 	"%s can change files or run commands, and principal readonly-bot may only use read-only tools; %s",
 	[tool, "use a read-only tool such as Read, Glob, Grep or LS instead."],
 )
-
-sudo_reason := "Bash: the command uses sudo, and commands may not raise their privileges; run it without sudo."
 
 # --- The decision object ---------------------------------------------------------------------
 
@@ -277,48 +332,7 @@ test_timeout_of_other_tools_is_ignored if {
 	d.sandbox.timeout_ms == 120000
 }
 
-# --- sudo placeholder ------------------------------------------------------------------------
-
-test_sudo_at_start_is_denied if {
-	d := authz.decision with input as bash_command("sudo rm -rf /")
-	d.outcome == "deny"
-	d.reasons == [sudo_reason]
-}
-
-test_sudo_after_and_operator_is_denied if {
-	d := authz.decision with input as bash_command("make && sudo make install")
-	d.reasons == [sudo_reason]
-}
-
-test_sudo_after_semicolon_without_space_is_denied if {
-	d := authz.decision with input as bash_command("true;sudo id")
-	d.reasons == [sudo_reason]
-}
-
-test_sudo_by_absolute_path_is_denied if {
-	d := authz.decision with input as bash_command("/usr/bin/sudo id")
-	d.reasons == [sudo_reason]
-}
-
-test_sudo_in_command_substitution_is_denied if {
-	d := authz.decision with input as bash_command("echo $(sudo cat /etc/shadow)")
-	d.reasons == [sudo_reason]
-}
-
-test_bare_sudo_is_denied if {
-	d := authz.decision with input as bash_command("sudo")
-	d.reasons == [sudo_reason]
-}
-
-test_sudoers_file_name_is_not_sudo if {
-	d := authz.decision with input as bash_command("grep root /srv/ws/sudoers.bak")
-	d.outcome == "allow"
-}
-
-test_visudo_is_not_sudo if {
-	d := authz.decision with input as bash_command("visudo -c -f /srv/ws/sudoers")
-	d.outcome == "allow"
-}
+# --- Command rules only read commands ------------------------------------------------------
 
 test_sudo_in_another_tool_input_is_ignored if {
 	doc := object.union(write_input, {"input": {"content": "sudo make install\n"}})
@@ -410,17 +424,107 @@ test_ask_beats_allow if {
 
 test_deny_beats_ask if {
 	principals := {"careful": {"ask_tools": ["Bash"]}}
-	d := authz.decision with input as as_principal(bash_command("sudo id"), "careful")
+	d := authz.decision with input as as_principal(sudo_id_input, "careful")
 		with data.tooljail.principals as principals
 	d.outcome == "deny"
-	d.reasons == [sudo_reason]
+	d.reasons == [privilege_reason("sudo")]
 }
 
 test_deny_beats_allow if {
 	# Bash inside the workspace is allowed, but sudo is denied: only the deny reason is reported.
-	d := authz.decision with input as bash_command("sudo id")
+	d := authz.decision with input as sudo_id_input
 	d.outcome == "deny"
-	d.reasons == [sudo_reason]
+	d.reasons == [privilege_reason("sudo")]
+}
+
+# --- Approval ----------------------------------------------------------------------------------
+
+test_granted_approval_turns_an_ask_into_allow if {
+	d := authz.decision with input as approved_bash_input
+	d.outcome == "allow"
+	d.reasons == ["Bash runs in the sandbox, and every path it touches is inside the workspace /srv/ws."]
+}
+
+test_same_call_without_approval_asks if {
+	d := authz.decision with input as object.union(approved_bash_input, {"approval": {"granted": false}})
+	d.outcome == "ask"
+	d.reasons == [concat("", [
+		"Bash: `/bin/rm -rf /srv/ws/` deletes the workspace root recursively and without asking; ",
+		"a person must approve it before it runs. To delete less, name the exact files or subdirectories.",
+	])]
+}
+
+test_granted_approval_does_not_lift_a_deny if {
+	d := authz.decision with input as approved(sudo_id_input)
+	d.outcome == "deny"
+	d.reasons == [privilege_reason("sudo")]
+}
+
+test_granted_approval_lifts_an_ask_tools_ask if {
+	principals := {"careful": {"ask_tools": ["Write"]}}
+	d := authz.decision with input as approved(as_principal(write_input, "careful"))
+		with data.tooljail.principals as principals
+	d.outcome == "allow"
+}
+
+test_approval_without_token_id_is_no_approval if {
+	doc := object.union(approved_bash_input, {"approval": {"token_id": ""}})
+	d := authz.decision with input as doc
+	d.outcome == "ask"
+}
+
+test_approval_without_approver_is_no_approval if {
+	doc := json.remove(approved_bash_input, ["approval/approved_by"])
+	d := authz.decision with input as doc
+	d.outcome == "ask"
+}
+
+test_approval_granted_as_a_string_is_no_approval if {
+	doc := object.union(approved_bash_input, {"approval": {"granted": "true"}})
+	d := authz.decision with input as doc
+	d.outcome == "ask"
+}
+
+test_missing_approval_is_no_approval if {
+	d := authz.decision with input as json.remove(approved_bash_input, ["approval"])
+	d.outcome == "ask"
+}
+
+# --- Network ---------------------------------------------------------------------------------
+
+test_network_is_off_by_default if {
+	d := authz.decision with input as bash_input
+	d.sandbox.network == "none"
+}
+
+test_shipped_ci_builder_gets_the_bridge_network if {
+	d := authz.decision with input as as_principal(bash_input, "ci-builder")
+	d.outcome == "allow"
+	d.sandbox.network == "bridge"
+}
+
+test_principal_granted_another_network_mode_stays_offline if {
+	principals := {"tinkerer": {"network": "host"}}
+	d := authz.decision with input as as_principal(bash_input, "tinkerer")
+		with data.tooljail.principals as principals
+	d.sandbox.network == "none"
+}
+
+test_readonly_bot_has_no_network if {
+	d := authz.decision with input as as_principal(read_input, "readonly-bot")
+	d.sandbox.network == "none"
+}
+
+# --- Audit masking -----------------------------------------------------------------------------
+
+test_mask_names_the_content_and_edit_fields if {
+	authz.mask == {"content", "old_string", "new_string", "edits"}
+}
+
+test_mask_does_not_hide_commands_or_paths if {
+	every field in ["command", "file_path", "path", "pattern"] {
+		not field in authz.mask
+	}
 }
 
 # --- visible_tools ---------------------------------------------------------------------------

@@ -429,3 +429,99 @@ class ExecuteBatchRequest(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___ExecuteBatchRequest: _TypeAlias = ExecuteBatchRequest  # noqa: Y015
+
+@_typing.final
+class OpenSessionRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    WORKSPACE_FIELD_NUMBER: _builtins.int
+    IDLE_TTL_S_FIELD_NUMBER: _builtins.int
+    workspace: _builtins.str
+    """An existing directory to work in (the policy must allow it); empty: a fresh directory."""
+    idle_ttl_s: _builtins.int
+    """Close the session after this many seconds without calls; 0: the daemon's default."""
+    def __init__(
+        self,
+        *,
+        workspace: _builtins.str = ...,
+        idle_ttl_s: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["idle_ttl_s", b"idle_ttl_s", "workspace", b"workspace"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___OpenSessionRequest: _TypeAlias = OpenSessionRequest  # noqa: Y015
+
+@_typing.final
+class Session(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    ID_FIELD_NUMBER: _builtins.int
+    WORKSPACE_FIELD_NUMBER: _builtins.int
+    IDLE_TTL_S_FIELD_NUMBER: _builtins.int
+    id: _builtins.str
+    workspace: _builtins.str
+    """Absolute path of the workspace: file paths in tool inputs are absolute paths inside it."""
+    idle_ttl_s: _builtins.int
+    def __init__(
+        self,
+        *,
+        id: _builtins.str = ...,
+        workspace: _builtins.str = ...,
+        idle_ttl_s: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["id", b"id", "idle_ttl_s", b"idle_ttl_s", "workspace", b"workspace"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___Session: _TypeAlias = Session  # noqa: Y015
+
+@_typing.final
+class CloseSessionRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    SESSION_ID_FIELD_NUMBER: _builtins.int
+    DELETE_WORKSPACE_FIELD_NUMBER: _builtins.int
+    session_id: _builtins.str
+    delete_workspace: _builtins.bool
+    """Also delete the workspace (only one the daemon created for the session)."""
+    def __init__(
+        self,
+        *,
+        session_id: _builtins.str = ...,
+        delete_workspace: _builtins.bool = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["delete_workspace", b"delete_workspace", "session_id", b"session_id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___CloseSessionRequest: _TypeAlias = CloseSessionRequest  # noqa: Y015
+
+@_typing.final
+class CloseSessionResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    CANCELLED_CALLS_FIELD_NUMBER: _builtins.int
+    WORKSPACE_DELETED_FIELD_NUMBER: _builtins.int
+    cancelled_calls: _builtins.int
+    """Calls that were still running and were cancelled."""
+    workspace_deleted: _builtins.bool
+    def __init__(
+        self,
+        *,
+        cancelled_calls: _builtins.int = ...,
+        workspace_deleted: _builtins.bool = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["cancelled_calls", b"cancelled_calls", "workspace_deleted", b"workspace_deleted"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___CloseSessionResponse: _TypeAlias = CloseSessionResponse  # noqa: Y015

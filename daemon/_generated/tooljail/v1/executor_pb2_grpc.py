@@ -51,6 +51,16 @@ class ExecutorStub:
                 request_serializer=tooljail_dot_v1_dot_executor__pb2.ExecuteBatchRequest.SerializeToString,
                 response_deserializer=tooljail_dot_v1_dot_executor__pb2.ExecuteResponse.FromString,
                 _registered_method=True)
+        self.OpenSession = channel.unary_unary(
+                '/tooljail.v1.Executor/OpenSession',
+                request_serializer=tooljail_dot_v1_dot_executor__pb2.OpenSessionRequest.SerializeToString,
+                response_deserializer=tooljail_dot_v1_dot_executor__pb2.Session.FromString,
+                _registered_method=True)
+        self.CloseSession = channel.unary_unary(
+                '/tooljail.v1.Executor/CloseSession',
+                request_serializer=tooljail_dot_v1_dot_executor__pb2.CloseSessionRequest.SerializeToString,
+                response_deserializer=tooljail_dot_v1_dot_executor__pb2.CloseSessionResponse.FromString,
+                _registered_method=True)
 
 
 class ExecutorServicer:
@@ -79,6 +89,20 @@ class ExecutorServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def OpenSession(self, request, context):
+        """A session with a workspace of its own (fresh, or an existing directory the policy allows).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def CloseSession(self, request, context):
+        """Closes a session: cancels its running calls and removes its containers.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_ExecutorServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -96,6 +120,16 @@ def add_ExecutorServicer_to_server(servicer, server):
                     servicer.ExecuteBatch,
                     request_deserializer=tooljail_dot_v1_dot_executor__pb2.ExecuteBatchRequest.FromString,
                     response_serializer=tooljail_dot_v1_dot_executor__pb2.ExecuteResponse.SerializeToString,
+            ),
+            'OpenSession': grpc.unary_unary_rpc_method_handler(
+                    servicer.OpenSession,
+                    request_deserializer=tooljail_dot_v1_dot_executor__pb2.OpenSessionRequest.FromString,
+                    response_serializer=tooljail_dot_v1_dot_executor__pb2.Session.SerializeToString,
+            ),
+            'CloseSession': grpc.unary_unary_rpc_method_handler(
+                    servicer.CloseSession,
+                    request_deserializer=tooljail_dot_v1_dot_executor__pb2.CloseSessionRequest.FromString,
+                    response_serializer=tooljail_dot_v1_dot_executor__pb2.CloseSessionResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -181,6 +215,60 @@ class Executor:
             '/tooljail.v1.Executor/ExecuteBatch',
             tooljail_dot_v1_dot_executor__pb2.ExecuteBatchRequest.SerializeToString,
             tooljail_dot_v1_dot_executor__pb2.ExecuteResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def OpenSession(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/tooljail.v1.Executor/OpenSession',
+            tooljail_dot_v1_dot_executor__pb2.OpenSessionRequest.SerializeToString,
+            tooljail_dot_v1_dot_executor__pb2.Session.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def CloseSession(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/tooljail.v1.Executor/CloseSession',
+            tooljail_dot_v1_dot_executor__pb2.CloseSessionRequest.SerializeToString,
+            tooljail_dot_v1_dot_executor__pb2.CloseSessionResponse.FromString,
             options,
             channel_credentials,
             insecure,

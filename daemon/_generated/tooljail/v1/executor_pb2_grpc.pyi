@@ -45,6 +45,10 @@ class ExecutorStub:
     """One tool_use in, one tool_result out."""
     ExecuteBatch: _grpc.UnaryStreamMultiCallable[_executor_pb2.ExecuteBatchRequest, _executor_pb2.ExecuteResponse]
     """The tool_use blocks of one assistant turn; responses stream back in request order."""
+    OpenSession: _grpc.UnaryUnaryMultiCallable[_executor_pb2.OpenSessionRequest, _executor_pb2.Session]
+    """A session with a workspace of its own (fresh, or an existing directory the policy allows)."""
+    CloseSession: _grpc.UnaryUnaryMultiCallable[_executor_pb2.CloseSessionRequest, _executor_pb2.CloseSessionResponse]
+    """Closes a session: cancels its running calls and removes its containers."""
 
 @_typing.type_check_only
 class ExecutorAsyncStub(ExecutorStub):
@@ -59,6 +63,10 @@ class ExecutorAsyncStub(ExecutorStub):
     """One tool_use in, one tool_result out."""
     ExecuteBatch: _aio.UnaryStreamMultiCallable[_executor_pb2.ExecuteBatchRequest, _executor_pb2.ExecuteResponse]  # type: ignore[assignment]
     """The tool_use blocks of one assistant turn; responses stream back in request order."""
+    OpenSession: _aio.UnaryUnaryMultiCallable[_executor_pb2.OpenSessionRequest, _executor_pb2.Session]  # type: ignore[assignment]
+    """A session with a workspace of its own (fresh, or an existing directory the policy allows)."""
+    CloseSession: _aio.UnaryUnaryMultiCallable[_executor_pb2.CloseSessionRequest, _executor_pb2.CloseSessionResponse]  # type: ignore[assignment]
+    """Closes a session: cancels its running calls and removes its containers."""
 
 class ExecutorServicer(metaclass=_abc_1.ABCMeta):
     """Executes the tool_use blocks an agent model emits, under policy, and answers with tool_result
@@ -88,5 +96,21 @@ class ExecutorServicer(metaclass=_abc_1.ABCMeta):
         context: _ServicerContext,
     ) -> _typing.Union[_abc.Iterator[_executor_pb2.ExecuteResponse], _abc.AsyncIterator[_executor_pb2.ExecuteResponse]]:
         """The tool_use blocks of one assistant turn; responses stream back in request order."""
+
+    @_abc_1.abstractmethod
+    def OpenSession(
+        self,
+        request: _executor_pb2.OpenSessionRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_executor_pb2.Session, _abc.Awaitable[_executor_pb2.Session]]:
+        """A session with a workspace of its own (fresh, or an existing directory the policy allows)."""
+
+    @_abc_1.abstractmethod
+    def CloseSession(
+        self,
+        request: _executor_pb2.CloseSessionRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_executor_pb2.CloseSessionResponse, _abc.Awaitable[_executor_pb2.CloseSessionResponse]]:
+        """Closes a session: cancels its running calls and removes its containers."""
 
 def add_ExecutorServicer_to_server(servicer: ExecutorServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...

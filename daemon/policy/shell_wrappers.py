@@ -1,0 +1,382 @@
+"""Peeling wrapper programs (sudo, env, timeout, bash -c, ...) off one simple command's argv.
+
+Works on words that the parser already took out of the syntax tree (quotes removed). Pure string
+logic: nothing here runs or looks up a program. Option parsing follows each tool's getopt rules,
+because a wrong guess about which option takes an argument would hide the real command among
+the arguments; an option we do not know is taken as a flag.
+"""
+
+from __future__ import annotations
+
+import re
+import shlex
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+SHELLS = frozenset({"bash", "sh", "dash", "zsh", "ksh", "ash", "mksh"})
+"""Shells whose `-c STRING` (and script on standard input) are parsed recursively."""
+
+_ASSIGNMENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*=")
+
+
+@dataclass(frozen=True)
+class Word:
+    """One shell word after quote removal."""
+
+    text: str
+    """The word as written, quotes and escapes removed, expansions such as `$HOME` kept as text."""
+    dynamic: bool = False
+    """True when an expansion, glob or brace pattern makes its value known only at run time."""
+
+
+@dataclass(frozen=True)
+class Script:
+    """A command string that a wrapper hands to a shell, to be parsed like the line itself."""
+
+    label: str
+    """The wrapper label its commands get, e.g. "bash -c" or "eval"."""
+    text: str
+
+
+@dataclass(frozen=True)
+class Unwrapped:
+    """The real command under a chain of wrappers."""
+
+    argv: tuple[Word, ...]
+    """The command that finally runs; a wrapper with nothing after it is its own command."""
+    wrappers: tuple[str, ...]
+    """Labels of the wrappers peeled off, outermost first."""
+    assignments: tuple[str, ...]
+    """NAME=value words the wrappers (sudo, env) put in the environment."""
+    script: Script | None = None
+    """A command string the innermost wrapper runs (bash -c, eval); argv is then that wrapper."""
+    stdin_shell: bool = False
+    """argv is a shell reading its commands from standard input (a heredoc may feed it)."""
+
+
+@dataclass(frozen=True)
+class _Opts:
+    """getopt description of a wrapper: which options consume an argument."""
+
+    short_arg: str = ""
+    short_optional: str = ""
+    """Short options whose argument can only be attached (`-i{}`), never the next word."""
+    long_arg: frozenset[str] = frozenset()
+    long_flag: frozenset[str] = frozenset()
+
+
+@dataclass(frozen=True)
+class _Peel:
+    rest: tuple[Word, ...]
+    assignments: tuple[str, ...] = ()
+    script: Script | None = None
+    stdin_shell: bool = False
+
+
+_Peeler = Callable[[tuple[Word, ...]], _Peel | None]
+
+
+def basename(path: str) -> str:
+    """The program name of a path as written (`/usr/bin/sudo` -> `sudo`)."""
+    stripped = path.rstrip("/")
+    return stripped.rsplit("/", 1)[-1] if stripped else path
+
+
+def _long_takes_arg(name: str, opts: _Opts) -> bool:
+    if name in opts.long_arg:
+        return True
+    if name in opts.long_flag or not name:
+        return False
+    # getopt_long accepts any unambiguous prefix (`--us root` is `--user root`).
+    takes = any(o.startswith(name) for o in opts.long_arg)
+    return takes and not any(o.startswith(name) for o in opts.long_flag)
+
+
+def _skip_options(words: tuple[Word, ...], start: int, opts: _Opts) -> int:
+    """Index of the first operand after the options starting at `start`."""
+    i = start
+    while i < len(words):
+        word = words[i]
+        text = word.text
+        if word.dynamic or not text.startswith("-") or text == "-":
+            return i
+        if text == "--":
+            return i + 1
+        if text.startswith("--"):
+            name, eq, _ = text[2:].partition("=")
+            if not eq and _long_takes_arg(name, opts):
+                i += 1
+        else:
+            for k, ch in enumerate(text[1:], start=1):
+                if ch in opts.short_arg:
+                    if k == len(text) - 1:
+                        i += 1
+                    break
+                if ch in opts.short_optional:
+                    break
+        i += 1
+    return i
+
+
+def _take_assignments(words: tuple[Word, ...], start: int) -> tuple[int, tuple[str, ...]]:
+    i = start
+    while i < len(words) and _ASSIGNMENT.match(words[i].text):
+        i += 1
+    return i, tuple(w.text for w in words[start:i])
+
+
+def _simple(opts: _Opts, operands_before_command: int = 0) -> _Peeler:
+    def peel(words: tuple[Word, ...]) -> _Peel | None:
+        i = _skip_options(words, 1, opts) + operands_before_command
+        return _Peel(words[i:]) if i < len(words) else None
+
+    return peel
+
+
+def _sudo_like(opts: _Opts) -> _Peeler:
+    def peel(words: tuple[Word, ...]) -> _Peel | None:
+        i, assignments = _take_assignments(words, _skip_options(words, 1, opts))
+        return _Peel(words[i:], assignments) if i < len(words) else None
+
+    return peel
+
+
+def _command(words: tuple[Word, ...]) -> _Peel | None:
+    # `command -v X` / `-V X` only describe X; they do not run it.
+    for word in words[1:]:
+        if not word.text.startswith("-") or word.text == "--":
+            break
+        if "v" in word.text or "V" in word.text:
+            return None
+    i = _skip_options(words, 1, _Opts())
+    return _Peel(words[i:]) if i < len(words) else None
+
+
+def _split(text: str) -> list[str]:
+    try:
+        return shlex.split(text)
+    except ValueError:
+        return text.split()
+
+
+_ENV_LONG_ARG = frozenset({"unset", "chdir", "split-string"})
+_ENV_LONG_FLAG = frozenset(
+    {"ignore-environment", "null", "debug", "help", "version", "list-signal-handling"}
+    | {"block-signal", "default-signal", "ignore-signal"}
+)
+
+
+def _env(words: tuple[Word, ...]) -> _Peel | None:
+    """env [-i] [-u NAME] [-C DIR] [-S STRING] [NAME=VALUE]... [COMMAND]; -S splits STRING."""
+    rest = list(words[1:])
+    i = 0
+    while i < len(rest):
+        word = rest[i]
+        text = word.text
+        if word.dynamic or not text.startswith("-") or text == "-":
+            if text == "-" and not word.dynamic:  # a lone `-` means -i
+                i += 1
+                continue
+            break
+        if text == "--":
+            i += 1
+            break
+        split_arg: str | None = None
+        consumed = 1
+        if text.startswith("--"):
+            name, eq, value = text[2:].partition("=")
+            takes = _long_takes_arg(name, _Opts(long_arg=_ENV_LONG_ARG, long_flag=_ENV_LONG_FLAG))
+            if takes and "split-string".startswith(name):
+                split_arg = value if eq else (rest[i + 1].text if i + 1 < len(rest) else "")
+                consumed = 1 if eq else 2
+            elif takes and not eq:
+                consumed = 2
+        else:
+            for k, ch in enumerate(text[1:], start=1):
+                if ch in "uCS":
+                    attached = text[k + 1 :]
+                    value = attached or (rest[i + 1].text if i + 1 < len(rest) else "")
+                    consumed = 1 if attached else 2
+                    if ch == "S":
+                        split_arg = value
+                    break
+        if split_arg is not None:
+            # env -S puts the split words in place of its argument and goes on parsing them.
+            dynamic = word.dynamic
+            rest[i : i + consumed] = [Word(t, dynamic) for t in _split(split_arg)]
+            continue
+        i += consumed
+    start, assignments = _take_assignments(tuple(rest), min(i, len(rest)))
+    if start >= len(rest):
+        return None
+    return _Peel(tuple(rest[start:]), assignments)
+
+
+def _eval(words: tuple[Word, ...]) -> _Peel | None:
+    if len(words) < 2:
+        return None
+    return _Peel((), script=Script("eval", " ".join(w.text for w in words[1:])))
+
+
+def _shell(words: tuple[Word, ...]) -> _Peel | None:
+    """bash [options] -c STRING [name [args]]: the first operand after the options is STRING."""
+    has_c = False
+    i = 1
+    while i < len(words):
+        word = words[i]
+        text = word.text
+        if word.dynamic or not text.startswith(("-", "+")) or text == "+":
+            break
+        if text in ("-", "--"):
+            i += 1
+            break
+        if text.startswith("--"):
+            i += 2 if text in ("--rcfile", "--init-file") else 1
+            continue
+        i += 1
+        for ch in text[1:]:
+            if ch == "c" and text[0] == "-":
+                has_c = True
+            elif ch in "oO":  # each -o / -O in a cluster consumes the next word
+                i += 1
+    if not has_c:
+        # A script file runs commands we cannot see; no operand means commands come from stdin.
+        return None if i < len(words) else _Peel((), stdin_shell=True)
+    if i >= len(words):
+        return None
+    label = f"{basename(words[0].text)} -c"
+    return _Peel((), script=Script(label, words[i].text))
+
+
+_NO_OPTS = _Opts()
+
+PEELERS: dict[str, _Peeler] = {
+    "sudo": _sudo_like(
+        _Opts(
+            short_arg="ugpCDrtUTRac",
+            short_optional="h",
+            long_arg=frozenset(
+                {"user", "group", "host", "prompt", "close-from", "chdir", "role", "type"}
+                | {"other-user", "command-timeout", "chroot", "auth-type", "login-class"}
+            ),
+            long_flag=frozenset(
+                {"preserve-env", "set-home", "login", "shell", "non-interactive", "background"}
+                | {"stdin", "askpass", "edit", "list", "validate", "reset-timestamp", "help"}
+                | {"remove-timestamp", "preserve-groups", "bell", "version"}
+            ),
+        )
+    ),
+    "doas": _sudo_like(_Opts(short_arg="Cu")),
+    "env": _env,
+    "timeout": _simple(
+        _Opts(
+            short_arg="ks",
+            long_arg=frozenset({"kill-after", "signal"}),
+            long_flag=frozenset({"foreground", "preserve-status", "verbose", "help", "version"}),
+        ),
+        operands_before_command=1,
+    ),
+    "nice": _simple(_Opts(short_arg="n", long_arg=frozenset({"adjustment"}))),
+    "nohup": _simple(_NO_OPTS),
+    "stdbuf": _simple(_Opts(short_arg="ioe", long_arg=frozenset({"input", "output", "error"}))),
+    "xargs": _simple(
+        _Opts(
+            short_arg="aEILnPsd",
+            short_optional="eil",
+            long_arg=frozenset(
+                {"arg-file", "delimiter", "max-args", "max-procs", "max-chars", "process-slot-var"}
+            ),
+            long_flag=frozenset(
+                {"null", "open-tty", "interactive", "no-run-if-empty", "verbose", "exit"}
+                | {"show-limits", "eof", "replace", "max-lines", "help", "version"}
+            ),
+        )
+    ),
+    "command": _command,
+    "builtin": _simple(_NO_OPTS),
+    "exec": _simple(_Opts(short_arg="a")),
+    "time": _simple(
+        _Opts(
+            short_arg="fo",
+            long_arg=frozenset({"format", "output"}),
+            long_flag=frozenset({"append", "portability", "verbose", "quiet", "help", "version"}),
+        )
+    ),
+    "coproc": _simple(_NO_OPTS),
+    "setsid": _simple(_NO_OPTS),
+    "ionice": _simple(
+        _Opts(short_arg="cnpPu", long_arg=frozenset({"class", "classdata", "pid", "pgid", "uid"}))
+    ),
+    "busybox": _simple(_NO_OPTS),
+    "eval": _eval,
+    **dict.fromkeys(SHELLS, _shell),
+}
+"""Wrapper programs by basename, each returning what remains after it (None: not wrapping)."""
+
+
+def unwrap(words: Sequence[Word]) -> Unwrapped:
+    """Peel every known wrapper off `words`, outermost first.
+
+    Each peel consumes at least the wrapper's own word, so this ends after len(words) steps.
+    """
+    current = tuple(words)
+    wrappers: list[str] = []
+    assignments: list[str] = []
+    while current and not current[0].dynamic:
+        name = basename(current[0].text)
+        peeler = PEELERS.get(name)
+        peel = peeler(current) if peeler is not None else None
+        if peel is None:
+            break
+        assignments.extend(peel.assignments)
+        if peel.script is not None or peel.stdin_shell:
+            return Unwrapped(
+                current, tuple(wrappers), tuple(assignments), peel.script, peel.stdin_shell
+            )
+        wrappers.append(name)
+        current = peel.rest
+    return Unwrapped(current, tuple(wrappers), tuple(assignments))
+
+
+_FIND_EXEC = frozenset({"-exec", "-execdir", "-ok", "-okdir"})
+
+
+def find_exec_commands(argv: Sequence[Word]) -> list[tuple[Word, ...]]:
+    """The commands of find's -exec/-execdir/-ok/-okdir actions, each ending at `;` or `{} +`."""
+    found: list[tuple[Word, ...]] = []
+    i = 1
+    while i < len(argv):
+        if argv[i].text not in _FIND_EXEC:
+            i += 1
+            continue
+        j = i + 1
+        while j < len(argv):
+            text = argv[j].text
+            if text == ";" or (text == "+" and argv[j - 1].text == "{}"):
+                break
+            j += 1
+        if j > i + 1:
+            found.append(tuple(argv[i + 1 : j]))
+        i = j + 1
+    return found
+
+
+def deferred_scripts(argv: Sequence[Word]) -> list[Script]:
+    """Command strings a builtin keeps to run later: `trap 'CMD' SIG...`, `alias n='CMD'`.
+
+    Aliases only run in scripts with expand_aliases set, but parsing them costs nothing.
+    """
+    if not argv or argv[0].dynamic:
+        return []
+    name = argv[0].text
+    if name == "trap":
+        start = _skip_options(tuple(argv), 1, _NO_OPTS)
+        operands = [w.text for w in argv[start:]]
+        # `trap - SIG` and `trap 1 2` (a leading signal number) reset handlers instead.
+        if len(operands) < 2 or operands[0] == "-" or operands[0].isdigit():
+            return []
+        return [Script("trap", operands[0])]
+    if name == "alias":
+        values = (w.text.partition("=")[2] for w in argv[1:] if "=" in w.text)
+        return [Script("alias", v) for v in values if v]
+    return []

@@ -1,0 +1,118 @@
+"""Opening and closing sessions: policy check for existing directories, cancelling a closed
+session's calls, removing its containers, and closing sessions left idle past their TTL."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from daemon.errors import RequestError
+from daemon.models import Caller, Outcome
+from daemon.policy.document import INPUT_VERSION
+from daemon.policy.engine import PolicyEngine
+from daemon.scheduler import Scheduler
+from daemon.session import Session
+from daemon.sessions import SessionStore
+
+log = logging.getLogger(__name__)
+
+#: Removes a session's containers (warm pool included); returns how many.
+SandboxCleanup = Callable[[Session], Awaitable[int]]
+
+
+@dataclass(frozen=True)
+class ClosedSession:
+    """What closing a session did."""
+
+    cancelled_calls: int
+    workspace_deleted: bool
+
+
+class SessionManager:
+    """The session lifecycle."""
+
+    def __init__(
+        self,
+        store: SessionStore,
+        policy: PolicyEngine,
+        scheduler: Scheduler,
+        *,
+        default_idle_ttl_s: float,
+        sandbox_cleanup: SandboxCleanup | None = None,
+        sweep_interval_s: float = 5.0,
+    ) -> None:
+        self._store = store
+        self._policy = policy
+        self._scheduler = scheduler
+        self._default_ttl = default_idle_ttl_s
+        self._cleanup = sandbox_cleanup
+        self._sweep_interval = sweep_interval_s
+        self._sweeper: asyncio.Task[None] | None = None
+
+    async def open(self, workspace: str, idle_ttl_s: int, caller: Caller) -> Session:
+        """Open a session over a fresh directory, or over an existing one the policy allows."""
+        ttl = float(idle_ttl_s) if idle_ttl_s > 0 else self._default_ttl
+        if not workspace:
+            return self._store.open(None, ttl)
+        if "\x00" in workspace or not Path(workspace).is_absolute():
+            raise RequestError("workspace must be an absolute path to an existing directory")
+        resolved = Path(os.path.realpath(workspace))
+        verdict = await self._policy.decide_workspace(
+            {
+                "version": INPUT_VERSION,
+                "workspace": str(resolved),
+                "caller": {"principal": caller.principal, "transport": caller.transport},
+            }
+        )
+        if verdict.outcome is not Outcome.ALLOW:
+            raise RequestError(
+                f"the policy does not allow a session over {resolved}: " + " ".join(verdict.reasons)
+            )
+        return self._store.open(resolved, ttl)
+
+    async def close(self, session_id: str, delete_workspace: bool) -> ClosedSession:
+        """Close a session: cancel its calls, remove its containers, forget its state."""
+        session = self._store.get(session_id)
+        if session.owns_workspace is False and delete_workspace:
+            raise RequestError(
+                "delete_workspace is only allowed for a workspace the daemon created for the "
+                "session; an existing directory is never deleted"
+            )
+        cancelled = self._scheduler.cancel_session(session.id)
+        await asyncio.sleep(0)  # let the cancelled calls unwind (their containers are killed)
+        if self._cleanup is not None:
+            try:
+                await self._cleanup(session)
+            except Exception:  # teardown logs and carries on
+                log.exception("removing the containers of session %s failed", session.id)
+        _, deleted = self._store.close(session.id, delete_workspace)
+        self._scheduler.forget_session(session.id)
+        return ClosedSession(cancelled_calls=cancelled, workspace_deleted=deleted)
+
+    def start(self) -> None:
+        """Start closing idle sessions in the background."""
+        self._sweeper = asyncio.create_task(self._sweep(), name="session-sweeper")
+
+    async def stop(self) -> None:
+        """Stop the idle sweeper."""
+        if self._sweeper is not None:
+            self._sweeper.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._sweeper
+            self._sweeper = None
+
+    async def _sweep(self) -> None:
+        while True:
+            await asyncio.sleep(self._sweep_interval)
+            for session in self._store.idle():
+                if self._scheduler.has_running(session.id):
+                    session.touch()
+                    continue
+                log.info("closing session %s after %.0f s idle", session.id, session.idle_ttl_s)
+                with contextlib.suppress(RequestError):
+                    await self.close(session.id, delete_workspace=False)

@@ -1,0 +1,691 @@
+# Tests of the Bash command rules (commands.rego).
+#
+# The parsed commands are written by hand in the shape of input.command (policies/README.md),
+# as the daemon's parser produces them. Each rule has an example table of lines it must match and
+# lines it must not; a table test names the lines that failed in its `missed` variable
+# (`opa test -v --var-values policies` shows it).
+package tooljail.authz_test
+
+import data.tooljail.authz
+
+# --- Building input.command by hand ----------------------------------------------------------
+
+# One entry of input.command.simple_commands; `name` is the basename of the executable.
+simple(argv) := {
+	"argv": argv,
+	"name": regex.replace(argv[0], `^.*/`, ""),
+	"path": argv[0],
+	"wrappers": [],
+	"assignments": [],
+	"context": "simple",
+}
+
+wrapped(argv, wrappers) := object.union(simple(argv), {"wrappers": wrappers})
+
+within(argv, context) := object.union(simple(argv), {"context": context})
+
+# Stage n (from 0) of the line's first pipeline.
+stage(argv, n) := object.union(simple(argv), {"context": "pipeline", "pipeline": 1, "stage": n})
+
+bash_line(raw, commands) := object.union(bash_input, {
+	"input": {"command": raw},
+	"command": {"raw": raw, "simple_commands": commands},
+})
+
+unparsed_line(raw, error, commands) := object.union(bash_line(raw, commands), {"command": {
+	"parsed": false,
+	"parse_error": error,
+}})
+
+sudo_id_input := bash_line("sudo id", [wrapped(["id"], ["sudo"])])
+
+privilege_reason(program) := concat("", [
+	sprintf("Bash: the command runs %s, which can raise privileges or reach beyond the sandbox, ", [program]),
+	"and this policy never allows it, not even with an approval; ",
+	sprintf("run the command without %s, as the sandbox already gives it the access it needs.", [program]),
+])
+
+# Lines of a table whose decision is not `outcome` with a reason containing `phrase`.
+missed_by(table, outcome, phrase) := {line |
+	some line, commands in table
+	not decides(bash_line(line, commands), outcome, phrase)
+}
+
+# Lines of a table that are not simply allowed.
+not_allowed(table) := {line |
+	some line, commands in table
+	decided(bash_line(line, commands)).outcome != "allow"
+}
+
+# --- Privilege tools: deny -------------------------------------------------------------------
+
+privilege_phrase := "which can raise privileges or reach beyond the sandbox"
+
+privilege_lines := {
+	"sudo": [simple(["sudo"])],
+	"sudo rm -rf /tmp/x": [wrapped(["rm", "-rf", "/tmp/x"], ["sudo"])],
+	"cat x | sudo tee /etc/hosts": [stage(["cat", "x"], 0), object.union(stage(["tee", "/etc/hosts"], 1), {"wrappers": ["sudo"]})],
+	"bash -c 'sudo id'": [wrapped(["id"], ["bash -c", "sudo"])],
+	"/usr/bin/sudo id": [object.union(wrapped(["id"], ["sudo"]), {"path": "id"})],
+	"echo $(sudo id)": [simple(["echo", "$(sudo id)"]), object.union(wrapped(["id"], ["sudo"]), {"context": "command_substitution"})],
+	"timeout 5 sudo ls": [wrapped(["ls"], ["timeout", "sudo"])],
+	"make && sudo make install": [within(["make"], "list"), object.union(wrapped(["make", "install"], ["sudo"]), {"context": "list"})],
+	"xargs sudo rm": [wrapped(["rm"], ["xargs", "sudo"])],
+	"find . -exec sudo rm {} ;": [simple(["find", ".", "-exec", "sudo", "rm", "{}", ";"]), wrapped(["rm", "{}"], ["find -exec", "sudo"])],
+	"command sudo": [wrapped(["sudo"], ["command"])],
+	"doas ls": [wrapped(["ls"], ["doas"])],
+	"su -c 'id'": [simple(["su", "-c", "id"])],
+	"pkexec id": [simple(["pkexec", "id"])],
+	"/bin/mount /dev/sda1 /mnt": [simple(["/bin/mount", "/dev/sda1", "/mnt"])],
+	"docker run --privileged alpine": [simple(["docker", "run", "--privileged", "alpine"])],
+	"podman ps": [simple(["podman", "ps"])],
+	"nsenter -t 1 -m sh": [simple(["nsenter", "-t", "1", "-m", "sh"])],
+	"chroot / sh": [simple(["chroot", "/", "sh"])],
+	"unshare -r sh": [simple(["unshare", "-r", "sh"])],
+	"setcap cap_net_raw+ep ./x": [simple(["setcap", "cap_net_raw+ep", "./x"])],
+	"sh -c 'bash -c \"doas id\"'": [wrapped(["id"], ["sh -c", "bash -c", "doas"])],
+}
+
+not_privilege_lines := {
+	"ls -la": [simple(["ls", "-la"])],
+	"visudo -c -f sudoers": [simple(["visudo", "-c", "-f", "sudoers"])],
+	"grep sudo /srv/ws/sudoers.bak": [simple(["grep", "sudo", "/srv/ws/sudoers.bak"])],
+	"echo su": [simple(["echo", "su"])],
+	"git commit -m 'run docker as sudo'": [simple(["git", "commit", "-m", "run docker as sudo"])],
+	"cat docker-compose.yml": [simple(["cat", "docker-compose.yml"])],
+	"dockerd-rootless-check": [simple(["dockerd-rootless-check"])],
+	"timeout 5 make test": [wrapped(["make", "test"], ["timeout"])],
+}
+
+test_privilege_tools_are_denied_wherever_they_run if {
+	missed := missed_by(privilege_lines, "deny", privilege_phrase)
+	missed == set()
+}
+
+test_words_that_only_mention_privilege_tools_are_allowed if {
+	missed := not_allowed(not_privilege_lines)
+	missed == set()
+}
+
+test_sudo_through_a_pipe_is_denied if {
+	doc := bash_line("cat x | sudo tee /etc/hosts", privilege_lines["cat x | sudo tee /etc/hosts"])
+	d := authz.decision with input as doc
+	d.outcome == "deny"
+	d.reasons == [privilege_reason("sudo")]
+}
+
+test_sudo_inside_bash_c_is_denied if {
+	d := authz.decision with input as bash_line("bash -c 'sudo id'", privilege_lines["bash -c 'sudo id'"])
+	d.reasons == [privilege_reason("sudo")]
+}
+
+test_sudo_by_absolute_path_is_denied if {
+	# /usr/bin/sudo is a wrapper named by its basename; a path in the wrapper list is cut too.
+	d := authz.decision with input as bash_line("/usr/bin/sudo id", [wrapped(["id"], ["/usr/bin/sudo"])])
+	d.reasons == [privilege_reason("sudo")]
+}
+
+test_sudo_in_command_substitution_is_denied if {
+	d := authz.decision with input as bash_line("echo $(sudo id)", privilege_lines["echo $(sudo id)"])
+	d.reasons == [privilege_reason("sudo")]
+}
+
+test_sudo_behind_timeout_is_denied if {
+	d := authz.decision with input as bash_line("timeout 5 sudo ls", privilege_lines["timeout 5 sudo ls"])
+	d.reasons == [privilege_reason("sudo")]
+}
+
+test_bare_sudo_is_denied if {
+	d := authz.decision with input as bash_line("sudo", [simple(["sudo"])])
+	d.reasons == [privilege_reason("sudo")]
+}
+
+test_each_privilege_tool_gets_one_reason if {
+	line := "sudo docker ps; sudo id"
+	doc := bash_line(line, [wrapped(["docker", "ps"], ["sudo"]), wrapped(["id"], ["sudo"])])
+	d := authz.decision with input as doc
+	d.reasons == [privilege_reason("docker"), privilege_reason("sudo")]
+}
+
+test_privilege_deny_beats_a_destructive_ask if {
+	d := authz.decision with input as bash_line("sudo rm -rf /", [wrapped(["rm", "-rf", "/"], ["sudo"])])
+	d.outcome == "deny"
+	d.reasons == [privilege_reason("sudo")]
+}
+
+test_privilege_list_comes_from_data if {
+	commands := object.union(data.tooljail.commands, {"privilege_tools": ["kubectl"]})
+	d := authz.decision with input as bash_line("kubectl get pods", [simple(["kubectl", "get", "pods"])])
+		with data.tooljail.commands as commands
+	d.reasons == [privilege_reason("kubectl")]
+}
+
+test_privilege_tool_removed_from_data_is_allowed if {
+	commands := object.union(data.tooljail.commands, {"privilege_tools": ["sudo"]})
+	d := authz.decision with input as bash_line("docker ps", [simple(["docker", "ps"])])
+		with data.tooljail.commands as commands
+	d.outcome == "allow"
+}
+
+# --- rm -rf on a well-known tree: ask --------------------------------------------------------
+
+rm_phrase := "recursively and without asking"
+
+rm_lines := {
+	"rm -rf /": [simple(["rm", "-rf", "/"])],
+	"/bin/rm -rf /": [simple(["/bin/rm", "-rf", "/"])],
+	"env X=1 rm -rf /": [object.union(wrapped(["rm", "-rf", "/"], ["env"]), {"assignments": ["X=1"]})],
+	"nice -n 5 rm -rf ~": [wrapped(["rm", "-rf", "~"], ["nice"])],
+	"rm -fr ~/": [simple(["rm", "-fr", "~/"])],
+	"rm -r -f $HOME": [simple(["rm", "-r", "-f", "$HOME"])],
+	"rm -Rf \"${HOME}\"": [simple(["rm", "-Rf", "${HOME}"])],
+	"rm --recursive --force .": [simple(["rm", "--recursive", "--force", "."])],
+	"rm --rec --forc ./": [simple(["rm", "--rec", "--forc", "./"])],
+	"rm -rf *": [simple(["rm", "-rf", "*"])],
+	"rm -rf ..": [simple(["rm", "-rf", ".."])],
+	"rm -rf /*": [simple(["rm", "-rf", "/*"])],
+	"rm -rf /srv/ws": [simple(["rm", "-rf", "/srv/ws"])],
+	"rm -rf /srv/ws/": [simple(["rm", "-rf", "/srv/ws/"])],
+	"rm -rf /srv/ws/*": [simple(["rm", "-rf", "/srv/ws/*"])],
+	"rm -rf -- /": [simple(["rm", "-rf", "--", "/"])],
+	"rm / -rf": [simple(["rm", "/", "-rf"])],
+	"rm -v -rf build /": [simple(["rm", "-v", "-rf", "build", "/"])],
+	"cd sub && rm -rf .": [within(["cd", "sub"], "list"), within(["rm", "-rf", "."], "list")],
+}
+
+not_rm_lines := {
+	"rm -rf ./src": [simple(["rm", "-rf", "./src"])],
+	"rm -rf build": [simple(["rm", "-rf", "build"])],
+	"rm -rf /srv/ws/build": [simple(["rm", "-rf", "/srv/ws/build"])],
+	"rm -rf /srv/ws2": [simple(["rm", "-rf", "/srv/ws2"])],
+	"rm -rf ~/.cache/pip": [simple(["rm", "-rf", "~/.cache/pip"])],
+	"rm -r /": [simple(["rm", "-r", "/"])],
+	"rm -f /": [simple(["rm", "-f", "/"])],
+	"rm -- -rf /": [simple(["rm", "--", "-rf", "/"])],
+	"rm -rf ''": [simple(["rm", "-rf", ""])],
+	"echo rm -rf /": [simple(["echo", "rm", "-rf", "/"])],
+	"rmdir -p /": [simple(["rmdir", "-p", "/"])],
+}
+
+test_rm_recursive_force_on_a_well_known_tree_asks if {
+	missed := missed_by(rm_lines, "ask", rm_phrase)
+	missed == set()
+}
+
+test_rm_of_a_subdirectory_or_without_both_flags_is_allowed if {
+	missed := not_allowed(not_rm_lines)
+	missed == set()
+}
+
+test_rm_rf_root_names_the_tree if {
+	d := authz.decision with input as bash_line("/bin/rm -rf /", rm_lines["/bin/rm -rf /"])
+	d.outcome == "ask"
+	d.reasons == [concat("", [
+		"Bash: `/bin/rm -rf /` deletes the whole file system recursively and without asking; ",
+		"a person must approve it before it runs. To delete less, name the exact files or subdirectories.",
+	])]
+}
+
+test_rm_rf_behind_env_asks if {
+	d := authz.decision with input as bash_line("env X=1 rm -rf /", rm_lines["env X=1 rm -rf /"])
+	d.outcome == "ask"
+}
+
+test_rm_rf_of_a_source_folder_does_not_ask if {
+	d := authz.decision with input as bash_line("rm -rf ./src", not_rm_lines["rm -rf ./src"])
+	d.outcome == "allow"
+}
+
+test_rm_rf_of_the_workspace_follows_the_session if {
+	doc := object.union(bash_line("rm -rf /home/u/proj/", [simple(["rm", "-rf", "/home/u/proj/"])]), {
+		"session": {"workspace": "/home/u/proj"},
+	})
+	decides(doc, "ask", "deletes the workspace root")
+}
+
+test_rm_rf_of_many_targets_gives_one_reason_per_target if {
+	doc := bash_line("rm -rf ~ /", [simple(["rm", "-rf", "~", "/"])])
+	d := authz.decision with input as doc
+	count(d.reasons) == 2
+}
+
+test_long_command_is_shortened_in_the_reason if {
+	files := [sprintf("file%03d", [i]) | some i in numbers.range(1, 40)]
+	doc := bash_line("rm -rf ... /", [simple(array.concat(array.concat(["rm", "-rf"], files), ["/"]))])
+	d := authz.decision with input as doc
+	contains(d.reasons[0], "file001 file002")
+	contains(d.reasons[0], "...` deletes the whole file system")
+}
+
+# --- git push --force: ask -------------------------------------------------------------------
+
+push_phrase := "rewrites the remote branch's history"
+
+force_push_lines := {
+	"git push -f": [simple(["git", "push", "-f"])],
+	"git push --force origin main": [simple(["git", "push", "--force", "origin", "main"])],
+	"git push --force-with-lease": [simple(["git", "push", "--force-with-lease"])],
+	"git push --force-with-lease=main origin": [simple(["git", "push", "--force-with-lease=main", "origin"])],
+	"git push origin +main": [simple(["git", "push", "origin", "+main"])],
+	"git push -uf origin topic": [simple(["git", "push", "-uf", "origin", "topic"])],
+	"git -C repo push -f": [simple(["git", "-C", "repo", "push", "-f"])],
+	"git -c user.name=x push --force": [simple(["git", "-c", "user.name=x", "push", "--force"])],
+	"/usr/bin/git push origin +HEAD:main": [simple(["/usr/bin/git", "push", "origin", "+HEAD:main"])],
+}
+
+not_force_push_lines := {
+	"git push origin main": [simple(["git", "push", "origin", "main"])],
+	"git push -u origin topic": [simple(["git", "push", "-u", "origin", "topic"])],
+	"git push --follow-tags": [simple(["git", "push", "--follow-tags"])],
+	"git push origin main:main": [simple(["git", "push", "origin", "main:main"])],
+	"git commit -m 'push -f later'": [simple(["git", "commit", "-m", "push -f later"])],
+	"git fetch -f origin": [simple(["git", "fetch", "-f", "origin"])],
+	"git -C push status": [simple(["git", "-C", "push", "status"])],
+	"git --version": [simple(["git", "--version"])],
+}
+
+test_force_push_asks if {
+	missed := missed_by(force_push_lines, "ask", push_phrase)
+	missed == set()
+}
+
+test_ordinary_push_is_allowed if {
+	missed := not_allowed(not_force_push_lines)
+	missed == set()
+}
+
+test_git_push_f_asks if {
+	d := authz.decision with input as bash_line("git push -f", force_push_lines["git push -f"])
+	d.outcome == "ask"
+	d.reasons == [concat("", [
+		"Bash: `git push -f` rewrites the remote branch's history (a force push); ",
+		"a person must approve it before it runs. Push without forcing, or pull and merge first.",
+	])]
+}
+
+test_git_push_origin_main_does_not_ask if {
+	d := authz.decision with input as bash_line("git push origin main", not_force_push_lines["git push origin main"])
+	d.outcome == "allow"
+}
+
+# --- git reset --hard, git clean -f: ask -----------------------------------------------------
+
+git_discard_lines := {
+	"git reset --hard": [simple(["git", "reset", "--hard"])],
+	"git reset --hard HEAD~3": [simple(["git", "reset", "--hard", "HEAD~3"])],
+	"git clean -fd": [simple(["git", "clean", "-fd"])],
+	"git clean -fdx": [simple(["git", "clean", "-fdx"])],
+	"git clean -f": [simple(["git", "clean", "-f"])],
+	"git clean --force -d": [simple(["git", "clean", "--force", "-d"])],
+}
+
+not_git_discard_lines := {
+	"git reset --soft HEAD~1": [simple(["git", "reset", "--soft", "HEAD~1"])],
+	"git reset HEAD file.txt": [simple(["git", "reset", "HEAD", "file.txt"])],
+	"git clean -n": [simple(["git", "clean", "-n"])],
+	"git clean -nfd": [simple(["git", "clean", "-nfd"])],
+	"git clean -fd --dry-run": [simple(["git", "clean", "-fd", "--dry-run"])],
+	"git clean -d": [simple(["git", "clean", "-d"])],
+	"git checkout --hard": [simple(["git", "checkout", "--hard"])],
+}
+
+test_git_commands_that_discard_work_ask if {
+	missed := {line |
+		some line, commands in git_discard_lines
+		not decides(bash_line(line, commands), "ask", "for good")
+	}
+	missed == set()
+}
+
+test_git_commands_that_keep_work_are_allowed if {
+	missed := not_allowed(not_git_discard_lines)
+	missed == set()
+}
+
+test_git_reset_hard_reason if {
+	d := authz.decision with input as bash_line("git reset --hard", git_discard_lines["git reset --hard"])
+	d.reasons == [concat("", [
+		"Bash: `git reset --hard` throws away uncommitted changes for good; a person must approve it ",
+		"before it runs. Commit or stash the changes first, or use `git reset --soft`.",
+	])]
+}
+
+test_git_clean_reason if {
+	d := authz.decision with input as bash_line("git clean -fd", git_discard_lines["git clean -fd"])
+	d.reasons == [concat("", [
+		"Bash: `git clean -fd` deletes untracked files for good; a person must approve it ",
+		"before it runs. Run `git clean -n` first to see what it would delete.",
+	])]
+}
+
+# --- chmod -R 777, mkfs, dd to a device: ask -------------------------------------------------
+
+disk_and_mode_lines := {
+	"chmod -R 777 .": [simple(["chmod", "-R", "777", "."])],
+	"chmod -R 0777 /srv/ws": [simple(["chmod", "-R", "0777", "/srv/ws"])],
+	"chmod --recursive a+rwx src": [simple(["chmod", "--recursive", "a+rwx", "src"])],
+	"mkfs.ext4 /dev/sda1": [simple(["mkfs.ext4", "/dev/sda1"])],
+	"/sbin/mkfs -t ext4 disk.img": [simple(["/sbin/mkfs", "-t", "ext4", "disk.img"])],
+	"dd if=disk.img of=/dev/sda bs=1M": [simple(["dd", "if=disk.img", "of=/dev/sda", "bs=1M"])],
+}
+
+not_disk_and_mode_lines := {
+	"chmod 777 run.sh": [simple(["chmod", "777", "run.sh"])],
+	"chmod -R 755 src": [simple(["chmod", "-R", "755", "src"])],
+	"chmod -R u+rwx src": [simple(["chmod", "-R", "u+rwx", "src"])],
+	"dd if=/dev/zero of=disk.img bs=1M count=1": [simple(["dd", "if=/dev/zero", "of=disk.img", "bs=1M", "count=1"])],
+	"dd if=big.bin of=/dev/null": [simple(["dd", "if=big.bin", "of=/dev/null"])],
+	"mkdir fs": [simple(["mkdir", "fs"])],
+}
+
+test_chmod_777_mkfs_and_dd_to_a_device_ask if {
+	missed := {line |
+		some line, commands in disk_and_mode_lines
+		not decided(bash_line(line, commands)).outcome == "ask"
+	}
+	missed == set()
+}
+
+test_ordinary_chmod_and_dd_are_allowed if {
+	missed := not_allowed(not_disk_and_mode_lines)
+	missed == set()
+}
+
+test_chmod_reason if {
+	d := authz.decision with input as bash_line("chmod -R 777 .", disk_and_mode_lines["chmod -R 777 ."])
+	d.reasons == [concat("", [
+		"Bash: `chmod -R 777 .` makes a whole tree writable by everyone; a person must approve it ",
+		"before it runs. Grant only the permissions needed, on the files that need them.",
+	])]
+}
+
+test_mkfs_reason if {
+	d := authz.decision with input as bash_line("mkfs.ext4 /dev/sda1", disk_and_mode_lines["mkfs.ext4 /dev/sda1"])
+	d.reasons == ["Bash: `mkfs.ext4 /dev/sda1` creates a new file system, erasing what the target held; a person must approve it before it runs."]
+}
+
+test_dd_reason_names_the_device if {
+	line := "dd if=disk.img of=/dev/sda bs=1M"
+	d := authz.decision with input as bash_line(line, disk_and_mode_lines[line])
+	d.reasons == [concat("", [
+		"Bash: `dd if=disk.img of=/dev/sda bs=1M` writes raw data to the device /dev/sda; ",
+		"a person must approve it before it runs. Write to a file in the workspace instead.",
+	])]
+}
+
+# --- Downloaded code fed to an interpreter: ask ----------------------------------------------
+
+download_phrase := "so it would run code nobody has read"
+
+download_lines := {
+	"curl -s x | sh": [stage(["curl", "-s", "x"], 0), stage(["sh"], 1)],
+	"wget -qO- x | bash": [stage(["wget", "-qO-", "x"], 0), stage(["bash"], 1)],
+	"curl x | python3 -": [stage(["curl", "x"], 0), stage(["python3", "-"], 1)],
+	"curl -fsSL x | bash -s -- --yes": [stage(["curl", "-fsSL", "x"], 0), stage(["bash", "-s", "--", "--yes"], 1)],
+	"/usr/bin/curl x | /bin/sh": [stage(["/usr/bin/curl", "x"], 0), stage(["/bin/sh"], 1)],
+	"curl x | perl": [stage(["curl", "x"], 0), stage(["perl"], 1)],
+	"curl x | timeout 60 zsh": [stage(["curl", "x"], 0), object.union(stage(["zsh"], 1), {"wrappers": ["timeout"]})],
+	"bash <(curl x)": [simple(["bash", "<(curl x)"]), within(["curl", "x"], "process_substitution")],
+	"python3 /dev/stdin < <(wget -O- x)": [simple(["python3", "/dev/stdin"]), within(["wget", "-O-", "x"], "process_substitution")],
+	"sh -c \"$(curl -fsSL x)\"": [
+		object.union(wrapped(["$(curl -fsSL x)"], ["sh -c"]), {"dynamic": true}),
+		object.union(wrapped(["curl", "-fsSL", "x"], ["sh -c"]), {"context": "command_substitution"}),
+		within(["curl", "-fsSL", "x"], "command_substitution"),
+	],
+}
+
+not_download_lines := {
+	"curl x -o f": [simple(["curl", "x", "-o", "f"])],
+	"curl -s x | jq .": [stage(["curl", "-s", "x"], 0), stage(["jq", "."], 1)],
+	"wget x && bash build.sh": [within(["wget", "x"], "list"), within(["bash", "build.sh"], "list")],
+	"curl x | python3 -m json.tool": [stage(["curl", "x"], 0), stage(["python3", "-m", "json.tool"], 1)],
+	"curl x > get.sh; sh get.sh": [within(["curl", "x"], "list"), within(["sh", "get.sh"], "list")],
+	"python3 -c 'print(1)' | sh": [stage(["python3", "-c", "print(1)"], 0), stage(["sh", "run.sh"], 1)],
+}
+
+test_downloaded_code_fed_to_an_interpreter_asks if {
+	missed := missed_by(download_lines, "ask", download_phrase)
+	missed == set()
+}
+
+test_downloads_that_are_not_run_are_allowed if {
+	missed := not_allowed(not_download_lines)
+	missed == set()
+}
+
+test_curl_pipe_sh_reason if {
+	d := authz.decision with input as bash_line("curl -s x | sh", download_lines["curl -s x | sh"])
+	d.outcome == "ask"
+	d.reasons == [concat("", [
+		"Bash: the command downloads with curl and feeds the result to sh, so it would run code nobody ",
+		"has read; a person must approve it before it runs. Download to a file in the workspace and read it first instead.",
+	])]
+}
+
+test_curl_to_a_file_does_not_ask if {
+	d := authz.decision with input as bash_line("curl x -o f", not_download_lines["curl x -o f"])
+	d.outcome == "allow"
+}
+
+test_downloader_list_comes_from_data if {
+	commands := object.union(data.tooljail.commands, {"downloaders": ["aria2c"]})
+	doc := bash_line("aria2c x | sh", [stage(["aria2c", "x"], 0), stage(["sh"], 1)])
+	d := authz.decision with input as doc with data.tooljail.commands as commands
+	d.outcome == "ask"
+	contains(d.reasons[0], "downloads with aria2c")
+}
+
+# --- Commands the policy cannot see: ask -----------------------------------------------------
+
+hidden_program_lines := {
+	"echo c3VkbyBpZA== | base64 -d | sh": [
+		stage(["echo", "c3VkbyBpZA=="], 0),
+		stage(["base64", "-d"], 1),
+		stage(["sh"], 2),
+	],
+	"cat <<EOF | sh ... EOF": [stage(["cat"], 0), stage(["sh"], 1)],
+	"cat steps.txt | bash -s": [stage(["cat", "steps.txt"], 0), stage(["bash", "-s"], 1)],
+	"bash <(cat steps.txt)": [simple(["bash", "<(cat steps.txt)"]), within(["cat", "steps.txt"], "process_substitution")],
+	"$CMD -rf /": [object.union(simple(["$CMD", "-rf", "/"]), {"dynamic": true})],
+	"eval \"$X\"": [object.union(wrapped(["$X"], ["eval"]), {"dynamic": true})],
+	"$(which sudo) id": [
+		object.union(simple(["$(which sudo)", "id"]), {"dynamic": true}),
+		within(["which", "sudo"], "command_substitution"),
+	],
+	"/bin/r? -rf / (no dynamic field)": [simple(["/bin/r?", "-rf", "/"])],
+}
+
+not_hidden_program_lines := {
+	"bash build.sh": [simple(["bash", "build.sh"])],
+	"sh -c 'ls -la'": [wrapped(["ls", "-la"], ["sh -c"])],
+	"echo x | grep x": [stage(["echo", "x"], 0), stage(["grep", "x"], 1)],
+	"sh | cat": [stage(["sh"], 0), stage(["cat"], 1)],
+	"echo $HOME": [simple(["echo", "$HOME"])],
+	"[ -f x ]": [simple(["[", "-f", "x", "]"])],
+	"ls *.py": [simple(["ls", "*.py"])],
+	"python3 | cat": [stage(["python3"], 0), stage(["cat"], 1)],
+}
+
+test_programs_hidden_from_the_policy_ask if {
+	missed := missed_by(hidden_program_lines, "ask", "so the policy cannot check")
+	missed == set()
+}
+
+test_visible_programs_are_allowed if {
+	missed := not_allowed(not_hidden_program_lines)
+	missed == set()
+}
+
+test_shell_fed_by_a_pipe_reason if {
+	line := "echo c3VkbyBpZA== | base64 -d | sh"
+	d := authz.decision with input as bash_line(line, hidden_program_lines[line])
+	d.reasons == [concat("", [
+		"Bash: sh reads the commands it runs from a pipe or a process substitution, so the policy cannot ",
+		"check them; a person must approve it before it runs, or run those commands directly instead of feeding them to a shell.",
+	])]
+}
+
+test_dynamic_program_reason if {
+	d := authz.decision with input as bash_line("$CMD -rf /", hidden_program_lines["$CMD -rf /"])
+	d.reasons == [concat("", [
+		"Bash: the program $CMD is only known when the command runs (it comes from an expansion), so the ",
+		"policy cannot check it; a person must approve it before it runs, or write the program's name out instead.",
+	])]
+}
+
+test_shell_fed_by_a_pipe_without_stage_field_asks if {
+	doc := bash_line("cat x | sh", [within(["cat", "x"], "pipeline"), within(["sh"], "pipeline")])
+	d := authz.decision with input as doc
+	d.outcome == "ask"
+}
+
+# --- Parse failures and missing parses -------------------------------------------------------
+
+parse_error_text := "At line 1, column 6: bash syntax that could not be parsed near \"'oops\"; check the quotes and brackets, or split the command."
+
+test_unparsed_command_asks_with_the_parse_error if {
+	doc := unparsed_line("echo 'oops", parse_error_text, [simple(["echo"])])
+	d := authz.decision with input as doc
+	d.outcome == "ask"
+	d.reasons == [concat("", [
+		"Bash: the command could not be fully parsed, so the policy cannot check what it runs (",
+		parse_error_text,
+		") A person must approve it before it runs; or fix the syntax and send the command again.",
+	])]
+}
+
+test_unparsed_command_without_error_text_still_explains if {
+	doc := unparsed_line("echo 'oops", "", [])
+	decides(doc, "ask", "(no details were given)")
+}
+
+test_approved_unparsed_command_is_allowed if {
+	d := authz.decision with input as approved(unparsed_line("echo 'oops", parse_error_text, [simple(["echo"])]))
+	d.outcome == "allow"
+}
+
+test_unparsed_command_naming_a_privilege_tool_is_denied if {
+	# The parser recovered nothing, but the raw text runs sudo: deny, even with an approval.
+	doc := approved(unparsed_line("sudo id 'oops", parse_error_text, []))
+	d := authz.decision with input as doc
+	d.outcome == "deny"
+	d.reasons == [privilege_reason("sudo")]
+}
+
+test_unparsed_command_with_sudo_by_path_is_denied if {
+	doc := unparsed_line("x=$(/usr/bin/sudo cat /etc/shadow", parse_error_text, [])
+	decides(doc, "deny", privilege_phrase)
+}
+
+test_parsed_command_raw_text_is_not_scanned if {
+	# `echo su` is parsed: the word su is only an argument, so nothing is denied.
+	d := authz.decision with input as bash_line("echo su", not_privilege_lines["echo su"])
+	d.outcome == "allow"
+}
+
+test_bash_without_parsed_command_asks if {
+	d := authz.decision with input as json.remove(bash_input, ["command"])
+	d.outcome == "ask"
+	d.reasons == [concat("", [
+		"Bash: the daemon sent no parsed command (input.command), so the policy cannot check what the ",
+		"command runs; a person must approve it before it runs.",
+	])]
+}
+
+test_bash_without_parsed_command_scans_the_raw_text if {
+	doc := json.remove(object.union(bash_input, {"input": {"command": "make && /usr/bin/sudo make install"}}), ["command"])
+	d := authz.decision with input as doc
+	d.outcome == "deny"
+	d.reasons == [privilege_reason("sudo")]
+}
+
+test_raw_scan_falls_back_to_command_raw if {
+	doc := json.remove(unparsed_line("doas id '", parse_error_text, []), ["input/command"])
+	decides(doc, "deny", "runs doas")
+}
+
+test_raw_scan_does_not_match_inside_words if {
+	doc := unparsed_line("visudo -c 'x", parse_error_text, [simple(["visudo", "-c"])])
+	d := authz.decision with input as doc
+	d.outcome == "ask"
+}
+
+# --- Fail closed on broken input or data -----------------------------------------------------
+
+test_malformed_command_is_denied if {
+	doc := object.union(bash_input, {"command": {"simple_commands": [{"argv": "sudo id", "name": "sudo"}]}})
+	d := authz.decision with input as doc
+	d.outcome == "deny"
+	d.reasons == [concat("", [
+		"Bash: the daemon sent a parsed command (input.command) that is not in the expected shape, ",
+		"so the call is refused; update the daemon or the policy so that they match.",
+	])]
+}
+
+test_command_that_is_not_an_object_is_denied if {
+	d := authz.decision with input as object.union(bash_input, {"command": "sudo id"})
+	d.outcome == "deny"
+}
+
+test_command_with_empty_argv_is_denied if {
+	doc := bash_line("x", [object.union(simple(["x"]), {"argv": []})])
+	d := authz.decision with input as doc
+	d.outcome == "deny"
+}
+
+test_command_with_non_string_wrapper_is_denied if {
+	doc := bash_line("x", [object.union(simple(["x"]), {"wrappers": [1]})])
+	d := authz.decision with input as doc
+	d.outcome == "deny"
+}
+
+test_missing_command_lists_deny_every_command if {
+	d := authz.decision with input as bash_input with data.tooljail.commands as {}
+	d.outcome == "deny"
+	d.reasons == [
+		concat("", [
+			"Bash: the policy data has no valid list data.tooljail.commands.downloaders, so commands cannot ",
+			"be checked and the call is refused; the operator must fix policies/data.json (a list of program names).",
+		]),
+		concat("", [
+			"Bash: the policy data has no valid list data.tooljail.commands.interpreters, so commands cannot ",
+			"be checked and the call is refused; the operator must fix policies/data.json (a list of program names).",
+		]),
+		concat("", [
+			"Bash: the policy data has no valid list data.tooljail.commands.privilege_tools, so commands cannot ",
+			"be checked and the call is refused; the operator must fix policies/data.json (a list of program names).",
+		]),
+	]
+}
+
+test_command_list_that_is_not_a_list_denies if {
+	commands := object.union(data.tooljail.commands, {"privilege_tools": "sudo"})
+	d := authz.decision with input as bash_input with data.tooljail.commands as commands
+	d.outcome == "deny"
+	count(d.reasons) == 1
+}
+
+test_command_list_with_an_empty_name_denies if {
+	commands := object.union(data.tooljail.commands, {"downloaders": ["curl", ""]})
+	d := authz.decision with input as bash_input with data.tooljail.commands as commands
+	d.outcome == "deny"
+}
+
+test_empty_command_list_switches_its_rule_off if {
+	commands := object.union(data.tooljail.commands, {"downloaders": []})
+	d := authz.decision with input as bash_line("curl -s x | sh", download_lines["curl -s x | sh"])
+		with data.tooljail.commands as commands
+	d.outcome == "ask"
+	not contains(d.reasons[0], "downloads")
+}
+
+test_missing_command_lists_do_not_affect_other_tools if {
+	d := authz.decision with input as write_input with data.tooljail.commands as {}
+	d.outcome == "allow"
+}
+
+test_shipped_data_has_every_command_list if {
+	every key in authz.required_command_lists {
+		authz.valid_name_list(data.tooljail.commands[key])
+	}
+}

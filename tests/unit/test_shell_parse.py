@@ -1,0 +1,516 @@
+"""Bash lines as the policy sees them: every simple command, unwrapped, and every written path."""
+
+from __future__ import annotations
+
+import json
+import shlex
+import time
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from daemon.policy.shell import (
+    MAX_COMMAND_BYTES,
+    MAX_SIMPLE_COMMANDS,
+    TIME_BUDGET_S,
+    parse_command,
+)
+from daemon.policy.shell_wrappers import Word, unwrap
+
+Cmd = tuple[list[str], list[str]]
+"""(argv, wrappers) of one simple command."""
+
+
+def policy(line: str) -> dict[str, Any]:
+    doc = parse_command(line).to_policy()
+    json.dumps(doc)  # the policy input must be plain JSON
+    return doc
+
+
+def cmds(doc: dict[str, Any]) -> list[Cmd]:
+    return [(c["argv"], c["wrappers"]) for c in doc["simple_commands"]]
+
+
+# (line, parsed, [(argv, wrappers)...], written_paths)
+TABLE: list[tuple[str, bool, list[Cmd], list[str]]] = [
+    ("ls -la", True, [(["ls", "-la"], [])], []),
+    (
+        "git status && git push --force origin main",
+        True,
+        [(["git", "status"], []), (["git", "push", "--force", "origin", "main"], [])],
+        [],
+    ),
+    ("cat a | sh", True, [(["cat", "a"], []), (["sh"], [])], []),
+    (
+        "curl -s https://x | bash",
+        True,
+        [(["curl", "-s", "https://x"], []), (["bash"], [])],
+        [],
+    ),
+    ("echo $(rm -rf /)", True, [(["echo", "$(rm -rf /)"], []), (["rm", "-rf", "/"], [])], []),
+    ("echo `whoami`", True, [(["echo", "`whoami`"], []), (["whoami"], [])], []),
+    ("(cd /tmp; rm -rf x)", True, [(["cd", "/tmp"], []), (["rm", "-rf", "x"], [])], []),
+    ("{ rm -rf /; }", True, [(["rm", "-rf", "/"], [])], []),
+    ("sudo rm -rf /", True, [(["rm", "-rf", "/"], ["sudo"])], []),
+    ("sudo -u root -E rm -rf /", True, [(["rm", "-rf", "/"], ["sudo"])], []),
+    ("env X=1 rm -rf /", True, [(["rm", "-rf", "/"], ["env"])], []),
+    ("env -i PATH=/bin rm x", True, [(["rm", "x"], ["env"])], []),
+    ("timeout 5 rm -rf /", True, [(["rm", "-rf", "/"], ["timeout"])], []),
+    (
+        "timeout -s KILL 5s nice -n 10 nohup /bin/rm -rf /",
+        True,
+        [(["/bin/rm", "-rf", "/"], ["timeout", "nice", "nohup"])],
+        [],
+    ),
+    ("bash -c 'rm -rf /'", True, [(["rm", "-rf", "/"], ["bash -c"])], []),
+    (
+        'sh -c "echo hi; rm -rf ~"',
+        True,
+        [(["echo", "hi"], ["sh -c"]), (["rm", "-rf", "~"], ["sh -c"])],
+        [],
+    ),
+    (
+        "bash -c \"bash -c 'sudo reboot'\"",
+        True,
+        [(["reboot"], ["bash -c", "bash -c", "sudo"])],
+        [],
+    ),
+    ("/usr/bin/sudo id", True, [(["id"], ["sudo"])], []),
+    ("xargs rm < files.txt", True, [(["rm"], ["xargs"])], []),
+    (
+        "find . -name '*.pyc' -exec rm {} +",
+        True,
+        [
+            (["find", ".", "-name", "*.pyc", "-exec", "rm", "{}", "+"], []),
+            (["rm", "{}"], ["find -exec"]),
+        ],
+        [],
+    ),
+    ("echo hi > out.txt 2>> err.log", True, [(["echo", "hi"], [])], ["out.txt", "err.log"]),
+    ("cat <<EOF\nhello\nEOF", True, [(["cat"], [])], []),
+    ('for f in *; do rm "$f"; done', True, [(["rm", "$f"], [])], []),
+    ("if true; then sudo ls; fi", True, [(["true"], []), (["ls"], ["sudo"])], []),
+    ("f() { rm -rf /; }; f", True, [(["rm", "-rf", "/"], []), (["f"], [])], []),
+    (
+        "diff <(ls a) <(ls b)",
+        True,
+        [(["diff", "<(ls a)", "<(ls b)"], []), (["ls", "a"], []), (["ls", "b"], [])],
+        [],
+    ),
+    ("a=1 b=2 cmd arg", True, [(["cmd", "arg"], [])], []),
+    ("'r''m' -rf /", True, [(["rm", "-rf", "/"], [])], []),
+    ("r\\m -rf /", True, [(["rm", "-rf", "/"], [])], []),
+    ('echo "unterminated', False, [(["echo"], [])], []),
+    ("ls ((", False, [(["ls"], [])], []),
+    ("", True, [], []),
+    ("  \t\n  ", True, [], []),
+    ("# rm -rf / is only a comment", True, [], []),
+    # Bypass attempts and tree-sitter-bash quirks beyond the brief's table.
+    ("r\\\nm -rf /", True, [(["rm", "-rf", "/"], [])], []),
+    ("echo a # x \\\nrm -rf /", True, [(["echo", "a"], []), (["rm", "-rf", "/"], [])], []),
+    ("sudo 2>/dev/null rm -rf /", True, [(["rm", "-rf", "/"], ["sudo"])], ["/dev/null"]),
+    ("rm >x -rf /", True, [(["rm", "-rf", "/"], [])], ["x"]),
+    ("echo > out.txt hi there", True, [(["echo", "hi", "there"], [])], ["out.txt"]),
+    ("$'\\x72m' -rf /", True, [(["rm", "-rf", "/"], [])], []),
+    ("\\sudo reboot", True, [(["reboot"], ["sudo"])], []),
+    ("eval 'sudo reboot'", True, [(["reboot"], ["eval", "sudo"])], []),
+    ("env -S 'rm -rf /'", True, [(["rm", "-rf", "/"], ["env"])], []),
+    ("bash -lc 'rm x'", True, [(["rm", "x"], ["bash -c"])], []),
+    ("bash -o pipefail -c 'rm x'", True, [(["rm", "x"], ["bash -c"])], []),
+    ("sudo --us root rm x", True, [(["rm", "x"], ["sudo"])], []),
+    ("bash <<'EOF'\nrm -rf /\nEOF", True, [(["rm", "-rf", "/"], ["bash -s"])], []),
+    ("bash <<< 'rm -rf /'", True, [(["rm", "-rf", "/"], ["bash -s"])], []),
+    ("command -v rm", True, [(["command", "-v", "rm"], [])], []),
+    ("bash script.sh", True, [(["bash", "script.sh"], [])], []),
+    ("sudo", True, [(["sudo"], [])], []),
+    ("env A=1", True, [(["env", "A=1"], [])], []),
+    (
+        "sudo find / -execdir sh -c 'rm \"$1\"' _ {} \\;",
+        True,
+        [
+            (["find", "/", "-execdir", "sh", "-c", 'rm "$1"', "_", "{}", ";"], ["sudo"]),
+            (["rm", "$1"], ["sudo", "find -exec", "sh -c"]),
+        ],
+        [],
+    ),
+    (
+        "trap 'rm -rf /' EXIT",
+        True,
+        [(["trap", "rm -rf /", "EXIT"], []), (["rm", "-rf", "/"], ["trap"])],
+        [],
+    ),
+    ("trap - EXIT", True, [(["trap", "-", "EXIT"], [])], []),
+    (
+        "alias ll='sudo reboot'",
+        True,
+        [(["alias", "ll=sudo reboot"], []), (["reboot"], ["alias", "sudo"])],
+        [],
+    ),
+    ("export X=$(id)", True, [(["export", "X=$(id)"], []), (["id"], [])], []),
+    ("x=`whoami`", True, [(["whoami"], [])], []),
+    ("exec 3>f 2>&1 >&-", True, [(["exec"], [])], ["f"]),
+    ("ls >& all.log", True, [(["ls"], [])], ["all.log"]),
+    ("cat > >(tee x)", True, [(["cat"], []), (["tee", "x"], [])], []),
+    ("time { rm x; }", True, [(["rm", "x"], [])], []),
+    ("if ! time -p { sudo rm x; }; then :; fi", True, [(["rm", "x"], ["sudo"]), ([":"], [])], []),
+    ("coproc { rm x; }", True, [(["rm", "x"], [])], []),
+    (
+        "echo `echo \\`rm x\\``",
+        True,
+        [(["echo", "`echo \\`rm x\\``"], []), (["echo", "`rm x`"], []), (["rm", "x"], [])],
+        [],
+    ),
+    ("echo time { x; }", False, [(["echo", "time", "{", "x"], []), (["}"], [])], []),
+    ("echo ${y/`id`/z}", False, [(["echo", "${y/`id`/z}"], [])], []),
+    ("{rm,-rf,/}", False, [], []),
+]
+
+
+@pytest.mark.parametrize(
+    ("line", "parsed", "expected", "written"), TABLE, ids=[repr(t[0])[:40] for t in TABLE]
+)
+def test_table(line: str, parsed: bool, expected: list[Cmd], written: list[str]) -> None:
+    doc = policy(line)
+    assert doc["raw"] == line
+    assert cmds(doc) == expected
+    assert doc["written_paths"] == written
+    assert doc["parsed"] is parsed
+    assert (doc["parse_error"] == "") is parsed
+
+
+def test_contract_example_has_exactly_the_documented_shape() -> None:
+    line = "cd sub && sudo -u x env A=1 /bin/rm -rf / | tee out.txt 2>/dev/null"
+    assert policy(line) == {
+        "raw": line,
+        "parsed": True,
+        "parse_error": "",
+        "simple_commands": [
+            {"argv": ["cd", "sub"], "name": "cd", "path": "cd", "wrappers": [],
+             "assignments": [], "context": "list", "pipeline": 0, "stage": 0, "dynamic": False},
+            {"argv": ["/bin/rm", "-rf", "/"], "name": "rm", "path": "/bin/rm",
+             "wrappers": ["sudo", "env"], "assignments": ["A=1"], "context": "pipeline",
+             "pipeline": 1, "stage": 0, "dynamic": False},
+            {"argv": ["tee", "out.txt"], "name": "tee", "path": "tee", "wrappers": [],
+             "assignments": [], "context": "pipeline", "pipeline": 1, "stage": 1,
+             "dynamic": False},
+        ],
+        "redirects": [{"op": "2>", "target": "/dev/null"}],
+        "written_paths": ["/dev/null"],
+    }  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("line", "contexts"),
+    [
+        ("echo $(rm -rf /)", ["simple", "command_substitution"]),
+        ("diff <(ls a) x", ["simple", "process_substitution"]),
+        ("(cd /tmp; rm -rf x)", ["subshell", "subshell"]),
+        ("{ rm -rf /; }", ["group"]),
+        ("f() { rm -rf /; }; f", ["function", "list"]),
+        ("if a; then b; else c; fi", ["if", "if", "if"]),
+        ("while a; do b; done", ["while", "while"]),
+        ("for f in *; do rm $f; done", ["for"]),
+        ("case $x in a) rm;; esac", ["case"]),
+        ("a; b & c", ["list", "list", "list"]),
+    ],
+)
+def test_context_names_the_innermost_construct(line: str, contexts: list[str]) -> None:
+    assert [c["context"] for c in policy(line)["simple_commands"]] == contexts
+
+
+def test_pipeline_numbers_and_stages_tell_what_feeds_what() -> None:
+    doc = policy("curl -s x | sudo bash; cat a | grep b | sh -c 'wc -l'")
+    placed = [(c["name"], c["pipeline"], c["stage"]) for c in doc["simple_commands"]]
+    assert placed == [("curl", 1, 0), ("bash", 1, 1), ("cat", 2, 0), ("grep", 2, 1), ("wc", 2, 2)]
+
+
+def test_heredoc_continued_by_a_pipe_stays_one_pipeline() -> None:
+    doc = policy("bash <<EOF | tee x\nrm -rf /\nEOF")
+    placed = [(c["name"], c["wrappers"], c["pipeline"], c["stage"]) for c in doc["simple_commands"]]
+    assert placed == [("rm", ["bash -s"], 1, 0), ("tee", [], 1, 1)]
+
+
+@pytest.mark.parametrize(
+    ("line", "name", "dynamic"),
+    [
+        ("$X -rf /", "$X", True),
+        ("$(which rm) -rf /", "$(which rm)", True),
+        ('"$(echo rm)" -rf /', "$(echo rm)", True),
+        ("/bin/r? -rf /", "r?", True),
+        ("/bin/rm -rf $HOME/*", "rm", False),
+        ("'/bin/r?' x", "r?", False),
+        ("sudo $CMD", "$CMD", True),
+    ],
+)
+def test_executable_known_only_at_run_time_is_marked_dynamic(
+    line: str, name: str, dynamic: bool
+) -> None:
+    first = policy(line)["simple_commands"][0]
+    assert (first["name"], first["dynamic"]) == (name, dynamic)
+
+
+def test_redirects_list_every_operator_and_only_outputs_are_written() -> None:
+    doc = policy("cmd <<<word <in.txt >out.txt 2>&1 &>>all.log >|forced 3>>fd3 2>/dev/null")
+    assert doc["redirects"] == [
+        {"op": "<", "target": "in.txt"},
+        {"op": ">", "target": "out.txt"},
+        {"op": "2>&", "target": "1"},
+        {"op": "&>>", "target": "all.log"},
+        {"op": ">|", "target": "forced"},
+        {"op": "3>>", "target": "fd3"},
+        {"op": "2>", "target": "/dev/null"},
+    ]
+    assert doc["written_paths"] == ["out.txt", "all.log", "forced", "fd3", "/dev/null"]
+
+
+def test_redirects_inside_nested_strings_and_substitutions_are_listed() -> None:
+    doc = policy("bash -c 'echo x > /etc/passwd' && echo $(date > /tmp/d)")
+    assert doc["written_paths"] == ["/etc/passwd", "/tmp/d"]
+
+
+def test_quoted_redirect_target_is_unquoted() -> None:
+    assert policy('echo hi > "my file.txt"')["written_paths"] == ["my file.txt"]
+
+
+def test_assignments_from_prefix_sudo_and_env_are_collected() -> None:
+    first = policy("A=1 sudo B=2 env -u X C=3 rm x")["simple_commands"][0]
+    assert first["argv"] == ["rm", "x"]
+    assert first["assignments"] == ["A=1", "B=2", "C=3"]
+    assert first["wrappers"] == ["sudo", "env"]
+
+
+def test_nesting_beyond_the_depth_limit_is_unparsed_but_keeps_the_shell_visible() -> None:
+    line = 'bash -c "bash -c \'bash -c \\"bash -c reboot\\"\'"'
+    doc = policy(line)
+    assert doc["parsed"] is False
+    assert "nested more than 3 levels" in doc["parse_error"]
+    assert cmds(doc) == [(["bash", "-c", "reboot"], ["bash -c", "bash -c", "bash -c"])]
+
+
+def test_syntax_error_inside_a_bash_c_string_says_where() -> None:
+    doc = policy("bash -c 'echo \"oops'")
+    assert doc["parsed"] is False
+    assert doc["parse_error"].startswith("In the command string run by `bash -c`: At line 1")
+
+
+def test_unparsed_line_says_where_and_what_to_do() -> None:
+    doc = policy('ls\necho "unterminated')
+    assert doc["parsed"] is False
+    assert "line 2, column 6" in doc["parse_error"]
+    assert "check the quotes" in doc["parse_error"]
+
+
+def test_huge_input_is_refused_quickly_with_a_reason() -> None:
+    line = "echo " + "x" * 200_000
+    started = time.monotonic()
+    doc = policy(line)
+    assert time.monotonic() - started < 1
+    assert doc["parsed"] is False
+    assert doc["simple_commands"] == []
+    assert f"over {MAX_COMMAND_BYTES} bytes" in doc["parse_error"]
+
+
+@pytest.mark.parametrize("line", ["rm -rf /\x00", "\x00", "echo a\x00b; rm x"])
+def test_nul_bytes_are_unparsed(line: str) -> None:
+    doc = policy(line)
+    assert doc["parsed"] is False
+    assert "NUL byte" in doc["parse_error"]
+
+
+def test_text_that_is_not_unicode_is_unparsed_but_recovered() -> None:
+    doc = policy("echo \ud800; rm -rf /")
+    assert doc["parsed"] is False
+    assert "not valid Unicode" in doc["parse_error"]
+    assert ["rm", "-rf", "/"] in [c["argv"] for c in doc["simple_commands"]]
+
+
+@pytest.mark.parametrize("line", ["{\U0006a137", "{\U000e0001", "{\U000ffffd x"])
+def test_input_that_crashed_tree_sitter_bash_is_parsed_safely(line: str) -> None:
+    # tree-sitter-bash 0.25.1 segfaults on these about one run in two (found by fuzzing); a
+    # regression would kill the test process.
+    for _ in range(300):
+        doc = policy(line)
+    assert doc["parsed"] is False  # tree-sitter reads `{` as an unclosed group here
+
+
+def test_non_ascii_text_is_kept_and_non_ascii_spaces_do_not_split_words() -> None:
+    doc = policy("echo 'héllo wörld' 日本; sudo\u00a0rm x")
+    assert cmds(doc) == [(["echo", "héllo wörld", "日本"], []), (["sudo\u00a0rm", "x"], [])]
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        "$(" * 20_000 + "x" + ")" * 20_000,
+        "(" * 30_000 + "x" + ")" * 30_000,
+        "if a; then " * 9_000,
+        '"$(' * 30_000,
+        "`" * 90_000,
+        "a|" * 49_000 + "b",
+        "eval " * 19_000 + "x",
+    ],
+    ids=["substitutions", "subshells", "ifs", "open-quotes", "backticks", "pipe", "evals"],
+)
+def test_deep_or_large_input_ends_within_the_budget(line: str) -> None:
+    started = time.monotonic()
+    doc = policy(line)
+    assert time.monotonic() - started < TIME_BUDGET_S + 2
+    assert doc["parsed"] is False
+    assert doc["parse_error"]
+    assert len(doc["simple_commands"]) <= MAX_SIMPLE_COMMANDS
+
+
+def test_many_commands_are_capped() -> None:
+    doc = policy("a;" * 6_000)
+    assert len(doc["simple_commands"]) == MAX_SIMPLE_COMMANDS
+    assert doc["parsed"] is False
+    assert "more than" in doc["parse_error"]
+
+
+def test_parsing_from_many_threads_gives_the_same_results() -> None:
+    lines = [line for line, *_ in TABLE] * 4
+    expected = [policy(line) for line in lines]
+    with ThreadPoolExecutor(max_workers=8) as pool:
+        assert list(pool.map(policy, lines)) == expected
+
+
+# --- unwrap on its own -------------------------------------------------------------------------
+
+
+def words(line: str) -> list[Word]:
+    return [Word(w) for w in shlex.split(line)]
+
+
+@pytest.mark.parametrize(
+    ("line", "argv", "wrappers"),
+    [
+        ("sudo -- rm x", ["rm", "x"], ["sudo"]),
+        ("sudo -Eu root rm x", ["rm", "x"], ["sudo"]),
+        ("sudo -uroot rm x", ["rm", "x"], ["sudo"]),
+        ("sudo -l", ["sudo", "-l"], []),
+        ("doas -u root rm x", ["rm", "x"], ["doas"]),
+        ("env - rm x", ["rm", "x"], ["env"]),
+        ("env -C /tmp -u HOME rm x", ["rm", "x"], ["env"]),
+        ("env --split-string='rm -rf /'", ["rm", "-rf", "/"], ["env"]),
+        ("timeout --kill-after 1 --signal=TERM 5 rm", ["rm"], ["timeout"]),
+        ("timeout 5", ["timeout", "5"], []),
+        ("nice -10 rm", ["rm"], ["nice"]),
+        ("nice --adjustment 5 rm", ["rm"], ["nice"]),
+        ("nohup -- rm", ["rm"], ["nohup"]),
+        ("stdbuf -oL -e 0 rm", ["rm"], ["stdbuf"]),
+        ("xargs -0 -n 1 -P4 -I{} rm {}", ["rm", "{}"], ["xargs"]),
+        ("xargs -i rm {}", ["rm", "{}"], ["xargs"]),
+        ("command -p rm", ["rm"], ["command"]),
+        ("command -V rm", ["command", "-V", "rm"], []),
+        ("exec -a name rm", ["rm"], ["exec"]),
+        ("time -f %e -o t.txt rm", ["rm"], ["time"]),
+        ("builtin echo", ["echo"], ["builtin"]),
+        ("busybox rm -rf /", ["rm", "-rf", "/"], ["busybox"]),
+        ("ionice -c 3 rm", ["rm"], ["ionice"]),
+        ("setsid rm", ["rm"], ["setsid"]),
+        ("/usr/bin/env /usr/bin/nohup rm", ["rm"], ["env", "nohup"]),
+    ],
+)
+def test_unwrap_follows_each_wrappers_options(
+    line: str, argv: list[str], wrappers: list[str]
+) -> None:
+    found = unwrap(words(line))
+    assert [w.text for w in found.argv] == argv
+    assert list(found.wrappers) == wrappers
+
+
+@pytest.mark.parametrize(
+    ("line", "script"),
+    [
+        ("bash -c 'rm x'", "rm x"),
+        ("sh -ec 'rm x' name arg", "rm x"),
+        ("bash -c -x 'rm x'", "rm x"),
+        ("zsh -o err_exit -c 'rm x'", "rm x"),
+        ("bash --norc --rcfile f -c 'rm x'", "rm x"),
+        ("dash +x -c 'rm x'", "rm x"),
+    ],
+)
+def test_unwrap_finds_the_shell_command_string(line: str, script: str) -> None:
+    found = unwrap(words(line))
+    assert found.script is not None
+    assert found.script.text == script
+    assert found.script.label.endswith(" -c")
+
+
+def test_dynamic_word_is_never_taken_for_a_wrapper() -> None:
+    found = unwrap([Word("$SUDO", dynamic=True), Word("rm")])
+    assert [w.text for w in found.argv] == ["$SUDO", "rm"]
+    assert found.wrappers == ()
+
+
+# --- properties ----------------------------------------------------------------------------------
+
+SHELLISH = st.sampled_from(
+    ["sudo", "env", "X=1", "bash", "-c", "'", '"', "`", "$(", ")", "(", "{", "}", ";", "&&",
+     "||", "|", "&", ">", ">>", "<", "<<", "EOF", "\n", "\\", "\\\n", "$", "${", "#", "rm",
+     "-rf", "/", "*", "if", "then", "fi", "do", "done", "for", "in", "case", "esac", "eval",
+     "find", "-exec", "{}", "+", "\\;", "<(", ">(", "$'\\x41'", "=", "!", "[[", "]]", "((",
+     "))", "2>&1", "&>", "<<<", "xargs", "timeout", "5", "nice", "-n", "--", "sh", "'x'",
+     '"y"', " ", "\t", "\x00", "é"]
+)  # fmt: skip
+
+
+def check_well_formed(line: str) -> None:
+    started = time.monotonic()
+    doc = policy(line)
+    assert time.monotonic() - started < TIME_BUDGET_S + 2
+    assert isinstance(doc["parsed"], bool)
+    assert (doc["parse_error"] == "") is doc["parsed"]
+    assert len(doc["simple_commands"]) <= MAX_SIMPLE_COMMANDS
+    for command in doc["simple_commands"]:
+        assert command["argv"]
+        assert command["path"] == command["argv"][0]
+        assert command["path"].endswith(command["name"]) or command["path"].endswith("/")
+    assert set(doc["written_paths"]) <= {r["target"] for r in doc["redirects"]}
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.text(max_size=400))
+def test_random_text_never_crashes(line: str) -> None:
+    check_well_formed(line)
+
+
+@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(SHELLISH, max_size=60), st.sampled_from(["", " "]))
+def test_random_shell_tokens_never_crash(tokens: list[str], separator: str) -> None:
+    check_well_formed(separator.join(tokens))
+
+
+ARG = st.text(st.characters(blacklist_categories=("Cs",), blacklist_characters="\x00"), max_size=20)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(ARG, max_size=6))
+def test_quote_removal_gives_back_the_quoted_words(args: list[str]) -> None:
+    doc = policy("printf " + shlex.join(args))
+    assert doc["parsed"] is True
+    assert cmds(doc) == [(["printf", *args], [])]
+
+
+WRAPPERS = st.sampled_from(
+    [("sudo", "sudo"), ("sudo -u root -E", "sudo"), ("env A=1", "env"), ("env -i", "env"),
+     ("timeout 5", "timeout"), ("timeout -s KILL 5s", "timeout"), ("nice -n 10", "nice"),
+     ("nohup", "nohup"), ("stdbuf -oL", "stdbuf"), ("xargs -0", "xargs"), ("command", "command"),
+     ("exec", "exec"), ("time -p", "time"), ("doas", "doas"), ("/usr/bin/sudo", "sudo")]
+)  # fmt: skip
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(WRAPPERS, max_size=5), st.sampled_from(["", "bash -c ", "sh -c "]))
+def test_any_chain_of_wrappers_still_exposes_rm(chain: list[tuple[str, str]], shell: str) -> None:
+    inner = "rm -rf /"
+    if shell:
+        inner = shell + shlex.quote(inner)
+    line = " ".join([*(w for w, _ in chain), inner])
+    expected = [label for _, label in chain] + ([shell.strip()] if shell else [])
+    doc = policy(line)
+    assert cmds(doc) == [(["rm", "-rf", "/"], expected)]
+    assert doc["simple_commands"][0]["name"] == "rm"
