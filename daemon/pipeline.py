@@ -93,6 +93,18 @@ class PipelineLimits:
     ceilings: SandboxCeilings
 
 
+def masked(value: Any, fields: frozenset[str]) -> Any:
+    """The input with the values of `fields` replaced, at any depth (for the audit log)."""
+    if isinstance(value, dict):
+        return {
+            key: "***masked***" if key in fields else masked(item, fields)
+            for key, item in value.items()
+        }
+    if isinstance(value, list):
+        return [masked(item, fields) for item in value]
+    return value
+
+
 def _error(tool_use_id: str, text: str) -> ToolResult:
     return ToolResult(tool_use_id=tool_use_id, content=(TextContent(text=text),), is_error=True)
 
@@ -294,6 +306,7 @@ class Pipeline:
                 "tool_use_id": request.tool_use.id,
                 "tool": request.tool_use.name,
                 "input_sha256": canonical_input_hash(request.tool_use.input),
+                "input": masked(request.tool_use.input, self._policy.audit_mask),
                 "outcome": decision.outcome.value if decision.outcome else "not_evaluated",
                 "reasons": list(decision.reasons),
                 "policy_revision": decision.policy_revision,

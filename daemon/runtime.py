@@ -23,6 +23,7 @@ from daemon.policy.approval import ApprovalAuthority
 from daemon.policy.keys import load_key
 from daemon.policy.opa_engine import OpaPolicyEngine
 from daemon.policy.opa_server import ManagedOpa, find_opa
+from daemon.policy.reloader import PolicyReloader
 from daemon.policy.revision import policy_revision
 from daemon.sandbox_bridge import SessionSandboxRunner
 from daemon.sandbox_setup import (
@@ -31,6 +32,7 @@ from daemon.sandbox_setup import (
     stop_sandbox_executor,
 )
 from daemon.scheduler import Scheduler, SchedulerLimits
+from daemon.server.admin import AdminService
 from daemon.server.service import ExecutorService
 from daemon.session import Session
 from daemon.session_manager import SessionManager
@@ -42,6 +44,7 @@ from sandbox.executor import SandboxExecutor
 log = logging.getLogger(__name__)
 
 EXECUTOR_SERVICE = executor_pb2.DESCRIPTOR.services_by_name["Executor"].full_name
+ADMIN_SERVICE = executor_pb2.DESCRIPTOR.services_by_name["Admin"].full_name
 DEFAULT_PRINCIPAL = "local"
 
 
@@ -64,6 +67,7 @@ class Daemon:
         self.sandbox_executor: SandboxExecutor | None = None
         self.scheduler: Scheduler | None = None
         self.sessions: SessionManager | None = None
+        self.reloader: PolicyReloader | None = None
         self._server: grpc.aio.Server | None = None
         self._health = health.aio.HealthServicer()
         self._audit: AuditLog | None = None
@@ -82,16 +86,19 @@ class Daemon:
         self.address.prepare()
         self._audit = AuditLog(settings.audit_log)
         policies_dir = settings.opa.policies_dir
+        binary = None
         if settings.opa.url:
             url = settings.opa.url
         else:
-            self.opa = ManagedOpa(find_opa(settings.opa.binary, PROJECT_ROOT), policies_dir)
+            binary = find_opa(settings.opa.binary, PROJECT_ROOT)
+            self.opa = ManagedOpa(binary, policies_dir)
             await self.opa.start()
             url = self.opa.url
         self.engine = OpaPolicyEngine(
             url, settings.opa.timeout_s, settings.sandbox.defaults, policy_revision(policies_dir)
         )
         await self.engine.open()
+        self.reloader = PolicyReloader(self.opa, self.engine, binary, policies_dir)
         sessions = SessionStore(
             settings.workspace, settings.sessions_root or settings.state_dir / "sessions"
         )
@@ -142,9 +149,10 @@ class Daemon:
         executor_pb2_grpc.add_ExecutorServicer_to_server(
             ExecutorService(pipeline, scheduler, self.sessions, DEFAULT_PRINCIPAL), server
         )
+        executor_pb2_grpc.add_AdminServicer_to_server(AdminService(self.reloader), server)
         health_pb2_grpc.add_HealthServicer_to_server(self._health, server)
         reflection.enable_server_reflection(
-            (EXECUTOR_SERVICE, health.SERVICE_NAME, reflection.SERVICE_NAME), server
+            (EXECUTOR_SERVICE, ADMIN_SERVICE, health.SERVICE_NAME, reflection.SERVICE_NAME), server
         )
         server.add_insecure_port(self.address.grpc_target)
         await server.start()
@@ -208,6 +216,15 @@ class Daemon:
         stop = asyncio.Event()
         for signum in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(signum, stop.set)
+        background: set[asyncio.Task[object]] = set()
+
+        def reload_on_hangup() -> None:
+            if self.reloader is not None:
+                task: asyncio.Task[object] = asyncio.create_task(self.reloader.reload())
+                background.add(task)
+                task.add_done_callback(background.discard)
+
+        loop.add_signal_handler(signal.SIGHUP, reload_on_hangup)
         await self.start()
         await stop.wait()
         log.info("stopping")

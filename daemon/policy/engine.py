@@ -19,6 +19,11 @@ class PolicyEngine(abc.ABC):
     async def visible_tools(self, document: dict[str, Any]) -> frozenset[str] | None:
         """Tool names the caller may see; None when the policy cannot answer (show none)."""
 
+    @property
+    def audit_mask(self) -> frozenset[str]:
+        """Input field names whose values the audit log masks (data.tooljail.authz.mask)."""
+        return frozenset()
+
     async def decide_workspace(self, document: dict[str, Any]) -> Verdict:
         """Whether a session may work in an existing directory (default: never)."""
         del document

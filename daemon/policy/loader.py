@@ -59,8 +59,11 @@ def describe_rego_error(exc: RegoParseError) -> str:
     return "\n".join(lines) or str(exc)
 
 
-async def load_policy_files(client: AsyncOpaClient, files: PolicyFiles) -> None:
-    """Upload data, then modules; modules that depend on others are retried until none progress."""
+async def load_policy_files(
+    client: AsyncOpaClient, files: PolicyFiles, previous: PolicyFiles | None = None
+) -> None:
+    """Upload data, then modules (modules that depend on others are retried until none progress),
+    then delete the modules of `previous` that no longer exist."""
     for key, value in files.data.items():
         document = value if isinstance(value, dict) else {"value": value}
         try:
@@ -78,3 +81,5 @@ async def load_policy_files(client: AsyncOpaClient, files: PolicyFiles) -> None:
         if len(failures) == len(pending):
             raise PolicyLoadError("policy failed to compile:\n" + "\n".join(failures.values()))
         pending = {module_id: pending[module_id] for module_id in failures}
+    for module_id in set(previous.modules if previous else ()) - set(files.modules):
+        await client.delete_policy(module_id)

@@ -38,19 +38,33 @@ class OpaPolicyEngine(PolicyEngine):
         self._base_limits = base_limits
         self._revision = revision
         self._open = False
+        self._mask: frozenset[str] = frozenset()
 
     @property
     def revision(self) -> str:
         return self._revision
 
-    def set_revision(self, revision: str) -> None:
-        """Record the revision after a (re)load."""
+    @property
+    def audit_mask(self) -> frozenset[str]:
+        return self._mask
+
+    async def policy_loaded(self, revision: str) -> None:
+        """Record the revision after a (re)load and re-read what the audit log must mask."""
         self._revision = revision
+        try:
+            response = await self._query({}, "mask")
+        except Exception as exc:  # noqa: BLE001 - masking everything would hide the audit trail
+            log.warning("could not read data.tooljail.authz.mask: %s", exc)
+            return
+        result = response.get("result", [])
+        if isinstance(result, list):
+            self._mask = frozenset(name for name in result if isinstance(name, str))
 
     async def open(self) -> None:
         """Open the HTTP session (AsyncOpaClient only works inside its context)."""
         await self._client.__aenter__()
         self._open = True
+        await self.policy_loaded(self._revision)
 
     async def close(self) -> None:
         """Close the HTTP session."""

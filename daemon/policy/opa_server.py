@@ -88,9 +88,15 @@ class ManagedOpa:
         self._supervisor = asyncio.create_task(self._supervise(), name="opa-supervisor")
 
     async def reload(self) -> None:
-        """Re-read the policy folder and load it into the running server."""
+        """Re-read the policy folder and load it; on failure the last good policy is put back."""
         files = read_policy_folder(self._policies_dir)
-        await self._load(files)
+        previous = self._files
+        try:
+            await self._load(files, previous)
+        except PolicyLoadError:
+            if previous is not None:
+                await self._load(previous, files)
+            raise
         self._files = files
 
     async def _spawn_and_load(self) -> None:
@@ -103,6 +109,9 @@ class ManagedOpa:
             "--log-level",
             "error",
             "--disable-telemetry",
+            # Decision logging makes OPA return its own decision_id with every decision.
+            "--set",
+            "decision_logs.console=true",
             stdin=asyncio.subprocess.DEVNULL,
             stdout=asyncio.subprocess.DEVNULL,
             stderr=asyncio.subprocess.PIPE,
@@ -143,9 +152,9 @@ class ManagedOpa:
             self._stderr_tail.append(line)
             log.warning("opa: %s", line)
 
-    async def _load(self, files: PolicyFiles) -> None:
+    async def _load(self, files: PolicyFiles, previous: PolicyFiles | None = None) -> None:
         async with client_for(self.url, max(self._timeout_s, 5.0)) as client:
-            await load_policy_files(client, files)
+            await load_policy_files(client, files, previous)
 
     async def _supervise(self) -> None:
         while not self._stopping:

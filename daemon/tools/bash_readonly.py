@@ -16,7 +16,7 @@ _READERS = frozenset(
         "cat", "head", "tail", "wc", "ls", "pwd", "echo", "printf", "true", "false", "stat",
         "file", "du", "df", "which", "whoami", "id", "date", "uname", "sort", "uniq", "cut",
         "tr", "diff", "cmp", "basename", "dirname", "realpath", "readlink", "test", "[",
-        "grep", "egrep", "fgrep", "rg", "tree", "sha256sum", "md5sum", "nl", "column",
+        "grep", "egrep", "fgrep", "rg", "tree", "sha256sum", "md5sum", "nl", "column", "sleep",
     }
 )  # fmt: skip
 _GIT_READING = frozenset(

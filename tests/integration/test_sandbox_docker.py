@@ -129,9 +129,11 @@ async def test_bash_output_exit_code_and_final_directory(
     failed = await executor.run(spec, bash(workspace, "cd sub && echo bye && exit 7"))
     assert (failed.output, failed.exit_code) == ("bye\n", 7)
     assert failed.final_cwd == str(workspace / "sub")
+    await executor.warm(spec)  # refills race the calls; wait for one, then it must be used
+    hits = executor.stats().pool_hits
     quiet = await executor.run(spec, bash(workspace, "true"))
     assert (quiet.output, quiet.output_bytes, quiet.exit_code) == ("", 0, 0)
-    assert executor.stats().pool_hits >= 1
+    assert executor.stats().pool_hits == hits + 1
 
 
 async def test_cold_path_without_a_pool(backend: DockerBackend, workspace: Path) -> None:
@@ -151,7 +153,8 @@ async def test_timeout_returns_promptly_and_leaves_no_container(
     result = await executor.run(
         SandboxSpec(workspace=workspace), bash(workspace, "echo started; sleep 1000", 1000)
     )
-    assert time.monotonic() - started < 4
+    # Bounded far above the 1 s timeout so a loaded machine cannot fail it, far below 1000 s.
+    assert time.monotonic() - started < 60
     assert result.timed_out is True
     assert result.exit_code == 137
     assert result.output == "started\n"
@@ -166,7 +169,7 @@ async def test_outer_deadline_kills_a_container_whose_runner_hangs(
         SandboxSpec(workspace=workspace), bash(workspace, "kill -STOP $PPID; sleep 1000", 500)
     )
     assert result.timed_out is True
-    assert result.duration_ms < 500 + 5000
+    assert result.duration_ms < 60_000
     await wait_gone(docker_client, result.sandbox_id)
 
 

@@ -2,70 +2,17 @@
 
 from __future__ import annotations
 
-import os
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
-import docker
 import grpc
 import pytest
 
 from daemon._generated.tooljail.v1 import executor_pb2 as pb
-from sandbox.backend import LABEL_INSTANCE
-from tests.integration.harness import RunningDaemon, running_daemon, text_of
+from tests.integration.conftest import OWNER_GID, OWNER_UID, wait_no_containers
+from tests.integration.harness import RunningDaemon, text_of
 
 pytestmark = [pytest.mark.integration, pytest.mark.docker]
-
-OWNER_UID = 1000
-OWNER_GID = 1000
-
-
-def _containers(instance_id: str) -> list[object]:
-    client = docker.from_env()
-    try:
-        return client.containers.list(
-            all=True, filters={"label": f"{LABEL_INSTANCE}={instance_id}"}
-        )
-    finally:
-        client.close()
-
-
-def _wait_no_containers(instance_id: str, timeout_s: float = 30.0, keep: int = 0) -> int:
-    """Wait until at most `keep` containers (the warm pool) of the instance remain."""
-    deadline = time.monotonic() + timeout_s
-    count = len(_containers(instance_id))
-    while count > keep and time.monotonic() < deadline:
-        time.sleep(0.2)
-        count = len(_containers(instance_id))
-    return count
-
-
-@pytest.fixture(scope="module")
-def sandbox_daemon(short_tmp: Path) -> Iterator[RunningDaemon]:
-    """A daemon with the real Docker sandbox over a workspace owned by a non-root user."""
-    workspace = short_tmp / "ws-sandbox"
-    workspace.mkdir()
-    os.chown(workspace, OWNER_UID, OWNER_GID)
-    with running_daemon(
-        workspace,
-        short_tmp / "sandbox.sock",
-        sandbox={"pool_size": 1, "ceilings": {"memory_mb": 128, "pids": 128}},
-    ) as daemon:
-        if daemon.daemon.sandbox_executor is None:
-            pytest.skip("no Docker engine answers")
-        yield daemon
-    assert _containers(daemon.daemon.instance_id) == [], "containers left after the daemon stopped"
-
-
-@pytest.fixture
-def sandbox_dir(sandbox_daemon: RunningDaemon, request: pytest.FixtureRequest) -> Path:
-    folder = sandbox_daemon.workspace.resolve() / request.node.name.replace("[", "_").replace(
-        "]", ""
-    )
-    folder.mkdir()
-    os.chown(folder, OWNER_UID, OWNER_GID)
-    return folder
 
 
 def test_write_creates_a_file_owned_by_the_workspace_owner(
@@ -185,7 +132,7 @@ def test_bash_timeout_kills_and_leaves_no_container(sandbox_daemon: RunningDaemo
     assert "1000" in text_of(response) or "1 s" in text_of(response)
     assert elapsed < 30
     keep = sandbox_daemon.settings.sandbox.pool_size
-    assert _wait_no_containers(sandbox_daemon.daemon.instance_id, keep=keep) <= keep
+    assert wait_no_containers(sandbox_daemon.daemon.instance_id, keep=keep) <= keep
 
 
 def test_memory_hog_is_reported_as_out_of_memory(sandbox_daemon: RunningDaemon) -> None:
@@ -216,4 +163,4 @@ def test_client_cancel_kills_the_container(sandbox_daemon: RunningDaemon) -> Non
     with pytest.raises(grpc.FutureCancelledError):
         future.result()
     keep = sandbox_daemon.settings.sandbox.pool_size
-    assert _wait_no_containers(sandbox_daemon.daemon.instance_id, keep=keep) <= keep
+    assert wait_no_containers(sandbox_daemon.daemon.instance_id, keep=keep) <= keep

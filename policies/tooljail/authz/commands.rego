@@ -56,11 +56,17 @@ raw_command := input.input.command if {
 	is_string(input.command.raw)
 }
 
-default parse_error := "no details were given"
+# The parser's own sentence, ending in a full stop so the reason reads on.
+default parse_error := "(no details)."
 
-parse_error := input.command.parse_error if {
-	is_string(input.command.parse_error)
-	input.command.parse_error != ""
+parse_error := text if {
+	text := input.command.parse_error
+	is_string(text)
+	endswith(text, ".")
+} else := concat("", [text, "."]) if {
+	text := input.command.parse_error
+	is_string(text)
+	text != ""
 }
 
 # --- Program lists from data.json ------------------------------------------------------------
@@ -110,7 +116,7 @@ deny contains concat(" ", [
 deny contains concat(" ", [
 	sprintf("%s: the command runs %s, which can raise privileges or reach beyond the sandbox,", [tool_name, program]),
 	"and this policy never allows it, not even with an approval;",
-	sprintf("run the command without %s, as the sandbox already gives it the access it needs.", [program]),
+	sprintf("leave %s out, because the command already runs in a sandbox with all the access it is given.", [program]),
 ]) if {
 	some program in privilege_used
 }
@@ -151,10 +157,8 @@ needs_approval contains concat(" ", [
 }
 
 needs_approval contains concat(" ", [
-	sprintf("%s: the command could not be fully parsed, so the policy cannot check what it runs (%s)", [
-		tool_name,
-		parse_error,
-	]),
+	sprintf("%s: the command could not be fully parsed, so the policy cannot check what it runs.", [tool_name]),
+	sprintf("The parser reports: %s", [parse_error]),
 	"A person must approve it before it runs; or fix the syntax and send the command again.",
 ]) if {
 	command_well_formed

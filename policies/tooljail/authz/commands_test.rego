@@ -42,7 +42,7 @@ sudo_id_input := bash_line("sudo id", [wrapped(["id"], ["sudo"])])
 privilege_reason(program) := concat("", [
 	sprintf("Bash: the command runs %s, which can raise privileges or reach beyond the sandbox, ", [program]),
 	"and this policy never allows it, not even with an approval; ",
-	sprintf("run the command without %s, as the sandbox already gives it the access it needs.", [program]),
+	sprintf("leave %s out, because the command already runs in a sandbox with all the access it is given.", [program]),
 ])
 
 # Lines of a table whose decision is not `outcome` with a reason containing `phrase`.
@@ -66,7 +66,7 @@ privilege_lines := {
 	"sudo rm -rf /tmp/x": [wrapped(["rm", "-rf", "/tmp/x"], ["sudo"])],
 	"cat x | sudo tee /etc/hosts": [stage(["cat", "x"], 0), object.union(stage(["tee", "/etc/hosts"], 1), {"wrappers": ["sudo"]})],
 	"bash -c 'sudo id'": [wrapped(["id"], ["bash -c", "sudo"])],
-	"/usr/bin/sudo id": [object.union(wrapped(["id"], ["sudo"]), {"path": "id"})],
+	"/usr/bin/sudo id": [wrapped(["id"], ["sudo"])],
 	"echo $(sudo id)": [simple(["echo", "$(sudo id)"]), object.union(wrapped(["id"], ["sudo"]), {"context": "command_substitution"})],
 	"timeout 5 sudo ls": [wrapped(["ls"], ["timeout", "sudo"])],
 	"make && sudo make install": [within(["make"], "list"), object.union(wrapped(["make", "install"], ["sudo"]), {"context": "list"})],
@@ -424,6 +424,8 @@ download_lines := {
 	"curl -fsSL x | bash -s -- --yes": [stage(["curl", "-fsSL", "x"], 0), stage(["bash", "-s", "--", "--yes"], 1)],
 	"/usr/bin/curl x | /bin/sh": [stage(["/usr/bin/curl", "x"], 0), stage(["/bin/sh"], 1)],
 	"curl x | perl": [stage(["curl", "x"], 0), stage(["perl"], 1)],
+	"curl x | bash -s stable": [stage(["curl", "x"], 0), stage(["bash", "-s", "stable"], 1)],
+	"curl x | python3 - install": [stage(["curl", "x"], 0), stage(["python3", "-", "install"], 1)],
 	"curl x | timeout 60 zsh": [stage(["curl", "x"], 0), object.union(stage(["zsh"], 1), {"wrappers": ["timeout"]})],
 	"bash <(curl x)": [simple(["bash", "<(curl x)"]), within(["curl", "x"], "process_substitution")],
 	"python3 /dev/stdin < <(wget -O- x)": [simple(["python3", "/dev/stdin"]), within(["wget", "-O-", "x"], "process_substitution")],
@@ -440,7 +442,7 @@ not_download_lines := {
 	"wget x && bash build.sh": [within(["wget", "x"], "list"), within(["bash", "build.sh"], "list")],
 	"curl x | python3 -m json.tool": [stage(["curl", "x"], 0), stage(["python3", "-m", "json.tool"], 1)],
 	"curl x > get.sh; sh get.sh": [within(["curl", "x"], "list"), within(["sh", "get.sh"], "list")],
-	"python3 -c 'print(1)' | sh": [stage(["python3", "-c", "print(1)"], 0), stage(["sh", "run.sh"], 1)],
+	"curl x | sh install.sh": [stage(["curl", "x"], 0), stage(["sh", "install.sh"], 1)],
 }
 
 test_downloaded_code_fed_to_an_interpreter_asks if {
@@ -548,15 +550,21 @@ test_unparsed_command_asks_with_the_parse_error if {
 	d := authz.decision with input as doc
 	d.outcome == "ask"
 	d.reasons == [concat("", [
-		"Bash: the command could not be fully parsed, so the policy cannot check what it runs (",
+		"Bash: the command could not be fully parsed, so the policy cannot check what it runs. ",
+		"The parser reports: ",
 		parse_error_text,
-		") A person must approve it before it runs; or fix the syntax and send the command again.",
+		" A person must approve it before it runs; or fix the syntax and send the command again.",
 	])]
 }
 
 test_unparsed_command_without_error_text_still_explains if {
 	doc := unparsed_line("echo 'oops", "", [])
-	decides(doc, "ask", "(no details were given)")
+	decides(doc, "ask", "The parser reports: (no details). A person must approve it")
+}
+
+test_parse_error_without_full_stop_gets_one if {
+	doc := unparsed_line("echo 'oops", "unterminated quote at column 6", [])
+	decides(doc, "ask", "The parser reports: unterminated quote at column 6. A person must approve it")
 }
 
 test_approved_unparsed_command_is_allowed if {
@@ -688,4 +696,17 @@ test_shipped_data_has_every_command_list if {
 	every key in authz.required_command_lists {
 		authz.valid_name_list(data.tooljail.commands[key])
 	}
+}
+
+test_another_tool_that_sends_a_command_is_checked_too if {
+	doc := object.union(sudo_id_input, {"tool": {"name": "Terminal"}})
+	d := authz.decision with input as doc
+	d.outcome == "deny"
+	contains(d.reasons[0], "Terminal: the command runs sudo")
+}
+
+test_unparsed_command_without_any_text_only_asks if {
+	doc := json.remove(unparsed_line("", parse_error_text, []), ["input/command", "command/raw"])
+	d := authz.decision with input as doc
+	d.outcome == "ask"
 }

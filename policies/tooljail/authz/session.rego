@@ -69,8 +69,7 @@ workspace_deny contains sprintf(
 	"The workspace %s is a workspace root itself, which holds other workspaces; open a directory inside it.",
 	[requested_workspace],
 ) if {
-	some root in workspace_roots
-	trim_right(root, "/") == requested_workspace
+	is_workspace_root(requested_workspace)
 }
 
 workspace_deny contains concat(" ", [
@@ -79,6 +78,7 @@ workspace_deny contains concat(" ", [
 ]) if {
 	normalised_absolute(requested_workspace)
 	requested_workspace != "/"
+	not is_workspace_root(requested_workspace)
 	not workspace_root_of(requested_workspace)
 }
 
@@ -93,6 +93,11 @@ workspace_allow contains sprintf("The workspace %s is inside the allowed workspa
 }
 
 # --- Helpers ---------------------------------------------------------------------------------
+
+is_workspace_root(path) if {
+	some root in workspace_roots
+	trim_right(root, "/") == path
+}
 
 workspace_root_of(path) if {
 	some root in workspace_roots

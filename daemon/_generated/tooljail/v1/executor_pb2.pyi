@@ -525,3 +525,45 @@ class CloseSessionResponse(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___CloseSessionResponse: _TypeAlias = CloseSessionResponse  # noqa: Y015
+
+@_typing.final
+class ReloadPoliciesRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    def __init__(
+        self,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ReloadPoliciesRequest: _TypeAlias = ReloadPoliciesRequest  # noqa: Y015
+
+@_typing.final
+class ReloadPoliciesResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    POLICY_REVISION_FIELD_NUMBER: _builtins.int
+    RELOADED_FIELD_NUMBER: _builtins.int
+    ERROR_FIELD_NUMBER: _builtins.int
+    policy_revision: _builtins.str
+    """The revision now serving (unchanged when the reload was refused)."""
+    reloaded: _builtins.bool
+    error: _builtins.str
+    """Why the reload was refused (file:row:col lines for compile errors, failing tests)."""
+    def __init__(
+        self,
+        *,
+        policy_revision: _builtins.str = ...,
+        reloaded: _builtins.bool = ...,
+        error: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["error", b"error", "policy_revision", b"policy_revision", "reloaded", b"reloaded"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ReloadPoliciesResponse: _TypeAlias = ReloadPoliciesResponse  # noqa: Y015

@@ -278,3 +278,80 @@ class Executor:
             timeout,
             metadata,
             _registered_method=True)
+
+
+class AdminStub:
+    """Operator actions, separate from the Executor so they can be exposed (or not) on their own.
+    """
+
+    def __init__(self, channel):
+        """Constructor.
+
+        Args:
+            channel: A grpc.Channel.
+        """
+        self.ReloadPolicies = channel.unary_unary(
+                '/tooljail.v1.Admin/ReloadPolicies',
+                request_serializer=tooljail_dot_v1_dot_executor__pb2.ReloadPoliciesRequest.SerializeToString,
+                response_deserializer=tooljail_dot_v1_dot_executor__pb2.ReloadPoliciesResponse.FromString,
+                _registered_method=True)
+
+
+class AdminServicer:
+    """Operator actions, separate from the Executor so they can be exposed (or not) on their own.
+    """
+
+    def ReloadPolicies(self, request, context):
+        """Re-reads the policy folder; a policy that fails to compile or whose tests fail is refused and
+        the last good policy keeps serving.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+
+def add_AdminServicer_to_server(servicer, server):
+    rpc_method_handlers = {
+            'ReloadPolicies': grpc.unary_unary_rpc_method_handler(
+                    servicer.ReloadPolicies,
+                    request_deserializer=tooljail_dot_v1_dot_executor__pb2.ReloadPoliciesRequest.FromString,
+                    response_serializer=tooljail_dot_v1_dot_executor__pb2.ReloadPoliciesResponse.SerializeToString,
+            ),
+    }
+    generic_handler = grpc.method_handlers_generic_handler(
+            'tooljail.v1.Admin', rpc_method_handlers)
+    server.add_generic_rpc_handlers((generic_handler,))
+    server.add_registered_method_handlers('tooljail.v1.Admin', rpc_method_handlers)
+
+
+ # This class is part of an EXPERIMENTAL API.
+class Admin:
+    """Operator actions, separate from the Executor so they can be exposed (or not) on their own.
+    """
+
+    @staticmethod
+    def ReloadPolicies(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/tooljail.v1.Admin/ReloadPolicies',
+            tooljail_dot_v1_dot_executor__pb2.ReloadPoliciesRequest.SerializeToString,
+            tooljail_dot_v1_dot_executor__pb2.ReloadPoliciesResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)

@@ -114,3 +114,40 @@ class ExecutorServicer(metaclass=_abc_1.ABCMeta):
         """Closes a session: cancels its running calls and removes its containers."""
 
 def add_ExecutorServicer_to_server(servicer: ExecutorServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...
+
+class AdminStub:
+    """Operator actions, separate from the Executor so they can be exposed (or not) on their own."""
+
+    @_typing.overload
+    def __new__(cls, channel: _grpc.Channel) -> _Self: ...
+    @_typing.overload
+    def __new__(cls, channel: _aio.Channel) -> AdminAsyncStub: ...
+    ReloadPolicies: _grpc.UnaryUnaryMultiCallable[_executor_pb2.ReloadPoliciesRequest, _executor_pb2.ReloadPoliciesResponse]
+    """Re-reads the policy folder; a policy that fails to compile or whose tests fail is refused and
+    the last good policy keeps serving.
+    """
+
+@_typing.type_check_only
+class AdminAsyncStub(AdminStub):
+    """Operator actions, separate from the Executor so they can be exposed (or not) on their own."""
+
+    def __init__(self, channel: _aio.Channel) -> None: ...
+    ReloadPolicies: _aio.UnaryUnaryMultiCallable[_executor_pb2.ReloadPoliciesRequest, _executor_pb2.ReloadPoliciesResponse]  # type: ignore[assignment]
+    """Re-reads the policy folder; a policy that fails to compile or whose tests fail is refused and
+    the last good policy keeps serving.
+    """
+
+class AdminServicer(metaclass=_abc_1.ABCMeta):
+    """Operator actions, separate from the Executor so they can be exposed (or not) on their own."""
+
+    @_abc_1.abstractmethod
+    def ReloadPolicies(
+        self,
+        request: _executor_pb2.ReloadPoliciesRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_executor_pb2.ReloadPoliciesResponse, _abc.Awaitable[_executor_pb2.ReloadPoliciesResponse]]:
+        """Re-reads the policy folder; a policy that fails to compile or whose tests fail is refused and
+        the last good policy keeps serving.
+        """
+
+def add_AdminServicer_to_server(servicer: AdminServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...

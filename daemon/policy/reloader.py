@@ -1,0 +1,99 @@
+"""Policy reloads (SIGHUP or the Admin RPC): checked and tested before they replace anything.
+
+A candidate that fails `opa check --strict` or `opa test` is refused and the last good policy keeps
+serving; the error (file:row:col, failing tests) goes back to the operator and into the log.
+Decisions keep being answered throughout: the serving policy is only replaced once the candidate
+passed, and a load that still fails half-way puts the previous modules back.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from dataclasses import dataclass
+from pathlib import Path
+
+from daemon.errors import PolicyLoadError
+from daemon.policy.opa_engine import OpaPolicyEngine
+from daemon.policy.opa_server import ManagedOpa
+from daemon.policy.revision import policy_revision
+
+log = logging.getLogger(__name__)
+
+#: Documentation beside the policies that OPA must not load as data.
+OPA_IGNORE = ("--ignore", "input.schema.json")
+_CHECK_TIMEOUT_S = 120.0
+
+
+@dataclass(frozen=True)
+class ReloadResult:
+    """What a reload did."""
+
+    reloaded: bool
+    revision: str
+    """The revision serving after the attempt."""
+    error: str = ""
+
+
+async def _opa(binary: Path, *args: str) -> tuple[int, str]:
+    process = await asyncio.create_subprocess_exec(
+        str(binary),
+        *args,
+        stdin=asyncio.subprocess.DEVNULL,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.STDOUT,
+    )
+    try:
+        output, _ = await asyncio.wait_for(process.communicate(), _CHECK_TIMEOUT_S)
+    except TimeoutError:
+        process.kill()
+        await process.wait()
+        return 1, f"opa {args[0]} did not finish within {_CHECK_TIMEOUT_S:.0f} s"
+    return process.returncode or 0, output.decode(errors="replace").strip()
+
+
+async def check_policy_folder(binary: Path, folder: Path) -> str:
+    """Empty when the folder compiles strictly and its tests pass; else what failed."""
+    code, output = await _opa(binary, "check", "--strict", *OPA_IGNORE, str(folder))
+    if code != 0:
+        return f"opa check failed:\n{output[-4000:]}"
+    if any(folder.rglob("*_test.rego")):
+        code, output = await _opa(binary, "test", *OPA_IGNORE, str(folder))
+        if code != 0:
+            return f"opa test failed:\n{output[-4000:]}"
+    return ""
+
+
+class PolicyReloader:
+    """Reloads the managed OPA's policy folder, one reload at a time."""
+
+    def __init__(
+        self, opa: ManagedOpa | None, engine: OpaPolicyEngine, binary: Path | None, folder: Path
+    ) -> None:
+        self._opa = opa
+        self._engine = engine
+        self._binary = binary
+        self._folder = folder
+        self._lock = asyncio.Lock()
+
+    async def reload(self) -> ReloadResult:
+        """Check, test, then load the policy folder; refuse (keeping the old one) on any failure."""
+        async with self._lock:
+            current = self._engine.revision
+            if self._opa is None or self._binary is None:
+                return ReloadResult(
+                    False, current, "this daemon uses an external OPA: reload the policy there"
+                )
+            error = await check_policy_folder(self._binary, self._folder)
+            if not error:
+                try:
+                    await self._opa.reload()
+                except PolicyLoadError as exc:
+                    error = str(exc)
+            if error:
+                log.error("policy reload refused, still serving %s: %s", current, error)
+                return ReloadResult(False, current, error)
+            revision = policy_revision(self._folder)
+            await self._engine.policy_loaded(revision)
+            log.info("policy reloaded: revision %s (was %s)", revision, current)
+            return ReloadResult(True, revision)

@@ -1,0 +1,105 @@
+"""The ASK round trip end to end: nothing runs, a token comes back, the approved retry runs once;
+forged, mismatched and replayed tokens are denied with a reason. Inputs are masked in audit."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from daemon._generated.tooljail.v1 import executor_pb2 as pb
+from tests.integration.harness import RunningDaemon, text_of
+
+pytestmark = [pytest.mark.integration, pytest.mark.docker]
+
+
+def bash(command: str, tool_use_id: str) -> pb.ToolUse:
+    use = pb.ToolUse(id=tool_use_id, name="Bash")
+    use.input.update({"command": command})
+    return use
+
+
+def test_ask_then_approved_retry_runs_once(
+    sandbox_daemon: RunningDaemon, sandbox_dir: Path
+) -> None:
+    marker = sandbox_dir / "ran.txt"
+    command = f"echo ran >> {marker}; git push --force origin main"
+    use = bash(command, "toolu_ask_1")
+    asked = sandbox_daemon.stub.Execute(pb.ExecuteRequest(tool_use=use), timeout=120)
+    assert asked.decision.outcome == pb.ASK
+    assert asked.result.is_error and "approval" in text_of(asked)
+    assert asked.decision.approval_token.startswith("tja1.")
+    assert any("push" in r for r in asked.decision.reasons)
+    assert not marker.exists(), "nothing may run before approval"
+
+    token = asked.decision.approval_token
+    approved = sandbox_daemon.stub.Execute(
+        pb.ExecuteRequest(tool_use=use, approval_token=token), timeout=120
+    )
+    assert approved.decision.outcome == pb.ALLOW, text_of(approved)
+    assert marker.read_text() == "ran\n"
+    assert approved.report.sandboxed
+
+    replayed = sandbox_daemon.stub.Execute(
+        pb.ExecuteRequest(tool_use=use, approval_token=token), timeout=120
+    )
+    assert replayed.report.replayed and marker.read_text() == "ran\n"
+
+    again = sandbox_daemon.stub.Execute(
+        pb.ExecuteRequest(tool_use=bash(command, "toolu_ask_2"), approval_token=token),
+        timeout=120,
+    )
+    assert again.decision.outcome == pb.DENY
+    assert "approval token was refused" in text_of(again)
+    assert marker.read_text() == "ran\n"
+
+
+def test_forged_and_mismatched_tokens_are_denied(
+    sandbox_daemon: RunningDaemon, sandbox_dir: Path
+) -> None:
+    use = bash("git push --force origin main", "toolu_ask_3")
+    asked = sandbox_daemon.stub.Execute(pb.ExecuteRequest(tool_use=use), timeout=120)
+    token = asked.decision.approval_token
+    assert token
+
+    payload, mac = token.rsplit(".", 1)
+    forged = payload + "." + ("A" if mac[0] != "A" else "B") + mac[1:]
+    denied = sandbox_daemon.stub.Execute(
+        pb.ExecuteRequest(tool_use=use, approval_token=forged), timeout=120
+    )
+    assert denied.decision.outcome == pb.DENY and "approval token was refused" in text_of(denied)
+
+    other_input = bash("git push --force origin other", "toolu_ask_3b")
+    mismatched = sandbox_daemon.stub.Execute(
+        pb.ExecuteRequest(tool_use=other_input, approval_token=token), timeout=120
+    )
+    assert mismatched.decision.outcome == pb.DENY
+    assert "approval token was refused" in text_of(mismatched)
+
+    garbage = sandbox_daemon.stub.Execute(
+        pb.ExecuteRequest(tool_use=bash("ls", "toolu_ask_4"), approval_token="not-a-token"),
+        timeout=120,
+    )
+    assert garbage.decision.outcome == pb.DENY
+
+
+def test_privilege_tools_are_denied_even_when_hidden(sandbox_daemon: RunningDaemon) -> None:
+    for i, command in enumerate(
+        ["sudo id", "bash -c 'sudo id'", "echo $(sudo id)", "timeout 5 /usr/bin/sudo ls"]
+    ):
+        answer = sandbox_daemon.stub.Execute(
+            pb.ExecuteRequest(tool_use=bash(command, f"toolu_priv_{i}")), timeout=120
+        )
+        assert answer.decision.outcome == pb.DENY, command
+        assert "sudo" in text_of(answer)
+
+
+def test_audit_masks_what_the_policy_says(sandbox_daemon: RunningDaemon, sandbox_dir: Path) -> None:
+    target = sandbox_dir / "secret.txt"
+    use = pb.ToolUse(id="toolu_masked", name="Write")
+    use.input.update({"file_path": str(target), "content": "hunter2-password"})
+    sandbox_daemon.stub.Execute(pb.ExecuteRequest(tool_use=use), timeout=120)
+    record = next(r for r in sandbox_daemon.audit_lines() if r["tool_use_id"] == "toolu_masked")
+    assert record["input"]["file_path"] == str(target)
+    assert record["input"]["content"] == "***masked***"
+    assert "hunter2" not in sandbox_daemon.audit_path.read_text()

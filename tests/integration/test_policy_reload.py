@@ -1,0 +1,104 @@
+"""Policies in git: the revision follows commits, a broken reload keeps the last good policy, and
+decisions keep flowing during reloads."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import threading
+from pathlib import Path
+
+import pytest
+
+from daemon._generated.tooljail.v1 import executor_pb2 as pb
+from daemon._generated.tooljail.v1 import executor_pb2_grpc as pb_grpc
+from daemon.config import PROJECT_ROOT
+from tests.integration.harness import running_daemon, text_of
+
+pytestmark = pytest.mark.integration
+
+
+def git(repo: Path, *args: str) -> str:
+    done = subprocess.run(
+        ["git", "-C", str(repo), "-c", "user.name=t", "-c", "user.email=t@example.invalid", *args],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    return done.stdout.strip()
+
+
+def test_reload_follows_git_and_refuses_broken_policies(short_tmp: Path) -> None:
+    repo = short_tmp / "policy-repo"
+    shutil.copytree(PROJECT_ROOT / "policies", repo / "policies")
+    git(repo, "init", "-q")
+    git(repo, "add", ".")
+    git(repo, "commit", "-qm", "v1")
+    first_sha = git(repo, "rev-parse", "--short", "HEAD")
+    workspace = short_tmp / "ws-reload"
+    workspace.mkdir()
+    (workspace / "a.txt").write_text("a\n")
+    rego = repo / "policies" / "tooljail" / "authz" / "authz.rego"
+    good = rego.read_text()
+
+    with running_daemon(
+        workspace,
+        short_tmp / "reload.sock",
+        sandbox={"enabled": False},
+        opa={"policies_dir": repo / "policies"},
+    ) as daemon:
+        admin = pb_grpc.AdminStub(daemon.channel)
+        read = daemon.execute("Read", {"file_path": str(workspace / "a.txt")})
+        assert read.decision.policy_revision == first_sha
+
+        failures: list[str] = []
+        stop = threading.Event()
+
+        def keep_calling() -> None:
+            while not stop.is_set():
+                answer = daemon.execute("Read", {"file_path": str(workspace / "a.txt")})
+                if answer.decision.outcome != pb.ALLOW:
+                    failures.append(text_of(answer))
+
+        load = threading.Thread(target=keep_calling)
+        load.start()
+        try:
+            rego.write_text(good + "\nbroken_rule if {\n  input.x ==\n}\n")
+            refused = admin.ReloadPolicies(pb.ReloadPoliciesRequest(), timeout=120)
+            assert not refused.reloaded
+            assert "authz.rego:" in refused.error and "opa check failed" in refused.error
+            assert refused.policy_revision == first_sha
+
+            rego.write_text(good)
+            (repo / "policies" / "tooljail" / "authz" / "extra_test.rego").write_text(
+                "package tooljail.authz_test\n\nimport rego.v1\n\n"
+                "test_always_fails if {\n\tfalse\n}\n"
+            )
+            failing_tests = admin.ReloadPolicies(pb.ReloadPoliciesRequest(), timeout=120)
+            assert not failing_tests.reloaded and "opa test failed" in failing_tests.error
+            (repo / "policies" / "tooljail" / "authz" / "extra_test.rego").unlink()
+
+            (repo / "policies" / "tooljail" / "authz" / "v2.rego").write_text(
+                "package tooljail.authz\n\n"
+                'deny contains "forbidden.txt may not be touched (v2 policy)." if {\n'
+                "\tsome p in input.paths\n"
+                '\tendswith(p.path, "/forbidden.txt")\n'
+                "}\n"
+            )
+            dirty = admin.ReloadPolicies(pb.ReloadPoliciesRequest(), timeout=120)
+            assert dirty.reloaded and dirty.policy_revision == f"{first_sha}-dirty"
+            git(repo, "add", ".")
+            git(repo, "commit", "-qm", "v2")
+            second_sha = git(repo, "rev-parse", "--short", "HEAD")
+            committed = admin.ReloadPolicies(pb.ReloadPoliciesRequest(), timeout=120)
+            assert committed.reloaded and committed.policy_revision == second_sha != first_sha
+        finally:
+            stop.set()
+            load.join(60)
+        assert failures == [], failures[:3]
+        after = daemon.execute("Read", {"file_path": str(workspace / "a.txt")})
+        assert after.decision.policy_revision == second_sha
+        (workspace / "forbidden.txt").write_text("f\n")
+        forbidden = daemon.execute("Read", {"file_path": str(workspace / "forbidden.txt")})
+        assert forbidden.decision.outcome == pb.DENY
+        assert any("(v2 policy)" in reason for reason in forbidden.decision.reasons)
