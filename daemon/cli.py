@@ -118,6 +118,42 @@ def _call(args: argparse.Namespace) -> int:
     return 1 if failed else 0
 
 
+def _status(args: argparse.Namespace) -> int:
+    from daemon._generated.tooljail.v1 import executor_pb2 as pb
+    from daemon._generated.tooljail.v1 import executor_pb2_grpc
+
+    channel = grpc.insecure_channel(_target(args.target))
+    with channel:
+        status = executor_pb2_grpc.AdminStub(channel).Status(
+            pb.StatusRequest(), timeout=args.timeout
+        )
+    if args.json:
+        print(
+            json_format.MessageToJson(status, indent=2, always_print_fields_with_no_presence=True)
+        )
+        return 0
+    health = {True: "healthy", False: "DOWN"}
+    print(f"tooljail {status.version} (instance {status.instance_id}), you are {status.principal}")
+    print(f"policy    revision {status.policy_revision}, OPA {health[status.opa_healthy]}")
+    print(f"sandbox   Docker {health[status.docker_healthy]}, {status.pool_ready} warm containers")
+    print(f"calls     {status.in_flight} in flight, {status.sessions} sessions")
+    return 0 if status.opa_healthy else 1
+
+
+def _config(args: argparse.Namespace) -> int:
+    try:
+        settings = load_settings(args.config)
+    except ConfigError as exc:
+        print(f"tooljail: {exc}", file=sys.stderr)
+        return 2
+    if args.action == "check":
+        print(f"configuration OK{f' ({args.config})' if args.config else ''}")
+        return 0
+    # SecretStr fields print as '**********': secrets never reach the terminal.
+    print(settings.model_dump_json(indent=2))
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The command-line interface."""
     parser = argparse.ArgumentParser(prog="tooljail", description=__doc__)
@@ -130,10 +166,16 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--audit-log", help="file for audit lines ('-' for stdout)")
     serve.set_defaults(func=_serve)
 
+    config = sub.add_parser("config", help="validate or show the configuration")
+    config.add_argument("action", choices=["check", "show"])
+    config.add_argument("--config", type=Path, help="TOML config file")
+    config.set_defaults(func=_config)
+
     target = os.environ.get("TOOLJAIL_TARGET", DEFAULT_TARGET)
     for name, func, help_text in (
         ("tools", _tools, "list the tools this caller may use"),
         ("call", _call, "execute tool_use blocks"),
+        ("status", _status, "a short health summary of a running daemon"),
     ):
         command = sub.add_parser(name, help=help_text)
         command.add_argument("--target", default=target, help=f"daemon address (default {target})")
@@ -163,6 +205,10 @@ def main(argv: list[str] | None = None) -> int:
     except grpc.RpcError as exc:
         print(f"tooljail: {exc.code().name}: {exc.details()}", file=sys.stderr)
         return 1
+    except BrokenPipeError:
+        # The reader went away (e.g. `| head`): not an error worth a traceback.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
     return code
 
 

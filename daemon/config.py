@@ -5,7 +5,15 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, field_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    SecretStr,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 from pydantic_settings import (
     BaseSettings,
     PydanticBaseSettingsSource,
@@ -86,6 +94,36 @@ class SchedulerSettings(_Section):
     """How many answers are remembered at most."""
 
 
+class TcpListenerSettings(_Section):
+    """An optional TCP listener. Off loopback it requires mTLS."""
+
+    address: str = ""
+    """host:port; empty: no TCP listener."""
+    tls_cert: Path | None = None
+    """Server certificate (PEM)."""
+    tls_key: Path | None = None
+    """Server private key (PEM)."""
+    client_ca: Path | None = None
+    """CA that signs client certificates; set, clients must present one (mTLS)."""
+
+    @property
+    def loopback(self) -> bool:
+        """Bound to a loopback address only."""
+        host = self.address.rpartition(":")[0].strip("[]")
+        return host in ("127.0.0.1", "::1", "localhost") or host.startswith("127.")
+
+
+class AuthSettings(_Section):
+    """Who is calling."""
+
+    unix_principal: str = "local"
+    """Principal of callers on the Unix socket (grpcio cannot read peer credentials there)."""
+    tokens: dict[str, SecretStr] = {}
+    """Bearer tokens by principal name, for callers that cannot do mTLS."""
+    admin_principals: list[str] = ["local"]
+    """Principals allowed to call the Admin service."""
+
+
 class ApprovalSettings(_Section):
     """Approval tokens handed out when the policy asks."""
 
@@ -106,6 +144,12 @@ class Settings(BaseSettings):
 
     listen: str = "unix:///run/tooljail/tooljail.sock"
     """unix:///path/to.sock or host:port."""
+    socket_mode: int = Field(default=0o660, ge=0, le=0o777)
+    """Permissions of the Unix socket."""
+    socket_group: str = ""
+    """Group that owns the Unix socket (empty: the daemon's group)."""
+    tcp: TcpListenerSettings = TcpListenerSettings()
+    auth: AuthSettings = AuthSettings()
     workspace: Path = Path("/var/lib/tooljail/workspace")
     """The default session's workspace directory (created if missing)."""
     audit_log: str = "-"
@@ -120,6 +164,8 @@ class Settings(BaseSettings):
     """Where fresh session workspaces are made (default: <state_dir>/sessions)."""
     session_idle_ttl_s: float = Field(default=3_600.0, gt=0)
     """Opened sessions are closed after this long without calls (unless they ask otherwise)."""
+    shutdown_grace_s: float = Field(default=20.0, ge=0)
+    """On SIGTERM, how long running calls may finish before they are cancelled."""
     instance_id: str = ""
     """Names this daemon's containers (default: derived from the listen address)."""
     opa: OpaSettings = OpaSettings()
@@ -138,6 +184,25 @@ class Settings(BaseSettings):
         if not sep or not host or not port.isdigit():
             raise ValueError("expected unix:///path/to.sock or host:port")
         return value
+
+    @model_validator(mode="after")
+    def _check_tcp(self) -> Settings:
+        tcp = self.tcp
+        if not tcp.address:
+            return self
+        host, sep, port = tcp.address.rpartition(":")
+        if not sep or not host or not port.isdigit():
+            raise ValueError("tcp.address: expected host:port")
+        if (tcp.tls_cert is None) != (tcp.tls_key is None):
+            raise ValueError("tcp.tls_cert and tcp.tls_key: give both or neither")
+        if not tcp.loopback and tcp.client_ca is None:
+            raise ValueError(
+                "tcp.client_ca: a TCP listener off loopback requires mTLS (tcp.tls_cert, "
+                "tcp.tls_key and tcp.client_ca)"
+            )
+        if tcp.client_ca is not None and tcp.tls_cert is None:
+            raise ValueError("tcp.tls_cert: mTLS (tcp.client_ca) needs a server certificate")
+        return self
 
     @classmethod
     def settings_customise_sources(

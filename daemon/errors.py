@@ -7,6 +7,7 @@ from sandbox.backend import SandboxError
 __all__ = [
     "ConfinementError",
     "Overloaded",
+    "PermissionDenied",
     "PolicyError",
     "PolicyLoadError",
     "RequestError",
@@ -15,6 +16,7 @@ __all__ = [
     "ToolError",
     "ToolInputError",
     "TooljailError",
+    "Unauthenticated",
     "Unavailable",
 ]
 
@@ -33,6 +35,14 @@ class RequestTooLarge(TooljailError):
 
 class Overloaded(TooljailError):
     """Too many calls in flight and none finished in time (RESOURCE_EXHAUSTED)."""
+
+
+class Unauthenticated(TooljailError):
+    """The caller could not be identified on a listener that requires it (UNAUTHENTICATED)."""
+
+
+class PermissionDenied(TooljailError):
+    """The caller is known but may not use this (PERMISSION_DENIED)."""
 
 
 class Unavailable(TooljailError):

@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import contextlib
+import fcntl
+import grp
+import os
 import socket
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from daemon.errors import TooljailError
@@ -16,6 +19,7 @@ class ListenAddress:
 
     raw: str
     unix_path: Path | None
+    _lock_fd: list[int] = field(default_factory=list, compare=False)
 
     @classmethod
     def parse(cls, raw: str) -> ListenAddress:
@@ -29,11 +33,28 @@ class ListenAddress:
         """The address as grpc's bind/connect target."""
         return f"unix:{self.unix_path}" if self.unix_path else self.raw
 
+    @property
+    def lock_path(self) -> Path | None:
+        """The lock file held by the daemon that owns the socket."""
+        return self.unix_path.with_name(self.unix_path.name + ".lock") if self.unix_path else None
+
     def prepare(self) -> None:
-        """Make the socket's folder; refuse when a live daemon already answers on the socket."""
-        if self.unix_path is None:
+        """Make the socket's folder and take its lock; refuse when a live daemon holds it."""
+        if self.unix_path is None or self.lock_path is None:
             return
         self.unix_path.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(self.lock_path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            raise TooljailError(
+                f"another tooljail daemon holds {self.lock_path} and serves {self.unix_path}; "
+                "stop it or choose another --listen address"
+            ) from None
+        self._lock_fd.append(fd)
+        os.ftruncate(fd, 0)
+        os.write(fd, f"{os.getpid()}\n".encode())
         if not self.unix_path.exists():
             return
         if not self.unix_path.is_socket():
@@ -54,8 +75,21 @@ class ListenAddress:
             "another --listen address"
         )
 
+    def secure(self, mode: int, group: str) -> None:
+        """Set the socket's permissions and group once it exists."""
+        if self.unix_path is None:
+            return
+        if group:
+            os.chown(self.unix_path, -1, grp.getgrnam(group).gr_gid)
+        self.unix_path.chmod(mode)
+
     def cleanup(self) -> None:
-        """Remove our socket file."""
-        if self.unix_path is not None:
-            with contextlib.suppress(FileNotFoundError):
-                self.unix_path.unlink()
+        """Remove our socket file and release the lock (only if we hold it)."""
+        if self.unix_path is None or not self._lock_fd:
+            return
+        with contextlib.suppress(FileNotFoundError):
+            self.unix_path.unlink()
+        fd = self._lock_fd.pop()
+        with contextlib.suppress(OSError):
+            fcntl.flock(fd, fcntl.LOCK_UN)
+        os.close(fd)

@@ -10,10 +10,9 @@ import logging
 import signal
 
 import grpc
-from grpc_health.v1 import health, health_pb2, health_pb2_grpc
-from grpc_reflection.v1alpha import reflection
+from grpc_health.v1 import health, health_pb2
 
-from daemon._generated.tooljail.v1 import executor_pb2, executor_pb2_grpc
+from daemon import __version__
 from daemon.audit import AuditLog
 from daemon.config import PROJECT_ROOT, Settings
 from daemon.idempotency import ResultCache
@@ -32,8 +31,10 @@ from daemon.sandbox_setup import (
     stop_sandbox_executor,
 )
 from daemon.scheduler import Scheduler, SchedulerLimits
-from daemon.server.admin import AdminService
-from daemon.server.service import ExecutorService
+from daemon.server.admin import AdminService, StatusSnapshot
+from daemon.server.app import SERVICE_NAMES, build_server
+from daemon.server.identity import CallerResolver
+from daemon.server.service import ExecutorService, Intake
 from daemon.session import Session
 from daemon.session_manager import SessionManager
 from daemon.sessions import SessionStore
@@ -42,10 +43,6 @@ from daemon.tools.contract import SandboxRunner
 from sandbox.executor import SandboxExecutor
 
 log = logging.getLogger(__name__)
-
-EXECUTOR_SERVICE = executor_pb2.DESCRIPTOR.services_by_name["Executor"].full_name
-ADMIN_SERVICE = executor_pb2.DESCRIPTOR.services_by_name["Admin"].full_name
-DEFAULT_PRINCIPAL = "local"
 
 
 def instance_id_for(settings: Settings) -> str:
@@ -72,6 +69,8 @@ class Daemon:
         self._health = health.aio.HealthServicer()
         self._audit: AuditLog | None = None
         self._stopped = asyncio.Event()
+        self._session_store: SessionStore | None = None
+        self.intake = Intake()
 
     async def start(self) -> None:
         """Start everything; on failure, stop what was started and raise."""
@@ -120,12 +119,6 @@ class Daemon:
             runner_factory=await self._start_sandbox(),
             approvals=ApprovalAuthority(key, ttl_s=approval.ttl_s),
         )
-        server = grpc.aio.server(
-            options=[
-                ("grpc.max_receive_message_length", settings.max_request_bytes),
-                ("grpc.max_send_message_length", settings.max_request_bytes),
-            ]
-        )
         sched = settings.scheduler
         scheduler = Scheduler(
             pipeline,
@@ -146,20 +139,19 @@ class Daemon:
             sandbox_cleanup=self._session_sandbox_cleanup,
         )
         self.sessions.start()
-        executor_pb2_grpc.add_ExecutorServicer_to_server(
-            ExecutorService(pipeline, scheduler, self.sessions, DEFAULT_PRINCIPAL), server
+        self._session_store = sessions
+        resolver = CallerResolver(settings.auth)
+        server = build_server(
+            settings,
+            self.address,
+            ExecutorService(pipeline, scheduler, self.sessions, resolver, self.intake),
+            AdminService(self.reloader, resolver, settings.auth.admin_principals, self.status),
+            self._health,
         )
-        executor_pb2_grpc.add_AdminServicer_to_server(AdminService(self.reloader), server)
-        health_pb2_grpc.add_HealthServicer_to_server(self._health, server)
-        reflection.enable_server_reflection(
-            (EXECUTOR_SERVICE, ADMIN_SERVICE, health.SERVICE_NAME, reflection.SERVICE_NAME), server
-        )
-        server.add_insecure_port(self.address.grpc_target)
         await server.start()
         self._server = server
-        if self.address.unix_path is not None:
-            self.address.unix_path.chmod(0o660)
-        for name in ("", EXECUTOR_SERVICE):
+        self.address.secure(settings.socket_mode, settings.socket_group)
+        for name in ("", *SERVICE_NAMES):
             await self._health.set(name, health_pb2.HealthCheckResponse.SERVING)
         log.info("tooljail listening on %s (instance %s)", settings.listen, self.instance_id)
 
@@ -185,12 +177,31 @@ class Daemon:
             return 0
         return await remove_session_containers(self.sandbox_executor, session)
 
-    async def stop(self, grace_s: float = 5.0) -> None:
-        """Stop intake, let in-flight calls finish within the grace period, then tear down."""
+    async def status(self) -> StatusSnapshot:
+        """A health summary for operators."""
+        opa_healthy = self.engine is not None and await self.engine.healthy()
+        executor = self.sandbox_executor
+        docker_healthy = executor is not None and await executor.healthy()
+        return StatusSnapshot(
+            version=__version__,
+            policy_revision=self.engine.revision if self.engine else "",
+            opa_healthy=opa_healthy,
+            docker_healthy=docker_healthy,
+            pool_ready=executor.stats().pooled if executor else 0,
+            in_flight=self.scheduler.in_flight if self.scheduler else 0,
+            sessions=len(self._session_store) if self._session_store else 0,
+            instance_id=self.instance_id,
+        )
+
+    async def stop(self, grace_s: float | None = None) -> None:
+        """Stop intake, let in-flight calls finish within the grace period, cancel the rest,
+        then remove every container and stop OPA."""
+        grace = self.settings.shutdown_grace_s if grace_s is None else grace_s
+        self.intake.open = False
         with contextlib.suppress(Exception):
             await self._health.enter_graceful_shutdown()
         if self._server is not None:
-            await self._server.stop(grace_s)
+            await self._server.stop(grace)
             self._server = None
         if self.sessions is not None:
             await self.sessions.stop()
@@ -214,9 +225,19 @@ class Daemon:
         """Serve until SIGTERM or SIGINT, then stop."""
         loop = asyncio.get_running_loop()
         stop = asyncio.Event()
-        for signum in (signal.SIGTERM, signal.SIGINT):
-            loop.add_signal_handler(signum, stop.set)
         background: set[asyncio.Task[object]] = set()
+        signals = 0
+
+        def on_terminate() -> None:
+            nonlocal signals
+            signals += 1
+            if signals == 1:
+                stop.set()
+            elif self._server is not None:
+                log.warning("second signal: cancelling the calls still running")
+                task: asyncio.Task[object] = asyncio.create_task(self._server.stop(0))
+                background.add(task)
+                task.add_done_callback(background.discard)
 
         def reload_on_hangup() -> None:
             if self.reloader is not None:
@@ -225,6 +246,8 @@ class Daemon:
                 task.add_done_callback(background.discard)
 
         loop.add_signal_handler(signal.SIGHUP, reload_on_hangup)
+        for signum in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(signum, on_terminate)
         await self.start()
         await stop.wait()
         log.info("stopping")

@@ -27,9 +27,13 @@ async def start_sandbox_executor(
     except Exception as exc:  # noqa: BLE001 - docker.errors.DockerException and OS errors alike
         log.error("Docker is not available (%s); sandboxed tools will refuse to run", exc)
         return None
-    reaped = await backend.reap()
-    if reaped:
-        log.warning("removed %d leftover containers of a previous daemon", reaped)
+    try:
+        reaped = await backend.reap()
+    except Exception as exc:  # noqa: BLE001 - the engine may be down; calls will say so
+        log.error("Docker does not answer (%s); sandboxed calls fail until it does", exc)
+    else:
+        if reaped:
+            log.warning("removed %d leftover containers of a previous daemon", reaped)
     executor = SandboxExecutor(
         backend, pool_size=settings.sandbox.pool_size, idle_ttl_s=settings.sandbox.idle_ttl_s
     )

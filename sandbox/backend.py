@@ -154,6 +154,10 @@ class SandboxBackend(abc.ABC):
         Raises SandboxStartError when no container could be started (nothing ran).
         """
 
+    async def ping(self) -> bool:
+        """Whether the engine answers (for status and health)."""
+        return True
+
     @abc.abstractmethod
     async def reap(self) -> int:
         """Remove this backend's labelled leftovers in any state; returns how many."""

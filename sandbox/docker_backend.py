@@ -253,6 +253,12 @@ class DockerBackend(SandboxBackend):
             raise
         return DockerSandbox(self, container_id, conn)
 
+    async def ping(self) -> bool:
+        try:
+            return bool(await self._call(self.api.ping))
+        except Exception:  # noqa: BLE001 - any failure to answer means unhealthy
+            return False
+
     async def remove(self, container_id: str) -> None:
         """Kill and remove one container (idempotent); failures are logged, the reaper retries."""
         # RuntimeError: threads shut down by close(), which removed everything already.

@@ -188,6 +188,10 @@ class SandboxExecutor:
                 raise outcome
         return self._pool.ready(key)
 
+    async def healthy(self) -> bool:
+        """Whether the container engine answers."""
+        return await self._backend.ping()
+
     async def discard_workspace(self, workspace: str) -> int:
         """Destroy the warm containers kept for a workspace (its session closed); how many."""
         doomed = self._pool.drain_keys(lambda key: isinstance(key, tuple) and key[0] == workspace)

@@ -72,6 +72,13 @@ class OpaPolicyEngine(PolicyEngine):
             await self._client.__aexit__(None, None, None)
             self._open = False
 
+    async def healthy(self) -> bool:
+        """Whether OPA answers its health endpoint."""
+        try:
+            return bool(await self._client.check_health())
+        except Exception:  # noqa: BLE001 - not answering is the answer
+            return False
+
     async def _query(self, document: dict[str, Any], rule: str) -> dict[str, Any]:
         response = await self._client.query_rule(document, PACKAGE, rule)
         if not isinstance(response, dict):

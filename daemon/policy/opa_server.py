@@ -24,6 +24,8 @@ log = logging.getLogger(__name__)
 _PR_SET_PDEATHSIG = 1
 _START_TIMEOUT_S = 15.0
 _RESTART_BACKOFF_S = 0.5
+_DECISION_LOG_MARK = b'"msg":"Decision Log"'
+_MAX_KEPT_LINE = 4096
 
 
 def find_opa(configured: Path | None, project_root: Path) -> Path:
@@ -147,10 +149,17 @@ class ManagedOpa:
     async def _drain_stderr(self, process: asyncio.subprocess.Process) -> None:
         """Keep reading OPA's stderr so a full pipe can never stall it; keep the last lines."""
         assert process.stderr is not None
-        async for raw in process.stderr:
-            line = raw.decode(errors="replace").rstrip()
-            self._stderr_tail.append(line)
-            log.warning("opa: %s", line)
+        pending = b""
+        # Chunks, not readline: a decision log line can be far longer than any line limit.
+        while chunk := await process.stderr.read(1 << 16):
+            *lines, pending = (pending + chunk).split(b"\n")
+            pending = pending[-_MAX_KEPT_LINE:]
+            for raw in lines:
+                if _DECISION_LOG_MARK in raw:
+                    continue  # decision logging is on only for OPA's decision ids
+                line = raw[:_MAX_KEPT_LINE].decode(errors="replace").rstrip()
+                self._stderr_tail.append(line)
+                log.warning("opa: %s", line)
 
     async def _load(self, files: PolicyFiles, previous: PolicyFiles | None = None) -> None:
         async with client_for(self.url, max(self._timeout_s, 5.0)) as client:

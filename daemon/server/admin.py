@@ -1,24 +1,84 @@
-"""The Admin servicer: operator actions (policy reload)."""
+"""The Admin servicer: operator actions (policy reload, status), for admin principals only."""
 
 from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 
 import grpc
 
 from daemon._generated.tooljail.v1 import executor_pb2 as pb
 from daemon._generated.tooljail.v1 import executor_pb2_grpc as pb_grpc
+from daemon.errors import PermissionDenied, TooljailError
+from daemon.models import Caller
 from daemon.policy.reloader import PolicyReloader
+from daemon.server.identity import CallerResolver
+from daemon.server.status import status_for
+
+Context = grpc.aio.ServicerContext[object, object]
+
+
+@dataclass(frozen=True)
+class StatusSnapshot:
+    """What `tooljail status` shows."""
+
+    version: str
+    policy_revision: str
+    opa_healthy: bool
+    docker_healthy: bool
+    pool_ready: int
+    in_flight: int
+    sessions: int
+    instance_id: str
 
 
 class AdminService(pb_grpc.AdminServicer):
     """tooljail.v1.Admin."""
 
-    def __init__(self, reloader: PolicyReloader) -> None:
+    def __init__(
+        self,
+        reloader: PolicyReloader,
+        resolver: CallerResolver,
+        admin_principals: list[str],
+        status: Callable[[], Awaitable[StatusSnapshot]],
+    ) -> None:
         self._reloader = reloader
+        self._resolver = resolver
+        self._admins = frozenset(admin_principals)
+        self._status = status
+
+    def _admin(self, context: Context) -> Caller:
+        caller = self._resolver.resolve(context)
+        if caller.principal not in self._admins:
+            raise PermissionDenied(f"principal {caller.principal!r} may not use the Admin service")
+        return caller
 
     async def ReloadPolicies(
-        self, request: pb.ReloadPoliciesRequest, context: grpc.aio.ServicerContext[object, object]
+        self, request: pb.ReloadPoliciesRequest, context: Context
     ) -> pb.ReloadPoliciesResponse:
+        try:
+            self._admin(context)
+        except TooljailError as exc:
+            await context.abort(status_for(exc), str(exc))
         result = await self._reloader.reload()
         return pb.ReloadPoliciesResponse(
             policy_revision=result.revision, reloaded=result.reloaded, error=result.error
+        )
+
+    async def Status(self, request: pb.StatusRequest, context: Context) -> pb.StatusResponse:
+        try:
+            caller = self._admin(context)
+        except TooljailError as exc:
+            await context.abort(status_for(exc), str(exc))
+        snapshot = await self._status()
+        return pb.StatusResponse(
+            version=snapshot.version,
+            policy_revision=snapshot.policy_revision,
+            opa_healthy=snapshot.opa_healthy,
+            docker_healthy=snapshot.docker_healthy,
+            pool_ready=snapshot.pool_ready,
+            in_flight=snapshot.in_flight,
+            sessions=snapshot.sessions,
+            instance_id=snapshot.instance_id,
+            principal=caller.principal,
         )

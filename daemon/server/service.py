@@ -1,4 +1,5 @@
-"""The Executor servicer: thin handlers that convert, hand over to the pipeline, convert back."""
+"""The Executor servicer: thin handlers that identify the caller, convert, hand over to the
+scheduler, convert back. Errors become statuses in one place (daemon.server.status)."""
 
 from __future__ import annotations
 
@@ -8,21 +9,28 @@ import grpc
 
 from daemon._generated.tooljail.v1 import executor_pb2 as pb
 from daemon._generated.tooljail.v1 import executor_pb2_grpc as pb_grpc
-from daemon.errors import TooljailError
+from daemon.errors import TooljailError, Unavailable
 from daemon.models import Caller
 from daemon.pipeline import Pipeline
 from daemon.scheduler import Scheduler
 from daemon.server import convert
+from daemon.server.identity import CallerResolver
 from daemon.server.status import status_for
 from daemon.session_manager import SessionManager
 
+Context = grpc.aio.ServicerContext[object, object]
 
-def caller_of(context: grpc.aio.ServicerContext[object, object], default_principal: str) -> Caller:
-    """Who is calling, from the transport only (never from request fields or metadata)."""
-    peer = context.peer() or ""
-    transport = peer.split(":", 1)[0] if ":" in peer else "unknown"
-    transport = {"ipv4": "tcp", "ipv6": "tcp"}.get(transport, transport)
-    return Caller(principal=default_principal, transport=transport)
+
+class Intake:
+    """Whether new calls are taken (off while the daemon drains for shutdown)."""
+
+    def __init__(self) -> None:
+        self.open = True
+
+    def require_open(self) -> None:
+        """Refuse new work while shutting down."""
+        if not self.open:
+            raise Unavailable("tooljail is shutting down; retry against a running daemon")
 
 
 class ExecutorService(pb_grpc.ExecutorServicer):
@@ -33,63 +41,65 @@ class ExecutorService(pb_grpc.ExecutorServicer):
         pipeline: Pipeline,
         scheduler: Scheduler,
         sessions: SessionManager,
-        default_principal: str,
+        resolver: CallerResolver,
+        intake: Intake,
     ) -> None:
         self._pipeline = pipeline
         self._scheduler = scheduler
         self._sessions = sessions
-        self._principal = default_principal
+        self._resolver = resolver
+        self._intake = intake
+
+    def _admit(self, context: Context) -> Caller:
+        self._intake.require_open()
+        return self._resolver.resolve(context)
 
     async def ListTools(
-        self, request: pb.ListToolsRequest, context: grpc.aio.ServicerContext[object, object]
+        self, request: pb.ListToolsRequest, context: Context
     ) -> pb.ListToolsResponse:
         try:
-            definitions = await self._pipeline.list_tools(
-                request.session_id, caller_of(context, self._principal)
-            )
+            definitions = await self._pipeline.list_tools(request.session_id, self._admit(context))
         except TooljailError as exc:
             await context.abort(status_for(exc), str(exc))
         return convert.tools_to_proto(definitions)
 
-    async def Execute(
-        self, request: pb.ExecuteRequest, context: grpc.aio.ServicerContext[object, object]
-    ) -> pb.ExecuteResponse:
+    async def Execute(self, request: pb.ExecuteRequest, context: Context) -> pb.ExecuteResponse:
         try:
+            caller = self._admit(context)
             call = convert.call_request_from_proto(request)
-            outcome = await self._scheduler.execute(call, caller_of(context, self._principal))
+            outcome = await self._scheduler.execute(call, caller)
         except TooljailError as exc:
             await context.abort(status_for(exc), str(exc))
         return convert.outcome_to_proto(outcome)
 
     async def ExecuteBatch(
-        self, request: pb.ExecuteBatchRequest, context: grpc.aio.ServicerContext[object, object]
+        self, request: pb.ExecuteBatchRequest, context: Context
     ) -> AsyncIterator[pb.ExecuteResponse]:
         try:
+            caller = self._admit(context)
             calls = convert.batch_from_proto(request)
         except TooljailError as exc:
             await context.abort(status_for(exc), str(exc))
-        caller = caller_of(context, self._principal)
         try:
             async for outcome in self._scheduler.execute_batch(calls, caller):
                 yield convert.outcome_to_proto(outcome)
         except TooljailError as exc:
             await context.abort(status_for(exc), str(exc))
 
-    async def OpenSession(
-        self, request: pb.OpenSessionRequest, context: grpc.aio.ServicerContext[object, object]
-    ) -> pb.Session:
+    async def OpenSession(self, request: pb.OpenSessionRequest, context: Context) -> pb.Session:
         try:
             session = await self._sessions.open(
-                request.workspace, request.idle_ttl_s, caller_of(context, self._principal)
+                request.workspace, request.idle_ttl_s, self._admit(context)
             )
         except TooljailError as exc:
             await context.abort(status_for(exc), str(exc))
         return convert.session_to_proto(session)
 
     async def CloseSession(
-        self, request: pb.CloseSessionRequest, context: grpc.aio.ServicerContext[object, object]
+        self, request: pb.CloseSessionRequest, context: Context
     ) -> pb.CloseSessionResponse:
         try:
+            self._resolver.resolve(context)
             closed = await self._sessions.close(request.session_id, request.delete_workspace)
         except TooljailError as exc:
             await context.abort(status_for(exc), str(exc))

@@ -4,13 +4,23 @@ from __future__ import annotations
 
 import grpc
 
-from daemon.errors import Overloaded, RequestError, RequestTooLarge, TooljailError, Unavailable
+from daemon.errors import (
+    Overloaded,
+    PermissionDenied,
+    RequestError,
+    RequestTooLarge,
+    TooljailError,
+    Unauthenticated,
+    Unavailable,
+)
 
 _STATUS: tuple[tuple[type[TooljailError], grpc.StatusCode], ...] = (
     (RequestError, grpc.StatusCode.INVALID_ARGUMENT),
     (RequestTooLarge, grpc.StatusCode.RESOURCE_EXHAUSTED),
     (Overloaded, grpc.StatusCode.RESOURCE_EXHAUSTED),
     (Unavailable, grpc.StatusCode.UNAVAILABLE),
+    (Unauthenticated, grpc.StatusCode.UNAUTHENTICATED),
+    (PermissionDenied, grpc.StatusCode.PERMISSION_DENIED),
 )
 
 

@@ -56,7 +56,8 @@ if [[ "${1:-}" == "--check" ]]; then
   # The version lines in the header name the protoc that ran (it comes with grpcio-tools, whose
   # version may drift): a different protoc is not stale code.
   if ! diff -r -I '^//[[:space:]]*-\?[[:space:]]*protoc[[:space:]]\+v' "$gen" "$scratch" >"$scratch.diff" 2>&1; then
-    cat "$scratch.diff" >&2
+    head -n 40 "$scratch.diff" >&2
+    (($(wc -l <"$scratch.diff") > 40)) && echo "    ... ($(wc -l <"$scratch.diff") lines of diff in all)" >&2
     rm -f "$scratch.diff"
     die "$gen is stale: proto/ changed since it was generated; run examples/go/generate.sh and commit"
   fi

@@ -115,7 +115,7 @@ def test_second_daemon_on_the_same_socket_is_refused(
         env=env, capture_output=True, text=True, timeout=60, check=False,
     )  # fmt: skip
     assert second.returncode == 1
-    assert "already listening" in second.stderr
+    assert "another tooljail daemon holds" in second.stderr
 
 
 def test_config_errors_name_the_key(tmp_path: Path) -> None:

@@ -527,6 +527,66 @@ class CloseSessionResponse(_message.Message):
 Global___CloseSessionResponse: _TypeAlias = CloseSessionResponse  # noqa: Y015
 
 @_typing.final
+class StatusRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    def __init__(
+        self,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___StatusRequest: _TypeAlias = StatusRequest  # noqa: Y015
+
+@_typing.final
+class StatusResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    VERSION_FIELD_NUMBER: _builtins.int
+    POLICY_REVISION_FIELD_NUMBER: _builtins.int
+    OPA_HEALTHY_FIELD_NUMBER: _builtins.int
+    DOCKER_HEALTHY_FIELD_NUMBER: _builtins.int
+    POOL_READY_FIELD_NUMBER: _builtins.int
+    IN_FLIGHT_FIELD_NUMBER: _builtins.int
+    SESSIONS_FIELD_NUMBER: _builtins.int
+    INSTANCE_ID_FIELD_NUMBER: _builtins.int
+    PRINCIPAL_FIELD_NUMBER: _builtins.int
+    version: _builtins.str
+    policy_revision: _builtins.str
+    opa_healthy: _builtins.bool
+    docker_healthy: _builtins.bool
+    pool_ready: _builtins.int
+    """Warm containers ready in the pool, and calls running now."""
+    in_flight: _builtins.int
+    sessions: _builtins.int
+    instance_id: _builtins.str
+    principal: _builtins.str
+    """The principal this request was made as (what the daemon believes about the caller)."""
+    def __init__(
+        self,
+        *,
+        version: _builtins.str = ...,
+        policy_revision: _builtins.str = ...,
+        opa_healthy: _builtins.bool = ...,
+        docker_healthy: _builtins.bool = ...,
+        pool_ready: _builtins.int = ...,
+        in_flight: _builtins.int = ...,
+        sessions: _builtins.int = ...,
+        instance_id: _builtins.str = ...,
+        principal: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["docker_healthy", b"docker_healthy", "in_flight", b"in_flight", "instance_id", b"instance_id", "opa_healthy", b"opa_healthy", "policy_revision", b"policy_revision", "pool_ready", b"pool_ready", "principal", b"principal", "sessions", b"sessions", "version", b"version"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___StatusResponse: _TypeAlias = StatusResponse  # noqa: Y015
+
+@_typing.final
 class ReloadPoliciesRequest(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 

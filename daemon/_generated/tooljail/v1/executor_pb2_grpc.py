@@ -295,6 +295,11 @@ class AdminStub:
                 request_serializer=tooljail_dot_v1_dot_executor__pb2.ReloadPoliciesRequest.SerializeToString,
                 response_deserializer=tooljail_dot_v1_dot_executor__pb2.ReloadPoliciesResponse.FromString,
                 _registered_method=True)
+        self.Status = channel.unary_unary(
+                '/tooljail.v1.Admin/Status',
+                request_serializer=tooljail_dot_v1_dot_executor__pb2.StatusRequest.SerializeToString,
+                response_deserializer=tooljail_dot_v1_dot_executor__pb2.StatusResponse.FromString,
+                _registered_method=True)
 
 
 class AdminServicer:
@@ -309,6 +314,13 @@ class AdminServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def Status(self, request, context):
+        """A short summary of the daemon's health for operators (`tooljail status`).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_AdminServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -316,6 +328,11 @@ def add_AdminServicer_to_server(servicer, server):
                     servicer.ReloadPolicies,
                     request_deserializer=tooljail_dot_v1_dot_executor__pb2.ReloadPoliciesRequest.FromString,
                     response_serializer=tooljail_dot_v1_dot_executor__pb2.ReloadPoliciesResponse.SerializeToString,
+            ),
+            'Status': grpc.unary_unary_rpc_method_handler(
+                    servicer.Status,
+                    request_deserializer=tooljail_dot_v1_dot_executor__pb2.StatusRequest.FromString,
+                    response_serializer=tooljail_dot_v1_dot_executor__pb2.StatusResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -346,6 +363,33 @@ class Admin:
             '/tooljail.v1.Admin/ReloadPolicies',
             tooljail_dot_v1_dot_executor__pb2.ReloadPoliciesRequest.SerializeToString,
             tooljail_dot_v1_dot_executor__pb2.ReloadPoliciesResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Status(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/tooljail.v1.Admin/Status',
+            tooljail_dot_v1_dot_executor__pb2.StatusRequest.SerializeToString,
+            tooljail_dot_v1_dot_executor__pb2.StatusResponse.FromString,
             options,
             channel_credentials,
             insecure,

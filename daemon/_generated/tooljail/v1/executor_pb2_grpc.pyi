@@ -126,6 +126,8 @@ class AdminStub:
     """Re-reads the policy folder; a policy that fails to compile or whose tests fail is refused and
     the last good policy keeps serving.
     """
+    Status: _grpc.UnaryUnaryMultiCallable[_executor_pb2.StatusRequest, _executor_pb2.StatusResponse]
+    """A short summary of the daemon's health for operators (`tooljail status`)."""
 
 @_typing.type_check_only
 class AdminAsyncStub(AdminStub):
@@ -136,6 +138,8 @@ class AdminAsyncStub(AdminStub):
     """Re-reads the policy folder; a policy that fails to compile or whose tests fail is refused and
     the last good policy keeps serving.
     """
+    Status: _aio.UnaryUnaryMultiCallable[_executor_pb2.StatusRequest, _executor_pb2.StatusResponse]  # type: ignore[assignment]
+    """A short summary of the daemon's health for operators (`tooljail status`)."""
 
 class AdminServicer(metaclass=_abc_1.ABCMeta):
     """Operator actions, separate from the Executor so they can be exposed (or not) on their own."""
@@ -149,5 +153,13 @@ class AdminServicer(metaclass=_abc_1.ABCMeta):
         """Re-reads the policy folder; a policy that fails to compile or whose tests fail is refused and
         the last good policy keeps serving.
         """
+
+    @_abc_1.abstractmethod
+    def Status(
+        self,
+        request: _executor_pb2.StatusRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_executor_pb2.StatusResponse, _abc.Awaitable[_executor_pb2.StatusResponse]]:
+        """A short summary of the daemon's health for operators (`tooljail status`)."""
 
 def add_AdminServicer_to_server(servicer: AdminServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...

@@ -1211,6 +1211,152 @@ func (x *CloseSessionResponse) GetWorkspaceDeleted() bool {
 	return false
 }
 
+type StatusRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *StatusRequest) Reset() {
+	*x = StatusRequest{}
+	mi := &file_tooljail_v1_executor_proto_msgTypes[18]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *StatusRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*StatusRequest) ProtoMessage() {}
+
+func (x *StatusRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_tooljail_v1_executor_proto_msgTypes[18]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use StatusRequest.ProtoReflect.Descriptor instead.
+func (*StatusRequest) Descriptor() ([]byte, []int) {
+	return file_tooljail_v1_executor_proto_rawDescGZIP(), []int{18}
+}
+
+type StatusResponse struct {
+	state          protoimpl.MessageState `protogen:"open.v1"`
+	Version        string                 `protobuf:"bytes,1,opt,name=version,proto3" json:"version,omitempty"`
+	PolicyRevision string                 `protobuf:"bytes,2,opt,name=policy_revision,json=policyRevision,proto3" json:"policy_revision,omitempty"`
+	OpaHealthy     bool                   `protobuf:"varint,3,opt,name=opa_healthy,json=opaHealthy,proto3" json:"opa_healthy,omitempty"`
+	DockerHealthy  bool                   `protobuf:"varint,4,opt,name=docker_healthy,json=dockerHealthy,proto3" json:"docker_healthy,omitempty"`
+	// Warm containers ready in the pool, and calls running now.
+	PoolReady  int32  `protobuf:"varint,5,opt,name=pool_ready,json=poolReady,proto3" json:"pool_ready,omitempty"`
+	InFlight   int32  `protobuf:"varint,6,opt,name=in_flight,json=inFlight,proto3" json:"in_flight,omitempty"`
+	Sessions   int32  `protobuf:"varint,7,opt,name=sessions,proto3" json:"sessions,omitempty"`
+	InstanceId string `protobuf:"bytes,8,opt,name=instance_id,json=instanceId,proto3" json:"instance_id,omitempty"`
+	// The principal this request was made as (what the daemon believes about the caller).
+	Principal     string `protobuf:"bytes,9,opt,name=principal,proto3" json:"principal,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *StatusResponse) Reset() {
+	*x = StatusResponse{}
+	mi := &file_tooljail_v1_executor_proto_msgTypes[19]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *StatusResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*StatusResponse) ProtoMessage() {}
+
+func (x *StatusResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_tooljail_v1_executor_proto_msgTypes[19]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use StatusResponse.ProtoReflect.Descriptor instead.
+func (*StatusResponse) Descriptor() ([]byte, []int) {
+	return file_tooljail_v1_executor_proto_rawDescGZIP(), []int{19}
+}
+
+func (x *StatusResponse) GetVersion() string {
+	if x != nil {
+		return x.Version
+	}
+	return ""
+}
+
+func (x *StatusResponse) GetPolicyRevision() string {
+	if x != nil {
+		return x.PolicyRevision
+	}
+	return ""
+}
+
+func (x *StatusResponse) GetOpaHealthy() bool {
+	if x != nil {
+		return x.OpaHealthy
+	}
+	return false
+}
+
+func (x *StatusResponse) GetDockerHealthy() bool {
+	if x != nil {
+		return x.DockerHealthy
+	}
+	return false
+}
+
+func (x *StatusResponse) GetPoolReady() int32 {
+	if x != nil {
+		return x.PoolReady
+	}
+	return 0
+}
+
+func (x *StatusResponse) GetInFlight() int32 {
+	if x != nil {
+		return x.InFlight
+	}
+	return 0
+}
+
+func (x *StatusResponse) GetSessions() int32 {
+	if x != nil {
+		return x.Sessions
+	}
+	return 0
+}
+
+func (x *StatusResponse) GetInstanceId() string {
+	if x != nil {
+		return x.InstanceId
+	}
+	return ""
+}
+
+func (x *StatusResponse) GetPrincipal() string {
+	if x != nil {
+		return x.Principal
+	}
+	return ""
+}
+
 type ReloadPoliciesRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	unknownFields protoimpl.UnknownFields
@@ -1219,7 +1365,7 @@ type ReloadPoliciesRequest struct {
 
 func (x *ReloadPoliciesRequest) Reset() {
 	*x = ReloadPoliciesRequest{}
-	mi := &file_tooljail_v1_executor_proto_msgTypes[18]
+	mi := &file_tooljail_v1_executor_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1231,7 +1377,7 @@ func (x *ReloadPoliciesRequest) String() string {
 func (*ReloadPoliciesRequest) ProtoMessage() {}
 
 func (x *ReloadPoliciesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tooljail_v1_executor_proto_msgTypes[18]
+	mi := &file_tooljail_v1_executor_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1244,7 +1390,7 @@ func (x *ReloadPoliciesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReloadPoliciesRequest.ProtoReflect.Descriptor instead.
 func (*ReloadPoliciesRequest) Descriptor() ([]byte, []int) {
-	return file_tooljail_v1_executor_proto_rawDescGZIP(), []int{18}
+	return file_tooljail_v1_executor_proto_rawDescGZIP(), []int{20}
 }
 
 type ReloadPoliciesResponse struct {
@@ -1260,7 +1406,7 @@ type ReloadPoliciesResponse struct {
 
 func (x *ReloadPoliciesResponse) Reset() {
 	*x = ReloadPoliciesResponse{}
-	mi := &file_tooljail_v1_executor_proto_msgTypes[19]
+	mi := &file_tooljail_v1_executor_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1272,7 +1418,7 @@ func (x *ReloadPoliciesResponse) String() string {
 func (*ReloadPoliciesResponse) ProtoMessage() {}
 
 func (x *ReloadPoliciesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tooljail_v1_executor_proto_msgTypes[19]
+	mi := &file_tooljail_v1_executor_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1285,7 +1431,7 @@ func (x *ReloadPoliciesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReloadPoliciesResponse.ProtoReflect.Descriptor instead.
 func (*ReloadPoliciesResponse) Descriptor() ([]byte, []int) {
-	return file_tooljail_v1_executor_proto_rawDescGZIP(), []int{19}
+	return file_tooljail_v1_executor_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *ReloadPoliciesResponse) GetPolicyRevision() string {
@@ -1402,7 +1548,21 @@ const file_tooljail_v1_executor_proto_rawDesc = "" +
 	"\x10delete_workspace\x18\x02 \x01(\bR\x0fdeleteWorkspace\"l\n" +
 	"\x14CloseSessionResponse\x12'\n" +
 	"\x0fcancelled_calls\x18\x01 \x01(\x05R\x0ecancelledCalls\x12+\n" +
-	"\x11workspace_deleted\x18\x02 \x01(\bR\x10workspaceDeleted\"\x17\n" +
+	"\x11workspace_deleted\x18\x02 \x01(\bR\x10workspaceDeleted\"\x0f\n" +
+	"\rStatusRequest\"\xb2\x02\n" +
+	"\x0eStatusResponse\x12\x18\n" +
+	"\aversion\x18\x01 \x01(\tR\aversion\x12'\n" +
+	"\x0fpolicy_revision\x18\x02 \x01(\tR\x0epolicyRevision\x12\x1f\n" +
+	"\vopa_healthy\x18\x03 \x01(\bR\n" +
+	"opaHealthy\x12%\n" +
+	"\x0edocker_healthy\x18\x04 \x01(\bR\rdockerHealthy\x12\x1d\n" +
+	"\n" +
+	"pool_ready\x18\x05 \x01(\x05R\tpoolReady\x12\x1b\n" +
+	"\tin_flight\x18\x06 \x01(\x05R\binFlight\x12\x1a\n" +
+	"\bsessions\x18\a \x01(\x05R\bsessions\x12\x1f\n" +
+	"\vinstance_id\x18\b \x01(\tR\n" +
+	"instanceId\x12\x1c\n" +
+	"\tprincipal\x18\t \x01(\tR\tprincipal\"\x17\n" +
 	"\x15ReloadPoliciesRequest\"s\n" +
 	"\x16ReloadPoliciesResponse\x12'\n" +
 	"\x0fpolicy_revision\x18\x01 \x01(\tR\x0epolicyRevision\x12\x1a\n" +
@@ -1418,9 +1578,10 @@ const file_tooljail_v1_executor_proto_rawDesc = "" +
 	"\aExecute\x12\x1b.tooljail.v1.ExecuteRequest\x1a\x1c.tooljail.v1.ExecuteResponse\x12P\n" +
 	"\fExecuteBatch\x12 .tooljail.v1.ExecuteBatchRequest\x1a\x1c.tooljail.v1.ExecuteResponse0\x01\x12D\n" +
 	"\vOpenSession\x12\x1f.tooljail.v1.OpenSessionRequest\x1a\x14.tooljail.v1.Session\x12S\n" +
-	"\fCloseSession\x12 .tooljail.v1.CloseSessionRequest\x1a!.tooljail.v1.CloseSessionResponse2b\n" +
+	"\fCloseSession\x12 .tooljail.v1.CloseSessionRequest\x1a!.tooljail.v1.CloseSessionResponse2\xa5\x01\n" +
 	"\x05Admin\x12Y\n" +
-	"\x0eReloadPolicies\x12\".tooljail.v1.ReloadPoliciesRequest\x1a#.tooljail.v1.ReloadPoliciesResponseB<Z:github.com/tooljail/tooljail/gen/go/tooljail/v1;tooljailv1b\x06proto3"
+	"\x0eReloadPolicies\x12\".tooljail.v1.ReloadPoliciesRequest\x1a#.tooljail.v1.ReloadPoliciesResponse\x12A\n" +
+	"\x06Status\x12\x1a.tooljail.v1.StatusRequest\x1a\x1b.tooljail.v1.StatusResponseB<Z:github.com/tooljail/tooljail/gen/go/tooljail/v1;tooljailv1b\x06proto3"
 
 var (
 	file_tooljail_v1_executor_proto_rawDescOnce sync.Once
@@ -1435,7 +1596,7 @@ func file_tooljail_v1_executor_proto_rawDescGZIP() []byte {
 }
 
 var file_tooljail_v1_executor_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_tooljail_v1_executor_proto_msgTypes = make([]protoimpl.MessageInfo, 20)
+var file_tooljail_v1_executor_proto_msgTypes = make([]protoimpl.MessageInfo, 22)
 var file_tooljail_v1_executor_proto_goTypes = []any{
 	(Outcome)(0),                   // 0: tooljail.v1.Outcome
 	(*ListToolsRequest)(nil),       // 1: tooljail.v1.ListToolsRequest
@@ -1456,15 +1617,17 @@ var file_tooljail_v1_executor_proto_goTypes = []any{
 	(*Session)(nil),                // 16: tooljail.v1.Session
 	(*CloseSessionRequest)(nil),    // 17: tooljail.v1.CloseSessionRequest
 	(*CloseSessionResponse)(nil),   // 18: tooljail.v1.CloseSessionResponse
-	(*ReloadPoliciesRequest)(nil),  // 19: tooljail.v1.ReloadPoliciesRequest
-	(*ReloadPoliciesResponse)(nil), // 20: tooljail.v1.ReloadPoliciesResponse
-	(*structpb.Struct)(nil),        // 21: google.protobuf.Struct
+	(*StatusRequest)(nil),          // 19: tooljail.v1.StatusRequest
+	(*StatusResponse)(nil),         // 20: tooljail.v1.StatusResponse
+	(*ReloadPoliciesRequest)(nil),  // 21: tooljail.v1.ReloadPoliciesRequest
+	(*ReloadPoliciesResponse)(nil), // 22: tooljail.v1.ReloadPoliciesResponse
+	(*structpb.Struct)(nil),        // 23: google.protobuf.Struct
 }
 var file_tooljail_v1_executor_proto_depIdxs = []int32{
 	3,  // 0: tooljail.v1.ListToolsResponse.tools:type_name -> tooljail.v1.ToolDefinition
-	21, // 1: tooljail.v1.ToolDefinition.input_schema:type_name -> google.protobuf.Struct
+	23, // 1: tooljail.v1.ToolDefinition.input_schema:type_name -> google.protobuf.Struct
 	4,  // 2: tooljail.v1.ToolDefinition.traits:type_name -> tooljail.v1.ToolTraits
-	21, // 3: tooljail.v1.ToolUse.input:type_name -> google.protobuf.Struct
+	23, // 3: tooljail.v1.ToolUse.input:type_name -> google.protobuf.Struct
 	6,  // 4: tooljail.v1.ContentBlock.text:type_name -> tooljail.v1.TextBlock
 	7,  // 5: tooljail.v1.ContentBlock.image:type_name -> tooljail.v1.ImageBlock
 	8,  // 6: tooljail.v1.ToolResult.content:type_name -> tooljail.v1.ContentBlock
@@ -1479,15 +1642,17 @@ var file_tooljail_v1_executor_proto_depIdxs = []int32{
 	14, // 15: tooljail.v1.Executor.ExecuteBatch:input_type -> tooljail.v1.ExecuteBatchRequest
 	15, // 16: tooljail.v1.Executor.OpenSession:input_type -> tooljail.v1.OpenSessionRequest
 	17, // 17: tooljail.v1.Executor.CloseSession:input_type -> tooljail.v1.CloseSessionRequest
-	19, // 18: tooljail.v1.Admin.ReloadPolicies:input_type -> tooljail.v1.ReloadPoliciesRequest
-	2,  // 19: tooljail.v1.Executor.ListTools:output_type -> tooljail.v1.ListToolsResponse
-	13, // 20: tooljail.v1.Executor.Execute:output_type -> tooljail.v1.ExecuteResponse
-	13, // 21: tooljail.v1.Executor.ExecuteBatch:output_type -> tooljail.v1.ExecuteResponse
-	16, // 22: tooljail.v1.Executor.OpenSession:output_type -> tooljail.v1.Session
-	18, // 23: tooljail.v1.Executor.CloseSession:output_type -> tooljail.v1.CloseSessionResponse
-	20, // 24: tooljail.v1.Admin.ReloadPolicies:output_type -> tooljail.v1.ReloadPoliciesResponse
-	19, // [19:25] is the sub-list for method output_type
-	13, // [13:19] is the sub-list for method input_type
+	21, // 18: tooljail.v1.Admin.ReloadPolicies:input_type -> tooljail.v1.ReloadPoliciesRequest
+	19, // 19: tooljail.v1.Admin.Status:input_type -> tooljail.v1.StatusRequest
+	2,  // 20: tooljail.v1.Executor.ListTools:output_type -> tooljail.v1.ListToolsResponse
+	13, // 21: tooljail.v1.Executor.Execute:output_type -> tooljail.v1.ExecuteResponse
+	13, // 22: tooljail.v1.Executor.ExecuteBatch:output_type -> tooljail.v1.ExecuteResponse
+	16, // 23: tooljail.v1.Executor.OpenSession:output_type -> tooljail.v1.Session
+	18, // 24: tooljail.v1.Executor.CloseSession:output_type -> tooljail.v1.CloseSessionResponse
+	22, // 25: tooljail.v1.Admin.ReloadPolicies:output_type -> tooljail.v1.ReloadPoliciesResponse
+	20, // 26: tooljail.v1.Admin.Status:output_type -> tooljail.v1.StatusResponse
+	20, // [20:27] is the sub-list for method output_type
+	13, // [13:20] is the sub-list for method input_type
 	13, // [13:13] is the sub-list for extension type_name
 	13, // [13:13] is the sub-list for extension extendee
 	0,  // [0:13] is the sub-list for field type_name
@@ -1508,7 +1673,7 @@ func file_tooljail_v1_executor_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_tooljail_v1_executor_proto_rawDesc), len(file_tooljail_v1_executor_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   20,
+			NumMessages:   22,
 			NumExtensions: 0,
 			NumServices:   2,
 		},

@@ -299,6 +299,7 @@ var Executor_ServiceDesc = grpc.ServiceDesc{
 
 const (
 	Admin_ReloadPolicies_FullMethodName = "/tooljail.v1.Admin/ReloadPolicies"
+	Admin_Status_FullMethodName         = "/tooljail.v1.Admin/Status"
 )
 
 // AdminClient is the client API for Admin service.
@@ -310,6 +311,8 @@ type AdminClient interface {
 	// Re-reads the policy folder; a policy that fails to compile or whose tests fail is refused and
 	// the last good policy keeps serving.
 	ReloadPolicies(ctx context.Context, in *ReloadPoliciesRequest, opts ...grpc.CallOption) (*ReloadPoliciesResponse, error)
+	// A short summary of the daemon's health for operators (`tooljail status`).
+	Status(ctx context.Context, in *StatusRequest, opts ...grpc.CallOption) (*StatusResponse, error)
 }
 
 type adminClient struct {
@@ -330,6 +333,16 @@ func (c *adminClient) ReloadPolicies(ctx context.Context, in *ReloadPoliciesRequ
 	return out, nil
 }
 
+func (c *adminClient) Status(ctx context.Context, in *StatusRequest, opts ...grpc.CallOption) (*StatusResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(StatusResponse)
+	err := c.cc.Invoke(ctx, Admin_Status_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // AdminServer is the server API for Admin service.
 // All implementations must embed UnimplementedAdminServer
 // for forward compatibility.
@@ -339,6 +352,8 @@ type AdminServer interface {
 	// Re-reads the policy folder; a policy that fails to compile or whose tests fail is refused and
 	// the last good policy keeps serving.
 	ReloadPolicies(context.Context, *ReloadPoliciesRequest) (*ReloadPoliciesResponse, error)
+	// A short summary of the daemon's health for operators (`tooljail status`).
+	Status(context.Context, *StatusRequest) (*StatusResponse, error)
 	mustEmbedUnimplementedAdminServer()
 }
 
@@ -351,6 +366,9 @@ type UnimplementedAdminServer struct{}
 
 func (UnimplementedAdminServer) ReloadPolicies(context.Context, *ReloadPoliciesRequest) (*ReloadPoliciesResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method ReloadPolicies not implemented")
+}
+func (UnimplementedAdminServer) Status(context.Context, *StatusRequest) (*StatusResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method Status not implemented")
 }
 func (UnimplementedAdminServer) mustEmbedUnimplementedAdminServer() {}
 func (UnimplementedAdminServer) testEmbeddedByValue()               {}
@@ -391,6 +409,24 @@ func _Admin_ReloadPolicies_Handler(srv interface{}, ctx context.Context, dec fun
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Admin_Status_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(StatusRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AdminServer).Status(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Admin_Status_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AdminServer).Status(ctx, req.(*StatusRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // Admin_ServiceDesc is the grpc.ServiceDesc for Admin service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -401,6 +437,10 @@ var Admin_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "ReloadPolicies",
 			Handler:    _Admin_ReloadPolicies_Handler,
+		},
+		{
+			MethodName: "Status",
+			Handler:    _Admin_Status_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},

@@ -1,0 +1,70 @@
+"""Who is calling, decided by the transport only: never by request fields or free metadata.
+
+In order: a verified mTLS client certificate (its URI SAN, e.g. a SPIFFE id, else its CN); a
+bearer token from the configuration (the `authorization` metadata, mapped to its principal); the
+Unix socket's configured principal. A TCP caller with none of these is refused.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+from collections.abc import Iterable, Mapping
+
+import grpc
+
+from daemon.config import AuthSettings
+from daemon.errors import Unauthenticated
+from daemon.models import Caller
+
+
+def _transport(peer: str) -> str:
+    kind = peer.split(":", 1)[0] if ":" in peer else "unknown"
+    return {"ipv4": "tcp", "ipv6": "tcp"}.get(kind, kind)
+
+
+def _first(auth: Mapping[str, Iterable[bytes]], key: str) -> list[str]:
+    return [value.decode(errors="replace") for value in auth.get(key, [])]
+
+
+class CallerResolver:
+    """Resolves the principal of each call."""
+
+    def __init__(self, auth: AuthSettings) -> None:
+        self._unix_principal = auth.unix_principal
+        self._tokens = [
+            (hashlib.sha256(secret.get_secret_value().encode()).digest(), principal)
+            for principal, secret in auth.tokens.items()
+        ]
+
+    def _by_token(self, token: str) -> str | None:
+        digest = hashlib.sha256(token.encode()).digest()
+        found = None
+        for known, principal in self._tokens:  # compare with every entry: constant time per token
+            if hmac.compare_digest(known, digest):
+                found = principal
+        return found
+
+    def resolve(self, context: grpc.aio.ServicerContext[object, object]) -> Caller:
+        """The caller, or Unauthenticated."""
+        transport = _transport(context.peer() or "")
+        auth = context.auth_context() or {}
+        if _first(auth, "transport_security_type") == ["ssl"]:
+            sans = _first(auth, "x509_subject_alternative_name")
+            uris = [san for san in sans if "://" in san]
+            names = uris or _first(auth, "x509_common_name")
+            if names:
+                return Caller(principal=names[0], transport=f"{transport}+mtls")
+        metadata = dict(context.invocation_metadata() or ())
+        authorization = metadata.get("authorization")
+        if isinstance(authorization, str) and authorization:
+            scheme, _, token = authorization.partition(" ")
+            principal = self._by_token(token.strip()) if scheme.lower() == "bearer" else None
+            if principal is None:
+                raise Unauthenticated("the bearer token is not valid for this daemon")
+            return Caller(principal=principal, transport=transport)
+        if transport == "unix":
+            return Caller(principal=self._unix_principal, transport="unix")
+        raise Unauthenticated(
+            "callers over TCP must authenticate with an mTLS client certificate or a bearer token"
+        )

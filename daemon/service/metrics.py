@@ -1,0 +1,377 @@
+"""Prometheus metrics: what an operator graphs and alerts on, served over HTTP.
+
+Every call ends in exactly one of `Metrics.observe_call` (it was answered through the pipeline)
+or `Metrics.call_cancelled` (its execution was cut short), so `tooljail_calls_total` counts each
+call once. The sandbox's own counters are read from the executor at scrape time instead of being
+pushed, so the sandbox package needs no knowledge of metrics.
+
+Each `Metrics` owns its registry (never the process-wide default), so tests and embedders can
+make as many as they like.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import ipaddress
+import logging
+import threading
+from collections.abc import Callable, Iterable, Iterator
+from concurrent.futures import TimeoutError as FutureTimeout
+from dataclasses import dataclass
+from enum import StrEnum
+from importlib import metadata
+from wsgiref.simple_server import WSGIServer
+
+import prometheus_client
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, Info
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.process_collector import ProcessCollector
+
+from daemon.errors import TooljailError
+from daemon.models import ExecuteOutcome, Outcome
+from sandbox.executor import ExecutorStats
+
+log = logging.getLogger(__name__)
+
+NAMESPACE = "tooljail"
+#: Label value for a tool name outside the known set (names come from the model: unbounded).
+OTHER_TOOL = "other"
+#: Distinct tool labels kept when no known set is given; later names count as OTHER_TOOL.
+MAX_TOOL_LABELS = 64
+#: How long a scrape waits for the event loop to hand over the sandbox counters.
+_SNAPSHOT_TIMEOUT_S = 2.0
+
+# Policy decisions take milliseconds (a local OPA), the 0.5 s default timeout bounds them.
+DECISION_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5)
+# From a Read of a small file to a Bash call at its ten-minute ceiling.
+EXECUTION_BUCKETS = (
+    0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0, 600.0,
+)  # fmt: skip
+
+
+class CallOutcome(StrEnum):
+    """How one call ended, as the `outcome` label of tooljail_calls_total."""
+
+    OK = "ok"
+    """Allowed, ran, and the tool_result is not an error."""
+    ERROR = "error"
+    """Allowed and ran, but the tool_result is an error (non-zero exit, file not found...)."""
+    DENIED = "denied"
+    """The policy denied it; nothing ran."""
+    ASK = "ask"
+    """The policy wants a human's approval first; nothing ran."""
+    INVALID = "invalid"
+    """Never reached the policy: unknown tool or invalid input."""
+    REPLAYED = "replayed"
+    """Answered from memory (a retried tool_use id); nothing ran now."""
+    CANCELLED = "cancelled"
+    """Cut short; `tooljail_calls_cancelled_total` says why."""
+
+    @classmethod
+    def of(cls, answer: ExecuteOutcome) -> CallOutcome:
+        """The outcome of an answered call."""
+        if answer.report.replayed:
+            return cls.REPLAYED
+        match answer.decision.outcome:
+            case None:
+                return cls.INVALID
+            case Outcome.DENY:
+                return cls.DENIED
+            case Outcome.ASK:
+                return cls.ASK
+            case Outcome.ALLOW:
+                return cls.ERROR if answer.result.is_error else cls.OK
+
+
+class CancelReason(StrEnum):
+    """Why a call was cut short (the `reason` label of tooljail_calls_cancelled_total)."""
+
+    DEADLINE = "deadline"
+    """The caller's gRPC deadline passed."""
+    CLIENT = "client"
+    """The caller cancelled the RPC or went away."""
+    SESSION_CLOSED = "session_closed"
+    """Its session was closed."""
+    SIBLING_FAILED = "sibling_failed"
+    """A parallel Bash call of the same batch failed."""
+    SHUTDOWN = "shutdown"
+    """The daemon stopped and the grace period ran out."""
+
+
+def _version() -> str:
+    try:
+        return metadata.version("tooljail")
+    except metadata.PackageNotFoundError:
+        return "unknown"
+
+
+@dataclass
+class MetricsServer:
+    """A running /metrics HTTP endpoint."""
+
+    host: str
+    port: int
+    """The bound port (the chosen one when 0 was asked for)."""
+    _httpd: WSGIServer
+    _thread: threading.Thread
+
+    def close(self) -> None:
+        """Stop serving and release the port."""
+        self._httpd.shutdown()
+        self._httpd.server_close()
+        self._thread.join(timeout=5)
+
+
+class Metrics:
+    """The daemon's metrics and the small typed API the pipeline calls.
+
+    Args:
+        known_tools: The registry's tool names; other names are counted as "other", so a model
+            inventing tool names cannot create unbounded series. None: the first
+            `MAX_TOOL_LABELS` names seen are kept.
+        process_metrics: Also export process_* (CPU, memory, open files) from /proc.
+    """
+
+    def __init__(
+        self, known_tools: Iterable[str] | None = None, *, process_metrics: bool = True
+    ) -> None:
+        self.registry = CollectorRegistry()
+        self._known_tools = frozenset(known_tools) if known_tools is not None else None
+        self._seen_tools: set[str] = set()
+        self._tools_lock = threading.Lock()
+        r = self.registry
+        self._calls = Counter(
+            "calls", "Tool calls by tool and outcome.", ["tool", "outcome"],
+            namespace=NAMESPACE, registry=r,
+        )  # fmt: skip
+        self._cancelled = Counter(
+            "calls_cancelled", "Tool calls cut short, by tool and reason.", ["tool", "reason"],
+            namespace=NAMESPACE, registry=r,
+        )  # fmt: skip
+        self._decision = Histogram(
+            "decision_duration_seconds", "Time to get a policy decision.",
+            namespace=NAMESPACE, buckets=DECISION_BUCKETS, registry=r,
+        )  # fmt: skip
+        self._execution = Histogram(
+            "execution_duration_seconds", "Time to execute an allowed call, by tool.", ["tool"],
+            namespace=NAMESPACE, buckets=EXECUTION_BUCKETS, registry=r,
+        )  # fmt: skip
+        self._truncations = Counter(
+            "result_truncations", "tool_results cut to fit their budget, by tool.", ["tool"],
+            namespace=NAMESPACE, registry=r,
+        )  # fmt: skip
+        self._opa_errors = Counter(
+            "opa_errors", "Policy queries that failed (timeout, unreachable, bad answer).",
+            namespace=NAMESPACE, registry=r,
+        )  # fmt: skip
+        self._reloads = Counter(
+            "policy_reloads", "Policy reloads by result (ok, failed).", ["result"],
+            namespace=NAMESPACE, registry=r,
+        )  # fmt: skip
+        self._in_flight = Gauge(
+            "calls_in_flight", "Tool calls running now.", namespace=NAMESPACE, registry=r
+        )
+        Info("build", "The running tooljail.", namespace=NAMESPACE, registry=r).info(
+            {"version": _version()}
+        )
+        self._sandbox = _SandboxCollector()
+        r.register(self._sandbox)
+        if process_metrics:
+            ProcessCollector(registry=r)
+
+    def tool_label(self, tool: str) -> str:
+        """The label value used for `tool` (see `known_tools`)."""
+        if self._known_tools is not None:
+            return tool if tool in self._known_tools else OTHER_TOOL
+        with self._tools_lock:
+            if tool in self._seen_tools:
+                return tool
+            if len(self._seen_tools) < MAX_TOOL_LABELS:
+                self._seen_tools.add(tool)
+                return tool
+        return OTHER_TOOL
+
+    def observe_call(
+        self,
+        tool: str,
+        outcome: CallOutcome,
+        *,
+        decision_s: float | None = None,
+        exec_s: float | None = None,
+        truncated: bool = False,
+    ) -> None:
+        """Count one answered call.
+
+        Args:
+            tool: The tool_use's name (as the model sent it).
+            outcome: How it ended (`CallOutcome.of(answer)`).
+            decision_s: Time the policy decision took; None when the policy was not asked.
+            exec_s: Time the execution took; None when nothing ran.
+            truncated: The tool_result was cut to fit its budget.
+        """
+        label = self.tool_label(tool)
+        self._calls.labels(label, outcome.value).inc()
+        if decision_s is not None:
+            self._decision.observe(decision_s)
+        if exec_s is not None:
+            self._execution.labels(label).observe(exec_s)
+        if truncated:
+            self._truncations.labels(label).inc()
+
+    def call_cancelled(self, tool: str, reason: CancelReason) -> None:
+        """Count one call cut short (instead of `observe_call`, never in addition to it)."""
+        label = self.tool_label(tool)
+        self._calls.labels(label, CallOutcome.CANCELLED.value).inc()
+        self._cancelled.labels(label, reason.value).inc()
+
+    @contextlib.contextmanager
+    def in_flight(self) -> Iterator[None]:
+        """Wrap a call's execution: the in-flight gauge counts it while inside."""
+        self._in_flight.inc()
+        try:
+            yield
+        finally:
+            self._in_flight.dec()
+
+    def opa_error(self) -> None:
+        """Count a policy query that failed (the call was then denied: fail closed)."""
+        self._opa_errors.inc()
+
+    def policy_reloaded(self, ok: bool) -> None:
+        """Count a policy reload (SIGHUP or the Admin service)."""
+        self._reloads.labels("ok" if ok else "failed").inc()
+
+    def containers_reaped(self, count: int) -> None:
+        """Count leftovers removed outside the executor (the reap at start-up)."""
+        self._sandbox.add_reaped(count)
+
+    def watch_sandbox(
+        self,
+        stats: Callable[[], ExecutorStats | None],
+        loop: asyncio.AbstractEventLoop | None = None,
+    ) -> None:
+        """Export the sandbox executor's counters, read at each scrape.
+
+        Args:
+            stats: Returns the executor's counters now (`executor.stats`), or None while there
+                is no executor.
+            loop: The event loop the executor lives on; scrapes run on the HTTP server's thread
+                and read the counters through this loop, so they never race with it.
+        """
+        self._sandbox.watch(stats, loop)
+
+    def start_http_server(self, host: str = "127.0.0.1", port: int = 9464) -> MetricsServer:
+        """Serve these metrics at http://host:port/metrics from a background thread.
+
+        Raises:
+            TooljailError: The address cannot be bound.
+        """
+        try:
+            httpd, thread = prometheus_client.start_http_server(
+                port, addr=host, registry=self.registry
+            )
+        except OSError as exc:
+            raise TooljailError(
+                f"cannot serve metrics on {host}:{port}: {exc}; choose another metrics address "
+                "or port in the config, or stop what holds it"
+            ) from exc
+        bound_port: int = httpd.server_address[1]
+        if not _is_loopback(host):
+            log.warning(
+                "metrics are served on %s:%d without authentication; firewall that port",
+                host,
+                bound_port,
+            )
+        log.info("metrics on http://%s:%d/metrics", host, bound_port)
+        return MetricsServer(host, bound_port, httpd, thread)
+
+
+def _is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+class _SandboxCollector:
+    """Reads the executor's counters at scrape time."""
+
+    def __init__(self) -> None:
+        self._stats: Callable[[], ExecutorStats | None] | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._extra_reaped = 0
+        self._lock = threading.Lock()
+
+    def watch(
+        self, stats: Callable[[], ExecutorStats | None], loop: asyncio.AbstractEventLoop | None
+    ) -> None:
+        with self._lock:
+            self._stats, self._loop = stats, loop
+
+    def add_reaped(self, count: int) -> None:
+        with self._lock:
+            self._extra_reaped += count
+
+    def _snapshot(self) -> ExecutorStats | None:
+        with self._lock:
+            stats, loop = self._stats, self._loop
+        if stats is None:
+            return ExecutorStats()
+        if loop is None or not loop.is_running():
+            return stats()
+
+        async def read() -> ExecutorStats | None:
+            return stats()
+
+        future = asyncio.run_coroutine_threadsafe(read(), loop)
+        try:
+            return future.result(_SNAPSHOT_TIMEOUT_S)
+        except FutureTimeout:
+            future.cancel()
+            log.warning(
+                "the event loop did not hand over the sandbox counters within %.0f s; this "
+                "scrape has none (a blocked loop is a bug: look for slow synchronous work)",
+                _SNAPSHOT_TIMEOUT_S,
+            )
+            return None
+
+    def describe(self) -> Iterable[Metric]:
+        return self._families(ExecutorStats(), 0)
+
+    def collect(self) -> Iterable[Metric]:
+        try:
+            snapshot = self._snapshot()
+        except Exception:
+            log.exception("reading the sandbox counters failed; this scrape has none")
+            return []
+        if snapshot is None:
+            # The executor is gone (shutdown) or out of reach: report nothing rather than zeros.
+            return []
+        with self._lock:
+            extra_reaped = self._extra_reaped
+        return self._families(snapshot, extra_reaped)
+
+    @staticmethod
+    def _families(stats: ExecutorStats, extra_reaped: int) -> list[Metric]:
+        def counter(name: str, doc: str, value: float) -> Metric:
+            return CounterMetricFamily(f"{NAMESPACE}_sandbox_{name}", doc, value=value)
+
+        def gauge(name: str, doc: str, value: float) -> Metric:
+            return GaugeMetricFamily(f"{NAMESPACE}_sandbox_{name}", doc, value=value)
+
+        return [
+            gauge("pool_ready", "Warm containers ready in the pool now.", stats.pooled),
+            gauge("containers_busy", "Containers running a call now.", stats.in_flight),
+            counter("pool_hits", "Calls served by a warm container.", stats.pool_hits),
+            counter("pool_misses", "Calls that had to start a container.", stats.pool_misses),
+            counter("containers_started", "Containers started.", stats.started),
+            counter("containers_removed", "Containers removed.", stats.removed),
+            counter(
+                "containers_reaped",
+                "Leftover containers removed (crashed predecessors, lost ones).",
+                stats.reaped + extra_reaped,
+            ),
+        ]
