@@ -134,6 +134,8 @@ class ExecuteOutcome(Frozen):
     result: ToolResult
     decision: Decision
     report: ExecutionReport
+    summary: str = ""
+    """One line for people, distinct from the model-facing content."""
 
 
 class Caller(Frozen):

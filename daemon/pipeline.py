@@ -38,6 +38,7 @@ from daemon.tools.contract import (
     AnyTool,
     CallContext,
     InterruptBehavior,
+    ProgressSink,
     SandboxRunner,
     ToolInput,
     ToolOutput,
@@ -60,6 +61,10 @@ class CallRequest:
     tool_use: ToolUse
     session_id: str = ""
     approval_token: str = ""
+    approval_scope: str = "once"
+    """With a token: "once", or "session" (similar calls need no approval for the session)."""
+    progress: ProgressSink | None = None
+    """Where live progress goes (ExecuteStream); None when nobody listens."""
 
 
 @dataclass(frozen=True)
@@ -103,6 +108,11 @@ def masked(value: Any, fields: frozenset[str]) -> Any:
     if isinstance(value, list):
         return [masked(item, fields) for item in value]
     return value
+
+
+def _one_line(text: str, limit: int = 200) -> str:
+    line = " ".join(text.split())
+    return line if len(line) <= limit else line[: limit - 1] + "…"
 
 
 def _error(tool_use_id: str, text: str) -> ToolResult:
@@ -171,17 +181,36 @@ class Pipeline:
         tool_use = call.request.tool_use
         if call.early is not None or call.tool is None or call.args is None:
             result = _error(tool_use.id, call.early or "The call could not be prepared.")
-            return self._finish(call, caller, None, result, ExecutionReport())
+            known = call.tool is not None
+            summary = (
+                f"{tool_use.name}: invalid input" if known else f"Unknown tool {tool_use.name}"
+            )
+            return self._finish(call, caller, None, result, ExecutionReport(), summary=summary)
         tool, args, session = call.tool, call.args, call.session
 
         gate = await self._gate.decide(
-            tool, args, call.paths, session, caller, tool_use.id, call.request.approval_token
+            tool,
+            args,
+            call.paths,
+            session,
+            caller,
+            tool_use.id,
+            call.request.approval_token,
+            call.request.approval_scope,
         )
         verdict = gate.verdict
         if verdict.outcome is not Outcome.ALLOW:
             result = _error(tool_use.id, self._refusal_text(tool.name, verdict))
-            report = ExecutionReport()
-            return self._finish(call, caller, verdict, result, report, gate.approval_token)
+            word = "needs approval" if verdict.outcome is Outcome.ASK else "denied by policy"
+            return self._finish(
+                call,
+                caller,
+                verdict,
+                result,
+                ExecutionReport(),
+                gate.approval_token,
+                summary=f"{tool.name} {word}",
+            )
 
         limits = clamp_limits(verdict.limits or self._limits.default_sandbox, self._limits.ceilings)
         budget = min(tool.traits.max_result_chars, self._limits.result_budget_chars)
@@ -192,6 +221,7 @@ class Pipeline:
             session=session,
             limits=limits,
             sandbox=self._runner_factory(session, tool_use.id) if tool.traits.sandboxed else None,
+            progress=call.request.progress,
         )
         exec_started = time.monotonic()
         output = await self._run_respecting_interrupt(tool, args, ctx)
@@ -207,7 +237,8 @@ class Pipeline:
             original_chars=fitted.original_chars,
         )
         result = ToolResult(tool_use_id=tool_use.id, content=content, is_error=output.is_error)
-        return self._finish(call, caller, verdict, result, report)
+        summary = _one_line(tool.summarize(args, output))
+        return self._finish(call, caller, verdict, result, report, summary=summary)
 
     @staticmethod
     def _refusal_text(tool_name: str, verdict: Verdict) -> str:
@@ -287,6 +318,8 @@ class Pipeline:
         result: ToolResult,
         report: ExecutionReport,
         approval_token: str = "",
+        *,
+        summary: str = "",
     ) -> ExecuteOutcome:
         request = call.request
         decision_id = (verdict.decision_id if verdict else "") or uuid.uuid4().hex
@@ -315,4 +348,4 @@ class Pipeline:
                 "duration_ms": int((time.monotonic() - call.started) * 1000),
             }
         )
-        return ExecuteOutcome(result=result, decision=decision, report=report)
+        return ExecuteOutcome(result=result, decision=decision, report=report, summary=summary)

@@ -145,7 +145,13 @@ class Daemon:
             settings,
             self.address,
             ExecutorService(pipeline, scheduler, self.sessions, resolver, self.intake),
-            AdminService(self.reloader, resolver, settings.auth.admin_principals, self.status),
+            AdminService(
+                self.reloader,
+                resolver,
+                settings.auth.admin_principals,
+                self.status,
+                self.sessions,
+            ),
             self._health,
         )
         await server.start()

@@ -25,6 +25,27 @@ def file_sha256(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
+MODES = ("default", "acceptEdits", "plan", "dontAsk", "bypassPermissions")
+"""Permission modes a session can be in (the policy implements what each means)."""
+
+
+@dataclass(frozen=True)
+class SessionGrant:
+    """An approval that holds for the rest of the session (approval scope "session")."""
+
+    tool: str
+    pattern: str
+    """Bash: the command prefix (words); file tools: a directory prefix ending in '/'."""
+    words: tuple[str, ...]
+    """Bash: the prefix as words, for exact matching by the policy."""
+    approved_by: str
+    granted_at: float
+
+    def to_policy(self) -> dict[str, object]:
+        """As the policy input shows it."""
+        return {"tool": self.tool, "pattern": self.pattern, "words": list(self.words)}
+
+
 @dataclass
 class Session:
     """State shared by the calls of one session."""
@@ -38,6 +59,10 @@ class Session:
     """Closed after this long without calls (None: never)."""
     last_used: float = field(default_factory=time.monotonic)
     """Monotonic time of the last call."""
+    mode: str = "default"
+    """Permission mode (see MODES)."""
+    grants: list[SessionGrant] = field(default_factory=list)
+    """Approvals that hold for the rest of the session."""
     reads: dict[Path, ReadRecord] = field(default_factory=dict)
     cwd: Path | None = None
     """Working directory Bash starts in (the workspace until a command changes it)."""

@@ -16,13 +16,20 @@ from daemon.models import Caller, Outcome
 from daemon.policy.document import INPUT_VERSION
 from daemon.policy.engine import PolicyEngine
 from daemon.scheduler import Scheduler
-from daemon.session import Session
+from daemon.session import MODES, Session
 from daemon.sessions import SessionStore
 
 log = logging.getLogger(__name__)
 
 #: Removes a session's containers (warm pool included); returns how many.
 SandboxCleanup = Callable[[Session], Awaitable[int]]
+
+
+def check_mode(mode: str) -> str:
+    """The mode if it is one of MODES, else RequestError listing them."""
+    if mode not in MODES:
+        raise RequestError(f"unknown mode {mode!r}; the modes are {', '.join(MODES)}")
+    return mode
 
 
 @dataclass(frozen=True)
@@ -54,11 +61,26 @@ class SessionManager:
         self._sweep_interval = sweep_interval_s
         self._sweeper: asyncio.Task[None] | None = None
 
-    async def open(self, workspace: str, idle_ttl_s: int, caller: Caller) -> Session:
+    def get(self, session_id: str) -> Session:
+        """An open session (RequestError when unknown)."""
+        return self._store.get(session_id)
+
+    def set_mode(self, session_id: str, mode: str) -> Session:
+        """Change a session's permission mode."""
+        session = self._store.get(session_id)
+        session.mode = check_mode(mode)
+        return session
+
+    async def open(
+        self, workspace: str, idle_ttl_s: int, caller: Caller, mode: str = ""
+    ) -> Session:
         """Open a session over a fresh directory, or over an existing one the policy allows."""
         ttl = float(idle_ttl_s) if idle_ttl_s > 0 else self._default_ttl
+        mode = check_mode(mode or "default")
         if not workspace:
-            return self._store.open(None, ttl)
+            session = self._store.open(None, ttl)
+            session.mode = mode
+            return session
         if "\x00" in workspace or not Path(workspace).is_absolute():
             raise RequestError("workspace must be an absolute path to an existing directory")
         resolved = Path(os.path.realpath(workspace))
@@ -73,7 +95,9 @@ class SessionManager:
             raise RequestError(
                 f"the policy does not allow a session over {resolved}: " + " ".join(verdict.reasons)
             )
-        return self._store.open(resolved, ttl)
+        session = self._store.open(resolved, ttl)
+        session.mode = mode
+        return session
 
     async def close(self, session_id: str, delete_workspace: bool) -> ClosedSession:
         """Close a session: cancel its calls, remove its containers, forget its state."""

@@ -18,10 +18,11 @@ if ! command -v go >/dev/null && [[ -x /usr/local/go/bin/go ]]; then
   PATH="$PATH:/usr/local/go/bin"
 fi
 command -v go >/dev/null || die "go not found: install Go (https://go.dev/doc/install) or put it on PATH"
-command -v node >/dev/null && command -v npm >/dev/null ||
+if ! command -v node >/dev/null || ! command -v npm >/dev/null; then
   die "node/npm not found: install Node.js 20+ (apt-get install nodejs npm)"
-tooljail=.venv/bin/tooljail
-[[ -x "$tooljail" ]] || die "$tooljail not found: run 'make setup' first"
+fi
+python=.venv/bin/python
+[[ -x "$python" ]] || die "$python not found: run 'make setup' first"
 
 # --- build -----------------------------------------------------------------------------------------
 start=$SECONDS
@@ -67,6 +68,9 @@ stop_daemon() {
   rm -rf "$scratch"
 }
 trap stop_daemon EXIT
+# Ctrl-C or a kill: exit through the EXIT trap, so the daemon is stopped rather than left behind.
+trap 'exit 130' INT
+trap 'exit 143' TERM
 
 workspace="$scratch/ws"
 mkdir -p "$workspace"
@@ -76,8 +80,10 @@ printf '%s\nsecond line\n' "$marker" >"$note"
 socket="$scratch/tj.sock"
 target="unix://$socket"
 
+# `python -m daemon.cli` is the `tooljail` command run from this checkout (cwd on sys.path), so the
+# daemon under test is this tree's code whatever the venv's install points at.
 TOOLJAIL_STATE_DIR="$scratch/state" TOOLJAIL_AUDIT_LOG="$scratch/audit.jsonl" \
-  "$tooljail" serve --listen "$target" --workspace "$workspace" >"$daemon_log" 2>&1 &
+  "$python" -m daemon.cli serve --listen "$target" --workspace "$workspace" >"$daemon_log" 2>&1 &
 daemon_pid=$!
 log "daemon started (pid $daemon_pid, $target, log ${daemon_log#"$REPO_ROOT"/})"
 
@@ -93,7 +99,7 @@ for _ in $(seq 600); do
 done
 [[ -S "$socket" ]] || die "no socket at $socket after 60s; see $daemon_log"
 # The socket is bound before the services are ready: wait for the health service to say SERVING.
-.venv/bin/python - "$target" <<'EOF' || die "the daemon never reported SERVING; see $daemon_log"
+"$python" - "$target" <<'EOF' || die "the daemon never reported SERVING; see $daemon_log"
 import sys
 import time
 
@@ -136,7 +142,7 @@ run_client go "$go_client" -target "$target" -read "$note" -expect "$marker"
 run_client node node examples/node/client.js --target "$target" --read "$note" --expect "$marker"
 
 stop_daemon
-trap - EXIT
+trap - EXIT INT TERM
 log "daemon stopped; total $((SECONDS - start))s"
 log "summary: passed: ${passed[*]:-none}; failed: ${failed[*]:-none}"
 echo "interop: ${#passed[@]} passed, ${#failed[@]} failed"

@@ -118,10 +118,8 @@ def mcp_result(response: pb.ExecuteResponse) -> types.CallToolResult:
         return types.CallToolResult(content=content, is_error=response.result.is_error)
     content.append(
         types.TextContent(
-            text="Approval needed: tell the user what this call would do and why you need it. "
-            "A person can approve it in an MCP client that supports tooljail approvals (the "
-            f"token is in this result's _meta under {APPROVAL_META_KEY!r}); it cannot be "
-            "approved from inside the conversation."
+            text="Only a person can give this approval, in the MCP client and not from inside "
+            "the conversation: tell the user what the call would do and why it is needed."
         )
     )
     approval = {"token": decision.approval_token, "tool_use_id": response.result.tool_use_id}

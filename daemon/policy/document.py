@@ -23,7 +23,12 @@ def _traits(name: str, traits: ToolTraits) -> dict[str, Any]:
 
 
 def _session(session: Session) -> dict[str, Any]:
-    return {"id": session.id, "workspace": str(session.workspace)}
+    return {
+        "id": session.id,
+        "workspace": str(session.workspace),
+        "mode": session.mode,
+        "grants": [grant.to_policy() for grant in session.grants],
+    }
 
 
 def _caller(caller: Caller) -> dict[str, Any]:

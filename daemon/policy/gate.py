@@ -8,6 +8,7 @@ precise reason, and a policy that still asks although a valid token came is a de
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 from typing import Any
 
@@ -16,7 +17,7 @@ from daemon.policy.approval import ApprovalAuthority, ApprovalError, Grant, cano
 from daemon.policy.document import call_document
 from daemon.policy.engine import PolicyEngine
 from daemon.policy.verdict import Verdict
-from daemon.session import Session
+from daemon.session import Session, SessionGrant
 from daemon.tools.contract import AnyTool, ToolInput, TouchedPath
 
 
@@ -49,6 +50,7 @@ class PolicyGate:
         caller: Caller,
         tool_use_id: str,
         approval_token: str,
+        approval_scope: str = "once",
     ) -> GateDecision:
         """The decision for one call."""
         binding: dict[str, Any] = {
@@ -92,4 +94,25 @@ class PolicyGate:
                 return GateDecision(
                     Verdict.deny(f"The approval token was refused: {exc}", verdict.decision_id)
                 )
+            if approval_scope == "session":
+                self._grant_for_session(tool, args, session, grant)
         return GateDecision(verdict)
+
+    @staticmethod
+    def _grant_for_session(tool: AnyTool, args: ToolInput, session: Session, grant: Grant) -> None:
+        """Remember the approval for the rest of the session (the policy sees it as a grant)."""
+        covered = tool.grant_pattern(args)
+        if covered is None:
+            return
+        pattern, words = covered
+        if any(g.tool == tool.name and g.pattern == pattern for g in session.grants):
+            return
+        session.grants.append(
+            SessionGrant(
+                tool=tool.name,
+                pattern=pattern,
+                words=words,
+                approved_by=grant.approved_by,
+                granted_at=time.time(),
+            )
+        )

@@ -12,8 +12,10 @@ from daemon._generated.tooljail.v1 import executor_pb2_grpc as pb_grpc
 from daemon.errors import PermissionDenied, TooljailError
 from daemon.models import Caller
 from daemon.policy.reloader import PolicyReloader
+from daemon.server import convert
 from daemon.server.identity import CallerResolver
 from daemon.server.status import status_for
+from daemon.session_manager import SessionManager
 
 Context = grpc.aio.ServicerContext[object, object]
 
@@ -41,7 +43,9 @@ class AdminService(pb_grpc.AdminServicer):
         resolver: CallerResolver,
         admin_principals: list[str],
         status: Callable[[], Awaitable[StatusSnapshot]],
+        sessions: SessionManager,
     ) -> None:
+        self._sessions = sessions
         self._reloader = reloader
         self._resolver = resolver
         self._admins = frozenset(admin_principals)
@@ -82,3 +86,23 @@ class AdminService(pb_grpc.AdminServicer):
             instance_id=snapshot.instance_id,
             principal=caller.principal,
         )
+
+    async def SetSessionMode(
+        self, request: pb.SetSessionModeRequest, context: Context
+    ) -> pb.Session:
+        try:
+            self._admin(context)
+            session = self._sessions.set_mode(request.session_id, request.mode)
+        except TooljailError as exc:
+            await context.abort(status_for(exc), str(exc))
+        return convert.session_to_proto(session)
+
+    async def ListGrants(
+        self, request: pb.ListGrantsRequest, context: Context
+    ) -> pb.ListGrantsResponse:
+        try:
+            self._admin(context)
+            session = self._sessions.get(request.session_id)
+        except TooljailError as exc:
+            await context.abort(status_for(exc), str(exc))
+        return convert.grants_to_proto(session)

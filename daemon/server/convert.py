@@ -20,6 +20,7 @@ from daemon.models import (
 )
 from daemon.pipeline import CallRequest
 from daemon.session import Session
+from daemon.tools.contract import ProgressUpdate
 from daemon.tools.registry import ToolDefinition
 
 _OUTCOMES = {None: pb.OUTCOME_UNSPECIFIED, Outcome.ALLOW: pb.ALLOW, Outcome.DENY: pb.DENY,
@@ -40,10 +41,14 @@ def call_request_from_proto(message: pb.ExecuteRequest) -> CallRequest:
     """An ExecuteRequest as the pipeline's CallRequest."""
     if not message.HasField("tool_use"):
         raise RequestError("ExecuteRequest.tool_use is missing")
+    scope = message.approval_scope or "once"
+    if scope not in ("once", "session"):
+        raise RequestError('approval_scope must be "once" or "session"')
     return CallRequest(
         tool_use=tool_use_from_proto(message.tool_use),
         session_id=message.session_id,
         approval_token=message.approval_token,
+        approval_scope=scope,
     )
 
 
@@ -102,6 +107,20 @@ def outcome_to_proto(outcome: ExecuteOutcome) -> pb.ExecuteResponse:
         decision=_decision_to_proto(outcome.decision),
         report=_report_to_proto(outcome.report),
         tool_result_json=json.dumps(outcome.result.to_anthropic(), ensure_ascii=False),
+        summary=outcome.summary,
+    )
+
+
+def progress_to_proto(tool_use_id: str, update: ProgressUpdate, dropped: int) -> pb.ExecuteEvent:
+    """A progress update as a stream event."""
+    return pb.ExecuteEvent(
+        progress=pb.Progress(
+            tool_use_id=tool_use_id,
+            output=update.output,
+            files_scanned=update.files_scanned,
+            message=update.message,
+            dropped_chunks=dropped,
+        )
     )
 
 
@@ -132,4 +151,20 @@ def session_to_proto(session: Session) -> pb.Session:
         id=session.id,
         workspace=str(session.workspace),
         idle_ttl_s=int(session.idle_ttl_s or 0),
+        mode=session.mode,
+    )
+
+
+def grants_to_proto(session: Session) -> pb.ListGrantsResponse:
+    """A session's grants."""
+    return pb.ListGrantsResponse(
+        grants=[
+            pb.Grant(
+                tool=g.tool,
+                pattern=g.pattern,
+                approved_by=g.approved_by,
+                granted_at=int(g.granted_at),
+            )
+            for g in session.grants
+        ]
     )

@@ -3,6 +3,8 @@ scheduler, convert back. Errors become statuses in one place (daemon.server.stat
 
 from __future__ import annotations
 
+import asyncio
+import dataclasses
 from collections.abc import AsyncIterator
 
 import grpc
@@ -15,6 +17,7 @@ from daemon.pipeline import Pipeline
 from daemon.scheduler import Scheduler
 from daemon.server import convert
 from daemon.server.identity import CallerResolver
+from daemon.server.progress_relay import ProgressRelay
 from daemon.server.status import status_for
 from daemon.session_manager import SessionManager
 
@@ -86,10 +89,41 @@ class ExecutorService(pb_grpc.ExecutorServicer):
         except TooljailError as exc:
             await context.abort(status_for(exc), str(exc))
 
+    async def ExecuteStream(
+        self, request: pb.ExecuteRequest, context: Context
+    ) -> AsyncIterator[pb.ExecuteEvent]:
+        try:
+            caller = self._admit(context)
+            call = convert.call_request_from_proto(request)
+        except TooljailError as exc:
+            await context.abort(status_for(exc), str(exc))
+        relay = ProgressRelay()
+        call = dataclasses.replace(call, progress=relay.push)
+        running = asyncio.create_task(self._scheduler.execute(call, caller))
+        waiter: asyncio.Task[None] | None = None
+        try:
+            while not running.done():
+                waiter = asyncio.create_task(relay.wait())
+                await asyncio.wait({running, waiter}, return_when=asyncio.FIRST_COMPLETED)
+                waiter.cancel()
+                for update in relay.take():
+                    yield convert.progress_to_proto(call.tool_use.id, update, relay.dropped)
+            for update in relay.take():
+                yield convert.progress_to_proto(call.tool_use.id, update, relay.dropped)
+            try:
+                outcome = running.result()
+            except TooljailError as exc:
+                await context.abort(status_for(exc), str(exc))
+            yield pb.ExecuteEvent(response=convert.outcome_to_proto(outcome))
+        finally:
+            for task in (running, waiter):
+                if task is not None and not task.done():
+                    task.cancel()
+
     async def OpenSession(self, request: pb.OpenSessionRequest, context: Context) -> pb.Session:
         try:
             session = await self._sessions.open(
-                request.workspace, request.idle_ttl_s, self._admit(context)
+                request.workspace, request.idle_ttl_s, self._admit(context), request.mode
             )
         except TooljailError as exc:
             await context.abort(status_for(exc), str(exc))

@@ -296,6 +296,13 @@ def _is_loopback(host: str) -> bool:
         return False
 
 
+def _running_loop() -> asyncio.AbstractEventLoop | None:
+    try:
+        return asyncio.get_running_loop()
+    except RuntimeError:
+        return None
+
+
 class _SandboxCollector:
     """Reads the executor's counters at scrape time."""
 
@@ -316,15 +323,16 @@ class _SandboxCollector:
             self._extra_reaped += count
 
     def _snapshot(self) -> ExecutorStats | None:
+        """The counters now (zeros without an executor), or None when they cannot be read."""
         with self._lock:
             stats, loop = self._stats, self._loop
         if stats is None:
             return ExecutorStats()
-        if loop is None or not loop.is_running():
-            return stats()
+        if loop is None or not loop.is_running() or _running_loop() is loop:
+            return stats() or ExecutorStats()
 
-        async def read() -> ExecutorStats | None:
-            return stats()
+        async def read() -> ExecutorStats:
+            return stats() or ExecutorStats()
 
         future = asyncio.run_coroutine_threadsafe(read(), loop)
         try:
@@ -348,7 +356,7 @@ class _SandboxCollector:
             log.exception("reading the sandbox counters failed; this scrape has none")
             return []
         if snapshot is None:
-            # The executor is gone (shutdown) or out of reach: report nothing rather than zeros.
+            # Out of reach: no samples is honest, zeros would look like a counter reset.
             return []
         with self._lock:
             extra_reaped = self._extra_reaped

@@ -133,6 +133,16 @@ class BashTool(Tool[BashInput, BashRun]):
         # A line that only reads may run beside other safe calls (and a failure then cancels them).
         return is_read_only_command(args.command)
 
+    def grant_pattern(self, args: BashInput) -> tuple[str, tuple[str, ...]] | None:
+        # The program and its subcommand ("git push"): approving it for the session covers the
+        # same kind of command, never a different program.
+        commands = parsed(args.command).simple_commands
+        if not commands or not commands[0].argv:
+            return None
+        argv = commands[0].argv
+        words = tuple(argv[:2]) if len(argv) > 1 and not argv[1].startswith("-") else argv[:1]
+        return " ".join(words), tuple(words)
+
     def policy_facts(self, args: BashInput, session: Session) -> dict[str, Any]:
         return {"command": parsed(args.command).to_policy()}
 

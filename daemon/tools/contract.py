@@ -10,6 +10,7 @@ treated as risky (not read-only, destructive, not concurrency-safe, runs in the 
 from __future__ import annotations
 
 import abc
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from enum import StrEnum
 from pathlib import Path
@@ -86,6 +87,22 @@ class ToolOutput:
         return cls(content=[TextContent(text=text)], is_error=is_error)
 
 
+@dataclass(frozen=True)
+class ProgressUpdate:
+    """Live progress of a running call, for the person watching (never for the model)."""
+
+    output: str = ""
+    """A chunk of output as it was produced."""
+    files_scanned: int = 0
+    """Files looked at so far."""
+    message: str = ""
+    """Anything else worth showing."""
+
+
+ProgressSink = Callable[[ProgressUpdate], None]
+"""Receives progress; must not block (the daemon bounds and drops on its side)."""
+
+
 class SandboxRunner(abc.ABC):
     """How a tool runs a request in a disposable container (provided by the daemon)."""
 
@@ -104,7 +121,14 @@ class CallContext:
     """Limits the policy granted (already clamped to the daemon's ceilings)."""
     sandbox: SandboxRunner | None = None
     """None when the daemon runs without a sandbox backend."""
+    progress: ProgressSink | None = None
+    """Where live progress goes, when someone listens."""
     extra: dict[str, Any] = field(default_factory=dict)
+
+    def report(self, update: ProgressUpdate) -> None:
+        """Send progress if anyone listens."""
+        if self.progress is not None:
+            self.progress(update)
 
     @property
     def workspace(self) -> Path:
@@ -150,6 +174,11 @@ class Tool(abc.ABC, Generic[InT, OutT]):
         """Extra top-level facts for the policy input (e.g. Bash's parsed command)."""
         return {}
 
+    def grant_pattern(self, args: InT) -> tuple[str, tuple[str, ...]] | None:
+        """What a session-scoped approval of this call covers: (pattern, words); None: only
+        this exact call can be approved."""
+        return None
+
     def touched_paths(self, args: InT, session: Session) -> list[TouchedPath]:
         """Every path this call touches, resolved, for the policy input."""
         return []
@@ -161,6 +190,10 @@ class Tool(abc.ABC, Generic[InT, OutT]):
     @abc.abstractmethod
     def render(self, result: OutT) -> ToolOutput:
         """Map the tool's own result to tool_result content."""
+
+    def summarize(self, args: InT, output: ToolOutput) -> str:
+        """One line for people about what the call did (not what the model reads)."""
+        return f"{self.name} failed" if output.is_error else f"{self.name} done"
 
 
 AnyTool = Tool[Any, Any]

@@ -26,6 +26,7 @@ from daemon.tools.write import (
     FILE_PATH_DESCRIPTION,
     FILE_TOOL_TRAITS,
     FileChange,
+    directory_grant,
     file_touched,
     read_current,
     render_change,
@@ -91,6 +92,9 @@ class EditTool(Tool[EditInput, FileChange]):
         except EditError as exc:
             raise ToolInputError(str(exc)) from exc
         return args
+
+    def grant_pattern(self, args: EditInput) -> tuple[str, tuple[str, ...]] | None:
+        return directory_grant(args.file_path)
 
     def touched_paths(self, args: EditInput, session: Session) -> list[TouchedPath]:
         return file_touched(args.file_path, session)

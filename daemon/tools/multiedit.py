@@ -29,6 +29,7 @@ from daemon.tools.write import (
     FILE_PATH_DESCRIPTION,
     FILE_TOOL_TRAITS,
     FileChange,
+    directory_grant,
     file_touched,
     read_current,
     render_change,
@@ -89,6 +90,9 @@ class MultiEditTool(Tool[MultiEditInput, FileChange]):
             except EditError as exc:
                 raise ToolInputError(str(numbered_failure(index, len(specs), exc))) from exc
         return args
+
+    def grant_pattern(self, args: MultiEditInput) -> tuple[str, tuple[str, ...]] | None:
+        return directory_grant(args.file_path)
 
     def touched_paths(self, args: MultiEditInput, session: Session) -> list[TouchedPath]:
         return file_touched(args.file_path, session)

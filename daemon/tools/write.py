@@ -192,6 +192,11 @@ class WriteInput(LaxToolInput):
     content: str = Field(description="The complete new content of the file.")
 
 
+def directory_grant(file_path: str) -> tuple[str, tuple[str, ...]]:
+    """A session-scoped approval of a file change covers its directory (and below)."""
+    return str(Path(file_path).parent).rstrip("/") + "/", ()
+
+
 class WriteTool(Tool[WriteInput, FileChange]):
     """Create a file, or overwrite one that was Read in this session."""
 
@@ -214,6 +219,9 @@ class WriteTool(Tool[WriteInput, FileChange]):
     def validate(self, args: WriteInput, session: Session) -> WriteInput:
         target_path(args.file_path)
         return args
+
+    def grant_pattern(self, args: WriteInput) -> tuple[str, tuple[str, ...]] | None:
+        return directory_grant(args.file_path)
 
     def touched_paths(self, args: WriteInput, session: Session) -> list[TouchedPath]:
         return file_touched(args.file_path, session)

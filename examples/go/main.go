@@ -9,7 +9,6 @@ package main
 
 import (
 	"cmp"
-	"context"
 	"flag"
 	"fmt"
 	"os"
@@ -67,9 +66,4 @@ func main() {
 		}
 	}
 	fmt.Printf("PASS go client: %d steps against %s\n", len(steps), *target)
-}
-
-// call gives each RPC its own deadline, so a stuck daemon fails one step instead of hanging.
-func (c *client) call() (context.Context, context.CancelFunc) {
-	return context.WithTimeout(context.Background(), c.timeout)
 }

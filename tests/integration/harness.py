@@ -27,6 +27,8 @@ class RunningDaemon:
     def __init__(self, workspace: Path, socket_path: Path, **overrides: Any) -> None:
         self.workspace = workspace
         self.audit_path = socket_path.with_suffix(".audit.jsonl")
+        # Tests check behaviour, not speed: a loaded machine must not turn decisions into denies.
+        overrides["opa"] = {"timeout_s": 5.0, **overrides.get("opa", {})}
         self.settings = load_settings(
             None,
             listen=f"unix://{socket_path}",

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import re
+import subprocess
 import sys
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -25,11 +27,13 @@ APPROVAL_KEY = "tooljail/approval"
 
 
 @asynccontextmanager
-async def bridge(target: str) -> AsyncIterator[ClientSession]:
-    """An initialized MCP client session with `python -m daemon.client.mcp_bridge`."""
+async def bridge(
+    target: str, module: tuple[str, ...] = ("daemon.client.mcp_bridge",)
+) -> AsyncIterator[ClientSession]:
+    """An initialized MCP client session with the bridge (`python -m daemon.client.mcp_bridge`)."""
     server = StdioServerParameters(
         command=sys.executable,
-        args=["-m", "daemon.client.mcp_bridge", "--target", target],
+        args=["-m", *module, "--target", target],
         env={"TOOLJAIL_LOG_LEVEL": "WARNING"},
         cwd=REPO,
     )
@@ -166,3 +170,19 @@ async def test_unreachable_daemon_is_an_error_result(short_tmp: Path) -> None:
         # The bridge is still serving after both failures.
         again = await session.call_tool("LS", {"path": "/tmp"})
         assert again.is_error is True
+
+
+async def test_tooljail_mcp_command(host_daemon: RunningDaemon, workdir: Path) -> None:
+    usage = subprocess.run(
+        [sys.executable, "-m", "daemon.cli", "--help"],
+        capture_output=True, text=True, timeout=60, check=False, cwd=REPO,
+    )  # fmt: skip
+    commands = re.search(r"\{([a-z,]+)\}", usage.stdout)
+    if commands is None or "mcp" not in commands.group(1).split(","):
+        pytest.skip("`tooljail mcp` is not wired into daemon/cli.py yet")
+    (workdir / "c.txt").write_text("via the command\n")
+    async with bridge(host_daemon.target, ("daemon.cli", "mcp")) as session:
+        assert "Read" in {tool.name for tool in (await session.list_tools()).tools}
+        result = await session.call_tool("Read", {"file_path": str(workdir / "c.txt")})
+    assert result.is_error is False
+    assert "     1\tvia the command" in text_of(result)

@@ -34,7 +34,7 @@ async def test_bad_policy_is_refused_with_its_location(tmp_path: Path) -> None:
 async def test_shipped_policy_decides_through_the_engine(tmp_path: Path) -> None:
     opa = ManagedOpa(find_opa(None, PROJECT_ROOT), PROJECT_ROOT / "policies")
     await opa.start()
-    engine = OpaPolicyEngine(opa.url, 2.0, SandboxLimits(), "test")
+    engine = OpaPolicyEngine(opa.url, 10.0, SandboxLimits(), "test")
     await engine.open()
     try:
         document = {

@@ -48,15 +48,21 @@ class ListToolsRequest(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
     SESSION_ID_FIELD_NUMBER: _builtins.int
+    INCLUDE_DEFERRED_FIELD_NUMBER: _builtins.int
     session_id: _builtins.str
+    include_deferred: _builtins.bool
+    """Also return deferred tools (marked defer_loading); by default they are left out and found
+    through the ToolSearch tool.
+    """
     def __init__(
         self,
         *,
         session_id: _builtins.str = ...,
+        include_deferred: _builtins.bool = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["session_id", b"session_id"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["include_deferred", b"include_deferred", "session_id", b"session_id"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -94,14 +100,22 @@ class ToolDefinition(_message.Message):
     DESCRIPTION_FIELD_NUMBER: _builtins.int
     INPUT_SCHEMA_FIELD_NUMBER: _builtins.int
     TRAITS_FIELD_NUMBER: _builtins.int
+    DEFER_LOADING_FIELD_NUMBER: _builtins.int
+    ALIASES_FIELD_NUMBER: _builtins.int
     name: _builtins.str
     description: _builtins.str
+    defer_loading: _builtins.bool
+    """Not shown to the model up front: found through ToolSearch."""
     @_builtins.property
     def input_schema(self) -> _struct_pb2.Struct:
         """JSON Schema of the tool's input (an object schema)."""
 
     @_builtins.property
     def traits(self) -> Global___ToolTraits: ...
+    @_builtins.property
+    def aliases(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """Older names still accepted for this tool."""
+
     def __init__(
         self,
         *,
@@ -109,10 +123,12 @@ class ToolDefinition(_message.Message):
         description: _builtins.str = ...,
         input_schema: _struct_pb2.Struct | None = ...,
         traits: Global___ToolTraits | None = ...,
+        defer_loading: _builtins.bool = ...,
+        aliases: _abc.Iterable[_builtins.str] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["input_schema", b"input_schema", "traits", b"traits"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["description", b"description", "input_schema", b"input_schema", "name", b"name", "traits", b"traits"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["aliases", b"aliases", "defer_loading", b"defer_loading", "description", b"description", "input_schema", b"input_schema", "name", b"name", "traits", b"traits"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -356,8 +372,13 @@ class ExecuteRequest(_message.Message):
     SESSION_ID_FIELD_NUMBER: _builtins.int
     TOOL_USE_FIELD_NUMBER: _builtins.int
     APPROVAL_TOKEN_FIELD_NUMBER: _builtins.int
+    APPROVAL_SCOPE_FIELD_NUMBER: _builtins.int
     session_id: _builtins.str
     approval_token: _builtins.str
+    approval_scope: _builtins.str
+    """With an approval token: "once" (default) or "session" (the same tool and command prefix or
+    path pattern is allowed for the rest of the session without asking).
+    """
     @_builtins.property
     def tool_use(self) -> Global___ToolUse: ...
     def __init__(
@@ -366,10 +387,11 @@ class ExecuteRequest(_message.Message):
         session_id: _builtins.str = ...,
         tool_use: Global___ToolUse | None = ...,
         approval_token: _builtins.str = ...,
+        approval_scope: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["tool_use", b"tool_use"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["approval_token", b"approval_token", "session_id", b"session_id", "tool_use", b"tool_use"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["approval_scope", b"approval_scope", "approval_token", b"approval_token", "session_id", b"session_id", "tool_use", b"tool_use"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -383,8 +405,11 @@ class ExecuteResponse(_message.Message):
     DECISION_FIELD_NUMBER: _builtins.int
     REPORT_FIELD_NUMBER: _builtins.int
     TOOL_RESULT_JSON_FIELD_NUMBER: _builtins.int
+    SUMMARY_FIELD_NUMBER: _builtins.int
     tool_result_json: _builtins.str
     """`result` as the exact Anthropic tool_result JSON block."""
+    summary: _builtins.str
+    """One line for people ("Read 120 lines of src/app.py"), distinct from what the model reads."""
     @_builtins.property
     def result(self) -> Global___ToolResult: ...
     @_builtins.property
@@ -398,14 +423,78 @@ class ExecuteResponse(_message.Message):
         decision: Global___Decision | None = ...,
         report: Global___ExecutionReport | None = ...,
         tool_result_json: _builtins.str = ...,
+        summary: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["decision", b"decision", "report", b"report", "result", b"result"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["decision", b"decision", "report", b"report", "result", b"result", "tool_result_json", b"tool_result_json"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["decision", b"decision", "report", b"report", "result", b"result", "summary", b"summary", "tool_result_json", b"tool_result_json"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___ExecuteResponse: _TypeAlias = ExecuteResponse  # noqa: Y015
+
+@_typing.final
+class Progress(_message.Message):
+    """Live progress of a running call; bounded in rate and size."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    TOOL_USE_ID_FIELD_NUMBER: _builtins.int
+    OUTPUT_FIELD_NUMBER: _builtins.int
+    FILES_SCANNED_FIELD_NUMBER: _builtins.int
+    MESSAGE_FIELD_NUMBER: _builtins.int
+    DROPPED_CHUNKS_FIELD_NUMBER: _builtins.int
+    tool_use_id: _builtins.str
+    output: _builtins.str
+    """A chunk of output as it was produced (Bash)."""
+    files_scanned: _builtins.int
+    """Files scanned so far (Grep, Glob)."""
+    message: _builtins.str
+    """Anything else worth showing."""
+    dropped_chunks: _builtins.int
+    """Output chunks dropped because the client read too slowly."""
+    def __init__(
+        self,
+        *,
+        tool_use_id: _builtins.str = ...,
+        output: _builtins.str = ...,
+        files_scanned: _builtins.int = ...,
+        message: _builtins.str = ...,
+        dropped_chunks: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["dropped_chunks", b"dropped_chunks", "files_scanned", b"files_scanned", "message", b"message", "output", b"output", "tool_use_id", b"tool_use_id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___Progress: _TypeAlias = Progress  # noqa: Y015
+
+@_typing.final
+class ExecuteEvent(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    PROGRESS_FIELD_NUMBER: _builtins.int
+    RESPONSE_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def progress(self) -> Global___Progress: ...
+    @_builtins.property
+    def response(self) -> Global___ExecuteResponse: ...
+    def __init__(
+        self,
+        *,
+        progress: Global___Progress | None = ...,
+        response: Global___ExecuteResponse | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["kind", b"kind", "progress", b"progress", "response", b"response"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["kind", b"kind", "progress", b"progress", "response", b"response"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    _WhichOneofReturnType_kind: _TypeAlias = _typing.Literal["progress", "response"]  # noqa: Y015
+    _WhichOneofArgType_kind: _TypeAlias = _typing.Literal["kind", b"kind"]  # noqa: Y015
+    def WhichOneof(self, oneof_group: _WhichOneofArgType_kind) -> _WhichOneofReturnType_kind | None: ...
+
+Global___ExecuteEvent: _TypeAlias = ExecuteEvent  # noqa: Y015
 
 @_typing.final
 class ExecuteBatchRequest(_message.Message):
@@ -436,19 +525,23 @@ class OpenSessionRequest(_message.Message):
 
     WORKSPACE_FIELD_NUMBER: _builtins.int
     IDLE_TTL_S_FIELD_NUMBER: _builtins.int
+    MODE_FIELD_NUMBER: _builtins.int
     workspace: _builtins.str
     """An existing directory to work in (the policy must allow it); empty: a fresh directory."""
     idle_ttl_s: _builtins.int
     """Close the session after this many seconds without calls; 0: the daemon's default."""
+    mode: _builtins.str
+    """Permission mode: default, acceptEdits, plan, dontAsk or bypassPermissions."""
     def __init__(
         self,
         *,
         workspace: _builtins.str = ...,
         idle_ttl_s: _builtins.int = ...,
+        mode: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["idle_ttl_s", b"idle_ttl_s", "workspace", b"workspace"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["idle_ttl_s", b"idle_ttl_s", "mode", b"mode", "workspace", b"workspace"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -461,20 +554,23 @@ class Session(_message.Message):
     ID_FIELD_NUMBER: _builtins.int
     WORKSPACE_FIELD_NUMBER: _builtins.int
     IDLE_TTL_S_FIELD_NUMBER: _builtins.int
+    MODE_FIELD_NUMBER: _builtins.int
     id: _builtins.str
     workspace: _builtins.str
     """Absolute path of the workspace: file paths in tool inputs are absolute paths inside it."""
     idle_ttl_s: _builtins.int
+    mode: _builtins.str
     def __init__(
         self,
         *,
         id: _builtins.str = ...,
         workspace: _builtins.str = ...,
         idle_ttl_s: _builtins.int = ...,
+        mode: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["id", b"id", "idle_ttl_s", b"idle_ttl_s", "workspace", b"workspace"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["id", b"id", "idle_ttl_s", b"idle_ttl_s", "mode", b"mode", "workspace", b"workspace"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -525,6 +621,96 @@ class CloseSessionResponse(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___CloseSessionResponse: _TypeAlias = CloseSessionResponse  # noqa: Y015
+
+@_typing.final
+class SetSessionModeRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    SESSION_ID_FIELD_NUMBER: _builtins.int
+    MODE_FIELD_NUMBER: _builtins.int
+    session_id: _builtins.str
+    mode: _builtins.str
+    def __init__(
+        self,
+        *,
+        session_id: _builtins.str = ...,
+        mode: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["mode", b"mode", "session_id", b"session_id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___SetSessionModeRequest: _TypeAlias = SetSessionModeRequest  # noqa: Y015
+
+@_typing.final
+class ListGrantsRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    SESSION_ID_FIELD_NUMBER: _builtins.int
+    session_id: _builtins.str
+    def __init__(
+        self,
+        *,
+        session_id: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["session_id", b"session_id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ListGrantsRequest: _TypeAlias = ListGrantsRequest  # noqa: Y015
+
+@_typing.final
+class Grant(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    TOOL_FIELD_NUMBER: _builtins.int
+    PATTERN_FIELD_NUMBER: _builtins.int
+    APPROVED_BY_FIELD_NUMBER: _builtins.int
+    GRANTED_AT_FIELD_NUMBER: _builtins.int
+    tool: _builtins.str
+    pattern: _builtins.str
+    """What the grant covers: a command prefix (Bash) or a path pattern (file tools)."""
+    approved_by: _builtins.str
+    granted_at: _builtins.int
+    def __init__(
+        self,
+        *,
+        tool: _builtins.str = ...,
+        pattern: _builtins.str = ...,
+        approved_by: _builtins.str = ...,
+        granted_at: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["approved_by", b"approved_by", "granted_at", b"granted_at", "pattern", b"pattern", "tool", b"tool"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___Grant: _TypeAlias = Grant  # noqa: Y015
+
+@_typing.final
+class ListGrantsResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    GRANTS_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def grants(self) -> _containers.RepeatedCompositeFieldContainer[Global___Grant]: ...
+    def __init__(
+        self,
+        *,
+        grants: _abc.Iterable[Global___Grant] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["grants", b"grants"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ListGrantsResponse: _TypeAlias = ListGrantsResponse  # noqa: Y015
 
 @_typing.final
 class StatusRequest(_message.Message):

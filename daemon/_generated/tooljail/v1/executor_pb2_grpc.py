@@ -61,6 +61,11 @@ class ExecutorStub:
                 request_serializer=tooljail_dot_v1_dot_executor__pb2.CloseSessionRequest.SerializeToString,
                 response_deserializer=tooljail_dot_v1_dot_executor__pb2.CloseSessionResponse.FromString,
                 _registered_method=True)
+        self.ExecuteStream = channel.unary_stream(
+                '/tooljail.v1.Executor/ExecuteStream',
+                request_serializer=tooljail_dot_v1_dot_executor__pb2.ExecuteRequest.SerializeToString,
+                response_deserializer=tooljail_dot_v1_dot_executor__pb2.ExecuteEvent.FromString,
+                _registered_method=True)
 
 
 class ExecutorServicer:
@@ -103,6 +108,13 @@ class ExecutorServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def ExecuteStream(self, request, context):
+        """One tool_use with live progress (output chunks, files scanned), then the final response.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_ExecutorServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -130,6 +142,11 @@ def add_ExecutorServicer_to_server(servicer, server):
                     servicer.CloseSession,
                     request_deserializer=tooljail_dot_v1_dot_executor__pb2.CloseSessionRequest.FromString,
                     response_serializer=tooljail_dot_v1_dot_executor__pb2.CloseSessionResponse.SerializeToString,
+            ),
+            'ExecuteStream': grpc.unary_stream_rpc_method_handler(
+                    servicer.ExecuteStream,
+                    request_deserializer=tooljail_dot_v1_dot_executor__pb2.ExecuteRequest.FromString,
+                    response_serializer=tooljail_dot_v1_dot_executor__pb2.ExecuteEvent.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -279,6 +296,33 @@ class Executor:
             metadata,
             _registered_method=True)
 
+    @staticmethod
+    def ExecuteStream(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_stream(
+            request,
+            target,
+            '/tooljail.v1.Executor/ExecuteStream',
+            tooljail_dot_v1_dot_executor__pb2.ExecuteRequest.SerializeToString,
+            tooljail_dot_v1_dot_executor__pb2.ExecuteEvent.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
 
 class AdminStub:
     """Operator actions, separate from the Executor so they can be exposed (or not) on their own.
@@ -299,6 +343,16 @@ class AdminStub:
                 '/tooljail.v1.Admin/Status',
                 request_serializer=tooljail_dot_v1_dot_executor__pb2.StatusRequest.SerializeToString,
                 response_deserializer=tooljail_dot_v1_dot_executor__pb2.StatusResponse.FromString,
+                _registered_method=True)
+        self.SetSessionMode = channel.unary_unary(
+                '/tooljail.v1.Admin/SetSessionMode',
+                request_serializer=tooljail_dot_v1_dot_executor__pb2.SetSessionModeRequest.SerializeToString,
+                response_deserializer=tooljail_dot_v1_dot_executor__pb2.Session.FromString,
+                _registered_method=True)
+        self.ListGrants = channel.unary_unary(
+                '/tooljail.v1.Admin/ListGrants',
+                request_serializer=tooljail_dot_v1_dot_executor__pb2.ListGrantsRequest.SerializeToString,
+                response_deserializer=tooljail_dot_v1_dot_executor__pb2.ListGrantsResponse.FromString,
                 _registered_method=True)
 
 
@@ -321,6 +375,20 @@ class AdminServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def SetSessionMode(self, request, context):
+        """Changes a session's permission mode.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ListGrants(self, request, context):
+        """The approvals granted for the rest of a session (approval scope "session").
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_AdminServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -333,6 +401,16 @@ def add_AdminServicer_to_server(servicer, server):
                     servicer.Status,
                     request_deserializer=tooljail_dot_v1_dot_executor__pb2.StatusRequest.FromString,
                     response_serializer=tooljail_dot_v1_dot_executor__pb2.StatusResponse.SerializeToString,
+            ),
+            'SetSessionMode': grpc.unary_unary_rpc_method_handler(
+                    servicer.SetSessionMode,
+                    request_deserializer=tooljail_dot_v1_dot_executor__pb2.SetSessionModeRequest.FromString,
+                    response_serializer=tooljail_dot_v1_dot_executor__pb2.Session.SerializeToString,
+            ),
+            'ListGrants': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListGrants,
+                    request_deserializer=tooljail_dot_v1_dot_executor__pb2.ListGrantsRequest.FromString,
+                    response_serializer=tooljail_dot_v1_dot_executor__pb2.ListGrantsResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -390,6 +468,60 @@ class Admin:
             '/tooljail.v1.Admin/Status',
             tooljail_dot_v1_dot_executor__pb2.StatusRequest.SerializeToString,
             tooljail_dot_v1_dot_executor__pb2.StatusResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def SetSessionMode(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/tooljail.v1.Admin/SetSessionMode',
+            tooljail_dot_v1_dot_executor__pb2.SetSessionModeRequest.SerializeToString,
+            tooljail_dot_v1_dot_executor__pb2.Session.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListGrants(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/tooljail.v1.Admin/ListGrants',
+            tooljail_dot_v1_dot_executor__pb2.ListGrantsRequest.SerializeToString,
+            tooljail_dot_v1_dot_executor__pb2.ListGrantsResponse.FromString,
             options,
             channel_credentials,
             insecure,

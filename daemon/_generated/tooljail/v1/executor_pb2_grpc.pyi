@@ -49,6 +49,8 @@ class ExecutorStub:
     """A session with a workspace of its own (fresh, or an existing directory the policy allows)."""
     CloseSession: _grpc.UnaryUnaryMultiCallable[_executor_pb2.CloseSessionRequest, _executor_pb2.CloseSessionResponse]
     """Closes a session: cancels its running calls and removes its containers."""
+    ExecuteStream: _grpc.UnaryStreamMultiCallable[_executor_pb2.ExecuteRequest, _executor_pb2.ExecuteEvent]
+    """One tool_use with live progress (output chunks, files scanned), then the final response."""
 
 @_typing.type_check_only
 class ExecutorAsyncStub(ExecutorStub):
@@ -67,6 +69,8 @@ class ExecutorAsyncStub(ExecutorStub):
     """A session with a workspace of its own (fresh, or an existing directory the policy allows)."""
     CloseSession: _aio.UnaryUnaryMultiCallable[_executor_pb2.CloseSessionRequest, _executor_pb2.CloseSessionResponse]  # type: ignore[assignment]
     """Closes a session: cancels its running calls and removes its containers."""
+    ExecuteStream: _aio.UnaryStreamMultiCallable[_executor_pb2.ExecuteRequest, _executor_pb2.ExecuteEvent]  # type: ignore[assignment]
+    """One tool_use with live progress (output chunks, files scanned), then the final response."""
 
 class ExecutorServicer(metaclass=_abc_1.ABCMeta):
     """Executes the tool_use blocks an agent model emits, under policy, and answers with tool_result
@@ -113,6 +117,14 @@ class ExecutorServicer(metaclass=_abc_1.ABCMeta):
     ) -> _typing.Union[_executor_pb2.CloseSessionResponse, _abc.Awaitable[_executor_pb2.CloseSessionResponse]]:
         """Closes a session: cancels its running calls and removes its containers."""
 
+    @_abc_1.abstractmethod
+    def ExecuteStream(
+        self,
+        request: _executor_pb2.ExecuteRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_abc.Iterator[_executor_pb2.ExecuteEvent], _abc.AsyncIterator[_executor_pb2.ExecuteEvent]]:
+        """One tool_use with live progress (output chunks, files scanned), then the final response."""
+
 def add_ExecutorServicer_to_server(servicer: ExecutorServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...
 
 class AdminStub:
@@ -128,6 +140,10 @@ class AdminStub:
     """
     Status: _grpc.UnaryUnaryMultiCallable[_executor_pb2.StatusRequest, _executor_pb2.StatusResponse]
     """A short summary of the daemon's health for operators (`tooljail status`)."""
+    SetSessionMode: _grpc.UnaryUnaryMultiCallable[_executor_pb2.SetSessionModeRequest, _executor_pb2.Session]
+    """Changes a session's permission mode."""
+    ListGrants: _grpc.UnaryUnaryMultiCallable[_executor_pb2.ListGrantsRequest, _executor_pb2.ListGrantsResponse]
+    """The approvals granted for the rest of a session (approval scope "session")."""
 
 @_typing.type_check_only
 class AdminAsyncStub(AdminStub):
@@ -140,6 +156,10 @@ class AdminAsyncStub(AdminStub):
     """
     Status: _aio.UnaryUnaryMultiCallable[_executor_pb2.StatusRequest, _executor_pb2.StatusResponse]  # type: ignore[assignment]
     """A short summary of the daemon's health for operators (`tooljail status`)."""
+    SetSessionMode: _aio.UnaryUnaryMultiCallable[_executor_pb2.SetSessionModeRequest, _executor_pb2.Session]  # type: ignore[assignment]
+    """Changes a session's permission mode."""
+    ListGrants: _aio.UnaryUnaryMultiCallable[_executor_pb2.ListGrantsRequest, _executor_pb2.ListGrantsResponse]  # type: ignore[assignment]
+    """The approvals granted for the rest of a session (approval scope "session")."""
 
 class AdminServicer(metaclass=_abc_1.ABCMeta):
     """Operator actions, separate from the Executor so they can be exposed (or not) on their own."""
@@ -161,5 +181,21 @@ class AdminServicer(metaclass=_abc_1.ABCMeta):
         context: _ServicerContext,
     ) -> _typing.Union[_executor_pb2.StatusResponse, _abc.Awaitable[_executor_pb2.StatusResponse]]:
         """A short summary of the daemon's health for operators (`tooljail status`)."""
+
+    @_abc_1.abstractmethod
+    def SetSessionMode(
+        self,
+        request: _executor_pb2.SetSessionModeRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_executor_pb2.Session, _abc.Awaitable[_executor_pb2.Session]]:
+        """Changes a session's permission mode."""
+
+    @_abc_1.abstractmethod
+    def ListGrants(
+        self,
+        request: _executor_pb2.ListGrantsRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_executor_pb2.ListGrantsResponse, _abc.Awaitable[_executor_pb2.ListGrantsResponse]]:
+        """The approvals granted for the rest of a session (approval scope "session")."""
 
 def add_AdminServicer_to_server(servicer: AdminServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...

@@ -80,10 +80,13 @@ func (Outcome) EnumDescriptor() ([]byte, []int) {
 }
 
 type ListToolsRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	SessionId     string                 `protobuf:"bytes,1,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	SessionId string                 `protobuf:"bytes,1,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
+	// Also return deferred tools (marked defer_loading); by default they are left out and found
+	// through the ToolSearch tool.
+	IncludeDeferred bool `protobuf:"varint,2,opt,name=include_deferred,json=includeDeferred,proto3" json:"include_deferred,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
 }
 
 func (x *ListToolsRequest) Reset() {
@@ -121,6 +124,13 @@ func (x *ListToolsRequest) GetSessionId() string {
 		return x.SessionId
 	}
 	return ""
+}
+
+func (x *ListToolsRequest) GetIncludeDeferred() bool {
+	if x != nil {
+		return x.IncludeDeferred
+	}
+	return false
 }
 
 type ListToolsResponse struct {
@@ -181,8 +191,12 @@ type ToolDefinition struct {
 	Name        string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
 	Description string                 `protobuf:"bytes,2,opt,name=description,proto3" json:"description,omitempty"`
 	// JSON Schema of the tool's input (an object schema).
-	InputSchema   *structpb.Struct `protobuf:"bytes,3,opt,name=input_schema,json=inputSchema,proto3" json:"input_schema,omitempty"`
-	Traits        *ToolTraits      `protobuf:"bytes,4,opt,name=traits,proto3" json:"traits,omitempty"`
+	InputSchema *structpb.Struct `protobuf:"bytes,3,opt,name=input_schema,json=inputSchema,proto3" json:"input_schema,omitempty"`
+	Traits      *ToolTraits      `protobuf:"bytes,4,opt,name=traits,proto3" json:"traits,omitempty"`
+	// Not shown to the model up front: found through ToolSearch.
+	DeferLoading bool `protobuf:"varint,5,opt,name=defer_loading,json=deferLoading,proto3" json:"defer_loading,omitempty"`
+	// Older names still accepted for this tool.
+	Aliases       []string `protobuf:"bytes,6,rep,name=aliases,proto3" json:"aliases,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -241,6 +255,20 @@ func (x *ToolDefinition) GetInputSchema() *structpb.Struct {
 func (x *ToolDefinition) GetTraits() *ToolTraits {
 	if x != nil {
 		return x.Traits
+	}
+	return nil
+}
+
+func (x *ToolDefinition) GetDeferLoading() bool {
+	if x != nil {
+		return x.DeferLoading
+	}
+	return false
+}
+
+func (x *ToolDefinition) GetAliases() []string {
+	if x != nil {
+		return x.Aliases
 	}
 	return nil
 }
@@ -814,6 +842,9 @@ type ExecuteRequest struct {
 	SessionId     string                 `protobuf:"bytes,1,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
 	ToolUse       *ToolUse               `protobuf:"bytes,2,opt,name=tool_use,json=toolUse,proto3" json:"tool_use,omitempty"`
 	ApprovalToken string                 `protobuf:"bytes,3,opt,name=approval_token,json=approvalToken,proto3" json:"approval_token,omitempty"`
+	// With an approval token: "once" (default) or "session" (the same tool and command prefix or
+	// path pattern is allowed for the rest of the session without asking).
+	ApprovalScope string `protobuf:"bytes,4,opt,name=approval_scope,json=approvalScope,proto3" json:"approval_scope,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -869,6 +900,13 @@ func (x *ExecuteRequest) GetApprovalToken() string {
 	return ""
 }
 
+func (x *ExecuteRequest) GetApprovalScope() string {
+	if x != nil {
+		return x.ApprovalScope
+	}
+	return ""
+}
+
 type ExecuteResponse struct {
 	state    protoimpl.MessageState `protogen:"open.v1"`
 	Result   *ToolResult            `protobuf:"bytes,1,opt,name=result,proto3" json:"result,omitempty"`
@@ -876,8 +914,10 @@ type ExecuteResponse struct {
 	Report   *ExecutionReport       `protobuf:"bytes,3,opt,name=report,proto3" json:"report,omitempty"`
 	// `result` as the exact Anthropic tool_result JSON block.
 	ToolResultJson string `protobuf:"bytes,4,opt,name=tool_result_json,json=toolResultJson,proto3" json:"tool_result_json,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// One line for people ("Read 120 lines of src/app.py"), distinct from what the model reads.
+	Summary       string `protobuf:"bytes,5,opt,name=summary,proto3" json:"summary,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *ExecuteResponse) Reset() {
@@ -938,6 +978,176 @@ func (x *ExecuteResponse) GetToolResultJson() string {
 	return ""
 }
 
+func (x *ExecuteResponse) GetSummary() string {
+	if x != nil {
+		return x.Summary
+	}
+	return ""
+}
+
+// Live progress of a running call; bounded in rate and size.
+type Progress struct {
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	ToolUseId string                 `protobuf:"bytes,1,opt,name=tool_use_id,json=toolUseId,proto3" json:"tool_use_id,omitempty"`
+	// A chunk of output as it was produced (Bash).
+	Output string `protobuf:"bytes,2,opt,name=output,proto3" json:"output,omitempty"`
+	// Files scanned so far (Grep, Glob).
+	FilesScanned int64 `protobuf:"varint,3,opt,name=files_scanned,json=filesScanned,proto3" json:"files_scanned,omitempty"`
+	// Anything else worth showing.
+	Message string `protobuf:"bytes,4,opt,name=message,proto3" json:"message,omitempty"`
+	// Output chunks dropped because the client read too slowly.
+	DroppedChunks int64 `protobuf:"varint,5,opt,name=dropped_chunks,json=droppedChunks,proto3" json:"dropped_chunks,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Progress) Reset() {
+	*x = Progress{}
+	mi := &file_tooljail_v1_executor_proto_msgTypes[13]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Progress) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Progress) ProtoMessage() {}
+
+func (x *Progress) ProtoReflect() protoreflect.Message {
+	mi := &file_tooljail_v1_executor_proto_msgTypes[13]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Progress.ProtoReflect.Descriptor instead.
+func (*Progress) Descriptor() ([]byte, []int) {
+	return file_tooljail_v1_executor_proto_rawDescGZIP(), []int{13}
+}
+
+func (x *Progress) GetToolUseId() string {
+	if x != nil {
+		return x.ToolUseId
+	}
+	return ""
+}
+
+func (x *Progress) GetOutput() string {
+	if x != nil {
+		return x.Output
+	}
+	return ""
+}
+
+func (x *Progress) GetFilesScanned() int64 {
+	if x != nil {
+		return x.FilesScanned
+	}
+	return 0
+}
+
+func (x *Progress) GetMessage() string {
+	if x != nil {
+		return x.Message
+	}
+	return ""
+}
+
+func (x *Progress) GetDroppedChunks() int64 {
+	if x != nil {
+		return x.DroppedChunks
+	}
+	return 0
+}
+
+type ExecuteEvent struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Types that are valid to be assigned to Kind:
+	//
+	//	*ExecuteEvent_Progress
+	//	*ExecuteEvent_Response
+	Kind          isExecuteEvent_Kind `protobuf_oneof:"kind"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ExecuteEvent) Reset() {
+	*x = ExecuteEvent{}
+	mi := &file_tooljail_v1_executor_proto_msgTypes[14]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ExecuteEvent) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ExecuteEvent) ProtoMessage() {}
+
+func (x *ExecuteEvent) ProtoReflect() protoreflect.Message {
+	mi := &file_tooljail_v1_executor_proto_msgTypes[14]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ExecuteEvent.ProtoReflect.Descriptor instead.
+func (*ExecuteEvent) Descriptor() ([]byte, []int) {
+	return file_tooljail_v1_executor_proto_rawDescGZIP(), []int{14}
+}
+
+func (x *ExecuteEvent) GetKind() isExecuteEvent_Kind {
+	if x != nil {
+		return x.Kind
+	}
+	return nil
+}
+
+func (x *ExecuteEvent) GetProgress() *Progress {
+	if x != nil {
+		if x, ok := x.Kind.(*ExecuteEvent_Progress); ok {
+			return x.Progress
+		}
+	}
+	return nil
+}
+
+func (x *ExecuteEvent) GetResponse() *ExecuteResponse {
+	if x != nil {
+		if x, ok := x.Kind.(*ExecuteEvent_Response); ok {
+			return x.Response
+		}
+	}
+	return nil
+}
+
+type isExecuteEvent_Kind interface {
+	isExecuteEvent_Kind()
+}
+
+type ExecuteEvent_Progress struct {
+	Progress *Progress `protobuf:"bytes,1,opt,name=progress,proto3,oneof"`
+}
+
+type ExecuteEvent_Response struct {
+	Response *ExecuteResponse `protobuf:"bytes,2,opt,name=response,proto3,oneof"`
+}
+
+func (*ExecuteEvent_Progress) isExecuteEvent_Kind() {}
+
+func (*ExecuteEvent_Response) isExecuteEvent_Kind() {}
+
 type ExecuteBatchRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	SessionId     string                 `protobuf:"bytes,1,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
@@ -948,7 +1158,7 @@ type ExecuteBatchRequest struct {
 
 func (x *ExecuteBatchRequest) Reset() {
 	*x = ExecuteBatchRequest{}
-	mi := &file_tooljail_v1_executor_proto_msgTypes[13]
+	mi := &file_tooljail_v1_executor_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -960,7 +1170,7 @@ func (x *ExecuteBatchRequest) String() string {
 func (*ExecuteBatchRequest) ProtoMessage() {}
 
 func (x *ExecuteBatchRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tooljail_v1_executor_proto_msgTypes[13]
+	mi := &file_tooljail_v1_executor_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -973,7 +1183,7 @@ func (x *ExecuteBatchRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExecuteBatchRequest.ProtoReflect.Descriptor instead.
 func (*ExecuteBatchRequest) Descriptor() ([]byte, []int) {
-	return file_tooljail_v1_executor_proto_rawDescGZIP(), []int{13}
+	return file_tooljail_v1_executor_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *ExecuteBatchRequest) GetSessionId() string {
@@ -995,14 +1205,16 @@ type OpenSessionRequest struct {
 	// An existing directory to work in (the policy must allow it); empty: a fresh directory.
 	Workspace string `protobuf:"bytes,1,opt,name=workspace,proto3" json:"workspace,omitempty"`
 	// Close the session after this many seconds without calls; 0: the daemon's default.
-	IdleTtlS      int64 `protobuf:"varint,2,opt,name=idle_ttl_s,json=idleTtlS,proto3" json:"idle_ttl_s,omitempty"`
+	IdleTtlS int64 `protobuf:"varint,2,opt,name=idle_ttl_s,json=idleTtlS,proto3" json:"idle_ttl_s,omitempty"`
+	// Permission mode: default, acceptEdits, plan, dontAsk or bypassPermissions.
+	Mode          string `protobuf:"bytes,3,opt,name=mode,proto3" json:"mode,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *OpenSessionRequest) Reset() {
 	*x = OpenSessionRequest{}
-	mi := &file_tooljail_v1_executor_proto_msgTypes[14]
+	mi := &file_tooljail_v1_executor_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1014,7 +1226,7 @@ func (x *OpenSessionRequest) String() string {
 func (*OpenSessionRequest) ProtoMessage() {}
 
 func (x *OpenSessionRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tooljail_v1_executor_proto_msgTypes[14]
+	mi := &file_tooljail_v1_executor_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1027,7 +1239,7 @@ func (x *OpenSessionRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use OpenSessionRequest.ProtoReflect.Descriptor instead.
 func (*OpenSessionRequest) Descriptor() ([]byte, []int) {
-	return file_tooljail_v1_executor_proto_rawDescGZIP(), []int{14}
+	return file_tooljail_v1_executor_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *OpenSessionRequest) GetWorkspace() string {
@@ -1044,19 +1256,27 @@ func (x *OpenSessionRequest) GetIdleTtlS() int64 {
 	return 0
 }
 
+func (x *OpenSessionRequest) GetMode() string {
+	if x != nil {
+		return x.Mode
+	}
+	return ""
+}
+
 type Session struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	Id    string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
 	// Absolute path of the workspace: file paths in tool inputs are absolute paths inside it.
 	Workspace     string `protobuf:"bytes,2,opt,name=workspace,proto3" json:"workspace,omitempty"`
 	IdleTtlS      int64  `protobuf:"varint,3,opt,name=idle_ttl_s,json=idleTtlS,proto3" json:"idle_ttl_s,omitempty"`
+	Mode          string `protobuf:"bytes,4,opt,name=mode,proto3" json:"mode,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Session) Reset() {
 	*x = Session{}
-	mi := &file_tooljail_v1_executor_proto_msgTypes[15]
+	mi := &file_tooljail_v1_executor_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1068,7 +1288,7 @@ func (x *Session) String() string {
 func (*Session) ProtoMessage() {}
 
 func (x *Session) ProtoReflect() protoreflect.Message {
-	mi := &file_tooljail_v1_executor_proto_msgTypes[15]
+	mi := &file_tooljail_v1_executor_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1081,7 +1301,7 @@ func (x *Session) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Session.ProtoReflect.Descriptor instead.
 func (*Session) Descriptor() ([]byte, []int) {
-	return file_tooljail_v1_executor_proto_rawDescGZIP(), []int{15}
+	return file_tooljail_v1_executor_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *Session) GetId() string {
@@ -1105,6 +1325,13 @@ func (x *Session) GetIdleTtlS() int64 {
 	return 0
 }
 
+func (x *Session) GetMode() string {
+	if x != nil {
+		return x.Mode
+	}
+	return ""
+}
+
 type CloseSessionRequest struct {
 	state     protoimpl.MessageState `protogen:"open.v1"`
 	SessionId string                 `protobuf:"bytes,1,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
@@ -1116,7 +1343,7 @@ type CloseSessionRequest struct {
 
 func (x *CloseSessionRequest) Reset() {
 	*x = CloseSessionRequest{}
-	mi := &file_tooljail_v1_executor_proto_msgTypes[16]
+	mi := &file_tooljail_v1_executor_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1128,7 +1355,7 @@ func (x *CloseSessionRequest) String() string {
 func (*CloseSessionRequest) ProtoMessage() {}
 
 func (x *CloseSessionRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tooljail_v1_executor_proto_msgTypes[16]
+	mi := &file_tooljail_v1_executor_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1141,7 +1368,7 @@ func (x *CloseSessionRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CloseSessionRequest.ProtoReflect.Descriptor instead.
 func (*CloseSessionRequest) Descriptor() ([]byte, []int) {
-	return file_tooljail_v1_executor_proto_rawDescGZIP(), []int{16}
+	return file_tooljail_v1_executor_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *CloseSessionRequest) GetSessionId() string {
@@ -1169,7 +1396,7 @@ type CloseSessionResponse struct {
 
 func (x *CloseSessionResponse) Reset() {
 	*x = CloseSessionResponse{}
-	mi := &file_tooljail_v1_executor_proto_msgTypes[17]
+	mi := &file_tooljail_v1_executor_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1181,7 +1408,7 @@ func (x *CloseSessionResponse) String() string {
 func (*CloseSessionResponse) ProtoMessage() {}
 
 func (x *CloseSessionResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tooljail_v1_executor_proto_msgTypes[17]
+	mi := &file_tooljail_v1_executor_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1194,7 +1421,7 @@ func (x *CloseSessionResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CloseSessionResponse.ProtoReflect.Descriptor instead.
 func (*CloseSessionResponse) Descriptor() ([]byte, []int) {
-	return file_tooljail_v1_executor_proto_rawDescGZIP(), []int{17}
+	return file_tooljail_v1_executor_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *CloseSessionResponse) GetCancelledCalls() int32 {
@@ -1211,6 +1438,215 @@ func (x *CloseSessionResponse) GetWorkspaceDeleted() bool {
 	return false
 }
 
+type SetSessionModeRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	SessionId     string                 `protobuf:"bytes,1,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
+	Mode          string                 `protobuf:"bytes,2,opt,name=mode,proto3" json:"mode,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SetSessionModeRequest) Reset() {
+	*x = SetSessionModeRequest{}
+	mi := &file_tooljail_v1_executor_proto_msgTypes[20]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SetSessionModeRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SetSessionModeRequest) ProtoMessage() {}
+
+func (x *SetSessionModeRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_tooljail_v1_executor_proto_msgTypes[20]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SetSessionModeRequest.ProtoReflect.Descriptor instead.
+func (*SetSessionModeRequest) Descriptor() ([]byte, []int) {
+	return file_tooljail_v1_executor_proto_rawDescGZIP(), []int{20}
+}
+
+func (x *SetSessionModeRequest) GetSessionId() string {
+	if x != nil {
+		return x.SessionId
+	}
+	return ""
+}
+
+func (x *SetSessionModeRequest) GetMode() string {
+	if x != nil {
+		return x.Mode
+	}
+	return ""
+}
+
+type ListGrantsRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	SessionId     string                 `protobuf:"bytes,1,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListGrantsRequest) Reset() {
+	*x = ListGrantsRequest{}
+	mi := &file_tooljail_v1_executor_proto_msgTypes[21]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListGrantsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListGrantsRequest) ProtoMessage() {}
+
+func (x *ListGrantsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_tooljail_v1_executor_proto_msgTypes[21]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListGrantsRequest.ProtoReflect.Descriptor instead.
+func (*ListGrantsRequest) Descriptor() ([]byte, []int) {
+	return file_tooljail_v1_executor_proto_rawDescGZIP(), []int{21}
+}
+
+func (x *ListGrantsRequest) GetSessionId() string {
+	if x != nil {
+		return x.SessionId
+	}
+	return ""
+}
+
+type Grant struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Tool  string                 `protobuf:"bytes,1,opt,name=tool,proto3" json:"tool,omitempty"`
+	// What the grant covers: a command prefix (Bash) or a path pattern (file tools).
+	Pattern       string `protobuf:"bytes,2,opt,name=pattern,proto3" json:"pattern,omitempty"`
+	ApprovedBy    string `protobuf:"bytes,3,opt,name=approved_by,json=approvedBy,proto3" json:"approved_by,omitempty"`
+	GrantedAt     int64  `protobuf:"varint,4,opt,name=granted_at,json=grantedAt,proto3" json:"granted_at,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Grant) Reset() {
+	*x = Grant{}
+	mi := &file_tooljail_v1_executor_proto_msgTypes[22]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Grant) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Grant) ProtoMessage() {}
+
+func (x *Grant) ProtoReflect() protoreflect.Message {
+	mi := &file_tooljail_v1_executor_proto_msgTypes[22]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Grant.ProtoReflect.Descriptor instead.
+func (*Grant) Descriptor() ([]byte, []int) {
+	return file_tooljail_v1_executor_proto_rawDescGZIP(), []int{22}
+}
+
+func (x *Grant) GetTool() string {
+	if x != nil {
+		return x.Tool
+	}
+	return ""
+}
+
+func (x *Grant) GetPattern() string {
+	if x != nil {
+		return x.Pattern
+	}
+	return ""
+}
+
+func (x *Grant) GetApprovedBy() string {
+	if x != nil {
+		return x.ApprovedBy
+	}
+	return ""
+}
+
+func (x *Grant) GetGrantedAt() int64 {
+	if x != nil {
+		return x.GrantedAt
+	}
+	return 0
+}
+
+type ListGrantsResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Grants        []*Grant               `protobuf:"bytes,1,rep,name=grants,proto3" json:"grants,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListGrantsResponse) Reset() {
+	*x = ListGrantsResponse{}
+	mi := &file_tooljail_v1_executor_proto_msgTypes[23]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListGrantsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListGrantsResponse) ProtoMessage() {}
+
+func (x *ListGrantsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_tooljail_v1_executor_proto_msgTypes[23]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListGrantsResponse.ProtoReflect.Descriptor instead.
+func (*ListGrantsResponse) Descriptor() ([]byte, []int) {
+	return file_tooljail_v1_executor_proto_rawDescGZIP(), []int{23}
+}
+
+func (x *ListGrantsResponse) GetGrants() []*Grant {
+	if x != nil {
+		return x.Grants
+	}
+	return nil
+}
+
 type StatusRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	unknownFields protoimpl.UnknownFields
@@ -1219,7 +1655,7 @@ type StatusRequest struct {
 
 func (x *StatusRequest) Reset() {
 	*x = StatusRequest{}
-	mi := &file_tooljail_v1_executor_proto_msgTypes[18]
+	mi := &file_tooljail_v1_executor_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1231,7 +1667,7 @@ func (x *StatusRequest) String() string {
 func (*StatusRequest) ProtoMessage() {}
 
 func (x *StatusRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tooljail_v1_executor_proto_msgTypes[18]
+	mi := &file_tooljail_v1_executor_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1244,7 +1680,7 @@ func (x *StatusRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatusRequest.ProtoReflect.Descriptor instead.
 func (*StatusRequest) Descriptor() ([]byte, []int) {
-	return file_tooljail_v1_executor_proto_rawDescGZIP(), []int{18}
+	return file_tooljail_v1_executor_proto_rawDescGZIP(), []int{24}
 }
 
 type StatusResponse struct {
@@ -1266,7 +1702,7 @@ type StatusResponse struct {
 
 func (x *StatusResponse) Reset() {
 	*x = StatusResponse{}
-	mi := &file_tooljail_v1_executor_proto_msgTypes[19]
+	mi := &file_tooljail_v1_executor_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1278,7 +1714,7 @@ func (x *StatusResponse) String() string {
 func (*StatusResponse) ProtoMessage() {}
 
 func (x *StatusResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tooljail_v1_executor_proto_msgTypes[19]
+	mi := &file_tooljail_v1_executor_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1291,7 +1727,7 @@ func (x *StatusResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatusResponse.ProtoReflect.Descriptor instead.
 func (*StatusResponse) Descriptor() ([]byte, []int) {
-	return file_tooljail_v1_executor_proto_rawDescGZIP(), []int{19}
+	return file_tooljail_v1_executor_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *StatusResponse) GetVersion() string {
@@ -1365,7 +1801,7 @@ type ReloadPoliciesRequest struct {
 
 func (x *ReloadPoliciesRequest) Reset() {
 	*x = ReloadPoliciesRequest{}
-	mi := &file_tooljail_v1_executor_proto_msgTypes[20]
+	mi := &file_tooljail_v1_executor_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1377,7 +1813,7 @@ func (x *ReloadPoliciesRequest) String() string {
 func (*ReloadPoliciesRequest) ProtoMessage() {}
 
 func (x *ReloadPoliciesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tooljail_v1_executor_proto_msgTypes[20]
+	mi := &file_tooljail_v1_executor_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1390,7 +1826,7 @@ func (x *ReloadPoliciesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReloadPoliciesRequest.ProtoReflect.Descriptor instead.
 func (*ReloadPoliciesRequest) Descriptor() ([]byte, []int) {
-	return file_tooljail_v1_executor_proto_rawDescGZIP(), []int{20}
+	return file_tooljail_v1_executor_proto_rawDescGZIP(), []int{26}
 }
 
 type ReloadPoliciesResponse struct {
@@ -1406,7 +1842,7 @@ type ReloadPoliciesResponse struct {
 
 func (x *ReloadPoliciesResponse) Reset() {
 	*x = ReloadPoliciesResponse{}
-	mi := &file_tooljail_v1_executor_proto_msgTypes[21]
+	mi := &file_tooljail_v1_executor_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1418,7 +1854,7 @@ func (x *ReloadPoliciesResponse) String() string {
 func (*ReloadPoliciesResponse) ProtoMessage() {}
 
 func (x *ReloadPoliciesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tooljail_v1_executor_proto_msgTypes[21]
+	mi := &file_tooljail_v1_executor_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1431,7 +1867,7 @@ func (x *ReloadPoliciesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReloadPoliciesResponse.ProtoReflect.Descriptor instead.
 func (*ReloadPoliciesResponse) Descriptor() ([]byte, []int) {
-	return file_tooljail_v1_executor_proto_rawDescGZIP(), []int{21}
+	return file_tooljail_v1_executor_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *ReloadPoliciesResponse) GetPolicyRevision() string {
@@ -1459,19 +1895,22 @@ var File_tooljail_v1_executor_proto protoreflect.FileDescriptor
 
 const file_tooljail_v1_executor_proto_rawDesc = "" +
 	"\n" +
-	"\x1atooljail/v1/executor.proto\x12\vtooljail.v1\x1a\x1cgoogle/protobuf/struct.proto\"1\n" +
+	"\x1atooljail/v1/executor.proto\x12\vtooljail.v1\x1a\x1cgoogle/protobuf/struct.proto\"\\\n" +
 	"\x10ListToolsRequest\x12\x1d\n" +
 	"\n" +
-	"session_id\x18\x01 \x01(\tR\tsessionId\"e\n" +
+	"session_id\x18\x01 \x01(\tR\tsessionId\x12)\n" +
+	"\x10include_deferred\x18\x02 \x01(\bR\x0fincludeDeferred\"e\n" +
 	"\x11ListToolsResponse\x121\n" +
 	"\x05tools\x18\x01 \x03(\v2\x1b.tooljail.v1.ToolDefinitionR\x05tools\x12\x1d\n" +
 	"\n" +
-	"tools_json\x18\x02 \x01(\tR\ttoolsJson\"\xb3\x01\n" +
+	"tools_json\x18\x02 \x01(\tR\ttoolsJson\"\xf2\x01\n" +
 	"\x0eToolDefinition\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12 \n" +
 	"\vdescription\x18\x02 \x01(\tR\vdescription\x12:\n" +
 	"\finput_schema\x18\x03 \x01(\v2\x17.google.protobuf.StructR\vinputSchema\x12/\n" +
-	"\x06traits\x18\x04 \x01(\v2\x17.tooljail.v1.ToolTraitsR\x06traits\"\xbe\x01\n" +
+	"\x06traits\x18\x04 \x01(\v2\x17.tooljail.v1.ToolTraitsR\x06traits\x12#\n" +
+	"\rdefer_loading\x18\x05 \x01(\bR\fdeferLoading\x12\x18\n" +
+	"\aaliases\x18\x06 \x03(\tR\aaliases\"\xbe\x01\n" +
 	"\n" +
 	"ToolTraits\x12\x1b\n" +
 	"\tread_only\x18\x01 \x01(\bR\breadOnly\x12 \n" +
@@ -1518,37 +1957,67 @@ const file_tooljail_v1_executor_proto_rawDesc = "" +
 	"durationMs\x12\x1c\n" +
 	"\ttruncated\x18\a \x01(\bR\ttruncated\x12%\n" +
 	"\x0eoriginal_chars\x18\b \x01(\x03R\roriginalChars\x12\x1a\n" +
-	"\breplayed\x18\t \x01(\bR\breplayed\"\x87\x01\n" +
+	"\breplayed\x18\t \x01(\bR\breplayed\"\xae\x01\n" +
 	"\x0eExecuteRequest\x12\x1d\n" +
 	"\n" +
 	"session_id\x18\x01 \x01(\tR\tsessionId\x12/\n" +
 	"\btool_use\x18\x02 \x01(\v2\x14.tooljail.v1.ToolUseR\atoolUse\x12%\n" +
-	"\x0eapproval_token\x18\x03 \x01(\tR\rapprovalToken\"\xd5\x01\n" +
+	"\x0eapproval_token\x18\x03 \x01(\tR\rapprovalToken\x12%\n" +
+	"\x0eapproval_scope\x18\x04 \x01(\tR\rapprovalScope\"\xef\x01\n" +
 	"\x0fExecuteResponse\x12/\n" +
 	"\x06result\x18\x01 \x01(\v2\x17.tooljail.v1.ToolResultR\x06result\x121\n" +
 	"\bdecision\x18\x02 \x01(\v2\x15.tooljail.v1.DecisionR\bdecision\x124\n" +
 	"\x06report\x18\x03 \x01(\v2\x1c.tooljail.v1.ExecutionReportR\x06report\x12(\n" +
-	"\x10tool_result_json\x18\x04 \x01(\tR\x0etoolResultJson\"g\n" +
+	"\x10tool_result_json\x18\x04 \x01(\tR\x0etoolResultJson\x12\x18\n" +
+	"\asummary\x18\x05 \x01(\tR\asummary\"\xa8\x01\n" +
+	"\bProgress\x12\x1e\n" +
+	"\vtool_use_id\x18\x01 \x01(\tR\ttoolUseId\x12\x16\n" +
+	"\x06output\x18\x02 \x01(\tR\x06output\x12#\n" +
+	"\rfiles_scanned\x18\x03 \x01(\x03R\ffilesScanned\x12\x18\n" +
+	"\amessage\x18\x04 \x01(\tR\amessage\x12%\n" +
+	"\x0edropped_chunks\x18\x05 \x01(\x03R\rdroppedChunks\"\x87\x01\n" +
+	"\fExecuteEvent\x123\n" +
+	"\bprogress\x18\x01 \x01(\v2\x15.tooljail.v1.ProgressH\x00R\bprogress\x12:\n" +
+	"\bresponse\x18\x02 \x01(\v2\x1c.tooljail.v1.ExecuteResponseH\x00R\bresponseB\x06\n" +
+	"\x04kind\"g\n" +
 	"\x13ExecuteBatchRequest\x12\x1d\n" +
 	"\n" +
 	"session_id\x18\x01 \x01(\tR\tsessionId\x121\n" +
-	"\ttool_uses\x18\x02 \x03(\v2\x14.tooljail.v1.ToolUseR\btoolUses\"P\n" +
+	"\ttool_uses\x18\x02 \x03(\v2\x14.tooljail.v1.ToolUseR\btoolUses\"d\n" +
 	"\x12OpenSessionRequest\x12\x1c\n" +
 	"\tworkspace\x18\x01 \x01(\tR\tworkspace\x12\x1c\n" +
 	"\n" +
-	"idle_ttl_s\x18\x02 \x01(\x03R\bidleTtlS\"U\n" +
+	"idle_ttl_s\x18\x02 \x01(\x03R\bidleTtlS\x12\x12\n" +
+	"\x04mode\x18\x03 \x01(\tR\x04mode\"i\n" +
 	"\aSession\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x1c\n" +
 	"\tworkspace\x18\x02 \x01(\tR\tworkspace\x12\x1c\n" +
 	"\n" +
-	"idle_ttl_s\x18\x03 \x01(\x03R\bidleTtlS\"_\n" +
+	"idle_ttl_s\x18\x03 \x01(\x03R\bidleTtlS\x12\x12\n" +
+	"\x04mode\x18\x04 \x01(\tR\x04mode\"_\n" +
 	"\x13CloseSessionRequest\x12\x1d\n" +
 	"\n" +
 	"session_id\x18\x01 \x01(\tR\tsessionId\x12)\n" +
 	"\x10delete_workspace\x18\x02 \x01(\bR\x0fdeleteWorkspace\"l\n" +
 	"\x14CloseSessionResponse\x12'\n" +
 	"\x0fcancelled_calls\x18\x01 \x01(\x05R\x0ecancelledCalls\x12+\n" +
-	"\x11workspace_deleted\x18\x02 \x01(\bR\x10workspaceDeleted\"\x0f\n" +
+	"\x11workspace_deleted\x18\x02 \x01(\bR\x10workspaceDeleted\"J\n" +
+	"\x15SetSessionModeRequest\x12\x1d\n" +
+	"\n" +
+	"session_id\x18\x01 \x01(\tR\tsessionId\x12\x12\n" +
+	"\x04mode\x18\x02 \x01(\tR\x04mode\"2\n" +
+	"\x11ListGrantsRequest\x12\x1d\n" +
+	"\n" +
+	"session_id\x18\x01 \x01(\tR\tsessionId\"u\n" +
+	"\x05Grant\x12\x12\n" +
+	"\x04tool\x18\x01 \x01(\tR\x04tool\x12\x18\n" +
+	"\apattern\x18\x02 \x01(\tR\apattern\x12\x1f\n" +
+	"\vapproved_by\x18\x03 \x01(\tR\n" +
+	"approvedBy\x12\x1d\n" +
+	"\n" +
+	"granted_at\x18\x04 \x01(\x03R\tgrantedAt\"@\n" +
+	"\x12ListGrantsResponse\x12*\n" +
+	"\x06grants\x18\x01 \x03(\v2\x12.tooljail.v1.GrantR\x06grants\"\x0f\n" +
 	"\rStatusRequest\"\xb2\x02\n" +
 	"\x0eStatusResponse\x12\x18\n" +
 	"\aversion\x18\x01 \x01(\tR\aversion\x12'\n" +
@@ -1572,16 +2041,20 @@ const file_tooljail_v1_executor_proto_rawDesc = "" +
 	"\x13OUTCOME_UNSPECIFIED\x10\x00\x12\t\n" +
 	"\x05ALLOW\x10\x01\x12\b\n" +
 	"\x04DENY\x10\x02\x12\a\n" +
-	"\x03ASK\x10\x032\x89\x03\n" +
+	"\x03ASK\x10\x032\xd4\x03\n" +
 	"\bExecutor\x12J\n" +
 	"\tListTools\x12\x1d.tooljail.v1.ListToolsRequest\x1a\x1e.tooljail.v1.ListToolsResponse\x12D\n" +
 	"\aExecute\x12\x1b.tooljail.v1.ExecuteRequest\x1a\x1c.tooljail.v1.ExecuteResponse\x12P\n" +
 	"\fExecuteBatch\x12 .tooljail.v1.ExecuteBatchRequest\x1a\x1c.tooljail.v1.ExecuteResponse0\x01\x12D\n" +
 	"\vOpenSession\x12\x1f.tooljail.v1.OpenSessionRequest\x1a\x14.tooljail.v1.Session\x12S\n" +
-	"\fCloseSession\x12 .tooljail.v1.CloseSessionRequest\x1a!.tooljail.v1.CloseSessionResponse2\xa5\x01\n" +
+	"\fCloseSession\x12 .tooljail.v1.CloseSessionRequest\x1a!.tooljail.v1.CloseSessionResponse\x12I\n" +
+	"\rExecuteStream\x12\x1b.tooljail.v1.ExecuteRequest\x1a\x19.tooljail.v1.ExecuteEvent0\x012\xc0\x02\n" +
 	"\x05Admin\x12Y\n" +
 	"\x0eReloadPolicies\x12\".tooljail.v1.ReloadPoliciesRequest\x1a#.tooljail.v1.ReloadPoliciesResponse\x12A\n" +
-	"\x06Status\x12\x1a.tooljail.v1.StatusRequest\x1a\x1b.tooljail.v1.StatusResponseB<Z:github.com/tooljail/tooljail/gen/go/tooljail/v1;tooljailv1b\x06proto3"
+	"\x06Status\x12\x1a.tooljail.v1.StatusRequest\x1a\x1b.tooljail.v1.StatusResponse\x12J\n" +
+	"\x0eSetSessionMode\x12\".tooljail.v1.SetSessionModeRequest\x1a\x14.tooljail.v1.Session\x12M\n" +
+	"\n" +
+	"ListGrants\x12\x1e.tooljail.v1.ListGrantsRequest\x1a\x1f.tooljail.v1.ListGrantsResponseB<Z:github.com/tooljail/tooljail/gen/go/tooljail/v1;tooljailv1b\x06proto3"
 
 var (
 	file_tooljail_v1_executor_proto_rawDescOnce sync.Once
@@ -1596,7 +2069,7 @@ func file_tooljail_v1_executor_proto_rawDescGZIP() []byte {
 }
 
 var file_tooljail_v1_executor_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_tooljail_v1_executor_proto_msgTypes = make([]protoimpl.MessageInfo, 22)
+var file_tooljail_v1_executor_proto_msgTypes = make([]protoimpl.MessageInfo, 28)
 var file_tooljail_v1_executor_proto_goTypes = []any{
 	(Outcome)(0),                   // 0: tooljail.v1.Outcome
 	(*ListToolsRequest)(nil),       // 1: tooljail.v1.ListToolsRequest
@@ -1612,22 +2085,28 @@ var file_tooljail_v1_executor_proto_goTypes = []any{
 	(*ExecutionReport)(nil),        // 11: tooljail.v1.ExecutionReport
 	(*ExecuteRequest)(nil),         // 12: tooljail.v1.ExecuteRequest
 	(*ExecuteResponse)(nil),        // 13: tooljail.v1.ExecuteResponse
-	(*ExecuteBatchRequest)(nil),    // 14: tooljail.v1.ExecuteBatchRequest
-	(*OpenSessionRequest)(nil),     // 15: tooljail.v1.OpenSessionRequest
-	(*Session)(nil),                // 16: tooljail.v1.Session
-	(*CloseSessionRequest)(nil),    // 17: tooljail.v1.CloseSessionRequest
-	(*CloseSessionResponse)(nil),   // 18: tooljail.v1.CloseSessionResponse
-	(*StatusRequest)(nil),          // 19: tooljail.v1.StatusRequest
-	(*StatusResponse)(nil),         // 20: tooljail.v1.StatusResponse
-	(*ReloadPoliciesRequest)(nil),  // 21: tooljail.v1.ReloadPoliciesRequest
-	(*ReloadPoliciesResponse)(nil), // 22: tooljail.v1.ReloadPoliciesResponse
-	(*structpb.Struct)(nil),        // 23: google.protobuf.Struct
+	(*Progress)(nil),               // 14: tooljail.v1.Progress
+	(*ExecuteEvent)(nil),           // 15: tooljail.v1.ExecuteEvent
+	(*ExecuteBatchRequest)(nil),    // 16: tooljail.v1.ExecuteBatchRequest
+	(*OpenSessionRequest)(nil),     // 17: tooljail.v1.OpenSessionRequest
+	(*Session)(nil),                // 18: tooljail.v1.Session
+	(*CloseSessionRequest)(nil),    // 19: tooljail.v1.CloseSessionRequest
+	(*CloseSessionResponse)(nil),   // 20: tooljail.v1.CloseSessionResponse
+	(*SetSessionModeRequest)(nil),  // 21: tooljail.v1.SetSessionModeRequest
+	(*ListGrantsRequest)(nil),      // 22: tooljail.v1.ListGrantsRequest
+	(*Grant)(nil),                  // 23: tooljail.v1.Grant
+	(*ListGrantsResponse)(nil),     // 24: tooljail.v1.ListGrantsResponse
+	(*StatusRequest)(nil),          // 25: tooljail.v1.StatusRequest
+	(*StatusResponse)(nil),         // 26: tooljail.v1.StatusResponse
+	(*ReloadPoliciesRequest)(nil),  // 27: tooljail.v1.ReloadPoliciesRequest
+	(*ReloadPoliciesResponse)(nil), // 28: tooljail.v1.ReloadPoliciesResponse
+	(*structpb.Struct)(nil),        // 29: google.protobuf.Struct
 }
 var file_tooljail_v1_executor_proto_depIdxs = []int32{
 	3,  // 0: tooljail.v1.ListToolsResponse.tools:type_name -> tooljail.v1.ToolDefinition
-	23, // 1: tooljail.v1.ToolDefinition.input_schema:type_name -> google.protobuf.Struct
+	29, // 1: tooljail.v1.ToolDefinition.input_schema:type_name -> google.protobuf.Struct
 	4,  // 2: tooljail.v1.ToolDefinition.traits:type_name -> tooljail.v1.ToolTraits
-	23, // 3: tooljail.v1.ToolUse.input:type_name -> google.protobuf.Struct
+	29, // 3: tooljail.v1.ToolUse.input:type_name -> google.protobuf.Struct
 	6,  // 4: tooljail.v1.ContentBlock.text:type_name -> tooljail.v1.TextBlock
 	7,  // 5: tooljail.v1.ContentBlock.image:type_name -> tooljail.v1.ImageBlock
 	8,  // 6: tooljail.v1.ToolResult.content:type_name -> tooljail.v1.ContentBlock
@@ -1636,26 +2115,35 @@ var file_tooljail_v1_executor_proto_depIdxs = []int32{
 	9,  // 9: tooljail.v1.ExecuteResponse.result:type_name -> tooljail.v1.ToolResult
 	10, // 10: tooljail.v1.ExecuteResponse.decision:type_name -> tooljail.v1.Decision
 	11, // 11: tooljail.v1.ExecuteResponse.report:type_name -> tooljail.v1.ExecutionReport
-	5,  // 12: tooljail.v1.ExecuteBatchRequest.tool_uses:type_name -> tooljail.v1.ToolUse
-	1,  // 13: tooljail.v1.Executor.ListTools:input_type -> tooljail.v1.ListToolsRequest
-	12, // 14: tooljail.v1.Executor.Execute:input_type -> tooljail.v1.ExecuteRequest
-	14, // 15: tooljail.v1.Executor.ExecuteBatch:input_type -> tooljail.v1.ExecuteBatchRequest
-	15, // 16: tooljail.v1.Executor.OpenSession:input_type -> tooljail.v1.OpenSessionRequest
-	17, // 17: tooljail.v1.Executor.CloseSession:input_type -> tooljail.v1.CloseSessionRequest
-	21, // 18: tooljail.v1.Admin.ReloadPolicies:input_type -> tooljail.v1.ReloadPoliciesRequest
-	19, // 19: tooljail.v1.Admin.Status:input_type -> tooljail.v1.StatusRequest
-	2,  // 20: tooljail.v1.Executor.ListTools:output_type -> tooljail.v1.ListToolsResponse
-	13, // 21: tooljail.v1.Executor.Execute:output_type -> tooljail.v1.ExecuteResponse
-	13, // 22: tooljail.v1.Executor.ExecuteBatch:output_type -> tooljail.v1.ExecuteResponse
-	16, // 23: tooljail.v1.Executor.OpenSession:output_type -> tooljail.v1.Session
-	18, // 24: tooljail.v1.Executor.CloseSession:output_type -> tooljail.v1.CloseSessionResponse
-	22, // 25: tooljail.v1.Admin.ReloadPolicies:output_type -> tooljail.v1.ReloadPoliciesResponse
-	20, // 26: tooljail.v1.Admin.Status:output_type -> tooljail.v1.StatusResponse
-	20, // [20:27] is the sub-list for method output_type
-	13, // [13:20] is the sub-list for method input_type
-	13, // [13:13] is the sub-list for extension type_name
-	13, // [13:13] is the sub-list for extension extendee
-	0,  // [0:13] is the sub-list for field type_name
+	14, // 12: tooljail.v1.ExecuteEvent.progress:type_name -> tooljail.v1.Progress
+	13, // 13: tooljail.v1.ExecuteEvent.response:type_name -> tooljail.v1.ExecuteResponse
+	5,  // 14: tooljail.v1.ExecuteBatchRequest.tool_uses:type_name -> tooljail.v1.ToolUse
+	23, // 15: tooljail.v1.ListGrantsResponse.grants:type_name -> tooljail.v1.Grant
+	1,  // 16: tooljail.v1.Executor.ListTools:input_type -> tooljail.v1.ListToolsRequest
+	12, // 17: tooljail.v1.Executor.Execute:input_type -> tooljail.v1.ExecuteRequest
+	16, // 18: tooljail.v1.Executor.ExecuteBatch:input_type -> tooljail.v1.ExecuteBatchRequest
+	17, // 19: tooljail.v1.Executor.OpenSession:input_type -> tooljail.v1.OpenSessionRequest
+	19, // 20: tooljail.v1.Executor.CloseSession:input_type -> tooljail.v1.CloseSessionRequest
+	12, // 21: tooljail.v1.Executor.ExecuteStream:input_type -> tooljail.v1.ExecuteRequest
+	27, // 22: tooljail.v1.Admin.ReloadPolicies:input_type -> tooljail.v1.ReloadPoliciesRequest
+	25, // 23: tooljail.v1.Admin.Status:input_type -> tooljail.v1.StatusRequest
+	21, // 24: tooljail.v1.Admin.SetSessionMode:input_type -> tooljail.v1.SetSessionModeRequest
+	22, // 25: tooljail.v1.Admin.ListGrants:input_type -> tooljail.v1.ListGrantsRequest
+	2,  // 26: tooljail.v1.Executor.ListTools:output_type -> tooljail.v1.ListToolsResponse
+	13, // 27: tooljail.v1.Executor.Execute:output_type -> tooljail.v1.ExecuteResponse
+	13, // 28: tooljail.v1.Executor.ExecuteBatch:output_type -> tooljail.v1.ExecuteResponse
+	18, // 29: tooljail.v1.Executor.OpenSession:output_type -> tooljail.v1.Session
+	20, // 30: tooljail.v1.Executor.CloseSession:output_type -> tooljail.v1.CloseSessionResponse
+	15, // 31: tooljail.v1.Executor.ExecuteStream:output_type -> tooljail.v1.ExecuteEvent
+	28, // 32: tooljail.v1.Admin.ReloadPolicies:output_type -> tooljail.v1.ReloadPoliciesResponse
+	26, // 33: tooljail.v1.Admin.Status:output_type -> tooljail.v1.StatusResponse
+	18, // 34: tooljail.v1.Admin.SetSessionMode:output_type -> tooljail.v1.Session
+	24, // 35: tooljail.v1.Admin.ListGrants:output_type -> tooljail.v1.ListGrantsResponse
+	26, // [26:36] is the sub-list for method output_type
+	16, // [16:26] is the sub-list for method input_type
+	16, // [16:16] is the sub-list for extension type_name
+	16, // [16:16] is the sub-list for extension extendee
+	0,  // [0:16] is the sub-list for field type_name
 }
 
 func init() { file_tooljail_v1_executor_proto_init() }
@@ -1667,13 +2155,17 @@ func file_tooljail_v1_executor_proto_init() {
 		(*ContentBlock_Text)(nil),
 		(*ContentBlock_Image)(nil),
 	}
+	file_tooljail_v1_executor_proto_msgTypes[14].OneofWrappers = []any{
+		(*ExecuteEvent_Progress)(nil),
+		(*ExecuteEvent_Response)(nil),
+	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_tooljail_v1_executor_proto_rawDesc), len(file_tooljail_v1_executor_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   22,
+			NumMessages:   28,
 			NumExtensions: 0,
 			NumServices:   2,
 		},

@@ -24,11 +24,12 @@ import (
 const _ = grpc.SupportPackageIsVersion9
 
 const (
-	Executor_ListTools_FullMethodName    = "/tooljail.v1.Executor/ListTools"
-	Executor_Execute_FullMethodName      = "/tooljail.v1.Executor/Execute"
-	Executor_ExecuteBatch_FullMethodName = "/tooljail.v1.Executor/ExecuteBatch"
-	Executor_OpenSession_FullMethodName  = "/tooljail.v1.Executor/OpenSession"
-	Executor_CloseSession_FullMethodName = "/tooljail.v1.Executor/CloseSession"
+	Executor_ListTools_FullMethodName     = "/tooljail.v1.Executor/ListTools"
+	Executor_Execute_FullMethodName       = "/tooljail.v1.Executor/Execute"
+	Executor_ExecuteBatch_FullMethodName  = "/tooljail.v1.Executor/ExecuteBatch"
+	Executor_OpenSession_FullMethodName   = "/tooljail.v1.Executor/OpenSession"
+	Executor_CloseSession_FullMethodName  = "/tooljail.v1.Executor/CloseSession"
+	Executor_ExecuteStream_FullMethodName = "/tooljail.v1.Executor/ExecuteStream"
 )
 
 // ExecutorClient is the client API for Executor service.
@@ -48,6 +49,8 @@ type ExecutorClient interface {
 	OpenSession(ctx context.Context, in *OpenSessionRequest, opts ...grpc.CallOption) (*Session, error)
 	// Closes a session: cancels its running calls and removes its containers.
 	CloseSession(ctx context.Context, in *CloseSessionRequest, opts ...grpc.CallOption) (*CloseSessionResponse, error)
+	// One tool_use with live progress (output chunks, files scanned), then the final response.
+	ExecuteStream(ctx context.Context, in *ExecuteRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[ExecuteEvent], error)
 }
 
 type executorClient struct {
@@ -117,6 +120,25 @@ func (c *executorClient) CloseSession(ctx context.Context, in *CloseSessionReque
 	return out, nil
 }
 
+func (c *executorClient) ExecuteStream(ctx context.Context, in *ExecuteRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[ExecuteEvent], error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	stream, err := c.cc.NewStream(ctx, &Executor_ServiceDesc.Streams[1], Executor_ExecuteStream_FullMethodName, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	x := &grpc.GenericClientStream[ExecuteRequest, ExecuteEvent]{ClientStream: stream}
+	if err := x.ClientStream.SendMsg(in); err != nil {
+		return nil, err
+	}
+	if err := x.ClientStream.CloseSend(); err != nil {
+		return nil, err
+	}
+	return x, nil
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type Executor_ExecuteStreamClient = grpc.ServerStreamingClient[ExecuteEvent]
+
 // ExecutorServer is the server API for Executor service.
 // All implementations must embed UnimplementedExecutorServer
 // for forward compatibility.
@@ -134,6 +156,8 @@ type ExecutorServer interface {
 	OpenSession(context.Context, *OpenSessionRequest) (*Session, error)
 	// Closes a session: cancels its running calls and removes its containers.
 	CloseSession(context.Context, *CloseSessionRequest) (*CloseSessionResponse, error)
+	// One tool_use with live progress (output chunks, files scanned), then the final response.
+	ExecuteStream(*ExecuteRequest, grpc.ServerStreamingServer[ExecuteEvent]) error
 	mustEmbedUnimplementedExecutorServer()
 }
 
@@ -158,6 +182,9 @@ func (UnimplementedExecutorServer) OpenSession(context.Context, *OpenSessionRequ
 }
 func (UnimplementedExecutorServer) CloseSession(context.Context, *CloseSessionRequest) (*CloseSessionResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method CloseSession not implemented")
+}
+func (UnimplementedExecutorServer) ExecuteStream(*ExecuteRequest, grpc.ServerStreamingServer[ExecuteEvent]) error {
+	return status.Error(codes.Unimplemented, "method ExecuteStream not implemented")
 }
 func (UnimplementedExecutorServer) mustEmbedUnimplementedExecutorServer() {}
 func (UnimplementedExecutorServer) testEmbeddedByValue()                  {}
@@ -263,6 +290,17 @@ func _Executor_CloseSession_Handler(srv interface{}, ctx context.Context, dec fu
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Executor_ExecuteStream_Handler(srv interface{}, stream grpc.ServerStream) error {
+	m := new(ExecuteRequest)
+	if err := stream.RecvMsg(m); err != nil {
+		return err
+	}
+	return srv.(ExecutorServer).ExecuteStream(m, &grpc.GenericServerStream[ExecuteRequest, ExecuteEvent]{ServerStream: stream})
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type Executor_ExecuteStreamServer = grpc.ServerStreamingServer[ExecuteEvent]
+
 // Executor_ServiceDesc is the grpc.ServiceDesc for Executor service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -293,6 +331,11 @@ var Executor_ServiceDesc = grpc.ServiceDesc{
 			Handler:       _Executor_ExecuteBatch_Handler,
 			ServerStreams: true,
 		},
+		{
+			StreamName:    "ExecuteStream",
+			Handler:       _Executor_ExecuteStream_Handler,
+			ServerStreams: true,
+		},
 	},
 	Metadata: "tooljail/v1/executor.proto",
 }
@@ -300,6 +343,8 @@ var Executor_ServiceDesc = grpc.ServiceDesc{
 const (
 	Admin_ReloadPolicies_FullMethodName = "/tooljail.v1.Admin/ReloadPolicies"
 	Admin_Status_FullMethodName         = "/tooljail.v1.Admin/Status"
+	Admin_SetSessionMode_FullMethodName = "/tooljail.v1.Admin/SetSessionMode"
+	Admin_ListGrants_FullMethodName     = "/tooljail.v1.Admin/ListGrants"
 )
 
 // AdminClient is the client API for Admin service.
@@ -313,6 +358,10 @@ type AdminClient interface {
 	ReloadPolicies(ctx context.Context, in *ReloadPoliciesRequest, opts ...grpc.CallOption) (*ReloadPoliciesResponse, error)
 	// A short summary of the daemon's health for operators (`tooljail status`).
 	Status(ctx context.Context, in *StatusRequest, opts ...grpc.CallOption) (*StatusResponse, error)
+	// Changes a session's permission mode.
+	SetSessionMode(ctx context.Context, in *SetSessionModeRequest, opts ...grpc.CallOption) (*Session, error)
+	// The approvals granted for the rest of a session (approval scope "session").
+	ListGrants(ctx context.Context, in *ListGrantsRequest, opts ...grpc.CallOption) (*ListGrantsResponse, error)
 }
 
 type adminClient struct {
@@ -343,6 +392,26 @@ func (c *adminClient) Status(ctx context.Context, in *StatusRequest, opts ...grp
 	return out, nil
 }
 
+func (c *adminClient) SetSessionMode(ctx context.Context, in *SetSessionModeRequest, opts ...grpc.CallOption) (*Session, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(Session)
+	err := c.cc.Invoke(ctx, Admin_SetSessionMode_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *adminClient) ListGrants(ctx context.Context, in *ListGrantsRequest, opts ...grpc.CallOption) (*ListGrantsResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ListGrantsResponse)
+	err := c.cc.Invoke(ctx, Admin_ListGrants_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // AdminServer is the server API for Admin service.
 // All implementations must embed UnimplementedAdminServer
 // for forward compatibility.
@@ -354,6 +423,10 @@ type AdminServer interface {
 	ReloadPolicies(context.Context, *ReloadPoliciesRequest) (*ReloadPoliciesResponse, error)
 	// A short summary of the daemon's health for operators (`tooljail status`).
 	Status(context.Context, *StatusRequest) (*StatusResponse, error)
+	// Changes a session's permission mode.
+	SetSessionMode(context.Context, *SetSessionModeRequest) (*Session, error)
+	// The approvals granted for the rest of a session (approval scope "session").
+	ListGrants(context.Context, *ListGrantsRequest) (*ListGrantsResponse, error)
 	mustEmbedUnimplementedAdminServer()
 }
 
@@ -369,6 +442,12 @@ func (UnimplementedAdminServer) ReloadPolicies(context.Context, *ReloadPoliciesR
 }
 func (UnimplementedAdminServer) Status(context.Context, *StatusRequest) (*StatusResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method Status not implemented")
+}
+func (UnimplementedAdminServer) SetSessionMode(context.Context, *SetSessionModeRequest) (*Session, error) {
+	return nil, status.Error(codes.Unimplemented, "method SetSessionMode not implemented")
+}
+func (UnimplementedAdminServer) ListGrants(context.Context, *ListGrantsRequest) (*ListGrantsResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ListGrants not implemented")
 }
 func (UnimplementedAdminServer) mustEmbedUnimplementedAdminServer() {}
 func (UnimplementedAdminServer) testEmbeddedByValue()               {}
@@ -427,6 +506,42 @@ func _Admin_Status_Handler(srv interface{}, ctx context.Context, dec func(interf
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Admin_SetSessionMode_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(SetSessionModeRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AdminServer).SetSessionMode(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Admin_SetSessionMode_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AdminServer).SetSessionMode(ctx, req.(*SetSessionModeRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Admin_ListGrants_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ListGrantsRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AdminServer).ListGrants(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Admin_ListGrants_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AdminServer).ListGrants(ctx, req.(*ListGrantsRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // Admin_ServiceDesc is the grpc.ServiceDesc for Admin service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -441,6 +556,14 @@ var Admin_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "Status",
 			Handler:    _Admin_Status_Handler,
+		},
+		{
+			MethodName: "SetSessionMode",
+			Handler:    _Admin_SetSessionMode_Handler,
+		},
+		{
+			MethodName: "ListGrants",
+			Handler:    _Admin_ListGrants_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},

@@ -1,0 +1,158 @@
+"""Structured logs: the lines as emitted, parsed back."""
+
+from __future__ import annotations
+
+import asyncio
+import io
+import json
+import logging
+import re
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from daemon.service.logs import configure_logging, log_context
+
+log = logging.getLogger("tooljail.test")
+
+
+@pytest.fixture(autouse=True)
+def restore_root_logger() -> Iterator[None]:
+    root = logging.getLogger()
+    handlers, level = list(root.handlers), root.level
+    try:
+        yield
+    finally:
+        for handler in [h for h in root.handlers if h not in handlers]:
+            root.removeHandler(handler)
+        root.setLevel(level)
+
+
+def _lines(stream: io.StringIO) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in stream.getvalue().splitlines()]
+
+
+def test_one_json_object_per_line_with_extra_fields() -> None:
+    stream = io.StringIO()
+    configure_logging(json=True, level="info", stream=stream)
+
+    log.info("decided %s", "allow", extra={"session": "s1", "decision_id": "d-42"})
+    log.warning("multi\nline message", extra={"workspace": Path("/srv/ws"), "calls": 3})
+
+    first, second = _lines(stream)
+    assert list(first)[:4] == ["time", "level", "logger", "message"]
+    assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z", first["time"])
+    assert first["level"] == "info"
+    assert first["logger"] == "tooljail.test"
+    assert first["message"] == "decided allow"
+    assert first["session"] == "s1"
+    assert first["decision_id"] == "d-42"
+    assert second["message"] == "multi\nline message"
+    assert second["workspace"] == "/srv/ws"
+    assert second["calls"] == 3
+
+
+def test_level_filters_lines() -> None:
+    stream = io.StringIO()
+    configure_logging(json=True, level="WARNING", stream=stream)
+
+    log.info("not shown")
+    log.debug("not shown either")
+    log.error("shown")
+
+    assert [line["message"] for line in _lines(stream)] == ["shown"]
+
+
+async def test_bound_context_follows_each_call_into_its_tasks() -> None:
+    stream = io.StringIO()
+    configure_logging(json=True, level="debug", stream=stream)
+
+    async def call(tool_use_id: str) -> None:
+        with log_context(session="s1", tool_use_id=tool_use_id):
+            await asyncio.sleep(0)
+            # A task started inside the call (the sandbox runner) inherits the fields.
+            await asyncio.create_task(_log_from_elsewhere())
+            log.info("answered", extra={"decision_id": f"d-{tool_use_id}"})
+
+    await asyncio.gather(call("toolu_a"), call("toolu_b"))
+    log.info("outside any call")
+
+    lines = _lines(stream)
+    for tool_use_id in ("toolu_a", "toolu_b"):
+        mine = [line for line in lines if line.get("tool_use_id") == tool_use_id]
+        assert [line["message"] for line in mine] == ["container started", "answered"]
+        assert all(line["session"] == "s1" for line in mine)
+        assert mine[1]["decision_id"] == f"d-{tool_use_id}"
+    assert lines[-1] == {key: lines[-1][key] for key in ("time", "level", "logger", "message")}
+
+
+async def _log_from_elsewhere() -> None:
+    logging.getLogger("sandbox.executor").info("container started")
+
+
+def test_extra_wins_over_context_and_base_keys_cannot_be_overwritten() -> None:
+    stream = io.StringIO()
+    configure_logging(json=True, level="info", stream=stream)
+
+    with log_context(session="outer", level="bogus"):
+        log.info("hello", extra={"session": "inner"})
+
+    (line,) = _lines(stream)
+    assert line["session"] == "inner"
+    assert line["level"] == "info"
+
+
+def test_exceptions_are_kept_in_the_line() -> None:
+    stream = io.StringIO()
+    configure_logging(json=True, level="info", stream=stream)
+
+    try:
+        raise RuntimeError("OPA went away")
+    except RuntimeError:
+        log.exception("teardown failed")
+
+    (line,) = _lines(stream)
+    assert line["message"] == "teardown failed"
+    assert "RuntimeError: OPA went away" in line["exception"]
+    assert line["exception"].startswith("Traceback")
+
+
+def test_reconfiguring_replaces_only_its_own_handler(caplog: pytest.LogCaptureFixture) -> None:
+    first, second = io.StringIO(), io.StringIO()
+    configure_logging(json=True, level="info", stream=first)
+    configure_logging(json=True, level="info", stream=second)
+
+    with caplog.at_level(logging.INFO):
+        log.info("once")
+
+    assert first.getvalue() == ""
+    assert [line["message"] for line in _lines(second)] == ["once"]
+    assert [r.getMessage() for r in caplog.records] == ["once"]  # pytest's handler survived
+
+
+def test_text_format_for_terminals() -> None:
+    stream = io.StringIO()
+    configure_logging(json=False, level="info", stream=stream)
+
+    log.info("listening", extra={"listen": "unix:///run/tooljail/tooljail.sock"})
+
+    line = stream.getvalue().rstrip("\n")
+    assert re.fullmatch(
+        r"\S+Z info     tooljail\.test: listening listen=unix:///run/tooljail/tooljail\.sock",
+        line,
+    )
+
+
+def test_default_stream_is_standard_error(capsys: pytest.CaptureFixture[str]) -> None:
+    configure_logging(json=True, level="info")
+    log.info("to stderr")
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    assert json.loads(captured.err)["message"] == "to stderr"
+
+
+def test_an_unknown_level_names_the_valid_ones() -> None:
+    with pytest.raises(ValueError, match="unknown log level 'verbose'; use one of: debug, info"):
+        configure_logging(json=True, level="verbose")

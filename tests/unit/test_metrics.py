@@ -1,0 +1,231 @@
+"""Metrics scraped over HTTP from 127.0.0.1 and parsed with prometheus-client's own parser."""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+import urllib.request
+from collections.abc import Iterator
+
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from daemon.errors import TooljailError
+from daemon.models import (
+    Decision,
+    ExecuteOutcome,
+    ExecutionReport,
+    Outcome,
+    TextContent,
+    ToolResult,
+)
+from daemon.service.metrics import CallOutcome, CancelReason, Metrics, MetricsServer
+from sandbox.executor import ExecutorStats
+
+Samples = dict[tuple[str, frozenset[tuple[str, str]]], float]
+
+# Straight to loopback, whatever proxy the environment names.
+_OPENER = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+
+
+def _scrape(server: MetricsServer) -> tuple[Samples, dict[str, str]]:
+    """Every sample by (name, labels), and every family's type by name."""
+    with _OPENER.open(f"http://127.0.0.1:{server.port}/metrics", timeout=5) as response:
+        assert response.status == 200
+        text = response.read().decode()
+    samples: Samples = {}
+    types: dict[str, str] = {}
+    for family in text_string_to_metric_families(text):
+        types[family.name] = family.type
+        for sample in family.samples:
+            samples[(sample.name, frozenset(sample.labels.items()))] = sample.value
+    return samples, types
+
+
+def _value(samples: Samples, name: str, **labels: str) -> float:
+    return samples[(name, frozenset(labels.items()))]
+
+
+@pytest.fixture
+def metrics() -> Metrics:
+    return Metrics(known_tools=["Read", "Bash", "Edit"], process_metrics=False)
+
+
+@pytest.fixture
+def server(metrics: Metrics) -> Iterator[MetricsServer]:
+    running = metrics.start_http_server("127.0.0.1", 0)
+    try:
+        yield running
+    finally:
+        running.close()
+
+
+def _answer(
+    outcome: Outcome | None, *, is_error: bool = False, replayed: bool = False
+) -> ExecuteOutcome:
+    return ExecuteOutcome(
+        result=ToolResult(
+            tool_use_id="toolu_1", content=(TextContent(text="x"),), is_error=is_error
+        ),
+        decision=Decision(outcome=outcome),
+        report=ExecutionReport(replayed=replayed),
+    )
+
+
+def test_calls_latencies_and_truncations_are_scraped(
+    metrics: Metrics, server: MetricsServer
+) -> None:
+    metrics.observe_call("Read", CallOutcome.OK, decision_s=0.003, exec_s=0.02)
+    metrics.observe_call("Read", CallOutcome.OK, decision_s=0.004, exec_s=0.03, truncated=True)
+    metrics.observe_call("Bash", CallOutcome.ERROR, decision_s=0.2, exec_s=42.0)
+    metrics.observe_call("Bash", CallOutcome.DENIED, decision_s=0.002)
+    metrics.observe_call("Reed", CallOutcome.INVALID)  # a tool name the model made up
+
+    samples, types = _scrape(server)
+
+    assert types["tooljail_calls"] == "counter"
+    assert _value(samples, "tooljail_calls_total", tool="Read", outcome="ok") == 2
+    assert _value(samples, "tooljail_calls_total", tool="Bash", outcome="error") == 1
+    assert _value(samples, "tooljail_calls_total", tool="Bash", outcome="denied") == 1
+    assert _value(samples, "tooljail_calls_total", tool="other", outcome="invalid") == 1
+
+    assert types["tooljail_decision_duration_seconds"] == "histogram"
+    assert _value(samples, "tooljail_decision_duration_seconds_count") == 4
+    assert _value(samples, "tooljail_decision_duration_seconds_bucket", le="0.005") == 3
+    assert _value(samples, "tooljail_decision_duration_seconds_sum") == pytest.approx(0.209)
+
+    assert _value(samples, "tooljail_execution_duration_seconds_count", tool="Read") == 2
+    assert _value(samples, "tooljail_execution_duration_seconds_count", tool="Bash") == 1
+    buckets = "tooljail_execution_duration_seconds_bucket"
+    assert _value(samples, buckets, tool="Bash", le="30.0") == 0
+    assert _value(samples, buckets, tool="Bash", le="60.0") == 1
+
+    assert _value(samples, "tooljail_result_truncations_total", tool="Read") == 1
+    assert ("tooljail_result_truncations_total", frozenset({("tool", "Bash")})) not in samples
+
+
+def test_cancelled_calls_are_counted_as_such(metrics: Metrics, server: MetricsServer) -> None:
+    metrics.call_cancelled("Bash", CancelReason.DEADLINE)
+    metrics.call_cancelled("Bash", CancelReason.DEADLINE)
+    metrics.call_cancelled("Edit", CancelReason.SHUTDOWN)
+
+    samples, _ = _scrape(server)
+
+    assert _value(samples, "tooljail_calls_cancelled_total", tool="Bash", reason="deadline") == 2
+    assert _value(samples, "tooljail_calls_cancelled_total", tool="Edit", reason="shutdown") == 1
+    assert _value(samples, "tooljail_calls_total", tool="Bash", outcome="cancelled") == 2
+
+
+def test_in_flight_opa_errors_reloads_and_build_info(
+    metrics: Metrics, server: MetricsServer
+) -> None:
+    metrics.opa_error()
+    metrics.policy_reloaded(ok=True)
+    metrics.policy_reloaded(ok=False)
+    metrics.policy_reloaded(ok=False)
+    with metrics.in_flight(), metrics.in_flight():
+        during, _ = _scrape(server)
+    after, types = _scrape(server)
+
+    assert types["tooljail_calls_in_flight"] == "gauge"
+    assert _value(during, "tooljail_calls_in_flight") == 2
+    assert _value(after, "tooljail_calls_in_flight") == 0
+    assert _value(after, "tooljail_opa_errors_total") == 1
+    assert _value(after, "tooljail_policy_reloads_total", result="ok") == 1
+    assert _value(after, "tooljail_policy_reloads_total", result="failed") == 2
+    build = [key for key in after if key[0] == "tooljail_build_info"]
+    assert len(build) == 1
+    assert dict(build[0][1])["version"]
+
+
+def test_in_flight_is_released_when_the_call_raises(
+    metrics: Metrics, server: MetricsServer
+) -> None:
+    with pytest.raises(RuntimeError), metrics.in_flight():
+        raise RuntimeError("boom")
+    samples, _ = _scrape(server)
+    assert _value(samples, "tooljail_calls_in_flight") == 0
+
+
+def test_sandbox_counters_are_read_at_scrape_time(metrics: Metrics, server: MetricsServer) -> None:
+    before, types = _scrape(server)
+    assert _value(before, "tooljail_sandbox_pool_ready") == 0  # no executor yet: zeros
+    assert types["tooljail_sandbox_pool_misses"] == "counter"
+
+    current = ExecutorStats(
+        pool_hits=7, pool_misses=3, started=9, removed=6, reaped=1, pooled=2, in_flight=1
+    )
+    metrics.watch_sandbox(lambda: current)
+    metrics.containers_reaped(4)  # leftovers of a predecessor, removed at start-up
+    samples, _ = _scrape(server)
+
+    assert _value(samples, "tooljail_sandbox_pool_ready") == 2
+    assert _value(samples, "tooljail_sandbox_containers_busy") == 1
+    assert _value(samples, "tooljail_sandbox_pool_hits_total") == 7
+    assert _value(samples, "tooljail_sandbox_pool_misses_total") == 3
+    assert _value(samples, "tooljail_sandbox_containers_started_total") == 9
+    assert _value(samples, "tooljail_sandbox_containers_removed_total") == 6
+    assert _value(samples, "tooljail_sandbox_containers_reaped_total") == 5
+
+
+async def test_sandbox_counters_are_read_on_the_event_loop(metrics: Metrics) -> None:
+    loop = asyncio.get_running_loop()
+    readers: list[asyncio.AbstractEventLoop] = []
+
+    def stats() -> ExecutorStats:
+        readers.append(asyncio.get_running_loop())  # raises off the loop thread
+        return ExecutorStats(pooled=4)
+
+    metrics.watch_sandbox(stats, loop)
+    server = metrics.start_http_server("127.0.0.1", 0)
+    try:
+        samples, _ = await asyncio.to_thread(_scrape, server)
+    finally:
+        server.close()
+    assert _value(samples, "tooljail_sandbox_pool_ready") == 4
+    assert readers == [loop]
+
+
+def test_each_instance_has_its_own_registry() -> None:
+    first, second = Metrics(process_metrics=False), Metrics(process_metrics=False)
+    first.observe_call("Read", CallOutcome.OK)
+    labels = {"tool": "Read", "outcome": "ok"}
+    assert first.registry.get_sample_value("tooljail_calls_total", labels) == 1
+    assert second.registry.get_sample_value("tooljail_calls_total", labels) is None
+
+
+def test_process_metrics_are_exported_when_asked() -> None:
+    metrics = Metrics()
+    assert metrics.registry.get_sample_value("process_open_fds") is not None
+
+
+def test_tool_labels_are_bounded_without_a_known_set() -> None:
+    metrics = Metrics(process_metrics=False)
+    labels = {metrics.tool_label(f"Tool{i}") for i in range(100)}
+    assert "other" in labels
+    assert len(labels) == 65  # 64 names kept, then "other"
+    assert metrics.tool_label("Tool0") == "Tool0"
+
+
+@pytest.mark.parametrize(
+    ("answer", "expected"),
+    [
+        (_answer(Outcome.ALLOW), CallOutcome.OK),
+        (_answer(Outcome.ALLOW, is_error=True), CallOutcome.ERROR),
+        (_answer(Outcome.DENY, is_error=True), CallOutcome.DENIED),
+        (_answer(Outcome.ASK, is_error=True), CallOutcome.ASK),
+        (_answer(None, is_error=True), CallOutcome.INVALID),
+        (_answer(Outcome.ALLOW, replayed=True), CallOutcome.REPLAYED),
+    ],
+)
+def test_call_outcome_of_an_answer(answer: ExecuteOutcome, expected: CallOutcome) -> None:
+    assert CallOutcome.of(answer) is expected
+
+
+def test_a_port_in_use_is_a_clear_error(metrics: Metrics) -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        with pytest.raises(TooljailError, match=f"cannot serve metrics on 127.0.0.1:{port}"):
+            metrics.start_http_server("127.0.0.1", port)
