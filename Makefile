@@ -14,13 +14,14 @@ WORKSPACE ?= $(CURDIR)/.tooljail/workspace
 PYTEST_ARGS ?=
 
 .PHONY: help setup venv proto opa grpcurl packages docker image run test lint typecheck policy-test \
+        interop buf go-gen \
         pytest unit integration bench-sandbox fmt clean
 
 help: ## show the targets
 	@grep -hE '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | \
 	  awk 'BEGIN {FS = ":.*## "}; {printf "  make %-14s %s\n", $$1, $$2}'
 
-setup: venv proto opa packages docker image ## install everything that is missing (idempotent)
+setup: venv proto opa grpcurl packages docker image ## install everything that is missing (idempotent)
 
 venv: $(VENV)/.installed ## the Python virtualenv with tooljail and its dev tools
 
@@ -62,7 +63,7 @@ run: setup ## run the daemon (LISTEN=..., WORKSPACE=... to override)
 	@TOOLJAIL_STATE_DIR="$${TOOLJAIL_STATE_DIR:-$(CURDIR)/.tooljail/state}" \
 	  exec $(BIN)/tooljail serve --listen "$(LISTEN)" --workspace "$(WORKSPACE)"
 
-test: setup lint typecheck policy-test pytest ## everything CI runs
+test: setup lint typecheck policy-test buf pytest ## everything CI runs (interop runs inside pytest)
 
 lint: venv ## ruff lint and format check
 	@echo "==> ruff"
@@ -98,8 +99,18 @@ unit: venv proto ## only the unit tests (no Docker, no OPA)
 integration: setup ## only the integration tests
 	@$(BIN)/pytest tests/integration $(PYTEST_ARGS)
 
+interop: setup ## build the Go and Node example clients and run them against a live daemon
+	@scripts/interop.sh
+
+buf: ## buf lint, and buf breaking against the last released proto (proto/released)
+	@echo "==> buf lint / breaking"
+	@scripts/buf-check.sh
+
+go-gen: ## regenerate the Go example's code from proto/
+	@examples/go/generate.sh
+
 bench-sandbox: setup ## sandbox benchmark: warm pool vs cold vs docker run, churn, output flood
 	@$(BIN)/python -m bench.sandbox_bench --sustained 60 --flood
 
 clean: ## remove the venv and build outputs (keeps the sandbox image)
-	rm -rf $(VENV) .tools .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) .tools .pytest_cache .mypy_cache .ruff_cache examples/node/node_modules

@@ -154,6 +154,8 @@ class Settings(BaseSettings):
     """The default session's workspace directory (created if missing)."""
     audit_log: str = "-"
     """File the audit lines go to; '-' is standard output."""
+    deferred_tools: list[str] = []
+    """Tools left out of ListTools (found through ToolSearch), e.g. ["MultiEdit", "LS"]."""
     result_budget_chars: int = Field(default=50_000, ge=1_000)
     """Overall cap of one tool_result (a tool's own budget and the policy may lower it)."""
     max_request_bytes: int = Field(default=16 << 20, ge=1 << 16)

@@ -140,14 +140,20 @@ class Pipeline:
         self._audit = audit
         self._runner_factory = runner_factory
 
-    async def list_tools(self, session_id: str, caller: Caller) -> list[ToolDefinition]:
-        """The enabled tools this caller may see, in registry order."""
+    async def list_tools(
+        self, session_id: str, caller: Caller, *, include_deferred: bool = False
+    ) -> list[ToolDefinition]:
+        """The enabled tools this caller may see, in registry order (deferred ones on request)."""
         session = self._sessions.get(session_id)
         definitions = [self._registry.definition(t.name) for t in self._registry.enabled()]
         visible = await self._policy.visible_tools(listing_document(definitions, session, caller))
         if visible is None:
             raise Unavailable("the policy engine cannot be reached; retry ListTools later")
-        return [d for d in definitions if d.name in visible]
+        return [
+            d
+            for d in definitions
+            if d.name in visible and (include_deferred or not d.defer_loading)
+        ]
 
     def prepare(self, request: CallRequest) -> PreparedCall:
         """Look up and validate, without side effects; failures are kept as an early answer."""
@@ -222,6 +228,7 @@ class Pipeline:
             limits=limits,
             sandbox=self._runner_factory(session, tool_use.id) if tool.traits.sandboxed else None,
             progress=call.request.progress,
+            catalog=lambda: self.list_tools(session.id, caller, include_deferred=True),
         )
         exec_started = time.monotonic()
         output = await self._run_respecting_interrupt(tool, args, ctx)

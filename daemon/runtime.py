@@ -107,7 +107,7 @@ class Daemon:
             approval.key_file or settings.state_dir / "approval.key",
         )
         pipeline = Pipeline(
-            registry=builtin_registry(),
+            registry=builtin_registry(settings.deferred_tools),
             policy=self.engine,
             sessions=sessions,
             limits=PipelineLimits(

@@ -138,10 +138,14 @@ def tools_to_proto(definitions: list[ToolDefinition]) -> pb.ListToolsResponse:
                 sandboxed=d.traits.sandboxed,
                 max_result_chars=d.traits.max_result_chars,
             ),
+            defer_loading=d.defer_loading,
+            aliases=list(d.aliases),
         )
         for d in definitions
     ]
-    tools_json = json.dumps([d.to_anthropic() for d in definitions], ensure_ascii=False)
+    tools_json = json.dumps(
+        [d.to_anthropic(mark_deferred=True) for d in definitions], ensure_ascii=False
+    )
     return pb.ListToolsResponse(tools=tools, tools_json=tools_json)
 
 

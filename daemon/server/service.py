@@ -61,7 +61,9 @@ class ExecutorService(pb_grpc.ExecutorServicer):
         self, request: pb.ListToolsRequest, context: Context
     ) -> pb.ListToolsResponse:
         try:
-            definitions = await self._pipeline.list_tools(request.session_id, self._admit(context))
+            definitions = await self._pipeline.list_tools(
+                request.session_id, self._admit(context), include_deferred=request.include_deferred
+            )
         except TooljailError as exc:
             await context.abort(status_for(exc), str(exc))
         return convert.tools_to_proto(definitions)

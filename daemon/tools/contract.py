@@ -10,7 +10,7 @@ treated as risky (not read-only, destructive, not concurrency-safe, runs in the 
 from __future__ import annotations
 
 import abc
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from enum import StrEnum
 from pathlib import Path
@@ -22,6 +22,7 @@ from daemon.models import ContentBlock, TextContent
 
 if TYPE_CHECKING:
     from daemon.session import Session
+    from daemon.tools.registry import ToolDefinition
     from sandbox.backend import SandboxLimits, SandboxRequest, SandboxResult
 
 
@@ -123,6 +124,8 @@ class CallContext:
     """None when the daemon runs without a sandbox backend."""
     progress: ProgressSink | None = None
     """Where live progress goes, when someone listens."""
+    catalog: Callable[[], Awaitable[list[ToolDefinition]]] | None = None
+    """The tools this caller may see, deferred ones included (for ToolSearch)."""
     extra: dict[str, Any] = field(default_factory=dict)
 
     def report(self, update: ProgressUpdate) -> None:
@@ -153,6 +156,10 @@ class Tool(abc.ABC, Generic[InT, OutT]):
     """Declared semantics (conservative by default)."""
     enabled: ClassVar[bool] = True
     """Implemented but switched off tools are never exposed."""
+    aliases: ClassVar[tuple[str, ...]] = ()
+    """Older names still accepted (a call by alias runs this tool)."""
+    search_hint: ClassVar[str] = ""
+    """Keywords ToolSearch matches besides the name and the description."""
 
     def input_schema(self) -> dict[str, Any]:
         """The JSON Schema the model sees."""

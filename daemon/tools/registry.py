@@ -1,5 +1,6 @@
-"""The registry: every implemented tool, by name. Implemented is not exposed: what a caller may see
-is decided per call by the enabled flag and the policy (see daemon.pipeline)."""
+"""The registry: every implemented tool, by name and by alias. Implemented is not exposed: what a
+caller may see is decided per call by the enabled flag and the policy (see daemon.pipeline), and a
+deferred tool is left out of ListTools until the model finds it with ToolSearch."""
 
 from __future__ import annotations
 
@@ -21,14 +22,23 @@ class ToolDefinition:
     description: str
     input_schema: dict[str, Any]
     traits: ToolTraits
+    defer_loading: bool = False
+    """Not shown up front; found through ToolSearch."""
+    aliases: tuple[str, ...] = ()
+    """Older names still accepted."""
+    search_hint: str = ""
+    """Extra keywords ToolSearch matches."""
 
-    def to_anthropic(self) -> dict[str, Any]:
+    def to_anthropic(self, *, mark_deferred: bool = False) -> dict[str, Any]:
         """An Anthropic Messages API tool definition."""
-        return {
+        tool: dict[str, Any] = {
             "name": self.name,
             "description": self.description,
             "input_schema": self.input_schema,
         }
+        if mark_deferred and self.defer_loading:
+            tool["defer_loading"] = True
+        return tool
 
 
 def _strip_titles(schema: Any) -> Any:
@@ -45,17 +55,21 @@ def _strip_titles(schema: Any) -> Any:
 
 
 class ToolRegistry:
-    """Tools by name; names are unique and valid Anthropic tool names."""
+    """Tools by name; names and aliases are unique and valid Anthropic tool names."""
 
-    def __init__(self, tools: Iterable[AnyTool]) -> None:
+    def __init__(self, tools: Iterable[AnyTool], deferred: Iterable[str] = ()) -> None:
         self._tools: dict[str, AnyTool] = {}
+        self._aliases: dict[str, str] = {}
         self._definitions: dict[str, ToolDefinition] = {}
+        deferred_names = set(deferred)
         for tool in tools:
-            if not _NAME.fullmatch(tool.name):
-                raise ValueError(f"tool name {tool.name!r} is not a valid tool name")
-            if tool.name in self._tools:
-                raise ValueError(f"tool {tool.name!r} is registered twice")
+            for name in (tool.name, *tool.aliases):
+                if not _NAME.fullmatch(name):
+                    raise ValueError(f"tool name {name!r} is not a valid tool name")
+                if name in self._tools or name in self._aliases:
+                    raise ValueError(f"tool name {name!r} is registered twice")
             self._tools[tool.name] = tool
+            self._aliases.update({alias: tool.name for alias in tool.aliases})
             schema = _strip_titles(tool.input_schema())
             schema.setdefault("type", "object")
             self._definitions[tool.name] = ToolDefinition(
@@ -63,11 +77,17 @@ class ToolRegistry:
                 description=tool.description,
                 input_schema=schema,
                 traits=tool.traits,
+                defer_loading=tool.name in deferred_names,
+                aliases=tool.aliases,
+                search_hint=tool.search_hint,
             )
+        unknown = deferred_names - set(self._tools)
+        if unknown:
+            raise ValueError(f"deferred tools that do not exist: {', '.join(sorted(unknown))}")
 
     def get(self, name: str) -> AnyTool | None:
-        """The enabled tool of that name, or None."""
-        tool = self._tools.get(name)
+        """The enabled tool of that name or alias, or None."""
+        tool = self._tools.get(self._aliases.get(name, name))
         return tool if tool is not None and tool.enabled else None
 
     def enabled(self) -> list[AnyTool]:

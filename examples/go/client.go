@@ -11,6 +11,8 @@ import (
 	tooljailv1 "example.com/tooljail/examples/go/gen/tooljail/v1"
 )
 
+// client wraps the generated ExecutorClient with what every step needs: fresh tool_use ids, a
+// deadline per call, and the checks of an answer.
 type client struct {
 	executor tooljailv1.ExecutorClient
 	timeout  time.Duration

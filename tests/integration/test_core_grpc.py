@@ -24,7 +24,7 @@ SANDBOXED = {"Write", "Edit", "MultiEdit", "Bash"}
 def test_list_tools_gives_valid_anthropic_definitions(host_daemon: RunningDaemon) -> None:
     response = host_daemon.stub.ListTools(pb.ListToolsRequest(), timeout=30)
     names = [t.name for t in response.tools]
-    assert set(names) == READ_ONLY | SANDBOXED
+    assert set(names) == READ_ONLY | SANDBOXED | {"ToolSearch"}
     as_json = json.loads(response.tools_json)
     adapter = TypeAdapter(ToolParam)
     for tool, proto in zip(as_json, response.tools, strict=True):

@@ -9,7 +9,7 @@ import sys
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import mcp_types as types
 import pytest
@@ -55,6 +55,11 @@ def hints(tool: types.Tool) -> tuple[bool | None, ...]:
         notes.idempotent_hint,
         notes.open_world_hint,
     )
+
+
+def approval_meta(approval: dict[str, Any]) -> types.RequestParamsMeta:
+    """A request `_meta` that carries an approval (an open map the SDK types as a TypedDict)."""
+    return cast("types.RequestParamsMeta", {APPROVAL_KEY: approval})
 
 
 def approval_of(result: types.CallToolResult) -> dict[str, Any] | None:
@@ -138,9 +143,9 @@ async def test_an_approved_call_runs_once(sandbox_daemon: RunningDaemon, sandbox
             pytest.skip(f"the policy does not ask for a force push yet: {text_of(asked)!r}")
         assert not runs.exists(), "an ASK must not run anything"
         approved = await session.call_tool(
-            "Bash", {"command": command}, meta={APPROVAL_KEY: approval}
+            "Bash", {"command": command}, meta=approval_meta(approval)
         )
-        again = await session.call_tool("Bash", {"command": command}, meta={APPROVAL_KEY: approval})
+        again = await session.call_tool("Bash", {"command": command}, meta=approval_meta(approval))
     # It ran in the sandbox: git itself answers (the folder is no repository), not the policy.
     assert approved.is_error is True
     assert text_of(approved).startswith("Exit code 128"), text_of(approved)
@@ -155,7 +160,7 @@ async def test_malformed_approval_meta_is_a_protocol_error(host_daemon: RunningD
     async with bridge(host_daemon.target) as session:
         with pytest.raises(MCPError, match="tool_use_id"):
             await session.call_tool(
-                "Bash", {"command": "ls"}, meta={APPROVAL_KEY: {"token": "tja1.x"}}
+                "Bash", {"command": "ls"}, meta=approval_meta({"token": "tja1.x"})
             )
 
 
