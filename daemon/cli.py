@@ -8,7 +8,6 @@ import json
 import logging
 import os
 import sys
-import uuid
 from pathlib import Path
 from typing import Any
 
@@ -71,51 +70,56 @@ def _tools(args: argparse.Namespace) -> int:
     return 0
 
 
-def _tool_uses_from(args: argparse.Namespace) -> list[dict[str, Any]]:
-    """From the command line (NAME [INPUT]) or stdin (a tool_use block, or a list of them)."""
-    if args.name:
-        raw_input = json.loads(args.input) if args.input else {}
-        if not isinstance(raw_input, dict):
-            raise ValueError("INPUT must be a JSON object")
-        tool_use_id = args.id or f"toolu_cli_{uuid.uuid4().hex[:16]}"
-        return [{"id": tool_use_id, "name": args.name, "input": raw_input}]
-    document = json.load(sys.stdin)
-    blocks = document if isinstance(document, list) else [document]
-    if not all(isinstance(b, dict) for b in blocks):
-        raise ValueError("stdin must hold a tool_use object or a list of them")
-    return [b for b in blocks if b.get("type", "tool_use") == "tool_use"]
+def _call_anthropic(args: argparse.Namespace) -> int:
+    from daemon.client.anthropic_json import call_json
+
+    if args.name or args.json or args.id:
+        print(
+            "tooljail call --anthropic: the tool_use blocks come on stdin only "
+            "(drop NAME, --json and --id)",
+            file=sys.stderr,
+        )
+        return 2
+    output = call_json(sys.stdin.read(), args.target, args.session, args.timeout)
+    sys.stdout.write(output.stdout)
+    sys.stderr.write(output.stderr)
+    return output.code
+
+
+def _mcp(args: argparse.Namespace) -> int:
+    try:
+        from daemon.client.mcp_bridge import run_mcp
+    except ImportError as exc:
+        print(
+            f"tooljail mcp: the MCP SDK is missing ({exc}); install it with "
+            "pip install 'tooljail[mcp]'",
+            file=sys.stderr,
+        )
+        return 2
+    return run_mcp(args.target, args.session, args.timeout)
 
 
 def _call(args: argparse.Namespace) -> int:
-    from daemon._generated.tooljail.v1 import executor_pb2 as pb
+    from daemon.client.call import run_calls, tool_uses_from
+
+    if args.anthropic:
+        return _call_anthropic(args)
 
     try:
-        blocks = _tool_uses_from(args)
+        tool_uses = tool_uses_from(args.name, args.input, args.id)
     except (ValueError, json.JSONDecodeError) as exc:
         print(f"tooljail call: {exc}", file=sys.stderr)
         return 2
-    tool_uses = [json_format.ParseDict(b, pb.ToolUse(), ignore_unknown_fields=True) for b in blocks]
     channel, stub = _stub(args.target)
-    failed = False
     with channel:
-        responses = stub.ExecuteBatch(
-            pb.ExecuteBatchRequest(session_id=args.session, tool_uses=tool_uses),
+        return run_calls(
+            stub,
+            tool_uses,
+            session=args.session,
             timeout=args.timeout,
+            as_json=args.json,
+            approval_token=args.approval_token,
         )
-        for response in responses:
-            failed = failed or response.result.is_error
-            if args.json:
-                print(json_format.MessageToJson(response, indent=2))
-                continue
-            outcome = pb.Outcome.Name(response.decision.outcome)
-            marker = "error" if response.result.is_error else "ok"
-            print(f"--- {response.result.tool_use_id} [{outcome}, {marker}]")
-            for block in response.result.content:
-                if block.HasField("text"):
-                    print(block.text.text)
-                else:
-                    print(f"<image {block.image.media_type}, {len(block.image.data)} bytes>")
-    return 1 if failed else 0
 
 
 def _status(args: argparse.Namespace) -> int:
@@ -189,6 +193,21 @@ def build_parser() -> argparse.ArgumentParser:
             command.add_argument(
                 "--id", default="", help="tool_use id to send (default: a fresh one per call)"
             )
+            command.add_argument(
+                "--approval-token", default="", help="a human-approved token from an ASK answer"
+            )
+            command.add_argument(
+                "--anthropic",
+                action="store_true",
+                help="read an assistant message (or tool_use blocks) on stdin, print the user "
+                "message of tool_result blocks to send back",
+            )
+
+    mcp = sub.add_parser("mcp", help="serve the daemon's tools to an MCP client over stdio")
+    mcp.add_argument("--target", default=target, help=f"daemon address (default {target})")
+    mcp.add_argument("--session", default="", help="session id (default session if empty)")
+    mcp.add_argument("--timeout", type=float, default=900.0, help="seconds to wait per call")
+    mcp.set_defaults(func=_mcp)
     return parser
 
 
