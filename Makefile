@@ -14,7 +14,7 @@ WORKSPACE ?= $(CURDIR)/.tooljail/workspace
 PYTEST_ARGS ?=
 
 .PHONY: help setup venv proto opa grpcurl packages docker image run test lint typecheck policy-test \
-        interop buf go-gen \
+        interop buf go-gen install \
         pytest unit integration bench-sandbox fmt clean
 
 help: ## show the targets
@@ -111,6 +111,11 @@ go-gen: ## regenerate the Go example's code from proto/
 
 bench-sandbox: setup ## sandbox benchmark: warm pool vs cold vs docker run, churn, output flood
 	@$(BIN)/python -m bench.sandbox_bench --sustained 60 --flood
+
+PREFIX ?= /usr/local
+DESTDIR ?=
+install: opa ## install into PREFIX (default /usr/local); DESTDIR=... stages it for a package
+	@scripts/install.sh PREFIX="$(PREFIX)" DESTDIR="$(DESTDIR)"
 
 clean: ## remove the venv and build outputs (keeps the sandbox image)
 	rm -rf $(VENV) .tools .pytest_cache .mypy_cache .ruff_cache examples/node/node_modules

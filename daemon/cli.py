@@ -16,6 +16,7 @@ from google.protobuf import json_format
 
 from daemon.config import ConfigError, load_settings
 from daemon.errors import TooljailError
+from daemon.service.logs import configure_logging
 
 DEFAULT_TARGET = "unix:///run/tooljail/tooljail.sock"
 
@@ -34,6 +35,10 @@ def _serve(args: argparse.Namespace) -> int:
     except ConfigError as exc:
         print(f"tooljail: {exc}", file=sys.stderr)
         return 2
+    configure_logging(
+        json=settings.logging.format == "json",
+        level=os.environ.get("TOOLJAIL_LOG_LEVEL", settings.logging.level).lower(),
+    )
     daemon = Daemon(settings)
     try:
         asyncio.run(daemon.run_until_signalled())

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import (
     BaseModel,
@@ -124,6 +124,22 @@ class AuthSettings(_Section):
     """Principals allowed to call the Admin service."""
 
 
+class MetricsSettings(_Section):
+    """Prometheus metrics over HTTP."""
+
+    enabled: bool = False
+    listen: str = "127.0.0.1:9464"
+    """host:port of /metrics (loopback by default: it has no authentication)."""
+
+
+class LoggingSettings(_Section):
+    """The daemon's own log (the audit log is separate)."""
+
+    format: Literal["json", "text"] = "json"
+    """json: one JSON object per event (session, tool_use_id, decision_id as fields)."""
+    level: Literal["debug", "info", "warning", "error", "critical"] = "info"
+
+
 class ApprovalSettings(_Section):
     """Approval tokens handed out when the policy asks."""
 
@@ -174,6 +190,8 @@ class Settings(BaseSettings):
     sandbox: SandboxSettings = SandboxSettings()
     scheduler: SchedulerSettings = SchedulerSettings()
     approval: ApprovalSettings = ApprovalSettings()
+    metrics: MetricsSettings = MetricsSettings()
+    logging: LoggingSettings = LoggingSettings()
 
     @field_validator("listen")
     @classmethod

@@ -32,6 +32,7 @@ from daemon.policy.document import listing_document
 from daemon.policy.engine import PolicyEngine
 from daemon.policy.gate import PolicyGate
 from daemon.policy.verdict import Verdict
+from daemon.service.metrics import CallOutcome, Metrics
 from daemon.session import Session
 from daemon.sessions import SessionStore
 from daemon.tools.contract import (
@@ -80,6 +81,8 @@ class PreparedCall:
     paths: list[TouchedPath] = field(default_factory=list)
     early: str | None = None
     """Set when look-up or validation failed: the error text the model gets; nothing runs."""
+    timings: dict[str, float] = field(default_factory=dict)
+    """decision_s and exec_s once measured (for metrics)."""
 
     @property
     def concurrency_safe(self) -> bool:
@@ -131,7 +134,9 @@ class Pipeline:
         audit: AuditLog,
         runner_factory: RunnerFactory,
         approvals: ApprovalAuthority | None = None,
+        metrics: Metrics | None = None,
     ) -> None:
+        self._metrics = metrics
         self._registry = registry
         self._policy = policy
         self._gate = PolicyGate(policy, approvals)
@@ -194,6 +199,7 @@ class Pipeline:
             return self._finish(call, caller, None, result, ExecutionReport(), summary=summary)
         tool, args, session = call.tool, call.args, call.session
 
+        decision_started = time.monotonic()
         gate = await self._gate.decide(
             tool,
             args,
@@ -205,6 +211,7 @@ class Pipeline:
             call.request.approval_scope,
         )
         verdict = gate.verdict
+        call.timings["decision_s"] = time.monotonic() - decision_started
         if verdict.outcome is not Outcome.ALLOW:
             result = _error(tool_use.id, self._refusal_text(tool.name, verdict))
             word = "needs approval" if verdict.outcome is Outcome.ASK else "denied by policy"
@@ -231,7 +238,9 @@ class Pipeline:
             catalog=lambda: self.list_tools(session.id, caller, include_deferred=True),
         )
         exec_started = time.monotonic()
-        output = await self._run_respecting_interrupt(tool, args, ctx)
+        with self._metrics.in_flight() if self._metrics else contextlib.nullcontext():
+            output = await self._run_respecting_interrupt(tool, args, ctx)
+        call.timings["exec_s"] = time.monotonic() - exec_started
         content, fitted = fit_content(output.content, budget, output.keep)
         report = ExecutionReport(
             sandboxed=tool.traits.sandboxed,
@@ -355,4 +364,13 @@ class Pipeline:
                 "duration_ms": int((time.monotonic() - call.started) * 1000),
             }
         )
-        return ExecuteOutcome(result=result, decision=decision, report=report, summary=summary)
+        outcome = ExecuteOutcome(result=result, decision=decision, report=report, summary=summary)
+        if self._metrics is not None:
+            self._metrics.observe_call(
+                request.tool_use.name,
+                CallOutcome.of(outcome),
+                decision_s=call.timings.get("decision_s"),
+                exec_s=call.timings.get("exec_s"),
+                truncated=report.truncated,
+            )
+        return outcome

@@ -8,6 +8,8 @@ import contextlib
 import hashlib
 import logging
 import signal
+from collections.abc import Coroutine
+from typing import Any
 
 import grpc
 from grpc_health.v1 import health, health_pb2
@@ -35,6 +37,8 @@ from daemon.server.admin import AdminService, StatusSnapshot
 from daemon.server.app import SERVICE_NAMES, build_server
 from daemon.server.identity import CallerResolver
 from daemon.server.service import ExecutorService, Intake
+from daemon.service.metrics import Metrics, MetricsServer
+from daemon.service.notify import Notifier, start_watchdog
 from daemon.session import Session
 from daemon.session_manager import SessionManager
 from daemon.sessions import SessionStore
@@ -71,6 +75,8 @@ class Daemon:
         self._stopped = asyncio.Event()
         self._session_store: SessionStore | None = None
         self.intake = Intake()
+        self.metrics = Metrics()
+        self._metrics_server: MetricsServer | None = None
 
     async def start(self) -> None:
         """Start everything; on failure, stop what was started and raise."""
@@ -94,7 +100,11 @@ class Daemon:
             await self.opa.start()
             url = self.opa.url
         self.engine = OpaPolicyEngine(
-            url, settings.opa.timeout_s, settings.sandbox.defaults, policy_revision(policies_dir)
+            url,
+            settings.opa.timeout_s,
+            settings.sandbox.defaults,
+            policy_revision(policies_dir),
+            on_error=self.metrics.opa_error,
         )
         await self.engine.open()
         self.reloader = PolicyReloader(self.opa, self.engine, binary, policies_dir)
@@ -118,6 +128,7 @@ class Daemon:
             audit=self._audit,
             runner_factory=await self._start_sandbox(),
             approvals=ApprovalAuthority(key, ttl_s=approval.ttl_s),
+            metrics=self.metrics,
         )
         sched = settings.scheduler
         scheduler = Scheduler(
@@ -144,7 +155,9 @@ class Daemon:
         server = build_server(
             settings,
             self.address,
-            ExecutorService(pipeline, scheduler, self.sessions, resolver, self.intake),
+            ExecutorService(
+                pipeline, scheduler, self.sessions, resolver, self.intake, self.metrics
+            ),
             AdminService(
                 self.reloader,
                 resolver,
@@ -153,6 +166,13 @@ class Daemon:
                 self.sessions,
             ),
             self._health,
+        )
+        if settings.metrics.enabled:
+            host, _, port = settings.metrics.listen.rpartition(":")
+            self._metrics_server = self.metrics.start_http_server(host, int(port))
+        self.metrics.watch_sandbox(
+            lambda: self.sandbox_executor.stats() if self.sandbox_executor else None,
+            asyncio.get_running_loop(),
         )
         await server.start()
         self._server = server
@@ -221,6 +241,9 @@ class Daemon:
         if self.opa is not None:
             await self.opa.stop()
             self.opa = None
+        if self._metrics_server is not None:
+            self._metrics_server.close()
+            self._metrics_server = None
         if self._audit is not None:
             self._audit.close()
             self._audit = None
@@ -228,33 +251,44 @@ class Daemon:
         self._stopped.set()
 
     async def run_until_signalled(self) -> None:
-        """Serve until SIGTERM or SIGINT, then stop."""
+        """Serve until SIGTERM or SIGINT, then stop; tell systemd about each step."""
+        notifier = Notifier.from_environment()  # before OPA starts: children must not inherit it
         loop = asyncio.get_running_loop()
         stop = asyncio.Event()
         background: set[asyncio.Task[object]] = set()
         signals = 0
 
+        def in_background(coro: Coroutine[Any, Any, object]) -> None:
+            task: asyncio.Task[object] = asyncio.create_task(coro)
+            background.add(task)
+            task.add_done_callback(background.discard)
+
         def on_terminate() -> None:
             nonlocal signals
             signals += 1
             if signals == 1:
+                notifier.stopping("draining calls")
                 stop.set()
             elif self._server is not None:
                 log.warning("second signal: cancelling the calls still running")
-                task: asyncio.Task[object] = asyncio.create_task(self._server.stop(0))
-                background.add(task)
-                task.add_done_callback(background.discard)
+                in_background(self._server.stop(0))
 
-        def reload_on_hangup() -> None:
-            if self.reloader is not None:
-                task: asyncio.Task[object] = asyncio.create_task(self.reloader.reload())
-                background.add(task)
-                task.add_done_callback(background.discard)
+        async def reload() -> None:
+            if self.reloader is None:
+                return
+            notifier.reloading("reloading policies")
+            result = await self.reloader.reload()
+            self.metrics.policy_reloaded(result.reloaded)
+            notifier.ready(f"policy {result.revision}")
 
-        loop.add_signal_handler(signal.SIGHUP, reload_on_hangup)
+        loop.add_signal_handler(signal.SIGHUP, lambda: in_background(reload()))
         for signum in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(signum, on_terminate)
         await self.start()
+        notifier.ready(f"listening on {self.settings.listen}")
+        watchdog = start_watchdog(notifier, lambda: True)
         await stop.wait()
         log.info("stopping")
         await self.stop()
+        if watchdog is not None:  # last: systemd's watchdog stays armed while we drain
+            watchdog.cancel()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Protocol
 
 from daemon.session import Session
@@ -13,7 +14,12 @@ class Executor(Protocol):
     """What the daemon needs from sandbox.executor.SandboxExecutor."""
 
     async def run(
-        self, spec: SandboxSpec, request: SandboxRequest, *, tool_use_id: str = ""
+        self,
+        spec: SandboxSpec,
+        request: SandboxRequest,
+        *,
+        tool_use_id: str = "",
+        on_output: Callable[[str], None] | None = None,
     ) -> SandboxResult:
         """Run one request in a fresh container."""
         ...
@@ -27,8 +33,15 @@ class SessionSandboxRunner(SandboxRunner):
         self._session = session
         self._tool_use_id = tool_use_id
 
-    async def run(self, request: SandboxRequest, limits: SandboxLimits) -> SandboxResult:
+    async def run(
+        self,
+        request: SandboxRequest,
+        limits: SandboxLimits,
+        on_output: Callable[[str], None] | None = None,
+    ) -> SandboxResult:
         spec = SandboxSpec(
             workspace=self._session.workspace, limits=limits, session_id=self._session.id
         )
-        return await self._executor.run(spec, request, tool_use_id=self._tool_use_id)
+        return await self._executor.run(
+            spec, request, tool_use_id=self._tool_use_id, on_output=on_output
+        )

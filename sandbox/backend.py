@@ -7,6 +7,7 @@ A container runs exactly one request and is destroyed after it: never reused.
 from __future__ import annotations
 
 import abc
+from collections.abc import Callable
 from enum import StrEnum
 from pathlib import Path
 from typing import Literal
@@ -18,6 +19,11 @@ LABEL_MANAGED = "io.tooljail.managed"
 LABEL_INSTANCE = "io.tooljail.instance"
 LABEL_SESSION = "io.tooljail.session"
 LABEL_TOOL_USE = "io.tooljail.tool_use_id"
+
+
+OutputCallback = Callable[[str], None]
+"""Receives chunks of a command's output while it runs. Called on the event loop; it must return
+at once (append to a bounded buffer), since reading the container waits for it."""
 
 
 class SandboxError(Exception):
@@ -132,8 +138,13 @@ class Sandbox(abc.ABC):
         """The container id."""
 
     @abc.abstractmethod
-    async def run(self, request: SandboxRequest) -> SandboxResult:
+    async def run(
+        self, request: SandboxRequest, on_output: OutputCallback | None = None
+    ) -> SandboxResult:
         """Send the request and return its answer as soon as it is complete.
+
+        `on_output` gets a Bash command's output in chunks while it runs (coalesced by the
+        runner; the result still carries the kept output in full).
 
         Raises SandboxNotDelivered when the container was gone before the request reached it.
         """

@@ -33,6 +33,7 @@ import requests
 from sandbox import reaper
 from sandbox.backend import (
     BashRequest,
+    OutputCallback,
     Sandbox,
     SandboxBackend,
     SandboxNotDelivered,
@@ -50,6 +51,7 @@ from sandbox.protocol import (
     FrameDecoder,
     ProtocolError,
     encode_frame,
+    progress_output,
 )
 from sandbox.runner import RUNNER_SOURCE
 
@@ -336,7 +338,9 @@ class DockerSandbox(Sandbox):
     def id(self) -> str:
         return self._id
 
-    async def run(self, request: SandboxRequest) -> SandboxResult:
+    async def run(
+        self, request: SandboxRequest, on_output: OutputCallback | None = None
+    ) -> SandboxResult:
         if self._used:
             raise RuntimeError("a sandbox runs exactly one request; start a new one")
         self._used = True
@@ -355,7 +359,7 @@ class DockerSandbox(Sandbox):
         try:
             async with asyncio.timeout(deadline_s):
                 await self._send(encode_frame(payload))
-                message = await self._read_result(max_frame)
+                message = await self._read_result(max_frame, on_output)
         except TimeoutError:
             # The runner enforces the timeout itself; reaching this means even that failed.
             log.warning("sandbox %s missed its %.1f s deadline; killed", self._id[:12], deadline_s)
@@ -383,7 +387,9 @@ class DockerSandbox(Sandbox):
                 f"sandbox {self._id[:12]} refused the request: {exc}"
             ) from exc
 
-    async def _read_result(self, max_frame: int) -> dict[str, Any]:
+    async def _read_result(
+        self, max_frame: int, on_output: OutputCallback | None
+    ) -> dict[str, Any]:
         loop = asyncio.get_running_loop()
         demux = AttachDemuxer()
         frames = FrameDecoder(max_frame)
@@ -399,7 +405,30 @@ class DockerSandbox(Sandbox):
                     for message in frames.feed(payload):
                         if message["type"] == "result":
                             return message
-                        # Other types ("progress") are reserved for streaming output later.
+                        if on_output is not None:
+                            on_output = self._relay_progress(message, on_output)
+
+    def _relay_progress(
+        self, message: dict[str, Any], on_output: OutputCallback
+    ) -> OutputCallback | None:
+        """Hand a progress chunk to the callback; returns the callback, or None once it failed.
+
+        Called between reads of the attach socket: the callback only appends to a bounded buffer,
+        so a slow consumer never stalls the reading. One that raises is dropped, never the call.
+        """
+        chunk = progress_output(message)
+        if chunk is None:
+            return on_output
+        try:
+            on_output(chunk)
+        except Exception:  # noqa: BLE001 - progress is best effort; the result must still come
+            log.warning(
+                "progress callback of sandbox %s failed; no more progress for this call",
+                self._id[:12],
+                exc_info=True,
+            )
+            return None
+        return on_output
 
     def _result(self, started: float, **fields: Any) -> SandboxResult:
         duration_ms = int((time.monotonic() - started) * 1000)

@@ -20,6 +20,7 @@ from pathlib import Path
 
 from sandbox.backend import (
     BashRequest,
+    OutputCallback,
     Sandbox,
     SandboxBackend,
     SandboxNotDelivered,
@@ -135,9 +136,16 @@ class SandboxExecutor:
         )
 
     async def run(
-        self, spec: SandboxSpec, request: SandboxRequest, *, tool_use_id: str = ""
+        self,
+        spec: SandboxSpec,
+        request: SandboxRequest,
+        *,
+        tool_use_id: str = "",
+        on_output: OutputCallback | None = None,
     ) -> SandboxResult:
         """Run one request in a fresh container and return its result.
+
+        `on_output` gets a Bash command's output in chunks while it runs; it must not block.
 
         Raises:
             SandboxStartError: No container could be started; nothing ran.
@@ -152,7 +160,7 @@ class SandboxExecutor:
             sandbox = self._pool.take(key)
             if sandbox is not None:
                 try:
-                    result = await self._run_on(sandbox, request)
+                    result = await self._run_on(sandbox, request, on_output)
                 except SandboxNotDelivered as exc:
                     log.info("warm sandbox unusable, starting a fresh one: %s", exc)
                     self._counts["not_delivered"] += 1
@@ -162,7 +170,7 @@ class SandboxExecutor:
             self._counts["pool_misses"] += 1
             sandbox = await self._start(spec, tool_use_id)
             try:
-                return await self._run_on(sandbox, request)
+                return await self._run_on(sandbox, request, on_output)
             except SandboxNotDelivered as exc:
                 raise SandboxStartError(
                     f"the sandbox container ended before it got the request ({exc}); nothing "
@@ -236,10 +244,12 @@ class SandboxExecutor:
             raise SandboxStartError("the sandbox executor is closed (the daemon is shutting down)")
         return sandbox
 
-    async def _run_on(self, sandbox: Sandbox, request: SandboxRequest) -> SandboxResult:
+    async def _run_on(
+        self, sandbox: Sandbox, request: SandboxRequest, on_output: OutputCallback | None
+    ) -> SandboxResult:
         self._in_flight.add(sandbox)
         try:
-            return await sandbox.run(request)
+            return await sandbox.run(request, on_output)
         finally:
             self._in_flight.discard(sandbox)
             self._destroy_later([sandbox])

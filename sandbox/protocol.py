@@ -9,6 +9,11 @@ Two layers, both pure (bytes in, values out) so they are tested without Docker:
   (`FrameDecoder`); requests go the other way in the same format (`encode_frame`). The runner
   (`sandbox/runner/runner.py`) cannot import this package and carries its own copy of these few
   lines; `PROTOCOL_VERSION` must match its own.
+
+Message types from the runner: any number of `{"type": "progress", "output": "<chunk>"}` while a
+Bash command runs (at most about 10 per second, each chunk at most `MAX_PROGRESS_BYTES` of UTF-8),
+then exactly one `{"type": "result", ...}`. Progress is for people watching; the result alone is
+authoritative, so a host that ignores progress loses nothing.
 """
 
 from __future__ import annotations
@@ -23,6 +28,9 @@ _DOCKER_HEADER = struct.Struct(">BxxxI")
 
 STDOUT = 1
 STDERR = 2
+
+#: Largest output chunk of one progress message, in UTF-8 bytes (the runner's own copy must match).
+MAX_PROGRESS_BYTES = 8192
 
 
 class ProtocolError(Exception):
@@ -107,6 +115,17 @@ class FrameDecoder:
     def pending_bytes(self) -> int:
         """Bytes of an incomplete message held so far."""
         return len(self._buffer)
+
+
+def progress_output(message: dict[str, Any]) -> str | None:
+    """The output chunk of a progress message, None when it is not a well-formed one."""
+    if message.get("type") != "progress":
+        return None
+    output = message.get("output")
+    if not isinstance(output, str) or not output:
+        return None
+    # A runner must keep to the limit; a confused one is cut here rather than trusted.
+    return output[:MAX_PROGRESS_BYTES]
 
 
 def _decode(body: bytes) -> dict[str, Any]:

@@ -78,11 +78,10 @@ pip_args=(install --disable-pip-version-check --no-input --upgrade)
 # Bytecode compiled under DESTDIR would name the staging paths in tracebacks; the packager
 # compiles at the final place (python -m compileall) or lets Python skip it.
 [[ -z $DESTDIR ]] || pip_args+=(--no-compile)
-run_step "pip install tooljail and its dependencies" "$TOOLS_DIR/logs/install-pip-deps.log" \
+# A local directory is always reinstalled, so the same version number with new code is picked up;
+# dependencies are upgraded only when the new requirements ask for it.
+run_step "pip install tooljail and its dependencies" "$TOOLS_DIR/logs/install-pip.log" \
   "$VENV/bin/python" -m pip "${pip_args[@]}" "$src"
-# Same version number, new code: --upgrade alone would keep the old copy.
-run_step "pip reinstall tooljail itself" "$TOOLS_DIR/logs/install-pip-self.log" \
-  "$VENV/bin/python" -m pip "${pip_args[@]}" --force-reinstall --no-deps "$src"
 
 # --- OPA, the policies, the config example, the docs, the unit -----------------------------------
 install -D -m 0755 "$OPA_BIN" "$VENV/bin/opa"
@@ -114,10 +113,13 @@ if [[ -n $DESTDIR ]]; then
   grep -rlIF -- "$ROOT" "$VENV/bin" "$VENV/pyvenv.cfg" | while IFS= read -r file; do
     sed -i "s|$ROOT|$PREFIX|g" "$file"
   done
+  # venv's own pip was byte-compiled at the staging path.
+  find "$VENV" -name __pycache__ -type d -prune -exec rm -rf {} +
 fi
 
 # The venv's python is a link to the system one, so this works before the files reach $PREFIX.
-"$VENV/bin/python" -c 'import daemon.cli, sandbox.executor' ||
+# -B: no bytecode from this check (under DESTDIR it would name the staging paths).
+"$VENV/bin/python" -B -c 'import daemon.cli, sandbox.executor' ||
   die "the installed tooljail does not import; see the messages above"
 
 log "installed tooljail into $ROOT"

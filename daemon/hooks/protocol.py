@@ -95,7 +95,7 @@ class HookResult(Frozen):
             consequence = (
                 "so the call is denied"
                 if self.event is HookEvent.PRE_TOOL_USE
-                else "so the result is withheld"
+                else "so the call's result is withheld (the call itself did run)"
             )
             return (
                 f"The {self.event.value} hook '{self.name}' {self.reason}; it is configured to "
@@ -212,6 +212,8 @@ def _parse_answer(event: HookEvent, data: dict[str, Any]) -> dict[str, Any]:
     if decision == "deny":
         status = "blocked"
         reason = reason or "the hook denied the call without giving a reason"
+    elif decision == "ask":
+        reason = reason or "the hook wants a human to approve this call"
 
     updated = merged.get("updatedInput")
     if updated is not None:
@@ -233,7 +235,7 @@ def _read_stdout(event: HookEvent, proc: HookProcess) -> dict[str, Any]:
     text = proc.stdout.strip()
     if not text.startswith("{"):
         # Plain text on stdout is the hook's log output; Claude Code does not act on it either.
-        return {}
+        return {"status": "ok"}
     if proc.stdout_truncated:
         raise _BadOutput(
             f"its JSON answer is longer than {OUTPUT_CAP_BYTES // 1024} KiB and was not read"
@@ -243,7 +245,7 @@ def _read_stdout(event: HookEvent, proc: HookProcess) -> dict[str, Any]:
     except json.JSONDecodeError as exc:
         raise _BadOutput(f"stdout is not valid JSON ({exc})") from None
     if not isinstance(data, dict):
-        raise _BadOutput("stdout must hold one JSON object")
+        raise _BadOutput("stdout must hold one JSON object and nothing else")
     return _parse_answer(event, data)
 
 
@@ -291,6 +293,8 @@ def interpret(event: HookEvent, spec: HookSpec, proc: HookProcess) -> HookResult
     try:
         answer = _read_stdout(event, proc)
     except _BadOutput as exc:
-        log.warning("%s hook %r gave an unusable answer (non-blocking): %s", event, spec.name, exc)
+        log.warning(
+            "%s hook %r gave an unusable answer (non-blocking): %s", event.value, spec.name, exc
+        )
         return HookResult(status="error", reason=f"unusable output: {exc}", **common)
     return HookResult(**common, **answer)

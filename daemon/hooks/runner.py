@@ -44,7 +44,8 @@ class HookProcess:
     """What one hook process did."""
 
     exit_code: int | None
-    """The exit status; negative: killed by that signal; None: never started or timed out."""
+    """The exit status; negative: killed by that signal (also when /bin/sh reports it as
+    128 + N); None: never started, or timed out."""
     stdout: str
     """What it wrote to stdout (decoded as UTF-8, invalid bytes replaced), at most the cap."""
     stderr: str
@@ -100,6 +101,19 @@ def _kill_group(pgid: int) -> None:
         os.killpg(pgid, signal.SIGKILL)
 
 
+class _ExitAwareProtocol(asyncio.subprocess.SubprocessStreamProtocol):
+    """Says when the process itself has exited. `Process.wait()` also waits for every pipe to
+    close, which a background child holding stdout can postpone until the timeout."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        super().__init__(limit=65_536, loop=loop)
+        self.exited = asyncio.Event()
+
+    def process_exited(self) -> None:
+        super().process_exited()
+        self.exited.set()
+
+
 class _Capture:
     """Reads one stream to its end, keeping the first `OUTPUT_CAP_BYTES`."""
 
@@ -145,8 +159,10 @@ async def run_hook(spec: HookSpec, stdin_data: bytes, workspace: Path) -> HookPr
     a cancellation kills the hook's process group and propagates.
     """
     started = time.monotonic()
+    loop = asyncio.get_running_loop()
     try:
-        proc = await asyncio.create_subprocess_exec(
+        transport, protocol = await loop.subprocess_exec(
+            lambda: _ExitAwareProtocol(loop),
             *_argv(spec),
             stdin=asyncio.subprocess.PIPE,
             stdout=asyncio.subprocess.PIPE,
@@ -165,6 +181,7 @@ async def run_hook(spec: HookSpec, stdin_data: bytes, workspace: Path) -> HookPr
             start_error=f"could not start {_argv(spec)[0]!r}: {exc.strerror or exc}",
             duration_ms=int((time.monotonic() - started) * 1000),
         )
+    proc = asyncio.subprocess.Process(transport, protocol, loop)
     # start_new_session makes the hook a group leader, so its pid is its process group id.
     pgid = proc.pid
     assert proc.stdin is not None and proc.stdout is not None and proc.stderr is not None
@@ -178,13 +195,15 @@ async def run_hook(spec: HookSpec, stdin_data: bytes, workspace: Path) -> HookPr
     try:
         try:
             async with asyncio.timeout(spec.timeout_s):
-                await proc.wait()
+                await protocol.exited.wait()
         except TimeoutError:
             timed_out = True
         # Also after a normal exit: whatever the hook left running in its group is killed, so
-        # hooks never accumulate stray processes or hold their pipes open.
+        # hooks never accumulate stray processes or hold their pipes open. (With no member left
+        # the group id is unused and the kill finds nothing; Linux does not hand out a pid that
+        # is still some group's id.)
         _kill_group(pgid)
-        await proc.wait()
+        await protocol.exited.wait()
         await _finish(io_tasks)
     finally:
         # Reached with work pending only on cancellation: nothing the hook started survives it.
@@ -192,12 +211,17 @@ async def run_hook(spec: HookSpec, stdin_data: bytes, workspace: Path) -> HookPr
             _kill_group(pgid)
             for task in io_tasks:
                 task.cancel()
+        # Releases the pipes even when a process that escaped the group still holds them.
+        transport.close()
     exit_code = None if timed_out else proc.returncode
     start_error = ""
     if isinstance(spec.command, str) and exit_code in _SHELL_CANNOT_RUN:
         start_error = f"the shell could not run the command (exit {exit_code})"
         if err.total:
             start_error += f": {err.text().strip()}"
+    elif isinstance(spec.command, str) and exit_code is not None and 128 < exit_code <= 128 + 64:
+        # The shell reports a child killed by signal N as 128+N: a crash, not an answer.
+        exit_code = 128 - exit_code
     return HookProcess(
         exit_code=exit_code,
         stdout=out.text(),

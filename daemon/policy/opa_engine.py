@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -32,8 +33,14 @@ class OpaPolicyEngine(PolicyEngine):
     """Queries data.tooljail.authz.decision and .visible_tools on an OPA server."""
 
     def __init__(
-        self, url: str, timeout_s: float, base_limits: SandboxLimits, revision: str
+        self,
+        url: str,
+        timeout_s: float,
+        base_limits: SandboxLimits,
+        revision: str,
+        on_error: Callable[[], None] | None = None,
     ) -> None:
+        self._on_error = on_error or (lambda: None)
         self._client = client_for(url, timeout_s)
         self._base_limits = base_limits
         self._revision = revision
@@ -89,6 +96,7 @@ class OpaPolicyEngine(PolicyEngine):
         try:
             response = await self._query(document, "decision")
         except Exception as exc:  # noqa: BLE001 - any transport failure must become a deny
+            self._on_error()
             log.warning("policy engine unreachable: %s", exc)
             return Verdict.deny(
                 "The policy engine (OPA) could not be reached or did not answer in time "
@@ -100,6 +108,7 @@ class OpaPolicyEngine(PolicyEngine):
         try:
             response = await self._query(document, "open_session")
         except Exception as exc:  # noqa: BLE001 - any transport failure must become a deny
+            self._on_error()
             return Verdict.deny(
                 f"The policy engine (OPA) could not be reached ({type(exc).__name__}); the session "
                 "was not opened (fail closed). Retry later."
@@ -110,6 +119,7 @@ class OpaPolicyEngine(PolicyEngine):
         try:
             response = await self._query(document, "visible_tools")
         except Exception as exc:  # noqa: BLE001 - the caller turns None into UNAVAILABLE
+            self._on_error()
             log.warning("policy engine unreachable for visible_tools: %s", exc)
             return None
         result = response.get("result", [])

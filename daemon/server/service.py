@@ -4,8 +4,9 @@ scheduler, convert back. Errors become statuses in one place (daemon.server.stat
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 
 import grpc
 
@@ -19,6 +20,7 @@ from daemon.server import convert
 from daemon.server.identity import CallerResolver
 from daemon.server.progress_relay import ProgressRelay
 from daemon.server.status import status_for
+from daemon.service.metrics import CancelReason, Metrics
 from daemon.session_manager import SessionManager
 
 Context = grpc.aio.ServicerContext[object, object]
@@ -46,7 +48,9 @@ class ExecutorService(pb_grpc.ExecutorServicer):
         sessions: SessionManager,
         resolver: CallerResolver,
         intake: Intake,
+        metrics: Metrics | None = None,
     ) -> None:
+        self._metrics = metrics
         self._pipeline = pipeline
         self._scheduler = scheduler
         self._sessions = sessions
@@ -72,10 +76,24 @@ class ExecutorService(pb_grpc.ExecutorServicer):
         try:
             caller = self._admit(context)
             call = convert.call_request_from_proto(request)
-            outcome = await self._scheduler.execute(call, caller)
+            with self._counting_cancel(call.tool_use.name, context):
+                outcome = await self._scheduler.execute(call, caller)
         except TooljailError as exc:
             await context.abort(status_for(exc), str(exc))
         return convert.outcome_to_proto(outcome)
+
+    @contextlib.contextmanager
+    def _counting_cancel(self, tool: str, context: Context) -> Iterator[None]:
+        """Count a call cut short by the client or its deadline (then let the cancel go on)."""
+        try:
+            yield
+        except asyncio.CancelledError:
+            if self._metrics is not None:
+                remaining = context.time_remaining()
+                expired = remaining is not None and remaining <= 0
+                reason = CancelReason.DEADLINE if expired else CancelReason.CLIENT
+                self._metrics.call_cancelled(tool, reason)
+            raise
 
     async def ExecuteBatch(
         self, request: pb.ExecuteBatchRequest, context: Context
@@ -104,19 +122,20 @@ class ExecutorService(pb_grpc.ExecutorServicer):
         running = asyncio.create_task(self._scheduler.execute(call, caller))
         waiter: asyncio.Task[None] | None = None
         try:
-            while not running.done():
-                waiter = asyncio.create_task(relay.wait())
-                await asyncio.wait({running, waiter}, return_when=asyncio.FIRST_COMPLETED)
-                waiter.cancel()
+            with self._counting_cancel(call.tool_use.name, context):
+                while not running.done():
+                    waiter = asyncio.create_task(relay.wait())
+                    await asyncio.wait({running, waiter}, return_when=asyncio.FIRST_COMPLETED)
+                    waiter.cancel()
+                    for update in relay.take():
+                        yield convert.progress_to_proto(call.tool_use.id, update, relay.dropped)
                 for update in relay.take():
                     yield convert.progress_to_proto(call.tool_use.id, update, relay.dropped)
-            for update in relay.take():
-                yield convert.progress_to_proto(call.tool_use.id, update, relay.dropped)
-            try:
-                outcome = running.result()
-            except TooljailError as exc:
-                await context.abort(status_for(exc), str(exc))
-            yield pb.ExecuteEvent(response=convert.outcome_to_proto(outcome))
+                try:
+                    outcome = running.result()
+                except TooljailError as exc:
+                    await context.abort(status_for(exc), str(exc))
+                yield pb.ExecuteEvent(response=convert.outcome_to_proto(outcome))
         finally:
             for task in (running, waiter):
                 if task is not None and not task.done():

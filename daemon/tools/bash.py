@@ -7,6 +7,7 @@ the workspace; nothing else does, because every command gets a fresh container.
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar
@@ -21,12 +22,14 @@ from daemon.tools.coerce import LaxInt, LaxToolInput
 from daemon.tools.contract import (
     CallContext,
     InterruptBehavior,
+    ProgressUpdate,
     Tool,
     ToolInput,
     ToolOutput,
     ToolTraits,
     TouchedPath,
 )
+from daemon.tools.summaries import failed, one_line, result_of, seconds, with_result
 from daemon.tools.write import require_sandbox
 from daemon.workspace import is_inside
 from sandbox.backend import BashRequest, SandboxResult
@@ -35,27 +38,32 @@ DEFAULT_TIMEOUT_MS = 120_000
 MAX_TIMEOUT_MS = 600_000
 #: Output the runner keeps in memory (head and tail); the rest is only counted.
 OUTPUT_LIMIT_BYTES = 1 << 20
+#: Bash's result budget: longer output keeps its beginning and its end.
+RESULT_BUDGET_CHARS = 30_000
 
 
 class BashInput(LaxToolInput):
     """Input of Bash."""
 
-    command: str = Field(min_length=1, description="The command to run with bash.")
+    command: str = Field(
+        min_length=1, description="The command to run with bash (stdout and stderr merged)."
+    )
     timeout: LaxInt | None = Field(
         default=None,
         gt=0,
-        description=f"Optional timeout in milliseconds (default {DEFAULT_TIMEOUT_MS}, max "
-        f"{MAX_TIMEOUT_MS}; larger values are lowered to the max).",
+        description=f"Timeout in milliseconds (default {DEFAULT_TIMEOUT_MS}, max "
+        f"{MAX_TIMEOUT_MS}; larger values are lowered to the max, and the policy may set a "
+        "lower ceiling).",
     )
     description: str | None = Field(
         default=None,
-        description="A short description of what the command does, in 5 to 10 words "
+        description="What the command does in 5 to 10 words, shown to the person watching "
         "(e.g. 'Run the unit tests').",
     )
     run_in_background: bool = Field(
         default=False,
-        description="Not supported by this executor: leave it unset. Every command runs in the "
-        "foreground in its own container, which is removed when the command ends.",
+        description="Not supported here: leave it unset. Every command runs in the foreground "
+        "in its own container, which is removed when the command ends.",
     )
 
     @field_validator("timeout")
@@ -79,6 +87,8 @@ class BashRun:
     """The memory limit the container had."""
     notes: tuple[str, ...] = ()
     """Extra lines for the model (e.g. the working directory was reset)."""
+    cwd_reset: bool = False
+    """The working directory went back to the workspace root (it had left the workspace)."""
 
 
 class BashTool(Tool[BashInput, BashRun]):
@@ -98,7 +108,8 @@ class BashTool(Tool[BashInput, BashRun]):
         "policy may set a lower ceiling. A command that runs past it is killed and you get the "
         "output so far.\n"
         "- A non-zero exit status is reported as an error whose text starts with `Exit code N`. "
-        "Long output is cut to its beginning and end (about 30000 characters).\n"
+        f"Output longer than about {RESULT_BUDGET_CHARS} characters is cut to its beginning "
+        "and end.\n"
         "- run_in_background is not supported: long-running servers cannot be started here; "
         "run commands that finish.\n"
         "- Prefer the dedicated tools: Read instead of cat/head/tail, Edit/Write instead of "
@@ -112,7 +123,7 @@ class BashTool(Tool[BashInput, BashRun]):
         concurrency_safe=False,
         sandboxed=True,
         interrupt=InterruptBehavior.CANCEL,
-        max_result_chars=30_000,
+        max_result_chars=RESULT_BUDGET_CHARS,
     )
 
     def validate(self, args: BashInput, session: Session) -> BashInput:
@@ -166,7 +177,7 @@ class BashTool(Tool[BashInput, BashRun]):
             timeout_ms=timeout_ms,
             output_limit_bytes=OUTPUT_LIMIT_BYTES,
         )
-        result = await runner.run(request, ctx.limits)
+        result = await runner.run(request, ctx.limits, _live_output(ctx))
         _follow_directory(ctx.session, result.final_cwd, notes)
         return BashRun(
             result=result,
@@ -174,9 +185,33 @@ class BashTool(Tool[BashInput, BashRun]):
             policy_capped=timeout_ms < requested,
             memory_mb=ctx.limits.memory_mb,
             notes=tuple(notes),
+            cwd_reset=bool(notes),  # both helpers only ever note a reset
         )
 
+    def summarize(self, args: BashInput, output: ToolOutput) -> str:
+        bash_run = result_of(output, BashRun)
+        if bash_run is None:
+            return failed(self.name, output)
+        run = bash_run.result
+        if run.error:
+            return failed(self.name, output)
+        took = seconds(run.duration_ms)
+        if run.timed_out:
+            outcome = f"timed out after {seconds(bash_run.timeout_ms)}"
+        elif run.oom_killed:
+            outcome = f"out of memory after {took}"
+        elif run.cancelled:
+            outcome = f"cancelled after {took}"
+        else:
+            outcome = f"exit {run.exit_code} after {took}"
+        text = f"Ran `{one_line(args.command, 60)}`: {outcome}"
+        return text + " (working directory reset)" if bash_run.cwd_reset else text
+
     def render(self, result: BashRun) -> ToolOutput:
+        return with_result(self._render(result), result)
+
+    @staticmethod
+    def _render(result: BashRun) -> ToolOutput:
         run = result.result
         output = run.output or "(no output)"
         is_error = True
@@ -217,6 +252,17 @@ class BashTool(Tool[BashInput, BashRun]):
             oom_killed=run.oom_killed,
             sandbox_id=run.sandbox_id,
         )
+
+
+def _live_output(ctx: CallContext) -> Callable[[str], None] | None:
+    """Passes output chunks on as progress while the command runs, when someone listens."""
+    if ctx.progress is None:
+        return None
+
+    def report(chunk: str) -> None:
+        ctx.report(ProgressUpdate(output=chunk))
+
+    return report
 
 
 def _timeout_advice(run: BashRun) -> str:

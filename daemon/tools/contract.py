@@ -108,8 +108,16 @@ class SandboxRunner(abc.ABC):
     """How a tool runs a request in a disposable container (provided by the daemon)."""
 
     @abc.abstractmethod
-    async def run(self, request: SandboxRequest, limits: SandboxLimits) -> SandboxResult:
-        """Run one request in a fresh container of the call's workspace and limits."""
+    async def run(
+        self,
+        request: SandboxRequest,
+        limits: SandboxLimits,
+        on_output: Callable[[str], None] | None = None,
+    ) -> SandboxResult:
+        """Run one request in a fresh container of the call's workspace and limits.
+
+        `on_output` gets a Bash command's output in chunks while it runs; it must not block.
+        """
 
 
 @dataclass

@@ -22,22 +22,26 @@ from daemon.tools.file_edits import (
     numbered_snippet,
 )
 from daemon.tools.read import LINE_FORMAT_DESCRIPTION
+from daemon.tools.summaries import count_lines, failed, plural
 from daemon.tools.write import (
     FILE_PATH_DESCRIPTION,
     FILE_TOOL_TRAITS,
+    MAX_FILE_MB,
     FileChange,
     directory_grant,
     file_touched,
     read_current,
     render_change,
     require_sandbox,
+    succeeded,
     target_path,
     write_file,
 )
 
 OLD_STRING_DESCRIPTION = (
     "The exact text to replace, copied from the file with all whitespace and indentation, "
-    "without Read's line-number prefix. Empty only to create a new file."
+    "without Read's line-number prefix (the number and the TAB are not part of the file). Empty "
+    "only to create a new file."
 )
 NEW_STRING_DESCRIPTION = "The text to put in its place (must differ from old_string)."
 REPLACE_ALL_DESCRIPTION = (
@@ -69,16 +73,18 @@ class EditTool(Tool[EditInput, FileChange]):
     name: ClassVar[str] = "Edit"
     description: ClassVar[str] = (
         "Replaces an exact string in a file with another string.\n"
+        "- file_path must be an absolute path inside the workspace.\n"
         "- Read the file in this session before editing it; an edit of a file that was not Read, "
         "or that changed since it was Read, fails and asks you to Read it (again).\n"
         "- old_string must match the file exactly, including whitespace, indentation and line "
-        f"breaks. In Read's output {LINE_FORMAT_DESCRIPTION}: never put that prefix in "
-        "old_string.\n"
+        f"breaks. In Read's output {LINE_FORMAT_DESCRIPTION}. That prefix is not part of the "
+        "file: never put it in old_string.\n"
         "- old_string must occur exactly once: include enough surrounding lines to make it "
         "unique, or set replace_all to true to replace every occurrence (e.g. to rename).\n"
         "- An empty old_string creates a new file containing new_string; for an existing file "
         "use Write to replace everything.\n"
-        "- The file's line endings (LF or CRLF) are kept. Only UTF-8 text files can be edited.\n"
+        "- The file's line endings (LF or CRLF) are kept. Limit: only UTF-8 text files up to "
+        f"{MAX_FILE_MB} MB can be edited (use Bash for others).\n"
         "- Prefer Edit over Write for changes to existing files; for several changes to one file "
         "use MultiEdit. The write happens atomically inside a sandbox."
     )
@@ -136,6 +142,14 @@ class EditTool(Tool[EditInput, FileChange]):
             f"The file {result.path} {what}. Here is the result of running `cat -n` on {where}:\n"
             f"{result.snippet}",
         )
+
+    def summarize(self, args: EditInput, output: ToolOutput) -> str:
+        change = succeeded(output)
+        if change is None:
+            return failed(self.name, output)
+        if change.created:
+            return f"Created {change.shown} ({plural(count_lines(args.new_string), 'line')})"
+        return f"Edited {change.shown} ({plural(change.replacements, 'replacement')})"
 
 
 def _spec(args: EditInput) -> EditSpec:

@@ -19,7 +19,8 @@ import itertools
 import os
 import re
 import stat
-from dataclasses import dataclass, field
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -31,11 +32,13 @@ from daemon.tools.coerce import LaxToolInput
 from daemon.tools.contract import (
     CallContext,
     InterruptBehavior,
+    ProgressUpdate,
     Tool,
     ToolOutput,
     ToolTraits,
     TouchedPath,
 )
+from daemon.tools.summaries import failed, one_line, plural, result_of, shown_path, with_result
 from daemon.workspace import is_inside, open_confined, require_inside, resolve_path
 
 if TYPE_CHECKING:
@@ -47,6 +50,8 @@ MAX_SCANNED = 200_000
 """Directory entries looked at before the walk gives up (a runaway `**` in a huge tree)."""
 MAX_PATTERNS = 64
 """Brace expansion may not produce more alternatives than this."""
+PROGRESS_EVERY = 500
+"""Directory entries between two progress reports of the walk."""
 
 _MAGIC = re.compile(r"[*?\[{]")
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
@@ -148,13 +153,13 @@ class GlobInput(LaxToolInput):
 
     pattern: str = Field(
         min_length=1,
-        description='Glob pattern to match file paths against, e.g. "**/*.py" or '
+        description='Glob pattern matched against file paths relative to path, e.g. "**/*.py" or '
         '"src/**/*.{ts,tsx}".',
     )
     path: str | None = Field(
         default=None,
-        description="Absolute path of the directory to search in. Omit it to search the whole "
-        "workspace.",
+        description="The directory to search: an absolute path inside the workspace. Omit the "
+        'field to search the whole workspace (do not send "null" or "undefined").',
     )
 
 
@@ -186,9 +191,26 @@ def plan_glob(args: GlobInput, workspace: Path) -> GlobPlan:
 
 
 @dataclass
+class ScanCounter:
+    """Directory entries looked at over all walks of one call, reported every PROGRESS_EVERY."""
+
+    report: Callable[[int], None] | None = None
+    """Gets the running total; called from the walking thread, so it must hand over safely."""
+    total: int = 0
+    _next: int = PROGRESS_EVERY
+
+    def add(self, count: int) -> None:
+        self.total += count
+        if self.report is not None and self.total >= self._next:
+            self._next = self.total + PROGRESS_EVERY
+            self.report(self.total)
+
+
+@dataclass
 class _Walk:
     workspace: Path
     segments: tuple[_Segment, ...]
+    counter: ScanCounter = field(default_factory=ScanCounter)
     found: dict[str, int] = field(default_factory=dict)
     """Absolute path -> mtime_ns."""
     scanned: int = 0
@@ -231,6 +253,7 @@ def _visit(walk: _Walk, fd: int, directory: Path, states: set[int]) -> None:
     except OSError:
         return
     walk.scanned += len(entries)
+    walk.counter.add(len(entries))
     if walk.scanned > MAX_SCANNED:
         walk.stopped = True
         return
@@ -277,9 +300,13 @@ class GlobResult:
     """All matches found."""
     scan_stopped: bool = False
     """The walk gave up after MAX_SCANNED entries; there may be more matches."""
+    scanned: int = 0
+    """Directory entries looked at."""
+    shown: str = ""
+    """The searched directory as people read it (relative to the workspace), for the summary."""
 
 
-def _glob(workspace: Path, plan: GlobPlan) -> GlobResult:
+def _glob(workspace: Path, plan: GlobPlan, counter: ScanCounter | None = None) -> GlobResult:
     with contextlib.suppress(OSError):
         if not stat.S_ISDIR(plan.base.lstat().st_mode):
             raise ToolError(
@@ -297,9 +324,10 @@ def _glob(workspace: Path, plan: GlobPlan) -> GlobResult:
         raise ToolError(f"Directory {plan.raw_base} cannot be read: permission denied.") from exc
     found: dict[str, int] = {}
     stopped = False
+    counter = counter or ScanCounter()
     try:
         for segments in plan.patterns:
-            walk = _Walk(workspace=workspace, segments=segments)
+            walk = _Walk(workspace=workspace, segments=segments, counter=counter)
             _visit(walk, fd, plan.base, {0})
             found.update(walk.found)
             stopped = stopped or walk.stopped
@@ -310,6 +338,7 @@ def _glob(workspace: Path, plan: GlobPlan) -> GlobResult:
         files=tuple(path for path, _ in ordered[:MAX_RESULTS]),
         total=len(ordered),
         scan_stopped=stopped,
+        scanned=counter.total,
     )
 
 
@@ -319,14 +348,18 @@ class GlobTool(Tool[GlobInput, GlobResult]):
     name = "Glob"
     description = (
         "Finds files by name with a glob pattern and lists their absolute paths, most recently "
-        "modified first. Supports `*` and `?` (within one path segment), `[abc]`, `**` (any "
-        'number of directories) and `{a,b}` alternatives, e.g. "**/*.py", "src/**/test_*.{js,ts}". '
-        "Patterns are matched against paths relative to path (default: the workspace root); an "
-        "absolute pattern is also accepted. Only files are listed, not directories (use LS for "
-        f"those). At most {MAX_RESULTS} files are shown; narrow the pattern when the result says "
-        "it was cut. Names starting with a dot are matched only when the pattern spells the dot "
-        '(e.g. ".github/**/*.yml", "**/.env*"). Symbolic links to directories are not followed. '
-        "To search file contents, use Grep instead. Several Glob calls can run in parallel."
+        "modified first.\n"
+        "- Supports `*` and `?` (within one path segment), `[abc]`, `**` (any number of "
+        'directories) and `{a,b}` alternatives, e.g. "**/*.py", "src/**/test_*.{js,ts}". The '
+        "pattern is matched against paths relative to path (default: the workspace root); an "
+        "absolute pattern inside the workspace also works.\n"
+        "- Only files are listed, not directories (use LS for those). Names starting with a dot "
+        'match only when the pattern spells the dot (".github/**/*.yml", "**/.env*"); symbolic '
+        "links to directories are not followed.\n"
+        f"- Limits: at most {MAX_RESULTS} files are shown, with a note giving the total when "
+        f"there are more (narrow the pattern or path); the walk stops after {MAX_SCANNED} "
+        "directory entries.\n"
+        "- To search file contents, use Grep. Several Glob calls can run in parallel."
     )
     input_model = GlobInput
     traits = ToolTraits(
@@ -350,26 +383,57 @@ class GlobTool(Tool[GlobInput, GlobResult]):
     async def call(self, args: GlobInput, ctx: CallContext) -> GlobResult:
         plan = plan_glob(args, ctx.workspace)
         require_inside(ctx.workspace, plan.base, plan.raw_base)
-        return await asyncio.to_thread(_glob, ctx.workspace, plan)
+        counter = ScanCounter(report=_progress_from_thread(ctx))
+        result = await asyncio.to_thread(_glob, ctx.workspace, plan, counter)
+        ctx.report(ProgressUpdate(files_scanned=result.scanned))
+        return replace(result, shown=shown_path(plan.base, ctx.workspace, directory=True))
 
     def render(self, result: GlobResult) -> ToolOutput:
-        if not result.files:
-            text = "No files found"
-            if result.scan_stopped:
-                text += (
-                    f" (the search stopped after {MAX_SCANNED} directory entries; give a "
-                    "narrower path)"
-                )
-            return ToolOutput.text(text)
-        lines = list(result.files)
+        return with_result(_render(result), result)
+
+    def summarize(self, args: GlobInput, output: ToolOutput) -> str:
+        result = result_of(output, GlobResult)
+        if result is None:
+            return failed(self.name, output)
+        where = f" in {result.shown}" if args.path is not None and result.shown else ""
+        text = f"Glob '{one_line(args.pattern, 50)}'{where}: "
+        text += plural(result.total, "file") if result.total else "no files"
         if result.total > len(result.files):
-            lines.append(
-                f"(Showing the {len(result.files)} most recently modified of {result.total} "
-                "matching files. Narrow the pattern or the path to see the others.)"
-            )
+            text += f" ({len(result.files)} shown)"
         if result.scan_stopped:
-            lines.append(
-                f"(The search stopped after {MAX_SCANNED} directory entries, so some matches may "
-                "be missing. Give a narrower path.)"
+            text += f" (stopped after {MAX_SCANNED} entries)"
+        return text
+
+
+def _progress_from_thread(ctx: CallContext) -> Callable[[int], None] | None:
+    """A report function the walking thread can call: it hands over to the event loop."""
+    if ctx.progress is None:
+        return None
+    loop = asyncio.get_running_loop()
+
+    def report(scanned: int) -> None:
+        loop.call_soon_threadsafe(ctx.report, ProgressUpdate(files_scanned=scanned))
+
+    return report
+
+
+def _render(result: GlobResult) -> ToolOutput:
+    if not result.files:
+        text = "No files found"
+        if result.scan_stopped:
+            text += (
+                f" (the search stopped after {MAX_SCANNED} directory entries; give a narrower path)"
             )
-        return ToolOutput(content=[TextContent(text="\n".join(lines))], keep="head")
+        return ToolOutput.text(text)
+    lines = list(result.files)
+    if result.total > len(result.files):
+        lines.append(
+            f"(Showing the {len(result.files)} most recently modified of {result.total} "
+            "matching files. Narrow the pattern or the path to see the others.)"
+        )
+    if result.scan_stopped:
+        lines.append(
+            f"(The search stopped after {MAX_SCANNED} directory entries, so some matches may "
+            "be missing. Give a narrower path.)"
+        )
+    return ToolOutput(content=[TextContent(text="\n".join(lines))], keep="head")

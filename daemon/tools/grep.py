@@ -6,6 +6,11 @@ of the workspace by one. File choice, documented for the model: hidden files are
 `.git/`), ignore files (.gitignore inside a git repository, .ignore, .rgignore) are respected,
 binary files are skipped. Content and count results are sorted by path so that `offset` pages
 through a stable order; files_with_matches is sorted by modification time, newest first, like Glob.
+
+Progress for the person watching: the running count of matching files (or lines) every quarter
+second, and at the end how many files ripgrep searched, from `--stats` in content and count modes
+(there ripgrep reads whole files anyway; in files_with_matches mode the flag would stop it from
+quitting a file at its first match, so that mode reports matching files only).
 """
 
 from __future__ import annotations
@@ -13,8 +18,11 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import re
 import shutil
 import stat
+import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal
@@ -27,11 +35,13 @@ from daemon.tools.coerce import LaxInt, LaxToolInput
 from daemon.tools.contract import (
     CallContext,
     InterruptBehavior,
+    ProgressUpdate,
     Tool,
     ToolOutput,
     ToolTraits,
     TouchedPath,
 )
+from daemon.tools.summaries import failed, one_line, plural, result_of, shown_path, with_result
 from daemon.workspace import is_inside, open_confined, require_inside, resolve_path
 
 if TYPE_CHECKING:
@@ -45,6 +55,17 @@ MAX_KEPT_CHARS = 4 * 1024 * 1024
 """Output kept in memory at most; beyond it lines are counted, not stored."""
 MAX_STDERR_BYTES = 8192
 """ripgrep's error output kept for the message."""
+PROGRESS_INTERVAL_S = 0.25
+"""Running counts are reported at most this often."""
+RESULT_BUDGET_CHARS = 20_000
+"""Grep's result budget."""
+
+# One line of ripgrep's --stats block ("12 matched lines", "40 files searched"...). Result lines
+# never look like this: they start with the absolute path searched.
+_STAT_LINE = re.compile(
+    r"^(\d+)(?:\.\d+)? (matches|matched lines|files contained matches|files searched|"
+    r"bytes printed|bytes searched|seconds spent searching|seconds)$"
+)
 
 OutputMode = Literal["content", "files_with_matches", "count"]
 
@@ -61,8 +82,8 @@ class GrepInput(LaxToolInput):
     )
     path: str | None = Field(
         default=None,
-        description="Absolute path of a file or directory to search. Omit it to search the "
-        "whole workspace.",
+        description="The file or directory to search: an absolute path inside the workspace. "
+        'Omit the field to search the whole workspace (do not send "null" or "undefined").',
     )
     glob: str | None = Field(
         default=None,
@@ -112,7 +133,8 @@ class GrepInput(LaxToolInput):
         default=None,
         ge=0,
         description=f"Show at most this many lines (content) or entries (default "
-        f"{DEFAULT_HEAD_LIMIT}; 0 means no limit).",
+        f"{DEFAULT_HEAD_LIMIT}; 0 means no limit, though the result is still cut at about "
+        f"{RESULT_BUDGET_CHARS} characters).",
     )
     offset: LaxInt | None = Field(
         default=None,
@@ -159,8 +181,9 @@ def build_argv(rg: str, args: GrepInput, search_path: Path) -> list[str]:
     if args.output_mode == "files_with_matches":
         argv.append("--files-with-matches")
     elif args.output_mode == "count":
-        argv += ["--count", "--sort=path"]
+        argv += ["--count", "--sort=path", "--stats"]
     else:
+        argv.append("--stats")
         # Sorting makes ripgrep single-threaded, but offset must page through a stable order.
         argv.append("--sort=path")
         argv.append("--no-line-number" if args.line_numbers is False else "--line-number")
@@ -187,10 +210,20 @@ class _Collector:
     total: int = 0
     chars: int = 0
     capped: bool = False
+    read_stats: bool = False
+    """ripgrep runs with --stats: take its block at the end out of the result lines."""
+    stats: dict[str, int] = field(default_factory=dict)
+    """The --stats figures by name ("files searched": 40, ...)."""
+    progress: Callable[[int], None] | None = None
+    """Gets the running total of result lines (throttled on its side)."""
 
     def feed(self, line: str) -> None:
+        if self.read_stats and self._stat(line):
+            return
         index = self.total
         self.total += 1
+        if self.progress is not None:
+            self.progress(self.total)
         if index < self.skip or (self.keep is not None and len(self.lines) >= self.keep):
             return
         if self.capped or self.chars + len(line) > MAX_KEPT_CHARS:
@@ -198,6 +231,32 @@ class _Collector:
             return
         self.chars += len(line) + 1
         self.lines.append(line)
+
+    def _stat(self, line: str) -> bool:
+        if not line:
+            return True  # the blank line before the stats block
+        match = _STAT_LINE.match(line)
+        if match is None:
+            return False
+        self.stats[match[2]] = int(match[1])
+        return True
+
+
+class _Throttled:
+    """Reports a running count as progress at most every PROGRESS_INTERVAL_S."""
+
+    def __init__(self, ctx: CallContext, noun: str, nouns: str) -> None:
+        self._ctx = ctx
+        self._noun = noun
+        self._nouns = nouns
+        self._next = time.monotonic() + PROGRESS_INTERVAL_S
+
+    def __call__(self, count: int) -> None:
+        now = time.monotonic()
+        if now >= self._next:
+            self._next = now + PROGRESS_INTERVAL_S
+            found = plural(count, self._noun, self._nouns)
+            self._ctx.report(ProgressUpdate(message=f"{found} so far"))
 
 
 @dataclass(frozen=True)
@@ -216,6 +275,14 @@ class GrepResult:
     """ripgrep's error output when it still found matches (e.g. an unreadable file)."""
     capped: bool = False
     """Too much output to keep in memory; later lines were counted only."""
+    files_searched: int | None = None
+    """Files ripgrep searched (content and count modes, from --stats)."""
+    matched_lines: int | None = None
+    """Lines that matched (content mode, from --stats; context lines not counted)."""
+    files_matched: int | None = None
+    """Files with at least one match (content mode, from --stats)."""
+    shown: str = ""
+    """The searched path as people read it (relative to the workspace), for the summary."""
 
 
 async def _read_capped(stream: asyncio.StreamReader, limit: int) -> bytes:
@@ -338,18 +405,24 @@ class GrepTool(Tool[GrepInput, GrepResult]):
 
     name = "Grep"
     description = (
-        "Searches file contents with ripgrep (fast, regex). Use it instead of running grep or rg "
-        "through Bash. The pattern is a Rust regular expression (e.g. 'log.*Error', "
-        r"'def\s+\w+'); escape literal ( ) [ ] { } with a backslash. Narrow the search with path "
-        '(a file or directory), glob (e.g. "*.py", "**/*.{ts,tsx}") or type (e.g. "py", "js"). '
-        'output_mode: "files_with_matches" (default) lists matching files, newest first; '
+        "Searches file contents with ripgrep (regular expressions, fast). Use it instead of "
+        "grep or rg through Bash.\n"
+        "- pattern is a Rust regular expression (e.g. 'log.*Error', "
+        r"'def\s+\w+'); escape literal ( ) [ ] { } with a backslash. Narrow the search with "
+        'path (a file or directory), glob (e.g. "*.py", "**/*.{ts,tsx}") or type (e.g. "py", '
+        '"js").\n'
+        '- output_mode: "files_with_matches" (default) lists matching files, newest first; '
         '"content" shows matching lines as path:line:text, with "-A"/"-B"/"-C" context lines, '
         '"-n" line numbers (on by default) and "-o" for only the match; "count" shows matching '
-        'lines per file and a total. "-i" ignores case; multiline lets a match span lines. '
-        f"Results are cut to head_limit lines or entries (default {DEFAULT_HEAD_LIMIT}, 0 = no "
-        "limit); use offset to see the next ones. Hidden files are searched, .git is not; files "
-        "ignored by .gitignore (in a git repository) and binary files are skipped; symbolic links "
-        "are not followed. Several Grep calls can run in parallel."
+        'lines per file and a total. "-i" ignores case; multiline lets a match span lines.\n'
+        f"- Limits: head_limit lines or entries are shown (default {DEFAULT_HEAD_LIMIT}, 0 = no "
+        "limit; use offset to page on); the result is cut at about "
+        f"{RESULT_BUDGET_CHARS} characters; lines longer than {MAX_COLUMNS} characters are "
+        "shown as a preview; a search that runs past the time limit (120 s unless the policy "
+        "sets another) is stopped.\n"
+        "- Hidden files are searched, .git is not; files ignored by .gitignore (in a git "
+        "repository) and binary files are skipped; symbolic links are not followed.\n"
+        "- To find files by name, use Glob. Several Grep calls can run in parallel."
     )
     input_model = GrepInput
     traits = ToolTraits(
@@ -358,7 +431,7 @@ class GrepTool(Tool[GrepInput, GrepResult]):
         concurrency_safe=True,
         sandboxed=False,
         interrupt=InterruptBehavior.CANCEL,
-        max_result_chars=20_000,
+        max_result_chars=RESULT_BUDGET_CHARS,
     )
 
     def validate(self, args: GrepInput, session: Session) -> GrepInput:
@@ -389,7 +462,12 @@ class GrepTool(Tool[GrepInput, GrepResult]):
         keep = head_limit or None
         windowed = args.output_mode == "content"
         # files_with_matches is sorted by mtime and count sums all entries: keep them all.
-        collector = _Collector(skip=offset if windowed else 0, keep=keep if windowed else None)
+        collector = _Collector(
+            skip=offset if windowed else 0,
+            keep=keep if windowed else None,
+            read_stats=args.output_mode != "files_with_matches",
+            progress=_running_count(ctx, args.output_mode),
+        )
         code, stderr = await run_rg(
             build_argv(rg, args, path), ctx.workspace, collector, ctx.limits.timeout_ms / 1000
         )
@@ -406,6 +484,12 @@ class GrepTool(Tool[GrepInput, GrepResult]):
         if not windowed:
             end = offset + head_limit if head_limit else None
             lines = lines[offset:end]
+        searched = collector.stats.get("files searched")
+        if searched is not None:
+            ctx.report(ProgressUpdate(files_scanned=searched, message=f"searched {searched} files"))
+        elif args.output_mode == "files_with_matches":
+            found = plural(collector.total, "matching file")
+            ctx.report(ProgressUpdate(message=f"{found} found"))
         return GrepResult(
             mode=args.output_mode,
             lines=tuple(lines),
@@ -414,36 +498,70 @@ class GrepTool(Tool[GrepInput, GrepResult]):
             total_matches=total_matches,
             warnings=stderr if code == 2 else "",
             capped=collector.capped,
+            files_searched=searched,
+            matched_lines=collector.stats.get("matched lines"),
+            files_matched=collector.stats.get("files contained matches"),
+            shown=shown_path(path, ctx.workspace, directory=path.is_dir()),
         )
 
     def render(self, result: GrepResult) -> ToolOutput:
+        return with_result(_render(result), result)
+
+    def summarize(self, args: GrepInput, output: ToolOutput) -> str:
+        result = result_of(output, GrepResult)
+        if result is None:
+            return failed(self.name, output)
+        pattern = f"'{one_line(args.pattern, 40)}'"
+        where = f" in {result.shown}" if args.path is not None and result.shown else ""
         if result.total == 0:
-            return ToolOutput.text("No matches found")
-        unit = "lines" if result.mode == "content" else "entries"
-        out: list[str] = []
+            return f"No matches for {pattern}{where}"
         if result.mode == "files_with_matches":
-            noun = "file" if result.total == 1 else "files"
-            out.append(f"Found {result.total} {noun}")
-        if not result.lines:
-            out.append(
-                f"(No {unit} at offset {result.offset}: the result has only {result.total}. "
-                "Use a smaller offset.)"
-            )
-        out.extend(result.lines)
+            return f"Found {plural(result.total, 'file')} matching {pattern}{where}"
         if result.mode == "count":
-            files = "file" if result.total == 1 else "files"
-            out.append(f"Total: {result.total_matches} matching lines in {result.total} {files}")
-        shown_end = result.offset + len(result.lines)
-        if result.lines and (result.offset > 0 or shown_end < result.total):
-            more = (
-                f" Use offset={shown_end} to see the next ones, or narrow the search."
-                if shown_end < result.total
-                else ""
-            )
-            out.append(f"(Showing {unit} {result.offset + 1}-{shown_end} of {result.total}.{more})")
-        if result.capped:
-            out.append("(The output was too large to keep in full; some lines are missing.)")
-        if result.warnings:
-            out.append(f"(ripgrep reported errors for some files:\n{result.warnings})")
-        # Over budget the head and the tail survive (the tail carries the paging note).
-        return ToolOutput(content=[TextContent(text="\n".join(out))])
+            lines = plural(result.total_matches, "line")
+            return f"Counted {lines} matching {pattern} in {plural(result.total, 'file')}{where}"
+        lines = plural(result.matched_lines or result.total, "line")
+        files = f" in {plural(result.files_matched, 'file')}" if result.files_matched else ""
+        return f"Found {lines} matching {pattern}{files}{where}"
+
+
+def _running_count(ctx: CallContext, mode: OutputMode) -> Callable[[int], None] | None:
+    """Progress of the result lines as they stream, when someone listens."""
+    if ctx.progress is None:
+        return None
+    if mode == "content":
+        return _Throttled(ctx, "result line", "result lines")
+    return _Throttled(ctx, "matching file", "matching files")
+
+
+def _render(result: GrepResult) -> ToolOutput:
+    if result.total == 0:
+        return ToolOutput.text("No matches found")
+    unit = "lines" if result.mode == "content" else "entries"
+    out: list[str] = []
+    if result.mode == "files_with_matches":
+        noun = "file" if result.total == 1 else "files"
+        out.append(f"Found {result.total} {noun}")
+    if not result.lines:
+        out.append(
+            f"(No {unit} at offset {result.offset}: the result has only {result.total}. "
+            "Use a smaller offset.)"
+        )
+    out.extend(result.lines)
+    if result.mode == "count":
+        files = "file" if result.total == 1 else "files"
+        out.append(f"Total: {result.total_matches} matching lines in {result.total} {files}")
+    shown_end = result.offset + len(result.lines)
+    if result.lines and (result.offset > 0 or shown_end < result.total):
+        more = (
+            f" Use offset={shown_end} to see the next ones, or narrow the search."
+            if shown_end < result.total
+            else ""
+        )
+        out.append(f"(Showing {unit} {result.offset + 1}-{shown_end} of {result.total}.{more})")
+    if result.capped:
+        out.append("(The output was too large to keep in full; some lines are missing.)")
+    if result.warnings:
+        out.append(f"(ripgrep reported errors for some files:\n{result.warnings})")
+    # Over budget the head and the tail survive (the tail carries the paging note).
+    return ToolOutput(content=[TextContent(text="\n".join(out))])

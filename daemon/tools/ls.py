@@ -14,7 +14,7 @@ import fnmatch
 import os
 import stat
 from collections import deque
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal
 
@@ -32,6 +32,7 @@ from daemon.tools.contract import (
     TouchedPath,
 )
 from daemon.tools.glob import open_child_dir
+from daemon.tools.summaries import failed, plural, result_of, shown_path, with_result
 from daemon.workspace import is_inside, open_confined, require_inside, resolve_path
 
 if TYPE_CHECKING:
@@ -60,11 +61,11 @@ NOT_EXPANDED = frozenset(
 class LsInput(LaxToolInput):
     """Input of LS."""
 
-    path: str = Field(description="Absolute path of the directory to list (inside the workspace).")
+    path: str = Field(description="The directory to list: an absolute path inside the workspace.")
     ignore: list[str] | None = Field(
         default=None,
-        description='Glob patterns of entries to leave out, e.g. ["*.pyc", "build"]. A pattern '
-        "is matched against each entry's name and against its path relative to path.",
+        description='Glob patterns of entries to leave out, e.g. ["*.pyc", "build"], each matched '
+        "against an entry's name and against its path relative to path.",
     )
 
 
@@ -91,6 +92,8 @@ class LsResult:
     """Entries listed."""
     truncated: bool
     """The listing stopped at MAX_ENTRIES."""
+    shown: str = ""
+    """The directory as people read it (relative to the workspace), for the summary."""
 
 
 def _ignored(patterns: tuple[str, ...], name: str, rel: str) -> bool:
@@ -213,14 +216,16 @@ class LsTool(Tool[LsInput, LsResult]):
 
     name = "LS"
     description = (
-        "Lists the files and directories under a directory of the workspace as an indented tree "
-        "(directories end with '/', symbolic links show their target and are not entered). path "
-        "must be an absolute path to a directory. Shallow levels are listed first; the listing "
-        f"stops after {MAX_ENTRIES} entries with a note, in which case LS a subdirectory to see "
-        "more. Bulky directories such as .git, node_modules and __pycache__ are shown but not "
-        "entered unless you LS them directly. ignore takes glob patterns of entries to leave "
-        "out. To find files by name pattern anywhere in the tree, Glob is usually better; to "
-        "search contents, use Grep."
+        "Lists the files and directories under a directory of the workspace as an indented tree, "
+        "shallow levels first.\n"
+        "- path must be an absolute path inside the workspace, naming a directory.\n"
+        "- Directories end with '/'; symbolic links show their target and are not entered. "
+        "Bulky directories (.git, node_modules, __pycache__, .venv and similar) are shown but not "
+        "entered unless you LS them directly. ignore leaves out entries matching glob patterns.\n"
+        f"- Limit: the listing stops after {MAX_ENTRIES} entries with a note; LS a "
+        "subdirectory to see more.\n"
+        "- To find files by name anywhere in the tree, Glob is better; to search contents, use "
+        "Grep; to see a file, use Read. Several LS calls can run in parallel."
     )
     input_model = LsInput
     traits = ToolTraits(
@@ -244,7 +249,8 @@ class LsTool(Tool[LsInput, LsResult]):
     async def call(self, args: LsInput, ctx: CallContext) -> LsResult:
         root = require_inside(ctx.workspace, resolve_path(args.path, "path"), args.path)
         ignore = tuple(args.ignore or ())
-        return await asyncio.to_thread(_list, ctx.workspace, root, args.path, ignore)
+        result = await asyncio.to_thread(_list, ctx.workspace, root, args.path, ignore)
+        return replace(result, shown=shown_path(root, ctx.workspace, directory=True))
 
     def render(self, result: LsResult) -> ToolOutput:
         lines = render_tree(result.tree)
@@ -256,4 +262,12 @@ class LsTool(Tool[LsInput, LsResult]):
                 "contents past that point were not read. LS a subdirectory, or use Glob, to see "
                 "more.)"
             )
-        return ToolOutput(content=[TextContent(text="\n".join(lines))], keep="head")
+        output = ToolOutput(content=[TextContent(text="\n".join(lines))], keep="head")
+        return with_result(output, result)
+
+    def summarize(self, args: LsInput, output: ToolOutput) -> str:
+        result = result_of(output, LsResult)
+        if result is None:
+            return failed(self.name, output)
+        text = f"Listed {plural(result.count, 'entry', 'entries')} in {result.shown or args.path}"
+        return text + f" (stopped at {MAX_ENTRIES})" if result.truncated else text

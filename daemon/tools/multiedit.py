@@ -25,15 +25,18 @@ from daemon.tools.file_edits import (
     decode_text,
     numbered_failure,
 )
+from daemon.tools.summaries import failed, plural
 from daemon.tools.write import (
     FILE_PATH_DESCRIPTION,
     FILE_TOOL_TRAITS,
+    MAX_FILE_MB,
     FileChange,
     directory_grant,
     file_touched,
     read_current,
     render_change,
     require_sandbox,
+    succeeded,
     target_path,
     write_file,
 )
@@ -53,8 +56,8 @@ class MultiEditInput(LaxToolInput):
     file_path: str = Field(description=FILE_PATH_DESCRIPTION)
     edits: list[EditOperation] = Field(
         min_length=1,
-        description="The replacements, applied in this order; each one sees the result of the "
-        "ones before it.",
+        description="The replacements (at least one), applied in this order; each one sees the "
+        "result of the ones before it.",
     )
 
 
@@ -65,6 +68,7 @@ class MultiEditTool(Tool[MultiEditInput, FileChange]):
     description: ClassVar[str] = (
         "Makes several exact string replacements in one file in a single call. Use it instead "
         "of several Edit calls when you change one file in more than one place.\n"
+        "- file_path must be an absolute path inside the workspace.\n"
         "- Each edit follows Edit's rules: old_string must match the file exactly (whitespace "
         "and indentation included, without Read's line-number prefix) and occur exactly once "
         "unless replace_all is true; old_string and new_string must differ.\n"
@@ -75,8 +79,8 @@ class MultiEditTool(Tool[MultiEditInput, FileChange]):
         "- Read the file in this session first; it must not have changed since.\n"
         "- To create a file, give a path that does not exist and a first edit with an empty "
         "old_string (its new_string becomes the content); later edits apply to that content.\n"
-        "- Only UTF-8 text files; line endings (LF or CRLF) are kept. The write happens "
-        "atomically inside a sandbox."
+        f"- Limit: only UTF-8 text files up to {MAX_FILE_MB} MB (use Bash for others). Line "
+        "endings (LF or CRLF) are kept. The write happens atomically inside a sandbox."
     )
     input_model: ClassVar[type[ToolInput]] = MultiEditInput
     traits: ClassVar[ToolTraits] = FILE_TOOL_TRAITS
@@ -125,6 +129,15 @@ class MultiEditTool(Tool[MultiEditInput, FileChange]):
             + ("" if result.replacements == 1 else "s")
             + " in total).",
         )
+
+    def summarize(self, args: MultiEditInput, output: ToolOutput) -> str:
+        change = succeeded(output)
+        if change is None:
+            return failed(self.name, output)
+        edits = plural(change.edits, "edit")
+        if change.created:
+            return f"Created {change.shown} with {edits}"
+        return f"Edited {change.shown} ({edits}, {plural(change.replacements, 'replacement')})"
 
 
 def _specs(args: MultiEditInput) -> list[EditSpec]:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal
 
@@ -27,6 +27,7 @@ from daemon.tools.contract import (
     ToolTraits,
     TouchedPath,
 )
+from daemon.tools.summaries import failed, plural, result_of, shown_path, with_result
 from daemon.workspace import is_inside, open_confined, require_inside, resolve_path
 
 if TYPE_CHECKING:
@@ -53,6 +54,9 @@ MAX_IMAGE_BYTES = 3_750_000
 """Larger images are refused rather than returned as an image block."""
 SNIFF_BYTES = 8192
 """A NUL byte in this many leading bytes marks a file as binary."""
+RESULT_BUDGET_CHARS = 50_000
+"""Read's result budget: the default overall cap, so that Read stops on a whole line with a note
+(the offset to continue from) before the daemon's generic cut would drop lines in the middle."""
 _NOTE_RESERVE = 1000
 """Characters of the budget kept free for the notes after the numbered lines."""
 
@@ -82,16 +86,20 @@ def sniff_image(head: bytes) -> str | None:
 class ReadInput(LaxToolInput):
     """Input of Read."""
 
-    file_path: str = Field(description="Absolute path of the file to read (inside the workspace).")
+    file_path: str = Field(
+        description="The file to read: an absolute path inside the workspace.",
+    )
     offset: LaxInt | None = Field(
         default=None,
         ge=0,
-        description="Line number to start from (1-based; 0 means 1). Give it for large files.",
+        description="Line number to start at (1-based; 0 counts as 1). Give it to continue where "
+        f"a result stopped, or with limit for files over {MAX_WHOLE_FILE_BYTES // 1024} KB.",
     )
     limit: LaxInt | None = Field(
         default=None,
         gt=0,
-        description=f"How many lines to show (default {DEFAULT_LIMIT}). Give it for large files.",
+        description=f"How many lines to show (default {DEFAULT_LIMIT}). Give it with offset to "
+        "read a large file in parts.",
     )
 
 
@@ -113,6 +121,8 @@ class ReadResult:
     """Fewer lines than asked were shown so the result fits the tool's budget."""
     budget_chars: int = 0
     image: ImageContent | None = None
+    shown: str = ""
+    """The path as people read it (relative to the workspace), for the summary."""
 
 
 def _load(fd: int, path: Path) -> tuple[bytes, int]:
@@ -238,15 +248,23 @@ class ReadTool(Tool[ReadInput, ReadResult]):
 
     name = "Read"
     description = (
-        "Reads a file from the workspace and returns its text with line numbers, like `cat -n`: "
-        f"{LINE_FORMAT_DESCRIPTION}. file_path must be an absolute path. By default up to "
-        f"{DEFAULT_LIMIT} lines are shown from the start; use offset (1-based line number) and "
-        "limit to read another part. Read any file before you change it with Edit or Write. "
-        f"Lines longer than {MAX_LINE_CHARS} characters are cut. Files larger than "
-        f"{MAX_WHOLE_FILE_BYTES // 1024} KB must be read in parts with offset/limit. Images (PNG, "
-        "JPEG, GIF, WebP) are returned as images. Directories (use LS or Glob), binary files, "
-        "device files and FIFOs are refused. To find which file contains something, use Grep "
-        "first; to find files by name, use Glob. Several Read calls can run in parallel."
+        "Reads a text file of the workspace and returns it with line numbers, like `cat -n`; "
+        "PNG, JPEG, GIF and WebP images come back as images.\n"
+        "- file_path must be an absolute path inside the workspace.\n"
+        f"- In the output {LINE_FORMAT_DESCRIPTION}. That prefix is not part of the file: leave "
+        "it out of Edit's old_string.\n"
+        f"- Limits: up to {DEFAULT_LIMIT} lines from the start by default (use offset, a "
+        "1-based line number, and limit to read other parts); lines longer than "
+        f"{MAX_LINE_CHARS} characters are cut; files over {MAX_WHOLE_FILE_BYTES // 1024} KB "
+        f"must be read in parts with offset and limit, files over {MAX_FILE_BYTES >> 20} MB not "
+        f"at all (use Grep); a result stops before about {RESULT_BUDGET_CHARS} characters "
+        "with a note saying which offset to continue from.\n"
+        "- Read a file before you change it with Edit, MultiEdit or Write: they refuse a file "
+        "that was not Read in this session, or that changed since.\n"
+        "- Directories (use LS or Glob), binary files, device files and FIFOs are refused; an "
+        "empty file or an offset past the end gets a short warning instead of content.\n"
+        "- To find which file contains something use Grep; to find files by name use Glob. "
+        "Several Read calls can run in parallel."
     )
     input_model = ReadInput
     traits = ToolTraits(
@@ -255,7 +273,7 @@ class ReadTool(Tool[ReadInput, ReadResult]):
         concurrency_safe=True,
         sandboxed=False,
         interrupt=InterruptBehavior.CANCEL,
-        max_result_chars=100_000,
+        max_result_chars=RESULT_BUDGET_CHARS,
     )
 
     def validate(self, args: ReadInput, session: Session) -> ReadInput:
@@ -276,27 +294,53 @@ class ReadTool(Tool[ReadInput, ReadResult]):
             _read_file, ctx.workspace, path, args.offset, args.limit, budget
         )
         ctx.session.record_read(path, data, mtime_ns)
-        return result
+        return replace(result, shown=shown_path(path, ctx.workspace))
 
     def render(self, result: ReadResult) -> ToolOutput:
-        if result.kind == "image" and result.image is not None:
-            return ToolOutput(content=[result.image], keep="head")
+        return with_result(_render(result), result)
+
+    def summarize(self, args: ReadInput, output: ToolOutput) -> str:
+        result = result_of(output, ReadResult)
+        if result is None:
+            return failed(self.name, output)
+        where = result.shown or args.file_path
+        if result.kind == "image":
+            media = result.image.media_type.removeprefix("image/") if result.image else "image"
+            return f"Read {media.upper()} image {where}"
         if result.kind == "empty":
-            return ToolOutput.text(f"Warning: {result.path} exists but is empty (0 bytes).")
+            return f"Read {where}: the file is empty"
         if result.kind == "past_end":
-            unit = "line" if result.total_lines == 1 else "lines"
-            return ToolOutput.text(
-                f"Warning: {result.path} has {result.total_lines} {unit}, so offset "
-                f"{result.first_line} is past its end. Use an offset from 1 to "
-                f"{result.total_lines}."
+            return (
+                f"Read {where}: offset {result.first_line} is past its end "
+                f"({plural(result.total_lines, 'line')})"
             )
-        numbered = [format_line(result.first_line + i, text) for i, text in enumerate(result.lines)]
-        notes = _notes(result)
-        body = "\n".join(numbered)
-        if notes:
-            body += "\n\n" + "\n".join(notes)
-        # Over budget, head and tail both survive: the tail carries the "continue at offset" note.
-        return ToolOutput(content=[TextContent(text=body)])
+        shown = len(result.lines)
+        text = f"Read {plural(shown, 'line')} of {where}"
+        last = result.first_line + shown - 1
+        if result.first_line > 1 or last < result.total_lines:
+            text += f" (lines {result.first_line}-{last} of {result.total_lines})"
+        return text
+
+
+def _render(result: ReadResult) -> ToolOutput:
+    if result.kind == "image" and result.image is not None:
+        return ToolOutput(content=[result.image], keep="head")
+    if result.kind == "empty":
+        return ToolOutput.text(f"Warning: {result.path} exists but is empty (0 bytes).")
+    if result.kind == "past_end":
+        unit = "line" if result.total_lines == 1 else "lines"
+        return ToolOutput.text(
+            f"Warning: {result.path} has {result.total_lines} {unit}, so offset "
+            f"{result.first_line} is past its end. Use an offset from 1 to "
+            f"{result.total_lines}."
+        )
+    numbered = [format_line(result.first_line + i, text) for i, text in enumerate(result.lines)]
+    notes = _notes(result)
+    body = "\n".join(numbered)
+    if notes:
+        body += "\n\n" + "\n".join(notes)
+    # Over budget, head and tail both survive: the tail carries the "continue at offset" note.
+    return ToolOutput(content=[TextContent(text=body)])
 
 
 def _notes(result: ReadResult) -> list[str]:

@@ -29,6 +29,7 @@ from daemon.tools.contract import (
     TouchedPath,
 )
 from daemon.tools.read import MAX_FILE_BYTES
+from daemon.tools.summaries import count_lines, failed, plural, result_of, shown_path, with_result
 from daemon.workspace import is_inside, open_confined, require_inside, resolve_path
 from sandbox.backend import SandboxResult, WriteFileRequest
 
@@ -43,7 +44,9 @@ FILE_TOOL_TRAITS = ToolTraits(
     max_result_chars=100_000,
 )
 
-FILE_PATH_DESCRIPTION = "Absolute path of the file inside the workspace (not a relative path)."
+FILE_PATH_DESCRIPTION = "The file to change: an absolute path inside the workspace."
+MAX_FILE_MB = MAX_FILE_BYTES >> 20
+"""Existing files larger than this (in MB) are refused by the file tools."""
 
 
 @dataclass(frozen=True)
@@ -64,6 +67,8 @@ class FileChange:
     """Occurrences replaced (Edit, MultiEdit)."""
     edits: int = 0
     """Edits applied (MultiEdit)."""
+    shown: str = ""
+    """The path as people read it (relative to the workspace), for the summary."""
 
 
 def require_sandbox(ctx: CallContext) -> SandboxRunner:
@@ -134,18 +139,29 @@ async def write_file(
     request = WriteFileRequest(path=str(path), content=content, expected_sha256=expected_sha256)
     result = await runner.run(request, ctx.limits)
     created = expected_sha256 is None
-    failure = _write_failure(path, result)
-    if failure:
-        return FileChange(path=path, created=created, sandbox_id=result.sandbox_id, error=failure)
-    ctx.session.record_written(path, content.encode("utf-8"))
-    return FileChange(path=path, created=created, sandbox_id=result.sandbox_id)
+    change = FileChange(
+        path=path,
+        created=created,
+        sandbox_id=result.sandbox_id,
+        error=_write_failure(path, result),
+        shown=shown_path(path, ctx.workspace),
+    )
+    if not change.error:
+        ctx.session.record_written(path, content.encode("utf-8"))
+    return change
 
 
 def render_change(change: FileChange, success: str) -> ToolOutput:
     """The tool_result of a file change: `success`, or the write's error as an is_error result."""
     output = ToolOutput.text(change.error or success, is_error=bool(change.error))
     output.sandbox_id = change.sandbox_id
-    return output
+    return with_result(output, change)
+
+
+def succeeded(output: ToolOutput) -> FileChange | None:
+    """The change a file tool made, None when the call failed (then summarize with `failed`)."""
+    change = result_of(output, FileChange)
+    return None if change is None or change.error else change
 
 
 def _write_failure(path: Path, result: SandboxResult) -> str:
@@ -188,8 +204,10 @@ def _require_directory_ancestor(path: Path) -> None:
 class WriteInput(LaxToolInput):
     """Input of Write."""
 
-    file_path: str = Field(description=FILE_PATH_DESCRIPTION)
-    content: str = Field(description="The complete new content of the file.")
+    file_path: str = Field(
+        description="The file to create or overwrite: an absolute path inside the workspace."
+    )
+    content: str = Field(description="The complete new content of the file (replaces all of it).")
 
 
 def directory_grant(file_path: str) -> tuple[str, tuple[str, ...]]:
@@ -210,6 +228,8 @@ class WriteTool(Tool[WriteInput, FileChange]):
         "- To change part of an existing file, prefer Edit (or MultiEdit): it sends only the "
         "change and cannot drop content by accident. Use Write for new files or complete "
         "rewrites.\n"
+        f"- Limit: an existing file over {MAX_FILE_MB} MB cannot be replaced with Write (use "
+        "Bash).\n"
         "- The write happens inside a sandbox and is atomic: the file is never left half "
         "written."
     )
@@ -237,3 +257,10 @@ class WriteTool(Tool[WriteInput, FileChange]):
         if result.created:
             return render_change(result, f"File created successfully at: {result.path}")
         return render_change(result, f"The file {result.path} has been updated.")
+
+    def summarize(self, args: WriteInput, output: ToolOutput) -> str:
+        change = succeeded(output)
+        if change is None:
+            return failed(self.name, output)
+        text = f"Wrote {plural(count_lines(args.content), 'line')} to {change.shown}"
+        return text + " (new file)" if change.created else text

@@ -6,8 +6,10 @@ the container), so the tiny wire format below is duplicated knowingly in ``sandb
 
 Wire format, both directions: a 4-byte big-endian length, then that many bytes of a UTF-8 JSON
 object. The host sends exactly one request; the runner answers with messages, each an object with a
-``"type"``: today only ``"result"`` (the last message), later also ``"progress"``. The runner writes
-nothing before it has read the whole request, so a host that attaches late loses nothing.
+``"type"``: ``"progress"`` (``{"output": chunk}``, while a Bash command runs, coalesced to at most
+one every ``PROGRESS_INTERVAL_S``, each chunk at most ``MAX_PROGRESS_BYTES``), then ``"result"``
+(the last message). A command that finishes within one interval sends no progress at all. The runner
+writes nothing before it has read the whole request, so a host that attaches late loses nothing.
 
 Exit codes in results follow the shell convention: 0-255 for a normal exit, 128+N for a process
 killed by signal N (a timeout or the OOM killer shows up as 137, SIGKILL), -1 when unknown.
@@ -27,6 +29,7 @@ import struct
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -56,6 +59,16 @@ _BASH_ENV = (
 )
 _CHUNK = 1 << 16
 _MARKER = "\n[... {n} bytes of output omitted ...]\n"
+#: Progress output is sent at most this often (the host relays it to people, not to the model).
+PROGRESS_INTERVAL_S = 0.1
+#: Largest output chunk of one progress message, in UTF-8 bytes (``sandbox/protocol.py`` agrees).
+MAX_PROGRESS_BYTES = 8192
+_SKIPPED = "[... {n} bytes not shown live ...]\n"
+_SKIPPED_ROOM = 64
+"""Bytes of a progress chunk kept free for the skipped-bytes note."""
+
+Emit = Callable[[dict[str, Any]], None]
+"""Sends one message to the host."""
 
 
 class RequestError(Exception):
@@ -173,6 +186,68 @@ class OutputSink:
         return text + tail.decode("utf-8", "replace"), True
 
 
+class ProgressStream:
+    """Forwards output to the host while a command runs, coalesced in time and bounded in size.
+
+    Output collects in a pending buffer that is sent at most once per `interval`; when more than
+    `max_bytes` piled up in between, only its end is sent (what the command is doing now) with a
+    note of how much was skipped. The pending buffer never exceeds 2 x `max_bytes`. Nothing is
+    sent for a command that ends within the first interval: its result follows at once.
+    """
+
+    def __init__(
+        self,
+        emit: Emit,
+        started: float,
+        interval: float = PROGRESS_INTERVAL_S,
+        max_bytes: int = MAX_PROGRESS_BYTES,
+    ) -> None:
+        self._emit = emit
+        self._interval = interval
+        self._max = max_bytes
+        self._due = started + interval
+        self._pending = bytearray()
+        self._skipped = 0
+        self.sent = 0
+
+    def add(self, data: bytes) -> None:
+        self._pending += data
+        excess = len(self._pending) - 2 * self._max
+        if excess > 0:
+            self._skipped += excess
+            del self._pending[:excess]
+
+    @property
+    def pending_bytes(self) -> int:
+        """Output waiting to be sent."""
+        return len(self._pending)
+
+    def wait_s(self, now: float) -> float | None:
+        """Seconds until pending output is due to be sent; None when nothing is pending."""
+        return max(0.0, self._due - now) if self._pending else None
+
+    def flush(self, now: float, *, final: bool = False) -> None:
+        """Send pending output if it is due (or, at the end, if progress was being sent)."""
+        if not self._pending or (final and self.sent == 0) or (not final and now < self._due):
+            return
+        data = bytes(self._pending)
+        # An incomplete character at the end waits for its other bytes (unless nothing will come).
+        complete = data if final else _utf8_head(data)
+        self._pending = bytearray(data[len(complete) :])
+        if self._skipped or len(complete) > self._max:
+            room = max(1, self._max - _SKIPPED_ROOM)
+            kept = _utf8_tail(complete[max(0, len(complete) - room) :])
+            self._skipped += len(complete) - len(kept)
+            complete = kept
+        if not complete:
+            return
+        note = _SKIPPED.format(n=self._skipped) if self._skipped else ""
+        self._skipped = 0
+        self._emit({"type": "progress", "output": note + complete.decode("utf-8", "replace")})
+        self.sent += 1
+        self._due = now + self._interval
+
+
 # --- bash --------------------------------------------------------------------------------------
 
 
@@ -218,8 +293,11 @@ def _pipe_at(fd: int, target: int) -> None:
         os.set_inheritable(fd, True)
 
 
-def run_bash(request: dict[str, Any]) -> dict[str, Any]:
-    """Run `bash -c command` in its own process group; stdout and stderr merged into one pipe."""
+def run_bash(request: dict[str, Any], emit: Emit | None = None) -> dict[str, Any]:
+    """Run `bash -c command` in its own process group; stdout and stderr merged into one pipe.
+
+    With `emit`, output also goes to the host as progress messages while the command runs.
+    """
     command = str(request["command"])
     cwd = str(request["cwd"])
     timeout_s = int(request["timeout_ms"]) / 1000.0
@@ -254,7 +332,8 @@ def run_bash(request: dict[str, Any]) -> dict[str, Any]:
     for fd in (out_w, RC_FD, CWD_FD):
         os.close(fd)
 
-    timed_out = _pump(proc, out_r, sink, started + timeout_s)
+    progress = ProgressStream(emit, started) if emit is not None else None
+    timed_out = _pump(proc, out_r, _Output(sink, progress), started + timeout_s)
     os.close(out_r)
     final_cwd = "" if timed_out else _read_available(cwd_r).decode("utf-8", "replace")
     os.close(cwd_r)
@@ -272,8 +351,33 @@ def run_bash(request: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def _pump(proc: subprocess.Popen[bytes], out_r: int, sink: OutputSink, deadline: float) -> bool:
-    """Copy output into `sink` until bash exits or the deadline passes; True when it timed out.
+class _Output:
+    """Where the command's output goes: the kept result, and the live progress if any."""
+
+    def __init__(self, sink: OutputSink, progress: ProgressStream | None) -> None:
+        self.sink = sink
+        self.progress = progress
+
+    def add(self, data: bytes) -> None:
+        self.sink.add(data)
+        if self.progress is not None:
+            self.progress.add(data)
+            self.progress.flush(time.monotonic())
+
+    def wait_s(self, now: float) -> float | None:
+        return None if self.progress is None else self.progress.wait_s(now)
+
+    def tick(self, now: float) -> None:
+        if self.progress is not None:
+            self.progress.flush(now)
+
+    def finish(self) -> None:
+        if self.progress is not None:
+            self.progress.flush(time.monotonic(), final=True)
+
+
+def _pump(proc: subprocess.Popen[bytes], out_r: int, out: _Output, deadline: float) -> bool:
+    """Copy output into `out` until bash exits or the deadline passes; True when it timed out.
 
     The call ends when bash itself exits, not when the pipe closes: a background process holding
     the pipe open must not hang the call. Whatever is left of the process group is killed then.
@@ -294,26 +398,32 @@ def _pump(proc: subprocess.Popen[bytes], out_r: int, sink: OutputSink, deadline:
             if exit_fd is not None:
                 watched.append(exit_fd)  # readable once bash has exited
             wait = remaining if exit_fd is not None else min(remaining, 0.05)
+            progress_wait = out.wait_s(time.monotonic())
+            if progress_wait is not None:
+                wait = min(wait, progress_wait)  # wake up to send pending progress on time
             ready = select.select(watched, [], [], wait)[0]
             if out_r in ready:
                 data = os.read(out_r, _CHUNK)
                 if data:
-                    sink.add(data)
+                    out.add(data)
                 else:
                     pipe_open = False
+            else:
+                out.tick(time.monotonic())
     finally:
         if exit_fd is not None:
             os.close(exit_fd)
     _kill_group(proc.pid)
     if pipe_open:
-        _drain(out_r, sink, time.monotonic() + DRAIN_GRACE_S)
+        _drain(out_r, out, time.monotonic() + DRAIN_GRACE_S)
+    out.finish()
     # A process stuck in the kernel (D state) cannot be waited for; the container's end takes it.
     with contextlib.suppress(subprocess.TimeoutExpired):
         proc.wait(timeout=5)
     return timed_out
 
 
-def _drain(fd: int, sink: OutputSink, deadline: float) -> None:
+def _drain(fd: int, out: _Output, deadline: float) -> None:
     while True:
         remaining = deadline - time.monotonic()
         if remaining <= 0 or not select.select([fd], [], [], remaining)[0]:
@@ -321,7 +431,7 @@ def _drain(fd: int, sink: OutputSink, deadline: float) -> None:
         data = os.read(fd, _CHUNK)
         if not data:
             return
-        sink.add(data)
+        out.add(data)
 
 
 # --- write_file --------------------------------------------------------------------------------
@@ -351,7 +461,7 @@ def _sha256_of(path: Path) -> str | None:
     return digest.hexdigest()
 
 
-def write_file(request: dict[str, Any]) -> dict[str, Any]:
+def write_file(request: dict[str, Any], emit: Emit | None = None) -> dict[str, Any]:
     """Replace or create a file atomically, if it is still what the host last read.
 
     The runner starts in the workspace (the container's working directory); a path that resolves
@@ -442,7 +552,10 @@ def _fsync_dir(path: Path) -> None:
 
 # --- main --------------------------------------------------------------------------------------
 
-_HANDLERS = {"bash": run_bash, "write_file": write_file}
+_HANDLERS: dict[str, Callable[[dict[str, Any], Emit | None], dict[str, Any]]] = {
+    "bash": run_bash,
+    "write_file": write_file,
+}
 
 
 def _forbid_inspection() -> None:
@@ -456,14 +569,15 @@ def _forbid_inspection() -> None:
         pass
 
 
-def handle(request: dict[str, Any]) -> dict[str, Any]:
-    """Carry out one request and build its result message (without the type)."""
+def handle(request: dict[str, Any], emit: Emit | None = None) -> dict[str, Any]:
+    """Carry out one request and build its result message (without the type); progress
+    messages, if any, go to `emit` on the way."""
     kind = request.get("kind")
     handler = _HANDLERS.get(str(kind))
     if handler is None:
         return {"exit_code": -1, "error": f"unknown request kind {kind!r}"}
     try:
-        return handler(request)
+        return handler(request, emit)
     except (KeyError, TypeError, ValueError) as exc:
         return {"exit_code": -1, "error": f"malformed {kind} request: {exc!r}"}
 
@@ -485,7 +599,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     if request is None:
         return 0
-    result = handle(request)
+    result = handle(request, lambda message: write_message(1, message))
     write_message(1, {"type": "result", "v": PROTOCOL_VERSION, **result})
     return 0
 

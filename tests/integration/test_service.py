@@ -211,3 +211,68 @@ def test_sigterm_lets_in_flight_sandboxed_calls_finish_and_leaves_no_container(
         if process.poll() is None:
             process.kill()
             process.wait()
+
+
+def test_metrics_are_scraped_and_parsed(short_tmp: Path) -> None:
+    from urllib.request import urlopen
+
+    from prometheus_client.parser import text_string_to_metric_families
+
+    workspace = short_tmp / "ws-metrics"
+    workspace.mkdir()
+    (workspace / "a.txt").write_text("a\n")
+    port = free_port()
+    with running_daemon(
+        workspace,
+        short_tmp / "metrics.sock",
+        sandbox={"enabled": False},
+        metrics={"enabled": True, "listen": f"127.0.0.1:{port}"},
+    ) as daemon:
+        read_call(daemon.stub, workspace / "a.txt", "toolu_metric_1")
+        read_call(daemon.stub, Path("/etc/passwd"), "toolu_metric_2")
+        with urlopen(f"http://127.0.0.1:{port}/metrics", timeout=30) as response:
+            text = response.read().decode()
+    samples = {
+        (s.name, tuple(sorted(s.labels.items()))): s.value
+        for family in text_string_to_metric_families(text)
+        for s in family.samples
+    }
+    assert samples[("tooljail_calls_total", (("outcome", "ok"), ("tool", "Read")))] >= 1
+    assert samples[("tooljail_calls_total", (("outcome", "denied"), ("tool", "Read")))] >= 1
+    assert samples[("tooljail_decision_duration_seconds_count", ())] >= 2
+    assert ("tooljail_calls_in_flight", ()) in samples
+
+
+def test_systemd_notify_socket_gets_ready_and_stopping(short_tmp: Path) -> None:
+    notify_path = short_tmp / "notify.sock"
+    receiver = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+    receiver.bind(str(notify_path))
+    receiver.settimeout(60)
+    workspace = short_tmp / "ws-notify"
+    workspace.mkdir()
+    socket_path = short_tmp / "notify-daemon.sock"
+    env = dict(
+        os.environ,
+        NOTIFY_SOCKET=str(notify_path),
+        TOOLJAIL_SANDBOX__ENABLED="false",
+        TOOLJAIL_STATE_DIR=str(short_tmp / "notify-state"),
+        TOOLJAIL_AUDIT_LOG="/dev/null",
+    )
+    process = subprocess.Popen(
+        [sys.executable, "-m", "daemon.cli", "serve", "--listen", f"unix://{socket_path}",
+         "--workspace", str(workspace)],
+        env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )  # fmt: skip
+    try:
+        ready = receiver.recv(4096).decode()
+        assert "READY=1" in ready.splitlines()
+        assert socket_path.exists(), "READY=1 only once the listener is up"
+        process.send_signal(signal.SIGTERM)
+        stopping = receiver.recv(4096).decode()
+        assert "STOPPING=1" in stopping.splitlines()
+        assert process.wait(timeout=60) == 0
+    finally:
+        receiver.close()
+        if process.poll() is None:
+            process.kill()
+            process.wait()

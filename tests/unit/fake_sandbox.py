@@ -2,9 +2,11 @@
 
 WriteFileRequest is carried out on the local filesystem exactly as the runner does it inside a
 container (hash precondition checked just before an atomic rename, parents created), and
-BashRequest runs `bash -c` locally in the requested directory with the request's timeout. Tests
-can queue canned results (OOM, truncated output...) that no local run could produce, and hook in
-just before a write to simulate a concurrent change. Tests only: nothing here is confined.
+BashRequest runs `bash -c` locally in the requested directory with the request's timeout, handing
+each piece of output to `on_output` as it arrives (the real runner coalesces; this fake does not
+need to). Tests can queue canned results (OOM, truncated output...) that no local run could
+produce, and hook in just before a write to simulate a concurrent change. Tests only: nothing here
+is confined.
 """
 
 from __future__ import annotations
@@ -53,7 +55,12 @@ class FakeSandbox(SandboxRunner):
     def requests(self) -> list[SandboxRequest]:
         return [request for request, _ in self.calls]
 
-    async def run(self, request: SandboxRequest, limits: SandboxLimits) -> SandboxResult:
+    async def run(
+        self,
+        request: SandboxRequest,
+        limits: SandboxLimits,
+        on_output: Callable[[str], None] | None = None,
+    ) -> SandboxResult:
         self.calls.append((request, limits))
         self._count += 1
         sandbox_id = f"fake-{self._count}"
@@ -61,7 +68,7 @@ class FakeSandbox(SandboxRunner):
             return self.canned.popleft()
         if isinstance(request, WriteFileRequest):
             return self._write(request, sandbox_id)
-        return await self._bash(request, sandbox_id)
+        return await self._bash(request, sandbox_id, on_output)
 
     def _write(self, request: WriteFileRequest, sandbox_id: str) -> SandboxResult:
         if self.before_write is not None:
@@ -93,7 +100,9 @@ class FakeSandbox(SandboxRunner):
         os.replace(tmp, path)
         return SandboxResult(sandbox_id=sandbox_id)
 
-    async def _bash(self, request: BashRequest, sandbox_id: str) -> SandboxResult:
+    async def _bash(
+        self, request: BashRequest, sandbox_id: str, on_output: Callable[[str], None] | None
+    ) -> SandboxResult:
         started = time.monotonic()
         with tempfile.TemporaryDirectory(prefix="fake-sandbox-") as scratch:
             cwd_file = Path(scratch) / "cwd"
@@ -110,7 +119,7 @@ class FakeSandbox(SandboxRunner):
                 start_new_session=True,
             )
             assert proc.stdout is not None
-            reader = asyncio.create_task(proc.stdout.read())
+            reader = asyncio.create_task(_read_all(proc.stdout, on_output))
             timed_out = False
             try:
                 await asyncio.wait_for(proc.wait(), request.timeout_ms / 1000)
@@ -138,6 +147,15 @@ class FakeSandbox(SandboxRunner):
             final_cwd=final_cwd,
             duration_ms=int((time.monotonic() - started) * 1000),
         )
+
+
+async def _read_all(stream: asyncio.StreamReader, on_output: Callable[[str], None] | None) -> bytes:
+    data = bytearray()
+    while chunk := await stream.read(65536):
+        data += chunk
+        if on_output is not None:
+            on_output(chunk.decode("utf-8", errors="replace"))
+    return bytes(data)
 
 
 def make_context(

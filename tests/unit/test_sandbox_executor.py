@@ -11,6 +11,7 @@ import pytest
 
 from sandbox.backend import (
     BashRequest,
+    OutputCallback,
     Sandbox,
     SandboxBackend,
     SandboxLimits,
@@ -38,7 +39,9 @@ class FakeSandbox(Sandbox):
     def id(self) -> str:
         return self.name
 
-    async def run(self, request: SandboxRequest) -> SandboxResult:
+    async def run(
+        self, request: SandboxRequest, on_output: OutputCallback | None = None
+    ) -> SandboxResult:
         self.runs += 1
         assert self.runs == 1, "a sandbox was reused"
         assert not self.destroyed, "ran on a destroyed sandbox"
@@ -51,6 +54,8 @@ class FakeSandbox(Sandbox):
         except asyncio.CancelledError:
             await self.destroy()
             raise
+        if on_output is not None:
+            on_output(f"live from {self.name}\n")
         return SandboxResult(sandbox_id=self.name, output="hi\n")
 
     async def destroy(self) -> None:
@@ -279,3 +284,20 @@ async def test_paths_inside_the_workspace_are_accepted(
         WriteFileRequest(path="/w/a/b.txt", content=""),
     ):
         assert (await executor.run(spec(), request)).error == ""
+
+
+async def test_output_callback_reaches_the_sandbox_that_runs_the_request(
+    backend: FakeBackend, make_executor: Callable[..., SandboxExecutor]
+) -> None:
+    executor = make_executor(pool_size=1)
+    await executor.warm(spec())
+    backend.behaviour = "dead"  # the warm one turns out dead: the call goes cold, output follows
+    chunks: list[str] = []
+    with pytest.raises(SandboxStartError):
+        await executor.run(spec(), REQUEST, on_output=chunks.append)
+    assert chunks == []
+    backend.behaviour = "ok"
+    result = await executor.run(spec(), REQUEST, on_output=chunks.append)
+    assert chunks == [f"live from {result.sandbox_id}\n"]
+    quiet = await executor.run(spec(), REQUEST)
+    assert quiet.output == "hi\n" and len(chunks) == 1

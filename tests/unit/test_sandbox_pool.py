@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from sandbox.backend import Sandbox, SandboxRequest, SandboxResult
+from sandbox.backend import OutputCallback, Sandbox, SandboxRequest, SandboxResult
 from sandbox.pool import WarmPool
 
 
@@ -16,7 +16,9 @@ class Stub(Sandbox):
     def id(self) -> str:
         return self.name
 
-    async def run(self, request: SandboxRequest) -> SandboxResult:
+    async def run(
+        self, request: SandboxRequest, on_output: OutputCallback | None = None
+    ) -> SandboxResult:
         raise NotImplementedError
 
     async def destroy(self) -> None:

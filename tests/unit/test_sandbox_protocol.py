@@ -11,12 +11,14 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from sandbox.protocol import (
+    MAX_PROGRESS_BYTES,
     STDERR,
     STDOUT,
     AttachDemuxer,
     FrameDecoder,
     ProtocolError,
     encode_frame,
+    progress_output,
 )
 from sandbox.runner import runner as runner_module
 
@@ -108,3 +110,24 @@ def test_runner_and_host_agree_on_the_wire_format() -> None:
         os.close(read_end)
     assert FrameDecoder(1 << 16).feed(data) == [message]
     assert data == encode_frame(message)
+
+
+def test_runner_and_host_agree_on_the_progress_chunk_limit() -> None:
+    assert runner_module.MAX_PROGRESS_BYTES == MAX_PROGRESS_BYTES
+
+
+@pytest.mark.parametrize(
+    ("message", "expected"),
+    [
+        ({"type": "progress", "output": "line\n"}, "line\n"),
+        ({"type": "progress", "output": "x" * (MAX_PROGRESS_BYTES + 10)}, "x" * MAX_PROGRESS_BYTES),
+        ({"type": "progress", "output": ""}, None),
+        ({"type": "progress", "output": ["a"]}, None),
+        ({"type": "progress"}, None),
+        ({"type": "result", "output": "x"}, None),
+    ],
+)
+def test_progress_output_takes_only_well_formed_bounded_chunks(
+    message: dict[str, object], expected: str | None
+) -> None:
+    assert progress_output(message) == expected

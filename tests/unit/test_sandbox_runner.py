@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import re
 import subprocess
 import sys
 import time
@@ -21,11 +22,11 @@ from sandbox.runner import RUNNER_SOURCE
 from sandbox.runner import runner as runner_module
 
 
-def call_runner(
+def runner_messages(
     request: dict[str, Any], *args: str, cwd: Path | None = None, timeout: float = 60
-) -> dict[str, Any]:
+) -> list[dict[str, Any]]:
     """Send one request to a fresh runner process (started in `cwd`, the workspace, as in a
-    container) and return its single result message."""
+    container) and return every message it answered with: progress first, the result last."""
     done = subprocess.run(
         [sys.executable, "-I", "-S", str(RUNNER_SOURCE), *args],
         cwd=cwd,
@@ -36,23 +37,34 @@ def call_runner(
     )
     assert done.stderr == b""
     messages = FrameDecoder(64 << 20).feed(done.stdout)
-    assert len(messages) == 1, done.stdout[:200]
-    assert messages[0]["type"] == "result"
-    return messages[0]
+    assert messages, done.stdout[:200]
+    assert [m["type"] for m in messages] == ["progress"] * (len(messages) - 1) + ["result"]
+    return messages
+
+
+def call_runner(
+    request: dict[str, Any], *args: str, cwd: Path | None = None, timeout: float = 60
+) -> dict[str, Any]:
+    """The result message of one request (progress messages before it are checked, then left)."""
+    return runner_messages(request, *args, cwd=cwd, timeout=timeout)[-1]
+
+
+def bash_request(
+    command: str, cwd: Path, *, timeout_ms: int = 10_000, limit: int = 1 << 20
+) -> dict[str, Any]:
+    return {
+        "kind": "bash",
+        "command": command,
+        "cwd": str(cwd),
+        "timeout_ms": timeout_ms,
+        "output_limit_bytes": limit,
+    }
 
 
 def bash(
     command: str, cwd: Path, *, timeout_ms: int = 10_000, limit: int = 1 << 20
 ) -> dict[str, Any]:
-    return call_runner(
-        {
-            "kind": "bash",
-            "command": command,
-            "cwd": str(cwd),
-            "timeout_ms": timeout_ms,
-            "output_limit_bytes": limit,
-        }
-    )
+    return call_runner(bash_request(command, cwd, timeout_ms=timeout_ms, limit=limit))
 
 
 def write(
@@ -176,6 +188,92 @@ def test_the_sink_memory_stays_bounded_whatever_the_stream() -> None:
     assert truncated is True
     assert sink.total == 7_770_000
     assert f"{7_770_000 - 1000} bytes of output omitted" in text
+
+
+# --- progress ---------------------------------------------------------------------------------
+
+_SKIP_NOTE = re.compile(r"\[\.\.\. (\d+) bytes not shown live \.\.\.\]\n")
+
+
+def test_a_quick_command_sends_no_progress_only_its_result(tmp_path: Path) -> None:
+    messages = runner_messages(bash_request("echo hi", tmp_path))
+    assert len(messages) == 1 and messages[0]["output"] == "hi\n"
+
+
+def test_output_arrives_as_progress_while_the_command_still_runs(tmp_path: Path) -> None:
+    command = "for i in 1 2 3 4 5; do echo line$i; sleep 0.25; done"
+    with subprocess.Popen(
+        [sys.executable, "-I", "-S", str(RUNNER_SOURCE)],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+    ) as proc:
+        assert proc.stdin is not None and proc.stdout is not None
+        started = time.monotonic()
+        proc.stdin.write(encode_frame(bash_request(command, tmp_path)))
+        proc.stdin.close()
+        decoder = FrameDecoder(1 << 20)
+        arrivals: list[tuple[float, dict[str, Any]]] = []
+        while not arrivals or arrivals[-1][1]["type"] != "result":
+            data = os.read(proc.stdout.fileno(), 1 << 16)
+            assert data, "the runner ended without a result"
+            arrivals += [(time.monotonic() - started, m) for m in decoder.feed(data)]
+        assert proc.wait(10) == 0
+    progress = [(at, m["output"]) for at, m in arrivals if m["type"] == "progress"]
+    result_at, result = arrivals[-1]
+    assert len(progress) >= 4
+    assert progress[0][0] < 0.6 < result_at, "the first line came only with the result"
+    assert progress[0][1].startswith("line1\n")
+    assert "".join(chunk for _, chunk in progress) == result["output"]
+    assert result["output"] == "".join(f"line{i}\n" for i in range(1, 6))
+
+
+def test_a_flood_is_sent_live_in_few_small_chunks_with_exact_accounting(tmp_path: Path) -> None:
+    command = "for i in $(seq 12); do head -c 400000 /dev/zero | tr '\\0' y; sleep 0.1; done"
+    started = time.monotonic()
+    messages = runner_messages(bash_request(command, tmp_path, limit=4096))
+    elapsed = time.monotonic() - started
+    result = messages[-1]
+    assert result["output_bytes"] == 12 * 400_000 and result["output_truncated"] is True
+    chunks = [m["output"] for m in messages[:-1]]
+    assert 2 <= len(chunks) <= elapsed / 0.1 + 2
+    assert all(len(chunk.encode()) <= runner_module.MAX_PROGRESS_BYTES for chunk in chunks)
+    skipped = sum(int(n) for chunk in chunks for n in _SKIP_NOTE.findall(chunk))
+    shown = sum(len(_SKIP_NOTE.sub("", chunk)) for chunk in chunks)
+    assert skipped > 0
+    assert shown + skipped == result["output_bytes"]
+
+
+def test_progress_never_splits_a_character_and_keeps_its_pending_bytes_bounded() -> None:
+    sent: list[dict[str, Any]] = []
+    stream = runner_module.ProgressStream(sent.append, started=0.0, interval=0.1, max_bytes=128)
+    euro = "€".encode()
+    stream.add(b"ab" + euro[:1])
+    stream.flush(0.05)
+    assert sent == [], "sent before the interval passed"
+    stream.flush(0.1)
+    assert [m["output"] for m in sent] == ["ab"], "the incomplete character must wait"
+    stream.add(euro[1:] + b"cd")
+    stream.flush(0.15)
+    assert len(sent) == 1, "at most one message per interval"
+    stream.flush(0.2)
+    assert sent[-1]["output"] == "€cd"
+    for _ in range(100):
+        stream.add("é".encode() * 50)
+        assert stream.pending_bytes <= 2 * 128
+    assert stream.wait_s(0.35) == 0.0
+    stream.flush(0.35)
+    note, kept = sent[-1]["output"].split("\n", 1)
+    assert len(sent[-1]["output"].encode()) <= 128
+    assert "\ufffd" not in kept and set(kept) == {"é"}
+    assert int(_SKIP_NOTE.match(note + "\n").group(1)) + len(kept.encode()) == 100 * 100
+    stream.add(b"tail")
+    stream.flush(0.36, final=True)
+    assert sent[-1]["output"] == "tail", "the end is sent once progress was being sent"
+    quiet: list[dict[str, Any]] = []
+    unsent = runner_module.ProgressStream(quiet.append, started=0.0)
+    unsent.add(b"fast")
+    unsent.flush(0.01, final=True)
+    assert quiet == [], "a command that ends within the first interval sends no progress"
 
 
 # --- write_file -------------------------------------------------------------------------------

@@ -113,8 +113,13 @@ async def test_output_stops_before_the_budget(call_tool: CallTool, workspace: Pa
     path = workspace / "wide.txt"
     path.write_text(("y" * 1999 + "\n") * 200)
     text = await read(call_tool, path, limit=200)
+    budget = TOOL.traits.max_result_chars - 1000
+    assert TOOL.traits.max_result_chars == 50_000, "Read's budget is the default overall cap"
     assert len(text) <= TOOL.traits.max_result_chars
-    assert "(Showing lines 1-49 of 200 (stopped there to stay within 99000 characters)." in text
+    shown = budget // len(f"{1:>6}\t{'y' * 1999}\n")
+    note = f"(Showing lines 1-{shown} of 200 (stopped there to stay within {budget} characters)."
+    assert note in text
+    assert f"\n{shown:>6}\t" in text and f"\n{shown + 1:>6}\t" not in text
 
 
 async def test_directory_is_refused_with_advice(call_tool: CallTool, workspace: Path) -> None:

@@ -1,0 +1,293 @@
+"""The issue's goals, judged against measured parts: one metric row per goal, met or not.
+
+A goal is met only when its value was measured: a part that was skipped or crashed gives a row
+with no value and `met` None ("not measured"), never a silent pass. Rows without a goal in the
+issue (CPU per call, flood time against `docker run`) are reported with `met` None too.
+"""
+
+from __future__ import annotations
+
+import operator
+from collections.abc import Callable, Mapping
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from bench.stats import ratio
+
+Parts = Mapping[str, Any]
+
+_COMPARE: dict[str, Callable[[float, float], bool]] = {
+    "<=": operator.le,
+    "<": operator.lt,
+    ">=": operator.ge,
+    "==": operator.eq,
+}
+
+#: A flood result is "at budget" when it is within this many characters below it: the head and
+#: tail are cut on line boundaries, so the last partial line may be dropped.
+AT_BUDGET_SLACK_CHARS = 100
+
+
+@dataclass(frozen=True)
+class Metric:
+    """One row of the results table."""
+
+    id: str
+    """Stable key (e.g. `readonly.calls_per_s`)."""
+    metric: str
+    """What was measured, for people."""
+    value: float | None
+    """The measured value (None: not measured)."""
+    unit: str
+    goal: str
+    """The issue's goal as text, or "-" when the issue sets none."""
+    met: bool | None
+    """Whether the goal holds; None when not measured or when there is no goal."""
+    detail: str = ""
+    """The numbers behind the value (baselines, percentiles)."""
+
+    def as_dict(self) -> dict[str, Any]:
+        """The row as JSON-ready data."""
+        return asdict(self)
+
+
+def _get(parts: Parts, *path: str) -> Any:
+    node: Any = parts
+    for key in path:
+        if not isinstance(node, Mapping) or key not in node:
+            return None
+        node = node[key]
+    return node
+
+
+def _judge(value: float | None, comparator: str, target: float) -> bool | None:
+    return None if value is None else _COMPARE[comparator](value, target)
+
+
+def _row(
+    id_: str, metric: str, value: float | None, unit: str, comparator: str, target: float, **kw: str
+) -> Metric:
+    shown = f"{target:g}" if unit != "×" else f"{target:g} ×"
+    goal = {"<=": "at most", "<": "under", ">=": "at least", "==": "exactly"}[comparator]
+    return Metric(
+        id_, metric, value, unit, f"{goal} {shown}", _judge(value, comparator, target), **kw
+    )
+
+
+def _info(id_: str, metric: str, value: float | None, unit: str, detail: str = "") -> Metric:
+    return Metric(id_, metric, value, unit, "-", None, detail)
+
+
+def _ms(summary: Any, key: str = "p50_ms") -> float | None:
+    return summary.get(key) if isinstance(summary, Mapping) else None
+
+
+def _fmt(value: float | None, unit: str = "ms") -> str:
+    return "n/a" if value is None else f"{value:.3g} {unit}"
+
+
+def decision_metrics(parts: Parts) -> list[Metric]:
+    """Execute(Read 1 KB) p50 against health Check p50 + OPA decision p50."""
+    execute = _get(parts, "decision", "execute_read")
+    health, opa = _get(parts, "decision", "health"), _get(parts, "decision", "opa")
+    base = None
+    if _ms(health) is not None and _ms(opa) is not None:
+        base = _ms(health) + _ms(opa)  # type: ignore[operator]
+    detail = (
+        f"Execute p50 {_fmt(_ms(execute))}, p99 {_fmt(_ms(execute, 'p99_ms'))}; health Check p50 "
+        f"{_fmt(_ms(health))} + OPA decision p50 {_fmt(_ms(opa))} = {_fmt(base)}"
+    )
+    return [
+        _row(
+            "decision.p50_ratio",
+            "decision overhead: Execute(Read 1 KB) p50 / (health p50 + OPA p50)",
+            ratio(_ms(execute), base),
+            "×",
+            "<=",
+            1.5,
+            detail=detail,
+        )
+    ]
+
+
+def readonly_metrics(parts: Parts) -> list[Metric]:
+    """Calls/s, p99 and errors of the read-only mix under concurrent clients."""
+    part = _get(parts, "readonly")
+    if not isinstance(part, Mapping):
+        part = {}
+    clients, seconds = part.get("clients"), part.get("duration_s")
+    load = f"{clients} clients, {_fmt(seconds, 's')}" if clients else "not measured"
+    latency = part.get("latency")
+    return [
+        _row(
+            "readonly.calls_per_s",
+            "read-only throughput",
+            part.get("calls_per_s"),
+            "calls/s",
+            ">=",
+            1500,
+            detail=f"{load}, {part.get('calls', 0)} calls, mix {part.get('mix', {})}",
+        ),
+        _row(
+            "readonly.p99_ms",
+            "read-only latency p99",
+            _ms(latency, "p99_ms"),
+            "ms",
+            "<",
+            20,
+            detail=f"p50 {_fmt(_ms(latency))}, p95 {_fmt(_ms(latency, 'p95_ms'))}",
+        ),
+        _row("readonly.errors", "read-only errors", part.get("errors"), "calls", "==", 0),
+    ]
+
+
+def sandbox_metrics(parts: Parts) -> list[Metric]:
+    """Warm and cold Bash `echo hi` against `docker run` of the same image and command."""
+    warm, cold = _get(parts, "sandbox", "warm"), _get(parts, "sandbox", "cold")
+    docker_run = _get(parts, "sandbox", "docker_run")
+    base = f"docker run p50 {_fmt(_ms(docker_run))}"
+    return [
+        _row(
+            "sandbox.warm_ratio",
+            "sandboxed latency, warm pool: p50 / docker run p50",
+            ratio(_ms(warm), _ms(docker_run)),
+            "×",
+            "<=",
+            0.1,
+            detail=f"warm p50 {_fmt(_ms(warm))}, p95 {_fmt(_ms(warm, 'p95_ms'))}; {base}",
+        ),
+        _row(
+            "sandbox.cold_ratio",
+            "sandboxed latency, cold (pool size 0): p50 / docker run p50",
+            ratio(_ms(cold), _ms(docker_run)),
+            "×",
+            "<=",
+            1.1,
+            detail=f"cold p50 {_fmt(_ms(cold))}, p95 {_fmt(_ms(cold, 'p95_ms'))}; {base}",
+        ),
+    ]
+
+
+def churn_metrics(parts: Parts) -> list[Metric]:
+    """Back-to-back sandboxed calls: rate, errors, containers left behind."""
+    part = _get(parts, "churn")
+    if not isinstance(part, Mapping):
+        part = {}
+    leaked = None
+    if part.get("leaked_running") is not None and part.get("leaked_after_stop") is not None:
+        leaked = part["leaked_running"] + part["leaked_after_stop"]
+    load = f"{part.get('clients')} clients, {_fmt(part.get('duration_s'), 's')}"
+    return [
+        _row(
+            "churn.calls_per_s",
+            "sandbox churn throughput",
+            part.get("calls_per_s"),
+            "calls/s",
+            ">=",
+            10,
+            detail=f"{load}, {part.get('calls', 0)} calls",
+        ),
+        _row("churn.errors", "sandbox churn errors", part.get("errors"), "calls", "==", 0),
+        _row(
+            "churn.leaked",
+            "sandbox churn leaked containers",
+            leaked,
+            "containers",
+            "==",
+            0,
+            detail=f"beyond the warm pool after the load: {part.get('leaked_running')}; "
+            f"after the daemon stopped: {part.get('leaked_after_stop')}",
+        ),
+    ]
+
+
+def batch_metrics(parts: Parts) -> list[Metric]:
+    """ExecuteBatch of 10 Grep against the same 10 as sequential Execute calls."""
+    sequential, batch = _get(parts, "batch", "sequential"), _get(parts, "batch", "batch")
+    files = _get(parts, "batch", "files")
+    return [
+        _row(
+            "batch.speedup",
+            "batch speed-up: sequential p50 / ExecuteBatch p50 (10 Grep)",
+            ratio(_ms(sequential), _ms(batch)),
+            "×",
+            ">=",
+            1.8,
+            detail=f"{files} files; sequential p50 {_fmt(_ms(sequential))}, "
+            f"batch p50 {_fmt(_ms(batch))}",
+        )
+    ]
+
+
+def flood_metrics(parts: Parts) -> list[Metric]:
+    """1 GiB of Bash output: the result stays at its budget, the daemon's memory stays flat."""
+    part = _get(parts, "flood")
+    if not isinstance(part, Mapping):
+        part = {}
+    chars, budget = part.get("result_chars"), part.get("budget_chars")
+    at_budget = None
+    if chars is not None and budget is not None:
+        at_budget = budget - AT_BUDGET_SLACK_CHARS <= chars <= budget
+    size = f"{part.get('bytes', 0) / (1 << 20):.0f} MiB of output"
+    return [
+        Metric(
+            "flood.result_chars",
+            "flood: tool_result size",
+            chars,
+            "chars",
+            f"exactly the budget ({budget}; line cuts may drop < {AT_BUDGET_SLACK_CHARS})",
+            at_budget,
+            f"{size}; original {part.get('original_chars')} chars, truncated "
+            f"{part.get('truncated')}",
+        ),
+        _row(
+            "flood.rss_growth_mib",
+            "flood: daemon RSS growth",
+            part.get("rss_growth_mib"),
+            "MiB",
+            "<",
+            64,
+            detail=f"VmRSS sampled every {part.get('sample_ms', '?')} ms; VmHWM "
+            f"{part.get('hwm_before_kib')} -> {part.get('hwm_after_kib')} KiB",
+        ),
+        _info(
+            "flood.time_ratio",
+            "flood: time / the same command under docker run",
+            ratio(part.get("daemon_s"), part.get("docker_run_s")),
+            "×",
+            f"daemon {_fmt(part.get('daemon_s'), 's')}, docker run "
+            f"{_fmt(part.get('docker_run_s'), 's')}",
+        ),
+    ]
+
+
+def cpu_metrics(parts: Parts) -> list[Metric]:
+    """The daemon's own CPU time (user+sys) per call on each path."""
+    rows = []
+    for id_, label, part_name in (
+        ("cpu.readonly_ms", "daemon CPU per read-only call (user+sys)", "readonly"),
+        ("cpu.sandboxed_ms", "daemon CPU per sandboxed call (user+sys)", "churn"),
+    ):
+        part = _get(parts, part_name)
+        value = detail = None
+        if isinstance(part, Mapping) and part.get("calls") and part.get("daemon_cpu_s") is not None:
+            value = part["daemon_cpu_s"] * 1000 / part["calls"]
+            detail = (
+                f"{part['daemon_cpu_s']:.2f} s over {part['calls']} calls; child processes "
+                f"(ripgrep) {part.get('daemon_children_cpu_s', 0):.2f} s more"
+            )
+        rows.append(_info(id_, label, value, "ms", detail or ""))
+    return rows
+
+
+def evaluate(parts: Parts) -> list[Metric]:
+    """Every metric row, in the issue's order."""
+    return [
+        *decision_metrics(parts),
+        *readonly_metrics(parts),
+        *sandbox_metrics(parts),
+        *churn_metrics(parts),
+        *batch_metrics(parts),
+        *flood_metrics(parts),
+        *cpu_metrics(parts),
+    ]

@@ -1,0 +1,93 @@
+"""Sampling the daemon with py-spy while it is under load, and what dominates the samples."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+from collections import Counter
+from dataclasses import dataclass
+from pathlib import Path
+
+PY_SPY = Path(sys.executable).parent / "py-spy"
+_LINE_NUMBER = re.compile(r":\d+\)$")
+
+
+def start_recording(
+    pid: int, seconds: float, output: Path, rate_hz: int = 100
+) -> subprocess.Popen[bytes]:
+    """py-spy record of `pid` for `seconds` into `output` (collapsed stacks, active threads)."""
+    if not PY_SPY.exists():
+        raise RuntimeError(f"{PY_SPY} is missing: pip install py-spy into the virtualenv")
+    return subprocess.Popen(
+        [
+            str(PY_SPY),
+            "record",
+            "--pid",
+            str(pid),
+            "--duration",
+            str(max(1, round(seconds))),
+            "--rate",
+            str(rate_hz),
+            "--format",
+            "raw",
+            "--output",
+            str(output),
+        ],
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
+
+
+@dataclass(frozen=True)
+class ProfileSummary:
+    """Where the samples fell."""
+
+    samples: int
+    self_top: list[tuple[str, int]]
+    """Functions by samples spent in the function itself."""
+    inclusive_top: list[tuple[str, int]]
+    """Functions by samples spent in them or below them."""
+
+
+def _frame(raw: str) -> str:
+    return _LINE_NUMBER.sub(")", raw.strip())
+
+
+def summarize_collapsed(text: str, top: int = 25) -> ProfileSummary:
+    """Self and inclusive sample counts per function from py-spy's collapsed ("raw") output:
+    one line per distinct stack, frames joined by ';', then the sample count."""
+    own: Counter[str] = Counter()
+    inclusive: Counter[str] = Counter()
+    total = 0
+    for line in text.splitlines():
+        stack, _, count = line.rpartition(" ")
+        if not stack or not count.isdigit():
+            continue
+        frames = [_frame(f) for f in stack.split(";")]
+        # The first frame is the thread ("process 123:"python"" or a thread name); skip it.
+        frames = [f for f in frames if " (" in f] or frames
+        n = int(count)
+        total += n
+        own[frames[-1]] += n
+        for frame in set(frames):
+            inclusive[frame] += n
+    return ProfileSummary(total, own.most_common(top), inclusive.most_common(top))
+
+
+def render(summary: ProfileSummary, title: str) -> str:
+    """The summary as markdown tables."""
+    lines = [f"# {title}", "", f"{summary.samples} samples of active threads.", ""]
+    for heading, rows in (("self", summary.self_top), ("inclusive", summary.inclusive_top)):
+        lines += [
+            f"## Top functions ({heading})",
+            "",
+            "| share | samples | function |",
+            "|---|---|---|",
+        ]
+        for frame, n in rows:
+            share = n / summary.samples if summary.samples else 0
+            lines.append(f"| {share:.1%} | {n} | `{frame.replace('|', '/')}` |")
+        lines.append("")
+    return "\n".join(lines)

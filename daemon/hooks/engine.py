@@ -1,0 +1,214 @@
+"""The hooks engine: runs the hooks that match a call, in parallel, and combines what they said.
+
+Where it sits in the pipeline (the pipeline does the wiring)::
+
+    validate → PreToolUse hooks → policy (OPA) → execute → map → PostToolUse(Failure) hooks → budget
+
+PreToolUse hooks see the validated input. Their combined outcome is not the final word:
+
+- each hook's decision goes into the policy input as `input.hooks` (`PreHookOutcome.to_policy`);
+- the final outcome combines the hooks' decision and the policy's: deny beats ask beats allow over
+  {hooks, policy}. A hook's allow therefore never overrides a policy deny or ask, while a hook's
+  deny or ask always holds, whatever the policy says;
+- an `updatedInput` replaces the whole input; the pipeline validates it again (a rewrite is no way
+  around the input model) and the policy decides on the rewritten input;
+- `additionalContext` is text added to the tool_result for the model.
+
+Among the hooks themselves deny beats ask beats allow beats silence. Two hooks that rewrite the
+input differently are a configuration error, and the call is denied: picking either would run an
+input the other hook never agreed to.
+
+Post hooks run on PostToolUse when the tool_result is not an error, on PostToolUseFailure when it
+is. They cannot undo the call; their text is added to the result for the model. A post hook that
+times out or crashes while configured to fail closed withholds the result.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from daemon.hooks.config import HookEvent, HookSpec, name_hooks
+from daemon.hooks.protocol import HookCall, HookResult, hook_input, interpret
+from daemon.hooks.runner import run_hook
+from daemon.models import ContentBlock, ImageContent, Outcome, TextContent
+
+__all__ = ["HookEngine", "PostHookOutcome", "PreHookOutcome"]
+
+#: Strongest first: the combined decision is the first one any hook gave.
+_PRECEDENCE = (Outcome.DENY, Outcome.ASK, Outcome.ALLOW)
+
+#: The name under which the engine itself reports a decision (conflicting rewrites).
+ENGINE_NAME = "tooljail-hooks"
+
+
+def _notes(results: Sequence[HookResult]) -> tuple[str, ...]:
+    """Text for the model from the hooks, each note naming its hook."""
+    notes: list[str] = []
+    for result in results:
+        if result.status == "blocked" and result.event is not HookEvent.PRE_TOOL_USE:
+            notes.append(f"[{result.event.value} hook '{result.name}'] {result.reason}")
+        if result.additional_context:
+            notes.append(f"[{result.event.value} hook '{result.name}'] {result.additional_context}")
+    return tuple(notes)
+
+
+def with_notes(content: Sequence[ContentBlock], notes: Sequence[str]) -> list[ContentBlock]:
+    """`content` with the notes appended as one more text block (unchanged without notes)."""
+    if not notes:
+        return list(content)
+    return [*content, TextContent(text="\n\n".join(notes))]
+
+
+@dataclass(frozen=True)
+class PreHookOutcome:
+    """What the PreToolUse hooks said about one call, combined."""
+
+    decision: Outcome | None
+    """deny beats ask beats allow; None when no hook decided anything."""
+    reasons: tuple[str, ...]
+    """Why, naming the hooks that gave the combined decision (for the model and the user)."""
+    updated_input: dict[str, Any] | None
+    """The input to run with instead (to be validated again); None: unchanged."""
+    additional_context: tuple[str, ...]
+    """Notes for the model, to add to the tool_result."""
+    results: tuple[HookResult, ...]
+    """Each hook's result, in configuration order."""
+    conflict: str = ""
+    """Set when hooks rewrote the input differently (the decision is then deny)."""
+
+    def to_policy(self) -> list[dict[str, str]]:
+        """`input.hooks` for the policy: one entry per hook (plus one for a conflict)."""
+        entries = [result.to_policy() for result in self.results]
+        if self.conflict:
+            entries.append({"name": ENGINE_NAME, "decision": "deny", "reason": self.conflict})
+        return entries
+
+    def to_audit(self) -> list[dict[str, Any]]:
+        """Per-hook records for the audit line."""
+        return [result.to_audit() for result in self.results]
+
+    def with_context(self, content: Sequence[ContentBlock]) -> list[ContentBlock]:
+        """tool_result content with the hooks' notes for the model appended."""
+        return with_notes(content, self.additional_context)
+
+
+@dataclass(frozen=True)
+class PostHookOutcome:
+    """What the post hooks said about one finished call, combined."""
+
+    additional_context: tuple[str, ...]
+    """Notes for the model (additionalContext, and the reasons of blocking answers)."""
+    withheld: str
+    """Non-empty when a failing fail-closed hook means the result must not reach the model."""
+    results: tuple[HookResult, ...]
+    """Each hook's result, in configuration order."""
+
+    def to_audit(self) -> list[dict[str, Any]]:
+        """Per-hook records for the audit line."""
+        return [result.to_audit() for result in self.results]
+
+    def apply(
+        self, content: Sequence[ContentBlock], is_error: bool
+    ) -> tuple[list[ContentBlock], bool]:
+        """The tool_result content and is_error as the model should get them."""
+        if self.withheld:
+            return [TextContent(text=self.withheld)], True
+        return with_notes(content, self.additional_context), is_error
+
+
+def _combine_decision(results: Sequence[HookResult]) -> tuple[Outcome | None, tuple[str, ...]]:
+    decided = {Outcome(r.decision) for r in results if r.decision != "none"}
+    for outcome in _PRECEDENCE:
+        if outcome in decided:
+            reasons = tuple(
+                r.describe() for r in results if r.decision == outcome.value and r.reason
+            )
+            return outcome, reasons
+    return None, ()
+
+
+def _combine_rewrites(results: Sequence[HookResult]) -> tuple[dict[str, Any] | None, str]:
+    """The one rewritten input, or a conflict message when hooks disagree."""
+    rewrites = [r for r in results if r.updated_input is not None]
+    if not rewrites:
+        return None, ""
+    first = rewrites[0].updated_input
+    if all(r.updated_input == first for r in rewrites[1:]):
+        return first, ""
+    names = ", ".join(f"'{r.name}'" for r in rewrites)
+    return None, (
+        f"The PreToolUse hooks {names} each rewrote the input differently, so the call is denied "
+        "rather than run with an input some of them did not agree to. The operator must make "
+        "the hooks agree (or make only one of them rewrite this tool's input)."
+    )
+
+
+def _response_text(content: Sequence[ContentBlock]) -> str:
+    parts = []
+    for block in content:
+        if isinstance(block, ImageContent):
+            parts.append(f"[image: {block.media_type}, {len(block.data):,} bytes]")
+        else:
+            parts.append(block.text)
+    return "\n".join(parts)
+
+
+class HookEngine:
+    """Runs the configured hooks for each call."""
+
+    def __init__(self, hooks: Sequence[HookSpec] = ()) -> None:
+        self._hooks = name_hooks(tuple(hooks))
+
+    @property
+    def hooks(self) -> tuple[HookSpec, ...]:
+        """Every configured hook, named, in configuration order."""
+        return self._hooks
+
+    def matching(self, event: HookEvent, tool_name: str) -> tuple[HookSpec, ...]:
+        """The hooks that run for `event` on a call of `tool_name`."""
+        return tuple(h for h in self._hooks if h.event is event and h.matches(tool_name))
+
+    async def _run(
+        self, event: HookEvent, hooks: Sequence[HookSpec], call: HookCall, stdin: bytes
+    ) -> tuple[HookResult, ...]:
+        async def one(spec: HookSpec) -> HookResult:
+            return interpret(event, spec, await run_hook(spec, stdin, call.workspace))
+
+        # A cancelled call cancels every hook; each kills its own process group on the way out.
+        return tuple(await asyncio.gather(*(one(spec) for spec in hooks)))
+
+    async def pre_tool_use(self, call: HookCall) -> PreHookOutcome:
+        """Run the PreToolUse hooks matching the call and combine their answers."""
+        event = HookEvent.PRE_TOOL_USE
+        hooks = self.matching(event, call.tool_name)
+        if not hooks:
+            return PreHookOutcome(None, (), None, (), ())
+        results = await self._run(event, hooks, call, hook_input(event, call))
+        decision, reasons = _combine_decision(results)
+        updated, conflict = _combine_rewrites(results)
+        if conflict:
+            decision, reasons = Outcome.DENY, (*reasons, conflict)
+        if decision is Outcome.DENY:
+            updated = None
+        return PreHookOutcome(decision, reasons, updated, _notes(results), results, conflict)
+
+    async def post_tool_use(
+        self,
+        call: HookCall,
+        content: Sequence[ContentBlock],
+        is_error: bool,
+        *,
+        interrupted: bool = False,
+    ) -> PostHookOutcome:
+        """Run the PostToolUse hooks (PostToolUseFailure when `is_error`) matching the call."""
+        event = HookEvent.POST_TOOL_USE_FAILURE if is_error else HookEvent.POST_TOOL_USE
+        hooks = self.matching(event, call.tool_name)
+        if not hooks:
+            return PostHookOutcome((), "", ())
+        stdin = hook_input(event, call, _response_text(content), is_error, interrupted)
+        results = await self._run(event, hooks, call, stdin)
+        withheld = "\n".join(r.describe() for r in results if r.decision == "deny")
+        return PostHookOutcome(_notes(results), withheld, results)

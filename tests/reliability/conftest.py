@@ -1,0 +1,169 @@
+"""Reliability suite: shared daemons, and the summary table (scenario, attempts, survived, lost).
+
+Every scenario reports what it tried through the `record` fixture before it asserts, so the table
+printed at the end of the run shows the figures of failing scenarios too. `lost` is what did not
+survive: a call not answered, answered twice, run without an allow, an escape that worked.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Protocol
+
+import pytest
+
+from tests.integration.harness import RunningDaemon, running_daemon
+from tests.reliability.support import (
+    CHAOS,
+    OWNER_GID,
+    OWNER_UID,
+    container_ids,
+    docker_problem,
+    settle_containers,
+    unique,
+)
+
+
+@dataclass
+class Row:
+    """One scenario's figures."""
+
+    scenario: str
+    attempts: int
+    survived: int
+    note: str = ""
+
+    @property
+    def lost(self) -> int:
+        """Attempts that did not survive."""
+        return self.attempts - self.survived
+
+
+_ROWS: list[Row] = []
+_FIGURES: list[tuple[str, str]] = []
+
+
+class Record(Protocol):
+    """The `record` fixture's signature."""
+
+    def __call__(self, scenario: str, attempts: int, survived: int, note: str = "") -> None: ...
+
+
+class Figure(Protocol):
+    """The `figure` fixture's signature."""
+
+    def __call__(self, name: str, value: str) -> None: ...
+
+
+@pytest.fixture
+def record() -> Record:
+    """Adds a row to the summary table: how often a scenario was tried and how often it held."""
+
+    def add(scenario: str, attempts: int, survived: int, note: str = "") -> None:
+        _ROWS.append(Row(scenario, attempts, survived, note))
+
+    return add
+
+
+@pytest.fixture
+def figure() -> Figure:
+    """Adds a measured figure (a rate, a memory size) printed under the table."""
+
+    def add(name: str, value: str) -> None:
+        _FIGURES.append((name, value))
+
+    return add
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    """Print the table of every scenario that ran."""
+    if not _ROWS and not _FIGURES:
+        return
+    mode = "long variants (TOOLJAIL_CHAOS=1)" if CHAOS else "default case counts"
+    terminalreporter.section(f"tooljail reliability summary: {mode}")
+    width = max([len("scenario"), *(len(r.scenario) for r in _ROWS)])
+    header = f"{'scenario':<{width}}  {'attempts':>8}  {'survived':>8}  {'lost':>5}"
+    terminalreporter.write_line(header)
+    terminalreporter.write_line("-" * len(header))
+    for row in _ROWS:
+        line = f"{row.scenario:<{width}}  {row.attempts:>8}  {row.survived:>8}  {row.lost:>5}"
+        terminalreporter.write_line(line + (f"  ({row.note})" if row.note else ""))
+    total_lost = sum(r.lost for r in _ROWS)
+    terminalreporter.write_line("-" * len(header))
+    terminalreporter.write_line(
+        f"{len(_ROWS)} scenarios, {sum(r.attempts for r in _ROWS)} attempts, {total_lost} lost"
+    )
+    if _FIGURES:
+        terminalreporter.write_line("")
+        for name, value in _FIGURES:
+            terminalreporter.write_line(f"{name}: {value}")
+
+
+# --- fixtures ----------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="session")
+def rel_tmp() -> Iterator[Path]:
+    """A short temporary folder (unix socket paths must stay under ~100 bytes)."""
+    with tempfile.TemporaryDirectory(prefix="tjr-") as folder:
+        yield Path(folder).resolve()
+
+
+@pytest.fixture(scope="session")
+def docker_ready() -> None:
+    """Skips sandbox scenarios when no Docker engine or no sandbox image is there."""
+    problem = docker_problem()
+    if problem:
+        pytest.skip(problem)
+
+
+@pytest.fixture(scope="session")
+def rel_host(rel_tmp: Path) -> Iterator[RunningDaemon]:
+    """A daemon with the real OPA and no sandbox: the host-side (read-only) tools."""
+    workspace = rel_tmp / "ws-host"
+    workspace.mkdir()
+    # The socket's stem names the instance: unique, so concurrent runs never share one.
+    socket_path = rel_tmp / f"{unique('rh')}.sock"
+    with running_daemon(workspace, socket_path, sandbox={"enabled": False}) as daemon:
+        yield daemon
+
+
+@pytest.fixture(scope="session")
+def rel_sandbox(rel_tmp: Path, docker_ready: None) -> Iterator[RunningDaemon]:
+    """A daemon with the real Docker sandbox over a workspace owned by a non-root user."""
+    workspace = rel_tmp / "ws-sbx"
+    workspace.mkdir()
+    os.chown(workspace, OWNER_UID, OWNER_GID)
+    socket_path = rel_tmp / f"{unique('rs')}.sock"
+    with running_daemon(
+        workspace,
+        socket_path,
+        sandbox={"pool_size": 1, "ceilings": {"memory_mb": 128, "pids": 128}},
+    ) as daemon:
+        if daemon.daemon.sandbox_executor is None:
+            pytest.skip("the daemon found no Docker engine")
+        yield daemon
+    assert settle_containers(daemon.daemon.instance_id, keep=0, timeout_s=15) == 0, (
+        f"containers left after the daemon stopped: {container_ids(daemon.daemon.instance_id)}"
+    )
+
+
+@pytest.fixture
+def sbx_dir(rel_sandbox: RunningDaemon, request: pytest.FixtureRequest) -> Path:
+    """A fresh folder, owned by the workspace owner, in the sandbox daemon's workspace."""
+    folder = rel_sandbox.workspace.resolve() / request.node.name.replace("[", "_").strip("]")
+    folder.mkdir()
+    os.chown(folder, OWNER_UID, OWNER_GID)
+    return folder
+
+
+@pytest.fixture
+def host_dir(rel_host: RunningDaemon, request: pytest.FixtureRequest) -> Path:
+    """A fresh folder in the host daemon's workspace."""
+    folder = rel_host.workspace.resolve() / request.node.name.replace("[", "_").strip("]")
+    folder.mkdir()
+    return folder
