@@ -13,7 +13,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from pydantic import TypeAdapter
 
 from daemon._generated.tooljail.v1 import executor_pb2 as pb
-from tests.integration.harness import RunningDaemon, text_of
+from tests.integration.harness import RunningDaemon, running_daemon, text_of
 
 pytestmark = pytest.mark.integration
 
@@ -140,7 +140,7 @@ def test_unknown_tool_and_invalid_input_are_error_results(host_daemon: RunningDa
     assert "`file_path`" in text and "`limit`" in text and "`colour`: unexpected field" in text
 
 
-def test_read_over_budget_is_cut_with_head_and_tail(
+def test_long_read_stops_on_a_whole_line_and_says_where_to_go_on(
     host_daemon: RunningDaemon, workdir: Path
 ) -> None:
     big = workdir / "big.txt"
@@ -148,11 +148,26 @@ def test_read_over_budget_is_cut_with_head_and_tail(
     response = host_daemon.execute("Read", {"file_path": str(big)})
     text = text_of(response)
     assert not response.result.is_error
-    assert response.report.truncated
-    assert response.report.original_chars > 50_000
     assert len(text) <= 50_000
     assert text.startswith("     1\trow 000001")
-    assert text.rstrip("\n").endswith("row 001000 " + "x" * 60)
+    assert "offset=" in text.splitlines()[-1]
+
+
+def test_read_over_a_lower_budget_is_cut_with_head_and_tail(short_tmp: Path) -> None:
+    workspace = short_tmp / "ws-budget"
+    workspace.mkdir()
+    big = workspace / "big.txt"
+    big.write_text("".join(f"row {i:06d} " + "x" * 60 + "\n" for i in range(1, 201)))
+    with running_daemon(
+        workspace, short_tmp / "budget.sock", sandbox={"enabled": False}, result_budget_chars=5_000
+    ) as daemon:
+        response = daemon.execute("Read", {"file_path": str(big)})
+    text = text_of(response)
+    assert not response.result.is_error
+    assert response.report.truncated and response.report.original_chars > 5_000
+    assert len(text) <= 5_000
+    assert text.startswith("     1\trow 000001")
+    assert text.rstrip("\n").endswith("row 000200 " + "x" * 60)
     assert "cut here" in text
 
 

@@ -43,7 +43,7 @@ async def test_shipped_policy_decides_through_the_engine(tmp_path: Path) -> None
                      "concurrency_safe": True, "sandboxed": False},
             "input": {"file_path": "/srv/ws/a.txt"},
             "paths": [{"path": "/srv/ws/a.txt", "access": "read", "inside_workspace": True}],
-            "session": {"id": "default", "workspace": "/srv/ws"},
+            "session": {"id": "default", "workspace": "/srv/ws", "mode": "default", "grants": []},
             "caller": {"principal": "local", "transport": "unix"},
         }  # fmt: skip
         verdict = await engine.decide(document)

@@ -19,10 +19,14 @@ from typing import Any
 import pytest
 
 from daemon.policy.shell import parse_command
+from daemon.session import MODES, SessionGrant
+from daemon.tools.bash import BashInput, BashTool
+from daemon.tools.write import directory_grant
 
 POLICIES = Path(__file__).resolve().parents[2] / "policies"
 SCHEMA_PATH = POLICIES / "input.schema.json"
 REGO_TESTS = sorted(POLICIES.rglob("*_test.rego"))
+MODES_REGO = POLICIES / "tooljail" / "authz" / "modes.rego"
 DATA_PATH = POLICIES / "data.json"
 DRAFT_2020_12 = "https://json-schema.org/draft/2020-12/schema"
 
@@ -195,7 +199,14 @@ CHECKS: dict[str, Check] = {
     "oneOf": _one_of,
 }
 
-DECISION_EXAMPLES = ["read_input", "write_input", "bash_input", "approved_bash_input"]
+DECISION_EXAMPLES = [
+    "read_input",
+    "write_input",
+    "bash_input",
+    "approved_bash_input",
+    "session_grant_bash_input",
+    "hooked_edit_input",
+]
 
 
 def test_schema_declares_draft_2020_12() -> None:
@@ -207,6 +218,12 @@ def test_schema_declares_draft_2020_12() -> None:
 
 def test_rego_tests_define_the_example_documents() -> None:
     assert set(rego_examples()) == {*DECISION_EXAMPLES, "list_tools_input", "open_session_input"}
+
+
+def test_shipped_data_lets_nobody_bypass_permissions() -> None:
+    # bypassPermissions is opt-in per principal; the shipped example grants it to no one.
+    principals = load_data()["tooljail"]["principals"]
+    assert not any(settings.get("bypass_permissions") for settings in principals.values())
 
 
 @pytest.mark.parametrize("name", DECISION_EXAMPLES)
@@ -333,6 +350,116 @@ def test_schema_rejects_missing_and_unknown_keys() -> None:
     ]
 
 
+def test_examples_show_modes_grants_and_hooks() -> None:
+    examples = rego_examples()
+    grants = examples["session_grant_bash_input"]["session"]["grants"]
+    assert {g["tool"] for g in grants} == {"Bash", "Edit"}
+    hooked = examples["hooked_edit_input"]
+    assert hooked["session"]["mode"] == "acceptEdits"
+    assert {h["decision"] for h in hooked["hooks"]} == {"none", "allow"}
+
+
+@pytest.mark.parametrize(
+    ("path", "value", "expected"),
+    [
+        (("session", "mode"), "auto", "$.session.mode: 'auto' is not one of"),
+        (("session", "mode"), DELETE, "$.session: missing 'mode'"),
+        (("session", "grants"), DELETE, "$.session: missing 'grants'"),
+        (("session", "grants"), {}, "$.session.grants: expected array, got dict"),
+        (("session", "grants", 0, "words"), "git push", "$.session.grants[0].words: expected"),
+        (("session", "grants", 0, "pattern"), "", "$.session.grants[0].pattern: shorter than 1"),
+        (("session", "grants", 1, "tool"), DELETE, "$.session.grants[1]: missing 'tool'"),
+        (("session", "grants", 1, "approved_by"), "x", "$.session.grants[1]: unexpected"),
+    ],
+)
+def test_schema_rejects_a_broken_mode_or_grant(
+    path: tuple[Any, ...], value: Any, expected: str
+) -> None:
+    schema = load_schema()
+    found = violations(mutated("session_grant_bash_input", path, value), schema, schema)
+    assert len(found) == 1, found
+    assert found[0].startswith(expected)
+
+
+@pytest.mark.parametrize(
+    ("path", "value", "expected"),
+    [
+        (("hooks",), {"name": "x"}, "$.hooks: expected array, got dict"),
+        (("hooks", 0, "decision"), "block", "$.hooks[0].decision: 'block' is not one of"),
+        (("hooks", 0, "name"), "", "$.hooks[0].name: shorter than 1"),
+        (("hooks", 1, "reason"), DELETE, "$.hooks[1]: missing 'reason'"),
+        (("hooks", 1, "updatedInput"), {}, "$.hooks[1]: unexpected 'updatedInput'"),
+    ],
+)
+def test_schema_rejects_broken_hook_decisions(
+    path: tuple[Any, ...], value: Any, expected: str
+) -> None:
+    schema = load_schema()
+    found = violations(mutated("hooked_edit_input", path, value), schema, schema)
+    assert len(found) == 1, found
+    assert found[0].startswith(expected)
+
+
+def test_hooks_are_optional() -> None:
+    schema = load_schema()
+    assert violations(mutated("hooked_edit_input", ("hooks",), DELETE), schema, schema) == []
+    assert violations(mutated("hooked_edit_input", ("hooks",), []), schema, schema) == []
+
+
+def test_daemon_policy_and_schema_know_the_same_modes() -> None:
+    schema_modes = load_schema()["$defs"]["session"]["properties"]["mode"]["enum"]
+    found = re.search(r"^known_modes := \{(.*)\}$", MODES_REGO.read_text("utf-8"), re.MULTILINE)
+    assert found is not None, "modes.rego no longer defines known_modes on one line"
+    policy_modes = json.loads(f"[{found.group(1)}]")
+    assert set(MODES) == set(schema_modes) == set(policy_modes)
+    assert len(MODES) == len(schema_modes) == 5
+
+
+@pytest.mark.parametrize(
+    ("command", "words"),
+    [
+        ("git push -f origin topic", ["git", "push"]),
+        ("git push origin main && git push origin v1", ["git", "push"]),
+    ],
+)
+def test_daemon_bash_grants_satisfy_the_schema(command: str, words: list[str]) -> None:
+    # The words are what the policy compares with every simple command's argv.
+    schema = load_schema()
+    covered = BashTool().grant_pattern(BashInput(command=command))
+    assert covered is not None
+    pattern, grant_words = covered
+    grant = SessionGrant(
+        tool="Bash", pattern=pattern, words=grant_words, approved_by="local", granted_at=0.0
+    ).to_policy()
+    assert grant["words"] == words
+    assert violations(grant, schema["$defs"]["grant"], schema) == []
+    argv = parse_command(command).to_policy()["simple_commands"][0]["argv"]
+    assert argv[: len(words)] == words
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        "rm -rf build",  # a bare program name would cover `rm -rf ~` too
+        "timeout 60 git push --force",  # wrapped: the approval covers this exact call only
+        "cd sub && git push -f",  # commands that do not share the prefix
+        "git -C d push -f",  # an option as the second word
+    ],
+)
+def test_broad_or_mixed_bash_lines_get_no_session_grant(command: str) -> None:
+    assert BashTool().grant_pattern(BashInput(command=command)) is None
+
+
+def test_daemon_file_grants_are_directories_the_policy_accepts() -> None:
+    schema = load_schema()
+    pattern, words = directory_grant("/srv/ws/src/pkg/mod.py")
+    grant = SessionGrant(
+        tool="Edit", pattern=pattern, words=words, approved_by="local", granted_at=0.0
+    ).to_policy()
+    assert grant == {"tool": "Edit", "pattern": "/srv/ws/src/pkg/", "words": []}
+    assert violations(grant, schema["$defs"]["grant"], schema) == []
+
+
 @pytest.mark.parametrize(
     ("workspace", "expected"),
     [
@@ -385,12 +512,13 @@ def test_data_keeps_the_readonly_bot() -> None:
 
 
 def test_data_principals_use_only_settings_the_policy_reads() -> None:
-    known = {"read_only_only", "hidden_tools", "ask_tools", "network"}
+    known = {"read_only_only", "hidden_tools", "ask_tools", "network", "bypass_permissions"}
     principals = load_data()["tooljail"]["principals"]
     assert any(settings.get("network") == "bridge" for settings in principals.values())
     for name, settings in principals.items():
         assert set(settings) <= known, f"{name} has settings the policy does not read"
         assert settings.get("network", "none") in {"none", "bridge"}
+        assert isinstance(settings.get("bypass_permissions", False), bool)
         for key in ("hidden_tools", "ask_tools"):
             assert all(isinstance(tool, str) for tool in settings.get(key, []))
 

@@ -7,8 +7,11 @@
 #
 #   Each rule adds a full-sentence reason to the deny, needs_approval or allow set; `decision`
 #   turns the sets into one answer, where deny beats ask and ask beats allow. A person's approval
-#   (input.approval) silences needs_approval and never a deny. New rules only add to a set.
-#   The Bash command rules are in commands.rego, open_session in session.rego, mask in audit.rego.
+#   (input.approval) or a session grant silences needs_approval and never a deny; the session's
+#   permission mode may lift the asks that remain or turn them into denies. New rules only add
+#   to a set. The Bash command rules are in commands.rego, permission modes in modes.rego,
+#   session grants in grants.rego, PreToolUse hook decisions in hooks.rego, open_session in
+#   session.rego, mask in audit.rego.
 package tooljail.authz
 
 # The input document version this policy understands (input.version).
@@ -50,14 +53,16 @@ outcome := "deny" if {
 	count(allow) > 0
 }
 
-# Only the reasons of the winning set are reported, sorted so answers are reproducible.
+# Only the reasons of the winning set are reported, sorted so answers are reproducible. An allow
+# also reports allow_notes: what let its asks pass without asking a person (an approval, a
+# session grant, the mode); notes never allow a call on their own.
 default reasons := ["No policy rule allows this tool call, so it was refused; use another tool or ask the operator."]
 
 reasons := sort(deny) if {
 	count(deny) > 0
 } else := sort(ask) if {
 	count(ask) > 0
-} else := sort(allow) if {
+} else := sort(allow | allow_notes) if {
 	count(allow) > 0
 }
 
@@ -151,11 +156,51 @@ deny contains sprintf(
 
 # --- Ask rules -------------------------------------------------------------------------------
 
-# Rules add to needs_approval; a call that carries a granted approval is not asked again (the
-# daemon turns a second ask for an approved call into a deny, so every ask must be liftable).
-ask contains reason if {
-	not approval_granted
+# Rules add to needs_approval (hooks.rego adds a hook's ask to hook_needs_approval). An ask
+# stands until something lifts it. Every ask is lifted by a person's approval of this call or a
+# session grant that covers it (the daemon turns a second ask for an approved call into a deny,
+# so every ask must be liftable); the policy's own asks are also lifted by the session's mode
+# (acceptEdits, bypassPermissions), a hook's ask is not, because the operator who configured the
+# hook asked for a person. In dontAsk mode the asks that stand become denies (modes.rego).
+#
+# Other modules extend asks_lifted_by (grants.rego) and policy_asks_lifted_by (modes.rego)
+# instead of this module referring to their rules: the daemon loads modules one at a time, so
+# references between modules must not go in a circle.
+pending_approval contains reason if {
 	some reason in needs_approval
+	count(policy_asks_lifted_by) == 0
+}
+
+pending_approval contains reason if {
+	some reason in hook_needs_approval
+	count(asks_lifted_by) == 0
+}
+
+ask contains reason if {
+	not session_mode == "dontAsk"
+	some reason in pending_approval
+}
+
+# Why every ask of this call may pass without a person, one sentence each.
+asks_lifted_by contains sprintf(
+	"%s: a person's approval of this call (token %s, presented by %s) lets it run without asking again.",
+	[tool_name, input.approval.token_id, input.approval.approved_by],
+) if {
+	approval_granted
+}
+
+# Why the policy's own asks may pass: all of the above, and the mode.
+policy_asks_lifted_by contains note if some note in asks_lifted_by
+
+# An allow reports what let its asks pass, only when there was something to ask.
+allow_notes contains note if {
+	count(needs_approval) > 0
+	some note in policy_asks_lifted_by
+}
+
+allow_notes contains note if {
+	count(hook_needs_approval) > 0
+	some note in asks_lifted_by
 }
 
 needs_approval contains sprintf(
@@ -197,6 +242,12 @@ workspace := input.session.workspace if is_string(input.session.workspace)
 default principal_name := "(unknown)"
 
 principal_name := input.caller.principal if is_string(input.caller.principal)
+
+# The session's permission mode; modes.rego denies a missing or unknown one, so it never runs
+# as "default" by accident.
+default session_mode := "(none)"
+
+session_mode := input.session.mode if is_string(input.session.mode)
 
 # Per-principal settings from data.json; unknown principals get the shipped rules unchanged.
 default principal_config := {}

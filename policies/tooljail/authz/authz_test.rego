@@ -15,7 +15,7 @@ read_input := {
 	"tool": {"name": "Read", "read_only": true, "destructive": false, "concurrency_safe": true, "sandboxed": false},
 	"input": {"file_path": "/srv/ws/a.txt", "limit": 10},
 	"paths": [{"path": "/srv/ws/a.txt", "access": "read", "inside_workspace": true}],
-	"session": {"id": "default", "workspace": "/srv/ws"},
+	"session": {"id": "default", "workspace": "/srv/ws", "mode": "default", "grants": []},
 	"caller": {"principal": "local", "transport": "unix"},
 	"approval": {"granted": false},
 }
@@ -25,7 +25,7 @@ write_input := {
 	"tool": {"name": "Write", "read_only": false, "destructive": true, "concurrency_safe": false, "sandboxed": true},
 	"input": {"file_path": "/srv/ws/notes/b.txt", "content": "hello\n"},
 	"paths": [{"path": "/srv/ws/notes/b.txt", "access": "write", "inside_workspace": true}],
-	"session": {"id": "default", "workspace": "/srv/ws"},
+	"session": {"id": "default", "workspace": "/srv/ws", "mode": "default", "grants": []},
 	"caller": {"principal": "local", "transport": "unix"},
 	"approval": {"granted": false},
 }
@@ -35,7 +35,7 @@ bash_input := {
 	"tool": {"name": "Bash", "read_only": false, "destructive": true, "concurrency_safe": false, "sandboxed": true},
 	"input": {"command": "ls -la", "timeout": 5000},
 	"paths": [],
-	"session": {"id": "default", "workspace": "/srv/ws"},
+	"session": {"id": "default", "workspace": "/srv/ws", "mode": "default", "grants": []},
 	"caller": {"principal": "local", "transport": "unix"},
 	"approval": {"granted": false},
 	"command": {
@@ -54,7 +54,7 @@ approved_bash_input := {
 	"tool": {"name": "Bash", "read_only": false, "destructive": true, "concurrency_safe": false, "sandboxed": true},
 	"input": {"command": "cd /srv/ws && env A=1 /bin/rm -rf /srv/ws/ 2>/dev/null", "timeout": 60000},
 	"paths": [],
-	"session": {"id": "s-7", "workspace": "/srv/ws"},
+	"session": {"id": "s-7", "workspace": "/srv/ws", "mode": "default", "grants": []},
 	"caller": {"principal": "local", "transport": "unix"},
 	"approval": {
 		"granted": true,
@@ -81,7 +81,7 @@ approved_bash_input := {
 
 list_tools_input := {
 	"caller": {"principal": "local", "transport": "unix"},
-	"session": {"id": "default", "workspace": "/srv/ws"},
+	"session": {"id": "default", "workspace": "/srv/ws", "mode": "default", "grants": []},
 	"tools": [
 		{"name": "Read", "read_only": true, "destructive": false, "concurrency_safe": true, "sandboxed": false},
 		{"name": "Grep", "read_only": true, "destructive": false, "concurrency_safe": true, "sandboxed": false},
@@ -104,6 +104,12 @@ bash_timeout(timeout) := object.union(bash_input, {"input": {"timeout": timeout}
 granted := approved_bash_input.approval
 
 approved(doc) := object.union(doc, {"approval": granted})
+
+# What an allow reports when an approval let its asks pass.
+approval_note(tool) := sprintf(
+	"%s: a person's approval of this call (token tok-1f3a, presented by local) lets it run without asking again.",
+	[tool],
+)
 
 decided(doc) := d if {
 	d := authz.decision with input as doc
@@ -228,7 +234,7 @@ test_another_workspace_root_itself_is_inside if {
 		"tool": {"name": "LS", "read_only": true, "destructive": false, "concurrency_safe": true, "sandboxed": false},
 		"input": {"path": "/home/u/proj"},
 		"paths": [{"path": "/home/u/proj", "access": "read", "inside_workspace": true}],
-		"session": {"id": "s1", "workspace": "/home/u/proj"},
+		"session": {"id": "s1", "workspace": "/home/u/proj", "mode": "default", "grants": []},
 		"caller": {"principal": "local", "transport": "tcp"},
 	}
 	d := authz.decision with input as doc
@@ -442,6 +448,14 @@ test_deny_beats_allow if {
 test_granted_approval_turns_an_ask_into_allow if {
 	d := authz.decision with input as approved_bash_input
 	d.outcome == "allow"
+	d.reasons == [
+		"Bash runs in the sandbox, and every path it touches is inside the workspace /srv/ws.",
+		approval_note("Bash"),
+	]
+}
+
+test_an_approval_adds_no_note_when_nothing_asked if {
+	d := authz.decision with input as approved(bash_input)
 	d.reasons == ["Bash runs in the sandbox, and every path it touches is inside the workspace /srv/ws."]
 }
 

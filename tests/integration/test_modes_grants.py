@@ -1,0 +1,116 @@
+"""Permission modes and session-scoped approvals with the real daemon, OPA and Docker."""
+
+from __future__ import annotations
+
+import os
+import uuid
+from pathlib import Path
+
+import grpc
+import pytest
+
+from daemon._generated.tooljail.v1 import executor_pb2 as pb
+from daemon._generated.tooljail.v1 import executor_pb2_grpc as pb_grpc
+from tests.integration.conftest import OWNER_GID, OWNER_UID
+from tests.integration.harness import RunningDaemon, text_of
+
+pytestmark = [pytest.mark.integration, pytest.mark.docker]
+
+
+def call(
+    daemon: RunningDaemon, session: pb.Session, name: str, tool_input: dict[str, object], **kw: str
+) -> pb.ExecuteResponse:
+    use = pb.ToolUse(id=f"toolu_{uuid.uuid4().hex[:12]}", name=name)
+    use.input.update(tool_input)
+    response: pb.ExecuteResponse = daemon.stub.Execute(
+        pb.ExecuteRequest(session_id=session.id, tool_use=use, **kw), timeout=120
+    )
+    return response
+
+
+def opened(daemon: RunningDaemon, mode: str) -> pb.Session:
+    session: pb.Session = daemon.stub.OpenSession(pb.OpenSessionRequest(mode=mode), timeout=30)
+    os.chown(session.workspace, OWNER_UID, OWNER_GID)
+    return session
+
+
+CALLS = {
+    "read": ("Read", {"file_path": "{ws}/a.txt"}),
+    "write": ("Write", {"file_path": "{ws}/new.txt", "content": "x"}),
+    "ls": ("Bash", {"command": "ls"}),
+    "force_push": ("Bash", {"command": "git push --force origin main"}),
+    "sudo": ("Bash", {"command": "sudo ls"}),
+}
+EXPECTED = {
+    "default": {"read": pb.ALLOW, "write": pb.ALLOW, "ls": pb.ALLOW, "force_push": pb.ASK,
+                "sudo": pb.DENY},
+    "acceptEdits": {"read": pb.ALLOW, "write": pb.ALLOW, "ls": pb.ALLOW, "force_push": pb.ASK,
+                    "sudo": pb.DENY},
+    "plan": {"read": pb.ALLOW, "write": pb.DENY, "ls": pb.DENY, "force_push": pb.DENY,
+             "sudo": pb.DENY},
+    "dontAsk": {"read": pb.ALLOW, "write": pb.ALLOW, "ls": pb.ALLOW, "force_push": pb.DENY,
+                "sudo": pb.DENY},
+    "bypassPermissions": {"read": pb.DENY, "write": pb.DENY, "ls": pb.DENY, "force_push": pb.DENY,
+                          "sudo": pb.DENY},
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("mode", list(EXPECTED))
+def test_each_mode_against_the_same_calls(sandbox_daemon: RunningDaemon, mode: str) -> None:
+    session = opened(sandbox_daemon, mode)
+    assert session.mode == mode
+    (Path(session.workspace) / "a.txt").write_text("a\n")
+    seen = {}
+    for key, (name, template) in CALLS.items():
+        tool_input = {k: str(v).format(ws=session.workspace) for k, v in template.items()}
+        seen[key] = call(sandbox_daemon, session, name, tool_input).decision.outcome
+    assert seen == EXPECTED[mode], {k: pb.Outcome.Name(v) for k, v in seen.items()}
+
+
+def test_mode_can_be_changed_by_an_admin(sandbox_daemon: RunningDaemon) -> None:
+    session = opened(sandbox_daemon, "plan")
+    admin = pb_grpc.AdminStub(sandbox_daemon.channel)
+    write = {"file_path": f"{session.workspace}/n.txt", "content": "x"}
+    assert call(sandbox_daemon, session, "Write", write).decision.outcome == pb.DENY
+    changed = admin.SetSessionMode(
+        pb.SetSessionModeRequest(session_id=session.id, mode="default"), timeout=30
+    )
+    assert changed.mode == "default"
+    assert call(sandbox_daemon, session, "Write", write).decision.outcome == pb.ALLOW
+    with pytest.raises(grpc.RpcError) as bad:
+        admin.SetSessionMode(pb.SetSessionModeRequest(session_id=session.id, mode="yolo"))
+    assert bad.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+
+
+def test_session_approval_stops_asking_for_the_same_command_only(
+    sandbox_daemon: RunningDaemon,
+) -> None:
+    session = opened(sandbox_daemon, "default")
+    first_input = {"command": "git push --force origin main"}
+    use = pb.ToolUse(id="toolu_grant_1", name="Bash")
+    use.input.update(first_input)
+    asked = sandbox_daemon.stub.Execute(
+        pb.ExecuteRequest(session_id=session.id, tool_use=use), timeout=120
+    )
+    assert asked.decision.outcome == pb.ASK
+    approved = sandbox_daemon.stub.Execute(
+        pb.ExecuteRequest(
+            session_id=session.id,
+            tool_use=use,
+            approval_token=asked.decision.approval_token,
+            approval_scope="session",
+        ),
+        timeout=120,
+    )
+    assert approved.decision.outcome == pb.ALLOW, text_of(approved)
+    grants = pb_grpc.AdminStub(sandbox_daemon.channel).ListGrants(
+        pb.ListGrantsRequest(session_id=session.id), timeout=30
+    )
+    assert [(g.tool, g.pattern) for g in grants.grants] == [("Bash", "git push")]
+    again = call(sandbox_daemon, session, "Bash", {"command": "git push -f origin topic"})
+    assert again.decision.outcome == pb.ALLOW
+    other = call(sandbox_daemon, session, "Bash", {"command": "git reset --hard HEAD~1"})
+    assert other.decision.outcome == pb.ASK
+    elsewhere = opened(sandbox_daemon, "default")
+    fresh = call(sandbox_daemon, elsewhere, "Bash", {"command": "git push -f origin topic"})
+    assert fresh.decision.outcome == pb.ASK, "grants die with their session"
