@@ -104,17 +104,16 @@ class BashTool(Tool[BashInput, BashRun]):
         "The working directory does carry over (a `cd` persists) while it stays inside the "
         "workspace; otherwise it is reset to the workspace root.\n"
         "- Network access is off unless the policy grants it.\n"
-        f"- timeout is in milliseconds: default {DEFAULT_TIMEOUT_MS}, max {MAX_TIMEOUT_MS}; the "
-        "policy may set a lower ceiling. A command that runs past it is killed and you get the "
-        "output so far.\n"
-        "- A non-zero exit status is reported as an error whose text starts with `Exit code N`. "
-        f"Output longer than about {RESULT_BUDGET_CHARS} characters is cut to its beginning "
-        "and end.\n"
+        f"- Limits: timeout is in milliseconds, default {DEFAULT_TIMEOUT_MS}, max "
+        f"{MAX_TIMEOUT_MS} (the policy may set a lower ceiling); a command that runs past it is "
+        "killed and you get the output so far. Output longer than about "
+        f"{RESULT_BUDGET_CHARS} characters is cut to its beginning and end.\n"
+        "- A non-zero exit status is reported as an error whose text starts with `Exit code N`.\n"
         "- run_in_background is not supported: long-running servers cannot be started here; "
         "run commands that finish.\n"
         "- Prefer the dedicated tools: Read instead of cat/head/tail, Edit/Write instead of "
-        "sed/echo redirection, Glob instead of find, Grep instead of grep/rg. Quote paths that "
-        "contain spaces. Chain dependent commands with && rather than newlines."
+        "sed/echo redirection, Glob or LS instead of find/ls, Grep instead of grep/rg. Quote "
+        "paths that contain spaces. Chain dependent commands with && rather than newlines."
     )
     input_model: ClassVar[type[ToolInput]] = BashInput
     traits: ClassVar[ToolTraits] = ToolTraits(
@@ -146,13 +145,18 @@ class BashTool(Tool[BashInput, BashRun]):
 
     def grant_pattern(self, args: BashInput) -> tuple[str, tuple[str, ...]] | None:
         # The program and its subcommand ("git push"): approving it for the session covers the
-        # same kind of command, never a different program.
-        commands = parsed(args.command).simple_commands
-        if not commands or not commands[0].argv:
+        # same kind of command, never a different program. Only when every command of the line
+        # shares that prefix, and never a bare program name ("rm" would cover "rm -rf ~").
+        line = parsed(args.command)
+        commands = line.simple_commands
+        if not line.parsed or not commands or len(commands[0].argv) < 2:
             return None
-        argv = commands[0].argv
-        words = tuple(argv[:2]) if len(argv) > 1 and not argv[1].startswith("-") else argv[:1]
-        return " ".join(words), tuple(words)
+        words = tuple(commands[0].argv[:2])
+        if words[1].startswith("-") or not all(words) or commands[0].wrappers:
+            return None
+        if any(tuple(c.argv[:2]) != words or c.wrappers for c in commands):
+            return None
+        return " ".join(words), words
 
     def policy_facts(self, args: BashInput, session: Session) -> dict[str, Any]:
         return {"command": parsed(args.command).to_policy()}
