@@ -22,6 +22,7 @@ from pydantic_settings import (
 )
 
 from daemon.errors import TooljailError
+from daemon.hooks.config import HookSpec
 from sandbox.backend import NetworkMode, SandboxLimits
 
 #: The repository (or installed package) root: policies/ and .tools/ live beside daemon/.
@@ -191,6 +192,8 @@ class Settings(BaseSettings):
     scheduler: SchedulerSettings = SchedulerSettings()
     approval: ApprovalSettings = ApprovalSettings()
     metrics: MetricsSettings = MetricsSettings()
+    hooks: list[HookSpec] = []
+    """PreToolUse / PostToolUse / PostToolUseFailure hooks (Claude Code's protocol)."""
     logging: LoggingSettings = LoggingSettings()
 
     @field_validator("listen")

@@ -17,6 +17,8 @@ from daemon.audit import AuditLog
 from daemon.budget import fit_content
 from daemon.config import SandboxCeilings, clamp_limits
 from daemon.errors import SandboxError, ToolError, Unavailable
+from daemon.hook_stage import HookStage
+from daemon.hooks.engine import HookEngine
 from daemon.models import (
     Caller,
     Decision,
@@ -83,6 +85,8 @@ class PreparedCall:
     """Set when look-up or validation failed: the error text the model gets; nothing runs."""
     timings: dict[str, float] = field(default_factory=dict)
     """decision_s and exec_s once measured (for metrics)."""
+    hook_records: list[dict[str, Any]] = field(default_factory=list)
+    """What each hook said (for the audit line)."""
 
     @property
     def concurrency_safe(self) -> bool:
@@ -135,8 +139,10 @@ class Pipeline:
         runner_factory: RunnerFactory,
         approvals: ApprovalAuthority | None = None,
         metrics: Metrics | None = None,
+        hooks: HookEngine | None = None,
     ) -> None:
         self._metrics = metrics
+        self._hooks = HookStage(hooks)
         self._registry = registry
         self._policy = policy
         self._gate = PolicyGate(policy, approvals)
@@ -198,19 +204,29 @@ class Pipeline:
             )
             return self._finish(call, caller, None, result, ExecutionReport(), summary=summary)
         tool, args, session = call.tool, call.args, call.session
+        try:
+            hooked = await self._hooks.before(tool, args, call.paths, session, tool_use.id)
+        except ToolError as exc:
+            text = f"A PreToolUse hook rewrote the input into one that is not valid: {exc}"
+            summary = f"{tool.name}: hook rewrote an invalid input"
+            return self._finish(
+                call, caller, None, _error(tool_use.id, text), ExecutionReport(), summary=summary
+            )
+        args = hooked.args
 
         decision_started = time.monotonic()
         gate = await self._gate.decide(
             tool,
             args,
-            call.paths,
+            hooked.paths,
             session,
             caller,
             tool_use.id,
             call.request.approval_token,
             call.request.approval_scope,
+            hooked.outcome.to_policy(),
         )
-        verdict = gate.verdict
+        verdict = self._hooks.enforce(gate.verdict, hooked.outcome)
         call.timings["decision_s"] = time.monotonic() - decision_started
         if verdict.outcome is not Outcome.ALLOW:
             result = _error(tool_use.id, self._refusal_text(tool.name, verdict))
@@ -241,6 +257,10 @@ class Pipeline:
         with self._metrics.in_flight() if self._metrics else contextlib.nullcontext():
             output = await self._run_respecting_interrupt(tool, args, ctx)
         call.timings["exec_s"] = time.monotonic() - exec_started
+        shown, is_error, call.hook_records[:] = await self._hooks.after(
+            tool, args, session, tool_use.id, hooked.outcome, output.content, output.is_error
+        )
+        output.content, output.is_error = shown, is_error
         content, fitted = fit_content(output.content, budget, output.keep)
         report = ExecutionReport(
             sandboxed=tool.traits.sandboxed,
@@ -362,6 +382,7 @@ class Pipeline:
                 "is_error": result.is_error,
                 "truncated": report.truncated,
                 "duration_ms": int((time.monotonic() - call.started) * 1000),
+                **({"hooks": call.hook_records} if call.hook_records else {}),
             }
         )
         outcome = ExecuteOutcome(result=result, decision=decision, report=report, summary=summary)

@@ -17,6 +17,7 @@ from grpc_health.v1 import health, health_pb2
 from daemon import __version__
 from daemon.audit import AuditLog
 from daemon.config import PROJECT_ROOT, Settings
+from daemon.hooks.engine import HookEngine
 from daemon.idempotency import ResultCache
 from daemon.listen import ListenAddress
 from daemon.pipeline import Pipeline, PipelineLimits, RunnerFactory
@@ -129,6 +130,7 @@ class Daemon:
             runner_factory=await self._start_sandbox(),
             approvals=ApprovalAuthority(key, ttl_s=approval.ttl_s),
             metrics=self.metrics,
+            hooks=HookEngine(settings.hooks) if settings.hooks else None,
         )
         sched = settings.scheduler
         scheduler = Scheduler(

@@ -167,6 +167,10 @@ class HookEngine:
         """Every configured hook, named, in configuration order."""
         return self._hooks
 
+    def matching_pre(self, tool_name: str) -> bool:
+        """Whether any PreToolUse hook runs for this tool (skips the work when none does)."""
+        return bool(self.matching(HookEvent.PRE_TOOL_USE, tool_name))
+
     def matching(self, event: HookEvent, tool_name: str) -> tuple[HookSpec, ...]:
         """The hooks that run for `event` on a call of `tool_name`."""
         return tuple(h for h in self._hooks if h.event is event and h.matches(tool_name))

@@ -51,6 +51,7 @@ class PolicyGate:
         tool_use_id: str,
         approval_token: str,
         approval_scope: str = "once",
+        hooks: list[dict[str, str]] | None = None,
     ) -> GateDecision:
         """The decision for one call."""
         binding: dict[str, Any] = {
@@ -71,6 +72,8 @@ class PolicyGate:
 
         document = call_document(tool, args, paths, session, caller)
         document["approval"] = grant.policy_input() if grant else {"granted": False}
+        if hooks:
+            document["hooks"] = hooks
         verdict = await self._engine.decide(document)
 
         if verdict.outcome is Outcome.ASK:

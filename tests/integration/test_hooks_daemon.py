@@ -1,0 +1,99 @@
+"""Hooks in the daemon, as Claude Code runs them: a blocking PreToolUse hook, an input rewrite,
+a PostToolUse hook adding context, a hanging hook (fail closed, named)."""
+
+from __future__ import annotations
+
+import os
+import sys
+import textwrap
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from daemon._generated.tooljail.v1 import executor_pb2 as pb
+from tests.integration.conftest import OWNER_GID, OWNER_UID
+from tests.integration.harness import RunningDaemon, running_daemon, text_of
+
+pytestmark = [pytest.mark.integration, pytest.mark.docker]
+
+BLOCK_GIT_PUSH = """
+import json, sys
+call = json.load(sys.stdin)
+if "git push" in call["tool_input"].get("command", ""):
+    print("git push is blocked by the team's hook", file=sys.stderr)
+    sys.exit(2)
+"""
+CAP_TIMEOUT = """
+import json, sys
+call = json.load(sys.stdin)
+tool_input = dict(call["tool_input"], timeout=1000)
+print(json.dumps({"hookSpecificOutput": {"hookEventName": "PreToolUse",
+                                         "updatedInput": tool_input}}))
+"""
+ADD_CONTEXT = """
+import json, sys
+call = json.load(sys.stdin)
+print(json.dumps({"hookSpecificOutput": {"hookEventName": "PostToolUse",
+                  "additionalContext": "post-hook saw " + call["tool_name"]}}))
+"""
+
+
+def script(folder: Path, name: str, body: str) -> tuple[str, ...]:
+    path = folder / name
+    path.write_text(textwrap.dedent(body))
+    return (sys.executable, str(path))
+
+
+@pytest.fixture(scope="module")
+def hooked(short_tmp: Path) -> Iterator[RunningDaemon]:
+    hooks_dir = short_tmp / "hooks"
+    hooks_dir.mkdir()
+    workspace = short_tmp / "ws-hooks"
+    workspace.mkdir()
+    os.chown(workspace, OWNER_UID, OWNER_GID)
+    hooks = [
+        {"event": "PreToolUse", "matcher": "Bash", "name": "no-push",
+         "command": script(hooks_dir, "block.py", BLOCK_GIT_PUSH)},
+        {"event": "PreToolUse", "matcher": "Bash", "name": "cap-timeout",
+         "command": script(hooks_dir, "cap.py", CAP_TIMEOUT)},
+        {"event": "PostToolUse", "matcher": "Read|Bash", "name": "context",
+         "command": script(hooks_dir, "context.py", ADD_CONTEXT)},
+        {"event": "PreToolUse", "matcher": "Glob", "name": "sleepy", "timeout_s": 1,
+         "command": "sleep 30"},
+    ]  # fmt: skip
+    with running_daemon(
+        workspace, short_tmp / "hooks.sock", sandbox={"pool_size": 1}, hooks=hooks
+    ) as daemon:
+        if daemon.daemon.sandbox_executor is None:
+            pytest.skip("no Docker engine answers")
+        yield daemon
+
+
+def test_pre_hook_blocks_git_push_with_its_reason(hooked: RunningDaemon) -> None:
+    answer = hooked.execute("Bash", {"command": "git push origin main"})
+    assert answer.decision.outcome == pb.DENY
+    assert "blocked by the team's hook" in text_of(answer)
+    assert "no-push" in text_of(answer)
+
+
+def test_pre_hook_rewrites_the_timeout(hooked: RunningDaemon) -> None:
+    answer = hooked.execute("Bash", {"command": "sleep 20; echo late", "timeout": 60000})
+    assert answer.report.timed_out, text_of(answer)
+    assert "late" not in text_of(answer)
+
+
+def test_post_hook_adds_context_for_the_model(hooked: RunningDaemon) -> None:
+    target = hooked.workspace / "a.txt"
+    target.write_text("alpha\n")
+    answer = hooked.execute("Read", {"file_path": str(target)})
+    assert "alpha" in text_of(answer)
+    assert "post-hook saw Read" in text_of(answer)
+
+
+def test_hanging_hook_fails_closed_naming_the_hook(hooked: RunningDaemon) -> None:
+    answer = hooked.execute("Glob", {"pattern": "*"})
+    assert answer.decision.outcome == pb.DENY
+    assert "sleepy" in text_of(answer)
+    record = next(r for r in hooked.audit_lines() if r["tool_use_id"] == answer.result.tool_use_id)
+    assert record["outcome"] == "deny"
