@@ -49,6 +49,9 @@ class OpaSettings(_Section):
     """Rego files (and data.json) loaded into the managed OPA."""
     timeout_s: float = Field(default=0.5, gt=0, le=10)
     """Per-decision timeout; no retries (a dead OPA must cost little, and means deny)."""
+    shadow_policies_dir: Path | None = None
+    """A candidate policy evaluated beside the serving one; differences are logged, never
+    enforced (shadow mode). Needs the managed OPA."""
 
 
 class SandboxCeilings(_Section):

@@ -9,6 +9,7 @@ import hashlib
 import logging
 import signal
 from collections.abc import Coroutine
+from pathlib import Path
 from typing import Any
 
 import grpc
@@ -22,11 +23,13 @@ from daemon.idempotency import ResultCache
 from daemon.listen import ListenAddress
 from daemon.pipeline import Pipeline, PipelineLimits, RunnerFactory
 from daemon.policy.approval import ApprovalAuthority
+from daemon.policy.engine import PolicyEngine
 from daemon.policy.keys import load_key
 from daemon.policy.opa_engine import OpaPolicyEngine
 from daemon.policy.opa_server import ManagedOpa, find_opa
 from daemon.policy.reloader import PolicyReloader
 from daemon.policy.revision import policy_revision
+from daemon.policy.shadow import ShadowedEngine
 from daemon.sandbox_bridge import SessionSandboxRunner
 from daemon.sandbox_setup import (
     remove_session_containers,
@@ -70,6 +73,9 @@ class Daemon:
         self.scheduler: Scheduler | None = None
         self.sessions: SessionManager | None = None
         self.reloader: PolicyReloader | None = None
+        self.shadow_opa: ManagedOpa | None = None
+        self.shadow_engine: OpaPolicyEngine | None = None
+        self.shadowed: ShadowedEngine | None = None
         self._server: grpc.aio.Server | None = None
         self._health = health.aio.HealthServicer()
         self._audit: AuditLog | None = None
@@ -109,6 +115,9 @@ class Daemon:
         )
         await self.engine.open()
         self.reloader = PolicyReloader(self.opa, self.engine, binary, policies_dir)
+        policy: PolicyEngine = self.engine
+        if settings.opa.shadow_policies_dir is not None and binary is not None:
+            policy = await self._start_shadow(binary, settings.opa.shadow_policies_dir)
         sessions = SessionStore(
             settings.workspace, settings.sessions_root or settings.state_dir / "sessions"
         )
@@ -119,7 +128,7 @@ class Daemon:
         )
         pipeline = Pipeline(
             registry=builtin_registry(settings.deferred_tools),
-            policy=self.engine,
+            policy=policy,
             sessions=sessions,
             limits=PipelineLimits(
                 result_budget_chars=settings.result_budget_chars,
@@ -183,6 +192,22 @@ class Daemon:
             await self._health.set(name, health_pb2.HealthCheckResponse.SERVING)
         log.info("tooljail listening on %s (instance %s)", settings.listen, self.instance_id)
 
+    async def _start_shadow(self, binary: Path, folder: Path) -> PolicyEngine:
+        """A second managed OPA with the candidate policy, compared on every decision."""
+        assert self.engine is not None
+        self.shadow_opa = ManagedOpa(binary, folder)
+        await self.shadow_opa.start()
+        self.shadow_engine = OpaPolicyEngine(
+            self.shadow_opa.url,
+            self.settings.opa.timeout_s,
+            self.settings.sandbox.defaults,
+            policy_revision(folder),
+        )
+        await self.shadow_engine.open()
+        self.shadowed = ShadowedEngine(self.engine, self.shadow_engine)
+        log.info("shadow mode: comparing with the policy in %s", folder)
+        return self.shadowed
+
     async def _start_sandbox(self) -> RunnerFactory:
         """Start the Docker sandbox if enabled and reachable; without it sandboxed tools refuse."""
         if not self.settings.sandbox.enabled:
@@ -237,6 +262,14 @@ class Daemon:
         if self.sandbox_executor is not None:
             await stop_sandbox_executor(self.sandbox_executor)
             self.sandbox_executor = None
+        if self.shadowed is not None:
+            await self.shadowed.drain()
+        if self.shadow_engine is not None:
+            await self.shadow_engine.close()
+            self.shadow_engine = None
+        if self.shadow_opa is not None:
+            await self.shadow_opa.stop()
+            self.shadow_opa = None
         if self.engine is not None:
             await self.engine.close()
             self.engine = None
