@@ -421,7 +421,7 @@ class DockerSandbox(Sandbox):
             return on_output
         try:
             on_output(chunk)
-        except Exception:  # noqa: BLE001 - progress is best effort; the result must still come
+        except Exception:  # progress is best effort: the result must still come
             log.warning(
                 "progress callback of sandbox %s failed; no more progress for this call",
                 self._id[:12],

@@ -38,7 +38,7 @@ from daemon.tools.contract import (
     ToolTraits,
     TouchedPath,
 )
-from daemon.tools.summaries import failed, one_line, plural, result_of, shown_path, with_result
+from daemon.tools.summaries import failed, plural, quoted, result_of, shown_path, with_result
 from daemon.workspace import is_inside, open_confined, require_inside, resolve_path
 
 if TYPE_CHECKING:
@@ -253,12 +253,12 @@ def _visit(walk: _Walk, fd: int, directory: Path, states: set[int]) -> None:
     except OSError:
         return
     walk.scanned += len(entries)
-    walk.counter.add(len(entries))
     if walk.scanned > MAX_SCANNED:
         walk.stopped = True
         return
     children: dict[str, set[int]] = {}
     for entry in sorted(entries, key=lambda e: e.name):
+        walk.counter.add(1)  # per entry: one huge directory still reports as it goes
         try:
             is_dir = entry.is_dir(follow_symlinks=False)
         except OSError:
@@ -396,7 +396,7 @@ class GlobTool(Tool[GlobInput, GlobResult]):
         if result is None:
             return failed(self.name, output)
         where = f" in {result.shown}" if args.path is not None and result.shown else ""
-        text = f"Glob '{one_line(args.pattern, 50)}'{where}: "
+        text = f"Glob {quoted(args.pattern, 50)}{where}: "
         text += plural(result.total, "file") if result.total else "no files"
         if result.total > len(result.files):
             text += f" ({len(result.files)} shown)"

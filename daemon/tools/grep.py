@@ -41,7 +41,7 @@ from daemon.tools.contract import (
     ToolTraits,
     TouchedPath,
 )
-from daemon.tools.summaries import failed, one_line, plural, result_of, shown_path, with_result
+from daemon.tools.summaries import failed, plural, quoted, result_of, shown_path, with_result
 from daemon.workspace import is_inside, open_confined, require_inside, resolve_path
 
 if TYPE_CHECKING:
@@ -102,10 +102,16 @@ class GrepInput(LaxToolInput):
         '"content": matching lines (path:line:text); "count": matching lines per file.',
     )
     after: LaxInt | None = Field(
-        default=None, alias="-A", ge=0, description="Lines to show after each match (content)."
+        default=None,
+        alias="-A",
+        ge=0,
+        description="Lines to show after each match (content mode only).",
     )
     before: LaxInt | None = Field(
-        default=None, alias="-B", ge=0, description="Lines to show before each match (content)."
+        default=None,
+        alias="-B",
+        ge=0,
+        description="Lines to show before each match (content mode only).",
     )
     around: LaxInt | None = Field(
         default=None,
@@ -511,7 +517,7 @@ class GrepTool(Tool[GrepInput, GrepResult]):
         result = result_of(output, GrepResult)
         if result is None:
             return failed(self.name, output)
-        pattern = f"'{one_line(args.pattern, 40)}'"
+        pattern = quoted(args.pattern)
         where = f" in {result.shown}" if args.path is not None and result.shown else ""
         if result.total == 0:
             return f"No matches for {pattern}{where}"

@@ -34,6 +34,8 @@ _SHORT_REASONS: tuple[tuple[re.Pattern[str], str], ...] = (
     (re.compile(r"\bchanged since it was read\b"), "file changed since it was Read"),
     (re.compile(r"\bis outside the workspace\b"), "path outside the workspace"),
     (re.compile(r"\bdoes not exist\b"), "no such file or directory"),
+    (re.compile(r"^The sandbox is not available\b"), "no sandbox available"),
+    (re.compile(r"^The sandbox could not run\b"), "the sandbox could not run it"),
 )
 _NUMBERED = re.compile(r"^Edit (\d+) of (\d+) failed: (.*)$", re.DOTALL)
 _SENTENCE_END = re.compile(r"(?<=[.!?;])\s")
@@ -75,6 +77,12 @@ def one_line(text: str, limit: int = 60) -> str:
     return line if len(line) <= limit else line[: limit - 1] + "…"
 
 
+def quoted(text: str, limit: int = 40) -> str:
+    """`text` in single quotes, exactly (spaces kept, line breaks shown as \\n), cut to `limit`."""
+    exact = text.replace("\n", "\\n").replace("\t", "\\t")
+    return "'" + (exact if len(exact) <= limit else exact[: limit - 1] + "…") + "'"
+
+
 def count_lines(text: str) -> int:
     """Lines of a text (a last line without a newline counts)."""
     if not text:
@@ -104,7 +112,7 @@ def reason(text: str, limit: int = 120) -> str:
         found = pattern.search(line)
         if found:
             return prefix + found.expand(short)
-    first = _SENTENCE_END.split(line, maxsplit=1)[0].rstrip(".;")
+    first = _SENTENCE_END.split(line, maxsplit=1)[0].rstrip(".;:")
     return one_line(prefix + first, limit)
 
 
@@ -115,10 +123,10 @@ def failed(tool_name: str, output: ToolOutput) -> str:
 
 def seconds(duration_ms: int) -> str:
     """A duration for people: "0.4 s", "12 s", "2 min 5 s"."""
-    total = duration_ms / 1000
-    if total < 10:
-        return f"{total:.1f} s"
-    if total < 60:
-        return f"{total:.0f} s"
-    minutes, rest = divmod(round(total), 60)
+    if duration_ms < 9_950:
+        return f"{duration_ms / 1000:.1f} s"
+    whole = round(duration_ms / 1000)
+    if whole < 60:
+        return f"{whole} s"
+    minutes, rest = divmod(whole, 60)
     return f"{minutes} min {rest} s" if rest else f"{minutes} min"

@@ -582,6 +582,23 @@ def handle(request: dict[str, Any], emit: Emit | None = None) -> dict[str, Any]:
         return {"exit_code": -1, "error": f"malformed {kind} request: {exc!r}"}
 
 
+def _progress_writer() -> Emit:
+    """Writes progress messages to stdout; once the host is gone it stops trying, so the command
+    still ends (and is cleaned up) normally instead of the runner dying halfway."""
+    gone = False
+
+    def emit(message: dict[str, Any]) -> None:
+        nonlocal gone
+        if gone:
+            return
+        try:
+            write_message(1, message)
+        except OSError:
+            gone = True
+
+    return emit
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument(
@@ -599,7 +616,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     if request is None:
         return 0
-    result = handle(request, lambda message: write_message(1, message))
+    result = handle(request, _progress_writer())
     write_message(1, {"type": "result", "v": PROTOCOL_VERSION, **result})
     return 0
 

@@ -26,7 +26,13 @@ from typing import Any
 
 from daemon.errors import ToolError
 from daemon.session import Session
-from daemon.tools.contract import AnyTool, CallContext, SandboxRunner, ToolOutput
+from daemon.tools.contract import (
+    AnyTool,
+    CallContext,
+    ProgressUpdate,
+    SandboxRunner,
+    ToolOutput,
+)
 from daemon.tools.read import ReadTool
 from daemon.tools.validation import parse_input
 from daemon.workspace import is_inside
@@ -184,6 +190,21 @@ async def run_tool(tool: AnyTool, raw: dict[str, Any], ctx: CallContext) -> Tool
         return tool.render(await tool.call(args, ctx))
     except ToolError as exc:
         return ToolOutput.text(str(exc), is_error=True)
+
+
+async def run_summarized(
+    tool: AnyTool, raw: dict[str, Any], ctx: CallContext
+) -> tuple[ToolOutput, str]:
+    """Run the call as `run_tool` does and also return its one-line summary for people."""
+    output = await run_tool(tool, raw, ctx)
+    return output, tool.summarize(parse_input(tool, raw), output)
+
+
+def listen(ctx: CallContext) -> list[ProgressUpdate]:
+    """Collect the call's progress updates (as ExecuteStream would relay them)."""
+    updates: list[ProgressUpdate] = []
+    ctx.progress = updates.append
+    return updates
 
 
 def text_of(output: ToolOutput) -> str:

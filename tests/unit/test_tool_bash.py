@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any
 
@@ -10,7 +11,14 @@ import pytest
 from daemon.tools.bash import BashInput, BashTool
 from daemon.tools.contract import CallContext, ToolOutput
 from sandbox.backend import BashRequest, SandboxLimits, SandboxResult
-from tests.unit.fake_sandbox import FakeSandbox, make_context, run_tool, text_of
+from tests.unit.fake_sandbox import (
+    FakeSandbox,
+    listen,
+    make_context,
+    run_summarized,
+    run_tool,
+    text_of,
+)
 
 #: A policy that allows the maximum, so only the tool's own rules shape the timeout.
 GENEROUS = SandboxLimits(timeout_ms=600_000)
@@ -256,3 +264,90 @@ def test_schema_advertises_the_fields_without_a_hard_maximum() -> None:
     assert set(schema["properties"]) == {"command", "timeout", "description", "run_in_background"}
     assert "maximum" not in schema["properties"]["timeout"]
     assert "600000" in schema["properties"]["timeout"]["description"]
+
+
+# --- progress and summaries ---------------------------------------------------------------------
+
+
+async def summarized(ctx: CallContext, command: str, **more: Any) -> tuple[ToolOutput, str]:
+    return await run_summarized(BashTool(), {"command": command, **more}, ctx)
+
+
+async def test_output_is_reported_live_as_it_is_produced(ctx: CallContext) -> None:
+    updates = listen(ctx)
+    output = await bash(ctx, "echo one; sleep 0.3; echo two")
+    assert text_of(output) == "one\ntwo\n"
+    assert len(updates) >= 2, "each line came as it was written, not at the end"
+    assert "".join(update.output for update in updates) == "one\ntwo\n"
+    assert all(update.files_scanned == 0 for update in updates)
+
+
+async def test_without_a_listener_nothing_is_reported(ctx: CallContext) -> None:
+    assert ctx.progress is None
+    output = await bash(ctx, "echo quiet")
+    assert text_of(output) == "quiet\n"
+
+
+async def test_summary_names_the_command_its_exit_and_duration(ctx: CallContext) -> None:
+    ok, summary = await summarized(ctx, "echo hi")
+    assert not ok.is_error
+    assert re.fullmatch(r"Ran `echo hi`: exit 0 after \d+\.\d s", summary), summary
+    failed, summary = await summarized(ctx, "echo   boom;\n exit 3")
+    assert failed.is_error
+    assert re.fullmatch(r"Ran `echo boom; exit 3`: exit 3 after \d+\.\d s", summary), summary
+
+
+@pytest.mark.parametrize(
+    ("canned", "expected"),
+    [
+        (SandboxResult(exit_code=1, duration_ms=4_200), "Ran `pytest -q`: exit 1 after 4.2 s"),
+        (
+            SandboxResult(exit_code=0, duration_ms=75_000),
+            "Ran `pytest -q`: exit 0 after 1 min 15 s",
+        ),
+        (
+            SandboxResult(exit_code=137, oom_killed=True, duration_ms=900),
+            "Ran `pytest -q`: out of memory after 0.9 s",
+        ),
+        (
+            SandboxResult(exit_code=-1, cancelled=True, duration_ms=12_400),
+            "Ran `pytest -q`: cancelled after 12 s",
+        ),
+        (
+            SandboxResult(exit_code=137, timed_out=True, duration_ms=120_300),
+            "Ran `pytest -q`: timed out after 2 min",
+        ),
+        (
+            SandboxResult(
+                exit_code=-1, error="the sandbox failed: its runner ended without answering"
+            ),
+            "Bash failed: the sandbox failed: its runner ended without answering",
+        ),
+    ],
+)
+async def test_summary_of_each_outcome(
+    ctx: CallContext, canned: SandboxResult, expected: str
+) -> None:
+    fake(ctx).canned.append(canned)
+    _, summary = await summarized(ctx, "pytest -q")
+    assert summary == expected
+
+
+async def test_summary_cuts_a_long_command_and_says_when_the_cwd_was_reset(
+    ctx: CallContext, tmp_path: Path
+) -> None:
+    long = "echo " + "x" * 200
+    _, summary = await summarized(ctx, long)
+    assert summary.startswith("Ran `echo xxx") and "…`: exit 0 after" in summary
+    assert len(summary) < 100
+    _, summary = await summarized(ctx, f"cd {tmp_path}")
+    assert summary.endswith("(working directory reset)")
+    _, summary = await summarized(ctx, "true")
+    assert not summary.endswith("(working directory reset)")
+
+
+async def test_summary_of_a_refused_call_gives_the_reason(workspace: Path) -> None:
+    ctx = make_context(workspace)
+    ctx.sandbox = None
+    _, summary = await summarized(ctx, "ls")
+    assert summary == "Bash failed: no sandbox available"

@@ -9,7 +9,14 @@ import pytest
 from daemon.tools.contract import CallContext
 from daemon.tools.edit import EditTool
 from sandbox.backend import WriteFileRequest
-from tests.unit.fake_sandbox import FakeSandbox, make_context, read_file, run_tool, text_of
+from tests.unit.fake_sandbox import (
+    FakeSandbox,
+    make_context,
+    read_file,
+    run_summarized,
+    run_tool,
+    text_of,
+)
 
 
 @pytest.fixture
@@ -216,3 +223,39 @@ def test_schema_defaults_replace_all_to_false() -> None:
     assert schema["additionalProperties"] is False
     assert sorted(schema["required"]) == ["file_path", "new_string", "old_string"]
     assert schema["properties"]["replace_all"]["default"] is False
+
+
+async def edit_summary(ctx: CallContext, path: Path, old: str, new: str, **more: object) -> str:
+    raw = {"file_path": str(path), "old_string": old, "new_string": new, **more}
+    _, summary = await run_summarized(EditTool(), raw, ctx)
+    return summary
+
+
+async def test_summary_of_edits_and_of_a_creation(ctx: CallContext, workspace: Path) -> None:
+    target = workspace / "a.py"
+    await read_written(ctx, target, "x = 1\ny = x\nz = x\n")
+    assert await edit_summary(ctx, target, "y = x", "y = 2") == "Edited a.py (1 replacement)"
+    # "x = 1\ny = 2\nz = x\n" now: two x left
+    assert await edit_summary(ctx, target, "x", "w", replace_all=True) == (
+        "Edited a.py (2 replacements)"
+    )
+    created = workspace / "pkg" / "new.py"
+    assert await edit_summary(ctx, created, "", "a = 1\nb = 2\n") == "Created pkg/new.py (2 lines)"
+
+
+async def test_summary_of_a_failed_edit_says_why_in_a_few_words(
+    ctx: CallContext, workspace: Path
+) -> None:
+    target = workspace / "a.py"
+    await read_written(ctx, target, "x = 1\nx = 1\n")
+    assert await edit_summary(ctx, target, "nope", "yes") == "Edit failed: old_string not found"
+    assert await edit_summary(ctx, target, "x = 1", "x = 2") == (
+        "Edit failed: old_string found 2 times (replace_all is false)"
+    )
+    assert await edit_summary(ctx, target, "", "all new") == "Edit failed: file not empty"
+    unread = workspace / "unread.py"
+    unread.write_text("a\n")
+    assert await edit_summary(ctx, unread, "a", "b") == "Edit failed: file not Read first"
+    assert await edit_summary(ctx, workspace / "missing.py", "a", "b") == (
+        "Edit failed: no such file or directory"
+    )

@@ -9,8 +9,9 @@ import pytest
 
 from daemon.errors import ConfinementError, ToolError, ToolInputError
 from daemon.models import TextContent
-from daemon.tools.glob import GlobTool, expand_braces
+from daemon.tools.glob import MAX_RESULTS, PROGRESS_EVERY, GlobTool, expand_braces
 from tests.unit.conftest import CallTool
+from tests.unit.fake_sandbox import listen, make_context, run_summarized, run_tool
 
 TOOL = GlobTool()
 
@@ -141,3 +142,36 @@ def test_brace_expansion() -> None:
         "a/ce/*.y",
     ]
     assert expand_braces("{literal}.py") == ["{literal}.py"]
+
+
+async def summary(workspace: Path, pattern: str, path: Path | None = None) -> str:
+    raw: dict[str, object] = {"pattern": pattern}
+    if path is not None:
+        raw["path"] = str(path)
+    _, text = await run_summarized(TOOL, raw, make_context(workspace))
+    return text
+
+
+async def test_summary_gives_the_pattern_and_the_count(tree: Path) -> None:
+    assert await summary(tree, "**/*.py") == "Glob '**/*.py': 3 files"
+    assert await summary(tree, "*.py", tree / "src") == "Glob '*.py' in src/: 1 file"
+    assert await summary(tree, "**/*.rs") == "Glob '**/*.rs': no files"
+    assert await summary(tree, "*", tree / "nowhere") == ("Glob failed: no such file or directory")
+    for index in range(MAX_RESULTS + 20):
+        make(tree, f"many/f{index:03}.txt", 1_000 + index)
+    assert await summary(tree, "many/*.txt") == (
+        f"Glob 'many/*.txt': {MAX_RESULTS + 20} files ({MAX_RESULTS} shown)"
+    )
+
+
+async def test_the_walk_reports_entries_scanned_as_it_goes(workspace: Path) -> None:
+    for index in range(1_200):
+        (workspace / f"f{index:04}.txt").write_text("")
+    ctx = make_context(workspace)
+    updates = listen(ctx)
+    output = await run_tool(TOOL, {"pattern": "*.py"}, ctx)
+    assert "No files found" in "".join(getattr(b, "text", "") for b in output.content)
+    scanned = [update.files_scanned for update in updates]
+    assert scanned[:2] == [PROGRESS_EVERY, 2 * PROGRESS_EVERY]
+    assert scanned[-1] == 1_200, "the last report gives the final count"
+    assert scanned == sorted(scanned)

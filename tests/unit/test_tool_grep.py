@@ -12,8 +12,11 @@ import pytest
 
 from daemon.errors import ConfinementError, ToolError, ToolInputError
 from daemon.models import TextContent
+from daemon.tools import grep as grep_module
+from daemon.tools.contract import ProgressUpdate
 from daemon.tools.grep import GrepInput, GrepTool, _Collector, run_rg
 from tests.unit.conftest import CallTool
+from tests.unit.fake_sandbox import listen, make_context, run_summarized
 
 pytestmark = pytest.mark.skipif(shutil.which("rg") is None, reason="ripgrep (rg) is not installed")
 
@@ -231,3 +234,69 @@ def test_dashed_names_in_schema_and_by_name() -> None:
         GrepInput.model_validate({"pattern": "x", "head_limit": -1})
     with pytest.raises(ValueError, match="Extra inputs are not permitted"):
         GrepInput.model_validate({"pattern": "x", "-z": 1})
+
+
+# --- summaries and progress ---------------------------------------------------------------------
+
+
+async def summarized(
+    workspace: Path, pattern: str, **extra: object
+) -> tuple[str, list[ProgressUpdate]]:
+    """The summary of a search and the progress it reported."""
+    ctx = make_context(workspace)
+    updates = listen(ctx)
+    _, text = await run_summarized(TOOL, {"pattern": pattern, **extra}, ctx)
+    return text, updates
+
+
+async def summary(workspace: Path, pattern: str, **extra: object) -> str:
+    return (await summarized(workspace, pattern, **extra))[0]
+
+
+async def test_summary_of_each_mode(code: Path) -> None:
+    assert await summary(code, "TODO") == "Found 4 files matching 'TODO'"
+    assert await summary(code, "TODO", path=str(code / "lib")) == (
+        "Found 1 file matching 'TODO' in lib/"
+    )
+    assert await summary(code, "TODO", output_mode="content", **{"-C": 1}) == (
+        "Found 4 lines matching 'TODO' in 4 files"
+    )
+    assert await summary(code, "(?i)todo", output_mode="count", type="py") == (
+        "Counted 3 lines matching '(?i)todo' in 2 files"
+    )
+    assert await summary(code, "TODO ") == "Found 2 files matching 'TODO '", "spaces are kept"
+    assert await summary(code, "nothing here") == "No matches for 'nothing here'"
+    assert await summary(code, "(unclosed") == "Grep failed: ripgrep could not run the search"
+
+
+async def test_the_final_progress_gives_files_searched_or_files_found(code: Path) -> None:
+    _, updates = await summarized(code, "TODO", output_mode="content")
+    assert updates[-1].files_scanned == 4, "app.py, lib/util.py, web/app.js, .env.example"
+    assert updates[-1].message == "searched 4 files"
+    _, updates = await summarized(code, "TODO")
+    assert updates[-1].message == "4 matching files found"
+
+
+async def test_running_counts_are_reported_while_ripgrep_streams(
+    code: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(grep_module, "PROGRESS_INTERVAL_S", 0.0)
+    _, updates = await summarized(code, "TODO")
+    messages = [update.message for update in updates]
+    assert messages[:4] == [
+        "1 matching file so far",
+        "2 matching files so far",
+        "3 matching files so far",
+        "4 matching files so far",
+    ]
+
+
+async def test_lines_that_look_like_ripgrep_stats_are_still_results(workspace: Path) -> None:
+    make(workspace, "log.txt", "12 files searched\n3 matches\nnothing\n")
+    output, text = await run_summarized(
+        TOOL, {"pattern": "searched|matches", "output_mode": "content"}, make_context(workspace)
+    )
+    assert "".join(b.text for b in output.content if isinstance(b, TextContent)) == (
+        f"{workspace}/log.txt:1:12 files searched\n{workspace}/log.txt:2:3 matches"
+    )
+    assert text == "Found 2 lines matching 'searched|matches' in 1 file"

@@ -10,6 +10,7 @@ from daemon.errors import ConfinementError, ToolError
 from daemon.models import TextContent
 from daemon.tools.ls import MAX_ENTRIES, LsTool
 from tests.unit.conftest import CallTool
+from tests.unit.fake_sandbox import make_context, run_summarized
 
 TOOL = LsTool()
 
@@ -105,3 +106,24 @@ async def test_refusals(call_tool: CallTool, workspace: Path) -> None:
         await ls(call_tool, workspace / "missing")
     with pytest.raises(ConfinementError, match="outside the workspace"):
         await ls(call_tool, f"{workspace}/..")
+
+
+async def summary(workspace: Path, path: Path | str) -> str:
+    _, text = await run_summarized(TOOL, {"path": str(path)}, make_context(workspace))
+    return text
+
+
+async def test_summary_counts_entries_in_the_workspace_relative_directory(
+    workspace: Path,
+) -> None:
+    touch(workspace, "src/a.py", "src/b.py", "src/pkg/c.py", "README")
+    assert await summary(workspace, workspace / "src") == "Listed 4 entries in src/"
+    assert await summary(workspace, workspace / "src" / "pkg") == "Listed 1 entry in src/pkg/"
+    assert await summary(workspace, workspace) == "Listed 6 entries in ./"
+    touch(workspace, *(f"many/f{i:04}.txt" for i in range(MAX_ENTRIES + 5)))
+    assert await summary(workspace, workspace / "many") == (
+        f"Listed {MAX_ENTRIES} entries in many/ (stopped at {MAX_ENTRIES})"
+    )
+    assert await summary(workspace, workspace / "README") == (
+        f"LS failed: {workspace / 'README'} is not a directory"
+    )

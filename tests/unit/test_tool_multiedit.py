@@ -9,7 +9,14 @@ import pytest
 
 from daemon.tools.contract import CallContext
 from daemon.tools.multiedit import MultiEditTool
-from tests.unit.fake_sandbox import FakeSandbox, make_context, read_file, run_tool, text_of
+from tests.unit.fake_sandbox import (
+    FakeSandbox,
+    make_context,
+    read_file,
+    run_summarized,
+    run_tool,
+    text_of,
+)
 
 
 @pytest.fixture
@@ -188,3 +195,40 @@ async def test_extra_fields_in_an_edit_are_rejected(ctx: CallContext, workspace:
     assert is_error
     assert "`edits.0.count`: unexpected field" in text
     assert target.read_text() == "a\n"
+
+
+async def multiedit_summary(ctx: CallContext, path: Path, edits: list[dict[str, Any]]) -> str:
+    raw = {"file_path": str(path), "edits": edits}
+    _, summary = await run_summarized(MultiEditTool(), raw, ctx)
+    return summary
+
+
+async def test_summary_counts_edits_and_replacements(ctx: CallContext, workspace: Path) -> None:
+    target = workspace / "conf.ini"
+    target.write_text("a=1\nb=1\nc=1\n")
+    await read_file(ctx, target)
+    edits = [
+        {"old_string": "a=1", "new_string": "a=2"},
+        {"old_string": "=1", "new_string": "=3", "replace_all": True},
+    ]
+    assert await multiedit_summary(ctx, target, edits) == (
+        "Edited conf.ini (2 edits, 3 replacements)"
+    )
+    created = workspace / "new.txt"
+    make = [{"old_string": "", "new_string": "hello\n"}]
+    assert await multiedit_summary(ctx, created, make) == "Created new.txt with 1 edit"
+
+
+async def test_summary_of_a_failed_multiedit_names_the_edit(
+    ctx: CallContext, workspace: Path
+) -> None:
+    target = workspace / "conf.ini"
+    target.write_text("a=1\n")
+    await read_file(ctx, target)
+    edits = [
+        {"old_string": "a=1", "new_string": "a=2"},
+        {"old_string": "zzz", "new_string": "y"},
+    ]
+    assert await multiedit_summary(ctx, target, edits) == (
+        "MultiEdit failed: edit 2 of 2: old_string not found"
+    )

@@ -18,6 +18,7 @@ from daemon.session import Session
 from daemon.tools.contract import ToolOutput
 from daemon.tools.read import MAX_WHOLE_FILE_BYTES, ReadInput, ReadTool
 from tests.unit.conftest import CallTool
+from tests.unit.fake_sandbox import make_context, run_summarized
 
 TOOL = ReadTool()
 
@@ -265,3 +266,46 @@ def test_touched_paths_say_whether_inside(workspace: Path, session: Session) -> 
         True,
     )
     assert outside[0].inside_workspace is False
+
+
+# --- summaries ----------------------------------------------------------------------------------
+
+
+async def summary(workspace: Path, raw: dict[str, object]) -> str:
+    _, text = await run_summarized(TOOL, raw, make_context(workspace))
+    return text
+
+
+async def test_summary_counts_the_lines_shown_with_the_workspace_relative_path(
+    workspace: Path,
+) -> None:
+    source = workspace / "src" / "app.py"
+    source.parent.mkdir()
+    source.write_text("".join(f"line {n}\n" for n in range(1, 121)))
+    assert await summary(workspace, {"file_path": str(source)}) == "Read 120 lines of src/app.py"
+    window = {"file_path": str(source), "offset": 100, "limit": 5}
+    assert await summary(workspace, window) == "Read 5 lines of src/app.py (lines 100-104 of 120)"
+    single = {"file_path": str(source), "offset": 120}
+    assert await summary(workspace, single) == "Read 1 line of src/app.py (lines 120-120 of 120)"
+
+
+async def test_summary_of_warnings_images_and_failures(workspace: Path) -> None:
+    (workspace / "empty.txt").write_bytes(b"")
+    (workspace / "short.txt").write_text("a\nb\n")
+    (workspace / "pic.png").write_bytes(b"\x89PNG\r\n\x1a\n" + b"\x00" * 64)
+    assert (
+        await summary(workspace, {"file_path": str(workspace / "empty.txt")})
+        == "Read empty.txt: the file is empty"
+    )
+    past = {"file_path": str(workspace / "short.txt"), "offset": 9}
+    assert await summary(workspace, past) == "Read short.txt: offset 9 is past its end (2 lines)"
+    png = {"file_path": str(workspace / "pic.png")}
+    assert await summary(workspace, png) == "Read PNG image pic.png"
+    missing = {"file_path": str(workspace / "nope.txt")}
+    assert await summary(workspace, missing) == "Read failed: no such file or directory"
+    assert (
+        await summary(workspace, {"file_path": str(workspace)})
+        == f"Read failed: {workspace} is a directory, not a file"
+    )
+    outside = {"file_path": "/etc/hostname"}
+    assert await summary(workspace, outside) == "Read failed: path outside the workspace"

@@ -9,7 +9,14 @@ import pytest
 from daemon.tools.contract import CallContext
 from daemon.tools.write import WriteTool
 from sandbox.backend import SandboxResult, WriteFileRequest
-from tests.unit.fake_sandbox import FakeSandbox, make_context, read_file, run_tool, text_of
+from tests.unit.fake_sandbox import (
+    FakeSandbox,
+    make_context,
+    read_file,
+    run_summarized,
+    run_tool,
+    text_of,
+)
 
 
 @pytest.fixture
@@ -179,3 +186,37 @@ def test_schema_is_a_strict_object_with_both_fields_required() -> None:
     schema = WriteTool().input_schema()
     assert schema["additionalProperties"] is False
     assert sorted(schema["required"]) == ["content", "file_path"]
+
+
+async def write_summary(ctx: CallContext, path: Path, content: str) -> str:
+    raw = {"file_path": str(path), "content": content}
+    _, summary = await run_summarized(WriteTool(), raw, ctx)
+    return summary
+
+
+async def test_summary_counts_lines_and_names_the_relative_path(
+    ctx: CallContext, workspace: Path
+) -> None:
+    target = workspace / "a.py"
+    content = "".join(f"x{n} = {n}\n" for n in range(30))
+    assert await write_summary(ctx, target, content) == "Wrote 30 lines to a.py (new file)"
+    assert await write_summary(ctx, target, "one line, no newline") == "Wrote 1 line to a.py"
+    assert await write_summary(ctx, workspace / "sub" / "b.txt", "") == (
+        "Wrote 0 lines to sub/b.txt (new file)"
+    )
+
+
+async def test_summary_of_a_refused_or_failed_write(ctx: CallContext, workspace: Path) -> None:
+    target = workspace / "notes.txt"
+    target.write_text("original\n")
+    assert await write_summary(ctx, target, "new\n") == "Write failed: file not Read first"
+    await read_file(ctx, target)
+    target.write_text("changed behind its back\n")
+    assert await write_summary(ctx, target, "new\n") == (
+        "Write failed: file changed since it was Read"
+    )
+    await read_file(ctx, target)
+    fake(ctx).canned.append(SandboxResult(sandbox_id="c1", error="disk quota exceeded"))
+    assert await write_summary(ctx, target, "new\n") == (
+        f"Write failed: Could not write {target}: disk quota exceeded"
+    )

@@ -1,0 +1,94 @@
+"""The helpers behind the one-line summaries: durations, paths, quoting, failure reasons."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from daemon.tools.contract import ToolOutput
+from daemon.tools.summaries import (
+    failed,
+    quoted,
+    reason,
+    result_of,
+    seconds,
+    shown_path,
+    with_result,
+)
+
+
+@pytest.mark.parametrize(
+    ("duration_ms", "text"),
+    [
+        (0, "0.0 s"),
+        (4_200, "4.2 s"),
+        (9_949, "9.9 s"),
+        (9_950, "10 s"),
+        (59_499, "59 s"),
+        (59_600, "1 min"),
+        (75_000, "1 min 15 s"),
+    ],
+)
+def test_durations_read_naturally(duration_ms: int, text: str) -> None:
+    assert seconds(duration_ms) == text
+
+
+def test_paths_are_shown_relative_to_the_workspace_when_inside(tmp_path: Path) -> None:
+    workspace = tmp_path / "ws"
+    assert shown_path(workspace / "src" / "app.py", workspace) == "src/app.py"
+    assert shown_path(workspace / "src", workspace, directory=True) == "src/"
+    assert shown_path(workspace, workspace, directory=True) == "./"
+    assert shown_path(tmp_path / "elsewhere", workspace) == str(tmp_path / "elsewhere")
+
+
+def test_quoting_keeps_the_text_exact_on_one_line() -> None:
+    assert quoted("b = ") == "'b = '"
+    assert quoted("a\nb\tc") == "'a\\nb\\tc'"
+    assert quoted("x" * 50, 10) == "'" + "x" * 9 + "…'"
+
+
+@pytest.mark.parametrize(
+    ("error", "short"),
+    [
+        ("old_string was not found in the file. It must match exactly.", "old_string not found"),
+        (
+            "Edit 2 of 3 failed: old_string was not found in the file. None were applied.",
+            "edit 2 of 3: old_string not found",
+        ),
+        ("/w/a.py exists but has not been read in this session. Use Read.", "file not Read first"),
+        (
+            "Could not write /w/a: the file changed since it was read; Read it again, then retry",
+            ("file changed since it was Read"),
+        ),
+        ("The pattern is wrong. Fix it.", "The pattern is wrong"),
+        (
+            "ripgrep could not run the search:\nregex parse error",
+            "ripgrep could not run the search",
+        ),
+        ("first; second", "first"),
+        ("", ""),
+    ],
+)
+def test_failure_reasons_are_the_first_sentence_shortened(error: str, short: str) -> None:
+    assert reason(error) == short
+
+
+def test_a_long_reason_is_cut_and_an_empty_one_said() -> None:
+    assert len(reason("word " * 100)) <= 120
+    assert failed("Read", ToolOutput.text("", is_error=True)) == "Read failed: no reason given"
+
+
+def test_the_result_travels_with_the_output_and_nothing_else_changes() -> None:
+    plain = ToolOutput.text("hello", is_error=True)
+    plain.exit_code = 3
+    carried = with_result(plain, {"n": 1})
+    assert result_of(carried, dict) == {"n": 1}
+    assert result_of(carried, list) is None
+    assert result_of(plain, dict) is None
+    assert (carried.content, carried.is_error, carried.exit_code, carried.keep) == (
+        plain.content,
+        True,
+        3,
+        "head_tail",
+    )
