@@ -54,7 +54,7 @@ def containers_of(instance_id: str) -> list[object]:
         client.close()
 
 
-def wait_no_containers(instance_id: str, timeout_s: float = 30.0, keep: int = 0) -> int:
+def wait_no_containers(instance_id: str, timeout_s: float = 120.0, keep: int = 0) -> int:
     """Wait until at most `keep` containers (the warm pool) of the instance remain."""
     deadline = time.monotonic() + timeout_s
     count = len(containers_of(instance_id))

@@ -16,7 +16,7 @@ from tests.integration.harness import running_daemon, text_of
 pytestmark = pytest.mark.integration
 
 
-def _wait_for(predicate: object, timeout_s: float = 30.0) -> bool:
+def _wait_for(predicate: object, timeout_s: float = 120.0) -> bool:
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         if predicate():  # type: ignore[operator]

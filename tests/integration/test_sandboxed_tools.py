@@ -130,7 +130,7 @@ def test_bash_timeout_kills_and_leaves_no_container(sandbox_daemon: RunningDaemo
     elapsed = time.monotonic() - started
     assert response.result.is_error and response.report.timed_out
     assert "1000" in text_of(response) or "1 s" in text_of(response)
-    assert elapsed < 30
+    assert elapsed < 300, "a 1 s timeout must not wait for the 1000 s sleep"
     keep = sandbox_daemon.settings.sandbox.pool_size
     assert wait_no_containers(sandbox_daemon.daemon.instance_id, keep=keep) <= keep
 
