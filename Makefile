@@ -14,7 +14,7 @@ WORKSPACE ?= $(CURDIR)/.tooljail/workspace
 PYTEST_ARGS ?=
 
 .PHONY: help setup venv proto opa grpcurl packages docker image run test lint typecheck policy-test \
-        interop buf go-gen install \
+        interop buf go-gen install bench bench-smoke \
         pytest unit integration bench-sandbox fmt clean
 
 help: ## show the targets
@@ -63,12 +63,12 @@ run: setup ## run the daemon (LISTEN=..., WORKSPACE=... to override)
 	@TOOLJAIL_STATE_DIR="$${TOOLJAIL_STATE_DIR:-$(CURDIR)/.tooljail/state}" \
 	  exec $(BIN)/tooljail serve --listen "$(LISTEN)" --workspace "$(WORKSPACE)"
 
-test: setup lint typecheck policy-test buf pytest ## everything CI runs (interop runs inside pytest)
+test: setup lint typecheck policy-test buf pytest bench-smoke ## everything CI runs (interop runs inside pytest)
 
 lint: venv ## ruff lint and format check
 	@echo "==> ruff"
-	@$(BIN)/ruff check daemon sandbox tests
-	@$(BIN)/ruff format --check daemon sandbox tests
+	@$(BIN)/ruff check daemon sandbox tests bench
+	@$(BIN)/ruff format --check daemon sandbox tests bench
 
 fmt: venv ## format the code
 	@$(BIN)/ruff format daemon sandbox tests
@@ -108,6 +108,13 @@ buf: ## buf lint, and buf breaking against the last released proto (proto/releas
 
 go-gen: ## regenerate the Go example's code from proto/
 	@examples/go/generate.sh
+
+bench: setup ## the published benchmark (~6 min): bench/results/latest.{json,md} and plots
+	@$(BIN)/python -m bench.bench
+
+bench-smoke: setup ## every benchmark part for about a second; fails only on errors, never on speed
+	@echo "==> bench smoke"
+	@$(BIN)/python -m bench.bench --smoke
 
 bench-sandbox: setup ## sandbox benchmark: warm pool vs cold vs docker run, churn, output flood
 	@$(BIN)/python -m bench.sandbox_bench --sustained 60 --flood

@@ -83,7 +83,9 @@ def _ms(summary: Any, key: str = "p50_ms") -> float | None:
 
 
 def _fmt(value: float | None, unit: str = "ms") -> str:
-    return "n/a" if value is None else f"{value:.3g} {unit}"
+    if value is None:
+        return "n/a"
+    return f"{value:,.0f} {unit}" if abs(value) >= 100 else f"{value:.3g} {unit}"
 
 
 def decision_metrics(parts: Parts) -> list[Metric]:
@@ -143,8 +145,8 @@ def readonly_metrics(parts: Parts) -> list[Metric]:
 
 def sandbox_metrics(parts: Parts) -> list[Metric]:
     """Warm and cold Bash `echo hi` against `docker run` of the same image and command."""
-    warm, cold = _get(parts, "sandbox", "warm"), _get(parts, "sandbox", "cold")
-    docker_run = _get(parts, "sandbox", "docker_run")
+    warm, cold = _get(parts, "sandbox", "warm"), _get(parts, "cold", "cold")
+    docker_run = _get(parts, "cold", "docker_run")
     base = f"docker run p50 {_fmt(_ms(docker_run))}"
     return [
         _row(
@@ -176,7 +178,8 @@ def churn_metrics(parts: Parts) -> list[Metric]:
     leaked = None
     if part.get("leaked_running") is not None and part.get("leaked_after_stop") is not None:
         leaked = part["leaked_running"] + part["leaked_after_stop"]
-    load = f"{part.get('clients')} clients, {_fmt(part.get('duration_s'), 's')}"
+    clients, seconds = part.get("clients"), part.get("duration_s")
+    load = f"{clients} clients, {_fmt(seconds, 's')}" if clients else "not measured"
     return [
         _row(
             "churn.calls_per_s",

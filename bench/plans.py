@@ -29,6 +29,8 @@ class Plan:
     """Pause between spaced sandbox calls (the previous container is removed meanwhile)."""
     churn_clients: int
     churn_s: float
+    churn_warmup_s: float
+    """Shorter than one sandboxed call in the smoke run, or its window may see no call end."""
     flood_bytes: int
     opa_timeout_s: float
     """The daemon's decision timeout (the smoke run must not turn a slow machine into denies)."""
@@ -47,13 +49,14 @@ FULL = Plan(
     readonly_s=30.0,
     warmup_s=3.0,
     tree_files=20_000,
-    batch_rounds=6,
+    batch_rounds=4,
     pool_size=2,
-    warm_n=30,
+    warm_n=20,
     cold_n=15,
     settle_s=0.3,
     churn_clients=4,
     churn_s=60.0,
+    churn_warmup_s=3.0,
     flood_bytes=1 << 30,
     opa_timeout_s=0.5,
     call_timeout_s=120.0,
@@ -73,7 +76,8 @@ SMOKE = Plan(
     cold_n=1,
     settle_s=0.1,
     churn_clients=2,
-    churn_s=1.0,
+    churn_s=2.0,
+    churn_warmup_s=0.0,
     flood_bytes=16 << 20,
     opa_timeout_s=5.0,
     call_timeout_s=120.0,

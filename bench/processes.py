@@ -242,3 +242,28 @@ def memory_kib(pid: int) -> dict[str, int]:
         if key in ("VmRSS", "VmHWM"):
             found[key] = int(value.split()[0])
     return found
+
+
+def machine_load() -> dict[str, float]:
+    """The machine's 1-minute load average and CPU tick counters (all CPUs), from /proc."""
+    first = Path("/proc/stat").read_text().splitlines()[0].split()[1:]
+    ticks = [int(x) for x in first]
+    idle = ticks[3] + ticks[4]  # idle + iowait
+    return {
+        "loadavg_1m": float(Path("/proc/loadavg").read_text().split()[0]),
+        "busy_ticks": float(sum(ticks) - idle),
+        "total_ticks": float(sum(ticks)),
+    }
+
+
+def machine_load_since(before: dict[str, float]) -> dict[str, float]:
+    """Load averages at both ends and the share of all CPUs busy in between (any process: the
+    benchmark's own and whatever else runs on the machine)."""
+    after = machine_load()
+    total = after["total_ticks"] - before["total_ticks"]
+    busy = after["busy_ticks"] - before["busy_ticks"]
+    return {
+        "loadavg_1m_start": before["loadavg_1m"],
+        "loadavg_1m_end": after["loadavg_1m"],
+        "cpu_busy": busy / total if total > 0 else 0.0,
+    }

@@ -14,15 +14,23 @@ _LINE_NUMBER = re.compile(r":\d+\)$")
 
 
 def start_recording(
-    pid: int, seconds: float, output: Path, rate_hz: int = 100
+    pid: int, seconds: float, output: Path, rate_hz: int = 100, native: bool = True
 ) -> subprocess.Popen[bytes]:
-    """py-spy record of `pid` for `seconds` into `output` (collapsed stacks, active threads)."""
+    """py-spy record of `pid` for `seconds` into `output`, as collapsed stacks.
+
+    Only samples of the thread holding the GIL are kept (`--gil`): the daemon's Python code runs
+    one thread at a time, so these are what its throughput is made of; threads waiting for work
+    or for a child process would otherwise fill the profile. `--native` resolves the time spent
+    in C and Cython (grpc's event handling) instead of showing it as the Python caller's own.
+    """
     if not PY_SPY.exists():
         raise RuntimeError(f"{PY_SPY} is missing: pip install py-spy into the virtualenv")
     return subprocess.Popen(
         [
             str(PY_SPY),
             "record",
+            "--gil",
+            *(["--native"] if native else []),
             "--pid",
             str(pid),
             "--duration",
@@ -78,7 +86,12 @@ def summarize_collapsed(text: str, top: int = 25) -> ProfileSummary:
 
 def render(summary: ProfileSummary, title: str) -> str:
     """The summary as markdown tables."""
-    lines = [f"# {title}", "", f"{summary.samples} samples of active threads.", ""]
+    lines = [
+        f"# {title}",
+        "",
+        f"{summary.samples} samples, each of the thread holding the GIL (py-spy --gil --native).",
+        "",
+    ]
     for heading, rows in (("self", summary.self_top), ("inclusive", summary.inclusive_top)):
         lines += [
             f"## Top functions ({heading})",

@@ -41,9 +41,9 @@ LATENCY_PLOTS: tuple[tuple[str, str, tuple[tuple[str, str, str], ...]], ...] = (
         "Bash `echo hi`",
         (
             ("sandbox", "warm", "warm pool"),
-            ("sandbox", "cold", "cold (pool size 0)"),
-            ("sandbox", "docker_run", "docker run --rm"),
-            ("churn", "latency", "churn (4 clients)"),
+            ("cold", "cold", "cold (pool size 0)"),
+            ("cold", "docker_run", "docker run --rm"),
+            ("churn", "latency", "churn (back to back)"),
         ),
     ),
     (
@@ -143,6 +143,27 @@ def render_markdown(results: Mapping[str, Any]) -> str:
                     )
                     + " |"
                 )
+    loads = [
+        (name, part["machine_load"])
+        for name, part in results.get("parts", {}).items()
+        if isinstance(part, Mapping) and isinstance(part.get("machine_load"), Mapping)
+    ]
+    if loads:
+        lines += [
+            "",
+            "## Machine load during each part",
+            "",
+            "All CPUs busy (any process, the benchmark's own included) and the 1-minute load "
+            "average at the start and end of the part.",
+            "",
+            "| part | CPUs busy | load average |",
+            "|---|---|---|",
+        ]
+        lines += [
+            f"| {name} | {load['cpu_busy']:.0%} | {load['loadavg_1m_start']:.1f} -> "
+            f"{load['loadavg_1m_end']:.1f} |"
+            for name, load in loads
+        ]
     notes = results.get("notes", [])
     if notes:
         lines += ["", "## How it was measured", ""] + [f"- {n}" for n in notes]

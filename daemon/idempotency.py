@@ -58,33 +58,38 @@ def cancelled_outcome(tool_use_id: str) -> ExecuteOutcome:
 
 
 class ResultCache:
-    """Remembers answers by (session, tool_use id)."""
+    """Remembers answers by (session, tool_use id).
+
+    Running calls and finished answers are kept apart: finished ones in the order they finished,
+    so expiry and the size bounds only ever look at the oldest (constant work per call, however
+    many answers are remembered).
+    """
 
     def __init__(self, ttl_s: float = 600.0, max_entries: int = 2_000, max_chars: int = 32 << 20):
         self._ttl_s = ttl_s
         self._max_entries = max_entries
         self._max_chars = max_chars
-        self._entries: OrderedDict[Key, _Entry] = OrderedDict()
+        self._running: dict[Key, _Entry] = {}
+        self._finished: OrderedDict[Key, _Entry] = OrderedDict()
         self._chars = 0
 
     def __len__(self) -> int:
-        return len(self._entries)
+        return len(self._running) + len(self._finished)
 
     def _evict(self, now: float) -> None:
-        for key in list(self._entries):
-            entry = self._entries[key]
-            if entry.finished_at is None:
-                continue  # never forget a call that is still running
-            over = len(self._entries) > self._max_entries or self._chars > self._max_chars
-            if not over and now - entry.finished_at < self._ttl_s:
-                continue
-            del self._entries[key]
-            self._chars -= entry.chars
+        while self._finished:
+            key, oldest = next(iter(self._finished.items()))
+            over = len(self._finished) > self._max_entries or self._chars > self._max_chars
+            assert oldest.finished_at is not None
+            if not over and now - oldest.finished_at < self._ttl_s:
+                return
+            del self._finished[key]
+            self._chars -= oldest.chars
 
     def forget_session(self, session_id: str) -> None:
         """Drop a closed session's finished entries."""
-        for key in [k for k, e in self._entries.items() if k[0] == session_id and e.finished_at]:
-            self._chars -= self._entries.pop(key).chars
+        for key in [k for k in self._finished if k[0] == session_id]:
+            self._chars -= self._finished.pop(key).chars
 
     async def run_once(
         self,
@@ -93,45 +98,39 @@ class ResultCache:
         run: Callable[[], Awaitable[ExecuteOutcome]],
     ) -> tuple[ExecuteOutcome, bool]:
         """The call's answer and whether it was replayed rather than run now."""
-        now = time.monotonic()
-        self._evict(now)
-        entry = self._entries.get(key)
+        self._evict(time.monotonic())
+        entry = self._running.get(key) or self._finished.get(key)
         if entry is not None:
             if entry.input_hash != input_hash:
                 raise RequestError(
                     f"tool_use id {key[1]!r} was already used in this session with a different "
                     "input; every tool_use needs its own id"
                 )
-            self._entries.move_to_end(key)
             return await asyncio.shield(entry.future), True
 
         future: asyncio.Future[ExecuteOutcome] = asyncio.get_running_loop().create_future()
         entry = _Entry(input_hash=input_hash, future=future)
-        self._entries[key] = entry
+        self._running[key] = entry
         try:
             outcome = await run()
         except asyncio.CancelledError:
-            self._settle(entry, cancelled_outcome(key[1]))
+            self._settle(key, entry, cancelled_outcome(key[1]), remember=True)
             raise
         except BaseException as exc:
             # Not remembered: the caller got an error status, nothing was answered to the model.
-            del self._entries[key]
+            del self._running[key]
             future.set_exception(exc)
             future.exception()  # mark retrieved: waiters re-raise it themselves
             raise
-        self._settle(entry, outcome)
-        if outcome.decision.outcome is not Outcome.ALLOW:
-            self._forget(key, entry)
+        self._settle(key, entry, outcome, remember=outcome.decision.outcome is Outcome.ALLOW)
         return outcome, False
 
-    def _forget(self, key: Key, entry: _Entry) -> None:
-        if self._entries.get(key) is entry:
-            del self._entries[key]
-            self._chars -= entry.chars
-
-    def _settle(self, entry: _Entry, outcome: ExecuteOutcome) -> None:
-        entry.finished_at = time.monotonic()
-        entry.chars = _size(outcome)
-        self._chars += entry.chars
+    def _settle(self, key: Key, entry: _Entry, outcome: ExecuteOutcome, *, remember: bool) -> None:
+        del self._running[key]
         if not entry.future.done():
             entry.future.set_result(outcome)
+        if remember:
+            entry.finished_at = time.monotonic()
+            entry.chars = _size(outcome)
+            self._chars += entry.chars
+            self._finished[key] = entry

@@ -1,0 +1,225 @@
+"""The parts of the benchmark: each drives a daemon through one client scenario and turns the
+raw samples into the numbers the goals are judged on."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import grpc
+
+from bench import workload
+from bench.harness import Run, run_client
+from bench.processes import DaemonProcess
+from bench.stats import per_second, summarize
+from daemon._generated.tooljail.v1 import executor_pb2 as pb
+from daemon._generated.tooljail.v1 import executor_pb2_grpc as pb_grpc
+
+PROFILE_S = 15.0
+"""Seconds of each profiled load (--profile)."""
+#: The baseline's OPA client is the daemon's, but with room: a slow answer is a sample, not a crash.
+BASELINE_OPA_TIMEOUT_S = 30.0
+
+
+def probe_read_input(run: Run, daemon: DaemonProcess) -> dict[str, Any]:
+    """One Execute(Read) so that OPA logs the exact decision input the daemon sends for it."""
+    assert run.opa is not None
+    with grpc.insecure_channel(daemon.target) as channel:
+        request = pb.ExecuteRequest()
+        request.tool_use.id = "toolu_bench_probe"
+        request.tool_use.name = "Read"
+        request.tool_use.input.update(workload.read_input(run.workspace / workload.ONE_KB_FILE))
+        response = pb_grpc.ExecutorStub(channel).Execute(request, timeout=30)
+    if response.decision.outcome != pb.ALLOW or response.result.is_error:
+        text = "".join(b.text.text for b in response.result.content)
+        raise RuntimeError(f"the probe Read did not succeed: {text[:500]}")
+    return run.opa.decision_input("Read")
+
+
+def measure_decision(run: Run, daemon: DaemonProcess) -> dict[str, Any]:
+    """Decision overhead: Execute(Read 1 KB) against health Check + OPA decision query."""
+    plan = run.plan
+    assert run.opa is not None
+    raw = run_client(
+        run.spec(
+            "decision",
+            daemon,
+            n=plan.decision_n,
+            warmup=plan.decision_warmup,
+            read_path=str(run.workspace / workload.ONE_KB_FILE),
+            opa_url=run.opa.url,
+            opa_timeout_s=BASELINE_OPA_TIMEOUT_S,
+            opa_input=probe_read_input(run, daemon),
+        ),
+        timeout_s=600,
+    )
+    return {
+        **{key: summarize(raw[key]) for key in ("execute_read", "health", "opa")},
+        "daemon_cpu_s": raw["daemon_cpu_s"],
+        "calls": raw["daemon_calls"],
+        "errors": raw["errors"],
+        "error_samples": raw["error_samples"],
+    }
+
+
+def measure_load(
+    run: Run, daemon: DaemonProcess, kind: str, clients: int, seconds: float, warmup_s: float
+) -> dict[str, Any]:
+    """Concurrent clients back to back: calls/s, latencies, per-second series, daemon CPU."""
+    raw = run_client(
+        run.spec("load", daemon, kind=kind, clients=clients, duration_s=seconds, warmup_s=warmup_s),
+        timeout_s=seconds + warmup_s + 300,
+    )
+    latencies: dict[str, list[float]] = raw["latencies"]
+    every = [x for samples in latencies.values() for x in samples]
+    calls = len(every)
+    return {
+        "clients": clients,
+        "duration_s": raw["elapsed_s"],
+        "calls": calls,
+        "calls_per_s": calls / raw["elapsed_s"] if raw["elapsed_s"] > 0 else None,
+        "errors": raw["errors"],
+        "error_samples": raw["error_samples"],
+        "latency": summarize(every),
+        "by_kind": {k: summarize(v) for k, v in latencies.items()},
+        "series": per_second(raw["completions"], seconds),
+        "daemon_cpu_s": raw["daemon_cpu_s"],
+        "daemon_children_cpu_s": raw["daemon_children_cpu_s"],
+        "client_cpu_s": raw["client_cpu_s"],
+        "opa_cpu_s": raw["opa_cpu_s"],
+    }
+
+
+def measure_readonly(run: Run, daemon: DaemonProcess) -> dict[str, Any]:
+    """The read-only mix under concurrent clients."""
+    plan = run.plan
+    result = measure_load(
+        run, daemon, "readonly", plan.readonly_clients, plan.readonly_s, plan.warmup_s
+    )
+    result["mix"] = {kind: "1/3" for kind in workload.READONLY_MIX}
+    return result
+
+
+def record_profiles(run: Run, daemon: DaemonProcess, out: Path) -> dict[str, Any]:
+    """py-spy samples of the daemon under the read-only clients calling Read only, then the mix;
+    the collapsed stacks and a summary of each go to `out`."""
+    from bench import profile
+
+    plan, found = run.plan, {}
+    seconds = min(plan.readonly_s, PROFILE_S)
+    for kind, title in (("read", "Read only"), ("readonly", "the read-only mix")):
+        raw_path = out / f"profile-{kind}.txt"
+        recorder = profile.start_recording(daemon.pid, seconds, raw_path)
+        profiled = measure_load(run, daemon, kind, plan.readonly_clients, seconds, 0)
+        _, stderr = recorder.communicate(timeout=60)
+        if recorder.returncode != 0 or not raw_path.exists():
+            raise RuntimeError(f"py-spy failed: {stderr.decode()[-1000:]}")
+        summary = profile.summarize_collapsed(raw_path.read_text())
+        rate, cpu = (
+            profiled["calls_per_s"] or 0,
+            profiled["daemon_cpu_s"] / max(1, profiled["calls"]),
+        )
+        heading = (
+            f"Daemon profile, {plan.readonly_clients} clients calling {title} "
+            f"({rate:.0f} calls/s and {cpu * 1000:.2f} ms of daemon CPU per call while sampled)"
+        )
+        (out / f"profile-{kind}.md").write_text(profile.render(summary, heading))
+        found[kind] = {
+            "calls_per_s": rate,
+            "samples": summary.samples,
+            "errors": profiled["errors"],
+        }
+    return {**found, "errors": sum(p["errors"] for p in found.values())}
+
+
+def measure_churn(run: Run, daemon: DaemonProcess, pool_size: int) -> dict[str, Any]:
+    """Back-to-back sandboxed calls, then the containers left beyond the warm pool."""
+    assert run.docker is not None
+    plan = run.plan
+    result = measure_load(
+        run, daemon, "bash", plan.churn_clients, plan.churn_s, plan.churn_warmup_s
+    )
+    remaining = run.docker.wait_at_most(daemon.config.instance_id, pool_size, 30)
+    result["leaked_running"] = max(0, remaining - pool_size)
+    return result
+
+
+def measure_batch(run: Run, daemon: DaemonProcess) -> dict[str, Any]:
+    """ExecuteBatch of 10 Grep against the same 10 sequential Execute calls."""
+    raw = run_client(
+        run.spec(
+            "batch",
+            daemon,
+            tree=str(run.tree),
+            patterns=list(workload.NEEDLES),
+            rounds=run.plan.batch_rounds,
+        ),
+        timeout_s=900,
+    )
+    return {
+        "files": run.plan.tree_files,
+        "calls_per_batch": len(workload.NEEDLES),
+        "rounds": run.plan.batch_rounds,
+        "batch": summarize(raw["batch"]),
+        "sequential": summarize(raw["sequential"]),
+        "errors": raw["errors"],
+        "error_samples": raw["error_samples"],
+    }
+
+
+def measure_sandbox_warm(run: Run, daemon: DaemonProcess, pool_size: int) -> dict[str, Any]:
+    """Bash `echo hi` served by a warm container."""
+    plan = run.plan
+    raw = run_client(
+        run.spec(
+            "sandbox_warm",
+            daemon,
+            n=plan.warm_n,
+            pool_size=pool_size,
+            settle_s=plan.settle_s,
+            pool_timeout_s=30,
+        ),
+        timeout_s=900,
+    )
+    return {
+        "warm": summarize(raw["warm"]),
+        **{k: raw[k] for k in ("errors", "error_samples", "pool_not_ready", "daemon_cpu_s")},
+    }
+
+
+def measure_flood(run: Run, daemon: DaemonProcess) -> dict[str, Any]:
+    """A Bash command flooding its output."""
+    assert run.docker is not None
+    return run_client(
+        run.spec("flood", daemon, bytes=run.plan.flood_bytes, image=run.docker.image, sample_ms=20),
+        timeout_s=900,
+    )
+
+
+def measure_cold(run: Run) -> dict[str, Any]:
+    """A daemon without a warm pool, against `docker run` in the same client loop."""
+    assert run.docker is not None
+    daemon = run.start_daemon("cold", pool_size=0)
+    try:
+        raw = run_client(
+            run.spec(
+                "sandbox_cold",
+                daemon,
+                n=run.plan.cold_n,
+                image=run.docker.image,
+                settle_s=run.plan.settle_s,
+            ),
+            timeout_s=900,
+        )
+    finally:
+        daemon.stop()
+        left = run.docker.remove_all(daemon.config.instance_id)
+    if left:
+        raw["errors"] += left
+        raw["error_samples"].append(f"{left} containers left after the cold daemon stopped")
+    return {
+        "cold": summarize(raw["cold"]),
+        "docker_run": summarize(raw["docker_run"]),
+        "errors": raw["errors"],
+        "error_samples": raw["error_samples"],
+    }

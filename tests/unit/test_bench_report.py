@@ -1,0 +1,233 @@
+"""The benchmark's report code on synthetic numbers: statistics, goals, JSON, markdown, plots."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from bench import goals, profile, report
+from bench.stats import per_second, percentile, ratio, summarize
+
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+
+
+def latency(p50_ms: float, p99_ms: float | None = None, n: int = 100) -> dict[str, Any]:
+    """A summary whose p50 and p99 are as given (built from real samples)."""
+    p99 = p99_ms if p99_ms is not None else p50_ms * 2
+    samples = [p50_ms / 1000] * 98 + [p99 / 1000] * 2
+    return summarize(samples[:n] if n < 100 else samples)
+
+
+def parts_meeting_every_goal() -> dict[str, Any]:
+    return {
+        "decision": {
+            "execute_read": latency(1.4),
+            "health": latency(0.5),
+            "opa": latency(0.5),
+        },
+        "readonly": {
+            "clients": 32,
+            "duration_s": 30.0,
+            "calls": 60_000,
+            "calls_per_s": 2000.0,
+            "errors": 0,
+            "latency": latency(5, 15),
+            "daemon_cpu_s": 30.0,
+            "daemon_children_cpu_s": 4.0,
+            "series": [2000] * 30,
+        },
+        "sandbox": {
+            "warm": latency(40),
+            "machine_load": {"cpu_busy": 0.87, "loadavg_1m_start": 1.5, "loadavg_1m_end": 2.25},
+        },
+        "cold": {"cold": latency(500), "docker_run": latency(600)},
+        "churn": {
+            "clients": 4,
+            "duration_s": 60.0,
+            "calls": 900,
+            "calls_per_s": 15.0,
+            "errors": 0,
+            "leaked_running": 0,
+            "leaked_after_stop": 0,
+            "latency": latency(250),
+            "daemon_cpu_s": 9.0,
+            "series": [15] * 60,
+        },
+        "batch": {"files": 20_000, "batch": latency(100), "sequential": latency(200)},
+        "flood": {
+            "bytes": 1 << 30,
+            "result_chars": 29_998,
+            "budget_chars": 30_000,
+            "rss_growth_mib": 10.0,
+            "daemon_s": 4.0,
+            "docker_run_s": 20.0,
+        },
+    }
+
+
+def by_id(parts: dict[str, Any]) -> dict[str, goals.Metric]:
+    return {m.id: m for m in goals.evaluate(parts)}
+
+
+def test_percentile_is_nearest_rank() -> None:
+    samples = list(range(1, 101))  # 1..100
+    assert percentile(samples, 50) == 50
+    assert percentile(samples, 99) == 99
+    assert percentile(samples, 100) == 100
+    assert percentile(samples, 0) == 1
+    assert percentile([7.0], 99) == 7.0
+    with pytest.raises(ValueError, match="no samples"):
+        percentile([], 50)
+
+
+def test_summary_is_in_milliseconds_with_a_full_cdf() -> None:
+    summary = summarize([0.001 * i for i in range(1, 201)])  # 1..200 ms
+    assert summary["n"] == 200
+    assert summary["p50_ms"] == pytest.approx(100)
+    assert summary["p99_ms"] == pytest.approx(198)
+    assert summary["max_ms"] == pytest.approx(200)
+    assert len(summary["cdf_ms"]) == 101
+    assert summary["cdf_ms"] == sorted(summary["cdf_ms"])
+    assert summarize([]) == {"n": 0}
+
+
+def test_per_second_buckets_put_late_completions_last() -> None:
+    assert per_second([0.1, 0.9, 1.0, 2.5, 3.7, -0.1], duration_s=3) == [2, 1, 2]
+
+
+def test_ratio_refuses_missing_or_zero_denominators() -> None:
+    assert ratio(3.0, 2.0) == 1.5
+    assert ratio(None, 2.0) is None
+    assert ratio(1.0, 0.0) is None
+
+
+def test_every_goal_met() -> None:
+    metrics = by_id(parts_meeting_every_goal())
+    with_goal = [m for m in metrics.values() if m.goal != "-"]
+    assert len(with_goal) == 12
+    assert all(m.met is True for m in with_goal), [m for m in with_goal if not m.met]
+    assert metrics["decision.p50_ratio"].value == pytest.approx(1.4)
+    assert metrics["sandbox.warm_ratio"].value == pytest.approx(40 / 600)
+    assert metrics["batch.speedup"].value == pytest.approx(2.0)
+    assert metrics["cpu.readonly_ms"].value == pytest.approx(0.5)
+    assert metrics["cpu.sandboxed_ms"].value == pytest.approx(10)
+    assert metrics["flood.time_ratio"].value == pytest.approx(0.2)
+    assert metrics["cpu.readonly_ms"].met is None
+
+
+@pytest.mark.parametrize(
+    ("path", "value", "metric_id"),
+    [
+        (("decision", "execute_read"), latency(1.6), "decision.p50_ratio"),
+        (("readonly", "calls_per_s"), 1499.0, "readonly.calls_per_s"),
+        (("readonly", "latency"), latency(5, 20), "readonly.p99_ms"),
+        (("readonly", "errors"), 1, "readonly.errors"),
+        (("sandbox", "warm"), latency(61), "sandbox.warm_ratio"),
+        (("cold", "cold"), latency(661), "sandbox.cold_ratio"),
+        (("churn", "calls_per_s"), 9.9, "churn.calls_per_s"),
+        (("churn", "errors"), 2, "churn.errors"),
+        (("churn", "leaked_after_stop"), 1, "churn.leaked"),
+        (("batch", "batch"), latency(112), "batch.speedup"),
+        (("flood", "result_chars"), 30_001, "flood.result_chars"),
+        (("flood", "result_chars"), 29_000, "flood.result_chars"),
+        (("flood", "rss_growth_mib"), 64.0, "flood.rss_growth_mib"),
+    ],
+)
+def test_each_goal_can_fail(path: tuple[str, str], value: Any, metric_id: str) -> None:
+    parts = parts_meeting_every_goal()
+    parts[path[0]][path[1]] = value
+    metrics = by_id(parts)
+    assert metrics[metric_id].met is False
+    assert [m.id for m in metrics.values() if m.met is False] == [metric_id]
+
+
+def test_missing_parts_are_not_measured_never_met() -> None:
+    metrics = goals.evaluate({})
+    assert metrics
+    assert all(m.value is None and m.met is None for m in metrics)
+
+
+def results(parts: dict[str, Any]) -> dict[str, Any]:
+    return report.build_results(
+        parts,
+        {
+            "mode": "full",
+            "started": "2026-01-01T00:00:00+00:00",
+            "duration_s": 300.0,
+            "machine": {"cpus": 2, "git_revision": "abc1234"},
+            "failures": [{"part": "flood", "error": "RuntimeError: boom | pipe"}],
+            "notes": ["measured on synthetic numbers"],
+        },
+    )
+
+
+def test_markdown_table_has_every_metric_with_its_verdict() -> None:
+    parts = parts_meeting_every_goal()
+    parts["readonly"]["calls_per_s"] = 700.0
+    text = report.render_markdown(results(parts))
+    rows = [line for line in text.splitlines() if line.startswith("| ")]
+    throughput = next(r for r in rows if r.startswith("| read-only throughput |"))
+    assert "| 700 calls/s | at least 1500 | **not met** |" in throughput
+    decision = next(r for r in rows if r.startswith("| decision overhead"))
+    assert "| 1.4 × | at most 1.5 × | met |" in decision
+    cpu = next(r for r in rows if r.startswith("| daemon CPU per read-only call"))
+    assert "| 0.5 ms | - | - |" in cpu
+    assert "RuntimeError: boom \\| pipe" in text  # a pipe in a message cannot break the table
+    assert "| decision: Execute(Read 1 KB) | 100 | 1.40 |" in text
+    assert "- measured on synthetic numbers" in text
+    assert "| sandbox | 87% | 1.5 -> 2.2 |" in text
+
+
+def test_write_all_writes_json_markdown_and_plots(tmp_path: Path) -> None:
+    document = results(parts_meeting_every_goal())
+    written = report.write_all(document, tmp_path / "out")
+    names = sorted(p.name for p in written)
+    assert names == sorted(
+        [
+            "latest.json",
+            "latest.md",
+            "latency-decision.png",
+            "latency-readonly.png",
+            "latency-sandbox.png",
+            "latency-batch.png",
+            "throughput.png",
+        ]
+    )
+    for path in written:
+        if path.suffix == ".png":
+            assert path.read_bytes().startswith(PNG_MAGIC)
+            assert path.stat().st_size > 5_000
+    loaded = json.loads((tmp_path / "out" / "latest.json").read_text())
+    assert loaded["schema"] == report.SCHEMA_VERSION
+    assert loaded["parts"]["readonly"]["calls_per_s"] == 2000.0
+    met = {m["id"]: m["met"] for m in loaded["metrics"]}
+    assert met["readonly.calls_per_s"] is True
+    assert met["cpu.sandboxed_ms"] is None
+
+
+def test_plots_skip_what_was_not_measured(tmp_path: Path) -> None:
+    parts = {"decision": parts_meeting_every_goal()["decision"]}
+    written = report.plot_all(results(parts), tmp_path)
+    assert [p.name for p in written] == ["latency-decision.png"]
+
+
+def test_profile_summary_counts_self_and_inclusive_samples() -> None:
+    collapsed = "\n".join(
+        [
+            'process 1:"python";main (a.py:1);handle (b.py:10);decide (c.py:5) 30',
+            'process 1:"python";main (a.py:1);handle (b.py:12);audit (d.py:7) 10',
+            'process 1:"python";main (a.py:2) 10',
+            "garbage line",
+        ]
+    )
+    summary = profile.summarize_collapsed(collapsed)
+    assert summary.samples == 50
+    assert summary.self_top[0] == ("decide (c.py)", 30)
+    inclusive = dict(summary.inclusive_top)
+    assert inclusive["main (a.py)"] == 50
+    assert inclusive["handle (b.py)"] == 40  # two lines of one function count once per stack
+    text = profile.render(summary, "t")
+    assert "| 60.0% | 30 | `decide (c.py)` |" in text
