@@ -22,7 +22,7 @@ from pydantic_settings import (
 )
 
 from daemon.errors import TooljailError
-from daemon.hooks.config import HookSpec
+from daemon.hooks.config import HookList
 from sandbox.backend import NetworkMode, SandboxLimits
 
 #: The repository (or installed package) root: policies/ and .tools/ live beside daemon/.
@@ -195,7 +195,7 @@ class Settings(BaseSettings):
     scheduler: SchedulerSettings = SchedulerSettings()
     approval: ApprovalSettings = ApprovalSettings()
     metrics: MetricsSettings = MetricsSettings()
-    hooks: list[HookSpec] = []
+    hooks: HookList = ()
     """PreToolUse / PostToolUse / PostToolUseFailure hooks (Claude Code's protocol)."""
     logging: LoggingSettings = LoggingSettings()
 

@@ -8,8 +8,10 @@ PreToolUse hooks see the validated input. Their combined outcome is not the fina
 
 - each hook's decision goes into the policy input as `input.hooks` (`PreHookOutcome.to_policy`);
 - the final outcome combines the hooks' decision and the policy's: deny beats ask beats allow over
-  {hooks, policy}. A hook's allow therefore never overrides a policy deny or ask, while a hook's
-  deny or ask always holds, whatever the policy says;
+  {hooks, policy}. A hook's allow therefore never overrides a policy deny or ask. A hook's deny
+  always holds (the pipeline enforces it even against a policy allow); a hook's ask needs a
+  person's approval, which the shipped policy lets an approval token or a session grant give,
+  never the permission mode (in dontAsk mode it is a deny);
 - an `updatedInput` replaces the whole input; the pipeline validates it again (a rewrite is no way
   around the input model) and the policy decides on the rewritten input;
 - `additionalContext` is text added to the tool_result for the model.

@@ -147,21 +147,30 @@ async def _finish(tasks: list[asyncio.Task[None]]) -> None:
     _, pending = await asyncio.wait(tasks, timeout=_DRAIN_GRACE_S)
     for task in pending:
         task.cancel()
-    for task in tasks:
-        with contextlib.suppress(asyncio.CancelledError):
-            await task
+    # gather, not a loop of suppressed awaits: a cancellation of this task must still propagate.
+    await asyncio.gather(*tasks, return_exceptions=True)
 
 
-async def run_hook(spec: HookSpec, stdin_data: bytes, workspace: Path) -> HookProcess:
-    """Run `spec` once with `stdin_data` on its stdin, in `workspace`.
+async def _wait_exit(protocol: _ExitAwareProtocol) -> None:
+    """Wait (briefly: the group was just sent SIGKILL) until the exit has been reaped."""
+    with contextlib.suppress(TimeoutError):
+        async with asyncio.timeout(_DRAIN_GRACE_S):
+            await protocol.exited.wait()
 
-    Never raises for anything the hook does (a failure to start is reported in `start_error`);
-    a cancellation kills the hook's process group and propagates.
+
+_Started = tuple[asyncio.SubprocessTransport, _ExitAwareProtocol]
+
+
+async def _start(spec: HookSpec, workspace: Path) -> _Started:
+    """Start the hook in a new session (so its pid is its process group id).
+
+    The process exists before its pipes are connected; a cancellation in between would leave
+    it, and anything it started, running. The start is therefore shielded: on cancellation it is
+    completed, the group killed, and the cancellation re-raised.
     """
-    started = time.monotonic()
     loop = asyncio.get_running_loop()
-    try:
-        transport, protocol = await loop.subprocess_exec(
+    starting: asyncio.Future[_Started] = asyncio.ensure_future(
+        loop.subprocess_exec(
             lambda: _ExitAwareProtocol(loop),
             *_argv(spec),
             stdin=asyncio.subprocess.PIPE,
@@ -171,6 +180,27 @@ async def run_hook(spec: HookSpec, stdin_data: bytes, workspace: Path) -> HookPr
             env=hook_environment(spec, workspace),
             start_new_session=True,
         )
+    )
+    try:
+        return await asyncio.shield(starting)
+    except asyncio.CancelledError:
+        with contextlib.suppress(OSError):
+            transport, protocol = await starting
+            _kill_group(transport.get_pid())
+            await _wait_exit(protocol)
+            transport.close()
+        raise
+
+
+async def run_hook(spec: HookSpec, stdin_data: bytes, workspace: Path) -> HookProcess:
+    """Run `spec` once with `stdin_data` on its stdin, in `workspace`.
+
+    Never raises for anything the hook does (a failure to start is reported in `start_error`);
+    a cancellation kills the hook's process group and propagates.
+    """
+    started = time.monotonic()
+    try:
+        transport, protocol = await _start(spec, workspace)
     except OSError as exc:
         return HookProcess(
             exit_code=None,
@@ -181,8 +211,7 @@ async def run_hook(spec: HookSpec, stdin_data: bytes, workspace: Path) -> HookPr
             start_error=f"could not start {_argv(spec)[0]!r}: {exc.strerror or exc}",
             duration_ms=int((time.monotonic() - started) * 1000),
         )
-    proc = asyncio.subprocess.Process(transport, protocol, loop)
-    # start_new_session makes the hook a group leader, so its pid is its process group id.
+    proc = asyncio.subprocess.Process(transport, protocol, asyncio.get_running_loop())
     pgid = proc.pid
     assert proc.stdin is not None and proc.stdout is not None and proc.stderr is not None
     out, err = _Capture(), _Capture()
@@ -206,11 +235,15 @@ async def run_hook(spec: HookSpec, stdin_data: bytes, workspace: Path) -> HookPr
         await protocol.exited.wait()
         await _finish(io_tasks)
     finally:
-        # Reached with work pending only on cancellation: nothing the hook started survives it.
-        if not all(task.done() for task in io_tasks) or proc.returncode is None:
+        if not protocol.exited.is_set() or not all(task.done() for task in io_tasks):
+            # Cancelled: nothing the hook started survives the call. Wait for the readers and
+            # the reaped exit before returning, or the caller may close the loop first and leak
+            # descriptors and the process entry.
             _kill_group(pgid)
             for task in io_tasks:
                 task.cancel()
+            await asyncio.gather(*io_tasks, return_exceptions=True)
+            await _wait_exit(protocol)
         # Releases the pipes even when a process that escaped the group still holds them.
         transport.close()
     exit_code = None if timed_out else proc.returncode

@@ -5,12 +5,13 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-import os
 import re
 import sys
 import textwrap
 import time
 import tomllib
+import uuid
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -75,13 +76,52 @@ def json_hook(tmp_path: Path, filename: str, answer: dict[str, Any], **fields: A
     return hook(fields.pop("event", PRE), script(tmp_path, filename, body, python=True), **fields)
 
 
+def _stat(pid: int) -> list[str] | None:
+    """Fields of /proc/PID/stat after the command name (state, ppid, pgrp, ...)."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except (FileNotFoundError, ProcessLookupError):
+        return None
+
+
 def alive(pid: int) -> bool:
     """The process exists and is not a zombie waiting for a reaper."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except FileNotFoundError:
-        return False
-    return stat.rsplit(")", 1)[1].split()[0] != "Z"
+    fields = _stat(pid)
+    return fields is not None and fields[0] != "Z"
+
+
+def group_alive(pgid: int) -> bool:
+    """Some process of the group is still alive (zombies do not count)."""
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            fields = _stat(int(entry.name))
+            if fields is not None and fields[2] == str(pgid) and fields[0] != "Z":
+                return True
+    return False
+
+
+def running_with(token: str) -> bool:
+    """A live process has `token` in its command line."""
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            cmdline = (entry / "cmdline").read_bytes()
+        except (FileNotFoundError, ProcessLookupError):
+            continue
+        if token.encode() in cmdline and alive(int(entry.name)):
+            return True
+    return False
+
+
+async def gone(still_there: Callable[[], bool], within_s: float = 2.0) -> bool:
+    """SIGKILL is delivered asynchronously: allow the processes a moment to finish dying."""
+    deadline = time.monotonic() + within_s
+    while still_there():
+        if time.monotonic() > deadline:
+            return False
+        await asyncio.sleep(0.02)
+    return True
 
 
 # --- PreToolUse: block, rewrite, decide ------------------------------------------------------
@@ -359,7 +399,8 @@ async def test_post_hook_ignores_huge_unread_input(ws: Path) -> None:
 # --- Faults: timeouts, crashes, bad output ---------------------------------------------------
 
 HANG = """
-    echo $$ > "$CLAUDE_PROJECT_DIR/group.pid"
+    read -r _ _ _ _ pgid _ < /proc/$$/stat
+    echo "$pgid" > "$CLAUDE_PROJECT_DIR/group.pid"
     sleep 300 &
     echo $! > "$CLAUDE_PROJECT_DIR/child.pid"
     sleep 300
@@ -382,9 +423,7 @@ async def test_hanging_hook_times_out_denies_and_kills_its_group(tmp_path: Path,
     assert outcome.results[0].status == "timeout"
     group = int((ws / "group.pid").read_text())
     child = int((ws / "child.pid").read_text())
-    with pytest.raises(ProcessLookupError):
-        os.killpg(group, 0)
-    assert not alive(group)
+    assert await gone(lambda: group_alive(group))
     assert not alive(child)
 
 
@@ -397,12 +436,36 @@ async def test_cancelled_call_kills_hook_processes(tmp_path: Path, ws: Path) -> 
         await asyncio.sleep(0.05)
     group = int((ws / "group.pid").read_text())
 
+    assert group_alive(group)
+
     task.cancel()
     with pytest.raises(asyncio.CancelledError):
         await task
 
-    with pytest.raises(ProcessLookupError):
-        os.killpg(group, 0)
+    assert await gone(lambda: group_alive(group))
+
+
+SPAWN_AND_SLEEP = (
+    "import subprocess, sys, time;"
+    "subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(300)', sys.argv[1]]);"
+    "time.sleep(300)"
+)
+
+
+async def test_cancellation_at_any_point_leaves_no_process(ws: Path) -> None:
+    """Also while the hook is starting (the process exists before its pipes are connected), and
+    once it has a child of its own."""
+    for pause in [0.0] * 10 + [0.05, 0.3, 0.6]:
+        token = f"tooljail-hook-test-{uuid.uuid4().hex}"
+        engine = HookEngine([hook(PRE, [sys.executable, "-c", SPAWN_AND_SLEEP, token])])
+        task = asyncio.create_task(engine.pre_tool_use(bash_call(ws, "ls")))
+        await asyncio.sleep(pause)
+
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+
+        assert await gone(lambda token=token: running_with(token)), f"left running ({pause} s)"
 
 
 async def test_leftover_background_process_is_killed_after_exit(ws: Path) -> None:
@@ -411,11 +474,7 @@ async def test_leftover_background_process_is_killed_after_exit(ws: Path) -> Non
 
     assert outcome.results[0].status == "ok"
     child = int((ws / "child.pid").read_text())
-    for _ in range(50):
-        if not alive(child):
-            break
-        await asyncio.sleep(0.02)
-    assert not alive(child)
+    assert await gone(lambda: alive(child))
 
 
 CRASH = """
