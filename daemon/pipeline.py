@@ -337,6 +337,13 @@ class Pipeline:
             return ToolOutput.text(
                 f"Permission denied for {exc.filename or 'that path'}.", is_error=True
             )
+        except OSError as exc:
+            # Host file system errors, e.g. a path swapped or removed while the call ran.
+            return ToolOutput.text(
+                f"Could not access {exc.filename or 'a path'}: {exc.strerror or exc}. It may have "
+                "changed while the call ran; check it and retry.",
+                is_error=True,
+            )
         except Exception:
             incident = uuid.uuid4().hex[:12]
             log.exception("tool %s failed unexpectedly (incident %s)", tool.name, incident)

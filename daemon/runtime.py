@@ -112,6 +112,7 @@ class Daemon:
             settings.sandbox.defaults,
             policy_revision(policies_dir),
             on_error=self.metrics.opa_error,
+            loading=lambda: self.opa is not None and self.opa.loading,
         )
         await self.engine.open()
         self.reloader = PolicyReloader(self.opa, self.engine, binary, policies_dir)

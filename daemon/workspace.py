@@ -26,7 +26,12 @@ def resolve_path(raw: str, field: str = "file_path") -> Path:
             f"{field} must be an absolute path, got {raw!r}: prefix it with the workspace "
             "directory."
         )
-    return Path(os.path.realpath(path))
+    try:
+        return Path(os.path.realpath(path))
+    except OSError as exc:  # a component changed between two steps of the resolution
+        raise ToolInputError(
+            f"{field} {raw!r} changed while it was being resolved ({exc.strerror}); retry."
+        ) from exc
 
 
 def is_inside(workspace: Path, path: Path) -> bool:

@@ -39,8 +39,10 @@ class OpaPolicyEngine(PolicyEngine):
         base_limits: SandboxLimits,
         revision: str,
         on_error: Callable[[], None] | None = None,
+        loading: Callable[[], bool] | None = None,
     ) -> None:
         self._on_error = on_error or (lambda: None)
+        self._loading = loading or (lambda: False)
         self._client = client_for(url, timeout_s)
         self._base_limits = base_limits
         self._revision = revision
@@ -93,6 +95,12 @@ class OpaPolicyEngine(PolicyEngine):
         return response
 
     async def decide(self, document: dict[str, Any]) -> Verdict:
+        if self._loading():
+            self._on_error()
+            return Verdict.deny(
+                "The policy engine (OPA) is restarting and does not hold the policy yet, so the "
+                "call is denied (fail closed). Retry in a moment."
+            )
         try:
             response = await self._query(document, "decision")
         except Exception as exc:  # noqa: BLE001 - any transport failure must become a deny

@@ -72,6 +72,8 @@ class ManagedOpa:
         self._drain: asyncio.Task[None] | None = None
         self.restarts = 0
         """How often the supervisor had to restart OPA."""
+        self.loading = True
+        """OPA runs but does not hold the policy yet (starting or restarting): do not ask it."""
 
     @property
     def url(self) -> str:
@@ -102,6 +104,7 @@ class ManagedOpa:
         self._files = files
 
     async def _spawn_and_load(self) -> None:
+        self.loading = True
         process = await asyncio.create_subprocess_exec(
             str(self._binary),
             "run",
@@ -125,6 +128,7 @@ class ManagedOpa:
             await self._wait_healthy(process)
             assert self._files is not None
             await self._load(self._files)
+            self.loading = False
         except BaseException:
             await self._terminate(process)
             raise
@@ -173,6 +177,7 @@ class ManagedOpa:
             await process.wait()
             if self._stopping:
                 return
+            self.loading = True
             log.error("managed opa exited with code %s; restarting it", process.returncode)
             while not self._stopping:
                 await asyncio.sleep(_RESTART_BACKOFF_S)

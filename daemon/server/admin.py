@@ -14,7 +14,7 @@ from daemon.models import Caller
 from daemon.policy.reloader import PolicyReloader
 from daemon.server import convert
 from daemon.server.identity import CallerResolver
-from daemon.server.status import status_for
+from daemon.server.status import status_for, status_message
 from daemon.session_manager import SessionManager
 
 Context = grpc.aio.ServicerContext[object, object]
@@ -63,7 +63,7 @@ class AdminService(pb_grpc.AdminServicer):
         try:
             self._admin(context)
         except TooljailError as exc:
-            await context.abort(status_for(exc), str(exc))
+            await context.abort(status_for(exc), status_message(exc))
         result = await self._reloader.reload()
         return pb.ReloadPoliciesResponse(
             policy_revision=result.revision, reloaded=result.reloaded, error=result.error
@@ -73,7 +73,7 @@ class AdminService(pb_grpc.AdminServicer):
         try:
             caller = self._admin(context)
         except TooljailError as exc:
-            await context.abort(status_for(exc), str(exc))
+            await context.abort(status_for(exc), status_message(exc))
         snapshot = await self._status()
         return pb.StatusResponse(
             version=snapshot.version,
@@ -94,7 +94,7 @@ class AdminService(pb_grpc.AdminServicer):
             self._admin(context)
             session = self._sessions.set_mode(request.session_id, request.mode)
         except TooljailError as exc:
-            await context.abort(status_for(exc), str(exc))
+            await context.abort(status_for(exc), status_message(exc))
         return convert.session_to_proto(session)
 
     async def ListGrants(
@@ -104,5 +104,5 @@ class AdminService(pb_grpc.AdminServicer):
             self._admin(context)
             session = self._sessions.get(request.session_id)
         except TooljailError as exc:
-            await context.abort(status_for(exc), str(exc))
+            await context.abort(status_for(exc), status_message(exc))
         return convert.grants_to_proto(session)

@@ -33,7 +33,10 @@ def tool_use_from_proto(message: pb.ToolUse, where: str = "tool_use") -> ToolUse
         raise RequestError(f"{where}.id is empty: every tool_use needs the id the model gave it")
     if not message.name:
         raise RequestError(f"{where}.name is empty: name the tool to call")
-    raw = json_format.MessageToDict(message.input) if message.HasField("input") else {}
+    try:
+        raw = json_format.MessageToDict(message.input) if message.HasField("input") else {}
+    except ValueError as exc:  # NaN or an infinite number: not JSON, so not a tool input
+        raise RequestError(f"{where}.input is not valid JSON: {exc}") from exc
     return ToolUse(id=message.id, name=message.name, input=raw)
 
 

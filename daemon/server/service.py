@@ -19,7 +19,7 @@ from daemon.scheduler import Scheduler
 from daemon.server import convert
 from daemon.server.identity import CallerResolver
 from daemon.server.progress_relay import ProgressRelay
-from daemon.server.status import status_for
+from daemon.server.status import status_for, status_message
 from daemon.service.metrics import CancelReason, Metrics
 from daemon.session_manager import SessionManager
 
@@ -69,7 +69,7 @@ class ExecutorService(pb_grpc.ExecutorServicer):
                 request.session_id, self._admit(context), include_deferred=request.include_deferred
             )
         except TooljailError as exc:
-            await context.abort(status_for(exc), str(exc))
+            await context.abort(status_for(exc), status_message(exc))
         return convert.tools_to_proto(definitions)
 
     async def Execute(self, request: pb.ExecuteRequest, context: Context) -> pb.ExecuteResponse:
@@ -79,7 +79,7 @@ class ExecutorService(pb_grpc.ExecutorServicer):
             with self._counting_cancel(call.tool_use.name, context):
                 outcome = await self._scheduler.execute(call, caller)
         except TooljailError as exc:
-            await context.abort(status_for(exc), str(exc))
+            await context.abort(status_for(exc), status_message(exc))
         return convert.outcome_to_proto(outcome)
 
     @contextlib.contextmanager
@@ -102,12 +102,12 @@ class ExecutorService(pb_grpc.ExecutorServicer):
             caller = self._admit(context)
             calls = convert.batch_from_proto(request)
         except TooljailError as exc:
-            await context.abort(status_for(exc), str(exc))
+            await context.abort(status_for(exc), status_message(exc))
         try:
             async for outcome in self._scheduler.execute_batch(calls, caller):
                 yield convert.outcome_to_proto(outcome)
         except TooljailError as exc:
-            await context.abort(status_for(exc), str(exc))
+            await context.abort(status_for(exc), status_message(exc))
 
     async def ExecuteStream(
         self, request: pb.ExecuteRequest, context: Context
@@ -116,7 +116,7 @@ class ExecutorService(pb_grpc.ExecutorServicer):
             caller = self._admit(context)
             call = convert.call_request_from_proto(request)
         except TooljailError as exc:
-            await context.abort(status_for(exc), str(exc))
+            await context.abort(status_for(exc), status_message(exc))
         relay = ProgressRelay()
         call = dataclasses.replace(call, progress=relay.push)
         running = asyncio.create_task(self._scheduler.execute(call, caller))
@@ -134,7 +134,7 @@ class ExecutorService(pb_grpc.ExecutorServicer):
                 try:
                     outcome = running.result()
                 except TooljailError as exc:
-                    await context.abort(status_for(exc), str(exc))
+                    await context.abort(status_for(exc), status_message(exc))
                 yield pb.ExecuteEvent(response=convert.outcome_to_proto(outcome))
         finally:
             for task in (running, waiter):
@@ -147,7 +147,7 @@ class ExecutorService(pb_grpc.ExecutorServicer):
                 request.workspace, request.idle_ttl_s, self._admit(context), request.mode
             )
         except TooljailError as exc:
-            await context.abort(status_for(exc), str(exc))
+            await context.abort(status_for(exc), status_message(exc))
         return convert.session_to_proto(session)
 
     async def CloseSession(
@@ -157,7 +157,7 @@ class ExecutorService(pb_grpc.ExecutorServicer):
             self._resolver.resolve(context)
             closed = await self._sessions.close(request.session_id, request.delete_workspace)
         except TooljailError as exc:
-            await context.abort(status_for(exc), str(exc))
+            await context.abort(status_for(exc), status_message(exc))
         return pb.CloseSessionResponse(
             cancelled_calls=closed.cancelled_calls, workspace_deleted=closed.workspace_deleted
         )

@@ -30,3 +30,15 @@ def status_for(exc: TooljailError) -> grpc.StatusCode:
         if isinstance(exc, kind):
             return code
     return grpc.StatusCode.INTERNAL
+
+
+#: Status messages travel in a header that clients cap (16 KB in gRPC); keep them well below.
+MAX_STATUS_CHARS = 2_000
+
+
+def status_message(exc: TooljailError) -> str:
+    """The error's text for a status, shortened so that it always reaches the caller."""
+    text = str(exc)
+    if len(text) <= MAX_STATUS_CHARS:
+        return text
+    return text[: MAX_STATUS_CHARS - 40] + f" ... [{len(text) - MAX_STATUS_CHARS + 40} chars cut]"

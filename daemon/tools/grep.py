@@ -162,7 +162,7 @@ def _context_lines(args: GrepInput) -> int | None:
     return args.around if args.around is not None else args.context
 
 
-def build_argv(rg: str, args: GrepInput, search_path: Path) -> list[str]:
+def build_argv(rg: str, args: GrepInput, search_path: Path | str) -> list[str]:
     """The exact ripgrep command line (an argv list; no shell ever sees it)."""
     argv = [
         rg,
@@ -222,10 +222,16 @@ class _Collector:
     """The --stats figures by name ("files searched": 40, ...)."""
     progress: Callable[[int], None] | None = None
     """Gets the running total of result lines (throttled on its side)."""
+    shown_as: str = ""
+    """The absolute directory ripgrep's leading "." stands for (it runs in the search root)."""
 
     def feed(self, line: str) -> None:
         if self.read_stats and self._stat(line):
             return
+        if self.shown_as and line.startswith("./"):
+            line = (
+                self.shown_as + line[1:]
+            )  # ripgrep ran in the search root: paths back to absolute
         index = self.total
         self.total += 1
         if self.progress is not None:
@@ -311,11 +317,15 @@ async def _drain_lines(stream: asyncio.StreamReader, collector: _Collector) -> N
 
 
 async def run_rg(
-    argv: list[str], cwd: Path, collector: _Collector, timeout_s: float
+    argv: list[str], root_fd: int, collector: _Collector, timeout_s: float
 ) -> tuple[int, str]:
-    """Run ripgrep, feeding stdout to the collector; returns (exit code, stderr text).
+    """Run ripgrep inside the already opened search root, feeding stdout to the collector;
+    returns (exit code, stderr text).
 
-    The process is killed if the call is cancelled or runs past the timeout.
+    ripgrep starts in the directory behind `root_fd` (checked to be inside the workspace when it
+    was opened) and searches relative paths, so swapping the search path for a symlink after the
+    check cannot redirect it. The process is killed if the call is cancelled or runs past the
+    timeout.
     """
     try:
         proc = await asyncio.create_subprocess_exec(
@@ -323,7 +333,8 @@ async def run_rg(
             stdin=asyncio.subprocess.DEVNULL,
             stdout=asyncio.subprocess.PIPE,
             stderr=asyncio.subprocess.PIPE,
-            cwd=cwd,
+            cwd=f"/proc/self/fd/{root_fd}",
+            pass_fds=(root_fd,),
         )
     except FileNotFoundError as exc:
         raise _rg_missing() from exc
@@ -374,11 +385,27 @@ def _search_error(stderr: str) -> ToolError:
     return ToolError(f"ripgrep could not run the search:\n{stderr}\n{advice}")
 
 
-def _check_searchable(workspace: Path, path: Path, raw: str) -> None:
-    """Refuse a missing path, a FIFO or device (rg would hang or read forever), or an escape."""
+@dataclass(frozen=True)
+class SearchRoot:
+    """Where ripgrep runs: an open directory inside the workspace and what to search in it."""
+
+    fd: int
+    """The directory ripgrep starts in (the caller closes it)."""
+    target: str
+    """"." for a directory, "./name" for a file."""
+    shown_as: str
+    """What ripgrep's leading "." stands for in the paths it prints (an absolute directory)."""
+
+
+def open_search_root(workspace: Path, path: Path, raw: str) -> SearchRoot:
+    """Open the search root, refusing a missing path, a FIFO or device (rg would hang or read
+    forever), or anything that leads out of the workspace."""
     try:
-        mode = os.lstat(path).st_mode
-        fd = open_confined(workspace, path, directory=stat.S_ISDIR(mode))
+        if stat.S_ISDIR(os.lstat(path).st_mode):
+            return SearchRoot(open_confined(workspace, path, directory=True), ".", str(path))
+        os.close(open_confined(workspace, path))
+        parent = open_confined(workspace, path.parent, directory=True)
+        return SearchRoot(parent, f"./{path.name}", str(path.parent))
     except FileNotFoundError as exc:
         raise ToolError(
             f"{raw} does not exist. Give an existing file or directory as path, or omit path to "
@@ -386,7 +413,10 @@ def _check_searchable(workspace: Path, path: Path, raw: str) -> None:
         ) from exc
     except PermissionError as exc:
         raise ToolError(f"{raw} cannot be read: permission denied.") from exc
-    os.close(fd)
+    except OSError as exc:
+        raise ToolError(
+            f"{raw} changed while it was being checked ({exc.strerror}); retry."
+        ) from exc
 
 
 def _by_mtime(paths: list[str]) -> list[str]:
@@ -459,10 +489,18 @@ class GrepTool(Tool[GrepInput, GrepResult]):
     async def call(self, args: GrepInput, ctx: CallContext) -> GrepResult:
         raw = args.path if args.path is not None else str(ctx.workspace)
         path = require_inside(ctx.workspace, self._search_path(args, ctx.workspace), raw)
-        await asyncio.to_thread(_check_searchable, ctx.workspace, path, raw)
         rg = shutil.which("rg")
         if rg is None:
             raise _rg_missing()
+        root = await asyncio.to_thread(open_search_root, ctx.workspace, path, raw)
+        try:
+            return await self._search(rg, args, ctx, root, path)
+        finally:
+            os.close(root.fd)
+
+    async def _search(
+        self, rg: str, args: GrepInput, ctx: CallContext, root: SearchRoot, path: Path
+    ) -> GrepResult:
         offset = args.offset or 0
         head_limit = DEFAULT_HEAD_LIMIT if args.head_limit is None else args.head_limit
         keep = head_limit or None
@@ -473,9 +511,10 @@ class GrepTool(Tool[GrepInput, GrepResult]):
             keep=keep if windowed else None,
             read_stats=args.output_mode != "files_with_matches",
             progress=_running_count(ctx, args.output_mode),
+            shown_as=root.shown_as,
         )
         code, stderr = await run_rg(
-            build_argv(rg, args, path), ctx.workspace, collector, ctx.limits.timeout_ms / 1000
+            build_argv(rg, args, root.target), root.fd, collector, ctx.limits.timeout_ms / 1000
         )
         if code == 2 and collector.total == 0:
             raise _search_error(stderr)
@@ -507,7 +546,7 @@ class GrepTool(Tool[GrepInput, GrepResult]):
             files_searched=searched,
             matched_lines=collector.stats.get("matched lines"),
             files_matched=collector.stats.get("files contained matches"),
-            shown=shown_path(path, ctx.workspace, directory=path.is_dir()),
+            shown=shown_path(path, ctx.workspace, directory=root.target == "."),
         )
 
     def render(self, result: GrepResult) -> ToolOutput:
