@@ -14,7 +14,7 @@ WORKSPACE ?= $(CURDIR)/.tooljail/workspace
 PYTEST_ARGS ?=
 
 .PHONY: help setup venv proto opa grpcurl packages docker image run test lint typecheck policy-test \
-        interop buf go-gen install bench bench-smoke \
+        interop buf go-gen install bench bench-smoke chaos \
         pytest unit integration bench-sandbox fmt clean
 
 help: ## show the targets
@@ -108,6 +108,9 @@ buf: ## buf lint, and buf breaking against the last released proto (proto/releas
 
 go-gen: ## regenerate the Go example's code from proto/
 	@examples/go/generate.sh
+
+chaos: setup ## long reliability variants (TOOLJAIL_CHAOS_DOCKER=1 also stops/starts dockerd)
+	@scripts/chaos.sh
 
 bench: setup ## the published benchmark (~6 min): bench/results/latest.{json,md} and plots
 	@$(BIN)/python -m bench.bench

@@ -153,6 +153,8 @@ class GlobInput(LaxToolInput):
 
     pattern: str = Field(
         min_length=1,
+        # Longer can never match a path (PATH_MAX), and compiling it would stall the daemon.
+        max_length=4096,
         description='Glob pattern matched against file paths relative to path, e.g. "**/*.py" or '
         '"src/**/*.{ts,tsx}".',
     )

@@ -64,7 +64,11 @@ class PacedLoad:
                 answer = Answer(tool_use_id, sent, time.monotonic(), response=response)
             except grpc.RpcError as exc:
                 answer = Answer(
-                    f"#{index}", sent, time.monotonic(), status=exc.code(), details=exc.details()
+                    f"#{index}",
+                    sent,
+                    time.monotonic(),
+                    status=exc.code(),
+                    details=exc.details() or "",
                 )
             with self._lock:
                 self.answers.append(answer)
