@@ -237,7 +237,8 @@ class Pipeline:
                 verdict,
                 result,
                 ExecutionReport(),
-                gate.approval_token,
+                # A hook's deny may override the policy's ask: then no token is handed out.
+                gate.approval_token if verdict.outcome is Outcome.ASK else "",
                 summary=f"{tool.name} {word}",
             )
 
