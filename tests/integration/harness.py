@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import threading
 import uuid
 from collections.abc import Iterator
@@ -34,7 +35,8 @@ class RunningDaemon:
             listen=f"unix://{socket_path}",
             workspace=workspace,
             audit_log=str(self.audit_path),
-            instance_id=f"test-{socket_path.stem}",
+            # Unique per test process: concurrent runs on one engine must not reap each other.
+            instance_id=f"test-{socket_path.stem}-{os.getpid()}",
             state_dir=socket_path.with_suffix(".state"),
             **overrides,
         )

@@ -169,7 +169,7 @@ def test_sigterm_lets_in_flight_sandboxed_calls_finish_and_leaves_no_container(
     workspace.mkdir()
     os.chown(workspace, OWNER_UID, OWNER_GID)
     socket_path = short_tmp / "sigterm.sock"
-    instance = "test-sigterm"
+    instance = f"test-sigterm-{os.getpid()}"
     env = dict(
         os.environ,
         TOOLJAIL_INSTANCE_ID=instance,
