@@ -47,8 +47,9 @@ def containers_of(instance_id: str) -> list[object]:
     """Every container (any state) labelled with the daemon instance."""
     client = docker.from_env()
     try:
+        # sparse: no per-container inspect, which races with removals (404 on a gone container)
         return client.containers.list(
-            all=True, filters={"label": f"{LABEL_INSTANCE}={instance_id}"}
+            all=True, sparse=True, filters={"label": f"{LABEL_INSTANCE}={instance_id}"}
         )
     finally:
         client.close()
