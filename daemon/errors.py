@@ -8,7 +8,6 @@ __all__ = [
     "ConfinementError",
     "Overloaded",
     "PermissionDenied",
-    "PolicyError",
     "PolicyLoadError",
     "RequestError",
     "RequestTooLarge",
@@ -59,10 +58,6 @@ class ToolInputError(ToolError):
 
 class ConfinementError(ToolError):
     """A path resolves outside the workspace, or to something that must never be touched."""
-
-
-class PolicyError(TooljailError):
-    """The policy engine could not give a usable decision (the call is denied: fail closed)."""
 
 
 class PolicyLoadError(TooljailError):

@@ -79,7 +79,6 @@ class Daemon:
         self._server: grpc.aio.Server | None = None
         self._health = health.aio.HealthServicer()
         self._audit: AuditLog | None = None
-        self._stopped = asyncio.Event()
         self._session_store: SessionStore | None = None
         self.intake = Intake()
         self.metrics = Metrics()
@@ -284,7 +283,6 @@ class Daemon:
             self._audit.close()
             self._audit = None
         self.address.cleanup()
-        self._stopped.set()
 
     async def run_until_signalled(self) -> None:
         """Serve until SIGTERM or SIGINT, then stop; tell systemd about each step."""

@@ -39,11 +39,6 @@ class SessionStore:
         session.touch()
         return session
 
-    @property
-    def default(self) -> Session:
-        """The default session."""
-        return self._sessions[DEFAULT_SESSION_ID]
-
     def __len__(self) -> int:
         return len(self._sessions)
 

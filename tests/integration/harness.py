@@ -5,7 +5,9 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import subprocess
 import threading
+import time
 import uuid
 from collections.abc import Iterator
 from concurrent.futures import Future
@@ -14,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import grpc
+import pytest
 from google.protobuf import json_format
 
 from daemon._generated.tooljail.v1 import executor_pb2 as pb
@@ -100,3 +103,26 @@ def running_daemon(workspace: Path, socket_path: Path, **overrides: Any) -> Iter
         yield daemon
     finally:
         daemon.stop()
+
+
+@contextmanager
+def serve_process(
+    argv: list[str], env: dict[str, str], socket_path: Path, log_path: Path, cwd: Path | None = None
+) -> Iterator[subprocess.Popen[str]]:
+    """`tooljail serve` as a real subprocess, once its socket exists; killed at the end if it
+    still runs (its output goes to `log_path`, shown when it fails to start)."""
+    with log_path.open("w") as log:
+        process = subprocess.Popen(
+            argv, env=env, cwd=cwd, stdout=log, stderr=subprocess.STDOUT, text=True
+        )
+    try:
+        deadline = time.monotonic() + 60
+        while not socket_path.exists():
+            if process.poll() is not None or time.monotonic() > deadline:
+                pytest.fail(f"tooljail serve did not start:\n{log_path.read_text()}")
+            time.sleep(0.05)
+        yield process
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()

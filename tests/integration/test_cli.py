@@ -7,11 +7,12 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+
+from tests.integration.harness import serve_process
 
 pytestmark = pytest.mark.integration
 
@@ -29,35 +30,9 @@ def served(short_tmp: Path) -> Iterator[tuple[str, Path, subprocess.Popen[str]]]
         TOOLJAIL_AUDIT_LOG="/dev/null",
         TOOLJAIL_STATE_DIR=str(short_tmp / "cli-state"),
     )
-    log_path = short_tmp / "cli-serve.log"
-    with log_path.open("w") as log:
-        process = subprocess.Popen(
-            [
-                *TOOLJAIL,
-                "serve",
-                "--listen",
-                f"unix://{socket_path}",
-                "--workspace",
-                str(workspace),
-            ],
-            env=env,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            text=True,
-        )
-    deadline = time.monotonic() + 60
-    while not socket_path.exists():
-        if process.poll() is not None or time.monotonic() > deadline:
-            process.kill()
-            process.wait()
-            pytest.fail(f"tooljail serve did not start:\n{log_path.read_text()}")
-        time.sleep(0.05)
-    try:
+    argv = [*TOOLJAIL, "serve", "--listen", f"unix://{socket_path}", "--workspace", str(workspace)]
+    with serve_process(argv, env, socket_path, short_tmp / "cli-serve.log") as process:
         yield f"unix://{socket_path}", workspace, process
-    finally:
-        if process.poll() is None:
-            process.kill()
-            process.wait()
 
 
 def run_cli(*args: str, stdin: str | None = None) -> subprocess.CompletedProcess[str]:

@@ -8,13 +8,13 @@ import os
 import shutil
 import signal
 import subprocess
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from daemon.config import load_settings
+from tests.integration.harness import serve_process
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(900)]
 
@@ -140,29 +140,9 @@ def served(prefix: Path, short_tmp: Path) -> Iterator[tuple[Path, Path, subproce
         TOOLJAIL_SANDBOX__ENABLED="false",
         TOOLJAIL_OPA__TIMEOUT_S="5",
     )
-    log_path = home / "serve.log"
-    with log_path.open("w") as log:
-        process = subprocess.Popen(
-            [str(prefix / "bin" / "tooljail"), "serve", "--config", str(prefix / EXAMPLE)],
-            env=env,
-            cwd=home,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            text=True,
-        )
-    deadline = time.monotonic() + 60
-    while not socket_path.exists():
-        if process.poll() is not None or time.monotonic() > deadline:
-            process.kill()
-            process.wait()
-            pytest.fail(f"the installed tooljail did not start:\n{log_path.read_text()}")
-        time.sleep(0.05)
-    try:
+    argv = [str(prefix / "bin" / "tooljail"), "serve", "--config", str(prefix / EXAMPLE)]
+    with serve_process(argv, env, socket_path, home / "serve.log", cwd=home) as process:
         yield home, workspace, process
-    finally:
-        if process.poll() is None:
-            process.kill()
-            process.wait()
 
 
 def test_installed_daemon_serves_a_call(
