@@ -7,11 +7,12 @@ import grpc
 from grpc_health.v1 import health, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
-from daemon._generated.tooljail.v1 import executor_pb2, executor_pb2_grpc
+from daemon._generated.tooljail.v1 import executor_pb2
 from daemon.config import Settings, TcpListenerSettings
 from daemon.errors import TooljailError
 from daemon.listen import ListenAddress
 from daemon.server.admin import AdminService
+from daemon.server.decoding import add_service
 from daemon.server.service import ExecutorService
 
 EXECUTOR_SERVICE = executor_pb2.DESCRIPTOR.services_by_name["Executor"].full_name
@@ -46,8 +47,8 @@ def build_server(
             ("grpc.max_send_message_length", settings.max_request_bytes),
         ]
     )
-    executor_pb2_grpc.add_ExecutorServicer_to_server(executor, server)
-    executor_pb2_grpc.add_AdminServicer_to_server(admin, server)
+    add_service(server, executor_pb2.DESCRIPTOR.services_by_name["Executor"], executor)
+    add_service(server, executor_pb2.DESCRIPTOR.services_by_name["Admin"], admin)
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
     reflection.enable_server_reflection(
         (*SERVICE_NAMES, health.SERVICE_NAME, reflection.SERVICE_NAME), server

@@ -119,28 +119,18 @@ def test_long_values_in_error_statuses_are_shortened(
     assert outcome.code() == grpc.StatusCode.INVALID_ARGUMENT
 
 
-_UNDECODED = pytest.mark.xfail(
-    strict=True,
-    reason="bug: bytes that do not decode as an ExecuteRequest (invalid UTF-8 in a string, a "
-    "corrupt wire format, nesting past protobuf's depth limit) fail in grpc's request "
-    "deserializer, which the servicer never sees: the caller gets UNKNOWN 'Unexpected "
-    "DecodeError' instead of INVALID_ARGUMENT (daemon/server/app.py registers the generated "
-    "deserializers as they are)",
-)
 RAW_CASES = [
     pytest.param(b"", id="empty message"),
     pytest.param(_field(2, b""), id="empty tool_use"),
     pytest.param(_readuse(b"toolu_ok", _deep_struct(25)), id="nesting 25 levels"),
     pytest.param(_field(1, b"ses\x00sion") + _readuse(b"toolu_nul"), id="NUL in session id"),
-    pytest.param(_field(1, b"\xff\xfe") + _readuse(b"toolu_bad"), id="invalid UTF-8 session",
-                 marks=_UNDECODED),
-    pytest.param(_readuse(b"toolu_\xc3\x28"), id="invalid UTF-8 id", marks=_UNDECODED),
+    pytest.param(_field(1, b"\xff\xfe") + _readuse(b"toolu_bad"), id="invalid UTF-8 session"),
+    pytest.param(_readuse(b"toolu_\xc3\x28"), id="invalid UTF-8 id"),
     pytest.param(_readuse(b"toolu_x", _field(1, _field(1, b"\xed\xa0\x80"))),
-                 id="surrogate in an input key", marks=_UNDECODED),
-    pytest.param(_readuse(b"toolu_deep", _deep_struct(40)), id="nesting 40 levels",
-                 marks=_UNDECODED),
-    pytest.param(b"\x0a\xff\xff\xff\xff\x0f", id="corrupt length", marks=_UNDECODED),
-    pytest.param(b"\x12\x05\x0a\x03", id="truncated message", marks=_UNDECODED),
+                 id="surrogate in an input key"),
+    pytest.param(_readuse(b"toolu_deep", _deep_struct(40)), id="nesting 40 levels"),
+    pytest.param(b"\x0a\xff\xff\xff\xff\x0f", id="corrupt length"),
+    pytest.param(b"\x12\x05\x0a\x03", id="truncated message"),
     pytest.param(_nan_request(), id="NaN number"),
     pytest.param(_infinity_request(), id="infinite number"),
 ]  # fmt: skip
@@ -155,6 +145,38 @@ def test_hand_encoded_requests_get_a_precise_status_or_result(
     record("hand-encoded ExecuteRequest", 1, 0 if problem else 1)
     assert still_serves(rel_host, host_dir)
     assert not problem, problem
+
+
+_METHODS = [
+    (service.full_name, method)
+    for service in pb.DESCRIPTOR.services_by_name.values()
+    for method in service.methods
+]
+
+
+@pytest.mark.parametrize(
+    ("service", "method"), _METHODS, ids=[f"{s.rsplit('.', 1)[-1]}.{m.name}" for s, m in _METHODS]
+)
+def test_every_method_answers_undecodable_bytes_with_invalid_argument(
+    rel_host: RunningDaemon, host_dir: Path, service: str, method: Any, record: Record
+) -> None:
+    path = f"/{service}/{method.name}"
+    corrupt = b"\x0a\xff\xff\xff\xff\x0f"
+    if method.server_streaming:
+        stream: Any = rel_host.channel.unary_stream(path, request_serializer=None)
+        with pytest.raises(grpc.RpcError) as raised:
+            list(stream(corrupt, timeout=30))
+        error = raised.value
+    else:
+        unary: Any = rel_host.channel.unary_unary(path, request_serializer=None)
+        with pytest.raises(grpc.RpcError) as raised:
+            unary(corrupt, timeout=30)
+        error = raised.value
+    precise = error.code() == grpc.StatusCode.INVALID_ARGUMENT
+    record("undecodable bytes, every method", 1, int(precise))
+    assert precise, (error.code(), error.details())
+    assert f"not a valid {method.input_type.full_name} message" in error.details()
+    assert still_serves(rel_host, host_dir)
 
 
 @pytest.mark.filterwarnings(LARGE_BODY_WARNING)

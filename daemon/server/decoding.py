@@ -1,0 +1,102 @@
+"""Registration of tooljail's services with request decoding the servicer can answer for.
+
+grpc runs the request deserializer before any servicer code: when the bytes are not a valid
+message (invalid UTF-8 in a string, a corrupt or truncated wire format, nesting deeper than
+protobuf allows) the generated handlers let the DecodeError escape and the caller gets UNKNOWN
+"Unexpected DecodeError". Here the deserializer never raises: it hands the servicer an
+``Undecodable`` marker instead, and the handler answers INVALID_ARGUMENT saying what was wrong.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any
+
+import grpc
+from google.protobuf import message as protobuf_message
+from google.protobuf.descriptor import MethodDescriptor, ServiceDescriptor
+from google.protobuf.message_factory import GetMessageClass
+
+Context = grpc.aio.ServicerContext[Any, Any]
+UnaryBehaviour = Callable[[Any, Context], Awaitable[Any]]
+StreamBehaviour = Callable[[Any, Context], AsyncIterator[Any]]
+
+
+@dataclasses.dataclass(frozen=True)
+class Undecodable:
+    """Bytes that did not decode as the method's request message."""
+
+    message_name: str
+    reason: str
+
+    def status_message(self) -> str:
+        return (
+            f"the request is not a valid {self.message_name} message ({self.reason}); "
+            "send it encoded by protobuf from tooljail's proto files, with every string field "
+            "valid UTF-8 and Struct values nested at most about 30 levels deep"
+        )
+
+
+def _tolerant_deserializer(
+    message_class: type[protobuf_message.Message],
+) -> Callable[[bytes], object]:
+    name = message_class.DESCRIPTOR.full_name
+
+    def deserialize(data: bytes) -> object:
+        try:
+            return message_class.FromString(data)
+        except (protobuf_message.DecodeError, RecursionError, ValueError) as exc:
+            return Undecodable(name, str(exc) or type(exc).__name__)
+
+    return deserialize
+
+
+def _guarded_unary(behaviour: UnaryBehaviour) -> UnaryBehaviour:
+    async def handle(request: object, context: Context) -> Any:
+        if isinstance(request, Undecodable):
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, request.status_message())
+        return await behaviour(request, context)
+
+    return handle
+
+
+def _guarded_stream(behaviour: StreamBehaviour) -> StreamBehaviour:
+    async def handle(request: object, context: Context) -> AsyncIterator[Any]:
+        if isinstance(request, Undecodable):
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, request.status_message())
+        async for response in behaviour(request, context):
+            yield response
+
+    return handle
+
+
+def _handler(servicer: object, method: MethodDescriptor) -> grpc.RpcMethodHandler[Any, Any]:
+    request_class = GetMessageClass(method.input_type)
+    response_class = GetMessageClass(method.output_type)
+    behaviour = getattr(servicer, method.name)
+    deserializer = _tolerant_deserializer(request_class)
+    serializer = response_class.SerializeToString
+    if method.client_streaming:
+        raise TypeError(f"{method.full_name}: client streaming is not supported by tooljail")
+    if method.server_streaming:
+        return grpc.unary_stream_rpc_method_handler(
+            _guarded_stream(behaviour),
+            request_deserializer=deserializer,
+            response_serializer=serializer,
+        )
+    return grpc.unary_unary_rpc_method_handler(
+        _guarded_unary(behaviour),
+        request_deserializer=deserializer,
+        response_serializer=serializer,
+    )
+
+
+def add_service(server: grpc.aio.Server, service: ServiceDescriptor, servicer: object) -> None:
+    """Register every method of ``service`` on ``server``, implemented by ``servicer``."""
+    handlers = {method.name: _handler(servicer, method) for method in service.methods}
+    server.add_generic_rpc_handlers(
+        (grpc.method_handlers_generic_handler(service.full_name, handlers),)
+    )
+    # Registered handlers skip the generic lookup per call.
+    server.add_registered_method_handlers(service.full_name, handlers)
