@@ -1,12 +1,25 @@
-"""The audit log: one JSON line per call, to a file or standard output."""
+"""The audit log: JSON lines, to a file or standard output.
+
+Every call gets one ``answered`` record when its answer is ready. An allowed call also gets a
+``decided`` record just before it runs, so a call interrupted by a crash is still on file."""
 
 from __future__ import annotations
 
 import json
 import sys
 import threading
+from enum import StrEnum
 from pathlib import Path
 from typing import Any, TextIO
+
+
+class AuditEvent(StrEnum):
+    """Which moment of a call a record describes (its ``event`` field)."""
+
+    DECIDED = "decided"
+    """Allowed, about to run."""
+    ANSWERED = "answered"
+    """Answered: every call has exactly one."""
 
 
 class AuditLog:

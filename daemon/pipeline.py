@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
+import functools
 import logging
 import time
 import uuid
@@ -13,7 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from daemon.audit import AuditLog
+from daemon.audit import AuditEvent, AuditLog
 from daemon.budget import fit_content
 from daemon.config import SandboxCeilings, clamp_limits
 from daemon.errors import SandboxError, ToolError, Unavailable
@@ -68,6 +70,11 @@ class CallRequest:
     """With a token: "once", or "session" (similar calls need no approval for the session)."""
     progress: ProgressSink | None = None
     """Where live progress goes (ExecuteStream); None when nobody listens."""
+
+    @functools.cached_property
+    def input_sha256(self) -> str:
+        """Canonical hash of the input as sent (computed once: audit and idempotency share it)."""
+        return canonical_input_hash(self.tool_use.input)
 
 
 @dataclass(frozen=True)
@@ -227,6 +234,8 @@ class Pipeline:
             hooked.outcome.to_policy(),
         )
         verdict = self._hooks.enforce(gate.verdict, hooked.outcome)
+        if not verdict.decision_id:  # OPA gives none when the daemon decided itself
+            verdict = dataclasses.replace(verdict, decision_id=uuid.uuid4().hex)
         call.timings["decision_s"] = time.monotonic() - decision_started
         if verdict.outcome is not Outcome.ALLOW:
             result = _error(tool_use.id, self._refusal_text(tool.name, verdict))
@@ -253,6 +262,10 @@ class Pipeline:
             sandbox=self._runner_factory(session, tool_use.id) if tool.traits.sandboxed else None,
             progress=call.request.progress,
             catalog=lambda: self.list_tools(session.id, caller, include_deferred=True),
+        )
+        # Recorded before anything runs: a call cut short by a crash still has its allow on file.
+        self._audit.write(
+            self._audit_record(call, caller, verdict, verdict.decision_id, AuditEvent.DECIDED)
         )
         exec_started = time.monotonic()
         with self._metrics.in_flight() if self._metrics else contextlib.nullcontext():
@@ -354,6 +367,31 @@ class Pipeline:
                 is_error=True,
             )
 
+    def _audit_record(
+        self,
+        call: PreparedCall,
+        caller: Caller,
+        verdict: Verdict | None,
+        decision_id: str,
+        event: AuditEvent,
+    ) -> dict[str, Any]:
+        """The fields every audit record of a call has, as known once it is decided."""
+        tool_use = call.request.tool_use
+        return {
+            "event": event.value,
+            "time": time.time(),
+            "decision_id": decision_id,
+            "principal": caller.principal,
+            "session": call.session.id,
+            "tool_use_id": tool_use.id,
+            "tool": tool_use.name,
+            "input_sha256": call.request.input_sha256,
+            "input": masked(tool_use.input, self._policy.audit_mask),
+            "outcome": verdict.outcome.value if verdict else "not_evaluated",
+            "reasons": list(verdict.reasons) if verdict else [],
+            "policy_revision": self._gate.revision if verdict else "",
+        }
+
     def _finish(
         self,
         call: PreparedCall,
@@ -376,17 +414,7 @@ class Pipeline:
         )
         self._audit.write(
             {
-                "time": time.time(),
-                "decision_id": decision_id,
-                "principal": caller.principal,
-                "session": call.session.id,
-                "tool_use_id": request.tool_use.id,
-                "tool": request.tool_use.name,
-                "input_sha256": canonical_input_hash(request.tool_use.input),
-                "input": masked(request.tool_use.input, self._policy.audit_mask),
-                "outcome": decision.outcome.value if decision.outcome else "not_evaluated",
-                "reasons": list(decision.reasons),
-                "policy_revision": decision.policy_revision,
+                **self._audit_record(call, caller, verdict, decision_id, AuditEvent.ANSWERED),
                 "is_error": result.is_error,
                 "truncated": report.truncated,
                 "duration_ms": int((time.monotonic() - call.started) * 1000),

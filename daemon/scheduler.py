@@ -18,8 +18,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
-import hashlib
-import json
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
 
@@ -55,9 +53,8 @@ class SchedulerLimits:
 
 
 def input_hash(request: CallRequest) -> str:
-    """Canonical hash of a call's input (for idempotency)."""
-    canonical = json.dumps(request.tool_use.input, sort_keys=True, separators=(",", ":"))
-    return hashlib.sha256(f"{request.tool_use.name}\0{canonical}".encode()).hexdigest()
+    """What identifies a call's input for idempotency: its tool and canonical input hash."""
+    return f"{request.tool_use.name}\0{request.input_sha256}"
 
 
 def partition(calls: list[PreparedCall], max_parallel: int) -> list[list[PreparedCall]]:

@@ -78,11 +78,13 @@ class RunningDaemon:
         )
         return response
 
-    def audit_lines(self) -> list[dict[str, Any]]:
-        """Every audit record written so far."""
+    def audit_lines(self, event: str | None = "answered") -> list[dict[str, Any]]:
+        """The audit records written so far: one "answered" record per call by default, those of
+        another event ("decided": allowed calls about to run), or all with None."""
         if not self.audit_path.exists():
             return []
-        return [json.loads(line) for line in self.audit_path.read_text().splitlines() if line]
+        records = [json.loads(line) for line in self.audit_path.read_text().splitlines() if line]
+        return [r for r in records if event is None or r["event"] == event]
 
 
 def text_of(response: pb.ExecuteResponse) -> str:

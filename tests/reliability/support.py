@@ -271,8 +271,10 @@ class DaemonProcess:
         """The daemon's output so far (its last 4,000 characters)."""
         return self.log_path.read_text(errors="replace")[-4000:] if self.log_path.exists() else ""
 
-    def audit_lines(self) -> list[dict[str, Any]]:
-        """Every audit record written so far."""
+    def audit_lines(self, event: str | None = "answered") -> list[dict[str, Any]]:
+        """The audit records written so far: one "answered" record per call by default, those of
+        another event ("decided": allowed calls about to run), or all with None."""
         if not self.audit_path.exists():
             return []
-        return [json.loads(line) for line in self.audit_path.read_text().splitlines() if line]
+        records = [json.loads(line) for line in self.audit_path.read_text().splitlines() if line]
+        return [r for r in records if event is None or r["event"] == event]

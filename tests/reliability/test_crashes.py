@@ -113,12 +113,16 @@ def test_daemon_sigkill_with_sandboxed_calls_in_flight_then_restart(
             in_flight,
             sum(1 for s in sessions if not (Path(s.workspace) / "finished.txt").exists()),
         )
+        decided = audited_killed(second, sessions, "decided")
+        answered = audited_killed(second, sessions, "answered")
         figure(
             "daemon SIGKILL restart",
             f"the new daemon served {serving_s:.1f} s after it was started (it reaps first); the "
             f"{len(old_containers)} containers of the killed one were gone after {reap_s:.1f} s; "
-            f"audit records of the {in_flight} killed calls: {audited_killed(second, sessions)}",
+            f"'decided' audit records of the {in_flight} killed calls: {decided}, 'answered': "
+            f"{answered}",
         )
+        assert (decided, answered) == (in_flight, 0), "every killed call must be on file"
         assert reaped, f"leftovers not reaped: {container_ids(instance) & old_containers}"
         assert left <= pool_size
 
@@ -150,18 +154,14 @@ def test_daemon_sigkill_with_sandboxed_calls_in_flight_then_restart(
             asyncio.run(DockerBackend.reap_instance(instance))
 
 
-def audited_killed(daemon: DaemonProcess, sessions: list[pb.Session]) -> int:
+def audited_killed(daemon: DaemonProcess, sessions: list[pb.Session], event: str) -> int:
     """Audit records of Bash calls in these sessions (the killed daemon's in-flight calls)."""
     ids = {s.id for s in sessions}
-    return sum(1 for r in daemon.audit_lines() if r["session"] in ids and r["tool"] == "Bash")
+    return sum(
+        1 for r in daemon.audit_lines(event) if r["session"] in ids and r["tool"] == "Bash"
+    )
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="gap: the audit record of a call is written only when it finishes "
-    "(daemon/pipeline.py, Pipeline._finish), so a call that runs when the daemon is killed leaves "
-    "no record of its allow: after a crash nothing proves it was decided",
-)
 @pytest.mark.docker
 def test_a_running_call_is_already_in_the_audit_log(rel_sandbox: RunningDaemon) -> None:
     tool_use_id = unique("toolu_audit_first")
@@ -171,10 +171,16 @@ def test_a_running_call_is_already_in_the_audit_log(rel_sandbox: RunningDaemon) 
     try:
         time.sleep(2.0)
         assert not future.done()
-        records = [r for r in rel_sandbox.audit_lines() if r["tool_use_id"] == tool_use_id]
-        assert records and records[0]["outcome"] == "allow"
+        records = [r for r in rel_sandbox.audit_lines(None) if r["tool_use_id"] == tool_use_id]
+        assert [(r["event"], r["outcome"]) for r in records] == [("decided", "allow")]
+        assert records[0]["decision_id"] and records[0]["input"] == {"command": "sleep 4"}
     finally:
-        future.result()
+        answer = future.result()
+    records = [r for r in rel_sandbox.audit_lines(None) if r["tool_use_id"] == tool_use_id]
+    assert [r["event"] for r in records] == ["decided", "answered"]
+    decided, answered = records
+    assert decided["decision_id"] == answered["decision_id"] == answer.decision.decision_id
+    assert decided["input_sha256"] == answered["input_sha256"]
 
 
 def _bash_use(tool_use_id: str, command: str) -> pb.ToolUse:

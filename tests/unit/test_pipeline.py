@@ -127,9 +127,17 @@ async def test_allowed_call_runs_and_is_audited(tmp_path: Path) -> None:
     assert document["tool"]["name"] == "Echo" and document["tool"]["read_only"] is True
     assert document["input"] == {"text": "hi", "times": 3}
     assert document["caller"] == {"principal": "tester", "transport": "inproc"}
-    audit = [json.loads(line) for line in (tmp_path / "audit.jsonl").read_text().splitlines()]
-    assert audit[0]["outcome"] == "allow" and audit[0]["tool"] == "Echo"
-    assert audit[0]["decision_id"] == outcome.decision.decision_id
+    audit = _audit_records(tmp_path)
+    assert [(r["event"], r["outcome"], r["tool"]) for r in audit] == [
+        ("decided", "allow", "Echo"),
+        ("answered", "allow", "Echo"),
+    ]
+    assert {r["decision_id"] for r in audit} == {outcome.decision.decision_id}
+    assert "is_error" not in audit[0] and audit[1]["is_error"] is False
+
+
+def _audit_records(folder: Path) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in (folder / "audit.jsonl").read_text().splitlines()]
 
 
 async def test_unknown_tool_lists_the_available_ones(tmp_path: Path) -> None:
@@ -170,6 +178,9 @@ async def test_deny_and_ask_do_not_run(tmp_path: Path) -> None:
     outcome = await run(make_pipeline(tmp_path, FakeEngine(ask)), "Echo", {"text": "x"})
     assert outcome.result.is_error and "approval" in outcome.result.text()
     assert EchoTool.seen_limits == []
+    audit = _audit_records(tmp_path)
+    assert [(r["event"], r["outcome"]) for r in audit] == [("answered", "deny"), ("answered", "ask")]
+    assert all(r["decision_id"] for r in audit), "a daemon-made verdict still gets a decision id"
 
 
 async def test_tool_errors_and_crashes_become_error_results(tmp_path: Path) -> None:
