@@ -109,7 +109,7 @@ buf: ## buf lint, and buf breaking against the last released proto (proto/releas
 go-gen: ## regenerate the Go example's code from proto/
 	@examples/go/generate.sh
 
-chaos: setup ## long reliability variants (TOOLJAIL_CHAOS_DOCKER=1 also stops/starts dockerd)
+chaos: setup ## long reliability variants (fuzzing, loads, faults; a private dockerd is stopped)
 	@scripts/chaos.sh
 
 bench: setup ## the published benchmark (~6 min): bench/results/latest.{json,md} and plots

@@ -42,6 +42,7 @@ from sandbox.backend import (
     SandboxSpec,
     SandboxStartError,
 )
+from sandbox.engine_client import engine_client
 from sandbox.hardening import container_recipe
 from sandbox.protocol import (
     PROTOCOL_VERSION,
@@ -102,6 +103,15 @@ class _AttachConnection:
                 closer()
 
 
+def _release_response(exc: BaseException) -> None:
+    """Close the HTTP response an engine error carries. An attach refused with an error status
+    (the engine stopping, the container gone) leaves its streamed response open, holding the
+    connection's socket until garbage collection."""
+    response = getattr(exc, "response", None)
+    if isinstance(response, requests.Response):
+        response.close()
+
+
 class DockerBackend(SandboxBackend):
     """Starts hardened sandbox containers on the local Docker engine.
 
@@ -138,7 +148,7 @@ class DockerBackend(SandboxBackend):
         self.image = image
         self.instance_id = instance_id
         self._owns_client = client is None
-        self._client = client or docker.from_env(version="auto", max_pool_size=max_workers)
+        self._client = client or engine_client(max_pool_size=max_workers)
         self.api: docker.APIClient = self._client.api
         self._runner_source = runner_source
         self.grace_s = grace_s
@@ -221,6 +231,7 @@ class DockerBackend(SandboxBackend):
         except BaseException as exc:
             if conn is not None:
                 conn.close()
+            _release_response(exc)
             self._remove_sync(container_id)
             if isinstance(exc, SandboxStartError):
                 raise
@@ -289,7 +300,7 @@ class DockerBackend(SandboxBackend):
         """Remove every container a (previous) daemon instance left behind, in any state."""
 
         def reap() -> int:
-            own = client or docker.from_env(version="auto")
+            own = client or engine_client()
             try:
                 return reaper.reap_instance(own.api, instance_id)
             finally:

@@ -13,6 +13,7 @@ from collections.abc import Iterable
 
 import docker
 import docker.errors
+import requests
 
 from sandbox.backend import LABEL_INSTANCE, LABEL_MANAGED
 
@@ -40,6 +41,10 @@ def remove_container(api: docker.APIClient, container_id: str) -> bool:
         # 409: the engine is already removing it (auto-remove raced with us): it is going.
         if exc.status_code == 409 and "in progress" in str(exc):
             return True
+        log.warning("could not remove sandbox container %s: %s", container_id[:12], exc)
+        return False
+    except (docker.errors.DockerException, requests.RequestException, OSError) as exc:
+        # The engine is unreachable (stopped, restarting): the periodic sweep retries later.
         log.warning("could not remove sandbox container %s: %s", container_id[:12], exc)
         return False
     return True

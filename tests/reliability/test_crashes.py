@@ -7,8 +7,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
-import signal
-import subprocess
 import time
 from collections import Counter
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -19,11 +17,12 @@ import grpc
 import pytest
 
 from daemon._generated.tooljail.v1 import executor_pb2 as pb
-from daemon.config import PROJECT_ROOT
 from sandbox.docker_backend import DockerBackend
+from sandbox.image import default_image_ref
 from tests.integration.harness import RunningDaemon, running_daemon
 from tests.reliability.conftest import Figure, Record
 from tests.reliability.load import Answer, PacedLoad
+from tests.reliability.private_engine import PrivateEngine, private_engine
 from tests.reliability.support import (
     OWNER_GID,
     OWNER_UID,
@@ -157,9 +156,7 @@ def test_daemon_sigkill_with_sandboxed_calls_in_flight_then_restart(
 def audited_killed(daemon: DaemonProcess, sessions: list[pb.Session], event: str) -> int:
     """Audit records of Bash calls in these sessions (the killed daemon's in-flight calls)."""
     ids = {s.id for s in sessions}
-    return sum(
-        1 for r in daemon.audit_lines(event) if r["session"] in ids and r["tool"] == "Bash"
-    )
+    return sum(1 for r in daemon.audit_lines(event) if r["session"] in ids and r["tool"] == "Bash")
 
 
 @pytest.mark.docker
@@ -189,54 +186,21 @@ def _bash_use(tool_use_id: str, command: str) -> pb.ToolUse:
     return use
 
 
-def _dockerd_pid() -> int:
-    """The engine started by scripts/ensure-docker.sh (its pid file), or a skip."""
-    pid_file = Path(os.environ.get("DOCKERD_PIDFILE", "/var/run/docker.pid"))
-    try:
-        pid = int(pid_file.read_text().strip())
-        comm = Path(f"/proc/{pid}/comm").read_text().strip()
-    except (OSError, ValueError):
-        pytest.skip(f"no dockerd pid in {pid_file}: start the engine with scripts/ensure-docker.sh")
-    if comm != "dockerd":
-        pytest.skip(f"pid {pid} from {pid_file} is {comm}, not dockerd")
-    return pid
-
-
-def _start_docker() -> None:
-    subprocess.run(
-        [str(PROJECT_ROOT / "scripts" / "ensure-docker.sh")],
-        check=True, timeout=180, capture_output=True,
-    )  # fmt: skip
-
-
 @pytest.mark.docker
-@pytest.mark.xfail(
-    strict=True,
-    reason="bug: while the engine is down, removing a container raises "
-    "requests.ConnectionError, which sandbox/reaper.py (remove_container) does not catch (only "
-    "docker.errors.NotFound and APIError): it escapes DockerSandbox.destroy/run and the pipeline "
-    "answers 'internal error ... this is a tooljail bug' instead of saying the sandbox is "
-    "unavailable",
-)
-@pytest.mark.skipif(
-    os.environ.get("TOOLJAIL_CHAOS_DOCKER") != "1",
-    reason="stops and restarts the machine's Docker engine, which breaks every other Docker user "
-    "of it: set TOOLJAIL_CHAOS_DOCKER=1 only on a machine (or engine) of your own",
-)
 def test_docker_engine_stopped_mid_load_then_started(
-    rel_tmp: Path, docker_ready: None, record: Record, figure: Figure
-) -> None:
-    dockerd = _dockerd_pid()
+    rel_tmp: Path, docker_ready: None, record: Record, figure: Figure,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:  # fmt: skip
     workspace = rel_tmp / "ws-dockerd"
     workspace.mkdir()
     os.chown(workspace, OWNER_UID, OWNER_GID)
     readable = workspace / "data.txt"
     readable.write_text(PAYLOAD + "\n")
-    try:
-        outage = _engine_outage(workspace, rel_tmp / f"{unique('dk')}.sock", dockerd)
-    finally:
-        with contextlib.suppress(Exception):
-            _start_docker()  # never leave the machine without its engine
+    image = os.environ.get("TOOLJAIL_SANDBOX_IMAGE") or default_image_ref()
+    # An engine of the test's own: stopping the machine's engine would break its other users.
+    with private_engine(image) as engine:
+        monkeypatch.setenv("DOCKER_HOST", engine.host)
+        outage = _engine_outage(workspace, rel_tmp / f"{unique('dk')}.sock", engine)
     read_answers, write_answers = outage.reads, outage.writes
     marker_of, refilled_s, after = outage.markers, outage.refilled_s, outage.after
     read_ok = [
@@ -290,7 +254,7 @@ class _Outage:
     after: pb.ExecuteResponse
 
 
-def _engine_outage(workspace: Path, socket_path: Path, dockerd: int) -> _Outage:
+def _engine_outage(workspace: Path, socket_path: Path, engine: PrivateEngine) -> _Outage:
     """Reads and Bash calls while dockerd is stopped, then started again. A function of its own,
     so that nothing of the daemon outlives it."""
     readable = workspace / "data.txt"
@@ -320,11 +284,10 @@ def _engine_outage(workspace: Path, socket_path: Path, dockerd: int) -> _Outage:
         writes.start()
         time.sleep(3)
         stopped_at = time.monotonic()
-        os.kill(dockerd, signal.SIGTERM)
-        assert wait_for(lambda: not alive(dockerd), timeout_s=60), "dockerd did not stop"
+        engine.stop()
         time.sleep(3)
         started_at = time.monotonic()
-        _start_docker()
+        engine.start()
         assert wait_for(lambda: executor.stats().pooled >= 1, timeout_s=90), (
             "the warm pool did not refill"
         )

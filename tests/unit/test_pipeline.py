@@ -179,7 +179,10 @@ async def test_deny_and_ask_do_not_run(tmp_path: Path) -> None:
     assert outcome.result.is_error and "approval" in outcome.result.text()
     assert EchoTool.seen_limits == []
     audit = _audit_records(tmp_path)
-    assert [(r["event"], r["outcome"]) for r in audit] == [("answered", "deny"), ("answered", "ask")]
+    assert [(r["event"], r["outcome"]) for r in audit] == [
+        ("answered", "deny"),
+        ("answered", "ask"),
+    ]
     assert all(r["decision_id"] for r in audit), "a daemon-made verdict still gets a decision id"
 
 

@@ -1,0 +1,66 @@
+"""The docker SDK client tooljail talks to the engine with.
+
+The SDK's Unix socket connection opens a socket and connects it without closing it when the
+connect fails: while the engine is stopped, every request left one socket for the garbage
+collector (a ResourceWarning each). Here the Unix transport is the SDK's own with that one step
+done carefully; everything else is the SDK as it comes.
+"""
+
+from __future__ import annotations
+
+import socket
+from typing import Any
+
+import docker
+from docker.transport import unixconn
+
+
+class _UnixConnection(unixconn.UnixHTTPConnection):
+    def connect(self) -> None:
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            sock.settimeout(self.timeout)
+            sock.connect(self.unix_socket)
+        except BaseException:
+            sock.close()
+            raise
+        self.sock = sock
+
+
+class _UnixConnectionPool(unixconn.UnixHTTPConnectionPool):
+    def _new_conn(self) -> Any:
+        timeout: Any = self.timeout
+        return _UnixConnection(self.base_url, self.socket_path, timeout)
+
+
+class _UnixAdapter(unixconn.UnixHTTPAdapter):
+    def get_connection(self, url: str | bytes, proxies: Any = None) -> _UnixConnectionPool:
+        with self.pools.lock:
+            pool: _UnixConnectionPool | None = self.pools.get(url)
+            if pool is None:
+                pool = _UnixConnectionPool(
+                    str(url), self.socket_path, self.timeout, maxsize=self.max_pool_size
+                )
+                self.pools[url] = pool
+        return pool
+
+
+def engine_client(max_pool_size: int | None = None) -> docker.DockerClient:
+    """A client for the engine the environment names (DOCKER_HOST, by default the Unix socket),
+    negotiating the API version; one blocking call."""
+    kwargs: dict[str, Any] = {"version": "auto"}
+    if max_pool_size is not None:
+        kwargs["max_pool_size"] = max_pool_size
+    client = docker.from_env(**kwargs)
+    api: Any = client.api
+    current = getattr(api, "_custom_adapter", None)
+    if isinstance(current, unixconn.UnixHTTPAdapter):
+        adapter = _UnixAdapter(
+            f"http+unix://{current.socket_path}",
+            timeout=current.timeout,
+            max_pool_size=current.max_pool_size,
+        )
+        api.mount("http+docker://", adapter)
+        api._custom_adapter = adapter
+        current.close()
+    return client
