@@ -143,6 +143,12 @@ def main(argv: list[str] | None = None) -> int:
         help="also sample the daemon with py-spy during a second read-only run",
     )
     parser.add_argument("--keep", action="store_true", help="keep the work folder (logs, audit)")
+    parser.add_argument(
+        "--only",
+        default="",
+        help="comma-separated parts to run (decision, readonly, profile, batch, sandbox, churn, "
+        "flood, cold); the others are left out of the results",
+    )
     args = parser.parse_args(argv)
     plan = SMOKE if args.smoke else FULL
     started_at = datetime.datetime.now(datetime.UTC)
@@ -155,7 +161,8 @@ def main(argv: list[str] | None = None) -> int:
         docker = Docker()
     except Exception as exc:  # noqa: BLE001 - no engine, no image: the sandbox parts are skipped
         problem = f"Docker is not usable ({exc})"
-    run = Run(plan=plan, work=work, docker=docker, docker_problem=problem)
+    only = frozenset(part for part in args.only.split(",") if part)
+    run = Run(plan=plan, work=work, docker=docker, docker_problem=problem, only=only)
     if args.profile:
         run.profile_dir = out
         out.mkdir(parents=True, exist_ok=True)

@@ -96,9 +96,13 @@ class Run:
     opa: OpaServer | None = None
     daemon: DaemonProcess | None = None
     profile_dir: Path | None = None
+    only: frozenset[str] = frozenset()
+    """Parts to run (all when empty): for working on one part at a time."""
 
     def part(self, name: str, measure: Callable[[], dict[str, Any]]) -> None:
         """Run one part; a crash is recorded and the run goes on."""
+        if self.only and name not in self.only:
+            return
         log(f"{name} ...")
         started = time.monotonic()
         load_before = processes.machine_load()

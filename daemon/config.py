@@ -52,6 +52,11 @@ class OpaSettings(_Section):
     shadow_policies_dir: Path | None = None
     """A candidate policy evaluated beside the serving one; differences are logged, never
     enforced (shadow mode). Needs the managed OPA."""
+    decision_cache_entries: int = Field(default=4_096, ge=0)
+    """Verdicts kept for reuse when the policy allows it (its decision's `cache_ttl_s`); 0
+    turns reuse off."""
+    decision_cache_max_ttl_s: float = Field(default=60.0, ge=0)
+    """Ceiling on how long any verdict is reused, whatever the policy says."""
 
 
 class SandboxCeilings(_Section):

@@ -377,6 +377,7 @@ class Pipeline:
     ) -> dict[str, Any]:
         """The fields every audit record of a call has, as known once it is decided."""
         tool_use = call.request.tool_use
+        reused = verdict.cached_from if verdict else ""
         return {
             "event": event.value,
             "time": time.time(),
@@ -390,6 +391,8 @@ class Pipeline:
             "outcome": verdict.outcome.value if verdict else "not_evaluated",
             "reasons": list(verdict.reasons) if verdict else [],
             "policy_revision": self._gate.revision if verdict else "",
+            # A reused verdict: the id of the OPA decision (and decision log entry) it repeats.
+            **({"decision_cached_from": reused} if reused else {}),
         }
 
     def _finish(

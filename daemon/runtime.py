@@ -23,6 +23,7 @@ from daemon.idempotency import ResultCache
 from daemon.listen import ListenAddress
 from daemon.pipeline import Pipeline, PipelineLimits, RunnerFactory
 from daemon.policy.approval import ApprovalAuthority
+from daemon.policy.decision_cache import DecisionCache
 from daemon.policy.engine import PolicyEngine
 from daemon.policy.keys import load_key
 from daemon.policy.opa_engine import OpaPolicyEngine
@@ -112,6 +113,7 @@ class Daemon:
             policy_revision(policies_dir),
             on_error=self.metrics.opa_error,
             loading=lambda: self.opa is not None and self.opa.loading,
+            cache=self._decision_cache(),
         )
         await self.engine.open()
         self.reloader = PolicyReloader(self.opa, self.engine, binary, policies_dir)
@@ -192,6 +194,10 @@ class Daemon:
             await self._health.set(name, health_pb2.HealthCheckResponse.SERVING)
         log.info("tooljail listening on %s (instance %s)", settings.listen, self.instance_id)
 
+    def _decision_cache(self) -> DecisionCache:
+        opa = self.settings.opa
+        return DecisionCache(opa.decision_cache_entries, opa.decision_cache_max_ttl_s)
+
     async def _start_shadow(self, binary: Path, folder: Path) -> PolicyEngine:
         """A second managed OPA with the candidate policy, compared on every decision."""
         assert self.engine is not None
@@ -202,6 +208,8 @@ class Daemon:
             self.settings.opa.timeout_s,
             self.settings.sandbox.defaults,
             policy_revision(folder),
+            loading=lambda: self.shadow_opa is not None and self.shadow_opa.loading,
+            cache=self._decision_cache(),
         )
         await self.shadow_engine.open()
         self.shadowed = ShadowedEngine(self.engine, self.shadow_engine)

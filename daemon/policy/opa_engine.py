@@ -9,6 +9,7 @@ from urllib.parse import urlsplit
 
 from opa_client import AsyncOpaClient
 
+from daemon.policy.decision_cache import DecisionCache
 from daemon.policy.engine import PolicyEngine
 from daemon.policy.verdict import Verdict, parse_verdict, parse_workspace_verdict
 from sandbox.backend import SandboxLimits
@@ -40,7 +41,9 @@ class OpaPolicyEngine(PolicyEngine):
         revision: str,
         on_error: Callable[[], None] | None = None,
         loading: Callable[[], bool] | None = None,
+        cache: DecisionCache | None = None,
     ) -> None:
+        self.cache = cache if cache is not None else DecisionCache(max_entries=0, max_ttl_s=0)
         self._on_error = on_error or (lambda: None)
         self._loading = loading or (lambda: False)
         self._client = client_for(url, timeout_s)
@@ -60,6 +63,7 @@ class OpaPolicyEngine(PolicyEngine):
     async def policy_loaded(self, revision: str) -> None:
         """Record the revision after a (re)load and re-read what the audit log must mask."""
         self._revision = revision
+        self.cache.clear()
         try:
             response = await self._query({}, "mask")
         except Exception as exc:  # noqa: BLE001 - masking everything would hide the audit trail
@@ -96,11 +100,15 @@ class OpaPolicyEngine(PolicyEngine):
 
     async def decide(self, document: dict[str, Any]) -> Verdict:
         if self._loading():
+            # Checked before the cache too: while OPA restarts, nothing is allowed.
             self._on_error()
             return Verdict.deny(
                 "The policy engine (OPA) is restarting and does not hold the policy yet, so the "
                 "call is denied (fail closed). Retry in a moment."
             )
+        key = self.cache.key(document)
+        if key is not None and (reused := self.cache.get(key)) is not None:
+            return reused
         try:
             response = await self._query(document, "decision")
         except Exception as exc:  # noqa: BLE001 - any transport failure must become a deny
@@ -110,7 +118,10 @@ class OpaPolicyEngine(PolicyEngine):
                 "The policy engine (OPA) could not be reached or did not answer in time "
                 f"({type(exc).__name__}), so the call is denied (fail closed). Retry later."
             )
-        return parse_verdict(response, self._base_limits)
+        verdict = parse_verdict(response, self._base_limits)
+        if key is not None:
+            self.cache.put(key, verdict)
+        return verdict
 
     async def decide_workspace(self, document: dict[str, Any]) -> Verdict:
         try:

@@ -36,6 +36,7 @@ class _RawDecision(BaseModel):
     reasons: list[StrictStr]
     sandbox: _RawSandbox
     result_budget_chars: StrictInt = Field(gt=0)
+    cache_ttl_s: StrictFloat | StrictInt = Field(default=0, ge=0)
 
 
 @dataclass(frozen=True)
@@ -48,6 +49,10 @@ class Verdict:
     """Requested sandbox limits (None on a deny produced by the daemon itself)."""
     result_budget_chars: int | None
     decision_id: str = ""
+    cache_ttl_s: float = 0.0
+    """How long the policy lets this verdict be reused for the identical input (0: never)."""
+    cached_from: str = ""
+    """Set on a reused verdict: the decision id of the evaluation it came from."""
 
     @classmethod
     def deny(cls, reason: str, decision_id: str = "") -> Verdict:
@@ -88,7 +93,14 @@ def parse_verdict(response: dict[str, Any], base_limits: SandboxLimits) -> Verdi
     outcome = Outcome(raw.outcome)
     if outcome is not Outcome.ALLOW and not reasons:
         reasons = (f"The policy decided {outcome.value} without giving a reason.",)
-    return Verdict(outcome, reasons, limits, raw.result_budget_chars, decision_id)
+    return Verdict(
+        outcome,
+        reasons,
+        limits,
+        raw.result_budget_chars,
+        decision_id,
+        cache_ttl_s=float(raw.cache_ttl_s),
+    )
 
 
 class _RawWorkspaceDecision(BaseModel):

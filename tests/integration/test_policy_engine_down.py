@@ -39,7 +39,9 @@ def test_opa_killed_fails_closed_then_recovers(short_tmp: Path) -> None:
         assert first_pid is not None
         # Stop OPA first so the outage is certain to be observed, then kill it for real.
         os.kill(first_pid, signal.SIGSTOP)
-        down = d.execute("Read", {"file_path": str(target)}, tool_use_id="toolu_down")
+        # Another input than before: the policy lets the daemon reuse the decision of an
+        # identical read-only call, and this one must be asked of the stopped OPA.
+        down = d.execute("Read", {"file_path": str(target), "limit": 5}, tool_use_id="toolu_down")
         assert down.result.is_error
         assert down.decision.outcome == pb.DENY
         assert "policy engine" in text_of(down) and "fail closed" in text_of(down)

@@ -34,6 +34,12 @@ def test_allow_carries_limits_and_budget() -> None:
     assert verdict.result_budget_chars == 1234
 
 
+def test_cache_ttl_is_optional_and_taken_as_given() -> None:
+    assert parse_verdict(decision(), SandboxLimits()).cache_ttl_s == 0
+    assert parse_verdict(decision(cache_ttl_s=30), SandboxLimits()).cache_ttl_s == 30
+    assert parse_verdict(decision(cache_ttl_s=0.5), SandboxLimits()).cache_ttl_s == 0.5
+
+
 def test_undefined_decision_is_a_deny() -> None:
     verdict = parse_verdict({}, SandboxLimits())
     assert verdict.outcome is Outcome.DENY
@@ -52,6 +58,8 @@ def test_undefined_decision_is_a_deny() -> None:
         ({"sandbox": {k: v for k, v in SANDBOX.items() if k != "pids"}}, "sandbox.pids"),
         ({"result_budget_chars": -1}, "result_budget_chars"),
         ({"result_budget_chars": 1.5}, "result_budget_chars"),
+        ({"cache_ttl_s": -1}, "cache_ttl_s"),
+        ({"cache_ttl_s": "30"}, "cache_ttl_s"),
     ],
 )
 def test_malformed_parts_are_a_deny_naming_the_part(overrides: dict[str, Any], where: str) -> None:

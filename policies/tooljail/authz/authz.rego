@@ -29,6 +29,7 @@ decision := {
 	"reasons": reasons,
 	"sandbox": sandbox,
 	"result_budget_chars": result_budget_chars,
+	"cache_ttl_s": cache_ttl_s,
 }
 
 # METADATA
@@ -90,6 +91,15 @@ timeout_ms := min([floor(input.input.timeout), max_timeout_ms]) if {
 
 # Characters of tool_result text the model may receive; the daemon also applies the tool's own cap.
 result_budget_chars := 50000
+
+# How long the daemon may reuse this decision for an identical input document (same tool, input,
+# paths, session, mode, grants, caller, hook results and approval). Every rule here depends on the
+# input and data.json only, never on the clock, so reuse is safe; it is limited to read-only calls
+# so that every call that can change something is decided (and decision-logged) by OPA itself.
+# The daemon drops reused decisions when the policy is reloaded.
+default cache_ttl_s := 0
+
+cache_ttl_s := 30 if input.tool.read_only == true
 
 # --- Deny rules ------------------------------------------------------------------------------
 

@@ -141,6 +141,7 @@ test_read_inside_workspace_is_allowed if {
 		"reasons": ["Read only reads, and every path it touches is inside the workspace /srv/ws."],
 		"sandbox": default_sandbox,
 		"result_budget_chars": 50000,
+		"cache_ttl_s": 30,
 	} with input as read_input
 }
 
@@ -152,7 +153,14 @@ test_no_matching_rule_denies_with_default_reason if {
 		"reasons": ["No policy rule allows this tool call, so it was refused; use another tool or ask the operator."],
 		"sandbox": default_sandbox,
 		"result_budget_chars": 50000,
+		"cache_ttl_s": 30,
 	} with input as doc
+}
+
+test_only_read_only_decisions_may_be_reused if {
+	authz.decision.cache_ttl_s == 30 with input as read_input
+	authz.decision.cache_ttl_s == 0 with input as json.patch(read_input, [{"op": "replace", "path": "/tool/read_only", "value": false}])
+	authz.decision.cache_ttl_s == 0 with input as json.remove(read_input, ["tool/read_only"])
 }
 
 test_missing_paths_list_is_denied if {
