@@ -99,6 +99,7 @@ def execute(run: Run) -> None:
     try:
         run.part("decision", lambda: parts.measure_decision(run, daemon))
         run.part("readonly", lambda: parts.measure_readonly(run, daemon))
+        run.part("floor", lambda: parts.measure_floor(run, daemon))
         if run.profile_dir is not None:
             profile_dir = run.profile_dir
             run.part("profile", lambda: parts.record_profiles(run, daemon, profile_dir))
@@ -146,8 +147,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--only",
         default="",
-        help="comma-separated parts to run (decision, readonly, profile, batch, sandbox, churn, "
-        "flood, cold); the others are left out of the results",
+        help="comma-separated parts to run (decision, readonly, floor, profile, batch, sandbox, "
+        "churn, flood, cold); the others are left out of the results",
     )
     args = parser.parse_args(argv)
     plan = SMOKE if args.smoke else FULL

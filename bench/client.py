@@ -37,11 +37,18 @@ from daemon._generated.tooljail.v1 import executor_pb2_grpc as pb_grpc
 
 async def decision(spec: Spec) -> dict[str, Any]:
     """Execute(Read 1 KB), a health Check and OPA's decision query, one at a time, interleaved
-    so that all three see the same machine state."""
+    so that all see the same machine state. The Read is sent twice per round: as the same input
+    every time (the shipped policy lets the daemon reuse that decision) and with a `limit` that
+    changes every round (a new input: the daemon must ask OPA)."""
     from daemon.policy.opa_engine import PACKAGE, client_for
 
     tally = Tally()
-    samples: dict[str, list[float]] = {"execute_read": [], "health": [], "opa": []}
+    samples: dict[str, list[float]] = {
+        "execute_read": [],
+        "execute_read_fresh": [],
+        "health": [],
+        "opa": [],
+    }
     read = workload.read_input(Path(spec["read_path"]))
     async with (
         open_channel(spec["target"]) as channel,
@@ -69,10 +76,16 @@ async def decision(spec: Spec) -> dict[str, Any]:
                 await call()
                 if keep:
                     samples[name].append(time.perf_counter() - started)
+            # Past the file's end, so the answer is the same whole file.
+            fresh = {**read, "limit": 100_000 + index}
+            fresh_elapsed, _ = await timed_execute(
+                stub, execute_request("Read", fresh), tally, spec["timeout_s"]
+            )
             if keep:
                 samples["execute_read"].append(elapsed)
+                samples["execute_read_fresh"].append(fresh_elapsed)
         cpu_after = cpu(spec["daemon_pid"])
-    calls = spec["warmup"] + spec["n"]
+    calls = 2 * (spec["warmup"] + spec["n"])
     return {
         **samples,
         **tally.as_dict(),
@@ -87,10 +100,23 @@ async def _open_session(channel: grpc.aio.Channel, timeout_s: float) -> pb.Sessi
     return session
 
 
+async def _timed_check(channel: grpc.aio.Channel, tally: Tally, timeout_s: float) -> float:
+    """One grpc health Check: the least any RPC costs the daemon."""
+    started = time.perf_counter()
+    try:
+        await health_pb2_grpc.HealthStub(channel).Check(
+            health_pb2.HealthCheckRequest(), timeout=timeout_s
+        )
+    except grpc.RpcError as exc:
+        tally.add(f"health Check failed: {exc}")
+    return time.perf_counter() - started
+
+
 async def load(spec: Spec) -> dict[str, Any]:
     """`clients` simulated clients calling back to back: a warm-up, then `duration_s` measured.
     `kind` "readonly": each client opens a session of its own over a small project and cycles
-    Read, Glob, Grep ("read": Read only); "bash": Bash `echo hi` in the default session."""
+    Read, Glob, Grep ("read": Read only); "bash": Bash `echo hi` in the default session;
+    "health": grpc health Checks (what the gRPC server alone costs per call)."""
     clients, timeout_s = spec["clients"], spec["timeout_s"]
     tally = Tally()
     latencies: dict[str, list[float]] = {}
@@ -117,6 +143,8 @@ async def load(spec: Spec) -> dict[str, Any]:
                     for kind in mix
                 ]
             )
+        elif spec["kind"] == "health":
+            plans.append([("Health", {})])
         else:
             plans.append([("Bash", workload.bash_input("echo hi"))])
     expect = "hi" if spec["kind"] == "bash" else None
@@ -139,13 +167,18 @@ async def load(spec: Spec) -> dict[str, Any]:
             kind, tool_input = plan[step % len(plan)]
             step += 1
             measured = now >= measure_from
-            elapsed, _ = await timed_execute(
-                stub,
-                execute_request(kind, tool_input, session_id),
-                tally if measured else Tally(),
-                timeout_s,
-                expect,
-            )
+            if kind == "Health":
+                elapsed = await _timed_check(
+                    channels[index], tally if measured else Tally(), timeout_s
+                )
+            else:
+                elapsed, _ = await timed_execute(
+                    stub,
+                    execute_request(kind, tool_input, session_id),
+                    tally if measured else Tally(),
+                    timeout_s,
+                    expect,
+                )
             if measured:
                 latencies.setdefault(kind, []).append(elapsed)
                 completions.append(time.perf_counter() - measure_from)

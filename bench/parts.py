@@ -3,6 +3,10 @@ raw samples into the numbers the goals are judged on."""
 
 from __future__ import annotations
 
+import shutil
+import statistics
+import subprocess
+import time
 from pathlib import Path
 from typing import Any
 
@@ -54,7 +58,10 @@ def measure_decision(run: Run, daemon: DaemonProcess) -> dict[str, Any]:
         timeout_s=600,
     )
     return {
-        **{key: summarize(raw[key]) for key in ("execute_read", "health", "opa")},
+        **{
+            key: summarize(raw[key])
+            for key in ("execute_read", "execute_read_fresh", "health", "opa")
+        },
         "daemon_cpu_s": raw["daemon_cpu_s"],
         "calls": raw["daemon_calls"],
         "errors": raw["errors"],
@@ -98,6 +105,15 @@ def measure_readonly(run: Run, daemon: DaemonProcess) -> dict[str, Any]:
     )
     result["mix"] = {kind: "1/3" for kind in workload.READONLY_MIX}
     return result
+
+
+def measure_floor(run: Run, daemon: DaemonProcess) -> dict[str, Any]:
+    """What the gRPC server alone allows: the read-only clients calling health Check, which does
+    no tooljail work at all."""
+    plan = run.plan
+    return measure_load(
+        run, daemon, "health", plan.readonly_clients, plan.readonly_s / 3, plan.warmup_s
+    )
 
 
 def record_profiles(run: Run, daemon: DaemonProcess, out: Path) -> dict[str, Any]:
@@ -144,6 +160,30 @@ def measure_churn(run: Run, daemon: DaemonProcess, pool_size: int) -> dict[str, 
     return result
 
 
+def ripgrep_threads(tree: Path, repeats: int = 3) -> dict[str, Any]:
+    """How much faster one ripgrep search of the tree is with its own threads than with one:
+    the batch's parallel Greps can only add what a single search leaves of the cores."""
+    rg = shutil.which("rg")
+    if rg is None:
+        return {}
+
+    def median_s(*flags: str) -> float:
+        times = []
+        for _ in range(repeats):
+            started = time.perf_counter()
+            for needle in workload.NEEDLES:
+                subprocess.run(
+                    [rg, *flags, "--files-with-matches", needle, str(tree)],
+                    stdout=subprocess.DEVNULL,
+                    check=False,
+                )
+            times.append(time.perf_counter() - started)
+        return statistics.median(times)
+
+    one, default = median_s("--threads", "1"), median_s()
+    return {"rg_one_thread_s": one, "rg_default_threads_s": default}
+
+
 def measure_batch(run: Run, daemon: DaemonProcess) -> dict[str, Any]:
     """ExecuteBatch of 10 Grep against the same 10 sequential Execute calls."""
     raw = run_client(
@@ -162,6 +202,7 @@ def measure_batch(run: Run, daemon: DaemonProcess) -> dict[str, Any]:
         "rounds": run.plan.batch_rounds,
         "batch": summarize(raw["batch"]),
         "sequential": summarize(raw["sequential"]),
+        **ripgrep_threads(run.tree),
         "errors": raw["errors"],
         "error_samples": raw["error_samples"],
     }

@@ -21,7 +21,8 @@ LATENCY_PLOTS: tuple[tuple[str, str, tuple[tuple[str, str, str], ...]], ...] = (
         "latency-decision.png",
         "Decision overhead (one call at a time)",
         (
-            ("decision", "execute_read", "Execute(Read 1 KB)"),
+            ("decision", "execute_read", "Execute(Read 1 KB), decision reused"),
+            ("decision", "execute_read_fresh", "Execute(Read 1 KB), OPA asked"),
             ("decision", "health", "grpc health Check"),
             ("decision", "opa", "OPA decision query"),
         ),

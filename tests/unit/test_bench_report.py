@@ -25,6 +25,7 @@ def parts_meeting_every_goal() -> dict[str, Any]:
     return {
         "decision": {
             "execute_read": latency(1.4),
+            "execute_read_fresh": latency(1.45),
             "health": latency(0.5),
             "opa": latency(0.5),
         },
@@ -107,9 +108,10 @@ def test_ratio_refuses_missing_or_zero_denominators() -> None:
 def test_every_goal_met() -> None:
     metrics = by_id(parts_meeting_every_goal())
     with_goal = [m for m in metrics.values() if m.goal != "-"]
-    assert len(with_goal) == 12
+    assert len(with_goal) == 13
     assert all(m.met is True for m in with_goal), [m for m in with_goal if not m.met]
     assert metrics["decision.p50_ratio"].value == pytest.approx(1.4)
+    assert metrics["decision.fresh_p50_ratio"].value == pytest.approx(1.45)
     assert metrics["sandbox.warm_ratio"].value == pytest.approx(40 / 600)
     assert metrics["batch.speedup"].value == pytest.approx(2.0)
     assert metrics["cpu.readonly_ms"].value == pytest.approx(0.5)
@@ -122,6 +124,7 @@ def test_every_goal_met() -> None:
     ("path", "value", "metric_id"),
     [
         (("decision", "execute_read"), latency(1.6), "decision.p50_ratio"),
+        (("decision", "execute_read_fresh"), latency(1.6), "decision.fresh_p50_ratio"),
         (("readonly", "calls_per_s"), 1499.0, "readonly.calls_per_s"),
         (("readonly", "latency"), latency(5, 20), "readonly.p99_ms"),
         (("readonly", "errors"), 1, "readonly.errors"),
@@ -176,7 +179,7 @@ def test_markdown_table_has_every_metric_with_its_verdict() -> None:
     cpu = next(r for r in rows if r.startswith("| daemon CPU per read-only call"))
     assert "| 0.5 ms | - | - |" in cpu
     assert "RuntimeError: boom \\| pipe" in text  # a pipe in a message cannot break the table
-    assert "| decision: Execute(Read 1 KB) | 100 | 1.40 |" in text
+    assert "| decision: Execute(Read 1 KB), decision reused | 100 | 1.40 |" in text
     assert "- measured on synthetic numbers" in text
     assert "| sandbox | 87% | 1.5 -> 2.2 |" in text
 
