@@ -1,7 +1,8 @@
 """The audit log: JSON lines, to a file or standard output.
 
-Every call gets one ``answered`` record when its answer is ready. An allowed call also gets a
-``decided`` record just before it runs, so a call interrupted by a crash is still on file."""
+Every call gets one ``answered`` record when its answer is ready. An allowed call that may change
+something (not read-only) also gets a ``decided`` record just before it runs, so such a call
+interrupted by a crash is still on file."""
 
 from __future__ import annotations
 
@@ -17,7 +18,7 @@ class AuditEvent(StrEnum):
     """Which moment of a call a record describes (its ``event`` field)."""
 
     DECIDED = "decided"
-    """Allowed, about to run."""
+    """Allowed, about to run (calls that are not read-only)."""
     ANSWERED = "answered"
     """Answered: every call has exactly one."""
 

@@ -263,10 +263,12 @@ class Pipeline:
             progress=call.request.progress,
             catalog=lambda: self.list_tools(session.id, caller, include_deferred=True),
         )
-        # Recorded before anything runs: a call cut short by a crash still has its allow on file.
-        self._audit.write(
-            self._audit_record(call, caller, verdict, verdict.decision_id, AuditEvent.DECIDED)
-        )
+        if not tool.is_read_only(args):
+            # On file before it runs: a call that may change something and is cut short by a
+            # crash still has its allow recorded.
+            self._audit.write(
+                self._audit_record(call, caller, verdict, verdict.decision_id, AuditEvent.DECIDED)
+            )
         exec_started = time.monotonic()
         with self._metrics.in_flight() if self._metrics else contextlib.nullcontext():
             output = await self._run_respecting_interrupt(tool, args, ctx)

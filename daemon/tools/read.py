@@ -14,7 +14,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal
 
-from pydantic import Field
+from pydantic import Field, PrivateAttr
 
 from daemon.errors import ToolError
 from daemon.models import ImageContent, TextContent
@@ -101,6 +101,17 @@ class ReadInput(LaxToolInput):
         description=f"How many lines to show (default {DEFAULT_LIMIT}). Give it with offset to "
         "read a large file in parts.",
     )
+    _resolved: tuple[str, Path] | None = PrivateAttr(default=None)
+    """file_path and what it resolved to at validation (one realpath per call, not three)."""
+
+    def resolved_path(self) -> Path:
+        """file_path resolved; reused while file_path is unchanged (a copy may carry it along)."""
+        memo = self._resolved
+        if memo is not None and memo[0] == self.file_path:
+            return memo[1]
+        path = resolve_path(self.file_path, "file_path")
+        self._resolved = (self.file_path, path)
+        return path
 
 
 @dataclass(frozen=True)
@@ -277,18 +288,18 @@ class ReadTool(Tool[ReadInput, ReadResult]):
     )
 
     def validate(self, args: ReadInput, session: Session) -> ReadInput:
-        resolve_path(args.file_path, "file_path")
+        args.resolved_path()
         return args
 
     def touched_paths(self, args: ReadInput, session: Session) -> list[TouchedPath]:
-        path = resolve_path(args.file_path, "file_path")
+        path = args.resolved_path()
         inside = is_inside(session.workspace, path)
         return [TouchedPath(path=path, access="read", inside_workspace=inside)]
 
     async def call(self, args: ReadInput, ctx: CallContext) -> ReadResult:
-        path = require_inside(
-            ctx.workspace, resolve_path(args.file_path, "file_path"), args.file_path
-        )
+        # Resolved at validation; the descriptor is checked again when the file is opened, so a
+        # path swapped since then is still caught (open_confined).
+        path = require_inside(ctx.workspace, args.resolved_path(), args.file_path)
         budget = self.traits.max_result_chars - _NOTE_RESERVE
         result, data, mtime_ns = await asyncio.to_thread(
             _read_file, ctx.workspace, path, args.offset, args.limit, budget

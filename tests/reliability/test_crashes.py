@@ -163,14 +163,19 @@ def audited_killed(daemon: DaemonProcess, sessions: list[pb.Session], event: str
 def test_a_running_call_is_already_in_the_audit_log(rel_sandbox: RunningDaemon) -> None:
     tool_use_id = unique("toolu_audit_first")
     future = rel_sandbox.stub.Execute.future(
-        pb.ExecuteRequest(tool_use=_bash_use(tool_use_id, "sleep 4")), timeout=60
+        pb.ExecuteRequest(
+            tool_use=_bash_use(tool_use_id, "echo started > /tmp/started && sleep 4")
+        ),
+        timeout=60,
     )
     try:
         time.sleep(2.0)
         assert not future.done()
         records = [r for r in rel_sandbox.audit_lines(None) if r["tool_use_id"] == tool_use_id]
         assert [(r["event"], r["outcome"]) for r in records] == [("decided", "allow")]
-        assert records[0]["decision_id"] and records[0]["input"] == {"command": "sleep 4"}
+        assert records[0]["decision_id"] and records[0]["input"] == {
+            "command": "echo started > /tmp/started && sleep 4"
+        }
     finally:
         answer = future.result()
     records = [r for r in rel_sandbox.audit_lines(None) if r["tool_use_id"] == tool_use_id]

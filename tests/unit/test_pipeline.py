@@ -54,6 +54,13 @@ class EchoTool(Tool[EchoInput, str]):
         return ToolOutput.text(result)
 
 
+class ChangeTool(EchoTool):
+    """Like Echo, but declared as changing something."""
+
+    name: ClassVar[str] = "Change"
+    traits = ToolTraits(read_only=False, destructive=False, sandboxed=False, max_result_chars=2_000)
+
+
 class DisabledTool(EchoTool):
     name: ClassVar[str] = "Disabled"
     enabled: ClassVar[bool] = False
@@ -96,7 +103,7 @@ def make_pipeline(tmp_path: Path, engine: FakeEngine) -> Pipeline:
     audit = AuditLog(str(tmp_path / "audit.jsonl"))
     _AUDITS.append(audit)
     return Pipeline(
-        registry=ToolRegistry([EchoTool(), DisabledTool()]),
+        registry=ToolRegistry([EchoTool(), ChangeTool(), DisabledTool()]),
         policy=engine,
         sessions=SessionStore(tmp_path / "ws"),
         limits=PipelineLimits(
@@ -128,9 +135,17 @@ async def test_allowed_call_runs_and_is_audited(tmp_path: Path) -> None:
     assert document["input"] == {"text": "hi", "times": 3}
     assert document["caller"] == {"principal": "tester", "transport": "inproc"}
     audit = _audit_records(tmp_path)
+    assert [(r["event"], r["outcome"], r["tool"]) for r in audit] == [("answered", "allow", "Echo")]
+    assert audit[0]["decision_id"] == outcome.decision.decision_id
+
+
+async def test_a_call_that_can_change_something_is_on_file_before_it_runs(tmp_path: Path) -> None:
+    outcome = await run(make_pipeline(tmp_path, FakeEngine(allow())), "Change", {"text": "x"})
+    assert outcome.result.text() == "x"
+    audit = _audit_records(tmp_path)
     assert [(r["event"], r["outcome"], r["tool"]) for r in audit] == [
-        ("decided", "allow", "Echo"),
-        ("answered", "allow", "Echo"),
+        ("decided", "allow", "Change"),
+        ("answered", "allow", "Change"),
     ]
     assert {r["decision_id"] for r in audit} == {outcome.decision.decision_id}
     assert "is_error" not in audit[0] and audit[1]["is_error"] is False
