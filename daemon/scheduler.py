@@ -57,6 +57,18 @@ def input_hash(request: CallRequest) -> str:
     return f"{request.tool_use.name}\0{request.input_sha256}"
 
 
+async def _acquire(slots: asyncio.Semaphore, timeout_s: float, overloaded: str) -> None:
+    """Take a slot, waiting at most `timeout_s`, else Overloaded with that message."""
+    if not slots.locked():
+        await slots.acquire()  # free: returns at once, no timer needed
+        return
+    try:
+        async with asyncio.timeout(timeout_s):
+            await slots.acquire()
+    except TimeoutError:
+        raise Overloaded(overloaded) from None
+
+
 def partition(calls: list[PreparedCall], max_parallel: int) -> list[list[PreparedCall]]:
     """Consecutive safe calls form a group (at most `max_parallel`); any other call is alone."""
     groups: list[list[PreparedCall]] = []
@@ -125,27 +137,24 @@ class Scheduler:
 
     @contextlib.asynccontextmanager
     async def _slot(self, session_id: str) -> AsyncIterator[None]:
-        session_slots = self._session_slots.setdefault(
-            session_id, asyncio.Semaphore(self._limits.max_in_flight_per_session)
+        session_slots = self._session_slots.get(session_id)
+        if session_slots is None:
+            session_slots = asyncio.Semaphore(self._limits.max_in_flight_per_session)
+            self._session_slots[session_id] = session_slots
+        limits = self._limits
+        await _acquire(
+            self._global,
+            limits.queue_timeout_s,
+            f"tooljail is at its limit of {limits.max_in_flight} calls in flight and none "
+            f"finished within {limits.queue_timeout_s:g} s; retry later",
         )
-        timeout = self._limits.queue_timeout_s
         try:
-            async with asyncio.timeout(timeout):
-                await self._global.acquire()
-        except TimeoutError:
-            raise Overloaded(
-                f"tooljail is at its limit of {self._limits.max_in_flight} calls in flight and "
-                f"none finished within {timeout:g} s; retry later"
-            ) from None
-        try:
-            try:
-                async with asyncio.timeout(timeout):
-                    await session_slots.acquire()
-            except TimeoutError:
-                raise Overloaded(
-                    f"this session is at its limit of {self._limits.max_in_flight_per_session} "
-                    f"calls in flight and none finished within {timeout:g} s; retry later"
-                ) from None
+            await _acquire(
+                session_slots,
+                limits.queue_timeout_s,
+                f"this session is at its limit of {limits.max_in_flight_per_session} calls in "
+                f"flight and none finished within {limits.queue_timeout_s:g} s; retry later",
+            )
             self._in_flight += 1
             try:
                 yield

@@ -36,7 +36,12 @@ def resolve_path(raw: str, field: str = "file_path") -> Path:
 
 def is_inside(workspace: Path, path: Path) -> bool:
     """True when `path` (resolved) is the workspace or below it."""
-    return path == workspace or workspace in path.parents
+    # On the strings: the same answer as `workspace in path.parents` for absolute paths, without
+    # building every parent (this runs several times per call).
+    root, target = str(workspace), str(path)
+    if target == root or root == "/":
+        return target.startswith("/")
+    return target.startswith(root + "/")
 
 
 def require_inside(workspace: Path, path: Path, raw: str | None = None) -> Path:

@@ -14,6 +14,7 @@ import dataclasses
 import hashlib
 import json
 import time
+import uuid
 from collections import OrderedDict
 from collections.abc import Callable
 from typing import Any
@@ -70,8 +71,9 @@ class DecisionCache:
         self._entries.move_to_end(key)
         self.hits += 1
         original = entry.verdict
+        # A decision id of its own, so each call's audit records stay apart from the original's.
         return dataclasses.replace(
-            original, decision_id="", cached_from=original.decision_id or "unknown"
+            original, decision_id=uuid.uuid4().hex, cached_from=original.decision_id or "unknown"
         )
 
     def put(self, key: bytes, verdict: Verdict) -> None:

@@ -54,19 +54,23 @@ class PolicyGate:
         hooks: list[dict[str, str]] | None = None,
     ) -> GateDecision:
         """The decision for one call."""
-        binding: dict[str, Any] = {
-            "session_id": session.id,
-            "tool_use_id": tool_use_id,
-            "input_hash": canonical_input_hash(args.model_dump(mode="json", by_alias=True)),
-            "principal": caller.principal,
-            "tool_name": tool.name,
-        }
+
+        def binding() -> dict[str, Any]:
+            """What a token is bound to (only needed with a token or for an ask)."""
+            return {
+                "session_id": session.id,
+                "tool_use_id": tool_use_id,
+                "input_hash": canonical_input_hash(args.model_dump(mode="json", by_alias=True)),
+                "principal": caller.principal,
+                "tool_name": tool.name,
+            }
+
         grant: Grant | None = None
         if approval_token:
             if self._approvals is None:
                 return GateDecision(Verdict.deny("Approval tokens are not enabled on this daemon."))
             try:
-                grant = self._approvals.verify(approval_token, **binding)
+                grant = self._approvals.verify(approval_token, **binding())
             except ApprovalError as exc:
                 return GateDecision(Verdict.deny(f"The approval token was refused: {exc}"))
 
@@ -87,7 +91,7 @@ class PolicyGate:
                 )
             if self._approvals is None:
                 return GateDecision(verdict)
-            issued = self._approvals.issue(**binding)
+            issued = self._approvals.issue(**binding())
             return GateDecision(verdict, issued.token)
         if verdict.outcome is Outcome.ALLOW and grant is not None:
             assert self._approvals is not None

@@ -57,6 +57,8 @@ SNIFF_BYTES = 8192
 RESULT_BUDGET_CHARS = 50_000
 """Read's result budget: the default overall cap, so that Read stops on a whole line with a note
 (the offset to continue from) before the daemon's generic cut would drop lines in the middle."""
+INLINE_READ_BYTES = 64 * 1024
+"""Files up to this size are read on the event loop; larger ones in a worker thread."""
 _NOTE_RESERVE = 1000
 """Characters of the budget kept free for the notes after the numbered lines."""
 
@@ -69,8 +71,8 @@ _IMAGE_MAGIC: tuple[tuple[bytes, str], ...] = (
 
 
 def format_line(number: int, text: str) -> str:
-    """One numbered output line, exactly as Read shows it."""
-    return LINE_FORMAT.format(number=number, text=text)
+    """One numbered output line, exactly as Read shows it (LINE_FORMAT, spelled out: faster)."""
+    return f"{number:>6}\t{text}"
 
 
 def sniff_image(head: bytes) -> str | None:
@@ -301,9 +303,20 @@ class ReadTool(Tool[ReadInput, ReadResult]):
         # path swapped since then is still caught (open_confined).
         path = require_inside(ctx.workspace, args.resolved_path(), args.file_path)
         budget = self.traits.max_result_chars - _NOTE_RESERVE
-        result, data, mtime_ns = await asyncio.to_thread(
-            _read_file, ctx.workspace, path, args.offset, args.limit, budget
-        )
+        try:
+            small = path.stat().st_size <= INLINE_READ_BYTES
+        except OSError:
+            small = True  # _read_file says precisely what is wrong, at once
+        if small:
+            # As cheap as the stat calls validation already made on the event loop; a worker
+            # thread would cost more than the read itself.
+            result, data, mtime_ns = _read_file(
+                ctx.workspace, path, args.offset, args.limit, budget
+            )
+        else:
+            result, data, mtime_ns = await asyncio.to_thread(
+                _read_file, ctx.workspace, path, args.offset, args.limit, budget
+            )
         ctx.session.record_read(path, data, mtime_ns)
         return replace(result, shown=shown_path(path, ctx.workspace))
 

@@ -67,7 +67,8 @@ def shown_path(path: Path, workspace: Path, *, directory: bool = False) -> str:
     if path == workspace:
         return "./" if directory else "."
     if is_inside(workspace, path):
-        return path.relative_to(workspace).as_posix() + suffix
+        root = str(workspace)
+        return str(path)[len(root) + (root != "/") :] + suffix
     return str(path) + suffix
 
 

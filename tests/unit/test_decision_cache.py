@@ -41,7 +41,8 @@ def test_an_identical_document_gets_the_verdict_back_marked_as_reused() -> None:
     reused = cache.get(again)
     assert reused is not None
     assert reused.outcome is Outcome.ALLOW and reused.reasons == ("ok",)
-    assert reused.decision_id == "" and reused.cached_from == "opa-1"
+    assert reused.cached_from == "opa-1"
+    assert reused.decision_id not in ("", "opa-1")
     assert (cache.hits, cache.misses) == (1, 1)
 
 
