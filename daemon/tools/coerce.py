@@ -8,11 +8,13 @@ without pydantic's generated titles, so the schema the model reads stays as smal
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Annotated, Any
 
-from pydantic import BeforeValidator, ConfigDict
+from pydantic import BeforeValidator, ConfigDict, PrivateAttr
 
 from daemon.tools.contract import ToolInput
+from daemon.workspace import resolve_path
 
 
 def _reject_bool(value: Any) -> Any:
@@ -77,3 +79,16 @@ class LaxToolInput(ToolInput):
     """Base of the read-only tools' inputs: strict object, lax scalars, tidy advertised schema."""
 
     model_config = ConfigDict(json_schema_extra=_tidy_hook)
+    _resolved: dict[str, tuple[str, Path]] = PrivateAttr(default_factory=dict)
+
+    def resolved(self, field: str) -> Path:
+        """The path in `field`, resolved (resolve_path); computed once per call: validation,
+        the policy's touched paths and the call itself share it. Kept only while the field holds
+        the same text, as a copy of the input carries it along."""
+        raw = getattr(self, field)
+        memo = self._resolved.get(field)
+        if memo is not None and memo[0] == raw:
+            return memo[1]
+        path = resolve_path(raw, field)
+        self._resolved[field] = (raw, path)
+        return path

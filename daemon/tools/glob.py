@@ -24,7 +24,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from pydantic import Field
+from pydantic import Field, PrivateAttr
 
 from daemon.errors import ToolError, ToolInputError
 from daemon.models import TextContent
@@ -163,6 +163,14 @@ class GlobInput(LaxToolInput):
         description="The directory to search: an absolute path inside the workspace. Omit the "
         'field to search the whole workspace (do not send "null" or "undefined").',
     )
+    _plan: tuple[tuple[str, str | None, Path], GlobPlan] | None = PrivateAttr(default=None)
+
+    def plan(self, workspace: Path) -> GlobPlan:
+        """plan_glob of this input, made once per call (validation, touched paths, the call)."""
+        key = (self.pattern, self.path, workspace)
+        if self._plan is None or self._plan[0] != key:
+            self._plan = (key, plan_glob(self, workspace))
+        return self._plan[1]
 
 
 def plan_glob(args: GlobInput, workspace: Path) -> GlobPlan:
@@ -374,16 +382,16 @@ class GlobTool(Tool[GlobInput, GlobResult]):
     )
 
     def validate(self, args: GlobInput, session: Session) -> GlobInput:
-        plan_glob(args, session.workspace)
+        args.plan(session.workspace)
         return args
 
     def touched_paths(self, args: GlobInput, session: Session) -> list[TouchedPath]:
-        base = plan_glob(args, session.workspace).base
+        base = args.plan(session.workspace).base
         inside = is_inside(session.workspace, base)
         return [TouchedPath(path=base, access="read", inside_workspace=inside)]
 
     async def call(self, args: GlobInput, ctx: CallContext) -> GlobResult:
-        plan = plan_glob(args, ctx.workspace)
+        plan = args.plan(ctx.workspace)
         require_inside(ctx.workspace, plan.base, plan.raw_base)
         counter = ScanCounter(report=_progress_from_thread(ctx))
         result = await asyncio.to_thread(_glob, ctx.workspace, plan, counter)

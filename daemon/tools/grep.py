@@ -42,7 +42,7 @@ from daemon.tools.contract import (
     TouchedPath,
 )
 from daemon.tools.summaries import failed, plural, quoted, result_of, shown_path, with_result
-from daemon.workspace import is_inside, open_confined, require_inside, resolve_path
+from daemon.workspace import is_inside, open_confined, require_inside
 
 if TYPE_CHECKING:
     from daemon.session import Session
@@ -54,6 +54,8 @@ MAX_COLUMNS = 500
 MAX_KEPT_CHARS = 4 * 1024 * 1024
 """Output kept in memory at most; beyond it lines are counted, not stored."""
 MAX_STDERR_BYTES = 8192
+INLINE_STAT_PATHS = 64
+"""Up to this many matching files are sorted by mtime on the event loop, more in a thread."""
 """ripgrep's error output kept for the message."""
 PROGRESS_INTERVAL_S = 0.25
 """Running counts are reported at most this often."""
@@ -361,6 +363,20 @@ async def run_rg(
     return code, stderr.decode("utf-8", errors="replace").strip()
 
 
+_RG_BY_PATH: dict[str, str] = {}
+
+
+def _ripgrep() -> str:
+    """The rg executable on PATH; a found one is remembered for that PATH (a miss is not, so
+    installing ripgrep needs no restart)."""
+    search = os.environ.get("PATH", os.defpath)
+    found = _RG_BY_PATH.get(search) or shutil.which("rg", path=search)
+    if found is None:
+        raise _rg_missing()
+    _RG_BY_PATH[search] = found
+    return found
+
+
 def _rg_missing() -> ToolError:
     return ToolError(
         "Grep needs ripgrep (rg), which is not installed on the daemon's host. Search with Bash "
@@ -474,12 +490,12 @@ class GrepTool(Tool[GrepInput, GrepResult]):
         if "\x00" in args.pattern:
             raise ToolInputError("pattern contains a NUL byte; remove it.")
         if args.path is not None:
-            resolve_path(args.path, "path")
+            args.resolved("path")
         _context_lines(args)
         return args
 
     def _search_path(self, args: GrepInput, workspace: Path) -> Path:
-        return resolve_path(args.path, "path") if args.path is not None else workspace
+        return args.resolved("path") if args.path is not None else workspace
 
     def touched_paths(self, args: GrepInput, session: Session) -> list[TouchedPath]:
         path = self._search_path(args, session.workspace)
@@ -489,10 +505,9 @@ class GrepTool(Tool[GrepInput, GrepResult]):
     async def call(self, args: GrepInput, ctx: CallContext) -> GrepResult:
         raw = args.path if args.path is not None else str(ctx.workspace)
         path = require_inside(ctx.workspace, self._search_path(args, ctx.workspace), raw)
-        rg = shutil.which("rg")
-        if rg is None:
-            raise _rg_missing()
-        root = await asyncio.to_thread(open_search_root, ctx.workspace, path, raw)
+        rg = _ripgrep()
+        # A few syscalls, like those validation already made on the event loop.
+        root = open_search_root(ctx.workspace, path, raw)
         try:
             return await self._search(rg, args, ctx, root, path)
         finally:
@@ -523,7 +538,10 @@ class GrepTool(Tool[GrepInput, GrepResult]):
         lines = collector.lines
         total_matches = 0
         if args.output_mode == "files_with_matches":
-            lines = await asyncio.to_thread(_by_mtime, lines)
+            if len(lines) <= INLINE_STAT_PATHS:
+                lines = _by_mtime(lines)
+            else:
+                lines = await asyncio.to_thread(_by_mtime, lines)
         elif args.output_mode == "count":
             total_matches = sum(_count_of(entry) for entry in lines)
         if not windowed:

@@ -33,7 +33,7 @@ from daemon.tools.contract import (
 )
 from daemon.tools.glob import open_child_dir
 from daemon.tools.summaries import failed, plural, result_of, shown_path, with_result
-from daemon.workspace import is_inside, open_confined, require_inside, resolve_path
+from daemon.workspace import is_inside, open_confined, require_inside
 
 if TYPE_CHECKING:
     from daemon.session import Session
@@ -238,16 +238,16 @@ class LsTool(Tool[LsInput, LsResult]):
     )
 
     def validate(self, args: LsInput, session: Session) -> LsInput:
-        resolve_path(args.path, "path")
+        args.resolved("path")
         return args
 
     def touched_paths(self, args: LsInput, session: Session) -> list[TouchedPath]:
-        path = resolve_path(args.path, "path")
+        path = args.resolved("path")
         inside = is_inside(session.workspace, path)
         return [TouchedPath(path=path, access="read", inside_workspace=inside)]
 
     async def call(self, args: LsInput, ctx: CallContext) -> LsResult:
-        root = require_inside(ctx.workspace, resolve_path(args.path, "path"), args.path)
+        root = require_inside(ctx.workspace, args.resolved("path"), args.path)
         ignore = tuple(args.ignore or ())
         result = await asyncio.to_thread(_list, ctx.workspace, root, args.path, ignore)
         return replace(result, shown=shown_path(root, ctx.workspace, directory=True))

@@ -14,7 +14,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal
 
-from pydantic import Field, PrivateAttr
+from pydantic import Field
 
 from daemon.errors import ToolError
 from daemon.models import ImageContent, TextContent
@@ -28,7 +28,7 @@ from daemon.tools.contract import (
     TouchedPath,
 )
 from daemon.tools.summaries import failed, plural, result_of, shown_path, with_result
-from daemon.workspace import is_inside, open_confined, require_inside, resolve_path
+from daemon.workspace import is_inside, open_confined, require_inside
 
 if TYPE_CHECKING:
     from daemon.session import Session
@@ -103,17 +103,6 @@ class ReadInput(LaxToolInput):
         description=f"How many lines to show (default {DEFAULT_LIMIT}). Give it with offset to "
         "read a large file in parts.",
     )
-    _resolved: tuple[str, Path] | None = PrivateAttr(default=None)
-    """file_path and what it resolved to at validation (one realpath per call, not three)."""
-
-    def resolved_path(self) -> Path:
-        """file_path resolved; reused while file_path is unchanged (a copy may carry it along)."""
-        memo = self._resolved
-        if memo is not None and memo[0] == self.file_path:
-            return memo[1]
-        path = resolve_path(self.file_path, "file_path")
-        self._resolved = (self.file_path, path)
-        return path
 
 
 @dataclass(frozen=True)
@@ -290,18 +279,18 @@ class ReadTool(Tool[ReadInput, ReadResult]):
     )
 
     def validate(self, args: ReadInput, session: Session) -> ReadInput:
-        args.resolved_path()
+        args.resolved("file_path")
         return args
 
     def touched_paths(self, args: ReadInput, session: Session) -> list[TouchedPath]:
-        path = args.resolved_path()
+        path = args.resolved("file_path")
         inside = is_inside(session.workspace, path)
         return [TouchedPath(path=path, access="read", inside_workspace=inside)]
 
     async def call(self, args: ReadInput, ctx: CallContext) -> ReadResult:
         # Resolved at validation; the descriptor is checked again when the file is opened, so a
         # path swapped since then is still caught (open_confined).
-        path = require_inside(ctx.workspace, args.resolved_path(), args.file_path)
+        path = require_inside(ctx.workspace, args.resolved("file_path"), args.file_path)
         budget = self.traits.max_result_chars - _NOTE_RESERVE
         try:
             small = path.stat().st_size <= INLINE_READ_BYTES
