@@ -434,5 +434,6 @@ class Pipeline:
                 decision_s=call.timings.get("decision_s"),
                 exec_s=call.timings.get("exec_s"),
                 truncated=report.truncated,
+                decision_reused=bool(verdict and verdict.cached_from),
             )
         return outcome

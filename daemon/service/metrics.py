@@ -165,6 +165,12 @@ class Metrics:
             "opa_errors", "Policy queries that failed (timeout, unreachable, bad answer).",
             namespace=NAMESPACE, registry=r,
         )  # fmt: skip
+        self._reused = Counter(
+            "decisions_reused",
+            "Calls whose policy decision was reused (the policy's cache_ttl_s) instead of asked "
+            "of OPA.",
+            namespace=NAMESPACE, registry=r,
+        )  # fmt: skip
         self._reloads = Counter(
             "policy_reloads", "Policy reloads by result (ok, failed).", ["result"],
             namespace=NAMESPACE, registry=r,
@@ -200,6 +206,7 @@ class Metrics:
         decision_s: float | None = None,
         exec_s: float | None = None,
         truncated: bool = False,
+        decision_reused: bool = False,
     ) -> None:
         """Count one answered call.
 
@@ -209,6 +216,7 @@ class Metrics:
             decision_s: Time the policy decision took; None when the policy was not asked.
             exec_s: Time the execution took; None when nothing ran.
             truncated: The tool_result was cut to fit its budget.
+            decision_reused: The decision was a reused one, not asked of OPA.
         """
         label = self.tool_label(tool)
         self._calls.labels(label, outcome.value).inc()
@@ -218,6 +226,8 @@ class Metrics:
             self._execution.labels(label).observe(exec_s)
         if truncated:
             self._truncations.labels(label).inc()
+        if decision_reused:
+            self._reused.inc()
 
     def call_cancelled(self, tool: str, reason: CancelReason) -> None:
         """Count one call cut short (instead of `observe_call`, never in addition to it)."""

@@ -21,8 +21,9 @@ import os
 import re
 import shutil
 import stat
+import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal
@@ -164,8 +165,11 @@ def _context_lines(args: GrepInput) -> int | None:
     return args.around if args.around is not None else args.context
 
 
-def build_argv(rg: str, args: GrepInput, search_path: Path | str) -> list[str]:
-    """The exact ripgrep command line (an argv list; no shell ever sees it)."""
+def build_argv(
+    rg: str, args: GrepInput, search_path: Path | str, threads: int | None = None
+) -> list[str]:
+    """The exact ripgrep command line (an argv list; no shell ever sees it); `threads` caps
+    ripgrep's own parallelism (None: its default)."""
     argv = [
         rg,
         "--no-config",
@@ -176,6 +180,8 @@ def build_argv(rg: str, args: GrepInput, search_path: Path | str) -> list[str]:
         f"--max-columns={MAX_COLUMNS}",
         "--max-columns-preview",
     ]
+    if threads is not None:
+        argv.append(f"--threads={threads}")
     if args.ignore_case:
         argv.append("--ignore-case")
     if args.multiline:
@@ -363,6 +369,30 @@ async def run_rg(
     return code, stderr.decode("utf-8", errors="replace").strip()
 
 
+class _RunningSearches:
+    """ripgrep processes running now in this daemon. A search alone uses ripgrep's own threads
+    (one search can keep every core busy); searches side by side (a batch, many clients) get an
+    equal share of the cores each, since more threads than cores only add switching."""
+
+    def __init__(self, cores: int) -> None:
+        self._cores = cores
+        self._running = 0
+        self._lock = threading.Lock()
+
+    @contextlib.contextmanager
+    def share(self) -> Iterator[int | None]:
+        """Count one search while inside; yields its thread cap (None: ripgrep's default)."""
+        with self._lock:
+            self._running += 1
+            running = self._running
+        try:
+            yield None if running == 1 else max(1, self._cores // running)
+        finally:
+            with self._lock:
+                self._running -= 1
+
+
+_SEARCHES = _RunningSearches(len(os.sched_getaffinity(0)))
 _RG_BY_PATH: dict[str, str] = {}
 
 
@@ -528,9 +558,13 @@ class GrepTool(Tool[GrepInput, GrepResult]):
             progress=_running_count(ctx, args.output_mode),
             shown_as=root.shown_as,
         )
-        code, stderr = await run_rg(
-            build_argv(rg, args, root.target), root.fd, collector, ctx.limits.timeout_ms / 1000
-        )
+        with _SEARCHES.share() as threads:
+            code, stderr = await run_rg(
+                build_argv(rg, args, root.target, threads),
+                root.fd,
+                collector,
+                ctx.limits.timeout_ms / 1000,
+            )
         if code == 2 and collector.total == 0:
             raise _search_error(stderr)
         if code not in (0, 1, 2):

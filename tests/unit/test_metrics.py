@@ -76,7 +76,9 @@ def test_calls_latencies_and_truncations_are_scraped(
     metrics: Metrics, server: MetricsServer
 ) -> None:
     metrics.observe_call("Read", CallOutcome.OK, decision_s=0.003, exec_s=0.02)
-    metrics.observe_call("Read", CallOutcome.OK, decision_s=0.004, exec_s=0.03, truncated=True)
+    metrics.observe_call(
+        "Read", CallOutcome.OK, decision_s=0.004, exec_s=0.03, truncated=True, decision_reused=True
+    )
     metrics.observe_call("Bash", CallOutcome.ERROR, decision_s=0.2, exec_s=42.0)
     metrics.observe_call("Bash", CallOutcome.DENIED, decision_s=0.002)
     metrics.observe_call("Reed", CallOutcome.INVALID)  # a tool name the model made up
@@ -102,6 +104,7 @@ def test_calls_latencies_and_truncations_are_scraped(
 
     assert _value(samples, "tooljail_result_truncations_total", tool="Read") == 1
     assert ("tooljail_result_truncations_total", frozenset({("tool", "Bash")})) not in samples
+    assert _value(samples, "tooljail_decisions_reused_total") == 1
 
 
 def test_cancelled_calls_are_counted_as_such(metrics: Metrics, server: MetricsServer) -> None:

@@ -14,7 +14,14 @@ from daemon.errors import ConfinementError, ToolError, ToolInputError
 from daemon.models import TextContent
 from daemon.tools import grep as grep_module
 from daemon.tools.contract import ProgressUpdate
-from daemon.tools.grep import GrepInput, GrepTool, _Collector, run_rg
+from daemon.tools.grep import (
+    GrepInput,
+    GrepTool,
+    _Collector,
+    _RunningSearches,
+    build_argv,
+    run_rg,
+)
 from tests.unit.conftest import CallTool
 from tests.unit.fake_sandbox import listen, make_context, run_summarized
 
@@ -308,3 +315,22 @@ async def test_lines_that_look_like_ripgrep_stats_are_still_results(workspace: P
         f"{workspace}/log.txt:1:12 files searched\n{workspace}/log.txt:2:3 matches"
     )
     assert text == "Found 2 lines matching 'searched|matches' in 1 file"
+
+
+def test_searches_side_by_side_share_the_cores() -> None:
+    searches = _RunningSearches(cores=2)
+    with searches.share() as alone:
+        assert alone is None  # ripgrep's own default: one search may use every core
+        with searches.share() as second, searches.share() as third:
+            assert (second, third) == (1, 1)
+    with searches.share() as later:
+        assert later is None, "a finished search no longer counts"
+    many = _RunningSearches(cores=8)
+    with many.share(), many.share() as two_of_them:
+        assert two_of_them == 4
+
+
+def test_the_thread_cap_reaches_the_command_line() -> None:
+    args = GrepInput(pattern="x")
+    assert not any(a.startswith("--threads") for a in build_argv("rg", args, "."))
+    assert "--threads=1" in build_argv("rg", args, ".", threads=1)
