@@ -32,6 +32,7 @@ from pydantic import ConfigDict, Field
 
 from daemon.errors import ToolError, ToolInputError
 from daemon.models import TextContent
+from daemon.tools.child import Child
 from daemon.tools.coerce import LaxInt, LaxToolInput
 from daemon.tools.contract import (
     CallContext,
@@ -305,17 +306,17 @@ class GrepResult:
     """The searched path as people read it (relative to the workspace), for the summary."""
 
 
-async def _read_capped(stream: asyncio.StreamReader, limit: int) -> bytes:
+async def _read_capped(child: Child, limit: int) -> bytes:
     kept = b""
-    while chunk := await stream.read(65536):
+    while chunk := await child.read(child.stderr):
         if len(kept) < limit:
             kept += chunk[: limit - len(kept)]
     return kept
 
 
-async def _drain_lines(stream: asyncio.StreamReader, collector: _Collector) -> None:
+async def _drain_lines(child: Child, collector: _Collector) -> None:
     pending = b""
-    while chunk := await stream.read(65536):
+    while chunk := await child.read(child.stdout):
         pending += chunk
         *complete, pending = pending.split(b"\n")
         for raw in complete:
@@ -336,23 +337,14 @@ async def run_rg(
     timeout.
     """
     try:
-        proc = await asyncio.create_subprocess_exec(
-            *argv,
-            stdin=asyncio.subprocess.DEVNULL,
-            stdout=asyncio.subprocess.PIPE,
-            stderr=asyncio.subprocess.PIPE,
-            cwd=f"/proc/self/fd/{root_fd}",
-            pass_fds=(root_fd,),
-        )
+        child = Child(argv, cwd=f"/proc/self/fd/{root_fd}", pass_fds=(root_fd,))
     except FileNotFoundError as exc:
         raise _rg_missing() from exc
-    assert proc.stdout is not None
-    assert proc.stderr is not None
-    stderr_task = asyncio.create_task(_read_capped(proc.stderr, MAX_STDERR_BYTES))
+    stderr_task = asyncio.create_task(_read_capped(child, MAX_STDERR_BYTES))
     try:
         async with asyncio.timeout(timeout_s):
-            await _drain_lines(proc.stdout, collector)
-            code = await proc.wait()
+            await _drain_lines(child, collector)
+            code = await child.wait()
             stderr = await stderr_task
     except TimeoutError as exc:
         raise ToolError(
@@ -360,12 +352,11 @@ async def run_rg(
             "glob or type."
         ) from exc
     finally:
-        if proc.returncode is None:
-            with contextlib.suppress(ProcessLookupError):
-                proc.kill()
-            await proc.wait()
         if not stderr_task.done():
             stderr_task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await stderr_task
+        await child.close()
     return code, stderr.decode("utf-8", errors="replace").strip()
 
 
