@@ -8,6 +8,7 @@ of code points, so a cut can never split a UTF-8 sequence.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal
 
@@ -17,6 +18,9 @@ from daemon.models import ContentBlock, ImageContent, TextContent
 LINE_SNAP_FRACTION = 0.1
 #: Smallest budget we honour; below it even the marker would not fit.
 MIN_BUDGET = 200
+#: Hook notes may take at most this share of a result's budget; the tool's output gets the rest.
+NOTES_SHARE = 0.25
+_NOTES_SEPARATOR = "\n\n"
 
 
 @dataclass(frozen=True)
@@ -86,3 +90,25 @@ def fit_content(
     out: list[ContentBlock] = [TextContent(text=fitted.text)] if text or not images else []
     out.extend(images)
     return tuple(out), fitted
+
+
+def fit_with_notes(
+    blocks: list[ContentBlock],
+    notes: Sequence[str],
+    budget: int,
+    keep: Literal["head_tail", "head"] = "head_tail",
+) -> tuple[tuple[ContentBlock, ...], BudgetedText]:
+    """Like `fit_content`, with notes (from hooks) after the output: the notes are cut to their
+    share of the budget first and the output fits in what is left, so a long output cut to its
+    head never loses them. The BudgetedText describes the output alone."""
+    if not notes:
+        return fit_content(blocks, budget, keep)
+    budget = max(budget, MIN_BUDGET)
+    shown = fit_text(_NOTES_SEPARATOR.join(notes), int(budget * NOTES_SHARE), "head").text
+    room = budget - len(shown) - len(_NOTES_SEPARATOR)
+    content, fitted = fit_content(blocks, room, keep)
+    first = content[0] if content else None
+    if isinstance(first, TextContent):
+        joined = TextContent(text=first.text + _NOTES_SEPARATOR + shown if first.text else shown)
+        return (joined, *content[1:]), fitted
+    return (*content, TextContent(text=shown)), fitted

@@ -8,7 +8,7 @@ from typing import Any
 
 from daemon.hooks.engine import HookEngine, PreHookOutcome
 from daemon.hooks.protocol import HookCall
-from daemon.models import ContentBlock, Outcome
+from daemon.models import ContentBlock, Outcome, TextContent
 from daemon.policy.verdict import Verdict
 from daemon.session import Session
 from daemon.tools.contract import AnyTool, ToolInput, TouchedPath
@@ -24,6 +24,19 @@ class AfterPreHooks:
     args: ToolInput
     paths: list[TouchedPath]
     outcome: PreHookOutcome
+
+
+@dataclass(frozen=True)
+class AfterHooks:
+    """A finished call as the PostToolUse hooks left it."""
+
+    content: list[ContentBlock]
+    """The tool's own output (or the notice that replaced it)."""
+    is_error: bool
+    notes: list[str]
+    """The hooks' notes for the model, shown after the output."""
+    records: list[dict[str, Any]]
+    """Per-hook records for the audit line."""
 
 
 class HookStage:
@@ -76,12 +89,15 @@ class HookStage:
         hooks: PreHookOutcome,
         content: list[ContentBlock],
         is_error: bool,
-    ) -> tuple[list[ContentBlock], bool, list[dict[str, Any]]]:
-        """Run PostToolUse(Failure) hooks; the content as the model should get it."""
-        content = hooks.with_context(content)
+    ) -> AfterHooks:
+        """Run PostToolUse(Failure) hooks: the tool_result as the model should get it, and the
+        hooks' notes, which go after it (the result budget keeps room for them)."""
+        notes = list(hooks.additional_context)
         if self._engine is None:
-            return content, is_error, hooks.to_audit()
+            return AfterHooks(content, is_error, notes, hooks.to_audit())
         call = self._call(tool, args, session, tool_use_id)
         post = await self._engine.post_tool_use(call, content, is_error)
-        content, is_error = post.apply(content, is_error)
-        return content, is_error, [*hooks.to_audit(), *post.to_audit()]
+        records = [*hooks.to_audit(), *post.to_audit()]
+        if post.withheld:
+            return AfterHooks([TextContent(text=post.withheld)], True, [], records)
+        return AfterHooks(content, is_error, [*notes, *post.additional_context], records)

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from daemon.audit import AuditEvent, AuditLog
-from daemon.budget import fit_content
+from daemon.budget import fit_with_notes
 from daemon.config import SandboxCeilings, clamp_limits
 from daemon.errors import SandboxError, ToolError, Unavailable
 from daemon.hook_stage import HookStage
@@ -273,11 +273,12 @@ class Pipeline:
         with self._metrics.in_flight() if self._metrics else contextlib.nullcontext():
             output = await self._run_respecting_interrupt(tool, args, ctx)
         call.timings["exec_s"] = time.monotonic() - exec_started
-        shown, is_error, call.hook_records[:] = await self._hooks.after(
+        after = await self._hooks.after(
             tool, args, session, tool_use.id, hooked.outcome, output.content, output.is_error
         )
-        output.content, output.is_error = shown, is_error
-        content, fitted = fit_content(output.content, budget, output.keep)
+        call.hook_records[:] = after.records
+        output.content, output.is_error = after.content, after.is_error
+        content, fitted = fit_with_notes(output.content, after.notes, budget, output.keep)
         report = ExecutionReport(
             sandboxed=tool.traits.sandboxed,
             sandbox_id=output.sandbox_id,

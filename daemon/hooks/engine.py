@@ -35,7 +35,7 @@ from typing import Any
 from daemon.hooks.config import HookEvent, HookSpec, name_hooks
 from daemon.hooks.protocol import HookCall, HookResult, hook_input, interpret
 from daemon.hooks.runner import run_hook
-from daemon.models import ContentBlock, ImageContent, Outcome, TextContent
+from daemon.models import ContentBlock, ImageContent, Outcome
 
 __all__ = ["HookEngine", "PostHookOutcome", "PreHookOutcome"]
 
@@ -55,13 +55,6 @@ def _notes(results: Sequence[HookResult]) -> tuple[str, ...]:
         if result.additional_context:
             notes.append(f"[{result.event.value} hook '{result.name}'] {result.additional_context}")
     return tuple(notes)
-
-
-def with_notes(content: Sequence[ContentBlock], notes: Sequence[str]) -> list[ContentBlock]:
-    """`content` with the notes appended as one more text block (unchanged without notes)."""
-    if not notes:
-        return list(content)
-    return [*content, TextContent(text="\n\n".join(notes))]
 
 
 @dataclass(frozen=True)
@@ -92,10 +85,6 @@ class PreHookOutcome:
         """Per-hook records for the audit line."""
         return [result.to_audit() for result in self.results]
 
-    def with_context(self, content: Sequence[ContentBlock]) -> list[ContentBlock]:
-        """tool_result content with the hooks' notes for the model appended."""
-        return with_notes(content, self.additional_context)
-
 
 @dataclass(frozen=True)
 class PostHookOutcome:
@@ -111,14 +100,6 @@ class PostHookOutcome:
     def to_audit(self) -> list[dict[str, Any]]:
         """Per-hook records for the audit line."""
         return [result.to_audit() for result in self.results]
-
-    def apply(
-        self, content: Sequence[ContentBlock], is_error: bool
-    ) -> tuple[list[ContentBlock], bool]:
-        """The tool_result content and is_error as the model should get them."""
-        if self.withheld:
-            return [TextContent(text=self.withheld)], True
-        return with_notes(content, self.additional_context), is_error
 
 
 def _combine_decision(results: Sequence[HookResult]) -> tuple[Outcome | None, tuple[str, ...]]:

@@ -91,6 +91,15 @@ def test_post_hook_adds_context_for_the_model(hooked: RunningDaemon) -> None:
     assert "post-hook saw Read" in text_of(answer)
 
 
+def test_a_long_output_cut_to_its_budget_keeps_the_hooks_note(hooked: RunningDaemon) -> None:
+    answer = hooked.execute("Bash", {"command": "seq 1 300000"})
+    text = text_of(answer)
+    assert answer.report.truncated
+    assert text.startswith("1\n2\n3\n") and "characters" in text and "cut here" in text
+    assert text.endswith("post-hook saw Bash")
+    assert len(text) <= 30_000
+
+
 def test_hanging_hook_fails_closed_naming_the_hook(hooked: RunningDaemon) -> None:
     answer = hooked.execute("Glob", {"pattern": "*"})
     assert answer.decision.outcome == pb.DENY

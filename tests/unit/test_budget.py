@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+from typing import Literal
+
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from daemon.budget import MIN_BUDGET, fit_content, fit_text
+from daemon.budget import MIN_BUDGET, fit_content, fit_text, fit_with_notes
 from daemon.models import ImageContent, TextContent
 
 
@@ -82,3 +84,36 @@ def test_budget_is_never_exceeded(text: str, budget: int, keep: str) -> None:
         assert fitted.text == text
     else:
         assert fitted.text[:1] == text[:1] or fitted.text.startswith("\n\n[...")
+
+
+# --- hook notes after the output -------------------------------------------------------------
+
+
+@given(
+    output=st.text(max_size=5000),
+    notes=st.lists(st.text(min_size=1, max_size=3000), min_size=1, max_size=3),
+    budget=st.integers(min_value=MIN_BUDGET, max_value=4000),
+    keep=st.sampled_from(["head", "head_tail"]),
+)
+def test_output_and_notes_together_never_exceed_the_budget(
+    output: str, notes: list[str], budget: int, keep: Literal["head", "head_tail"]
+) -> None:
+    content, _ = fit_with_notes([TextContent(text=output)], notes, budget, keep)
+    assert sum(len(b.text) for b in content if isinstance(b, TextContent)) <= budget
+
+
+def test_a_listing_cut_to_its_head_keeps_the_hooks_note() -> None:
+    listing = "\n".join(f"/ws/src/file_{n:05}.py" for n in range(20_000))
+    note = "[PostToolUse hook 'lint'] 3 files have lint errors; run `make lint` before editing."
+    content, fitted = fit_with_notes([TextContent(text=listing)], [note], 10_000, "head")
+    (block,) = content
+    assert isinstance(block, TextContent)
+    assert fitted.truncated and fitted.original_chars == len(listing)
+    assert block.text.startswith("/ws/src/file_00000.py") and block.text.endswith(note)
+    assert len(block.text) <= 10_000
+
+
+def test_notes_beside_an_image_get_a_block_of_their_own() -> None:
+    image = ImageContent(media_type="image/png", data=b"\x89PNG")
+    content, _ = fit_with_notes([image], ["look closely"], 1000)
+    assert content == (image, TextContent(text="look closely"))

@@ -312,11 +312,7 @@ async def test_pre_hook_additional_context(tmp_path: Path, ws: Path) -> None:
         bash_call(ws, "ls")
     )
 
-    content = outcome.with_context([TextContent(text="a.txt")])
-    assert [b.text for b in content if isinstance(b, TextContent)] == [
-        "a.txt",
-        "[PreToolUse hook 'ctx.py'] Builds live in ./out.",
-    ]
+    assert outcome.additional_context == ("[PreToolUse hook 'ctx.py'] Builds live in ./out.",)
 
 
 # --- Post events -----------------------------------------------------------------------------
@@ -340,13 +336,11 @@ async def test_post_tool_use_hook_adds_context(tmp_path: Path, ws: Path) -> None
     call = bash_call(ws, "echo hi")
 
     outcome = await engine.post_tool_use(call, [TextContent(text="hi")], is_error=False)
-    content, is_error = outcome.apply([TextContent(text="hi")], False)
 
-    assert not is_error
-    assert [b.text for b in content if isinstance(b, TextContent)] == [
-        "hi",
+    assert outcome.withheld == ""
+    assert outcome.additional_context == (
         "[PostToolUse hook 'post'] PostToolUse saw 'hi' is_error=False",
-    ]
+    )
     assert [r.name for r in outcome.results] == ["post"]
 
 
@@ -356,13 +350,11 @@ async def test_post_tool_use_failure_runs_on_errors_only(tmp_path: Path, ws: Pat
     failed = [TextContent(text="Exit code 1\nboom")]
 
     outcome = await engine.post_tool_use(bash_call(ws, "false"), failed, is_error=True)
-    content, is_error = outcome.apply(failed, True)
 
-    assert is_error
     assert [r.name for r in outcome.results] == ["failure"]
-    assert content[-1] == TextContent(
-        text="[PostToolUseFailure hook 'failure'] PostToolUseFailure saw 'Exit code 1\\nboom' "
-        "is_error=True error='Exit code 1\\nboom'"
+    assert outcome.additional_context == (
+        "[PostToolUseFailure hook 'failure'] PostToolUseFailure saw 'Exit code 1\\nboom' "
+        "is_error=True error='Exit code 1\\nboom'",
     )
 
 
@@ -524,20 +516,16 @@ async def test_post_hook_fails_open_by_default_and_closed_on_request(ws: Path) -
 
     lenient = HookEngine([hook(POST, "sleep 30", name="scan", timeout_s=0.3)])
     outcome = await lenient.post_tool_use(call, content, False)
-    assert outcome.apply(content, False) == (content, False)
+    assert outcome.withheld == ""
     assert outcome.results[0].status == "timeout"
 
     strict = HookEngine([hook(POST, "sleep 30", name="scan", timeout_s=0.3, on_error="deny")])
     outcome = await strict.post_tool_use(call, content, False)
-    withheld, is_error = outcome.apply(content, False)
-    assert is_error
-    assert withheld == [
-        TextContent(
-            text="The PostToolUse hook 'scan' did not finish within 0.3 s and was killed; it is "
-            "configured to fail closed, so the call's result is withheld (the call itself did "
-            "run). The operator must fix the hook before calls like this can go through."
-        )
-    ]
+    assert outcome.withheld == (
+        "The PostToolUse hook 'scan' did not finish within 0.3 s and was killed; it is "
+        "configured to fail closed, so the call's result is withheld (the call itself did "
+        "run). The operator must fix the hook before calls like this can go through."
+    )
 
 
 @pytest.mark.parametrize(
