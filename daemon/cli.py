@@ -14,15 +14,12 @@ from typing import Any
 import grpc
 from google.protobuf import json_format
 
+from daemon.client.connection import Connection, ConnectionOptionError, add_arguments
 from daemon.config import ConfigError, load_settings
 from daemon.errors import TooljailError
 from daemon.service.logs import configure_logging
 
 DEFAULT_TARGET = "unix:///run/tooljail/tooljail.sock"
-
-
-def _target(raw: str) -> str:
-    return "unix:" + raw.removeprefix("unix://") if raw.startswith("unix://") else raw
 
 
 def _serve(args: argparse.Namespace) -> int:
@@ -48,17 +45,21 @@ def _serve(args: argparse.Namespace) -> int:
     return 0
 
 
-def _stub(target: str) -> tuple[grpc.Channel, Any]:
+def _channel(args: argparse.Namespace) -> grpc.Channel:
+    return Connection.from_args(args).channel()
+
+
+def _stub(args: argparse.Namespace) -> tuple[grpc.Channel, Any]:
     from daemon._generated.tooljail.v1 import executor_pb2_grpc
 
-    channel = grpc.insecure_channel(_target(target))
+    channel = _channel(args)
     return channel, executor_pb2_grpc.ExecutorStub(channel)
 
 
 def _tools(args: argparse.Namespace) -> int:
     from daemon._generated.tooljail.v1 import executor_pb2 as pb
 
-    channel, stub = _stub(args.target)
+    channel, stub = _stub(args)
     with channel:
         response = stub.ListTools(
             pb.ListToolsRequest(session_id=args.session), timeout=args.timeout
@@ -85,7 +86,7 @@ def _call_anthropic(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         return 2
-    output = call_json(sys.stdin.read(), args.target, args.session, args.timeout)
+    output = call_json(sys.stdin.read(), Connection.from_args(args), args.session, args.timeout)
     sys.stdout.write(output.stdout)
     sys.stderr.write(output.stderr)
     return output.code
@@ -101,7 +102,7 @@ def _mcp(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         return 2
-    return run_mcp(args.target, args.session, args.timeout)
+    return run_mcp(Connection.from_args(args), args.session, args.timeout)
 
 
 def _call(args: argparse.Namespace) -> int:
@@ -115,7 +116,7 @@ def _call(args: argparse.Namespace) -> int:
     except (ValueError, json.JSONDecodeError) as exc:
         print(f"tooljail call: {exc}", file=sys.stderr)
         return 2
-    channel, stub = _stub(args.target)
+    channel, stub = _stub(args)
     with channel:
         return run_calls(
             stub,
@@ -131,7 +132,7 @@ def _status(args: argparse.Namespace) -> int:
     from daemon._generated.tooljail.v1 import executor_pb2 as pb
     from daemon._generated.tooljail.v1 import executor_pb2_grpc
 
-    channel = grpc.insecure_channel(_target(args.target))
+    channel = _channel(args)
     with channel:
         status = executor_pb2_grpc.AdminStub(channel).Status(
             pb.StatusRequest(), timeout=args.timeout
@@ -187,7 +188,7 @@ def build_parser() -> argparse.ArgumentParser:
         ("status", _status, "a short health summary of a running daemon"),
     ):
         command = sub.add_parser(name, help=help_text)
-        command.add_argument("--target", default=target, help=f"daemon address (default {target})")
+        add_arguments(command, target)
         command.add_argument("--session", default="", help="session id (default session if empty)")
         command.add_argument("--json", action="store_true", help="print the full responses as JSON")
         command.add_argument("--timeout", type=float, default=900.0, help="seconds to wait")
@@ -209,7 +210,7 @@ def build_parser() -> argparse.ArgumentParser:
             )
 
     mcp = sub.add_parser("mcp", help="serve the daemon's tools to an MCP client over stdio")
-    mcp.add_argument("--target", default=target, help=f"daemon address (default {target})")
+    add_arguments(mcp, target)
     mcp.add_argument("--session", default="", help="session id (default session if empty)")
     mcp.add_argument("--timeout", type=float, default=900.0, help="seconds to wait per call")
     mcp.set_defaults(func=_mcp)
@@ -229,6 +230,9 @@ def main(argv: list[str] | None = None) -> int:
     except grpc.RpcError as exc:
         print(f"tooljail: {exc.code().name}: {exc.details()}", file=sys.stderr)
         return 1
+    except ConnectionOptionError as exc:
+        print(f"tooljail: {exc}", file=sys.stderr)
+        return 2
     except BrokenPipeError:
         # The reader went away (e.g. `| head`): not an error worth a traceback.
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())

@@ -20,7 +20,7 @@ from google.protobuf import json_format
 
 from daemon._generated.tooljail.v1 import executor_pb2 as pb
 from daemon._generated.tooljail.v1 import executor_pb2_grpc as pb_grpc
-from daemon.client import grpc_target
+from daemon.client.connection import Connection
 from daemon.errors import RequestError
 from daemon.models import TextContent, ToolResult, ToolUse
 
@@ -171,13 +171,14 @@ class CallOutput(NamedTuple):
 
 
 def call_json(
-    stdin_text: str, target: str, session: str = "", timeout: float = 900.0
+    stdin_text: str, target: str | Connection, session: str = "", timeout: float = 900.0
 ) -> CallOutput:
     """Run the tool_use blocks of `stdin_text` as one ExecuteBatch; answer with the user message.
 
     Args:
         stdin_text: An assistant message, a list of tool_use blocks, or one tool_use block (JSON).
-        target: The daemon's address (`unix:///path` or `host:port`).
+        target: The daemon's address (`unix:///path` or `host:port`), or a Connection with
+            TLS files and a token.
         session: Session id; empty for the daemon's default session.
         timeout: Seconds to wait for the whole batch.
     """
@@ -188,7 +189,8 @@ def call_json(
     request = pb.ExecuteBatchRequest(session_id=session, tool_uses=tool_uses_to_proto(tool_uses))
     responses: list[pb.ExecuteResponse] = []
     failure = ""
-    with grpc.insecure_channel(grpc_target(target)) as channel:
+    connection = target if isinstance(target, Connection) else Connection(target)
+    with connection.channel() as channel:
         stub = pb_grpc.ExecutorStub(channel)
         try:
             responses.extend(stub.ExecuteBatch(request, timeout=timeout))

@@ -43,7 +43,7 @@ from mcp.shared.exceptions import MCPError
 from daemon import __version__
 from daemon._generated.tooljail.v1 import executor_pb2 as pb
 from daemon._generated.tooljail.v1 import executor_pb2_grpc as pb_grpc
-from daemon.client import grpc_target
+from daemon.client.connection import Connection, ConnectionOptionError, add_arguments
 
 __all__ = [
     "APPROVAL_META_KEY",
@@ -231,18 +231,20 @@ class Bridge:
         return f"The tooljail daemon refused to {what}: {code.name}: {details}"
 
 
-async def serve_stdio(target: str, session: str = "", timeout: float = 900.0) -> None:
+async def serve_stdio(target: str | Connection, session: str = "", timeout: float = 900.0) -> None:
     """Serve MCP on this process's stdin/stdout until the client closes them."""
-    async with grpc.aio.insecure_channel(grpc_target(target)) as channel:
-        bridge = Bridge(pb_grpc.ExecutorStub(channel), target, session, timeout)
+    connection = target if isinstance(target, Connection) else Connection(target)
+    async with connection.aio_channel() as channel:
+        bridge = Bridge(pb_grpc.ExecutorStub(channel), connection.target, session, timeout)
         server = bridge.server()
         async with stdio_server() as (read_stream, write_stream):
             await server.run(read_stream, write_stream, server.create_initialization_options())
 
 
-def run_mcp(target: str, session: str = "", timeout: float = 900.0) -> int:
+def run_mcp(target: str | Connection, session: str = "", timeout: float = 900.0) -> int:
     """Entry point of `tooljail mcp`: returns the exit code."""
-    logger.info("MCP bridge on stdio for the daemon at %s", target)
+    shown = target.target if isinstance(target, Connection) else target
+    logger.info("MCP bridge on stdio for the daemon at %s", shown)
     anyio.run(serve_stdio, target, session, timeout)
     return 0
 
@@ -253,7 +255,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     default = os.environ.get("TOOLJAIL_TARGET", DEFAULT_TARGET)
     parser = argparse.ArgumentParser(prog="tooljail mcp", description=__doc__.splitlines()[0])
-    parser.add_argument("--target", default=default, help=f"daemon address (default {default})")
+    add_arguments(parser, default)
     parser.add_argument("--session", default="", help="session id (default session if empty)")
     parser.add_argument("--timeout", type=float, default=900.0, help="seconds to wait per call")
     args = parser.parse_args(argv)
@@ -262,7 +264,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
         stream=sys.stderr,
     )
-    return run_mcp(args.target, args.session, args.timeout)
+    try:
+        connection = Connection.from_args(args)
+    except ConnectionOptionError as exc:
+        parser.error(str(exc))
+    return run_mcp(connection, args.session, args.timeout)
 
 
 if __name__ == "__main__":

@@ -18,7 +18,8 @@ from mcp.client.stdio import StdioServerParameters, stdio_client
 from mcp.shared.exceptions import MCPError
 
 from daemon._generated.tooljail.v1 import executor_pb2 as pb
-from tests.integration.harness import RunningDaemon
+from tests.integration.harness import RunningDaemon, running_daemon
+from tests.integration.test_service import free_port
 
 pytestmark = pytest.mark.integration
 
@@ -28,13 +29,15 @@ APPROVAL_KEY = "tooljail/approval"
 
 @asynccontextmanager
 async def bridge(
-    target: str, module: tuple[str, ...] = ("daemon.client.mcp_bridge",)
+    target: str,
+    module: tuple[str, ...] = ("daemon.client.mcp_bridge",),
+    env: dict[str, str] | None = None,
 ) -> AsyncIterator[ClientSession]:
     """An initialized MCP client session with the bridge (`python -m daemon.client.mcp_bridge`)."""
     server = StdioServerParameters(
         command=sys.executable,
         args=["-m", *module, "--target", target],
-        env={"TOOLJAIL_LOG_LEVEL": "WARNING"},
+        env={"TOOLJAIL_LOG_LEVEL": "WARNING", **(env or {})},
         cwd=REPO,
     )
     async with stdio_client(server) as (read, write), ClientSession(read, write) as session:
@@ -191,3 +194,22 @@ async def test_tooljail_mcp_command(host_daemon: RunningDaemon, workdir: Path) -
         result = await session.call_tool("Read", {"file_path": str(workdir / "c.txt")})
     assert result.is_error is False
     assert "     1\tvia the command" in text_of(result)
+
+
+async def test_the_bridge_reaches_a_tcp_listener_with_a_token(short_tmp: Path) -> None:
+    workspace = short_tmp / "ws-mcp-token"
+    workspace.mkdir()
+    (workspace / "a.txt").write_text("alpha\n")
+    target = f"127.0.0.1:{free_port()}"
+    with running_daemon(
+        workspace,
+        short_tmp / "mcp-token.sock",
+        sandbox={"enabled": False},
+        tcp={"address": target},
+        auth={"tokens": {"mcp-agent": "mcp-token-value-41"}},
+    ) as daemon:
+        async with bridge(target, env={"TOOLJAIL_TOKEN": "mcp-token-value-41"}) as session:
+            result = await session.call_tool("Read", {"file_path": str(workspace / "a.txt")})
+        assert result.is_error is False and "alpha" in text_of(result)
+        principals = {r["principal"] for r in daemon.audit_lines() if r["tool"] == "Read"}
+        assert principals == {"mcp-agent"}
