@@ -56,9 +56,9 @@ MAX_COLUMNS = 500
 MAX_KEPT_CHARS = 4 * 1024 * 1024
 """Output kept in memory at most; beyond it lines are counted, not stored."""
 MAX_STDERR_BYTES = 8192
+"""ripgrep's error output kept for the message."""
 INLINE_STAT_PATHS = 64
 """Up to this many matching files are sorted by mtime on the event loop, more in a thread."""
-"""ripgrep's error output kept for the message."""
 PROGRESS_INTERVAL_S = 0.25
 """Running counts are reported at most this often."""
 RESULT_BUDGET_CHARS = 20_000
