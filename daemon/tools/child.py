@@ -44,11 +44,11 @@ class Child:
         return self._proc.returncode
 
     def _watch_exit(self) -> asyncio.Future[int]:
-        exited: asyncio.Future[int] = self._loop.create_future()
         try:
             pidfd = os.pidfd_open(self._proc.pid)
-        except (AttributeError, OSError):
+        except (AttributeError, OSError):  # not Linux, or a kernel before 5.3
             return asyncio.ensure_future(asyncio.to_thread(self._proc.wait))
+        exited: asyncio.Future[int] = self._loop.create_future()
 
         def ready() -> None:
             self._loop.remove_reader(pidfd)
