@@ -72,3 +72,18 @@ async def test_the_working_directory_and_passed_descriptor() -> None:
             await child.close()
     finally:
         os.close(fd)
+
+
+async def test_without_pidfds_the_exit_is_awaited_in_a_thread(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    def unsupported(pid: int) -> int:
+        raise OSError(38, "Function not implemented")
+
+    monkeypatch.setattr(os, "pidfd_open", unsupported)
+    child = Child(["sh", "-c", "printf done; exit 4"], cwd="/", pass_fds=())
+    try:
+        assert await _all(child, "stdout") == b"done"
+        assert await child.wait() == 4
+    finally:
+        await child.close()
