@@ -1,5 +1,7 @@
 """A Docker engine of the test's own: a second dockerd with its own socket, data, exec root and
-pid file, no bridge and no iptables rules, so that stopping it breaks nobody else's containers.
+pid file, in a network namespace of its own (`unshare --net`), so that starting, stopping and
+killing it changes nothing of the machine's engine or network. (Never `--bridge none` on the
+host instead: dockerd then deletes the host's docker0, which the machine's engine needs.)
 The sandbox image is copied into it from the machine's engine (`docker save | docker load`)."""
 
 from __future__ import annotations
@@ -34,13 +36,15 @@ class PrivateEngine:
 
     def _command(self) -> list[str]:
         return [
+            # Its own network namespace: whatever it does to bridges and routes stays there; the
+            # daemon reaches it through the Unix socket, which lives in the file system.
+            "unshare", "--net", "--",
             "dockerd",
             "--host", self.host,
             "--data-root", str(self.root / "data"),
             # Short: containerd's sockets live under it and a Unix socket path has 107 bytes.
             "--exec-root", str(self.root / "x"),
             "--pidfile", str(self.root / "dockerd.pid"),
-            "--bridge", "none",
             "--iptables=false",
             "--ip-masq=false",
         ]  # fmt: skip

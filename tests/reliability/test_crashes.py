@@ -202,10 +202,12 @@ def test_docker_engine_stopped_mid_load_then_started(
     readable = workspace / "data.txt"
     readable.write_text(PAYLOAD + "\n")
     image = os.environ.get("TOOLJAIL_SANDBOX_IMAGE") or default_image_ref()
+    host_interfaces = set(os.listdir("/sys/class/net"))
     # An engine of the test's own: stopping the machine's engine would break its other users.
     with private_engine(image) as engine:
         monkeypatch.setenv("DOCKER_HOST", engine.host)
         outage = _engine_outage(workspace, rel_tmp / f"{unique('dk')}.sock", engine)
+    assert set(os.listdir("/sys/class/net")) == host_interfaces, "the host's network changed"
     read_answers, write_answers = outage.reads, outage.writes
     marker_of, refilled_s, after = outage.markers, outage.refilled_s, outage.after
     read_ok = [
