@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from daemon.cli import main
-from tests.integration.harness import RunningDaemon, running_daemon
+from tests.integration.harness import running_daemon
 from tests.integration.test_service import audit_principal, free_port, make_pki
 
 pytestmark = pytest.mark.integration
@@ -21,11 +21,6 @@ def _call(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str
     code = main(list(argv))
     out, err = capsys.readouterr()
     return code, out, err
-
-
-def _read_answer(out: str) -> dict[str, object]:
-    response: dict[str, object] = json.loads(out)
-    return response
 
 
 def test_call_with_a_token_file_or_the_environment(
@@ -127,7 +122,7 @@ def test_call_status_and_anthropic_json_over_mtls(
     ],
 )
 def test_connection_options_that_cannot_work_are_named(
-    host_daemon: RunningDaemon, capsys: pytest.CaptureFixture[str], argv: list[str], message: str
+    capsys: pytest.CaptureFixture[str], argv: list[str], message: str
 ) -> None:
     code, _, err = _call(capsys, "tools", "--target", "127.0.0.1:1", *argv)
     assert code == 2
