@@ -5,11 +5,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import ctypes
 import logging
 import os
 import shutil
-import signal
 import socket
 import time
 from collections import deque
@@ -21,7 +19,6 @@ from daemon.policy.opa_engine import client_for
 
 log = logging.getLogger(__name__)
 
-_PR_SET_PDEATHSIG = 1
 _START_TIMEOUT_S = 15.0
 _RESTART_BACKOFF_S = 0.5
 _DECISION_LOG_MARK = b'"msg":"Decision Log"'
@@ -50,10 +47,18 @@ def _free_port() -> int:
         return port
 
 
-def _die_with_parent() -> None:
-    """Runs in the child before exec: OPA gets SIGTERM if the daemon dies, even by SIGKILL."""
-    libc = ctypes.CDLL(None, use_errno=True)
-    libc.prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
+def _dying_with_parent(argv: list[str]) -> list[str]:
+    """`argv` started so that it gets SIGTERM when the daemon dies, even by SIGKILL.
+
+    util-linux's setpriv sets the parent-death signal and then execs the command. (A Python
+    preexec_fn doing the same would run Python between fork and exec, which is unsafe with the
+    threads gRPC runs: a forked child was seen aborting in gRPC's poller before it could exec.)
+    """
+    setpriv = shutil.which("setpriv")
+    if setpriv is None:
+        log.warning("setpriv (util-linux) is missing: the managed OPA will outlive a killed daemon")
+        return argv
+    return [setpriv, "--pdeathsig", "TERM", "--", *argv]
 
 
 class ManagedOpa:
@@ -105,7 +110,7 @@ class ManagedOpa:
 
     async def _spawn_and_load(self) -> None:
         self.loading = True
-        process = await asyncio.create_subprocess_exec(
+        argv = [
             str(self._binary),
             "run",
             "--server",
@@ -117,10 +122,12 @@ class ManagedOpa:
             # Decision logging makes OPA return its own decision_id with every decision.
             "--set",
             "decision_logs.console=true",
+        ]
+        process = await asyncio.create_subprocess_exec(
+            *_dying_with_parent(argv),
             stdin=asyncio.subprocess.DEVNULL,
             stdout=asyncio.subprocess.DEVNULL,
             stderr=asyncio.subprocess.PIPE,
-            preexec_fn=_die_with_parent,
         )
         self._process = process
         self._drain = asyncio.create_task(self._drain_stderr(process), name="opa-stderr")
