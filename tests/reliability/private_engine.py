@@ -16,7 +16,7 @@ import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
-from tests.reliability.support import alive, wait_for
+from tests.reliability.support import wait_for
 
 
 class PrivateEngine:
@@ -28,11 +28,6 @@ class PrivateEngine:
         self.host = f"unix://{self.socket}"
         self.log = root / "dockerd.log"
         self._process: subprocess.Popen[bytes] | None = None
-
-    @property
-    def pid(self) -> int:
-        assert self._process is not None, "the engine is not started"
-        return self._process.pid
 
     def _command(self) -> list[str]:
         return [
@@ -86,7 +81,8 @@ class PrivateEngine:
         try:
             self._process.wait(timeout=timeout_s)
         except subprocess.TimeoutExpired:
-            self._process.kill()
+            # Its whole session: the containerd it started goes too.
+            os.killpg(self._process.pid, signal.SIGKILL)
             self._process.wait()
 
     def load_image(self, ref: str) -> None:
@@ -114,9 +110,6 @@ def private_engine(image_ref: str) -> Iterator[PrivateEngine]:
         yield engine
     finally:
         engine.stop()
-        pid = engine._process.pid if engine._process is not None else None
-        if pid is not None:
-            wait_for(lambda: not alive(pid), timeout_s=10)
         # Mounts a killed engine may have left under its folders are undone before removal.
         for mount in reversed(_mounts_under(root)):
             subprocess.run(["umount", "-l", mount], check=False, capture_output=True)
