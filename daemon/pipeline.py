@@ -410,7 +410,8 @@ class Pipeline:
         summary: str = "",
     ) -> ExecuteOutcome:
         request = call.request
-        decision_id = (verdict.decision_id if verdict else "") or uuid.uuid4().hex
+        # run() gives every verdict a decision id; a call never decided gets one here.
+        decision_id = verdict.decision_id if verdict else uuid.uuid4().hex
         decision = Decision(
             outcome=verdict.outcome if verdict else None,
             reasons=verdict.reasons if verdict else (),

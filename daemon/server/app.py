@@ -15,9 +15,9 @@ from daemon.server.admin import AdminService
 from daemon.server.decoding import add_service
 from daemon.server.service import ExecutorService
 
-EXECUTOR_SERVICE = executor_pb2.DESCRIPTOR.services_by_name["Executor"].full_name
-ADMIN_SERVICE = executor_pb2.DESCRIPTOR.services_by_name["Admin"].full_name
-SERVICE_NAMES = (EXECUTOR_SERVICE, ADMIN_SERVICE)
+_EXECUTOR = executor_pb2.DESCRIPTOR.services_by_name["Executor"]
+_ADMIN = executor_pb2.DESCRIPTOR.services_by_name["Admin"]
+SERVICE_NAMES = (_EXECUTOR.full_name, _ADMIN.full_name)
 
 
 def _tcp_credentials(tcp: TcpListenerSettings) -> grpc.ServerCredentials | None:
@@ -47,8 +47,8 @@ def build_server(
             ("grpc.max_send_message_length", settings.max_request_bytes),
         ]
     )
-    add_service(server, executor_pb2.DESCRIPTOR.services_by_name["Executor"], executor)
-    add_service(server, executor_pb2.DESCRIPTOR.services_by_name["Admin"], admin)
+    add_service(server, _EXECUTOR, executor)
+    add_service(server, _ADMIN, admin)
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
     reflection.enable_server_reflection(
         (*SERVICE_NAMES, health.SERVICE_NAME, reflection.SERVICE_NAME), server

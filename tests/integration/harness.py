@@ -79,12 +79,17 @@ class RunningDaemon:
         return response
 
     def audit_lines(self, event: str | None = "answered") -> list[dict[str, Any]]:
-        """The audit records written so far: one "answered" record per call by default, those of
-        another event ("decided": allowed calls about to run), or all with None."""
-        if not self.audit_path.exists():
-            return []
-        records = [json.loads(line) for line in self.audit_path.read_text().splitlines() if line]
-        return [r for r in records if event is None or r["event"] == event]
+        """The audit records written so far (see `read_audit`)."""
+        return read_audit(self.audit_path, event)
+
+
+def read_audit(path: Path, event: str | None = "answered") -> list[dict[str, Any]]:
+    """The audit records in `path`: one "answered" record per call by default, those of another
+    event ("decided": calls that may change something, about to run), or all with None."""
+    if not path.exists():
+        return []
+    records = [json.loads(line) for line in path.read_text().splitlines() if line]
+    return [r for r in records if event is None or r["event"] == event]
 
 
 def text_of(response: pb.ExecuteResponse) -> str:

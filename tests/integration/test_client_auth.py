@@ -3,6 +3,7 @@ client certificate, and the daemon sees the principal those prove (never one the
 
 from __future__ import annotations
 
+import io
 import json
 from pathlib import Path
 
@@ -99,7 +100,7 @@ def test_call_status_and_anthropic_json_over_mtls(
 
         block = {"type": "tool_use", "id": "toolu_cli_json", "name": "Read",
                  "input": {"file_path": str(workspace / "a.txt")}}  # fmt: skip
-        monkeypatch.setattr("sys.stdin", _Stdin(json.dumps(block)))
+        monkeypatch.setattr("sys.stdin", io.StringIO(json.dumps(block)))
         code, out, err = _call(capsys, "call", "--anthropic", "--target", target, *tls)
         assert code == 0, err
         assert json.loads(out)["content"][0]["tool_use_id"] == "toolu_cli_json"
@@ -127,11 +128,3 @@ def test_connection_options_that_cannot_work_are_named(
     code, _, err = _call(capsys, "tools", "--target", "127.0.0.1:1", *argv)
     assert code == 2
     assert message in err
-
-
-class _Stdin:
-    def __init__(self, text: str) -> None:
-        self._text = text
-
-    def read(self) -> str:
-        return self._text

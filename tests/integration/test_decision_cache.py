@@ -4,7 +4,6 @@ calls), only for the identical input, audited as reused, and never across a poli
 from __future__ import annotations
 
 import shutil
-import subprocess
 from pathlib import Path
 
 import pytest
@@ -13,6 +12,7 @@ from daemon._generated.tooljail.v1 import executor_pb2 as pb
 from daemon._generated.tooljail.v1 import executor_pb2_grpc as pb_grpc
 from daemon.config import PROJECT_ROOT
 from tests.integration.harness import RunningDaemon, running_daemon, text_of
+from tests.integration.test_policy_reload import git
 
 pytestmark = pytest.mark.integration
 
@@ -52,19 +52,12 @@ def test_calls_that_can_change_something_are_always_decided_by_opa(
         assert "decision_cached_from" not in _audit(host_daemon, f"toolu_dcw_{n}")
 
 
-def _git(repo: Path, *args: str) -> None:
-    subprocess.run(
-        ["git", "-C", str(repo), "-c", "user.name=t", "-c", "user.email=t@example.invalid", *args],
-        capture_output=True, check=True,
-    )  # fmt: skip
-
-
 def test_a_reloaded_policy_decides_at_once_whatever_was_reused_before(short_tmp: Path) -> None:
     repo = short_tmp / "cache-policy-repo"
     shutil.copytree(PROJECT_ROOT / "policies", repo / "policies")
-    _git(repo, "init", "-q")
-    _git(repo, "add", ".")
-    _git(repo, "commit", "-qm", "v1")
+    git(repo, "init", "-q")
+    git(repo, "add", ".")
+    git(repo, "commit", "-qm", "v1")
     workspace = short_tmp / "ws-cache-reload"
     workspace.mkdir()
     secret = workspace / "secret.txt"
@@ -87,8 +80,8 @@ def test_a_reloaded_policy_decides_at_once_whatever_was_reused_before(short_tmp:
             '\tendswith(p.path, "/secret.txt")\n'
             "}\n"
         )
-        _git(repo, "add", ".")
-        _git(repo, "commit", "-qm", "no secrets")
+        git(repo, "add", ".")
+        git(repo, "commit", "-qm", "no secrets")
         reloaded = pb_grpc.AdminStub(daemon.channel).ReloadPolicies(
             pb.ReloadPoliciesRequest(), timeout=120
         )

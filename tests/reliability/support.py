@@ -7,7 +7,6 @@ sharing its interpreter.
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import subprocess
@@ -26,6 +25,7 @@ from daemon._generated.tooljail.v1 import executor_pb2 as pb
 from daemon._generated.tooljail.v1 import executor_pb2_grpc as pb_grpc
 from sandbox.backend import LABEL_INSTANCE, LABEL_MANAGED
 from sandbox.image import default_image_ref
+from tests.integration.harness import read_audit
 
 #: `TOOLJAIL_CHAOS=1` (scripts/chaos.sh) switches every scenario to its long variant.
 CHAOS = os.environ.get("TOOLJAIL_CHAOS") == "1"
@@ -272,9 +272,5 @@ class DaemonProcess:
         return self.log_path.read_text(errors="replace")[-4000:] if self.log_path.exists() else ""
 
     def audit_lines(self, event: str | None = "answered") -> list[dict[str, Any]]:
-        """The audit records written so far: one "answered" record per call by default, those of
-        another event ("decided": allowed calls about to run), or all with None."""
-        if not self.audit_path.exists():
-            return []
-        records = [json.loads(line) for line in self.audit_path.read_text().splitlines() if line]
-        return [r for r in records if event is None or r["event"] == event]
+        """The audit records written so far (see `read_audit`)."""
+        return read_audit(self.audit_path, event)
