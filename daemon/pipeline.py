@@ -49,6 +49,7 @@ from daemon.tools.contract import (
     ToolOutput,
     TouchedPath,
 )
+from daemon.tools.peers import PeerHandle
 from daemon.tools.registry import ToolDefinition, ToolRegistry
 from daemon.tools.validation import parse_input
 from sandbox.backend import SandboxLimits
@@ -94,6 +95,8 @@ class PreparedCall:
     """decision_s and exec_s once measured (for metrics)."""
     hook_records: list[dict[str, Any]] = field(default_factory=list)
     """What each hook said (for the audit line)."""
+    peers: PeerHandle | None = None
+    """Set by the scheduler for a parallel group's calls that may share work."""
 
     @property
     def concurrency_safe(self) -> bool:
@@ -262,6 +265,7 @@ class Pipeline:
             sandbox=self._runner_factory(session, tool_use.id) if tool.traits.sandboxed else None,
             progress=call.request.progress,
             catalog=lambda: self.list_tools(session.id, caller, include_deferred=True),
+            peers=call.peers,
         )
         if not tool.is_read_only(args):
             # On file before it runs: a call that may change something and is cut short by a

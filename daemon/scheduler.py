@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import functools
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
@@ -33,6 +34,7 @@ from daemon.models import (
     ToolResult,
 )
 from daemon.pipeline import CallRequest, Pipeline, PreparedCall
+from daemon.tools.peers import Peers
 
 #: The one tool whose failure cancels its parallel siblings (as in Claude Code).
 SIBLING_CANCELLING_TOOL = "Bash"
@@ -225,11 +227,14 @@ class Scheduler:
     async def _run_parallel(
         self, group: list[PreparedCall], caller: Caller
     ) -> AsyncIterator[ExecuteOutcome]:
+        group, peers = _with_peers(group)
         tasks = [asyncio.create_task(self._run(call, caller)) for call in group]
         cancelled_by: dict[int, PreparedCall] = {}
 
         def on_done(index: int, task: asyncio.Task[ExecuteOutcome]) -> None:
             call = group[index]
+            if peers is not None:
+                peers.leave(index)
             if task.cancelled() or task.exception() is not None:
                 return
             if (
@@ -255,6 +260,24 @@ class Scheduler:
             for task in _pending(tasks):
                 task.cancel()
             await asyncio.gather(*tasks, return_exceptions=True)
+
+
+def _with_peers(group: list[PreparedCall]) -> tuple[list[PreparedCall], Peers | None]:
+    """The group with its calls that may share work joined as peers, when there are at least
+    two of them."""
+    sharing = [
+        index
+        for index, call in enumerate(group)
+        if call.tool is not None and call.tool.traits.shares_work
+    ]
+    if len(sharing) < 2:
+        return group, None
+    peers = Peers(sharing)
+    joined = [
+        dataclasses.replace(call, peers=peers.handle(index)) if index in sharing else call
+        for index, call in enumerate(group)
+    ]
+    return joined, peers
 
 
 def _pending(tasks: list[asyncio.Task[ExecuteOutcome]]) -> Iterator[asyncio.Task[ExecuteOutcome]]:

@@ -26,11 +26,20 @@ def _settle(future: asyncio.Future[None]) -> None:
 class Child:
     """A started process with stdout and stderr piped; `close` must be awaited in every case."""
 
-    def __init__(self, argv: Sequence[str], *, cwd: str, pass_fds: tuple[int, ...]) -> None:
+    def __init__(
+        self,
+        argv: Sequence[str],
+        *,
+        cwd: str,
+        pass_fds: tuple[int, ...] = (),
+        stdin: int | None = None,
+    ) -> None:
+        """`stdin`: a file descriptor the child reads (the caller keeps and closes it); none by
+        default."""
         # An argv list: no shell ever sees it.
         self._proc = subprocess.Popen(
             list(argv),
-            stdin=subprocess.DEVNULL,
+            stdin=subprocess.DEVNULL if stdin is None else stdin,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             cwd=cwd,

@@ -22,6 +22,7 @@ from daemon.models import ContentBlock, TextContent
 
 if TYPE_CHECKING:
     from daemon.session import Session
+    from daemon.tools.peers import PeerHandle
     from daemon.tools.registry import ToolDefinition
     from sandbox.backend import SandboxLimits, SandboxRequest, SandboxResult
 
@@ -51,6 +52,8 @@ class ToolTraits:
     """Behaviour on interrupt."""
     max_result_chars: int = 50_000
     """The tool's own result budget; the config cap and the policy may lower it."""
+    shares_work: bool = False
+    """May serve several calls of one parallel group with one piece of work (joins ctx.peers)."""
 
 
 class ToolInput(BaseModel):
@@ -134,6 +137,8 @@ class CallContext:
     """Where live progress goes, when someone listens."""
     catalog: Callable[[], Awaitable[list[ToolDefinition]]] | None = None
     """The tools this caller may see, deferred ones included (for ToolSearch)."""
+    peers: PeerHandle | None = None
+    """The call's group of parallel siblings that may share work (shares_work tools only)."""
     extra: dict[str, Any] = field(default_factory=dict)
 
     def report(self, update: ProgressUpdate) -> None:

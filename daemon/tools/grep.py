@@ -7,6 +7,10 @@ of the workspace by one. File choice, documented for the model: hidden files are
 binary files are skipped. Content and count results are sorted by path so that `offset` pages
 through a stable order; files_with_matches is sorted by modification time, newest first, like Glob.
 
+Grep calls of one parallel group (an assistant turn) that search the same path with the same
+glob, type and case rule in files_with_matches mode share one walk of the files
+(daemon/tools/grep_shared.py); each still gets exactly the answer of a search of its own.
+
 Progress for the person watching: the running count of matching files (or lines) every quarter
 second, and at the end how many files ripgrep searched, from `--stats` in content and count modes
 (there ripgrep reads whole files anyway; in files_with_matches mode the flag would stop it from
@@ -43,6 +47,7 @@ from daemon.tools.contract import (
     ToolTraits,
     TouchedPath,
 )
+from daemon.tools.grep_shared import files_per_pattern
 from daemon.tools.summaries import failed, plural, quoted, result_of, shown_path, with_result
 from daemon.workspace import is_inside, open_confined, require_inside
 
@@ -166,6 +171,26 @@ def _context_lines(args: GrepInput) -> int | None:
     return args.around if args.around is not None else args.context
 
 
+def scope_flags(args: GrepInput) -> list[str]:
+    """ripgrep's flags for which files are searched and how lines match (not what is printed)."""
+    flags = []
+    if args.ignore_case:
+        flags.append("--ignore-case")
+    if args.multiline:
+        flags += ["--multiline", "--multiline-dotall"]
+    if args.glob:
+        flags.append(f"--glob={args.glob}")
+    # After the caller's glob, so that it wins over a broad one like "*".
+    flags.append("--glob=!.git")
+    if args.file_type:
+        flags.append(f"--type={args.file_type}")
+    return flags
+
+
+def _threads_flag(threads: int | None) -> list[str]:
+    return [] if threads is None else [f"--threads={threads}"]
+
+
 def build_argv(
     rg: str, args: GrepInput, search_path: Path | str, threads: int | None = None
 ) -> list[str]:
@@ -181,18 +206,8 @@ def build_argv(
         f"--max-columns={MAX_COLUMNS}",
         "--max-columns-preview",
     ]
-    if threads is not None:
-        argv.append(f"--threads={threads}")
-    if args.ignore_case:
-        argv.append("--ignore-case")
-    if args.multiline:
-        argv += ["--multiline", "--multiline-dotall"]
-    if args.glob:
-        argv.append(f"--glob={args.glob}")
-    # After the caller's glob, so that it wins over a broad one like "*".
-    argv.append("--glob=!.git")
-    if args.file_type:
-        argv.append(f"--type={args.file_type}")
+    argv += _threads_flag(threads)
+    argv += scope_flags(args)
     if args.output_mode == "files_with_matches":
         argv.append("--files-with-matches")
     elif args.output_mode == "count":
@@ -213,6 +228,11 @@ def build_argv(
             argv.append("--only-matching")
     argv += ["--", args.pattern, str(search_path)]
     return argv
+
+
+def _absolute(entry: str, shown_as: str) -> str:
+    """A path ripgrep printed (it runs in the search root: "./...") made absolute again."""
+    return shown_as + entry[1:] if entry.startswith("./") else entry
 
 
 @dataclass
@@ -237,10 +257,8 @@ class _Collector:
     def feed(self, line: str) -> None:
         if self.read_stats and self._stat(line):
             return
-        if self.shown_as and line.startswith("./"):
-            line = (
-                self.shown_as + line[1:]
-            )  # ripgrep ran in the search root: paths back to absolute
+        if self.shown_as:
+            line = _absolute(line, self.shown_as)
         index = self.total
         self.total += 1
         if self.progress is not None:
@@ -304,6 +322,8 @@ class GrepResult:
     """Files with at least one match (content mode, from --stats)."""
     shown: str = ""
     """The searched path as people read it (relative to the workspace), for the summary."""
+    shared_with: int = 0
+    """Parallel Grep calls that shared this call's walk of the files (0: it searched alone)."""
 
 
 async def _read_capped(child: Child, limit: int) -> bytes:
@@ -347,10 +367,7 @@ async def run_rg(
             code = await child.wait()
             stderr = await stderr_task
     except TimeoutError as exc:
-        raise ToolError(
-            f"The search took longer than {timeout_s:g} s and was stopped. Narrow it with path, "
-            "glob or type."
-        ) from exc
+        raise _timed_out(timeout_s) from exc
     finally:
         if not stderr_task.done():
             stderr_task.cancel()
@@ -396,6 +413,13 @@ def _ripgrep() -> str:
         raise _rg_missing()
     _RG_BY_PATH[search] = found
     return found
+
+
+def _timed_out(timeout_s: float) -> ToolError:
+    return ToolError(
+        f"The search took longer than {timeout_s:g} s and was stopped. Narrow it with path, "
+        "glob or type."
+    )
 
 
 def _rg_missing() -> ToolError:
@@ -473,6 +497,41 @@ def _count_of(entry: str) -> int:
     return int(number) if number.isdigit() else 0
 
 
+async def _listing(
+    args: GrepInput,
+    ctx: CallContext,
+    paths: list[str],
+    path: Path,
+    directory: bool,
+    *,
+    total: int | None = None,
+    warnings: str = "",
+    capped: bool = False,
+    shared_with: int = 0,
+) -> GrepResult:
+    """files_with_matches: the matching files newest first, windowed by offset/head_limit;
+    `total`: how many there are when `paths` could not keep them all."""
+    total = len(paths) if total is None else total
+    offset = args.offset or 0
+    head_limit = DEFAULT_HEAD_LIMIT if args.head_limit is None else args.head_limit
+    if len(paths) <= INLINE_STAT_PATHS:
+        ordered = _by_mtime(paths)
+    else:
+        ordered = await asyncio.to_thread(_by_mtime, paths)
+    end = offset + head_limit if head_limit else None
+    ctx.report(ProgressUpdate(message=f"{plural(total, 'matching file')} found"))
+    return GrepResult(
+        mode="files_with_matches",
+        lines=tuple(ordered[offset:end]),
+        total=total,
+        offset=offset,
+        warnings=warnings,
+        capped=capped,
+        shown=shown_path(path, ctx.workspace, directory=directory),
+        shared_with=shared_with,
+    )
+
+
 class GrepTool(Tool[GrepInput, GrepResult]):
     """Search file contents with ripgrep."""
 
@@ -505,6 +564,7 @@ class GrepTool(Tool[GrepInput, GrepResult]):
         sandboxed=False,
         interrupt=InterruptBehavior.CANCEL,
         max_result_chars=RESULT_BUDGET_CHARS,
+        shares_work=True,
     )
 
     def validate(self, args: GrepInput, session: Session) -> GrepInput:
@@ -527,12 +587,63 @@ class GrepTool(Tool[GrepInput, GrepResult]):
         raw = args.path if args.path is not None else str(ctx.workspace)
         path = require_inside(ctx.workspace, self._search_path(args, ctx.workspace), raw)
         rg = _ripgrep()
+        if ctx.peers is not None:
+            shared = await self._search_shared(rg, args, ctx, path, raw)
+            if shared is not None:
+                return shared
         # A few syscalls, like those validation already made on the event loop.
         root = open_search_root(ctx.workspace, path, raw)
         try:
             return await self._search(rg, args, ctx, root, path)
         finally:
             os.close(root.fd)
+
+    async def _search_shared(
+        self, rg: str, args: GrepInput, ctx: CallContext, path: Path, raw: str
+    ) -> GrepResult | None:
+        """This call's part of one walk shared with parallel siblings that search the same
+        files the same way (daemon/tools/grep_shared.py); None: search alone."""
+        assert ctx.peers is not None
+        if args.output_mode != "files_with_matches" or args.multiline:
+            ctx.peers.leave()
+            return None
+        timeout_s = ctx.limits.timeout_ms / 1000
+        key = (str(path), args.glob, args.file_type, bool(args.ignore_case))
+        cohort, place = await ctx.peers.join(key, (args.pattern, timeout_s))
+        if len(cohort.items) < 2:
+            return None
+
+        async def walk(
+            items: tuple[tuple[str, float], ...],
+        ) -> tuple[list[list[str]] | None, SearchRoot]:
+            root = open_search_root(ctx.workspace, path, raw)
+            try:
+                with _SEARCHES.share() as threads:
+                    scope = [*_threads_flag(threads), *scope_flags(args)]
+                    async with asyncio.timeout(max(limit for _, limit in items)):
+                        found = await files_per_pattern(
+                            rg,
+                            root.fd,
+                            root.target,
+                            scope,
+                            [pattern for pattern, _ in items],
+                            bool(args.ignore_case),
+                        )
+                return found, root
+            finally:
+                os.close(root.fd)
+
+        try:
+            async with asyncio.timeout(timeout_s):
+                found, root = await cohort.share(walk)
+        except TimeoutError as exc:
+            raise _timed_out(timeout_s) from exc
+        if found is None:
+            return None
+        paths = [_absolute(entry, root.shown_as) for entry in found[place]]
+        return await _listing(
+            args, ctx, paths, path, directory=root.target == ".", shared_with=len(found) - 1
+        )
 
     async def _search(
         self, rg: str, args: GrepInput, ctx: CallContext, root: SearchRoot, path: Path
@@ -560,24 +671,27 @@ class GrepTool(Tool[GrepInput, GrepResult]):
             raise _search_error(stderr)
         if code not in (0, 1, 2):
             raise ToolError(f"ripgrep failed with exit code {code}: {stderr or '(no message)'}")
+        directory = root.target == "."
+        if args.output_mode == "files_with_matches":
+            return await _listing(
+                args,
+                ctx,
+                collector.lines,
+                path,
+                directory,
+                total=collector.total,
+                warnings=stderr if code == 2 else "",
+                capped=collector.capped,
+            )
         lines = collector.lines
         total_matches = 0
-        if args.output_mode == "files_with_matches":
-            if len(lines) <= INLINE_STAT_PATHS:
-                lines = _by_mtime(lines)
-            else:
-                lines = await asyncio.to_thread(_by_mtime, lines)
-        elif args.output_mode == "count":
+        if args.output_mode == "count":
             total_matches = sum(_count_of(entry) for entry in lines)
-        if not windowed:
             end = offset + head_limit if head_limit else None
             lines = lines[offset:end]
         searched = collector.stats.get("files searched")
         if searched is not None:
             ctx.report(ProgressUpdate(files_scanned=searched, message=f"searched {searched} files"))
-        elif args.output_mode == "files_with_matches":
-            found = plural(collector.total, "matching file")
-            ctx.report(ProgressUpdate(message=f"{found} found"))
         return GrepResult(
             mode=args.output_mode,
             lines=tuple(lines),
@@ -589,7 +703,7 @@ class GrepTool(Tool[GrepInput, GrepResult]):
             files_searched=searched,
             matched_lines=collector.stats.get("matched lines"),
             files_matched=collector.stats.get("files contained matches"),
-            shown=shown_path(path, ctx.workspace, directory=root.target == "."),
+            shown=shown_path(path, ctx.workspace, directory=directory),
         )
 
     def render(self, result: GrepResult) -> ToolOutput:
@@ -604,7 +718,12 @@ class GrepTool(Tool[GrepInput, GrepResult]):
         if result.total == 0:
             return f"No matches for {pattern}{where}"
         if result.mode == "files_with_matches":
-            return f"Found {plural(result.total, 'file')} matching {pattern}{where}"
+            shared = (
+                f" (one search shared with {plural(result.shared_with, 'other Grep call')})"
+                if result.shared_with
+                else ""
+            )
+            return f"Found {plural(result.total, 'file')} matching {pattern}{where}{shared}"
         if result.mode == "count":
             lines = plural(result.total_matches, "line")
             return f"Counted {lines} matching {pattern} in {plural(result.total, 'file')}{where}"

@@ -126,3 +126,29 @@ def test_load_of_mixed_calls_answers_each_exactly_once(
     assert len(allowed) == len(set(allowed)) == 200, "each allowed call ran exactly once"
     # Calls that were never run (an unknown tool) are not remembered: answered again, not run.
     assert {r["outcome"] for r in records if r["tool"] == "Nope"} == {"not_evaluated"}
+
+
+def test_parallel_greps_of_a_batch_share_one_walk(
+    host_daemon: RunningDaemon, workdir: Path
+) -> None:
+    for i in range(60):
+        sub = workdir / f"pkg{i % 4}"
+        sub.mkdir(exist_ok=True)
+        (sub / f"mod{i}.py").write_text(f"def f{i}():\n    return {i}\n# marker_{i % 5}\n")
+    grep_inputs: list[dict[str, object]] = [
+        {"pattern": "marker_1", "path": str(workdir)},
+        {"pattern": r"return \d+5$", "path": str(workdir)},
+        {"pattern": "marker_1", "path": "/etc"},  # denied by policy: never reaches ripgrep
+        {"pattern": "marker_[23]", "path": str(workdir), "head_limit": 5},
+        {"pattern": "marker_4", "path": str(workdir), "output_mode": "count"},  # searches alone
+    ]
+    uses = [tool_use(f"toolu_g{i}", "Grep", **raw) for i, raw in enumerate(grep_inputs)]
+    batch = list(host_daemon.stub.ExecuteBatch(pb.ExecuteBatchRequest(tool_uses=uses)))
+    alone = [host_daemon.execute("Grep", raw) for raw in grep_inputs]
+    assert [r.result.tool_use_id for r in batch] == [u.id for u in uses]
+    assert [text_of(r) for r in batch] == [text_of(r) for r in alone]
+    assert batch[2].decision.outcome == pb.DENY
+    assert len(text_of(batch[0]).split("\n")[1:]) == 12  # "Found 12 files", then the files
+    shared = ["one search shared with 2 other Grep calls" in r.summary for r in batch]
+    assert shared == [True, True, False, True, False], [r.summary for r in batch]
+    assert not any("shared" in r.summary for r in alone)
