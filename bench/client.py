@@ -211,6 +211,8 @@ async def batch(spec: Spec) -> dict[str, Any]:
     tree = Path(spec["tree"])
     inputs = [workload.grep_input(tree, needle) for needle in spec["patterns"]]
     results: dict[str, list[float]] = {"batch": [], "sequential": []}
+    shared_calls: list[int] = []
+    """Per batch: calls whose summary says they shared one ripgrep walk."""
     async with open_channel(spec["target"]) as channel:
         stub = pb_grpc.ExecutorStub(channel)
 
@@ -225,11 +227,13 @@ async def batch(spec: Spec) -> dict[str, Any]:
             stream = stub.ExecuteBatch(
                 pb.ExecuteBatchRequest(tool_uses=uses), timeout=spec["timeout_s"]
             )
-            answered = 0
+            answered = shared = 0
             async for response in stream:
                 answered += 1
+                shared += "one search shared" in response.summary
                 if problem := problem_of(response):
                     tally.add(problem)
+            shared_calls.append(shared)
             if answered != len(uses):
                 tally.add(f"ExecuteBatch answered {answered} of {len(uses)} calls")
 
@@ -246,7 +250,7 @@ async def batch(spec: Spec) -> dict[str, Any]:
                 except grpc.aio.AioRpcError as exc:
                     tally.add(f"{exc.code().name}: {exc.details()}")
                 results[name].append(time.perf_counter() - started)
-    return {**results, **tally.as_dict()}
+    return {**results, "shared_calls": shared_calls, **tally.as_dict()}
 
 
 SCENARIOS: dict[str, Callable[[Spec], Coroutine[Any, Any, dict[str, Any]]]] = {

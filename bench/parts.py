@@ -202,6 +202,7 @@ def measure_batch(run: Run, daemon: DaemonProcess) -> dict[str, Any]:
         "rounds": run.plan.batch_rounds,
         "batch": summarize(raw["batch"]),
         "sequential": summarize(raw["sequential"]),
+        "shared_calls": min(raw["shared_calls"], default=0),
         **ripgrep_threads(run.tree),
         "errors": raw["errors"],
         "error_samples": raw["error_samples"],

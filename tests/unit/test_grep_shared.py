@@ -15,7 +15,8 @@ from hypothesis import strategies as st
 from daemon.models import TextContent
 from daemon.tools import grep_shared
 from daemon.tools.contract import CallContext, ToolOutput
-from daemon.tools.grep import GrepInput, GrepTool, build_argv, scope_flags
+from daemon.tools.grep import GrepTool
+from daemon.tools.grep_input import GrepInput, build_argv, scope_flags
 from daemon.tools.peers import Peers
 from tests.unit.fake_sandbox import make_context, run_summarized
 
@@ -75,7 +76,9 @@ def alone(root: Path, args: GrepInput, target: str = ".") -> set[str]:
     return set(done.stdout.splitlines())
 
 
-async def shared(root: Path, args: GrepInput, patterns: list[str], target: str = ".") -> list[set[str]] | None:
+async def shared(
+    root: Path, args: GrepInput, patterns: list[str], target: str = "."
+) -> list[set[str]] | None:
     fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY)
     try:
         found = await grep_shared.files_per_pattern(

@@ -14,14 +14,9 @@ from daemon.errors import ConfinementError, ToolError, ToolInputError
 from daemon.models import TextContent
 from daemon.tools import grep as grep_module
 from daemon.tools.contract import ProgressUpdate
-from daemon.tools.grep import (
-    GrepInput,
-    GrepTool,
-    _Collector,
-    _RunningSearches,
-    build_argv,
-    run_rg,
-)
+from daemon.tools.grep import GrepTool
+from daemon.tools.grep_input import GrepInput, build_argv
+from daemon.tools.ripgrep import Collector, RunningSearches, run_rg
 from tests.unit.conftest import CallTool
 from tests.unit.fake_sandbox import listen, make_context, run_summarized
 
@@ -216,7 +211,7 @@ async def test_missing_ripgrep_is_a_clear_error(
 async def test_cancel_kills_the_process(workspace: Path) -> None:
     root = os.open(workspace, os.O_RDONLY | os.O_DIRECTORY)
     try:
-        task = asyncio.create_task(run_rg(["sleep", "30"], root, _Collector(0, None), 60))
+        task = asyncio.create_task(run_rg(["sleep", "30"], root, Collector(0, None), 60))
         await asyncio.sleep(0.2)
         started = time.monotonic()
         task.cancel()
@@ -232,7 +227,7 @@ async def test_timeout_kills_the_process(workspace: Path) -> None:
     started = time.monotonic()
     try:
         with pytest.raises(ToolError, match=r"longer than 0\.3 s"):
-            await run_rg(["sleep", "30"], root, _Collector(0, None), 0.3)
+            await run_rg(["sleep", "30"], root, Collector(0, None), 0.3)
     finally:
         os.close(root)
     assert time.monotonic() - started < 25
@@ -318,14 +313,14 @@ async def test_lines_that_look_like_ripgrep_stats_are_still_results(workspace: P
 
 
 def test_searches_side_by_side_share_the_cores() -> None:
-    searches = _RunningSearches(cores=2)
+    searches = RunningSearches(cores=2)
     with searches.share() as alone:
         assert alone is None  # ripgrep's own default: one search may use every core
         with searches.share() as second, searches.share() as third:
             assert (second, third) == (1, 1)
     with searches.share() as later:
         assert later is None, "a finished search no longer counts"
-    many = _RunningSearches(cores=8)
+    many = RunningSearches(cores=8)
     with many.share(), many.share() as two_of_them:
         assert two_of_them == 4
 
