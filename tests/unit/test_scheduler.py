@@ -76,6 +76,40 @@ class UnsafeStep(_Step):
     traits = ToolTraits(sandboxed=False)
 
 
+class ShareInput(ToolInput):
+    key: str
+
+
+#: tool_use id -> the items of the cohort its call joined (None: it had no peers).
+COHORTS: dict[str, tuple[str, ...] | None] = {}
+
+
+class SharingStep(Tool[ShareInput, str]):
+    """Joins its parallel siblings, like Grep, and records the cohort it ends up in."""
+
+    name: ClassVar[str] = "Sharing"
+    description: ClassVar[str] = "test sharing"
+    input_model = ShareInput
+    traits = ToolTraits(
+        read_only=True,
+        concurrency_safe=True,
+        sandboxed=False,
+        interrupt=InterruptBehavior.CANCEL,
+        shares_work=True,
+    )
+
+    async def call(self, args: ShareInput, ctx: CallContext) -> str:
+        if ctx.peers is None:
+            COHORTS[ctx.tool_use_id] = None
+            return "alone"
+        cohort, _ = await ctx.peers.join(args.key, ctx.tool_use_id)
+        COHORTS[ctx.tool_use_id] = cohort.items
+        return "joined"
+
+    def render(self, result: str) -> ToolOutput:
+        return ToolOutput.text(result)
+
+
 class FakeBash(_Step):
     """Safe when its input says so, like a read-only shell command."""
 
@@ -106,7 +140,7 @@ def make_scheduler(tmp_path: Path, audit: AuditLog, **limits: Any) -> Scheduler:
     sessions = SessionStore(tmp_path / "ws")
     sessions._sessions["other"] = Session(id="other", workspace=(tmp_path / "ws").resolve())
     pipeline = Pipeline(
-        registry=ToolRegistry([SafeStep(), UnsafeStep(), FakeBash()]),
+        registry=ToolRegistry([SafeStep(), UnsafeStep(), FakeBash(), SharingStep()]),
         policy=AllowAll(),
         sessions=sessions,
         limits=PipelineLimits(50_000, SandboxLimits(), SandboxCeilings()),
@@ -138,6 +172,32 @@ async def collect(scheduler: Scheduler, requests: list[CallRequest]) -> list[Any
 @pytest.fixture(autouse=True)
 def _clear_spans() -> None:
     SPANS.clear()
+
+
+async def test_parallel_siblings_that_share_work_meet_as_peers(
+    tmp_path: Path, audit: AuditLog
+) -> None:
+    COHORTS.clear()
+    scheduler = make_scheduler(tmp_path, audit)
+    requests = [
+        req("s1", "Sharing", key="tree"),
+        req("s2", "Safe"),
+        req("s3", "Sharing", key="tree"),
+        req("s4", "Sharing", key="elsewhere"),
+        req("u1", "Unsafe"),
+        req("s5", "Sharing", key="tree"),  # a group of its own after the unsafe call
+    ]
+    outcomes = await collect(scheduler, requests)
+    assert [o.result.tool_use_id for o in outcomes] == [r.tool_use.id for r in requests]
+    assert COHORTS == {
+        "s1": ("s1", "s3"),
+        "s3": ("s1", "s3"),
+        "s4": ("s4",),
+        "s5": None,
+    }
+    COHORTS.clear()
+    await scheduler.execute(req("s6", "Sharing", key="tree"), Caller())
+    assert COHORTS == {"s6": None}
 
 
 def test_partition_groups_consecutive_safe_calls(tmp_path: Path, audit: AuditLog) -> None:
