@@ -62,9 +62,12 @@ async def _json_messages(child: Child, limit: int) -> list[dict[str, Any]] | Non
             return None
         pending += chunk
         *complete, pending = pending.split(b"\n")
-        messages.extend(json.loads(line) for line in complete if line)
+        try:
+            messages.extend(json.loads(line) for line in complete if line)
+        except ValueError:  # not ripgrep's JSON after all: let each call search alone
+            return None
     if pending:
-        messages.append(json.loads(pending))
+        return None  # every JSON message ends with a line feed: the output was cut short
     return messages
 
 

@@ -198,3 +198,17 @@ async def test_parallel_grep_calls_share_one_walk_and_answer_as_alone(tree: Path
         False,
         False,
     ], summaries
+
+
+async def test_output_that_is_not_ripgrep_json_is_not_shared(tree: Path, tmp_path: Path) -> None:
+    impostor = tmp_path / "rg"
+    impostor.write_text("#!/bin/sh\necho 'not json'\n")
+    impostor.chmod(0o755)
+    fd = os.open(tree, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        found = await grep_shared.files_per_pattern(
+            str(impostor), fd, ".", ["--glob=!.git"], ["alpha", "beta"], False
+        )
+    finally:
+        os.close(fd)
+    assert found is None
