@@ -311,9 +311,16 @@ def cpu_metrics(parts: Parts) -> list[Metric]:
         value = detail = None
         if isinstance(part, Mapping) and part.get("calls") and part.get("daemon_cpu_s") is not None:
             value = part["daemon_cpu_s"] * 1000 / part["calls"]
-            detail = (
-                f"{part['daemon_cpu_s']:.2f} s over {part['calls']} calls; child processes "
-                f"(ripgrep) {part.get('daemon_children_cpu_s', 0):.2f} s more"
+            calls = part["calls"]
+            others = {
+                "child processes (ripgrep)": part.get("daemon_children_cpu_s"),
+                "the client process": part.get("client_cpu_s"),
+                "OPA": part.get("opa_cpu_s"),
+            }
+            detail = f"{part['daemon_cpu_s']:.2f} s over {calls} calls; per call also " + ", ".join(
+                f"{name} {seconds * 1000 / calls:.2f} ms"
+                for name, seconds in others.items()
+                if seconds is not None
             )
         rows.append(_info(id_, label, value, "ms", detail or ""))
     return rows
