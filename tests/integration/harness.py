@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import shutil
 import subprocess
 import threading
 import time
@@ -21,7 +22,7 @@ from google.protobuf import json_format
 
 from daemon._generated.tooljail.v1 import executor_pb2 as pb
 from daemon._generated.tooljail.v1 import executor_pb2_grpc as pb_grpc
-from daemon.config import load_settings
+from daemon.config import PROJECT_ROOT, load_settings
 from daemon.runtime import Daemon
 
 
@@ -133,3 +134,23 @@ def serve_process(
         if process.poll() is None:
             process.kill()
             process.wait()
+
+
+def git(repo: Path, *args: str) -> str:
+    """Run git in `repo` with a throwaway identity; its stdout."""
+    done = subprocess.run(
+        ["git", "-C", str(repo), "-c", "user.name=t", "-c", "user.email=t@example.invalid", *args],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    return done.stdout.strip()
+
+
+def policy_repo(repo: Path) -> Path:
+    """A git repository holding a copy of the project's policies/, committed once ("v1")."""
+    shutil.copytree(PROJECT_ROOT / "policies", repo / "policies")
+    git(repo, "init", "-q")
+    git(repo, "add", ".")
+    git(repo, "commit", "-qm", "v1")
+    return repo

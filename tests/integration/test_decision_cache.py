@@ -3,16 +3,13 @@ calls), only for the identical input, audited as reused, and never across a poli
 
 from __future__ import annotations
 
-import shutil
 from pathlib import Path
 
 import pytest
 
 from daemon._generated.tooljail.v1 import executor_pb2 as pb
 from daemon._generated.tooljail.v1 import executor_pb2_grpc as pb_grpc
-from daemon.config import PROJECT_ROOT
-from tests.integration.harness import RunningDaemon, running_daemon, text_of
-from tests.integration.test_policy_reload import git
+from tests.integration.harness import RunningDaemon, git, policy_repo, running_daemon, text_of
 
 pytestmark = pytest.mark.integration
 
@@ -53,11 +50,7 @@ def test_calls_that_can_change_something_are_always_decided_by_opa(
 
 
 def test_a_reloaded_policy_decides_at_once_whatever_was_reused_before(short_tmp: Path) -> None:
-    repo = short_tmp / "cache-policy-repo"
-    shutil.copytree(PROJECT_ROOT / "policies", repo / "policies")
-    git(repo, "init", "-q")
-    git(repo, "add", ".")
-    git(repo, "commit", "-qm", "v1")
+    repo = policy_repo(short_tmp / "cache-policy-repo")
     workspace = short_tmp / "ws-cache-reload"
     workspace.mkdir()
     secret = workspace / "secret.txt"

@@ -3,8 +3,6 @@ decisions keep flowing during reloads."""
 
 from __future__ import annotations
 
-import shutil
-import subprocess
 import threading
 from pathlib import Path
 
@@ -12,28 +10,13 @@ import pytest
 
 from daemon._generated.tooljail.v1 import executor_pb2 as pb
 from daemon._generated.tooljail.v1 import executor_pb2_grpc as pb_grpc
-from daemon.config import PROJECT_ROOT
-from tests.integration.harness import running_daemon, text_of
+from tests.integration.harness import git, policy_repo, running_daemon, text_of
 
 pytestmark = pytest.mark.integration
 
 
-def git(repo: Path, *args: str) -> str:
-    done = subprocess.run(
-        ["git", "-C", str(repo), "-c", "user.name=t", "-c", "user.email=t@example.invalid", *args],
-        capture_output=True,
-        text=True,
-        check=True,
-    )
-    return done.stdout.strip()
-
-
 def test_reload_follows_git_and_refuses_broken_policies(short_tmp: Path) -> None:
-    repo = short_tmp / "policy-repo"
-    shutil.copytree(PROJECT_ROOT / "policies", repo / "policies")
-    git(repo, "init", "-q")
-    git(repo, "add", ".")
-    git(repo, "commit", "-qm", "v1")
+    repo = policy_repo(short_tmp / "policy-repo")
     first_sha = git(repo, "rev-parse", "--short", "HEAD")
     workspace = short_tmp / "ws-reload"
     workspace.mkdir()

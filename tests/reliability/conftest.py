@@ -7,7 +7,6 @@ survive: a call not answered, answered twice, run without an allow, an escape th
 
 from __future__ import annotations
 
-import os
 import re
 import tempfile
 from collections.abc import Iterator
@@ -20,10 +19,9 @@ import pytest
 from tests.integration.harness import RunningDaemon, running_daemon
 from tests.reliability.support import (
     CHAOS,
-    OWNER_GID,
-    OWNER_UID,
     container_ids,
     docker_problem,
+    owned_workspace,
     settle_containers,
     unique,
 )
@@ -147,9 +145,7 @@ def rel_host(rel_tmp: Path) -> Iterator[RunningDaemon]:
 @pytest.fixture(scope="session")
 def rel_sandbox(rel_tmp: Path, docker_ready: None) -> Iterator[RunningDaemon]:
     """A daemon with the real Docker sandbox over a workspace owned by a non-root user."""
-    workspace = rel_tmp / "ws-sbx"
-    workspace.mkdir()
-    os.chown(workspace, OWNER_UID, OWNER_GID)
+    workspace = owned_workspace(rel_tmp / "ws-sbx")
     socket_path = rel_tmp / f"{unique('rs')}.sock"
     with running_daemon(
         workspace,
@@ -171,10 +167,7 @@ def _folder_name(test_name: str) -> str:
 @pytest.fixture
 def sbx_dir(rel_sandbox: RunningDaemon, request: pytest.FixtureRequest) -> Path:
     """A fresh folder, owned by the workspace owner, in the sandbox daemon's workspace."""
-    folder = rel_sandbox.workspace.resolve() / _folder_name(request.node.name)
-    folder.mkdir()
-    os.chown(folder, OWNER_UID, OWNER_GID)
-    return folder
+    return owned_workspace(rel_sandbox.workspace.resolve() / _folder_name(request.node.name))
 
 
 @pytest.fixture

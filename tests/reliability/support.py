@@ -35,6 +35,13 @@ OWNER_UID = 1000
 OWNER_GID = 1000
 
 
+def owned_workspace(path: Path) -> Path:
+    """A new workspace folder (parents too) owned by the non-root workspace owner."""
+    path.mkdir(parents=True)
+    os.chown(path, OWNER_UID, OWNER_GID)
+    return path
+
+
 def scaled(default: int, chaos: int) -> int:
     """A case count: the default suite's, or the long variant's under TOOLJAIL_CHAOS=1."""
     return chaos if CHAOS else default

@@ -24,13 +24,12 @@ from tests.reliability.conftest import Figure, Record
 from tests.reliability.load import Answer, PacedLoad
 from tests.reliability.private_engine import PrivateEngine, private_engine
 from tests.reliability.support import (
-    OWNER_GID,
-    OWNER_UID,
     DaemonProcess,
     alive,
     children_named,
     container_ids,
     execute,
+    owned_workspace,
     settle_containers,
     text_of,
     unique,
@@ -47,10 +46,7 @@ def test_daemon_sigkill_with_sandboxed_calls_in_flight_then_restart(
     rel_tmp: Path, docker_ready: None, record: Record, figure: Figure
 ) -> None:
     folder = rel_tmp / "sigkill"
-    folder.mkdir()
-    workspace = folder / "ws"
-    workspace.mkdir()
-    os.chown(workspace, OWNER_UID, OWNER_GID)
+    workspace = owned_workspace(folder / "ws")
     kept = workspace / "kept.txt"
     kept.write_text("written before the crash\n")
     instance = unique("rel-kill")
@@ -196,9 +192,7 @@ def test_docker_engine_stopped_mid_load_then_started(
     rel_tmp: Path, docker_ready: None, record: Record, figure: Figure,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:  # fmt: skip
-    workspace = rel_tmp / "ws-dockerd"
-    workspace.mkdir()
-    os.chown(workspace, OWNER_UID, OWNER_GID)
+    workspace = owned_workspace(rel_tmp / "ws-dockerd")
     readable = workspace / "data.txt"
     readable.write_text(PAYLOAD + "\n")
     image = os.environ.get("TOOLJAIL_SANDBOX_IMAGE") or default_image_ref()

@@ -23,6 +23,7 @@ from tests.reliability.support import (
     OWNER_GID,
     OWNER_UID,
     execute,
+    owned_workspace,
     scaled,
     text_of,
     unique,
@@ -196,9 +197,7 @@ def _marker_judgement(answer: Answer, marker: Path, audit: dict[str, dict[str, o
 def test_opa_killed_during_sandboxed_load_runs_nothing_without_an_allow(
     rel_tmp: Path, docker_ready: None, record: Record, figure: Figure
 ) -> None:
-    workspace = rel_tmp / "ws-opa-sbx"
-    workspace.mkdir()
-    os.chown(workspace, OWNER_UID, OWNER_GID)
+    workspace = owned_workspace(rel_tmp / "ws-opa-sbx")
     socket_path = rel_tmp / f"{unique('os')}.sock"
     duration_s = scaled(8, 40)
     with running_daemon(workspace, socket_path, sandbox={"pool_size": 2}) as daemon:
@@ -295,9 +294,7 @@ def _unmount(folder: Path) -> None:
 def test_disk_full_during_write_is_a_clear_error_and_keeps_the_original(
     rel_tmp: Path, docker_ready: None, record: Record
 ) -> None:
-    workspace = rel_tmp / "ws-full"
-    workspace.mkdir()
-    os.chown(workspace, OWNER_UID, OWNER_GID)
+    workspace = owned_workspace(rel_tmp / "ws-full")
     small = workspace / "small"
     small.mkdir()
     # Mounted before the daemon starts: a container only sees mounts that existed when it was made.

@@ -6,7 +6,6 @@ baseline."""
 from __future__ import annotations
 
 import functools
-import os
 import threading
 import time
 import uuid
@@ -23,10 +22,9 @@ from daemon._generated.tooljail.v1 import executor_pb2 as pb
 from tests.reliability.conftest import Figure, Record
 from tests.reliability.support import (
     CHAOS,
-    OWNER_GID,
-    OWNER_UID,
     DaemonProcess,
     container_ids,
+    owned_workspace,
     rss_bytes,
     scaled,
     settle_containers,
@@ -116,10 +114,7 @@ def test_a_thousand_concurrent_mixed_calls(
     rel_tmp: Path, docker_ready: None, record: Record, figure: Figure
 ) -> None:
     folder = rel_tmp / "load"
-    folder.mkdir()
-    workspace = folder / "ws"
-    workspace.mkdir()
-    os.chown(workspace, OWNER_UID, OWNER_GID)
+    workspace = owned_workspace(folder / "ws")
     instance = unique("rel-load")
     pool_size = 2
     env = {
