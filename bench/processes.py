@@ -161,7 +161,7 @@ class DaemonProcess:
             **os.environ,
             "TOOLJAIL_STATE_DIR": str(work / f"{config.name}.state"),
             "TOOLJAIL_AUDIT_LOG": str(self.audit_path),
-            "TOOLJAIL_LOG_LEVEL": "WARNING",
+            "TOOLJAIL_LOGGING__LEVEL": "warning",
             "TOOLJAIL_OPA__URL": config.opa_url,
             "TOOLJAIL_INSTANCE_ID": config.instance_id,
             **config.env,

@@ -5,25 +5,26 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import logging
 import os
 import sys
 from pathlib import Path
-from typing import Any
 
 import grpc
-from google.protobuf import json_format
 
-from daemon.client.connection import Connection, ConnectionOptionError, add_arguments
+from daemon.client.connection import (
+    DEFAULT_TARGET,
+    Connection,
+    ConnectionOptionError,
+    add_arguments,
+    client_log_level,
+)
 from daemon.config import ConfigError, load_settings
 from daemon.errors import TooljailError
-from daemon.service.logs import configure_logging
-
-DEFAULT_TARGET = "unix:///run/tooljail/tooljail.sock"
+from daemon.ops.logs import configure_logging
 
 
 def _serve(args: argparse.Namespace) -> int:
-    from daemon.runtime import Daemon
+    from daemon.app.daemon import Daemon
 
     try:
         settings = load_settings(
@@ -32,10 +33,7 @@ def _serve(args: argparse.Namespace) -> int:
     except ConfigError as exc:
         print(f"tooljail: {exc}", file=sys.stderr)
         return 2
-    configure_logging(
-        json=settings.logging.format == "json",
-        level=os.environ.get("TOOLJAIL_LOG_LEVEL", settings.logging.level).lower(),
-    )
+    configure_logging(json=settings.logging.format == "json", level=settings.logging.level)
     daemon = Daemon(settings)
     try:
         asyncio.run(daemon.run_until_signalled())
@@ -45,35 +43,10 @@ def _serve(args: argparse.Namespace) -> int:
     return 0
 
 
-def _channel(args: argparse.Namespace) -> grpc.Channel:
-    return Connection.from_args(args).channel()
-
-
-def _stub(args: argparse.Namespace) -> tuple[grpc.Channel, Any]:
-    from daemon._generated.tooljail.v1 import executor_pb2_grpc
-
-    channel = _channel(args)
-    return channel, executor_pb2_grpc.ExecutorStub(channel)
-
-
 def _tools(args: argparse.Namespace) -> int:
-    from daemon._generated.tooljail.v1 import executor_pb2 as pb
+    from daemon.client.commands import print_tools
 
-    channel, stub = _stub(args)
-    with channel:
-        response = stub.ListTools(
-            pb.ListToolsRequest(session_id=args.session), timeout=args.timeout
-        )
-    if args.json:
-        print(json.dumps(json.loads(response.tools_json), indent=2))
-        return 0
-    for tool in response.tools:
-        kind = (
-            "read-only" if tool.traits.read_only else "sandboxed" if tool.traits.sandboxed else ""
-        )
-        first_line = tool.description.strip().splitlines()[0] if tool.description else ""
-        print(f"{tool.name:<10} {kind:<10} {first_line}")
-    return 0
+    return print_tools(Connection.from_args(args), args.session, args.timeout, args.json)
 
 
 def _call_anthropic(args: argparse.Namespace) -> int:
@@ -116,10 +89,11 @@ def _call(args: argparse.Namespace) -> int:
     except (ValueError, json.JSONDecodeError) as exc:
         print(f"tooljail call: {exc}", file=sys.stderr)
         return 2
-    channel, stub = _stub(args)
-    with channel:
+    from daemon._generated.tooljail.v1 import executor_pb2_grpc
+
+    with Connection.from_args(args).channel() as channel:
         return run_calls(
-            stub,
+            executor_pb2_grpc.ExecutorStub(channel),
             tool_uses,
             session=args.session,
             timeout=args.timeout,
@@ -129,25 +103,9 @@ def _call(args: argparse.Namespace) -> int:
 
 
 def _status(args: argparse.Namespace) -> int:
-    from daemon._generated.tooljail.v1 import executor_pb2 as pb
-    from daemon._generated.tooljail.v1 import executor_pb2_grpc
+    from daemon.client.commands import print_status
 
-    channel = _channel(args)
-    with channel:
-        status = executor_pb2_grpc.AdminStub(channel).Status(
-            pb.StatusRequest(), timeout=args.timeout
-        )
-    if args.json:
-        print(
-            json_format.MessageToJson(status, indent=2, always_print_fields_with_no_presence=True)
-        )
-        return 0
-    health = {True: "healthy", False: "DOWN"}
-    print(f"tooljail {status.version} (instance {status.instance_id}), you are {status.principal}")
-    print(f"policy    revision {status.policy_revision}, OPA {health[status.opa_healthy]}")
-    print(f"sandbox   Docker {health[status.docker_healthy]}, {status.pool_ready} warm containers")
-    print(f"calls     {status.in_flight} in flight, {status.sessions} sessions")
-    return 0 if status.opa_healthy else 1
+    return print_status(Connection.from_args(args), args.timeout, args.json)
 
 
 def _config(args: argparse.Namespace) -> int:
@@ -219,12 +177,10 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the `tooljail` console script."""
-    logging.basicConfig(
-        level=os.environ.get("TOOLJAIL_LOG_LEVEL", "INFO"),
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-        stream=sys.stderr,
-    )
     args = build_parser().parse_args(argv)
+    if args.func is not _serve:
+        # A client: readable lines on stderr; `serve` sets up the daemon's own from its settings.
+        configure_logging(json=False, level=client_log_level())
     try:
         code: int = args.func(args)
     except grpc.RpcError as exc:

@@ -23,7 +23,8 @@ from pydantic_settings import (
 
 from daemon.errors import TooljailError
 from daemon.hooks.config import HookList
-from sandbox.backend import NetworkMode, SandboxLimits
+from sandbox.backend import SandboxLimits
+from sandbox.limits import SandboxCeilings
 
 #: The repository (or installed package) root: policies/ and .tools/ live beside daemon/.
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
@@ -57,17 +58,6 @@ class OpaSettings(_Section):
     turns reuse off."""
     decision_cache_max_ttl_s: float = Field(default=60.0, ge=0)
     """Ceiling on how long any verdict is reused, whatever the policy says."""
-
-
-class SandboxCeilings(_Section):
-    """Hard limits a policy decision can never exceed."""
-
-    timeout_ms: int = Field(default=600_000, gt=0)
-    memory_mb: int = Field(default=4_096, gt=0)
-    cpus: float = Field(default=2.0, gt=0)
-    pids: int = Field(default=1_024, gt=0)
-    allow_network: bool = False
-    """Whether any policy may grant network access at all."""
 
 
 class SandboxSettings(_Section):
@@ -276,17 +266,3 @@ def load_settings(config_file: Path | None = None, **overrides: Any) -> Settings
         raise ConfigError(_describe(exc)) from exc
     finally:
         _CONFIG_FILE_IN_USE["path"] = None
-
-
-def clamp_limits(requested: SandboxLimits, ceilings: SandboxCeilings) -> SandboxLimits:
-    """Limits as granted: what the policy asked for, never above the daemon's ceilings."""
-    network = requested.network if ceilings.allow_network else NetworkMode.NONE
-    return requested.model_copy(
-        update={
-            "timeout_ms": min(requested.timeout_ms, ceilings.timeout_ms),
-            "memory_mb": min(requested.memory_mb, ceilings.memory_mb),
-            "cpus": min(requested.cpus, ceilings.cpus),
-            "pids": min(requested.pids, ceilings.pids),
-            "network": network,
-        }
-    )

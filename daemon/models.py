@@ -138,10 +138,31 @@ class ExecuteOutcome(Frozen):
     """One line for people, distinct from the model-facing content."""
 
 
+Transport = Literal["unix", "tcp", "tcp+mtls", "inproc", "unknown"]
+"""unix: the Unix socket; tcp: TCP with a bearer token; tcp+mtls: TCP with a verified client
+certificate; inproc: inside the daemon's process; unknown: anything else."""
+
+
 class Caller(Frozen):
     """Who is calling, as far as the transport can tell (never from request fields)."""
 
     principal: str = "anonymous"
     """Authenticated principal name, or the listener's configured default."""
-    transport: str = "unknown"
-    """unix, tcp or inproc."""
+    transport: Transport = "unknown"
+    """How the call arrived."""
+
+
+class StatusSnapshot(Frozen):
+    """A running daemon's health, as `tooljail status` shows it."""
+
+    version: str
+    policy_revision: str
+    opa_healthy: bool
+    docker_healthy: bool
+    pool_ready: int
+    """Warm containers ready."""
+    in_flight: int
+    """Calls running."""
+    sessions: int
+    """Sessions open (the default ones included)."""
+    instance_id: str

@@ -19,6 +19,15 @@ import grpc
 from daemon.client import grpc_target
 
 TOKEN_VARIABLE = "TOOLJAIL_TOKEN"  # noqa: S105 - the variable's name, not a secret
+DEFAULT_TARGET = "unix:///run/tooljail/tooljail.sock"
+"""Where `make run` and the packaged service listen."""
+LOG_LEVEL_VARIABLE = "TOOLJAIL_LOG_LEVEL"
+"""The level of a client command's own log lines (the daemon takes its level from its settings)."""
+
+
+def client_log_level() -> str:
+    """The log level of a client command: TOOLJAIL_LOG_LEVEL, else warning."""
+    return os.environ.get(LOG_LEVEL_VARIABLE, "warning").lower()
 
 
 class ConnectionOptionError(ValueError):

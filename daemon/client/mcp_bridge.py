@@ -43,7 +43,14 @@ from mcp.shared.exceptions import MCPError
 from daemon import __version__
 from daemon._generated.tooljail.v1 import executor_pb2 as pb
 from daemon._generated.tooljail.v1 import executor_pb2_grpc as pb_grpc
-from daemon.client.connection import Connection, ConnectionOptionError, add_arguments
+from daemon.client.connection import (
+    DEFAULT_TARGET,
+    Connection,
+    ConnectionOptionError,
+    add_arguments,
+    client_log_level,
+)
+from daemon.ops.logs import configure_logging
 
 __all__ = [
     "APPROVAL_META_KEY",
@@ -251,19 +258,13 @@ def run_mcp(target: str | Connection, session: str = "", timeout: float = 900.0)
 
 def main(argv: Sequence[str] | None = None) -> int:
     """`python -m daemon.client.mcp_bridge`: the bridge without the rest of the CLI."""
-    from daemon.cli import DEFAULT_TARGET
-
     default = os.environ.get("TOOLJAIL_TARGET", DEFAULT_TARGET)
     parser = argparse.ArgumentParser(prog="tooljail mcp", description=__doc__.splitlines()[0])
     add_arguments(parser, default)
     parser.add_argument("--session", default="", help="session id (default session if empty)")
     parser.add_argument("--timeout", type=float, default=900.0, help="seconds to wait per call")
     args = parser.parse_args(argv)
-    logging.basicConfig(
-        level=os.environ.get("TOOLJAIL_LOG_LEVEL", "INFO"),
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-        stream=sys.stderr,
-    )
+    configure_logging(json=False, level=client_log_level())
     try:
         connection = Connection.from_args(args)
     except ConnectionOptionError as exc:

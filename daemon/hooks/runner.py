@@ -9,17 +9,15 @@ first `OUTPUT_CAP_BYTES` of each stream are kept.
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import logging
 import os
 import pwd
-import signal
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
 from daemon.hooks.config import HookSpec
+from daemon.host.child import run_child
 
 __all__ = ["OUTPUT_CAP_BYTES", "HookProcess", "hook_environment", "run_hook"]
 
@@ -27,10 +25,6 @@ log = logging.getLogger(__name__)
 
 OUTPUT_CAP_BYTES = 64 * 1024
 """Bytes kept of each of stdout and stderr; the rest is read and counted, not stored."""
-
-#: After the hook exits or is killed, how long its pipes may take to reach end-of-file. Only a
-#: process that escaped the group (setsid) can hold them open longer; it is not waited for.
-_DRAIN_GRACE_S = 2.0
 
 _SHELL = "/bin/sh"
 
@@ -96,102 +90,6 @@ def _argv(spec: HookSpec) -> list[str]:
     return list(spec.command)
 
 
-def _kill_group(pgid: int) -> None:
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(pgid, signal.SIGKILL)
-
-
-class _ExitAwareProtocol(asyncio.subprocess.SubprocessStreamProtocol):
-    """Says when the process itself has exited. `Process.wait()` also waits for every pipe to
-    close, which a background child holding stdout can postpone until the timeout."""
-
-    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
-        super().__init__(limit=65_536, loop=loop)
-        self.exited = asyncio.Event()
-
-    def process_exited(self) -> None:
-        super().process_exited()
-        self.exited.set()
-
-
-class _Capture:
-    """Reads one stream to its end, keeping the first `OUTPUT_CAP_BYTES`."""
-
-    def __init__(self) -> None:
-        self.kept = bytearray()
-        self.total = 0
-
-    async def read(self, stream: asyncio.StreamReader) -> None:
-        while chunk := await stream.read(65_536):
-            self.total += len(chunk)
-            room = OUTPUT_CAP_BYTES - len(self.kept)
-            if room > 0:
-                self.kept += chunk[:room]
-
-    def text(self) -> str:
-        return self.kept.decode("utf-8", errors="replace")
-
-
-async def _feed(stdin: asyncio.StreamWriter, data: bytes) -> None:
-    """Write the input and close stdin; a hook that never reads it is not an error."""
-    with contextlib.suppress(BrokenPipeError, ConnectionResetError):
-        stdin.write(data)
-        await stdin.drain()
-    with contextlib.suppress(BrokenPipeError, ConnectionResetError):
-        stdin.close()
-        await stdin.wait_closed()
-
-
-async def _finish(tasks: list[asyncio.Task[None]]) -> None:
-    """Let the readers reach end-of-file; give up on pipes held by an escaped process."""
-    _, pending = await asyncio.wait(tasks, timeout=_DRAIN_GRACE_S)
-    for task in pending:
-        task.cancel()
-    # gather, not a loop of suppressed awaits: a cancellation of this task must still propagate.
-    await asyncio.gather(*tasks, return_exceptions=True)
-
-
-async def _wait_exit(protocol: _ExitAwareProtocol) -> None:
-    """Wait (briefly: the group was just sent SIGKILL) until the exit has been reaped."""
-    with contextlib.suppress(TimeoutError):
-        async with asyncio.timeout(_DRAIN_GRACE_S):
-            await protocol.exited.wait()
-
-
-_Started = tuple[asyncio.SubprocessTransport, _ExitAwareProtocol]
-
-
-async def _start(spec: HookSpec, workspace: Path) -> _Started:
-    """Start the hook in a new session (so its pid is its process group id).
-
-    The process exists before its pipes are connected; a cancellation in between would leave
-    it, and anything it started, running. The start is therefore shielded: on cancellation it is
-    completed, the group killed, and the cancellation re-raised.
-    """
-    loop = asyncio.get_running_loop()
-    starting: asyncio.Future[_Started] = asyncio.ensure_future(
-        loop.subprocess_exec(
-            lambda: _ExitAwareProtocol(loop),
-            *_argv(spec),
-            stdin=asyncio.subprocess.PIPE,
-            stdout=asyncio.subprocess.PIPE,
-            stderr=asyncio.subprocess.PIPE,
-            cwd=workspace,
-            env=hook_environment(spec, workspace),
-            start_new_session=True,
-        )
-    )
-    try:
-        return await asyncio.shield(starting)
-    except asyncio.CancelledError:
-        with contextlib.suppress(OSError):
-            transport, protocol = await starting
-            _kill_group(transport.get_pid())
-            await _wait_exit(protocol)
-            transport.close()
-        raise
-
-
 async def run_hook(spec: HookSpec, stdin_data: bytes, workspace: Path) -> HookProcess:
     """Run `spec` once with `stdin_data` on its stdin, in `workspace`.
 
@@ -200,7 +98,14 @@ async def run_hook(spec: HookSpec, stdin_data: bytes, workspace: Path) -> HookPr
     """
     started = time.monotonic()
     try:
-        transport, protocol = await _start(spec, workspace)
+        run = await run_child(
+            _argv(spec),
+            input_data=stdin_data,
+            timeout_s=spec.timeout_s,
+            output_cap=OUTPUT_CAP_BYTES,
+            cwd=workspace,
+            env=hook_environment(spec, workspace),
+        )
     except OSError as exc:
         return HookProcess(
             exit_code=None,
@@ -211,57 +116,22 @@ async def run_hook(spec: HookSpec, stdin_data: bytes, workspace: Path) -> HookPr
             start_error=f"could not start {_argv(spec)[0]!r}: {exc.strerror or exc}",
             duration_ms=int((time.monotonic() - started) * 1000),
         )
-    proc = asyncio.subprocess.Process(transport, protocol, asyncio.get_running_loop())
-    pgid = proc.pid
-    assert proc.stdin is not None and proc.stdout is not None and proc.stderr is not None
-    out, err = _Capture(), _Capture()
-    io_tasks = [
-        asyncio.create_task(_feed(proc.stdin, stdin_data)),
-        asyncio.create_task(out.read(proc.stdout)),
-        asyncio.create_task(err.read(proc.stderr)),
-    ]
-    timed_out = False
-    try:
-        try:
-            async with asyncio.timeout(spec.timeout_s):
-                await protocol.exited.wait()
-        except TimeoutError:
-            timed_out = True
-        # Also after a normal exit: whatever the hook left running in its group is killed, so
-        # hooks never accumulate stray processes or hold their pipes open. (With no member left
-        # the group id is unused and the kill finds nothing; Linux does not hand out a pid that
-        # is still some group's id.)
-        _kill_group(pgid)
-        await protocol.exited.wait()
-        await _finish(io_tasks)
-    finally:
-        if not protocol.exited.is_set() or not all(task.done() for task in io_tasks):
-            # Cancelled: nothing the hook started survives the call. Wait for the readers and
-            # the reaped exit before returning, or the caller may close the loop first and leak
-            # descriptors and the process entry.
-            _kill_group(pgid)
-            for task in io_tasks:
-                task.cancel()
-            await asyncio.gather(*io_tasks, return_exceptions=True)
-            await _wait_exit(protocol)
-        # Releases the pipes even when a process that escaped the group still holds them.
-        transport.close()
-    exit_code = None if timed_out else proc.returncode
+    exit_code = run.exit_code
     start_error = ""
     if isinstance(spec.command, str) and exit_code in _SHELL_CANNOT_RUN:
         start_error = f"the shell could not run the command (exit {exit_code})"
-        if err.total:
-            start_error += f": {err.text().strip()}"
+        if run.stderr.total:
+            start_error += f": {run.stderr.text().strip()}"
     elif isinstance(spec.command, str) and exit_code is not None and 128 < exit_code <= 128 + 64:
         # The shell reports a child killed by signal N as 128+N: a crash, not an answer.
         exit_code = 128 - exit_code
     return HookProcess(
         exit_code=exit_code,
-        stdout=out.text(),
-        stderr=err.text(),
-        stdout_bytes=out.total,
-        stderr_bytes=err.total,
-        timed_out=timed_out,
+        stdout=run.stdout.text(),
+        stderr=run.stderr.text(),
+        stdout_bytes=run.stdout.total,
+        stderr_bytes=run.stderr.total,
+        timed_out=run.timed_out,
         start_error=start_error,
-        duration_ms=int((time.monotonic() - started) * 1000),
+        duration_ms=int(run.duration_s * 1000),
     )

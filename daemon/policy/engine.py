@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import abc
+from pathlib import Path
 from typing import Any
 
+from daemon.models import Caller, Outcome
+from daemon.policy.input import open_session_document
 from daemon.policy.verdict import Verdict
 
 
@@ -28,6 +31,11 @@ class PolicyEngine(abc.ABC):
         """Whether a session may work in an existing directory (default: never)."""
         del document
         return Verdict.deny("This policy engine does not allow sessions over existing directories.")
+
+    async def workspace_refusal(self, workspace: Path, caller: Caller) -> str | None:
+        """None when a session may work in the existing directory `workspace`, else why not."""
+        verdict = await self.decide_workspace(open_session_document(str(workspace), caller))
+        return None if verdict.outcome is Outcome.ALLOW else " ".join(verdict.reasons)
 
     @property
     @abc.abstractmethod

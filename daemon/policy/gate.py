@@ -10,15 +10,25 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 from daemon.models import Caller, Outcome
 from daemon.policy.approval import ApprovalAuthority, ApprovalError, Grant, canonical_input_hash
-from daemon.policy.document import call_document
 from daemon.policy.engine import PolicyEngine
+from daemon.policy.input import call_document
 from daemon.policy.verdict import Verdict
-from daemon.session import Session, SessionGrant
-from daemon.tools.contract import AnyTool, ToolInput, TouchedPath
+from daemon.sessions.session import SessionGrant
+from daemon.tools.call import ToolCall
+
+
+@dataclass(frozen=True)
+class ApprovalRequest:
+    """The approval a call came with."""
+
+    token: str = ""
+    """A token a human approved, from an earlier ASK answer; empty: none."""
+    scope: Literal["once", "session"] = "once"
+    """With a token: this call only, or similar calls for the rest of the session."""
 
 
 @dataclass(frozen=True)
@@ -43,14 +53,9 @@ class PolicyGate:
 
     async def decide(
         self,
-        tool: AnyTool,
-        args: ToolInput,
-        paths: list[TouchedPath],
-        session: Session,
+        call: ToolCall,
         caller: Caller,
-        tool_use_id: str,
-        approval_token: str,
-        approval_scope: str = "once",
+        approval: ApprovalRequest,
         hooks: list[dict[str, str]] | None = None,
     ) -> GateDecision:
         """The decision for one call."""
@@ -58,26 +63,23 @@ class PolicyGate:
         def binding() -> dict[str, Any]:
             """What a token is bound to (only needed with a token or for an ask)."""
             return {
-                "session_id": session.id,
-                "tool_use_id": tool_use_id,
-                "input_hash": canonical_input_hash(args.model_dump(mode="json", by_alias=True)),
+                "session_id": call.session.id,
+                "tool_use_id": call.tool_use_id,
+                "input_hash": canonical_input_hash(call.input_json),
                 "principal": caller.principal,
-                "tool_name": tool.name,
+                "tool_name": call.tool.name,
             }
 
         grant: Grant | None = None
-        if approval_token:
+        if approval.token:
             if self._approvals is None:
                 return GateDecision(Verdict.deny("Approval tokens are not enabled on this daemon."))
             try:
-                grant = self._approvals.verify(approval_token, **binding())
+                grant = self._approvals.verify(approval.token, **binding())
             except ApprovalError as exc:
                 return GateDecision(Verdict.deny(f"The approval token was refused: {exc}"))
 
-        document = call_document(tool, args, paths, session, caller)
-        document["approval"] = grant.policy_input() if grant else {"granted": False}
-        if hooks:
-            document["hooks"] = hooks
+        document = call_document(call, caller, grant, hooks or [])
         verdict = await self._engine.decide(document)
 
         if verdict.outcome is Outcome.ASK:
@@ -101,25 +103,25 @@ class PolicyGate:
                 return GateDecision(
                     Verdict.deny(f"The approval token was refused: {exc}", verdict.decision_id)
                 )
-            if approval_scope == "session":
-                self._grant_for_session(tool, args, session, grant)
+            if approval.scope == "session":
+                _grant_for_session(call, grant)
         return GateDecision(verdict)
 
-    @staticmethod
-    def _grant_for_session(tool: AnyTool, args: ToolInput, session: Session, grant: Grant) -> None:
-        """Remember the approval for the rest of the session (the policy sees it as a grant)."""
-        covered = tool.grant_pattern(args)
-        if covered is None:
-            return
-        pattern, words = covered
-        if any(g.tool == tool.name and g.pattern == pattern for g in session.grants):
-            return
-        session.grants.append(
-            SessionGrant(
-                tool=tool.name,
-                pattern=pattern,
-                words=words,
-                approved_by=grant.approved_by,
-                granted_at=time.time(),
-            )
+
+def _grant_for_session(call: ToolCall, grant: Grant) -> None:
+    """Remember the approval for the rest of the session (the policy sees it as a grant)."""
+    covered = call.facts.grant
+    if covered is None:
+        return
+    session = call.session
+    if any(g.tool == call.tool.name and g.pattern == covered.pattern for g in session.grants):
+        return
+    session.grants.append(
+        SessionGrant(
+            tool=call.tool.name,
+            pattern=covered.pattern,
+            words=covered.words,
+            approved_by=grant.approved_by,
+            granted_at=time.time(),
         )
+    )

@@ -14,6 +14,7 @@ from collections import deque
 from pathlib import Path
 
 from daemon.errors import PolicyLoadError, TooljailError
+from daemon.host.child import Child
 from daemon.policy.loader import PolicyFiles, load_policy_files, read_policy_folder
 from daemon.policy.opa_engine import client_for
 
@@ -69,7 +70,7 @@ class ManagedOpa:
         self._policies_dir = policies_dir
         self._timeout_s = timeout_s
         self._port = _free_port()
-        self._process: asyncio.subprocess.Process | None = None
+        self._process: Child | None = None
         self._supervisor: asyncio.Task[None] | None = None
         self._stopping = False
         self._files: PolicyFiles | None = None
@@ -118,17 +119,12 @@ class ManagedOpa:
             f"127.0.0.1:{self._port}",
             "--log-level",
             "error",
-            "--disable-telemetry",
+            "--skip-version-check",
             # Decision logging makes OPA return its own decision_id with every decision.
             "--set",
             "decision_logs.console=true",
         ]
-        process = await asyncio.create_subprocess_exec(
-            *_dying_with_parent(argv),
-            stdin=asyncio.subprocess.DEVNULL,
-            stdout=asyncio.subprocess.DEVNULL,
-            stderr=asyncio.subprocess.PIPE,
-        )
+        process = Child(_dying_with_parent(argv), stdout="null")
         self._process = process
         self._drain = asyncio.create_task(self._drain_stderr(process), name="opa-stderr")
         try:
@@ -140,11 +136,11 @@ class ManagedOpa:
             await self._terminate(process)
             raise
 
-    async def _wait_healthy(self, process: asyncio.subprocess.Process) -> None:
+    async def _wait_healthy(self, process: Child) -> None:
         deadline = time.monotonic() + _START_TIMEOUT_S
         async with client_for(self.url, 1.0) as client:
             while time.monotonic() < deadline:
-                if process.returncode is not None:
+                if process.exited:
                     if self._drain is not None:
                         with contextlib.suppress(TimeoutError):
                             await asyncio.wait_for(asyncio.shield(self._drain), 1.0)
@@ -157,12 +153,11 @@ class ManagedOpa:
                 await asyncio.sleep(0.05)
         raise TooljailError(f"opa did not become healthy within {_START_TIMEOUT_S:.0f} s")
 
-    async def _drain_stderr(self, process: asyncio.subprocess.Process) -> None:
+    async def _drain_stderr(self, process: Child) -> None:
         """Keep reading OPA's stderr so a full pipe can never stall it; keep the last lines."""
-        assert process.stderr is not None
         pending = b""
-        # Chunks, not readline: a decision log line can be far longer than any line limit.
-        while chunk := await process.stderr.read(1 << 16):
+        # Chunks, not lines: a decision log line can be far longer than any line limit.
+        while chunk := await process.read(process.stderr):
             *lines, pending = (pending + chunk).split(b"\n")
             pending = pending[-_MAX_KEPT_LINE:]
             for raw in lines:
@@ -184,6 +179,7 @@ class ManagedOpa:
             await process.wait()
             if self._stopping:
                 return
+            await self._terminate(process)  # releases its pipes
             self.loading = True
             log.error("managed opa exited with code %s; restarting it", process.returncode)
             while not self._stopping:
@@ -197,18 +193,15 @@ class ManagedOpa:
                 log.warning("managed opa restarted (pid %s)", self.pid)
                 break
 
-    @staticmethod
-    async def _terminate(process: asyncio.subprocess.Process) -> None:
-        if process.returncode is not None:
-            return
-        with contextlib.suppress(ProcessLookupError):
+    async def _terminate(self, process: Child) -> None:
+        if not process.exited:
             process.terminate()
-        try:
-            await asyncio.wait_for(process.wait(), timeout=5)
-        except TimeoutError:
-            with contextlib.suppress(ProcessLookupError):
-                process.kill()
-            await process.wait()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(process.wait(), timeout=5)
+        await process.close()
+        if self._drain is not None:
+            with contextlib.suppress(TimeoutError, asyncio.CancelledError):
+                await asyncio.wait_for(self._drain, 1.0)
 
     async def stop(self) -> None:
         """Stop supervising and stop the server."""

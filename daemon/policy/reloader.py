@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from daemon.errors import PolicyLoadError
+from daemon.host.child import run_child
 from daemon.policy.opa_engine import OpaPolicyEngine
 from daemon.policy.opa_server import ManagedOpa
 from daemon.policy.revision import policy_revision
@@ -23,6 +24,8 @@ log = logging.getLogger(__name__)
 #: Documentation beside the policies that OPA must not load as data.
 OPA_IGNORE = ("--ignore", "input.schema.json")
 _CHECK_TIMEOUT_S = 120.0
+#: Only the end of the output is shown; keep enough that the end is there.
+_OUTPUT_CAP_BYTES = 1 << 20
 
 
 @dataclass(frozen=True)
@@ -36,20 +39,15 @@ class ReloadResult:
 
 
 async def _opa(binary: Path, *args: str) -> tuple[int, str]:
-    process = await asyncio.create_subprocess_exec(
-        str(binary),
-        *args,
-        stdin=asyncio.subprocess.DEVNULL,
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.STDOUT,
+    run = await run_child(
+        [str(binary), *args],
+        timeout_s=_CHECK_TIMEOUT_S,
+        output_cap=_OUTPUT_CAP_BYTES,
+        merge_stderr=True,
     )
-    try:
-        output, _ = await asyncio.wait_for(process.communicate(), _CHECK_TIMEOUT_S)
-    except TimeoutError:
-        process.kill()
-        await process.wait()
+    if run.timed_out:
         return 1, f"opa {args[0]} did not finish within {_CHECK_TIMEOUT_S:.0f} s"
-    return process.returncode or 0, output.decode(errors="replace").strip()
+    return run.exit_code or 0, run.stdout.text().strip()
 
 
 async def check_policy_folder(binary: Path, folder: Path) -> str:

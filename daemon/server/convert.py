@@ -7,19 +7,24 @@ import json
 from google.protobuf import json_format, struct_pb2
 
 from daemon._generated.tooljail.v1 import executor_pb2 as pb
+from daemon.calls.pipeline import CallRequest
 from daemon.errors import RequestError
 from daemon.models import (
+    Caller,
     Decision,
     ExecuteOutcome,
     ExecutionReport,
     ImageContent,
     Outcome,
+    StatusSnapshot,
     TextContent,
     ToolResult,
     ToolUse,
 )
-from daemon.pipeline import CallRequest
-from daemon.session import Session
+from daemon.policy.gate import ApprovalRequest
+from daemon.policy.reloader import ReloadResult
+from daemon.sessions.manager import ClosedSession
+from daemon.sessions.session import Session
 from daemon.tools.contract import ProgressUpdate
 from daemon.tools.registry import ToolDefinition
 
@@ -50,8 +55,9 @@ def call_request_from_proto(message: pb.ExecuteRequest) -> CallRequest:
     return CallRequest(
         tool_use=tool_use_from_proto(message.tool_use),
         session_id=message.session_id,
-        approval_token=message.approval_token,
-        approval_scope=scope,
+        approval=ApprovalRequest(
+            token=message.approval_token, scope="session" if scope == "session" else "once"
+        ),
     )
 
 
@@ -114,6 +120,11 @@ def outcome_to_proto(outcome: ExecuteOutcome) -> pb.ExecuteResponse:
     )
 
 
+def event_to_proto(outcome: ExecuteOutcome) -> pb.ExecuteEvent:
+    """The answer as the last event of an ExecuteStream."""
+    return pb.ExecuteEvent(response=outcome_to_proto(outcome))
+
+
 def progress_to_proto(tool_use_id: str, update: ProgressUpdate, dropped: int) -> pb.ExecuteEvent:
     """A progress update as a stream event."""
     return pb.ExecuteEvent(
@@ -159,6 +170,35 @@ def session_to_proto(session: Session) -> pb.Session:
         workspace=str(session.workspace),
         idle_ttl_s=int(session.idle_ttl_s or 0),
         mode=session.mode,
+    )
+
+
+def closed_to_proto(closed: ClosedSession) -> pb.CloseSessionResponse:
+    """What closing a session did."""
+    return pb.CloseSessionResponse(
+        cancelled_calls=closed.cancelled_calls, workspace_deleted=closed.workspace_deleted
+    )
+
+
+def reload_to_proto(result: ReloadResult) -> pb.ReloadPoliciesResponse:
+    """The outcome of a policy reload."""
+    return pb.ReloadPoliciesResponse(
+        policy_revision=result.revision, reloaded=result.reloaded, error=result.error
+    )
+
+
+def status_to_proto(snapshot: StatusSnapshot, caller: Caller) -> pb.StatusResponse:
+    """A health summary, with the principal the caller was identified as."""
+    return pb.StatusResponse(
+        version=snapshot.version,
+        policy_revision=snapshot.policy_revision,
+        opa_healthy=snapshot.opa_healthy,
+        docker_healthy=snapshot.docker_healthy,
+        pool_ready=snapshot.pool_ready,
+        in_flight=snapshot.in_flight,
+        sessions=snapshot.sessions,
+        instance_id=snapshot.instance_id,
+        principal=caller.principal,
     )
 
 

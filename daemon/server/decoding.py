@@ -1,4 +1,5 @@
-"""Registration of tooljail's services with request decoding the servicer can answer for.
+"""Registration of tooljail's services: request decoding the servicer can answer for, and the one
+place where a TooljailError a handler raises becomes the caller's gRPC status.
 
 grpc runs the request deserializer before any servicer code: when the bytes are not a valid
 message (invalid UTF-8 in a string, a corrupt or truncated wire format, nesting deeper than
@@ -17,6 +18,9 @@ import grpc
 from google.protobuf import message as protobuf_message
 from google.protobuf.descriptor import MethodDescriptor, ServiceDescriptor
 from google.protobuf.message_factory import GetMessageClass
+
+from daemon.errors import TooljailError
+from daemon.server.status import status_for, status_message
 
 Context = grpc.aio.ServicerContext[Any, Any]
 UnaryBehaviour = Callable[[Any, Context], Awaitable[Any]]
@@ -56,7 +60,10 @@ def _guarded_unary(behaviour: UnaryBehaviour) -> UnaryBehaviour:
     async def handle(request: object, context: Context) -> Any:
         if isinstance(request, Undecodable):
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, request.status_message())
-        return await behaviour(request, context)
+        try:
+            return await behaviour(request, context)
+        except TooljailError as exc:
+            await context.abort(status_for(exc), status_message(exc))
 
     return handle
 
@@ -65,8 +72,11 @@ def _guarded_stream(behaviour: StreamBehaviour) -> StreamBehaviour:
     async def handle(request: object, context: Context) -> AsyncIterator[Any]:
         if isinstance(request, Undecodable):
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, request.status_message())
-        async for response in behaviour(request, context):
-            yield response
+        try:
+            async for response in behaviour(request, context):
+                yield response
+        except TooljailError as exc:
+            await context.abort(status_for(exc), status_message(exc))
 
     return handle
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 import hashlib
 import hmac
 from collections.abc import Iterable, Mapping
+from typing import Literal
 
 import grpc
 
@@ -18,9 +19,11 @@ from daemon.errors import Unauthenticated
 from daemon.models import Caller
 
 
-def _transport(peer: str) -> str:
+def _transport(peer: str) -> Literal["unix", "tcp", "unknown"]:
     kind = peer.split(":", 1)[0] if ":" in peer else "unknown"
-    return {"ipv4": "tcp", "ipv6": "tcp"}.get(kind, kind)
+    if kind in ("ipv4", "ipv6"):
+        return "tcp"
+    return "unix" if kind == "unix" else "unknown"
 
 
 def _first(auth: Mapping[str, Iterable[bytes]], key: str) -> list[str]:
@@ -54,7 +57,7 @@ class CallerResolver:
             uris = [san for san in sans if "://" in san]
             names = uris or _first(auth, "x509_common_name")
             if names:
-                return Caller(principal=names[0], transport=f"{transport}+mtls")
+                return Caller(principal=names[0], transport="tcp+mtls")
         metadata = dict(context.invocation_metadata() or ())
         authorization = metadata.get("authorization")
         if isinstance(authorization, str) and authorization:

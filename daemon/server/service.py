@@ -1,5 +1,6 @@
 """The Executor servicer: thin handlers that identify the caller, convert, hand over to the
-scheduler, convert back. Errors become statuses in one place (daemon.server.status)."""
+scheduler, convert back. Errors they raise become statuses in one place (daemon.server.decoding,
+with the mapping in daemon.server.status)."""
 
 from __future__ import annotations
 
@@ -12,16 +13,15 @@ import grpc
 
 from daemon._generated.tooljail.v1 import executor_pb2 as pb
 from daemon._generated.tooljail.v1 import executor_pb2_grpc as pb_grpc
-from daemon.errors import TooljailError, Unavailable
+from daemon.calls.pipeline import Pipeline
+from daemon.calls.scheduler import Scheduler
+from daemon.errors import Unavailable
 from daemon.models import Caller
-from daemon.pipeline import Pipeline
-from daemon.scheduler import Scheduler
+from daemon.ops.metrics import CancelReason, Metrics
 from daemon.server import convert
 from daemon.server.identity import CallerResolver
 from daemon.server.progress_relay import ProgressRelay
-from daemon.server.status import status_for, status_message
-from daemon.service.metrics import CancelReason, Metrics
-from daemon.session_manager import SessionManager
+from daemon.sessions.manager import SessionManager
 
 Context = grpc.aio.ServicerContext[object, object]
 
@@ -64,22 +64,16 @@ class ExecutorService(pb_grpc.ExecutorServicer):
     async def ListTools(
         self, request: pb.ListToolsRequest, context: Context
     ) -> pb.ListToolsResponse:
-        try:
-            definitions = await self._pipeline.list_tools(
-                request.session_id, self._admit(context), include_deferred=request.include_deferred
-            )
-        except TooljailError as exc:
-            await context.abort(status_for(exc), status_message(exc))
+        definitions = await self._pipeline.list_tools(
+            request.session_id, self._admit(context), include_deferred=request.include_deferred
+        )
         return convert.tools_to_proto(definitions)
 
     async def Execute(self, request: pb.ExecuteRequest, context: Context) -> pb.ExecuteResponse:
-        try:
-            caller = self._admit(context)
-            call = convert.call_request_from_proto(request)
-            with self._counting_cancel(call.tool_use.name, context):
-                outcome = await self._scheduler.execute(call, caller)
-        except TooljailError as exc:
-            await context.abort(status_for(exc), status_message(exc))
+        caller = self._admit(context)
+        call = convert.call_request_from_proto(request)
+        with self._counting_cancel(call.tool_use.name, context):
+            outcome = await self._scheduler.execute(call, caller)
         return convert.outcome_to_proto(outcome)
 
     @contextlib.contextmanager
@@ -98,25 +92,16 @@ class ExecutorService(pb_grpc.ExecutorServicer):
     async def ExecuteBatch(
         self, request: pb.ExecuteBatchRequest, context: Context
     ) -> AsyncIterator[pb.ExecuteResponse]:
-        try:
-            caller = self._admit(context)
-            calls = convert.batch_from_proto(request)
-        except TooljailError as exc:
-            await context.abort(status_for(exc), status_message(exc))
-        try:
-            async for outcome in self._scheduler.execute_batch(calls, caller):
-                yield convert.outcome_to_proto(outcome)
-        except TooljailError as exc:
-            await context.abort(status_for(exc), status_message(exc))
+        caller = self._admit(context)
+        calls = convert.batch_from_proto(request)
+        async for outcome in self._scheduler.execute_batch(calls, caller):
+            yield convert.outcome_to_proto(outcome)
 
     async def ExecuteStream(
         self, request: pb.ExecuteRequest, context: Context
     ) -> AsyncIterator[pb.ExecuteEvent]:
-        try:
-            caller = self._admit(context)
-            call = convert.call_request_from_proto(request)
-        except TooljailError as exc:
-            await context.abort(status_for(exc), status_message(exc))
+        caller = self._admit(context)
+        call = convert.call_request_from_proto(request)
         relay = ProgressRelay()
         call = dataclasses.replace(call, progress=relay.push)
         running = asyncio.create_task(self._scheduler.execute(call, caller))
@@ -131,33 +116,21 @@ class ExecutorService(pb_grpc.ExecutorServicer):
                         yield convert.progress_to_proto(call.tool_use.id, update, relay.dropped)
                 for update in relay.take():
                     yield convert.progress_to_proto(call.tool_use.id, update, relay.dropped)
-                try:
-                    outcome = running.result()
-                except TooljailError as exc:
-                    await context.abort(status_for(exc), status_message(exc))
-                yield pb.ExecuteEvent(response=convert.outcome_to_proto(outcome))
+                yield convert.event_to_proto(running.result())
         finally:
             for task in (running, waiter):
                 if task is not None and not task.done():
                     task.cancel()
 
     async def OpenSession(self, request: pb.OpenSessionRequest, context: Context) -> pb.Session:
-        try:
-            session = await self._sessions.open(
-                request.workspace, request.idle_ttl_s, self._admit(context), request.mode
-            )
-        except TooljailError as exc:
-            await context.abort(status_for(exc), status_message(exc))
+        session = await self._sessions.open(
+            request.workspace, request.idle_ttl_s, self._admit(context), request.mode
+        )
         return convert.session_to_proto(session)
 
     async def CloseSession(
         self, request: pb.CloseSessionRequest, context: Context
     ) -> pb.CloseSessionResponse:
-        try:
-            self._resolver.resolve(context)
-            closed = await self._sessions.close(request.session_id, request.delete_workspace)
-        except TooljailError as exc:
-            await context.abort(status_for(exc), status_message(exc))
-        return pb.CloseSessionResponse(
-            cancelled_calls=closed.cancelled_calls, workspace_deleted=closed.workspace_deleted
-        )
+        self._resolver.resolve(context)
+        closed = await self._sessions.close(request.session_id, request.delete_workspace)
+        return convert.closed_to_proto(closed)

@@ -10,17 +10,20 @@ import os
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import ClassVar
 
 from pydantic import Field, field_validator
 
 from daemon.errors import ToolInputError
+from daemon.host.confine import is_inside
 from daemon.models import TextContent
-from daemon.session import Session
-from daemon.tools.bash_readonly import is_read_only_command, parsed
-from daemon.tools.coerce import LaxInt, LaxToolInput
+from daemon.sessions.session import Session
+from daemon.shell.parse import ParsedCommand, parse_command
+from daemon.shell.readonly import is_read_only
 from daemon.tools.contract import (
     CallContext,
+    CallFacts,
+    GrantPattern,
     InterruptBehavior,
     ProgressUpdate,
     Tool,
@@ -29,9 +32,8 @@ from daemon.tools.contract import (
     ToolTraits,
     TouchedPath,
 )
-from daemon.tools.summaries import failed, one_line, result_of, seconds, with_result
-from daemon.tools.write import require_sandbox
-from daemon.workspace import is_inside
+from daemon.tools.schema import LaxInt
+from daemon.tools.summaries import failed, one_line, seconds
 from sandbox.backend import BashRequest, SandboxResult
 
 DEFAULT_TIMEOUT_MS = 120_000
@@ -42,7 +44,7 @@ OUTPUT_LIMIT_BYTES = 1 << 20
 RESULT_BUDGET_CHARS = 30_000
 
 
-class BashInput(LaxToolInput):
+class BashInput(ToolInput):
     """Input of Bash."""
 
     command: str = Field(
@@ -123,6 +125,7 @@ class BashTool(Tool[BashInput, BashRun]):
         sandboxed=True,
         interrupt=InterruptBehavior.CANCEL,
         max_result_chars=RESULT_BUDGET_CHARS,
+        cancels_siblings=True,
     )
 
     def validate(self, args: BashInput, session: Session) -> BashInput:
@@ -139,38 +142,20 @@ class BashTool(Tool[BashInput, BashRun]):
             )
         return args
 
-    def is_concurrency_safe(self, args: BashInput) -> bool:
-        # A line that only reads may run beside other safe calls (and a failure then cancels them).
-        return is_read_only_command(args.command)
-
-    def grant_pattern(self, args: BashInput) -> tuple[str, tuple[str, ...]] | None:
-        # The program and its subcommand ("git push"): approving it for the session covers the
-        # same kind of command, never a different program. Only when every command of the line
-        # shares that prefix, and never a bare program name ("rm" would cover "rm -rf ~").
-        line = parsed(args.command)
-        commands = line.simple_commands
-        if not line.parsed or not commands or len(commands[0].argv) < 2:
-            return None
-        words = tuple(commands[0].argv[:2])
-        if words[1].startswith("-") or not all(words) or commands[0].wrappers:
-            return None
-        if any(tuple(c.argv[:2]) != words or c.wrappers for c in commands):
-            return None
-        return " ".join(words), words
-
-    def policy_facts(self, args: BashInput, session: Session) -> dict[str, Any]:
-        return {"command": parsed(args.command).to_policy()}
-
-    def touched_paths(self, args: BashInput, session: Session) -> list[TouchedPath]:
+    def analyse(self, args: BashInput, session: Session) -> CallFacts:
+        line = parse_command(args.command)
         cwd = session.cwd or session.workspace
-        return [
-            TouchedPath(
-                path=cwd, access="write", inside_workspace=is_inside(session.workspace, cwd)
-            )
-        ]
+        return self.facts(
+            # A line that only reads may run beside other safe calls (and a failure then
+            # cancels them).
+            concurrency_safe=is_read_only(line),
+            paths=[TouchedPath.of(session.workspace, cwd, "write")],
+            policy={"command": line.to_policy()},
+            grant=_grant(line),
+        )
 
     async def call(self, args: BashInput, ctx: CallContext) -> BashRun:
-        runner = require_sandbox(ctx)
+        runner = ctx.require_sandbox()
         notes: list[str] = []
         cwd = _start_directory(ctx.session, notes)
         requested = args.timeout or DEFAULT_TIMEOUT_MS
@@ -192,8 +177,8 @@ class BashTool(Tool[BashInput, BashRun]):
             cwd_reset=bool(notes),  # both helpers only ever note a reset
         )
 
-    def summarize(self, args: BashInput, output: ToolOutput) -> str:
-        bash_run = result_of(output, BashRun)
+    def summarize(self, args: BashInput, result: BashRun | None, output: ToolOutput) -> str:
+        bash_run = result
         if bash_run is None:
             return failed(self.name, output)
         run = bash_run.result
@@ -212,10 +197,6 @@ class BashTool(Tool[BashInput, BashRun]):
         return text + " (working directory reset)" if bash_run.cwd_reset else text
 
     def render(self, result: BashRun) -> ToolOutput:
-        return with_result(self._render(result), result)
-
-    @staticmethod
-    def _render(result: BashRun) -> ToolOutput:
         run = result.result
         output = run.output or "(no output)"
         is_error = True
@@ -256,6 +237,21 @@ class BashTool(Tool[BashInput, BashRun]):
             oom_killed=run.oom_killed,
             sandbox_id=run.sandbox_id,
         )
+
+
+def _grant(line: ParsedCommand) -> GrantPattern | None:
+    """The program and its subcommand ("git push"): approving it for the session covers the same
+    kind of command, never a different program. Only when every command of the line shares that
+    prefix, and never a bare program name ("rm" would cover "rm -rf ~")."""
+    commands = line.simple_commands
+    if not line.parsed or not commands or len(commands[0].argv) < 2:
+        return None
+    words = tuple(commands[0].argv[:2])
+    if words[1].startswith("-") or not all(words) or commands[0].wrappers:
+        return None
+    if any(tuple(c.argv[:2]) != words or c.wrappers for c in commands):
+        return None
+    return GrantPattern(" ".join(words), words)
 
 
 def _live_output(ctx: CallContext) -> Callable[[str], None] | None:

@@ -4,15 +4,35 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from daemon.tools.builtin_readonly import READ_ONLY_TOOLS
-from daemon.tools.builtin_sandboxed import SANDBOXED_TOOLS
+from daemon.tools.bash import BashTool
 from daemon.tools.contract import AnyTool
+from daemon.tools.files.edit import EditTool
+from daemon.tools.files.multiedit import MultiEditTool
+from daemon.tools.files.write import WriteTool
+from daemon.tools.glob.tool import GlobTool
+from daemon.tools.grep.tool import GrepTool
+from daemon.tools.ls import LsTool
+from daemon.tools.read import ReadTool
 from daemon.tools.registry import ToolRegistry
 from daemon.tools.tool_search import ToolSearchTool
 
 
+def builtin_tools() -> list[AnyTool]:
+    """Read, Glob, Grep and LS (host-side, confined to the workspace, concurrency-safe); Write,
+    Edit, MultiEdit and Bash (in the sandbox); ToolSearch."""
+    return [
+        ReadTool(),
+        GlobTool(),
+        GrepTool(),
+        LsTool(),
+        WriteTool(),
+        EditTool(),
+        MultiEditTool(),
+        BashTool(),
+        ToolSearchTool(),
+    ]
+
+
 def builtin_registry(deferred: Iterable[str] = ()) -> ToolRegistry:
     """A registry of every built-in tool; `deferred` ones are found through ToolSearch."""
-    tools: list[AnyTool] = [cls() for cls in (*READ_ONLY_TOOLS, *SANDBOXED_TOOLS)]
-    tools.append(ToolSearchTool())
-    return ToolRegistry(tools, deferred)
+    return ToolRegistry(builtin_tools(), deferred)

@@ -2,15 +2,17 @@
 
 A tool declares its name, a description written for the model, a pydantic input model (whose JSON
 Schema is what ListTools advertises and what the daemon validates against), its traits, a semantic
-`validate`, the paths a call touches (for the policy), `call`, and a mapping from its own result to
-tool_result content. Safety defaults are conservative: a tool that forgets to declare a trait is
+`validate`, `call`, a mapping from its own result to tool_result content (`render`) and a line for
+people (`summarize`). `analyse` says once per call what that call will do (`CallFacts`: read-only,
+concurrency-safe, touched paths, facts for the policy, what a session grant covers), so nobody
+asks the tool twice. Safety defaults are conservative: a tool that forgets to declare a trait is
 treated as risky (not read-only, destructive, not concurrency-safe, runs in the sandbox).
 """
 
 from __future__ import annotations
 
 import abc
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
 from pathlib import Path
@@ -18,10 +20,13 @@ from typing import TYPE_CHECKING, Any, ClassVar, Generic, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict
 
+from daemon.errors import ToolError
+from daemon.host.confine import is_inside
 from daemon.models import ContentBlock, TextContent
+from daemon.tools.schema import ToolInputSchema
 
 if TYPE_CHECKING:
-    from daemon.session import Session
+    from daemon.sessions.session import Session
     from daemon.tools.peers import PeerHandle
     from daemon.tools.registry import ToolDefinition
     from sandbox.backend import SandboxLimits, SandboxRequest, SandboxResult
@@ -54,6 +59,9 @@ class ToolTraits:
     """The tool's own result budget; the config cap and the policy may lower it."""
     shares_work: bool = False
     """May serve several calls of one parallel group with one piece of work (joins ctx.peers)."""
+    cancels_siblings: bool = False
+    """When a call of this tool fails, its still-running parallel siblings are cancelled (Bash:
+    a failed command usually means the rest of the turn's plan is wrong)."""
 
 
 class ToolInput(BaseModel):
@@ -70,6 +78,50 @@ class TouchedPath:
     """Resolved absolute path (symlinks followed as far as they exist)."""
     access: Literal["read", "write"]
     inside_workspace: bool
+    field: str = ""
+    """The input field it was given in ("file_path", "path"); empty when the call does not
+    name it (Bash's working directory)."""
+
+    @classmethod
+    def of(
+        cls, workspace: Path, path: Path, access: Literal["read", "write"], field: str = ""
+    ) -> TouchedPath:
+        """A resolved path as touched by a call in `workspace`."""
+        return cls(path, access, is_inside(workspace, path), field)
+
+
+@dataclass(frozen=True)
+class GrantPattern:
+    """What a session-wide approval of a call covers."""
+
+    pattern: str
+    """Bash: the command prefix ("git push"); file tools: a directory ending in '/'."""
+    words: tuple[str, ...] = ()
+    """Bash: the prefix as words, for exact matching by the policy."""
+
+
+@dataclass(frozen=True)
+class CallFacts:
+    """What one call with its input will do, as the tool says: worked out once, when the call is
+    prepared, and used by the scheduler, the policy, the hooks and the call itself."""
+
+    read_only: bool
+    """Changes nothing (the tool's trait, or narrower for this input)."""
+    concurrency_safe: bool
+    """May run beside other concurrency-safe calls."""
+    paths: tuple[TouchedPath, ...] = ()
+    """Every path the call touches, resolved."""
+    policy: Mapping[str, Any] = field(default_factory=dict)
+    """Extra top-level facts for the policy input (Bash: the parsed command)."""
+    grant: GrantPattern | None = None
+    """What a session-wide approval of this call covers; None: only this exact call."""
+
+    def path(self, name: str) -> Path:
+        """The resolved path given in input field `name` (the one the policy decided on)."""
+        for touched in self.paths:
+            if touched.field == name:
+                return touched.path
+        raise KeyError(f"the call's facts have no path for field {name!r}")
 
 
 @dataclass
@@ -129,6 +181,8 @@ class CallContext:
 
     tool_use_id: str
     session: Session
+    facts: CallFacts
+    """What the call was prepared as (the resolved paths the policy decided on)."""
     limits: SandboxLimits
     """Limits the policy granted (already clamped to the daemon's ceilings)."""
     sandbox: SandboxRunner | None = None
@@ -140,6 +194,17 @@ class CallContext:
     peers: PeerHandle | None = None
     """The call's group of parallel siblings that may share work (shares_work tools only)."""
     extra: dict[str, Any] = field(default_factory=dict)
+
+    def require_sandbox(self) -> SandboxRunner:
+        """The call's sandbox runner, or a ToolError when the daemon runs without one."""
+        if self.sandbox is None:
+            raise ToolError(
+                "The sandbox is not available, so this tool cannot run: tooljail only changes "
+                "files and runs commands inside a disposable container. Use the read-only tools "
+                "(Read, Glob, Grep, LS), or ask the operator to start tooljail with a sandbox "
+                "backend."
+            )
+        return self.sandbox
 
     def report(self, update: ProgressUpdate) -> None:
         """Send progress if anyone listens."""
@@ -175,33 +240,37 @@ class Tool(abc.ABC, Generic[InT, OutT]):
     """Keywords ToolSearch matches besides the name and the description."""
 
     def input_schema(self) -> dict[str, Any]:
-        """The JSON Schema the model sees."""
-        return self.input_model.model_json_schema()
-
-    def is_read_only(self, args: InT) -> bool:
-        """Read-only for this input (defaults to the declared trait)."""
-        return self.traits.read_only
-
-    def is_concurrency_safe(self, args: InT) -> bool:
-        """Concurrency-safe for this input (defaults to the declared trait)."""
-        return self.traits.concurrency_safe
+        """The JSON Schema the model sees (tidied: see daemon.tools.schema)."""
+        return self.input_model.model_json_schema(schema_generator=ToolInputSchema)
 
     def validate(self, args: InT, session: Session) -> InT:
         """Semantic checks beyond the schema (raise ToolInputError); may normalise the input."""
         return args
 
-    def policy_facts(self, args: InT, session: Session) -> dict[str, Any]:
-        """Extra top-level facts for the policy input (e.g. Bash's parsed command)."""
-        return {}
+    def analyse(self, args: InT, session: Session) -> CallFacts:
+        """What this call will do (raise ToolInputError when that cannot be worked out). The
+        default is the declared traits, no paths, no extra policy facts and no session grant."""
+        return self.facts()
 
-    def grant_pattern(self, args: InT) -> tuple[str, tuple[str, ...]] | None:
-        """What a session-scoped approval of this call covers: (pattern, words); None: only
-        this exact call can be approved."""
-        return None
-
-    def touched_paths(self, args: InT, session: Session) -> list[TouchedPath]:
-        """Every path this call touches, resolved, for the policy input."""
-        return []
+    def facts(
+        self,
+        *,
+        read_only: bool | None = None,
+        concurrency_safe: bool | None = None,
+        paths: Iterable[TouchedPath] = (),
+        policy: Mapping[str, Any] | None = None,
+        grant: GrantPattern | None = None,
+    ) -> CallFacts:
+        """Facts of a call of this tool; whatever is not given comes from the traits."""
+        return CallFacts(
+            read_only=self.traits.read_only if read_only is None else read_only,
+            concurrency_safe=(
+                self.traits.concurrency_safe if concurrency_safe is None else concurrency_safe
+            ),
+            paths=tuple(paths),
+            policy=policy or {},
+            grant=grant,
+        )
 
     @abc.abstractmethod
     async def call(self, args: InT, ctx: CallContext) -> OutT:
@@ -211,8 +280,9 @@ class Tool(abc.ABC, Generic[InT, OutT]):
     def render(self, result: OutT) -> ToolOutput:
         """Map the tool's own result to tool_result content."""
 
-    def summarize(self, args: InT, output: ToolOutput) -> str:
-        """One line for people about what the call did (not what the model reads)."""
+    def summarize(self, args: InT, result: OutT | None, output: ToolOutput) -> str:
+        """One line for people about what the call did (not what the model reads); `result` is
+        None when the call failed before the tool had one (`output` then holds the error)."""
         return f"{self.name} failed" if output.is_error else f"{self.name} done"
 
 

@@ -21,22 +21,23 @@ from typing import TYPE_CHECKING, Literal
 from pydantic import Field
 
 from daemon.errors import ToolError
+from daemon.host.confine import open_confined, require_inside, resolve_path
 from daemon.models import TextContent
-from daemon.tools.coerce import LaxToolInput
 from daemon.tools.contract import (
     CallContext,
+    CallFacts,
     InterruptBehavior,
     Tool,
+    ToolInput,
     ToolOutput,
     ToolTraits,
     TouchedPath,
 )
-from daemon.tools.glob import open_child_dir
-from daemon.tools.summaries import failed, plural, result_of, shown_path, with_result
-from daemon.workspace import is_inside, open_confined, require_inside
+from daemon.tools.glob.engine import open_child_dir
+from daemon.tools.summaries import failed, plural, shown_path
 
 if TYPE_CHECKING:
-    from daemon.session import Session
+    from daemon.sessions.session import Session
 
 MAX_ENTRIES = 1000
 """Entries listed; the listing stops there with a note."""
@@ -58,7 +59,7 @@ NOT_EXPANDED = frozenset(
 """Directories shown but not entered (unless LS is pointed at them): bulky and rarely useful."""
 
 
-class LsInput(LaxToolInput):
+class LsInput(ToolInput):
     """Input of LS."""
 
     path: str = Field(description="The directory to list: an absolute path inside the workspace.")
@@ -237,17 +238,12 @@ class LsTool(Tool[LsInput, LsResult]):
         max_result_chars=100_000,
     )
 
-    def validate(self, args: LsInput, session: Session) -> LsInput:
-        args.resolved("path")
-        return args
-
-    def touched_paths(self, args: LsInput, session: Session) -> list[TouchedPath]:
-        path = args.resolved("path")
-        inside = is_inside(session.workspace, path)
-        return [TouchedPath(path=path, access="read", inside_workspace=inside)]
+    def analyse(self, args: LsInput, session: Session) -> CallFacts:
+        path = resolve_path(args.path, "path")
+        return self.facts(paths=[TouchedPath.of(session.workspace, path, "read", "path")])
 
     async def call(self, args: LsInput, ctx: CallContext) -> LsResult:
-        root = require_inside(ctx.workspace, args.resolved("path"), args.path)
+        root = require_inside(ctx.workspace, ctx.facts.path("path"), args.path)
         ignore = tuple(args.ignore or ())
         result = await asyncio.to_thread(_list, ctx.workspace, root, args.path, ignore)
         return replace(result, shown=shown_path(root, ctx.workspace, directory=True))
@@ -262,11 +258,9 @@ class LsTool(Tool[LsInput, LsResult]):
                 "contents past that point were not read. LS a subdirectory, or use Glob, to see "
                 "more.)"
             )
-        output = ToolOutput(content=[TextContent(text="\n".join(lines))], keep="head")
-        return with_result(output, result)
+        return ToolOutput(content=[TextContent(text="\n".join(lines))], keep="head")
 
-    def summarize(self, args: LsInput, output: ToolOutput) -> str:
-        result = result_of(output, LsResult)
+    def summarize(self, args: LsInput, result: LsResult | None, output: ToolOutput) -> str:
         if result is None:
             return failed(self.name, output)
         text = f"Listed {plural(result.count, 'entry', 'entries')} in {result.shown or args.path}"

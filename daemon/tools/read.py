@@ -17,21 +17,23 @@ from typing import TYPE_CHECKING, Literal
 from pydantic import Field
 
 from daemon.errors import ToolError
+from daemon.host.confine import open_confined, require_inside, resolve_path
 from daemon.models import ImageContent, TextContent
-from daemon.tools.coerce import LaxInt, LaxToolInput
 from daemon.tools.contract import (
     CallContext,
+    CallFacts,
     InterruptBehavior,
     Tool,
+    ToolInput,
     ToolOutput,
     ToolTraits,
     TouchedPath,
 )
-from daemon.tools.summaries import failed, plural, result_of, shown_path, with_result
-from daemon.workspace import is_inside, open_confined, require_inside
+from daemon.tools.schema import LaxInt
+from daemon.tools.summaries import failed, plural, shown_path
 
 if TYPE_CHECKING:
-    from daemon.session import Session
+    from daemon.sessions.session import Session
 
 LINE_FORMAT = "{number:>6}\t{text}"
 """How Read prefixes each line: the number right-aligned in 6 columns, then a TAB (as `cat -n`)."""
@@ -85,7 +87,7 @@ def sniff_image(head: bytes) -> str | None:
     return None
 
 
-class ReadInput(LaxToolInput):
+class ReadInput(ToolInput):
     """Input of Read."""
 
     file_path: str = Field(
@@ -278,19 +280,14 @@ class ReadTool(Tool[ReadInput, ReadResult]):
         max_result_chars=RESULT_BUDGET_CHARS,
     )
 
-    def validate(self, args: ReadInput, session: Session) -> ReadInput:
-        args.resolved("file_path")
-        return args
-
-    def touched_paths(self, args: ReadInput, session: Session) -> list[TouchedPath]:
-        path = args.resolved("file_path")
-        inside = is_inside(session.workspace, path)
-        return [TouchedPath(path=path, access="read", inside_workspace=inside)]
+    def analyse(self, args: ReadInput, session: Session) -> CallFacts:
+        path = resolve_path(args.file_path, "file_path")
+        return self.facts(paths=[TouchedPath.of(session.workspace, path, "read", "file_path")])
 
     async def call(self, args: ReadInput, ctx: CallContext) -> ReadResult:
-        # Resolved at validation; the descriptor is checked again when the file is opened, so a
-        # path swapped since then is still caught (open_confined).
-        path = require_inside(ctx.workspace, args.resolved("file_path"), args.file_path)
+        # Resolved when the call was prepared; the descriptor is checked again when the file is
+        # opened, so a path swapped since then is still caught (open_confined).
+        path = require_inside(ctx.workspace, ctx.facts.path("file_path"), args.file_path)
         budget = self.traits.max_result_chars - _NOTE_RESERVE
         try:
             small = path.stat().st_size <= INLINE_READ_BYTES
@@ -310,10 +307,9 @@ class ReadTool(Tool[ReadInput, ReadResult]):
         return replace(result, shown=shown_path(path, ctx.workspace))
 
     def render(self, result: ReadResult) -> ToolOutput:
-        return with_result(_render(result), result)
+        return _render(result)
 
-    def summarize(self, args: ReadInput, output: ToolOutput) -> str:
-        result = result_of(output, ReadResult)
+    def summarize(self, args: ReadInput, result: ReadResult | None, output: ToolOutput) -> str:
         if result is None:
             return failed(self.name, output)
         where = result.shown or args.file_path

@@ -1,6 +1,6 @@
 """The registry: every implemented tool, by name and by alias. Implemented is not exposed: what a
-caller may see is decided per call by the enabled flag and the policy (see daemon.pipeline), and a
-deferred tool is left out of ListTools until the model finds it with ToolSearch."""
+caller may see is decided per call by the enabled flag and the policy (see daemon.calls.pipeline),
+and a deferred tool is left out of ListTools until the model finds it with ToolSearch."""
 
 from __future__ import annotations
 
@@ -41,19 +41,6 @@ class ToolDefinition:
         return tool
 
 
-def _strip_titles(schema: Any) -> Any:
-    """pydantic adds a `title` to every property; it only costs the model tokens."""
-    if isinstance(schema, dict):
-        return {
-            key: _strip_titles(value)
-            for key, value in schema.items()
-            if not (key == "title" and isinstance(value, str))
-        }
-    if isinstance(schema, list):
-        return [_strip_titles(item) for item in schema]
-    return schema
-
-
 class ToolRegistry:
     """Tools by name; names and aliases are unique and valid Anthropic tool names."""
 
@@ -70,8 +57,7 @@ class ToolRegistry:
                     raise ValueError(f"tool name {name!r} is registered twice")
             self._tools[tool.name] = tool
             self._aliases.update({alias: tool.name for alias in tool.aliases})
-            schema = _strip_titles(tool.input_schema())
-            schema.setdefault("type", "object")
+            schema = tool.input_schema()
             self._definitions[tool.name] = ToolDefinition(
                 name=tool.name,
                 description=tool.description,

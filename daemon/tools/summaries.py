@@ -1,25 +1,19 @@
 """One-line summaries of tool calls for the people watching (never what the model reads).
 
-`Tool.summarize` gets only the input and the rendered output. So a built-in tool attaches its own
-result to the output it renders (`with_result`), and its summary speaks in the result's terms
-("Read 120 lines of src/app.py"); when the call failed before it had a result, the summary quotes
-the error's first sentence, shortened for the messages people see most ("Edit failed: old_string
-not found").
+`Tool.summarize` gets the input, the tool's own result and the rendered output; a summary speaks in
+the result's terms ("Read 120 lines of src/app.py"), and when the call failed before it had a
+result it quotes the error's first sentence, shortened for the messages people see most ("Edit
+failed: old_string not found").
 """
 
 from __future__ import annotations
 
-import dataclasses
 import re
-from dataclasses import dataclass
 from pathlib import Path
-from typing import TypeVar
 
+from daemon.host.confine import is_inside
 from daemon.models import TextContent
 from daemon.tools.contract import ToolOutput
-from daemon.workspace import is_inside
-
-T = TypeVar("T")
 
 #: Long error sentences people see often, and how a summary says them.
 _SHORT_REASONS: tuple[tuple[re.Pattern[str], str], ...] = (
@@ -39,26 +33,6 @@ _SHORT_REASONS: tuple[tuple[re.Pattern[str], str], ...] = (
 )
 _NUMBERED = re.compile(r"^Edit (\d+) of (\d+) failed: (.*)$", re.DOTALL)
 _SENTENCE_END = re.compile(r"(?<=[.!?;])\s")
-
-
-@dataclass
-class ResultOutput(ToolOutput):
-    """A ToolOutput that also carries the tool's own result, for `summarize` (not sent)."""
-
-    result: object = None
-
-
-def with_result(output: ToolOutput, result: object) -> ToolOutput:
-    """`output` with `result` attached."""
-    fields = {field.name: getattr(output, field.name) for field in dataclasses.fields(output)}
-    fields.pop("result", None)
-    return ResultOutput(**fields, result=result)
-
-
-def result_of(output: ToolOutput, kind: type[T]) -> T | None:
-    """The result of type `kind` attached to `output`; None when the call failed before one."""
-    result = output.result if isinstance(output, ResultOutput) else None
-    return result if isinstance(result, kind) else None
 
 
 def shown_path(path: Path, workspace: Path, *, directory: bool = False) -> str:

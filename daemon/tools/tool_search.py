@@ -100,5 +100,7 @@ class ToolSearchTool(Tool[ToolSearchInput, SearchResult]):
         definitions = [d.to_anthropic() for d in result.found]
         return ToolOutput.text(json.dumps(definitions, indent=1, ensure_ascii=False))
 
-    def summarize(self, args: ToolSearchInput, output: ToolOutput) -> str:
+    def summarize(
+        self, args: ToolSearchInput, result: SearchResult | None, output: ToolOutput
+    ) -> str:
         return f"Searched tools for {args.query!r}"

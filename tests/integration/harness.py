@@ -22,8 +22,8 @@ from google.protobuf import json_format
 
 from daemon._generated.tooljail.v1 import executor_pb2 as pb
 from daemon._generated.tooljail.v1 import executor_pb2_grpc as pb_grpc
+from daemon.app.daemon import Daemon
 from daemon.config import PROJECT_ROOT, load_settings
-from daemon.runtime import Daemon
 
 
 class RunningDaemon:

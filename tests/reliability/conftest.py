@@ -152,7 +152,7 @@ def rel_sandbox(rel_tmp: Path, docker_ready: None) -> Iterator[RunningDaemon]:
         socket_path,
         sandbox={"pool_size": 1, "ceilings": {"memory_mb": 128, "pids": 128}},
     ) as daemon:
-        if daemon.daemon.sandbox_executor is None:
+        if daemon.daemon.sandbox is None or daemon.daemon.sandbox.stats() is None:
             pytest.skip("the daemon found no Docker engine")
         yield daemon
     assert settle_containers(daemon.daemon.instance_id, keep=0, timeout_s=15) == 0, (

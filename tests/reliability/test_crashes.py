@@ -18,6 +18,7 @@ import pytest
 
 from daemon._generated.tooljail.v1 import executor_pb2 as pb
 from sandbox.docker_backend import DockerBackend
+from sandbox.executor import ExecutorStats
 from sandbox.image import default_image_ref
 from tests.integration.harness import RunningDaemon, running_daemon
 from tests.reliability.conftest import Figure, Record
@@ -260,8 +261,8 @@ def _engine_outage(workspace: Path, socket_path: Path, engine: PrivateEngine) ->
     so that nothing of the daemon outlives it."""
     readable = workspace / "data.txt"
     with running_daemon(workspace, socket_path, sandbox={"pool_size": 2}) as daemon:
-        executor = daemon.daemon.sandbox_executor
-        if executor is None:
+        sandbox = daemon.daemon.sandbox
+        if sandbox is None or sandbox.stats() is None:
             pytest.skip("the daemon found no Docker engine")
         marker_of: dict[str, Path] = {}
 
@@ -289,7 +290,7 @@ def _engine_outage(workspace: Path, socket_path: Path, engine: PrivateEngine) ->
         time.sleep(3)
         started_at = time.monotonic()
         engine.start()
-        assert wait_for(lambda: executor.stats().pooled >= 1, timeout_s=90), (
+        assert wait_for(lambda: (sandbox.stats() or ExecutorStats()).pooled >= 1, timeout_s=90), (
             "the warm pool did not refill"
         )
         refilled_s = time.monotonic() - started_at

@@ -203,7 +203,7 @@ def test_opa_killed_during_sandboxed_load_runs_nothing_without_an_allow(
     with running_daemon(workspace, socket_path, sandbox={"pool_size": 2}) as daemon:
         opa = daemon.daemon.opa
         assert opa is not None and opa.pid is not None
-        if daemon.daemon.sandbox_executor is None:
+        if daemon.daemon.sandbox is None or daemon.daemon.sandbox.stats() is None:
             pytest.skip("the daemon found no Docker engine")
         first_pid = opa.pid
         # Writers in one session run one at a time: several sessions make them overlap.
@@ -306,7 +306,7 @@ def test_disk_full_during_write_is_a_clear_error_and_keeps_the_original(
         big = "x" * (2 << 20)
         socket_path = rel_tmp / f"{unique('df')}.sock"
         with running_daemon(workspace, socket_path, sandbox={"pool_size": 1}) as daemon:
-            if daemon.daemon.sandbox_executor is None:
+            if daemon.daemon.sandbox is None or daemon.daemon.sandbox.stats() is None:
                 pytest.skip("the daemon found no Docker engine")
             assert not daemon.execute("Read", {"file_path": str(original)}).result.is_error
             over = daemon.execute("Write", {"file_path": str(original), "content": big})

@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from daemon.session import Session
-from daemon.tools.contract import AnyTool, CallContext, ToolOutput
+from daemon.sessions.session import Session
+from daemon.tools.call import ToolCall
+from daemon.tools.contract import AnyTool, CallContext, CallFacts, ToolOutput
 from sandbox.backend import SandboxLimits
 
 CallTool = Callable[..., Awaitable[ToolOutput]]
@@ -29,7 +31,12 @@ def session(workspace: Path) -> Session:
 @pytest.fixture
 def ctx(session: Session) -> CallContext:
     """A call context without a sandbox (enough for the host-side tools)."""
-    return CallContext(tool_use_id="toolu_test", session=session, limits=SandboxLimits())
+    return CallContext(
+        tool_use_id="toolu_test",
+        session=session,
+        facts=CallFacts(read_only=False, concurrency_safe=False),
+        limits=SandboxLimits(),
+    )
 
 
 @pytest.fixture
@@ -40,7 +47,7 @@ def call_tool(ctx: CallContext) -> CallTool:
     """
 
     async def run(tool: AnyTool, raw: dict[str, Any]) -> ToolOutput:
-        args = tool.validate(tool.input_model.model_validate(raw), ctx.session)
-        return tool.render(await tool.call(args, ctx))
+        call = ToolCall.prepare(tool, raw, ctx.session, ctx.tool_use_id)
+        return tool.render(await tool.call(call.args, dataclasses.replace(ctx, facts=call.facts)))
 
     return run

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import hashlib
 import os
 import shlex
@@ -25,17 +26,19 @@ from pathlib import Path
 from typing import Any
 
 from daemon.errors import ToolError
-from daemon.session import Session
+from daemon.host.confine import is_inside
+from daemon.sessions.session import Session
+from daemon.tools.call import ToolCall
 from daemon.tools.contract import (
     AnyTool,
     CallContext,
+    CallFacts,
     ProgressUpdate,
     SandboxRunner,
     ToolOutput,
 )
 from daemon.tools.read import ReadTool
 from daemon.tools.validation import parse_input
-from daemon.workspace import is_inside
 from sandbox.backend import (
     BashRequest,
     SandboxLimits,
@@ -171,33 +174,40 @@ def make_context(
     limits: SandboxLimits | None = None,
     session: Session | None = None,
 ) -> CallContext:
-    """A call context over `workspace` (resolved), with a FakeSandbox unless one is given."""
+    """A call context over `workspace` (resolved), with a FakeSandbox unless one is given. Its
+    facts are a placeholder: `run_tool` puts in those of the call it prepares."""
     workspace = workspace.resolve()
     return CallContext(
         tool_use_id="toolu_test",
         session=session or Session(id="test-session", workspace=workspace),
+        facts=CallFacts(read_only=False, concurrency_safe=False),
         limits=limits or SandboxLimits(),
         sandbox=sandbox if sandbox is not None else FakeSandbox(workspace),
     )
 
 
-async def run_tool(tool: AnyTool, raw: dict[str, Any], ctx: CallContext) -> ToolOutput:
-    """Parse, validate, call and render as the pipeline does (no policy); errors become results."""
+async def _ran(tool: AnyTool, raw: dict[str, Any], ctx: CallContext) -> tuple[Any, ToolOutput]:
+    """Prepare and run as the pipeline does (no policy); the tool's result (None on failure)."""
     try:
-        args = parse_input(tool, raw)
-        args = tool.validate(args, ctx.session)
-        tool.touched_paths(args, ctx.session)
-        return tool.render(await tool.call(args, ctx))
+        call = ToolCall.prepare(tool, raw, ctx.session, ctx.tool_use_id)
+        result = await tool.call(call.args, dataclasses.replace(ctx, facts=call.facts))
+        return result, tool.render(result)
     except ToolError as exc:
-        return ToolOutput.text(str(exc), is_error=True)
+        return None, ToolOutput.text(str(exc), is_error=True)
+
+
+async def run_tool(tool: AnyTool, raw: dict[str, Any], ctx: CallContext) -> ToolOutput:
+    """Prepare, call and render as the pipeline does (no policy); ToolErrors become results."""
+    _, output = await _ran(tool, raw, ctx)
+    return output
 
 
 async def run_summarized(
     tool: AnyTool, raw: dict[str, Any], ctx: CallContext
 ) -> tuple[ToolOutput, str]:
     """Run the call as `run_tool` does and also return its one-line summary for people."""
-    output = await run_tool(tool, raw, ctx)
-    return output, tool.summarize(parse_input(tool, raw), output)
+    result, output = await _ran(tool, raw, ctx)
+    return output, tool.summarize(parse_input(tool, raw), result, output)
 
 
 def listen(ctx: CallContext) -> list[ProgressUpdate]:

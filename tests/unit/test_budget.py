@@ -7,7 +7,7 @@ from typing import Literal
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from daemon.budget import MIN_BUDGET, fit_content, fit_text, fit_with_notes
+from daemon.calls.budget import MIN_BUDGET, fit_content, fit_text, fit_with_notes
 from daemon.models import ImageContent, TextContent
 
 

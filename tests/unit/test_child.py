@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from daemon.tools.child import Child
+from daemon.host.child import Child
 
 
 async def _all(child: Child, which: str) -> bytes:

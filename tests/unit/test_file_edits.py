@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from daemon.tools.file_edits import (
+from daemon.tools.files.edits import (
     SNIPPET_MAX_LINES,
     EditError,
     EditSpec,

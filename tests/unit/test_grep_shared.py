@@ -13,10 +13,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from daemon.models import TextContent
-from daemon.tools import grep_shared
 from daemon.tools.contract import CallContext, ToolOutput
-from daemon.tools.grep import GrepTool
-from daemon.tools.grep_input import GrepInput, build_argv, scope_flags
+from daemon.tools.grep import shared as grep_shared
+from daemon.tools.grep.input import GrepInput, build_argv, scope_flags
+from daemon.tools.grep.tool import GrepTool
 from daemon.tools.peers import Peers
 from tests.unit.fake_sandbox import make_context, run_summarized
 

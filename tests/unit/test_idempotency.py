@@ -6,8 +6,8 @@ import asyncio
 
 import pytest
 
+from daemon.calls.idempotency import ResultCache
 from daemon.errors import RequestError
-from daemon.idempotency import ResultCache
 from daemon.models import (
     Decision,
     ExecuteOutcome,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 
-from daemon.locks import SharedExclusiveLock
+from daemon.calls.locks import SharedExclusiveLock
 
 
 async def _hold(lock: SharedExclusiveLock, exclusive: bool, log: list[str], name: str) -> None:

@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from daemon.service.logs import configure_logging, log_context
+from daemon.ops.logs import configure_logging, log_context
 
 log = logging.getLogger("tooljail.test")
 

@@ -19,7 +19,7 @@ from daemon.models import (
     TextContent,
     ToolResult,
 )
-from daemon.service.metrics import CallOutcome, CancelReason, Metrics, MetricsServer
+from daemon.ops.metrics import CallOutcome, CancelReason, Metrics, MetricsServer
 from sandbox.executor import ExecutorStats
 
 Samples = dict[tuple[str, frozenset[tuple[str, str]]], float]

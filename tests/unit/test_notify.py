@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from daemon.service.notify import Notifier, run_watchdog, start_watchdog, watchdog_interval
+from daemon.ops.notify import Notifier, run_watchdog, start_watchdog, watchdog_interval
 
 
 def _bound(address: str) -> socket.socket:
@@ -113,7 +113,7 @@ async def test_a_vanished_socket_is_logged_not_raised(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     notifier = Notifier(str(tmp_path / "gone.sock"))
-    with caplog.at_level(logging.WARNING, logger="daemon.service.notify"):
+    with caplog.at_level(logging.WARNING, logger="daemon.ops.notify"):
         assert not notifier.ready()
     assert "could not notify systemd" in caplog.text
     assert "READY=1" in caplog.text

@@ -11,18 +11,18 @@ from typing import Any, ClassVar
 import pytest
 from pydantic import Field
 
-from daemon.audit import AuditLog
-from daemon.config import SandboxCeilings
+from daemon.calls.audit import AuditLog
+from daemon.calls.pipeline import CallRequest, Pipeline, PipelineLimits
 from daemon.errors import ToolError, ToolInputError, Unavailable
 from daemon.models import Caller, Outcome, ToolUse
-from daemon.pipeline import CallRequest, Pipeline, PipelineLimits
 from daemon.policy.engine import PolicyEngine
 from daemon.policy.verdict import Verdict
-from daemon.session import Session
-from daemon.sessions import SessionStore
+from daemon.sessions.session import Session
+from daemon.sessions.store import SessionStore
 from daemon.tools.contract import CallContext, Tool, ToolInput, ToolOutput, ToolTraits
 from daemon.tools.registry import ToolRegistry
 from sandbox.backend import SandboxLimits
+from sandbox.limits import SandboxCeilings
 
 
 class EchoInput(ToolInput):
@@ -112,7 +112,6 @@ def make_pipeline(tmp_path: Path, engine: FakeEngine) -> Pipeline:
             ceilings=SandboxCeilings(timeout_ms=10_000, memory_mb=1024),
         ),
         audit=audit,
-        runner_factory=lambda _s, _t: None,
     )
 
 

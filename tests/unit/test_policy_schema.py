@@ -1,10 +1,9 @@
 """The policy input schema agrees with the example inputs the Rego tests use, and with the parser.
 
-`opa test` proves the policy; this test keeps policies/input.schema.json honest: the example
-documents in the *_test.rego files must satisfy it, it must reject documents that break it, and
-the daemon's Bash parser must produce `command` objects it accepts (the policy reads those fields).
-jsonschema is not a dependency, so a small checker covers exactly the keywords the schema uses and
-fails on any other keyword instead of ignoring it.
+`opa test` proves the policy; this test keeps policies/input.schema.json honest: it is exactly what
+daemon/policy/input.py generates, the example documents in the *_test.rego files satisfy it, it
+rejects documents that break it, and the daemon's Bash parser and documents satisfy it (the policy
+reads those fields). Validation is jsonschema's, for draft 2020-12.
 """
 
 from __future__ import annotations
@@ -12,16 +11,17 @@ from __future__ import annotations
 import copy
 import json
 import re
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
+from jsonschema import Draft202012Validator
 
-from daemon.policy.shell import parse_command
-from daemon.session import MODES, SessionGrant
+from daemon.policy.input import schema_text
+from daemon.sessions.session import MODES, Session, SessionGrant
+from daemon.shell.parse import parse_command
 from daemon.tools.bash import BashInput, BashTool
-from daemon.tools.write import directory_grant
+from daemon.tools.files.write import WriteTool
 
 POLICIES = Path(__file__).resolve().parents[2] / "policies"
 SCHEMA_PATH = POLICIES / "input.schema.json"
@@ -29,16 +29,6 @@ REGO_TESTS = sorted(POLICIES.rglob("*_test.rego"))
 MODES_REGO = POLICIES / "tooljail" / "authz" / "modes.rego"
 DATA_PATH = POLICIES / "data.json"
 DRAFT_2020_12 = "https://json-schema.org/draft/2020-12/schema"
-
-ANNOTATIONS = {"$schema", "$id", "$defs", "title", "description"}
-TYPES: dict[str, tuple[type, ...]] = {
-    "object": (dict,),
-    "array": (list,),
-    "string": (str,),
-    "boolean": (bool,),
-    "integer": (int,),
-    "number": (int, float),
-}
 
 # A top-level `name := {` ... `}` rule whose name ends in _input; opa fmt puts the closing brace
 # alone at column 0, and the body must be plain JSON apart from the trailing commas opa fmt adds.
@@ -66,138 +56,19 @@ def load_data() -> dict[str, Any]:
     return data
 
 
-def violations(
-    doc: Any, schema: dict[str, Any], root: dict[str, Any], where: str = "$"
-) -> list[str]:
-    """Every way `doc` breaks `schema` (the subset of draft 2020-12 the policy schema uses)."""
-    unknown = set(schema) - ANNOTATIONS - set(CHECKS)
-    if unknown:
-        raise AssertionError(f"{where}: the checker does not know keywords {sorted(unknown)}")
-    found: list[str] = []
-    for keyword, value in schema.items():
-        if keyword in CHECKS:
-            found.extend(CHECKS[keyword](doc, value, schema, root, where))
-    return found
+def validator(definition: str | None = None) -> Draft202012Validator:
+    """A validator for the whole schema, or for one of its $defs."""
+    schema = load_schema()
+    if definition is not None:
+        schema = {"$ref": f"#/$defs/{definition}", "$defs": schema["$defs"]}
+    return Draft202012Validator(schema)
 
 
-def _ref(doc: Any, ref: str, _s: dict[str, Any], root: dict[str, Any], where: str) -> list[str]:
-    assert ref.startswith("#/$defs/"), f"{where}: only local $defs references are supported"
-    return violations(doc, root["$defs"][ref.removeprefix("#/$defs/")], root, where)
+def violations(doc: Any, definition: str | None = None) -> list[tuple[str, str]]:
+    """Where `doc` breaks the schema (or one of its $defs): (JSON path, failing keyword)."""
+    errors = validator(definition).iter_errors(doc)
+    return sorted((error.json_path, str(error.validator)) for error in errors)
 
-
-def _type(doc: Any, name: str, _s: dict[str, Any], _r: dict[str, Any], where: str) -> list[str]:
-    ok = isinstance(doc, TYPES[name]) and not (
-        name in {"integer", "number"} and isinstance(doc, bool)
-    )
-    return [] if ok else [f"{where}: expected {name}, got {type(doc).__name__}"]
-
-
-def _required(
-    doc: Any, keys: list[str], _s: dict[str, Any], _r: dict[str, Any], where: str
-) -> list[str]:
-    if not isinstance(doc, dict):
-        return []
-    return [f"{where}: missing {key!r}" for key in keys if key not in doc]
-
-
-def _properties(
-    doc: Any, props: dict[str, Any], _s: dict[str, Any], root: dict[str, Any], where: str
-) -> list[str]:
-    if not isinstance(doc, dict):
-        return []
-    found: list[str] = []
-    for key, sub in props.items():
-        if key in doc:
-            found.extend(violations(doc[key], sub, root, f"{where}.{key}"))
-    return found
-
-
-def _additional(
-    doc: Any, allowed: bool, schema: dict[str, Any], _r: dict[str, Any], where: str
-) -> list[str]:
-    assert allowed is False, f"{where}: only additionalProperties: false is supported"
-    if not isinstance(doc, dict):
-        return []
-    extra = sorted(set(doc) - set(schema.get("properties", {})))
-    return [f"{where}: unexpected {key!r}" for key in extra]
-
-
-def _items(
-    doc: Any, sub: dict[str, Any], _s: dict[str, Any], root: dict[str, Any], where: str
-) -> list[str]:
-    if not isinstance(doc, list):
-        return []
-    return [v for i, item in enumerate(doc) for v in violations(item, sub, root, f"{where}[{i}]")]
-
-
-def _const(doc: Any, value: Any, _s: dict[str, Any], _r: dict[str, Any], where: str) -> list[str]:
-    return [] if doc == value and type(doc) is type(value) else [f"{where}: must be {value!r}"]
-
-
-def _enum(
-    doc: Any, values: list[Any], _s: dict[str, Any], _r: dict[str, Any], where: str
-) -> list[str]:
-    return [] if doc in values else [f"{where}: {doc!r} is not one of {values}"]
-
-
-def _pattern(
-    doc: Any, pattern: str, _s: dict[str, Any], _r: dict[str, Any], where: str
-) -> list[str]:
-    if not isinstance(doc, str) or re.search(pattern, doc):
-        return []
-    return [f"{where}: {doc!r} does not match {pattern}"]
-
-
-def _min_length(
-    doc: Any, size: int, _s: dict[str, Any], _r: dict[str, Any], where: str
-) -> list[str]:
-    return [f"{where}: shorter than {size}"] if isinstance(doc, str) and len(doc) < size else []
-
-
-def _minimum(doc: Any, bound: int, _s: dict[str, Any], _r: dict[str, Any], where: str) -> list[str]:
-    number = isinstance(doc, (int, float)) and not isinstance(doc, bool)
-    return [f"{where}: less than {bound}"] if number and doc < bound else []
-
-
-def _min_items(
-    doc: Any, size: int, _s: dict[str, Any], _r: dict[str, Any], where: str
-) -> list[str]:
-    return (
-        [f"{where}: fewer than {size} items"] if isinstance(doc, list) and len(doc) < size else []
-    )
-
-
-def _one_of(
-    doc: Any, subs: list[dict[str, Any]], _s: dict[str, Any], root: dict[str, Any], where: str
-) -> list[str]:
-    results = [violations(doc, sub, root, where) for sub in subs]
-    matched = sum(1 for found in results if not found)
-    if matched == 1:
-        return []
-    details = "; ".join(
-        f"{sub.get('title', i)}: {', '.join(found) or 'matches'}"
-        for i, (sub, found) in enumerate(zip(subs, results, strict=True))
-    )
-    return [f"{where}: matches {matched} of the oneOf schemas ({details})"]
-
-
-# keyword -> check(document, keyword value, enclosing schema, root schema, location)
-Check = Callable[[Any, Any, dict[str, Any], dict[str, Any], str], list[str]]
-CHECKS: dict[str, Check] = {
-    "$ref": _ref,
-    "type": _type,
-    "required": _required,
-    "properties": _properties,
-    "additionalProperties": _additional,
-    "items": _items,
-    "const": _const,
-    "enum": _enum,
-    "pattern": _pattern,
-    "minLength": _min_length,
-    "minimum": _minimum,
-    "minItems": _min_items,
-    "oneOf": _one_of,
-}
 
 DECISION_EXAMPLES = [
     "read_input",
@@ -212,8 +83,17 @@ DECISION_EXAMPLES = [
 def test_schema_declares_draft_2020_12() -> None:
     schema = load_schema()
     assert schema["$schema"] == DRAFT_2020_12
-    assert schema["type"] == "object"
-    assert schema["properties"]["version"]["const"] == 1
+    Draft202012Validator.check_schema(schema)
+    decision = schema["$defs"]["decision_input"]
+    assert decision["type"] == "object"
+    assert decision["properties"]["version"]["const"] == 1
+
+
+def test_committed_schema_is_the_generated_one() -> None:
+    assert SCHEMA_PATH.read_text(encoding="utf-8") == schema_text(), (
+        "policies/input.schema.json differs from daemon/policy/input.py: regenerate it with "
+        "`.venv/bin/python -m daemon.policy.input > policies/input.schema.json`"
+    )
 
 
 def test_rego_tests_define_the_example_documents() -> None:
@@ -228,23 +108,23 @@ def test_shipped_data_lets_nobody_bypass_permissions() -> None:
 
 @pytest.mark.parametrize("name", DECISION_EXAMPLES)
 def test_decision_examples_use_the_documented_keys(name: str) -> None:
-    schema = load_schema()
+    decision = load_schema()["$defs"]["decision_input"]
     keys = set(rego_examples()[name])
-    assert set(schema["required"]) <= keys <= set(schema["properties"])
+    assert set(decision["required"]) <= keys <= set(decision["properties"])
     # Bash calls carry the parsed command; other tools never do.
     assert ("command" in keys) == (rego_examples()[name]["tool"]["name"] == "Bash")
 
 
 @pytest.mark.parametrize("name", DECISION_EXAMPLES)
 def test_decision_examples_satisfy_the_schema(name: str) -> None:
-    schema = load_schema()
-    assert violations(rego_examples()[name], schema, schema) == []
+    assert violations(rego_examples()[name], "decision_input") == []
+    assert violations(rego_examples()[name]) == []
 
 
 @pytest.mark.parametrize("name", ["list_tools_input", "open_session_input"])
 def test_other_examples_satisfy_their_schema(name: str) -> None:
-    schema = load_schema()
-    assert violations(rego_examples()[name], schema["$defs"][name], schema) == []
+    assert violations(rego_examples()[name], name) == []
+    assert violations(rego_examples()[name]) == []
 
 
 def test_approved_example_shows_a_granted_approval() -> None:
@@ -256,6 +136,7 @@ def test_approved_example_shows_a_granted_approval() -> None:
 
 DELETE = object()
 """Marks a key that `mutated` removes instead of replacing."""
+STAGE = "$.command.simple_commands[1]"
 
 
 def mutated(name: str, path: tuple[Any, ...], value: Any) -> dict[str, Any]:
@@ -274,80 +155,68 @@ def mutated(name: str, path: tuple[Any, ...], value: Any) -> dict[str, Any]:
 @pytest.mark.parametrize(
     ("path", "value", "expected"),
     [
-        (("version",), 2, "$.version: must be 1"),
-        (("tool", "read_only"), "yes", "$.tool.read_only: expected boolean, got str"),
-        (("paths", 0, "access"), "execute", "$.paths[0].access: 'execute' is not one of"),
-        (("session", "workspace"), "srv/ws", "$.session.workspace: 'srv/ws' does not match ^/"),
-        (("caller", "transport"), "carrier-pigeon", "$.caller.transport: 'carrier-pigeon' is not"),
-        (("tool", "name"), "read file", "$.tool.name: 'read file' does not match"),
-        (("approval", "granted"), "no", "$.approval: matches 0 of the oneOf schemas"),
+        (("version",), 2, ("$.version", "const")),
+        (("tool", "read_only"), "yes", ("$.tool.read_only", "type")),
+        (("paths", 0, "access"), "execute", ("$.paths[0].access", "enum")),
+        (("session", "workspace"), "srv/ws", ("$.session.workspace", "pattern")),
+        (("caller", "transport"), "carrier-pigeon", ("$.caller.transport", "enum")),
+        (("tool", "name"), "read file", ("$.tool.name", "pattern")),
+        (("approval", "granted"), "no", ("$.approval", "oneOf")),
     ],
 )
-def test_schema_rejects_a_broken_document(path: tuple[Any, ...], value: Any, expected: str) -> None:
-    schema = load_schema()
-    found = violations(mutated("read_input", path, value), schema, schema)
-    assert len(found) == 1
-    assert found[0].startswith(expected)
+def test_schema_rejects_a_broken_document(
+    path: tuple[Any, ...], value: Any, expected: tuple[str, str]
+) -> None:
+    assert violations(mutated("read_input", path, value), "decision_input") == [expected]
 
 
 @pytest.mark.parametrize(
     ("path", "value", "expected"),
     [
-        (("approval", "token_id"), DELETE, "$.approval: matches 0 of the oneOf schemas"),
-        (("approval", "granted"), False, "$.approval: matches 0 of the oneOf schemas"),
-        (("approval", "expires_at"), -1, "$.approval: matches 0 of the oneOf schemas"),
-        (("approval", "issued_at"), "now", "$.approval: matches 0 of the oneOf schemas"),
-        (("command", "parsed"), "yes", "$.command.parsed: expected boolean, got str"),
-        (("command", "parse_error"), DELETE, "$.command: missing 'parse_error'"),
-        (("command", "simple_commands", 1, "argv"), [], "$.command.simple_commands[1].argv: fewer"),
-        (("command", "simple_commands", 1, "argv", 0), 7, "$.command.simple_commands[1].argv[0]: "),
-        (
-            ("command", "simple_commands", 1, "name"),
-            DELETE,
-            "$.command.simple_commands[1]: missing",
-        ),
-        (
-            ("command", "simple_commands", 1, "wrappers"),
-            "env",
-            "$.command.simple_commands[1].wrappers",
-        ),
-        (
-            ("command", "simple_commands", 1, "stage"),
-            -1,
-            "$.command.simple_commands[1].stage: less",
-        ),
-        (("command", "redirects", 0, "fd"), 2, "$.command.redirects[0]: unexpected 'fd'"),
-        (("command", "written_paths"), "/dev/null", "$.command.written_paths: expected array"),
+        (("approval", "token_id"), DELETE, ("$.approval", "oneOf")),
+        (("approval", "granted"), False, ("$.approval", "oneOf")),
+        (("approval", "expires_at"), -1, ("$.approval", "oneOf")),
+        (("approval", "issued_at"), "now", ("$.approval", "oneOf")),
+        (("command", "parsed"), "yes", ("$.command.parsed", "type")),
+        (("command", "parse_error"), DELETE, ("$.command", "required")),
+        (("command", "simple_commands", 1, "argv"), [], (f"{STAGE}.argv", "minItems")),
+        (("command", "simple_commands", 1, "argv", 0), 7, (f"{STAGE}.argv[0]", "type")),
+        (("command", "simple_commands", 1, "name"), DELETE, (STAGE, "required")),
+        (("command", "simple_commands", 1, "wrappers"), "env", (f"{STAGE}.wrappers", "type")),
+        (("command", "simple_commands", 1, "stage"), -1, (f"{STAGE}.stage", "minimum")),
+        (("command", "redirects", 0, "fd"), 2, ("$.command.redirects[0]", "additionalProperties")),
+        (("command", "written_paths"), "/dev/null", ("$.command.written_paths", "type")),
     ],
 )
 def test_schema_rejects_a_broken_approval_or_command(
-    path: tuple[Any, ...], value: Any, expected: str
+    path: tuple[Any, ...], value: Any, expected: tuple[str, str]
 ) -> None:
-    schema = load_schema()
-    found = violations(mutated("approved_bash_input", path, value), schema, schema)
-    assert len(found) == 1, found
-    assert found[0].startswith(expected)
+    assert violations(mutated("approved_bash_input", path, value), "decision_input") == [expected]
 
 
 def test_a_refused_approval_carries_no_token_details() -> None:
-    schema = load_schema()
     doc = mutated("read_input", ("approval",), {"granted": False, "token_id": "t"})
-    assert violations(doc, schema, schema) == [
-        "$.approval: matches 0 of the oneOf schemas (no approval: $.approval: unexpected "
-        "'token_id'; granted approval: $.approval: missing 'approved_by', $.approval: missing "
-        "'issued_at', $.approval: missing 'expires_at', $.approval.granted: must be True)"
-    ]
+    [error] = validator("decision_input").iter_errors(doc)
+    assert (error.json_path, error.validator) == ("$.approval", "oneOf")
+    # Neither shape fits: no approval has no token_id, a granted one has more and is true.
+    why = sorted((str(e.validator), e.message) for e in error.context or [])
+    assert (
+        "additionalProperties",
+        "Additional properties are not allowed ('token_id' was unexpected)",
+    ) in why
+    assert ("const", "True was expected") in why
+    assert ("required", "'approved_by' is a required property") in why
 
 
 def test_schema_rejects_missing_and_unknown_keys() -> None:
-    schema = load_schema()
     doc = copy.deepcopy(rego_examples()["read_input"])
     del doc["caller"]
     doc["approval_token"] = "t"
-    assert violations(doc, schema, schema) == [
-        "$: missing 'caller'",
-        "$: unexpected 'approval_token'",
+    assert violations(doc, "decision_input") == [
+        ("$", "additionalProperties"),
+        ("$", "required"),
     ]
+    assert violations(doc) == [("$", "anyOf")]
 
 
 def test_examples_show_modes_grants_and_hooks() -> None:
@@ -362,48 +231,46 @@ def test_examples_show_modes_grants_and_hooks() -> None:
 @pytest.mark.parametrize(
     ("path", "value", "expected"),
     [
-        (("session", "mode"), "auto", "$.session.mode: 'auto' is not one of"),
-        (("session", "mode"), DELETE, "$.session: missing 'mode'"),
-        (("session", "grants"), DELETE, "$.session: missing 'grants'"),
-        (("session", "grants"), {}, "$.session.grants: expected array, got dict"),
-        (("session", "grants", 0, "words"), "git push", "$.session.grants[0].words: expected"),
-        (("session", "grants", 0, "pattern"), "", "$.session.grants[0].pattern: shorter than 1"),
-        (("session", "grants", 1, "tool"), DELETE, "$.session.grants[1]: missing 'tool'"),
-        (("session", "grants", 1, "approved_by"), "x", "$.session.grants[1]: unexpected"),
+        (("session", "mode"), "auto", ("$.session.mode", "enum")),
+        (("session", "mode"), DELETE, ("$.session", "required")),
+        (("session", "grants"), DELETE, ("$.session", "required")),
+        (("session", "grants"), {}, ("$.session.grants", "type")),
+        (("session", "grants", 0, "words"), "git push", ("$.session.grants[0].words", "type")),
+        (("session", "grants", 0, "pattern"), "", ("$.session.grants[0].pattern", "minLength")),
+        (("session", "grants", 1, "tool"), DELETE, ("$.session.grants[1]", "required")),
+        (
+            ("session", "grants", 1, "approved_by"),
+            "x",
+            ("$.session.grants[1]", "additionalProperties"),
+        ),
     ],
 )
 def test_schema_rejects_a_broken_mode_or_grant(
-    path: tuple[Any, ...], value: Any, expected: str
+    path: tuple[Any, ...], value: Any, expected: tuple[str, str]
 ) -> None:
-    schema = load_schema()
-    found = violations(mutated("session_grant_bash_input", path, value), schema, schema)
-    assert len(found) == 1, found
-    assert found[0].startswith(expected)
+    doc = mutated("session_grant_bash_input", path, value)
+    assert violations(doc, "decision_input") == [expected]
 
 
 @pytest.mark.parametrize(
     ("path", "value", "expected"),
     [
-        (("hooks",), {"name": "x"}, "$.hooks: expected array, got dict"),
-        (("hooks", 0, "decision"), "block", "$.hooks[0].decision: 'block' is not one of"),
-        (("hooks", 0, "name"), "", "$.hooks[0].name: shorter than 1"),
-        (("hooks", 1, "reason"), DELETE, "$.hooks[1]: missing 'reason'"),
-        (("hooks", 1, "updatedInput"), {}, "$.hooks[1]: unexpected 'updatedInput'"),
+        (("hooks",), {"name": "x"}, ("$.hooks", "type")),
+        (("hooks", 0, "decision"), "block", ("$.hooks[0].decision", "enum")),
+        (("hooks", 0, "name"), "", ("$.hooks[0].name", "minLength")),
+        (("hooks", 1, "reason"), DELETE, ("$.hooks[1]", "required")),
+        (("hooks", 1, "updatedInput"), {}, ("$.hooks[1]", "additionalProperties")),
     ],
 )
 def test_schema_rejects_broken_hook_decisions(
-    path: tuple[Any, ...], value: Any, expected: str
+    path: tuple[Any, ...], value: Any, expected: tuple[str, str]
 ) -> None:
-    schema = load_schema()
-    found = violations(mutated("hooked_edit_input", path, value), schema, schema)
-    assert len(found) == 1, found
-    assert found[0].startswith(expected)
+    assert violations(mutated("hooked_edit_input", path, value), "decision_input") == [expected]
 
 
 def test_hooks_are_optional() -> None:
-    schema = load_schema()
-    assert violations(mutated("hooked_edit_input", ("hooks",), DELETE), schema, schema) == []
-    assert violations(mutated("hooked_edit_input", ("hooks",), []), schema, schema) == []
+    assert violations(mutated("hooked_edit_input", ("hooks",), DELETE), "decision_input") == []
+    assert violations(mutated("hooked_edit_input", ("hooks",), []), "decision_input") == []
 
 
 def test_daemon_policy_and_schema_know_the_same_modes() -> None:
@@ -415,6 +282,12 @@ def test_daemon_policy_and_schema_know_the_same_modes() -> None:
     assert len(MODES) == len(schema_modes) == 5
 
 
+def _bash_grant(command: str) -> tuple[str, tuple[str, ...]] | None:
+    session = Session(id="s", workspace=Path("/srv/ws"))
+    grant = BashTool().analyse(BashInput(command=command), session).grant
+    return None if grant is None else (grant.pattern, grant.words)
+
+
 @pytest.mark.parametrize(
     ("command", "words"),
     [
@@ -424,15 +297,14 @@ def test_daemon_policy_and_schema_know_the_same_modes() -> None:
 )
 def test_daemon_bash_grants_satisfy_the_schema(command: str, words: list[str]) -> None:
     # The words are what the policy compares with every simple command's argv.
-    schema = load_schema()
-    covered = BashTool().grant_pattern(BashInput(command=command))
+    covered = _bash_grant(command)
     assert covered is not None
     pattern, grant_words = covered
     grant = SessionGrant(
         tool="Bash", pattern=pattern, words=grant_words, approved_by="local", granted_at=0.0
     ).to_policy()
     assert grant["words"] == words
-    assert violations(grant, schema["$defs"]["grant"], schema) == []
+    assert violations(grant, "grant") == []
     argv = parse_command(command).to_policy()["simple_commands"][0]["argv"]
     assert argv[: len(words)] == words
 
@@ -447,32 +319,38 @@ def test_daemon_bash_grants_satisfy_the_schema(command: str, words: list[str]) -
     ],
 )
 def test_broad_or_mixed_bash_lines_get_no_session_grant(command: str) -> None:
-    assert BashTool().grant_pattern(BashInput(command=command)) is None
+    assert _bash_grant(command) is None
 
 
 def test_daemon_file_grants_are_directories_the_policy_accepts() -> None:
-    schema = load_schema()
-    pattern, words = directory_grant("/srv/ws/src/pkg/mod.py")
+    session = Session(id="s", workspace=Path("/srv/ws"))
+    facts = WriteTool().analyse(
+        WriteTool.input_model(file_path="/srv/ws/src/pkg/mod.py", content=""), session
+    )
+    assert facts.grant is not None
     grant = SessionGrant(
-        tool="Edit", pattern=pattern, words=words, approved_by="local", granted_at=0.0
+        tool="Edit",
+        pattern=facts.grant.pattern,
+        words=facts.grant.words,
+        approved_by="local",
+        granted_at=0.0,
     ).to_policy()
     assert grant == {"tool": "Edit", "pattern": "/srv/ws/src/pkg/", "words": []}
-    assert violations(grant, schema["$defs"]["grant"], schema) == []
+    assert violations(grant, "grant") == []
 
 
 @pytest.mark.parametrize(
     ("workspace", "expected"),
     [
-        ("srv/tooljail/a", ["$.workspace: 'srv/tooljail/a' does not match ^/"]),
-        (None, ["$.workspace: expected string, got NoneType"]),
+        ("srv/tooljail/a", [("$.workspace", "pattern")]),
+        (None, [("$.workspace", "type")]),
     ],
 )
 def test_open_session_schema_rejects_a_bad_workspace(
-    workspace: str | None, expected: list[str]
+    workspace: str | None, expected: list[tuple[str, str]]
 ) -> None:
-    schema = load_schema()
     doc = mutated("open_session_input", ("workspace",), workspace)
-    assert violations(doc, schema["$defs"]["open_session_input"], schema) == expected
+    assert violations(doc, "open_session_input") == expected
 
 
 # Tricky lines: pipes, wrappers, `bash -c`, substitutions, redirects, heredocs, a parse failure.
@@ -491,9 +369,7 @@ PARSER_LINES = [
 
 @pytest.mark.parametrize("line", PARSER_LINES)
 def test_parser_output_satisfies_the_command_schema(line: str) -> None:
-    schema = load_schema()
-    command = parse_command(line).to_policy()
-    assert violations(command, schema["$defs"]["command"], schema) == []
+    assert violations(parse_command(line).to_policy(), "command") == []
 
 
 def test_parser_reports_what_the_policy_reads() -> None:

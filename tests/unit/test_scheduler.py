@@ -14,18 +14,18 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from pydantic import Field
 
-from daemon.audit import AuditLog
-from daemon.config import SandboxCeilings
+from daemon.calls.audit import AuditLog
+from daemon.calls.pipeline import CallRequest, Pipeline, PipelineLimits
+from daemon.calls.scheduler import Scheduler, SchedulerLimits, partition
 from daemon.errors import Overloaded, RequestError
 from daemon.models import Caller, Outcome, ToolUse
-from daemon.pipeline import CallRequest, Pipeline, PipelineLimits
 from daemon.policy.engine import PolicyEngine
 from daemon.policy.verdict import Verdict
-from daemon.scheduler import Scheduler, SchedulerLimits, partition
-from daemon.session import Session
-from daemon.sessions import SessionStore
+from daemon.sessions.session import Session
+from daemon.sessions.store import SessionStore
 from daemon.tools.contract import (
     CallContext,
+    CallFacts,
     InterruptBehavior,
     Tool,
     ToolInput,
@@ -34,6 +34,7 @@ from daemon.tools.contract import (
 )
 from daemon.tools.registry import ToolRegistry
 from sandbox.backend import SandboxLimits
+from sandbox.limits import SandboxCeilings
 
 #: (tool_use id, start, end) of every call that ran, across tools.
 SPANS: list[tuple[str, float, float]] = []
@@ -49,8 +50,8 @@ class _Step(Tool[StepInput, str]):
     description: ClassVar[str] = "test step"
     input_model = StepInput
 
-    def is_concurrency_safe(self, args: StepInput) -> bool:
-        return self.traits.concurrency_safe and args.safe
+    def analyse(self, args: StepInput, session: Session) -> CallFacts:
+        return self.facts(concurrency_safe=self.traits.concurrency_safe and args.safe)
 
     async def call(self, args: StepInput, ctx: CallContext) -> str:
         start = time.monotonic()
@@ -114,7 +115,12 @@ class FakeBash(_Step):
     """Safe when its input says so, like a read-only shell command."""
 
     name: ClassVar[str] = "Bash"
-    traits = ToolTraits(concurrency_safe=True, sandboxed=False, interrupt=InterruptBehavior.CANCEL)
+    traits = ToolTraits(
+        concurrency_safe=True,
+        sandboxed=False,
+        interrupt=InterruptBehavior.CANCEL,
+        cancels_siblings=True,
+    )
 
 
 class AllowAll(PolicyEngine):
@@ -145,7 +151,6 @@ def make_scheduler(tmp_path: Path, audit: AuditLog, **limits: Any) -> Scheduler:
         sessions=sessions,
         limits=PipelineLimits(50_000, SandboxLimits(), SandboxCeilings()),
         audit=audit,
-        runner_factory=lambda _s, _t: None,
     )
     return Scheduler(pipeline, SchedulerLimits(**limits))
 

@@ -12,13 +12,13 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from daemon.policy.shell import (
+from daemon.shell.parse import (
     MAX_COMMAND_BYTES,
     MAX_SIMPLE_COMMANDS,
     TIME_BUDGET_S,
     parse_command,
 )
-from daemon.policy.shell_wrappers import Word, unwrap
+from daemon.shell.wrappers import Word, unwrap
 
 Cmd = tuple[list[str], list[str]]
 """(argv, wrappers) of one simple command."""

@@ -250,10 +250,10 @@ def test_touched_path_is_the_session_cwd(workspace: Path) -> None:
     ctx = make_context(workspace)
     tool = BashTool()
     args = BashInput.model_validate({"command": "ls"})
-    [touched] = tool.touched_paths(args, ctx.session)
+    [touched] = tool.analyse(args, ctx.session).paths
     assert touched.path == workspace and touched.access == "write" and touched.inside_workspace
     ctx.session.cwd = workspace / "sub"
-    [touched] = tool.touched_paths(args, ctx.session)
+    [touched] = tool.analyse(args, ctx.session).paths
     assert touched.path == workspace / "sub"
 
 

@@ -12,9 +12,12 @@ from typing import Any
 
 import pytest
 
-from daemon.tools import bash, glob, grep, ls, read, write
+from daemon.tools import bash, ls, read
 from daemon.tools.builtin import builtin_registry
 from daemon.tools.contract import AnyTool
+from daemon.tools.files import change as write
+from daemon.tools.glob import engine as glob
+from daemon.tools.grep import input as grep
 
 REGISTRY = builtin_registry()
 ALL_TOOLS = [REGISTRY.get(name) for name in REGISTRY.names()]

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from daemon.tools.contract import CallContext
-from daemon.tools.edit import EditTool
+from daemon.tools.files.edit import EditTool
 from sandbox.backend import WriteFileRequest
 from tests.unit.fake_sandbox import (
     FakeSandbox,

@@ -9,7 +9,8 @@ import pytest
 
 from daemon.errors import ConfinementError, ToolError, ToolInputError
 from daemon.models import TextContent
-from daemon.tools.glob import MAX_RESULTS, PROGRESS_EVERY, GlobTool, expand_braces
+from daemon.tools.glob.engine import MAX_RESULTS, PROGRESS_EVERY, expand_braces
+from daemon.tools.glob.tool import GlobTool
 from tests.unit.conftest import CallTool
 from tests.unit.fake_sandbox import listen, make_context, run_summarized, run_tool
 

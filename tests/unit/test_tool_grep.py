@@ -12,11 +12,11 @@ import pytest
 
 from daemon.errors import ConfinementError, ToolError, ToolInputError
 from daemon.models import TextContent
-from daemon.tools import grep as grep_module
 from daemon.tools.contract import ProgressUpdate
-from daemon.tools.grep import GrepTool
-from daemon.tools.grep_input import GrepInput, build_argv
-from daemon.tools.ripgrep import Collector, RunningSearches, run_rg
+from daemon.tools.grep import tool as grep_module
+from daemon.tools.grep.input import GrepInput, build_argv
+from daemon.tools.grep.ripgrep import Collector, RunningSearches, run_rg
+from daemon.tools.grep.tool import GrepTool
 from tests.unit.conftest import CallTool
 from tests.unit.fake_sandbox import listen, make_context, run_summarized
 

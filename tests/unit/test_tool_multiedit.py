@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from daemon.tools.contract import CallContext
-from daemon.tools.multiedit import MultiEditTool
+from daemon.tools.files.multiedit import MultiEditTool
 from tests.unit.fake_sandbox import (
     FakeSandbox,
     make_context,

@@ -14,7 +14,7 @@ from pydantic import ValidationError
 
 from daemon.errors import ConfinementError, ToolError, ToolInputError
 from daemon.models import ImageContent, TextContent
-from daemon.session import Session
+from daemon.sessions.session import Session
 from daemon.tools.contract import ToolOutput
 from daemon.tools.read import MAX_WHOLE_FILE_BYTES, ReadInput, ReadTool
 from tests.unit.conftest import CallTool
@@ -258,8 +258,8 @@ def test_advertised_schema_is_strict_and_standard() -> None:
 
 
 def test_touched_paths_say_whether_inside(workspace: Path, session: Session) -> None:
-    inside = TOOL.touched_paths(ReadInput(file_path=f"{workspace}/a.txt"), session)
-    outside = TOOL.touched_paths(ReadInput(file_path="/etc/hostname"), session)
+    inside = TOOL.analyse(ReadInput(file_path=f"{workspace}/a.txt"), session).paths
+    outside = TOOL.analyse(ReadInput(file_path="/etc/hostname"), session).paths
     assert (inside[0].path, inside[0].access, inside[0].inside_workspace) == (
         workspace / "a.txt",
         "read",

@@ -2,20 +2,17 @@
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import pytest
 
-from daemon.tools.contract import ToolOutput
-from daemon.tools.summaries import (
-    failed,
-    quoted,
-    reason,
-    result_of,
-    seconds,
-    shown_path,
-    with_result,
-)
+from daemon.errors import ToolError
+from daemon.sessions.session import Session
+from daemon.tools.call import ToolCall, run_call
+from daemon.tools.contract import CallContext, Tool, ToolInput, ToolOutput, ToolTraits
+from daemon.tools.summaries import failed, quoted, reason, seconds, shown_path, text_of
+from tests.unit.fake_sandbox import make_context
 
 
 @pytest.mark.parametrize(
@@ -79,16 +76,39 @@ def test_a_long_reason_is_cut_and_an_empty_one_said() -> None:
     assert failed("Read", ToolOutput.text("", is_error=True)) == "Read failed: no reason given"
 
 
-def test_the_result_travels_with_the_output_and_nothing_else_changes() -> None:
-    plain = ToolOutput.text("hello", is_error=True)
-    plain.exit_code = 3
-    carried = with_result(plain, {"n": 1})
-    assert result_of(carried, dict) == {"n": 1}
-    assert result_of(carried, list) is None
-    assert result_of(plain, dict) is None
-    assert (carried.content, carried.is_error, carried.exit_code, carried.keep) == (
-        plain.content,
-        True,
-        3,
-        "head_tail",
-    )
+class _Half(ToolInput):
+    n: int
+
+
+class _HalfTool(Tool[_Half, float]):
+    """Halves n; refuses odd numbers after it started."""
+
+    name = "Half"
+    description = "halves"
+    input_model = _Half
+    traits = ToolTraits(sandboxed=False)
+
+    async def call(self, args: _Half, ctx: CallContext) -> float:
+        if args.n % 2:
+            raise ToolError("odd")
+        return args.n / 2
+
+    def render(self, result: float) -> ToolOutput:
+        return ToolOutput.text(str(result))
+
+    def summarize(self, args: _Half, result: float | None, output: ToolOutput) -> str:
+        return f"{args.n} -> {result!r}: {text_of(output)}"
+
+
+async def test_summarize_gets_the_typed_result_or_none_when_the_call_failed(
+    tmp_path: Path,
+) -> None:
+    session = Session(id="s", workspace=tmp_path)
+    tool = _HalfTool()
+    summaries = []
+    for n in (4, 3):
+        call = ToolCall.prepare(tool, {"n": n}, session, "toolu_1")
+        ctx = make_context(tmp_path, session=session)
+        ran = await run_call(call, dataclasses.replace(ctx, facts=call.facts))
+        summaries.append(ran.summary(call))
+    assert summaries == ["4 -> 2.0: 2.0", "3 -> None: odd"]

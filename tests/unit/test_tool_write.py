@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from daemon.tools.contract import CallContext
-from daemon.tools.write import WriteTool
+from daemon.tools.files.write import WriteTool
 from sandbox.backend import SandboxResult, WriteFileRequest
 from tests.unit.fake_sandbox import (
     FakeSandbox,

@@ -7,9 +7,9 @@ from pathlib import Path, PurePosixPath
 from hypothesis import given
 from hypothesis import strategies as st
 
+from daemon.host.confine import is_inside
 from daemon.tools.read import LINE_FORMAT, format_line
 from daemon.tools.summaries import shown_path
-from daemon.workspace import is_inside
 
 _PART = st.sampled_from(["ws", "w", "ws2", "a", "b", "ws.d", "..", "."])
 _ABSOLUTE = st.lists(_PART, max_size=5).map(lambda parts: Path("/", *parts))

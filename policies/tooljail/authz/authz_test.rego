@@ -80,6 +80,7 @@ approved_bash_input := {
 }
 
 list_tools_input := {
+	"version": 1,
 	"caller": {"principal": "local", "transport": "unix"},
 	"session": {"id": "default", "workspace": "/srv/ws", "mode": "default", "grants": []},
 	"tools": [

@@ -1,0 +1,326 @@
+"""Assembles and runs the daemon: policy engine (managed or external OPA), registry, sandbox,
+pipeline, scheduler, sessions and the gRPC server with health and reflection.
+
+Every part that needs stopping is entered into one `AsyncExitStack` as it starts, so a failed start
+and a normal stop both undo exactly what was started, in reverse order.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hashlib
+import logging
+import signal
+from collections.abc import AsyncIterator, Coroutine
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import grpc
+from grpc_health.v1 import health, health_pb2
+
+from daemon import __version__
+from daemon.app.sandbox import Sandbox
+from daemon.calls.audit import AuditLog
+from daemon.calls.idempotency import ResultCache
+from daemon.calls.pipeline import Pipeline, PipelineLimits
+from daemon.calls.scheduler import Scheduler, SchedulerLimits
+from daemon.config import PROJECT_ROOT, Settings
+from daemon.hooks.engine import HookEngine
+from daemon.models import StatusSnapshot
+from daemon.ops.metrics import Metrics
+from daemon.ops.notify import Notifier, start_watchdog
+from daemon.policy.approval import ApprovalAuthority
+from daemon.policy.decision_cache import DecisionCache
+from daemon.policy.engine import PolicyEngine
+from daemon.policy.keys import load_key
+from daemon.policy.opa_engine import OpaPolicyEngine
+from daemon.policy.opa_server import ManagedOpa, find_opa
+from daemon.policy.reloader import PolicyReloader
+from daemon.policy.revision import policy_revision
+from daemon.policy.shadow import ShadowedEngine
+from daemon.server.admin import AdminService
+from daemon.server.grpc_server import SERVICE_NAMES, build_server
+from daemon.server.identity import CallerResolver
+from daemon.server.listen import ListenAddress
+from daemon.server.service import ExecutorService, Intake
+from daemon.sessions.manager import SessionManager
+from daemon.sessions.store import SessionStore
+from daemon.tools.builtin import builtin_registry
+
+log = logging.getLogger(__name__)
+
+
+def instance_id_for(settings: Settings) -> str:
+    """Stable per listener, so a restarted daemon finds its predecessor's leftovers."""
+    if settings.instance_id:
+        return settings.instance_id
+    return "tj-" + hashlib.sha256(settings.listen.encode()).hexdigest()[:12]
+
+
+@dataclass(frozen=True)
+class _Policy:
+    """The policy engine in force, and what reloads and status need of it."""
+
+    engine: OpaPolicyEngine
+    """The serving engine (OPA)."""
+    decider: PolicyEngine
+    """What decides calls: the engine, or it shadowed by a candidate policy."""
+    reloader: PolicyReloader
+
+
+class Daemon:
+    """One running tooljail daemon."""
+
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+        self.instance_id = instance_id_for(settings)
+        self.address = ListenAddress.parse(settings.listen)
+        self.intake = Intake()
+        self.metrics = Metrics()
+        self.opa: ManagedOpa | None = None
+        """The managed OPA while it runs (None with an external one)."""
+        self.scheduler: Scheduler | None = None
+        self.sessions: SessionManager | None = None
+        self._policy: _Policy | None = None
+        self._sandbox: Sandbox | None = None
+        self._store: SessionStore | None = None
+        self._server: grpc.aio.Server | None = None
+        self._health = health.aio.HealthServicer()
+        self._stack: contextlib.AsyncExitStack | None = None
+        self._grace_s = settings.shutdown_grace_s
+
+    @property
+    def engine(self) -> OpaPolicyEngine | None:
+        """The serving policy engine (None before the start)."""
+        return self._policy.engine if self._policy else None
+
+    @property
+    def shadowed(self) -> ShadowedEngine | None:
+        """In shadow mode, the engine that compares the candidate policy with the serving one."""
+        decider = self._policy.decider if self._policy else None
+        return decider if isinstance(decider, ShadowedEngine) else None
+
+    @property
+    def sandbox(self) -> Sandbox | None:
+        """The sandbox (None before the start); `sandbox.stats()` is None without an engine."""
+        return self._sandbox
+
+    @property
+    def reloader(self) -> PolicyReloader | None:
+        """Reloads the policy (None before the start)."""
+        return self._policy.reloader if self._policy else None
+
+    async def start(self) -> None:
+        """Start everything; on failure, stop what was started and raise."""
+        async with contextlib.AsyncExitStack() as stack:
+            await self._start(stack)
+            self._stack = stack.pop_all()
+
+    async def _start(self, stack: contextlib.AsyncExitStack) -> None:
+        settings = self.settings
+        self.address.prepare()
+        stack.callback(self.address.cleanup)
+        audit = stack.enter_context(contextlib.closing(AuditLog(settings.audit_log)))
+        self._policy = policy = await self._start_policy(stack)
+        self._sandbox = sandbox = await Sandbox.start(settings, self.instance_id)
+        stack.push_async_callback(sandbox.stop)
+        store = SessionStore(
+            settings.workspace, settings.sessions_root or settings.state_dir / "sessions"
+        )
+        self._store = store
+        approval = settings.approval
+        key = load_key(
+            approval.key.get_secret_value() if approval.key else None,
+            approval.key_file or settings.state_dir / "approval.key",
+        )
+        pipeline = Pipeline(
+            registry=builtin_registry(settings.deferred_tools),
+            policy=policy.decider,
+            sessions=store,
+            limits=PipelineLimits(
+                result_budget_chars=settings.result_budget_chars,
+                default_sandbox=settings.sandbox.defaults,
+                ceilings=settings.sandbox.ceilings,
+            ),
+            audit=audit,
+            sandbox=sandbox,
+            approvals=ApprovalAuthority(key, ttl_s=approval.ttl_s),
+            metrics=self.metrics,
+            hooks=HookEngine(settings.hooks) if settings.hooks else None,
+        )
+        sched = settings.scheduler
+        self.scheduler = scheduler = Scheduler(
+            pipeline,
+            SchedulerLimits(
+                max_parallel=sched.max_parallel,
+                max_in_flight=sched.max_in_flight,
+                max_in_flight_per_session=sched.max_in_flight_per_session,
+                queue_timeout_s=sched.queue_timeout_s,
+            ),
+            ResultCache(ttl_s=sched.replay_ttl_s, max_entries=sched.replay_max_entries),
+        )
+        self.sessions = sessions = SessionManager(
+            store,
+            policy.engine.workspace_refusal,
+            scheduler,
+            default_idle_ttl_s=settings.session_idle_ttl_s,
+            sandbox_cleanup=sandbox.remove_session,
+        )
+        await stack.enter_async_context(_running(sessions))
+        resolver = CallerResolver(settings.auth)
+        server = build_server(
+            settings,
+            self.address,
+            ExecutorService(pipeline, scheduler, sessions, resolver, self.intake, self.metrics),
+            AdminService(
+                policy.reloader, resolver, settings.auth.admin_principals, self.status, sessions
+            ),
+            self._health,
+        )
+        if settings.metrics.enabled:
+            host, _, port = settings.metrics.listen.rpartition(":")
+            metrics_server = self.metrics.start_http_server(host, int(port))
+            stack.callback(metrics_server.close)
+        self.metrics.watch_sandbox(sandbox.stats, asyncio.get_running_loop())
+        await server.start()
+        self._server = server
+        stack.push_async_callback(self._stop_server)
+        self.address.secure(settings.socket_mode, settings.socket_group)
+        for name in ("", *SERVICE_NAMES):
+            await self._health.set(name, health_pb2.HealthCheckResponse.SERVING)
+        log.info("tooljail listening on %s (instance %s)", settings.listen, self.instance_id)
+
+    async def _start_policy(self, stack: contextlib.AsyncExitStack) -> _Policy:
+        """The serving OPA (managed or external) and, in shadow mode, the candidate beside it."""
+        settings = self.settings
+        folder = settings.opa.policies_dir
+        binary = None
+        if settings.opa.url:
+            url = settings.opa.url
+        else:
+            binary = find_opa(settings.opa.binary, PROJECT_ROOT)
+            self.opa = opa = ManagedOpa(binary, folder)
+            await opa.start()
+            stack.push_async_callback(opa.stop)
+            url = opa.url
+        engine = await self._open_engine(stack, url, folder, self.opa)
+        decider: PolicyEngine = engine
+        shadow_folder = settings.opa.shadow_policies_dir
+        if shadow_folder is not None and binary is not None:
+            shadow_opa = ManagedOpa(binary, shadow_folder)
+            await shadow_opa.start()
+            stack.push_async_callback(shadow_opa.stop)
+            candidate = await self._open_engine(stack, shadow_opa.url, shadow_folder, shadow_opa)
+            shadowed = ShadowedEngine(engine, candidate)
+            stack.push_async_callback(shadowed.drain)
+            log.info("shadow mode: comparing with the policy in %s", shadow_folder)
+            decider = shadowed
+        return _Policy(engine, decider, PolicyReloader(self.opa, engine, binary, folder))
+
+    async def _open_engine(
+        self,
+        stack: contextlib.AsyncExitStack,
+        url: str,
+        folder: Path,
+        opa: ManagedOpa | None,
+    ) -> OpaPolicyEngine:
+        settings = self.settings.opa
+        engine = OpaPolicyEngine(
+            url,
+            settings.timeout_s,
+            self.settings.sandbox.defaults,
+            policy_revision(folder),
+            on_error=self.metrics.opa_error if opa is self.opa else None,
+            loading=lambda: opa is not None and opa.loading,
+            cache=DecisionCache(settings.decision_cache_entries, settings.decision_cache_max_ttl_s),
+        )
+        await engine.open()
+        stack.push_async_callback(engine.close)
+        return engine
+
+    async def _stop_server(self) -> None:
+        """Stop intake, let in-flight calls finish within the grace period, cancel the rest."""
+        self.intake.open = False
+        with contextlib.suppress(Exception):
+            await self._health.enter_graceful_shutdown()
+        if self._server is not None:
+            await self._server.stop(self._grace_s)
+            self._server = None
+
+    async def status(self) -> StatusSnapshot:
+        """A health summary for operators."""
+        engine = self._policy.engine if self._policy else None
+        stats = self._sandbox.stats() if self._sandbox else None
+        return StatusSnapshot(
+            version=__version__,
+            policy_revision=engine.revision if engine else "",
+            opa_healthy=engine is not None and await engine.healthy(),
+            docker_healthy=self._sandbox is not None and await self._sandbox.healthy(),
+            pool_ready=stats.pooled if stats else 0,
+            in_flight=self.scheduler.in_flight if self.scheduler else 0,
+            sessions=len(self._store) if self._store else 0,
+            instance_id=self.instance_id,
+        )
+
+    async def stop(self, grace_s: float | None = None) -> None:
+        """Stop intake, let in-flight calls finish within the grace period, cancel the rest,
+        then remove every container and stop OPA (everything started, in reverse order)."""
+        self._grace_s = self.settings.shutdown_grace_s if grace_s is None else grace_s
+        stack, self._stack = self._stack, None
+        if stack is not None:
+            await stack.aclose()
+
+    async def run_until_signalled(self) -> None:
+        """Serve until SIGTERM or SIGINT, then stop; tell systemd about each step."""
+        notifier = Notifier.from_environment()  # before OPA starts: children must not inherit it
+        loop = asyncio.get_running_loop()
+        stop = asyncio.Event()
+        background: set[asyncio.Task[object]] = set()
+        signals = 0
+
+        def in_background(coro: Coroutine[Any, Any, object]) -> None:
+            task: asyncio.Task[object] = asyncio.create_task(coro)
+            background.add(task)
+            task.add_done_callback(background.discard)
+
+        def on_terminate() -> None:
+            nonlocal signals
+            signals += 1
+            if signals == 1:
+                notifier.stopping("draining calls")
+                stop.set()
+            elif self._server is not None:
+                log.warning("second signal: cancelling the calls still running")
+                in_background(self._server.stop(0))
+
+        async def reload() -> None:
+            if self.reloader is None:
+                return
+            notifier.reloading("reloading policies")
+            result = await self.reloader.reload()
+            self.metrics.policy_reloaded(result.reloaded)
+            notifier.ready(f"policy {result.revision}")
+
+        loop.add_signal_handler(signal.SIGHUP, lambda: in_background(reload()))
+        for signum in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(signum, on_terminate)
+        await self.start()
+        notifier.ready(f"listening on {self.settings.listen}")
+        watchdog = start_watchdog(notifier, lambda: True)
+        await stop.wait()
+        log.info("stopping")
+        await self.stop()
+        if watchdog is not None:  # last: systemd's watchdog stays armed while we drain
+            watchdog.cancel()
+
+
+@contextlib.asynccontextmanager
+async def _running(sessions: SessionManager) -> AsyncIterator[SessionManager]:
+    """The session manager's idle sweeper, for as long as the daemon runs."""
+    sessions.start()
+    try:
+        yield sessions
+    finally:
+        await sessions.stop()

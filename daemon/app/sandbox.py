@@ -1,0 +1,118 @@
+"""The one hop from a tool to the sandbox: starts the Docker executor (reaping a predecessor's
+leftovers and warming the default workspace's pool), hands each sandboxed call a runner bound to
+its session and tool_use id, removes a closed session's containers and stops it all."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Callable
+
+from daemon.config import Settings
+from daemon.sessions.session import Session
+from daemon.tools.contract import SandboxRunner
+from sandbox.backend import SandboxError, SandboxLimits, SandboxRequest, SandboxResult, SandboxSpec
+from sandbox.docker_backend import DockerBackend
+from sandbox.executor import ExecutorStats, SandboxExecutor
+from sandbox.image import default_image_ref
+from sandbox.limits import clamp_limits
+
+log = logging.getLogger(__name__)
+
+
+class _SessionRunner(SandboxRunner):
+    """Runs one call's requests in fresh containers over its session's workspace."""
+
+    def __init__(self, executor: SandboxExecutor, session: Session, tool_use_id: str) -> None:
+        self._executor = executor
+        self._session = session
+        self._tool_use_id = tool_use_id
+
+    async def run(
+        self,
+        request: SandboxRequest,
+        limits: SandboxLimits,
+        on_output: Callable[[str], None] | None = None,
+    ) -> SandboxResult:
+        spec = SandboxSpec(
+            workspace=self._session.workspace, limits=limits, session_id=self._session.id
+        )
+        return await self._executor.run(
+            spec, request, tool_use_id=self._tool_use_id, on_output=on_output
+        )
+
+
+class Sandbox:
+    """The daemon's sandbox, or its absence (disabled, or no Docker engine at start)."""
+
+    def __init__(self, executor: SandboxExecutor | None) -> None:
+        self._executor = executor
+        self._warming: asyncio.Task[None] | None = None
+
+    @classmethod
+    async def start(cls, settings: Settings, instance_id: str) -> Sandbox:
+        """The sandbox of these settings; without an engine (logged) sandboxed tools refuse."""
+        if not settings.sandbox.enabled:
+            return cls(None)
+        image = settings.sandbox.image or default_image_ref()
+        try:
+            backend = DockerBackend(image=image, instance_id=instance_id)
+        except Exception as exc:  # noqa: BLE001 - docker.errors.DockerException and OS errors alike
+            log.error("Docker is not available (%s); sandboxed tools will refuse to run", exc)
+            return cls(None)
+        try:
+            reaped = await backend.reap()
+        except Exception as exc:  # noqa: BLE001 - the engine may be down; calls will say so
+            log.error("Docker does not answer (%s); sandboxed calls fail until it does", exc)
+        else:
+            if reaped:
+                log.warning("removed %d leftover containers of a previous daemon", reaped)
+        executor = SandboxExecutor(
+            backend, pool_size=settings.sandbox.pool_size, idle_ttl_s=settings.sandbox.idle_ttl_s
+        )
+        sandbox = cls(executor)
+        if settings.sandbox.pool_size:
+            limits = clamp_limits(settings.sandbox.defaults, settings.sandbox.ceilings)
+            spec = SandboxSpec(workspace=settings.workspace.resolve(), limits=limits)
+            # In the background, so the first call does not pay a cold start.
+            sandbox._warming = asyncio.create_task(sandbox._warm(spec), name="sandbox-warm")
+        return sandbox
+
+    async def _warm(self, spec: SandboxSpec) -> None:
+        assert self._executor is not None
+        try:
+            await self._executor.warm(spec)
+        except SandboxError as exc:
+            log.error("could not pre-start sandbox containers: %s", exc)
+
+    def runner(self, session: Session, tool_use_id: str) -> SandboxRunner | None:
+        """The runner of one sandboxed call (None: no sandbox, the tool says so)."""
+        if self._executor is None:
+            return None
+        return _SessionRunner(self._executor, session, tool_use_id)
+
+    def stats(self) -> ExecutorStats | None:
+        """The executor's counters (None without a sandbox)."""
+        return self._executor.stats() if self._executor is not None else None
+
+    async def healthy(self) -> bool:
+        """Whether the engine answers."""
+        return self._executor is not None and await self._executor.healthy()
+
+    async def remove_session(self, session: Session) -> int:
+        """Destroy the warm containers kept for a closed session; returns how many."""
+        if self._executor is None:
+            return 0
+        removed: int = await self._executor.discard_workspace(str(session.workspace))
+        return removed
+
+    async def stop(self) -> None:
+        """Destroy every container the executor holds or runs."""
+        if self._warming is not None:
+            self._warming.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._warming
+        if self._executor is not None:
+            await self._executor.close()
+            self._executor = None

@@ -1,0 +1,415 @@
+"""The call lifecycle, in order: look up, validate (schema, then semantics), PreToolUse hooks,
+decide (OPA), execute, map to a tool_result, PostToolUse hooks, fit the result budget, audit.
+Every failure a model can act on becomes an is_error tool_result; only malformed requests become
+gRPC statuses (raised as RequestError)."""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import functools
+import logging
+import time
+import uuid
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from daemon.calls.audit import AuditEvent, AuditLog
+from daemon.calls.budget import fit_with_notes
+from daemon.calls.hook_stage import HookStage
+from daemon.errors import ToolError, Unavailable
+from daemon.hooks.engine import HookEngine, PreHookOutcome
+from daemon.models import (
+    Caller,
+    Decision,
+    ExecuteOutcome,
+    ExecutionReport,
+    Outcome,
+    TextContent,
+    ToolResult,
+    ToolUse,
+)
+from daemon.ops.logs import log_context
+from daemon.ops.metrics import CallOutcome, Metrics
+from daemon.policy.approval import ApprovalAuthority, canonical_input_hash
+from daemon.policy.engine import PolicyEngine
+from daemon.policy.gate import ApprovalRequest, PolicyGate
+from daemon.policy.input import listing_document
+from daemon.policy.verdict import Verdict
+from daemon.sessions.session import Session
+from daemon.sessions.store import SessionStore
+from daemon.tools.call import ToolCall, run_call
+from daemon.tools.contract import CallContext, ProgressSink, SandboxRunner
+from daemon.tools.peers import PeerHandle
+from daemon.tools.registry import ToolDefinition, ToolRegistry
+from sandbox.backend import SandboxLimits
+from sandbox.limits import SandboxCeilings, clamp_limits
+
+log = logging.getLogger(__name__)
+
+
+class SandboxProvider(Protocol):
+    """Gives a sandboxed call its runner (daemon.app.sandbox.Sandbox)."""
+
+    def runner(self, session: Session, tool_use_id: str) -> SandboxRunner | None:
+        """The call's runner; None when the daemon has no sandbox (the tool then says so)."""
+        ...
+
+
+@dataclass(frozen=True)
+class CallRequest:
+    """One tool_use to execute, as the transport delivered it (already well-formed)."""
+
+    tool_use: ToolUse
+    session_id: str = ""
+    approval: ApprovalRequest = field(default_factory=ApprovalRequest)
+    progress: ProgressSink | None = None
+    """Where live progress goes (ExecuteStream); None when nobody listens."""
+
+    @functools.cached_property
+    def input_sha256(self) -> str:
+        """Canonical hash of the input as sent (computed once: audit and idempotency share it)."""
+        return canonical_input_hash(self.tool_use.input)
+
+
+@dataclass(frozen=True)
+class RejectedCall:
+    """A call that failed look-up or validation: the model gets `error`, nothing runs."""
+
+    request: CallRequest
+    session: Session
+    started: float
+    """Monotonic time the call arrived."""
+    error: str
+    known_tool: bool
+    """The tool exists (the input was what was wrong)."""
+
+    concurrency_safe = False
+    """Runs alone, like any call whose effects are unknown."""
+    cancels_siblings = False
+    shares_work = False
+
+
+@dataclass(frozen=True)
+class ReadyCall:
+    """A call whose tool exists and whose input is valid: ready to decide and run."""
+
+    request: CallRequest
+    session: Session
+    started: float
+    call: ToolCall
+    peers: PeerHandle | None = None
+    """Set by the scheduler for a parallel group's calls that may share work."""
+
+    @property
+    def concurrency_safe(self) -> bool:
+        """May run beside other concurrency-safe calls."""
+        return self.call.facts.concurrency_safe
+
+    @property
+    def cancels_siblings(self) -> bool:
+        """Its failure cancels its running parallel siblings."""
+        return self.call.tool.traits.cancels_siblings
+
+    @property
+    def shares_work(self) -> bool:
+        """May share a piece of work with parallel siblings."""
+        return self.call.tool.traits.shares_work
+
+
+PreparedCall = ReadyCall | RejectedCall
+
+
+@dataclass(frozen=True)
+class PipelineLimits:
+    """The daemon's own bounds on every call."""
+
+    result_budget_chars: int
+    default_sandbox: SandboxLimits
+    ceilings: SandboxCeilings
+
+
+@dataclass
+class _Trace:
+    """What one run measured and collected, for metrics and the audit."""
+
+    timings: dict[str, float] = field(default_factory=dict)
+    """decision_s and exec_s once measured."""
+    hook_records: list[dict[str, Any]] = field(default_factory=list)
+    """What each hook said."""
+
+
+def masked(value: Any, fields: frozenset[str]) -> Any:
+    """The input with the values of `fields` replaced, at any depth (for the audit log)."""
+    if isinstance(value, dict):
+        return {
+            key: "***masked***" if key in fields else masked(item, fields)
+            for key, item in value.items()
+        }
+    if isinstance(value, list):
+        return [masked(item, fields) for item in value]
+    return value
+
+
+def _one_line(text: str, limit: int = 200) -> str:
+    line = " ".join(text.split())
+    return line if len(line) <= limit else line[: limit - 1] + "…"
+
+
+def _error(tool_use_id: str, text: str) -> ToolResult:
+    return ToolResult(tool_use_id=tool_use_id, content=(TextContent(text=text),), is_error=True)
+
+
+def _refusal_text(tool_name: str, verdict: Verdict) -> str:
+    reasons = "\n".join(f"- {reason}" for reason in verdict.reasons)
+    if verdict.outcome is Outcome.ASK:
+        return (
+            f"The {tool_name} call needs a human's approval before it can run:\n{reasons}\n"
+            "It did not run. The caller has been given an approval token; once a human "
+            "approves, the same call is sent again with it. Otherwise do something else."
+        )
+    return (
+        f"The {tool_name} call was denied by policy:\n{reasons}\n"
+        "It did not run. Do not retry it unchanged."
+    )
+
+
+class Pipeline:
+    """Runs tool calls through the lifecycle."""
+
+    def __init__(
+        self,
+        registry: ToolRegistry,
+        policy: PolicyEngine,
+        sessions: SessionStore,
+        limits: PipelineLimits,
+        audit: AuditLog,
+        sandbox: SandboxProvider | None = None,
+        approvals: ApprovalAuthority | None = None,
+        metrics: Metrics | None = None,
+        hooks: HookEngine | None = None,
+    ) -> None:
+        self._metrics = metrics
+        self._hooks = HookStage(hooks)
+        self._registry = registry
+        self._policy = policy
+        self._gate = PolicyGate(policy, approvals)
+        self._sessions = sessions
+        self._limits = limits
+        self._audit = audit
+        self._sandbox = sandbox
+
+    async def list_tools(
+        self, session_id: str, caller: Caller, *, include_deferred: bool = False
+    ) -> list[ToolDefinition]:
+        """The enabled tools this caller may see, in registry order (deferred ones on request)."""
+        session = self._sessions.get(session_id)
+        definitions = [self._registry.definition(t.name) for t in self._registry.enabled()]
+        visible = await self._policy.visible_tools(listing_document(definitions, session, caller))
+        if visible is None:
+            raise Unavailable("the policy engine cannot be reached; retry ListTools later")
+        return [
+            d
+            for d in definitions
+            if d.name in visible and (include_deferred or not d.defer_loading)
+        ]
+
+    def prepare(self, request: CallRequest) -> PreparedCall:
+        """Look up and validate, without side effects; failures are kept as a RejectedCall."""
+        started = time.monotonic()
+        session = self._sessions.get(request.session_id)
+        tool_use = request.tool_use
+        tool = self._registry.get(tool_use.name)
+        if tool is None:
+            names = ", ".join(self._registry.names())
+            error = (
+                f"Unknown tool {tool_use.name!r}. The available tools are: {names}. Call one of "
+                "those instead."
+            )
+            return RejectedCall(request, session, started, error, known_tool=False)
+        try:
+            call = ToolCall.prepare(tool, tool_use.input, session, tool_use.id)
+        except ToolError as exc:
+            return RejectedCall(request, session, started, str(exc), known_tool=True)
+        return ReadyCall(request, session, started, call)
+
+    async def execute(self, request: CallRequest, caller: Caller) -> ExecuteOutcome:
+        """Run one call through every step; never raises for anything the model did."""
+        return await self.run(self.prepare(request), caller)
+
+    async def run(self, prepared: PreparedCall, caller: Caller) -> ExecuteOutcome:
+        """Decide, execute, map, fit and audit a prepared call. Every line logged meanwhile
+        carries the call's session and tool_use id (and its decision id once decided)."""
+        tool_use = prepared.request.tool_use
+        with log_context(session=prepared.session.id, tool_use_id=tool_use.id):
+            trace = _Trace()
+            if isinstance(prepared, RejectedCall):
+                summary = (
+                    f"{tool_use.name}: invalid input"
+                    if prepared.known_tool
+                    else f"Unknown tool {tool_use.name}"
+                )
+                result = _error(tool_use.id, prepared.error)
+                return self._finish(prepared, trace, caller, None, result, summary=summary)
+            return await self._run_ready(prepared, trace, caller)
+
+    async def _run_ready(
+        self, prepared: ReadyCall, trace: _Trace, caller: Caller
+    ) -> ExecuteOutcome:
+        tool_use = prepared.request.tool_use
+        try:
+            hooked = await self._hooks.before(prepared.call)
+        except ToolError as exc:
+            text = f"A PreToolUse hook rewrote the input into one that is not valid: {exc}"
+            summary = f"{tool_use.name}: hook rewrote an invalid input"
+            result = _error(tool_use.id, text)
+            return self._finish(prepared, trace, caller, None, result, summary=summary)
+        call = hooked.call
+
+        decision_started = time.monotonic()
+        gate = await self._gate.decide(
+            call, caller, prepared.request.approval, hooked.outcome.to_policy()
+        )
+        verdict = self._hooks.enforce(gate.verdict, hooked.outcome)
+        if not verdict.decision_id:  # OPA gives none when the daemon decided itself
+            verdict = dataclasses.replace(verdict, decision_id=uuid.uuid4().hex)
+        trace.timings["decision_s"] = time.monotonic() - decision_started
+        with log_context(decision_id=verdict.decision_id):
+            if verdict.outcome is not Outcome.ALLOW:
+                result = _error(tool_use.id, _refusal_text(call.tool.name, verdict))
+                word = "needs approval" if verdict.outcome is Outcome.ASK else "denied by policy"
+                # A hook's deny may override the policy's ask: then no token is handed out.
+                token = gate.approval_token if verdict.outcome is Outcome.ASK else ""
+                return self._finish(
+                    prepared,
+                    trace,
+                    caller,
+                    verdict,
+                    result,
+                    approval_token=token,
+                    summary=f"{call.tool.name} {word}",
+                )
+            return await self._execute(prepared, call, hooked.outcome, verdict, trace, caller)
+
+    async def _execute(
+        self,
+        prepared: ReadyCall,
+        call: ToolCall,
+        hooks: PreHookOutcome,
+        verdict: Verdict,
+        trace: _Trace,
+        caller: Caller,
+    ) -> ExecuteOutcome:
+        tool = call.tool
+        limits = clamp_limits(verdict.limits or self._limits.default_sandbox, self._limits.ceilings)
+        budget = min(tool.traits.max_result_chars, self._limits.result_budget_chars)
+        if verdict.result_budget_chars is not None:
+            budget = min(budget, verdict.result_budget_chars)
+        ctx = CallContext(
+            tool_use_id=call.tool_use_id,
+            session=call.session,
+            facts=call.facts,
+            limits=limits,
+            sandbox=self._sandbox.runner(call.session, call.tool_use_id)
+            if self._sandbox is not None and tool.traits.sandboxed
+            else None,
+            progress=prepared.request.progress,
+            catalog=lambda: self.list_tools(call.session.id, caller, include_deferred=True),
+            peers=prepared.peers,
+        )
+        if not call.facts.read_only:
+            # On file before it runs: a call that may change something and is cut short by a
+            # crash still has its allow recorded.
+            self._audit.write(self._audit_record(prepared, caller, verdict, AuditEvent.DECIDED))
+        exec_started = time.monotonic()
+        with self._metrics.in_flight() if self._metrics else contextlib.nullcontext():
+            ran = await run_call(call, ctx)
+        trace.timings["exec_s"] = time.monotonic() - exec_started
+        output = ran.output
+        after = await self._hooks.after(call, hooks, output.content, output.is_error)
+        trace.hook_records[:] = after.records
+        content, fitted = fit_with_notes(after.content, after.notes, budget, output.keep)
+        report = ExecutionReport(
+            sandboxed=tool.traits.sandboxed,
+            sandbox_id=output.sandbox_id,
+            exit_code=output.exit_code,
+            timed_out=output.timed_out,
+            oom_killed=output.oom_killed,
+            duration_ms=int((time.monotonic() - exec_started) * 1000),
+            truncated=fitted.truncated,
+            original_chars=fitted.original_chars,
+        )
+        result = ToolResult(tool_use_id=call.tool_use_id, content=content, is_error=after.is_error)
+        summary = _one_line(ran.summary(call))
+        return self._finish(prepared, trace, caller, verdict, result, report, summary=summary)
+
+    def _audit_record(
+        self,
+        prepared: PreparedCall,
+        caller: Caller,
+        verdict: Verdict | None,
+        event: AuditEvent,
+        decision_id: str = "",
+    ) -> dict[str, Any]:
+        """The fields every audit record of a call has, as known once it is decided."""
+        tool_use = prepared.request.tool_use
+        reused = verdict.cached_from if verdict else ""
+        return {
+            "event": event.value,
+            "time": time.time(),
+            "decision_id": verdict.decision_id if verdict else decision_id,
+            "principal": caller.principal,
+            "session": prepared.session.id,
+            "tool_use_id": tool_use.id,
+            "tool": tool_use.name,
+            "input_sha256": prepared.request.input_sha256,
+            "input": masked(tool_use.input, self._policy.audit_mask),
+            "outcome": verdict.outcome.value if verdict else "not_evaluated",
+            "reasons": list(verdict.reasons) if verdict else [],
+            "policy_revision": self._gate.revision if verdict else "",
+            # A reused verdict: the id of the OPA decision (and decision log entry) it repeats.
+            **({"decision_cached_from": reused} if reused else {}),
+        }
+
+    def _finish(
+        self,
+        prepared: PreparedCall,
+        trace: _Trace,
+        caller: Caller,
+        verdict: Verdict | None,
+        result: ToolResult,
+        report: ExecutionReport | None = None,
+        *,
+        approval_token: str = "",
+        summary: str = "",
+    ) -> ExecuteOutcome:
+        report = report or ExecutionReport()
+        # Every verdict has a decision id by now; a call never decided gets one here.
+        decision_id = verdict.decision_id if verdict else uuid.uuid4().hex
+        decision = Decision(
+            outcome=verdict.outcome if verdict else None,
+            reasons=verdict.reasons if verdict else (),
+            decision_id=decision_id,
+            policy_revision=self._gate.revision if verdict else "",
+            approval_token=approval_token,
+        )
+        self._audit.write(
+            {
+                **self._audit_record(prepared, caller, verdict, AuditEvent.ANSWERED, decision_id),
+                "is_error": result.is_error,
+                "truncated": report.truncated,
+                "duration_ms": int((time.monotonic() - prepared.started) * 1000),
+                **({"hooks": trace.hook_records} if trace.hook_records else {}),
+            }
+        )
+        outcome = ExecuteOutcome(result=result, decision=decision, report=report, summary=summary)
+        if self._metrics is not None:
+            self._metrics.observe_call(
+                prepared.request.tool_use.name,
+                CallOutcome.of(outcome),
+                decision_s=trace.timings.get("decision_s"),
+                exec_s=trace.timings.get("exec_s"),
+                truncated=report.truncated,
+                decision_reused=bool(verdict and verdict.cached_from),
+            )
+        return outcome

@@ -1,0 +1,280 @@
+"""Scheduling tool calls: declared semantics decide what runs together, answers keep request order.
+
+- A batch (one assistant turn) is cut into groups: consecutive concurrency-safe calls form one group
+  that runs in parallel (up to a cap); every other call runs alone, after everything before it and
+  before anything after it.
+- Within a session, safe calls hold the session lock shared and every other call holds it
+  exclusively, so an unsafe call never overlaps another call of its session, even one that arrived
+  through a separate RPC. Different sessions never wait for each other.
+- When a call of a parallel group whose tool cancels its siblings (Bash) fails, its still-running
+  siblings are cancelled and answered with an error saying so; other failures leave siblings
+  alone.
+- In-flight calls are capped overall and per session; past the cap a call queues for a bounded time,
+  then the caller gets RESOURCE_EXHAUSTED.
+- Every call goes through the idempotency cache: a retried tool_use id never runs twice.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import functools
+from collections.abc import AsyncIterator, Iterator
+from dataclasses import dataclass
+
+from daemon.calls.idempotency import ResultCache
+from daemon.calls.locks import SharedExclusiveLock
+from daemon.calls.pipeline import CallRequest, Pipeline, PreparedCall, ReadyCall
+from daemon.errors import Overloaded
+from daemon.models import (
+    Caller,
+    Decision,
+    ExecuteOutcome,
+    ExecutionReport,
+    TextContent,
+    ToolResult,
+)
+from daemon.tools.peers import Peers
+
+
+@dataclass(frozen=True)
+class SchedulerLimits:
+    """Bounds of the scheduler."""
+
+    max_parallel: int = 10
+    """Largest parallel group of concurrency-safe calls."""
+    max_in_flight: int = 64
+    """Calls running at once, overall."""
+    max_in_flight_per_session: int = 16
+    """Calls running at once in one session."""
+    queue_timeout_s: float = 30.0
+    """How long a call may wait for a slot before RESOURCE_EXHAUSTED."""
+
+
+def input_hash(request: CallRequest) -> str:
+    """What identifies a call's input for idempotency: its tool and canonical input hash."""
+    return f"{request.tool_use.name}\0{request.input_sha256}"
+
+
+async def _acquire(slots: asyncio.Semaphore, timeout_s: float, overloaded: str) -> None:
+    """Take a slot, waiting at most `timeout_s`, else Overloaded with that message."""
+    if not slots.locked():
+        await slots.acquire()  # free: returns at once, no timer needed
+        return
+    try:
+        async with asyncio.timeout(timeout_s):
+            await slots.acquire()
+    except TimeoutError:
+        raise Overloaded(overloaded) from None
+
+
+def partition(calls: list[PreparedCall], max_parallel: int) -> list[list[PreparedCall]]:
+    """Consecutive safe calls form a group (at most `max_parallel`); any other call is alone."""
+    groups: list[list[PreparedCall]] = []
+    for call in calls:
+        last = groups[-1] if groups else None
+        if (
+            call.concurrency_safe
+            and last is not None
+            and last[0].concurrency_safe
+            and len(last) < max_parallel
+        ):
+            last.append(call)
+        else:
+            groups.append([call])
+    return groups
+
+
+def _sibling_cancelled(call: PreparedCall, failed: PreparedCall) -> ExecuteOutcome:
+    failed_use = failed.request.tool_use
+    text = (
+        f"Cancelled: this call ran in parallel with {failed_use.name} call {failed_use.id}, "
+        "which failed, so it was stopped before it finished. Fix the failing command first, "
+        "then run this call again if it is still needed."
+    )
+    tool_use_id = call.request.tool_use.id
+    return ExecuteOutcome(
+        result=ToolResult(
+            tool_use_id=tool_use_id, content=(TextContent(text=text),), is_error=True
+        ),
+        decision=Decision(
+            outcome=None, reasons=(f"cancelled: a parallel {failed_use.name} call failed",)
+        ),
+        report=ExecutionReport(),
+    )
+
+
+class Scheduler:
+    """Runs single calls and batches under the session locks, caps and idempotency."""
+
+    def __init__(
+        self, pipeline: Pipeline, limits: SchedulerLimits, cache: ResultCache | None = None
+    ) -> None:
+        self._pipeline = pipeline
+        self._limits = limits
+        self._cache = cache or ResultCache()
+        self._global = asyncio.Semaphore(limits.max_in_flight)
+        self._session_slots: dict[str, asyncio.Semaphore] = {}
+        self._locks: dict[str, SharedExclusiveLock] = {}
+        self._running: dict[str, set[asyncio.Task[object]]] = {}
+        self._in_flight = 0
+
+    @property
+    def in_flight(self) -> int:
+        """Calls currently running."""
+        return self._in_flight
+
+    def lock_for(self, session_id: str) -> SharedExclusiveLock:
+        """The session's lock (created on first use)."""
+        return self._locks.setdefault(session_id, SharedExclusiveLock())
+
+    def forget_session(self, session_id: str) -> None:
+        """Drop a closed session's scheduling state."""
+        lock = self._locks.get(session_id)
+        if lock is not None and lock.idle:
+            del self._locks[session_id]
+        self._session_slots.pop(session_id, None)
+        self._running.pop(session_id, None)
+        self._cache.forget_session(session_id)
+
+    @contextlib.asynccontextmanager
+    async def _slot(self, session_id: str) -> AsyncIterator[None]:
+        session_slots = self._session_slots.get(session_id)
+        if session_slots is None:
+            session_slots = asyncio.Semaphore(self._limits.max_in_flight_per_session)
+            self._session_slots[session_id] = session_slots
+        limits = self._limits
+        await _acquire(
+            self._global,
+            limits.queue_timeout_s,
+            f"tooljail is at its limit of {limits.max_in_flight} calls in flight and none "
+            f"finished within {limits.queue_timeout_s:g} s; retry later",
+        )
+        try:
+            await _acquire(
+                session_slots,
+                limits.queue_timeout_s,
+                f"this session is at its limit of {limits.max_in_flight_per_session} calls in "
+                f"flight and none finished within {limits.queue_timeout_s:g} s; retry later",
+            )
+            self._in_flight += 1
+            try:
+                yield
+            finally:
+                self._in_flight -= 1
+                session_slots.release()
+        finally:
+            self._global.release()
+
+    @contextlib.asynccontextmanager
+    async def _tracked(self, session_id: str) -> AsyncIterator[None]:
+        """Register the running task, so closing its session can cancel it."""
+        task = asyncio.current_task()
+        assert task is not None
+        running = self._running.setdefault(session_id, set())
+        running.add(task)
+        try:
+            yield
+        finally:
+            running.discard(task)
+
+    def has_running(self, session_id: str) -> bool:
+        """Whether a call of the session is running."""
+        return any(not t.done() for t in self._running.get(session_id, ()))
+
+    def cancel_session(self, session_id: str) -> int:
+        """Cancel every running call of a session; returns how many were cancelled."""
+        tasks = [t for t in self._running.pop(session_id, set()) if not t.done()]
+        for task in tasks:
+            task.cancel()
+        return len(tasks)
+
+    async def _run(self, call: PreparedCall, caller: Caller) -> ExecuteOutcome:
+        """One call: idempotency, slot, session lock (shared if safe), then the pipeline."""
+
+        async def run_now() -> ExecuteOutcome:
+            async with (
+                self._slot(call.session.id),
+                self.lock_for(call.session.id).hold(exclusive=not call.concurrency_safe),
+                self._tracked(call.session.id),
+            ):
+                return await self._pipeline.run(call, caller)
+
+        key = (call.session.id, call.request.tool_use.id)
+        outcome, replayed = await self._cache.run_once(key, input_hash(call.request), run_now)
+        if replayed:
+            report = outcome.report.model_copy(update={"replayed": True})
+            outcome = outcome.model_copy(update={"report": report})
+        return outcome
+
+    async def execute(self, request: CallRequest, caller: Caller) -> ExecuteOutcome:
+        """A single call (an Execute RPC)."""
+        return await self._run(self._pipeline.prepare(request), caller)
+
+    async def execute_batch(
+        self, requests: list[CallRequest], caller: Caller
+    ) -> AsyncIterator[ExecuteOutcome]:
+        """The calls of one assistant turn; answers in request order, each as soon as it and
+        every call before it are done."""
+        calls = [self._pipeline.prepare(request) for request in requests]
+        for group in partition(calls, self._limits.max_parallel):
+            if len(group) == 1:
+                yield await self._run(group[0], caller)
+                continue
+            async for outcome in self._run_parallel(group, caller):
+                yield outcome
+
+    async def _run_parallel(
+        self, group: list[PreparedCall], caller: Caller
+    ) -> AsyncIterator[ExecuteOutcome]:
+        group, peers = _with_peers(group)
+        tasks = [asyncio.create_task(self._run(call, caller)) for call in group]
+        cancelled_by: dict[int, PreparedCall] = {}
+
+        def on_done(index: int, task: asyncio.Task[ExecuteOutcome]) -> None:
+            call = group[index]
+            if peers is not None:
+                peers.leave(index)
+            if task.cancelled() or task.exception() is not None:
+                return
+            if call.cancels_siblings and task.result().result.is_error:
+                for other, sibling in enumerate(tasks):
+                    if not sibling.done() and other not in cancelled_by:
+                        cancelled_by[other] = call
+                        sibling.cancel()
+
+        for index, task in enumerate(tasks):
+            task.add_done_callback(functools.partial(on_done, index))
+        try:
+            for index, task in enumerate(tasks):
+                try:
+                    yield await asyncio.shield(task)
+                except asyncio.CancelledError:
+                    if index not in cancelled_by or not task.cancelled():
+                        raise  # the caller itself was cancelled
+                    yield _sibling_cancelled(group[index], cancelled_by[index])
+        finally:
+            for task in _pending(tasks):
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+
+
+def _with_peers(group: list[PreparedCall]) -> tuple[list[PreparedCall], Peers | None]:
+    """The group with its calls that may share work joined as peers, when there are at least
+    two of them."""
+    sharing = [index for index, call in enumerate(group) if call.shares_work]
+    if len(sharing) < 2:
+        return group, None
+    peers = Peers(sharing)
+    joined = [
+        dataclasses.replace(call, peers=peers.handle(index))
+        if isinstance(call, ReadyCall) and index in sharing
+        else call
+        for index, call in enumerate(group)
+    ]
+    return joined, peers
+
+
+def _pending(tasks: list[asyncio.Task[ExecuteOutcome]]) -> Iterator[asyncio.Task[ExecuteOutcome]]:
+    return (task for task in tasks if not task.done())

@@ -1,0 +1,422 @@
+"""The policy input documents, version 1: one pydantic model per document, from which both the
+document sent to OPA and `policies/input.schema.json` are made (`python -m daemon.policy.input`
+writes the schema; a test keeps the committed file equal to it, and `opa check -s` type-checks the
+policies against it).
+
+Three documents: one call (data.tooljail.authz.decision), a tool listing (visible_tools) and a
+session over an existing directory (open_session).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import sys
+from collections.abc import Iterable
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+from pydantic.json_schema import GenerateJsonSchema, models_json_schema
+
+from daemon.models import Caller as CallerModel
+from daemon.models import Transport
+from daemon.policy.approval import Grant as ApprovalGrant
+from daemon.sessions.session import Mode, Session
+from daemon.tools.call import ToolCall
+from daemon.tools.contract import TouchedPath
+from daemon.tools.registry import ToolDefinition
+from daemon.tools.schema import tidy_schema
+
+INPUT_VERSION: Literal[1] = 1
+SCHEMA_ID = "urn:tooljail:policy-input:v1"
+
+_TOOL_NAME = r"^[a-zA-Z0-9_-]{1,64}$"
+
+
+class _Part(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class Tool(_Part):
+    """The tool's name and traits (the daemon's ToolTraits)."""
+
+    name: Annotated[str, Field(pattern=_TOOL_NAME)]
+    read_only: bool = Field(
+        description="Never changes anything; runs on the host, confined to the workspace."
+    )
+    destructive: bool = Field(description="May overwrite or delete existing data.")
+    concurrency_safe: bool = Field(
+        description="May run in parallel with other concurrency-safe calls."
+    )
+    sandboxed: bool = Field(description="Runs in a disposable container.")
+
+    @classmethod
+    def of(cls, definition: ToolDefinition) -> Tool:
+        """A tool's declared traits."""
+        traits = definition.traits
+        return cls.model_construct(
+            name=definition.name,
+            read_only=traits.read_only,
+            destructive=traits.destructive,
+            concurrency_safe=traits.concurrency_safe,
+            sandboxed=traits.sandboxed,
+        )
+
+
+class TouchedPathFact(_Part):
+    """A path the call touches."""
+
+    path: str = Field(
+        min_length=1,
+        pattern="^/",
+        description="Absolute, normalised path with symlinks resolved.",
+    )
+    access: Literal["read", "write"]
+    inside_workspace: bool = Field(
+        description="The daemon's verdict; the policy also checks the path's prefix itself."
+    )
+
+
+class Grant(_Part):
+    """What one session-scoped approval covers. Bash: the command prefix as words; it covers a
+    fully parsed line when every simple command's argv starts with those words. File tools: a
+    directory ending in /; it covers a call of the same tool when every path it touches starts
+    with it."""
+
+    tool: str = Field(
+        pattern=_TOOL_NAME,
+        description="The tool the approval was given for; a grant covers calls of that tool only.",
+    )
+    pattern: str = Field(
+        min_length=1,
+        description="Bash: the words joined by spaces (for people); file tools: the absolute "
+        "directory, ending in /.",
+    )
+    words: list[str] = Field(
+        description="Bash: the command prefix as argv words (what the policy matches); empty for "
+        "file tools. A Bash grant without words, or with an empty word, covers nothing."
+    )
+
+
+class SessionFacts(_Part):
+    """The session the call runs in."""
+
+    id: str = Field(min_length=1)
+    workspace: str = Field(
+        pattern="^/", description="Absolute, resolved workspace root of the session."
+    )
+    mode: Mode = Field(
+        description="The session's permission mode. default: the rules as they are; "
+        "acceptEdits: Write, Edit and MultiEdit inside the workspace never ask; plan: only "
+        "read-only tools run; dontAsk: what would ask is denied; bypassPermissions: what would "
+        "ask runs, for principals data.json allows to use it (everyone else is denied every "
+        "call). Any other value, or none, is denied."
+    )
+    grants: list[Grant] = Field(
+        description='Approvals a person gave with approval scope "session", in force until the '
+        "session ends. A grant that covers a call lifts its asks, never its denies."
+    )
+
+    @classmethod
+    def of(cls, session: Session) -> SessionFacts:
+        """As the policy sees a session."""
+        return cls.model_construct(
+            id=session.id,
+            workspace=str(session.workspace),
+            mode=session.mode,
+            grants=[
+                Grant.model_construct(tool=g.tool, pattern=g.pattern, words=list(g.words))
+                for g in session.grants
+            ],
+        )
+
+
+class Caller(_Part):
+    """Who calls, as the transport established it (never taken from request fields)."""
+
+    principal: str = Field(
+        min_length=1, description="Key into data.tooljail.principals for per-principal settings."
+    )
+    transport: Transport = Field(
+        description="unix: the Unix socket; tcp: TCP with a bearer token; tcp+mtls: TCP with a "
+        "verified client certificate; inproc: inside the daemon; unknown: anything else."
+    )
+
+    @classmethod
+    def of(cls, caller: CallerModel) -> Caller:
+        """As the policy sees a caller."""
+        return cls.model_construct(principal=caller.principal, transport=caller.transport)
+
+
+class NoApproval(_Part):
+    """The call carries no approval."""
+
+    granted: Literal[False]
+
+
+class GrantedApproval(_Part):
+    """The call carries a valid approval token."""
+
+    granted: Literal[True]
+    token_id: str = Field(
+        min_length=1, description="Identifier of the approval token (for the audit log)."
+    )
+    approved_by: str = Field(min_length=1, description="The principal that presented the approval.")
+    issued_at: int = Field(ge=0, description="When the token was issued, in Unix seconds.")
+    expires_at: int = Field(ge=0, description="When the token expires, in Unix seconds.")
+
+
+Approval = Annotated[
+    NoApproval | GrantedApproval,
+    Field(
+        discriminator="granted",
+        description="Whether the call carries a valid human approval token. The daemon verified "
+        "the token (signature, binding to this session, tool_use id, input hash and principal, "
+        "expiry, single use) before saying granted; a granted approval lifts asks, never denies."
+    ),
+]
+
+
+class HookDecision(_Part):
+    """What one PreToolUse hook answered for this call."""
+
+    name: str = Field(
+        min_length=1,
+        description="The hook's name from the daemon config; it prefixes the hook's reason.",
+    )
+    decision: Literal["allow", "deny", "ask", "none"] = Field(
+        description="allow (adds nothing), deny (refuses the call), ask (a person must approve), "
+        "none (no decision). A hook that timed out or crashed is sent as deny when it fails "
+        "closed."
+    )
+    reason: str = Field(
+        description="The hook's reason (permissionDecisionReason, or stderr for exit code 2); "
+        "may be empty."
+    )
+
+
+class SimpleCommand(_Part):
+    """One simple command of a Bash line."""
+
+    argv: list[str] = Field(
+        min_length=1,
+        description="The real program's words after quote removal; expansions such as $HOME are "
+        "kept as written.",
+    )
+    name: str = Field(description="Basename of the executable (`rm` for `/bin/rm`).")
+    path: str = Field(description="The executable as written.")
+    wrappers: list[str] = Field(
+        description="What was peeled off, outermost first, by basename: sudo, doas, env, "
+        "timeout, nice, nohup, stdbuf, xargs, command, exec, time, `bash -c`, `sh -c`, "
+        "`find -exec`, ..."
+    )
+    assignments: list[str] = Field(
+        default=[], description="NAME=value words before the command or given to sudo/env."
+    )
+    context: str = Field(
+        description="Innermost construct around it: simple, list, pipeline, subshell, group, "
+        "command_substitution, process_substitution, if, while, for, case, function."
+    )
+    pipeline: int = Field(
+        default=0,
+        ge=0,
+        description="Number of the pipeline it is a stage of (1, 2, ...); 0 for none.",
+    )
+    stage: int = Field(default=0, ge=0, description="Its position in that pipeline, from 0.")
+    dynamic: bool = Field(
+        default=False,
+        description="The executable word holds an expansion or pattern, so the real program is "
+        "only known at run time.",
+    )
+
+
+class Redirect(_Part):
+    """One redirection of a Bash line."""
+
+    op: str = Field(description="The operator with its file descriptor, e.g. `>`, `2>`, `&>`, `<`.")
+    target: str = Field(description="The target word as written.")
+
+
+class Command(_Part):
+    """Bash only: the command line parsed without running anything. Every simple command found
+    anywhere in it (pipelines, lists, subshells, groups, command and process substitutions,
+    if/while/for/case and function bodies, `bash -c` strings parsed again) with wrappers peeled
+    off."""
+
+    raw: str = Field(description="The command line as the model wrote it.")
+    parsed: bool = Field(
+        description="False when any part could not be parsed or analysed; the other fields are "
+        "then best effort."
+    )
+    parse_error: str = Field(
+        description="What could not be parsed, where, and what to do about it; empty when parsed."
+    )
+    simple_commands: list[SimpleCommand]
+    redirects: list[Redirect]
+    written_paths: list[str] = Field(
+        description="Targets of the output redirections, as written (paths a program writes by "
+        "itself are not guessed)."
+    )
+
+
+class DecisionInput(_Part):
+    """The input document for data.tooljail.authz.decision: may this one call run?"""
+
+    model_config = ConfigDict(title="tooljail call decision policy input")
+
+    version: Literal[1] = Field(
+        description="Version of this document's shape; a policy denies versions it does not "
+        "understand."
+    )
+    tool: Tool
+    input: dict[str, Any] = Field(
+        description="The tool input after validation against the tool's input model (e.g. Read: "
+        "file_path, offset, limit; Bash: command, timeout in ms)."
+    )
+    paths: list[TouchedPathFact] = Field(
+        description="Every path the call touches, resolved by the daemon (symlinks followed). For "
+        "Bash, the directory the command starts in (access write); what the command itself "
+        "touches is described by `command` instead."
+    )
+    session: SessionFacts
+    caller: Caller
+    approval: Approval
+    command: Command | None = Field(default=None, description="Bash only.")
+    hooks: list[HookDecision] | None = Field(
+        default=None,
+        description="The decisions of the PreToolUse hooks that matched this call, in the order "
+        "they are configured. Absent or empty when no hook matched. A hook's deny refuses the "
+        "call, its ask needs a person's approval, its allow adds nothing.",
+    )
+
+
+class ListToolsInput(_Part):
+    """The input document for data.tooljail.authz.visible_tools: which of these tools may this
+    caller see?"""
+
+    model_config = ConfigDict(title="tooljail ListTools policy input")
+
+    version: Literal[1]
+    caller: Caller
+    session: SessionFacts
+    tools: list[Tool]
+
+
+class OpenSessionInput(_Part):
+    """The input document for data.tooljail.authz.open_session: may this existing directory
+    become a session's workspace? The answer is {"allow": bool, "reasons": [string]}."""
+
+    model_config = ConfigDict(title="tooljail OpenSession policy input")
+
+    version: Literal[1]
+    workspace: str = Field(
+        pattern="^/",
+        description="The requested directory, resolved to an absolute path (symlinks followed).",
+    )
+    caller: Caller
+
+
+def _path(touched: TouchedPath) -> TouchedPathFact:
+    return TouchedPathFact.model_construct(
+        path=str(touched.path), access=touched.access, inside_workspace=touched.inside_workspace
+    )
+
+
+def _approval(grant: ApprovalGrant | None) -> NoApproval | GrantedApproval:
+    if grant is None:
+        return NoApproval.model_construct(granted=False)
+    return GrantedApproval.model_construct(**grant.policy_input())
+
+
+def call_document(
+    call: ToolCall,
+    caller: CallerModel,
+    grant: ApprovalGrant | None,
+    hooks: list[dict[str, str]],
+) -> dict[str, Any]:
+    """The input of data.tooljail.authz.decision for one call: the daemon's part from
+    DecisionInput, then the tool's own facts (Bash: `command`, shaped like `Command`)."""
+    traits = call.tool.traits
+    document = DecisionInput.model_construct(
+        version=INPUT_VERSION,
+        tool=Tool.model_construct(
+            name=call.tool.name,
+            read_only=call.facts.read_only,
+            destructive=traits.destructive,
+            concurrency_safe=call.facts.concurrency_safe,
+            sandboxed=traits.sandboxed,
+        ),
+        input=call.input_json,
+        paths=[_path(p) for p in call.facts.paths],
+        session=SessionFacts.of(call.session),
+        caller=Caller.of(caller),
+        approval=_approval(grant),
+        hooks=[HookDecision.model_validate(hook) for hook in hooks] or None,
+    ).model_dump(mode="json", exclude_none=True, warnings=False)
+    return {**call.facts.policy, **document}
+
+
+def listing_document(
+    definitions: Iterable[ToolDefinition], session: Session, caller: CallerModel
+) -> dict[str, Any]:
+    """The input of data.tooljail.authz.visible_tools for ListTools."""
+    return ListToolsInput.model_construct(
+        version=INPUT_VERSION,
+        caller=Caller.of(caller),
+        session=SessionFacts.of(session),
+        tools=[Tool.of(definition) for definition in definitions],
+    ).model_dump(mode="json", warnings=False)
+
+
+def open_session_document(workspace: str, caller: CallerModel) -> dict[str, Any]:
+    """The input of data.tooljail.authz.open_session."""
+    return OpenSessionInput.model_construct(
+        version=INPUT_VERSION, workspace=workspace, caller=Caller.of(caller)
+    ).model_dump(mode="json", warnings=False)
+
+
+_SNAKE = re.compile(r"(?<!^)(?=[A-Z])")
+_DEF_NAMES = {"TouchedPathFact": "touched_path", "SessionFacts": "session"}
+
+
+class _SnakeCaseDefs(GenerateJsonSchema):
+    """$defs named as the policy README writes them (`touched_path`, `list_tools_input`)."""
+
+    def normalize_name(self, name: str) -> str:
+        name = super().normalize_name(name)
+        return _DEF_NAMES.get(name) or _SNAKE.sub("_", name).lower()
+
+
+def input_schema() -> dict[str, Any]:
+    """policies/input.schema.json: any of the three documents. Optional fields are left out of
+    a document rather than sent as null, so the schema has no null branches (tidy_schema)."""
+    _, top = models_json_schema(
+        [(m, "validation") for m in (DecisionInput, ListToolsInput, OpenSessionInput)],
+        ref_template="#/$defs/{model}",
+        schema_generator=_SnakeCaseDefs,
+    )
+    top = tidy_schema(top)
+    return {
+        "$schema": "https://json-schema.org/draft/2020-12/schema",
+        "$id": SCHEMA_ID,
+        "title": "tooljail policy input, version 1",
+        "description": "The input document the daemon sends to OPA: one of decision_input "
+        "(data.tooljail.authz.decision, one tool call), list_tools_input "
+        "(data.tooljail.authz.visible_tools) and open_session_input "
+        "(data.tooljail.authz.open_session). Generated from daemon/policy/input.py.",
+        "anyOf": [
+            {"$ref": "#/$defs/decision_input"},
+            {"$ref": "#/$defs/list_tools_input"},
+            {"$ref": "#/$defs/open_session_input"},
+        ],
+        "$defs": top["$defs"],
+    }
+
+
+def schema_text() -> str:
+    """The schema as committed."""
+    return json.dumps(input_schema(), indent=2, ensure_ascii=False) + "\n"
+
+
+if __name__ == "__main__":
+    sys.stdout.write(schema_text())

@@ -1,0 +1,152 @@
+"""Opening and closing sessions: policy check for existing directories, cancelling a closed
+session's calls, removing its containers, and closing sessions left idle past their TTL."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Protocol, cast
+
+from daemon.errors import RequestError
+from daemon.models import Caller
+from daemon.sessions.session import MODES, Mode, Session
+from daemon.sessions.store import SessionStore
+
+log = logging.getLogger(__name__)
+
+#: Removes a session's containers (warm pool included); returns how many.
+SandboxCleanup = Callable[[Session], Awaitable[int]]
+
+#: Whether a session may work in an existing directory (resolved): None when the policy allows
+#: it, else the policy's reasons.
+WorkspacePolicy = Callable[[Path, Caller], Awaitable[str | None]]
+
+
+class RunningCalls(Protocol):
+    """The calls in flight, by session (the scheduler)."""
+
+    def cancel_session(self, session_id: str) -> int:
+        """Cancel every running call of a session; returns how many."""
+        ...
+
+    def has_running(self, session_id: str) -> bool:
+        """Whether a call of the session is running."""
+        ...
+
+    def forget_session(self, session_id: str) -> None:
+        """Drop a closed session's scheduling state."""
+        ...
+
+
+def check_mode(mode: str) -> Mode:
+    """The mode if it is one of MODES, else RequestError listing them."""
+    if mode not in MODES:
+        raise RequestError(f"unknown mode {mode!r}; the modes are {', '.join(MODES)}")
+    return cast(Mode, mode)
+
+
+@dataclass(frozen=True)
+class ClosedSession:
+    """What closing a session did."""
+
+    cancelled_calls: int
+    workspace_deleted: bool
+
+
+class SessionManager:
+    """The session lifecycle."""
+
+    def __init__(
+        self,
+        store: SessionStore,
+        workspace_policy: WorkspacePolicy,
+        calls: RunningCalls,
+        *,
+        default_idle_ttl_s: float,
+        sandbox_cleanup: SandboxCleanup | None = None,
+        sweep_interval_s: float = 5.0,
+    ) -> None:
+        self._store = store
+        self._workspace_policy = workspace_policy
+        self._calls = calls
+        self._default_ttl = default_idle_ttl_s
+        self._cleanup = sandbox_cleanup
+        self._sweep_interval = sweep_interval_s
+        self._sweeper: asyncio.Task[None] | None = None
+
+    def get(self, session_id: str) -> Session:
+        """An open session (RequestError when unknown)."""
+        return self._store.get(session_id)
+
+    def set_mode(self, session_id: str, mode: str) -> Session:
+        """Change a session's permission mode."""
+        session = self._store.get(session_id)
+        session.mode = check_mode(mode)
+        return session
+
+    async def open(
+        self, workspace: str, idle_ttl_s: int, caller: Caller, mode: str = ""
+    ) -> Session:
+        """Open a session over a fresh directory, or over an existing one the policy allows."""
+        ttl = float(idle_ttl_s) if idle_ttl_s > 0 else self._default_ttl
+        mode = check_mode(mode or "default")
+        if not workspace:
+            session = self._store.open(None, ttl)
+            session.mode = mode
+            return session
+        if "\x00" in workspace or not Path(workspace).is_absolute():
+            raise RequestError("workspace must be an absolute path to an existing directory")
+        resolved = Path(os.path.realpath(workspace))
+        refused = await self._workspace_policy(resolved, caller)
+        if refused is not None:
+            raise RequestError(f"the policy does not allow a session over {resolved}: {refused}")
+        session = self._store.open(resolved, ttl)
+        session.mode = mode
+        return session
+
+    async def close(self, session_id: str, delete_workspace: bool) -> ClosedSession:
+        """Close a session: cancel its calls, remove its containers, forget its state."""
+        session = self._store.get(session_id)
+        if session.owns_workspace is False and delete_workspace:
+            raise RequestError(
+                "delete_workspace is only allowed for a workspace the daemon created for the "
+                "session; an existing directory is never deleted"
+            )
+        cancelled = self._calls.cancel_session(session.id)
+        await asyncio.sleep(0)  # let the cancelled calls unwind (their containers are killed)
+        if self._cleanup is not None:
+            try:
+                await self._cleanup(session)
+            except Exception:  # teardown logs and carries on
+                log.exception("removing the containers of session %s failed", session.id)
+        _, deleted = self._store.close(session.id, delete_workspace)
+        self._calls.forget_session(session.id)
+        return ClosedSession(cancelled_calls=cancelled, workspace_deleted=deleted)
+
+    def start(self) -> None:
+        """Start closing idle sessions in the background."""
+        self._sweeper = asyncio.create_task(self._sweep(), name="session-sweeper")
+
+    async def stop(self) -> None:
+        """Stop the idle sweeper."""
+        if self._sweeper is not None:
+            self._sweeper.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._sweeper
+            self._sweeper = None
+
+    async def _sweep(self) -> None:
+        while True:
+            await asyncio.sleep(self._sweep_interval)
+            for session in self._store.idle():
+                if self._calls.has_running(session.id):
+                    session.touch()
+                    continue
+                log.info("closing session %s after %.0f s idle", session.id, session.idle_ttl_s)
+                with contextlib.suppress(RequestError):
+                    await self.close(session.id, delete_workspace=False)

@@ -1,0 +1,110 @@
+"""A session: its workspace and what it has Read (for read-before-write and staleness checks)."""
+
+from __future__ import annotations
+
+import hashlib
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Literal, get_args
+
+from daemon.errors import ToolError
+
+
+@dataclass(frozen=True)
+class ReadRecord:
+    """What a Read saw of one file."""
+
+    mtime_ns: int
+    """Modification time when it was read."""
+    sha256: str
+    """Hash of the whole file's bytes when it was read."""
+
+
+def file_sha256(data: bytes) -> str:
+    """Hex sha256 of file content."""
+    return hashlib.sha256(data).hexdigest()
+
+
+Mode = Literal["default", "acceptEdits", "plan", "dontAsk", "bypassPermissions"]
+"""Permission modes a session can be in (the policy implements what each means)."""
+MODES: tuple[str, ...] = get_args(Mode)
+
+
+@dataclass(frozen=True)
+class SessionGrant:
+    """An approval that holds for the rest of the session (approval scope "session")."""
+
+    tool: str
+    pattern: str
+    """Bash: the command prefix (words); file tools: a directory prefix ending in '/'."""
+    words: tuple[str, ...]
+    """Bash: the prefix as words, for exact matching by the policy."""
+    approved_by: str
+    granted_at: float
+
+    def to_policy(self) -> dict[str, object]:
+        """As the policy input shows it."""
+        return {"tool": self.tool, "pattern": self.pattern, "words": list(self.words)}
+
+
+@dataclass
+class Session:
+    """State shared by the calls of one session."""
+
+    id: str
+    workspace: Path
+    """Resolved absolute workspace root."""
+    owns_workspace: bool = False
+    """The workspace was created for this session (it may be deleted when the session closes)."""
+    idle_ttl_s: float | None = None
+    """Closed after this long without calls (None: never)."""
+    last_used: float = field(default_factory=time.monotonic)
+    """Monotonic time of the last call."""
+    mode: Mode = "default"
+    """Permission mode (see MODES)."""
+    grants: list[SessionGrant] = field(default_factory=list)
+    """Approvals that hold for the rest of the session."""
+    reads: dict[Path, ReadRecord] = field(default_factory=dict)
+    cwd: Path | None = None
+    """Working directory Bash starts in (the workspace until a command changes it)."""
+
+    def touch(self) -> None:
+        """Note activity (postpones the idle close)."""
+        self.last_used = time.monotonic()
+
+    def idle_for(self, now: float) -> float:
+        """Seconds since the last call."""
+        return now - self.last_used
+
+    def record_read(self, path: Path, data: bytes, mtime_ns: int) -> None:
+        """Remember that `path` was Read with this content."""
+        self.reads[path] = ReadRecord(mtime_ns=mtime_ns, sha256=file_sha256(data))
+
+    def require_fresh(self, path: Path, current: bytes, tool: str) -> str:
+        """Refuse to modify a file not Read in this session or changed since; returns its sha256."""
+        record = self.reads.get(path)
+        if record is None:
+            raise ToolError(
+                f"{path} exists but has not been read in this session. Use the Read tool on it "
+                f"first, then retry the {tool}."
+            )
+        digest = file_sha256(current)
+        if digest != record.sha256:
+            raise ToolError(
+                f"{path} has been modified since it was last read (by the user, a command or "
+                f"another tool). Read it again, then retry the {tool}."
+            )
+        return digest
+
+    def forget(self, path: Path) -> None:
+        """Forget a read (after the file was rewritten, the new content is recorded instead)."""
+        self.reads.pop(path, None)
+
+    def record_written(self, path: Path, data: bytes) -> None:
+        """After a successful write the session knows the file's content as if it had Read it."""
+        try:
+            mtime_ns = path.stat().st_mtime_ns
+        except OSError:
+            mtime_ns = 0
+        self.record_read(path, data, mtime_ns)

@@ -1,0 +1,130 @@
+"""One call of a tool: prepared once (schema, semantic checks, the tool's analysis), then run.
+
+`ToolCall.prepare` is the only place that asks a tool about a call; everything downstream (the
+scheduler, the hooks, the policy, the call itself) reads the prepared `ToolCall`. `run_call` runs
+it as its interrupt behaviour says and maps every failure to an `is_error` output that tells the
+model what to do next.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import functools
+import logging
+import uuid
+from dataclasses import dataclass
+from typing import Any
+
+from daemon.errors import SandboxError, ToolError
+from daemon.sessions.session import Session
+from daemon.tools.contract import AnyTool, CallContext, CallFacts, InterruptBehavior, ToolOutput
+from daemon.tools.validation import parse_input
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class ToolCall:
+    """A call whose input is valid, with what the tool says it will do."""
+
+    tool_use_id: str
+    tool: AnyTool
+    args: Any
+    """The validated (possibly normalised) input: an instance of the tool's input model."""
+    session: Session
+    facts: CallFacts
+
+    @classmethod
+    def prepare(
+        cls, tool: AnyTool, raw_input: dict[str, Any], session: Session, tool_use_id: str
+    ) -> ToolCall:
+        """Validate `raw_input` (schema, then semantics) and analyse the call; raises
+        ToolInputError saying what is wrong."""
+        args = tool.validate(parse_input(tool, raw_input), session)
+        return cls(tool_use_id, tool, args, session, tool.analyse(args, session))
+
+    def with_input(self, raw_input: dict[str, Any]) -> ToolCall:
+        """The same call with another input (a hook rewrote it), validated and analysed anew."""
+        return self.prepare(self.tool, raw_input, self.session, self.tool_use_id)
+
+    @functools.cached_property
+    def input_json(self) -> dict[str, Any]:
+        """The validated input as JSON (policy input, approval binding, hooks)."""
+        dumped: dict[str, Any] = self.args.model_dump(mode="json", by_alias=True)
+        return dumped
+
+
+@dataclass(frozen=True)
+class Ran:
+    """What running a call gave."""
+
+    result: Any
+    """The tool's own result; None when it failed before it had one."""
+    output: ToolOutput
+    """The result mapped to tool_result content (or the error the model reads)."""
+
+    def summary(self, call: ToolCall) -> str:
+        """The tool's one line for people."""
+        return call.tool.summarize(call.args, self.result, self.output)
+
+
+async def run_call(call: ToolCall, ctx: CallContext) -> Ran:
+    """Run the call. A `cancel` tool stops at once when interrupted; a `block` tool finishes its
+    current step first, so an interrupted Edit never leaves a half-written file, then the
+    cancellation goes on."""
+    if call.tool.traits.interrupt is InterruptBehavior.CANCEL:
+        return await _run(call, ctx)
+    task = asyncio.create_task(_run(call, ctx))
+    try:
+        return await asyncio.shield(task)
+    except asyncio.CancelledError:
+        while not task.done():
+            with contextlib.suppress(asyncio.CancelledError):
+                await asyncio.shield(task)
+        raise
+
+
+async def _run(call: ToolCall, ctx: CallContext) -> Ran:
+    tool = call.tool
+    try:
+        result = await tool.call(call.args, ctx)
+        return Ran(result, tool.render(result))
+    except ToolError as exc:
+        return _failed(str(exc))
+    except SandboxError as exc:
+        log.warning("sandbox failure in %s: %s", tool.name, exc)
+        return _failed(
+            f"The sandbox could not run this {tool.name} call: {exc}. Nothing was changed by "
+            "this call unless its output says so; retry it, and if it keeps failing, tell the "
+            "user the sandbox is unavailable."
+        )
+    except FileNotFoundError as exc:
+        return _failed(
+            f"{exc.filename or 'The file'} does not exist. Check the path (Glob or LS can find "
+            "it) and try again."
+        )
+    except IsADirectoryError as exc:
+        return _failed(
+            f"{exc.args[0] if exc.args else 'The path'} is a directory, not a file; use LS to "
+            "list it."
+        )
+    except PermissionError as exc:
+        return _failed(f"Permission denied for {exc.filename or 'that path'}.")
+    except OSError as exc:
+        # Host file system errors, e.g. a path swapped or removed while the call ran.
+        return _failed(
+            f"Could not access {exc.filename or 'a path'}: {exc.strerror or exc}. It may have "
+            "changed while the call ran; check it and retry."
+        )
+    except Exception:
+        incident = uuid.uuid4().hex[:12]
+        log.exception("tool %s failed unexpectedly (incident %s)", tool.name, incident)
+        return _failed(
+            f"The {tool.name} tool failed with an internal error (incident {incident}); this is "
+            "a tooljail bug, not a problem with your input. Try another approach."
+        )
+
+
+def _failed(text: str) -> Ran:
+    return Ran(None, ToolOutput.text(text, is_error=True))

@@ -1,0 +1,1 @@
+"""Glob: the pattern engine that walks a workspace (`engine`) and the tool (`tool`)."""
