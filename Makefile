@@ -13,7 +13,7 @@ LISTEN ?= unix:///run/tooljail/tooljail.sock
 WORKSPACE ?= $(CURDIR)/.tooljail/workspace
 PYTEST_ARGS ?=
 
-.PHONY: help setup venv proto opa grpcurl packages docker image run test lint typecheck policy-test \
+.PHONY: help setup venv lock proto opa grpcurl packages docker image run test lint typecheck policy-test \
         interop buf go-gen install bench bench-smoke chaos \
         pytest unit integration bench-sandbox fmt clean
 
@@ -25,11 +25,18 @@ setup: venv proto opa grpcurl packages docker image ## install everything that i
 
 venv: $(VENV)/.installed ## the Python virtualenv with tooljail and its dev tools
 
-$(VENV)/.installed: pyproject.toml
-	@echo "==> Python virtualenv ($(VENV)) and packages"
+$(VENV)/.installed: pyproject.toml requirements.lock
+	@echo "==> Python virtualenv ($(VENV)) and packages (pinned and hashed: requirements.lock)"
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
-	@$(BIN)/pip install -q --disable-pip-version-check -e '.[dev]'
+	@$(BIN)/pip install -q --disable-pip-version-check --require-hashes -r requirements.lock
+	@$(BIN)/pip install -q --disable-pip-version-check --no-deps -e .
 	@touch $@
+
+lock: venv ## regenerate requirements.lock (hashed) from pyproject.toml's ranges, newest that fit
+	@$(BIN)/uv pip compile pyproject.toml --extra dev --extra mcp --generate-hashes \
+	  --python-version 3.11 --python-platform x86_64-manylinux_2_28 --upgrade \
+	  --no-header --quiet -o requirements.lock
+	@echo "requirements.lock regenerated; make setup installs exactly it"
 
 proto: $(GENERATED) ## generate the Python gRPC code from proto/
 
@@ -65,26 +72,28 @@ run: setup ## run the daemon (LISTEN=..., WORKSPACE=... to override)
 
 test: setup lint typecheck policy-test buf pytest bench-smoke ## everything CI runs (interop runs inside pytest)
 
-lint: venv ## ruff lint and format check
+lint: venv ## ruff lint and format check, and the import contracts (pyproject.toml)
 	@echo "==> ruff"
 	@$(BIN)/ruff check daemon sandbox tests bench
 	@$(BIN)/ruff format --check daemon sandbox tests bench
+	@echo "==> import contracts"
+	@$(BIN)/lint-imports --no-cache | tail -n 7
 
 fmt: venv ## format the code
-	@$(BIN)/ruff format daemon sandbox tests
-	@$(BIN)/ruff check --fix daemon sandbox tests
+	@$(BIN)/ruff format daemon sandbox tests bench
+	@$(BIN)/ruff check --fix daemon sandbox tests bench
 
 typecheck: venv proto ## mypy --strict
 	@echo "==> mypy --strict"
 	@$(BIN)/mypy
 
-# The input JSON schema lives beside the policies but is documentation, not data.
+# The input JSON schema lives beside the policies: the type checker's, not data to load.
 OPA_LOAD := --ignore input.schema.json
 
-policy-test: opa ## opa fmt, opa check --strict, opa test with coverage >= 90% on policies/
+policy-test: opa ## opa fmt, opa check --strict against the input schema, opa test with coverage >= 90%
 	@echo "==> opa fmt / check / test"
 	@$(OPA) fmt --list --fail policies
-	@$(OPA) check --strict $(OPA_LOAD) policies
+	@$(OPA) check --strict --schema policies/input.schema.json $(OPA_LOAD) policies
 	@$(OPA) test --coverage --threshold 90 $(OPA_LOAD) policies > /dev/null
 	@$(OPA) test -v $(OPA_LOAD) policies | tail -n 3
 

@@ -231,7 +231,7 @@ class Daemon:
             url,
             settings.timeout_s,
             self.settings.sandbox.defaults,
-            policy_revision(folder),
+            await policy_revision(folder),
             on_error=self.metrics.opa_error if opa is self.opa else None,
             loading=lambda: opa is not None and opa.loading,
             cache=DecisionCache(settings.decision_cache_entries, settings.decision_cache_max_ttl_s),

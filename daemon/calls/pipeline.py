@@ -403,6 +403,12 @@ class Pipeline:
             }
         )
         outcome = ExecuteOutcome(result=result, decision=decision, report=report, summary=summary)
+        log.debug(
+            "answered %s: %s",
+            prepared.request.tool_use.name,
+            summary,
+            extra={"outcome": decision.outcome.value if decision.outcome else "not_evaluated"},
+        )
         if self._metrics is not None:
             self._metrics.observe_call(
                 prepared.request.tool_use.name,

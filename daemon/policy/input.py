@@ -172,7 +172,7 @@ Approval = Annotated[
         discriminator="granted",
         description="Whether the call carries a valid human approval token. The daemon verified "
         "the token (signature, binding to this session, tool_use id, input hash and principal, "
-        "expiry, single use) before saying granted; a granted approval lifts asks, never denies."
+        "expiry, single use) before saying granted; a granted approval lifts asks, never denies.",
     ),
 ]
 

@@ -21,8 +21,9 @@ from daemon.policy.revision import policy_revision
 
 log = logging.getLogger(__name__)
 
-#: Documentation beside the policies that OPA must not load as data.
-OPA_IGNORE = ("--ignore", "input.schema.json")
+#: The policy input's JSON schema beside the policies: for the type checker, not data to load.
+INPUT_SCHEMA = "input.schema.json"
+OPA_IGNORE = ("--ignore", INPUT_SCHEMA)
 _CHECK_TIMEOUT_S = 120.0
 #: Only the end of the output is shown; keep enough that the end is there.
 _OUTPUT_CAP_BYTES = 1 << 20
@@ -51,8 +52,11 @@ async def _opa(binary: Path, *args: str) -> tuple[int, str]:
 
 
 async def check_policy_folder(binary: Path, folder: Path) -> str:
-    """Empty when the folder compiles strictly and its tests pass; else what failed."""
-    code, output = await _opa(binary, "check", "--strict", *OPA_IGNORE, str(folder))
+    """Empty when the folder compiles strictly (type-checked against its input schema, when it
+    has one) and its tests pass; else what failed."""
+    schema = folder / INPUT_SCHEMA
+    typed = ("--schema", str(schema)) if schema.is_file() else ()
+    code, output = await _opa(binary, "check", "--strict", *typed, *OPA_IGNORE, str(folder))
     if code != 0:
         return f"opa check failed:\n{output[-4000:]}"
     if any(folder.rglob("*_test.rego")):
@@ -91,7 +95,7 @@ class PolicyReloader:
             if error:
                 log.error("policy reload refused, still serving %s: %s", current, error)
                 return ReloadResult(False, current, error)
-            revision = policy_revision(self._folder)
+            revision = await policy_revision(self._folder)
             await self._engine.policy_loaded(revision)
             log.info("policy reloaded: revision %s (was %s)", revision, current)
             return ReloadResult(True, revision)

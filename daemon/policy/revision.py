@@ -2,30 +2,31 @@
 
 from __future__ import annotations
 
-import subprocess
 from pathlib import Path
 
+from daemon.host.child import run_child
+
 UNVERSIONED = "unversioned"
+_GIT_TIMEOUT_S = 10.0
+_OUTPUT_CAP_BYTES = 64 * 1024
 
 
-def _git(directory: Path, *args: str) -> str | None:
+async def _git(directory: Path, *args: str) -> str | None:
     try:
-        done = subprocess.run(
+        run = await run_child(
             ["git", "-C", str(directory), *args],
-            capture_output=True,
-            text=True,
-            timeout=10,
-            check=False,
+            timeout_s=_GIT_TIMEOUT_S,
+            output_cap=_OUTPUT_CAP_BYTES,
         )
-    except (OSError, subprocess.TimeoutExpired):
+    except OSError:
         return None
-    return done.stdout.strip() if done.returncode == 0 else None
+    return run.stdout.text().strip() if run.exit_code == 0 else None
 
 
-def policy_revision(directory: Path) -> str:
+async def policy_revision(directory: Path) -> str:
     """Short SHA of the last commit touching `directory`, plus "-dirty" if it has local changes."""
-    sha = _git(directory, "log", "-1", "--format=%h", "--", ".")
+    sha = await _git(directory, "log", "-1", "--format=%h", "--", ".")
     if not sha:
         return UNVERSIONED
-    dirty = _git(directory, "status", "--porcelain", "--", ".")
+    dirty = await _git(directory, "status", "--porcelain", "--", ".")
     return f"{sha}-dirty" if dirty else sha

@@ -111,12 +111,7 @@ class SessionManager:
 
     async def close(self, session_id: str, delete_workspace: bool) -> ClosedSession:
         """Close a session: cancel its calls, remove its containers, forget its state."""
-        session = self._store.get(session_id)
-        if session.owns_workspace is False and delete_workspace:
-            raise RequestError(
-                "delete_workspace is only allowed for a workspace the daemon created for the "
-                "session; an existing directory is never deleted"
-            )
+        session = self._store.closable(session_id, delete_workspace)
         cancelled = self._calls.cancel_session(session.id)
         await asyncio.sleep(0)  # let the cancelled calls unwind (their containers are killed)
         if self._cleanup is not None:

@@ -63,20 +63,28 @@ class SessionStore:
         self._sessions[session_id] = session
         return session
 
-    def close(self, session_id: str, delete_workspace: bool) -> tuple[Session, bool]:
-        """Forget a session; delete its workspace if asked and it was created for it."""
+    def closable(self, session_id: str, delete_workspace: bool) -> Session:
+        """The session, if it may be closed this way: never the default session, and only a
+        workspace the daemon created for the session may be deleted (RequestError otherwise)."""
         if not session_id or session_id == DEFAULT_SESSION_ID:
             raise RequestError("the default session cannot be closed")
-        session = self._sessions.pop(session_id, None)
+        session = self._sessions.get(session_id)
         if session is None:
             raise RequestError(f"unknown session {session_id!r}")
+        if delete_workspace and not session.owns_workspace:
+            raise RequestError(
+                "delete_workspace is only allowed for a workspace the daemon created for the "
+                "session; an existing directory is never deleted"
+            )
+        return session
+
+    def close(self, session_id: str, delete_workspace: bool) -> tuple[Session, bool]:
+        """Forget a session (see `closable`); delete its workspace if asked. Whether the
+        workspace is gone."""
+        session = self.closable(session_id, delete_workspace)
+        del self._sessions[session_id]
         deleted = False
         if delete_workspace:
-            if not session.owns_workspace:
-                raise RequestError(
-                    "delete_workspace is only allowed for a workspace the daemon created for the "
-                    "session; an existing directory is never deleted"
-                )
             shutil.rmtree(session.workspace, ignore_errors=True)
             deleted = not session.workspace.exists()
         return session, deleted

@@ -7,7 +7,7 @@ reading forms. Anything else is treated as a writer and runs alone.
 
 from __future__ import annotations
 
-from daemon.shell.parse import ParsedCommand
+from daemon.shell.model import ParsedCommand
 
 _READERS = frozenset(
     {

@@ -18,7 +18,8 @@ from daemon.errors import ToolInputError
 from daemon.host.confine import is_inside
 from daemon.models import TextContent
 from daemon.sessions.session import Session
-from daemon.shell.parse import ParsedCommand, parse_command
+from daemon.shell.model import ParsedCommand
+from daemon.shell.parse import parse_command
 from daemon.shell.readonly import is_read_only
 from daemon.tools.contract import (
     CallContext,

@@ -78,6 +78,43 @@ def test_serve_tools_call_and_sigterm(served: tuple[str, Path, subprocess.Popen[
     assert not Path(target.removeprefix("unix://")).exists()
 
 
+def test_serve_logs_each_line_once_as_json_with_the_call_ids(short_tmp: Path) -> None:
+    """What a new user sees of `tooljail serve`: one JSON line per event, never the same event
+    twice (once as text, once as JSON), no deprecation warnings, and a call's lines carry its
+    session, tool_use id and decision id."""
+    workspace = short_tmp / "ws-logs"
+    workspace.mkdir(exist_ok=True)
+    (workspace / "note.txt").write_text("hello\n")
+    socket_path = short_tmp / "logs.sock"
+    log_path = short_tmp / "logs-serve.log"
+    env = dict(
+        os.environ,
+        TOOLJAIL_SANDBOX__ENABLED="false",
+        TOOLJAIL_AUDIT_LOG="/dev/null",
+        TOOLJAIL_STATE_DIR=str(short_tmp / "logs-state"),
+        TOOLJAIL_LOGGING__LEVEL="debug",
+    )
+    argv = [*TOOLJAIL, "serve", "--listen", f"unix://{socket_path}", "--workspace", str(workspace)]
+    with serve_process(argv, env, socket_path, log_path) as process:
+        target = f"unix://{socket_path}"
+        note = json.dumps({"file_path": str(workspace / "note.txt")})
+        call = run_cli("call", "--target", target, "--json", "--id", "toolu_logged", "Read", note)
+        assert call.returncode == 0, call.stderr
+        decision_id = json.loads(call.stdout)["decision"]["decisionId"]
+        process.send_signal(signal.SIGTERM)
+        assert process.wait(timeout=30) == 0
+    # Every line is one JSON object: nothing is written a second time as text.
+    entries = [json.loads(line) for line in log_path.read_text().splitlines()]
+    listening = [e for e in entries if e["message"].startswith("tooljail listening on")]
+    assert len(listening) == 1 and listening[0]["level"] == "info"
+    assert not [e for e in entries if "deprecat" in e["message"].lower()]
+    answered = [e for e in entries if e["message"].startswith("answered Read")]
+    assert len(answered) == 1
+    assert answered[0]["tool_use_id"] == "toolu_logged"
+    assert answered[0]["session"] == "default"
+    assert answered[0]["decision_id"] == decision_id
+
+
 def test_second_daemon_on_the_same_socket_is_refused(
     served: tuple[str, Path, subprocess.Popen[str]], short_tmp: Path
 ) -> None:

@@ -90,8 +90,11 @@ def test_daemon_sigkill_with_sandboxed_calls_in_flight_then_restart(
             first.kill()
             seen = [f.result(timeout=60) for f in futures]
 
-        # What the clients saw: the connection went away, not an answer.
-        assert seen == [grpc.StatusCode.UNAVAILABLE] * in_flight, seen
+        # What the clients saw: the connection went away, not an answer. Which of the two
+        # transport statuses a client gets for a peer that vanished is the transport's choice.
+        answered = [s for s in seen if not isinstance(s, grpc.StatusCode)]
+        assert answered == [], f"killed calls reported an answer: {answered}"
+        assert set(seen) <= {grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.CANCELLED}, seen
         assert len(old_containers) >= in_flight
         assert opa_pids and wait_for(lambda: not any(alive(p) for p in opa_pids), 15), (
             "the killed daemon's OPA outlived it"
@@ -110,15 +113,15 @@ def test_daemon_sigkill_with_sandboxed_calls_in_flight_then_restart(
             sum(1 for s in sessions if not (Path(s.workspace) / "finished.txt").exists()),
         )
         decided = audited_killed(second, sessions, "decided")
-        answered = audited_killed(second, sessions, "answered")
+        answered_on_file = audited_killed(second, sessions, "answered")
         figure(
             "daemon SIGKILL restart",
             f"the new daemon served {serving_s:.1f} s after it was started (it reaps first); the "
             f"{len(old_containers)} containers of the killed one were gone after {reap_s:.1f} s; "
             f"'decided' audit records of the {in_flight} killed calls: {decided}, 'answered': "
-            f"{answered}",
+            f"{answered_on_file}",
         )
-        assert (decided, answered) == (in_flight, 0), "every killed call must be on file"
+        assert (decided, answered_on_file) == (in_flight, 0), "every killed call must be on file"
         assert reaped, f"leftovers not reaped: {container_ids(instance) & old_containers}"
         assert left <= pool_size
 

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import io
 import json
+import logging
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -15,6 +17,7 @@ from daemon.calls.audit import AuditLog
 from daemon.calls.pipeline import CallRequest, Pipeline, PipelineLimits
 from daemon.errors import ToolError, ToolInputError, Unavailable
 from daemon.models import Caller, Outcome, ToolUse
+from daemon.ops.logs import JsonFormatter
 from daemon.policy.engine import PolicyEngine
 from daemon.policy.verdict import Verdict
 from daemon.sessions.session import Session
@@ -234,3 +237,23 @@ async def test_list_tools_is_filtered_by_policy(tmp_path: Path) -> None:
     pipeline = make_pipeline(tmp_path, FakeEngine(allow(), visible=None))
     with pytest.raises(Unavailable):
         await pipeline.list_tools("", Caller())
+
+
+async def test_lines_logged_while_a_call_runs_carry_its_ids(tmp_path: Path) -> None:
+    # A tool crashing logs an incident from inside the call; that line names the call.
+    stream = io.StringIO()
+    handler = logging.StreamHandler(stream)
+    handler.setFormatter(JsonFormatter())
+    logger = logging.getLogger("daemon.tools.call")
+    logger.addHandler(handler)
+    try:
+        outcome = await run(make_pipeline(tmp_path, FakeEngine(allow())), "Echo", {"text": "crash"})
+    finally:
+        logger.removeHandler(handler)
+    [line] = [json.loads(text) for text in stream.getvalue().splitlines()]
+    assert "failed unexpectedly" in line["message"]
+    assert (line["session"], line["tool_use_id"], line["decision_id"]) == (
+        "default",
+        "toolu_1",
+        outcome.decision.decision_id,
+    )

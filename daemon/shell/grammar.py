@@ -1,0 +1,180 @@
+"""Where tree-sitter-bash (0.25) reads a line differently from bash, and how the parser makes up
+for it. Each quirk is pinned by a test on the bare grammar (tests/unit/test_shell_grammar.py): when
+a grammar upgrade fixes one, its test fails and names the workaround that can go.
+
+1. Non-ASCII bytes can crash the grammar (`{` then U+E0001): the parser gets ASCII only.
+2. A backslash-newline inside a word splits it (`r\\<newline>m` is two words; bash reads `rm`).
+3. `time`, `coproc` and `!` before a compound command make that command's words arguments.
+4. Inside `...` bash removes the backslashes before $ ` \\ first and parses the rest again.
+5. Words after a redirection target (`echo > f x`) hang on the redirection; bash gives them to
+   the command.
+6. A trailing redirection of a pipeline or list is attached to the whole statement; bash binds it
+   to the last simple command.
+7. Some command substitutions are not made nodes (inside `${x/pat/rep}`): found by scanning.
+8. A reserved word where a command should be means the structure was misread.
+"""
+
+from __future__ import annotations
+
+import bisect
+import re
+
+import tree_sitter
+
+from daemon.shell.words import node_text
+
+MAX_DEPTH = 256
+"""Nodes nested deeper than this are not followed."""
+
+# Quirk 1: bash's syntax is ASCII and every other byte is a word character to it, so the parser
+# gets 'x' for each non-ASCII byte: same byte offsets, same structure, no crash. Texts are still
+# cut from the real bytes.
+_ASCII_ONLY = bytes(range(128)) + b"x" * 128
+
+#: Node types whose text is literal: nothing inside runs.
+LITERAL_NODES = frozenset({"comment", "raw_string", "ansi_c_string"})
+
+COMPOUND_STARTS = frozenset({"{", "(", "((", "[[", "!", "if", "while", "until", "for", "case"})
+COMPOUND_STARTS |= {"select", "function"}
+#: Reserved words bash never runs as a command (quirk 8).
+RESERVED = frozenset({"{", "}", "if", "then", "elif", "else", "fi", "do", "done", "while"})
+RESERVED |= {"until", "for", "case", "esac", "select", "function", "[[", "]]"}
+
+_UNESCAPED_SUBSTITUTION = re.compile(rb"`|\$\((?!\()")
+
+
+def ascii_only(data: bytes) -> bytes:
+    """What the grammar may be given of `data` (quirk 1)."""
+    return data.translate(_ASCII_ONLY)
+
+
+def heredoc_is_quoted(heredoc: tree_sitter.Node, data: bytes) -> bool:
+    """`<<'EOF'`, `<<"EOF"`, `<<\\EOF`: the body is literal."""
+    start = next((c for c in heredoc.children if c.type == "heredoc_start"), None)
+    return start is not None and any(q in node_text(start, data) for q in "'\"\\")
+
+
+def literal_spans(root: tree_sitter.Node, data: bytes) -> list[tuple[int, int]]:
+    """Spans where bash takes text literally: comments, '...', $'...', quoted heredoc bodies."""
+    spans: list[tuple[int, int]] = []
+    stack = [root]
+    while stack:
+        node = stack.pop()
+        if node.type in LITERAL_NODES:
+            spans.append((node.start_byte, node.end_byte))
+            continue
+        if node.type == "heredoc_redirect" and heredoc_is_quoted(node, data):
+            spans += [(c.start_byte, c.end_byte) for c in node.children if c.type == "heredoc_body"]
+        stack.extend(node.children)
+    return merge(spans)
+
+
+def merge(spans: list[tuple[int, int]]) -> list[tuple[int, int]]:
+    """Sorted, disjoint spans covering the same bytes as the given (possibly nested) ones."""
+    merged: list[tuple[int, int]] = []
+    for start, end in sorted(spans):
+        if merged and start <= merged[-1][1]:
+            merged[-1] = (merged[-1][0], max(merged[-1][1], end))
+        else:
+            merged.append((start, end))
+    return merged
+
+
+def inside(merged: list[tuple[int, int]], pos: int) -> bool:
+    """Whether pos lies in one of the spans returned by `merge`."""
+    i = bisect.bisect_right(merged, pos, key=lambda span: span[0]) - 1
+    return i >= 0 and merged[i][0] <= pos < merged[i][1]
+
+
+def escaped(data: bytes, pos: int) -> bool:
+    """Whether the byte at pos is escaped by an odd run of backslashes."""
+    run = 0
+    while pos - run - 1 >= 0 and data[pos - run - 1] == 0x5C:
+        run += 1
+    return run % 2 == 1
+
+
+def join_continuations(data: bytes, root: tree_sitter.Node) -> bytes:
+    """Remove backslash-newline outside literal text, as bash does before splitting words
+    (quirk 2)."""
+    literal = literal_spans(root, data)
+    out = bytearray()
+    pos = 0
+    found = data.find(b"\\\n")
+    while found >= 0:
+        if not escaped(data, found) and not inside(literal, found):
+            out += data[pos:found]
+            pos = found + 2
+        found = data.find(b"\\\n", found + 2)
+    return bytes(out + data[pos:])
+
+
+def blank_keyword_prefixes(root: tree_sitter.Node, data: bytes) -> bytes:
+    """Blank out `time`, `coproc`, `!` before a compound command (quirk 3): without the keyword
+    the structure is the one bash runs; only the timing is lost. (`time { rm x; }` is otherwise
+    a command `time` with arguments `{ rm x` and a command `}`.)"""
+    spans: list[tuple[int, int]] = []
+    stack = [root]
+    while stack:
+        node = stack.pop()
+        stack.extend(node.children)
+        if node.type == "negated_command" and node.named_children:
+            # `! { rm x; }` is misread the same way; the negation does not matter here.
+            first = node.named_children[0]
+            head = first.child_by_field_name("name") if first.type == "command" else None
+            if head is not None and node_text(head, data) in COMPOUND_STARTS:
+                spans.append((node.start_byte, first.start_byte))
+            continue
+        name = node.child_by_field_name("name") if node.type == "command" else None
+        if name is None or node_text(name, data) not in ("time", "coproc"):
+            continue
+        args = node.children_by_field_name("argument")
+        k = 0
+        while k < len(args) and node_text(args[k], data) in ("-p", "--"):
+            k += 1
+        if k < len(args) and node_text(args[k], data) in COMPOUND_STARTS:
+            spans.append((name.start_byte, args[k].start_byte))
+    out = bytearray(data)
+    for start, end in spans:
+        out[start:end] = bytes(b if b == 0x0A else 0x20 for b in data[start:end])
+    return bytes(out)
+
+
+def backquoted_body(text: str) -> str | None:
+    """The command bash parses inside a backquoted substitution whose text has backslashes
+    (quirk 4); None when the grammar's own reading is right."""
+    if not text.startswith("`") or "\\" not in text:
+        return None
+    inner = text[1:-1] if len(text) > 1 and text.endswith("`") else text[1:]
+    return re.sub(r"\\([$`\\])", r"\1", inner)
+
+
+def words_after_target(redirect: tree_sitter.Node) -> list[tree_sitter.Node]:
+    """Words the grammar hangs on a file redirection after its target (quirk 5)."""
+    return list(redirect.children_by_field_name("destination")[1:])
+
+
+def last_command(node: tree_sitter.Node | None) -> tree_sitter.Node | None:
+    """The simple command a trailing redirection belongs to (quirk 6)."""
+    for _ in range(MAX_DEPTH):
+        if node is None or node.type == "command":
+            return node
+        if node.type == "redirected_statement":
+            node = node.child_by_field_name("body")
+        elif node.type in ("pipeline", "list", "negated_command"):
+            named = [c for c in node.named_children if c.type != "comment"]
+            node = named[-1] if named else None
+        else:
+            return None
+    return None
+
+
+def unseen_substitution(data: bytes, seen: list[tuple[int, int]]) -> int | None:
+    """The offset of the first `...` or $(...) outside the spans already analysed or literal
+    (quirk 7); None when there is none."""
+    spans = merge(seen)
+    for match in _UNESCAPED_SUBSTITUTION.finditer(data):
+        pos = match.start()
+        if not inside(spans, pos) and not escaped(data, pos):
+            return pos
+    return None

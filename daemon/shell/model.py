@@ -1,0 +1,87 @@
+"""The parsed form of a Bash command line, as the policy sees it (`input.command`)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+
+@dataclass(frozen=True)
+class SimpleCommand:
+    """One simple command found anywhere in the line, with its wrappers peeled off."""
+
+    argv: tuple[str, ...]
+    """The real command's words after quote removal; expansions are kept as written."""
+    name: str
+    """Basename of the executable (`rm` for `/bin/rm`)."""
+    path: str
+    """The executable as written (after quote removal)."""
+    wrappers: tuple[str, ...]
+    """What was peeled off, outermost first: `sudo`, `env`, ..., `bash -c`, `find -exec`."""
+    assignments: tuple[str, ...]
+    """NAME=value words before the command or given to sudo/env."""
+    context: str
+    """Innermost construct around it: simple, list, pipeline, subshell, group, if, ..."""
+    pipeline: int = 0
+    """Number of the pipeline it is a stage of (1, 2, ... in order of appearance); 0: none."""
+    stage: int = 0
+    """Its position in that pipeline, from 0 (the stage whose output the next one reads)."""
+    dynamic: bool = False
+    """The executable word holds an expansion or pattern, so the real program is only known at
+    run time (`$CMD x`, `$(which rm)`, `/bin/r?`)."""
+
+    def to_policy(self) -> dict[str, Any]:
+        """The JSON object of input.command.simple_commands[i]."""
+        return {
+            "argv": list(self.argv),
+            "name": self.name,
+            "path": self.path,
+            "wrappers": list(self.wrappers),
+            "assignments": list(self.assignments),
+            "context": self.context,
+            "pipeline": self.pipeline,
+            "stage": self.stage,
+            "dynamic": self.dynamic,
+        }
+
+
+@dataclass(frozen=True)
+class Redirect:
+    """One redirection: operator with its file descriptor (`2>`) and the target as written."""
+
+    op: str
+    target: str
+    writes: bool
+    """The target is a path the command writes (output redirections, not fd duplications)."""
+
+    def to_policy(self) -> dict[str, Any]:
+        return {"op": self.op, "target": self.target}
+
+
+@dataclass(frozen=True)
+class ParsedCommand:
+    """The parsed form of a Bash tool's `command`."""
+
+    raw: str
+    parsed: bool
+    """False when any part could not be parsed or analysed; the other fields are best effort."""
+    parse_error: str
+    """What could not be parsed, where, and what to do about it ("" when parsed)."""
+    simple_commands: tuple[SimpleCommand, ...]
+    redirects: tuple[Redirect, ...]
+
+    @property
+    def written_paths(self) -> tuple[str, ...]:
+        """Targets of output redirections, in order, without repeats."""
+        return tuple(dict.fromkeys(r.target for r in self.redirects if r.writes))
+
+    def to_policy(self) -> dict[str, Any]:
+        """The JSON object of input.command."""
+        return {
+            "raw": self.raw,
+            "parsed": self.parsed,
+            "parse_error": self.parse_error,
+            "simple_commands": [c.to_policy() for c in self.simple_commands],
+            "redirects": [r.to_policy() for r in self.redirects],
+            "written_paths": list(self.written_paths),
+        }

@@ -1,0 +1,165 @@
+"""Words of a Bash command line after quote removal, as bash would see them before it expands
+anything: quotes and escapes removed, $'...' decoded, expansions kept as written and marked
+dynamic (the real value is only known at run time)."""
+
+from __future__ import annotations
+
+import re
+
+import tree_sitter
+
+from daemon.shell.wrappers import Word
+
+EXPANSIONS = frozenset(
+    {"simple_expansion", "expansion", "command_substitution", "process_substitution"}
+    | {"arithmetic_expansion", "brace_expression"}
+)
+"""Node types whose value is only known at run time."""
+_BRACE_PATTERN = re.compile(r"\{[^{}\s]*(,|\.\.)[^{}\s]*\}")
+_ANSI_C_SIMPLE = {
+    "a": "\a", "b": "\b", "e": "\x1b", "E": "\x1b", "f": "\f", "n": "\n", "r": "\r",
+    "t": "\t", "v": "\v", "\\": "\\", "'": "'", '"': '"', "?": "?",
+}  # fmt: skip
+
+
+def node_text(node: tree_sitter.Node, data: bytes) -> str:
+    return data[node.start_byte : node.end_byte].decode("utf-8", "replace")
+
+
+def _decode_ansi_c(body: str) -> str:
+    """The value of $'...' (body without the quotes)."""
+    out: list[str] = []
+    i = 0
+    while i < len(body):
+        ch = body[i]
+        if ch != "\\" or i + 1 >= len(body):
+            out.append(ch)
+            i += 1
+            continue
+        nxt = body[i + 1]
+        i += 2
+        if nxt in _ANSI_C_SIMPLE:
+            out.append(_ANSI_C_SIMPLE[nxt])
+        elif nxt in "01234567":
+            digits = re.match(r"[0-7]{0,2}", body[i:])
+            code = nxt + (digits.group() if digits else "")
+            i += len(code) - 1
+            out.append(chr(int(code, 8) & 0xFF))
+        elif nxt in "xuU":
+            width = {"x": 2, "u": 4, "U": 8}[nxt]
+            digits = re.match(rf"[0-9a-fA-F]{{1,{width}}}", body[i:])
+            if digits is None:
+                out.append("\\" + nxt)
+                continue
+            i += len(digits.group())
+            out.append(chr(min(int(digits.group(), 16), 0x10FFFF)))
+        elif nxt == "c" and i < len(body):
+            out.append(chr(ord(body[i]) & 0x1F))
+            i += 1
+        else:
+            out.append("\\" + nxt)
+    return "".join(out)
+
+
+def _dq_unescape(text: str) -> str:
+    """Inside double quotes a backslash only escapes $ ` " \\ and newline."""
+    return re.sub(r'\\([$`"\\\n])', lambda m: "" if m.group(1) == "\n" else m.group(1), text)
+
+
+def scan_unquoted(text: str) -> Word:
+    """Quote and escape removal for text outside any quotes (tolerates quotes inside it)."""
+    out: list[str] = []
+    bare: list[str] = []  # unquoted, unescaped characters: where globs and braces count
+    dynamic = False
+    i = 0
+    while i < len(text):
+        ch = text[i]
+        if ch == "\\":
+            if text[i + 1 : i + 2] != "\n":
+                out.append(text[i + 1 : i + 2] or "\\")
+            bare.append(" ")
+            i += 2
+        elif ch == "'" or text.startswith("$'", i):
+            start = i + 2 if ch == "$" else i + 1
+            end = text.find("'", start) if ch == "'" else _ansi_c_end(text, start)
+            end = len(text) if end < 0 else end
+            body = text[start:end]
+            out.append(_decode_ansi_c(body) if ch == "$" else body)
+            bare.append(" ")
+            i = end + 1
+        elif ch == '"':
+            end = i + 1
+            while end < len(text) and text[end] != '"':
+                end += 2 if text[end] == "\\" else 1
+            body = text[i + 1 : end]
+            dynamic = dynamic or "$" in body or "`" in body
+            out.append(_dq_unescape(body))
+            bare.append(" ")
+            i = end + 1
+        else:
+            dynamic = dynamic or ch in "*?[`" or (ch == "$" and i + 1 < len(text))
+            out.append(ch)
+            bare.append(ch)
+            i += 1
+    dynamic = dynamic or bool(_BRACE_PATTERN.search("".join(bare)))
+    return Word("".join(out), dynamic)
+
+
+def _ansi_c_end(text: str, start: int) -> int:
+    i = start
+    while i < len(text):
+        if text[i] == "\\":
+            i += 2
+        elif text[i] == "'":
+            return i
+        else:
+            i += 1
+    return -1
+
+
+def _render_string(node: tree_sitter.Node, data: bytes) -> Word:
+    """A "..." string: escapes removed, expansions inside kept as written."""
+    raw = node_text(node, data)
+    end = node.end_byte - 1 if len(raw) >= 2 and raw.endswith('"') else node.end_byte
+    parts: list[str] = []
+    dynamic = False
+    pos = node.start_byte + 1
+    for child in node.named_children:
+        if child.type not in EXPANSIONS:
+            continue
+        parts.append(_dq_unescape(data[pos : child.start_byte].decode("utf-8", "replace")))
+        parts.append(node_text(child, data))
+        dynamic = True
+        pos = child.end_byte
+    parts.append(_dq_unescape(data[pos:end].decode("utf-8", "replace")))
+    return Word("".join(parts), dynamic)
+
+
+def render_word(node: tree_sitter.Node, data: bytes, depth: int = 0) -> Word:
+    """One word (or word-like node) after quote removal."""
+    kind = node.type
+    if kind in EXPANSIONS:
+        return Word(node_text(node, data), True)
+    if kind == "string":
+        return _render_string(node, data)
+    if kind == "translated_string":
+        inner = next((c for c in node.named_children if c.type == "string"), None)
+        return _render_string(inner, data) if inner else scan_unquoted(node_text(node, data))
+    if kind in ("raw_string", "ansi_c_string") or node.child_count == 0 or depth > 8:
+        return scan_unquoted(node_text(node, data))
+    parts: list[str] = []
+    dynamic = False
+    pos = node.start_byte
+    for child in node.children:
+        gap = data[pos : child.start_byte].decode("utf-8", "replace")
+        word = (
+            render_word(child, data, depth + 1)
+            if child.is_named
+            else scan_unquoted(node_text(child, data))
+        )
+        gap_word = scan_unquoted(gap)
+        parts += [gap_word.text, word.text]
+        dynamic = dynamic or gap_word.dynamic or word.dynamic
+        pos = max(pos, child.end_byte)
+    tail = scan_unquoted(data[pos : node.end_byte].decode("utf-8", "replace"))
+    return Word("".join([*parts, tail.text]), dynamic or tail.dynamic)

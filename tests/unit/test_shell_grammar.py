@@ -1,0 +1,94 @@
+"""Each tree-sitter-bash quirk that daemon/shell/grammar.py makes up for, pinned on the bare
+grammar. When a grammar upgrade fixes one, its `test_grammar_still_*` test fails: the workaround it
+names can then go (and the parser test beside it shows the line is still read as bash reads it)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+import tree_sitter
+import tree_sitter_bash
+
+from daemon.shell.parse import parse_command
+
+LANGUAGE = tree_sitter.Language(tree_sitter_bash.language())
+
+
+def tree(line: bytes) -> str:
+    """The bare grammar's reading of `line`, as an S-expression."""
+    return str(tree_sitter.Parser(LANGUAGE).parse(line).root_node)
+
+
+def argvs(line: str) -> list[list[str]]:
+    return [list(c.argv) for c in parse_command(line).simple_commands]
+
+
+def test_grammar_still_crashes_on_some_non_ascii_input() -> None:
+    """Quirk 1 (grammar.ascii_only): the bare grammar dies on these inputs about one time in
+    two, so a child process parsing them a few hundred times dies."""
+    script = (
+        "import tree_sitter, tree_sitter_bash\n"
+        "parser = tree_sitter.Parser(tree_sitter.Language(tree_sitter_bash.language()))\n"
+        "for _ in range(300):\n"
+        "    for line in ('{\\U0006a137', '{\\U000e0001', '{\\U000ffffd x'):\n"
+        "        parser.parse(line.encode())\n"
+    )
+    run = subprocess.run([sys.executable, "-c", script], capture_output=True, timeout=120)
+    assert run.returncode < 0, "the grammar no longer crashes: grammar.ascii_only can go"
+
+
+def test_grammar_still_splits_a_word_at_backslash_newline() -> None:
+    """Quirk 2 (grammar.join_continuations)."""
+    reading = tree(b"r\\\nm -rf x")
+    assert reading.count("(word)") == 4, f"one word again? join_continuations can go: {reading}"
+    assert argvs("r\\\nm -rf x") == [["rm", "-rf", "x"]]
+
+
+def test_grammar_still_reads_time_before_a_group_as_a_command() -> None:
+    """Quirk 3 (grammar.blank_keyword_prefixes)."""
+    reading = tree(b"time { rm x; }")
+    assert "compound_statement" not in reading, "blank_keyword_prefixes can go"
+    assert argvs("time { rm x; }") == [["rm", "x"]]
+
+
+def test_grammar_still_leaves_backslashes_in_backquotes() -> None:
+    """Quirk 4 (grammar.backquoted_body): bash runs `rm x` here."""
+    reading = tree(b"echo `echo \\`rm x\\``")
+    assert reading.count("command_substitution") == 1, "backquoted_body can go"
+    assert ["rm", "x"] in argvs("echo `echo \\`rm x\\``")
+
+
+def test_grammar_still_hangs_words_after_a_target_on_the_redirection() -> None:
+    """Quirk 5 (grammar.words_after_target): bash runs `echo x > f`."""
+    reading = tree(b"echo > f x")
+    assert "destination: (word) destination: (word)" in reading, "words_after_target can go"
+    assert argvs("echo > f x") == [["echo", "x"]]
+
+
+def test_grammar_still_attaches_a_trailing_redirection_to_the_pipeline() -> None:
+    """Quirk 6 (grammar.last_command): bash binds `> out` to `b`."""
+    reading = tree(b"a | b > out")
+    assert reading.startswith("(program (redirected_statement body: (pipeline"), (
+        "last_command can go"
+    )
+    parsed = parse_command("a | b > out")
+    assert [(r.op, r.target) for r in parsed.redirects] == [(">", "out")]
+
+
+def test_grammar_still_misses_a_substitution_inside_a_pattern_expansion() -> None:
+    """Quirk 7 (grammar.unseen_substitution): the substitution is not a node of its own."""
+    reading = tree(b"echo ${x/pat/`rm y`}")
+    assert "command_substitution" not in reading, "unseen_substitution can go"
+    parsed = parse_command("echo ${x/pat/`rm y`}")
+    assert not parsed.parsed and "command substitution" in parsed.parse_error
+
+
+@pytest.mark.parametrize("line", ["echo x; }", "done"])
+def test_grammar_still_makes_a_reserved_word_a_command(line: str) -> None:
+    """Quirk 8 (grammar.RESERVED): the grammar reads the word as a command name; bash refuses
+    the line. The parser marks it unparsed, so the policy does not trust the commands found."""
+    assert "(command name: (command_name (word)))" in tree(line.encode()), "RESERVED can go"
+    parsed = parse_command(line)
+    assert not parsed.parsed and "reserved word" in parsed.parse_error
