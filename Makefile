@@ -13,7 +13,7 @@ LISTEN ?= unix:///run/tooljail/tooljail.sock
 WORKSPACE ?= $(CURDIR)/.tooljail/workspace
 PYTEST_ARGS ?=
 
-.PHONY: help setup venv lock proto opa grpcurl packages docker image run test lint typecheck policy-test \
+.PHONY: help setup venv lock proto opa helpers sandbox-user grpcurl packages docker image run test lint typecheck policy-test \
         interop buf go-gen install bench bench-smoke chaos \
         pytest unit integration bench-sandbox fmt clean
 
@@ -21,7 +21,7 @@ help: ## show the targets
 	@grep -hE '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | \
 	  awk 'BEGIN {FS = ":.*## "}; {printf "  make %-14s %s\n", $$1, $$2}'
 
-setup: venv proto opa grpcurl packages docker image ## install everything that is missing (idempotent)
+setup: venv proto opa grpcurl packages helpers sandbox-user docker image ## install everything that is missing (idempotent)
 
 venv: $(VENV)/.installed ## the Python virtualenv with tooljail and its dev tools
 
@@ -55,8 +55,19 @@ grpcurl: .tools/bin/grpcurl ## build grpcurl (for the README tour) into .tools/b
 	@PATH="$$PATH:/usr/local/go/bin" GOBIN=$(CURDIR)/.tools/bin CGO_ENABLED=0 \
 	  go install github.com/fullstorydev/grpcurl/cmd/grpcurl@$(GRPCURL_VERSION)
 
-packages: ## Debian packages the tools need (ripgrep, debootstrap)
-	@scripts/ensure-packages.sh ripgrep debootstrap
+packages: ## Debian packages the tools need (ripgrep, debootstrap, btrfs-progs)
+	@scripts/ensure-packages.sh ripgrep debootstrap btrfs-progs
+
+LANDLOCK_HELPER := .tools/bin/tooljail-landlock
+helpers: $(LANDLOCK_HELPER) ## build the Landlock wrapper host-side searches run in
+
+$(LANDLOCK_HELPER): daemon/host/landlock.c
+	@echo "==> building $@"
+	@mkdir -p $(@D)
+	@$${CC:-cc} -O2 -Wall -Wextra -Werror -o $@ $<
+
+sandbox-user: ## the account sandboxes run as (tooljail-sandbox), when it is missing
+	@scripts/ensure-sandbox-user.sh
 
 docker: ## make sure a Docker engine answers (installs and starts dockerd when root)
 	@scripts/ensure-docker.sh
@@ -65,7 +76,10 @@ image: docker venv ## build the sandbox image locally (only when its recipe chan
 	@sandbox/image/build.sh
 
 run: setup ## run the daemon (LISTEN=..., WORKSPACE=... to override)
-	@mkdir -p "$(WORKSPACE)"
+	@# The daemon makes a missing workspace itself, for the sandbox account; one left by an
+	@# older version belongs to root, which sandboxes never run as.
+	@if [ -d "$(WORKSPACE)" ] && [ "$$(stat -c %u "$(WORKSPACE)")" = 0 ] && [ "$$(id -u)" = 0 ]; then \
+	  chown tooljail-sandbox: "$(WORKSPACE)"; fi
 	@echo "==> tooljail serve --listen $(LISTEN) --workspace $(WORKSPACE)"
 	@TOOLJAIL_STATE_DIR="$${TOOLJAIL_STATE_DIR:-$(CURDIR)/.tooljail/state}" \
 	  exec $(BIN)/tooljail serve --listen "$(LISTEN)" --workspace "$(WORKSPACE)"
@@ -102,7 +116,7 @@ pytest: setup ## the pytest suite (unit and integration, real OPA and Docker)
 	@$(BIN)/pytest $(PYTEST_ARGS); rc=$$?; \
 	  if [ $$rc -eq 5 ]; then echo "pytest collected no tests: failing"; exit 1; fi; exit $$rc
 
-unit: venv proto ## only the unit tests (no Docker, no OPA)
+unit: venv proto helpers ## only the unit tests (no Docker, no OPA)
 	@$(BIN)/pytest tests/unit $(PYTEST_ARGS)
 
 integration: setup ## only the integration tests

@@ -164,6 +164,7 @@ class DaemonProcess:
             "TOOLJAIL_LOGGING__LEVEL": "warning",
             "TOOLJAIL_OPA__URL": config.opa_url,
             "TOOLJAIL_INSTANCE_ID": config.instance_id,
+            "TOOLJAIL_WORKSPACES__FILESYSTEM_MB": "384",
             **config.env,
         }
         with self.log_path.open("wb") as log:

@@ -171,7 +171,12 @@ async def main() -> None:
     client = docker.from_env(version="auto")
     image = pick_image(client, args.image)
     workspace = make_workspace()
-    spec = SandboxSpec(workspace=workspace)
+    info = workspace.stat()
+    spec = SandboxSpec(
+        workspace=workspace,
+        workspace_id=(info.st_dev, info.st_ino),
+        run_as=(info.st_uid, info.st_gid) if info.st_uid else (1000, 1000),
+    )
     backend = DockerBackend(image=image, instance_id=f"bench-{uuid.uuid4().hex[:8]}", client=client)
     try:
         warm_executor = SandboxExecutor(backend, pool_size=2, close_backend=False)

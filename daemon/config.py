@@ -74,6 +74,28 @@ class SandboxSettings(_Section):
     defaults: SandboxLimits = SandboxLimits()
     """Limits used where the policy names none."""
     ceilings: SandboxCeilings = SandboxCeilings()
+    user: str = "tooljail-sandbox"
+    """The account (name or uid) sandboxes run as over workspaces that do not belong to a
+    regular user (and that tooljail makes itself); created by `make setup`."""
+    min_uid: int = Field(default=1000, ge=1)
+    """No sandbox ever runs as a uid below this (root and system accounts)."""
+    run_as_owner: bool = True
+    """Over a workspace owned by a regular user (uid >= min_uid), run as that user, so files
+    made in their project stay theirs; false: always as `user`."""
+
+
+class WorkspaceSettings(_Section):
+    """Where the workspaces tooljail makes live, and their disk budget."""
+
+    budget_mb: int = Field(default=1024, ge=0)
+    """Disk each workspace tooljail makes may use (0: no budget). They live on a filesystem of
+    their own (btrfs in an image file, one subvolume with a quota each), so filling one touches
+    neither the host's disk nor another session's."""
+    filesystem_mb: int = Field(default=4096, ge=256)
+    """Size of that filesystem, the total of all such workspaces; its space is reserved on the
+    host when it is first made, so the host's disk can never run out under it."""
+    image: Path | None = None
+    """The image file (default: <state_dir>/workspaces.img)."""
 
 
 class SchedulerSettings(_Section):
@@ -179,6 +201,7 @@ class Settings(BaseSettings):
     """Where the daemon keeps its own files (the approval key)."""
     sessions_root: Path | None = None
     """Where fresh session workspaces are made (default: <state_dir>/sessions)."""
+    workspaces: WorkspaceSettings = WorkspaceSettings()
     session_idle_ttl_s: float = Field(default=3_600.0, gt=0)
     """Opened sessions are closed after this long without calls (unless they ask otherwise)."""
     shutdown_grace_s: float = Field(default=20.0, ge=0)

@@ -61,17 +61,22 @@ class SandboxLimits(_Frozen):
 
 
 class SandboxSpec(_Frozen):
-    """What a container is started for: its workspace, limits and labels."""
+    """What a container is started for: its workspace, identity, limits and labels."""
 
     workspace: Path
     """Host directory bind-mounted read-write at the same absolute path; the cwd."""
+    workspace_id: tuple[int, int] = (0, 0)
+    """Device and inode of the pinned workspace: the runner refuses any request when the
+    directory mounted at `workspace` is not this one."""
+    run_as: tuple[int, int] | None = None
+    """uid and gid commands run as; never root (a container without one refuses to start)."""
     limits: SandboxLimits = SandboxLimits()
     session_id: str = ""
     """Session the container serves (label only)."""
 
-    def profile_key(self) -> tuple[str, SandboxLimits]:
+    def profile_key(self) -> tuple[str, tuple[int, int], tuple[int, int] | None, SandboxLimits]:
         """Containers are interchangeable exactly when this key is equal (warm pool key)."""
-        return (str(self.workspace), self.limits)
+        return (str(self.workspace), self.workspace_id, self.run_as, self.limits)
 
 
 class BashRequest(_Frozen):

@@ -19,7 +19,6 @@ import contextlib
 import logging
 import socket
 import ssl
-import stat
 import threading
 import time
 from collections.abc import Callable
@@ -54,7 +53,7 @@ from sandbox.protocol import (
     encode_frame,
     progress_output,
 )
-from sandbox.runner import RUNNER_SOURCE
+from sandbox.runner import RUNNER_DIR
 
 log = logging.getLogger(__name__)
 
@@ -121,7 +120,7 @@ class DockerBackend(SandboxBackend):
             only ever touch containers carrying it.
         client: A docker SDK client; by default one from the environment, negotiating the API
             version (one blocking call, here in the constructor).
-        runner_source: Host path of the runner mounted into containers.
+        runner_source: Host folder of the runner mounted into containers.
         max_workers: Threads running blocking SDK calls (create/start/remove/list).
         grace_s: Added to a Bash request's own timeout for the outer deadline: the runner kills the
             command itself at the timeout; the daemon kills the container when even that fails.
@@ -136,7 +135,7 @@ class DockerBackend(SandboxBackend):
         image: str,
         instance_id: str,
         client: docker.DockerClient | None = None,
-        runner_source: Path = RUNNER_SOURCE,
+        runner_source: Path = RUNNER_DIR,
         max_workers: int = 8,
         grace_s: float = 2.0,
         write_timeout_s: float = 60.0,
@@ -183,30 +182,20 @@ class DockerBackend(SandboxBackend):
         self._untrack(container_id)
         return gone
 
-    def _owner_of(self, workspace: Path) -> tuple[int, int]:
-        if not workspace.is_absolute():
-            raise SandboxStartError(f"workspace {workspace} is not an absolute path")
-        try:
-            info = workspace.stat()
-        except OSError as exc:
-            raise SandboxStartError(
-                f"workspace {workspace} is not accessible ({exc.strerror}); "
-                "create it or open the session on an existing directory"
-            ) from exc
-        if not stat.S_ISDIR(info.st_mode):
-            raise SandboxStartError(f"workspace {workspace} is not a directory")
-        return info.st_uid, info.st_gid
-
     def _start_sync(self, spec: SandboxSpec, tool_use_id: str) -> tuple[str, _AttachConnection]:
-        recipe = container_recipe(
-            spec,
-            image=self.image,
-            runner_source=self._runner_source,
-            instance_id=self.instance_id,
-            owner=self._owner_of(spec.workspace),
-            tool_use_id=tool_use_id,
-            idle_exit_s=self._idle_exit_s,
-        )
+        if not spec.workspace.is_absolute():
+            raise SandboxStartError(f"workspace {spec.workspace} is not an absolute path")
+        try:
+            recipe = container_recipe(
+                spec,
+                image=self.image,
+                runner_source=self._runner_source,
+                instance_id=self.instance_id,
+                tool_use_id=tool_use_id,
+                idle_exit_s=self._idle_exit_s,
+            )
+        except ValueError as exc:
+            raise SandboxStartError(str(exc)) from exc
         try:
             host_config = self.api.create_host_config(**recipe.host_config_kwargs)
             created = self.api.create_container(host_config=host_config, **recipe.create_kwargs)
@@ -264,7 +253,7 @@ class DockerBackend(SandboxBackend):
         except asyncio.CancelledError:
             future.add_done_callback(self._discard_started)
             raise
-        return DockerSandbox(self, container_id, conn)
+        return DockerSandbox(self, container_id, conn, spec)
 
     async def ping(self) -> bool:
         try:
@@ -337,10 +326,20 @@ class DockerBackend(SandboxBackend):
 class DockerSandbox(Sandbox):
     """One started container whose runner waits for exactly one request."""
 
-    def __init__(self, backend: DockerBackend, container_id: str, conn: _AttachConnection):
+    def __init__(
+        self,
+        backend: DockerBackend,
+        container_id: str,
+        conn: _AttachConnection,
+        spec: SandboxSpec,
+    ) -> None:
         self._backend = backend
         self._id = container_id
         self._conn = conn
+        self._workspace = {
+            "workspace": str(spec.workspace),
+            "workspace_id": list(spec.workspace_id),
+        }
         self._used = False
         self._reading = False
         self._destroy_task: asyncio.Task[None] | None = None
@@ -364,7 +363,7 @@ class DockerSandbox(Sandbox):
         else:
             deadline_s = self._backend.write_timeout_s
             max_frame = 1 << 20
-        payload = {"v": PROTOCOL_VERSION, **request.model_dump(mode="json")}
+        payload = {"v": PROTOCOL_VERSION, **request.model_dump(mode="json"), **self._workspace}
         started = time.monotonic()
         self._reading = True
         try:

@@ -57,10 +57,12 @@ class ExecutorStats:
 
 
 def pool_key(spec: SandboxSpec) -> Hashable:
-    """Containers are interchangeable when workspace and container limits match, whatever the
-    session and the timeout (enforced per request, not part of the container's configuration)."""
-    workspace, limits = spec.profile_key()
-    return (workspace, tuple(sorted(limits.model_dump(exclude={"timeout_ms"}).items())))
+    """Containers are interchangeable when workspace, identity and container limits match,
+    whatever the session and the timeout (enforced per request, not part of the container's
+    configuration)."""
+    workspace, workspace_id, run_as, limits = spec.profile_key()
+    limits_key = tuple(sorted(limits.model_dump(exclude={"timeout_ms"}).items()))
+    return (workspace, workspace_id, run_as, limits_key)
 
 
 def _unbound(spec: SandboxSpec) -> SandboxSpec:

@@ -21,8 +21,12 @@ from sandbox.backend import (
     SandboxSpec,
 )
 
-#: Where the runner appears inside the container (read-only).
-RUNNER_PATH = "/opt/tooljail/runner.py"
+#: Where the runner's folder appears inside the container (read-only), and the runner in it.
+RUNNER_DIR = "/opt/tooljail"
+RUNNER_PATH = f"{RUNNER_DIR}/runner.py"
+#: The only capabilities left, and only to the runner (root inside the container): to switch to
+#: the command's identity and to signal the command's processes. The command itself has none.
+RUNNER_CAPABILITIES = ["SETUID", "SETGID", "KILL"]
 
 #: The whole environment of a container: nothing of the daemon's own environment leaks in.
 SAFE_ENV: dict[str, str] = {
@@ -69,7 +73,6 @@ def container_recipe(
     image: str,
     runner_source: Path,
     instance_id: str,
-    owner: tuple[int, int],
     tool_use_id: str = "",
     idle_exit_s: int = 900,
 ) -> ContainerRecipe:
@@ -78,22 +81,35 @@ def container_recipe(
     Args:
         spec: Workspace, limits and session of the call.
         image: Image reference to run.
-        runner_source: Host path of `runner.py`, mounted read-only at `RUNNER_PATH`.
+        runner_source: Host folder of the runner, mounted read-only at `RUNNER_DIR`.
         instance_id: The daemon instance (label) that owns the container.
-        owner: uid and gid of the workspace owner: the container runs as them, so every file it
-            creates in the workspace belongs to the workspace's owner.
         tool_use_id: The call the container serves, when known at creation (label).
         idle_exit_s: The runner exits (and the container is removed) when no request arrived in
             this time: a last line of defence should the daemon forget a pooled container.
     """
+    if spec.run_as is None or spec.run_as[0] <= 0 or spec.run_as[1] <= 0:
+        raise ValueError(f"a sandbox never runs commands as root or group 0 (run_as {spec.run_as})")
     limits = spec.limits
     workspace = str(spec.workspace)
+    run_as = f"{spec.run_as[0]}:{spec.run_as[1]}"
     memory = limits.memory_mb * _MIB
     file_size = limits.file_size_mb * _MIB
     create_kwargs: dict[str, Any] = {
         "image": image,
-        "command": ["python3", "-I", "-S", RUNNER_PATH, "--idle-exit-s", str(idle_exit_s)],
-        "user": f"{owner[0]}:{owner[1]}",
+        # -E -s -S rather than -I: the runner's own (read-only) folder must be on sys.path.
+        "command": [
+            "python3",
+            "-E",
+            "-s",
+            "-S",
+            RUNNER_PATH,
+            "--idle-exit-s",
+            str(idle_exit_s),
+            "--run-as",
+            run_as,
+        ],
+        # The runner is the container's root; the command runs as `run_as` (see runner.py).
+        "user": "0:0",
         "environment": dict(SAFE_ENV),
         "working_dir": workspace,
         "labels": container_labels(spec, instance_id=instance_id, tool_use_id=tool_use_id),
@@ -109,9 +125,10 @@ def container_recipe(
     host_config_kwargs: dict[str, Any] = {
         "mounts": [
             Mount(target=workspace, source=workspace, type="bind", read_only=False),
-            Mount(target=RUNNER_PATH, source=str(runner_source), type="bind", read_only=True),
+            Mount(target=RUNNER_DIR, source=str(runner_source), type="bind", read_only=True),
         ],
         "cap_drop": ["ALL"],
+        "cap_add": list(RUNNER_CAPABILITIES),
         "security_opt": ["no-new-privileges"],
         "read_only": True,
         "tmpfs": {"/tmp": f"rw,nosuid,nodev,size={limits.tmpfs_mb}m,mode=1777"},  # noqa: S108

@@ -10,6 +10,7 @@
 # Layout under $PREFIX:
 #   lib/tooljail/                    a virtualenv with tooljail and its dependencies
 #   lib/tooljail/bin/opa             the OPA binary the managed policy server runs
+#   lib/tooljail/bin/tooljail-landlock  the wrapper that confines host-side searches (Landlock)
 #   bin/tooljail                     -> ../lib/tooljail/bin/tooljail
 #   share/tooljail/policies/         the Rego policies (with their tests: reloads run them)
 #   share/tooljail/tooljail.toml.example   a config pointing at the two above
@@ -83,8 +84,11 @@ pip_args=(install --disable-pip-version-check --no-input --upgrade)
 run_step "pip install tooljail and its dependencies" "$TOOLS_DIR/logs/install-pip.log" \
   "$VENV/bin/python" -m pip "${pip_args[@]}" "$src"
 
-# --- OPA, the policies, the config example, the docs, the unit -----------------------------------
+# --- OPA, the Landlock wrapper, the policies, the config example, the docs, the unit ---------------
 install -D -m 0755 "$OPA_BIN" "$VENV/bin/opa"
+# Beside the interpreter, where the daemon looks for it: host-side searches refuse to run without.
+command -v "${CC:-cc}" >/dev/null || die "a C compiler (cc) is needed to build tooljail-landlock: apt-get install gcc"
+"${CC:-cc}" -O2 -Wall -Wextra -Werror -o "$VENV/bin/tooljail-landlock" "$REPO_ROOT/daemon/host/landlock.c"
 
 # Replaced as a whole, so a policy file removed from the source does not linger.
 mkdir -p "$SHARE"

@@ -77,6 +77,8 @@ mkdir -p "$workspace"
 note="$workspace/note.txt"
 marker="tooljail interop marker $$"
 printf '%s\nsecond line\n' "$marker" >"$note"
+# Sandboxes never run as root: a workspace of root's is the sandbox account's to write.
+if is_root; then chown -R tooljail-sandbox: "$workspace"; fi
 socket="$scratch/tj.sock"
 target="unix://$socket"
 

@@ -27,6 +27,7 @@ from daemon.calls.idempotency import ResultCache
 from daemon.calls.pipeline import Pipeline, PipelineLimits
 from daemon.calls.scheduler import Scheduler, SchedulerLimits
 from daemon.config import PROJECT_ROOT, Settings
+from daemon.errors import RequestError, TooljailError
 from daemon.hooks.engine import HookEngine
 from daemon.models import StatusSnapshot
 from daemon.ops.metrics import Metrics
@@ -45,8 +46,10 @@ from daemon.server.grpc_server import SERVICE_NAMES, build_server
 from daemon.server.identity import CallerResolver
 from daemon.server.listen import ListenAddress
 from daemon.server.service import ExecutorService, Intake
+from daemon.sessions.disk import BudgetedWorkspaces, FreshWorkspaces, PlainWorkspaces
 from daemon.sessions.manager import SessionManager
 from daemon.sessions.store import SessionStore
+from daemon.sessions.workspaces import IdentityRule
 from daemon.tools.builtin import builtin_registry
 
 log = logging.getLogger(__name__)
@@ -124,12 +127,23 @@ class Daemon:
         stack.callback(self.address.cleanup)
         audit = stack.enter_context(contextlib.closing(AuditLog(settings.audit_log)))
         self._policy = policy = await self._start_policy(stack)
+        sessions_root = settings.sessions_root or settings.state_dir / "sessions"
+        fresh = self._fresh_workspaces(sessions_root)
         self._sandbox = sandbox = await Sandbox.start(settings, self.instance_id)
         stack.push_async_callback(sandbox.stop)
-        store = SessionStore(
-            settings.workspace, settings.sessions_root or settings.state_dir / "sessions"
-        )
+        identities = None
+        if settings.sandbox.enabled:
+            identities = IdentityRule(
+                user=settings.sandbox.user,
+                min_uid=settings.sandbox.min_uid,
+                run_as_owner=settings.sandbox.run_as_owner,
+            )
+        try:
+            store = SessionStore(settings.workspace, sessions_root, identities)
+        except RequestError as exc:
+            raise TooljailError(f"cannot use the configured workspace: {exc}") from exc
         self._store = store
+        sandbox.warm(store.get(""))
         approval = settings.approval
         key = load_key(
             approval.key.get_secret_value() if approval.key else None,
@@ -165,6 +179,7 @@ class Daemon:
             store,
             policy.engine.workspace_refusal,
             scheduler,
+            fresh,
             default_idle_ttl_s=settings.session_idle_ttl_s,
             sandbox_cleanup=sandbox.remove_session,
         )
@@ -191,6 +206,15 @@ class Daemon:
         for name in ("", *SERVICE_NAMES):
             await self._health.set(name, health_pb2.HealthCheckResponse.SERVING)
         log.info("tooljail listening on %s (instance %s)", settings.listen, self.instance_id)
+
+    def _fresh_workspaces(self, root: Path) -> FreshWorkspaces:
+        """Where fresh sessions' workspaces are made: with a disk budget each, unless none is
+        configured."""
+        config = self.settings.workspaces
+        if not config.budget_mb:
+            return PlainWorkspaces(root)
+        image = config.image or self.settings.state_dir / "workspaces.img"
+        return BudgetedWorkspaces(root, image, config.filesystem_mb, config.budget_mb)
 
     async def _start_policy(self, stack: contextlib.AsyncExitStack) -> _Policy:
         """The serving OPA (managed or external) and, in shadow mode, the candidate beside it."""

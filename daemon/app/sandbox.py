@@ -35,24 +35,40 @@ class _SessionRunner(SandboxRunner):
         limits: SandboxLimits,
         on_output: Callable[[str], None] | None = None,
     ) -> SandboxResult:
-        spec = SandboxSpec(
-            workspace=self._session.workspace, limits=limits, session_id=self._session.id
-        )
         return await self._executor.run(
-            spec, request, tool_use_id=self._tool_use_id, on_output=on_output
+            _spec(self._session, limits),
+            request,
+            tool_use_id=self._tool_use_id,
+            on_output=on_output,
         )
+
+
+def _spec(session: Session, limits: SandboxLimits, *, bound: bool = True) -> SandboxSpec:
+    """A container for the session's pinned workspace and identity (`bound`: labelled with it)."""
+    root = session.pinned_root()
+    return SandboxSpec(
+        workspace=root.path,
+        workspace_id=root.identity,
+        run_as=session.sandbox_as,
+        limits=limits,
+        session_id=session.id if bound else "",
+    )
 
 
 class Sandbox:
     """The daemon's sandbox, or its absence (disabled, or no Docker engine at start)."""
 
-    def __init__(self, executor: SandboxExecutor | None) -> None:
+    def __init__(
+        self, executor: SandboxExecutor | None, warm_limits: SandboxLimits | None = None
+    ) -> None:
         self._executor = executor
+        self._warm_limits = warm_limits
         self._warming: asyncio.Task[None] | None = None
 
     @classmethod
     async def start(cls, settings: Settings, instance_id: str) -> Sandbox:
-        """The sandbox of these settings; without an engine (logged) sandboxed tools refuse."""
+        """The sandbox of these settings; without an engine (logged) sandboxed tools refuse.
+        `warm` then pre-starts containers for a session."""
         if not settings.sandbox.enabled:
             return cls(None)
         image = settings.sandbox.image or default_image_ref()
@@ -71,13 +87,15 @@ class Sandbox:
         executor = SandboxExecutor(
             backend, pool_size=settings.sandbox.pool_size, idle_ttl_s=settings.sandbox.idle_ttl_s
         )
-        sandbox = cls(executor)
-        if settings.sandbox.pool_size:
-            limits = clamp_limits(settings.sandbox.defaults, settings.sandbox.ceilings)
-            spec = SandboxSpec(workspace=settings.workspace.resolve(), limits=limits)
-            # In the background, so the first call does not pay a cold start.
-            sandbox._warming = asyncio.create_task(sandbox._warm(spec), name="sandbox-warm")
-        return sandbox
+        return cls(executor, clamp_limits(settings.sandbox.defaults, settings.sandbox.ceilings))
+
+    def warm(self, session: Session) -> None:
+        """Pre-start the session's containers in the background (the first call then does not
+        pay a cold start)."""
+        if self._executor is None or self._warm_limits is None:
+            return
+        spec = _spec(session, self._warm_limits, bound=False)
+        self._warming = asyncio.create_task(self._warm(spec), name="sandbox-warm")
 
     async def _warm(self, spec: SandboxSpec) -> None:
         assert self._executor is not None

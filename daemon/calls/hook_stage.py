@@ -7,6 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from daemon.errors import ToolError
 from daemon.hooks.engine import HookEngine, PreHookOutcome
 from daemon.hooks.protocol import HookCall
 from daemon.models import ContentBlock, Outcome, TextContent
@@ -82,6 +83,11 @@ class HookStage:
         notes = list(hooks.additional_context)
         if self._engine is None:
             return AfterHooks(content, is_error, notes, hooks.to_audit())
+        try:
+            # Hooks run in the workspace: never in one moved or replaced under the session.
+            call.session.verify_workspace()
+        except ToolError as exc:
+            return AfterHooks(content, True, [*notes, str(exc)], hooks.to_audit())
         post = await self._engine.post_tool_use(_hook_call(call), content, is_error)
         records = [*hooks.to_audit(), *post.to_audit()]
         if post.withheld:

@@ -258,6 +258,14 @@ class Pipeline:
     ) -> ExecuteOutcome:
         tool_use = prepared.request.tool_use
         try:
+            # Nothing (hook, host-side tool, container) works in a workspace that is no longer
+            # the directory the session was opened on.
+            prepared.session.verify_workspace()
+        except ToolError as exc:
+            summary = f"{tool_use.name}: the workspace was moved"
+            result = _error(tool_use.id, str(exc))
+            return self._finish(prepared, trace, caller, None, result, summary=summary)
+        try:
             hooked = await self._hooks.before(prepared.call)
         except ToolError as exc:
             text = f"A PreToolUse hook rewrote the input into one that is not valid: {exc}"

@@ -1,17 +1,19 @@
 """Workspace confinement: every path a host-side tool touches must stay inside the workspace.
 
-Paths are checked twice: once when the call is validated (resolved, for the policy), and again at
-open time on the file descriptor itself, so a symlink swapped in after validation cannot redirect a
-read outside the workspace.
+Paths are checked twice: once when the call is validated (resolved, for the policy, as strings),
+and again when the file is opened, by the kernel, relative to the session's pinned workspace
+descriptor (`daemon.host.pinned`), so nothing swapped in after validation can redirect a read.
 """
 
 from __future__ import annotations
 
+import errno
 import os
 import stat
 from pathlib import Path
 
 from daemon.errors import ConfinementError, ToolInputError
+from daemon.host.pinned import PinnedDirectory
 
 
 def resolve_path(raw: str, field: str = "file_path") -> Path:
@@ -56,41 +58,35 @@ def require_inside(workspace: Path, path: Path, raw: str | None = None) -> Path:
     return path
 
 
-def _fd_path(fd: int) -> Path:
-    return Path(f"/proc/self/fd/{fd}").readlink()
+def open_confined(root: PinnedDirectory, path: Path, *, directory: bool = False) -> int:
+    """Open a resolved path read-only beneath the pinned workspace `root`.
 
-
-def open_confined(workspace: Path, path: Path, *, directory: bool = False) -> int:
-    """Open a resolved path read-only and prove, on the descriptor, that it is inside the workspace.
-
-    Refuses symlinks at the last component (O_NOFOLLOW), FIFOs and devices (O_NONBLOCK so opening
-    them cannot hang), and anything whose descriptor's real path lies outside the workspace.
-    Returns the descriptor; the caller closes it.
+    The kernel resolves it from the pinned directory's descriptor and refuses to leave it or to
+    follow any symbolic link (PinnedDirectory.open_beneath), so neither a symlink nor a rename
+    swapped in after validation can redirect the read. FIFOs and devices are refused (opened
+    O_NONBLOCK, so opening them cannot hang). Returns the descriptor; the caller closes it.
     """
-    flags = os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK
-    if directory:
-        flags |= os.O_DIRECTORY
+    require_inside(root.path, path)
+    relative = str(path)[len(str(root.path)) :].lstrip("/")
+    flags = os.O_RDONLY | os.O_NONBLOCK | (os.O_DIRECTORY if directory else 0)
     try:
-        fd = os.open(path, flags)
-    except FileNotFoundError:
+        fd = root.open_beneath(relative, flags)
+    except (FileNotFoundError, IsADirectoryError, PermissionError):
         raise
     except NotADirectoryError as exc:
         raise ConfinementError(f"{path} is not a directory.") from exc
-    except IsADirectoryError:
-        raise
     except OSError as exc:
-        if exc.errno == 40:  # ELOOP: the last component became a symlink after validation
+        if exc.errno == errno.ELOOP:
             raise ConfinementError(
-                f"{path} is a symbolic link that changed after it was checked; refusing to "
-                "follow it."
+                f"{path} is, or goes through, a symbolic link that changed after it was checked; "
+                "refusing to follow it."
+            ) from exc
+        if exc.errno == errno.EXDEV:
+            raise ConfinementError(
+                f"{path} leads outside the workspace {root.path}; refusing to read it."
             ) from exc
         raise
     try:
-        real = _fd_path(fd)
-        if not is_inside(workspace, real):
-            raise ConfinementError(
-                f"{path} leads outside the workspace {workspace} (to {real}); refusing to read it."
-            )
         mode = os.fstat(fd).st_mode
         if directory:
             if not stat.S_ISDIR(mode):

@@ -9,6 +9,7 @@ from typing import Any
 from daemon.models import Caller, Outcome
 from daemon.policy.input import open_session_document
 from daemon.policy.verdict import Verdict
+from daemon.sessions.workspaces import Overlap
 
 
 class PolicyEngine(abc.ABC):
@@ -32,9 +33,13 @@ class PolicyEngine(abc.ABC):
         del document
         return Verdict.deny("This policy engine does not allow sessions over existing directories.")
 
-    async def workspace_refusal(self, workspace: Path, caller: Caller) -> str | None:
-        """None when a session may work in the existing directory `workspace`, else why not."""
-        verdict = await self.decide_workspace(open_session_document(str(workspace), caller))
+    async def workspace_refusal(
+        self, workspace: Path, overlaps: list[Overlap], caller: Caller
+    ) -> str | None:
+        """None when a session may work in the existing directory `workspace` (which overlaps
+        the workspaces of these open sessions), else why not."""
+        document = open_session_document(str(workspace), overlaps, caller)
+        verdict = await self.decide_workspace(document)
         return None if verdict.outcome is Outcome.ALLOW else " ".join(verdict.reasons)
 
     @property

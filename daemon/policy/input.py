@@ -22,6 +22,7 @@ from daemon.models import Caller as CallerModel
 from daemon.models import Transport
 from daemon.policy.approval import Grant as ApprovalGrant
 from daemon.sessions.session import Mode, Session
+from daemon.sessions.workspaces import Overlap
 from daemon.tools.call import ToolCall
 from daemon.tools.contract import TouchedPath
 from daemon.tools.registry import ToolDefinition
@@ -302,6 +303,17 @@ class ListToolsInput(_Part):
     tools: list[Tool]
 
 
+class OverlapFact(_Part):
+    """An open session whose workspace overlaps the one asked for."""
+
+    session: str = Field(min_length=1, description="The open session's id.")
+    workspace: str = Field(pattern="^/", description="Its workspace.")
+    relation: Literal["same", "inside", "contains"] = Field(
+        description="same: the same directory; inside: the requested directory is inside that "
+        "workspace; contains: that workspace is inside the requested directory."
+    )
+
+
 class OpenSessionInput(_Part):
     """The input document for data.tooljail.authz.open_session: may this existing directory
     become a session's workspace? The answer is {"allow": bool, "reasons": [string]}."""
@@ -311,7 +323,13 @@ class OpenSessionInput(_Part):
     version: Literal[1]
     workspace: str = Field(
         pattern="^/",
-        description="The requested directory, resolved to an absolute path (symlinks followed).",
+        description="The requested directory: absolute, with no symbolic link in any component "
+        "(the daemon refuses one that has any, and holds the directory by descriptor).",
+    )
+    overlaps: list[OverlapFact] = Field(
+        description="Open sessions (the default one included) whose workspaces overlap it. A "
+        "sandbox of one could change the other's tree, so the shipped policy refuses any overlap "
+        "unless data.tooljail.principals[p].overlapping_workspaces is true."
     )
     caller: Caller
 
@@ -368,10 +386,20 @@ def listing_document(
     ).model_dump(mode="json", warnings=False)
 
 
-def open_session_document(workspace: str, caller: CallerModel) -> dict[str, Any]:
+def open_session_document(
+    workspace: str, overlaps: list[Overlap], caller: CallerModel
+) -> dict[str, Any]:
     """The input of data.tooljail.authz.open_session."""
     return OpenSessionInput.model_construct(
-        version=INPUT_VERSION, workspace=workspace, caller=Caller.of(caller)
+        version=INPUT_VERSION,
+        workspace=workspace,
+        overlaps=[
+            OverlapFact.model_construct(
+                session=o.session, workspace=o.workspace, relation=o.relation
+            )
+            for o in overlaps
+        ],
+        caller=Caller.of(caller),
     ).model_dump(mode="json", warnings=False)
 
 

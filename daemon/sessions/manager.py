@@ -6,25 +6,27 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import os
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol, cast
 
 from daemon.errors import RequestError
+from daemon.host.pinned import PinnedDirectory
 from daemon.models import Caller
+from daemon.sessions.disk import FreshWorkspaces
 from daemon.sessions.session import MODES, Mode, Session
 from daemon.sessions.store import SessionStore
+from daemon.sessions.workspaces import Overlap
 
 log = logging.getLogger(__name__)
 
 #: Removes a session's containers (warm pool included); returns how many.
 SandboxCleanup = Callable[[Session], Awaitable[int]]
 
-#: Whether a session may work in an existing directory (resolved): None when the policy allows
-#: it, else the policy's reasons.
-WorkspacePolicy = Callable[[Path, Caller], Awaitable[str | None]]
+#: Whether a session may work in an existing directory (pinned), given the open sessions it
+#: overlaps: None when the policy allows it, else the policy's reasons.
+WorkspacePolicy = Callable[[Path, list[Overlap], Caller], Awaitable[str | None]]
 
 
 class RunningCalls(Protocol):
@@ -66,6 +68,7 @@ class SessionManager:
         store: SessionStore,
         workspace_policy: WorkspacePolicy,
         calls: RunningCalls,
+        fresh: FreshWorkspaces,
         *,
         default_idle_ttl_s: float,
         sandbox_cleanup: SandboxCleanup | None = None,
@@ -74,6 +77,7 @@ class SessionManager:
         self._store = store
         self._workspace_policy = workspace_policy
         self._calls = calls
+        self._fresh = fresh
         self._default_ttl = default_idle_ttl_s
         self._cleanup = sandbox_cleanup
         self._sweep_interval = sweep_interval_s
@@ -96,16 +100,27 @@ class SessionManager:
         ttl = float(idle_ttl_s) if idle_ttl_s > 0 else self._default_ttl
         mode = check_mode(mode or "default")
         if not workspace:
-            session = self._store.open(None, ttl)
+            session_id = self._store.new_id()
+            folder = await self._fresh.create(session_id, self._store.fresh_owner())
+            session = self._store.open(
+                PinnedDirectory.pin(folder),
+                ttl,
+                session_id=session_id,
+                owns_workspace=True,
+                disk_budget_mb=self._fresh.budget_mb,
+            )
             session.mode = mode
             return session
-        if "\x00" in workspace or not Path(workspace).is_absolute():
-            raise RequestError("workspace must be an absolute path to an existing directory")
-        resolved = Path(os.path.realpath(workspace))
-        refused = await self._workspace_policy(resolved, caller)
+        root, overlaps = self._store.prepare(workspace)
+        try:
+            refused = await self._workspace_policy(root.path, overlaps, caller)
+        except BaseException:
+            root.close()
+            raise
         if refused is not None:
-            raise RequestError(f"the policy does not allow a session over {resolved}: {refused}")
-        session = self._store.open(resolved, ttl)
+            root.close()
+            raise RequestError(f"the policy does not allow a session over {root.path}: {refused}")
+        session = self._store.open(root, ttl)
         session.mode = mode
         return session
 
@@ -119,7 +134,13 @@ class SessionManager:
                 await self._cleanup(session)
             except Exception:  # teardown logs and carries on
                 log.exception("removing the containers of session %s failed", session.id)
-        _, deleted = self._store.close(session.id, delete_workspace)
+        self._store.close(session.id, delete_workspace)
+        deleted = False
+        if delete_workspace:
+            try:
+                deleted = await self._fresh.delete(session.workspace)
+            except RequestError:
+                log.exception("deleting the workspace of session %s failed", session.id)
         self._calls.forget_session(session.id)
         return ClosedSession(cancelled_calls=cancelled, workspace_deleted=deleted)
 

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Literal, get_args
 
 from daemon.errors import ToolError
+from daemon.host.pinned import PinnedDirectory
 
 
 @dataclass(frozen=True)
@@ -68,6 +69,30 @@ class Session:
     reads: dict[Path, ReadRecord] = field(default_factory=dict)
     cwd: Path | None = None
     """Working directory Bash starts in (the workspace until a command changes it)."""
+    root: PinnedDirectory | None = None
+    """The workspace held by descriptor (pinned when the session was opened, or on first use)."""
+    sandbox_as: tuple[int, int] | None = None
+    """uid and gid its sandboxes run as (None: no sandbox)."""
+    disk_budget_mb: int = 0
+    """The workspace's disk budget (0: none, e.g. an existing directory)."""
+
+    def pinned_root(self) -> PinnedDirectory:
+        """The pinned workspace (pinned now if it was not yet)."""
+        if self.root is None:
+            self.root = PinnedDirectory.pin(self.workspace)
+        return self.root
+
+    def verify_workspace(self) -> None:
+        """ToolError unless the workspace path still names the pinned directory, without any
+        symbolic link: nothing may run in a workspace moved or replaced under the session."""
+        try:
+            self.pinned_root().verify()
+        except OSError as exc:
+            raise ToolError(
+                f"The workspace {self.workspace} is no longer the directory this session was "
+                f"opened on: it was moved, replaced or made a symbolic link ({exc.strerror}). "
+                "Nothing ran. Tell the user; a new session is needed to go on."
+            ) from exc
 
     def touch(self) -> None:
         """Note activity (postpones the idle close)."""

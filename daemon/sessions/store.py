@@ -1,32 +1,80 @@
 """Sessions by id: the default session over the configured workspace, and sessions opened by
 callers, each with a workspace of its own (fresh under the sessions root, or an existing directory
-the policy allows), its read-state, and an idle TTL after which it is closed."""
+the policy allows) pinned by descriptor, the identity its sandboxes run as, its read-state, and an
+idle TTL after which it is closed."""
 
 from __future__ import annotations
 
+import os
 import secrets
-import shutil
 import time
 from pathlib import Path
 
 from daemon.errors import RequestError
+from daemon.host.pinned import PinnedDirectory
 from daemon.sessions.session import Session
+from daemon.sessions.workspaces import (
+    IdentityRule,
+    Overlap,
+    give_to,
+    overlaps_of,
+    pin_workspace,
+)
 
 DEFAULT_SESSION_ID = "default"
 _ID_PREFIX = "ses_"
 
 
 class SessionStore:
-    """Finds, opens and closes sessions."""
+    """Finds, opens and closes sessions.
 
-    def __init__(self, default_workspace: Path, sessions_root: Path | None = None) -> None:
-        default_workspace.mkdir(parents=True, exist_ok=True)
+    Args:
+        default_workspace: The default session's workspace (created if missing).
+        sessions_root: Where fresh workspaces are made (None: only existing directories).
+        identities: Who sandboxes run as; None when the daemon has no sandbox.
+    """
+
+    def __init__(
+        self,
+        default_workspace: Path,
+        sessions_root: Path | None = None,
+        identities: IdentityRule | None = None,
+    ) -> None:
         self._root = sessions_root
-        self._sessions = {
-            DEFAULT_SESSION_ID: Session(
-                id=DEFAULT_SESSION_ID, workspace=default_workspace.resolve()
-            )
-        }
+        self._identities = identities
+        if not default_workspace.exists():
+            self._make_folder(default_workspace)
+        # The operator's own setting: resolved once here, then held like any workspace.
+        root = pin_workspace(os.path.realpath(default_workspace))
+        default = Session(id=DEFAULT_SESSION_ID, workspace=root.path, root=root)
+        default.sandbox_as = self._identity(root)
+        self._sessions = {DEFAULT_SESSION_ID: default}
+        if sessions_root is not None:
+            folder = PinnedDirectory.pin(self._sessions_folder())
+            clash = overlaps_of(folder, self._roots())
+            folder.close()
+            if clash:
+                raise RequestError(
+                    f"the sessions root {sessions_root} and the default workspace "
+                    f"{default_workspace} overlap; choose folders apart from each other"
+                )
+
+    def _sessions_folder(self) -> Path:
+        assert self._root is not None
+        self._root.mkdir(parents=True, exist_ok=True, mode=0o711)
+        return Path(os.path.realpath(self._root))
+
+    def _make_folder(self, folder: Path) -> None:
+        """A workspace tooljail makes, the sandbox account's to write (see `fresh_owner`)."""
+        folder.parent.mkdir(parents=True, exist_ok=True)
+        folder.mkdir()
+        give_to(folder, self.fresh_owner())
+
+    def _identity(self, root: PinnedDirectory) -> tuple[int, int] | None:
+        return None if self._identities is None else self._identities.for_workspace(root)
+
+    def _roots(self) -> dict[str, PinnedDirectory]:
+        return {s.id: s.pinned_root() for s in self._sessions.values()}
 
     def get(self, session_id: str) -> Session:
         """The session (empty id: the default); RequestError when no such session is open."""
@@ -42,24 +90,62 @@ class SessionStore:
     def __len__(self) -> int:
         return len(self._sessions)
 
-    def open(self, workspace: Path | None, idle_ttl_s: float | None) -> Session:
-        """A new session: over `workspace` (already allowed by the policy) or a fresh directory."""
-        session_id = _ID_PREFIX + secrets.token_hex(12)
-        if workspace is None:
-            if self._root is None:
-                raise RequestError("this daemon has no sessions root; name an existing workspace")
-            folder = self._root / session_id
-            folder.mkdir(parents=True, mode=0o770)
-            session = Session(
-                id=session_id,
-                workspace=folder.resolve(),
-                owns_workspace=True,
-                idle_ttl_s=idle_ttl_s,
-            )
-        else:
-            if not workspace.is_dir():
-                raise RequestError(f"workspace {workspace} is not an existing directory")
-            session = Session(id=session_id, workspace=workspace.resolve(), idle_ttl_s=idle_ttl_s)
+    def prepare(self, workspace: str) -> tuple[PinnedDirectory, list[Overlap]]:
+        """An existing directory a caller wants a session over: pinned, with the open sessions
+        it overlaps (for the policy)."""
+        root = pin_workspace(workspace)
+        return root, overlaps_of(root, self._roots())
+
+    @staticmethod
+    def new_id() -> str:
+        """A fresh session id (random: it says nothing about anything)."""
+        return _ID_PREFIX + secrets.token_hex(12)
+
+    def fresh_owner(self) -> tuple[int, int] | None:
+        """Who the workspaces tooljail makes belong to: the sandbox account, when the daemon is
+        root; its group (uid -1: the daemon keeps the folder), when the daemon is a member of
+        it; None (the daemon's own) otherwise, or without a sandbox."""
+        if self._identities is None:
+            return None
+        uid, gid = self._identities.dedicated()
+        if os.geteuid() == 0:
+            return uid, gid
+        return (-1, gid) if gid in os.getgroups() else None
+
+    def open(
+        self,
+        root: PinnedDirectory,
+        idle_ttl_s: float | None,
+        *,
+        session_id: str = "",
+        owns_workspace: bool = False,
+        disk_budget_mb: int = 0,
+    ) -> Session:
+        """A new session over a pinned directory: one the policy allowed (verified again here),
+        or a fresh one made for it (`owns_workspace`)."""
+        session_id = session_id or self.new_id()
+        try:
+            root.verify()
+        except OSError as exc:
+            root.close()
+            raise RequestError(
+                f"workspace {root.path} changed while the session was being opened "
+                f"({exc.strerror}); nothing was opened, retry"
+            ) from exc
+        try:
+            identity = self._identity(root)
+        except RequestError:
+            root.close()
+            raise
+        session = Session(
+            id=session_id,
+            workspace=root.path,
+            owns_workspace=owns_workspace,
+            idle_ttl_s=idle_ttl_s,
+            root=root,
+            sandbox_as=identity,
+            disk_budget_mb=disk_budget_mb,
+        )
         self._sessions[session_id] = session
         return session
 
@@ -78,16 +164,13 @@ class SessionStore:
             )
         return session
 
-    def close(self, session_id: str, delete_workspace: bool) -> tuple[Session, bool]:
-        """Forget a session (see `closable`); delete its workspace if asked. Whether the
-        workspace is gone."""
+    def close(self, session_id: str, delete_workspace: bool) -> Session:
+        """Forget a session (see `closable`); its workspace is left to the caller."""
         session = self.closable(session_id, delete_workspace)
         del self._sessions[session_id]
-        deleted = False
-        if delete_workspace:
-            shutil.rmtree(session.workspace, ignore_errors=True)
-            deleted = not session.workspace.exists()
-        return session, deleted
+        if session.root is not None:
+            session.root.close()
+        return session
 
     def idle(self, now: float | None = None) -> list[Session]:
         """Opened sessions that have been idle longer than their TTL."""

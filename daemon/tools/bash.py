@@ -37,6 +37,8 @@ from daemon.tools.schema import LaxInt
 from daemon.tools.summaries import failed, one_line, seconds
 from sandbox.backend import BashRequest, SandboxResult
 
+#: What a program prints when a write fails with EDQUOT.
+_QUOTA_EXCEEDED = "Disk quota exceeded"
 DEFAULT_TIMEOUT_MS = 120_000
 MAX_TIMEOUT_MS = 600_000
 #: Output the runner keeps in memory (head and tail); the rest is only counted.
@@ -169,13 +171,20 @@ class BashTool(Tool[BashInput, BashRun]):
         )
         result = await runner.run(request, ctx.limits, _live_output(ctx))
         _follow_directory(ctx.session, result.final_cwd, notes)
+        cwd_reset = bool(notes)  # both helpers only ever note a reset
+        if ctx.session.disk_budget_mb and _QUOTA_EXCEEDED in result.output:
+            notes.append(
+                f"[The workspace reached its disk budget of {ctx.session.disk_budget_mb} MiB, so "
+                "writes failed with 'Disk quota exceeded'. Delete files that are not needed, or "
+                "write less; the budget is set by the operator (workspaces.budget_mb).]"
+            )
         return BashRun(
             result=result,
             timeout_ms=timeout_ms,
             policy_capped=timeout_ms < requested,
             memory_mb=ctx.limits.memory_mb,
             notes=tuple(notes),
-            cwd_reset=bool(notes),  # both helpers only ever note a reset
+            cwd_reset=cwd_reset,
         )
 
     def summarize(self, args: BashInput, result: BashRun | None, output: ToolOutput) -> str:

@@ -22,6 +22,7 @@ from pydantic import Field
 
 from daemon.errors import ToolError
 from daemon.host.confine import open_confined, require_inside, resolve_path
+from daemon.host.pinned import PinnedDirectory
 from daemon.models import TextContent
 from daemon.tools.contract import (
     CallContext,
@@ -136,12 +137,12 @@ def _entries(fd: int) -> list[tuple[str, Literal["dir", "file", "symlink", "othe
     return found
 
 
-def _list(workspace: Path, root: Path, raw: str, ignore: tuple[str, ...]) -> LsResult:
+def _list(pinned: PinnedDirectory, root: Path, raw: str, ignore: tuple[str, ...]) -> LsResult:
     with contextlib.suppress(OSError):
         if not stat.S_ISDIR(root.lstat().st_mode):
             raise ToolError(f"{raw} is not a directory. LS lists directories; use Read for a file.")
     try:
-        root_fd = open_confined(workspace, root, directory=True)
+        root_fd = open_confined(pinned, root, directory=True)
     except FileNotFoundError as exc:
         raise ToolError(
             f"Directory {raw} does not exist. Check the path (LS the parent directory to see what "
@@ -245,7 +246,7 @@ class LsTool(Tool[LsInput, LsResult]):
     async def call(self, args: LsInput, ctx: CallContext) -> LsResult:
         root = require_inside(ctx.workspace, ctx.facts.path("path"), args.path)
         ignore = tuple(args.ignore or ())
-        result = await asyncio.to_thread(_list, ctx.workspace, root, args.path, ignore)
+        result = await asyncio.to_thread(_list, ctx.session.pinned_root(), root, args.path, ignore)
         return replace(result, shown=shown_path(root, ctx.workspace, directory=True))
 
     def render(self, result: LsResult) -> ToolOutput:

@@ -18,6 +18,7 @@ from pydantic import Field
 
 from daemon.errors import ToolError
 from daemon.host.confine import open_confined, require_inside, resolve_path
+from daemon.host.pinned import PinnedDirectory
 from daemon.models import ImageContent, TextContent
 from daemon.tools.contract import (
     CallContext,
@@ -194,11 +195,11 @@ def _window(
 
 
 def _read_file(
-    workspace: Path, path: Path, offset: int | None, limit: int | None, budget: int
+    root: PinnedDirectory, path: Path, offset: int | None, limit: int | None, budget: int
 ) -> tuple[ReadResult, bytes, int]:
     """Blocking part of Read: open confined, classify, load, cut the window."""
     try:
-        fd = open_confined(workspace, path)
+        fd = open_confined(root, path)
     except FileNotFoundError as exc:
         raise ToolError(
             f"{path} does not exist. Check the path (Glob or LS can find the right one; names are "
@@ -297,11 +298,11 @@ class ReadTool(Tool[ReadInput, ReadResult]):
             # As cheap as the stat calls validation already made on the event loop; a worker
             # thread would cost more than the read itself.
             result, data, mtime_ns = _read_file(
-                ctx.workspace, path, args.offset, args.limit, budget
+                ctx.session.pinned_root(), path, args.offset, args.limit, budget
             )
         else:
             result, data, mtime_ns = await asyncio.to_thread(
-                _read_file, ctx.workspace, path, args.offset, args.limit, budget
+                _read_file, ctx.session.pinned_root(), path, args.offset, args.limit, budget
             )
         ctx.session.record_read(path, data, mtime_ns)
         return replace(result, shown=shown_path(path, ctx.workspace))

@@ -13,6 +13,13 @@ writes nothing before it has read the whole request, so a host that attaches lat
 
 Exit codes in results follow the shell convention: 0-255 for a normal exit, 128+N for a process
 killed by signal N (a timeout or the OOM killer shows up as 137, SIGKILL), -1 when unknown.
+
+Before it reads a request the runner confines itself (``confine.py``: a seccomp filter against
+setuid/setgid files and device nodes, non-dumpable). The command runs as ``--run-as`` (never
+root), the runner itself stays the container's root: the command can neither write the runner's
+answer nor signal or inspect it. Every request names the workspace it expects (``workspace``,
+``workspace_id``: device and inode); a container whose mounted workspace is another directory
+refuses to do anything.
 """
 
 from __future__ import annotations
@@ -32,6 +39,11 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
+
+try:  # in the container: this file's folder (read-only) is on sys.path
+    import confine  # type: ignore[import-not-found,unused-ignore]
+except ImportError:  # on the host, as part of the sandbox package (tests)
+    from sandbox.runner import confine
 
 PROTOCOL_VERSION = 1
 _HEADER = struct.Struct(">I")
@@ -293,8 +305,22 @@ def _pipe_at(fd: int, target: int) -> None:
         os.set_inheritable(fd, True)
 
 
-def run_bash(request: dict[str, Any], emit: Emit | None = None) -> dict[str, Any]:
-    """Run `bash -c command` in its own process group; stdout and stderr merged into one pipe.
+def _enter(cwd: str) -> None:
+    """In the command's process, as its identity, before bash starts: enter the working
+    directory, and give bash its start-up file on a pipe of its own (bash opens /dev/fd/N again,
+    which a pipe made by the runner's identity would refuse)."""
+    os.chdir(cwd)
+    rc_r, rc_w = os.pipe()
+    os.write(rc_w, _BASH_ENV.encode())
+    os.close(rc_w)
+    _pipe_at(rc_r, RC_FD)
+
+
+def run_bash(
+    request: dict[str, Any], identity: tuple[int, int] | None, emit: Emit | None = None
+) -> dict[str, Any]:
+    """Run `bash -c command` as `identity` (None: as the runner) in its own process group;
+    stdout and stderr merged into one pipe.
 
     With `emit`, output also goes to the host as progress messages while the command runs.
     """
@@ -305,30 +331,40 @@ def run_bash(request: dict[str, Any], emit: Emit | None = None) -> dict[str, Any
     oom_before = oom_kill_count()
 
     out_r, out_w = os.pipe()
-    rc_r, rc_w = os.pipe()
     cwd_r, cwd_w = os.pipe()
-    os.write(rc_w, _BASH_ENV.encode())
-    os.close(rc_w)
-    _pipe_at(rc_r, RC_FD)
     _pipe_at(cwd_w, CWD_FD)
+    # A placeholder the command's process replaces with its start-up pipe (see _enter): the
+    # descriptors handed down must exist when the process is made.
+    _pipe_at(os.open(os.devnull, os.O_RDONLY), RC_FD)
     env = dict(os.environ, BASH_ENV=f"/dev/fd/{RC_FD}")
     started = time.monotonic()
+    as_user: dict[str, Any] = {}
+    if identity is not None:
+        as_user = {"user": identity[0], "group": identity[1], "extra_groups": []}
     try:
+        # The directory is entered after the identity changed (preexec_fn runs last in the
+        # child; the runner has no threads), so it is resolved with the command's rights.
         proc = subprocess.Popen(
             ["bash", "--noprofile", "--norc", "-c", command],
             executable="/bin/bash",
             stdin=subprocess.DEVNULL,
             stdout=out_w,
             stderr=out_w,
-            cwd=cwd,
             env=env,
             pass_fds=(RC_FD, CWD_FD),
             start_new_session=True,
+            preexec_fn=lambda: _enter(cwd),
+            **as_user,
         )
-    except OSError as exc:
+    except (OSError, subprocess.SubprocessError) as exc:
         for fd in (out_r, out_w, RC_FD, CWD_FD, cwd_r):
             os.close(fd)
-        return {"exit_code": -1, "error": f"cannot start bash in {cwd}: {exc.strerror}"}
+        if isinstance(exc, OSError):
+            why = exc.strerror
+        else:  # entering the directory failed in the command's process (see _enter)
+            who = f"uid {identity[0]}" if identity else "the runner"
+            why = f"it does not exist, or the sandbox's identity ({who}) may not enter it"
+        return {"exit_code": -1, "error": f"cannot start bash in {cwd}: {why}"}
     for fd in (out_w, RC_FD, CWD_FD):
         os.close(fd)
 
@@ -438,8 +474,9 @@ def _drain(fd: int, out: _Output, deadline: float) -> None:
 
 _ERRNO_ADVICE = {
     errno.ENOSPC: "no space left on the device",
-    errno.EDQUOT: "disk quota exceeded",
-    errno.EACCES: "permission denied (the sandbox runs as the workspace owner)",
+    errno.EDQUOT: "the workspace's disk budget is used up (disk quota exceeded); delete files "
+    "that are not needed, or write less",
+    errno.EACCES: "permission denied (the sandbox's identity may not write there)",
     errno.EPERM: "operation not permitted",
     errno.EROFS: "read-only file system: only files inside the workspace can be written",
     errno.EFBIG: "file too large for the sandbox's file-size limit",
@@ -461,13 +498,17 @@ def _sha256_of(path: Path) -> str | None:
     return digest.hexdigest()
 
 
-def write_file(request: dict[str, Any], emit: Emit | None = None) -> dict[str, Any]:
-    """Replace or create a file atomically, if it is still what the host last read.
+def write_file(
+    request: dict[str, Any], identity: tuple[int, int] | None, emit: Emit | None = None
+) -> dict[str, Any]:
+    """Replace or create a file atomically, as `identity`, if it is still what the host last read.
 
     The runner starts in the workspace (the container's working directory); a path that resolves
     outside it, through a symbolic link, is refused rather than written to a place that vanishes
     with the container (its /tmp) or fails obscurely.
     """
+    if identity is not None:
+        confine.become(identity)  # for good: this container runs nothing else
     path = str(request["path"])
     content, expected = request["content"], request.get("expected_sha256")
     if not isinstance(content, str) or not (expected is None or isinstance(expected, str)):
@@ -552,34 +593,59 @@ def _fsync_dir(path: Path) -> None:
 
 # --- main --------------------------------------------------------------------------------------
 
-_HANDLERS: dict[str, Callable[[dict[str, Any], Emit | None], dict[str, Any]]] = {
+_HANDLERS: dict[
+    str, Callable[[dict[str, Any], tuple[int, int] | None, Emit | None], dict[str, Any]]
+] = {
     "bash": run_bash,
     "write_file": write_file,
 }
 
 
-def _forbid_inspection() -> None:
-    """Make this process non-dumpable so the command (same uid) cannot open /proc/<runner>/fd/1
-    and forge answers; best effort."""
+def workspace_mismatch(request: dict[str, Any]) -> str:
+    """Why the workspace mounted here is not the one the request expects; "" when it is."""
+    workspace, expected = request.get("workspace"), request.get("workspace_id")
+    if not isinstance(workspace, str) or not isinstance(expected, list) or len(expected) != 2:
+        return "the request does not name the workspace it expects"
     try:
-        import ctypes  # only here: nothing else needs it
+        info = Path(workspace).lstat()
+    except OSError as exc:
+        return f"the workspace {workspace} is not mounted here ({exc.strerror})"
+    if [info.st_dev, info.st_ino] != expected:
+        return (
+            f"the directory mounted at {workspace} is not the session's workspace (it was moved "
+            "or replaced after the session was opened); nothing ran"
+        )
+    return ""
 
-        ctypes.CDLL(None, use_errno=True).prctl(4, 0, 0, 0, 0)  # PR_SET_DUMPABLE, 0
-    except (ImportError, OSError, AttributeError):
-        pass
 
-
-def handle(request: dict[str, Any], emit: Emit | None = None) -> dict[str, Any]:
-    """Carry out one request and build its result message (without the type); progress
-    messages, if any, go to `emit` on the way."""
+def handle(
+    request: dict[str, Any], identity: tuple[int, int] | None, emit: Emit | None = None
+) -> dict[str, Any]:
+    """Carry out one request as `identity` and build its result message (without the type);
+    progress messages, if any, go to `emit` on the way."""
     kind = request.get("kind")
     handler = _HANDLERS.get(str(kind))
     if handler is None:
         return {"exit_code": -1, "error": f"unknown request kind {kind!r}"}
+    mismatch = workspace_mismatch(request)
+    if mismatch:
+        return {"exit_code": -1, "error": mismatch}
     try:
-        return handler(request, emit)
+        return handler(request, identity, emit)
     except (KeyError, TypeError, ValueError) as exc:
         return {"exit_code": -1, "error": f"malformed {kind} request: {exc!r}"}
+
+
+def _identity(run_as: str | None) -> tuple[int, int] | None:
+    """Who runs the command: `--run-as`, required when the runner is root; None: the runner."""
+    if run_as is not None:
+        identity: tuple[int, int] = confine.parse_identity(run_as)
+        if os.geteuid() != 0 and identity != (os.geteuid(), os.getegid()):
+            raise confine.ConfinementError("--run-as needs a runner that is root")
+        return identity
+    if os.geteuid() == 0:
+        raise confine.ConfinementError("refusing to run commands as root: give --run-as")
+    return None
 
 
 def _progress_writer() -> Emit:
@@ -607,8 +673,15 @@ def main(argv: list[str] | None = None) -> int:
         default=None,
         help="exit quietly when no request arrived within this many seconds",
     )
+    parser.add_argument("--run-as", default=None, help="uid:gid the command runs as (not root)")
     args = parser.parse_args(argv)
-    _forbid_inspection()
+    try:
+        identity = _identity(args.run_as)
+        confine.forbid_inspection()
+        confine.install_filter()
+    except (confine.ConfinementError, ValueError, OSError) as exc:
+        write_message(1, {"type": "result", "exit_code": -1, "error": f"not confined: {exc}"})
+        return 3
     try:
         request = read_request(0, args.idle_exit_s)
     except (RequestError, ValueError) as exc:
@@ -616,7 +689,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     if request is None:
         return 0
-    result = handle(request, _progress_writer())
+    result = handle(request, identity, _progress_writer())
     write_message(1, {"type": "result", "v": PROTOCOL_VERSION, **result})
     return 0
 

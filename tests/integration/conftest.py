@@ -12,14 +12,17 @@ import docker
 import pytest
 
 from sandbox.backend import LABEL_INSTANCE
-from tests.integration.harness import RunningDaemon, running_daemon
+from tests.integration.harness import RunningDaemon, running_daemon, unmount_below
 
 
 @pytest.fixture(scope="session")
 def short_tmp() -> Iterator[Path]:
     """A short temporary folder: unix socket paths must stay under ~100 bytes."""
     with tempfile.TemporaryDirectory(prefix="tj-") as folder:
-        yield Path(folder)
+        try:
+            yield Path(folder)
+        finally:
+            unmount_below(Path(folder))
 
 
 @pytest.fixture(scope="session")

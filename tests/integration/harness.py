@@ -25,6 +25,12 @@ from daemon._generated.tooljail.v1 import executor_pb2_grpc as pb_grpc
 from daemon.app.daemon import Daemon
 from daemon.config import PROJECT_ROOT, load_settings
 
+#: The fresh workspaces' filesystem of a test daemon: small (its space is reserved up front).
+TEST_WORKSPACES = {"filesystem_mb": 384, "budget_mb": 128}
+#: State folders of the daemons the tests started: their workspaces filesystem stays mounted
+#: after the daemon stops (as in real use) until the test session unmounts it (tests/conftest.py).
+STATE_DIRS: list[Path] = []
+
 
 class RunningDaemon:
     """A daemon on its own event loop in a thread; call `stop()` when done."""
@@ -34,6 +40,8 @@ class RunningDaemon:
         self.audit_path = socket_path.with_suffix(".audit.jsonl")
         # Tests check behaviour, not speed: a loaded machine must not turn decisions into denies.
         overrides["opa"] = {"timeout_s": 5.0, **overrides.get("opa", {})}
+        # Fresh workspaces live on a filesystem of their own: a small one per test daemon.
+        overrides["workspaces"] = {**TEST_WORKSPACES, **overrides.get("workspaces", {})}
         self.settings = load_settings(
             None,
             listen=f"unix://{socket_path}",
@@ -44,6 +52,7 @@ class RunningDaemon:
             state_dir=socket_path.with_suffix(".state"),
             **overrides,
         )
+        STATE_DIRS.append(self.settings.state_dir)
         self.daemon = Daemon(self.settings)
         self.loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self.loop.run_forever, name="daemon", daemon=True)
@@ -134,6 +143,16 @@ def serve_process(
         if process.poll() is None:
             process.kill()
             process.wait()
+
+
+def unmount_below(folder: Path) -> None:
+    """Unmount whatever is mounted below `folder` (a killed daemon's workspaces filesystem), so
+    the folder can be removed."""
+    resolved = str(folder.resolve())
+    with open("/proc/self/mountinfo", encoding="utf-8") as mounts:
+        points = [line.split()[4] for line in mounts]
+    for point in sorted((p for p in points if p.startswith(resolved + "/")), reverse=True):
+        subprocess.run(["umount", "--lazy", point], check=False, capture_output=True)
 
 
 def git(repo: Path, *args: str) -> str:

@@ -14,12 +14,13 @@ import time
 import uuid
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
+from typing import Any
 
 import docker
 import docker.errors
 import pytest
 
-from sandbox.backend import LABEL_INSTANCE, LABEL_MANAGED
+from sandbox.backend import LABEL_INSTANCE, LABEL_MANAGED, SandboxSpec
 from sandbox.docker_backend import DockerBackend
 from sandbox.executor import SandboxExecutor
 from sandbox.image import default_image_ref
@@ -73,6 +74,16 @@ def workspace(owned_root: Path, request: pytest.FixtureRequest) -> Path:
     if os.geteuid() == 0:
         os.chown(folder, WORKSPACE_UID, WORKSPACE_GID)
     return folder
+
+
+def spec_for(workspace: Path, **fields: Any) -> SandboxSpec:
+    """A container spec over a test workspace, as the daemon makes one: the workspace's device
+    and inode, and its (non-root) owner as the identity commands run as."""
+    info = workspace.stat()
+    run_as = (info.st_uid, info.st_gid) if info.st_uid else (WORKSPACE_UID, WORKSPACE_GID)
+    return SandboxSpec(
+        workspace=workspace, workspace_id=(info.st_dev, info.st_ino), run_as=run_as, **fields
+    )
 
 
 def instance_containers(client: docker.DockerClient, instance_id: str) -> list[str]:

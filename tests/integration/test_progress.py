@@ -55,9 +55,8 @@ def rss_bytes() -> int:
 
 @pytest.fixture
 def session(sandbox_daemon: RunningDaemon) -> Iterator[pb.Session]:
-    """A session of its own (Bash's working directory is per session), owned like a real one."""
+    """A session of its own (Bash's working directory is per session)."""
     opened: pb.Session = sandbox_daemon.stub.OpenSession(pb.OpenSessionRequest(), timeout=30)
-    os.chown(opened.workspace, OWNER_UID, OWNER_GID)
     try:
         yield opened
     finally:

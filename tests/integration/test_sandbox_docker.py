@@ -28,18 +28,18 @@ from sandbox.backend import (
     LABEL_TOOL_USE,
     BashRequest,
     SandboxLimits,
-    SandboxSpec,
     WriteFileRequest,
 )
 from sandbox.docker_backend import DockerBackend
 from sandbox.executor import SandboxExecutor
-from sandbox.hardening import RUNNER_PATH, SAFE_ENV
+from sandbox.hardening import RUNNER_DIR, RUNNER_PATH, SAFE_ENV
 from tests.integration import sandbox_fixtures
 from tests.integration.sandbox_fixtures import (
     WORKSPACE_GID,
     WORKSPACE_UID,
     assert_no_containers,
     instance_containers,
+    spec_for,
 )
 
 pytestmark = pytest.mark.docker
@@ -72,17 +72,19 @@ async def test_running_container_is_hardened_as_inspected(
     backend: DockerBackend, docker_client: docker.DockerClient, workspace: Path, instance_id: str
 ) -> None:
     limits = SandboxLimits(memory_mb=96, cpus=0.5, pids=50, file_size_mb=7, tmpfs_mb=8)
-    spec = SandboxSpec(workspace=workspace, limits=limits, session_id="sess-x")
+    spec = spec_for(workspace, limits=limits, session_id="sess-x")
     sandbox = await backend.start(spec, tool_use_id="toolu_x")
     try:
         info = docker_client.api.inspect_container(sandbox.id)
         config, host = info["Config"], info["HostConfig"]
         assert info["State"]["Running"] is True
-        assert config["User"] == f"{WORKSPACE_UID}:{WORKSPACE_GID}"
+        # The runner is the container's root; the command runs as the workspace's identity.
+        assert config["User"] == "0:0"
         assert config["WorkingDir"] == str(workspace)
-        assert config["Cmd"][:4] == ["python3", "-I", "-S", RUNNER_PATH]
+        assert config["Cmd"][:5] == ["python3", "-E", "-s", "-S", RUNNER_PATH]
+        assert config["Cmd"][-2:] == ["--run-as", f"{WORKSPACE_UID}:{WORKSPACE_GID}"]
         assert host["CapDrop"] == ["ALL"]
-        assert not host["CapAdd"]
+        assert host["CapAdd"] == ["SETUID", "SETGID", "KILL"]
         assert host["Privileged"] is False
         assert host["SecurityOpt"] == ["no-new-privileges"]
         assert host["ReadonlyRootfs"] is True
@@ -97,7 +99,7 @@ async def test_running_container_is_hardened_as_inspected(
         mounts = {(m["Type"], m["Source"], m["Destination"], m["RW"]) for m in info["Mounts"]}
         assert mounts == {
             ("bind", str(workspace), str(workspace), True),
-            ("bind", mounts_runner_source(info), RUNNER_PATH, False),
+            ("bind", mounts_runner_source(info), RUNNER_DIR, False),
         }
         assert not any("docker.sock" in m["Source"] for m in info["Mounts"])
         labels = config["Labels"]
@@ -113,7 +115,7 @@ async def test_running_container_is_hardened_as_inspected(
 def mounts_runner_source(info: dict[str, object]) -> str:
     mounts = info["Mounts"]
     assert isinstance(mounts, list)
-    return next(str(m["Source"]) for m in mounts if m["Destination"] == RUNNER_PATH)
+    return next(str(m["Source"]) for m in mounts if m["Destination"] == RUNNER_DIR)
 
 
 # --- bash semantics ---------------------------------------------------------------------------
@@ -122,7 +124,7 @@ def mounts_runner_source(info: dict[str, object]) -> str:
 async def test_bash_output_exit_code_and_final_directory(
     executor: SandboxExecutor, workspace: Path
 ) -> None:
-    spec = SandboxSpec(workspace=workspace)
+    spec = spec_for(workspace)
     (workspace / "sub").mkdir()
     echo = await executor.run(spec, bash(workspace, "echo hi; echo oops >&2; pwd"))
     assert (echo.output, echo.exit_code) == (f"hi\noops\n{workspace}\n", 0)
@@ -139,7 +141,7 @@ async def test_bash_output_exit_code_and_final_directory(
 async def test_cold_path_without_a_pool(backend: DockerBackend, workspace: Path) -> None:
     executor = SandboxExecutor(backend, pool_size=0, close_backend=False)
     try:
-        result = await executor.run(SandboxSpec(workspace=workspace), bash(workspace, "echo cold"))
+        result = await executor.run(spec_for(workspace), bash(workspace, "echo cold"))
     finally:
         await executor.close()
     assert result.output == "cold\n"
@@ -151,7 +153,7 @@ async def test_timeout_returns_promptly_and_leaves_no_container(
 ) -> None:
     started = time.monotonic()
     result = await executor.run(
-        SandboxSpec(workspace=workspace), bash(workspace, "echo started; sleep 1000", 1000)
+        spec_for(workspace), bash(workspace, "echo started; sleep 1000", 1000)
     )
     # Bounded far above the 1 s timeout so a loaded machine cannot fail it, far below 1000 s.
     assert time.monotonic() - started < 60
@@ -162,15 +164,34 @@ async def test_timeout_returns_promptly_and_leaves_no_container(
 
 
 async def test_outer_deadline_kills_a_container_whose_runner_hangs(
-    executor: SandboxExecutor, workspace: Path, docker_client: docker.DockerClient
+    executor: SandboxExecutor,
+    backend: DockerBackend,
+    workspace: Path,
+    docker_client: docker.DockerClient,
 ) -> None:
-    # Freeze the runner itself (the command's parent): only the daemon's deadline is left.
-    result = await executor.run(
-        SandboxSpec(workspace=workspace), bash(workspace, "kill -STOP $PPID; sleep 1000", 500)
+    # Freeze the whole container from outside (the command cannot stop its runner): only the
+    # daemon's deadline is left.
+    call = asyncio.create_task(
+        executor.run(spec_for(workspace), bash(workspace, "sleep 1000", 500))
     )
+    async with asyncio.timeout(30):
+        while executor.stats().in_flight == 0:
+            await asyncio.sleep(0.01)
+    (running,) = backend.live_ids()
+    docker_client.api.pause(running)
+    result = await call
     assert result.timed_out is True
     assert result.duration_ms < 60_000
     await wait_gone(docker_client, result.sandbox_id)
+
+
+async def test_the_command_cannot_stop_or_kill_its_runner(
+    executor: SandboxExecutor, workspace: Path
+) -> None:
+    command = "kill -STOP $PPID; kill -KILL $PPID; kill -KILL 1; echo still-here"
+    result = await executor.run(spec_for(workspace), bash(workspace, command))
+    assert result.output.count("Operation not permitted") == 3, result.output
+    assert result.output.endswith("still-here\n") and result.exit_code == 0
 
 
 async def test_cancelling_the_call_removes_the_container_at_once(
@@ -179,7 +200,7 @@ async def test_cancelling_the_call_removes_the_container_at_once(
     workspace: Path,
     docker_client: docker.DockerClient,
 ) -> None:
-    spec = SandboxSpec(workspace=workspace)
+    spec = spec_for(workspace)
     await executor.warm(spec)
     pooled = backend.live_ids()
     task = asyncio.create_task(executor.run(spec, bash(workspace, "sleep 1000", 600_000)))
@@ -194,12 +215,21 @@ async def test_cancelling_the_call_removes_the_container_at_once(
     assert not exists(docker_client, running)
 
 
-async def test_a_runner_killed_by_the_command_is_a_clear_failure(
+async def test_a_runner_killed_from_outside_is_a_clear_failure(
     executor: SandboxExecutor, workspace: Path, docker_client: docker.DockerClient
 ) -> None:
-    result = await executor.run(
-        SandboxSpec(workspace=workspace), bash(workspace, "kill -KILL $PPID; sleep 100")
+    call = asyncio.create_task(
+        executor.run(spec_for(workspace), bash(workspace, "echo go > started; sleep 100"))
     )
+    async with asyncio.timeout(30):
+        while not (workspace / "started").exists():
+            await asyncio.sleep(0.05)
+    (container,) = {c["Id"] for c in docker_client.api.containers(filters={"status": "running"})
+                    if str(workspace) in str(c["Mounts"])}  # fmt: skip
+    processes = docker_client.api.top(container)["Processes"]
+    runner = next(int(p[1]) for p in processes if "runner.py" in p[-1])
+    os.kill(runner, signal.SIGKILL)
+    result = await call
     assert result.error.startswith("the sandbox failed: its runner ended without answering")
     assert not result.cancelled and not result.timed_out
     await wait_gone(docker_client, result.sandbox_id)
@@ -210,7 +240,7 @@ async def test_shutdown_stops_running_calls_with_a_cancelled_result(
 ) -> None:
     executor = SandboxExecutor(backend, pool_size=0, close_backend=False)
     call = asyncio.create_task(
-        executor.run(SandboxSpec(workspace=workspace), bash(workspace, "sleep 1000", 600_000))
+        executor.run(spec_for(workspace), bash(workspace, "sleep 1000", 600_000))
     )
     async with asyncio.timeout(10):
         while executor.stats().in_flight == 0:
@@ -223,7 +253,7 @@ async def test_shutdown_stops_running_calls_with_a_cancelled_result(
 
 
 async def test_oom_is_reported_as_such(executor: SandboxExecutor, workspace: Path) -> None:
-    spec = SandboxSpec(workspace=workspace, limits=SandboxLimits(memory_mb=64))
+    spec = spec_for(workspace, limits=SandboxLimits(memory_mb=64))
     hog = "python3 -c 'x = bytearray(1 << 20) * 512; print(len(x))'"
     result = await executor.run(spec, bash(workspace, f"echo before; {hog}"))
     assert result.oom_killed is True
@@ -235,7 +265,7 @@ async def test_oom_is_reported_as_such(executor: SandboxExecutor, workspace: Pat
 async def test_fork_bomb_is_contained_by_the_pids_limit(
     executor: SandboxExecutor, workspace: Path
 ) -> None:
-    spec = SandboxSpec(workspace=workspace, limits=SandboxLimits(pids=64))
+    spec = spec_for(workspace, limits=SandboxLimits(pids=64))
     started = time.monotonic()
     bomb = await executor.run(
         spec, bash(workspace, "bomb() { bomb | bomb & }; bomb; sleep 3", 5000)
@@ -248,7 +278,7 @@ async def test_fork_bomb_is_contained_by_the_pids_limit(
 
 async def test_network_is_absent_by_default(executor: SandboxExecutor, workspace: Path) -> None:
     result = await executor.run(
-        SandboxSpec(workspace=workspace),
+        spec_for(workspace),
         bash(workspace, "ls /sys/class/net; echo ---; tail -n +2 /proc/net/route"),
     )
     interfaces, routes = result.output.split("---\n")
@@ -268,7 +298,7 @@ async def test_only_the_workspace_and_tmp_are_writable(
         test -e /var/run/docker.sock || echo no-docker-socket
         """
     )
-    result = await executor.run(SandboxSpec(workspace=workspace), bash(workspace, command))
+    result = await executor.run(spec_for(workspace), bash(workspace, command))
     assert "WROTE" not in result.output
     assert result.output.split() == ["tmp-ok", "no-docker-socket"]
 
@@ -276,9 +306,7 @@ async def test_only_the_workspace_and_tmp_are_writable(
 async def test_files_created_in_the_workspace_belong_to_its_owner(
     executor: SandboxExecutor, workspace: Path
 ) -> None:
-    await executor.run(
-        SandboxSpec(workspace=workspace), bash(workspace, "mkdir d && echo x > d/f && id -u")
-    )
+    await executor.run(spec_for(workspace), bash(workspace, "mkdir d && echo x > d/f && id -u"))
     for path in (workspace / "d", workspace / "d" / "f"):
         info = path.stat()
         assert (info.st_uid, info.st_gid) == (WORKSPACE_UID, WORKSPACE_GID)
@@ -290,7 +318,7 @@ async def test_output_flood_is_counted_not_stored(
     total = 200 << 20
     rss_before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     result = await executor.run(
-        SandboxSpec(workspace=workspace), bash(workspace, f"yes | head -c {total}", 60_000)
+        spec_for(workspace), bash(workspace, f"yes | head -c {total}", 60_000)
     )
     rss_growth_kib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - rss_before
     assert result.output_bytes == total
@@ -306,7 +334,7 @@ async def test_output_flood_is_counted_not_stored(
 async def test_write_creates_replaces_and_refuses_stale_writes(
     executor: SandboxExecutor, workspace: Path
 ) -> None:
-    spec = SandboxSpec(workspace=workspace)
+    spec = spec_for(workspace)
     target = workspace / "pkg" / "mod.py"
     created = await executor.run(spec, WriteFileRequest(path=str(target), content="v1\n"))
     assert (created.error, created.exit_code) == ("", 0)
@@ -336,7 +364,7 @@ async def test_write_creates_replaces_and_refuses_stale_writes(
 async def test_write_errors_are_clear_and_harmless(
     executor: SandboxExecutor, workspace: Path
 ) -> None:
-    spec = SandboxSpec(workspace=workspace)
+    spec = spec_for(workspace)
     locked = workspace / "locked"
     locked.mkdir()
     (locked / "keep.txt").write_text("original")
@@ -361,7 +389,7 @@ async def test_the_container_itself_refuses_writes_outside_the_workspace(
     # Straight to a container, past the executor's check: the runner refuses on its own.
     (workspace / "escape").symlink_to("/tmp/x")
     for path in ("/usr/evil", str(workspace / "escape")):
-        sandbox = await backend.start(SandboxSpec(workspace=workspace))
+        sandbox = await backend.start(spec_for(workspace))
         try:
             result = await sandbox.run(WriteFileRequest(path=path, content="x"))
         finally:
@@ -370,7 +398,7 @@ async def test_the_container_itself_refuses_writes_outside_the_workspace(
 
 
 async def test_file_size_limit_stops_writes(executor: SandboxExecutor, workspace: Path) -> None:
-    spec = SandboxSpec(workspace=workspace, limits=SandboxLimits(file_size_mb=1))
+    spec = spec_for(workspace, limits=SandboxLimits(file_size_mb=1))
     big = await executor.run(
         spec, WriteFileRequest(path=str(workspace / "big"), content="x" * (2 << 20))
     )
@@ -397,7 +425,7 @@ async def test_reap_removes_the_instance_containers_in_every_state(
         sandbox_image, ["true"], labels={LABEL_MANAGED: "true", LABEL_INSTANCE: "someone-else"}
     )["Id"]
     try:
-        running = await backend.start(SandboxSpec(workspace=workspace))
+        running = await backend.start(spec_for(workspace))
         assert len(instance_containers(docker_client, instance_id)) == 3
         assert await backend.reap_untracked() == 0  # all too young to be leftovers
         assert await DockerBackend.reap_instance(instance_id, docker_client) == 3
@@ -415,6 +443,7 @@ async def test_containers_of_a_killed_daemon_remove_themselves(
     docker_client: docker.DockerClient, sandbox_image: str, instance_id: str, workspace: Path
 ) -> None:
     # A separate process plays the daemon: it starts a warm container, then dies by SIGKILL.
+    ids = tuple(spec_for(workspace).workspace_id)
     script = textwrap.dedent(
         f"""
         import asyncio, sys
@@ -424,7 +453,10 @@ async def test_containers_of_a_killed_daemon_remove_themselves(
 
         async def main():
             backend = DockerBackend(image={sandbox_image!r}, instance_id={instance_id!r})
-            sandbox = await backend.start(SandboxSpec(workspace=Path({str(workspace)!r})))
+            spec = SandboxSpec(
+                workspace=Path({str(workspace)!r}), workspace_id={ids!r}, run_as=(1000, 1000)
+            )
+            sandbox = await backend.start(spec)
             print(sandbox.id, flush=True)
             await asyncio.sleep(3600)
 

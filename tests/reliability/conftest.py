@@ -16,7 +16,7 @@ from typing import Protocol
 
 import pytest
 
-from tests.integration.harness import RunningDaemon, running_daemon
+from tests.integration.harness import RunningDaemon, running_daemon, unmount_below
 from tests.reliability.support import (
     CHAOS,
     container_ids,
@@ -120,7 +120,10 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
 def rel_tmp() -> Iterator[Path]:
     """A short temporary folder (unix socket paths must stay under ~100 bytes)."""
     with tempfile.TemporaryDirectory(prefix="tjr-") as folder:
-        yield Path(folder).resolve()
+        try:
+            yield Path(folder).resolve()
+        finally:
+            unmount_below(Path(folder))
 
 
 @pytest.fixture(scope="session")

@@ -25,7 +25,7 @@ from daemon._generated.tooljail.v1 import executor_pb2 as pb
 from daemon._generated.tooljail.v1 import executor_pb2_grpc as pb_grpc
 from sandbox.backend import LABEL_INSTANCE, LABEL_MANAGED
 from sandbox.image import default_image_ref
-from tests.integration.harness import read_audit
+from tests.integration.harness import STATE_DIRS, read_audit
 
 #: `TOOLJAIL_CHAOS=1` (scripts/chaos.sh) switches every scenario to its long variant.
 CHAOS = os.environ.get("TOOLJAIL_CHAOS") == "1"
@@ -189,6 +189,7 @@ class DaemonProcess:
         self.socket_path = folder / "d.sock"
         self.audit_path = folder / "audit.jsonl"
         self.log_path = folder / "daemon.log"
+        STATE_DIRS.append(folder / "state")
         self.env = dict(
             os.environ,
             TOOLJAIL_INSTANCE_ID=instance_id,
@@ -196,6 +197,8 @@ class DaemonProcess:
             TOOLJAIL_AUDIT_LOG=str(self.audit_path),
             # Behaviour under test, not speed: a loaded machine must not turn allows into denies.
             TOOLJAIL_OPA__TIMEOUT_S="5",
+            TOOLJAIL_WORKSPACES__FILESYSTEM_MB="384",
+            TOOLJAIL_WORKSPACES__BUDGET_MB="128",
             **(env or {}),
         )
         self.process: subprocess.Popen[bytes] | None = None

@@ -223,7 +223,10 @@ def test_docker_engine_stopped_mid_load_then_started(
         marker = marker_of[answer.tool_use_id]
         text = text_of(response)
         if response.result.is_error:
-            if "sandbox" in text.lower() and not marker.exists():
+            # An engine stopped mid-command may kill it after its effect: honest answers say
+            # nothing changed only when nothing did, and otherwise that it may have run.
+            may_have_run = "partly carried out" in text
+            if "sandbox" in text.lower() and (may_have_run or not marker.exists()):
                 clear.append(answer)
             else:
                 unclear.append(f"{answer.tool_use_id} (marker {marker.exists()}): {text[:300]}")

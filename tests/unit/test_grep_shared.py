@@ -12,6 +12,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from daemon.host.landlock import Confined
 from daemon.models import TextContent
 from daemon.tools.contract import CallContext, ToolOutput
 from daemon.tools.grep import shared as grep_shared
@@ -22,7 +23,8 @@ from tests.unit.fake_sandbox import make_context, run_summarized
 
 pytestmark = pytest.mark.skipif(shutil.which("rg") is None, reason="ripgrep (rg) is not installed")
 
-RG = shutil.which("rg") or "rg"
+# Bare ripgrep: what a search alone runs, without the confinement (the same for both sides).
+RG = Confined((shutil.which("rg") or "rg",), ())
 TOOL = GrepTool()
 PATTERNS = [
     "alpha",
@@ -207,7 +209,7 @@ async def test_output_that_is_not_ripgrep_json_is_not_shared(tree: Path, tmp_pat
     fd = os.open(tree, os.O_RDONLY | os.O_DIRECTORY)
     try:
         found = await grep_shared.files_per_pattern(
-            str(impostor), fd, ".", ["--glob=!.git"], ["alpha", "beta"], False
+            Confined((str(impostor),), ()), fd, ".", ["--glob=!.git"], ["alpha", "beta"], False
         )
     finally:
         os.close(fd)

@@ -388,7 +388,14 @@ def test_data_keeps_the_readonly_bot() -> None:
 
 
 def test_data_principals_use_only_settings_the_policy_reads() -> None:
-    known = {"read_only_only", "hidden_tools", "ask_tools", "network", "bypass_permissions"}
+    known = {
+        "read_only_only",
+        "hidden_tools",
+        "ask_tools",
+        "network",
+        "bypass_permissions",
+        "overlapping_workspaces",
+    }
     principals = load_data()["tooljail"]["principals"]
     assert any(settings.get("network") == "bridge" for settings in principals.values())
     for name, settings in principals.items():

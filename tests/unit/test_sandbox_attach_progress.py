@@ -12,11 +12,12 @@ import json
 import socket
 import struct
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
 
-from sandbox.backend import BashRequest
+from sandbox.backend import BashRequest, SandboxSpec
 from sandbox.docker_backend import DockerSandbox, _AttachConnection
 from sandbox.protocol import STDERR, STDOUT, encode_frame
 
@@ -50,7 +51,8 @@ def pair() -> Iterator[tuple[socket.socket, socket.socket]]:
 
 def sandbox_over(host: socket.socket) -> tuple[DockerSandbox, Backend]:
     backend = Backend()
-    return DockerSandbox(backend, "c0ffee", _AttachConnection(host)), backend  # type: ignore[arg-type]
+    spec = SandboxSpec(workspace=Path("/ws"), run_as=(1000, 1000))
+    return DockerSandbox(backend, "c0ffee", _AttachConnection(host), spec), backend  # type: ignore[arg-type]
 
 
 async def play_container(container: socket.socket, messages: list[dict[str, Any]]) -> None:

@@ -17,22 +17,23 @@ from sandbox.backend import (
     SandboxLimits,
     SandboxSpec,
 )
-from sandbox.hardening import RUNNER_PATH, SAFE_ENV, ContainerRecipe, container_recipe
+from sandbox.hardening import (
+    RUNNER_DIR,
+    RUNNER_PATH,
+    SAFE_ENV,
+    ContainerRecipe,
+    container_recipe,
+)
 
 WORKSPACE = Path("/srv/work space:1")  # spaces and colons must survive (no "src:dst" parsing)
-RUNNER = Path("/opt/pkg/runner.py")
+RUNNER = Path("/opt/pkg/runner")
 DEFAULT_LIMITS = SandboxLimits()
 
 
 def recipe_for(limits: SandboxLimits = DEFAULT_LIMITS, **kwargs: Any) -> ContainerRecipe:
-    spec = SandboxSpec(workspace=WORKSPACE, limits=limits, session_id="sess-1")
+    spec = SandboxSpec(workspace=WORKSPACE, run_as=(1234, 5678), limits=limits, session_id="sess-1")
     return container_recipe(
-        spec,
-        image="img:tag",
-        runner_source=RUNNER,
-        instance_id="inst-1",
-        owner=(1234, 5678),
-        **kwargs,
+        spec, image="img:tag", runner_source=RUNNER, instance_id="inst-1", **kwargs
     )
 
 
@@ -45,11 +46,12 @@ def host_config(limits: SandboxLimits = DEFAULT_LIMITS) -> dict[str, Any]:
         api.close()
 
 
-def test_runs_the_runner_as_the_workspace_owner_in_the_workspace() -> None:
+def test_the_runner_is_root_in_the_workspace_and_runs_commands_as_run_as() -> None:
     create = recipe_for().create_kwargs
-    assert create["user"] == "1234:5678"
+    assert create["user"] == "0:0"
     assert create["working_dir"] == str(WORKSPACE)
-    assert create["command"][:4] == ["python3", "-I", "-S", RUNNER_PATH]
+    assert create["command"][:5] == ["python3", "-E", "-s", "-S", RUNNER_PATH]
+    assert create["command"][-2:] == ["--run-as", "1234:5678"]
     assert create["image"] == "img:tag"
     assert create["stdin_open"] is True and create["tty"] is False
 
@@ -76,7 +78,9 @@ def test_labels_name_instance_session_and_call() -> None:
 def test_host_config_is_locked_down() -> None:
     hc = host_config()
     assert hc["CapDrop"] == ["ALL"]
-    assert "CapAdd" not in hc
+    # Only for the runner (root in the container) to switch to the command's identity and
+    # signal it; the command runs with none.
+    assert hc["CapAdd"] == ["SETUID", "SETGID", "KILL"]
     assert hc["SecurityOpt"] == ["no-new-privileges"]
     assert hc["ReadonlyRootfs"] is True
     assert hc["Tmpfs"] == {"/tmp": "rw,nosuid,nodev,size=64m,mode=1777"}
@@ -98,7 +102,7 @@ def test_only_the_workspace_and_the_runner_are_mounted() -> None:
             "Type": "bind",
             "ReadOnly": False,
         },
-        {"Target": RUNNER_PATH, "Source": str(RUNNER), "Type": "bind", "ReadOnly": True},
+        {"Target": RUNNER_DIR, "Source": str(RUNNER), "Type": "bind", "ReadOnly": True},
     ]
 
 
@@ -120,4 +124,14 @@ def test_network_only_when_granted() -> None:
 
 def test_idle_exit_reaches_the_runner_command_line() -> None:
     command = recipe_for(idle_exit_s=42).create_kwargs["command"]
-    assert command[-2:] == ["--idle-exit-s", "42"]
+    at = command.index("--idle-exit-s")
+    assert command[at : at + 2] == ["--idle-exit-s", "42"]
+
+
+@pytest.mark.parametrize("run_as", [None, (0, 5678), (1234, 0)])
+def test_no_container_runs_commands_as_root_or_group_zero(
+    run_as: tuple[int, int] | None,
+) -> None:
+    spec = SandboxSpec(workspace=WORKSPACE, run_as=run_as)
+    with pytest.raises(ValueError, match="never runs commands as root"):
+        container_recipe(spec, image="img", runner_source=RUNNER, instance_id="inst-1")

@@ -1,7 +1,9 @@
 """The in-container runner, run here on the host as the container would run it (no Docker).
 
 The runner is a standalone script: each test pipes one framed request into `python3 runner.py`
-and decodes the framed answer, exactly what the daemon does through the attach socket.
+and decodes the framed answer, exactly what the daemon does through the attach socket. Run as
+root (as in a container), it runs commands as `--run-as`; the workspace is then given to that
+identity, as the daemon's workspaces are.
 """
 
 from __future__ import annotations
@@ -11,7 +13,9 @@ import os
 import re
 import subprocess
 import sys
+import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -21,15 +25,46 @@ from sandbox.protocol import FrameDecoder, encode_frame
 from sandbox.runner import RUNNER_SOURCE
 from sandbox.runner import runner as runner_module
 
+#: Who commands run as: as in a container, never root.
+IDENTITY = (1000, 1000)
+RUN_AS = ["--run-as", f"{IDENTITY[0]}:{IDENTITY[1]}"] if os.geteuid() == 0 else []
+
+
+@pytest.fixture
+def tmp_path() -> Iterator[Path]:
+    """A workspace the command's identity can reach, as a container's is (pytest's own
+    temporary folders sit in a root-only directory)."""
+    with tempfile.TemporaryDirectory(prefix="tj-runner-") as folder:
+        path = Path(folder)
+        path.chmod(0o755)
+        yield path
+
+
+def runner_argv(*args: str) -> list[str]:
+    """The runner started as a container starts it."""
+    return [sys.executable, "-E", "-s", "-S", str(RUNNER_SOURCE), *RUN_AS, *args]
+
+
+def owned_by_the_identity(workspace: Path) -> dict[str, Any]:
+    """Give the workspace (everything in it) to the command's identity; the request fields that
+    name it."""
+    if os.geteuid() == 0:
+        for path in [workspace, *workspace.rglob("*")]:
+            os.lchown(path, *IDENTITY)
+    info = workspace.stat()
+    return {"workspace": str(workspace), "workspace_id": [info.st_dev, info.st_ino]}
+
 
 def runner_messages(
     request: dict[str, Any], *args: str, cwd: Path | None = None, timeout: float = 60
 ) -> list[dict[str, Any]]:
     """Send one request to a fresh runner process (started in `cwd`, the workspace, as in a
     container) and return every message it answered with: progress first, the result last."""
+    workspace = cwd or Path(tempfile.gettempdir())
+    request = {**owned_by_the_identity(workspace), **request} if cwd else request
     done = subprocess.run(
-        [sys.executable, "-I", "-S", str(RUNNER_SOURCE), *args],
-        cwd=cwd,
+        runner_argv(*args),
+        cwd=workspace,
         input=encode_frame(request),
         capture_output=True,
         timeout=timeout,
@@ -64,7 +99,9 @@ def bash_request(
 def bash(
     command: str, cwd: Path, *, timeout_ms: int = 10_000, limit: int = 1 << 20
 ) -> dict[str, Any]:
-    return call_runner(bash_request(command, cwd, timeout_ms=timeout_ms, limit=limit))
+    workspace = cwd if cwd.exists() else cwd.parent
+    request = bash_request(command, cwd, timeout_ms=timeout_ms, limit=limit)
+    return call_runner(request, cwd=workspace)
 
 
 def write(
@@ -196,20 +233,19 @@ _SKIP_NOTE = re.compile(r"\[\.\.\. (\d+) bytes not shown live \.\.\.\]\n")
 
 
 def test_a_quick_command_sends_no_progress_only_its_result(tmp_path: Path) -> None:
-    messages = runner_messages(bash_request("echo hi", tmp_path))
+    messages = runner_messages(bash_request("echo hi", tmp_path), cwd=tmp_path)
     assert len(messages) == 1 and messages[0]["output"] == "hi\n"
 
 
 def test_output_arrives_as_progress_while_the_command_still_runs(tmp_path: Path) -> None:
     command = "for i in 1 2 3 4 5; do echo line$i; sleep 0.25; done"
+    request = {**owned_by_the_identity(tmp_path), **bash_request(command, tmp_path)}
     with subprocess.Popen(
-        [sys.executable, "-I", "-S", str(RUNNER_SOURCE)],
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
+        runner_argv(), cwd=tmp_path, stdin=subprocess.PIPE, stdout=subprocess.PIPE
     ) as proc:
         assert proc.stdin is not None and proc.stdout is not None
         started = time.monotonic()
-        proc.stdin.write(encode_frame(bash_request(command, tmp_path)))
+        proc.stdin.write(encode_frame(request))
         proc.stdin.close()
         decoder = FrameDecoder(1 << 20)
         arrivals: list[tuple[float, dict[str, Any]]] = []
@@ -230,7 +266,7 @@ def test_output_arrives_as_progress_while_the_command_still_runs(tmp_path: Path)
 def test_a_flood_is_sent_live_in_few_small_chunks_with_exact_accounting(tmp_path: Path) -> None:
     command = "for i in $(seq 12); do head -c 400000 /dev/zero | tr '\\0' y; sleep 0.1; done"
     started = time.monotonic()
-    messages = runner_messages(bash_request(command, tmp_path, limit=4096))
+    messages = runner_messages(bash_request(command, tmp_path, limit=4096), cwd=tmp_path)
     elapsed = time.monotonic() - started
     result = messages[-1]
     assert result["output_bytes"] == 12 * 400_000 and result["output_truncated"] is True
@@ -357,7 +393,7 @@ def test_write_under_a_file_is_a_clear_error(tmp_path: Path) -> None:
 
 def test_no_request_means_a_quiet_exit() -> None:
     done = subprocess.run(
-        [sys.executable, str(RUNNER_SOURCE)],
+        runner_argv(),
         input=b"",
         capture_output=True,
         timeout=30,
@@ -371,7 +407,7 @@ def test_idle_runner_exits_on_its_own() -> None:
     try:
         started = time.monotonic()
         done = subprocess.run(
-            [sys.executable, str(RUNNER_SOURCE), "--idle-exit-s", "0.3"],
+            runner_argv("--idle-exit-s", "0.3"),
             stdin=read_end,
             capture_output=True,
             timeout=30,
@@ -384,15 +420,15 @@ def test_idle_runner_exits_on_its_own() -> None:
     assert time.monotonic() - started < 10
 
 
-def test_malformed_and_unknown_requests_are_answered_not_crashed_on() -> None:
-    assert "unknown request kind" in call_runner({"kind": "format_disk"})["error"]
-    assert "malformed bash request" in call_runner({"kind": "bash"})["error"]
+def test_malformed_and_unknown_requests_are_answered_not_crashed_on(tmp_path: Path) -> None:
+    assert "unknown request kind" in call_runner({"kind": "format_disk"}, cwd=tmp_path)["error"]
+    assert "malformed bash request" in call_runner({"kind": "bash"}, cwd=tmp_path)["error"]
 
 
 @pytest.mark.parametrize("body", [b"not json", b"[1, 2]"])
 def test_a_request_that_is_not_a_json_object_gets_an_error_result(body: bytes) -> None:
     done = subprocess.run(
-        [sys.executable, str(RUNNER_SOURCE)],
+        runner_argv(),
         input=len(body).to_bytes(4, "big") + body,
         capture_output=True,
         timeout=30,

@@ -26,8 +26,8 @@ def argvs(line: str) -> list[list[str]]:
 
 
 def test_grammar_still_crashes_on_some_non_ascii_input() -> None:
-    """Quirk 1 (grammar.ascii_only): the bare grammar dies on these inputs about one time in
-    two, so a child process parsing them a few hundred times dies."""
+    """Quirk 1 (grammar.ascii_only): a process that parses these inputs dies about one time in
+    two (memory layout decides); of twenty, one dies unless the grammar was fixed."""
     script = (
         "import tree_sitter, tree_sitter_bash\n"
         "parser = tree_sitter.Parser(tree_sitter.Language(tree_sitter_bash.language()))\n"
@@ -35,8 +35,11 @@ def test_grammar_still_crashes_on_some_non_ascii_input() -> None:
         "    for line in ('{\\U0006a137', '{\\U000e0001', '{\\U000ffffd x'):\n"
         "        parser.parse(line.encode())\n"
     )
-    run = subprocess.run([sys.executable, "-c", script], capture_output=True, timeout=120)
-    assert run.returncode < 0, "the grammar no longer crashes: grammar.ascii_only can go"
+    for _ in range(20):
+        run = subprocess.run([sys.executable, "-c", script], capture_output=True, timeout=120)
+        if run.returncode < 0:
+            return
+    pytest.fail("the grammar no longer crashes on these inputs: grammar.ascii_only can go")
 
 
 def test_grammar_still_splits_a_word_at_backslash_newline() -> None:

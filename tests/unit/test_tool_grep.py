@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from daemon.errors import ConfinementError, ToolError, ToolInputError
+from daemon.host.landlock import Confined
 from daemon.models import TextContent
 from daemon.tools.contract import ProgressUpdate
 from daemon.tools.grep import tool as grep_module
@@ -327,5 +328,5 @@ def test_searches_side_by_side_share_the_cores() -> None:
 
 def test_the_thread_cap_reaches_the_command_line() -> None:
     args = GrepInput(pattern="x")
-    assert not any(a.startswith("--threads") for a in build_argv("rg", args, "."))
-    assert "--threads=1" in build_argv("rg", args, ".", threads=1)
+    assert not any(a.startswith("--threads") for a in build_argv(Confined(("rg",), ()), args, "."))
+    assert "--threads=1" in build_argv(Confined(("rg",), ()), args, ".", threads=1)

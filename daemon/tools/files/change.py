@@ -12,6 +12,7 @@ from pathlib import Path
 
 from daemon.errors import ToolError
 from daemon.host.confine import open_confined, require_inside, resolve_path
+from daemon.host.pinned import PinnedDirectory
 from daemon.sessions.session import Session
 from daemon.tools.contract import (
     AnyTool,
@@ -75,21 +76,21 @@ def file_facts(tool: AnyTool, raw: str, session: Session) -> CallFacts:
     )
 
 
-async def read_current(workspace: Path, path: Path, raw: str) -> bytes | None:
+async def read_current(root: PinnedDirectory, path: Path, raw: str) -> bytes | None:
     """The file's current bytes, read on the host through a confined descriptor; None if missing.
 
     `raw` is the path as the model wrote it, for the error when it leads outside the workspace.
     """
-    require_inside(workspace, path, raw)
-    return await asyncio.to_thread(_read_confined, workspace, path)
+    require_inside(root.path, path, raw)
+    return await asyncio.to_thread(_read_confined, root, path)
 
 
-def _read_confined(workspace: Path, path: Path) -> bytes | None:
+def _read_confined(root: PinnedDirectory, path: Path) -> bytes | None:
     if not os.path.lexists(path):
         _require_directory_ancestor(path)
         return None
     try:
-        fd = open_confined(workspace, path)
+        fd = open_confined(root, path)
     except FileNotFoundError:
         return None
     except IsADirectoryError as exc:

@@ -57,7 +57,7 @@ class WriteTool(Tool[WriteInput, FileChange]):
     async def call(self, args: WriteInput, ctx: CallContext) -> FileChange:
         ctx.require_sandbox()
         path = ctx.facts.path("file_path")
-        current = await read_current(ctx.workspace, path, args.file_path)
+        current = await read_current(ctx.session.pinned_root(), path, args.file_path)
         expected = None if current is None else ctx.session.require_fresh(path, current, self.name)
         return await write_file(ctx, path, args.content, expected)
 

@@ -24,6 +24,7 @@ from pathlib import Path
 
 from daemon.errors import ToolError, ToolInputError
 from daemon.host.confine import is_inside, open_confined, resolve_path
+from daemon.host.pinned import PinnedDirectory
 
 MAX_RESULTS = 100
 """Files listed; the rest are counted."""
@@ -273,7 +274,9 @@ class GlobResult:
     """The searched directory as people read it (relative to the workspace), for the summary."""
 
 
-def glob_files(workspace: Path, plan: GlobPlan, counter: ScanCounter | None = None) -> GlobResult:
+def glob_files(
+    root: PinnedDirectory, plan: GlobPlan, counter: ScanCounter | None = None
+) -> GlobResult:
     with contextlib.suppress(OSError):
         if not stat.S_ISDIR(plan.base.lstat().st_mode):
             raise ToolError(
@@ -281,7 +284,7 @@ def glob_files(workspace: Path, plan: GlobPlan, counter: ScanCounter | None = No
                 "name in the pattern)."
             )
     try:
-        fd = open_confined(workspace, plan.base, directory=True)
+        fd = open_confined(root, plan.base, directory=True)
     except FileNotFoundError as exc:
         raise ToolError(
             f"Directory {plan.raw_base} does not exist. Give an existing directory as path, or "
@@ -294,7 +297,7 @@ def glob_files(workspace: Path, plan: GlobPlan, counter: ScanCounter | None = No
     counter = counter or ScanCounter()
     try:
         for segments in plan.patterns:
-            walk = _Walk(workspace=workspace, segments=segments, counter=counter)
+            walk = _Walk(workspace=root.path, segments=segments, counter=counter)
             _visit(walk, fd, plan.base, {0})
             found.update(walk.found)
             stopped = stopped or walk.stopped

@@ -94,7 +94,7 @@ class GlobTool(Tool[GlobInput, GlobResult]):
         )
         require_inside(ctx.workspace, plan.base, plan.raw_base)
         counter = ScanCounter(report=_progress_from_thread(ctx))
-        result = await asyncio.to_thread(glob_files, ctx.workspace, plan, counter)
+        result = await asyncio.to_thread(glob_files, ctx.session.pinned_root(), plan, counter)
         ctx.report(ProgressUpdate(files_scanned=result.scanned))
         return replace(result, shown=shown_path(plan.base, ctx.workspace, directory=True))
 

@@ -13,6 +13,7 @@ from typing import Literal
 from pydantic import ConfigDict, Field
 
 from daemon.errors import ToolInputError
+from daemon.host.landlock import Confined
 from daemon.tools.contract import ToolInput
 from daemon.tools.schema import LaxInt
 
@@ -139,12 +140,12 @@ def threads_flag(threads: int | None) -> list[str]:
 
 
 def build_argv(
-    rg: str, args: GrepInput, search_path: Path | str, threads: int | None = None
+    rg: Confined, args: GrepInput, search_path: Path | str, threads: int | None = None
 ) -> list[str]:
-    """The exact ripgrep command line (an argv list; no shell ever sees it); `threads` caps
-    ripgrep's own parallelism (None: its default)."""
+    """The exact ripgrep command line (an argv list; no shell ever sees it), confined as `rg`
+    says; `threads` caps ripgrep's own parallelism (None: its default)."""
     argv = [
-        rg,
+        *rg.command,
         "--no-config",
         "--color=never",
         "--no-heading",

@@ -21,6 +21,8 @@ from pathlib import Path
 from daemon.errors import ToolError
 from daemon.host.child import Child
 from daemon.host.confine import open_confined
+from daemon.host.landlock import HELPER_NAME, NOT_CONFINED_EXIT
+from daemon.host.pinned import PinnedDirectory
 
 MAX_KEPT_CHARS = 4 * 1024 * 1024
 """Output kept in memory at most; beyond it lines are counted, not stored."""
@@ -106,18 +108,23 @@ async def _drain_lines(child: Child, collector: Collector) -> None:
 
 
 async def run_rg(
-    argv: list[str], root_fd: int, collector: Collector, timeout_s: float
+    argv: list[str],
+    root_fd: int,
+    collector: Collector,
+    timeout_s: float,
+    fds: tuple[int, ...] = (),
 ) -> tuple[int, str]:
     """Run ripgrep inside the already opened search root, feeding stdout to the collector;
     returns (exit code, stderr text).
 
     ripgrep starts in the directory behind `root_fd` (checked to be inside the workspace when it
     was opened) and searches relative paths, so swapping the search path for a symlink after the
-    check cannot redirect it. The process is killed if the call is cancelled or runs past the
-    timeout.
+    check cannot redirect it; below it, the confinement in the argv (Landlock) keeps every open
+    inside the workspace. `fds` are the descriptors that confinement names. The process is
+    killed if the call is cancelled or runs past the timeout.
     """
     try:
-        child = Child(argv, cwd=f"/proc/self/fd/{root_fd}", pass_fds=(root_fd,))
+        child = Child(argv, cwd=f"/proc/self/fd/{root_fd}", pass_fds=(root_fd, *fds))
     except FileNotFoundError as exc:
         raise _rg_missing() from exc
     stderr_task = asyncio.create_task(_read_capped(child, MAX_STDERR_BYTES))
@@ -134,7 +141,13 @@ async def run_rg(
             with contextlib.suppress(asyncio.CancelledError):
                 await stderr_task
         await child.close()
-    return code, stderr.decode("utf-8", errors="replace").strip()
+    text = stderr.decode("utf-8", errors="replace").strip()
+    if code == NOT_CONFINED_EXIT and text.startswith(HELPER_NAME):
+        raise ToolError(
+            f"The host-side search could not be confined, so it did not run ({text}). Use Bash "
+            "(runs in the sandbox) to search instead, and tell the operator."
+        )
+    return code, text
 
 
 class RunningSearches:
@@ -218,7 +231,7 @@ class SearchRoot:
     """What ripgrep's leading "." stands for in the paths it prints (an absolute directory)."""
 
 
-def open_search_root(workspace: Path, path: Path, raw: str) -> SearchRoot:
+def open_search_root(workspace: PinnedDirectory, path: Path, raw: str) -> SearchRoot:
     """Open the search root, refusing a missing path, a FIFO or device (rg would hang or read
     forever), or anything that leads out of the workspace."""
     try:

@@ -32,6 +32,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from daemon.host.child import Child
+from daemon.host.landlock import Confined
 
 MAX_SHARED_OUTPUT_BYTES = 4 * 1024 * 1024
 """Output of the shared walk beyond which the calls search apart."""
@@ -89,14 +90,14 @@ async def _run_json(
 
 
 async def _matching_lines(
-    rg: str, root_fd: int, target: str, scope: Sequence[str], patterns: Sequence[str]
+    rg: Confined, root_fd: int, target: str, scope: Sequence[str], patterns: Sequence[str]
 ) -> list[tuple[str, bytes]] | None:
     """(path as ripgrep prints it, line) for every line matching any of the patterns."""
-    argv = [rg, "--no-config", "--json", "--hidden", *scope]
+    argv = [*rg.command, "--no-config", "--json", "--hidden", *scope]
     for pattern in patterns:
         argv += ["-e", pattern]
     argv += ["--", target]
-    messages = await _run_json(argv, cwd=f"/proc/self/fd/{root_fd}", pass_fds=(root_fd,))
+    messages = await _run_json(argv, cwd=f"/proc/self/fd/{root_fd}", pass_fds=(root_fd, *rg.fds))
     if messages is None:
         return None
     found: list[tuple[str, bytes]] = []
@@ -114,17 +115,17 @@ async def _matching_lines(
 
 
 async def _lines_matching(
-    rg: str, pattern: str, ignore_case: bool, lines: Sequence[bytes], lines_fd: int
+    rg: Confined, pattern: str, ignore_case: bool, lines: Sequence[bytes], lines_fd: int
 ) -> set[int] | None:
     """Indexes of the lines the pattern matches (`lines_fd`: a file holding them, one each)."""
     if not ignore_case and _PLAIN_LITERAL.fullmatch(pattern):
         needle = pattern.encode()
         return {index for index, line in enumerate(lines) if needle in line}
-    argv = [rg, "--no-config", "--json", *(["--ignore-case"] if ignore_case else [])]
+    argv = [*rg.command, "--no-config", "--json", *(["--ignore-case"] if ignore_case else [])]
     # A descriptor of its own: children reading one descriptor would share its offset.
     own = os.open(f"/proc/self/fd/{lines_fd}", os.O_RDONLY | os.O_CLOEXEC)
     try:
-        messages = await _run_json([*argv, "--", pattern, "-"], cwd="/", stdin=own)
+        messages = await _run_json([*argv, "--", pattern, "-"], cwd="/", pass_fds=rg.fds, stdin=own)
     finally:
         os.close(own)
     if messages is None:
@@ -143,7 +144,7 @@ def _write_all(fd: int, data: bytes) -> None:
 
 
 async def files_per_pattern(
-    rg: str,
+    rg: Confined,
     root_fd: int,
     target: str,
     scope: Sequence[str],

@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING
 
 from daemon.errors import ToolError, ToolInputError
 from daemon.host.confine import require_inside, resolve_path
+from daemon.host.landlock import Confined, confined
 from daemon.models import TextContent
 from daemon.tools.contract import (
     CallContext,
@@ -219,20 +220,21 @@ class GrepTool(Tool[GrepInput, GrepResult]):
     async def call(self, args: GrepInput, ctx: CallContext) -> GrepResult:
         raw = args.path if args.path is not None else str(ctx.workspace)
         path = require_inside(ctx.workspace, ctx.facts.path("path"), raw)
-        rg = find_ripgrep()
+        # ripgrep may read the pinned workspace and run system programs, nothing else.
+        rg = confined(find_ripgrep(), ctx.session.pinned_root())
         if ctx.peers is not None:
             shared = await self._search_shared(rg, args, ctx, path, raw)
             if shared is not None:
                 return shared
         # A few syscalls, like those validation already made on the event loop.
-        root = open_search_root(ctx.workspace, path, raw)
+        root = open_search_root(ctx.session.pinned_root(), path, raw)
         try:
             return await self._search(rg, args, ctx, root, path)
         finally:
             os.close(root.fd)
 
     async def _search_shared(
-        self, rg: str, args: GrepInput, ctx: CallContext, path: Path, raw: str
+        self, rg: Confined, args: GrepInput, ctx: CallContext, path: Path, raw: str
     ) -> GrepResult | None:
         """This call's part of one walk shared with parallel siblings that search the same
         files the same way (daemon/tools/grep/shared.py); None: search alone."""
@@ -249,7 +251,7 @@ class GrepTool(Tool[GrepInput, GrepResult]):
         async def walk(
             items: tuple[tuple[str, float], ...],
         ) -> tuple[list[list[str]] | None, SearchRoot]:
-            root = open_search_root(ctx.workspace, path, raw)
+            root = open_search_root(ctx.session.pinned_root(), path, raw)
             try:
                 with SEARCHES.share() as threads:
                     scope = [*threads_flag(threads), *scope_flags(args)]
@@ -279,7 +281,7 @@ class GrepTool(Tool[GrepInput, GrepResult]):
         )
 
     async def _search(
-        self, rg: str, args: GrepInput, ctx: CallContext, root: SearchRoot, path: Path
+        self, rg: Confined, args: GrepInput, ctx: CallContext, root: SearchRoot, path: Path
     ) -> GrepResult:
         offset = args.offset or 0
         head_limit = DEFAULT_HEAD_LIMIT if args.head_limit is None else args.head_limit
@@ -299,6 +301,7 @@ class GrepTool(Tool[GrepInput, GrepResult]):
                 root.fd,
                 collector,
                 ctx.limits.timeout_ms / 1000,
+                rg.fds,
             )
         if code == 2 and collector.total == 0:
             raise search_error(stderr)

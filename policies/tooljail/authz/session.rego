@@ -82,6 +82,29 @@ workspace_deny contains concat(" ", [
 	not workspace_root_of(requested_workspace)
 }
 
+# Two open sessions over the same directory, or one inside the other: a sandbox of one could
+# change (or swap for a symlink) what the other works on.
+overlap_words := {
+	"same": "it is the same directory",
+	"inside": "it lies inside that workspace",
+	"contains": "that workspace lies inside it",
+}
+
+workspace_deny contains concat(" ", [
+	sprintf("The workspace %s overlaps the workspace %s of open session %s (%s);", [
+		requested_workspace,
+		overlap.workspace,
+		overlap.session,
+		object.get(overlap_words, overlap.relation, "they overlap"),
+	]),
+	"sessions over overlapping directories are refused: close that session first, or open another directory.",
+]) if {
+	some overlap in input.overlaps
+	not overlapping_allowed
+}
+
+overlapping_allowed if data.tooljail.principals[input.caller.principal].overlapping_workspaces == true
+
 # --- Allow rules -----------------------------------------------------------------------------
 
 workspace_allow contains sprintf("The workspace %s is inside the allowed workspace root %s.", [

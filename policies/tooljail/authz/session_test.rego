@@ -6,6 +6,7 @@ import data.tooljail.authz
 open_session_input := {
 	"version": 1,
 	"workspace": "/srv/tooljail/alice/project",
+	"overlaps": [],
 	"caller": {"principal": "local", "transport": "unix"},
 }
 
@@ -122,4 +123,36 @@ test_open_session_without_any_rule_denies if {
 		"allow": false,
 		"reasons": ["No policy rule allows this workspace, so the session was not opened; ask the operator."],
 	}
+}
+
+overlapping(relation) := object.union(open_session_input, {"overlaps": [{
+	"session": "ses_1",
+	"workspace": "/srv/tooljail/alice",
+	"relation": relation,
+}]})
+
+test_a_workspace_overlapping_an_open_session_is_refused_for_each_relation if {
+	every relation in ["same", "inside", "contains"] {
+		d := authz.open_session with input as overlapping(relation)
+		d.allow == false
+		count(d.reasons) == 1
+		contains(d.reasons[0], "overlaps the workspace /srv/tooljail/alice of open session ses_1")
+	}
+}
+
+test_overlap_wording_names_the_relation if {
+	d := authz.open_session with input as overlapping("inside")
+	contains(d.reasons[0], "it lies inside that workspace")
+}
+
+test_a_principal_may_be_allowed_overlapping_workspaces if {
+	d := authz.open_session with input as overlapping("same")
+		with data.tooljail.principals.local as {"overlapping_workspaces": true}
+	d.allow == true
+}
+
+test_overlapping_is_allowed_only_by_a_true_setting if {
+	d := authz.open_session with input as overlapping("same")
+		with data.tooljail.principals.local as {"overlapping_workspaces": "yes"}
+	d.allow == false
 }

@@ -1,0 +1,180 @@
+/*
+ * tooljail-landlock: run a program that may read only what it is given (Landlock).
+ *
+ *   tooljail-landlock [--read-fd N]... [--read PATH]... [--exec PATH]... -- PROGRAM [ARG]...
+ *
+ * --read-fd N   the directory open on descriptor N (and everything below it) may be read; the
+ *               descriptor is closed before PROGRAM starts. The daemon passes a workspace it
+ *               holds open, so the rule is on that directory itself, not on a path.
+ * --read PATH   PATH (a directory and everything below it, or a file) may be read.
+ * --exec PATH   PATH may be read and executed (the program, its libraries, the loader).
+ *
+ * Everything else the kernel can refuse is refused, for PROGRAM and everything it starts:
+ * reading or writing any other file, making, renaming or removing files, TCP (Landlock ABI 4),
+ * signals and abstract Unix sockets outside the program (ABI 6). Access is checked when a file is
+ * opened, after symbolic links are resolved: a link to outside fails with EACCES.
+ *
+ * The daemon has threads, so it cannot restrict a child between fork and exec itself; this is
+ * the small exec wrapper that does. Exit status 125 and a line on stderr when the confinement
+ * cannot be set up (an old kernel, a bad argument): PROGRAM is then never run.
+ */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <fcntl.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#ifndef __NR_landlock_create_ruleset
+#define __NR_landlock_create_ruleset 444
+#define __NR_landlock_add_rule 445
+#define __NR_landlock_restrict_self 446
+#endif
+
+#define CREATE_RULESET_VERSION (1U << 0)
+#define RULE_PATH_BENEATH 1
+
+#define FS_EXECUTE (1ULL << 0)
+#define FS_WRITE_FILE (1ULL << 1)
+#define FS_READ_FILE (1ULL << 2)
+#define FS_READ_DIR (1ULL << 3)
+#define FS_REMOVE_DIR (1ULL << 4)
+#define FS_REMOVE_FILE (1ULL << 5)
+#define FS_MAKE_CHAR (1ULL << 6)
+#define FS_MAKE_DIR (1ULL << 7)
+#define FS_MAKE_REG (1ULL << 8)
+#define FS_MAKE_SOCK (1ULL << 9)
+#define FS_MAKE_FIFO (1ULL << 10)
+#define FS_MAKE_BLOCK (1ULL << 11)
+#define FS_MAKE_SYM (1ULL << 12)
+#define FS_REFER (1ULL << 13)     /* ABI 2 */
+#define FS_TRUNCATE (1ULL << 14)  /* ABI 3 */
+#define FS_IOCTL_DEV (1ULL << 15) /* ABI 5 */
+#define NET_BIND_TCP (1ULL << 0)  /* ABI 4 */
+#define NET_CONNECT_TCP (1ULL << 1)
+#define SCOPE_ABSTRACT_UNIX_SOCKET (1ULL << 0) /* ABI 6 */
+#define SCOPE_SIGNAL (1ULL << 1)
+
+struct ruleset_attr {
+    uint64_t handled_access_fs;
+    uint64_t handled_access_net;
+    uint64_t scoped;
+};
+
+struct path_beneath_attr {
+    uint64_t allowed_access;
+    int32_t parent_fd;
+} __attribute__((packed));
+
+#define FILE_RIGHTS (FS_EXECUTE | FS_WRITE_FILE | FS_READ_FILE | FS_TRUNCATE | FS_IOCTL_DEV)
+
+static uint64_t handled_fs;
+
+static void fail(const char *what, const char *detail) {
+    fprintf(stderr, "tooljail-landlock: %s%s%s\n", what, detail ? ": " : "", detail ? detail : "");
+    exit(125);
+}
+
+static void add_rule(int ruleset, int fd, uint64_t access, const char *shown) {
+    struct stat info;
+    if (fstat(fd, &info) != 0)
+        fail("cannot inspect", shown);
+    /* A file only takes the rights that apply to files. */
+    if (!S_ISDIR(info.st_mode))
+        access &= FILE_RIGHTS;
+    struct path_beneath_attr rule = {.allowed_access = access & handled_fs, .parent_fd = fd};
+    if (syscall(__NR_landlock_add_rule, ruleset, RULE_PATH_BENEATH, &rule, 0) != 0)
+        fail("the kernel refused a rule for", shown);
+}
+
+static void add_path(int ruleset, const char *path, uint64_t access) {
+    int fd = open(path, O_PATH | O_CLOEXEC);
+    if (fd < 0) {
+        if (errno == ENOENT)
+            return; /* not on this machine (e.g. /lib64): nothing to allow */
+        fail("cannot open", path);
+    }
+    add_rule(ruleset, fd, access, path);
+    close(fd);
+}
+
+static int parse_fd(const char *text) {
+    char *end = NULL;
+    long value = strtol(text, &end, 10);
+    if (!*text || *end || value < 3 || value > 1 << 20)
+        fail("not a descriptor number", text);
+    return (int)value;
+}
+
+int main(int argc, char **argv) {
+    int abi = (int)syscall(__NR_landlock_create_ruleset, NULL, 0, CREATE_RULESET_VERSION);
+    if (abi < 1)
+        fail("this kernel does not enforce Landlock", strerror(errno));
+
+    handled_fs = FS_EXECUTE | FS_WRITE_FILE | FS_READ_FILE | FS_READ_DIR | FS_REMOVE_DIR |
+                 FS_REMOVE_FILE | FS_MAKE_CHAR | FS_MAKE_DIR | FS_MAKE_REG | FS_MAKE_SOCK |
+                 FS_MAKE_FIFO | FS_MAKE_BLOCK | FS_MAKE_SYM;
+    if (abi >= 2)
+        handled_fs |= FS_REFER;
+    if (abi >= 3)
+        handled_fs |= FS_TRUNCATE;
+    if (abi >= 5)
+        handled_fs |= FS_IOCTL_DEV;
+    struct ruleset_attr attr = {.handled_access_fs = handled_fs};
+    size_t size = sizeof(uint64_t);
+    if (abi >= 4) {
+        attr.handled_access_net = NET_BIND_TCP | NET_CONNECT_TCP;
+        size = 2 * sizeof(uint64_t);
+    }
+    if (abi >= 6) {
+        attr.scoped = SCOPE_ABSTRACT_UNIX_SOCKET | SCOPE_SIGNAL;
+        size = sizeof(attr);
+    }
+    int ruleset = (int)syscall(__NR_landlock_create_ruleset, &attr, size, 0);
+    if (ruleset < 0)
+        fail("cannot create a Landlock ruleset", strerror(errno));
+
+    const uint64_t read = FS_READ_FILE | FS_READ_DIR;
+    int fds[64];
+    int nfds = 0;
+    int i = 1;
+    for (; i < argc; i++) {
+        if (strcmp(argv[i], "--") == 0) {
+            i++;
+            break;
+        }
+        if (i + 1 >= argc)
+            fail("missing a value after", argv[i]);
+        if (strcmp(argv[i], "--read-fd") == 0) {
+            if (nfds == 64)
+                fail("too many descriptors", NULL);
+            fds[nfds] = parse_fd(argv[++i]);
+            add_rule(ruleset, fds[nfds], read, argv[i]);
+            nfds++;
+        } else if (strcmp(argv[i], "--read") == 0) {
+            add_path(ruleset, argv[++i], read);
+        } else if (strcmp(argv[i], "--exec") == 0) {
+            add_path(ruleset, argv[++i], read | FS_EXECUTE);
+        } else {
+            fail("unknown option", argv[i]);
+        }
+    }
+    if (i >= argc)
+        fail("no program to run (give it after --)", NULL);
+
+    if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0)
+        fail("cannot set no_new_privs", strerror(errno));
+    if (syscall(__NR_landlock_restrict_self, ruleset, 0) != 0)
+        fail("cannot restrict itself", strerror(errno));
+    close(ruleset);
+    for (int k = 0; k < nfds; k++)
+        close(fds[k]);
+    execvp(argv[i], &argv[i]);
+    fail("cannot run", argv[i]);
+    return 125;
+}

@@ -1,0 +1,145 @@
+"""Directories held by descriptor, and opens the kernel keeps beneath them.
+
+A workspace is pinned once: its path is resolved with no symbolic link in any component
+(`openat2` with RESOLVE_NO_SYMLINKS) and the directory is kept open (O_PATH) with its device and
+inode. `verify` proves the path still names that same directory; `open_beneath` opens a file
+relative to the held descriptor with RESOLVE_BENEATH and RESOLVE_NO_SYMLINKS, so whatever is
+renamed or swapped meanwhile, the kernel never lets the open leave the pinned directory or follow a
+symbolic link.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import errno
+import os
+import stat
+from dataclasses import dataclass
+from pathlib import Path
+
+_SYS_OPENAT2 = 437  # the same number on every Linux architecture
+_AT_FDCWD = -100
+RESOLVE_NO_MAGICLINKS = 0x02
+RESOLVE_NO_SYMLINKS = 0x04
+RESOLVE_BENEATH = 0x08
+
+
+class _OpenHow(ctypes.Structure):
+    _fields_ = [("flags", ctypes.c_uint64), ("mode", ctypes.c_uint64), ("resolve", ctypes.c_uint64)]
+
+
+_libc = ctypes.CDLL(None, use_errno=True)
+_syscall = _libc.syscall
+_syscall.restype = ctypes.c_long
+
+
+def openat2(dir_fd: int, path: str, flags: int, resolve: int) -> int:
+    """openat2(2): a descriptor, or OSError (ENOSYS on kernels before 5.6: refuse, never guess)."""
+    how = _OpenHow(flags | os.O_CLOEXEC, 0, resolve)
+    fd = int(
+        _syscall(
+            ctypes.c_long(_SYS_OPENAT2),
+            ctypes.c_int(dir_fd),
+            ctypes.c_char_p(os.fsencode(path)),
+            ctypes.byref(how),
+            ctypes.c_size_t(ctypes.sizeof(how)),
+        )
+    )
+    if fd < 0:
+        code = ctypes.get_errno()
+        raise OSError(code, os.strerror(code), path)
+    return fd
+
+
+class NotPinnable(OSError):
+    """The path cannot be pinned: a symbolic link in it, not a directory, or gone."""
+
+
+class WorkspaceMoved(OSError):
+    """The pinned path no longer names the pinned directory."""
+
+
+@dataclass(frozen=True)
+class PinnedDirectory:
+    """A directory held open, with the path it was pinned at."""
+
+    path: Path
+    """Absolute, with no symbolic link in any component."""
+    fd: int
+    """O_PATH descriptor of the directory itself."""
+    device: int
+    inode: int
+    uid: int
+    """Owner, as it was when pinned."""
+    gid: int
+    mode: int
+    """Permission bits, as they were when pinned."""
+
+    @classmethod
+    def pin(cls, path: Path) -> PinnedDirectory:
+        """Pin `path` (absolute, normalised); NotPinnable saying why when it cannot be."""
+        if not path.is_absolute() or os.path.normpath(path) != str(path):
+            raise NotPinnable(errno.EINVAL, "not an absolute, normalised path", str(path))
+        try:
+            fd = openat2(
+                _AT_FDCWD,
+                str(path),
+                os.O_PATH | os.O_DIRECTORY,
+                RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS,
+            )
+        except OSError as exc:
+            why = {
+                errno.ELOOP: "a component of it is a symbolic link",
+                errno.ENOTDIR: "it (or a component of it) is not a directory",
+                errno.ENOENT: "it does not exist",
+            }.get(exc.errno or 0, exc.strerror or str(exc))
+            raise NotPinnable(exc.errno or errno.EINVAL, why, str(path)) from exc
+        info = os.fstat(fd)
+        return cls(
+            path=path,
+            fd=fd,
+            device=info.st_dev,
+            inode=info.st_ino,
+            uid=info.st_uid,
+            gid=info.st_gid,
+            mode=stat.S_IMODE(info.st_mode),
+        )
+
+    @property
+    def identity(self) -> tuple[int, int]:
+        """(device, inode): what a sandbox checks its mounted workspace against."""
+        return self.device, self.inode
+
+    def verify(self) -> None:
+        """WorkspaceMoved unless the path still names the pinned directory, without symlinks."""
+        try:
+            fd = openat2(
+                _AT_FDCWD,
+                str(self.path),
+                os.O_PATH | os.O_DIRECTORY,
+                RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS,
+            )
+        except OSError as exc:
+            raise WorkspaceMoved(exc.errno or errno.EINVAL, exc.strerror, str(self.path)) from exc
+        try:
+            info = os.fstat(fd)
+        finally:
+            os.close(fd)
+        if (info.st_dev, info.st_ino) != self.identity:
+            raise WorkspaceMoved(errno.ESTALE, "another directory is there now", str(self.path))
+
+    def open_beneath(self, relative: str, flags: int) -> int:
+        """Open `relative` (no leading '/') beneath the pinned directory: never outside it, never
+        through a symbolic link, whatever changes meanwhile (EXDEV or ELOOP otherwise)."""
+        return openat2(
+            self.fd,
+            relative or ".",
+            flags,
+            RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS,
+        )
+
+    def close(self) -> None:
+        """Release the descriptor (the directory itself is left alone)."""
+        with contextlib.suppress(OSError):
+            os.close(self.fd)

@@ -1,0 +1,175 @@
+"""Where the workspaces tooljail makes live, and their disk budget.
+
+With a budget (workspaces.budget_mb > 0), fresh workspaces live on a filesystem of their own: a
+btrfs filesystem in an image file whose space is reserved up front (fallocate), mounted on the
+sessions root with nosuid and nodev. Each workspace is a subvolume with a quota (a qgroup limit).
+A sandbox filling its workspace therefore stops at its budget with "Disk quota exceeded", and can
+never fill the host's disk (the audit log, the engine, other users) nor take another session's
+room. Without a budget they are plain folders under the sessions root.
+
+The daemon mounts the filesystem the first time it needs it (it must be root for that; otherwise
+an operator mounts it, see docs/operations.md). It stays mounted when the daemon stops, so the
+workspaces stay where their sessions had them; a restarted daemon uses it as it is.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import shutil
+from pathlib import Path
+from typing import Protocol
+
+from daemon.errors import RequestError
+from daemon.host.child import run_child
+from daemon.sessions.workspaces import give_to
+
+log = logging.getLogger(__name__)
+
+_BTRFS_MAGIC = 0x9123683E
+_COMMAND_TIMEOUT_S = 60.0
+_OUTPUT_CAP = 16 * 1024
+
+
+class FreshWorkspaces(Protocol):
+    """Makes and removes the workspaces of fresh sessions."""
+
+    budget_mb: int
+    """Disk each may use (0: no budget)."""
+
+    async def create(self, name: str, owner: tuple[int, int] | None) -> Path:
+        """A new, empty workspace folder named `name`, owned by `owner` (None: as made)."""
+        ...
+
+    async def delete(self, folder: Path) -> bool:
+        """Remove a workspace made by `create`; whether it is gone."""
+        ...
+
+
+class PlainWorkspaces:
+    """Fresh workspaces as folders under the sessions root, without a disk budget."""
+
+    budget_mb = 0
+
+    def __init__(self, root: Path) -> None:
+        self._root = root
+
+    async def create(self, name: str, owner: tuple[int, int] | None) -> Path:
+        self._root.mkdir(parents=True, exist_ok=True, mode=0o711)
+        folder = Path(os.path.realpath(self._root)) / name
+        folder.mkdir()
+        give_to(folder, owner)
+        return folder
+
+    async def delete(self, folder: Path) -> bool:
+        await asyncio.to_thread(shutil.rmtree, folder, True)
+        return not folder.exists()
+
+
+async def _run(*argv: str) -> str:
+    """Run a command to its end; RequestError with its output when it fails."""
+    try:
+        done = await run_child(argv, timeout_s=_COMMAND_TIMEOUT_S, output_cap=_OUTPUT_CAP)
+    except OSError as exc:
+        raise RequestError(f"cannot run {argv[0]}: {exc.strerror or exc}") from exc
+    if done.exit_code != 0:
+        said = (done.stderr.text() or done.stdout.text()).strip()
+        raise RequestError(f"{' '.join(argv[:3])} failed: {said or f'exit {done.exit_code}'}")
+    return done.stdout.text()
+
+
+def _is_btrfs(path: Path) -> bool:
+    try:
+        return _fs_magic(path) == _BTRFS_MAGIC
+    except OSError:
+        return False
+
+
+def _fs_magic(path: Path) -> int:
+    """The filesystem type (statfs f_type) of `path`."""
+    import ctypes  # only here: statvfs has no f_type
+
+    buf = ctypes.create_string_buffer(120)
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.statfs(os.fsencode(path), buf) != 0:
+        raise OSError(ctypes.get_errno(), "statfs failed", str(path))
+    return int.from_bytes(buf.raw[:8], "little")
+
+
+class BudgetedWorkspaces:
+    """Fresh workspaces as btrfs subvolumes with a quota each, on a filesystem of their own."""
+
+    def __init__(self, root: Path, image: Path, filesystem_mb: int, budget_mb: int) -> None:
+        self._root = root
+        self._image = image
+        self._filesystem_mb = filesystem_mb
+        self.budget_mb = budget_mb
+        self._ready = asyncio.Lock()
+        self._ok = False
+
+    async def _ensure(self) -> Path:
+        """The mounted filesystem's root (mounted now if needed)."""
+        async with self._ready:
+            root = Path(os.path.realpath(self._root))
+            if self._ok:
+                return root
+            self._root.mkdir(parents=True, exist_ok=True, mode=0o711)
+            if not os.path.ismount(root):
+                await self._mount(root)
+            if not _is_btrfs(root):
+                raise RequestError(
+                    f"the sessions root {root} is a mount point but not a btrfs filesystem, so "
+                    "fresh workspaces cannot get a disk budget; unmount it, or set "
+                    "workspaces.budget_mb = 0"
+                )
+            await _run("btrfs", "quota", "enable", str(root))
+            self._ok = True
+            return root
+
+    async def _mount(self, root: Path) -> None:
+        if os.geteuid() != 0:
+            raise RequestError(
+                f"fresh workspaces get a disk budget (workspaces.budget_mb={self.budget_mb}) "
+                f"on a filesystem of their own mounted at {root}, and this daemon is not root, "
+                "so it cannot mount one: an operator mounts it (docs/operations.md), or set "
+                "workspaces.budget_mb = 0"
+            )
+        if not self._image.exists():
+            await self._make_image()
+        await _run("mount", "-o", "loop,nosuid,nodev,noatime", str(self._image), str(root))
+        # Others may only pass through, to a workspace they were given.
+        root.chmod(0o711)
+        log.info("mounted the workspaces filesystem %s on %s", self._image, root)
+
+    async def _make_image(self) -> None:
+        self._image.parent.mkdir(parents=True, exist_ok=True)
+        partial = self._image.with_suffix(".partial")
+        size = self._filesystem_mb << 20
+        free = shutil.disk_usage(self._image.parent).free
+        if free < size:
+            raise RequestError(
+                f"the workspaces filesystem needs {self._filesystem_mb} MiB at {self._image} "
+                f"and only {free >> 20} MiB are free; free space or lower "
+                "workspaces.filesystem_mb"
+            )
+        fd = os.open(partial, os.O_CREAT | os.O_WRONLY | os.O_TRUNC, 0o600)
+        try:
+            # Reserved, not sparse: the host's disk cannot run out under it later.
+            os.posix_fallocate(fd, 0, size)
+        finally:
+            os.close(fd)
+        await _run("mkfs.btrfs", "-q", "-f", str(partial))
+        partial.rename(self._image)
+
+    async def create(self, name: str, owner: tuple[int, int] | None) -> Path:
+        root = await self._ensure()
+        folder = root / name
+        await _run("btrfs", "subvolume", "create", str(folder))
+        await _run("btrfs", "qgroup", "limit", f"{self.budget_mb}M", str(folder))
+        give_to(folder, owner)
+        return folder
+
+    async def delete(self, folder: Path) -> bool:
+        await _run("btrfs", "subvolume", "delete", str(folder))
+        return not folder.exists()

@@ -1,0 +1,134 @@
+"""Where a session works: its workspace pinned by descriptor, the identity its sandboxes run as,
+and how workspaces of open sessions may not overlap.
+
+- A workspace is pinned once (`PinnedDirectory.pin`: no symbolic link in any component) and
+  checked again before everything that uses it; a path that goes through a symlink is refused,
+  naming the real path, rather than followed.
+- Sandboxes never run as root. Over a workspace owned by a regular user (uid >= min_uid) they run
+  as that user, so files made in a user's own project stay theirs; otherwise as the dedicated
+  account (`sandbox.user`), which must be able to write the workspace. Workspaces tooljail makes
+  itself belong to that account.
+- Two open sessions whose workspaces are the same directory, or one inside the other, overlap:
+  the policy sees the overlaps and refuses them unless it allows them explicitly.
+"""
+
+from __future__ import annotations
+
+import os
+import pwd
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal
+
+from daemon.errors import RequestError
+from daemon.host.confine import is_inside
+from daemon.host.pinned import NotPinnable, PinnedDirectory
+
+Relation = Literal["same", "inside", "contains"]
+
+
+@dataclass(frozen=True)
+class Overlap:
+    """An open session whose workspace overlaps the one asked for."""
+
+    session: str
+    workspace: str
+    relation: Relation
+    """same: the same directory; inside: the one asked for is inside it; contains: it is inside
+    the one asked for."""
+
+
+def pin_workspace(raw: str) -> PinnedDirectory:
+    """Pin an existing directory a caller named; RequestError saying what is wrong with it."""
+    if "\x00" in raw or not raw.startswith("/"):
+        raise RequestError("workspace must be an absolute path to an existing directory")
+    path = Path(os.path.normpath(raw))
+    try:
+        return PinnedDirectory.pin(path)
+    except NotPinnable as exc:
+        try:
+            real = os.path.realpath(path)
+        except OSError:  # it changes while it is looked at: no hint then
+            real = str(path)
+        hint = f"; its real path is {real}, give that" if real != str(path) else ""
+        raise RequestError(f"workspace {path} cannot be used: {exc.strerror}{hint}") from exc
+
+
+def overlaps_of(root: PinnedDirectory, others: dict[str, PinnedDirectory]) -> list[Overlap]:
+    """The open sessions (by id) whose workspace overlaps `root`."""
+    found = []
+    for session_id, other in others.items():
+        relation: Relation | None = None
+        if other.identity == root.identity or other.path == root.path:
+            relation = "same"
+        elif is_inside(other.path, root.path):
+            relation = "inside"
+        elif is_inside(root.path, other.path):
+            relation = "contains"
+        if relation is not None:
+            found.append(Overlap(session_id, str(other.path), relation))
+    return found
+
+
+def give_to(folder: Path, owner: tuple[int, int] | None) -> None:
+    """Hand a workspace tooljail made to `owner` (see SessionStore.fresh_owner): the account
+    itself (0750), or only its group with group write and setgid (uid -1: 2770), so that a
+    daemon that is not root still makes workspaces its sandboxes can write."""
+    if owner is None:
+        folder.chmod(0o750)
+        return
+    os.chown(folder, *owner)
+    folder.chmod(0o2770 if owner[0] == -1 else 0o750)
+
+
+@dataclass(frozen=True)
+class IdentityRule:
+    """Who the sandboxes of a workspace run as (sandbox.user, sandbox.min_uid,
+    sandbox.run_as_owner)."""
+
+    user: str
+    """The dedicated account's name (or uid)."""
+    min_uid: int
+    run_as_owner: bool
+
+    def dedicated(self) -> tuple[int, int]:
+        """The dedicated account's uid and gid; RequestError when it cannot be used."""
+        try:
+            entry = pwd.getpwuid(int(self.user)) if self.user.isdigit() else pwd.getpwnam(self.user)
+        except (KeyError, ValueError) as exc:
+            raise RequestError(
+                f"the sandbox account sandbox.user={self.user!r} does not exist on this machine: "
+                "create it (make setup does) or set sandbox.user to an existing account"
+            ) from exc
+        if entry.pw_uid < self.min_uid or entry.pw_gid == 0:
+            raise RequestError(
+                f"sandbox.user={self.user!r} has uid {entry.pw_uid} and gid {entry.pw_gid}: "
+                f"sandboxes may not run below uid sandbox.min_uid={self.min_uid} or as group 0"
+            )
+        return entry.pw_uid, entry.pw_gid
+
+    def for_workspace(self, root: PinnedDirectory) -> tuple[int, int]:
+        """The identity sandboxes of this workspace run as; RequestError, naming the settings,
+        when no allowed identity can write it."""
+        if self.run_as_owner and root.uid >= self.min_uid and root.gid != 0:
+            return root.uid, root.gid
+        uid, gid = self.dedicated()
+        writable = (
+            (root.uid == uid and root.mode & 0o200)
+            or (root.gid == gid and root.mode & 0o020)
+            or root.mode & 0o002
+        )
+        if not writable:
+            if not self.run_as_owner:
+                why = "sandbox.run_as_owner is off"
+            elif root.uid < self.min_uid:
+                why = f"uid {root.uid} is below sandbox.min_uid={self.min_uid}"
+            else:
+                why = "its group is root's"
+            raise RequestError(
+                f"workspace {root.path} belongs to {root.uid}:{root.gid}, so sandboxes there run "
+                f"as sandbox.user={self.user!r} (uid {uid}; {why}), which cannot write it: make "
+                f"it that account's (chown {uid}:{gid}), or open the session over a directory "
+                "of a regular user"
+            )
+        return uid, gid

@@ -1,0 +1,171 @@
+"""What the runner does to itself before it runs anything a model wrote (standard library only).
+
+- A seccomp filter, stacked on the engine's own: the kernel then refuses, for the runner and every
+  process it starts, whatever could leave a file with setuid/setgid bits or a device node behind
+  (chmod, fchmod, fchmodat, fchmodat2, open, openat, creat, mknod, mknodat with such a mode), and
+  the ways around those checks: 32-bit and x32 system calls (other numbers, other arguments),
+  io_uring (opens files without system calls) and openat2 (its mode sits behind a pointer the
+  filter cannot read; programs fall back to openat).
+- The identity the command runs as: never root. The runner itself stays root inside the
+  container (with only the capabilities to switch identity and signal its command), so the
+  command cannot reach the runner's output, its /proc entries or its signals.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import errno
+import os
+import platform
+import struct
+
+# Classic BPF opcodes (linux/filter.h) and seccomp constants (linux/seccomp.h).
+_LD_W_ABS = 0x20
+_JEQ = 0x15
+_JGE = 0x35
+_JSET = 0x45
+_AND = 0x54
+_RET = 0x06
+_ALLOW = 0x7FFF0000
+_KILL_PROCESS = 0x80000000
+_ERRNO = 0x00050000
+_NR, _ARCH, _ARGS = 0, 4, 16
+_PR_SET_NO_NEW_PRIVS = 38
+_PR_SET_SECCOMP = 22
+_PR_SET_DUMPABLE = 4
+_SECCOMP_MODE_FILTER = 2
+
+_SPECIAL_BITS = 0o6000
+_FILE_TYPE = 0o170000
+_DEVICES = (0o020000, 0o060000)  # S_IFCHR, S_IFBLK
+_X32_BIT = 0x40000000
+
+# Per architecture: (audit arch, {syscall: index of its mode argument}, mknod-like syscalls,
+# syscalls refused outright with ENOSYS).
+_ARCHES = {
+    "x86_64": (
+        0xC000003E,
+        {90: 1, 91: 1, 268: 2, 452: 2, 2: 2, 257: 3, 85: 1, 133: 1, 259: 2},
+        {133, 259},
+        {425, 426, 427, 437},
+    ),
+    "aarch64": (
+        0xC00000B7,
+        {52: 1, 53: 2, 452: 2, 56: 3, 33: 2},
+        {33},
+        {425, 426, 427, 437},
+    ),
+}
+
+
+class ConfinementError(Exception):
+    """The runner could not confine itself: it must not run anything."""
+
+
+class _Program:
+    """A tiny assembler for classic BPF with forward jumps to labels."""
+
+    def __init__(self) -> None:
+        self.code: list[tuple[int, object, object, int]] = []
+        self.labels: dict[str, int] = {}
+
+    def label(self, name: str) -> None:
+        self.labels[name] = len(self.code)
+
+    def op(self, code: int, k: int, jt: object = 0, jf: object = 0) -> None:
+        self.code.append((code, jt, jf, k))
+
+    def assemble(self) -> bytes:
+        out = bytearray()
+        for index, (code, jt, jf, k) in enumerate(self.code):
+            out += struct.pack("=HBBI", code, self._jump(index, jt), self._jump(index, jf), k)
+        return bytes(out)
+
+    def _jump(self, index: int, target: object) -> int:
+        if isinstance(target, int):
+            return target
+        offset = self.labels[str(target)] - index - 1
+        if not 0 <= offset < 256:
+            raise ConfinementError(f"filter jump out of range ({offset})")
+        return offset
+
+
+def build_filter(machine: str | None = None) -> bytes:
+    """The filter program for this machine's architecture (ConfinementError when unknown)."""
+    machine = machine or platform.machine()
+    if machine not in _ARCHES:
+        raise ConfinementError(f"no confinement filter for the {machine} architecture")
+    audit_arch, mode_arg, mknods, refused = _ARCHES[machine]
+    prog = _Program()
+    prog.op(_LD_W_ABS, _ARCH)
+    prog.op(_JEQ, audit_arch, 0, "kill")  # 32-bit (int 0x80) and foreign calls: killed
+    prog.op(_LD_W_ABS, _NR)
+    if machine == "x86_64":
+        prog.op(_JGE, _X32_BIT, "nosys", 0)
+    for number in sorted(refused):
+        prog.op(_JEQ, number, "nosys", 0)
+    for number, arg in sorted(mode_arg.items()):
+        prog.op(_JEQ, number, f"mknod{arg}" if number in mknods else f"mode{arg}", 0)
+    prog.op(_RET, _ALLOW)
+    for arg in sorted(set(mode_arg.values())):
+        prog.label(f"mode{arg}")
+        prog.op(_LD_W_ABS, _ARGS + 8 * arg)  # the low 32 bits: little-endian
+        prog.op(_JSET, _SPECIAL_BITS, "eperm", 0)
+        prog.op(_RET, _ALLOW)
+    for arg in sorted({mode_arg[n] for n in mknods}):
+        prog.label(f"mknod{arg}")
+        prog.op(_LD_W_ABS, _ARGS + 8 * arg)
+        prog.op(_JSET, _SPECIAL_BITS, "eperm", 0)
+        prog.op(_AND, _FILE_TYPE)
+        for device in _DEVICES:
+            prog.op(_JEQ, device, "eperm", 0)
+        prog.op(_RET, _ALLOW)
+    prog.label("eperm")
+    prog.op(_RET, _ERRNO | errno.EPERM)
+    prog.label("nosys")
+    prog.op(_RET, _ERRNO | errno.ENOSYS)
+    prog.label("kill")
+    prog.op(_RET, _KILL_PROCESS)
+    return prog.assemble()
+
+
+def install_filter(program: bytes | None = None) -> None:
+    """Confine this process and everything it starts from now on (irreversible)."""
+    program = program if program is not None else build_filter()
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.prctl(_PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0:
+        raise ConfinementError(f"no_new_privs refused: {os.strerror(ctypes.get_errno())}")
+    instructions = ctypes.create_string_buffer(program, len(program))
+
+    class _Fprog(ctypes.Structure):
+        _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.c_void_p)]
+
+    fprog = _Fprog(len(program) // 8, ctypes.cast(instructions, ctypes.c_void_p))
+    if libc.prctl(_PR_SET_SECCOMP, _SECCOMP_MODE_FILTER, ctypes.byref(fprog), 0, 0) != 0:
+        raise ConfinementError(f"the seccomp filter was refused: {os.strerror(ctypes.get_errno())}")
+
+
+def forbid_inspection() -> None:
+    """Non-dumpable: no process of another identity may open this one's /proc entries."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.prctl(_PR_SET_DUMPABLE, 0, 0, 0, 0) != 0:
+        raise ConfinementError(f"PR_SET_DUMPABLE refused: {os.strerror(ctypes.get_errno())}")
+
+
+def parse_identity(text: str) -> tuple[int, int]:
+    """`uid:gid` as the daemon passes it; never root, never group 0."""
+    uid_text, _, gid_text = text.partition(":")
+    uid, gid = int(uid_text), int(gid_text)
+    if uid <= 0 or gid <= 0:
+        raise ConfinementError(f"refusing to run commands as {uid}:{gid} (root or its group)")
+    return uid, gid
+
+
+def become(identity: tuple[int, int]) -> None:
+    """Drop to `identity` for good (no supplementary groups, no capabilities left)."""
+    uid, gid = identity
+    os.setgroups([])
+    os.setresgid(gid, gid, gid)
+    os.setresuid(uid, uid, uid)
+    if os.getresuid() != (uid, uid, uid) or os.getgroups():
+        raise ConfinementError("could not drop to the sandbox identity")

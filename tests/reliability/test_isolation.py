@@ -1,0 +1,391 @@
+"""Isolation against an attacker, tried as one would against a running daemon (real Docker, real
+kernel): host privilege planted through the sandbox, the sandbox's identity, workspaces swapped
+or nested under a session, answers forged from inside, Grep led outside by a tree that changes
+while it walks, and a disk filled from a sandbox. Nothing outside a workspace may be read or
+changed, no file may carry setuid/setgid bits or be a device, and every refusal says why."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import stat
+import struct
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import grpc
+import pytest
+
+from daemon._generated.tooljail.v1 import executor_pb2 as pb
+from daemon.config import PROJECT_ROOT
+from daemon.errors import TooljailError
+from tests.integration.harness import RunningDaemon, running_daemon
+from tests.reliability.conftest import Figure, Record
+from tests.reliability.support import (
+    OWNER_GID,
+    OWNER_UID,
+    execute,
+    owned_workspace,
+    scaled,
+    text_of,
+    unique,
+)
+from tests.reliability.swaps import Flipper, exchange, symlink
+
+pytestmark = [pytest.mark.integration, pytest.mark.docker]
+
+MARKER = "OUTSIDE-SECRET-7f1c"
+"""Lives only outside every workspace: seeing it in any answer is an escape."""
+FLOOR = 1000
+"""The lowest uid a sandbox may run as (sandbox.min_uid)."""
+
+
+def policy_with(folder: Path, **principal_settings: Any) -> Path:
+    """A copy of the shipped policies (in folder/policies) whose data allows sessions over
+    directories below folder/roots, and gives the local principal `principal_settings`."""
+    policies = folder / "policies"
+    shutil.copytree(PROJECT_ROOT / "policies", policies)
+    data_path = policies / "data.json"
+    data = json.loads(data_path.read_text())
+    data["tooljail"]["workspace_roots"] = [str(folder / "roots")]
+    data["tooljail"]["principals"]["local"] = principal_settings
+    data_path.write_text(json.dumps(data))
+    (folder / "roots").mkdir()
+    return policies
+
+
+@pytest.fixture(scope="module")
+def iso_root(rel_tmp: Path) -> Path:
+    folder = rel_tmp / "isolation"
+    folder.mkdir()
+    return folder
+
+
+@pytest.fixture(scope="module")
+def outside(iso_root: Path) -> Path:
+    """A folder outside every workspace, holding the marker, writable by the workspace owner."""
+    folder = owned_workspace(iso_root / "outside")
+    (folder / "secret.txt").write_text(f"{MARKER}\n")
+    os.chown(folder / "secret.txt", OWNER_UID, OWNER_GID)
+    return folder
+
+
+@pytest.fixture(scope="module")
+def iso_daemon(iso_root: Path, docker_ready: None) -> Iterator[RunningDaemon]:
+    """A sandbox daemon, run by root, that made its own default workspace (as under `make run`)
+    and may open sessions over directories below iso_root/roots."""
+    workspace = iso_root / "made-by-the-daemon"
+    with running_daemon(
+        workspace,
+        iso_root / f"{unique('iso')}.sock",
+        sandbox={"pool_size": 0, "ceilings": {"memory_mb": 256, "pids": 128}},
+        opa={"policies_dir": policy_with(iso_root)},
+        workspaces={"budget_mb": 64},
+    ) as daemon:
+        yield daemon
+
+
+def open_session(daemon: RunningDaemon, workspace: str = "") -> pb.Session:
+    session: pb.Session = daemon.stub.OpenSession(
+        pb.OpenSessionRequest(workspace=workspace), timeout=60
+    )
+    return session
+
+
+def bash(daemon: RunningDaemon, command: str, session: str = "") -> pb.ExecuteResponse:
+    return execute(daemon.stub, "Bash", {"command": command}, session_id=session)
+
+
+def privileged_files(root: Path) -> list[str]:
+    """Files below `root` (from the host's point of view) with setuid/setgid bits or that are
+    devices: what a local user could abuse."""
+    found = []
+    for dirpath, dirnames, filenames in os.walk(root):
+        for name in [*dirnames, *filenames]:
+            info = os.lstat(os.path.join(dirpath, name))
+            if info.st_mode & (stat.S_ISUID | stat.S_ISGID) and not stat.S_ISDIR(info.st_mode):
+                found.append(f"{name}: mode {oct(info.st_mode)} uid {info.st_uid}")
+            if stat.S_ISCHR(info.st_mode) or stat.S_ISBLK(info.st_mode):
+                found.append(f"{name}: device {oct(info.st_mode)}")
+    return found
+
+
+# Every way a program can leave a setuid/setgid file or a device node behind.
+_I386_CHMOD = (
+    "import ctypes, mmap\n"
+    "m = mmap.mmap(-1, 4096, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS | 0x40,"
+    " prot=mmap.PROT_READ | mmap.PROT_WRITE | mmap.PROT_EXEC)\n"
+    "base = ctypes.addressof(ctypes.c_char.from_buffer(m))\n"
+    "assert base < 2**32\n"
+    "m[256:256 + 8] = b'i386-s\\x00\\x00'\n"
+    "code = b'\\x53\\xb8\\x0f\\x00\\x00\\x00\\xbb' + (base + 256).to_bytes(4, 'little')"
+    " + b'\\xb9\\xed\\x09\\x00\\x00\\xcd\\x80\\x5b\\xc3'\n"
+    "m[0:len(code)] = code\n"
+    "print('i386 chmod:', ctypes.CFUNCTYPE(ctypes.c_int)(base)())\n"
+)
+SETUID_ROUTES = {
+    "chmod u+s": "cp /bin/sh s-chmod && chmod 4755 s-chmod",
+    "chmod g+s": "cp /bin/sh s-chmod-g && chmod g+s s-chmod-g",
+    "fchmod": "python3 -c \"import os; f=os.open('s-fchmod', os.O_CREAT|os.O_WRONLY, 0o755);"
+    ' os.fchmod(f, 0o4755)"',
+    "fchmodat": "python3 -c \"import os; open('s-fchmodat','w').close(); os.chmod('s-fchmodat',"
+    ' 0o2755)"',
+    "open(O_CREAT, mode)": "python3 -c \"import os; os.close(os.open('s-open',"
+    ' os.O_CREAT|os.O_WRONLY, 0o6755))"',
+    "mknod regular": "python3 -c \"import os; os.mknod('s-mknod', 0o104755)\"",
+    "mknod device": "python3 -c \"import os; os.mknod('d-null', 0o020666, os.makedev(1, 3))\"",
+    "cp -p": "cp -p /usr/bin/passwd s-cp-p",
+    "tar -p": "python3 -c \"import tarfile, io; t=tarfile.open('t.tar','w'); i=tarfile.TarInfo("
+    "'s-tar'); i.mode=0o4755; t.addfile(i, io.BytesIO(b'')); t.close()\" && tar -xpf t.tar",
+    "install -m": "install -m 4755 /bin/sh s-install",
+    "i386 int 0x80": f'printf "%s" "{_I386_CHMOD}" > i386.py && touch i386-s && python3 i386.py',
+    "io_uring": 'python3 -c "import ctypes; b=ctypes.create_string_buffer(120);'
+    " print('io_uring', ctypes.CDLL(None).syscall(425, 8, b))\"",
+}
+
+
+def test_no_setuid_file_or_device_reaches_the_host_by_any_route(
+    iso_daemon: RunningDaemon, iso_root: Path, record: Record
+) -> None:
+    owned = owned_workspace(iso_root / "roots" / "setuid-owned")
+    fresh = open_session(iso_daemon)
+    by_owner = open_session(iso_daemon, str(owned))
+    attempts = 0
+    for session in (fresh, by_owner):
+        for command in SETUID_ROUTES.values():
+            bash(iso_daemon, command, session.id)
+            attempts += 1
+        io_uring = text_of(bash(iso_daemon, SETUID_ROUTES["io_uring"], session.id))
+        assert "io_uring -1" in io_uring, f"io_uring can be set up in the sandbox: {io_uring}"
+    planted = privileged_files(Path(fresh.workspace)) + privileged_files(owned)
+    record("setuid/setgid/device planting, every route", attempts, attempts - len(planted))
+    assert planted == []
+
+
+def test_the_sandbox_never_runs_as_root_or_below_the_floor(
+    iso_daemon: RunningDaemon, iso_root: Path
+) -> None:
+    ids = "id -u; id -g; id -G"
+    for session in ("", open_session(iso_daemon).id):
+        answer = bash(iso_daemon, ids, session)
+        assert not answer.result.is_error, text_of(answer)
+        uid, gid, *groups = text_of(answer).split()
+        assert int(uid) >= FLOOR and int(gid) != 0, text_of(answer)
+        assert "0" not in groups
+    root_owned = iso_root / "roots" / "root-owned"
+    root_owned.mkdir(mode=0o755)
+    with pytest.raises(grpc.RpcError) as refused:
+        open_session(iso_daemon, str(root_owned))
+    assert refused.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert "sandbox.user" in (refused.value.details() or "")
+    # Nor is a daemon started over a workspace its sandboxes cannot use without root.
+    with pytest.raises(TooljailError, match=r"sandbox\.user"):
+        RunningDaemon(root_owned, iso_root / f"{unique('ro')}.sock", sandbox={"pool_size": 0})
+
+
+def test_nested_and_overlapping_workspaces_are_refused(
+    iso_daemon: RunningDaemon, iso_root: Path
+) -> None:
+    outer = owned_workspace(iso_root / "roots" / "outer")
+    inner = owned_workspace(outer / "inner")
+    first = open_session(iso_daemon, str(outer))
+    fresh = open_session(iso_daemon)
+    inside_fresh = Path(fresh.workspace) / "sub"
+    bash(iso_daemon, f"mkdir -p {inside_fresh}", fresh.id)
+    for candidate in (str(inner), str(outer), str(inside_fresh), str(iso_root / "roots")):
+        with pytest.raises(grpc.RpcError) as refused:
+            open_session(iso_daemon, candidate)
+        assert refused.value.code() == grpc.StatusCode.INVALID_ARGUMENT, candidate
+        assert "overlap" in (refused.value.details() or ""), refused.value.details()
+    iso_daemon.stub.CloseSession(pb.CloseSessionRequest(session_id=first.id), timeout=30)
+    assert open_session(iso_daemon, str(inner)).workspace == str(inner)
+
+
+def test_a_session_workspace_swapped_for_a_symlink_is_never_used(
+    iso_daemon: RunningDaemon, iso_root: Path, outside: Path, record: Record, figure: Figure
+) -> None:
+    real = owned_workspace(iso_root / "roots" / "swapped")
+    (real / "inside.txt").write_text("inside\n")
+    session = open_session(iso_daemon, str(real))
+    assert "inside" in text_of(bash(iso_daemon, "cat inside.txt", session.id))
+    parked = iso_root / "roots" / "swapped-real"
+    link = symlink(iso_root / "roots" / "swapped-link", outside)
+    calls = scaled(30, 300)
+    leaked = 0
+    refused = 0
+    with Flipper(real, link) as flipper:
+        for i in range(calls):
+            answer = bash(iso_daemon, f"cat secret.txt inside.txt; touch made-{i}", session.id)
+            leaked += MARKER in text_of(answer)
+            refused += answer.result.is_error and "workspace" in text_of(answer)
+            read = execute(
+                iso_daemon.stub, "Read", {"file_path": f"{real}/secret.txt"}, session_id=session.id
+            )
+            leaked += MARKER in text_of(read)
+        flips = flipper.flips
+    made_outside = [p.name for p in outside.iterdir() if p.name.startswith("made-")]
+    record("session workspace flipped to a symlink while calls run", 2 * calls, 2 * calls - leaked)
+    figure("workspace flips during the calls", f"{flips} flips, {refused} Bash calls refused")
+    assert leaked == 0 and made_outside == []
+    # Swapped for good: every further call is refused, saying why.
+    if real.is_symlink():
+        exchange(real, link)
+    real.rename(parked)
+    real.symlink_to(outside)
+    answer = bash(iso_daemon, "cat secret.txt", session.id)
+    assert answer.result.is_error and MARKER not in text_of(answer)
+    assert "workspace" in text_of(answer) and "moved" in text_of(answer)
+
+
+def test_open_session_races_a_symlink_flip_and_never_pins_the_outside(
+    iso_daemon: RunningDaemon, iso_root: Path, outside: Path, record: Record
+) -> None:
+    real = owned_workspace(iso_root / "roots" / "racing")
+    link = symlink(iso_root / "roots" / "racing-link", outside)
+    opened: list[pb.Session] = []
+    attempts = scaled(40, 400)
+    with Flipper(real, link):
+        for _ in range(attempts):
+            try:
+                opened.append(open_session(iso_daemon, str(real)))
+            except grpc.RpcError as exc:
+                assert exc.code() == grpc.StatusCode.INVALID_ARGUMENT, exc.details()
+                continue
+            iso_daemon.stub.CloseSession(
+                pb.CloseSessionRequest(session_id=opened[-1].id), timeout=30
+            )
+    if real.is_symlink():
+        exchange(real, link)
+    leaked = 0
+    for session in opened[:5]:
+        reopened = open_session(iso_daemon, session.workspace)
+        leaked += MARKER in text_of(bash(iso_daemon, "cat secret.txt", reopened.id))
+        iso_daemon.stub.CloseSession(pb.CloseSessionRequest(session_id=reopened.id), timeout=30)
+    record("OpenSession against a symlink flip", attempts, attempts - leaked)
+    assert leaked == 0
+
+
+def _frame(message: dict[str, Any]) -> str:
+    body = json.dumps(message).encode()
+    return "".join(f"\\x{b:02x}" for b in struct.pack(">I", len(body)) + body)
+
+
+def test_a_command_cannot_forge_its_answer(iso_daemon: RunningDaemon, record: Record) -> None:
+    forged = _frame({"type": "result", "v": 1, "exit_code": 0, "output": "FORGED ANSWER"})
+    targets = ["/proc/1/fd/1", "/proc/$PPID/fd/1", "/proc/1/fd/2", "/dev/stdout"]
+    attempts = 0
+    forged_seen = 0
+    for target in targets:
+        command = f"printf '{forged}' > {target} 2>/dev/null; echo real-output; exit 3"
+        answer = bash(iso_daemon, command)
+        attempts += 1
+        honest = answer.report.exit_code == 3 and "real-output" in text_of(answer)
+        forged_seen += "FORGED ANSWER" in text_of(answer) or not honest
+    record("answer forged from inside the sandbox", attempts, attempts - forged_seen)
+    assert forged_seen == 0
+
+
+def test_grep_never_follows_a_tree_flipped_to_symlinks_while_it_walks(
+    iso_root: Path, outside: Path, docker_ready: None, record: Record, figure: Figure
+) -> None:
+    """A local user flips directories and files of the workspace to symlinks out, and a second
+    session over the same directory (which this policy allows) does the same from its sandbox;
+    Greps of the first session run all the while."""
+    root = iso_root / "grep-overlap"
+    root.mkdir()
+    with running_daemon(
+        owned_workspace(root / "default"),
+        root / f"{unique('gr')}.sock",
+        sandbox={"pool_size": 0},
+        opa={"policies_dir": policy_with(root, overlapping_workspaces=True)},
+        workspaces={"budget_mb": 64},
+    ) as daemon:
+        tree = owned_workspace(root / "roots" / "tree")
+        for name in ("a", "b", "c"):
+            owned_workspace(tree / name)
+            (tree / name / "f.txt").write_text(f"{name} plain text\n")
+        first = open_session(daemon, str(tree))
+        second = open_session(daemon, str(tree))
+        flipping = (
+            f"cd {tree} && end=$((SECONDS+20)); while [ $SECONDS -lt $end ]; do "
+            f"mv c c.real; ln -s {outside} c; mv c c.link; mv c.real c; "
+            f"ln -sf {outside}/secret.txt a/f.link; rm -f a/f.link; done"
+        )
+        sandbox_flipper = threading.Thread(
+            target=lambda: bash(daemon, flipping, second.id), daemon=True
+        )
+        sandbox_flipper.start()
+        link = symlink(root / "roots" / "b-link", outside)
+        leaked = searches = 0
+        started = time.monotonic()
+        with Flipper(tree / "b", link) as flipper:
+            while time.monotonic() - started < 15:
+                for mode in ("content", "files_with_matches"):
+                    answer = execute(
+                        daemon.stub,
+                        "Grep",
+                        {"pattern": "SECRET|plain", "path": str(tree), "output_mode": mode},
+                        session_id=first.id,
+                    )
+                    searches += 1
+                    leaked += MARKER in text_of(answer) or "secret.txt" in text_of(answer)
+            flips = flipper.flips
+        sandbox_flipper.join(60)
+    record("Grep while the tree flips to symlinks out", searches, searches - leaked)
+    figure("Grep against flips", f"{searches} searches, {flips} host flips")
+    assert leaked == 0
+
+
+def test_filling_the_disk_stops_at_the_session_budget(
+    iso_daemon: RunningDaemon, iso_root: Path, record: Record
+) -> None:
+    fresh = open_session(iso_daemon)
+    other = open_session(iso_daemon)
+    free_before = shutil.disk_usage(iso_root).free
+    answer = bash(iso_daemon, "dd if=/dev/zero of=big bs=1M count=200 2>&1", fresh.id)
+    used = sum(f.stat().st_size for f in Path(fresh.workspace).glob("big*"))
+    text = text_of(answer)
+    held = answer.result.is_error and used <= 64 << 20 and "disk budget" in text
+    record("disk filled from a sandbox", 1, int(held))
+    assert held, text
+    assert shutil.disk_usage(iso_root).free > free_before - (80 << 20)
+    still = bash(iso_daemon, "echo fine > ok.txt && cat ok.txt", other.id)
+    assert "fine" in text_of(still) and not still.result.is_error
+
+
+def test_grep_never_reads_ignore_files_or_git_redirections_outside(
+    iso_daemon: RunningDaemon, iso_root: Path, outside: Path, record: Record
+) -> None:
+    """ripgrep reads .ignore, .gitignore and a .git file's `gitdir:` on its own; pointed outside
+    (whose lines ripgrep would echo in its errors), they are refused by the kernel."""
+    bad_lines = outside / "bad-globs"
+    bad_lines.write_text(f"{MARKER}[\n{{{MARKER}\n")
+    fake_git = owned_workspace(outside / "fake-git")
+    owned_workspace(fake_git / "info")
+    (fake_git / "info" / "exclude").write_text(f"{MARKER}[\n")
+    tree = owned_workspace(iso_root / "roots" / "ignores")
+    (tree / "found.txt").write_text("needle\n")
+    symlink(tree / ".ignore", bad_lines)
+    symlink(tree / ".rgignore", bad_lines)
+    sub = owned_workspace(tree / "sub")
+    (sub / ".git").write_text(f"gitdir: {fake_git}\n")
+    symlink(sub / ".gitignore", bad_lines)
+    (sub / "also.txt").write_text("needle\n")
+    session = open_session(iso_daemon, str(tree))
+    seen = []
+    for mode in ("content", "files_with_matches", "count"):
+        answer = execute(
+            iso_daemon.stub,
+            "Grep",
+            {"pattern": "needle", "path": str(tree), "output_mode": mode},
+            session_id=session.id,
+        )
+        seen.append(text_of(answer))
+    leaked = sum(MARKER in text for text in seen)
+    record("Grep and ignore files pointing outside", len(seen), len(seen) - leaked)
+    assert leaked == 0, seen
+    assert all("found.txt" in text or "needle" in text or ":" in text for text in seen)

@@ -1,0 +1,126 @@
+"""The runner's own confinement, on this kernel (no Docker): a process that installed the filter
+can no longer make setuid/setgid files or devices by any system call, nor reach around the filter
+(32-bit calls, x32, io_uring, openat2), while ordinary file work goes on."""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from sandbox.runner.confine import ConfinementError, build_filter, parse_identity
+
+_ATTEMPTS = r"""
+import ctypes, errno, json, os, sys
+sys.path.insert(0, sys.argv[1])
+from sandbox.runner.confine import install_filter
+install_filter()
+out = {}
+def attempt(name, action):
+    try:
+        action()
+        out[name] = "ok"
+    except OSError as exc:
+        out[name] = errno.errorcode[exc.errno]
+open("plain", "w").close()
+attempt("chmod 0755", lambda: os.chmod("plain", 0o755))
+attempt("chmod 4755", lambda: os.chmod("plain", 0o4755))
+attempt("chmod 2755", lambda: os.chmod("plain", 0o2755))
+fd = os.open("other", os.O_CREAT | os.O_WRONLY, 0o644)
+attempt("fchmod 4755", lambda: os.fchmod(fd, 0o4755))
+attempt("open 6755", lambda: os.close(os.open("made", os.O_CREAT | os.O_WRONLY, 0o6755)))
+attempt("mknod regular", lambda: os.mknod("regular", 0o100644))
+attempt("mknod setuid", lambda: os.mknod("setuid", 0o104755))
+attempt("mknod char", lambda: os.mknod("char", 0o020666, os.makedev(1, 3)))
+attempt("mknod block", lambda: os.mknod("block", 0o060666, os.makedev(7, 0)))
+attempt("mkfifo", lambda: os.mkfifo("fifo"))
+attempt("mkdir", lambda: os.mkdir("dir"))
+libc = ctypes.CDLL(None, use_errno=True)
+buffer = ctypes.create_string_buffer(120)
+for name, call in [
+    ("io_uring_setup", lambda: libc.syscall(425, 8, buffer)),
+    ("openat2", lambda: libc.syscall(437, -100, b"plain", None, 0)),
+    ("x32 chmod", lambda: libc.syscall(0x40000000 | 90, b"plain", 0o4755)),
+]:
+    result = call()
+    out[name] = "ok" if result >= 0 else errno.errorcode[ctypes.get_errno()]
+print(json.dumps(out))
+"""
+
+
+@pytest.fixture
+def outcomes(tmp_path: Path) -> dict[str, str]:
+    root = str(Path(__file__).resolve().parents[2])
+    done = subprocess.run(
+        [sys.executable, "-c", _ATTEMPTS, root],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
+    result: dict[str, str] = json.loads(done.stdout)
+    return result
+
+
+def test_special_bits_and_devices_are_refused_by_every_call(
+    outcomes: dict[str, str], tmp_path: Path
+) -> None:
+    for refused in ("chmod 4755", "chmod 2755", "fchmod 4755", "open 6755", "mknod setuid"):
+        assert outcomes[refused] == "EPERM", refused
+    assert outcomes["mknod char"] == outcomes["mknod block"] == "EPERM"
+    for path in tmp_path.iterdir():
+        mode = path.lstat().st_mode
+        assert not mode & (stat.S_ISUID | stat.S_ISGID), path
+        assert not (stat.S_ISCHR(mode) or stat.S_ISBLK(mode)), path
+
+
+def test_ordinary_file_work_goes_on(outcomes: dict[str, str], tmp_path: Path) -> None:
+    assert outcomes["chmod 0755"] == outcomes["mknod regular"] == "ok"
+    assert outcomes["mkfifo"] == outcomes["mkdir"] == "ok"
+    assert stat.S_IMODE((tmp_path / "plain").stat().st_mode) == 0o755
+
+
+def test_the_ways_around_the_filter_are_closed(outcomes: dict[str, str]) -> None:
+    assert outcomes["io_uring_setup"] == "ENOSYS"  # its ops open files without system calls
+    assert outcomes["openat2"] == "ENOSYS"  # its mode is behind a pointer; libc falls back
+    assert outcomes["x32 chmod"] == "ENOSYS"
+
+
+@pytest.mark.skipif(os.uname().machine != "x86_64", reason="32-bit calls are x86 only")
+def test_a_32_bit_system_call_kills_the_process(tmp_path: Path) -> None:
+    # int 0x80 reaches the i386 table (other numbers, other argument order): not allowed at all.
+    code = (
+        "import ctypes, mmap, sys\n"
+        "sys.path.insert(0, sys.argv[1])\n"
+        "from sandbox.runner.confine import install_filter\n"
+        "install_filter()\n"
+        "m = mmap.mmap(-1, 4096, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS,"
+        " prot=mmap.PROT_READ | mmap.PROT_WRITE | mmap.PROT_EXEC)\n"
+        "m[0:8] = b'\\xb8\\x14\\x00\\x00\\x00\\xcd\\x80\\xc3'\n"  # mov eax, 20 (getpid); int 0x80
+        "ctypes.CFUNCTYPE(ctypes.c_int)(ctypes.addressof(ctypes.c_char.from_buffer(m)))()\n"
+        "print('survived')\n"
+    )
+    root = str(Path(__file__).resolve().parents[2])
+    done = subprocess.run(
+        [sys.executable, "-c", code, root], capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode == -31 and "survived" not in done.stdout  # SIGSYS
+
+
+def test_an_unknown_architecture_gets_no_filter_rather_than_a_wrong_one() -> None:
+    with pytest.raises(ConfinementError, match="no confinement filter"):
+        build_filter("mips")
+    assert len(build_filter("x86_64")) % 8 == 0 and len(build_filter("aarch64")) % 8 == 0
+
+
+@pytest.mark.parametrize("text", ["0:1000", "1000:0", "0:0"])
+def test_commands_never_run_as_root_or_group_zero(text: str) -> None:
+    with pytest.raises(ConfinementError, match="refusing"):
+        parse_identity(text)
+    assert parse_identity("1000:1001") == (1000, 1001)

@@ -1,0 +1,106 @@
+"""Who sandboxes run as over a workspace, and which open workspaces overlap (no Docker)."""
+
+from __future__ import annotations
+
+import os
+import pwd
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from daemon.errors import RequestError
+from daemon.host.pinned import PinnedDirectory
+from daemon.sessions.workspaces import IdentityRule, overlaps_of, pin_workspace
+
+pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="needs root to own folders as others")
+
+SANDBOX_USER = "tooljail-sandbox"
+
+
+@pytest.fixture
+def rule() -> IdentityRule:
+    try:
+        pwd.getpwnam(SANDBOX_USER)
+    except KeyError:
+        pytest.skip(f"the account {SANDBOX_USER} is missing (make setup creates it)")
+    return IdentityRule(user=SANDBOX_USER, min_uid=1000, run_as_owner=True)
+
+
+@pytest.fixture
+def folders(tmp_path: Path) -> Iterator[dict[str, PinnedDirectory]]:
+    made: dict[str, PinnedDirectory] = {}
+    for name, owner, mode in (
+        ("user", (1000, 1000), 0o755),
+        ("root", (0, 0), 0o755),
+        ("root-open", (0, 0), 0o777),
+        ("user-root-group", (1000, 0), 0o755),
+        ("user-root-group-open", (1000, 0), 0o777),
+    ):
+        folder = tmp_path.resolve() / name
+        folder.mkdir()
+        folder.chmod(mode)
+        os.chown(folder, *owner)
+        made[name] = PinnedDirectory.pin(folder)
+    yield made
+    for pinned in made.values():
+        pinned.close()
+
+
+def test_a_regular_users_workspace_runs_as_that_user(
+    rule: IdentityRule, folders: dict[str, PinnedDirectory]
+) -> None:
+    assert rule.for_workspace(folders["user"]) == (1000, 1000)
+
+
+def test_anything_else_runs_as_the_sandbox_account_when_it_can_write(
+    rule: IdentityRule, folders: dict[str, PinnedDirectory]
+) -> None:
+    account = pwd.getpwnam(SANDBOX_USER)
+    assert rule.for_workspace(folders["root-open"]) == (account.pw_uid, account.pw_gid)
+    assert rule.for_workspace(folders["user-root-group-open"])[0] == account.pw_uid
+    with pytest.raises(RequestError, match=r"sandbox\.min_uid=1000"):
+        rule.for_workspace(folders["root"])
+    with pytest.raises(RequestError, match="its group is root's"):
+        rule.for_workspace(folders["user-root-group"])
+
+
+def test_never_as_the_owner_when_the_operator_says_so(folders: dict[str, PinnedDirectory]) -> None:
+    strict = IdentityRule(user=SANDBOX_USER, min_uid=1000, run_as_owner=False)
+    with pytest.raises(RequestError, match="cannot write it"):
+        strict.for_workspace(folders["user"])
+
+
+def test_an_account_below_the_floor_is_refused() -> None:
+    with pytest.raises(RequestError, match=r"sandbox\.min_uid"):
+        IdentityRule(user="daemon", min_uid=1000, run_as_owner=True).dedicated()
+    with pytest.raises(RequestError, match="does not exist"):
+        IdentityRule(user="no-such-account-x", min_uid=1000, run_as_owner=True).dedicated()
+
+
+def test_overlaps_by_path_and_by_inode(tmp_path: Path) -> None:
+    root = tmp_path.resolve()
+    for name in ("a/b/c", "d"):
+        (root / name).mkdir(parents=True)
+    open_ones = {"s1": PinnedDirectory.pin(root / "a"), "s2": PinnedDirectory.pin(root / "d")}
+    try:
+        relations = {
+            name: [(o.session, o.relation) for o in overlaps_of(pin_workspace(str(root / name)),
+                                                                open_ones)]
+            for name in ("a", "a/b/c", "d", "")
+        }  # fmt: skip
+    finally:
+        for pinned in open_ones.values():
+            pinned.close()
+    assert relations["a"] == [("s1", "same")]
+    assert relations["a/b/c"] == [("s1", "inside")]
+    assert relations[""] == [("s1", "contains"), ("s2", "contains")]
+    assert relations["d"] == [("s2", "same")]
+
+
+def test_a_caller_naming_a_symlinked_path_is_told_the_real_one(tmp_path: Path) -> None:
+    root = tmp_path.resolve()
+    (root / "real").mkdir()
+    (root / "link").symlink_to(root / "real")
+    with pytest.raises(RequestError, match=f"its real path is {root / 'real'}"):
+        pin_workspace(str(root / "link"))
