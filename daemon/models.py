@@ -6,7 +6,9 @@ import base64
 from enum import StrEnum
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from daemon.text import wire_safe
 
 
 class Frozen(BaseModel):
@@ -31,7 +33,12 @@ class TextContent(Frozen):
 
     type: Literal["text"] = "text"
     text: str
-    """The text the model reads."""
+    """The text the model reads (valid UTF-8: file names that are not show as \\xNN escapes)."""
+
+    @field_validator("text")
+    @classmethod
+    def _valid_utf8(cls, text: str) -> str:
+        return wire_safe(text)
 
 
 class ImageContent(Frozen):

@@ -27,6 +27,15 @@ RUNNER_PATH = f"{RUNNER_DIR}/runner.py"
 #: The only capabilities left, and only to the runner (root inside the container): to switch to
 #: the command's identity and to signal the command's processes. The command itself has none.
 RUNNER_CAPABILITIES = ["SETUID", "SETGID", "KILL"]
+# The command starts as the OOM killer's first choice, but it may lower its score back to 0 (a
+# floor needs CAP_SYS_RESOURCE, which engines do not always have to give). So what a command can
+# leave behind to hold the container's memory after it is killed is bounded instead, and the
+# runner keeps room to answer:
+#: shared memory goes with its last user, and message queues are few;
+IPC_SYSCTLS = {"kernel.shm_rmid_forced": "1", "kernel.msgmni": "16"}
+#: /tmp holds at most half the memory, and as many files and folders as it has 4 KiB pages (the
+#: kernel memory of empty folders counts too, not only bytes).
+TMPFS_INODES_PER_MB = 256
 
 #: The whole environment of a container: nothing of the daemon's own environment leaks in.
 SAFE_ENV: dict[str, str] = {
@@ -94,6 +103,8 @@ def container_recipe(
     run_as = f"{spec.run_as[0]}:{spec.run_as[1]}"
     memory = limits.memory_mb * _MIB
     file_size = limits.file_size_mb * _MIB
+    tmpfs_mb = max(1, min(limits.tmpfs_mb, limits.memory_mb // 2))
+    tmpfs = f"rw,nosuid,nodev,size={tmpfs_mb}m,nr_inodes={tmpfs_mb * TMPFS_INODES_PER_MB},mode=1777"
     create_kwargs: dict[str, Any] = {
         "image": image,
         # -E -s -S rather than -I: the runner's own (read-only) folder must be on sys.path.
@@ -131,9 +142,10 @@ def container_recipe(
         "cap_add": list(RUNNER_CAPABILITIES),
         "security_opt": ["no-new-privileges"],
         "read_only": True,
-        "tmpfs": {"/tmp": f"rw,nosuid,nodev,size={limits.tmpfs_mb}m,mode=1777"},  # noqa: S108
+        "tmpfs": {"/tmp": tmpfs},  # noqa: S108
         "network_mode": "bridge" if limits.network == NetworkMode.BRIDGE else "none",
         "ipc_mode": "private",
+        "sysctls": dict(IPC_SYSCTLS),
         "pids_limit": limits.pids,
         "mem_limit": memory,
         "memswap_limit": memory,  # equal: no swap at all

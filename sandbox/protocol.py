@@ -39,8 +39,14 @@ class ProtocolError(Exception):
 
 def encode_frame(message: dict[str, Any]) -> bytes:
     """A length-prefixed UTF-8 JSON frame."""
-    body = json.dumps(message, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
-    return _LENGTH.pack(len(body)) + body
+    body = json.dumps(message, ensure_ascii=False, separators=(",", ":"))
+    try:
+        encoded = body.encode("utf-8")
+    except UnicodeEncodeError:
+        # A file name that is not UTF-8 (Python holds its bytes as lone surrogates): as JSON
+        # escapes, which decode back to the same surrogates, hence the same bytes, in the runner.
+        encoded = json.dumps(message, separators=(",", ":")).encode("ascii")
+    return _LENGTH.pack(len(encoded)) + encoded
 
 
 class AttachDemuxer:

@@ -39,6 +39,10 @@ class AuditLog:
     def write(self, record: dict[str, Any]) -> None:
         """Write one record as a single line."""
         line = json.dumps(record, ensure_ascii=False, separators=(",", ":"), default=str)
+        try:
+            line.encode("utf-8")
+        except UnicodeEncodeError:  # a file name that is not UTF-8: as JSON escapes instead
+            line = json.dumps(record, separators=(",", ":"), default=str)
         with self._lock:
             self._stream.write(line + "\n")
             self._stream.flush()

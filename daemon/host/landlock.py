@@ -2,27 +2,30 @@
 
 `tooljail-landlock` (daemon/host/landlock.c, built by `make setup`) restricts itself with a
 Landlock ruleset, then execs the program: the program may read the pinned workspace (by
-descriptor) and execute the system's programs and libraries, nothing else; no writes, no TCP, no
-signals out. Checks happen when a file is opened, after symbolic links are resolved, so a
-directory or file swapped for a symlink to outside while the program walks fails with EACCES
-instead of being read. The wrapper is needed because the daemon has threads: it cannot run code
-between fork and exec in the child itself.
+descriptor) and read and execute its own files (the program, its loader and the libraries the
+loader lists for it), nothing else: no other file of /usr, no writes, no TCP, no signals out.
+Checks happen when a file is opened, after symbolic links are resolved, so a directory or file
+swapped for a symlink to outside while the program walks fails with EACCES instead of being read.
+The wrapper is needed because the daemon has threads: it cannot run code between fork and exec in
+the child itself.
 """
 
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import sys
 from dataclasses import dataclass
 from pathlib import Path
 
 from daemon.errors import ToolError
+from daemon.host.child import run_child
 from daemon.host.pinned import PinnedDirectory
 
 HELPER_NAME = "tooljail-landlock"
-#: Where the dynamic loader finds a program and its libraries (read and execute, no writing).
-SYSTEM_PATHS = ("/usr", "/lib", "/lib64", "/etc/ld.so.cache")
+#: Read by the dynamic loader of every program: where the libraries are (no secrets).
+LOADER_CACHE = "/etc/ld.so.cache"
 _PROJECT_HELPER = Path(__file__).resolve().parents[2] / ".tools" / "bin" / HELPER_NAME
 
 
@@ -53,14 +56,53 @@ def find_helper() -> str:
     return found
 
 
-def confined(program: str, workspace: PinnedDirectory) -> Confined:
-    """`program` confined to reading `workspace` (and running system programs)."""
-    command = [find_helper(), "--read-fd", str(workspace.fd)]
-    for path in SYSTEM_PATHS:
+async def confined(program: str, workspace: PinnedDirectory) -> Confined:
+    """`program` confined to reading `workspace` (and running its own files)."""
+    command = [find_helper(), "--read-fd", str(workspace.fd), "--read", LOADER_CACHE]
+    for path in await program_files(program):
         command += ["--exec", path]
-    if not any(program.startswith(p.rstrip("/") + "/") for p in SYSTEM_PATHS):
-        command += ["--exec", program]
     return Confined((*command, "--", program), (workspace.fd,))
+
+
+_FileId = tuple[str, int, int]
+_programs: dict[str, tuple[_FileId, ...]] = {}
+# "libc.so.6 => /lib/x86_64-linux-gnu/libc.so.6 (0x...)" or "/lib64/ld-linux-x86-64.so.2 (0x...)"
+_LISTED = re.compile(r"^\s*(?:\S+ => )?(/\S+) \(0x[0-9a-f]+\)$", re.MULTILINE)
+
+
+async def program_files(program: str) -> tuple[str, ...]:
+    """The files `program` needs to start: itself, its loader and its shared libraries, by real
+    path (a Landlock rule is on the file a path leads to). Remembered, and looked up again when
+    any of them was replaced (a package upgrade)."""
+    known = _programs.get(program)
+    if known is None or not all(_identity(path) == (path, dev, ino) for path, dev, ino in known):
+        known = tuple(_identity(path) for path in await _listed_files(program))
+        _programs[program] = known
+    return tuple(path for path, _, _ in known)
+
+
+def _identity(path: str) -> _FileId:
+    try:
+        info = Path(path).stat()
+    except OSError:
+        return (path, -1, -1)
+    return (path, info.st_dev, info.st_ino)
+
+
+async def _listed_files(program: str) -> list[str]:
+    """The program and what `ldd` lists for it (the loader's own list; a static program has
+    none)."""
+    ldd = shutil.which("ldd")
+    if ldd is None:
+        raise ToolError(
+            "The host-side search cannot be confined: ldd (which lists the libraries a program "
+            "may load) is not installed on the daemon's host. Tell the operator."
+        )
+    listed = await run_child(
+        [ldd, program], timeout_s=30, output_cap=64 * 1024, env={"LC_ALL": "C", "PATH": os.defpath}
+    )
+    files = [program, *_LISTED.findall(listed.stdout.text())]
+    return sorted({os.path.realpath(path) for path in files})
 
 
 #: The wrapper's exit status when the confinement could not be set up (nothing ran).

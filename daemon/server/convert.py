@@ -25,6 +25,7 @@ from daemon.policy.gate import ApprovalRequest
 from daemon.policy.reloader import ReloadResult
 from daemon.sessions.manager import ClosedSession
 from daemon.sessions.session import Session
+from daemon.text import wire_safe
 from daemon.tools.contract import ProgressUpdate
 from daemon.tools.registry import ToolDefinition
 
@@ -98,7 +99,7 @@ def _result_to_proto(result: ToolResult) -> pb.ToolResult:
 def _decision_to_proto(decision: Decision) -> pb.Decision:
     return pb.Decision(
         outcome=_OUTCOMES[decision.outcome],
-        reasons=list(decision.reasons),
+        reasons=[wire_safe(reason) for reason in decision.reasons],
         decision_id=decision.decision_id,
         policy_revision=decision.policy_revision,
         approval_token=decision.approval_token,
@@ -116,7 +117,7 @@ def outcome_to_proto(outcome: ExecuteOutcome) -> pb.ExecuteResponse:
         decision=_decision_to_proto(outcome.decision),
         report=_report_to_proto(outcome.report),
         tool_result_json=json.dumps(outcome.result.to_anthropic(), ensure_ascii=False),
-        summary=outcome.summary,
+        summary=wire_safe(outcome.summary),
     )
 
 
@@ -130,9 +131,9 @@ def progress_to_proto(tool_use_id: str, update: ProgressUpdate, dropped: int) ->
     return pb.ExecuteEvent(
         progress=pb.Progress(
             tool_use_id=tool_use_id,
-            output=update.output,
+            output=wire_safe(update.output),
             files_scanned=update.files_scanned,
-            message=update.message,
+            message=wire_safe(update.message),
             dropped_chunks=dropped,
         )
     )
@@ -167,7 +168,7 @@ def session_to_proto(session: Session) -> pb.Session:
     """A session as the caller sees it."""
     return pb.Session(
         id=session.id,
-        workspace=str(session.workspace),
+        workspace=wire_safe(str(session.workspace)),
         idle_ttl_s=int(session.idle_ttl_s or 0),
         mode=session.mode,
     )

@@ -13,6 +13,7 @@ from daemon.errors import (
     Unauthenticated,
     Unavailable,
 )
+from daemon.text import wire_safe
 
 _STATUS: tuple[tuple[type[TooljailError], grpc.StatusCode], ...] = (
     (RequestError, grpc.StatusCode.INVALID_ARGUMENT),
@@ -38,7 +39,7 @@ MAX_STATUS_CHARS = 2_000
 
 def status_message(exc: TooljailError) -> str:
     """The error's text for a status, shortened so that it always reaches the caller."""
-    text = str(exc)
+    text = wire_safe(str(exc))
     if len(text) <= MAX_STATUS_CHARS:
         return text
     return text[: MAX_STATUS_CHARS - 40] + f" ... [{len(text) - MAX_STATUS_CHARS + 40} chars cut]"

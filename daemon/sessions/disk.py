@@ -171,5 +171,24 @@ class BudgetedWorkspaces:
         return folder
 
     async def delete(self, folder: Path) -> bool:
+        # Its budget goes first: removing an entry inside a full workspace needs room in it.
+        await _run("btrfs", "qgroup", "limit", "none", str(folder))
+        # Then the subvolumes inside it, deepest first: sandboxes cannot make any (their seccomp
+        # filter refuses btrfs ioctls), but an operator or an older version may have, and btrfs
+        # will not delete a subvolume that holds another.
+        for nested in await self._nested(folder):
+            await _run("btrfs", "subvolume", "delete", str(nested))
         await _run("btrfs", "subvolume", "delete", str(folder))
         return not folder.exists()
+
+    async def _nested(self, folder: Path) -> list[Path]:
+        """Subvolumes at any depth below `folder`, deepest first."""
+        root = await self._ensure()
+        listed = await _run("btrfs", "subvolume", "list", str(root))
+        prefix = f"{folder.relative_to(root)}/"
+        found = []
+        for line in listed.splitlines():
+            _, marker, relative = line.partition(" path ")
+            if marker and relative.startswith(prefix):
+                found.append(root / relative)
+        return sorted(found, key=lambda path: len(path.parts), reverse=True)

@@ -23,6 +23,7 @@ from typing import Literal
 from daemon.errors import RequestError
 from daemon.host.confine import is_inside
 from daemon.host.pinned import NotPinnable, PinnedDirectory
+from daemon.text import wire_safe
 
 Relation = Literal["same", "inside", "contains"]
 
@@ -50,7 +51,10 @@ def pin_workspace(raw: str) -> PinnedDirectory:
             real = os.path.realpath(path)
         except OSError:  # it changes while it is looked at: no hint then
             real = str(path)
+        shown = wire_safe(real)
         hint = f"; its real path is {real}, give that" if real != str(path) else ""
+        if shown != real:
+            hint = f"; its real path {shown} is not valid UTF-8, which no request can name"
         raise RequestError(f"workspace {path} cannot be used: {exc.strerror}{hint}") from exc
 
 

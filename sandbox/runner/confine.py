@@ -6,6 +6,10 @@
   the ways around those checks: 32-bit and x32 system calls (other numbers, other arguments),
   io_uring (opens files without system calls) and openat2 (its mode sits behind a pointer the
   filter cannot read; programs fall back to openat).
+- renameat2 with RENAME_WHITEOUT (it leaves a 0:0 character device behind, without mknod), and
+  the btrfs family of ioctls (type 0x94: making subvolumes, which a qgroup disk budget does not
+  cover, snapshots and reflinks), refused with ENOTTY as on a filesystem without them, so
+  programs fall back (cp copies).
 - The identity the command runs as: never root. The runner itself stays root inside the
   container (with only the capabilities to switch identity and signal its command), so the
   command cannot reach the runner's output, its /proc entries or its signals.
@@ -18,6 +22,7 @@ import errno
 import os
 import platform
 import struct
+from dataclasses import dataclass
 
 # Classic BPF opcodes (linux/filter.h) and seccomp constants (linux/seccomp.h).
 _LD_W_ABS = 0x20
@@ -40,20 +45,45 @@ _FILE_TYPE = 0o170000
 _DEVICES = (0o020000, 0o060000)  # S_IFCHR, S_IFBLK
 _X32_BIT = 0x40000000
 
-# Per architecture: (audit arch, {syscall: index of its mode argument}, mknod-like syscalls,
-# syscalls refused outright with ENOSYS).
+_RENAME_WHITEOUT = 4
+_IOCTL_TYPE = 0xFF00
+_BTRFS_IOCTLS = 0x9400
+
+
+@dataclass(frozen=True)
+class _Arch:
+    audit: int
+    """AUDIT_ARCH_* of the native system calls."""
+    mode_arg: dict[int, int]
+    """Calls that take a file mode: the index of that argument."""
+    mknods: frozenset[int]
+    """Those of them that can also make devices."""
+    refused: frozenset[int]
+    """Calls refused outright with ENOSYS."""
+    masked: dict[int, tuple[int, int, int, int]]
+    """Calls refused when (argument & mask) == value: (argument index, mask, value, errno)."""
+
+
 _ARCHES = {
-    "x86_64": (
+    "x86_64": _Arch(
         0xC000003E,
         {90: 1, 91: 1, 268: 2, 452: 2, 2: 2, 257: 3, 85: 1, 133: 1, 259: 2},
-        {133, 259},
-        {425, 426, 427, 437},
+        frozenset({133, 259}),
+        frozenset({425, 426, 427, 437}),
+        {
+            316: (4, _RENAME_WHITEOUT, _RENAME_WHITEOUT, errno.EPERM),
+            16: (1, _IOCTL_TYPE, _BTRFS_IOCTLS, errno.ENOTTY),
+        },
     ),
-    "aarch64": (
+    "aarch64": _Arch(
         0xC00000B7,
         {52: 1, 53: 2, 452: 2, 56: 3, 33: 2},
-        {33},
-        {425, 426, 427, 437},
+        frozenset({33}),
+        frozenset({425, 426, 427, 437}),
+        {
+            276: (4, _RENAME_WHITEOUT, _RENAME_WHITEOUT, errno.EPERM),
+            29: (1, _IOCTL_TYPE, _BTRFS_IOCTLS, errno.ENOTTY),
+        },
     ),
 }
 
@@ -95,30 +125,39 @@ def build_filter(machine: str | None = None) -> bytes:
     machine = machine or platform.machine()
     if machine not in _ARCHES:
         raise ConfinementError(f"no confinement filter for the {machine} architecture")
-    audit_arch, mode_arg, mknods, refused = _ARCHES[machine]
+    arch = _ARCHES[machine]
     prog = _Program()
     prog.op(_LD_W_ABS, _ARCH)
-    prog.op(_JEQ, audit_arch, 0, "kill")  # 32-bit (int 0x80) and foreign calls: killed
+    prog.op(_JEQ, arch.audit, 0, "kill")  # 32-bit (int 0x80) and foreign calls: killed
     prog.op(_LD_W_ABS, _NR)
     if machine == "x86_64":
         prog.op(_JGE, _X32_BIT, "nosys", 0)
-    for number in sorted(refused):
+    for number in sorted(arch.refused):
         prog.op(_JEQ, number, "nosys", 0)
-    for number, arg in sorted(mode_arg.items()):
-        prog.op(_JEQ, number, f"mknod{arg}" if number in mknods else f"mode{arg}", 0)
+    for number, arg in sorted(arch.mode_arg.items()):
+        prog.op(_JEQ, number, f"mknod{arg}" if number in arch.mknods else f"mode{arg}", 0)
+    for number in sorted(arch.masked):
+        prog.op(_JEQ, number, f"masked{number}", 0)
     prog.op(_RET, _ALLOW)
-    for arg in sorted(set(mode_arg.values())):
+    for arg in sorted(set(arch.mode_arg.values())):
         prog.label(f"mode{arg}")
         prog.op(_LD_W_ABS, _ARGS + 8 * arg)  # the low 32 bits: little-endian
         prog.op(_JSET, _SPECIAL_BITS, "eperm", 0)
         prog.op(_RET, _ALLOW)
-    for arg in sorted({mode_arg[n] for n in mknods}):
+    for arg in sorted({arch.mode_arg[n] for n in arch.mknods}):
         prog.label(f"mknod{arg}")
         prog.op(_LD_W_ABS, _ARGS + 8 * arg)
         prog.op(_JSET, _SPECIAL_BITS, "eperm", 0)
         prog.op(_AND, _FILE_TYPE)
         for device in _DEVICES:
             prog.op(_JEQ, device, "eperm", 0)
+        prog.op(_RET, _ALLOW)
+    for number, (arg, mask, value, refusal) in sorted(arch.masked.items()):
+        prog.label(f"masked{number}")
+        prog.op(_LD_W_ABS, _ARGS + 8 * arg)  # flags and ioctl requests are 32-bit
+        prog.op(_AND, mask)
+        prog.op(_JEQ, value, 0, 1)
+        prog.op(_RET, _ERRNO | refusal)
         prog.op(_RET, _ALLOW)
     prog.label("eperm")
     prog.op(_RET, _ERRNO | errno.EPERM)

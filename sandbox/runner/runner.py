@@ -60,15 +60,9 @@ DRAIN_GRACE_S = 0.25
 RC_FD = 30
 CWD_FD = 31
 #: Sourced by bash through BASH_ENV before the command, so the command string runs verbatim (error
-#: messages and line numbers are exactly bash's own). It makes the shell's processes the OOM
-#: killer's first choice (the runner must survive to report), records the final directory at exit,
-#: and removes its own traces so nested bash scripts do not source it again.
-_BASH_ENV = (
-    "unset BASH_ENV\n"
-    "builtin echo 1000 2>/dev/null >/proc/self/oom_score_adj\n"
-    f"trap 'builtin pwd -P >&{CWD_FD} 2>/dev/null' EXIT\n"
-    f"exec {RC_FD}<&-\n"
-)
+#: messages and line numbers are exactly bash's own). It records the final directory at exit, and
+#: removes its own traces so nested bash scripts do not source it again.
+_BASH_ENV = f"unset BASH_ENV\ntrap 'builtin pwd -P >&{CWD_FD} 2>/dev/null' EXIT\nexec {RC_FD}<&-\n"
 _CHUNK = 1 << 16
 _MARKER = "\n[... {n} bytes of output omitted ...]\n"
 #: Progress output is sent at most this often (the host relays it to people, not to the model).
@@ -131,8 +125,14 @@ def read_request(fd: int, idle_timeout: float | None) -> dict[str, Any] | None:
 
 def write_message(fd: int, message: dict[str, Any]) -> None:
     """Write one length-prefixed JSON message, all of it."""
-    body = json.dumps(message, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
-    view = memoryview(_HEADER.pack(len(body)) + body)
+    body = json.dumps(message, ensure_ascii=False, separators=(",", ":"))
+    try:
+        encoded = body.encode("utf-8")
+    except UnicodeEncodeError:
+        # A file name that is not UTF-8 (its bytes held as lone surrogates): as JSON escapes,
+        # which decode back to the same surrogates on the host.
+        encoded = json.dumps(message, separators=(",", ":")).encode("ascii")
+    view = memoryview(_HEADER.pack(len(encoded)) + encoded)
     while view:
         written = os.write(fd, view)
         view = view[written:]
@@ -305,10 +305,19 @@ def _pipe_at(fd: int, target: int) -> None:
         os.set_inheritable(fd, True)
 
 
-def _enter(cwd: str) -> None:
-    """In the command's process, as its identity, before bash starts: enter the working
-    directory, and give bash its start-up file on a pipe of its own (bash opens /dev/fd/N again,
-    which a pipe made by the runner's identity would refuse)."""
+#: The command's OOM score: the kernel's first choice when memory runs out, so the runner lives
+#: to report (see sandbox/hardening.py for a command that lowers it).
+COMMAND_OOM_SCORE_ADJ = 1000
+
+
+def _enter(cwd: str, identity: tuple[int, int] | None) -> None:
+    """In the command's process before bash starts: make it the OOM killer's first choice,
+    become the command's identity, enter the working
+    directory with its rights, and give bash its start-up file on a pipe of its own (bash opens
+    /dev/fd/N again, which a pipe made by the runner's identity would refuse)."""
+    Path("/proc/self/oom_score_adj").write_text(str(COMMAND_OOM_SCORE_ADJ))
+    if identity is not None:
+        confine.become(identity)
     os.chdir(cwd)
     rc_r, rc_w = os.pipe()
     os.write(rc_w, _BASH_ENV.encode())
@@ -338,12 +347,8 @@ def run_bash(
     _pipe_at(os.open(os.devnull, os.O_RDONLY), RC_FD)
     env = dict(os.environ, BASH_ENV=f"/dev/fd/{RC_FD}")
     started = time.monotonic()
-    as_user: dict[str, Any] = {}
-    if identity is not None:
-        as_user = {"user": identity[0], "group": identity[1], "extra_groups": []}
     try:
-        # The directory is entered after the identity changed (preexec_fn runs last in the
-        # child; the runner has no threads), so it is resolved with the command's rights.
+        # The identity changes in _enter (the runner has no threads, so preexec_fn is safe).
         proc = subprocess.Popen(
             ["bash", "--noprofile", "--norc", "-c", command],
             executable="/bin/bash",
@@ -353,8 +358,7 @@ def run_bash(
             env=env,
             pass_fds=(RC_FD, CWD_FD),
             start_new_session=True,
-            preexec_fn=lambda: _enter(cwd),
-            **as_user,
+            preexec_fn=lambda: _enter(cwd, identity),
         )
     except (OSError, subprocess.SubprocessError) as exc:
         for fd in (out_r, out_w, RC_FD, CWD_FD, cwd_r):
@@ -371,7 +375,8 @@ def run_bash(
     progress = ProgressStream(emit, started) if emit is not None else None
     timed_out = _pump(proc, out_r, _Output(sink, progress), started + timeout_s)
     os.close(out_r)
-    final_cwd = "" if timed_out else _read_available(cwd_r).decode("utf-8", "replace")
+    # surrogateescape: a directory whose name is not UTF-8 stays the same directory next time.
+    final_cwd = "" if timed_out else _read_available(cwd_r).decode("utf-8", "surrogateescape")
     os.close(cwd_r)
     oom_after = oom_kill_count()
     text, truncated = sink.render()

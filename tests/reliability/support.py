@@ -7,7 +7,9 @@ sharing its interpreter.
 
 from __future__ import annotations
 
+import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -23,9 +25,10 @@ import grpc
 
 from daemon._generated.tooljail.v1 import executor_pb2 as pb
 from daemon._generated.tooljail.v1 import executor_pb2_grpc as pb_grpc
+from daemon.config import PROJECT_ROOT
 from sandbox.backend import LABEL_INSTANCE, LABEL_MANAGED
 from sandbox.image import default_image_ref
-from tests.integration.harness import STATE_DIRS, read_audit
+from tests.integration.harness import STATE_DIRS, RunningDaemon, read_audit
 
 #: `TOOLJAIL_CHAOS=1` (scripts/chaos.sh) switches every scenario to its long variant.
 CHAOS = os.environ.get("TOOLJAIL_CHAOS") == "1"
@@ -90,6 +93,34 @@ def execute(
     )
     response: pb.ExecuteResponse = stub.Execute(request, timeout=timeout)
     return response
+
+
+# --- isolation scenarios -----------------------------------------------------------------------
+
+
+def policy_with(folder: Path, **principal_settings: Any) -> Path:
+    """A copy of the shipped policies (in folder/policies) whose data allows sessions over
+    directories below folder/roots, and gives the local principal `principal_settings`."""
+    policies = folder / "policies"
+    shutil.copytree(PROJECT_ROOT / "policies", policies)
+    data_path = policies / "data.json"
+    data = json.loads(data_path.read_text())
+    data["tooljail"]["workspace_roots"] = [str(folder / "roots")]
+    data["tooljail"]["principals"]["local"] = principal_settings
+    data_path.write_text(json.dumps(data))
+    (folder / "roots").mkdir()
+    return policies
+
+
+def open_session(daemon: RunningDaemon, workspace: str = "") -> pb.Session:
+    session: pb.Session = daemon.stub.OpenSession(
+        pb.OpenSessionRequest(workspace=workspace), timeout=60
+    )
+    return session
+
+
+def bash(daemon: RunningDaemon, command: str, session: str = "") -> pb.ExecuteResponse:
+    return execute(daemon.stub, "Bash", {"command": command}, session_id=session)
 
 
 # --- Docker ------------------------------------------------------------------------------------

@@ -11,6 +11,7 @@ import os
 import shutil
 import stat
 import struct
+import subprocess
 import threading
 import time
 from collections.abc import Iterator
@@ -21,15 +22,17 @@ import grpc
 import pytest
 
 from daemon._generated.tooljail.v1 import executor_pb2 as pb
-from daemon.config import PROJECT_ROOT
 from daemon.errors import TooljailError
 from tests.integration.harness import RunningDaemon, running_daemon
 from tests.reliability.conftest import Figure, Record
 from tests.reliability.support import (
     OWNER_GID,
     OWNER_UID,
+    bash,
     execute,
+    open_session,
     owned_workspace,
+    policy_with,
     scaled,
     text_of,
     unique,
@@ -42,20 +45,6 @@ MARKER = "OUTSIDE-SECRET-7f1c"
 """Lives only outside every workspace: seeing it in any answer is an escape."""
 FLOOR = 1000
 """The lowest uid a sandbox may run as (sandbox.min_uid)."""
-
-
-def policy_with(folder: Path, **principal_settings: Any) -> Path:
-    """A copy of the shipped policies (in folder/policies) whose data allows sessions over
-    directories below folder/roots, and gives the local principal `principal_settings`."""
-    policies = folder / "policies"
-    shutil.copytree(PROJECT_ROOT / "policies", policies)
-    data_path = policies / "data.json"
-    data = json.loads(data_path.read_text())
-    data["tooljail"]["workspace_roots"] = [str(folder / "roots")]
-    data["tooljail"]["principals"]["local"] = principal_settings
-    data_path.write_text(json.dumps(data))
-    (folder / "roots").mkdir()
-    return policies
 
 
 @pytest.fixture(scope="module")
@@ -87,17 +76,6 @@ def iso_daemon(iso_root: Path, docker_ready: None) -> Iterator[RunningDaemon]:
         workspaces={"budget_mb": 64},
     ) as daemon:
         yield daemon
-
-
-def open_session(daemon: RunningDaemon, workspace: str = "") -> pb.Session:
-    session: pb.Session = daemon.stub.OpenSession(
-        pb.OpenSessionRequest(workspace=workspace), timeout=60
-    )
-    return session
-
-
-def bash(daemon: RunningDaemon, command: str, session: str = "") -> pb.ExecuteResponse:
-    return execute(daemon.stub, "Bash", {"command": command}, session_id=session)
 
 
 def privileged_files(root: Path) -> list[str]:
@@ -145,6 +123,9 @@ SETUID_ROUTES = {
     "i386 int 0x80": f'printf "%s" "{_I386_CHMOD}" > i386.py && touch i386-s && python3 i386.py',
     "io_uring": 'python3 -c "import ctypes; b=ctypes.create_string_buffer(120);'
     " print('io_uring', ctypes.CDLL(None).syscall(425, 8, b))\"",
+    # renameat2(RENAME_WHITEOUT) leaves a 0:0 character device where the source was.
+    "renameat2 whiteout": 'echo x > w-src && python3 -c "import ctypes; ctypes.CDLL(None)'
+    ".syscall(316, -100, b'w-src', -100, b'w-dst', 4)\"",
 }
 
 
@@ -389,3 +370,96 @@ def test_grep_never_reads_ignore_files_or_git_redirections_outside(
     record("Grep and ignore files pointing outside", len(seen), len(seen) - leaked)
     assert leaked == 0, seen
     assert all("found.txt" in text or "needle" in text or ":" in text for text in seen)
+
+
+SYSTEM_MARKERS = ("PRETTY_NAME", "ABSOLUTELY NO WARRANTY")
+"""Lines of system files (/usr/lib/os-release, /usr/share/base-files/motd): outside every
+workspace, though in the folders ripgrep's own program and libraries come from."""
+
+
+def test_grep_never_reads_system_files_through_a_file_or_folder_flipped_to_them(
+    iso_daemon: RunningDaemon, iso_root: Path, record: Record, figure: Figure
+) -> None:
+    """Grep of a file, and of a folder, flipped between the real thing and a symlink into /usr
+    while ripgrep opens them: only the workspace may ever be read."""
+    tree = owned_workspace(iso_root / "roots" / "system-flip")
+    (tree / "f").write_text("decoy plain\n")
+    owned_workspace(tree / "d" / "sub")
+    (tree / "d" / "sub" / "g").write_text("plain\n")
+    file_link = symlink(iso_root / "roots" / "system-flip-f", "/usr/lib/os-release")
+    folder_link = symlink(iso_root / "roots" / "system-flip-d", "/usr/share/base-files")
+    session = open_session(iso_daemon, str(tree))
+    leaked = searches = 0
+    with Flipper(tree / "f", file_link) as files, Flipper(tree / "d" / "sub", folder_link) as dirs:
+        for _ in range(scaled(200, 2000)):
+            for path in (tree / "f", tree / "d"):
+                answer = execute(
+                    iso_daemon.stub,
+                    "Grep",
+                    {
+                        "pattern": "|".join((*SYSTEM_MARKERS, "plain")),
+                        "path": str(path),
+                        "output_mode": "content",
+                    },
+                    session_id=session.id,
+                )
+                searches += 1
+                leaked += any(marker in text_of(answer) for marker in SYSTEM_MARKERS)
+        flips = files.flips + dirs.flips
+    record("Grep of a file or folder flipped into /usr", searches, searches - leaked)
+    figure("Grep against flips into /usr", f"{searches} searches, {flips} flips")
+    assert leaked == 0
+
+
+NESTED_SUBVOLUME = (
+    "python3 -c \"import fcntl, os, struct; fd = os.open('.', os.O_RDONLY); "
+    "fcntl.ioctl(fd, 0x5000940e, bytearray(struct.pack('q4088s', 0, b'nested')), True)\""
+)
+"""BTRFS_IOC_SUBVOL_CREATE, which any user may call: a subvolume has a quota group of its own."""
+
+
+def test_a_nested_subvolume_neither_escapes_the_budget_nor_blocks_deletion(
+    iso_daemon: RunningDaemon, record: Record
+) -> None:
+    fresh = open_session(iso_daemon)
+    # Nested subvolumes made by someone else (an operator, an older version) must not keep the
+    # workspace from being deleted either.
+    for nested in ("by-operator", "by-operator/deeper"):
+        subprocess.run(
+            ["btrfs", "subvolume", "create", f"{fresh.workspace}/{nested}"],
+            check=True,
+            capture_output=True,
+        )
+    answer = bash(
+        iso_daemon,
+        f"{NESTED_SUBVOLUME} 2>&1; mkdir -p nested && "
+        "dd if=/dev/zero of=nested/big bs=1M count=200 2>&1",
+        fresh.id,
+    )
+    big = Path(fresh.workspace) / "nested" / "big"
+    used = big.stat().st_size if big.exists() else 0
+    held = used <= 64 << 20 and "disk budget" in text_of(answer)
+    record("disk budget against a nested subvolume", 1, int(held))
+    assert held, (used, text_of(answer))
+    closed = iso_daemon.stub.CloseSession(
+        pb.CloseSessionRequest(session_id=fresh.id, delete_workspace=True), timeout=60
+    )
+    assert closed.workspace_deleted and not Path(fresh.workspace).exists()
+
+
+def test_a_command_that_lowers_its_oom_score_cannot_starve_the_runner(
+    iso_daemon: RunningDaemon, record: Record
+) -> None:
+    """Kernel memory a command can leave behind when it is killed (empty folders in /tmp) is
+    bounded, so the runner always lives to answer, even when the command gave up its place as
+    the OOM killer's first choice."""
+    command = (
+        'cat /proc/self/oom_score_adj; echo 0 > /proc/self/oom_score_adj; python3 -c "'
+        "import os\nos.chdir('/tmp')\nn = 0\nwhile True:\n    os.mkdir('d%d' % n)\n    n += 1\""
+    )
+    answer = bash(iso_daemon, command)
+    text = text_of(answer)
+    answered = answer.report.exit_code == 1 and "No space left on device" in text
+    record("runner starved of memory by its command", 1, int(answered))
+    assert answered, text
+    assert "1000" in text.splitlines(), f"not started as the OOM killer's first choice: {text}"

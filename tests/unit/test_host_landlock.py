@@ -3,6 +3,8 @@ and runs system programs, and is refused everything else, symlinks to outside in
 
 from __future__ import annotations
 
+import asyncio
+import shutil
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
@@ -28,7 +30,7 @@ def workspace(tmp_path: Path) -> Iterator[PinnedDirectory]:
 
 
 def run(workspace: PinnedDirectory, *argv: str) -> subprocess.CompletedProcess[str]:
-    wrapped = confined(argv[0], workspace)
+    wrapped = asyncio.run(confined(argv[0], workspace))
     return subprocess.run(
         [*wrapped.command, *argv[1:]],
         pass_fds=wrapped.fds,
@@ -72,3 +74,20 @@ def test_refusals_of_the_wrapper_itself_run_nothing(workspace: PinnedDirectory) 
         done = subprocess.run(argv, pass_fds=(workspace.fd,), capture_output=True, text=True)
         assert done.returncode == NOT_CONFINED_EXIT, argv
         assert done.stderr.startswith("tooljail-landlock: ")
+
+
+@pytest.mark.parametrize("path", ["/usr/lib/os-release", "/usr/share/base-files/motd"])
+def test_system_files_beyond_the_programs_own_are_refused(
+    workspace: PinnedDirectory, path: str
+) -> None:
+    """The program may run (its own file, loader and libraries), not read the rest of /usr."""
+    done = run(workspace, "/bin/cat", path)
+    assert done.returncode != 0 and done.stdout == ""
+    assert "Permission denied" in done.stderr
+
+
+def test_the_program_and_its_libraries_still_run(workspace: PinnedDirectory) -> None:
+    rg = shutil.which("rg")
+    assert rg is not None, "ripgrep is installed by make setup"
+    done = run(workspace, rg, "--no-config", "inside", "dir")
+    assert (done.returncode, done.stdout) == (0, "dir/in.txt:inside\n"), done.stderr

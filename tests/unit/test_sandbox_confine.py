@@ -28,6 +28,7 @@ def attempt(name, action):
     except OSError as exc:
         out[name] = errno.errorcode[exc.errno]
 open("plain", "w").close()
+open("movable", "w").close()
 attempt("chmod 0755", lambda: os.chmod("plain", 0o755))
 attempt("chmod 4755", lambda: os.chmod("plain", 0o4755))
 attempt("chmod 2755", lambda: os.chmod("plain", 0o2755))
@@ -46,6 +47,13 @@ for name, call in [
     ("io_uring_setup", lambda: libc.syscall(425, 8, buffer)),
     ("openat2", lambda: libc.syscall(437, -100, b"plain", None, 0)),
     ("x32 chmod", lambda: libc.syscall(0x40000000 | 90, b"plain", 0o4755)),
+    # renameat2(RENAME_WHITEOUT): leaves a 0:0 character device where the source was.
+    ("rename whiteout", lambda: libc.syscall(316, -100, b"other", -100, b"moved", 4)),
+    ("rename noreplace", lambda: libc.syscall(316, -100, b"movable", -100, b"renamed", 1)),
+    # BTRFS_IOC_SUBVOL_CREATE and FICLONE: the btrfs family of ioctls (type 0x94).
+    ("subvolume", lambda: libc.ioctl(os.open(".", os.O_RDONLY), 0x5000940E, b"\0" * 8 + b"sv")),
+    ("reflink", lambda: libc.ioctl(os.open("renamed", os.O_WRONLY), 0x40049409, fd)),
+    ("other ioctl", lambda: libc.ioctl(fd, 0x541B, buffer)),  # FIONREAD on a file: allowed
 ]:
     result = call()
     out[name] = "ok" if result >= 0 else errno.errorcode[ctypes.get_errno()]
@@ -90,6 +98,16 @@ def test_the_ways_around_the_filter_are_closed(outcomes: dict[str, str]) -> None
     assert outcomes["io_uring_setup"] == "ENOSYS"  # its ops open files without system calls
     assert outcomes["openat2"] == "ENOSYS"  # its mode is behind a pointer; libc falls back
     assert outcomes["x32 chmod"] == "ENOSYS"
+
+
+def test_whiteouts_and_btrfs_ioctls_are_refused_and_the_rest_of_rename_and_ioctl_works(
+    outcomes: dict[str, str], tmp_path: Path
+) -> None:
+    assert outcomes["rename whiteout"] == "EPERM"
+    assert outcomes["rename noreplace"] == "ok" and (tmp_path / "renamed").exists()
+    # Refused as if the filesystem had no such ioctl, so programs fall back (cp copies).
+    assert outcomes["subvolume"] == outcomes["reflink"] == "ENOTTY"
+    assert outcomes["other ioctl"] == "ok"
 
 
 @pytest.mark.skipif(os.uname().machine != "x86_64", reason="32-bit calls are x86 only")

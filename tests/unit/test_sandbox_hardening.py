@@ -83,11 +83,12 @@ def test_host_config_is_locked_down() -> None:
     assert hc["CapAdd"] == ["SETUID", "SETGID", "KILL"]
     assert hc["SecurityOpt"] == ["no-new-privileges"]
     assert hc["ReadonlyRootfs"] is True
-    assert hc["Tmpfs"] == {"/tmp": "rw,nosuid,nodev,size=64m,mode=1777"}
+    assert hc["Tmpfs"] == {"/tmp": "rw,nosuid,nodev,size=64m,nr_inodes=16384,mode=1777"}
     assert hc["NetworkMode"] == "none"
     assert hc["Init"] is True
     assert hc.get("Privileged", False) is False
     assert hc["IpcMode"] == "private"
+    assert hc["Sysctls"] == {"kernel.shm_rmid_forced": "1", "kernel.msgmni": "16"}
     assert hc["AutoRemove"] is True
     assert hc["LogConfig"] == {"Type": "none", "Config": {}}
     assert "Binds" not in hc
@@ -114,7 +115,13 @@ def test_limits_become_engine_limits() -> None:
     assert hc["PidsLimit"] == 77
     assert {"Name": "fsize", "Soft": 5 << 20, "Hard": 5 << 20} in hc["Ulimits"]
     assert {"Name": "core", "Soft": 0, "Hard": 0} in hc["Ulimits"]
-    assert hc["Tmpfs"] == {"/tmp": "rw,nosuid,nodev,size=16m,mode=1777"}
+    assert hc["Tmpfs"] == {"/tmp": "rw,nosuid,nodev,size=16m,nr_inodes=4096,mode=1777"}
+
+
+def test_tmp_never_takes_more_than_half_the_memory() -> None:
+    # What /tmp holds survives the command's death: the runner must still have room to answer.
+    hc = host_config(SandboxLimits(memory_mb=64, tmpfs_mb=256))
+    assert hc["Tmpfs"] == {"/tmp": "rw,nosuid,nodev,size=32m,nr_inodes=8192,mode=1777"}
 
 
 def test_network_only_when_granted() -> None:

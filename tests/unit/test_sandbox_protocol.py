@@ -131,3 +131,26 @@ def test_progress_output_takes_only_well_formed_bounded_chunks(
     message: dict[str, object], expected: str | None
 ) -> None:
     assert progress_output(message) == expected
+
+
+def test_names_that_are_not_utf8_cross_both_ways_as_the_same_bytes() -> None:
+    """A path Python decoded with surrogateescape reaches the other side as the same bytes."""
+    name = os.fsdecode(b"/ws/bad\xff\xfename")
+    request = {"type": "write", "path": name, "content": "héllo"}
+    read, write = os.pipe()
+    try:
+        os.write(write, encode_frame(request))
+        received = runner_module.read_request(read, 5)
+    finally:
+        os.close(read)
+        os.close(write)
+    assert received is not None and os.fsencode(received["path"]) == b"/ws/bad\xff\xfename"
+    assert received["content"] == "héllo"
+    read, write = os.pipe()
+    try:
+        runner_module.write_message(write, {"type": "result", "final_cwd": name})
+        (answer,) = FrameDecoder(1 << 20).feed(os.read(read, 1 << 16))
+    finally:
+        os.close(read)
+        os.close(write)
+    assert os.fsencode(answer["final_cwd"]) == b"/ws/bad\xff\xfename"

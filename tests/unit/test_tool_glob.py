@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import os
+import subprocess
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -176,3 +178,32 @@ async def test_the_walk_reports_entries_scanned_as_it_goes(workspace: Path) -> N
     assert scanned[:2] == [PROGRESS_EVERY, 2 * PROGRESS_EVERY]
     assert scanned[-1] == 1_200, "the last report gives the final count"
     assert scanned == sorted(scanned)
+
+
+def _nest(root: Path, levels: int) -> Path:
+    """`levels` nested folders named d below root, made without long paths; the deepest one."""
+    fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        for _ in range(levels):
+            os.mkdir("d", dir_fd=fd)
+            child = os.open("d", os.O_RDONLY | os.O_DIRECTORY, dir_fd=fd)
+            os.close(fd)
+            fd = child
+        os.close(os.open("deep.py", os.O_CREAT | os.O_WRONLY, 0o644, dir_fd=fd))
+    finally:
+        os.close(fd)
+    return root.joinpath(*["d"] * levels)
+
+
+@pytest.fixture
+def deep_tree(workspace: Path) -> Iterator[Path]:
+    """1,800 nested folders with a file at the bottom; removed by `rm`, which (unlike pytest's
+    clean-up, recursive in Python) has no depth limit."""
+    yield _nest(workspace, 1_800)
+    subprocess.run(["rm", "-rf", str(workspace / "d")], check=True)
+
+
+async def test_a_tree_thousands_of_levels_deep_is_walked(
+    call_tool: CallTool, deep_tree: Path
+) -> None:
+    assert await glob(call_tool, "**/deep.py") == [f"{deep_tree}/deep.py"]

@@ -211,7 +211,8 @@ def _file_mtime(walk: _Walk, entry: os.DirEntry[str], full: Path) -> int | None:
         return None
 
 
-def _visit(walk: _Walk, fd: int, directory: Path, states: set[int]) -> None:
+def _visit(walk: _Walk, fd: int, directory: Path, states: set[int]) -> list[_Pending]:
+    """Match the entries of one directory; the subdirectories still to visit, in order."""
     segments = walk.segments
     last = len(segments) - 1
     states = _closure(segments, states)
@@ -219,11 +220,11 @@ def _visit(walk: _Walk, fd: int, directory: Path, states: set[int]) -> None:
         with os.scandir(fd) as listing:
             entries = list(listing)
     except OSError:
-        return
+        return []
     walk.scanned += len(entries)
     if walk.scanned > MAX_SCANNED:
         walk.stopped = True
-        return
+        return []
     children: dict[str, set[int]] = {}
     for entry in sorted(entries, key=lambda e: e.name):
         walk.counter.add(1)  # per entry: one huge directory still reports as it goes
@@ -246,16 +247,40 @@ def _visit(walk: _Walk, fd: int, directory: Path, states: set[int]) -> None:
                 mtime = _file_mtime(walk, entry, full)
                 if mtime is not None:
                     walk.found[str(full)] = mtime
-    for name, child_states in children.items():
-        if walk.stopped:
-            return
-        child_fd = open_child_dir(fd, name)
-        if child_fd is None:
-            continue
-        try:
-            _visit(walk, child_fd, directory / name, child_states)
-        finally:
-            os.close(child_fd)
+    return [(directory / name, child_states) for name, child_states in children.items()]
+
+
+_Pending = tuple[Path, set[int]]
+
+
+def _walk(walk: _Walk, root: PinnedDirectory, base_fd: int, base: Path) -> None:
+    """Depth first, with a list rather than recursion (a tree can be thousands of levels deep),
+    each directory opened from the pinned workspace without following a symlink and closed
+    before the next (no descriptor is held per level)."""
+    pending: list[_Pending] = [(base, {0})]
+    while pending and not walk.stopped:
+        directory, states = pending.pop()
+        if directory == base:
+            children = _visit(walk, base_fd, directory, states)
+        else:
+            fd = _open_below(root, directory)
+            if fd is None:
+                continue
+            try:
+                children = _visit(walk, fd, directory, states)
+            finally:
+                os.close(fd)
+        pending.extend(reversed(children))
+
+
+def _open_below(root: PinnedDirectory, directory: Path) -> int | None:
+    """A subdirectory, resolved by the kernel beneath the pinned workspace with no symlink on the
+    way; None when it vanished, is unreadable, or was replaced by a symlink since it was listed."""
+    relative = str(directory)[len(str(root.path)) :].lstrip("/")
+    try:
+        return root.open_beneath(relative, _DIR_FLAGS)
+    except OSError:
+        return None
 
 
 @dataclass(frozen=True)
@@ -298,7 +323,7 @@ def glob_files(
     try:
         for segments in plan.patterns:
             walk = _Walk(workspace=root.path, segments=segments, counter=counter)
-            _visit(walk, fd, plan.base, {0})
+            _walk(walk, root, fd, plan.base)
             found.update(walk.found)
             stopped = stopped or walk.stopped
     finally:

@@ -97,14 +97,16 @@ async def _read_capped(child: Child, limit: int) -> bytes:
 
 
 async def _drain_lines(child: Child, collector: Collector) -> None:
+    # surrogateescape: a path that is not UTF-8 still names its file (for its mtime); the
+    # answer shows such bytes as \xNN escapes (TextContent).
     pending = b""
     while chunk := await child.read(child.stdout):
         pending += chunk
         *complete, pending = pending.split(b"\n")
         for raw in complete:
-            collector.feed(raw.decode("utf-8", errors="replace"))
+            collector.feed(raw.decode("utf-8", errors="surrogateescape"))
     if pending:
-        collector.feed(pending.decode("utf-8", errors="replace"))
+        collector.feed(pending.decode("utf-8", errors="surrogateescape"))
 
 
 async def run_rg(

@@ -106,7 +106,7 @@ async def _matching_lines(
         if kind == "end" and data.get("binary_offset") is not None:
             return None
         if kind == "match":
-            path = _text_of(data["path"]).decode("utf-8", errors="replace")
+            path = os.fsdecode(_text_of(data["path"]))
             line = _one_line(_text_of(data["lines"]))
             if b"\0" in line:
                 return None

@@ -220,8 +220,8 @@ class GrepTool(Tool[GrepInput, GrepResult]):
     async def call(self, args: GrepInput, ctx: CallContext) -> GrepResult:
         raw = args.path if args.path is not None else str(ctx.workspace)
         path = require_inside(ctx.workspace, ctx.facts.path("path"), raw)
-        # ripgrep may read the pinned workspace and run system programs, nothing else.
-        rg = confined(find_ripgrep(), ctx.session.pinned_root())
+        # ripgrep may read the pinned workspace and run its own files, nothing else.
+        rg = await confined(find_ripgrep(), ctx.session.pinned_root())
         if ctx.peers is not None:
             shared = await self._search_shared(rg, args, ctx, path, raw)
             if shared is not None:
