@@ -33,7 +33,6 @@ import os
 import select
 import signal
 import struct
-import subprocess
 import sys
 import time
 from collections.abc import Callable
@@ -42,8 +41,9 @@ from typing import Any
 
 try:  # in the container: this file's folder (read-only) is on sys.path
     import confine  # type: ignore[import-not-found,unused-ignore]
+    import spawn  # type: ignore[import-not-found,unused-ignore]
 except ImportError:  # on the host, as part of the sandbox package (tests)
-    from sandbox.runner import confine
+    from sandbox.runner import confine, spawn
 
 PROTOCOL_VERSION = 1
 _HEADER = struct.Struct(">I")
@@ -54,15 +54,13 @@ REQUEST_READ_TIMEOUT_S = 60.0
 #: After the shell exited (or was killed), how long to keep reading output that its leftovers, if
 #: any escaped the process group, still write; the container is destroyed right after anyway.
 DRAIN_GRACE_S = 0.25
-#: File descriptors the shell inherits: its start-up file (a pipe, see _BASH_ENV) and the pipe the
-#: EXIT trap writes the final directory to. High numbers so they do not collide with scripts that
-#: use 3-9 themselves; below 63, which bash uses for process substitution.
-RC_FD = 30
+#: The descriptor the shell's EXIT trap writes its final directory to (see bash_env.sh): a high
+#: number so it does not collide with scripts that use 3-9 themselves; below 63, which bash uses
+#: for process substitution.
 CWD_FD = 31
-#: Sourced by bash through BASH_ENV before the command, so the command string runs verbatim (error
-#: messages and line numbers are exactly bash's own). It records the final directory at exit, and
-#: removes its own traces so nested bash scripts do not source it again.
-_BASH_ENV = f"unset BASH_ENV\ntrap 'builtin pwd -P >&{CWD_FD} 2>/dev/null' EXIT\nexec {RC_FD}<&-\n"
+#: Sourced by bash through BASH_ENV before the command: a file beside the runner, read-only in
+#: the container and readable by the command's identity.
+BASH_ENV_FILE = Path(__file__).with_name("bash_env.sh")
 _CHUNK = 1 << 16
 _MARKER = "\n[... {n} bytes of output omitted ...]\n"
 #: Progress output is sent at most this often (the host relays it to people, not to the model).
@@ -296,35 +294,6 @@ def _exit_code(returncode: int | None) -> int:
     return 128 - returncode if returncode < 0 else returncode
 
 
-def _pipe_at(fd: int, target: int) -> None:
-    """Move `fd` to the number `target` (inheritable), closing the original."""
-    if fd != target:
-        os.dup2(fd, target, inheritable=True)
-        os.close(fd)
-    else:
-        os.set_inheritable(fd, True)
-
-
-#: The command's OOM score: the kernel's first choice when memory runs out, so the runner lives
-#: to report (see sandbox/hardening.py for a command that lowers it).
-COMMAND_OOM_SCORE_ADJ = 1000
-
-
-def _enter(cwd: str, identity: tuple[int, int] | None) -> None:
-    """In the command's process before bash starts: make it the OOM killer's first choice,
-    become the command's identity, enter the working
-    directory with its rights, and give bash its start-up file on a pipe of its own (bash opens
-    /dev/fd/N again, which a pipe made by the runner's identity would refuse)."""
-    Path("/proc/self/oom_score_adj").write_text(str(COMMAND_OOM_SCORE_ADJ))
-    if identity is not None:
-        confine.become(identity)
-    os.chdir(cwd)
-    rc_r, rc_w = os.pipe()
-    os.write(rc_w, _BASH_ENV.encode())
-    os.close(rc_w)
-    _pipe_at(rc_r, RC_FD)
-
-
 def run_bash(
     request: dict[str, Any], identity: tuple[int, int] | None, emit: Emit | None = None
 ) -> dict[str, Any]:
@@ -338,39 +307,30 @@ def run_bash(
     timeout_s = int(request["timeout_ms"]) / 1000.0
     sink = OutputSink(int(request.get("output_limit_bytes") or 1 << 20))
     oom_before = oom_kill_count()
-
     out_r, out_w = os.pipe()
     cwd_r, cwd_w = os.pipe()
-    _pipe_at(cwd_w, CWD_FD)
-    # A placeholder the command's process replaces with its start-up pipe (see _enter): the
-    # descriptors handed down must exist when the process is made.
-    _pipe_at(os.open(os.devnull, os.O_RDONLY), RC_FD)
-    env = dict(os.environ, BASH_ENV=f"/dev/fd/{RC_FD}")
+    env = dict(os.environ, BASH_ENV=str(BASH_ENV_FILE))
+    argv = ["bash", "--noprofile", "--norc", "-c", command]
     started = time.monotonic()
     try:
-        # The identity changes in _enter (the runner has no threads, so preexec_fn is safe).
-        proc = subprocess.Popen(
-            ["bash", "--noprofile", "--norc", "-c", command],
-            executable="/bin/bash",
-            stdin=subprocess.DEVNULL,
+        proc = spawn.spawn_bash(
+            argv,
+            env,
+            workspace=str(request.get("workspace") or cwd),
+            cwd=cwd,
             stdout=out_w,
-            stderr=out_w,
-            env=env,
-            pass_fds=(RC_FD, CWD_FD),
-            start_new_session=True,
-            preexec_fn=lambda: _enter(cwd, identity),
+            handed={CWD_FD: cwd_w},
+            identity=identity,
         )
-    except (OSError, subprocess.SubprocessError) as exc:
-        for fd in (out_r, out_w, RC_FD, CWD_FD, cwd_r):
+    except OSError as exc:
+        for fd in (out_r, cwd_r):
             os.close(fd)
-        if isinstance(exc, OSError):
-            why = exc.strerror
-        else:  # entering the directory failed in the command's process (see _enter)
-            who = f"uid {identity[0]}" if identity else "the runner"
-            why = f"it does not exist, or the sandbox's identity ({who}) may not enter it"
-        return {"exit_code": -1, "error": f"cannot start bash in {cwd}: {why}"}
-    for fd in (out_w, RC_FD, CWD_FD):
-        os.close(fd)
+        who = f"uid {identity[0]}" if identity else "the runner"
+        why = f"it does not exist, or the sandbox's identity ({who}) may not enter it"
+        return {"exit_code": -1, "error": f"cannot start bash in {cwd}: {exc.strerror}; {why}"}
+    finally:
+        for fd in (out_w, cwd_w):
+            os.close(fd)
 
     progress = ProgressStream(emit, started) if emit is not None else None
     timed_out = _pump(proc, out_r, _Output(sink, progress), started + timeout_s)
@@ -417,7 +377,7 @@ class _Output:
             self.progress.flush(time.monotonic(), final=True)
 
 
-def _pump(proc: subprocess.Popen[bytes], out_r: int, out: _Output, deadline: float) -> bool:
+def _pump(proc: spawn.Spawned, out_r: int, out: _Output, deadline: float) -> bool:
     """Copy output into `out` until bash exits or the deadline passes; True when it timed out.
 
     The call ends when bash itself exits, not when the pipe closes: a background process holding
@@ -458,9 +418,7 @@ def _pump(proc: subprocess.Popen[bytes], out_r: int, out: _Output, deadline: flo
     if pipe_open:
         _drain(out_r, out, time.monotonic() + DRAIN_GRACE_S)
     out.finish()
-    # A process stuck in the kernel (D state) cannot be waited for; the container's end takes it.
-    with contextlib.suppress(subprocess.TimeoutExpired):
-        proc.wait(timeout=5)
+    proc.wait(timeout=5)
     return timed_out
 
 

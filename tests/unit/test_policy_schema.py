@@ -17,10 +17,13 @@ from typing import Any
 import pytest
 from jsonschema import Draft202012Validator
 
-from daemon.policy.input import schema_text
+from daemon.models import Caller
+from daemon.policy.approval import Grant
+from daemon.policy.input import call_document, decision_input, schema_text
 from daemon.sessions.session import MODES, Session, SessionGrant
 from daemon.shell.parse import parse_command
 from daemon.tools.bash import BashInput, BashTool
+from daemon.tools.call import ToolCall
 from daemon.tools.files.write import WriteTool
 
 POLICIES = Path(__file__).resolve().parents[2] / "policies"
@@ -421,3 +424,29 @@ def test_data_lists_the_programs_the_command_rules_need() -> None:
     assert {"sudo", "su", "doas", "mount", "docker"} <= set(commands["privilege_tools"])
     assert {"curl", "wget"} <= set(commands["downloaders"])
     assert {"sh", "bash", "python3"} <= set(commands["interpreters"])
+
+
+def test_daemon_call_documents_satisfy_the_schema_and_equal_pydantics_dump(
+    tmp_path: Path,
+) -> None:
+    """call_document skips pydantic's serializer on the hot path; what it builds must be what
+    model_dump would have given, and valid."""
+    session = Session(id="s", workspace=tmp_path)
+    session.grants.append(
+        SessionGrant(
+            tool="Bash", pattern="git push:*", words=["git", "push"], approved_by="a", granted_at=1
+        )
+    )
+    caller = Caller(principal="local", transport="unix")
+    grant = Grant("jti", "s", "t2", "Write", "h" * 64, "local", "local", 1, 2)
+    hooks = [{"name": "fmt", "decision": "allow", "reason": "ok"}]
+    bash = ToolCall.prepare(BashTool(), {"command": "git push -f origin x"}, session, "t1")
+    write = ToolCall.prepare(
+        WriteTool(), {"file_path": f"{tmp_path}/a.py", "content": "x"}, session, "t2"
+    )
+    for call, approval, hooked in ((bash, None, []), (write, grant, hooks)):
+        document = call_document(call, caller, approval, hooked)
+        assert violations(document) == [], document
+        model = decision_input(call, caller, approval, hooked)
+        dumped = model.model_dump(mode="json", exclude_none=True, warnings=False)
+        assert document == {**call.facts.policy, **dumped}

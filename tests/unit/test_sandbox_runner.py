@@ -164,7 +164,9 @@ def test_the_wrapper_leaves_no_trace_in_the_command_environment(tmp_path: Path) 
     )
     lines = result["output"].splitlines()
     assert lines[0] == "[]"
-    assert str(runner_module.RC_FD) not in lines[1].split()
+    # Nothing of the runner's beyond the final-directory pipe (bash itself may hold 255, and 3-4
+    # for the pipeline it is running).
+    assert {int(fd) for fd in lines[1].split()} - {3, 4, 255} <= {0, 1, 2, runner_module.CWD_FD}
     assert lines[2] == "nested"
 
 
@@ -437,3 +439,22 @@ def test_a_request_that_is_not_a_json_object_gets_an_error_result(body: bytes) -
     (message,) = FrameDecoder(1 << 20).feed(done.stdout)
     assert message["type"] == "result"
     assert message["error"].startswith("bad request")
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="only a root runner switches identity")
+def test_the_command_holds_its_identity_only_no_root_id_group_or_capability(
+    tmp_path: Path,
+) -> None:
+    status = bash("grep -E '^(Uid|Gid|Groups|CapPrm|CapEff|CapAmb):' /proc/self/status", tmp_path)
+    fields = dict(line.split(":", 1) for line in status["output"].splitlines())
+    uid, gid = (str(n) for n in IDENTITY)
+    assert fields["Uid"].split() == [uid] * 4 and fields["Gid"].split() == [gid] * 4
+    assert fields["Groups"].split() == []
+    assert {int(fields[k], 16) for k in ("CapPrm", "CapEff", "CapAmb")} == {0}
+
+
+def test_signals_python_ignores_are_back_to_their_defaults_in_the_command(tmp_path: Path) -> None:
+    # SIGPIPE: `yes | head` ends quietly, as in any shell.
+    result = bash("yes | head -c 4; echo; grep SigIgn /proc/self/status", tmp_path)
+    assert result["output"].startswith("y\ny\n\n") and "Broken pipe" not in result["output"]
+    assert int(result["output"].split()[-1], 16) & (1 << (13 - 1)) == 0  # SIGPIPE not ignored
