@@ -90,6 +90,11 @@ def test_the_package_is_installed_not_linked_to_the_checkout(prefix: Path) -> No
         env=_clean_env(),
     ).stdout.strip()
     assert Path(where).is_relative_to(prefix / "lib" / "tooljail")
+    # Everything the runner's folder holds is mounted into the containers: all of it installed.
+    runner = Path(where).parents[1] / "sandbox" / "runner"
+    source = REPO / "sandbox" / "runner"
+    shipped = {p.name for p in source.iterdir() if p.suffix in {".py", ".sh"}}
+    assert shipped <= {p.name for p in runner.iterdir()}
 
 
 def test_example_config_points_at_the_installed_opa_and_policies(prefix: Path) -> None:
