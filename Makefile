@@ -81,7 +81,9 @@ run: setup ## run the daemon (LISTEN=..., WORKSPACE=... to override)
 	@if [ -d "$(WORKSPACE)" ] && [ "$$(stat -c %u "$(WORKSPACE)")" = 0 ] && [ "$$(id -u)" = 0 ]; then \
 	  chown tooljail-sandbox: "$(WORKSPACE)"; fi
 	@echo "==> tooljail serve --listen $(LISTEN) --workspace $(WORKSPACE)"
+	@# On a developer's machine the Unix socket's principal ("local") is the admin, named here.
 	@TOOLJAIL_STATE_DIR="$${TOOLJAIL_STATE_DIR:-$(CURDIR)/.tooljail/state}" \
+	  TOOLJAIL_AUTH__ADMIN_PRINCIPALS="$${TOOLJAIL_AUTH__ADMIN_PRINCIPALS:-[\"local\"]}" \
 	  exec $(BIN)/tooljail serve --listen "$(LISTEN)" --workspace "$(WORKSPACE)"
 
 test: setup lint typecheck policy-test buf pytest bench-smoke ## everything CI runs (interop runs inside pytest)

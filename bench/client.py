@@ -40,7 +40,8 @@ async def decision(spec: Spec) -> dict[str, Any]:
     so that all see the same machine state. The Read is sent twice per round: as the same input
     every time (the shipped policy lets the daemon reuse that decision) and with a `limit` that
     changes every round (a new input: the daemon must ask OPA)."""
-    from daemon.policy.opa_engine import PACKAGE, client_for
+    from daemon.policy.opa_client import client_for
+    from daemon.policy.opa_engine import PACKAGE
 
     tally = Tally()
     samples: dict[str, list[float]] = {

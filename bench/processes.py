@@ -164,6 +164,8 @@ class DaemonProcess:
             "TOOLJAIL_LOGGING__LEVEL": "warning",
             "TOOLJAIL_OPA__URL": config.opa_url,
             "TOOLJAIL_INSTANCE_ID": config.instance_id,
+            # Admin.Status tells when the warm pool is full.
+            "TOOLJAIL_AUTH__ADMIN_PRINCIPALS": '["local"]',
             "TOOLJAIL_WORKSPACES__FILESYSTEM_MB": "384",
             **config.env,
         }

@@ -108,6 +108,23 @@ def _status(args: argparse.Namespace) -> int:
     return print_status(Connection.from_args(args), args.timeout, args.json)
 
 
+def _approvals(args: argparse.Namespace) -> int:
+    from daemon.client.commands import approvals
+
+    if args.action != "list" and not args.approval_id:
+        print(f"tooljail: approvals {args.action} needs the approval id", file=sys.stderr)
+        return 2
+    return approvals(
+        Connection.from_args(args),
+        args.timeout,
+        args.json,
+        args.action,
+        args.approval_id,
+        scope=args.scope,
+        note=args.note,
+    )
+
+
 def _config(args: argparse.Namespace) -> int:
     try:
         settings = load_settings(args.config)
@@ -166,6 +183,23 @@ def build_parser() -> argparse.ArgumentParser:
                 help="read an assistant message (or tool_use blocks) on stdin, print the user "
                 "message of tool_result blocks to send back",
             )
+
+    approvals = sub.add_parser(
+        "approvals", help="list the calls waiting for your approval, approve or deny one"
+    )
+    add_arguments(approvals, target)
+    approvals.add_argument("action", nargs="?", default="list", choices=["list", "approve", "deny"])
+    approvals.add_argument("approval_id", nargs="?", default="", help="from the list")
+    approvals.add_argument(
+        "--scope",
+        choices=["once", "session"],
+        default="once",
+        help="approve this call only, or similar calls for the rest of its session",
+    )
+    approvals.add_argument("--note", default="", help="why (shown to the model on a deny)")
+    approvals.add_argument("--json", action="store_true", help="print the answers as JSON")
+    approvals.add_argument("--timeout", type=float, default=60.0, help="seconds to wait")
+    approvals.set_defaults(func=_approvals)
 
     mcp = sub.add_parser("mcp", help="serve the daemon's tools to an MCP client over stdio")
     add_arguments(mcp, target)

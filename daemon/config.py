@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ipaddress
 from pathlib import Path
 from typing import Any, Literal
 
@@ -43,7 +44,11 @@ class OpaSettings(_Section):
     """Where decisions come from."""
 
     url: str | None = None
-    """An external OPA (http://host:port); when unset the daemon runs and supervises its own."""
+    """An external OPA (http(s)://host:port or unix:///path/to.sock); when unset the daemon runs
+    and supervises its own, on a Unix socket only the daemon's user may reach."""
+    token: SecretStr | None = None
+    """Bearer token for the external OPA (its --authentication=token with a system.authz policy
+    that admits it); never sent to the managed one."""
     binary: Path | None = None
     """The opa executable for the managed server (default: .tools/bin/opa, then PATH)."""
     policies_dir: Path = PROJECT_ROOT / "policies"
@@ -129,9 +134,18 @@ class TcpListenerSettings(_Section):
 
     @property
     def loopback(self) -> bool:
-        """Bound to a loopback address only."""
-        host = self.address.rpartition(":")[0].strip("[]")
-        return host in ("127.0.0.1", "::1", "localhost") or host.startswith("127.")
+        """Bound to a loopback address only: an IP address the standard library parses as
+        loopback (127.0.0.0/8, ::1), or "localhost"; any other name is not (it could resolve
+        anywhere), nor an address like "127.evil.example"."""
+        host = self.address.rpartition(":")[0]
+        if host.startswith("[") and host.endswith("]"):
+            host = host[1:-1]
+        if host == "localhost":
+            return True
+        try:
+            return ipaddress.ip_address(host).is_loopback
+        except ValueError:
+            return False
 
 
 class AuthSettings(_Section):
@@ -141,8 +155,12 @@ class AuthSettings(_Section):
     """Principal of callers on the Unix socket (grpcio cannot read peer credentials there)."""
     tokens: dict[str, SecretStr] = {}
     """Bearer tokens by principal name, for callers that cannot do mTLS."""
-    admin_principals: list[str] = ["local"]
-    """Principals allowed to call the Admin service."""
+    admin_principals: list[str] = []
+    """Principals allowed to call the Admin service and act on any session. None by default:
+    name them (`make run` names "local", the Unix socket's default principal)."""
+    mtls_use_cn: bool = False
+    """With mTLS the principal is the certificate's URI SAN (e.g. a SPIFFE id); a certificate
+    without one is refused. True: one without a URI SAN is "cn:" followed by its Common Name."""
 
 
 class MetricsSettings(_Section):

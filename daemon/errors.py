@@ -40,6 +40,11 @@ class Unauthenticated(TooljailError):
     """The caller could not be identified on a listener that requires it (UNAUTHENTICATED)."""
 
 
+class NotFound(TooljailError):
+    """What the request names does not exist for this caller (also when it exists for another:
+    nothing of someone else's session may leak)."""
+
+
 class PermissionDenied(TooljailError):
     """The caller is known but may not use this (PERMISSION_DENIED)."""
 

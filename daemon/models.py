@@ -157,6 +157,9 @@ class Caller(Frozen):
     """Authenticated principal name, or the listener's configured default."""
     transport: Transport = "unknown"
     """How the call arrived."""
+    admin: bool = False
+    """One of the configured admin principals (auth.admin_principals): may use the Admin service
+    and act on any session."""
 
 
 class StatusSnapshot(Frozen):

@@ -11,7 +11,9 @@ import asyncio
 import contextlib
 import hashlib
 import logging
+import os
 import signal
+import tempfile
 from collections.abc import AsyncIterator, Coroutine
 from dataclasses import dataclass
 from pathlib import Path
@@ -22,6 +24,7 @@ from grpc_health.v1 import health, health_pb2
 
 from daemon import __version__
 from daemon.app.sandbox import Sandbox
+from daemon.calls.approvals import ApprovalDesk
 from daemon.calls.audit import AuditLog
 from daemon.calls.idempotency import ResultCache
 from daemon.calls.pipeline import Pipeline, PipelineLimits
@@ -37,7 +40,7 @@ from daemon.policy.decision_cache import DecisionCache
 from daemon.policy.engine import PolicyEngine
 from daemon.policy.keys import load_key
 from daemon.policy.opa_engine import OpaPolicyEngine
-from daemon.policy.opa_server import ManagedOpa, find_opa
+from daemon.policy.opa_server import MAX_SOCKET_PATH, ManagedOpa, find_opa, private_socket_dir
 from daemon.policy.reloader import PolicyReloader
 from daemon.policy.revision import policy_revision
 from daemon.policy.shadow import ShadowedEngine
@@ -143,7 +146,8 @@ class Daemon:
         except RequestError as exc:
             raise TooljailError(f"cannot use the configured workspace: {exc}") from exc
         self._store = store
-        sandbox.warm(store.get(""))
+        # The pool warms for the default workspace (the same for every principal's default).
+        sandbox.warm(store.default_for(settings.auth.unix_principal))
         approval = settings.approval
         key = load_key(
             approval.key.get_secret_value() if approval.key else None,
@@ -178,6 +182,7 @@ class Daemon:
         self.sessions = sessions = SessionManager(
             store,
             policy.engine.workspace_refusal,
+            policy.engine.mode_refusal,
             scheduler,
             fresh,
             default_idle_ttl_s=settings.session_idle_ttl_s,
@@ -190,10 +195,15 @@ class Daemon:
             self.address,
             ExecutorService(pipeline, scheduler, sessions, resolver, self.intake, self.metrics),
             AdminService(
-                policy.reloader, resolver, settings.auth.admin_principals, self.status, sessions
+                policy.reloader,
+                resolver,
+                self.status,
+                sessions,
+                ApprovalDesk(pipeline.pending_approvals, policy.decider, audit),
             ),
             self._health,
         )
+        self.address.publish(settings.socket_mode, settings.socket_group)
         if settings.metrics.enabled:
             host, _, port = settings.metrics.listen.rpartition(":")
             metrics_server = self.metrics.start_http_server(host, int(port))
@@ -202,7 +212,6 @@ class Daemon:
         await server.start()
         self._server = server
         stack.push_async_callback(self._stop_server)
-        self.address.secure(settings.socket_mode, settings.socket_group)
         for name in ("", *SERVICE_NAMES):
             await self._health.set(name, health_pb2.HealthCheckResponse.SERVING)
         log.info("tooljail listening on %s (instance %s)", settings.listen, self.instance_id)
@@ -225,7 +234,8 @@ class Daemon:
             url = settings.opa.url
         else:
             binary = find_opa(settings.opa.binary, PROJECT_ROOT)
-            self.opa = opa = ManagedOpa(binary, folder)
+            sockets = self._opa_socket_dir()
+            self.opa = opa = ManagedOpa(binary, folder, sockets / "opa.sock")
             await opa.start()
             stack.push_async_callback(opa.stop)
             url = opa.url
@@ -233,7 +243,7 @@ class Daemon:
         decider: PolicyEngine = engine
         shadow_folder = settings.opa.shadow_policies_dir
         if shadow_folder is not None and binary is not None:
-            shadow_opa = ManagedOpa(binary, shadow_folder)
+            shadow_opa = ManagedOpa(binary, shadow_folder, sockets / "opa-shadow.sock")
             await shadow_opa.start()
             stack.push_async_callback(shadow_opa.stop)
             candidate = await self._open_engine(stack, shadow_opa.url, shadow_folder, shadow_opa)
@@ -242,6 +252,14 @@ class Daemon:
             log.info("shadow mode: comparing with the policy in %s", shadow_folder)
             decider = shadowed
         return _Policy(engine, decider, PolicyReloader(self.opa, engine, binary, folder))
+
+    def _opa_socket_dir(self) -> Path:
+        """A directory only the daemon's user may enter, for the managed OPA's sockets:
+        <state_dir>/opa, or a private temporary one when that path is too long for a socket."""
+        folder = self.settings.state_dir / "opa"
+        if len(os.fsencode(folder / "opa-shadow.sock")) > MAX_SOCKET_PATH:
+            folder = Path(tempfile.mkdtemp(prefix="tooljail-opa-"))
+        return private_socket_dir(folder)
 
     async def _open_engine(
         self,
@@ -259,6 +277,7 @@ class Daemon:
             on_error=self.metrics.opa_error if opa is self.opa else None,
             loading=lambda: opa is not None and opa.loading,
             cache=DecisionCache(settings.decision_cache_entries, settings.decision_cache_max_ttl_s),
+            token=settings.token.get_secret_value() if settings.token and opa is None else None,
         )
         await engine.open()
         stack.push_async_callback(engine.close)

@@ -1,11 +1,12 @@
 """Idempotency on the tool_use id: a tool call is never run twice by accident.
 
-A retried call (same session, same tool_use id, same input) that arrives while the first is
-running waits for it and gets the same answer; one that arrives after a call that ran gets the
-remembered answer, marked as replayed, for a configurable time. Answers of calls that did not run
-(refused, asking for approval, invalid) are not remembered: sending the same tool_use again with an
-approval token must be decided afresh. The same id with a different input is a request
-error. Memory is bounded by entry count and by the total characters remembered.
+A retried call (same principal, same session, same tool_use id, same input) that arrives while
+the first is running waits for it and gets the same answer; one that arrives after a call that
+ran gets the remembered answer, marked as replayed (and audited as a replay), for a configurable
+time. Another principal sending the same id is another call. Answers of calls that did not run
+(refused, asking for approval, invalid) are not remembered: sending the same tool_use again with
+an approval token must be decided afresh. The same id with a different input is a request error.
+Memory is bounded by entry count and by the total characters remembered.
 """
 
 from __future__ import annotations
@@ -26,8 +27,8 @@ from daemon.models import (
     ToolResult,
 )
 
-Key = tuple[str, str]
-"""(session id, tool_use id)."""
+Key = tuple[str, str, str]
+"""(principal, session id, tool_use id): another principal's same id is another call."""
 
 
 @dataclass
@@ -58,7 +59,7 @@ def cancelled_outcome(tool_use_id: str) -> ExecuteOutcome:
 
 
 class ResultCache:
-    """Remembers answers by (session, tool_use id).
+    """Remembers answers by (principal, session, tool_use id).
 
     Running calls and finished answers are kept apart: finished ones in the order they finished,
     so expiry and the size bounds only ever look at the oldest (constant work per call, however
@@ -88,7 +89,7 @@ class ResultCache:
 
     def forget_session(self, session_id: str) -> None:
         """Drop a closed session's finished entries."""
-        for key in [k for k in self._finished if k[0] == session_id]:
+        for key in [k for k in self._finished if k[1] == session_id]:
             self._chars -= self._finished.pop(key).chars
 
     async def run_once(
@@ -103,7 +104,7 @@ class ResultCache:
         if entry is not None:
             if entry.input_hash != input_hash:
                 raise RequestError(
-                    f"tool_use id {key[1]!r} was already used in this session with a different "
+                    f"tool_use id {key[2]!r} was already used in this session with a different "
                     "input; every tool_use needs its own id"
                 )
             return await asyncio.shield(entry.future), True
@@ -114,7 +115,7 @@ class ResultCache:
         try:
             outcome = await run()
         except asyncio.CancelledError:
-            self._settle(key, entry, cancelled_outcome(key[1]), remember=True)
+            self._settle(key, entry, cancelled_outcome(key[2]), remember=True)
             raise
         except BaseException as exc:
             # Not remembered: the caller got an error status, nothing was answered to the model.

@@ -35,6 +35,7 @@ from daemon.policy.approval import ApprovalAuthority, canonical_input_hash
 from daemon.policy.engine import PolicyEngine
 from daemon.policy.gate import ApprovalRequest, PolicyGate
 from daemon.policy.input import listing_document
+from daemon.policy.mask import AuditMask
 from daemon.policy.verdict import Verdict
 from daemon.sessions.session import Session
 from daemon.sessions.store import SessionStore
@@ -137,18 +138,22 @@ class _Trace:
     """decision_s and exec_s once measured."""
     hook_records: list[dict[str, Any]] = field(default_factory=list)
     """What each hook said."""
+    approved_by: str = ""
+    """Who approved the call, when it ran with an approval."""
+    effective_input: dict[str, Any] | None = None
+    """The input the call was decided and run with, when a PreToolUse hook rewrote it."""
+    rewritten_by: list[str] = field(default_factory=list)
+    """The hooks that rewrote the input."""
 
-
-def masked(value: Any, fields: frozenset[str]) -> Any:
-    """The input with the values of `fields` replaced, at any depth (for the audit log)."""
-    if isinstance(value, dict):
-        return {
-            key: "***masked***" if key in fields else masked(item, fields)
-            for key, item in value.items()
-        }
-    if isinstance(value, list):
-        return [masked(item, fields) for item in value]
-    return value
+    def audit_fields(self, mask: AuditMask) -> dict[str, Any]:
+        """What the audit adds about approvals and rewrites, when there were any."""
+        fields: dict[str, Any] = {}
+        if self.approved_by:
+            fields["approved_by"] = self.approved_by
+        if self.effective_input is not None:
+            fields["effective_input"] = mask.apply(self.effective_input)
+            fields["input_rewritten_by"] = self.rewritten_by
+        return fields
 
 
 def _one_line(text: str, limit: int = 200) -> str:
@@ -194,6 +199,8 @@ class Pipeline:
         self._registry = registry
         self._policy = policy
         self._gate = PolicyGate(policy, approvals)
+        self.pending_approvals = self._gate.pending
+        """The asks waiting for an approver (daemon.calls.approvals)."""
         self._sessions = sessions
         self._limits = limits
         self._audit = audit
@@ -203,7 +210,7 @@ class Pipeline:
         self, session_id: str, caller: Caller, *, include_deferred: bool = False
     ) -> list[ToolDefinition]:
         """The enabled tools this caller may see, in registry order (deferred ones on request)."""
-        session = self._sessions.get(session_id)
+        session = self._sessions.get(session_id, caller.principal, admin=caller.admin)
         definitions = [self._registry.definition(t.name) for t in self._registry.enabled()]
         visible = await self._policy.visible_tools(listing_document(definitions, session, caller))
         if visible is None:
@@ -214,10 +221,11 @@ class Pipeline:
             if d.name in visible and (include_deferred or not d.defer_loading)
         ]
 
-    def prepare(self, request: CallRequest) -> PreparedCall:
-        """Look up and validate, without side effects; failures are kept as a RejectedCall."""
+    def prepare(self, request: CallRequest, caller: Caller) -> PreparedCall:
+        """Look up the caller's session and validate, without side effects (NotFound for a
+        session that is not the caller's); failures are kept as a RejectedCall."""
         started = time.monotonic()
-        session = self._sessions.get(request.session_id)
+        session = self._sessions.get(request.session_id, caller.principal, admin=caller.admin)
         tool_use = request.tool_use
         tool = self._registry.get(tool_use.name)
         if tool is None:
@@ -235,7 +243,7 @@ class Pipeline:
 
     async def execute(self, request: CallRequest, caller: Caller) -> ExecuteOutcome:
         """Run one call through every step; never raises for anything the model did."""
-        return await self.run(self.prepare(request), caller)
+        return await self.run(self.prepare(request, caller), caller)
 
     async def run(self, prepared: PreparedCall, caller: Caller) -> ExecuteOutcome:
         """Decide, execute, map, fit and audit a prepared call. Every line logged meanwhile
@@ -273,12 +281,18 @@ class Pipeline:
             result = _error(tool_use.id, text)
             return self._finish(prepared, trace, caller, None, result, summary=summary)
         call = hooked.call
+        if hooked.outcome.updated_input is not None:
+            trace.effective_input = call.input_json
+            trace.rewritten_by = [
+                r.name for r in hooked.outcome.results if r.updated_input is not None
+            ]
 
         decision_started = time.monotonic()
         gate = await self._gate.decide(
             call, caller, prepared.request.approval, hooked.outcome.to_policy()
         )
         verdict = self._hooks.enforce(gate.verdict, hooked.outcome)
+        trace.approved_by = gate.approved_by
         if not verdict.decision_id:  # OPA gives none when the daemon decided itself
             verdict = dataclasses.replace(verdict, decision_id=uuid.uuid4().hex)
         trace.timings["decision_s"] = time.monotonic() - decision_started
@@ -328,7 +342,12 @@ class Pipeline:
         if not call.facts.read_only:
             # On file before it runs: a call that may change something and is cut short by a
             # crash still has its allow recorded.
-            self._audit.write(self._audit_record(prepared, caller, verdict, AuditEvent.DECIDED))
+            self._audit.write(
+                {
+                    **self._audit_record(prepared, caller, verdict, AuditEvent.DECIDED),
+                    **trace.audit_fields(self._policy.audit_mask),
+                }
+            )
         exec_started = time.monotonic()
         with self._metrics.in_flight() if self._metrics else contextlib.nullcontext():
             ran = await run_call(call, ctx)
@@ -351,6 +370,17 @@ class Pipeline:
         summary = _one_line(ran.summary(call))
         return self._finish(prepared, trace, caller, verdict, result, report, summary=summary)
 
+    def audit_replay(self, prepared: PreparedCall, caller: Caller, outcome: ExecuteOutcome) -> None:
+        """Record that a retry got the remembered answer of the call that ran (idempotency)."""
+        self._audit.write(
+            {
+                **self._audit_record(prepared, caller, None, AuditEvent.REPLAYED),
+                "decision_id": outcome.decision.decision_id,
+                "outcome": outcome.decision.outcome.value if outcome.decision.outcome else "",
+                "is_error": outcome.result.is_error,
+            }
+        )
+
     def _audit_record(
         self,
         prepared: PreparedCall,
@@ -371,7 +401,7 @@ class Pipeline:
             "tool_use_id": tool_use.id,
             "tool": tool_use.name,
             "input_sha256": prepared.request.input_sha256,
-            "input": masked(tool_use.input, self._policy.audit_mask),
+            "input": self._policy.audit_mask.apply(tool_use.input),
             "outcome": verdict.outcome.value if verdict else "not_evaluated",
             "reasons": list(verdict.reasons) if verdict else [],
             "policy_revision": self._gate.revision if verdict else "",
@@ -408,6 +438,7 @@ class Pipeline:
                 "truncated": report.truncated,
                 "duration_ms": int((time.monotonic() - prepared.started) * 1000),
                 **({"hooks": trace.hook_records} if trace.hook_records else {}),
+                **trace.audit_fields(self._policy.audit_mask),
             }
         )
         outcome = ExecuteOutcome(result=result, decision=decision, report=report, summary=summary)

@@ -201,23 +201,24 @@ class Scheduler:
             ):
                 return await self._pipeline.run(call, caller)
 
-        key = (call.session.id, call.request.tool_use.id)
+        key = (caller.principal, call.session.id, call.request.tool_use.id)
         outcome, replayed = await self._cache.run_once(key, input_hash(call.request), run_now)
         if replayed:
             report = outcome.report.model_copy(update={"replayed": True})
             outcome = outcome.model_copy(update={"report": report})
+            self._pipeline.audit_replay(call, caller, outcome)
         return outcome
 
     async def execute(self, request: CallRequest, caller: Caller) -> ExecuteOutcome:
         """A single call (an Execute RPC)."""
-        return await self._run(self._pipeline.prepare(request), caller)
+        return await self._run(self._pipeline.prepare(request, caller), caller)
 
     async def execute_batch(
         self, requests: list[CallRequest], caller: Caller
     ) -> AsyncIterator[ExecuteOutcome]:
         """The calls of one assistant turn; answers in request order, each as soon as it and
         every call before it are done."""
-        calls = [self._pipeline.prepare(request) for request in requests]
+        calls = [self._pipeline.prepare(request, caller) for request in requests]
         for group in partition(calls, self._limits.max_parallel):
             if len(group) == 1:
                 yield await self._run(group[0], caller)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import time
 
 from google.protobuf import json_format
 
@@ -44,3 +45,50 @@ def print_status(connection: Connection, timeout: float, as_json: bool) -> int:
     print(f"sandbox   Docker {health[status.docker_healthy]}, {status.pool_ready} warm containers")
     print(f"calls     {status.in_flight} in flight, {status.sessions} sessions")
     return 0 if status.opa_healthy else 1
+
+
+def approvals(
+    connection: Connection,
+    timeout: float,
+    as_json: bool,
+    action: str,
+    approval_id: str = "",
+    scope: str = "",
+    note: str = "",
+) -> int:
+    """`tooljail approvals [list | approve ID | deny ID]`: what waits for this caller's answer,
+    or answer one."""
+    with connection.channel() as channel:
+        admin = pb_grpc.AdminStub(channel)
+        if action == "list":
+            listed = admin.ListPendingApprovals(pb.ListPendingApprovalsRequest(), timeout=timeout)
+            if as_json:
+                print(json_format.MessageToJson(listed, indent=2))
+                return 0
+            if not listed.approvals:
+                print("nothing waits for your approval")
+            for ask in listed.approvals:
+                _print_ask(ask)
+            return 0
+        request = pb.AnswerApprovalRequest(approval_id=approval_id, scope=scope, note=note)
+        answer = admin.Approve if action == "approve" else admin.Deny
+        answered = answer(request, timeout=timeout)
+    if as_json:
+        print(json_format.MessageToJson(answered, indent=2))
+    else:
+        print(
+            f"{answered.state} {answered.approval_id} ({answered.tool} of {answered.principal}, "
+            f"scope {answered.scope}); the caller's retry with its token now "
+            f"{'runs' if answered.state == 'approved' else 'is denied'}"
+        )
+    return 0
+
+
+def _print_ask(ask: pb.PendingApproval) -> None:
+    asked = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(ask.asked_at))
+    print(
+        f"{ask.approval_id}  {ask.tool} by {ask.principal}, session {ask.session_id}, asked {asked}"
+    )
+    print(f"    input: {ask.input_summary}")
+    for reason in ask.reasons:
+        print(f"    why:   {reason}")

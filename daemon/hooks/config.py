@@ -48,9 +48,17 @@ class HookSpec(Frozen):
     """Shown in reasons, logs and the policy input; derived from the command when empty."""
     timeout_s: float = Field(default=60.0, gt=0, le=3_600)
     """The hook is killed (with everything it started) after this many seconds."""
+    guard: bool = False
+    """A PreToolUse hook the operator relies on to stop calls: any way it fails (a non-zero
+    exit other than 2, a crash, a timeout, output that is not a valid answer) denies the call
+    unless `on_error` says otherwise, so a guard that breaks on a crafted input cannot let that
+    input through."""
     on_error: Literal["deny", "allow"] | None = None
-    """What a timeout or a crash means: deny the call, or carry on as if the hook had not run.
-    Default: deny for PreToolUse (fail closed), allow for the Post events (fail open)."""
+    """What a failure means: deny the call, or carry on as if the hook had not run. Set, it
+    applies to every failure of a PreToolUse hook (a non-zero exit other than 2 and unusable
+    output included). Unset: deny every failure of a guard; for other hooks, as Claude Code
+    does: a timeout or a crash denies a PreToolUse call (fail closed), a non-zero exit or
+    unusable output is a non-blocking error, and the Post events never deny."""
     env: dict[str, str] = Field(default_factory=dict)
     """Extra environment variables (the hook otherwise gets only PATH, HOME, LANG and the
     workspace variables)."""
@@ -93,6 +101,16 @@ class HookSpec(Frozen):
         if self.on_error is not None:
             return self.on_error == "deny"
         return self.event is HookEvent.PRE_TOOL_USE
+
+    @property
+    def errors_deny(self) -> bool:
+        """A non-zero exit other than 2, or unusable output, of this PreToolUse hook denies the
+        call (not just a timeout or a crash)."""
+        if self.event is not HookEvent.PRE_TOOL_USE:
+            return False
+        if self.on_error is not None:
+            return self.on_error == "deny"
+        return self.guard
 
     def matches(self, tool_name: str) -> bool:
         """The hook applies to calls of `tool_name`."""

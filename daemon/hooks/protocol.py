@@ -288,13 +288,19 @@ def interpret(event: HookEvent, spec: HookSpec, proc: HookProcess) -> HookResult
             proc.exit_code,
             first_line,
         )
+        if spec.errors_deny:
+            reason = f"exited with status {proc.exit_code}, which denies the call (on_error)"
+            if first_line:
+                reason += f": {_clip(first_line)}"
+            return HookResult(status="error", decision="deny", reason=reason, **common)
         reason = f"exited with status {proc.exit_code} (non-blocking error)"
         return HookResult(status="error", reason=reason, **common)
     try:
         answer = _read_stdout(event, proc)
     except _BadOutput as exc:
-        log.warning(
-            "%s hook %r gave an unusable answer (non-blocking): %s", event.value, spec.name, exc
-        )
+        log.warning("%s hook %r gave an unusable answer: %s", event.value, spec.name, exc)
+        if spec.errors_deny:
+            reason = f"unusable output, which denies the call (on_error): {exc}"
+            return HookResult(status="error", decision="deny", reason=reason, **common)
         return HookResult(status="error", reason=f"unusable output: {exc}", **common)
     return HookResult(**common, **answer)

@@ -1,8 +1,11 @@
 """Runs one hook process on the host and collects what it said.
 
 The hook runs as the daemon's user, never in a sandbox: it is operator code, trusted like the
-daemon's config. It gets a clean environment, the workspace as its working directory, its input
-on stdin, and its own process group, so a timeout or a cancellation kills everything it started.
+daemon's config. The workspace is not: the model writes it. So the hook starts in a neutral
+working directory (`/`), not the workspace, where linters would load configuration and plugins
+the model planted; it gets a clean environment, the workspace only as data (the `cwd` field of
+its input and two variables), its input on stdin, and its own process group, so a timeout or a
+cancellation kills everything it started.
 Output is read while the process runs (a chatty hook never blocks on a full pipe) and only the
 first `OUTPUT_CAP_BYTES` of each stream are kept.
 """
@@ -27,6 +30,8 @@ OUTPUT_CAP_BYTES = 64 * 1024
 """Bytes kept of each of stdout and stderr; the rest is read and counted, not stored."""
 
 _SHELL = "/bin/sh"
+NEUTRAL_CWD = Path("/")
+"""Where hooks start: nothing the model wrote is there."""
 
 #: Exit codes with which /bin/sh reports that the command could not be run at all
 #: (126: not executable, 127: not found): a broken hook, not a hook that decided something.
@@ -91,7 +96,7 @@ def _argv(spec: HookSpec) -> list[str]:
 
 
 async def run_hook(spec: HookSpec, stdin_data: bytes, workspace: Path) -> HookProcess:
-    """Run `spec` once with `stdin_data` on its stdin, in `workspace`.
+    """Run `spec` once with `stdin_data` on its stdin, for a call in `workspace`.
 
     Never raises for anything the hook does (a failure to start is reported in `start_error`);
     a cancellation kills the hook's process group and propagates.
@@ -103,7 +108,7 @@ async def run_hook(spec: HookSpec, stdin_data: bytes, workspace: Path) -> HookPr
             input_data=stdin_data,
             timeout_s=spec.timeout_s,
             output_cap=OUTPUT_CAP_BYTES,
-            cwd=workspace,
+            cwd=NEUTRAL_CWD,
             env=hook_environment(spec, workspace),
         )
     except OSError as exc:

@@ -31,7 +31,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from enum import StrEnum
-from typing import Any
+from typing import Any, Literal
 
 from daemon.errors import ToolError
 
@@ -45,6 +45,7 @@ __all__ = [
     "ApprovalFailure",
     "Grant",
     "IssuedToken",
+    "Scope",
     "canonical_input_hash",
 ]
 
@@ -70,6 +71,8 @@ _BOUND_FIELDS = {
     "ih": "tool input",
     "prn": "principal",
 }
+Scope = Literal["once", "session"]
+"""What an approval covers: this call only, or similar calls for the rest of the session."""
 _RETRY_HINT = "Ask the user to approve the call again and retry with the new token."
 
 
@@ -141,9 +144,16 @@ class Grant:
     input_hash: str
     principal: str
     approved_by: str
-    """The principal that presented the token (equal to the one it was issued to)."""
+    """Who approved: an approver's principal (Admin.Approve), or the caller itself when it sends
+    the token back without anyone having approved it (then `self_approved`)."""
     issued_at: int
     expires_at: int
+    self_approved: bool = True
+    """Nobody else approved: the caller that was asked presents its own token. Whether that
+    counts is the policy's decision (input.approval.self_approved)."""
+    scope: Scope = "once"
+    """This call only, or similar calls for the rest of the session: fixed by the approver
+    when one approved, else what the retry asked for (and the policy sees it)."""
 
     def policy_input(self) -> dict[str, Any]:
         """The value of ``input.approval`` in the policy input document."""
@@ -151,6 +161,8 @@ class Grant:
             "granted": True,
             "token_id": self.token_id,
             "approved_by": self.approved_by,
+            "self_approved": self.self_approved,
+            "scope": self.scope,
             "issued_at": self.issued_at,
             "expires_at": self.expires_at,
         }
@@ -162,8 +174,9 @@ class ApprovalAuthority:
     Args:
         key: The HMAC key (at least 32 bytes; see daemon.policy.keys).
         ttl_s: Lifetime of a token in seconds (1 s to 24 h).
-        max_used: How many used, unexpired token ids are remembered at most; when full, new
-            verifications are refused rather than the memory growing without bound.
+        max_used: How many used, unexpired token ids are remembered at most per principal; when
+            a principal's share is full, its new verifications are refused rather than the memory
+            growing without bound (other principals are not affected).
         clock: Unix time in seconds, used whenever a call passes no explicit ``now``.
         epoch: Stamps the tokens this authority issues and is required of the ones it accepts.
             Random by default, so tokens die with the process; pass a fixed value only together
@@ -191,7 +204,8 @@ class ApprovalAuthority:
         self._max_used = max_used
         self._clock = clock
         self._epoch = epoch if epoch is not None else secrets.token_urlsafe(9)
-        self._used: dict[str, int] = {}
+        self._used: dict[str, dict[str, int]] = {}
+        """Used token ids (with their expiry) by the principal they were issued to."""
         self._lock = threading.Lock()
 
     @property
@@ -202,7 +216,7 @@ class ApprovalAuthority:
     @property
     def used_count(self) -> int:
         """How many used token ids are currently remembered."""
-        return len(self._used)
+        return sum(len(used) for used in self._used.values())
 
     def issue(
         self,
@@ -277,8 +291,8 @@ class ApprovalAuthority:
                 differing,
             )
         with self._lock:
-            self._refuse_if_used(claims["jti"])
-            self._make_room(at)
+            self._refuse_if_used(principal, claims["jti"])
+            self._make_room(principal, at)
         return Grant(
             token_id=claims["jti"],
             session_id=session_id,
@@ -300,15 +314,15 @@ class ApprovalAuthority:
         """
         at = self._now(now)
         with self._lock:
-            self._refuse_if_used(grant.token_id)
+            self._refuse_if_used(grant.principal, grant.token_id)
             if at >= grant.expires_at:
                 raise ApprovalError(
                     ApprovalFailure.EXPIRED,
                     f"The approval token expired at {_iso(grant.expires_at)}, before the call "
                     f"could start. {_RETRY_HINT}",
                 )
-            self._make_room(at)
-            self._used[grant.token_id] = grant.expires_at
+            self._make_room(grant.principal, at)
+            self._used.setdefault(grant.principal, {})[grant.token_id] = grant.expires_at
 
     def _now(self, now: float | None) -> float:
         return self._clock() if now is None else now
@@ -358,26 +372,40 @@ class ApprovalAuthority:
             )
         return _claims(payload)
 
-    def _refuse_if_used(self, token_id: str) -> None:
-        if token_id in self._used:
+    def _refuse_if_used(self, principal: str, token_id: str) -> None:
+        if token_id in self._used.get(principal, {}):
             raise ApprovalError(
                 ApprovalFailure.REPLAYED,
                 "The approval token was already used; each approval runs one call once. "
                 f"{_RETRY_HINT}",
             )
 
-    def _make_room(self, at: float) -> None:
-        if len(self._used) < self._max_used:
+    def _make_room(self, principal: str, at: float) -> None:
+        used = self._used.get(principal)
+        if used is None or len(used) < self._max_used:
             return
-        self._used = {jti: exp for jti, exp in self._used.items() if exp > at}
-        if len(self._used) >= self._max_used:
-            soonest = min(self._used.values())
+        used = {jti: exp for jti, exp in used.items() if exp > at}
+        self._used[principal] = used
+        if len(used) >= self._max_used:
+            soonest = min(used.values())
             raise ApprovalError(
                 ApprovalFailure.EXHAUSTED,
-                f"The daemon is tracking {len(self._used)} used approvals, its limit, so it cannot "
-                f"accept another one safely until {_iso(soonest)}. The call did not run; retry it "
-                "with the same token after that time.",
+                f"The daemon is tracking {len(used)} used approvals of principal {principal!r}, "
+                f"its limit per principal, so it cannot accept another one safely until "
+                f"{_iso(soonest)}. The call did not run; retry it with the same token after that "
+                "time.",
             )
+
+    def forget_expired(self, now: float | None = None) -> None:
+        """Drop used token ids past their expiry (and principals left with none)."""
+        at = self._now(now)
+        with self._lock:
+            for principal in list(self._used):
+                live = {jti: exp for jti, exp in self._used[principal].items() if exp > at}
+                if live:
+                    self._used[principal] = live
+                else:
+                    del self._used[principal]
 
 
 def _claims(payload: bytes) -> dict[str, Any]:

@@ -4,12 +4,18 @@ from __future__ import annotations
 
 import abc
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from daemon.models import Caller, Outcome
-from daemon.policy.input import open_session_document
+from daemon.policy.input import open_session_document, session_mode_document
+from daemon.policy.mask import AuditMask
 from daemon.policy.verdict import Verdict
 from daemon.sessions.workspaces import Overlap
+
+Admission = Literal["open_session", "session_mode_change", "approve"]
+"""The policy's yes/no rules beside the call decision."""
+RESTRICTING_MODES = frozenset({"default", "plan", "dontAsk"})
+"""Permission modes that only take powers away."""
 
 
 class PolicyEngine(abc.ABC):
@@ -24,14 +30,29 @@ class PolicyEngine(abc.ABC):
         """Tool names the caller may see; None when the policy cannot answer (show none)."""
 
     @property
-    def audit_mask(self) -> frozenset[str]:
-        """Input field names whose values the audit log masks (data.tooljail.authz.mask)."""
-        return frozenset()
+    def audit_mask(self) -> AuditMask:
+        """What the audit log hides (data.tooljail.authz.mask and mask_patterns)."""
+        return AuditMask()
+
+    async def admit(self, rule: Admission, document: dict[str, Any]) -> Verdict:
+        """A yes/no decision ({"allow", "reasons"}) of `rule`; must fail closed. The default,
+        for engines without such rules: only modes that take powers away, nothing else."""
+        if rule == "session_mode_change" and document.get("mode") in RESTRICTING_MODES:
+            return Verdict(Outcome.ALLOW, (), None, None)
+        return Verdict.deny(f"This policy engine has no {rule} rule, so the request is refused.")
 
     async def decide_workspace(self, document: dict[str, Any]) -> Verdict:
-        """Whether a session may work in an existing directory (default: never)."""
-        del document
-        return Verdict.deny("This policy engine does not allow sessions over existing directories.")
+        """Whether a session may work in an existing directory."""
+        return await self.admit("open_session", document)
+
+    async def mode_refusal(
+        self, mode: str, action: Literal["open", "change"], owner: str, caller: Caller
+    ) -> str | None:
+        """None when `caller` may put a session of `owner`'s in permission mode `mode`, else
+        why not."""
+        document = session_mode_document(mode, action, owner, caller)
+        verdict = await self.admit("session_mode_change", document)
+        return None if verdict.outcome is Outcome.ALLOW else " ".join(verdict.reasons)
 
     async def workspace_refusal(
         self, workspace: Path, overlaps: list[Overlap], caller: Caller

@@ -1,23 +1,30 @@
 """The policy gate: approval tokens around the engine's decision.
 
 Order: a token that came with the call is verified (not yet used up) and shown to the policy as
-`input.approval`; the policy decides; an ASK without a token issues one bound to this exact call;
-an ALLOW with a token uses the token up just before the call runs. A bad token is a deny with the
-precise reason, and a policy that still asks although a valid token came is a deny too (no loops).
+`input.approval`, with who approved it: the approver who answered the pending ask (Admin.Approve,
+who also fixed the scope), or else the caller itself (`self_approved`, with the scope its retry
+asks for; whether that counts is the policy's call); the policy decides; an ASK without a token
+issues one bound to this exact call and lists the ask as pending; an ALLOW with a token uses the
+token up just before the call runs. A bad token is a deny with the precise reason, an ask an
+approver denied is a deny with the approver's words, and a policy that still asks although a
+valid token came is a deny too (no loops).
 """
 
 from __future__ import annotations
 
+import json
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Literal
 
 from daemon.models import Caller, Outcome
 from daemon.policy.approval import ApprovalAuthority, ApprovalError, Grant, canonical_input_hash
 from daemon.policy.engine import PolicyEngine
 from daemon.policy.input import call_document
+from daemon.policy.pending import AskState, PendingApprovals, PendingAsk
 from daemon.policy.verdict import Verdict
 from daemon.sessions.session import SessionGrant
+from daemon.text import wire_safe
 from daemon.tools.call import ToolCall
 
 
@@ -27,8 +34,9 @@ class ApprovalRequest:
 
     token: str = ""
     """A token a human approved, from an earlier ASK answer; empty: none."""
-    scope: Literal["once", "session"] = "once"
-    """With a token: this call only, or similar calls for the rest of the session."""
+    scope: Literal["", "once", "session"] = ""
+    """With a token: this call only, or similar calls for the rest of the session; empty: as
+    the approver decided (once, when the caller approves its own call)."""
 
 
 @dataclass(frozen=True)
@@ -37,14 +45,27 @@ class GateDecision:
 
     verdict: Verdict
     approval_token: str = ""
+    approved_by: str = ""
+    """Who approved the call (for the audit), when it carries an approval."""
 
 
 class PolicyGate:
     """Decides calls with the policy engine and manages approval tokens."""
 
-    def __init__(self, engine: PolicyEngine, approvals: ApprovalAuthority | None) -> None:
+    def __init__(
+        self,
+        engine: PolicyEngine,
+        approvals: ApprovalAuthority | None,
+        pending: PendingApprovals | None = None,
+    ) -> None:
         self._engine = engine
         self._approvals = approvals
+        self._pending = pending if pending is not None else PendingApprovals()
+
+    @property
+    def pending(self) -> PendingApprovals:
+        """The asks waiting for an approver."""
+        return self._pending
 
     @property
     def revision(self) -> str:
@@ -78,6 +99,9 @@ class PolicyGate:
                 grant = self._approvals.verify(approval.token, **binding())
             except ApprovalError as exc:
                 return GateDecision(Verdict.deny(f"The approval token was refused: {exc}"))
+            grant, refusal = self._approved(grant, approval, caller)
+            if refusal:
+                return GateDecision(Verdict.deny(refusal))
 
         document = call_document(call, caller, grant, hooks or [])
         verdict = await self._engine.decide(document)
@@ -94,6 +118,19 @@ class PolicyGate:
             if self._approvals is None:
                 return GateDecision(verdict)
             issued = self._approvals.issue(**binding())
+            self._pending.add(
+                PendingAsk(
+                    approval_id=issued.token_id,
+                    principal=caller.principal,
+                    session_id=call.session.id,
+                    tool_use_id=call.tool_use_id,
+                    tool=call.tool.name,
+                    input_summary=self._summary(call.input_json),
+                    reasons=verdict.reasons,
+                    asked_at=issued.issued_at,
+                    expires_at=issued.expires_at,
+                )
+            )
             return GateDecision(verdict, issued.token)
         if verdict.outcome is Outcome.ALLOW and grant is not None:
             assert self._approvals is not None
@@ -103,9 +140,45 @@ class PolicyGate:
                 return GateDecision(
                     Verdict.deny(f"The approval token was refused: {exc}", verdict.decision_id)
                 )
-            if approval.scope == "session":
+            self._pending.used(grant.token_id)
+            if grant.scope == "session":
                 _grant_for_session(call, grant)
+            return GateDecision(verdict, approved_by=grant.approved_by)
         return GateDecision(verdict)
+
+    def _approved(
+        self, grant: Grant, approval: ApprovalRequest, caller: Caller
+    ) -> tuple[Grant, str]:
+        """Who approved the call the token is for, and in what scope; or why it is refused."""
+        ask = self._pending.get(grant.token_id)
+        if ask is None or ask.state is AskState.PENDING:
+            # Nobody else answered: the caller approves its own call (the policy decides).
+            return replace(grant, self_approved=True, scope=approval.scope or "once"), ""
+        if ask.state is AskState.DENIED:
+            note = f": {ask.note}" if ask.note else ""
+            return grant, (
+                f"{ask.decided_by} denied this call{note}. It did not run; do not retry it "
+                "unchanged."
+            )
+        if approval.scope and approval.scope != ask.scope:
+            return grant, (
+                f"{ask.decided_by} approved this call with scope {ask.scope!r}, and the retry "
+                f"asks for {approval.scope!r}; the approver decides the scope: resend the call "
+                "with that scope or with none."
+            )
+        by = ask.decided_by
+        return replace(
+            grant, approved_by=by, self_approved=by == caller.principal, scope=ask.scope
+        ), ""
+
+    def _summary(self, tool_input: dict[str, Any]) -> str:
+        """The input as a person reviews it: masked like the audit, cut to a readable length."""
+        shown = self._engine.audit_mask.apply(tool_input)
+        text = wire_safe(json.dumps(shown, ensure_ascii=False, sort_keys=True, default=str))
+        return text if len(text) <= _SUMMARY_CHARS else text[: _SUMMARY_CHARS - 1] + "…"
+
+
+_SUMMARY_CHARS = 2000
 
 
 def _grant_for_session(call: ToolCall, grant: Grant) -> None:

@@ -162,7 +162,20 @@ class GrantedApproval(_Part):
     token_id: str = Field(
         min_length=1, description="Identifier of the approval token (for the audit log)."
     )
-    approved_by: str = Field(min_length=1, description="The principal that presented the approval.")
+    approved_by: str = Field(
+        min_length=1,
+        description="Who approved: the approver that answered the pending ask, or the caller "
+        "itself when it sent its token back without anyone else approving (self_approved).",
+    )
+    self_approved: bool = Field(
+        description="Nobody but the asking principal approved this call; the policy decides "
+        "whether that counts (the shipped one: for the Unix socket's caller, or a principal "
+        "with self_approve in data.json)."
+    )
+    scope: Literal["once", "session"] = Field(
+        description="What the approval covers: this call, or similar calls for the rest of the "
+        "session (fixed by the approver; a self-approval's is what the retry asked for)."
+    )
     issued_at: int = Field(ge=0, description="When the token was issued, in Unix seconds.")
     expires_at: int = Field(ge=0, description="When the token expires, in Unix seconds.")
 
@@ -334,6 +347,76 @@ class OpenSessionInput(_Part):
     caller: Caller
 
 
+class SessionModeInput(_Part):
+    """The input document for data.tooljail.authz.session_mode_change: may this caller put a
+    session in this permission mode (OpenSession's mode, SetSessionMode)? The answer is
+    {"allow": bool, "reasons": [string]}."""
+
+    model_config = ConfigDict(title="tooljail session mode policy input")
+
+    version: Literal[1]
+    mode: str = Field(description="The requested permission mode, as the caller sent it.")
+    action: Literal["open", "change"] = Field(
+        description="open: a new session in this mode (OpenSession); change: an open session "
+        "switched to it (SetSessionMode)."
+    )
+    session_owner: str = Field(
+        description="The principal the session belongs to (for open: the caller itself)."
+    )
+    caller: Caller
+
+
+class AskFact(_Part):
+    """A pending ask, as an approver is about to answer it."""
+
+    approval_id: str = Field(min_length=1)
+    principal: str = Field(description="Who made the call the policy asked about.")
+    session: str
+    tool: str
+    reasons: list[str] = Field(description="Why the policy asked.")
+
+
+class ApprovalInput(_Part):
+    """The input document for data.tooljail.authz.approve: may this caller answer this pending
+    ask (Admin.Approve, Admin.Deny) or see it (ListPendingApprovals)? The answer is
+    {"allow": bool, "reasons": [string]}."""
+
+    model_config = ConfigDict(title="tooljail approval policy input")
+
+    version: Literal[1]
+    action: Literal["list", "approve", "deny"]
+    scope: Literal["once", "session"] = Field(
+        description="For approve: this call only, or similar calls for the rest of the session."
+    )
+    ask: AskFact
+    caller: Caller
+
+
+def session_mode_document(
+    mode: str, action: Literal["open", "change"], session_owner: str, caller: CallerModel
+) -> dict[str, Any]:
+    """The input of data.tooljail.authz.session_mode_change."""
+    return SessionModeInput.model_construct(
+        version=INPUT_VERSION,
+        mode=mode,
+        action=action,
+        session_owner=session_owner,
+        caller=Caller.of(caller),
+    ).model_dump(mode="json", warnings=False)
+
+
+def approval_document(
+    action: Literal["list", "approve", "deny"],
+    scope: Literal["once", "session"],
+    ask: AskFact,
+    caller: CallerModel,
+) -> dict[str, Any]:
+    """The input of data.tooljail.authz.approve."""
+    return ApprovalInput.model_construct(
+        version=INPUT_VERSION, action=action, scope=scope, ask=ask, caller=Caller.of(caller)
+    ).model_dump(mode="json", warnings=False)
+
+
 def _path(touched: TouchedPath) -> TouchedPathFact:
     return TouchedPathFact.model_construct(
         path=str(touched.path), access=touched.access, inside_workspace=touched.inside_workspace
@@ -438,10 +521,19 @@ class _SnakeCaseDefs(GenerateJsonSchema):
 
 
 def input_schema() -> dict[str, Any]:
-    """policies/input.schema.json: any of the three documents. Optional fields are left out of
+    """policies/input.schema.json: any of the five documents. Optional fields are left out of
     a document rather than sent as null, so the schema has no null branches (tidy_schema)."""
     _, top = models_json_schema(
-        [(m, "validation") for m in (DecisionInput, ListToolsInput, OpenSessionInput)],
+        [
+            (m, "validation")
+            for m in (
+                DecisionInput,
+                ListToolsInput,
+                OpenSessionInput,
+                SessionModeInput,
+                ApprovalInput,
+            )
+        ],
         ref_template="#/$defs/{model}",
         schema_generator=_SnakeCaseDefs,
     )
@@ -452,12 +544,16 @@ def input_schema() -> dict[str, Any]:
         "title": "tooljail policy input, version 1",
         "description": "The input document the daemon sends to OPA: one of decision_input "
         "(data.tooljail.authz.decision, one tool call), list_tools_input "
-        "(data.tooljail.authz.visible_tools) and open_session_input "
-        "(data.tooljail.authz.open_session). Generated from daemon/policy/input.py.",
+        "(data.tooljail.authz.visible_tools), open_session_input "
+        "(data.tooljail.authz.open_session), session_mode_input "
+        "(data.tooljail.authz.session_mode_change) and approval_input "
+        "(data.tooljail.authz.approve). Generated from daemon/policy/input.py.",
         "anyOf": [
             {"$ref": "#/$defs/decision_input"},
             {"$ref": "#/$defs/list_tools_input"},
             {"$ref": "#/$defs/open_session_input"},
+            {"$ref": "#/$defs/session_mode_input"},
+            {"$ref": "#/$defs/approval_input"},
         ],
         "$defs": top["$defs"],
     }

@@ -5,29 +5,17 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 from typing import Any
-from urllib.parse import urlsplit
-
-from opa_client import AsyncOpaClient
 
 from daemon.policy.decision_cache import DecisionCache
-from daemon.policy.engine import PolicyEngine
-from daemon.policy.verdict import Verdict, parse_verdict, parse_workspace_verdict
+from daemon.policy.engine import Admission, PolicyEngine
+from daemon.policy.mask import AuditMask, MaskError
+from daemon.policy.opa_client import client_for
+from daemon.policy.verdict import Verdict, parse_admission, parse_verdict
 from sandbox.backend import SandboxLimits
 
 log = logging.getLogger(__name__)
 
 PACKAGE = "tooljail.authz"
-
-
-def client_for(url: str, timeout_s: float) -> AsyncOpaClient:
-    """An async OPA client for http(s)://host:port with no retries."""
-    parts = urlsplit(url)
-    if parts.scheme not in ("http", "https") or not parts.hostname:
-        raise ValueError(f"OPA URL must be http(s)://host:port, got {url!r}")
-    port = parts.port or (443 if parts.scheme == "https" else 8181)
-    return AsyncOpaClient(
-        host=parts.hostname, port=port, ssl=parts.scheme == "https", retries=0, timeout=timeout_s
-    )
 
 
 class OpaPolicyEngine(PolicyEngine):
@@ -42,36 +30,63 @@ class OpaPolicyEngine(PolicyEngine):
         on_error: Callable[[], None] | None = None,
         loading: Callable[[], bool] | None = None,
         cache: DecisionCache | None = None,
+        token: str | None = None,
     ) -> None:
         self.cache = cache if cache is not None else DecisionCache(max_entries=0, max_ttl_s=0)
         self._on_error = on_error or (lambda: None)
         self._loading = loading or (lambda: False)
-        self._client = client_for(url, timeout_s)
+        self._client = client_for(url, timeout_s, token)
         self._base_limits = base_limits
         self._revision = revision
         self._open = False
-        self._mask: frozenset[str] = frozenset()
+        self._mask: AuditMask | None = None
+        """None until read: calls are refused while the audit does not know what to hide."""
 
     @property
     def revision(self) -> str:
         return self._revision
 
     @property
-    def audit_mask(self) -> frozenset[str]:
-        return self._mask
+    def audit_mask(self) -> AuditMask:
+        return self._mask or AuditMask()
 
     async def policy_loaded(self, revision: str) -> None:
-        """Record the revision after a (re)load and re-read what the audit log must mask."""
+        """Record the revision after a (re)load and re-read what the audit log must mask.
+
+        Raises:
+            MaskError: the loaded policy's mask is malformed (the last good one stays).
+        """
         self._revision = revision
         self.cache.clear()
         try:
-            response = await self._query({}, "mask")
-        except Exception as exc:  # noqa: BLE001 - masking everything would hide the audit trail
-            log.warning("could not read data.tooljail.authz.mask: %s", exc)
+            mask = await self._read_mask()
+        except MaskError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - kept: the last good mask, or calls refused
+            log.error("could not read the policy's audit mask (%s); %s", exc, self._mask_state())
             return
-        result = response.get("result", [])
-        if isinstance(result, list):
-            self._mask = frozenset(name for name in result if isinstance(name, str))
+        self._mask = mask
+
+    def _mask_state(self) -> str:
+        if self._mask is None:
+            return "calls are refused until it can be read"
+        return "the last good mask stays in force"
+
+    async def _read_mask(self) -> AuditMask:
+        fields = await self._query({}, "mask")
+        patterns = await self._query({}, "mask_patterns")
+        return AuditMask.parse(fields.get("result"), patterns.get("result", []))
+
+    async def _mask_known(self) -> bool:
+        """Whether the audit mask is known (read again now if it was not)."""
+        if self._mask is not None:
+            return True
+        try:
+            self._mask = await self._read_mask()
+        except Exception as exc:  # noqa: BLE001 - still unknown: the call is refused
+            log.warning("the policy's audit mask is still unreadable: %s", exc)
+            return False
+        return True
 
     async def open(self) -> None:
         """Open the HTTP session (AsyncOpaClient only works inside its context)."""
@@ -106,6 +121,14 @@ class OpaPolicyEngine(PolicyEngine):
                 "The policy engine (OPA) is restarting and does not hold the policy yet, so the "
                 "call is denied (fail closed). Retry in a moment."
             )
+        if not await self._mask_known():
+            self._on_error()
+            return Verdict.deny(
+                "The policy engine (OPA) did not give the policy's audit mask "
+                "(data.tooljail.authz.mask and mask_patterns), so the call is denied rather than "
+                "logged without it (fail closed). Retry later; the operator finds the cause in "
+                "the daemon's log."
+            )
         key = self.cache.key(document)
         if key is not None and (reused := self.cache.get(key)) is not None:
             return reused
@@ -123,16 +146,16 @@ class OpaPolicyEngine(PolicyEngine):
             self.cache.put(key, verdict)
         return verdict
 
-    async def decide_workspace(self, document: dict[str, Any]) -> Verdict:
+    async def admit(self, rule: Admission, document: dict[str, Any]) -> Verdict:
         try:
-            response = await self._query(document, "open_session")
+            response = await self._query(document, rule)
         except Exception as exc:  # noqa: BLE001 - any transport failure must become a deny
             self._on_error()
             return Verdict.deny(
-                f"The policy engine (OPA) could not be reached ({type(exc).__name__}); the session "
-                "was not opened (fail closed). Retry later."
+                f"The policy engine (OPA) could not be reached ({type(exc).__name__}), so the "
+                "request is refused (fail closed). Retry later."
             )
-        return parse_workspace_verdict(response)
+        return parse_admission(rule, response)
 
     async def visible_tools(self, document: dict[str, Any]) -> frozenset[str] | None:
         try:

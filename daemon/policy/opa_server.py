@@ -1,5 +1,11 @@
-"""The managed OPA: started on a private loopback port, loaded with the policy folder, supervised
-(restarted and reloaded if it dies), stopped with the daemon."""
+"""The managed OPA: listening on a Unix socket in a directory only the daemon's user may enter,
+loaded with the policy folder, supervised (restarted and reloaded if it dies, on the same socket),
+stopped with the daemon.
+
+Nobody else can reach it: its API can replace policies and data, so a loopback port (which every
+local user can connect to, and take first) is not an option. The kernel checks the directory's
+mode (0700) and the socket's (0600) on every connect.
+"""
 
 from __future__ import annotations
 
@@ -8,7 +14,7 @@ import contextlib
 import logging
 import os
 import shutil
-import socket
+import stat
 import time
 from collections import deque
 from pathlib import Path
@@ -16,7 +22,7 @@ from pathlib import Path
 from daemon.errors import PolicyLoadError, TooljailError
 from daemon.host.child import Child
 from daemon.policy.loader import PolicyFiles, load_policy_files, read_policy_folder
-from daemon.policy.opa_engine import client_for
+from daemon.policy.opa_client import UNIX_SCHEME, client_for
 
 log = logging.getLogger(__name__)
 
@@ -41,11 +47,23 @@ def find_opa(configured: Path | None, project_root: Path) -> Path:
     )
 
 
-def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
+#: Longest Unix socket path the kernel takes (sun_path is 108 bytes with its NUL).
+MAX_SOCKET_PATH = 107
+
+
+def private_socket_dir(folder: Path) -> Path:
+    """`folder`, made (or found) as a directory only this user may enter; refused when another
+    user owns it or it is a symbolic link (nothing in it could be trusted then)."""
+    folder.mkdir(mode=0o700, parents=True, exist_ok=True)
+    info = folder.lstat()
+    if not stat.S_ISDIR(info.st_mode) or info.st_uid != os.geteuid():
+        raise TooljailError(
+            f"{folder} must be a directory owned by the daemon's user (uid {os.geteuid()}) for "
+            "the policy engine's socket; remove it or choose another state_dir"
+        )
+    if stat.S_IMODE(info.st_mode) & 0o077:
+        folder.chmod(0o700)
+    return folder
 
 
 def _dying_with_parent(argv: list[str]) -> list[str]:
@@ -65,11 +83,18 @@ def _dying_with_parent(argv: list[str]) -> list[str]:
 class ManagedOpa:
     """An OPA server owned by this daemon."""
 
-    def __init__(self, binary: Path, policies_dir: Path, timeout_s: float = 2.0) -> None:
+    def __init__(
+        self, binary: Path, policies_dir: Path, socket_path: Path, timeout_s: float = 2.0
+    ) -> None:
+        if len(os.fsencode(socket_path)) > MAX_SOCKET_PATH:
+            raise TooljailError(
+                f"the policy engine's socket path {socket_path} is longer than the kernel's "
+                f"{MAX_SOCKET_PATH} bytes; choose a shorter state_dir"
+            )
         self._binary = binary
         self._policies_dir = policies_dir
         self._timeout_s = timeout_s
-        self._port = _free_port()
+        self._socket = socket_path
         self._process: Child | None = None
         self._supervisor: asyncio.Task[None] | None = None
         self._stopping = False
@@ -83,8 +108,8 @@ class ManagedOpa:
 
     @property
     def url(self) -> str:
-        """Base URL of the server."""
-        return f"http://127.0.0.1:{self._port}"
+        """Where the server listens (unix:///...)."""
+        return UNIX_SCHEME + str(self._socket)
 
     @property
     def pid(self) -> int | None:
@@ -111,12 +136,17 @@ class ManagedOpa:
 
     async def _spawn_and_load(self) -> None:
         self.loading = True
+        private_socket_dir(self._socket.parent)
+        # Ours (in our private directory): left behind by an OPA that died, so it goes.
+        self._socket.unlink(missing_ok=True)
         argv = [
             str(self._binary),
             "run",
             "--server",
             "--addr",
-            f"127.0.0.1:{self._port}",
+            self.url,
+            "--unix-socket-perm",
+            "600",
             "--log-level",
             "error",
             "--skip-version-check",
@@ -212,6 +242,7 @@ class ManagedOpa:
                 await self._supervisor
         if self._process is not None:
             await self._terminate(self._process)
+        self._socket.unlink(missing_ok=True)
 
 
 __all__ = ["ManagedOpa", "PolicyLoadError", "find_opa"]

@@ -9,12 +9,14 @@ passed, and a load that still fails half-way puts the previous modules back.
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 from dataclasses import dataclass
 from pathlib import Path
 
 from daemon.errors import PolicyLoadError
 from daemon.host.child import run_child
+from daemon.policy.mask import AuditMask, MaskError
 from daemon.policy.opa_engine import OpaPolicyEngine
 from daemon.policy.opa_server import ManagedOpa
 from daemon.policy.revision import policy_revision
@@ -63,6 +65,22 @@ async def check_policy_folder(binary: Path, folder: Path) -> str:
         code, output = await _opa(binary, "test", *OPA_IGNORE, str(folder))
         if code != 0:
             return f"opa test failed:\n{output[-4000:]}"
+    return await _mask_problem(binary, folder)
+
+
+async def _mask_problem(binary: Path, folder: Path) -> str:
+    """Empty when the folder's audit mask reads and compiles (see daemon.policy.mask)."""
+    query = "x := [data.tooljail.authz.mask, [p | some p in data.tooljail.authz.mask_patterns]]"
+    _, output = await _opa(binary, "eval", "-f", "json", *OPA_IGNORE, "-d", str(folder), query)
+    try:
+        fields, patterns = json.loads(output)["result"][0]["bindings"]["x"]
+        AuditMask.parse(fields, patterns)
+    except MaskError as exc:
+        return str(exc)
+    except (ValueError, KeyError, IndexError, TypeError):
+        return (
+            f"the policy's audit mask (data.tooljail.authz.mask) cannot be read:\n{output[-2000:]}"
+        )
     return ""
 
 
@@ -96,6 +114,10 @@ class PolicyReloader:
                 log.error("policy reload refused, still serving %s: %s", current, error)
                 return ReloadResult(False, current, error)
             revision = await policy_revision(self._folder)
-            await self._engine.policy_loaded(revision)
+            try:
+                await self._engine.policy_loaded(revision)
+            except MaskError as exc:  # checked above: only if the folder changed meanwhile
+                log.error("policy loaded but its audit mask is malformed: %s", exc)
+                return ReloadResult(False, revision, str(exc))
             log.info("policy reloaded: revision %s (was %s)", revision, current)
             return ReloadResult(True, revision)

@@ -12,7 +12,8 @@ import asyncio
 import logging
 from typing import Any
 
-from daemon.policy.engine import PolicyEngine
+from daemon.policy.engine import Admission, PolicyEngine
+from daemon.policy.mask import AuditMask
 from daemon.policy.verdict import Verdict
 
 log = logging.getLogger(__name__)
@@ -36,7 +37,7 @@ class ShadowedEngine(PolicyEngine):
         return self._primary.revision
 
     @property
-    def audit_mask(self) -> frozenset[str]:
+    def audit_mask(self) -> AuditMask:
         return self._primary.audit_mask
 
     async def decide(self, document: dict[str, Any]) -> Verdict:
@@ -77,5 +78,5 @@ class ShadowedEngine(PolicyEngine):
     async def visible_tools(self, document: dict[str, Any]) -> frozenset[str] | None:
         return await self._primary.visible_tools(document)
 
-    async def decide_workspace(self, document: dict[str, Any]) -> Verdict:
-        return await self._primary.decide_workspace(document)
+    async def admit(self, rule: Admission, document: dict[str, Any]) -> Verdict:
+        return await self._primary.admit(rule, document)

@@ -110,17 +110,16 @@ class _RawWorkspaceDecision(BaseModel):
     reasons: list[StrictStr] = []
 
 
-def parse_workspace_verdict(response: dict[str, Any]) -> Verdict:
-    """data.tooljail.authz.open_session as a Verdict (allow or deny); anything else is a deny."""
+def parse_admission(rule: str, response: dict[str, Any]) -> Verdict:
+    """A yes/no rule's answer ({"allow", "reasons"}, e.g. data.tooljail.authz.open_session) as
+    a Verdict (allow or deny); anything else is a deny."""
     if "result" not in response:
-        return Verdict.deny(
-            "The policy has no open_session rule, so existing directories are refused."
-        )
+        return Verdict.deny(f"The policy has no {rule} rule, so the request is refused.")
     try:
         raw = _RawWorkspaceDecision.model_validate(response["result"])
     except ValidationError:
-        return Verdict.deny("The policy returned a malformed open_session decision; refused.")
+        return Verdict.deny(f"The policy returned a malformed {rule} decision; refused.")
     reasons = tuple(raw.reasons)
     if not raw.allow:
-        return Verdict(Outcome.DENY, reasons or ("The policy refuses this workspace.",), None, None)
+        return Verdict(Outcome.DENY, reasons or (f"The policy's {rule} rule refuses.",), None, None)
     return Verdict(Outcome.ALLOW, reasons, None, None)

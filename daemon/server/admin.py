@@ -1,5 +1,6 @@
 """The Admin servicer: operator actions (policy reload, status, session modes and grants), for
-admin principals only."""
+admin principals only; and the approvers' RPCs (list, approve, deny asks), for whoever the
+policy lets answer."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import grpc
 
 from daemon._generated.tooljail.v1 import executor_pb2 as pb
 from daemon._generated.tooljail.v1 import executor_pb2_grpc as pb_grpc
+from daemon.calls.approvals import ApprovalDesk
 from daemon.errors import PermissionDenied
 from daemon.models import Caller, StatusSnapshot
 from daemon.policy.reloader import PolicyReloader
@@ -26,19 +28,19 @@ class AdminService(pb_grpc.AdminServicer):
         self,
         reloader: PolicyReloader,
         resolver: CallerResolver,
-        admin_principals: list[str],
         status: Callable[[], Awaitable[StatusSnapshot]],
         sessions: SessionManager,
+        desk: ApprovalDesk,
     ) -> None:
         self._sessions = sessions
+        self._desk = desk
         self._reloader = reloader
         self._resolver = resolver
-        self._admins = frozenset(admin_principals)
         self._status = status
 
     def _admin(self, context: Context) -> Caller:
         caller = self._resolver.resolve(context)
-        if caller.principal not in self._admins:
+        if not caller.admin:
             raise PermissionDenied(f"principal {caller.principal!r} may not use the Admin service")
         return caller
 
@@ -55,11 +57,44 @@ class AdminService(pb_grpc.AdminServicer):
     async def SetSessionMode(
         self, request: pb.SetSessionModeRequest, context: Context
     ) -> pb.Session:
-        self._admin(context)
-        return convert.session_to_proto(self._sessions.set_mode(request.session_id, request.mode))
+        caller = self._admin(context)
+        session = await self._sessions.set_mode(
+            request.session_id, request.mode, caller, admin=True
+        )
+        return convert.session_to_proto(session)
 
     async def ListGrants(
         self, request: pb.ListGrantsRequest, context: Context
     ) -> pb.ListGrantsResponse:
-        self._admin(context)
-        return convert.grants_to_proto(self._sessions.get(request.session_id))
+        caller = self._admin(context)
+        return convert.grants_to_proto(self._sessions.get(request.session_id, caller, admin=True))
+
+    async def ListPendingApprovals(
+        self, request: pb.ListPendingApprovalsRequest, context: Context
+    ) -> pb.ListPendingApprovalsResponse:
+        caller = self._resolver.resolve(context)
+        asks = await self._desk.listed(caller)
+        return pb.ListPendingApprovalsResponse(
+            approvals=[convert.pending_to_proto(a) for a in asks]
+        )
+
+    async def Approve(
+        self, request: pb.AnswerApprovalRequest, context: Context
+    ) -> pb.PendingApproval:
+        return await self._answer(request, context, approve=True)
+
+    async def Deny(self, request: pb.AnswerApprovalRequest, context: Context) -> pb.PendingApproval:
+        return await self._answer(request, context, approve=False)
+
+    async def _answer(
+        self, request: pb.AnswerApprovalRequest, context: Context, *, approve: bool
+    ) -> pb.PendingApproval:
+        caller = self._resolver.resolve(context)
+        answered = await self._desk.answer(
+            request.approval_id,
+            approve,
+            caller,
+            scope=convert.answer_scope(request.scope),
+            note=request.note,
+        )
+        return convert.pending_to_proto(answered)

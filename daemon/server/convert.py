@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from typing import Literal
 
 from google.protobuf import json_format, struct_pb2
 
@@ -21,7 +22,9 @@ from daemon.models import (
     ToolResult,
     ToolUse,
 )
+from daemon.policy.approval import Scope
 from daemon.policy.gate import ApprovalRequest
+from daemon.policy.pending import PendingAsk
 from daemon.policy.reloader import ReloadResult
 from daemon.sessions.manager import ClosedSession
 from daemon.sessions.session import Session
@@ -50,15 +53,18 @@ def call_request_from_proto(message: pb.ExecuteRequest) -> CallRequest:
     """An ExecuteRequest as the pipeline's CallRequest."""
     if not message.HasField("tool_use"):
         raise RequestError("ExecuteRequest.tool_use is missing")
-    scope = message.approval_scope or "once"
-    if scope not in ("once", "session"):
-        raise RequestError('approval_scope must be "once" or "session"')
+    scopes: dict[str, Literal["", "once", "session"]] = {
+        "": "",
+        "once": "once",
+        "session": "session",
+    }
+    scope = scopes.get(message.approval_scope)
+    if scope is None:
+        raise RequestError('approval_scope must be "once", "session" or empty')
     return CallRequest(
         tool_use=tool_use_from_proto(message.tool_use),
         session_id=message.session_id,
-        approval=ApprovalRequest(
-            token=message.approval_token, scope="session" if scope == "session" else "once"
-        ),
+        approval=ApprovalRequest(token=message.approval_token, scope=scope),
     )
 
 
@@ -216,3 +222,31 @@ def grants_to_proto(session: Session) -> pb.ListGrantsResponse:
             for g in session.grants
         ]
     )
+
+
+def pending_to_proto(ask: PendingAsk) -> pb.PendingApproval:
+    """One ask as approvers see it."""
+    return pb.PendingApproval(
+        approval_id=ask.approval_id,
+        principal=wire_safe(ask.principal),
+        session_id=ask.session_id,
+        tool_use_id=wire_safe(ask.tool_use_id),
+        tool=ask.tool,
+        input_summary=ask.input_summary,
+        reasons=[wire_safe(r) for r in ask.reasons],
+        asked_at=int(ask.asked_at),
+        expires_at=int(ask.expires_at),
+        state=ask.state.value,
+        decided_by=ask.decided_by,
+        scope=ask.scope,
+        note=wire_safe(ask.note),
+    )
+
+
+def answer_scope(scope: str) -> Scope:
+    """AnswerApprovalRequest.scope, checked."""
+    if scope in ("", "once"):
+        return "once"
+    if scope == "session":
+        return "session"
+    raise RequestError('scope must be "once", "session" or empty')

@@ -53,7 +53,7 @@ def build_server(
     reflection.enable_server_reflection(
         (*SERVICE_NAMES, health.SERVICE_NAME, reflection.SERVICE_NAME), server
     )
-    if server.add_insecure_port(address.grpc_target) == 0 and address.unix_path is None:
+    if server.add_insecure_port(address.bind_target()) == 0 and address.unix_path is None:
         raise TooljailError(f"cannot listen on {address.raw}")
     tcp = settings.tcp
     if tcp.address:

@@ -1,8 +1,10 @@
 """Who is calling, decided by the transport only: never by request fields or free metadata.
 
-In order: a verified mTLS client certificate (its URI SAN, e.g. a SPIFFE id, else its CN); a
-bearer token from the configuration (the `authorization` metadata, mapped to its principal); the
-Unix socket's configured principal. A TCP caller with none of these is refused.
+In order: a verified mTLS client certificate (its URI SAN, e.g. a SPIFFE id; its Common Name only
+when auth.mtls_use_cn says so, and then as "cn:<name>", so a certificate can never take the name
+of a configured principal); a bearer token from the configuration (the `authorization` metadata,
+mapped to its principal); the Unix socket's configured principal. A TCP caller with none of these
+is refused. Admin principals are the ones the configuration lists, nothing implied.
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ import grpc
 
 from daemon.config import AuthSettings
 from daemon.errors import Unauthenticated
-from daemon.models import Caller
+from daemon.models import Caller, Transport
 
 
 def _transport(peer: str) -> Literal["unix", "tcp", "unknown"]:
@@ -35,6 +37,8 @@ class CallerResolver:
 
     def __init__(self, auth: AuthSettings) -> None:
         self._unix_principal = auth.unix_principal
+        self._admins = frozenset(auth.admin_principals)
+        self._use_cn = auth.mtls_use_cn
         self._tokens = [
             (hashlib.sha256(secret.get_secret_value().encode()).digest(), principal)
             for principal, secret in auth.tokens.items()
@@ -55,9 +59,15 @@ class CallerResolver:
         if _first(auth, "transport_security_type") == ["ssl"]:
             sans = _first(auth, "x509_subject_alternative_name")
             uris = [san for san in sans if "://" in san]
-            names = uris or _first(auth, "x509_common_name")
+            names = uris or [f"cn:{cn}" for cn in _first(auth, "x509_common_name") if self._use_cn]
             if names:
-                return Caller(principal=names[0], transport="tcp+mtls")
+                return self._caller(names[0], "tcp+mtls")
+            if _first(auth, "x509_common_name"):
+                raise Unauthenticated(
+                    "the client certificate has no URI SAN (a SPIFFE id, for example) to name its "
+                    "principal; issue one with a URI SAN, or have the operator set "
+                    "auth.mtls_use_cn"
+                )
         metadata = dict(context.invocation_metadata() or ())
         authorization = metadata.get("authorization")
         if isinstance(authorization, str) and authorization:
@@ -65,9 +75,12 @@ class CallerResolver:
             principal = self._by_token(token.strip()) if scheme.lower() == "bearer" else None
             if principal is None:
                 raise Unauthenticated("the bearer token is not valid for this daemon")
-            return Caller(principal=principal, transport=transport)
+            return self._caller(principal, transport)
         if transport == "unix":
-            return Caller(principal=self._unix_principal, transport="unix")
+            return self._caller(self._unix_principal, "unix")
         raise Unauthenticated(
             "callers over TCP must authenticate with an mTLS client certificate or a bearer token"
         )
+
+    def _caller(self, principal: str, transport: Transport) -> Caller:
+        return Caller(principal=principal, transport=transport, admin=principal in self._admins)

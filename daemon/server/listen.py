@@ -6,7 +6,9 @@ import contextlib
 import fcntl
 import grp
 import os
+import shutil
 import socket
+import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -20,6 +22,7 @@ class ListenAddress:
     raw: str
     unix_path: Path | None
     _lock_fd: list[int] = field(default_factory=list, compare=False)
+    _staging: list[Path] = field(default_factory=list, compare=False)
 
     @classmethod
     def parse(cls, raw: str) -> ListenAddress:
@@ -30,8 +33,30 @@ class ListenAddress:
 
     @property
     def grpc_target(self) -> str:
-        """The address as grpc's bind/connect target."""
+        """The address as grpc's connect target."""
         return f"unix:{self.unix_path}" if self.unix_path else self.raw
+
+    def bind_target(self) -> str:
+        """Where the server binds. A Unix socket is bound inside a folder of its own that only
+        this process may enter, so nobody can connect before `publish` gave it its mode and
+        group and moved it into place."""
+        if self.unix_path is None:
+            return self.raw
+        folder = Path(tempfile.mkdtemp(prefix=".bind-", dir=self.unix_path.parent))
+        self._staging.append(folder)
+        return f"unix:{folder / 's'}"
+
+    def publish(self, mode: int, group: str) -> None:
+        """Give the bound socket its permissions and group, then move it to its address."""
+        if self.unix_path is None or not self._staging:
+            return
+        folder = self._staging.pop()
+        staged = folder / "s"
+        if group:
+            os.chown(staged, -1, grp.getgrnam(group).gr_gid)
+        staged.chmod(mode)
+        staged.rename(self.unix_path)
+        folder.rmdir()
 
     @property
     def lock_path(self) -> Path | None:
@@ -75,20 +100,14 @@ class ListenAddress:
             "another --listen address"
         )
 
-    def secure(self, mode: int, group: str) -> None:
-        """Set the socket's permissions and group once it exists."""
-        if self.unix_path is None:
-            return
-        if group:
-            os.chown(self.unix_path, -1, grp.getgrnam(group).gr_gid)
-        self.unix_path.chmod(mode)
-
     def cleanup(self) -> None:
         """Remove our socket file and release the lock (only if we hold it)."""
         if self.unix_path is None or not self._lock_fd:
             return
         with contextlib.suppress(FileNotFoundError):
             self.unix_path.unlink()
+        for folder in self._staging:
+            shutil.rmtree(folder, ignore_errors=True)
         fd = self._lock_fd.pop()
         with contextlib.suppress(OSError):
             fcntl.flock(fd, fcntl.LOCK_UN)

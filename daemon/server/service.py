@@ -131,6 +131,8 @@ class ExecutorService(pb_grpc.ExecutorServicer):
     async def CloseSession(
         self, request: pb.CloseSessionRequest, context: Context
     ) -> pb.CloseSessionResponse:
-        self._resolver.resolve(context)
-        closed = await self._sessions.close(request.session_id, request.delete_workspace)
+        caller = self._resolver.resolve(context)
+        closed = await self._sessions.close(
+            request.session_id, request.delete_workspace, caller, admin=caller.admin
+        )
         return convert.closed_to_proto(closed)

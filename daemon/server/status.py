@@ -5,6 +5,7 @@ from __future__ import annotations
 import grpc
 
 from daemon.errors import (
+    NotFound,
     Overloaded,
     PermissionDenied,
     RequestError,
@@ -17,6 +18,7 @@ from daemon.text import wire_safe
 
 _STATUS: tuple[tuple[type[TooljailError], grpc.StatusCode], ...] = (
     (RequestError, grpc.StatusCode.INVALID_ARGUMENT),
+    (NotFound, grpc.StatusCode.NOT_FOUND),
     (RequestTooLarge, grpc.StatusCode.RESOURCE_EXHAUSTED),
     (Overloaded, grpc.StatusCode.RESOURCE_EXHAUSTED),
     (Unavailable, grpc.StatusCode.UNAVAILABLE),

@@ -9,9 +9,9 @@ import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Protocol, cast
+from typing import Literal, Protocol, cast
 
-from daemon.errors import RequestError
+from daemon.errors import PermissionDenied, RequestError
 from daemon.host.pinned import PinnedDirectory
 from daemon.models import Caller
 from daemon.sessions.disk import FreshWorkspaces
@@ -27,6 +27,10 @@ SandboxCleanup = Callable[[Session], Awaitable[int]]
 #: Whether a session may work in an existing directory (pinned), given the open sessions it
 #: overlaps: None when the policy allows it, else the policy's reasons.
 WorkspacePolicy = Callable[[Path, list[Overlap], Caller], Awaitable[str | None]]
+
+#: Whether a caller may put a session of `owner`'s in a permission mode (opening it, or
+#: changing an open one's): None when the policy allows it, else the policy's reasons.
+ModePolicy = Callable[[str, Literal["open", "change"], str, Caller], Awaitable[str | None]]
 
 
 class RunningCalls(Protocol):
@@ -67,6 +71,7 @@ class SessionManager:
         self,
         store: SessionStore,
         workspace_policy: WorkspacePolicy,
+        mode_policy: ModePolicy,
         calls: RunningCalls,
         fresh: FreshWorkspaces,
         *,
@@ -76,6 +81,7 @@ class SessionManager:
     ) -> None:
         self._store = store
         self._workspace_policy = workspace_policy
+        self._mode_policy = mode_policy
         self._calls = calls
         self._fresh = fresh
         self._default_ttl = default_idle_ttl_s
@@ -83,15 +89,24 @@ class SessionManager:
         self._sweep_interval = sweep_interval_s
         self._sweeper: asyncio.Task[None] | None = None
 
-    def get(self, session_id: str) -> Session:
-        """An open session (RequestError when unknown)."""
-        return self._store.get(session_id)
+    def get(self, session_id: str, caller: Caller, *, admin: bool = False) -> Session:
+        """An open session of the caller's (`admin`: of anyone); NotFound otherwise."""
+        return self._store.get(session_id, caller.principal, admin=admin)
 
-    def set_mode(self, session_id: str, mode: str) -> Session:
-        """Change a session's permission mode."""
-        session = self._store.get(session_id)
-        session.mode = check_mode(mode)
+    async def set_mode(self, session_id: str, mode: str, caller: Caller, *, admin: bool) -> Session:
+        """Change a session's permission mode, if the policy lets the caller."""
+        session = self._store.get(session_id, caller.principal, admin=admin)
+        checked = check_mode(mode)
+        await self._mode_allowed(checked, "change", session.owner, caller)
+        session.mode = checked
         return session
+
+    async def _mode_allowed(
+        self, mode: Mode, action: Literal["open", "change"], owner: str, caller: Caller
+    ) -> None:
+        refused = await self._mode_policy(mode, action, owner, caller)
+        if refused is not None:
+            raise PermissionDenied(f"the policy does not allow permission mode {mode}: {refused}")
 
     async def open(
         self, workspace: str, idle_ttl_s: int, caller: Caller, mode: str = ""
@@ -99,13 +114,14 @@ class SessionManager:
         """Open a session over a fresh directory, or over an existing one the policy allows."""
         ttl = float(idle_ttl_s) if idle_ttl_s > 0 else self._default_ttl
         mode = check_mode(mode or "default")
+        await self._mode_allowed(mode, "open", caller.principal, caller)
         if not workspace:
-            session_id = self._store.new_id()
-            folder = await self._fresh.create(session_id, self._store.fresh_owner())
+            name = self._store.new_workspace_name()
+            folder = await self._fresh.create(name, self._store.fresh_owner())
             session = self._store.open(
                 PinnedDirectory.pin(folder),
                 ttl,
-                session_id=session_id,
+                owner=caller.principal,
                 owns_workspace=True,
                 disk_budget_mb=self._fresh.budget_mb,
             )
@@ -120,13 +136,19 @@ class SessionManager:
         if refused is not None:
             root.close()
             raise RequestError(f"the policy does not allow a session over {root.path}: {refused}")
-        session = self._store.open(root, ttl)
+        session = self._store.open(root, ttl, owner=caller.principal)
         session.mode = mode
         return session
 
-    async def close(self, session_id: str, delete_workspace: bool) -> ClosedSession:
-        """Close a session: cancel its calls, remove its containers, forget its state."""
-        session = self._store.closable(session_id, delete_workspace)
+    async def close(
+        self, session_id: str, delete_workspace: bool, caller: Caller, *, admin: bool = False
+    ) -> ClosedSession:
+        """Close a session of the caller's (`admin`: of anyone's): cancel its calls, remove its
+        containers, forget its state."""
+        session = self._store.closable(session_id, delete_workspace, caller.principal, admin=admin)
+        return await self._close(session, delete_workspace)
+
+    async def _close(self, session: Session, delete_workspace: bool) -> ClosedSession:
         cancelled = self._calls.cancel_session(session.id)
         await asyncio.sleep(0)  # let the cancelled calls unwind (their containers are killed)
         if self._cleanup is not None:
@@ -134,7 +156,7 @@ class SessionManager:
                 await self._cleanup(session)
             except Exception:  # teardown logs and carries on
                 log.exception("removing the containers of session %s failed", session.id)
-        self._store.close(session.id, delete_workspace)
+        self._store.close(session)
         deleted = False
         if delete_workspace:
             try:
@@ -164,5 +186,4 @@ class SessionManager:
                     session.touch()
                     continue
                 log.info("closing session %s after %.0f s idle", session.id, session.idle_ttl_s)
-                with contextlib.suppress(RequestError):
-                    await self.close(session.id, delete_workspace=False)
+                await self._close(session, delete_workspace=False)

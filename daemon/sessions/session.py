@@ -56,6 +56,11 @@ class Session:
     id: str
     workspace: Path
     """Resolved absolute workspace root."""
+    owner: str = ""
+    """The principal that opened it (for a default session: whose it is); only it (and admin
+    principals) may use it."""
+    is_default: bool = False
+    """A principal's default session (over the configured workspace; never closed)."""
     owns_workspace: bool = False
     """The workspace was created for this session (it may be deleted when the session closes)."""
     idle_ttl_s: float | None = None

@@ -1,7 +1,12 @@
-"""Sessions by id: the default session over the configured workspace, and sessions opened by
-callers, each with a workspace of its own (fresh under the sessions root, or an existing directory
-the policy allows) pinned by descriptor, the identity its sandboxes run as, its read-state, and an
-idle TTL after which it is closed."""
+"""Sessions by id, each owned by the principal that opened it: every principal's default session
+over the configured workspace, and sessions opened by callers, each with a workspace of its own
+(fresh under the sessions root, or an existing directory the policy allows) pinned by descriptor,
+the identity its sandboxes run as, its read-state, and an idle TTL after which it is closed.
+
+A session is found only by its owner (or an admin principal): anyone else is told it does not
+exist, exactly as for an id never issued, so nothing of it leaks. Ids are random and say nothing
+about the session or its workspace.
+"""
 
 from __future__ import annotations
 
@@ -10,7 +15,7 @@ import secrets
 import time
 from pathlib import Path
 
-from daemon.errors import RequestError
+from daemon.errors import NotFound, RequestError
 from daemon.host.pinned import PinnedDirectory
 from daemon.sessions.session import Session
 from daemon.sessions.workspaces import (
@@ -22,7 +27,10 @@ from daemon.sessions.workspaces import (
 )
 
 DEFAULT_SESSION_ID = "default"
+"""What a caller sends (or an empty id) for its own default session."""
 _ID_PREFIX = "ses_"
+_DEFAULT_PREFIX = "default-"
+_WORKSPACE_PREFIX = "ws_"
 
 
 class SessionStore:
@@ -44,11 +52,12 @@ class SessionStore:
         self._identities = identities
         if not default_workspace.exists():
             self._make_folder(default_workspace)
-        # The operator's own setting: resolved once here, then held like any workspace.
-        root = pin_workspace(os.path.realpath(default_workspace))
-        default = Session(id=DEFAULT_SESSION_ID, workspace=root.path, root=root)
-        default.sandbox_as = self._identity(root)
-        self._sessions = {DEFAULT_SESSION_ID: default}
+        # The operator's own setting: resolved once here, then held like any workspace (and
+        # shared by every principal's default session).
+        self._default_root = pin_workspace(os.path.realpath(default_workspace))
+        self._default_identity = self._identity(self._default_root)
+        self._defaults: dict[str, Session] = {}
+        self._sessions: dict[str, Session] = {}
         if sessions_root is not None:
             folder = PinnedDirectory.pin(self._sessions_folder())
             clash = overlaps_of(folder, self._roots())
@@ -74,21 +83,49 @@ class SessionStore:
         return None if self._identities is None else self._identities.for_workspace(root)
 
     def _roots(self) -> dict[str, PinnedDirectory]:
-        return {s.id: s.pinned_root() for s in self._sessions.values()}
+        roots = {DEFAULT_SESSION_ID: self._default_root}
+        roots.update((s.id, s.pinned_root()) for s in self._sessions.values())
+        return roots
 
-    def get(self, session_id: str) -> Session:
-        """The session (empty id: the default); RequestError when no such session is open."""
-        session = self._sessions.get(session_id or DEFAULT_SESSION_ID)
+    def default_for(self, principal: str) -> Session:
+        """The principal's own default session (made on first use): its grants, mode, read state
+        and working directory are nobody else's."""
+        session = self._defaults.get(principal)
         if session is None:
-            raise RequestError(
-                f"unknown session {session_id!r}: it was never opened, or it was closed (also "
-                "after being idle too long); open a new one or use an empty session_id"
+            session = Session(
+                id=_DEFAULT_PREFIX + secrets.token_hex(8),
+                workspace=self._default_root.path,
+                owner=principal,
+                is_default=True,
+                root=self._default_root,
+                sandbox_as=self._default_identity,
             )
+            self._defaults[principal] = session
+        return session
+
+    def get(self, session_id: str, principal: str, *, admin: bool = False) -> Session:
+        """The session `principal` names (empty id or "default": its default session);
+        NotFound when no such session is open for it (`admin`: for anyone)."""
+        if not session_id or session_id == DEFAULT_SESSION_ID:
+            session = self.default_for(principal)
+        else:
+            found = self._sessions.get(session_id) or self._default_by_id(session_id)
+            if found is None or not (admin or found.owner == principal):
+                raise NotFound(
+                    f"unknown session {session_id!r}: it was never opened, or it was closed (also "
+                    "after being idle too long); open a new one or use an empty session_id"
+                )
+            session = found
         session.touch()
         return session
 
+    def _default_by_id(self, session_id: str) -> Session | None:
+        if not session_id.startswith(_DEFAULT_PREFIX):
+            return None
+        return next((s for s in self._defaults.values() if s.id == session_id), None)
+
     def __len__(self) -> int:
-        return len(self._sessions)
+        return len(self._sessions) + len(self._defaults)
 
     def prepare(self, workspace: str) -> tuple[PinnedDirectory, list[Overlap]]:
         """An existing directory a caller wants a session over: pinned, with the open sessions
@@ -100,6 +137,11 @@ class SessionStore:
     def new_id() -> str:
         """A fresh session id (random: it says nothing about anything)."""
         return _ID_PREFIX + secrets.token_hex(12)
+
+    @staticmethod
+    def new_workspace_name() -> str:
+        """A fresh workspace folder's name (random, and unrelated to the session's id)."""
+        return _WORKSPACE_PREFIX + secrets.token_hex(12)
 
     def fresh_owner(self) -> tuple[int, int] | None:
         """Who the workspaces tooljail makes belong to: the sandbox account, when the daemon is
@@ -117,13 +159,13 @@ class SessionStore:
         root: PinnedDirectory,
         idle_ttl_s: float | None,
         *,
-        session_id: str = "",
+        owner: str,
         owns_workspace: bool = False,
         disk_budget_mb: int = 0,
     ) -> Session:
         """A new session over a pinned directory: one the policy allowed (verified again here),
-        or a fresh one made for it (`owns_workspace`)."""
-        session_id = session_id or self.new_id()
+        or a fresh one made for it (`owns_workspace`), owned by `owner`."""
+        session_id = self.new_id()
         try:
             root.verify()
         except OSError as exc:
@@ -140,6 +182,7 @@ class SessionStore:
         session = Session(
             id=session_id,
             workspace=root.path,
+            owner=owner,
             owns_workspace=owns_workspace,
             idle_ttl_s=idle_ttl_s,
             root=root,
@@ -149,14 +192,17 @@ class SessionStore:
         self._sessions[session_id] = session
         return session
 
-    def closable(self, session_id: str, delete_workspace: bool) -> Session:
-        """The session, if it may be closed this way: never the default session, and only a
-        workspace the daemon created for the session may be deleted (RequestError otherwise)."""
+    def closable(
+        self, session_id: str, delete_workspace: bool, principal: str, *, admin: bool = False
+    ) -> Session:
+        """The session, if `principal` may close it this way: never a default session, and only
+        a workspace the daemon created for the session may be deleted (RequestError otherwise;
+        NotFound for a session that is not the principal's)."""
         if not session_id or session_id == DEFAULT_SESSION_ID:
             raise RequestError("the default session cannot be closed")
-        session = self._sessions.get(session_id)
-        if session is None:
-            raise RequestError(f"unknown session {session_id!r}")
+        session = self.get(session_id, principal, admin=admin)
+        if session.is_default:
+            raise RequestError("the default session cannot be closed")
         if delete_workspace and not session.owns_workspace:
             raise RequestError(
                 "delete_workspace is only allowed for a workspace the daemon created for the "
@@ -164,13 +210,11 @@ class SessionStore:
             )
         return session
 
-    def close(self, session_id: str, delete_workspace: bool) -> Session:
-        """Forget a session (see `closable`); its workspace is left to the caller."""
-        session = self.closable(session_id, delete_workspace)
-        del self._sessions[session_id]
+    def close(self, session: Session) -> None:
+        """Forget a session `closable` returned; its workspace is left to the caller."""
+        self._sessions.pop(session.id, None)
         if session.root is not None:
             session.root.close()
-        return session
 
     def idle(self, now: float | None = None) -> list[Session]:
         """Opened sessions that have been idle longer than their TTL."""

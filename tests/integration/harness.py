@@ -42,6 +42,8 @@ class RunningDaemon:
         overrides["opa"] = {"timeout_s": 5.0, **overrides.get("opa", {})}
         # Fresh workspaces live on a filesystem of their own: a small one per test daemon.
         overrides["workspaces"] = {**TEST_WORKSPACES, **overrides.get("workspaces", {})}
+        # As `make run` does: the Unix socket's principal is named an admin.
+        overrides["auth"] = {"admin_principals": ["local"], **overrides.get("auth", {})}
         self.settings = load_settings(
             None,
             listen=f"unix://{socket_path}",

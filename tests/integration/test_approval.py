@@ -103,3 +103,21 @@ def test_audit_masks_what_the_policy_says(sandbox_daemon: RunningDaemon, sandbox
     assert record["input"]["file_path"] == str(target)
     assert record["input"]["content"] == "***masked***"
     assert "hunter2" not in sandbox_daemon.audit_path.read_text()
+
+
+def test_secrets_in_bash_commands_are_masked_in_the_audit(sandbox_daemon: RunningDaemon) -> None:
+    token = "ghp_" + "Zy9Xw8Vu" * 4
+    command = f"GITHUB_TOKEN={token} sh -c 'echo ${{#GITHUB_TOKEN}}'"
+    answer = sandbox_daemon.stub.Execute(
+        pb.ExecuteRequest(tool_use=bash(command, "toolu_secret_cmd")), timeout=120
+    )
+    assert text_of(answer).strip() == str(len(token)), text_of(answer)
+    records = [
+        r for r in sandbox_daemon.audit_lines(None) if r["tool_use_id"] == "toolu_secret_cmd"
+    ]
+    assert {r["event"] for r in records} == {"decided", "answered"}
+    for record in records:
+        assert token not in str(record)
+        assert (
+            record["input"]["command"] == "GITHUB_TOKEN=***masked*** sh -c 'echo ${#GITHUB_TOKEN}'"
+        )

@@ -29,6 +29,7 @@ def served(short_tmp: Path) -> Iterator[tuple[str, Path, subprocess.Popen[str]]]
         TOOLJAIL_SANDBOX__ENABLED="false",
         TOOLJAIL_AUDIT_LOG="/dev/null",
         TOOLJAIL_STATE_DIR=str(short_tmp / "cli-state"),
+        TOOLJAIL_AUTH__ADMIN_PRINCIPALS='["local"]',
     )
     argv = [*TOOLJAIL, "serve", "--listen", f"unix://{socket_path}", "--workspace", str(workspace)]
     with serve_process(argv, env, socket_path, short_tmp / "cli-serve.log") as process:
@@ -111,7 +112,7 @@ def test_serve_logs_each_line_once_as_json_with_the_call_ids(short_tmp: Path) ->
     answered = [e for e in entries if e["message"].startswith("answered Read")]
     assert len(answered) == 1
     assert answered[0]["tool_use_id"] == "toolu_logged"
-    assert answered[0]["session"] == "default"
+    assert answered[0]["session"].startswith("default-"), "each principal has its own default"
     assert answered[0]["decision_id"] == decision_id
 
 

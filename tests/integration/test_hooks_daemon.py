@@ -31,6 +31,18 @@ tool_input = dict(call["tool_input"], timeout=1000)
 print(json.dumps({"hookSpecificOutput": {"hookEventName": "PreToolUse",
                                          "updatedInput": tool_input}}))
 """
+WHERE_AM_I = """
+import json, os, sys
+call = json.load(sys.stdin)
+with open(os.path.join(call["cwd"], "hook-cwd.txt"), "w") as out:
+    out.write(os.getcwd())
+"""
+GUARD_THAT_CRASHES = """
+import json, sys
+call = json.load(sys.stdin)
+if "\\x00" in call["tool_input"]["pattern"] or len(call["tool_input"]["pattern"]) > 20:
+    raise ValueError("the guard did not expect this")
+"""
 ADD_CONTEXT = """
 import json, sys
 call = json.load(sys.stdin)
@@ -61,6 +73,10 @@ def hooked(short_tmp: Path) -> Iterator[RunningDaemon]:
          "command": script(hooks_dir, "context.py", ADD_CONTEXT)},
         {"event": "PreToolUse", "matcher": "Glob", "name": "sleepy", "timeout_s": 1,
          "command": "sleep 30"},
+        {"event": "PreToolUse", "matcher": "LS", "name": "where",
+         "command": script(hooks_dir, "where.py", WHERE_AM_I)},
+        {"event": "PreToolUse", "matcher": "Grep", "name": "grep-guard", "guard": True,
+         "command": script(hooks_dir, "guard.py", GUARD_THAT_CRASHES)},
     ]  # fmt: skip
     with running_daemon(
         workspace, short_tmp / "hooks.sock", sandbox={"pool_size": 1}, hooks=hooks
@@ -81,6 +97,25 @@ def test_pre_hook_rewrites_the_timeout(hooked: RunningDaemon) -> None:
     answer = hooked.execute("Bash", {"command": "sleep 20; echo late", "timeout": 60000})
     assert answer.report.timed_out, text_of(answer)
     assert "late" not in text_of(answer)
+    # The audit shows what ran, not only what the model asked, and which hook changed it.
+    record = next(r for r in hooked.audit_lines() if r["tool_use_id"] == answer.result.tool_use_id)
+    assert record["input"]["timeout"] == 60000
+    assert record["effective_input"]["timeout"] == 1000
+    assert record["input_rewritten_by"] == ["cap-timeout"]
+
+
+def test_hooks_start_outside_the_workspace_and_get_it_as_data(hooked: RunningDaemon) -> None:
+    answer = hooked.execute("LS", {"path": str(hooked.workspace)})
+    assert answer.decision.outcome == pb.ALLOW, text_of(answer)
+    assert (hooked.workspace / "hook-cwd.txt").read_text() == "/"
+
+
+def test_a_guard_that_crashes_on_a_crafted_input_denies_it(hooked: RunningDaemon) -> None:
+    plain = hooked.execute("Grep", {"pattern": "alpha"})
+    assert plain.decision.outcome == pb.ALLOW, text_of(plain)
+    crafted = hooked.execute("Grep", {"pattern": "a" * 40})
+    assert crafted.decision.outcome == pb.DENY
+    assert "grep-guard" in text_of(crafted) and "exited with status 1" in text_of(crafted)
 
 
 def test_post_hook_adds_context_for_the_model(hooked: RunningDaemon) -> None:

@@ -50,8 +50,6 @@ EXPECTED = {
              "sudo": pb.DENY},
     "dontAsk": {"read": pb.ALLOW, "write": pb.ALLOW, "ls": pb.ALLOW, "force_push": pb.DENY,
                 "sudo": pb.DENY},
-    "bypassPermissions": {"read": pb.DENY, "write": pb.DENY, "ls": pb.DENY, "force_push": pb.DENY,
-                          "sudo": pb.DENY},
 }  # fmt: skip
 
 
@@ -65,6 +63,15 @@ def test_each_mode_against_the_same_calls(sandbox_daemon: RunningDaemon, mode: s
         tool_input = {k: str(v).format(ws=session.workspace) for k, v in template.items()}
         seen[key] = call(sandbox_daemon, session, name, tool_input).decision.outcome
     assert seen == EXPECTED[mode], {k: pb.Outcome.Name(v) for k, v in seen.items()}
+
+
+def test_bypass_permissions_is_refused_when_opening_without_the_principals_setting(
+    sandbox_daemon: RunningDaemon,
+) -> None:
+    with pytest.raises(grpc.RpcError) as refused:
+        opened(sandbox_daemon, "bypassPermissions")
+    assert refused.value.code() == grpc.StatusCode.PERMISSION_DENIED
+    assert "bypassPermissions" in (refused.value.details() or "")
 
 
 def test_mode_can_be_changed_by_an_admin(sandbox_daemon: RunningDaemon) -> None:

@@ -3,6 +3,7 @@ decisions keep flowing during reloads."""
 
 from __future__ import annotations
 
+import json
 import threading
 from pathlib import Path
 
@@ -85,3 +86,40 @@ def test_reload_follows_git_and_refuses_broken_policies(short_tmp: Path) -> None
         forbidden = daemon.execute("Read", {"file_path": str(workspace / "forbidden.txt")})
         assert forbidden.decision.outcome == pb.DENY
         assert any("(v2 policy)" in reason for reason in forbidden.decision.reasons)
+
+
+def test_a_policy_whose_audit_mask_cannot_be_used_is_refused(short_tmp: Path) -> None:
+    repo = policy_repo(short_tmp / "mask-repo")
+    workspace = short_tmp / "ws-mask"
+    workspace.mkdir()
+    audit_rego = repo / "policies" / "tooljail" / "authz" / "audit.rego"
+    good = audit_rego.read_text()
+    with running_daemon(
+        workspace,
+        short_tmp / "mask.sock",
+        sandbox={"enabled": False},
+        opa={"policies_dir": repo / "policies"},
+    ) as daemon:
+        admin = pb_grpc.AdminStub(daemon.channel)
+        revision = daemon.execute("LS", {"path": str(workspace)}).decision.policy_revision
+        # A pattern Python cannot compile would make the audit log secrets in clear.
+        audit_rego.write_text(
+            good.replace("secret_patterns := {", "secret_patterns := {\n\t`(?P<x`,", 1)
+        )
+        refused = admin.ReloadPolicies(pb.ReloadPoliciesRequest(), timeout=120)
+        assert not refused.reloaded and "mask_patterns" in refused.error, refused.error
+        assert refused.policy_revision == revision
+        # No mask at all is refused too, never read as "mask nothing".
+        audit_rego.write_text(
+            good.replace("mask contains field if some field in masked_fields", "")
+        )
+        missing = admin.ReloadPolicies(pb.ReloadPoliciesRequest(), timeout=120)
+        assert not missing.reloaded and "mask" in missing.error, missing.error
+        audit_rego.write_text(good)
+        token = "ghp_" + "A1b2C3d4" * 4
+        answer = daemon.execute("LS", {"path": str(workspace), "ignore": [f"GITHUB_TOKEN={token}"]})
+        assert answer.decision.outcome == pb.ALLOW
+        line = next(
+            r for r in daemon.audit_lines() if r["tool_use_id"] == answer.result.tool_use_id
+        )
+        assert token not in json.dumps(line) and "***masked***" in json.dumps(line)

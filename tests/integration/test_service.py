@@ -174,6 +174,7 @@ def test_sigterm_lets_in_flight_sandboxed_calls_finish_and_leaves_no_container(
         os.environ,
         TOOLJAIL_INSTANCE_ID=instance,
         TOOLJAIL_STATE_DIR=str(short_tmp / "sigterm-state"),
+        TOOLJAIL_AUTH__ADMIN_PRINCIPALS='["local"]',
         TOOLJAIL_AUDIT_LOG=str(short_tmp / "sigterm-audit.jsonl"),
         TOOLJAIL_SHUTDOWN_GRACE_S="60",
     )

@@ -50,7 +50,7 @@ def test_close_session_forgets_it_and_can_delete_its_workspace(
     assert closed.workspace_deleted and not Path(session.workspace).exists()
     with pytest.raises(grpc.RpcError) as gone:
         host_daemon.execute("LS", {"path": session.workspace}, session_id=session.id)
-    assert gone.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert gone.value.code() == grpc.StatusCode.NOT_FOUND
     assert "unknown session" in gone.value.details()
     kept = open_session(host_daemon)
     host_daemon.stub.CloseSession(pb.CloseSessionRequest(session_id=kept.id), timeout=30)
@@ -63,7 +63,7 @@ def test_session_errors_are_statuses(host_daemon: RunningDaemon, tmp_path: Path)
     assert default.value.code() == grpc.StatusCode.INVALID_ARGUMENT
     with pytest.raises(grpc.RpcError) as unknown:
         host_daemon.stub.CloseSession(pb.CloseSessionRequest(session_id="ses_nope"), timeout=30)
-    assert unknown.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert unknown.value.code() == grpc.StatusCode.NOT_FOUND
     with pytest.raises(grpc.RpcError) as relative:
         open_session(host_daemon, workspace="relative/dir")
     assert relative.value.code() == grpc.StatusCode.INVALID_ARGUMENT

@@ -14,7 +14,11 @@ from tests.integration.harness import RunningDaemon
 from tests.reliability.support import execute, text_of
 
 ACCEPTED_STATUSES = frozenset(
-    {grpc.StatusCode.INVALID_ARGUMENT, grpc.StatusCode.RESOURCE_EXHAUSTED}
+    {
+        grpc.StatusCode.INVALID_ARGUMENT,
+        grpc.StatusCode.NOT_FOUND,
+        grpc.StatusCode.RESOURCE_EXHAUSTED,
+    }
 )
 #: What the pipeline says when a tool raised something unexpected: a crash, caught.
 CRASH_MARK = "this is a tooljail bug"

@@ -225,6 +225,7 @@ class DaemonProcess:
             os.environ,
             TOOLJAIL_INSTANCE_ID=instance_id,
             TOOLJAIL_STATE_DIR=str(folder / "state"),
+            TOOLJAIL_AUTH__ADMIN_PRINCIPALS='["local"]',
             TOOLJAIL_AUDIT_LOG=str(self.audit_path),
             # Behaviour under test, not speed: a loaded machine must not turn allows into denies.
             TOOLJAIL_OPA__TIMEOUT_S="5",

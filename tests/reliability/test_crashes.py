@@ -131,7 +131,7 @@ def test_daemon_sigkill_with_sandboxed_calls_in_flight_then_restart(
         assert text_of(bash).strip() == "alive", text_of(bash)
         with pytest.raises(grpc.RpcError) as forgotten:
             execute(second.stub, "LS", {"path": sessions[0].workspace}, session_id=sessions[0].id)
-        assert forgotten.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+        assert forgotten.value.code() == grpc.StatusCode.NOT_FOUND
         assert "unknown session" in (forgotten.value.details() or "")
 
         # Workspaces intact; the killed calls never got to their last step.

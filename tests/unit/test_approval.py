@@ -100,6 +100,8 @@ def test_round_trip_grants_exactly_the_issued_call() -> None:
         "granted": True,
         "token_id": issued.token_id,
         "approved_by": "alice",
+        "self_approved": True,
+        "scope": "once",
         "issued_at": int(T0),
         "expires_at": int(T0) + 600,
     }

@@ -165,7 +165,7 @@ async def test_exit_2_blocks_git_push_with_stderr_as_reason(tmp_path: Path, ws: 
     assert allowed.to_policy() == [{"name": "block-push.sh", "decision": "none", "reason": ""}]
 
 
-async def test_hook_gets_claude_code_input_clean_env_and_workspace_cwd(
+async def test_hook_gets_claude_code_input_clean_env_and_a_neutral_cwd(
     tmp_path: Path, ws: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("TOOLJAIL_SECRET_TOKEN", "must-not-leak")
@@ -201,7 +201,8 @@ async def test_hook_gets_claude_code_input_clean_env_and_workspace_cwd(
         "TOOLJAIL_WORKSPACE",
     }
     assert env["CLAUDE_PROJECT_DIR"] == env["TOOLJAIL_WORKSPACE"] == str(ws)
-    assert (ws / "cwd.txt").read_text().strip() == str(ws)
+    # Not the workspace: linters would load configuration and plugins the model wrote there.
+    assert (ws / "cwd.txt").read_text().strip() == "/"
 
 
 @pytest.mark.parametrize(
@@ -697,3 +698,31 @@ def test_documented_toml_example_loads() -> None:
     config = _Config.model_validate(tomllib.loads(block.group(1)))
     assert {h.event for h in config.hooks} == {PRE, POST, FAILURE}
     assert len({h.name for h in config.hooks}) == len(config.hooks)
+
+
+FAILING_GUARDS = {
+    "exit 1": "exit 1",
+    "exit 3 with a message": "echo 'boom: unexpected input' >&2; exit 3",
+    "malformed JSON": "echo '{\"decision\": '; exit 0",
+    "JSON that is not an object": "echo '{\"hookSpecificOutput\": 5}'; exit 0",
+}
+
+
+@pytest.mark.parametrize("body", FAILING_GUARDS.values(), ids=FAILING_GUARDS.keys())
+async def test_a_guard_that_fails_in_any_way_denies_the_call(ws: Path, body: str) -> None:
+    guard = HookEngine([hook(PRE, body, name="guard", guard=True)])
+    outcome = await guard.pre_tool_use(bash_call(ws, "rm -rf ."))
+    assert outcome.decision is Outcome.DENY, outcome
+    assert outcome.reasons and "guard" in outcome.reasons[0]
+
+    # The same failure of a hook that is no guard is a non-blocking error, as in Claude Code...
+    plain = HookEngine([hook(PRE, body, name="linter")])
+    assert (await plain.pre_tool_use(bash_call(ws, "rm -rf ."))).decision is None
+    # ...unless its on_error says deny.
+    strict = HookEngine([hook(PRE, body, name="strict", on_error="deny")])
+    assert (await strict.pre_tool_use(bash_call(ws, "rm -rf ."))).decision is Outcome.DENY
+
+
+async def test_a_guard_may_be_told_to_fail_open(ws: Path) -> None:
+    lenient = HookEngine([hook(PRE, "exit 1", name="g", guard=True, on_error="allow")])
+    assert (await lenient.pre_tool_use(bash_call(ws, "ls"))).decision is None

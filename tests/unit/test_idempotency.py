@@ -29,20 +29,20 @@ def outcome(tool_use_id: str, text: str = "ok", how: Outcome = Outcome.ALLOW) ->
 async def test_finished_answers_are_bounded_oldest_first() -> None:
     cache = ResultCache(ttl_s=600, max_entries=3)
     for i in range(5):
-        await cache.run_once(("s", f"id{i}"), "h", lambda i=i: _answer(f"id{i}"))  # type: ignore[misc]
+        await cache.run_once(("p", "s", f"id{i}"), "h", lambda i=i: _answer(f"id{i}"))  # type: ignore[misc]
     assert len(cache) == 4  # evicted down to the bound before each new call, then one added
-    await cache.run_once(("s", "id5"), "h", lambda: _answer("id5"))
+    await cache.run_once(("p", "s", "id5"), "h", lambda: _answer("id5"))
     ran: list[str] = []
-    await cache.run_once(("s", "id0"), "h", lambda: _answer("id0", ran))
+    await cache.run_once(("p", "s", "id0"), "h", lambda: _answer("id0", ran))
     assert ran == ["id0"], "the oldest answer was evicted, so the call ran again"
 
 
 async def test_expired_answers_are_forgotten() -> None:
     cache = ResultCache(ttl_s=0.01)
-    await cache.run_once(("s", "x"), "h", lambda: _answer("x"))
+    await cache.run_once(("p", "s", "x"), "h", lambda: _answer("x"))
     await asyncio.sleep(0.05)
     ran: list[str] = []
-    _, replayed = await cache.run_once(("s", "x"), "h", lambda: _answer("x", ran))
+    _, replayed = await cache.run_once(("p", "s", "x"), "h", lambda: _answer("x", ran))
     assert not replayed and ran == ["x"]
 
 
@@ -56,9 +56,9 @@ async def test_running_calls_are_never_evicted_and_duplicates_wait() -> None:
         await gate.wait()
         return outcome("slow")
 
-    first = asyncio.create_task(cache.run_once(("s", "slow"), "h", slow))
+    first = asyncio.create_task(cache.run_once(("p", "s", "slow"), "h", slow))
     await asyncio.sleep(0)
-    second = asyncio.create_task(cache.run_once(("s", "slow"), "h", slow))
+    second = asyncio.create_task(cache.run_once(("p", "s", "slow"), "h", slow))
     await asyncio.sleep(0)
     gate.set()
     (a, replayed_a), (b, replayed_b) = await asyncio.gather(first, second)
@@ -67,14 +67,14 @@ async def test_running_calls_are_never_evicted_and_duplicates_wait() -> None:
 
 async def test_the_same_id_with_another_input_is_a_request_error() -> None:
     cache = ResultCache()
-    await cache.run_once(("s", "id"), "h1", lambda: _answer("id"))
+    await cache.run_once(("p", "s", "id"), "h1", lambda: _answer("id"))
     with pytest.raises(RequestError, match="different input"):
-        await cache.run_once(("s", "id"), "h2", lambda: _answer("id"))
+        await cache.run_once(("p", "s", "id"), "h2", lambda: _answer("id"))
 
 
 async def test_refusals_are_not_remembered() -> None:
     cache = ResultCache()
-    await cache.run_once(("s", "ask"), "h", lambda: _answer("ask", how=Outcome.ASK))
+    await cache.run_once(("p", "s", "ask"), "h", lambda: _answer("ask", how=Outcome.ASK))
     assert len(cache) == 0
 
 

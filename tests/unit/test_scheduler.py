@@ -144,7 +144,9 @@ def audit(tmp_path: Path) -> Iterator[AuditLog]:
 
 def make_scheduler(tmp_path: Path, audit: AuditLog, **limits: Any) -> Scheduler:
     sessions = SessionStore(tmp_path / "ws")
-    sessions._sessions["other"] = Session(id="other", workspace=(tmp_path / "ws").resolve())
+    sessions._sessions["other"] = Session(
+        id="other", workspace=(tmp_path / "ws").resolve(), owner=Caller().principal
+    )
     pipeline = Pipeline(
         registry=ToolRegistry([SafeStep(), UnsafeStep(), FakeBash(), SharingStep()]),
         policy=AllowAll(),
@@ -209,7 +211,7 @@ def test_partition_groups_consecutive_safe_calls(tmp_path: Path, audit: AuditLog
     scheduler = make_scheduler(tmp_path, audit)
     pipeline = scheduler._pipeline
     calls = [
-        pipeline.prepare(r)
+        pipeline.prepare(r, Caller())
         for r in [
             req("a"),
             req("b"),
@@ -224,7 +226,9 @@ def test_partition_groups_consecutive_safe_calls(tmp_path: Path, audit: AuditLog
     assert [[c.request.tool_use.id for c in g] for g in groups] == [
         ["a", "b"], ["c"], ["d"], ["e"], ["f"], ["g"]
     ]  # fmt: skip
-    capped = partition([pipeline.prepare(req(str(i))) for i in range(25)], max_parallel=10)
+    capped = partition(
+        [pipeline.prepare(req(str(i)), Caller()) for i in range(25)], max_parallel=10
+    )
     assert [len(g) for g in capped] == [10, 10, 5]
 
 

@@ -13,3 +13,27 @@ mask contains field if some field in masked_fields
 
 # Write's content, Edit's texts, and MultiEdit's edits (which hold old_string and new_string).
 masked_fields := {"content", "old_string", "new_string", "edits"}
+
+# METADATA
+# title: Secret patterns
+# description: Regular expressions for secrets inside any text of the tool input (a token in a
+#   Bash command, a password in a URL); the audit log hides a match's `secret` group, or the
+#   whole match when it has none. The daemon refuses a policy whose patterns it cannot compile.
+# entrypoint: true
+mask_patterns contains pattern if some pattern in secret_patterns
+
+secret_patterns := {
+	# NAME=value where the name says it holds a secret (GITHUB_TOKEN=..., DB_PASSWORD=...).
+	`(?i)\b[A-Z0-9_]*(?:TOKEN|SECRET|PASSWORD|PASSWD|API_?KEY|ACCESS_?KEY|PRIVATE_?KEY)[A-Z0-9_]*=(?P<secret>[^\s'"]+)`,
+	# HTTP authorization headers in curl/wget/httpie commands.
+	`(?i)authorization:\s*(?:bearer|basic|token)\s+(?P<secret>[^\s'"]+)`,
+	# Options that take a secret: --token X, --password=X, -p'X' is too ambiguous to guess.
+	`(?i)--(?:token|password|passwd|api-key|apikey|secret|client-secret)(?:=|\s+)(?P<secret>[^\s'"]+)`,
+	# user:password@ in URLs.
+	`://[^/\s:@]+:(?P<secret>[^@\s/]+)@`,
+	# Well-known token shapes: GitHub, OpenAI/Anthropic-style keys, AWS access key ids, Slack.
+	`\b(?P<secret>(?:ghp|gho|ghs|ghu|ghr|github_pat)_[A-Za-z0-9_]{20,})`,
+	`\b(?P<secret>sk-[A-Za-z0-9_-]{20,})`,
+	`\b(?P<secret>AKIA[0-9A-Z]{16})\b`,
+	`\b(?P<secret>xox[abprs]-[A-Za-z0-9-]{10,})`,
+}

@@ -193,11 +193,34 @@ ask contains reason if {
 
 # Why every ask of this call may pass without a person, one sentence each.
 asks_lifted_by contains sprintf(
-	"%s: a person's approval of this call (token %s, presented by %s) lets it run without asking again.",
-	[tool_name, input.approval.token_id, input.approval.approved_by],
+	"%s: %s approved this call (approval %s), so it runs without asking again.",
+	[tool_name, input.approval.approved_by, input.approval.token_id],
 ) if {
 	approval_granted
 }
+
+# A caller sending its own token back, with no approver having answered, approved its own
+# call. That counts for the Unix socket's caller (a person at the machine, with the CLI) and
+# for principals data.json lets (self_approve), not for a remote bot.
+deny contains concat(" ", [
+	sprintf("%s: principal %s sent its approval token back without an approver having approved the call,", [
+		tool_name,
+		principal_name,
+	]),
+	"and this policy does not let it approve its own calls;",
+	sprintf("an approver must approve it first (tooljail approvals approve %s), then resend the call with the token.", [
+		input.approval.token_id,
+	]),
+]) if {
+	well_formed_approval
+	input.approval.self_approved == true
+	not self_approval_allowed
+	count(needs_approval) + count(hook_needs_approval) > 0
+}
+
+self_approval_allowed if input.caller.transport == "unix"
+
+self_approval_allowed if principal_config.self_approve == true
 
 # Why the policy's own asks may pass: all of the above, and the mode.
 policy_asks_lifted_by contains note if some note in asks_lifted_by
@@ -267,6 +290,17 @@ principal_config := data.tooljail.principals[principal_name]
 # The daemon checked the token (signature, binding to this exact call, expiry, replay) before
 # saying granted; anything but a well-formed grant counts as no approval.
 approval_granted if {
+	well_formed_approval
+	not input.approval.self_approved == true
+}
+
+approval_granted if {
+	well_formed_approval
+	input.approval.self_approved == true
+	self_approval_allowed
+}
+
+well_formed_approval if {
 	input.approval.granted == true
 	is_string(input.approval.token_id)
 	input.approval.token_id != ""

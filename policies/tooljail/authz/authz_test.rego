@@ -60,6 +60,8 @@ approved_bash_input := {
 		"granted": true,
 		"token_id": "tok-1f3a",
 		"approved_by": "local",
+		"self_approved": true,
+		"scope": "once",
 		"issued_at": 1767225600,
 		"expires_at": 1767226200,
 	},
@@ -108,7 +110,7 @@ approved(doc) := object.union(doc, {"approval": granted})
 
 # What an allow reports when an approval let its asks pass.
 approval_note(tool) := sprintf(
-	"%s: a person's approval of this call (token tok-1f3a, presented by local) lets it run without asking again.",
+	"%s: local approved this call (approval tok-1f3a), so it runs without asking again.",
 	[tool],
 )
 
@@ -461,6 +463,32 @@ test_granted_approval_turns_an_ask_into_allow if {
 		"Bash runs in the sandbox, and every path it touches is inside the workspace /srv/ws.",
 		approval_note("Bash"),
 	]
+}
+
+# Over TCP, a principal sending its own token back has not been approved by anyone.
+remote_self_approved := object.union(approved_bash_input, {"caller": {"principal": "bot", "transport": "tcp"}, "approval": {"approved_by": "bot"}})
+
+test_a_remote_principal_cannot_approve_its_own_call if {
+	d := authz.decision with input as remote_self_approved
+	d.outcome == "deny"
+	d.reasons == [concat("", [
+		"Bash: principal bot sent its approval token back without an approver having approved the call, ",
+		"and this policy does not let it approve its own calls; an approver must approve it first ",
+		"(tooljail approvals approve tok-1f3a), then resend the call with the token.",
+	])]
+}
+
+test_a_principal_data_lets_approve_its_own_calls_may if {
+	d := authz.decision with input as remote_self_approved
+		with data.tooljail.principals as {"bot": {"self_approve": true}}
+	d.outcome == "allow"
+}
+
+test_an_approvers_approval_lifts_the_ask_of_a_remote_principal if {
+	doc := object.union(remote_self_approved, {"approval": {"approved_by": "alice", "self_approved": false}})
+	d := authz.decision with input as doc
+	d.outcome == "allow"
+	"Bash: alice approved this call (approval tok-1f3a), so it runs without asking again." in d.reasons
 }
 
 test_an_approval_adds_no_note_when_nothing_asked if {

@@ -86,3 +86,65 @@ mode_lifts_asks if {
 	session_mode == "bypassPermissions"
 	bypass_allowed
 }
+
+# --- Choosing a mode (OpenSession, SetSessionMode) -------------------------------------------
+
+# METADATA
+# title: Session mode change
+# description: Whether input.caller may put a session in permission mode input.mode.
+# entrypoint: true
+default session_mode_change := {
+	"allow": false,
+	"reasons": ["No policy rule allows this permission mode, so the session keeps its mode; ask the operator."],
+}
+
+session_mode_change := {"allow": false, "reasons": sort(mode_change_deny)} if count(mode_change_deny) > 0
+
+session_mode_change := {"allow": true, "reasons": sort(mode_change_allow)} if {
+	count(mode_change_deny) == 0
+	count(mode_change_allow) > 0
+}
+
+# Modes that only take powers away: anyone may choose them for a session of theirs.
+restricting_modes := {"default", "plan", "dontAsk"}
+
+default requested_mode := "(none)"
+
+requested_mode := input.mode if is_string(input.mode)
+
+mode_change_deny contains sprintf(
+	"The permission mode %v is not one this policy knows (%s); choose one of them.",
+	[requested_mode, concat(", ", sort(known_modes))],
+) if {
+	not requested_mode in known_modes
+}
+
+mode_change_allow contains sprintf("The permission mode %s only takes powers away.", [requested_mode]) if {
+	requested_mode in restricting_modes
+}
+
+# acceptEdits lifts the policy's asks for file edits inside the workspace: a person at the
+# machine (the Unix socket) may choose it, other principals when data.json says so.
+mode_change_allow contains "The caller is on the daemon's Unix socket, where a person chooses the mode." if {
+	requested_mode == "acceptEdits"
+	input.caller.transport == "unix"
+}
+
+mode_change_allow contains sprintf("data.tooljail.principals[\"%s\"].modes lists %s.", [principal_name, requested_mode]) if {
+	requested_mode in {"acceptEdits", "bypassPermissions"}
+	requested_mode in object.get(principal_config, "modes", [])
+}
+
+mode_change_allow contains sprintf("data.tooljail.principals[\"%s\"].bypass_permissions is true.", [principal_name]) if {
+	requested_mode == "bypassPermissions"
+	bypass_allowed
+}
+
+mode_change_deny contains concat(" ", [
+	sprintf("Principal %s may not choose permission mode %s, which lifts asks the policy makes;", [principal_name, requested_mode]),
+	sprintf("the operator can allow it in data.tooljail.principals[\"%s\"].modes. Open the session in mode default instead.", [principal_name]),
+]) if {
+	requested_mode in known_modes
+	not requested_mode in restricting_modes
+	count(mode_change_allow) == 0
+}

@@ -623,6 +623,131 @@ class CloseSessionResponse(_message.Message):
 Global___CloseSessionResponse: _TypeAlias = CloseSessionResponse  # noqa: Y015
 
 @_typing.final
+class ListPendingApprovalsRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    def __init__(
+        self,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ListPendingApprovalsRequest: _TypeAlias = ListPendingApprovalsRequest  # noqa: Y015
+
+@_typing.final
+class ListPendingApprovalsResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    APPROVALS_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def approvals(self) -> _containers.RepeatedCompositeFieldContainer[Global___PendingApproval]: ...
+    def __init__(
+        self,
+        *,
+        approvals: _abc.Iterable[Global___PendingApproval] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["approvals", b"approvals"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ListPendingApprovalsResponse: _TypeAlias = ListPendingApprovalsResponse  # noqa: Y015
+
+@_typing.final
+class AnswerApprovalRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    APPROVAL_ID_FIELD_NUMBER: _builtins.int
+    SCOPE_FIELD_NUMBER: _builtins.int
+    NOTE_FIELD_NUMBER: _builtins.int
+    approval_id: _builtins.str
+    scope: _builtins.str
+    """For Approve: "once" (default) or "session" (similar calls for the rest of the session)."""
+    note: _builtins.str
+    """Shown to the model when denied; recorded in the audit log either way."""
+    def __init__(
+        self,
+        *,
+        approval_id: _builtins.str = ...,
+        scope: _builtins.str = ...,
+        note: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["approval_id", b"approval_id", "note", b"note", "scope", b"scope"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___AnswerApprovalRequest: _TypeAlias = AnswerApprovalRequest  # noqa: Y015
+
+@_typing.final
+class PendingApproval(_message.Message):
+    """A call the policy asked about."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    APPROVAL_ID_FIELD_NUMBER: _builtins.int
+    PRINCIPAL_FIELD_NUMBER: _builtins.int
+    SESSION_ID_FIELD_NUMBER: _builtins.int
+    TOOL_USE_ID_FIELD_NUMBER: _builtins.int
+    TOOL_FIELD_NUMBER: _builtins.int
+    INPUT_SUMMARY_FIELD_NUMBER: _builtins.int
+    REASONS_FIELD_NUMBER: _builtins.int
+    ASKED_AT_FIELD_NUMBER: _builtins.int
+    EXPIRES_AT_FIELD_NUMBER: _builtins.int
+    STATE_FIELD_NUMBER: _builtins.int
+    DECIDED_BY_FIELD_NUMBER: _builtins.int
+    SCOPE_FIELD_NUMBER: _builtins.int
+    NOTE_FIELD_NUMBER: _builtins.int
+    approval_id: _builtins.str
+    """Also the approval token's id: the token the asking caller holds finds this answer."""
+    principal: _builtins.str
+    """Who made the call."""
+    session_id: _builtins.str
+    tool_use_id: _builtins.str
+    tool: _builtins.str
+    input_summary: _builtins.str
+    """The input, masked like the audit log and cut to a readable length."""
+    asked_at: _builtins.int
+    """Unix seconds."""
+    expires_at: _builtins.int
+    state: _builtins.str
+    """"pending", "approved" or "denied"."""
+    decided_by: _builtins.str
+    scope: _builtins.str
+    note: _builtins.str
+    @_builtins.property
+    def reasons(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]: ...
+    def __init__(
+        self,
+        *,
+        approval_id: _builtins.str = ...,
+        principal: _builtins.str = ...,
+        session_id: _builtins.str = ...,
+        tool_use_id: _builtins.str = ...,
+        tool: _builtins.str = ...,
+        input_summary: _builtins.str = ...,
+        reasons: _abc.Iterable[_builtins.str] | None = ...,
+        asked_at: _builtins.int = ...,
+        expires_at: _builtins.int = ...,
+        state: _builtins.str = ...,
+        decided_by: _builtins.str = ...,
+        scope: _builtins.str = ...,
+        note: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["approval_id", b"approval_id", "asked_at", b"asked_at", "decided_by", b"decided_by", "expires_at", b"expires_at", "input_summary", b"input_summary", "note", b"note", "principal", b"principal", "reasons", b"reasons", "scope", b"scope", "session_id", b"session_id", "state", b"state", "tool", b"tool", "tool_use_id", b"tool_use_id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___PendingApproval: _TypeAlias = PendingApproval  # noqa: Y015
+
+@_typing.final
 class SetSessionModeRequest(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 

@@ -354,6 +354,21 @@ class AdminStub:
                 request_serializer=tooljail_dot_v1_dot_executor__pb2.ListGrantsRequest.SerializeToString,
                 response_deserializer=tooljail_dot_v1_dot_executor__pb2.ListGrantsResponse.FromString,
                 _registered_method=True)
+        self.ListPendingApprovals = channel.unary_unary(
+                '/tooljail.v1.Admin/ListPendingApprovals',
+                request_serializer=tooljail_dot_v1_dot_executor__pb2.ListPendingApprovalsRequest.SerializeToString,
+                response_deserializer=tooljail_dot_v1_dot_executor__pb2.ListPendingApprovalsResponse.FromString,
+                _registered_method=True)
+        self.Approve = channel.unary_unary(
+                '/tooljail.v1.Admin/Approve',
+                request_serializer=tooljail_dot_v1_dot_executor__pb2.AnswerApprovalRequest.SerializeToString,
+                response_deserializer=tooljail_dot_v1_dot_executor__pb2.PendingApproval.FromString,
+                _registered_method=True)
+        self.Deny = channel.unary_unary(
+                '/tooljail.v1.Admin/Deny',
+                request_serializer=tooljail_dot_v1_dot_executor__pb2.AnswerApprovalRequest.SerializeToString,
+                response_deserializer=tooljail_dot_v1_dot_executor__pb2.PendingApproval.FromString,
+                _registered_method=True)
 
 
 class AdminServicer:
@@ -389,6 +404,30 @@ class AdminServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def ListPendingApprovals(self, request, context):
+        """The calls waiting for a person's approval that the caller may answer. Unlike the RPCs
+        above, this one and the two below are not for admin principals only: the policy
+        (data.tooljail.authz.approve) decides who may see and answer which ask.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def Approve(self, request, context):
+        """Approve a waiting ask: the asking caller's retry with its approval token then runs, with
+        the approver recorded as approved_by, in the scope given here.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def Deny(self, request, context):
+        """Deny a waiting ask: the asking caller's retry is denied with the note.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_AdminServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -411,6 +450,21 @@ def add_AdminServicer_to_server(servicer, server):
                     servicer.ListGrants,
                     request_deserializer=tooljail_dot_v1_dot_executor__pb2.ListGrantsRequest.FromString,
                     response_serializer=tooljail_dot_v1_dot_executor__pb2.ListGrantsResponse.SerializeToString,
+            ),
+            'ListPendingApprovals': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListPendingApprovals,
+                    request_deserializer=tooljail_dot_v1_dot_executor__pb2.ListPendingApprovalsRequest.FromString,
+                    response_serializer=tooljail_dot_v1_dot_executor__pb2.ListPendingApprovalsResponse.SerializeToString,
+            ),
+            'Approve': grpc.unary_unary_rpc_method_handler(
+                    servicer.Approve,
+                    request_deserializer=tooljail_dot_v1_dot_executor__pb2.AnswerApprovalRequest.FromString,
+                    response_serializer=tooljail_dot_v1_dot_executor__pb2.PendingApproval.SerializeToString,
+            ),
+            'Deny': grpc.unary_unary_rpc_method_handler(
+                    servicer.Deny,
+                    request_deserializer=tooljail_dot_v1_dot_executor__pb2.AnswerApprovalRequest.FromString,
+                    response_serializer=tooljail_dot_v1_dot_executor__pb2.PendingApproval.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -522,6 +576,87 @@ class Admin:
             '/tooljail.v1.Admin/ListGrants',
             tooljail_dot_v1_dot_executor__pb2.ListGrantsRequest.SerializeToString,
             tooljail_dot_v1_dot_executor__pb2.ListGrantsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListPendingApprovals(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/tooljail.v1.Admin/ListPendingApprovals',
+            tooljail_dot_v1_dot_executor__pb2.ListPendingApprovalsRequest.SerializeToString,
+            tooljail_dot_v1_dot_executor__pb2.ListPendingApprovalsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Approve(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/tooljail.v1.Admin/Approve',
+            tooljail_dot_v1_dot_executor__pb2.AnswerApprovalRequest.SerializeToString,
+            tooljail_dot_v1_dot_executor__pb2.PendingApproval.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Deny(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/tooljail.v1.Admin/Deny',
+            tooljail_dot_v1_dot_executor__pb2.AnswerApprovalRequest.SerializeToString,
+            tooljail_dot_v1_dot_executor__pb2.PendingApproval.FromString,
             options,
             channel_credentials,
             insecure,

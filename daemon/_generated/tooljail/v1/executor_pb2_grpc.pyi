@@ -144,6 +144,17 @@ class AdminStub:
     """Changes a session's permission mode."""
     ListGrants: _grpc.UnaryUnaryMultiCallable[_executor_pb2.ListGrantsRequest, _executor_pb2.ListGrantsResponse]
     """The approvals granted for the rest of a session (approval scope "session")."""
+    ListPendingApprovals: _grpc.UnaryUnaryMultiCallable[_executor_pb2.ListPendingApprovalsRequest, _executor_pb2.ListPendingApprovalsResponse]
+    """The calls waiting for a person's approval that the caller may answer. Unlike the RPCs
+    above, this one and the two below are not for admin principals only: the policy
+    (data.tooljail.authz.approve) decides who may see and answer which ask.
+    """
+    Approve: _grpc.UnaryUnaryMultiCallable[_executor_pb2.AnswerApprovalRequest, _executor_pb2.PendingApproval]
+    """Approve a waiting ask: the asking caller's retry with its approval token then runs, with
+    the approver recorded as approved_by, in the scope given here.
+    """
+    Deny: _grpc.UnaryUnaryMultiCallable[_executor_pb2.AnswerApprovalRequest, _executor_pb2.PendingApproval]
+    """Deny a waiting ask: the asking caller's retry is denied with the note."""
 
 @_typing.type_check_only
 class AdminAsyncStub(AdminStub):
@@ -160,6 +171,17 @@ class AdminAsyncStub(AdminStub):
     """Changes a session's permission mode."""
     ListGrants: _aio.UnaryUnaryMultiCallable[_executor_pb2.ListGrantsRequest, _executor_pb2.ListGrantsResponse]  # type: ignore[assignment]
     """The approvals granted for the rest of a session (approval scope "session")."""
+    ListPendingApprovals: _aio.UnaryUnaryMultiCallable[_executor_pb2.ListPendingApprovalsRequest, _executor_pb2.ListPendingApprovalsResponse]  # type: ignore[assignment]
+    """The calls waiting for a person's approval that the caller may answer. Unlike the RPCs
+    above, this one and the two below are not for admin principals only: the policy
+    (data.tooljail.authz.approve) decides who may see and answer which ask.
+    """
+    Approve: _aio.UnaryUnaryMultiCallable[_executor_pb2.AnswerApprovalRequest, _executor_pb2.PendingApproval]  # type: ignore[assignment]
+    """Approve a waiting ask: the asking caller's retry with its approval token then runs, with
+    the approver recorded as approved_by, in the scope given here.
+    """
+    Deny: _aio.UnaryUnaryMultiCallable[_executor_pb2.AnswerApprovalRequest, _executor_pb2.PendingApproval]  # type: ignore[assignment]
+    """Deny a waiting ask: the asking caller's retry is denied with the note."""
 
 class AdminServicer(metaclass=_abc_1.ABCMeta):
     """Operator actions, separate from the Executor so they can be exposed (or not) on their own."""
@@ -197,5 +219,34 @@ class AdminServicer(metaclass=_abc_1.ABCMeta):
         context: _ServicerContext,
     ) -> _typing.Union[_executor_pb2.ListGrantsResponse, _abc.Awaitable[_executor_pb2.ListGrantsResponse]]:
         """The approvals granted for the rest of a session (approval scope "session")."""
+
+    @_abc_1.abstractmethod
+    def ListPendingApprovals(
+        self,
+        request: _executor_pb2.ListPendingApprovalsRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_executor_pb2.ListPendingApprovalsResponse, _abc.Awaitable[_executor_pb2.ListPendingApprovalsResponse]]:
+        """The calls waiting for a person's approval that the caller may answer. Unlike the RPCs
+        above, this one and the two below are not for admin principals only: the policy
+        (data.tooljail.authz.approve) decides who may see and answer which ask.
+        """
+
+    @_abc_1.abstractmethod
+    def Approve(
+        self,
+        request: _executor_pb2.AnswerApprovalRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_executor_pb2.PendingApproval, _abc.Awaitable[_executor_pb2.PendingApproval]]:
+        """Approve a waiting ask: the asking caller's retry with its approval token then runs, with
+        the approver recorded as approved_by, in the scope given here.
+        """
+
+    @_abc_1.abstractmethod
+    def Deny(
+        self,
+        request: _executor_pb2.AnswerApprovalRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_executor_pb2.PendingApproval, _abc.Awaitable[_executor_pb2.PendingApproval]]:
+        """Deny a waiting ask: the asking caller's retry is denied with the note."""
 
 def add_AdminServicer_to_server(servicer: AdminServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...

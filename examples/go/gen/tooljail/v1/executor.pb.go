@@ -1438,6 +1438,294 @@ func (x *CloseSessionResponse) GetWorkspaceDeleted() bool {
 	return false
 }
 
+type ListPendingApprovalsRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListPendingApprovalsRequest) Reset() {
+	*x = ListPendingApprovalsRequest{}
+	mi := &file_tooljail_v1_executor_proto_msgTypes[20]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListPendingApprovalsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListPendingApprovalsRequest) ProtoMessage() {}
+
+func (x *ListPendingApprovalsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_tooljail_v1_executor_proto_msgTypes[20]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListPendingApprovalsRequest.ProtoReflect.Descriptor instead.
+func (*ListPendingApprovalsRequest) Descriptor() ([]byte, []int) {
+	return file_tooljail_v1_executor_proto_rawDescGZIP(), []int{20}
+}
+
+type ListPendingApprovalsResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Approvals     []*PendingApproval     `protobuf:"bytes,1,rep,name=approvals,proto3" json:"approvals,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListPendingApprovalsResponse) Reset() {
+	*x = ListPendingApprovalsResponse{}
+	mi := &file_tooljail_v1_executor_proto_msgTypes[21]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListPendingApprovalsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListPendingApprovalsResponse) ProtoMessage() {}
+
+func (x *ListPendingApprovalsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_tooljail_v1_executor_proto_msgTypes[21]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListPendingApprovalsResponse.ProtoReflect.Descriptor instead.
+func (*ListPendingApprovalsResponse) Descriptor() ([]byte, []int) {
+	return file_tooljail_v1_executor_proto_rawDescGZIP(), []int{21}
+}
+
+func (x *ListPendingApprovalsResponse) GetApprovals() []*PendingApproval {
+	if x != nil {
+		return x.Approvals
+	}
+	return nil
+}
+
+type AnswerApprovalRequest struct {
+	state      protoimpl.MessageState `protogen:"open.v1"`
+	ApprovalId string                 `protobuf:"bytes,1,opt,name=approval_id,json=approvalId,proto3" json:"approval_id,omitempty"`
+	// For Approve: "once" (default) or "session" (similar calls for the rest of the session).
+	Scope string `protobuf:"bytes,2,opt,name=scope,proto3" json:"scope,omitempty"`
+	// Shown to the model when denied; recorded in the audit log either way.
+	Note          string `protobuf:"bytes,3,opt,name=note,proto3" json:"note,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AnswerApprovalRequest) Reset() {
+	*x = AnswerApprovalRequest{}
+	mi := &file_tooljail_v1_executor_proto_msgTypes[22]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AnswerApprovalRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AnswerApprovalRequest) ProtoMessage() {}
+
+func (x *AnswerApprovalRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_tooljail_v1_executor_proto_msgTypes[22]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AnswerApprovalRequest.ProtoReflect.Descriptor instead.
+func (*AnswerApprovalRequest) Descriptor() ([]byte, []int) {
+	return file_tooljail_v1_executor_proto_rawDescGZIP(), []int{22}
+}
+
+func (x *AnswerApprovalRequest) GetApprovalId() string {
+	if x != nil {
+		return x.ApprovalId
+	}
+	return ""
+}
+
+func (x *AnswerApprovalRequest) GetScope() string {
+	if x != nil {
+		return x.Scope
+	}
+	return ""
+}
+
+func (x *AnswerApprovalRequest) GetNote() string {
+	if x != nil {
+		return x.Note
+	}
+	return ""
+}
+
+// A call the policy asked about.
+type PendingApproval struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Also the approval token's id: the token the asking caller holds finds this answer.
+	ApprovalId string `protobuf:"bytes,1,opt,name=approval_id,json=approvalId,proto3" json:"approval_id,omitempty"`
+	// Who made the call.
+	Principal string `protobuf:"bytes,2,opt,name=principal,proto3" json:"principal,omitempty"`
+	SessionId string `protobuf:"bytes,3,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
+	ToolUseId string `protobuf:"bytes,4,opt,name=tool_use_id,json=toolUseId,proto3" json:"tool_use_id,omitempty"`
+	Tool      string `protobuf:"bytes,5,opt,name=tool,proto3" json:"tool,omitempty"`
+	// The input, masked like the audit log and cut to a readable length.
+	InputSummary string   `protobuf:"bytes,6,opt,name=input_summary,json=inputSummary,proto3" json:"input_summary,omitempty"`
+	Reasons      []string `protobuf:"bytes,7,rep,name=reasons,proto3" json:"reasons,omitempty"`
+	// Unix seconds.
+	AskedAt   int64 `protobuf:"varint,8,opt,name=asked_at,json=askedAt,proto3" json:"asked_at,omitempty"`
+	ExpiresAt int64 `protobuf:"varint,9,opt,name=expires_at,json=expiresAt,proto3" json:"expires_at,omitempty"`
+	// "pending", "approved" or "denied".
+	State         string `protobuf:"bytes,10,opt,name=state,proto3" json:"state,omitempty"`
+	DecidedBy     string `protobuf:"bytes,11,opt,name=decided_by,json=decidedBy,proto3" json:"decided_by,omitempty"`
+	Scope         string `protobuf:"bytes,12,opt,name=scope,proto3" json:"scope,omitempty"`
+	Note          string `protobuf:"bytes,13,opt,name=note,proto3" json:"note,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PendingApproval) Reset() {
+	*x = PendingApproval{}
+	mi := &file_tooljail_v1_executor_proto_msgTypes[23]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PendingApproval) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PendingApproval) ProtoMessage() {}
+
+func (x *PendingApproval) ProtoReflect() protoreflect.Message {
+	mi := &file_tooljail_v1_executor_proto_msgTypes[23]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PendingApproval.ProtoReflect.Descriptor instead.
+func (*PendingApproval) Descriptor() ([]byte, []int) {
+	return file_tooljail_v1_executor_proto_rawDescGZIP(), []int{23}
+}
+
+func (x *PendingApproval) GetApprovalId() string {
+	if x != nil {
+		return x.ApprovalId
+	}
+	return ""
+}
+
+func (x *PendingApproval) GetPrincipal() string {
+	if x != nil {
+		return x.Principal
+	}
+	return ""
+}
+
+func (x *PendingApproval) GetSessionId() string {
+	if x != nil {
+		return x.SessionId
+	}
+	return ""
+}
+
+func (x *PendingApproval) GetToolUseId() string {
+	if x != nil {
+		return x.ToolUseId
+	}
+	return ""
+}
+
+func (x *PendingApproval) GetTool() string {
+	if x != nil {
+		return x.Tool
+	}
+	return ""
+}
+
+func (x *PendingApproval) GetInputSummary() string {
+	if x != nil {
+		return x.InputSummary
+	}
+	return ""
+}
+
+func (x *PendingApproval) GetReasons() []string {
+	if x != nil {
+		return x.Reasons
+	}
+	return nil
+}
+
+func (x *PendingApproval) GetAskedAt() int64 {
+	if x != nil {
+		return x.AskedAt
+	}
+	return 0
+}
+
+func (x *PendingApproval) GetExpiresAt() int64 {
+	if x != nil {
+		return x.ExpiresAt
+	}
+	return 0
+}
+
+func (x *PendingApproval) GetState() string {
+	if x != nil {
+		return x.State
+	}
+	return ""
+}
+
+func (x *PendingApproval) GetDecidedBy() string {
+	if x != nil {
+		return x.DecidedBy
+	}
+	return ""
+}
+
+func (x *PendingApproval) GetScope() string {
+	if x != nil {
+		return x.Scope
+	}
+	return ""
+}
+
+func (x *PendingApproval) GetNote() string {
+	if x != nil {
+		return x.Note
+	}
+	return ""
+}
+
 type SetSessionModeRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	SessionId     string                 `protobuf:"bytes,1,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
@@ -1448,7 +1736,7 @@ type SetSessionModeRequest struct {
 
 func (x *SetSessionModeRequest) Reset() {
 	*x = SetSessionModeRequest{}
-	mi := &file_tooljail_v1_executor_proto_msgTypes[20]
+	mi := &file_tooljail_v1_executor_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1460,7 +1748,7 @@ func (x *SetSessionModeRequest) String() string {
 func (*SetSessionModeRequest) ProtoMessage() {}
 
 func (x *SetSessionModeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tooljail_v1_executor_proto_msgTypes[20]
+	mi := &file_tooljail_v1_executor_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1473,7 +1761,7 @@ func (x *SetSessionModeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetSessionModeRequest.ProtoReflect.Descriptor instead.
 func (*SetSessionModeRequest) Descriptor() ([]byte, []int) {
-	return file_tooljail_v1_executor_proto_rawDescGZIP(), []int{20}
+	return file_tooljail_v1_executor_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *SetSessionModeRequest) GetSessionId() string {
@@ -1499,7 +1787,7 @@ type ListGrantsRequest struct {
 
 func (x *ListGrantsRequest) Reset() {
 	*x = ListGrantsRequest{}
-	mi := &file_tooljail_v1_executor_proto_msgTypes[21]
+	mi := &file_tooljail_v1_executor_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1511,7 +1799,7 @@ func (x *ListGrantsRequest) String() string {
 func (*ListGrantsRequest) ProtoMessage() {}
 
 func (x *ListGrantsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tooljail_v1_executor_proto_msgTypes[21]
+	mi := &file_tooljail_v1_executor_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1524,7 +1812,7 @@ func (x *ListGrantsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListGrantsRequest.ProtoReflect.Descriptor instead.
 func (*ListGrantsRequest) Descriptor() ([]byte, []int) {
-	return file_tooljail_v1_executor_proto_rawDescGZIP(), []int{21}
+	return file_tooljail_v1_executor_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *ListGrantsRequest) GetSessionId() string {
@@ -1547,7 +1835,7 @@ type Grant struct {
 
 func (x *Grant) Reset() {
 	*x = Grant{}
-	mi := &file_tooljail_v1_executor_proto_msgTypes[22]
+	mi := &file_tooljail_v1_executor_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1559,7 +1847,7 @@ func (x *Grant) String() string {
 func (*Grant) ProtoMessage() {}
 
 func (x *Grant) ProtoReflect() protoreflect.Message {
-	mi := &file_tooljail_v1_executor_proto_msgTypes[22]
+	mi := &file_tooljail_v1_executor_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1572,7 +1860,7 @@ func (x *Grant) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Grant.ProtoReflect.Descriptor instead.
 func (*Grant) Descriptor() ([]byte, []int) {
-	return file_tooljail_v1_executor_proto_rawDescGZIP(), []int{22}
+	return file_tooljail_v1_executor_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *Grant) GetTool() string {
@@ -1612,7 +1900,7 @@ type ListGrantsResponse struct {
 
 func (x *ListGrantsResponse) Reset() {
 	*x = ListGrantsResponse{}
-	mi := &file_tooljail_v1_executor_proto_msgTypes[23]
+	mi := &file_tooljail_v1_executor_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1624,7 +1912,7 @@ func (x *ListGrantsResponse) String() string {
 func (*ListGrantsResponse) ProtoMessage() {}
 
 func (x *ListGrantsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tooljail_v1_executor_proto_msgTypes[23]
+	mi := &file_tooljail_v1_executor_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1637,7 +1925,7 @@ func (x *ListGrantsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListGrantsResponse.ProtoReflect.Descriptor instead.
 func (*ListGrantsResponse) Descriptor() ([]byte, []int) {
-	return file_tooljail_v1_executor_proto_rawDescGZIP(), []int{23}
+	return file_tooljail_v1_executor_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *ListGrantsResponse) GetGrants() []*Grant {
@@ -1655,7 +1943,7 @@ type StatusRequest struct {
 
 func (x *StatusRequest) Reset() {
 	*x = StatusRequest{}
-	mi := &file_tooljail_v1_executor_proto_msgTypes[24]
+	mi := &file_tooljail_v1_executor_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1667,7 +1955,7 @@ func (x *StatusRequest) String() string {
 func (*StatusRequest) ProtoMessage() {}
 
 func (x *StatusRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tooljail_v1_executor_proto_msgTypes[24]
+	mi := &file_tooljail_v1_executor_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1680,7 +1968,7 @@ func (x *StatusRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatusRequest.ProtoReflect.Descriptor instead.
 func (*StatusRequest) Descriptor() ([]byte, []int) {
-	return file_tooljail_v1_executor_proto_rawDescGZIP(), []int{24}
+	return file_tooljail_v1_executor_proto_rawDescGZIP(), []int{28}
 }
 
 type StatusResponse struct {
@@ -1702,7 +1990,7 @@ type StatusResponse struct {
 
 func (x *StatusResponse) Reset() {
 	*x = StatusResponse{}
-	mi := &file_tooljail_v1_executor_proto_msgTypes[25]
+	mi := &file_tooljail_v1_executor_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1714,7 +2002,7 @@ func (x *StatusResponse) String() string {
 func (*StatusResponse) ProtoMessage() {}
 
 func (x *StatusResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tooljail_v1_executor_proto_msgTypes[25]
+	mi := &file_tooljail_v1_executor_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1727,7 +2015,7 @@ func (x *StatusResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatusResponse.ProtoReflect.Descriptor instead.
 func (*StatusResponse) Descriptor() ([]byte, []int) {
-	return file_tooljail_v1_executor_proto_rawDescGZIP(), []int{25}
+	return file_tooljail_v1_executor_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *StatusResponse) GetVersion() string {
@@ -1801,7 +2089,7 @@ type ReloadPoliciesRequest struct {
 
 func (x *ReloadPoliciesRequest) Reset() {
 	*x = ReloadPoliciesRequest{}
-	mi := &file_tooljail_v1_executor_proto_msgTypes[26]
+	mi := &file_tooljail_v1_executor_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1813,7 +2101,7 @@ func (x *ReloadPoliciesRequest) String() string {
 func (*ReloadPoliciesRequest) ProtoMessage() {}
 
 func (x *ReloadPoliciesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tooljail_v1_executor_proto_msgTypes[26]
+	mi := &file_tooljail_v1_executor_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1826,7 +2114,7 @@ func (x *ReloadPoliciesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReloadPoliciesRequest.ProtoReflect.Descriptor instead.
 func (*ReloadPoliciesRequest) Descriptor() ([]byte, []int) {
-	return file_tooljail_v1_executor_proto_rawDescGZIP(), []int{26}
+	return file_tooljail_v1_executor_proto_rawDescGZIP(), []int{30}
 }
 
 type ReloadPoliciesResponse struct {
@@ -1842,7 +2130,7 @@ type ReloadPoliciesResponse struct {
 
 func (x *ReloadPoliciesResponse) Reset() {
 	*x = ReloadPoliciesResponse{}
-	mi := &file_tooljail_v1_executor_proto_msgTypes[27]
+	mi := &file_tooljail_v1_executor_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1854,7 +2142,7 @@ func (x *ReloadPoliciesResponse) String() string {
 func (*ReloadPoliciesResponse) ProtoMessage() {}
 
 func (x *ReloadPoliciesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tooljail_v1_executor_proto_msgTypes[27]
+	mi := &file_tooljail_v1_executor_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1867,7 +2155,7 @@ func (x *ReloadPoliciesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReloadPoliciesResponse.ProtoReflect.Descriptor instead.
 func (*ReloadPoliciesResponse) Descriptor() ([]byte, []int) {
-	return file_tooljail_v1_executor_proto_rawDescGZIP(), []int{27}
+	return file_tooljail_v1_executor_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *ReloadPoliciesResponse) GetPolicyRevision() string {
@@ -2001,7 +2289,34 @@ const file_tooljail_v1_executor_proto_rawDesc = "" +
 	"\x10delete_workspace\x18\x02 \x01(\bR\x0fdeleteWorkspace\"l\n" +
 	"\x14CloseSessionResponse\x12'\n" +
 	"\x0fcancelled_calls\x18\x01 \x01(\x05R\x0ecancelledCalls\x12+\n" +
-	"\x11workspace_deleted\x18\x02 \x01(\bR\x10workspaceDeleted\"J\n" +
+	"\x11workspace_deleted\x18\x02 \x01(\bR\x10workspaceDeleted\"\x1d\n" +
+	"\x1bListPendingApprovalsRequest\"Z\n" +
+	"\x1cListPendingApprovalsResponse\x12:\n" +
+	"\tapprovals\x18\x01 \x03(\v2\x1c.tooljail.v1.PendingApprovalR\tapprovals\"b\n" +
+	"\x15AnswerApprovalRequest\x12\x1f\n" +
+	"\vapproval_id\x18\x01 \x01(\tR\n" +
+	"approvalId\x12\x14\n" +
+	"\x05scope\x18\x02 \x01(\tR\x05scope\x12\x12\n" +
+	"\x04note\x18\x03 \x01(\tR\x04note\"\xfb\x02\n" +
+	"\x0fPendingApproval\x12\x1f\n" +
+	"\vapproval_id\x18\x01 \x01(\tR\n" +
+	"approvalId\x12\x1c\n" +
+	"\tprincipal\x18\x02 \x01(\tR\tprincipal\x12\x1d\n" +
+	"\n" +
+	"session_id\x18\x03 \x01(\tR\tsessionId\x12\x1e\n" +
+	"\vtool_use_id\x18\x04 \x01(\tR\ttoolUseId\x12\x12\n" +
+	"\x04tool\x18\x05 \x01(\tR\x04tool\x12#\n" +
+	"\rinput_summary\x18\x06 \x01(\tR\finputSummary\x12\x18\n" +
+	"\areasons\x18\a \x03(\tR\areasons\x12\x19\n" +
+	"\basked_at\x18\b \x01(\x03R\aaskedAt\x12\x1d\n" +
+	"\n" +
+	"expires_at\x18\t \x01(\x03R\texpiresAt\x12\x14\n" +
+	"\x05state\x18\n" +
+	" \x01(\tR\x05state\x12\x1d\n" +
+	"\n" +
+	"decided_by\x18\v \x01(\tR\tdecidedBy\x12\x14\n" +
+	"\x05scope\x18\f \x01(\tR\x05scope\x12\x12\n" +
+	"\x04note\x18\r \x01(\tR\x04note\"J\n" +
 	"\x15SetSessionModeRequest\x12\x1d\n" +
 	"\n" +
 	"session_id\x18\x01 \x01(\tR\tsessionId\x12\x12\n" +
@@ -2048,13 +2363,16 @@ const file_tooljail_v1_executor_proto_rawDesc = "" +
 	"\fExecuteBatch\x12 .tooljail.v1.ExecuteBatchRequest\x1a\x1c.tooljail.v1.ExecuteResponse0\x01\x12D\n" +
 	"\vOpenSession\x12\x1f.tooljail.v1.OpenSessionRequest\x1a\x14.tooljail.v1.Session\x12S\n" +
 	"\fCloseSession\x12 .tooljail.v1.CloseSessionRequest\x1a!.tooljail.v1.CloseSessionResponse\x12I\n" +
-	"\rExecuteStream\x12\x1b.tooljail.v1.ExecuteRequest\x1a\x19.tooljail.v1.ExecuteEvent0\x012\xc0\x02\n" +
+	"\rExecuteStream\x12\x1b.tooljail.v1.ExecuteRequest\x1a\x19.tooljail.v1.ExecuteEvent0\x012\xc4\x04\n" +
 	"\x05Admin\x12Y\n" +
 	"\x0eReloadPolicies\x12\".tooljail.v1.ReloadPoliciesRequest\x1a#.tooljail.v1.ReloadPoliciesResponse\x12A\n" +
 	"\x06Status\x12\x1a.tooljail.v1.StatusRequest\x1a\x1b.tooljail.v1.StatusResponse\x12J\n" +
 	"\x0eSetSessionMode\x12\".tooljail.v1.SetSessionModeRequest\x1a\x14.tooljail.v1.Session\x12M\n" +
 	"\n" +
-	"ListGrants\x12\x1e.tooljail.v1.ListGrantsRequest\x1a\x1f.tooljail.v1.ListGrantsResponseB<Z:github.com/tooljail/tooljail/gen/go/tooljail/v1;tooljailv1b\x06proto3"
+	"ListGrants\x12\x1e.tooljail.v1.ListGrantsRequest\x1a\x1f.tooljail.v1.ListGrantsResponse\x12k\n" +
+	"\x14ListPendingApprovals\x12(.tooljail.v1.ListPendingApprovalsRequest\x1a).tooljail.v1.ListPendingApprovalsResponse\x12K\n" +
+	"\aApprove\x12\".tooljail.v1.AnswerApprovalRequest\x1a\x1c.tooljail.v1.PendingApproval\x12H\n" +
+	"\x04Deny\x12\".tooljail.v1.AnswerApprovalRequest\x1a\x1c.tooljail.v1.PendingApprovalB<Z:github.com/tooljail/tooljail/gen/go/tooljail/v1;tooljailv1b\x06proto3"
 
 var (
 	file_tooljail_v1_executor_proto_rawDescOnce sync.Once
@@ -2069,44 +2387,48 @@ func file_tooljail_v1_executor_proto_rawDescGZIP() []byte {
 }
 
 var file_tooljail_v1_executor_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_tooljail_v1_executor_proto_msgTypes = make([]protoimpl.MessageInfo, 28)
+var file_tooljail_v1_executor_proto_msgTypes = make([]protoimpl.MessageInfo, 32)
 var file_tooljail_v1_executor_proto_goTypes = []any{
-	(Outcome)(0),                   // 0: tooljail.v1.Outcome
-	(*ListToolsRequest)(nil),       // 1: tooljail.v1.ListToolsRequest
-	(*ListToolsResponse)(nil),      // 2: tooljail.v1.ListToolsResponse
-	(*ToolDefinition)(nil),         // 3: tooljail.v1.ToolDefinition
-	(*ToolTraits)(nil),             // 4: tooljail.v1.ToolTraits
-	(*ToolUse)(nil),                // 5: tooljail.v1.ToolUse
-	(*TextBlock)(nil),              // 6: tooljail.v1.TextBlock
-	(*ImageBlock)(nil),             // 7: tooljail.v1.ImageBlock
-	(*ContentBlock)(nil),           // 8: tooljail.v1.ContentBlock
-	(*ToolResult)(nil),             // 9: tooljail.v1.ToolResult
-	(*Decision)(nil),               // 10: tooljail.v1.Decision
-	(*ExecutionReport)(nil),        // 11: tooljail.v1.ExecutionReport
-	(*ExecuteRequest)(nil),         // 12: tooljail.v1.ExecuteRequest
-	(*ExecuteResponse)(nil),        // 13: tooljail.v1.ExecuteResponse
-	(*Progress)(nil),               // 14: tooljail.v1.Progress
-	(*ExecuteEvent)(nil),           // 15: tooljail.v1.ExecuteEvent
-	(*ExecuteBatchRequest)(nil),    // 16: tooljail.v1.ExecuteBatchRequest
-	(*OpenSessionRequest)(nil),     // 17: tooljail.v1.OpenSessionRequest
-	(*Session)(nil),                // 18: tooljail.v1.Session
-	(*CloseSessionRequest)(nil),    // 19: tooljail.v1.CloseSessionRequest
-	(*CloseSessionResponse)(nil),   // 20: tooljail.v1.CloseSessionResponse
-	(*SetSessionModeRequest)(nil),  // 21: tooljail.v1.SetSessionModeRequest
-	(*ListGrantsRequest)(nil),      // 22: tooljail.v1.ListGrantsRequest
-	(*Grant)(nil),                  // 23: tooljail.v1.Grant
-	(*ListGrantsResponse)(nil),     // 24: tooljail.v1.ListGrantsResponse
-	(*StatusRequest)(nil),          // 25: tooljail.v1.StatusRequest
-	(*StatusResponse)(nil),         // 26: tooljail.v1.StatusResponse
-	(*ReloadPoliciesRequest)(nil),  // 27: tooljail.v1.ReloadPoliciesRequest
-	(*ReloadPoliciesResponse)(nil), // 28: tooljail.v1.ReloadPoliciesResponse
-	(*structpb.Struct)(nil),        // 29: google.protobuf.Struct
+	(Outcome)(0),                         // 0: tooljail.v1.Outcome
+	(*ListToolsRequest)(nil),             // 1: tooljail.v1.ListToolsRequest
+	(*ListToolsResponse)(nil),            // 2: tooljail.v1.ListToolsResponse
+	(*ToolDefinition)(nil),               // 3: tooljail.v1.ToolDefinition
+	(*ToolTraits)(nil),                   // 4: tooljail.v1.ToolTraits
+	(*ToolUse)(nil),                      // 5: tooljail.v1.ToolUse
+	(*TextBlock)(nil),                    // 6: tooljail.v1.TextBlock
+	(*ImageBlock)(nil),                   // 7: tooljail.v1.ImageBlock
+	(*ContentBlock)(nil),                 // 8: tooljail.v1.ContentBlock
+	(*ToolResult)(nil),                   // 9: tooljail.v1.ToolResult
+	(*Decision)(nil),                     // 10: tooljail.v1.Decision
+	(*ExecutionReport)(nil),              // 11: tooljail.v1.ExecutionReport
+	(*ExecuteRequest)(nil),               // 12: tooljail.v1.ExecuteRequest
+	(*ExecuteResponse)(nil),              // 13: tooljail.v1.ExecuteResponse
+	(*Progress)(nil),                     // 14: tooljail.v1.Progress
+	(*ExecuteEvent)(nil),                 // 15: tooljail.v1.ExecuteEvent
+	(*ExecuteBatchRequest)(nil),          // 16: tooljail.v1.ExecuteBatchRequest
+	(*OpenSessionRequest)(nil),           // 17: tooljail.v1.OpenSessionRequest
+	(*Session)(nil),                      // 18: tooljail.v1.Session
+	(*CloseSessionRequest)(nil),          // 19: tooljail.v1.CloseSessionRequest
+	(*CloseSessionResponse)(nil),         // 20: tooljail.v1.CloseSessionResponse
+	(*ListPendingApprovalsRequest)(nil),  // 21: tooljail.v1.ListPendingApprovalsRequest
+	(*ListPendingApprovalsResponse)(nil), // 22: tooljail.v1.ListPendingApprovalsResponse
+	(*AnswerApprovalRequest)(nil),        // 23: tooljail.v1.AnswerApprovalRequest
+	(*PendingApproval)(nil),              // 24: tooljail.v1.PendingApproval
+	(*SetSessionModeRequest)(nil),        // 25: tooljail.v1.SetSessionModeRequest
+	(*ListGrantsRequest)(nil),            // 26: tooljail.v1.ListGrantsRequest
+	(*Grant)(nil),                        // 27: tooljail.v1.Grant
+	(*ListGrantsResponse)(nil),           // 28: tooljail.v1.ListGrantsResponse
+	(*StatusRequest)(nil),                // 29: tooljail.v1.StatusRequest
+	(*StatusResponse)(nil),               // 30: tooljail.v1.StatusResponse
+	(*ReloadPoliciesRequest)(nil),        // 31: tooljail.v1.ReloadPoliciesRequest
+	(*ReloadPoliciesResponse)(nil),       // 32: tooljail.v1.ReloadPoliciesResponse
+	(*structpb.Struct)(nil),              // 33: google.protobuf.Struct
 }
 var file_tooljail_v1_executor_proto_depIdxs = []int32{
 	3,  // 0: tooljail.v1.ListToolsResponse.tools:type_name -> tooljail.v1.ToolDefinition
-	29, // 1: tooljail.v1.ToolDefinition.input_schema:type_name -> google.protobuf.Struct
+	33, // 1: tooljail.v1.ToolDefinition.input_schema:type_name -> google.protobuf.Struct
 	4,  // 2: tooljail.v1.ToolDefinition.traits:type_name -> tooljail.v1.ToolTraits
-	29, // 3: tooljail.v1.ToolUse.input:type_name -> google.protobuf.Struct
+	33, // 3: tooljail.v1.ToolUse.input:type_name -> google.protobuf.Struct
 	6,  // 4: tooljail.v1.ContentBlock.text:type_name -> tooljail.v1.TextBlock
 	7,  // 5: tooljail.v1.ContentBlock.image:type_name -> tooljail.v1.ImageBlock
 	8,  // 6: tooljail.v1.ToolResult.content:type_name -> tooljail.v1.ContentBlock
@@ -2118,32 +2440,39 @@ var file_tooljail_v1_executor_proto_depIdxs = []int32{
 	14, // 12: tooljail.v1.ExecuteEvent.progress:type_name -> tooljail.v1.Progress
 	13, // 13: tooljail.v1.ExecuteEvent.response:type_name -> tooljail.v1.ExecuteResponse
 	5,  // 14: tooljail.v1.ExecuteBatchRequest.tool_uses:type_name -> tooljail.v1.ToolUse
-	23, // 15: tooljail.v1.ListGrantsResponse.grants:type_name -> tooljail.v1.Grant
-	1,  // 16: tooljail.v1.Executor.ListTools:input_type -> tooljail.v1.ListToolsRequest
-	12, // 17: tooljail.v1.Executor.Execute:input_type -> tooljail.v1.ExecuteRequest
-	16, // 18: tooljail.v1.Executor.ExecuteBatch:input_type -> tooljail.v1.ExecuteBatchRequest
-	17, // 19: tooljail.v1.Executor.OpenSession:input_type -> tooljail.v1.OpenSessionRequest
-	19, // 20: tooljail.v1.Executor.CloseSession:input_type -> tooljail.v1.CloseSessionRequest
-	12, // 21: tooljail.v1.Executor.ExecuteStream:input_type -> tooljail.v1.ExecuteRequest
-	27, // 22: tooljail.v1.Admin.ReloadPolicies:input_type -> tooljail.v1.ReloadPoliciesRequest
-	25, // 23: tooljail.v1.Admin.Status:input_type -> tooljail.v1.StatusRequest
-	21, // 24: tooljail.v1.Admin.SetSessionMode:input_type -> tooljail.v1.SetSessionModeRequest
-	22, // 25: tooljail.v1.Admin.ListGrants:input_type -> tooljail.v1.ListGrantsRequest
-	2,  // 26: tooljail.v1.Executor.ListTools:output_type -> tooljail.v1.ListToolsResponse
-	13, // 27: tooljail.v1.Executor.Execute:output_type -> tooljail.v1.ExecuteResponse
-	13, // 28: tooljail.v1.Executor.ExecuteBatch:output_type -> tooljail.v1.ExecuteResponse
-	18, // 29: tooljail.v1.Executor.OpenSession:output_type -> tooljail.v1.Session
-	20, // 30: tooljail.v1.Executor.CloseSession:output_type -> tooljail.v1.CloseSessionResponse
-	15, // 31: tooljail.v1.Executor.ExecuteStream:output_type -> tooljail.v1.ExecuteEvent
-	28, // 32: tooljail.v1.Admin.ReloadPolicies:output_type -> tooljail.v1.ReloadPoliciesResponse
-	26, // 33: tooljail.v1.Admin.Status:output_type -> tooljail.v1.StatusResponse
-	18, // 34: tooljail.v1.Admin.SetSessionMode:output_type -> tooljail.v1.Session
-	24, // 35: tooljail.v1.Admin.ListGrants:output_type -> tooljail.v1.ListGrantsResponse
-	26, // [26:36] is the sub-list for method output_type
-	16, // [16:26] is the sub-list for method input_type
-	16, // [16:16] is the sub-list for extension type_name
-	16, // [16:16] is the sub-list for extension extendee
-	0,  // [0:16] is the sub-list for field type_name
+	24, // 15: tooljail.v1.ListPendingApprovalsResponse.approvals:type_name -> tooljail.v1.PendingApproval
+	27, // 16: tooljail.v1.ListGrantsResponse.grants:type_name -> tooljail.v1.Grant
+	1,  // 17: tooljail.v1.Executor.ListTools:input_type -> tooljail.v1.ListToolsRequest
+	12, // 18: tooljail.v1.Executor.Execute:input_type -> tooljail.v1.ExecuteRequest
+	16, // 19: tooljail.v1.Executor.ExecuteBatch:input_type -> tooljail.v1.ExecuteBatchRequest
+	17, // 20: tooljail.v1.Executor.OpenSession:input_type -> tooljail.v1.OpenSessionRequest
+	19, // 21: tooljail.v1.Executor.CloseSession:input_type -> tooljail.v1.CloseSessionRequest
+	12, // 22: tooljail.v1.Executor.ExecuteStream:input_type -> tooljail.v1.ExecuteRequest
+	31, // 23: tooljail.v1.Admin.ReloadPolicies:input_type -> tooljail.v1.ReloadPoliciesRequest
+	29, // 24: tooljail.v1.Admin.Status:input_type -> tooljail.v1.StatusRequest
+	25, // 25: tooljail.v1.Admin.SetSessionMode:input_type -> tooljail.v1.SetSessionModeRequest
+	26, // 26: tooljail.v1.Admin.ListGrants:input_type -> tooljail.v1.ListGrantsRequest
+	21, // 27: tooljail.v1.Admin.ListPendingApprovals:input_type -> tooljail.v1.ListPendingApprovalsRequest
+	23, // 28: tooljail.v1.Admin.Approve:input_type -> tooljail.v1.AnswerApprovalRequest
+	23, // 29: tooljail.v1.Admin.Deny:input_type -> tooljail.v1.AnswerApprovalRequest
+	2,  // 30: tooljail.v1.Executor.ListTools:output_type -> tooljail.v1.ListToolsResponse
+	13, // 31: tooljail.v1.Executor.Execute:output_type -> tooljail.v1.ExecuteResponse
+	13, // 32: tooljail.v1.Executor.ExecuteBatch:output_type -> tooljail.v1.ExecuteResponse
+	18, // 33: tooljail.v1.Executor.OpenSession:output_type -> tooljail.v1.Session
+	20, // 34: tooljail.v1.Executor.CloseSession:output_type -> tooljail.v1.CloseSessionResponse
+	15, // 35: tooljail.v1.Executor.ExecuteStream:output_type -> tooljail.v1.ExecuteEvent
+	32, // 36: tooljail.v1.Admin.ReloadPolicies:output_type -> tooljail.v1.ReloadPoliciesResponse
+	30, // 37: tooljail.v1.Admin.Status:output_type -> tooljail.v1.StatusResponse
+	18, // 38: tooljail.v1.Admin.SetSessionMode:output_type -> tooljail.v1.Session
+	28, // 39: tooljail.v1.Admin.ListGrants:output_type -> tooljail.v1.ListGrantsResponse
+	22, // 40: tooljail.v1.Admin.ListPendingApprovals:output_type -> tooljail.v1.ListPendingApprovalsResponse
+	24, // 41: tooljail.v1.Admin.Approve:output_type -> tooljail.v1.PendingApproval
+	24, // 42: tooljail.v1.Admin.Deny:output_type -> tooljail.v1.PendingApproval
+	30, // [30:43] is the sub-list for method output_type
+	17, // [17:30] is the sub-list for method input_type
+	17, // [17:17] is the sub-list for extension type_name
+	17, // [17:17] is the sub-list for extension extendee
+	0,  // [0:17] is the sub-list for field type_name
 }
 
 func init() { file_tooljail_v1_executor_proto_init() }
@@ -2165,7 +2494,7 @@ func file_tooljail_v1_executor_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_tooljail_v1_executor_proto_rawDesc), len(file_tooljail_v1_executor_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   28,
+			NumMessages:   32,
 			NumExtensions: 0,
 			NumServices:   2,
 		},

@@ -341,10 +341,13 @@ var Executor_ServiceDesc = grpc.ServiceDesc{
 }
 
 const (
-	Admin_ReloadPolicies_FullMethodName = "/tooljail.v1.Admin/ReloadPolicies"
-	Admin_Status_FullMethodName         = "/tooljail.v1.Admin/Status"
-	Admin_SetSessionMode_FullMethodName = "/tooljail.v1.Admin/SetSessionMode"
-	Admin_ListGrants_FullMethodName     = "/tooljail.v1.Admin/ListGrants"
+	Admin_ReloadPolicies_FullMethodName       = "/tooljail.v1.Admin/ReloadPolicies"
+	Admin_Status_FullMethodName               = "/tooljail.v1.Admin/Status"
+	Admin_SetSessionMode_FullMethodName       = "/tooljail.v1.Admin/SetSessionMode"
+	Admin_ListGrants_FullMethodName           = "/tooljail.v1.Admin/ListGrants"
+	Admin_ListPendingApprovals_FullMethodName = "/tooljail.v1.Admin/ListPendingApprovals"
+	Admin_Approve_FullMethodName              = "/tooljail.v1.Admin/Approve"
+	Admin_Deny_FullMethodName                 = "/tooljail.v1.Admin/Deny"
 )
 
 // AdminClient is the client API for Admin service.
@@ -362,6 +365,15 @@ type AdminClient interface {
 	SetSessionMode(ctx context.Context, in *SetSessionModeRequest, opts ...grpc.CallOption) (*Session, error)
 	// The approvals granted for the rest of a session (approval scope "session").
 	ListGrants(ctx context.Context, in *ListGrantsRequest, opts ...grpc.CallOption) (*ListGrantsResponse, error)
+	// The calls waiting for a person's approval that the caller may answer. Unlike the RPCs
+	// above, this one and the two below are not for admin principals only: the policy
+	// (data.tooljail.authz.approve) decides who may see and answer which ask.
+	ListPendingApprovals(ctx context.Context, in *ListPendingApprovalsRequest, opts ...grpc.CallOption) (*ListPendingApprovalsResponse, error)
+	// Approve a waiting ask: the asking caller's retry with its approval token then runs, with
+	// the approver recorded as approved_by, in the scope given here.
+	Approve(ctx context.Context, in *AnswerApprovalRequest, opts ...grpc.CallOption) (*PendingApproval, error)
+	// Deny a waiting ask: the asking caller's retry is denied with the note.
+	Deny(ctx context.Context, in *AnswerApprovalRequest, opts ...grpc.CallOption) (*PendingApproval, error)
 }
 
 type adminClient struct {
@@ -412,6 +424,36 @@ func (c *adminClient) ListGrants(ctx context.Context, in *ListGrantsRequest, opt
 	return out, nil
 }
 
+func (c *adminClient) ListPendingApprovals(ctx context.Context, in *ListPendingApprovalsRequest, opts ...grpc.CallOption) (*ListPendingApprovalsResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ListPendingApprovalsResponse)
+	err := c.cc.Invoke(ctx, Admin_ListPendingApprovals_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *adminClient) Approve(ctx context.Context, in *AnswerApprovalRequest, opts ...grpc.CallOption) (*PendingApproval, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(PendingApproval)
+	err := c.cc.Invoke(ctx, Admin_Approve_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *adminClient) Deny(ctx context.Context, in *AnswerApprovalRequest, opts ...grpc.CallOption) (*PendingApproval, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(PendingApproval)
+	err := c.cc.Invoke(ctx, Admin_Deny_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // AdminServer is the server API for Admin service.
 // All implementations must embed UnimplementedAdminServer
 // for forward compatibility.
@@ -427,6 +469,15 @@ type AdminServer interface {
 	SetSessionMode(context.Context, *SetSessionModeRequest) (*Session, error)
 	// The approvals granted for the rest of a session (approval scope "session").
 	ListGrants(context.Context, *ListGrantsRequest) (*ListGrantsResponse, error)
+	// The calls waiting for a person's approval that the caller may answer. Unlike the RPCs
+	// above, this one and the two below are not for admin principals only: the policy
+	// (data.tooljail.authz.approve) decides who may see and answer which ask.
+	ListPendingApprovals(context.Context, *ListPendingApprovalsRequest) (*ListPendingApprovalsResponse, error)
+	// Approve a waiting ask: the asking caller's retry with its approval token then runs, with
+	// the approver recorded as approved_by, in the scope given here.
+	Approve(context.Context, *AnswerApprovalRequest) (*PendingApproval, error)
+	// Deny a waiting ask: the asking caller's retry is denied with the note.
+	Deny(context.Context, *AnswerApprovalRequest) (*PendingApproval, error)
 	mustEmbedUnimplementedAdminServer()
 }
 
@@ -448,6 +499,15 @@ func (UnimplementedAdminServer) SetSessionMode(context.Context, *SetSessionModeR
 }
 func (UnimplementedAdminServer) ListGrants(context.Context, *ListGrantsRequest) (*ListGrantsResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method ListGrants not implemented")
+}
+func (UnimplementedAdminServer) ListPendingApprovals(context.Context, *ListPendingApprovalsRequest) (*ListPendingApprovalsResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ListPendingApprovals not implemented")
+}
+func (UnimplementedAdminServer) Approve(context.Context, *AnswerApprovalRequest) (*PendingApproval, error) {
+	return nil, status.Error(codes.Unimplemented, "method Approve not implemented")
+}
+func (UnimplementedAdminServer) Deny(context.Context, *AnswerApprovalRequest) (*PendingApproval, error) {
+	return nil, status.Error(codes.Unimplemented, "method Deny not implemented")
 }
 func (UnimplementedAdminServer) mustEmbedUnimplementedAdminServer() {}
 func (UnimplementedAdminServer) testEmbeddedByValue()               {}
@@ -542,6 +602,60 @@ func _Admin_ListGrants_Handler(srv interface{}, ctx context.Context, dec func(in
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Admin_ListPendingApprovals_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ListPendingApprovalsRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AdminServer).ListPendingApprovals(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Admin_ListPendingApprovals_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AdminServer).ListPendingApprovals(ctx, req.(*ListPendingApprovalsRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Admin_Approve_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(AnswerApprovalRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AdminServer).Approve(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Admin_Approve_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AdminServer).Approve(ctx, req.(*AnswerApprovalRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Admin_Deny_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(AnswerApprovalRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AdminServer).Deny(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Admin_Deny_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AdminServer).Deny(ctx, req.(*AnswerApprovalRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // Admin_ServiceDesc is the grpc.ServiceDesc for Admin service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -564,6 +678,18 @@ var Admin_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "ListGrants",
 			Handler:    _Admin_ListGrants_Handler,
+		},
+		{
+			MethodName: "ListPendingApprovals",
+			Handler:    _Admin_ListPendingApprovals_Handler,
+		},
+		{
+			MethodName: "Approve",
+			Handler:    _Admin_Approve_Handler,
+		},
+		{
+			MethodName: "Deny",
+			Handler:    _Admin_Deny_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},

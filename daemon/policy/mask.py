@@ -1,0 +1,89 @@
+"""What the audit log (and a person reviewing an ask) must not see in clear, as the policy says.
+
+Two rules from the policy: `data.tooljail.authz.mask`, names of input fields whose whole values
+are hidden at any depth (file contents, edit texts), and `data.tooljail.authz.mask_patterns`,
+regular expressions for secrets inside any text value (a token in a Bash command, a password in
+a URL). A pattern with a group named `secret` hides only that group; otherwise the whole match.
+A mask that cannot be read or understood is an error, never an empty mask: an audit that
+silently starts logging secrets is worse than a refused reload.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Any
+
+from daemon.errors import TooljailError
+
+MASKED = "***masked***"
+
+
+class MaskError(TooljailError):
+    """The policy's mask is missing or malformed."""
+
+
+@dataclass(frozen=True)
+class AuditMask:
+    """Field names and secret patterns to hide."""
+
+    fields: frozenset[str] = frozenset()
+    patterns: tuple[re.Pattern[str], ...] = ()
+
+    @classmethod
+    def parse(cls, fields: object, patterns: object) -> AuditMask:
+        """From the policy's two rules (their `result` values); MaskError when malformed."""
+        if not isinstance(fields, list) or not all(isinstance(f, str) for f in fields):
+            raise MaskError(
+                f"data.tooljail.authz.mask must be a set of field names, got {fields!r:.200}"
+            )
+        if patterns is None:
+            patterns = []
+        if not isinstance(patterns, list) or not all(isinstance(p, str) for p in patterns):
+            raise MaskError(
+                "data.tooljail.authz.mask_patterns must be a set of regular expressions, got "
+                f"{patterns!r:.200}"
+            )
+        compiled = []
+        for pattern in sorted(patterns):
+            try:
+                compiled.append(re.compile(pattern))
+            except re.error as exc:
+                raise MaskError(
+                    f"data.tooljail.authz.mask_patterns has a pattern the daemon cannot use: "
+                    f"{pattern!r:.200}: {exc}"
+                ) from None
+            if compiled[-1].search(""):
+                raise MaskError(
+                    f"data.tooljail.authz.mask_patterns has a pattern that matches empty text "
+                    f"(it would hide nothing or everything): {pattern!r:.200}"
+                )
+        return cls(frozenset(fields), tuple(compiled))
+
+    def apply(self, value: Any) -> Any:
+        """`value` with masked fields replaced and secrets in its texts hidden, at any depth."""
+        if isinstance(value, dict):
+            return {
+                key: MASKED if key in self.fields else self.apply(item)
+                for key, item in value.items()
+            }
+        if isinstance(value, list):
+            return [self.apply(item) for item in value]
+        if isinstance(value, str) and self.patterns:
+            return self.hide_secrets(value)
+        return value
+
+    def hide_secrets(self, text: str) -> str:
+        """The text with every pattern's secret replaced."""
+        for pattern in self.patterns:
+            text = pattern.sub(_hider, text)
+        return text
+
+
+def _hider(match: re.Match[str]) -> str:
+    if "secret" not in match.re.groupindex or match.group("secret") is None:
+        return MASKED
+    start, end = match.span("secret")
+    whole_start = match.start()
+    text = match.group(0)
+    return text[: start - whole_start] + MASKED + text[end - whole_start :]

@@ -1,0 +1,127 @@
+"""Asks waiting for a person: what the policy asked about, until an approver approves or denies
+it, the asking caller's retry uses the approval, or the approval token expires.
+
+An ask is known by its approval id, which is the id of the token handed to the asking caller
+(the token's signed `jti`): the caller's retry with that token finds the approver's answer here,
+so the approver fixes the scope and is the one recorded as having approved. The store is bounded
+per principal and in total; when a principal has too many asks waiting, its oldest is dropped
+(its token then works only as a self-approval, which the policy decides on).
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from enum import StrEnum
+
+from daemon.errors import NotFound, RequestError
+from daemon.policy.approval import Scope
+
+MAX_PER_PRINCIPAL = 100
+MAX_TOTAL = 10_000
+
+
+class AskState(StrEnum):
+    """Where an ask stands."""
+
+    PENDING = "pending"
+    APPROVED = "approved"
+    DENIED = "denied"
+
+
+@dataclass(frozen=True)
+class PendingAsk:
+    """One call the policy asked about."""
+
+    approval_id: str
+    principal: str
+    """Who made the call (and holds the token)."""
+    session_id: str
+    tool_use_id: str
+    tool: str
+    input_summary: str
+    """The input as a person reviews it: masked like the audit log, cut to a readable length."""
+    reasons: tuple[str, ...]
+    asked_at: float
+    expires_at: float
+    state: AskState = AskState.PENDING
+    decided_by: str = ""
+    decided_at: float = 0.0
+    scope: Scope = "once"
+    """What the approver approved: this call once, or similar calls for the rest of the session."""
+    note: str = ""
+    """The approver's words (why denied, for example); shown to the model on a deny."""
+
+
+class PendingApprovals:
+    """The asks waiting for a person, by approval id."""
+
+    def __init__(
+        self,
+        *,
+        max_per_principal: int = MAX_PER_PRINCIPAL,
+        max_total: int = MAX_TOTAL,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self._asks: dict[str, PendingAsk] = {}
+        self._max_per_principal = max_per_principal
+        self._max_total = max_total
+        self._clock = clock
+        self._lock = threading.Lock()
+
+    def add(self, ask: PendingAsk) -> None:
+        """Remember a new ask, dropping expired ones and, beyond the bounds, the oldest."""
+        with self._lock:
+            self._drop_expired()
+            mine = [a for a in self._asks.values() if a.principal == ask.principal]
+            for old in mine[: max(0, len(mine) - self._max_per_principal + 1)]:
+                del self._asks[old.approval_id]
+            while len(self._asks) >= self._max_total:
+                del self._asks[next(iter(self._asks))]
+            self._asks[ask.approval_id] = ask
+
+    def listed(self) -> list[PendingAsk]:
+        """Every ask still waiting, oldest first."""
+        with self._lock:
+            self._drop_expired()
+            return [a for a in self._asks.values() if a.state is AskState.PENDING]
+
+    def get(self, approval_id: str) -> PendingAsk | None:
+        """The ask with this id, whatever its state (None when unknown or expired)."""
+        with self._lock:
+            self._drop_expired()
+            return self._asks.get(approval_id)
+
+    def decide(
+        self, approval_id: str, state: AskState, by: str, *, scope: Scope = "once", note: str = ""
+    ) -> PendingAsk:
+        """Record an approver's answer; an ask is answered once."""
+        with self._lock:
+            self._drop_expired()
+            ask = self._asks.get(approval_id)
+            if ask is None:
+                raise NotFound(
+                    f"no pending approval {approval_id!r}: it was never asked, already used, or "
+                    "expired; list the waiting ones with ListPendingApprovals"
+                )
+            if ask.state is not AskState.PENDING:
+                raise RequestError(
+                    f"approval {approval_id!r} was already {ask.state.value} by {ask.decided_by}"
+                )
+            decided = replace(
+                ask, state=state, decided_by=by, decided_at=self._clock(), scope=scope, note=note
+            )
+            self._asks[approval_id] = decided
+            return decided
+
+    def used(self, approval_id: str) -> None:
+        """The approved call ran: the ask is done."""
+        with self._lock:
+            self._asks.pop(approval_id, None)
+
+    def _drop_expired(self) -> None:
+        now = self._clock()
+        for approval_id in [k for k, a in self._asks.items() if a.expires_at <= now]:
+            del self._asks[approval_id]

@@ -1,0 +1,251 @@
+"""Trust at the edges: who a caller is (mTLS names, loopback), what the audit hides and how it
+writes lines, where the Unix socket is bound, and bounds that are per principal."""
+
+from __future__ import annotations
+
+import io
+import json
+import stat
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from daemon.calls.audit import MAX_FIELD_CHARS, AuditLog
+from daemon.config import AuthSettings, TcpListenerSettings
+from daemon.errors import NotFound, RequestError, Unauthenticated
+from daemon.policy.approval import ApprovalAuthority, ApprovalError, ApprovalFailure
+from daemon.policy.mask import MASKED, AuditMask, MaskError
+from daemon.policy.pending import AskState, PendingApprovals, PendingAsk
+from daemon.server.identity import CallerResolver
+from daemon.server.listen import ListenAddress
+from tests.unit.test_approval import CALL, T0, authority, issue
+
+# --- identity --------------------------------------------------------------------------------
+
+
+class _Context:
+    def __init__(self, peer: str, auth: dict[str, list[bytes]], metadata: Any = ()) -> None:
+        self._peer, self._auth, self._metadata = peer, auth, metadata
+
+    def peer(self) -> str:
+        return self._peer
+
+    def auth_context(self) -> dict[str, list[bytes]]:
+        return self._auth
+
+    def invocation_metadata(self) -> Any:
+        return self._metadata
+
+
+def _mtls(cn: str, *uris: str) -> _Context:
+    auth = {
+        "transport_security_type": [b"ssl"],
+        "x509_common_name": [cn.encode()],
+        "x509_subject_alternative_name": [u.encode() for u in uris],
+    }
+    return _Context("ipv4:127.0.0.1:5000", auth)
+
+
+def test_a_certificate_is_named_by_its_uri_san_never_by_its_cn_alone() -> None:
+    resolver = CallerResolver(AuthSettings(admin_principals=["local"]))
+    named = resolver.resolve(_mtls("local", "spiffe://corp/agent"))  # type: ignore[arg-type]
+    assert (named.principal, named.admin) == ("spiffe://corp/agent", False)
+    with pytest.raises(Unauthenticated, match="URI SAN"):
+        resolver.resolve(_mtls("local"))  # type: ignore[arg-type]
+
+
+def test_a_cn_names_a_principal_only_when_enabled_and_never_an_existing_one() -> None:
+    resolver = CallerResolver(AuthSettings(admin_principals=["local"], mtls_use_cn=True))
+    caller = resolver.resolve(_mtls("local"))  # type: ignore[arg-type]
+    assert (caller.principal, caller.admin) == ("cn:local", False)
+
+
+def test_admin_principals_are_only_the_listed_ones() -> None:
+    unix = _Context("unix:/run/x.sock", {})
+    assert not CallerResolver(AuthSettings()).resolve(unix).admin  # type: ignore[arg-type]
+    listed = CallerResolver(AuthSettings(admin_principals=["local"]))
+    assert listed.resolve(unix).admin  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    ("address", "loopback"),
+    [
+        ("127.0.0.1:50051", True),
+        ("127.8.9.10:1", True),
+        ("[::1]:50051", True),
+        ("localhost:50051", True),
+        ("127.evil.example:50051", False),
+        ("127.0.0.1.nip.io:50051", False),
+        ("0.0.0.0:50051", False),
+        ("[::]:50051", False),
+        ("10.0.0.1:50051", False),
+    ],
+)
+def test_loopback_is_decided_by_parsing_the_address(address: str, loopback: bool) -> None:
+    assert TcpListenerSettings(address=address).loopback is loopback
+
+
+# --- the audit mask --------------------------------------------------------------------------
+
+PATTERNS = [
+    r"(?i)\b[A-Z0-9_]*(?:TOKEN|SECRET|PASSWORD)[A-Z0-9_]*=(?P<secret>[^\s'\"]+)",
+    r"://[^/\s:@]+:(?P<secret>[^@\s/]+)@",
+    r"\b(?P<secret>ghp_[A-Za-z0-9_]{20,})",
+]
+
+
+def test_secrets_in_commands_are_hidden_and_the_rest_kept() -> None:
+    mask = AuditMask.parse(["content"], PATTERNS)
+    command = (
+        "GITHUB_TOKEN=abc123 git clone https://bob:hunter2@forge.example/r.git && "
+        "echo ghp_0123456789abcdefghijklmn"
+    )
+    shown = mask.apply({"command": command, "content": "file body", "nested": [{"x": command}]})
+    expected = (
+        f"GITHUB_TOKEN={MASKED} git clone https://bob:{MASKED}@forge.example/r.git && echo {MASKED}"
+    )
+    assert shown == {"command": expected, "content": MASKED, "nested": [{"x": expected}]}
+
+
+def test_the_shipped_policy_patterns_compile_and_hide_a_bearer_token() -> None:
+    import subprocess
+
+    from daemon.config import PROJECT_ROOT
+
+    opa = PROJECT_ROOT / ".tools" / "bin" / "opa"
+    if not opa.exists():
+        pytest.skip("OPA is built by make setup")
+    run = subprocess.run(
+        [str(opa), "eval", "-f", "json", "--ignore", "input.schema.json", "-d",
+         str(PROJECT_ROOT / "policies"), "data.tooljail.authz.mask_patterns"],
+        capture_output=True, text=True, check=True,
+    )  # fmt: skip
+    patterns = json.loads(run.stdout)["result"][0]["expressions"][0]["value"]
+    mask = AuditMask.parse(["content"], patterns)
+    text = mask.hide_secrets("curl -H 'Authorization: Bearer eyJhbGciOi.xyz' https://x --token t0p")
+    assert "eyJhbGciOi" not in text and "t0p" not in text and "curl -H" in text
+
+
+@pytest.mark.parametrize(
+    ("fields", "patterns", "why"),
+    [
+        (None, [], "set of field names"),
+        (["content", 3], [], "set of field names"),
+        (["content"], "x", "regular expressions"),
+        (["content"], ["(unclosed"], "cannot use"),
+        (["content"], ["a*"], "matches empty text"),
+    ],
+)
+def test_a_mask_that_cannot_be_understood_is_an_error(
+    fields: object, patterns: object, why: str
+) -> None:
+    with pytest.raises(MaskError, match=why):
+        AuditMask.parse(fields, patterns)
+
+
+# --- audit lines -----------------------------------------------------------------------------
+
+
+def _audit_line(record: dict[str, Any]) -> str:
+    stream = io.StringIO()
+    log = AuditLog("-")
+    log._stream = stream
+    log.write(record)
+    return stream.getvalue()
+
+
+def test_every_line_separator_is_escaped() -> None:
+    text = _audit_line({"input": "a\u2028b\u2029c\u0085d\ne\rf"})
+    assert text.count("\n") == 1 and text.endswith("\n")
+    assert len(text.splitlines()) == 1, "no reader may see two lines"
+    assert json.loads(text)["input"] == "a\u2028b\u2029c\u0085d\ne\rf"
+
+
+def test_huge_texts_are_kept_as_start_length_and_digest() -> None:
+    huge = "x" * (MAX_FIELD_CHARS * 10)
+    text = _audit_line({"input": {"command": huge}, "tool": "Bash"})
+    assert len(text) < 2 * MAX_FIELD_CHARS
+    kept = json.loads(text)["input"]["command"]
+    assert kept.startswith("xxxx") and f"[{len(huge)} characters, sha256 " in kept
+
+
+# --- the Unix socket -------------------------------------------------------------------------
+
+
+def test_the_socket_is_bound_where_nobody_else_can_reach_it_then_moved(tmp_path: Path) -> None:
+    import socket
+
+    address = ListenAddress.parse(f"unix://{tmp_path / 'd.sock'}")
+    address.prepare()
+    target = address.bind_target().removeprefix("unix:")
+    folder = Path(target).parent
+    assert folder.parent == tmp_path and stat.S_IMODE(folder.stat().st_mode) == 0o700
+    with socket.socket(socket.AF_UNIX) as server:
+        server.bind(target)
+        server.listen()
+        address.publish(0o600, "")
+        published = tmp_path / "d.sock"
+        assert stat.S_IMODE(published.stat().st_mode) == 0o600
+        assert not folder.exists()
+        with socket.socket(socket.AF_UNIX) as client:
+            client.connect(str(published))
+    address.cleanup()
+    assert not (tmp_path / "d.sock").exists()
+
+
+# --- per-principal bounds --------------------------------------------------------------------
+
+
+def test_used_tokens_are_bounded_per_principal() -> None:
+    auth = authority(ttl_s=600, max_used=2)
+    for n in range(2):
+        token = issue(auth, now=T0, tool_use_id=f"toolu_m{n}", principal="mallory")
+        call = {**CALL, "tool_use_id": f"toolu_m{n}", "principal": "mallory"}
+        auth.consume(auth.verify(token, **call, now=T0), now=T0)
+    third = issue(auth, now=T0, tool_use_id="toolu_m2", principal="mallory")
+    with pytest.raises(ApprovalError) as full:
+        auth.verify(third, **{**CALL, "tool_use_id": "toolu_m2", "principal": "mallory"}, now=T0)
+    assert full.value.failure is ApprovalFailure.EXHAUSTED and "mallory" in str(full.value)
+    # alice is not affected by mallory filling his share.
+    token = issue(auth, now=T0)
+    auth.consume(auth.verify(token, **CALL, now=T0), now=T0)
+    auth.forget_expired(now=T0 + 601)
+    assert auth.used_count == 0
+
+
+def _ask(approval_id: str, principal: str, expires_at: float = T0 + 600) -> PendingAsk:
+    return PendingAsk(
+        approval_id, principal, "ses_1", f"toolu_{approval_id}", "Bash", "{}", ("why",), T0,
+        expires_at,
+    )  # fmt: skip
+
+
+def test_pending_asks_are_bounded_per_principal_and_expire() -> None:
+    now = [T0]
+    pending = PendingApprovals(max_per_principal=3, max_total=100, clock=lambda: now[0])
+    for n in range(5):
+        pending.add(_ask(f"m{n}", "mallory"))
+    pending.add(_ask("a0", "alice"))
+    ids = [a.approval_id for a in pending.listed()]
+    assert ids == ["m2", "m3", "m4", "a0"], "mallory's oldest dropped, alice's kept"
+    now[0] = T0 + 601
+    assert pending.listed() == []
+
+
+def test_an_ask_is_answered_once() -> None:
+    pending = PendingApprovals(clock=lambda: T0)
+    pending.add(_ask("x", "bob"))
+    approved = pending.decide("x", AskState.APPROVED, "alice", scope="session")
+    assert (approved.decided_by, approved.scope) == ("alice", "session")
+    with pytest.raises(RequestError, match="already approved by alice"):
+        pending.decide("x", AskState.DENIED, "carol")
+    with pytest.raises(NotFound):
+        pending.decide("nope", AskState.APPROVED, "alice")
+
+
+def test_a_token_verified_without_an_answer_is_a_self_approval() -> None:
+    auth: ApprovalAuthority = authority()
+    grant = auth.verify(issue(auth), **CALL, now=T0 + 1)
+    assert grant.self_approved and grant.approved_by == CALL["principal"]
+    assert grant.policy_input()["self_approved"] is True
