@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -12,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from daemon.config import PROJECT_ROOT
 from tests.integration.harness import serve_process
 
 pytestmark = pytest.mark.integration
@@ -137,3 +139,27 @@ def test_config_errors_name_the_key(tmp_path: Path) -> None:
     result = run_cli("serve", "--config", str(config), "--workspace", str(tmp_path))
     assert result.returncode == 2
     assert "listen" in result.stderr and "sandbox.pool_size" in result.stderr
+
+
+def test_serve_refuses_to_start_with_an_audit_mask_it_cannot_use(short_tmp: Path) -> None:
+    policies = short_tmp / "bad-mask-policies"
+    shutil.copytree(PROJECT_ROOT / "policies", policies)
+    audit_rego = policies / "tooljail" / "authz" / "audit.rego"
+    audit_rego.write_text(
+        audit_rego.read_text().replace("secret_patterns := {", "secret_patterns := {\n\t`(?P<x`,")
+    )
+    workspace = short_tmp / "ws-bad-mask"
+    workspace.mkdir(exist_ok=True)
+    env = dict(
+        os.environ,
+        TOOLJAIL_SANDBOX__ENABLED="false",
+        TOOLJAIL_AUDIT_LOG="/dev/null",
+        TOOLJAIL_STATE_DIR=str(short_tmp / "bad-mask-state"),
+        TOOLJAIL_OPA__POLICIES_DIR=str(policies),
+    )
+    socket_path = short_tmp / "bad-mask.sock"
+    argv = [*TOOLJAIL, "serve", "--listen", f"unix://{socket_path}", "--workspace", str(workspace)]
+    run = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=120, check=False)
+    assert run.returncode != 0
+    assert "mask_patterns" in run.stderr + run.stdout, run.stderr[-2000:]
+    assert not socket_path.exists(), "nothing may be served without a usable mask"
