@@ -118,6 +118,8 @@ class SchedulerSettings(_Section):
     """How long answers are remembered by tool_use id (idempotent retries)."""
     replay_max_entries: int = Field(default=2_000, ge=1)
     """How many answers are remembered at most."""
+    replay_max_entries_per_principal: int = Field(default=500, ge=1)
+    """How many answers of one principal are remembered at most (its own oldest go first)."""
 
 
 class TcpListenerSettings(_Section):
@@ -161,6 +163,18 @@ class AuthSettings(_Section):
     mtls_use_cn: bool = False
     """With mTLS the principal is the certificate's URI SAN (e.g. a SPIFFE id); a certificate
     without one is refused. True: one without a URI SAN is "cn:" followed by its Common Name."""
+
+
+class SessionLimits(_Section):
+    """How many sessions may be open, and for how long: each holds a directory descriptor and
+    maybe a workspace on disk, so an unbounded number would let one caller starve the daemon."""
+
+    max_per_principal: int = Field(default=64, ge=1)
+    """Open sessions of one principal (its default session not counted)."""
+    max_total: int = Field(default=4_096, ge=1)
+    """Open sessions of all principals together."""
+    max_idle_ttl_s: float = Field(default=86_400.0, gt=0)
+    """The longest idle time a caller may ask for in OpenSession."""
 
 
 class MetricsSettings(_Section):
@@ -222,6 +236,7 @@ class Settings(BaseSettings):
     workspaces: WorkspaceSettings = WorkspaceSettings()
     session_idle_ttl_s: float = Field(default=3_600.0, gt=0)
     """Opened sessions are closed after this long without calls (unless they ask otherwise)."""
+    sessions: SessionLimits = SessionLimits()
     shutdown_grace_s: float = Field(default=20.0, ge=0)
     """On SIGTERM, how long running calls may finish before they are cancelled."""
     instance_id: str = ""

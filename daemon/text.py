@@ -19,3 +19,25 @@ def wire_safe(text: str) -> str:
 def _only_escaped(text: str) -> bool:
     """Whether every lone surrogate in `text` stands for a byte (U+DC80..U+DCFF)."""
     return all("\udc80" <= ch <= "\udcff" for ch in text if "\ud800" <= ch <= "\udfff")
+
+
+# Characters a terminal acts on instead of showing (C0 and C1 controls, DEL) and the ones that
+# reorder or hide text (bidirectional controls, zero-width marks, BOM): shown as \uXXXX.
+_UNSHOWN = {
+    code: f"\\u{code:04x}"
+    for code in (
+        *range(0x00, 0x20),
+        *range(0x7F, 0xA0),
+        0x061C, 0x200B, 0x200C, 0x200D, 0x200E, 0x200F,
+        *range(0x202A, 0x202F),
+        *range(0x2066, 0x206A),
+        0x2028, 0x2029, 0xFEFF,
+    )
+}  # fmt: skip
+
+
+def printable(text: str) -> str:
+    """`text` as a person's terminal shows it faithfully: valid UTF-8 (wire_safe), with every
+    character that would move the cursor, erase, recolour, reorder or hide text escaped, so what
+    a person approves is what they read."""
+    return wire_safe(text).translate(_UNSHOWN)

@@ -142,7 +142,13 @@ class Daemon:
                 run_as_owner=settings.sandbox.run_as_owner,
             )
         try:
-            store = SessionStore(settings.workspace, sessions_root, identities)
+            store = SessionStore(
+                settings.workspace,
+                sessions_root,
+                identities,
+                max_per_principal=settings.sessions.max_per_principal,
+                max_total=settings.sessions.max_total,
+            )
         except RequestError as exc:
             raise TooljailError(f"cannot use the configured workspace: {exc}") from exc
         self._store = store
@@ -177,7 +183,11 @@ class Daemon:
                 max_in_flight_per_session=sched.max_in_flight_per_session,
                 queue_timeout_s=sched.queue_timeout_s,
             ),
-            ResultCache(ttl_s=sched.replay_ttl_s, max_entries=sched.replay_max_entries),
+            ResultCache(
+                ttl_s=sched.replay_ttl_s,
+                max_entries=sched.replay_max_entries,
+                max_entries_per_principal=sched.replay_max_entries_per_principal,
+            ),
         )
         self.sessions = sessions = SessionManager(
             store,
@@ -186,6 +196,7 @@ class Daemon:
             scheduler,
             fresh,
             default_idle_ttl_s=settings.session_idle_ttl_s,
+            max_idle_ttl_s=settings.sessions.max_idle_ttl_s,
             sandbox_cleanup=sandbox.remove_session,
         )
         await stack.enter_async_context(_running(sessions))

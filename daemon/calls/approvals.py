@@ -12,7 +12,7 @@ import time
 from typing import Literal
 
 from daemon.calls.audit import AuditEvent, AuditLog
-from daemon.errors import PermissionDenied
+from daemon.errors import NotFound, PermissionDenied, RequestError
 from daemon.models import Caller, Outcome
 from daemon.policy.approval import Scope
 from daemon.policy.engine import PolicyEngine
@@ -21,7 +21,9 @@ from daemon.policy.pending import AskState, PendingApprovals, PendingAsk
 
 MAX_NOTE_CHARS = 2000
 MAX_LISTED = 200
-"""The newest waiting asks a listing looks at (each is a policy question)."""
+"""The newest waiting asks a listing looks at."""
+MAX_LISTING_QUERIES = 4
+"""Policy questions listings ask at once, for the whole daemon."""
 
 
 class ApprovalDesk:
@@ -31,14 +33,20 @@ class ApprovalDesk:
         self._pending = pending
         self._policy = policy
         self._audit = audit
+        self._listing = asyncio.Semaphore(MAX_LISTING_QUERIES)
 
     async def listed(self, caller: Caller) -> list[PendingAsk]:
-        """The waiting asks this caller may answer (or, for its own, see)."""
+        """The waiting asks this caller may answer (or, for its own, see). The policy is asked
+        once per asker and tool, a few questions at a time for the whole daemon, so listing
+        cannot flood the policy engine the calls depend on."""
         waiting = self._pending.listed()[-MAX_LISTED:]
-        refusals = await asyncio.gather(
-            *(self._refusal("list", "once", ask, caller) for ask in waiting)
-        )
-        return [ask for ask, refused in zip(waiting, refusals, strict=True) if refused is None]
+        verdicts: dict[tuple[str, str], bool] = {}
+        for ask in waiting:
+            group = (ask.principal, ask.tool)
+            if group not in verdicts:
+                async with self._listing:
+                    verdicts[group] = await self._refusal("list", "once", ask, caller) is None
+        return [ask for ask in waiting if verdicts[(ask.principal, ask.tool)]]
 
     async def answer(
         self,
@@ -49,17 +57,25 @@ class ApprovalDesk:
         scope: Scope = "once",
         note: str = "",
     ) -> PendingAsk:
-        """Approve or deny a waiting ask, if the policy lets this caller."""
+        """Approve or deny a waiting ask, if the policy lets this caller. Whoever may not
+        answer an ask learns nothing about it (not even that it was answered)."""
         ask = self._pending.get(approval_id)
         action: Literal["approve", "deny"] = "approve" if approve else "deny"
-        if ask is not None and ask.state is AskState.PENDING:
-            refused = await self._refusal(action, scope, ask, caller)
-            if refused is not None:
-                raise PermissionDenied(
-                    f"the policy does not let {caller.principal} {action} this call: {refused}"
-                )
+        if ask is None:
+            raise _unknown(approval_id)
+        refused = await self._refusal(action, scope, ask, caller)
+        if refused is not None:
+            raise PermissionDenied(
+                f"the policy does not let {caller.principal} {action} this call: {refused}"
+            )
+        if approve and not ask.reviewable:
+            raise RequestError(
+                f"the input of this call is {ask.input_chars} characters, more than can be "
+                "shown for review, so it cannot be approved; deny it, and have the caller make "
+                "a smaller call"
+            )
         state = AskState.APPROVED if approve else AskState.DENIED
-        # decide() raises NotFound / RequestError for unknown or already answered asks.
+        # decide() raises RequestError for an ask answered meanwhile (and NotFound if expired).
         answered = self._pending.decide(
             approval_id, state, caller.principal, scope=scope, note=note[:MAX_NOTE_CHARS]
         )
@@ -98,3 +114,10 @@ class ApprovalDesk:
             "approve", approval_document(action, scope, fact, caller)
         )
         return None if verdict.outcome is Outcome.ALLOW else " ".join(verdict.reasons)
+
+
+def _unknown(approval_id: str) -> NotFound:
+    return NotFound(
+        f"no pending approval {approval_id[:100]!r}: it was never asked, already used, or "
+        "expired; list the waiting ones with ListPendingApprovals"
+    )

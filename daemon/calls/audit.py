@@ -6,13 +6,15 @@ interrupted by a crash is still on file."""
 
 from __future__ import annotations
 
-import hashlib
 import json
+import os
 import sys
 import threading
 from enum import StrEnum
 from pathlib import Path
 from typing import Any, TextIO
+
+from daemon.policy.mask import AuditMask
 
 
 class AuditEvent(StrEnum):
@@ -29,29 +31,12 @@ class AuditEvent(StrEnum):
     again and no policy decision was made)."""
 
 
-MAX_FIELD_CHARS = 8192
-"""A longer text in a record is kept as its start, its length and its digest."""
-_KEPT_CHARS = 1024
 # json.dumps escapes \n and \r but writes these raw (ensure_ascii=False); JavaScript, Python's
 # str.splitlines and many log shippers end lines at them. Only strings can hold them, where the
 # \u escape means the same character.
 _LINE_ENDS = str.maketrans({"\u2028": "\\u2028", "\u2029": "\\u2029", "\u0085": "\\u0085"})
-
-
-def bounded(value: Any) -> Any:
-    """`value` with every text longer than MAX_FIELD_CHARS replaced by its first characters,
-    its length and its SHA-256 (a huge command or input must not make huge audit lines)."""
-    if isinstance(value, str):
-        if len(value) <= MAX_FIELD_CHARS:
-            return value
-        raw = value.encode("utf-8", "surrogateescape")
-        digest = hashlib.sha256(raw).hexdigest()
-        return f"{value[:_KEPT_CHARS]}… [{len(value)} characters, sha256 {digest}]"
-    if isinstance(value, dict):
-        return {key: bounded(item) for key, item in value.items()}
-    if isinstance(value, list | tuple):
-        return [bounded(item) for item in value]
-    return value
+_BOUNDS = AuditMask()
+"""No fields, no patterns: only the bounds on texts (daemon.policy.mask)."""
 
 
 class AuditLog:
@@ -63,14 +48,17 @@ class AuditLog:
         if self._owned:
             path = Path(target)
             path.parent.mkdir(parents=True, exist_ok=True)
-            self._stream: TextIO = path.open("a", encoding="utf-8", buffering=1)
+            # Made readable by the daemon's group at most, whatever the umask: it holds inputs.
+            fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o640)
+            # Kept open for the daemon's life (close() closes it).
+            self._stream: TextIO = open(fd, "a", encoding="utf-8", buffering=1)  # noqa: PTH123, SIM115
         else:
             self._stream = sys.stdout
 
     def write(self, record: dict[str, Any]) -> None:
-        """Write one record as a single line (texts over MAX_FIELD_CHARS shortened, see
-        `bounded`; every character some reader takes for a line end escaped)."""
-        record = bounded(record)
+        """Write one record as a single line (long texts shortened as daemon.policy.mask does;
+        every character some reader takes for a line end escaped)."""
+        record = _BOUNDS.apply(record)
         line = json.dumps(record, ensure_ascii=False, separators=(",", ":"), default=str)
         try:
             line.encode("utf-8")

@@ -40,7 +40,14 @@ class _Entry:
 
 
 def _size(outcome: ExecuteOutcome) -> int:
-    return sum(len(b.text) for b in outcome.result.content if isinstance(b, TextContent)) + 512
+    """What remembering the answer costs: its text and image bytes, and some overhead."""
+    return (
+        sum(
+            len(b.text) if isinstance(b, TextContent) else len(b.data)
+            for b in outcome.result.content
+        )
+        + 512
+    )
 
 
 def cancelled_outcome(tool_use_id: str) -> ExecuteOutcome:
@@ -62,35 +69,68 @@ class ResultCache:
     """Remembers answers by (principal, session, tool_use id).
 
     Running calls and finished answers are kept apart: finished ones in the order they finished,
-    so expiry and the size bounds only ever look at the oldest (constant work per call, however
-    many answers are remembered).
+    so expiry only ever looks at the oldest. Each principal has a share (entries and size); when
+    a principal's share or the whole is full, the oldest answer of the principal holding the most
+    goes first, so one principal's flood evicts its own answers, never another's.
     """
 
-    def __init__(self, ttl_s: float = 600.0, max_entries: int = 2_000, max_chars: int = 32 << 20):
+    def __init__(
+        self,
+        ttl_s: float = 600.0,
+        max_entries: int = 2_000,
+        max_chars: int = 32 << 20,
+        *,
+        max_entries_per_principal: int = 500,
+        max_chars_per_principal: int = 8 << 20,
+    ) -> None:
         self._ttl_s = ttl_s
         self._max_entries = max_entries
         self._max_chars = max_chars
+        self._share_entries = max_entries_per_principal
+        self._share_chars = max_chars_per_principal
         self._running: dict[Key, _Entry] = {}
         self._finished: OrderedDict[Key, _Entry] = OrderedDict()
+        self._by_principal: dict[str, OrderedDict[Key, _Entry]] = {}
+        self._chars_of: dict[str, int] = {}
         self._chars = 0
 
     def __len__(self) -> int:
         return len(self._running) + len(self._finished)
 
+    def _drop(self, key: Key) -> None:
+        entry = self._finished.pop(key)
+        principal = key[0]
+        mine = self._by_principal[principal]
+        del mine[key]
+        self._chars -= entry.chars
+        self._chars_of[principal] -= entry.chars
+        if not mine:
+            del self._by_principal[principal]
+            del self._chars_of[principal]
+
     def _evict(self, now: float) -> None:
         while self._finished:
             key, oldest = next(iter(self._finished.items()))
-            over = len(self._finished) > self._max_entries or self._chars > self._max_chars
             assert oldest.finished_at is not None
-            if not over and now - oldest.finished_at < self._ttl_s:
-                return
-            del self._finished[key]
-            self._chars -= oldest.chars
+            if now - oldest.finished_at < self._ttl_s:
+                break
+            self._drop(key)
+        while len(self._finished) > self._max_entries or self._chars > self._max_chars:
+            largest = max(self._by_principal, key=lambda p: self._chars_of[p])
+            self._drop(next(iter(self._by_principal[largest])))
+
+    def _fit_share(self, principal: str) -> None:
+        mine = self._by_principal.get(principal)
+        while mine and (
+            len(mine) > self._share_entries or self._chars_of[principal] > self._share_chars
+        ):
+            self._drop(next(iter(mine)))
+            mine = self._by_principal.get(principal)
 
     def forget_session(self, session_id: str) -> None:
         """Drop a closed session's finished entries."""
         for key in [k for k in self._finished if k[1] == session_id]:
-            self._chars -= self._finished.pop(key).chars
+            self._drop(key)
 
     async def run_once(
         self,
@@ -135,3 +175,8 @@ class ResultCache:
             entry.chars = _size(outcome)
             self._chars += entry.chars
             self._finished[key] = entry
+            principal = key[0]
+            self._by_principal.setdefault(principal, OrderedDict())[key] = entry
+            self._chars_of[principal] = self._chars_of.get(principal, 0) + entry.chars
+            self._fit_share(principal)
+            self._evict(entry.finished_at)

@@ -403,7 +403,8 @@ class Pipeline:
             "input_sha256": prepared.request.input_sha256,
             "input": self._policy.audit_mask.apply(tool_use.input),
             "outcome": verdict.outcome.value if verdict else "not_evaluated",
-            "reasons": list(verdict.reasons) if verdict else [],
+            # Reasons quote the command: secrets in it are hidden here too.
+            "reasons": self._policy.audit_mask.apply(list(verdict.reasons)) if verdict else [],
             "policy_revision": self._gate.revision if verdict else "",
             # A reused verdict: the id of the OPA decision (and decision log entry) it repeats.
             **({"decision_cached_from": reused} if reused else {}),

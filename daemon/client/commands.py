@@ -10,6 +10,7 @@ from google.protobuf import json_format
 from daemon._generated.tooljail.v1 import executor_pb2 as pb
 from daemon._generated.tooljail.v1 import executor_pb2_grpc as pb_grpc
 from daemon.client.connection import Connection
+from daemon.text import printable
 
 
 def print_tools(connection: Connection, session: str, timeout: float, as_json: bool) -> int:
@@ -85,10 +86,13 @@ def approvals(
 
 
 def _print_ask(ask: pb.PendingApproval) -> None:
+    # Escaped again here: this terminal must not act on what an asker wrote, whatever the daemon.
     asked = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(ask.asked_at))
-    print(
-        f"{ask.approval_id}  {ask.tool} by {ask.principal}, session {ask.session_id}, asked {asked}"
-    )
-    print(f"    input: {ask.input_summary}")
+    head = f"{ask.approval_id}  {ask.tool} by {ask.principal}, session {ask.session_id}"
+    print(printable(f"{head}, asked {asked}"))
+    if ask.input_json:
+        print(f"    input: {printable(ask.input_json)}")
+    else:
+        print(f"    input: {ask.input_chars} characters, too large to review here: deny it")
     for reason in ask.reasons:
-        print(f"    why:   {reason}")
+        print(f"    why:   {printable(reason)}")

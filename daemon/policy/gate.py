@@ -21,10 +21,10 @@ from daemon.models import Caller, Outcome
 from daemon.policy.approval import ApprovalAuthority, ApprovalError, Grant, canonical_input_hash
 from daemon.policy.engine import PolicyEngine
 from daemon.policy.input import call_document
-from daemon.policy.pending import AskState, PendingApprovals, PendingAsk
+from daemon.policy.pending import MAX_REVIEW_CHARS, AskState, PendingApprovals, PendingAsk
 from daemon.policy.verdict import Verdict
 from daemon.sessions.session import SessionGrant
-from daemon.text import wire_safe
+from daemon.text import printable
 from daemon.tools.call import ToolCall
 
 
@@ -125,7 +125,7 @@ class PolicyGate:
                     session_id=call.session.id,
                     tool_use_id=call.tool_use_id,
                     tool=call.tool.name,
-                    input_summary=self._summary(call.input_json),
+                    **_for_review(call.input_json),
                     reasons=verdict.reasons,
                     asked_at=issued.issued_at,
                     expires_at=issued.expires_at,
@@ -171,14 +171,13 @@ class PolicyGate:
             grant, approved_by=by, self_approved=by == caller.principal, scope=ask.scope
         ), ""
 
-    def _summary(self, tool_input: dict[str, Any]) -> str:
-        """The input as a person reviews it: masked like the audit, cut to a readable length."""
-        shown = self._engine.audit_mask.apply(tool_input)
-        text = wire_safe(json.dumps(shown, ensure_ascii=False, sort_keys=True, default=str))
-        return text if len(text) <= _SUMMARY_CHARS else text[: _SUMMARY_CHARS - 1] + "…"
 
-
-_SUMMARY_CHARS = 2000
+def _for_review(tool_input: dict[str, Any]) -> dict[str, Any]:
+    """The input as an approver sees it: exact (never masked or cut: what is hidden from the
+    approver could be what runs), or nothing when too large to review."""
+    text = json.dumps(tool_input, ensure_ascii=False, sort_keys=True, default=str)
+    shown = printable(text) if len(text) <= MAX_REVIEW_CHARS else ""
+    return {"input_json": shown, "input_chars": len(text)}
 
 
 def _grant_for_session(call: ToolCall, grant: Grant) -> None:

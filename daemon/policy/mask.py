@@ -6,10 +6,16 @@ regular expressions for secrets inside any text value (a token in a Bash command
 a URL). A pattern with a group named `secret` hides only that group; otherwise the whole match.
 A mask that cannot be read or understood is an error, never an empty mask: an audit that
 silently starts logging secrets is worse than a refused reload.
+
+The input is hostile and may be megabytes: the patterns only ever see a bounded amount of it.
+A text longer than MAX_FIELD_CHARS (keys too) is kept as its start, its length and its SHA-256,
+and once MAX_SCANNED_CHARS have been scanned in one value, the remaining texts are kept as their
+length and digest only.
 """
 
 from __future__ import annotations
 
+import hashlib
 import re
 from dataclasses import dataclass
 from typing import Any
@@ -17,6 +23,11 @@ from typing import Any
 from daemon.errors import TooljailError
 
 MASKED = "***masked***"
+MAX_FIELD_CHARS = 8192
+"""A longer text is kept as its start (KEPT_CHARS), its length and its SHA-256."""
+KEPT_CHARS = 1024
+MAX_SCANNED_CHARS = 8 * 1024
+"""Text the patterns scan per value masked; beyond it texts are kept as length and digest."""
 
 
 class MaskError(TooljailError):
@@ -61,23 +72,49 @@ class AuditMask:
         return cls(frozenset(fields), tuple(compiled))
 
     def apply(self, value: Any) -> Any:
-        """`value` with masked fields replaced and secrets in its texts hidden, at any depth."""
-        if isinstance(value, dict):
-            return {
-                key: MASKED if key in self.fields else self.apply(item)
-                for key, item in value.items()
-            }
-        if isinstance(value, list):
-            return [self.apply(item) for item in value]
-        if isinstance(value, str) and self.patterns:
-            return self.hide_secrets(value)
-        return value
+        """`value` with masked fields replaced and secrets in its texts (keys included) hidden,
+        at any depth, every text bounded (see the module's docstring)."""
+        return _Masking(self).value(value)
 
     def hide_secrets(self, text: str) -> str:
         """The text with every pattern's secret replaced."""
         for pattern in self.patterns:
             text = pattern.sub(_hider, text)
         return text
+
+
+class _Masking:
+    """One `apply`: the scan budget it has left."""
+
+    def __init__(self, mask: AuditMask) -> None:
+        self._mask = mask
+        self._budget = MAX_SCANNED_CHARS
+
+    def value(self, value: Any) -> Any:
+        if isinstance(value, dict):
+            return {
+                self.text(str(key)): MASKED if key in self._mask.fields else self.value(item)
+                for key, item in value.items()
+            }
+        if isinstance(value, list | tuple):
+            return [self.value(item) for item in value]
+        if isinstance(value, str):
+            return self.text(value)
+        return value
+
+    def text(self, text: str) -> str:
+        if self._budget <= 0:
+            return _described(text, "")
+        kept = text if len(text) <= MAX_FIELD_CHARS else text[:KEPT_CHARS]
+        self._budget -= len(kept)
+        shown = self._mask.hide_secrets(kept) if self._mask.patterns else kept
+        return shown if kept is text else _described(text, shown)
+
+
+def _described(text: str, start: str) -> str:
+    """A text too long (or past the scan budget) to log: its start, length and digest."""
+    digest = hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
+    return f"{start}… [{len(text)} characters, sha256 {digest}]"
 
 
 def _hider(match: re.Match[str]) -> str:

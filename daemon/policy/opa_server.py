@@ -80,6 +80,14 @@ def _dying_with_parent(argv: list[str]) -> list[str]:
     return [setpriv, "--pdeathsig", "TERM", "--", *argv]
 
 
+def _opa_environment() -> dict[str, str]:
+    """What OPA may see of the daemon's environment: nothing secret. Any Rego module (a shadow
+    policy under review, say) can read OPA's environment (opa.runtime().env), and the daemon's
+    may hold tokens and keys (TOOLJAIL_AUTH__TOKENS, TOOLJAIL_APPROVAL__KEY)."""
+    keep = ("PATH", "HOME", "LANG", "TZ")
+    return {name: os.environ[name] for name in keep if name in os.environ}
+
+
 class ManagedOpa:
     """An OPA server owned by this daemon."""
 
@@ -154,7 +162,7 @@ class ManagedOpa:
             "--set",
             "decision_logs.console=true",
         ]
-        process = Child(_dying_with_parent(argv), stdout="null")
+        process = Child(_dying_with_parent(argv), stdout="null", env=_opa_environment())
         self._process = process
         self._drain = asyncio.create_task(self._drain_stderr(process), name="opa-stderr")
         try:

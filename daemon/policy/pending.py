@@ -20,7 +20,9 @@ from daemon.errors import NotFound, RequestError
 from daemon.policy.approval import Scope
 
 MAX_PER_PRINCIPAL = 100
-MAX_TOTAL = 10_000
+MAX_TOTAL = 1_000
+MAX_REVIEW_CHARS = 64 * 1024
+"""A longer input is not kept for review: such an ask can be denied, not approved."""
 
 
 class AskState(StrEnum):
@@ -41,8 +43,11 @@ class PendingAsk:
     session_id: str
     tool_use_id: str
     tool: str
-    input_summary: str
-    """The input as a person reviews it: masked like the audit log, cut to a readable length."""
+    input_json: str
+    """The exact input as JSON, nothing masked or cut (an approver must see what runs), with the
+    characters a terminal would act on escaped; empty when longer than MAX_REVIEW_CHARS."""
+    input_chars: int
+    """The length of the input as JSON."""
     reasons: tuple[str, ...]
     asked_at: float
     expires_at: float
@@ -53,6 +58,11 @@ class PendingAsk:
     """What the approver approved: this call once, or similar calls for the rest of the session."""
     note: str = ""
     """The approver's words (why denied, for example); shown to the model on a deny."""
+
+    @property
+    def reviewable(self) -> bool:
+        """Small enough to be shown whole to an approver (and so to be approved)."""
+        return bool(self.input_json)
 
 
 class PendingApprovals:

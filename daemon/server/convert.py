@@ -28,7 +28,7 @@ from daemon.policy.pending import PendingAsk
 from daemon.policy.reloader import ReloadResult
 from daemon.sessions.manager import ClosedSession
 from daemon.sessions.session import Session
-from daemon.text import wire_safe
+from daemon.text import printable, wire_safe
 from daemon.tools.contract import ProgressUpdate
 from daemon.tools.registry import ToolDefinition
 
@@ -226,20 +226,23 @@ def grants_to_proto(session: Session) -> pb.ListGrantsResponse:
 
 def pending_to_proto(ask: PendingAsk) -> pb.PendingApproval:
     """One ask as approvers see it."""
+    # Every text the asker chose is escaped: an approver's terminal must not be told to move
+    # the cursor or reorder what it shows.
     return pb.PendingApproval(
         approval_id=ask.approval_id,
-        principal=wire_safe(ask.principal),
+        principal=printable(ask.principal),
         session_id=ask.session_id,
-        tool_use_id=wire_safe(ask.tool_use_id),
-        tool=ask.tool,
-        input_summary=ask.input_summary,
-        reasons=[wire_safe(r) for r in ask.reasons],
+        tool_use_id=printable(ask.tool_use_id),
+        tool=printable(ask.tool),
+        input_json=ask.input_json,
+        input_chars=ask.input_chars,
+        reasons=[printable(r) for r in ask.reasons],
         asked_at=int(ask.asked_at),
         expires_at=int(ask.expires_at),
         state=ask.state.value,
-        decided_by=ask.decided_by,
+        decided_by=printable(ask.decided_by),
         scope=ask.scope,
-        note=wire_safe(ask.note),
+        note=printable(ask.note),
     )
 
 

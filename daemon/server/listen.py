@@ -8,11 +8,33 @@ import grp
 import os
 import shutil
 import socket
+import stat
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from daemon.errors import TooljailError
+
+
+def _open_lock(path: Path) -> int:
+    """The lock file, never through a link and only one of ours: in a folder others may write
+    (a lock beside a socket in /tmp, say), a planted link would otherwise have the daemon
+    truncate and write any file it can."""
+    try:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW, 0o600)
+    except OSError as exc:
+        raise TooljailError(
+            f"cannot open the lock file {path} ({exc.strerror}); it must be a plain file of the "
+            "daemon's user, not a link: remove it, or listen in a folder only the daemon writes"
+        ) from None
+    info = os.fstat(fd)
+    if not stat.S_ISREG(info.st_mode) or info.st_uid != os.geteuid():
+        os.close(fd)
+        raise TooljailError(
+            f"the lock file {path} is not a plain file of the daemon's user; somebody else made "
+            "it: remove it, or listen in a folder only the daemon writes"
+        )
+    return fd
 
 
 @dataclass(frozen=True)
@@ -68,7 +90,7 @@ class ListenAddress:
         if self.unix_path is None or self.lock_path is None:
             return
         self.unix_path.parent.mkdir(parents=True, exist_ok=True)
-        fd = os.open(self.lock_path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+        fd = _open_lock(self.lock_path)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:

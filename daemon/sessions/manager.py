@@ -17,7 +17,7 @@ from daemon.models import Caller
 from daemon.sessions.disk import FreshWorkspaces
 from daemon.sessions.session import MODES, Mode, Session
 from daemon.sessions.store import SessionStore
-from daemon.sessions.workspaces import Overlap
+from daemon.sessions.workspaces import Overlap, written_path
 
 log = logging.getLogger(__name__)
 
@@ -76,6 +76,7 @@ class SessionManager:
         fresh: FreshWorkspaces,
         *,
         default_idle_ttl_s: float,
+        max_idle_ttl_s: float = 86_400.0,
         sandbox_cleanup: SandboxCleanup | None = None,
         sweep_interval_s: float = 5.0,
     ) -> None:
@@ -85,6 +86,7 @@ class SessionManager:
         self._calls = calls
         self._fresh = fresh
         self._default_ttl = default_idle_ttl_s
+        self._max_ttl = max_idle_ttl_s
         self._cleanup = sandbox_cleanup
         self._sweep_interval = sweep_interval_s
         self._sweeper: asyncio.Task[None] | None = None
@@ -112,9 +114,15 @@ class SessionManager:
         self, workspace: str, idle_ttl_s: int, caller: Caller, mode: str = ""
     ) -> Session:
         """Open a session over a fresh directory, or over an existing one the policy allows."""
+        if idle_ttl_s > self._max_ttl:
+            raise RequestError(
+                f"idle_ttl_s may be at most {self._max_ttl:g} s on this daemon; ask for less (or "
+                "0 for the default)"
+            )
         ttl = float(idle_ttl_s) if idle_ttl_s > 0 else self._default_ttl
         mode = check_mode(mode or "default")
         await self._mode_allowed(mode, "open", caller.principal, caller)
+        self._store.check_room(caller.principal)
         if not workspace:
             name = self._store.new_workspace_name()
             folder = await self._fresh.create(name, self._store.fresh_owner())
@@ -127,7 +135,12 @@ class SessionManager:
             )
             session.mode = mode
             return session
-        root, overlaps = self._store.prepare(workspace)
+        # The policy sees the path as written first: one it refuses is never looked at on disk
+        # (the daemon may be root; nobody may learn through it what exists where).
+        refused = await self._workspace_policy(written_path(workspace), [], caller)
+        if refused is not None:
+            raise RequestError(f"the policy does not allow a session over {workspace}: {refused}")
+        root, overlaps = self._store.prepare(workspace, caller.principal)
         try:
             refused = await self._workspace_policy(root.path, overlaps, caller)
         except BaseException:

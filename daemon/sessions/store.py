@@ -15,7 +15,7 @@ import secrets
 import time
 from pathlib import Path
 
-from daemon.errors import NotFound, RequestError
+from daemon.errors import NotFound, Overloaded, RequestError
 from daemon.host.pinned import PinnedDirectory
 from daemon.sessions.session import Session
 from daemon.sessions.workspaces import (
@@ -31,6 +31,8 @@ DEFAULT_SESSION_ID = "default"
 _ID_PREFIX = "ses_"
 _DEFAULT_PREFIX = "default-"
 _WORKSPACE_PREFIX = "ws_"
+_HIDDEN_SESSION = "(another principal's session)"
+_HIDDEN_WORKSPACE = "(not shown)"
 
 
 class SessionStore:
@@ -47,8 +49,13 @@ class SessionStore:
         default_workspace: Path,
         sessions_root: Path | None = None,
         identities: IdentityRule | None = None,
+        *,
+        max_per_principal: int = 64,
+        max_total: int = 4_096,
     ) -> None:
         self._root = sessions_root
+        self._max_per_principal = max_per_principal
+        self._max_total = max_total
         self._identities = identities
         if not default_workspace.exists():
             self._make_folder(default_workspace)
@@ -127,11 +134,34 @@ class SessionStore:
     def __len__(self) -> int:
         return len(self._sessions) + len(self._defaults)
 
-    def prepare(self, workspace: str) -> tuple[PinnedDirectory, list[Overlap]]:
-        """An existing directory a caller wants a session over: pinned, with the open sessions
-        it overlaps (for the policy)."""
+    def prepare(self, workspace: str, principal: str) -> tuple[PinnedDirectory, list[Overlap]]:
+        """An existing directory `principal` wants a session over: pinned, with the open
+        sessions it overlaps (for the policy); another principal's are not named."""
         root = pin_workspace(workspace)
-        return root, overlaps_of(root, self._roots())
+        overlaps = []
+        for overlap in overlaps_of(root, self._roots()):
+            owner = (
+                self._sessions[overlap.session].owner if overlap.session in self._sessions else ""
+            )
+            if owner and owner != principal:
+                overlap = Overlap(_HIDDEN_SESSION, _HIDDEN_WORKSPACE, overlap.relation)
+            overlaps.append(overlap)
+        return root, overlaps
+
+    def check_room(self, principal: str) -> None:
+        """Overloaded when `principal` (or everyone together) has as many sessions open as
+        allowed."""
+        mine = sum(1 for s in self._sessions.values() if s.owner == principal)
+        if mine >= self._max_per_principal:
+            raise Overloaded(
+                f"principal {principal!r} has {mine} open sessions, the most allowed; close one "
+                "(CloseSession) or let an idle one expire"
+            )
+        if len(self._sessions) >= self._max_total:
+            raise Overloaded(
+                f"the daemon has {len(self._sessions)} open sessions, the most it allows; retry "
+                "later"
+            )
 
     @staticmethod
     def new_id() -> str:

@@ -39,11 +39,17 @@ class Overlap:
     the one asked for."""
 
 
-def pin_workspace(raw: str) -> PinnedDirectory:
-    """Pin an existing directory a caller named; RequestError saying what is wrong with it."""
+def written_path(raw: str) -> Path:
+    """A workspace as the caller wrote it, made absolute and normal without looking at the disk
+    (RequestError for what can never be one)."""
     if "\x00" in raw or not raw.startswith("/"):
         raise RequestError("workspace must be an absolute path to an existing directory")
-    path = Path(os.path.normpath(raw))
+    return Path(os.path.normpath(raw))
+
+
+def pin_workspace(raw: str) -> PinnedDirectory:
+    """Pin an existing directory a caller named; RequestError saying what is wrong with it."""
+    path = written_path(raw)
     try:
         return PinnedDirectory.pin(path)
     except NotPinnable as exc:

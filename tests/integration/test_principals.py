@@ -37,6 +37,7 @@ class Principal:
 class World:
     daemon: RunningDaemon
     workspace: Path
+    roots: Path
     target: str
     alice: Principal
     """An approver."""
@@ -54,6 +55,8 @@ def _policies(folder: Path) -> Path:
     data["tooljail"]["principals"].update(
         {"alice": {"approver": True}, "bob": {"ask_tools": ["Read"]}, "carol": {"approver": True}}
     )
+    data["tooljail"]["workspace_roots"] = [str(folder / "roots")]
+    (folder / "roots" / "proj" / "sub").mkdir(parents=True)
     data_path.write_text(json.dumps(data))
     return policies
 
@@ -72,6 +75,7 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
         tcp={"address": target},
         auth={"tokens": TOKENS},
         opa={"policies_dir": _policies(root)},
+        sessions={"max_per_principal": 4},
     ) as daemon:
         channel = grpc.insecure_channel(target)
 
@@ -95,8 +99,8 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
 
         local = Principal("local", daemon.stub, pb_grpc.AdminStub(daemon.channel))
         yield World(
-            daemon, workspace, target, principal("alice"), principal("bob"), principal("carol"),
-            local,
+            daemon, workspace, root / "roots", target, principal("alice"), principal("bob"),
+            principal("carol"), local,
         )  # fmt: skip
         channel.close()
 
@@ -241,7 +245,7 @@ def test_an_ask_is_approved_by_another_principal_and_runs_once(
     listed = world.alice.admin.ListPendingApprovals(pb.ListPendingApprovalsRequest(), timeout=60)
     ask = next(a for a in listed.approvals if a.tool_use_id == "toolu_needs_ok")
     assert (ask.principal, ask.tool, ask.state) == ("bob", "Read", "pending")
-    assert "notes.txt" in ask.input_summary and ask.reasons
+    assert json.loads(ask.input_json)["file_path"] == notes["file_path"] and ask.reasons
     # bob is no approver: he may neither see nor answer it.
     mine = world.bob.admin.ListPendingApprovals(pb.ListPendingApprovalsRequest(), timeout=60)
     assert not mine.approvals
@@ -314,3 +318,134 @@ def test_the_approver_fixes_the_scope(world: World) -> None:
     # Once means once: the next Read asks again.
     next_read = _execute(world.bob, "Read", notes, "toolu_scope_next")
     assert next_read.decision.outcome == pb.ASK
+
+
+def _status(call: object) -> tuple[grpc.StatusCode, str]:
+    with pytest.raises(grpc.RpcError) as raised:
+        call()  # type: ignore[operator]
+    return raised.value.code(), raised.value.details() or ""
+
+
+def test_opening_a_workspace_outside_the_roots_touches_nothing_on_disk(world: World) -> None:
+    """The policy's answer comes before the daemon (root) looks at the path: nobody can learn
+    what exists where, or where a link leads."""
+    answers = {
+        path: _status(
+            lambda p=path: world.bob.stub.OpenSession(
+                pb.OpenSessionRequest(workspace=p), timeout=60
+            )
+        )
+        for path in ("/root/.ssh", "/no/such/folder", "/etc/shadow", "/proc/self/cwd")
+    }
+    for path, (code, details) in answers.items():
+        assert code == grpc.StatusCode.INVALID_ARGUMENT
+        assert "not inside the allowed workspace roots" in details, details
+        assert "real path" not in details and "exist" not in details, details
+        assert details.replace(path, "P") == answers["/no/such/folder"][1].replace(
+            "/no/such/folder", "P"
+        )
+
+
+def test_overlaps_with_another_principals_session_do_not_name_it(world: World) -> None:
+    sub = world.bob.stub.OpenSession(
+        pb.OpenSessionRequest(workspace=str(world.roots / "proj" / "sub")), timeout=60
+    )
+    try:
+        code, details = _status(
+            lambda: world.alice.stub.OpenSession(
+                pb.OpenSessionRequest(workspace=str(world.roots / "proj")), timeout=60
+            )
+        )
+        assert code == grpc.StatusCode.INVALID_ARGUMENT and "overlaps" in details, details
+        assert sub.id not in details and "proj/sub" not in details, details
+    finally:
+        world.bob.stub.CloseSession(pb.CloseSessionRequest(session_id=sub.id), timeout=60)
+
+
+def test_open_sessions_are_bounded_per_principal(world: World) -> None:
+    opened = [world.carol.stub.OpenSession(pb.OpenSessionRequest(), timeout=60) for _ in range(4)]
+    try:
+        code, details = _status(
+            lambda: world.carol.stub.OpenSession(pb.OpenSessionRequest(), timeout=60)
+        )
+        assert code == grpc.StatusCode.RESOURCE_EXHAUSTED and "4 open sessions" in details, details
+        other = world.alice.stub.OpenSession(pb.OpenSessionRequest(), timeout=60)
+        world.alice.stub.CloseSession(
+            pb.CloseSessionRequest(session_id=other.id, delete_workspace=True), timeout=60
+        )
+        code, details = _status(
+            lambda: world.alice.stub.OpenSession(
+                pb.OpenSessionRequest(idle_ttl_s=10**9), timeout=60
+            )
+        )
+        assert code == grpc.StatusCode.INVALID_ARGUMENT and "idle_ttl_s" in details, details
+    finally:
+        for session in opened:
+            world.carol.stub.CloseSession(
+                pb.CloseSessionRequest(session_id=session.id, delete_workspace=True), timeout=60
+            )
+
+
+def test_an_approver_sees_exactly_what_would_run(world: World) -> None:
+    """Attack: a secret-looking assignment glued to a payload hid the payload from the approver
+    (and terminal escapes in the input could paint over what the approver reads)."""
+    tricky = {"file_path": f"{world.workspace}/CI_TOKEN=x;>important.txt;echo \x1b[1A\u202e"}
+    asked = _execute(world.bob, "Read", tricky, "toolu_tricky")
+    assert asked.decision.outcome == pb.ASK
+    listed = world.alice.admin.ListPendingApprovals(pb.ListPendingApprovalsRequest(), timeout=60)
+    ask = next(a for a in listed.approvals if a.tool_use_id == "toolu_tricky")
+    assert "CI_TOKEN=x;>important.txt;echo " in ask.input_json
+    assert "\x1b" not in ask.input_json and "\u202e" not in ask.input_json
+    assert json.loads(ask.input_json)["file_path"] == tricky["file_path"], "escapes keep it exact"
+    world.alice.admin.Deny(pb.AnswerApprovalRequest(approval_id=ask.approval_id), timeout=60)
+
+
+def test_terminal_escapes_in_reasons_are_escaped_for_the_approver(
+    world: World, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    escape = "\x1b[1A\x1b[2K"
+    asked = _execute(
+        world.bob, "Read", {"file_path": str(world.workspace / "notes.txt")}, f"toolu_e{escape}"
+    )
+    assert asked.decision.outcome == pb.ASK
+    listed = world.alice.admin.ListPendingApprovals(pb.ListPendingApprovalsRequest(), timeout=60)
+    ask = next(a for a in listed.approvals if a.tool_use_id.startswith("toolu_e"))
+    assert "\x1b" not in ask.tool_use_id and "\\u001b" in ask.tool_use_id
+    monkeypatch.setenv("TOOLJAIL_TOKEN", TOKENS["alice"])
+    assert main(["approvals", "--target", world.target]) == 0
+    assert "\x1b" not in capsys.readouterr().out
+    world.alice.admin.Deny(pb.AnswerApprovalRequest(approval_id=ask.approval_id), timeout=60)
+
+
+def test_whoever_may_not_answer_an_ask_learns_nothing_about_it(world: World) -> None:
+    asked = _execute(world.bob, "Read", {"file_path": str(world.workspace)}, "toolu_secret_ask")
+    assert asked.decision.outcome == pb.ASK
+    listed = world.alice.admin.ListPendingApprovals(pb.ListPendingApprovalsRequest(), timeout=60)
+    ask = next(a for a in listed.approvals if a.tool_use_id == "toolu_secret_ask")
+    world.alice.admin.Deny(pb.AnswerApprovalRequest(approval_id=ask.approval_id), timeout=60)
+    # bob is no approver: the answered ask is refused to him without saying who answered it.
+    code, details = _status(
+        lambda: world.bob.admin.Approve(
+            pb.AnswerApprovalRequest(approval_id=ask.approval_id), timeout=60
+        )
+    )
+    assert code == grpc.StatusCode.PERMISSION_DENIED and "alice" not in details, details
+
+
+def test_listing_asks_the_policy_once_per_asker_and_tool(world: World) -> None:
+    for n in range(30):
+        _execute(world.bob, "Read", {"file_path": str(world.workspace)}, f"toolu_many_{n}")
+    engine = world.daemon.daemon._policy.decider  # type: ignore[union-attr]
+    asked: list[str] = []
+    original = engine.admit
+
+    async def counting(rule: str, document: dict[str, object]) -> object:
+        asked.append(rule)
+        return await original(rule, document)
+
+    engine.admit = counting
+    try:
+        world.carol.admin.ListPendingApprovals(pb.ListPendingApprovalsRequest(), timeout=60)
+    finally:
+        del engine.admit
+    assert 1 <= asked.count("approve") <= 3, asked

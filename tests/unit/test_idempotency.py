@@ -30,7 +30,7 @@ async def test_finished_answers_are_bounded_oldest_first() -> None:
     cache = ResultCache(ttl_s=600, max_entries=3)
     for i in range(5):
         await cache.run_once(("p", "s", f"id{i}"), "h", lambda i=i: _answer(f"id{i}"))  # type: ignore[misc]
-    assert len(cache) == 4  # evicted down to the bound before each new call, then one added
+    assert len(cache) == 3
     await cache.run_once(("p", "s", "id5"), "h", lambda: _answer("id5"))
     ran: list[str] = []
     await cache.run_once(("p", "s", "id0"), "h", lambda: _answer("id0", ran))
@@ -84,3 +84,43 @@ async def _answer(
     if ran is not None:
         ran.append(tool_use_id)
     return outcome(tool_use_id, how=how)
+
+
+async def test_a_flood_by_one_principal_evicts_only_its_own_answers() -> None:
+    cache = ResultCache(ttl_s=600, max_entries=100, max_entries_per_principal=50)
+    await cache.run_once(("bob", "s", "pay-once"), "h", lambda: _answer("pay-once"))
+    for i in range(500):
+        await cache.run_once(("alice", "s", f"ls{i}"), "h", lambda i=i: _answer(f"ls{i}"))  # type: ignore[misc]
+    ran: list[str] = []
+    _, replayed = await cache.run_once(("bob", "s", "pay-once"), "h", lambda: _answer("x", ran))
+    assert replayed and not ran, "bob's answer survived alice's flood"
+    assert len(cache) <= 51
+
+
+async def test_the_whole_bound_evicts_from_the_largest_holder() -> None:
+    cache = ResultCache(ttl_s=600, max_entries=10, max_entries_per_principal=10)
+    for i in range(3):
+        await cache.run_once(("bob", "s", f"b{i}"), "h", lambda i=i: _answer(f"b{i}"))  # type: ignore[misc]
+    for i in range(30):
+        await cache.run_once(("alice", "s", f"a{i}"), "h", lambda i=i: _answer(f"a{i}"))  # type: ignore[misc]
+    for i in range(3):
+        _, replayed = await cache.run_once(("bob", "s", f"b{i}"), "h", lambda: _answer("x"))
+        assert replayed
+
+
+async def test_images_count_toward_the_size_bound() -> None:
+    from daemon.models import ImageContent
+
+    cache = ResultCache(ttl_s=600, max_chars=5_000_000, max_chars_per_principal=5_000_000)
+
+    async def image(n: int) -> ExecuteOutcome:
+        block = ImageContent(media_type="image/png", data=b"\x89PNG" + bytes(2_000_000))
+        return ExecuteOutcome(
+            result=ToolResult(tool_use_id=f"i{n}", content=(block,)),
+            decision=Decision(outcome=Outcome.ALLOW),
+            report=ExecutionReport(),
+        )
+
+    for n in range(10):
+        await cache.run_once(("p", "s", f"i{n}"), "h", lambda n=n: image(n))  # type: ignore[misc]
+    assert len(cache) <= 2, "ten 2 MB images do not fit in 5 MB"

@@ -5,17 +5,24 @@ from __future__ import annotations
 
 import io
 import json
+import os
 import stat
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from daemon.calls.audit import MAX_FIELD_CHARS, AuditLog
+from daemon.calls.audit import AuditLog
 from daemon.config import AuthSettings, TcpListenerSettings
-from daemon.errors import NotFound, RequestError, Unauthenticated
+from daemon.errors import NotFound, RequestError, TooljailError, Unauthenticated
 from daemon.policy.approval import ApprovalAuthority, ApprovalError, ApprovalFailure
-from daemon.policy.mask import MASKED, AuditMask, MaskError
+from daemon.policy.mask import (
+    MASKED,
+    MAX_FIELD_CHARS,
+    MAX_SCANNED_CHARS,
+    AuditMask,
+    MaskError,
+)
 from daemon.policy.pending import AskState, PendingApprovals, PendingAsk
 from daemon.server.identity import CallerResolver
 from daemon.server.listen import ListenAddress
@@ -216,7 +223,7 @@ def test_used_tokens_are_bounded_per_principal() -> None:
 
 def _ask(approval_id: str, principal: str, expires_at: float = T0 + 600) -> PendingAsk:
     return PendingAsk(
-        approval_id, principal, "ses_1", f"toolu_{approval_id}", "Bash", "{}", ("why",), T0,
+        approval_id, principal, "ses_1", f"toolu_{approval_id}", "Bash", "{}", 2, ("why",), T0,
         expires_at,
     )  # fmt: skip
 
@@ -249,3 +256,124 @@ def test_a_token_verified_without_an_answer_is_a_self_approval() -> None:
     grant = auth.verify(issue(auth), **CALL, now=T0 + 1)
     assert grant.self_approved and grant.approved_by == CALL["principal"]
     assert grant.policy_input()["self_approved"] is True
+
+
+# --- the mask under hostile input (attack F1, F3) ---------------------------------------------
+
+
+def _shipped_patterns() -> list[str]:
+    import subprocess
+
+    from daemon.config import PROJECT_ROOT
+
+    opa = PROJECT_ROOT / ".tools" / "bin" / "opa"
+    if not opa.exists():
+        pytest.skip("OPA is built by make setup")
+    run = subprocess.run(
+        [str(opa), "eval", "-f", "json", "--ignore", "input.schema.json", "-d",
+         str(PROJECT_ROOT / "policies"), "data.tooljail.authz.mask_patterns"],
+        capture_output=True, text=True, check=True,
+    )  # fmt: skip
+    patterns: list[str] = json.loads(run.stdout)["result"][0]["expressions"][0]["value"]
+    return patterns
+
+
+@pytest.mark.parametrize("unit", ["token", "TOKEN_", "a-", "mysql ", " -u ", "://a:", "x=", "'"])
+def test_the_shipped_patterns_take_linear_time_on_hostile_text(unit: str) -> None:
+    """Quadratic backtracking on 200,000 characters takes minutes; linear takes milliseconds.
+    Run in a child so a regression fails (after 60 s) instead of hanging the suite."""
+    import subprocess
+    import sys
+
+    patterns = _shipped_patterns()
+    program = (
+        "import json, re, sys\n"
+        "patterns = [re.compile(p) for p in json.loads(sys.argv[1])]\n"
+        f"text = {unit!r} * (200_000 // {len(unit)})\n"
+        "for p in patterns:\n"
+        "    p.sub('x', text)\n"
+    )
+    run = subprocess.run(
+        [sys.executable, "-c", program, json.dumps(patterns)], timeout=60, check=False
+    )
+    assert run.returncode == 0
+
+
+def test_the_mask_scans_a_bounded_amount_of_text_whatever_the_input() -> None:
+    seen: list[int] = []
+
+    class Recording(AuditMask):
+        def hide_secrets(self, text: str) -> str:
+            seen.append(len(text))
+            return super().hide_secrets(text)
+
+    mask = Recording(frozenset(), AuditMask.parse([], PATTERNS).patterns)
+    huge = {"command": "x" * 5_000_000, "many": ["y" * 5000] * 2000, "k" * 100_000: 1}
+    shown = mask.apply(huge)
+    assert max(seen) <= MAX_FIELD_CHARS and sum(seen) <= MAX_SCANNED_CHARS + MAX_FIELD_CHARS
+    assert "5000000 characters, sha256" in shown["command"]
+    assert all(len(key) <= MAX_FIELD_CHARS for key in shown)
+
+
+@pytest.mark.parametrize(
+    ("command", "secret"),
+    [
+        ('DB_PASSWORD="hunter2 quoted" ./migrate', "hunter2"),
+        ("export API_KEY='abc def 123'", "abc def 123"),
+        ("mysql --password 'pw-9x' db", "pw-9x"),
+        ("curl -u admin:S3cretPass https://h", "S3cretPass"),
+        ('curl -H "X-Api-Key: k3y-v4lue" https://h', "k3y-v4lue"),
+        ("git push https://u:SuperSecretPW@host/r main", "SuperSecretPW"),
+    ],
+)
+def test_the_shipped_patterns_hide_common_spellings(command: str, secret: str) -> None:
+    mask = AuditMask.parse([], _shipped_patterns())
+    assert secret not in mask.hide_secrets(command), mask.hide_secrets(command)
+
+
+def test_a_masked_value_stops_at_shell_syntax_so_commands_stay_visible() -> None:
+    mask = AuditMask.parse([], _shipped_patterns())
+    shown = mask.hide_secrets("echo deploying; export CI_TOKEN=x;>important.txt;echo done")
+    assert ">important.txt;echo done" in shown, shown
+
+
+def test_a_lock_file_planted_as_a_link_is_refused_and_its_target_untouched(
+    tmp_path: Path,
+) -> None:
+    victim = tmp_path / "victim.conf"
+    victim.write_text("IMPORTANT\n")
+    (tmp_path / "d.sock.lock").symlink_to(victim)
+    address = ListenAddress.parse(f"unix://{tmp_path / 'd.sock'}")
+    with pytest.raises(TooljailError, match="lock file"):
+        address.prepare()
+    assert victim.read_text() == "IMPORTANT\n"
+
+
+def test_a_lock_file_of_another_user_is_refused(tmp_path: Path) -> None:
+    if os.geteuid() != 0:
+        pytest.skip("needs root to make a file of another user")
+    lock = tmp_path / "d.sock.lock"
+    lock.write_text("")
+    os.chown(lock, 65534, 65534)
+    with pytest.raises(TooljailError, match="somebody else"):
+        ListenAddress.parse(f"unix://{tmp_path / 'd.sock'}").prepare()
+
+
+def test_the_audit_file_is_not_readable_by_others_whatever_the_umask(tmp_path: Path) -> None:
+    old = os.umask(0)
+    try:
+        log = AuditLog(str(tmp_path / "audit.jsonl"))
+        log.write({"x": 1})
+        log.close()
+    finally:
+        os.umask(old)
+    assert stat.S_IMODE((tmp_path / "audit.jsonl").stat().st_mode) == 0o640
+
+
+def test_the_managed_opa_gets_none_of_the_daemons_secrets(monkeypatch: pytest.MonkeyPatch) -> None:
+    from daemon.policy.opa_server import _opa_environment
+
+    monkeypatch.setenv("TOOLJAIL_AUTH__TOKENS", '{"alice": "s3cret"}')
+    monkeypatch.setenv("TOOLJAIL_APPROVAL__KEY", "k" * 64)
+    env = _opa_environment()
+    assert set(env) <= {"PATH", "HOME", "LANG", "TZ"} and "s3cret" not in str(env)

@@ -695,7 +695,7 @@ class PendingApproval(_message.Message):
     SESSION_ID_FIELD_NUMBER: _builtins.int
     TOOL_USE_ID_FIELD_NUMBER: _builtins.int
     TOOL_FIELD_NUMBER: _builtins.int
-    INPUT_SUMMARY_FIELD_NUMBER: _builtins.int
+    INPUT_JSON_FIELD_NUMBER: _builtins.int
     REASONS_FIELD_NUMBER: _builtins.int
     ASKED_AT_FIELD_NUMBER: _builtins.int
     EXPIRES_AT_FIELD_NUMBER: _builtins.int
@@ -703,6 +703,7 @@ class PendingApproval(_message.Message):
     DECIDED_BY_FIELD_NUMBER: _builtins.int
     SCOPE_FIELD_NUMBER: _builtins.int
     NOTE_FIELD_NUMBER: _builtins.int
+    INPUT_CHARS_FIELD_NUMBER: _builtins.int
     approval_id: _builtins.str
     """Also the approval token's id: the token the asking caller holds finds this answer."""
     principal: _builtins.str
@@ -710,8 +711,11 @@ class PendingApproval(_message.Message):
     session_id: _builtins.str
     tool_use_id: _builtins.str
     tool: _builtins.str
-    input_summary: _builtins.str
-    """The input, masked like the audit log and cut to a readable length."""
+    input_json: _builtins.str
+    """The exact input as JSON: nothing masked or cut, since what an approver cannot see could be
+    what runs; characters a terminal would act on are escaped (\\uXXXX). Empty when the input
+    is too large to review (input_chars says how large): such an ask can be denied, not approved.
+    """
     asked_at: _builtins.int
     """Unix seconds."""
     expires_at: _builtins.int
@@ -720,6 +724,7 @@ class PendingApproval(_message.Message):
     decided_by: _builtins.str
     scope: _builtins.str
     note: _builtins.str
+    input_chars: _builtins.int
     @_builtins.property
     def reasons(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]: ...
     def __init__(
@@ -730,7 +735,7 @@ class PendingApproval(_message.Message):
         session_id: _builtins.str = ...,
         tool_use_id: _builtins.str = ...,
         tool: _builtins.str = ...,
-        input_summary: _builtins.str = ...,
+        input_json: _builtins.str = ...,
         reasons: _abc.Iterable[_builtins.str] | None = ...,
         asked_at: _builtins.int = ...,
         expires_at: _builtins.int = ...,
@@ -738,10 +743,11 @@ class PendingApproval(_message.Message):
         decided_by: _builtins.str = ...,
         scope: _builtins.str = ...,
         note: _builtins.str = ...,
+        input_chars: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["approval_id", b"approval_id", "asked_at", b"asked_at", "decided_by", b"decided_by", "expires_at", b"expires_at", "input_summary", b"input_summary", "note", b"note", "principal", b"principal", "reasons", b"reasons", "scope", b"scope", "session_id", b"session_id", "state", b"state", "tool", b"tool", "tool_use_id", b"tool_use_id"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["approval_id", b"approval_id", "asked_at", b"asked_at", "decided_by", b"decided_by", "expires_at", b"expires_at", "input_chars", b"input_chars", "input_json", b"input_json", "note", b"note", "principal", b"principal", "reasons", b"reasons", "scope", b"scope", "session_id", b"session_id", "state", b"state", "tool", b"tool", "tool_use_id", b"tool_use_id"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

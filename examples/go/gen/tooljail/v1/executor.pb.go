@@ -1590,9 +1590,11 @@ type PendingApproval struct {
 	SessionId string `protobuf:"bytes,3,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
 	ToolUseId string `protobuf:"bytes,4,opt,name=tool_use_id,json=toolUseId,proto3" json:"tool_use_id,omitempty"`
 	Tool      string `protobuf:"bytes,5,opt,name=tool,proto3" json:"tool,omitempty"`
-	// The input, masked like the audit log and cut to a readable length.
-	InputSummary string   `protobuf:"bytes,6,opt,name=input_summary,json=inputSummary,proto3" json:"input_summary,omitempty"`
-	Reasons      []string `protobuf:"bytes,7,rep,name=reasons,proto3" json:"reasons,omitempty"`
+	// The exact input as JSON: nothing masked or cut, since what an approver cannot see could be
+	// what runs; characters a terminal would act on are escaped (\uXXXX). Empty when the input
+	// is too large to review (input_chars says how large): such an ask can be denied, not approved.
+	InputJson string   `protobuf:"bytes,6,opt,name=input_json,json=inputJson,proto3" json:"input_json,omitempty"`
+	Reasons   []string `protobuf:"bytes,7,rep,name=reasons,proto3" json:"reasons,omitempty"`
 	// Unix seconds.
 	AskedAt   int64 `protobuf:"varint,8,opt,name=asked_at,json=askedAt,proto3" json:"asked_at,omitempty"`
 	ExpiresAt int64 `protobuf:"varint,9,opt,name=expires_at,json=expiresAt,proto3" json:"expires_at,omitempty"`
@@ -1601,6 +1603,7 @@ type PendingApproval struct {
 	DecidedBy     string `protobuf:"bytes,11,opt,name=decided_by,json=decidedBy,proto3" json:"decided_by,omitempty"`
 	Scope         string `protobuf:"bytes,12,opt,name=scope,proto3" json:"scope,omitempty"`
 	Note          string `protobuf:"bytes,13,opt,name=note,proto3" json:"note,omitempty"`
+	InputChars    int64  `protobuf:"varint,14,opt,name=input_chars,json=inputChars,proto3" json:"input_chars,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1670,9 +1673,9 @@ func (x *PendingApproval) GetTool() string {
 	return ""
 }
 
-func (x *PendingApproval) GetInputSummary() string {
+func (x *PendingApproval) GetInputJson() string {
 	if x != nil {
-		return x.InputSummary
+		return x.InputJson
 	}
 	return ""
 }
@@ -1724,6 +1727,13 @@ func (x *PendingApproval) GetNote() string {
 		return x.Note
 	}
 	return ""
+}
+
+func (x *PendingApproval) GetInputChars() int64 {
+	if x != nil {
+		return x.InputChars
+	}
+	return 0
 }
 
 type SetSessionModeRequest struct {
@@ -2297,7 +2307,7 @@ const file_tooljail_v1_executor_proto_rawDesc = "" +
 	"\vapproval_id\x18\x01 \x01(\tR\n" +
 	"approvalId\x12\x14\n" +
 	"\x05scope\x18\x02 \x01(\tR\x05scope\x12\x12\n" +
-	"\x04note\x18\x03 \x01(\tR\x04note\"\xfb\x02\n" +
+	"\x04note\x18\x03 \x01(\tR\x04note\"\x96\x03\n" +
 	"\x0fPendingApproval\x12\x1f\n" +
 	"\vapproval_id\x18\x01 \x01(\tR\n" +
 	"approvalId\x12\x1c\n" +
@@ -2305,8 +2315,9 @@ const file_tooljail_v1_executor_proto_rawDesc = "" +
 	"\n" +
 	"session_id\x18\x03 \x01(\tR\tsessionId\x12\x1e\n" +
 	"\vtool_use_id\x18\x04 \x01(\tR\ttoolUseId\x12\x12\n" +
-	"\x04tool\x18\x05 \x01(\tR\x04tool\x12#\n" +
-	"\rinput_summary\x18\x06 \x01(\tR\finputSummary\x12\x18\n" +
+	"\x04tool\x18\x05 \x01(\tR\x04tool\x12\x1d\n" +
+	"\n" +
+	"input_json\x18\x06 \x01(\tR\tinputJson\x12\x18\n" +
 	"\areasons\x18\a \x03(\tR\areasons\x12\x19\n" +
 	"\basked_at\x18\b \x01(\x03R\aaskedAt\x12\x1d\n" +
 	"\n" +
@@ -2316,7 +2327,9 @@ const file_tooljail_v1_executor_proto_rawDesc = "" +
 	"\n" +
 	"decided_by\x18\v \x01(\tR\tdecidedBy\x12\x14\n" +
 	"\x05scope\x18\f \x01(\tR\x05scope\x12\x12\n" +
-	"\x04note\x18\r \x01(\tR\x04note\"J\n" +
+	"\x04note\x18\r \x01(\tR\x04note\x12\x1f\n" +
+	"\vinput_chars\x18\x0e \x01(\x03R\n" +
+	"inputChars\"J\n" +
 	"\x15SetSessionModeRequest\x12\x1d\n" +
 	"\n" +
 	"session_id\x18\x01 \x01(\tR\tsessionId\x12\x12\n" +
