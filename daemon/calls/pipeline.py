@@ -438,7 +438,12 @@ class Pipeline:
                 "is_error": result.is_error,
                 "truncated": report.truncated,
                 "duration_ms": int((time.monotonic() - prepared.started) * 1000),
-                **({"hooks": trace.hook_records} if trace.hook_records else {}),
+                # Hooks quote inputs in their reasons and messages: masked like the input.
+                **(
+                    {"hooks": self._policy.audit_mask.apply(trace.hook_records)}
+                    if trace.hook_records
+                    else {}
+                ),
                 **trace.audit_fields(self._policy.audit_mask),
             }
         )

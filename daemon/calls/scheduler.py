@@ -22,8 +22,9 @@ import dataclasses
 import functools
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
+from typing import Any
 
-from daemon.calls.idempotency import ResultCache
+from daemon.calls.idempotency import ResultCache, cancelled_outcome
 from daemon.calls.locks import SharedExclusiveLock
 from daemon.calls.pipeline import CallRequest, Pipeline, PreparedCall, ReadyCall
 from daemon.errors import Overloaded
@@ -167,11 +168,9 @@ class Scheduler:
         finally:
             self._global.release()
 
-    @contextlib.asynccontextmanager
-    async def _tracked(self, session_id: str) -> AsyncIterator[None]:
-        """Register the running task, so closing its session can cancel it."""
-        task = asyncio.current_task()
-        assert task is not None
+    @contextlib.contextmanager
+    def _tracked(self, session_id: str, task: asyncio.Task[Any]) -> Iterator[None]:
+        """Register a running call's task, so closing its session can cancel it."""
         running = self._running.setdefault(session_id, set())
         running.add(task)
         try:
@@ -197,9 +196,20 @@ class Scheduler:
             async with (
                 self._slot(call.session.id),
                 self.lock_for(call.session.id).hold(exclusive=not call.concurrency_safe),
-                self._tracked(call.session.id),
             ):
-                return await self._pipeline.run(call, caller)
+                # The call runs in a task of its own, which closing the session cancels: the
+                # caller's RPC is not cancelled with it and still gets an answer saying so.
+                # (Queued calls find the session closed once they get here: see
+                # Session.pinned_root, which the pipeline checks first.)
+                inner = asyncio.create_task(self._pipeline.run(call, caller))
+                with self._tracked(call.session.id, inner):
+                    try:
+                        return await inner
+                    except asyncio.CancelledError:
+                        current = asyncio.current_task()
+                        if inner.cancelled() and current is not None and not current.cancelling():
+                            return cancelled_outcome(call.request.tool_use.id)
+                        raise
 
         key = (caller.principal, call.session.id, call.request.tool_use.id)
         outcome, replayed = await self._cache.run_once(key, input_hash(call.request), run_now)
@@ -218,7 +228,10 @@ class Scheduler:
     ) -> AsyncIterator[ExecuteOutcome]:
         """The calls of one assistant turn; answers in request order, each as soon as it and
         every call before it are done."""
-        calls = [self._pipeline.prepare(request, caller) for request in requests]
+        calls = []
+        for request in requests:
+            calls.append(self._pipeline.prepare(request, caller))
+            await asyncio.sleep(0)  # checking a call can take milliseconds: let others in
         for group in partition(calls, self._limits.max_parallel):
             if len(group) == 1:
                 yield await self._run(group[0], caller)

@@ -112,7 +112,16 @@ class PinnedDirectory:
         return self.device, self.inode
 
     def verify(self) -> None:
-        """WorkspaceMoved unless the path still names the pinned directory, without symlinks."""
+        """WorkspaceMoved unless the path still names the pinned directory, without symlinks,
+        and the held descriptor is still that directory (not one released and reused)."""
+        try:
+            held = os.fstat(self.fd)
+        except OSError as exc:
+            raise WorkspaceMoved(
+                exc.errno or errno.EBADF, "it was released", str(self.path)
+            ) from exc
+        if (held.st_dev, held.st_ino) != self.identity:
+            raise WorkspaceMoved(errno.ESTALE, "it was released", str(self.path))
         try:
             fd = openat2(
                 _AT_FDCWD,
@@ -140,6 +149,12 @@ class PinnedDirectory:
         )
 
     def close(self) -> None:
-        """Release the descriptor (the directory itself is left alone)."""
+        """Release the descriptor (the directory itself is left alone). The number is forgotten:
+        the kernel hands it to the next open, and a late user must get EBADF, not whatever
+        directory (another session's) it names by then."""
+        fd = self.fd
+        if fd < 0:
+            return
+        object.__setattr__(self, "fd", -1)  # frozen for everyone else; this is its release
         with contextlib.suppress(OSError):
-            os.close(self.fd)
+            os.close(fd)

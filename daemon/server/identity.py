@@ -57,8 +57,9 @@ class CallerResolver:
         transport = _transport(context.peer() or "")
         auth = context.auth_context() or {}
         if _first(auth, "transport_security_type") == ["ssl"]:
-            sans = _first(auth, "x509_subject_alternative_name")
-            uris = [san for san in sans if "://" in san]
+            # Only URI SANs (gRPC lists them apart): an email or DNS SAN may look like a URI
+            # ("email:spiffe://corp/admin") and a CA may let anyone have one.
+            uris = _first(auth, "peer_uri")
             names = uris or [f"cn:{cn}" for cn in _first(auth, "x509_common_name") if self._use_cn]
             if names:
                 return self._caller(names[0], "tcp+mtls")

@@ -16,6 +16,21 @@ from pathlib import Path
 from daemon.errors import TooljailError
 
 
+def _refuse_shared_folder(folder: Path) -> None:
+    """TooljailError when another account could swap the socket (or the folder it is bound
+    in) for its own: the folder must belong to root or the daemon's user, and nobody else may
+    write to it unless the sticky bit keeps them to their own entries (as in /tmp)."""
+    info = folder.lstat()
+    owner_ok = info.st_uid in (0, os.geteuid())
+    shared = info.st_mode & (stat.S_IWGRP | stat.S_IWOTH) and not info.st_mode & stat.S_ISVTX
+    if stat.S_ISLNK(info.st_mode) or not owner_ok or shared:
+        raise TooljailError(
+            f"the socket's folder {folder} can be changed by other accounts (owner uid "
+            f"{info.st_uid}, mode {stat.S_IMODE(info.st_mode):o}), who could replace the socket; "
+            "listen in a folder of root or the daemon's user that only they may write to"
+        )
+
+
 def _open_lock(path: Path) -> int:
     """The lock file, never through a link and only one of ours: in a folder others may write
     (a lock beside a socket in /tmp, say), a planted link would otherwise have the daemon
@@ -69,16 +84,27 @@ class ListenAddress:
         return f"unix:{folder / 's'}"
 
     def publish(self, mode: int, group: str) -> None:
-        """Give the bound socket its permissions and group, then move it to its address."""
+        """Give the bound socket its permissions and group, then move it to its address. Done
+        through descriptors of the staging folder and of the socket's folder, on an entry
+        checked to be the socket this process bound: nothing is followed by name."""
         if self.unix_path is None or not self._staging:
             return
         folder = self._staging.pop()
-        staged = folder / "s"
-        if group:
-            os.chown(staged, -1, grp.getgrnam(group).gr_gid)
-        staged.chmod(mode)
-        staged.rename(self.unix_path)
-        folder.rmdir()
+        flags = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+        staging = os.open(folder, flags)
+        parent = os.open(self.unix_path.parent, flags)
+        try:
+            info = os.lstat("s", dir_fd=staging)
+            if not stat.S_ISSOCK(info.st_mode) or info.st_uid != os.geteuid():
+                raise TooljailError(f"the socket bound in {folder} is not this daemon's; refusing")
+            if group:
+                os.chown("s", -1, grp.getgrnam(group).gr_gid, dir_fd=staging, follow_symlinks=False)
+            os.chmod("s", mode, dir_fd=staging)  # checked above: our socket, in our own folder
+            os.rename("s", self.unix_path.name, src_dir_fd=staging, dst_dir_fd=parent)
+            os.rmdir(folder.name, dir_fd=parent)
+        finally:
+            os.close(staging)
+            os.close(parent)
 
     @property
     def lock_path(self) -> Path | None:
@@ -86,10 +112,12 @@ class ListenAddress:
         return self.unix_path.with_name(self.unix_path.name + ".lock") if self.unix_path else None
 
     def prepare(self) -> None:
-        """Make the socket's folder and take its lock; refuse when a live daemon holds it."""
+        """Make the socket's folder and take its lock; refuse when a live daemon holds it, or
+        when the folder lets others replace what the daemon puts there."""
         if self.unix_path is None or self.lock_path is None:
             return
         self.unix_path.parent.mkdir(parents=True, exist_ok=True)
+        _refuse_shared_folder(self.unix_path.parent)
         fd = _open_lock(self.lock_path)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)

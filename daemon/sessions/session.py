@@ -61,6 +61,8 @@ class Session:
     principals) may use it."""
     is_default: bool = False
     """A principal's default session (over the configured workspace; never closed)."""
+    closed: bool = False
+    """Closed (by its owner, an admin or the idle sweeper): calls still queued for it never run."""
     owns_workspace: bool = False
     """The workspace was created for this session (it may be deleted when the session closes)."""
     idle_ttl_s: float | None = None
@@ -83,6 +85,11 @@ class Session:
 
     def pinned_root(self) -> PinnedDirectory:
         """The pinned workspace (pinned now if it was not yet)."""
+        if self.closed:
+            raise ToolError(
+                "This session was closed before the call could run, so nothing ran. Open a new "
+                "session to go on."
+            )
         if self.root is None:
             self.root = PinnedDirectory.pin(self.workspace)
         return self.root

@@ -243,6 +243,7 @@ class SessionStore:
     def close(self, session: Session) -> None:
         """Forget a session `closable` returned; its workspace is left to the caller."""
         self._sessions.pop(session.id, None)
+        session.closed = True
         if session.root is not None:
             session.root.close()
 

@@ -3,6 +3,7 @@ a PostToolUse hook adding context, a hanging hook (fail closed, named)."""
 
 from __future__ import annotations
 
+import json
 import os
 import sys
 import textwrap
@@ -42,6 +43,7 @@ import json, sys
 call = json.load(sys.stdin)
 if "\\x00" in call["tool_input"]["pattern"] or len(call["tool_input"]["pattern"]) > 20:
     raise ValueError("the guard did not expect this")
+print(json.dumps({"systemMessage": "checked " + call["tool_input"]["pattern"]}))
 """
 ADD_CONTEXT = """
 import json, sys
@@ -108,6 +110,15 @@ def test_hooks_start_outside_the_workspace_and_get_it_as_data(hooked: RunningDae
     answer = hooked.execute("LS", {"path": str(hooked.workspace)})
     assert answer.decision.outcome == pb.ALLOW, text_of(answer)
     assert (hooked.workspace / "hook-cwd.txt").read_text() == "/"
+
+
+def test_what_hooks_say_is_masked_in_the_audit_like_the_input(hooked: RunningDaemon) -> None:
+    """Attack: a hook echoing the input put a secret in the audit that the input's mask hid."""
+    answer = hooked.execute("Grep", {"pattern": "PASSWORD=hunter2"})
+    assert answer.decision.outcome == pb.ALLOW, text_of(answer)
+    record = next(r for r in hooked.audit_lines() if r["tool_use_id"] == answer.result.tool_use_id)
+    assert "hunter2" not in json.dumps(record), record
+    assert any("PASSWORD=***masked***" in str(h) for h in record["hooks"]), record["hooks"]
 
 
 def test_a_guard_that_crashes_on_a_crafted_input_denies_it(hooked: RunningDaemon) -> None:

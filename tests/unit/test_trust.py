@@ -45,11 +45,14 @@ class _Context:
         return self._metadata
 
 
-def _mtls(cn: str, *uris: str) -> _Context:
+def _mtls(cn: str, *uris: str, emails: tuple[str, ...] = ()) -> _Context:
+    # As gRPC reports a verified peer: every SAN together, and URI SANs apart.
     auth = {
         "transport_security_type": [b"ssl"],
         "x509_common_name": [cn.encode()],
-        "x509_subject_alternative_name": [u.encode() for u in uris],
+        "x509_subject_alternative_name": [n.encode() for n in (*emails, *uris)],
+        "peer_uri": [u.encode() for u in uris],
+        "peer_email": [e.encode() for e in emails],
     }
     return _Context("ipv4:127.0.0.1:5000", auth)
 
@@ -60,6 +63,17 @@ def test_a_certificate_is_named_by_its_uri_san_never_by_its_cn_alone() -> None:
     assert (named.principal, named.admin) == ("spiffe://corp/agent", False)
     with pytest.raises(Unauthenticated, match="URI SAN"):
         resolver.resolve(_mtls("local"))  # type: ignore[arg-type]
+
+
+def test_an_email_san_that_looks_like_a_uri_names_nobody() -> None:
+    """Attack: an email SAN `spiffe://t/admin` was taken for a URI and made its holder admin."""
+    resolver = CallerResolver(AuthSettings(admin_principals=["spiffe://t/admin"]))
+    with pytest.raises(Unauthenticated):
+        resolver.resolve(_mtls("mallory", emails=("spiffe://t/admin",)))  # type: ignore[arg-type]
+    named = resolver.resolve(
+        _mtls("mallory", "spiffe://t/alice", emails=("spiffe://t/admin",))  # type: ignore[arg-type]
+    )
+    assert (named.principal, named.admin) == ("spiffe://t/alice", False)
 
 
 def test_a_cn_names_a_principal_only_when_enabled_and_never_an_existing_one() -> None:
@@ -377,3 +391,29 @@ def test_the_managed_opa_gets_none_of_the_daemons_secrets(monkeypatch: pytest.Mo
     monkeypatch.setenv("TOOLJAIL_APPROVAL__KEY", "k" * 64)
     env = _opa_environment()
     assert set(env) <= {"PATH", "HOME", "LANG", "TZ"} and "s3cret" not in str(env)
+
+
+@pytest.mark.parametrize("mode", [0o777, 0o775, 0o757])
+def test_a_socket_folder_others_may_write_is_refused(tmp_path: Path, mode: int) -> None:
+    """Attack: in a folder another account may write, it swapped the staging folder and had
+    the daemon chmod and chgrp a root-owned file of its choice."""
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    shared.chmod(mode)
+    with pytest.raises(TooljailError, match="can be changed by other accounts"):
+        ListenAddress.parse(f"unix://{shared / 'd.sock'}").prepare()
+
+
+def test_a_sticky_shared_folder_or_one_of_another_owner(tmp_path: Path) -> None:
+    sticky = tmp_path / "sticky"
+    sticky.mkdir()
+    sticky.chmod(0o1777)
+    address = ListenAddress.parse(f"unix://{sticky / 'd.sock'}")
+    address.prepare()  # others keep to their own entries there
+    address.cleanup()
+    if os.geteuid() == 0:
+        theirs = tmp_path / "theirs"
+        theirs.mkdir()
+        os.chown(theirs, 65534, 65534)
+        with pytest.raises(TooljailError, match="owner uid 65534"):
+            ListenAddress.parse(f"unix://{theirs / 'd.sock'}").prepare()
