@@ -242,6 +242,50 @@ class SimpleCommand(_Part):
         description="The executable word holds an expansion or pattern, so the real program is "
         "only known at run time.",
     )
+    cwd: str = Field(
+        default="",
+        description="The directory it runs in: the call's working directory, followed through "
+        "the `cd`s before it in the line while that is certain; empty when unknown.",
+    )
+    words: list[WordFact] = Field(
+        default=[], description="argv after the program, each with what is known of it."
+    )
+    git: GitFact | None = Field(default=None, description="For git: the line as git reads it.")
+
+
+class WordFact(_Part):
+    """One word of a simple command after the program."""
+
+    text: str = Field(description="As written, after quote removal.")
+    dynamic: bool = Field(
+        description="Its value is only known at run time (an expansion, a glob, a brace, ~)."
+    )
+    path: str = Field(
+        description="For a static word that is not an option: the absolute normalised path it "
+        "would name from `cwd` (whether it is one depends on the program); empty when unknown."
+    )
+
+
+class GitFact(_Part):
+    """A git command line read the way git reads it."""
+
+    directory: str = Field(description="Where it works (-C applied); empty when unknown.")
+    config: list[str] = Field(description="Its `-c name=value` overrides.")
+    redirected: bool = Field(
+        description="It names another repository, work tree, configuration or program "
+        "directory (--git-dir, --work-tree, --exec-path, --config-env, ...)."
+    )
+    subcommand: str = Field(description="Empty when missing or only known at run time.")
+    known: bool = Field(
+        description="One of git's own commands (else an alias or a git-<name> program)."
+    )
+    options: list[str] = Field(
+        description="The subcommand's options, long ones spelled out in full, short clusters "
+        "split (`-fd` is -f and -d); `--name=value` kept whole."
+    )
+    operands: list[str]
+    args: list[str] = Field(description="Everything after the subcommand, as written.")
+    dynamic: bool = Field(description="An option or the subcommand is only known at run time.")
 
 
 class Redirect(_Part):
@@ -264,6 +308,9 @@ class Command(_Part):
     )
     parse_error: str = Field(
         description="What could not be parsed, where, and what to do about it; empty when parsed."
+    )
+    cwd: str = Field(
+        default="", description="The session's working directory, where the command starts."
     )
     simple_commands: list[SimpleCommand]
     redirects: list[Redirect]

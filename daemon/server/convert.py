@@ -68,10 +68,20 @@ def call_request_from_proto(message: pb.ExecuteRequest) -> CallRequest:
     )
 
 
+MAX_BATCH_CALLS = 100
+"""tool_use blocks in one batch (an assistant turn has a handful): each is checked on the event
+loop before any runs, so a batch of thousands would hold every other caller up."""
+
+
 def batch_from_proto(message: pb.ExecuteBatchRequest) -> list[CallRequest]:
     """An ExecuteBatchRequest as CallRequests in order; ids must be unique within the batch."""
     if not message.tool_uses:
         raise RequestError("ExecuteBatchRequest.tool_uses is empty")
+    if len(message.tool_uses) > MAX_BATCH_CALLS:
+        raise RequestError(
+            f"ExecuteBatchRequest.tool_uses holds {len(message.tool_uses)} tool_use blocks, more "
+            f"than the {MAX_BATCH_CALLS} a batch may hold; split it into several batches"
+        )
     requests = [
         CallRequest(
             tool_use=tool_use_from_proto(t, f"tool_uses[{i}]"), session_id=message.session_id

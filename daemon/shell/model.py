@@ -29,6 +29,14 @@ class SimpleCommand:
     dynamic: bool = False
     """The executable word holds an expansion or pattern, so the real program is only known at
     run time (`$CMD x`, `$(which rm)`, `/bin/r?`)."""
+    top_level: bool = True
+    """It runs at the line's top level, not inside a subshell, group, pipeline stage,
+    substitution, loop, condition or function body (where a `cd` stays local)."""
+    then_and: bool = False
+    """It is followed by `&&`: the next command runs only if this one succeeded."""
+    dynamic_words: tuple[bool, ...] = ()
+    """For each word of argv: whether its value is only known at run time (an expansion, a
+    glob, a brace pattern)."""
 
     def to_policy(self) -> dict[str, Any]:
         """The JSON object of input.command.simple_commands[i]."""

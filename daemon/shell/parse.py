@@ -99,6 +99,11 @@ class _Ctx:
     context: str
     pipeline: int = 0
     stage: int = 0
+    nested: bool = False
+    """Inside a construct that runs apart from the line's top level (a subshell, group,
+    pipeline stage, substitution, loop, condition or function body)."""
+    then_and: bool = False
+    """The command is the left side of `&&`: what follows runs only if it succeeded."""
 
 
 @dataclass
@@ -245,25 +250,37 @@ class _Analyser:
             child_ctx = ctx
             if kind == "program":
                 statements = [c for c in children if c.type not in ("comment", "ERROR")]
-                child_ctx = _Ctx("list", ctx.pipeline, ctx.stage) if len(statements) > 1 else ctx
+                child_ctx = (
+                    _Ctx("list", ctx.pipeline, ctx.stage, ctx.nested)
+                    if len(statements) > 1
+                    else ctx
+                )
             elif kind == "pipeline":
                 number, first = line.pipeline_start.pop(node.id, (0, 0))
                 number = number or self._new_pipeline()
                 stages = [c for c in children if c.type != "comment"]
                 for stage, child in reversed(list(enumerate(stages, start=first))):
-                    stack.append((child, _Ctx("pipeline", number, stage), level + 1, kind))
+                    stack.append((child, _Ctx("pipeline", number, stage, True), level + 1, kind))
                 continue
             elif kind in ("command_substitution", "process_substitution"):
                 line.skipped.append((node.start_byte, node.end_byte))
-                child_ctx = _Ctx(_CONTEXTS[kind])
+                child_ctx = _Ctx(_CONTEXTS[kind], nested=True)
                 inner = grammar.backquoted_body(node_text(node, line.data))
                 if inner is not None:
                     self._nested("", inner, wrappers, depth, child_ctx)
                     continue
+            elif kind == "list":
+                operators = [node_text(c, line.data) for c in node.children if not c.is_named]
+                left = _Ctx("list", ctx.pipeline, ctx.stage, ctx.nested, operators == ["&&"])
+                # The right side ends the list: whatever follows the list follows it.
+                right = _Ctx("list", ctx.pipeline, ctx.stage, ctx.nested, ctx.then_and)
+                for index, child in reversed(list(enumerate(children))):
+                    stack.append((child, left if index == 0 else right, level + 1, kind))
+                continue
             elif kind == "compound_statement" and parent == "function_definition":
-                child_ctx = _Ctx("function", ctx.pipeline, ctx.stage)
+                child_ctx = _Ctx("function", ctx.pipeline, ctx.stage, True)
             elif kind in _CONTEXTS:
-                child_ctx = _Ctx(_CONTEXTS[kind], ctx.pipeline, ctx.stage)
+                child_ctx = _Ctx(_CONTEXTS[kind], ctx.pipeline, ctx.stage, True)
             elif kind == "redirected_statement":
                 body_ctx = self._prepare_redirected(node, line)
                 body = node.child_by_field_name("body")
@@ -276,7 +293,7 @@ class _Analyser:
                     line.skipped += [
                         (c.start_byte, c.end_byte) for c in children if c.type == "heredoc_body"
                     ]
-                child_ctx = _Ctx("list", ctx.pipeline, ctx.stage)
+                child_ctx = _Ctx("list", ctx.pipeline, ctx.stage, ctx.nested)
             elif kind == "command":
                 self._command(node, line, wrappers, depth, ctx)
             elif kind in ("declaration_command", "unset_command"):
@@ -315,7 +332,7 @@ class _Analyser:
                 elif child.type == "pipeline" and body_ctx is None:
                     number = self._new_pipeline()
                     line.pipeline_start[child.id] = (number, 1)
-                    body_ctx = _Ctx("pipeline", number, 0)
+                    body_ctx = _Ctx("pipeline", number, 0, True)
         if target is not None:
             line.extras.setdefault(target.id, []).extend(extras)
             line.stdin.setdefault(target.id, []).extend(scripts)
@@ -438,6 +455,9 @@ class _Analyser:
                 pipeline=ctx.pipeline,
                 stage=ctx.stage,
                 dynamic=first.dynamic,
+                dynamic_words=tuple(w.dynamic for w in argv),
+                top_level=not ctx.nested,
+                then_and=ctx.then_and,
             )
         )
 

@@ -162,4 +162,7 @@ def render_word(node: tree_sitter.Node, data: bytes, depth: int = 0) -> Word:
         dynamic = dynamic or gap_word.dynamic or word.dynamic
         pos = max(pos, child.end_byte)
     tail = scan_unquoted(data[pos : node.end_byte].decode("utf-8", "replace"))
-    return Word("".join([*parts, tail.text]), dynamic or tail.dynamic)
+    # A brace pattern split over several nodes (`{a,b}`, `x{1..3}`) is only seen whole; one in
+    # quotes counts too, which only errs on the side of "known at run time".
+    braces = bool(_BRACE_PATTERN.search(node_text(node, data)))
+    return Word("".join([*parts, tail.text]), dynamic or tail.dynamic or braces)

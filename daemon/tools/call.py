@@ -4,6 +4,11 @@
 scheduler, the hooks, the policy, the call itself) reads the prepared `ToolCall`. `run_call` runs
 it as its interrupt behaviour says and maps every failure to an `is_error` output that tells the
 model what to do next.
+
+Both contain a tool's own bugs: an unexpected exception while preparing (a hostile input can
+find one, as nested braces once sent Glob past the recursion limit) is a ToolError naming the tool,
+so the call is answered and audited like any refused input, and the other calls of its batch go
+on; one while running is an is_error result the same way.
 """
 
 from __future__ import annotations
@@ -24,6 +29,10 @@ from daemon.tools.validation import parse_input
 log = logging.getLogger(__name__)
 
 
+class PrepareFailed(ToolError):
+    """A tool failed unexpectedly while validating or analysing a call (a bug in the tool)."""
+
+
 @dataclass(frozen=True)
 class ToolCall:
     """A call whose input is valid, with what the tool says it will do."""
@@ -40,9 +49,22 @@ class ToolCall:
         cls, tool: AnyTool, raw_input: dict[str, Any], session: Session, tool_use_id: str
     ) -> ToolCall:
         """Validate `raw_input` (schema, then semantics) and analyse the call; raises
-        ToolInputError saying what is wrong."""
-        args = tool.validate(parse_input(tool, raw_input), session)
-        return cls(tool_use_id, tool, args, session, tool.analyse(args, session))
+        ToolInputError saying what is wrong, or PrepareFailed when the tool itself failed."""
+        try:
+            args = tool.validate(parse_input(tool, raw_input), session)
+            return cls(tool_use_id, tool, args, session, tool.analyse(args, session))
+        except ToolError:
+            raise
+        except Exception as exc:
+            incident = uuid.uuid4().hex[:12]
+            log.exception(
+                "tool %s failed preparing call %s (incident %s)", tool.name, tool_use_id, incident
+            )
+            raise PrepareFailed(
+                f"The {tool.name} tool failed with an internal error while checking its input "
+                f"(incident {incident}); this is a tooljail bug, not a problem with your input. "
+                "Try another approach."
+            ) from exc
 
     def with_input(self, raw_input: dict[str, Any]) -> ToolCall:
         """The same call with another input (a hook rewrote it), validated and analysed anew."""
@@ -65,8 +87,13 @@ class Ran:
     """The result mapped to tool_result content (or the error the model reads)."""
 
     def summary(self, call: ToolCall) -> str:
-        """The tool's one line for people."""
-        return call.tool.summarize(call.args, self.result, self.output)
+        """The tool's one line for people (a generic one if the tool fails to say: the result
+        is what matters)."""
+        try:
+            return call.tool.summarize(call.args, self.result, self.output)
+        except Exception:
+            log.exception("tool %s failed to summarize a call", call.tool.name)
+            return f"{call.tool.name} failed" if self.output.is_error else f"{call.tool.name} done"
 
 
 async def run_call(call: ToolCall, ctx: CallContext) -> Ran:

@@ -64,6 +64,11 @@ INLINE_READ_BYTES = 64 * 1024
 """Files up to this size are read on the event loop; larger ones in a worker thread."""
 _NOTE_RESERVE = 1000
 """Characters of the budget kept free for the notes after the numbered lines."""
+_MAX_LINE_BYTES = 4 * MAX_LINE_CHARS + 4
+"""Bytes of a line decoded at most: UTF-8 takes up to 4 bytes a character, so this prefix holds
+more than MAX_LINE_CHARS whole characters (a character cut at its end lies past the cut)."""
+_SEEK_BLOCK = 1 << 16
+"""Bytes whose newlines are counted at once while looking for the first line of a window."""
 
 _IMAGE_MAGIC: tuple[tuple[bytes, str], ...] = (
     (b"\x89PNG\r\n\x1a\n", "image/png"),
@@ -130,11 +135,12 @@ class ReadResult:
     """The path as people read it (relative to the workspace), for the summary."""
 
 
-def _load(fd: int, path: Path) -> tuple[bytes, int]:
-    """Read the whole descriptor; returns the bytes and the mtime after reading."""
-    chunks: list[bytes] = []
-    total = 0
-    while chunk := os.read(fd, 1 << 20):
+def _load(fd: int, path: Path, size: int) -> tuple[bytes, int]:
+    """Read the whole descriptor (`size` bytes by fstat, read at once: no second copy from
+    joining chunks); returns the bytes and the mtime after reading."""
+    chunks = [os.read(fd, size + 1)] if size else []
+    total = len(chunks[0]) if chunks else 0
+    while chunk := os.read(fd, 1 << 20):  # short reads, or a file still growing
         chunks.append(chunk)
         total += len(chunk)
         if total > MAX_FILE_BYTES:
@@ -142,13 +148,45 @@ def _load(fd: int, path: Path) -> tuple[bytes, int]:
                 f"{path} grew past {MAX_FILE_BYTES} bytes while it was being read; use Grep to "
                 "find the lines you need."
             )
-    return b"".join(chunks), os.fstat(fd).st_mtime_ns
+    data = chunks[0] if len(chunks) == 1 else b"".join(chunks)
+    return data, os.fstat(fd).st_mtime_ns
 
 
 def _count_lines(data: bytes) -> int:
     if not data:
         return 0
     return data.count(b"\n") + (0 if data.endswith(b"\n") else 1)
+
+
+def _line_start(data: bytes, line: int) -> int:
+    """Offset of 0-based line `line` (which exists), found without splitting the file: newlines
+    are counted block by block in C, and only the last block is searched line by line."""
+    position = 0
+    left = line
+    while left:
+        end = position + _SEEK_BLOCK
+        count = data.count(b"\n", position, end)
+        if count >= left:
+            break
+        left -= count
+        position = end
+    for _ in range(left):
+        position = data.index(b"\n", position) + 1
+    return position
+
+
+def _line_text(data: bytes, start: int, end: int) -> tuple[str, bool]:
+    """Line data[start:end] (its newline excluded) as text, and whether it was cut. Only a
+    bounded prefix is ever decoded: a line of many megabytes costs no more than a short one."""
+    if end - start > _MAX_LINE_BYTES:
+        text = data[start : start + _MAX_LINE_BYTES].decode("utf-8", errors="replace")
+    else:
+        if end > start and data[end - 1] == 0x0D:  # the CR of a CRLF ending
+            end -= 1
+        text = data[start:end].decode("utf-8", errors="replace")
+    if len(text) > MAX_LINE_CHARS:
+        return text[:MAX_LINE_CHARS], True
+    return text, False
 
 
 def _window(
@@ -161,34 +199,33 @@ def _window(
     if first > total:
         return ReadResult(path=path, kind="past_end", total_lines=total, first_line=first)
     start = first - 1
-    # Clamped to what exists: a huge limit must not reach bytes.split as an overflowing int.
     count = min(limit if limit is not None else DEFAULT_LIMIT, total - start)
-    # maxsplit keeps the unrequested tail of a large file in one piece instead of a list of lines.
-    pieces = data.split(b"\n", start + count)
+    position = _line_start(data, start)
     lines: list[str] = []
     cut: list[int] = []
     used = 0
     stopped = False
-    for index in range(start, min(start + count, total)):
-        raw = pieces[index]
-        if raw.endswith(b"\r"):
-            raw = raw[:-1]
-        text = raw.decode("utf-8", errors="replace")
-        if len(text) > MAX_LINE_CHARS:
-            text = text[:MAX_LINE_CHARS]
-            cut.append(index + 1)
+    # The budget ends the loop after at most a few thousand lines, whatever limit was asked.
+    for index in range(start, start + count):
+        end = data.find(b"\n", position)
+        if end == -1:
+            end = len(data)
+        text, was_cut = _line_text(data, position, end)
+        position = end + 1
         used += len(format_line(index + 1, text)) + 1
         if used > budget and lines:
             stopped = True
             break
         lines.append(text)
+        if was_cut:
+            cut.append(index + 1)
     return ReadResult(
         path=path,
         kind="text",
         total_lines=total,
         first_line=first,
         lines=tuple(lines),
-        cut_lines=tuple(n for n in cut if n < first + len(lines)),
+        cut_lines=tuple(cut),
         stopped_for_budget=stopped,
         budget_chars=budget,
     )
@@ -223,7 +260,7 @@ def _read_file(
                     f"{path} is an image of {size} bytes, larger than the {MAX_IMAGE_BYTES} bytes "
                     "Read can return. Resize it (e.g. with Bash) and read the smaller copy."
                 )
-            data, mtime_ns = _load(fd, path)
+            data, mtime_ns = _load(fd, path, size)
             image = ImageContent(media_type=media_type, data=data)
             return ReadResult(path=path, kind="image", image=image), data, mtime_ns
         if b"\x00" in head or head.startswith(b"%PDF-"):
@@ -242,7 +279,7 @@ def _read_file(
                 f"{path} is {size} bytes, more than the {MAX_FILE_BYTES} bytes Read can open even "
                 "in parts. Use Grep to find the lines you need, or Bash (e.g. `sed -n '100,200p'`)."
             )
-        data, mtime_ns = _load(fd, path)
+        data, mtime_ns = _load(fd, path, size)
     finally:
         os.close(fd)
     return _window(path, data, offset, limit, budget), data, mtime_ns

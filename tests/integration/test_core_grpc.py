@@ -199,6 +199,11 @@ def test_malformed_requests_get_grpc_statuses(host_daemon: RunningDaemon) -> Non
     with pytest.raises(grpc.RpcError) as too_large:
         host_daemon.stub.Execute(pb.ExecuteRequest(tool_use=huge), timeout=30)
     assert too_large.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+    uses = [pb.ToolUse(id=f"toolu_{n}", name="LS") for n in range(101)]
+    with pytest.raises(grpc.RpcError) as too_many:
+        list(host_daemon.stub.ExecuteBatch(pb.ExecuteBatchRequest(tool_uses=uses), timeout=30))
+    assert too_many.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert "101 tool_use blocks" in (too_many.value.details() or "")
 
 
 def test_batch_answers_in_request_order(host_daemon: RunningDaemon, workdir: Path) -> None:

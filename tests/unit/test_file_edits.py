@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import tracemalloc
+
 import pytest
 
 from daemon.tools.files.edits import (
@@ -131,3 +133,45 @@ def test_binary_and_non_utf8_files_are_refused() -> None:
     with pytest.raises(EditError, match="not valid UTF-8"):
         decode_text(b"caf\xe9\n", "/ws/latin1.txt")
     assert decode_text("café\n".encode(), "/ws/ok.txt") == "café\n"
+
+
+def test_a_snippet_of_a_huge_text_looks_only_at_its_region() -> None:
+    text = "a\n" * 5_000_000  # 5 million lines
+    start = text.index("a", 2 * 2_500_000)
+    tracemalloc.start()
+    try:
+        snippet = numbered_snippet(text, start, 1)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert snippet.split("\n") == [f"{n:>6}\ta" for n in range(2_499_997, 2_500_006)]
+    assert peak < 1 << 20, f"{peak} bytes held: the whole text was split into lines"
+
+
+def test_a_snippet_of_a_long_region_is_capped_without_splitting_it_all() -> None:
+    text = "before\n" + "new\n" * 1_000_000 + "after\n"
+    tracemalloc.start()
+    try:
+        snippet = numbered_snippet(text, len("before\n"), 4 * 1_000_000)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    lines = snippet.split("\n")
+    assert lines[0] == "     1\tbefore"
+    assert lines[1:SNIPPET_MAX_LINES] == [f"{n:>6}\tnew" for n in range(2, SNIPPET_MAX_LINES + 1)]
+    assert lines[-1] == f"... ({1_000_002 - SNIPPET_MAX_LINES} more lines not shown)"
+    assert peak < 1 << 20, f"{peak} bytes held: the whole region was split into lines"
+
+
+def test_the_size_an_edit_would_give_is_checked_before_it_is_made() -> None:
+    with pytest.raises(EditError) as caught:
+        apply_edit("ab" * 10, EditSpec("a", "é" * 10, replace_all=True), max_bytes=200)
+    assert str(caught.value).startswith(
+        "Replacing all 10 occurrences would make the file 210 bytes, more than the 200 bytes"
+    )
+    assert (
+        apply_edit("ab" * 10, EditSpec("a", "é" * 9 + "z", replace_all=True), max_bytes=200).size
+        == 200
+    )
+    with pytest.raises(EditError, match="This edit would make the file 201 bytes"):
+        apply_edit("x" * 200, EditSpec("x" * 200, "y" * 201), max_bytes=200)

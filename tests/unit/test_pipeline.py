@@ -43,6 +43,9 @@ class EchoTool(Tool[EchoInput, str]):
     def validate(self, args: EchoInput, session: Session) -> EchoInput:
         if args.text == "forbidden":
             raise ToolInputError("text may not be 'forbidden'")
+        if args.text == "too deep":
+            # As a tool's own check can fail on a hostile input (Glob's braces did).
+            raise RecursionError("maximum recursion depth exceeded")
         return args
 
     async def call(self, args: EchoInput, ctx: CallContext) -> str:
@@ -55,6 +58,11 @@ class EchoTool(Tool[EchoInput, str]):
 
     def render(self, result: str) -> ToolOutput:
         return ToolOutput.text(result)
+
+    def summarize(self, args: EchoInput, result: str | None, output: ToolOutput) -> str:
+        if args.text == "bad summary":
+            raise ValueError("the summary itself failed")
+        return super().summarize(args, result, output)
 
 
 class ChangeTool(EchoTool):
@@ -257,3 +265,27 @@ async def test_lines_logged_while_a_call_runs_carry_its_ids(tmp_path: Path) -> N
         "toolu_1",
         outcome.decision.decision_id,
     )
+
+
+async def test_a_crash_while_the_input_is_checked_is_an_audited_error_naming_the_tool(
+    tmp_path: Path,
+) -> None:
+    outcome = await run(make_pipeline(tmp_path, FakeEngine(allow())), "Echo", {"text": "too deep"})
+    assert outcome.result.is_error
+    text = outcome.result.text()
+    assert text.startswith("The Echo tool failed with an internal error while checking its input")
+    assert "not a problem with your input" in text
+    assert outcome.decision.outcome is None
+    audit = _audit_records(tmp_path)
+    assert [(r["event"], r["outcome"], r["tool"], r["is_error"]) for r in audit] == [
+        ("answered", "not_evaluated", "Echo", True)
+    ]
+
+
+async def test_a_summary_that_fails_does_not_lose_the_result(tmp_path: Path) -> None:
+    outcome = await run(
+        make_pipeline(tmp_path, FakeEngine(allow())), "Echo", {"text": "bad summary"}
+    )
+    assert not outcome.result.is_error and outcome.result.text() == "bad summary"
+    assert outcome.summary == "Echo done"
+    assert _audit_records(tmp_path)[-1]["is_error"] is False

@@ -77,6 +77,16 @@ class UnsafeStep(_Step):
     traits = ToolTraits(sandboxed=False)
 
 
+class CrashingStep(_Step):
+    """Its analysis fails unexpectedly (as Glob's brace expansion once did on nested braces)."""
+
+    name: ClassVar[str] = "Crashing"
+    traits = ToolTraits(read_only=True, concurrency_safe=True, sandboxed=False)
+
+    def analyse(self, args: StepInput, session: Session) -> CallFacts:
+        raise RecursionError("maximum recursion depth exceeded")
+
+
 class ShareInput(ToolInput):
     key: str
 
@@ -148,7 +158,9 @@ def make_scheduler(tmp_path: Path, audit: AuditLog, **limits: Any) -> Scheduler:
         id="other", workspace=(tmp_path / "ws").resolve(), owner=Caller().principal
     )
     pipeline = Pipeline(
-        registry=ToolRegistry([SafeStep(), UnsafeStep(), FakeBash(), SharingStep()]),
+        registry=ToolRegistry(
+            [SafeStep(), UnsafeStep(), FakeBash(), SharingStep(), CrashingStep()]
+        ),
         policy=AllowAll(),
         sessions=sessions,
         limits=PipelineLimits(50_000, SandboxLimits(), SandboxCeilings()),
@@ -349,3 +361,14 @@ def test_answers_keep_request_order_under_random_durations(
             for j in range(len(plan)):
                 if j != i:
                     assert not overlap(f"id{i}", f"id{j}")
+
+
+async def test_a_call_that_crashes_while_prepared_does_not_abort_its_batch(
+    tmp_path: Path, audit: AuditLog
+) -> None:
+    scheduler = make_scheduler(tmp_path, audit)
+    requests = [req("s1"), req("c1", "Crashing"), req("s2"), req("u1", "Unsafe")]
+    outcomes = await collect(scheduler, requests)
+    assert [o.result.tool_use_id for o in outcomes] == ["s1", "c1", "s2", "u1"]
+    assert [o.result.is_error for o in outcomes] == [False, True, False, False]
+    assert "The Crashing tool failed with an internal error" in outcomes[1].result.text()

@@ -2,12 +2,18 @@
 
 from __future__ import annotations
 
+import threading
+import tracemalloc
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from daemon.tools.contract import CallContext
+from daemon.tools.files import edit as edit_module
 from daemon.tools.files.edit import EditTool
+from daemon.tools.files.edits import Applied, EditSpec, apply_edit
+from daemon.tools.read import MAX_FILE_BYTES
 from sandbox.backend import WriteFileRequest
 from tests.unit.fake_sandbox import (
     FakeSandbox,
@@ -259,3 +265,43 @@ async def test_summary_of_a_failed_edit_says_why_in_a_few_words(
     assert await edit_summary(ctx, workspace / "missing.py", "a", "b") == (
         "Edit failed: no such file or directory"
     )
+
+
+async def test_replace_all_over_the_size_limit_is_refused_before_the_result_is_built(
+    ctx: CallContext, workspace: Path
+) -> None:
+    target = workspace / "many.txt"
+    await read_written(ctx, target, "x" * 40_000)
+    tracemalloc.start()
+    try:
+        is_error, text = await edit(ctx, target, "x", "y" * 1_000, replace_all=True)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert is_error
+    assert text == (
+        f"Replacing all 40000 occurrences would make the file 40000000 bytes, more than the "
+        f"{MAX_FILE_BYTES} bytes the file tools handle; nothing was changed. Replace fewer "
+        "occurrences per call, or make a change this large with Bash."
+    )
+    assert peak < 4 << 20, f"{peak} bytes held: the 40 MB result was built"
+    assert fake(ctx).calls == []
+    assert target.read_text() == "x" * 40_000
+
+
+async def test_the_replacement_is_worked_out_off_the_event_loop(
+    ctx: CallContext, workspace: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    threads: list[threading.Thread] = []
+
+    def spy(text: str, spec: EditSpec, *more: Any, **named: Any) -> Applied:
+        threads.append(threading.current_thread())
+        return apply_edit(text, spec, *more, **named)
+
+    monkeypatch.setattr(edit_module, "apply_edit", spy)
+    target = workspace / "names.py"
+    await read_written(ctx, target, "old = 1\nprint(old)\n")
+    is_error, text = await edit(ctx, target, "old", "new", replace_all=True)
+    assert not is_error, text
+    assert target.read_text() == "new = 1\nprint(new)\n"
+    assert threads and threading.current_thread() not in threads

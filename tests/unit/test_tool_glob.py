@@ -2,16 +2,28 @@
 
 from __future__ import annotations
 
+import asyncio
+import itertools
 import os
+import stat
 import subprocess
-from collections.abc import Iterator
+import threading
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from daemon.errors import ConfinementError, ToolError, ToolInputError
 from daemon.models import TextContent
-from daemon.tools.glob.engine import MAX_RESULTS, PROGRESS_EVERY, expand_braces
+from daemon.tools.contract import ToolOutput
+from daemon.tools.glob import engine
+from daemon.tools.glob.braces import MAX_PATTERNS, expand_braces
+from daemon.tools.glob.engine import MAX_PATTERN_CHARS, MAX_RESULTS, MAX_SCANNED, PROGRESS_EVERY
 from daemon.tools.glob.tool import GlobTool
 from tests.unit.conftest import CallTool
 from tests.unit.fake_sandbox import listen, make_context, run_summarized, run_tool
@@ -207,3 +219,281 @@ async def test_a_tree_thousands_of_levels_deep_is_walked(
     call_tool: CallTool, deep_tree: Path
 ) -> None:
     assert await glob(call_tool, "**/deep.py") == [f"{deep_tree}/deep.py"]
+
+
+# Bounds: one entry budget per call, incremental listing, a deadline, cancellation, braces.
+
+
+@dataclass
+class _FakeEntry:
+    """A made-up regular file, as os.scandir describes one."""
+
+    name: str
+    mtime_ns: int
+
+    def is_dir(self, *, follow_symlinks: bool = True) -> bool:
+        return False
+
+    def is_file(self, *, follow_symlinks: bool = True) -> bool:
+        return True
+
+    def is_symlink(self) -> bool:
+        return False
+
+    def stat(self, *, follow_symlinks: bool = True) -> SimpleNamespace:
+        return SimpleNamespace(st_mtime_ns=self.mtime_ns, st_mode=stat.S_IFREG | 0o644)
+
+
+class FakeDirectory:
+    """Stands in for the listing of one real (empty) directory: `count` made-up files named
+    f0000000<suffix>, f0000001<suffix>..., handed out one at a time as os.scandir does, so a test
+    sees how far a walk pulled. `before(n)` runs just before the n-th (0-based) is handed out."""
+
+    def __init__(
+        self,
+        directory: Path,
+        count: int,
+        suffix: str = ".dat",
+        before: Callable[[int], None] | None = None,
+    ) -> None:
+        self.inode = directory.stat().st_ino
+        self.count = count
+        self.suffix = suffix
+        self.before = before
+        self.pulled = 0
+        self.closed = threading.Event()
+        """Set when a walk closes the listing (it is done with this directory)."""
+
+    def install(self, monkeypatch: pytest.MonkeyPatch) -> FakeDirectory:
+        real = os.scandir
+
+        def scandir(path: Any = None) -> Any:
+            if isinstance(path, int) and os.fstat(path).st_ino == self.inode:
+                return _FakeListing(self)
+            return real(path) if path is not None else real()
+
+        monkeypatch.setattr(os, "scandir", scandir)
+        return self
+
+
+class _FakeListing:
+    def __init__(self, directory: FakeDirectory) -> None:
+        self._directory = directory
+        self._next = 0
+
+    def __enter__(self) -> _FakeListing:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._directory.closed.set()
+
+    def close(self) -> None:
+        self._directory.closed.set()
+
+    def __iter__(self) -> _FakeListing:
+        return self
+
+    def __next__(self) -> _FakeEntry:
+        directory = self._directory
+        index = self._next
+        if index >= directory.count:
+            raise StopIteration
+        if directory.before is not None:
+            directory.before(index)
+        self._next += 1
+        directory.pulled += 1
+        return _FakeEntry(f"f{index:07}{directory.suffix}", 1_000_000_000 * (index + 1))
+
+
+def text_of(output: ToolOutput) -> str:
+    return "".join(b.text for b in output.content if isinstance(b, TextContent))
+
+
+async def test_alternatives_share_one_entry_budget(
+    workspace: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Two directories of 120,000 entries each: either fits the budget, both together do not.
+    for name in ("a", "b"):
+        (workspace / name).mkdir()
+        FakeDirectory(workspace / name, 120_000).install(monkeypatch)
+    ctx = make_context(workspace)
+    updates = listen(ctx)
+    output, summary = await run_summarized(TOOL, {"pattern": "{a,b}/*.txt"}, ctx)
+    assert text_of(output) == (
+        f"No files found (the search stopped after {MAX_SCANNED} directory entries; give a "
+        "narrower path)"
+    )
+    assert summary == f"Glob '{{a,b}}/*.txt': no files (stopped after {MAX_SCANNED} entries)"
+    assert updates[-1].files_scanned <= MAX_SCANNED
+
+
+async def test_a_huge_directory_is_listed_only_as_far_as_the_budget(
+    workspace: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    (workspace / "huge").mkdir()
+    huge = FakeDirectory(workspace / "huge", 2 * MAX_SCANNED).install(monkeypatch)
+    output = await run_tool(TOOL, {"pattern": "huge/*.txt"}, make_context(workspace))
+    assert f"the search stopped after {MAX_SCANNED} directory entries" in text_of(output)
+    assert huge.pulled <= MAX_SCANNED, "entries past the budget were listed"
+    assert huge.closed.is_set()
+
+
+async def test_the_deadline_ends_the_walk_with_a_partial_result_saying_so(
+    workspace: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    now = [0.0]
+
+    def five_then_late(index: int) -> None:
+        if index == 5:  # the clock passes the deadline before the sixth entry is handed out
+            now[0] += 60.0
+
+    (workspace / "big").mkdir()
+    big = FakeDirectory(workspace / "big", 10_000, ".txt", five_then_late).install(monkeypatch)
+    tool = GlobTool(deadline_s=30.0, clock=lambda: now[0])
+    output, summary = await run_summarized(tool, {"pattern": "big/*.txt"}, make_context(workspace))
+    lines = text_of(output).split("\n")
+    assert lines[:5] == [f"{workspace}/big/f{index:07}.txt" for index in (4, 3, 2, 1, 0)]
+    assert lines[5:] == [
+        "(The search stopped at its time limit of 30 s, so some matches may be missing. Give a "
+        "narrower path or pattern.)"
+    ]
+    assert summary == "Glob 'big/*.txt': 5 files (stopped at the 30 s time limit)"
+    assert big.pulled == 6
+
+
+async def test_a_walk_stuck_in_the_file_system_still_answers_at_the_deadline(
+    workspace: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    release = threading.Event()
+
+    def three_then_stuck(index: int) -> None:
+        if index == 3:
+            release.wait(60)  # as a listing blocked in the kernel (a hung network mount)
+
+    (workspace / "nfs").mkdir()
+    stuck = FakeDirectory(workspace / "nfs", 1_000, ".txt", three_then_stuck)
+    stuck.install(monkeypatch)
+    # The walker's own clock never passes the deadline: only the caller's side can end the call.
+    tool = GlobTool(deadline_s=0.1, clock=lambda: 0.0)
+    try:
+        output = await run_tool(tool, {"pattern": "nfs/*.txt"}, make_context(workspace))
+        assert not release.is_set(), "the call answered while the walk was still stuck"
+    finally:
+        release.set()
+    lines = text_of(output).split("\n")
+    assert lines[:3] == [f"{workspace}/nfs/f{index:07}.txt" for index in (2, 1, 0)]
+    assert lines[3].startswith("(The search stopped at its time limit of 0.1 s")
+    await asyncio.to_thread(stuck.closed.wait, 60)
+    assert stuck.closed.is_set() and stuck.pulled == 4, "the walk went on after its deadline"
+
+
+async def test_cancelling_a_glob_stops_its_walk(
+    workspace: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    reached = threading.Event()
+    release = threading.Event()
+
+    def block_at_fifty(index: int) -> None:
+        if index == 50:
+            reached.set()
+            release.wait(60)
+
+    (workspace / "slow").mkdir()
+    slow = FakeDirectory(workspace / "slow", 10_000, ".txt", block_at_fifty).install(monkeypatch)
+    task = asyncio.create_task(run_tool(TOOL, {"pattern": "slow/*.txt"}, make_context(workspace)))
+    try:
+        assert await asyncio.to_thread(reached.wait, 60)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+    finally:
+        release.set()
+    # The walking thread gets the entry it was blocked on, then sees the cancellation.
+    assert await asyncio.to_thread(slow.closed.wait, 60)
+    assert slow.pulled == 51, "the walk went on listing after the call was cancelled"
+
+
+def test_deeply_nested_braces_are_refused_without_recursion() -> None:
+    nested = "{" * 5_000 + ",}" * 5_000  # {{{...{,},}...,},}: 5,001 alternatives
+    with pytest.raises(ToolInputError, match=f"more than {MAX_PATTERNS} alternatives"):
+        expand_braces(nested)
+    with pytest.raises(ToolInputError, match=f"more than {MAX_PATTERNS} alternatives"):
+        expand_braces("{,}" * 5_000)
+    literal = "{" * 5_000 + "}" * 5_000  # no comma anywhere: all literal
+    assert expand_braces(literal) == [literal]
+
+
+async def test_nested_empty_braces_in_a_call_are_an_input_error(call_tool: CallTool) -> None:
+    pattern = "{" * 1_365 + ",}" * 1_365  # as deep as the 4,096 characters a pattern may have
+    with pytest.raises(ToolInputError, match=f"more than {MAX_PATTERNS} alternatives"):
+        await glob(call_tool, pattern)
+
+
+def _reference_expand(pattern: str) -> list[str]:
+    """The recursive expansion Glob used before (same rules), as an oracle for small patterns."""
+    out: list[str] = []
+
+    def expand(text: str, search_from: int) -> None:
+        if len(out) > MAX_PATTERNS:
+            return
+        open_at = text.find("{", search_from)
+        while open_at != -1:
+            depth, commas, close_at = 0, [], -1
+            for index in range(open_at, len(text)):
+                if text[index] == "{":
+                    depth += 1
+                elif text[index] == "}":
+                    depth -= 1
+                    if depth == 0:
+                        close_at = index
+                        break
+                elif text[index] == "," and depth == 1:
+                    commas.append(index)
+            if close_at == -1 or not commas:
+                open_at = text.find("{", open_at + 1)
+                continue
+            bounds = [open_at, *commas, close_at]
+            for start, end in itertools.pairwise(bounds):
+                expand(text[:open_at] + text[start + 1 : end] + text[close_at + 1 :], open_at)
+            return
+        out.append(text)
+
+    expand(pattern, 0)
+    return out
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.text(alphabet="{},ab", max_size=24))
+def test_brace_expansion_keeps_its_rules_and_order(pattern: str) -> None:
+    expected = _reference_expand(pattern)
+    if len(expected) > MAX_PATTERNS:
+        with pytest.raises(ToolInputError):
+            expand_braces(pattern)
+    else:
+        assert expand_braces(pattern) == expected
+
+
+async def test_alternatives_too_long_in_all_are_refused(call_tool: CallTool) -> None:
+    pattern = "{a,b}" * 6 + "*x" * 2_000  # 64 alternatives of 4,006 characters each
+    with pytest.raises(ToolInputError) as caught:
+        await glob(call_tool, pattern)
+    assert str(caught.value).endswith(
+        f"expands to 64 alternatives of {64 * 4_006} characters in all, more than "
+        f"{MAX_PATTERN_CHARS}; split it into several Glob calls."
+    )
+
+
+async def test_patterns_are_compiled_by_the_walking_thread(
+    tree: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    threads: list[threading.Thread] = []
+    real = engine._compile
+
+    def spy(patterns: Any) -> Any:
+        threads.append(threading.current_thread())
+        return real(patterns)
+
+    monkeypatch.setattr(engine, "_compile", spy)
+    output = await run_tool(TOOL, {"pattern": "src/*.{py,txt}"}, make_context(tree))
+    assert text_of(output) == f"{tree}/src/d.txt\n{tree}/src/b.py"
+    assert threads and threading.current_thread() not in threads

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import tracemalloc
 from pathlib import Path
 from typing import Any
 
@@ -9,6 +10,7 @@ import pytest
 
 from daemon.tools.contract import CallContext
 from daemon.tools.files.multiedit import MultiEditTool
+from daemon.tools.read import MAX_FILE_BYTES
 from tests.unit.fake_sandbox import (
     FakeSandbox,
     make_context,
@@ -232,3 +234,32 @@ async def test_summary_of_a_failed_multiedit_names_the_edit(
     assert await multiedit_summary(ctx, target, edits) == (
         "MultiEdit failed: edit 2 of 2: old_string not found"
     )
+
+
+async def test_an_edit_whose_result_would_exceed_the_size_limit_is_refused_by_number(
+    ctx: CallContext, workspace: Path
+) -> None:
+    target = workspace / "many.txt"
+    target.write_text("head\n" + "x" * 40_000)
+    await read_file(ctx, target)
+    tracemalloc.start()
+    try:
+        is_error, text = await multiedit(
+            ctx,
+            target,
+            [
+                {"old_string": "head", "new_string": "HEAD"},
+                {"old_string": "x", "new_string": "y" * 1_000, "replace_all": True},
+            ],
+        )
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert is_error
+    assert text.startswith(
+        "Edit 2 of 2 failed: Replacing all 40000 occurrences would make the file 40000005 "
+        f"bytes, more than the {MAX_FILE_BYTES} bytes the file tools handle"
+    )
+    assert "None of the edits were applied" in text
+    assert peak < 4 << 20, f"{peak} bytes held: the 40 MB result was built"
+    assert fake(ctx).calls == []

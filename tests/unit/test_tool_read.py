@@ -7,6 +7,8 @@ import hashlib
 import json
 import os
 import subprocess
+import tracemalloc
+from collections.abc import Awaitable
 from pathlib import Path
 
 import pytest
@@ -16,7 +18,13 @@ from daemon.errors import ConfinementError, ToolError, ToolInputError
 from daemon.models import ImageContent, TextContent
 from daemon.sessions.session import Session
 from daemon.tools.contract import ToolOutput
-from daemon.tools.read import MAX_WHOLE_FILE_BYTES, ReadInput, ReadTool
+from daemon.tools.read import (
+    MAX_FILE_BYTES,
+    MAX_LINE_CHARS,
+    MAX_WHOLE_FILE_BYTES,
+    ReadInput,
+    ReadTool,
+)
 from tests.unit.conftest import CallTool
 from tests.unit.fake_sandbox import make_context, run_summarized
 
@@ -309,3 +317,48 @@ async def test_summary_of_warnings_images_and_failures(workspace: Path) -> None:
     )
     outside = {"file_path": "/etc/hostname"}
     assert await summary(workspace, outside) == "Read failed: path outside the workspace"
+
+
+async def _peak_bytes(call: Awaitable[str]) -> tuple[str, int]:
+    """What `call` returns, and the most memory it held at once (every thread counted)."""
+    tracemalloc.start()
+    try:
+        text = await call
+        return text, tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+
+
+async def test_a_huge_line_is_cut_before_it_is_decoded(
+    call_tool: CallTool, workspace: Path
+) -> None:
+    path = workspace / "one-line.txt"
+    size = MAX_FILE_BYTES - 1  # the largest file Read opens: one line and its newline
+    path.write_bytes(b"z" * (size - 1) + b"\n")
+    text, peak = await _peak_bytes(read(call_tool, path, offset=1, limit=1))
+    assert text == (
+        "     1\t" + "z" * MAX_LINE_CHARS + "\n\n(Line 1 is longer than 2000 characters and is "
+        "shown cut to its first 2000.)"
+    )
+    # The file's bytes are held (their hash is recorded); a copy or a decoded line never is.
+    assert peak < size + (4 << 20), f"{peak} bytes held reading a {size}-byte line"
+
+
+async def test_a_window_deep_into_millions_of_lines_does_not_split_the_file(
+    call_tool: CallTool, workspace: Path
+) -> None:
+    path = workspace / "many-lines.txt"
+    path.write_bytes(b"a\n" * 4_000_000)
+    text, peak = await _peak_bytes(read(call_tool, path, offset=3_999_999, limit=5))
+    assert text == "3999999\ta\n4000000\ta"
+    assert peak < 8_000_000 + (4 << 20), f"{peak} bytes held for a 2-line window"
+
+
+async def test_a_cut_line_keeps_whole_characters(call_tool: CallTool, workspace: Path) -> None:
+    # Two- and three-byte characters, more bytes than are decoded: the part shown is exact.
+    path = workspace / "wide.txt"
+    path.write_text("é" * 1_999 + "€" * 3_000 + "\r\nnext\n", encoding="utf-8")
+    assert (await read(call_tool, path)).split("\n")[:2] == [
+        "     1\t" + "é" * 1_999 + "€",
+        "     2\tnext",
+    ]

@@ -103,7 +103,13 @@ def _read_confined(root: PinnedDirectory, path: Path) -> bytes | None:
     except OSError as exc:
         raise ToolError(f"{path} cannot be read to check it: {exc.strerror or exc}.") from exc
     with os.fdopen(fd, "rb") as handle:
-        data = handle.read(MAX_FILE_BYTES + 1)
+        # Sized by fstat: a buffer of the limit would be allocated for every small file.
+        chunks = [handle.read(min(os.fstat(fd).st_size, MAX_FILE_BYTES) + 1)]
+        total = len(chunks[0])
+        while total <= MAX_FILE_BYTES and (chunk := handle.read(1 << 20)):  # it grew meanwhile
+            chunks.append(chunk)
+            total += len(chunk)
+    data = chunks[0] if len(chunks) == 1 else b"".join(chunks)
     if len(data) > MAX_FILE_BYTES:
         raise ToolError(
             f"{path} is larger than {MAX_FILE_BYTES} bytes, too large to change with this tool. "

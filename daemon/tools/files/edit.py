@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from dataclasses import replace
 from pathlib import Path
 from typing import ClassVar
@@ -23,6 +24,7 @@ from daemon.tools.files.change import (
     write_file,
 )
 from daemon.tools.files.edits import (
+    Applied,
     EditError,
     EditSpec,
     apply_edit,
@@ -105,16 +107,17 @@ class EditTool(Tool[EditInput, FileChange]):
         if current is None:
             if args.old_string:
                 raise file_missing(path)
-            change = await write_file(ctx, path, args.new_string, None)
+            created = apply_edit("", spec)  # only its size is checked: the text is new_string
+            change = await write_file(ctx, path, created.text, None)
             return replace(change, replacements=1)
-        text = decode_text(current, path)
+        # Decoding, replacing and the snippet take time in proportion to the file (up to its
+        # limit): worker threads do them, so other calls' turns on the event loop do not wait.
         # The order of the checks is the contract: an empty old_string on a file with content is
         # refused before read-state is looked at, "not found" only after it.
-        check_empty_old_string(text, spec)
+        text = await asyncio.to_thread(_editable, current, path, spec)
         expected = ctx.session.require_fresh(path, current, self.name)
-        applied = apply_edit(text, spec)
+        applied, snippet = await asyncio.to_thread(_edited, text, spec, len(current))
         change = await write_file(ctx, path, applied.text, expected)
-        snippet = numbered_snippet(applied.text, applied.start, applied.length)
         return replace(change, snippet=snippet, replacements=applied.replacements)
 
     def render(self, result: FileChange) -> ToolOutput:
@@ -146,3 +149,17 @@ class EditTool(Tool[EditInput, FileChange]):
 
 def _spec(args: EditInput) -> EditSpec:
     return EditSpec(args.old_string, args.new_string, args.replace_all)
+
+
+def _editable(current: bytes, path: Path, spec: EditSpec) -> str:
+    """The file's text; refused when it is not UTF-8 text, or has content an empty old_string
+    would replace."""
+    text = decode_text(current, path)
+    check_empty_old_string(text, spec)
+    return text
+
+
+def _edited(text: str, spec: EditSpec, size: int) -> tuple[Applied, str]:
+    """The edit applied (refused before it is built when too large), and its snippet."""
+    applied = apply_edit(text, spec, size)
+    return applied, numbered_snippet(applied.text, applied.start, applied.length)

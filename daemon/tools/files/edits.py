@@ -2,6 +2,11 @@
 
 No I/O happens here. The tools read the file on the host, decide the new text with these functions
 and hand it to the sandbox to write, so every rule below can be unit-tested on plain strings.
+
+Every edit is bounded before it is made: the size its result would have is worked out from the
+number of occurrences and the strings' lengths, and an edit over MAX_EDITED_BYTES is refused
+without building anything (a replace_all of a long new_string over a file of many occurrences
+would otherwise build gigabytes). The snippet shown afterwards looks only at its own lines.
 """
 
 from __future__ import annotations
@@ -11,7 +16,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from daemon.errors import ToolError
-from daemon.tools.read import MAX_LINE_CHARS
+from daemon.tools.read import MAX_FILE_BYTES, MAX_LINE_CHARS
 from daemon.tools.read import format_line as format_read_line
 
 CRLF = "\r\n"
@@ -20,9 +25,14 @@ CRLF = "\r\n"
 SNIPPET_CONTEXT_LINES = 4
 #: A snippet never shows more lines than this (a huge new_string is summarised).
 SNIPPET_MAX_LINES = 40
+#: The largest text an edit may produce, in UTF-8 bytes: the largest file the tools accept.
+MAX_EDITED_BYTES = MAX_FILE_BYTES
 
 # Read's prefix: a right-aligned line number padded to 6 columns, then a TAB.
 _READ_PREFIX = re.compile(r"^ *\d+\t")
+_SHOWN = MAX_LINE_CHARS + 2
+"""Characters of a line a snippet looks at: two past the cut, enough to tell a line that is cut
+from one that only ends in the CR of a CRLF."""
 
 
 class EditError(ToolError):
@@ -53,6 +63,13 @@ class Applied:
     """Offset in `text` where the first replacement begins (for the snippet)."""
     length: int
     """Length of the first replacement's new text."""
+    size: int
+    """UTF-8 bytes of `text`."""
+
+
+def utf8_size(text: str) -> int:
+    """Bytes of `text` in UTF-8 (without encoding it when it is ASCII: a flag check)."""
+    return len(text) if text.isascii() else len(text.encode("utf-8", "surrogatepass"))
 
 
 def decode_text(data: bytes, path: object) -> str:
@@ -90,8 +107,11 @@ def check_empty_old_string(text: str, edit: EditSpec) -> None:
         )
 
 
-def apply_edit(text: str, edit: EditSpec) -> Applied:
-    """Apply one edit to `text` or raise EditError saying why it cannot be applied.
+def apply_edit(
+    text: str, edit: EditSpec, size: int | None = None, max_bytes: int = MAX_EDITED_BYTES
+) -> Applied:
+    """Apply one edit to `text` (`size` UTF-8 bytes; worked out when not given) or raise
+    EditError saying why it cannot be applied, or that its result would exceed `max_bytes`.
 
     When the file uses CRLF line endings and the strings use LF (models nearly always send LF),
     the strings are matched and inserted in the file's own convention, so the file keeps its line
@@ -100,7 +120,10 @@ def apply_edit(text: str, edit: EditSpec) -> Applied:
     check_changes_something(edit)
     check_empty_old_string(text, edit)
     if edit.old_string == "":
-        return Applied(text=edit.new_string, replacements=1, start=0, length=len(edit.new_string))
+        new_size = utf8_size(edit.new_string)
+        _check_size(new_size, max_bytes, 1)
+        return Applied(edit.new_string, 1, 0, len(edit.new_string), new_size)
+    size = utf8_size(text) if size is None else size
     for old, new in _line_ending_forms(text, edit.old_string, edit.new_string):
         count = text.count(old)
         if count == 0:
@@ -111,32 +134,55 @@ def apply_edit(text: str, edit: EditSpec) -> Applied:
                 "more surrounding lines to old_string so that it matches exactly one place, or "
                 f"set replace_all to true to replace all {count} occurrences."
             )
-        start = text.index(old)
-        limit = -1 if edit.replace_all else 1
+        # Checked before the new text exists: it is only built once it is known to fit.
+        new_size = size + count * (utf8_size(new) - utf8_size(old))
+        _check_size(new_size, max_bytes, count)
         return Applied(
-            text=text.replace(old, new, limit),
-            replacements=count if edit.replace_all else 1,
-            start=start,
+            text=text.replace(old, new, -1 if edit.replace_all else 1),
+            replacements=count,
+            start=text.index(old),
             length=len(new),
+            size=new_size,
         )
     raise EditError(_not_found_message(edit.old_string))
 
 
-def apply_edits(text: str, edits: Sequence[EditSpec]) -> tuple[str, list[Applied]]:
+def apply_edits(
+    text: str,
+    edits: Sequence[EditSpec],
+    size: int | None = None,
+    max_bytes: int = MAX_EDITED_BYTES,
+) -> tuple[str, list[Applied]]:
     """Apply edits in order, each to the previous one's result; all or nothing.
 
     The error of the first failing edit names its 1-based index; since the caller only writes
-    the final text, a failure leaves the file untouched.
+    the final text, a failure leaves the file untouched. Each step's result is bounded by
+    `max_bytes` before it is built.
     """
     steps: list[Applied] = []
     for index, edit in enumerate(edits, start=1):
         try:
-            step = apply_edit(text, edit)
+            step = apply_edit(text, edit, size, max_bytes)
         except EditError as exc:
             raise numbered_failure(index, len(edits), exc) from exc
         steps.append(step)
-        text = step.text
+        text, size = step.text, step.size
     return text, steps
+
+
+def _check_size(new_size: int, max_bytes: int, count: int) -> None:
+    if new_size <= max_bytes:
+        return
+    what = f"Replacing all {count} occurrences" if count > 1 else "This edit"
+    raise EditError(
+        f"{what} would make the file {new_size} bytes, more than the {max_bytes} bytes the file "
+        "tools handle; nothing was changed. "
+        + (
+            "Replace fewer occurrences per call, or make a change this large with Bash."
+            if count > 1
+            else "Make a change this large with Bash."
+        )
+    )
 
 
 def numbered_failure(index: int, total: int, exc: EditError) -> EditError:
@@ -148,20 +194,29 @@ def numbered_failure(index: int, total: int, exc: EditError) -> EditError:
 
 
 def numbered_snippet(text: str, start: int, length: int) -> str:
-    """Lines around text[start:start+length], numbered like Read output (`cat -n`)."""
+    """Lines around text[start:start+length], numbered like Read output (`cat -n`).
+
+    Only the lines shown are cut out of the text (lines are counted, not split), and of a very
+    long line only what is shown: the cost does not grow with the file or the replacement.
+    """
     if not text:
         return ""
-    lines = text.split("\n")
-    if text.endswith("\n"):
-        lines.pop()  # the empty string after the last newline is not a line
+    total = text.count("\n") + (0 if text.endswith("\n") else 1)
     first = text.count("\n", 0, start)
     # The region's own final newline does not start another line of it.
-    last = text.count("\n", 0, max(start, start + length - 1))
+    last = first + text.count("\n", start, max(start, start + length - 1))
     low = max(0, first - SNIPPET_CONTEXT_LINES)
-    high = min(len(lines), last + SNIPPET_CONTEXT_LINES + 1)
+    high = min(total, last + SNIPPET_CONTEXT_LINES + 1)
     hidden = max(0, high - low - SNIPPET_MAX_LINES)
-    shown = range(low, high - hidden)
-    rendered = [format_line(number + 1, lines[number]) for number in shown]
+    position = text.rfind("\n", 0, start) + 1  # where line `first` begins
+    for _ in range(first - low):
+        position = text.rfind("\n", 0, position - 1) + 1
+    rendered: list[str] = []
+    for number in range(low, high - hidden):
+        end = text.find("\n", position)
+        end = len(text) if end == -1 else end
+        rendered.append(format_line(number + 1, text[position : min(end, position + _SHOWN)]))
+        position = end + 1
     if hidden:
         rendered.append(f"... ({hidden} more lines not shown)")
     return "\n".join(rendered)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from dataclasses import replace
 from typing import ClassVar
 
@@ -103,9 +104,11 @@ class MultiEditTool(Tool[MultiEditInput, FileChange]):
                 raise file_missing(path)
             text, expected = "", None
         else:
-            text = decode_text(current, path)
+            # In worker threads, like Edit: the work grows with the file.
+            text = await asyncio.to_thread(decode_text, current, path)
             expected = ctx.session.require_fresh(path, current, self.name)
-        new_text, steps = apply_edits(text, specs)
+        size = 0 if current is None else len(current)
+        new_text, steps = await asyncio.to_thread(apply_edits, text, specs, size)
         change = await write_file(ctx, path, new_text, expected)
         return replace(
             change, edits=len(steps), replacements=sum(step.replacements for step in steps)

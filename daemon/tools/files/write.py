@@ -6,6 +6,7 @@ from typing import ClassVar
 
 from pydantic import Field
 
+from daemon.errors import ToolError
 from daemon.sessions.session import Session
 from daemon.tools.contract import CallContext, CallFacts, Tool, ToolInput, ToolOutput, ToolTraits
 from daemon.tools.files.change import (
@@ -18,6 +19,7 @@ from daemon.tools.files.change import (
     succeeded,
     write_file,
 )
+from daemon.tools.files.edits import MAX_EDITED_BYTES, utf8_size
 from daemon.tools.summaries import count_lines, failed, plural
 
 
@@ -57,6 +59,13 @@ class WriteTool(Tool[WriteInput, FileChange]):
     async def call(self, args: WriteInput, ctx: CallContext) -> FileChange:
         ctx.require_sandbox()
         path = ctx.facts.path("file_path")
+        # The request size caps content already, unless an operator raised it past the limit.
+        size = utf8_size(args.content)
+        if size > MAX_EDITED_BYTES:
+            raise ToolError(
+                f"The content is {size} bytes, more than the {MAX_EDITED_BYTES} bytes the file "
+                "tools handle; nothing was written. Create a file this large with Bash."
+            )
         current = await read_current(ctx.session.pinned_root(), path, args.file_path)
         expected = None if current is None else ctx.session.require_fresh(path, current, self.name)
         return await write_file(ctx, path, args.content, expected)

@@ -6,34 +6,48 @@ lead the walk out of the workspace. Symlinked files are listed only when they re
 file inside the workspace.
 
 Pattern rules: `*`, `?` and `[...]` match within one path segment, `**` matches any number of
-directories (zero included), `{a,b}` alternatives expand first. Names starting with a dot are
-matched only by a segment that starts with a dot itself, and `**` does not enter dot-directories.
+directories (zero included), `{a,b}` alternatives expand first (`braces`). Names starting with a
+dot are matched only by a segment that starts with a dot itself, and `**` does not enter
+dot-directories.
+
+One call is one walk, whatever its alternatives: all of them are matched together while each
+directory is listed once, so the call has one entry budget. A directory is read entry by entry and
+the walk's limits (`Walk`) are checked before each one, so a directory of millions of entries is
+never held in memory, and a walk ends promptly at its budget, its deadline, or when the call is
+cancelled, keeping what it found so far.
 """
 
 from __future__ import annotations
 
 import contextlib
 import fnmatch
-import itertools
+import functools
+import heapq
 import os
 import re
 import stat
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from enum import StrEnum
 from pathlib import Path
 
 from daemon.errors import ToolError, ToolInputError
 from daemon.host.confine import is_inside, open_confined, resolve_path
 from daemon.host.pinned import PinnedDirectory
+from daemon.tools.glob.braces import expand_braces
+from daemon.tools.summaries import quoted
 
 MAX_RESULTS = 100
 """Files listed; the rest are counted."""
 MAX_SCANNED = 200_000
-"""Directory entries looked at before the walk gives up (a runaway `**` in a huge tree)."""
-MAX_PATTERNS = 64
-"""Brace expansion may not produce more alternatives than this."""
+"""Directory entries one call may look at, over all its alternatives (a runaway `**` in a huge
+tree, a directory of millions of files)."""
 PROGRESS_EVERY = 500
 """Directory entries between two progress reports of the walk."""
+MAX_PATTERN_CHARS = 16_384
+"""The alternatives of one pattern together may not be longer (each is compiled to a regular
+expression and matched against every entry)."""
 
 _MAGIC = re.compile(r"[*?\[{]")
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
@@ -46,43 +60,6 @@ def open_child_dir(parent_fd: int, name: str) -> int | None:
     except OSError:
         # Vanished, unreadable, or replaced by a symlink since it was listed: skip it.
         return None
-
-
-def expand_braces(pattern: str) -> list[str]:
-    """Expand `{a,b}` alternatives (nested allowed); braces without a comma stay literal."""
-    results: list[str] = []
-    _expand(pattern, 0, results)
-    return results
-
-
-def _expand(pattern: str, search_from: int, out: list[str]) -> None:
-    if len(out) > MAX_PATTERNS:
-        return
-    open_at = pattern.find("{", search_from)
-    while open_at != -1:
-        depth = 0
-        commas: list[int] = []
-        close_at = -1
-        for index in range(open_at, len(pattern)):
-            char = pattern[index]
-            if char == "{":
-                depth += 1
-            elif char == "}":
-                depth -= 1
-                if depth == 0:
-                    close_at = index
-                    break
-            elif char == "," and depth == 1:
-                commas.append(index)
-        if close_at == -1 or not commas:
-            open_at = pattern.find("{", open_at + 1)
-            continue
-        bounds = [open_at, *commas, close_at]
-        head, tail = pattern[:open_at], pattern[close_at + 1 :]
-        for start, end in itertools.pairwise(bounds):
-            _expand(head + pattern[start + 1 : end] + tail, open_at, out)
-        return
-    out.append(pattern)
 
 
 @dataclass(frozen=True)
@@ -103,21 +80,29 @@ class _Segment:
         return self.regex.fullmatch(name) is not None
 
 
-def _segments(pattern: str) -> tuple[_Segment, ...]:
+_Pattern = tuple[_Segment, ...]
+
+
+def _split(pattern: str) -> tuple[str, ...]:
+    """The segments of one alternative (`.` and empty ones dropped, `**` runs merged); checked
+    here, compiled later by the walking thread (`_compile`)."""
     parts = [p for p in pattern.split("/") if p not in ("", ".")]
     if ".." in parts:
         raise ToolInputError(
             f"pattern {pattern!r} contains '..'; patterns match below the search directory only. "
             "Give the directory to search as path instead."
         )
-    segments: list[_Segment] = []
-    for part in parts:
-        if part == "**":
-            if not segments or not segments[-1].is_globstar:
-                segments.append(_Segment(part, None))
-        else:
-            segments.append(_Segment(part, re.compile(fnmatch.translate(part))))
-    return tuple(segments)
+    return tuple(p for i, p in enumerate(parts) if p != "**" or i == 0 or parts[i - 1] != "**")
+
+
+@functools.lru_cache(maxsize=1024)
+def _compile_segment(text: str) -> _Segment:
+    return _Segment(text, None if text == "**" else re.compile(fnmatch.translate(text)))
+
+
+def _compile(patterns: tuple[tuple[str, ...], ...]) -> tuple[_Pattern, ...]:
+    """Compiling a long pattern with many wildcards takes a while: done off the event loop."""
+    return tuple(tuple(map(_compile_segment, segments)) for segments in patterns)
 
 
 @dataclass(frozen=True)
@@ -127,12 +112,14 @@ class GlobPlan:
     base: Path
     """Resolved directory to search (may still be outside the workspace: checked in call)."""
     raw_base: str
-    patterns: tuple[tuple[_Segment, ...], ...]
+    patterns: tuple[tuple[str, ...], ...]
+    """Every alternative of the pattern, as its segments (at most MAX_PATTERNS)."""
 
 
 def plan_glob(pattern: str, path: str | None, workspace: Path) -> GlobPlan:
     """Split a pattern and its search directory (None: the workspace) into a base directory and
-    compiled patterns; raises ToolInputError."""
+    the segments of its alternatives; raises ToolInputError. Cheap (no regular expression is
+    compiled here): it runs on the event loop when the call is prepared."""
     given = pattern
     if "\x00" in pattern:
         raise ToolInputError("pattern contains a NUL byte; remove it.")
@@ -147,60 +134,136 @@ def plan_glob(pattern: str, path: str | None, workspace: Path) -> GlobPlan:
         pattern = "/".join(parts[literal:])
     base = resolve_path(raw_base, "path")
     expanded = expand_braces(pattern)
-    if len(expanded) > MAX_PATTERNS:
+    size = sum(map(len, expanded))
+    if size > MAX_PATTERN_CHARS:
         raise ToolInputError(
-            f"pattern {given!r} expands to more than {MAX_PATTERNS} alternatives; split it "
-            "into several Glob calls."
+            f"pattern {quoted(given, 80)} expands to {len(expanded)} alternatives of {size} "
+            f"characters in all, more than {MAX_PATTERN_CHARS}; split it into several Glob calls."
         )
-    patterns = tuple(dict.fromkeys(s for s in map(_segments, expanded) if s))
+    patterns = tuple(dict.fromkeys(s for s in map(_split, expanded) if s))
     if not patterns:
         raise ToolInputError(f"pattern {given!r} names no file; use e.g. '**/*'.")
     return GlobPlan(base=base, raw_base=raw_base, patterns=patterns)
 
 
-@dataclass
-class ScanCounter:
-    """Directory entries looked at over all walks of one call, reported every PROGRESS_EVERY."""
+class Stop(StrEnum):
+    """Why a walk ended before it had looked at everything."""
 
-    report: Callable[[int], None] | None = None
-    """Gets the running total; called from the walking thread, so it must hand over safely."""
-    total: int = 0
-    _next: int = PROGRESS_EVERY
-
-    def add(self, count: int) -> None:
-        self.total += count
-        if self.report is not None and self.total >= self._next:
-            self._next = self.total + PROGRESS_EVERY
-            self.report(self.total)
+    BUDGET = "budget"
+    """MAX_SCANNED entries were looked at."""
+    DEADLINE = "deadline"
+    """The call's time was up."""
+    CANCELLED = "cancelled"
+    """The call was cancelled (its result is not used)."""
 
 
-@dataclass
-class _Walk:
-    workspace: Path
-    segments: tuple[_Segment, ...]
-    counter: ScanCounter = field(default_factory=ScanCounter)
-    found: dict[str, int] = field(default_factory=dict)
-    """Absolute path -> mtime_ns."""
+@dataclass(frozen=True)
+class GlobResult:
+    """Matching files, newest first."""
+
+    files: tuple[str, ...]
+    """Shown files (at most MAX_RESULTS), absolute paths."""
+    total: int
+    """All matches found."""
+    stopped: Stop | None = None
+    """Why the walk ended early, if it did; there may then be more matches."""
     scanned: int = 0
-    stopped: bool = False
+    """Directory entries looked at."""
+    shown: str = ""
+    """The searched directory as people read it (relative to the workspace), for the summary."""
+    deadline_s: float = 0.0
+    """The time the walk had, for the note when it ran out."""
 
 
-def _closure(segments: tuple[_Segment, ...], states: set[int]) -> set[int]:
-    """Add the states reached by letting a `**` match zero directories."""
+@dataclass
+class Walk:
+    """One call's walk, shared by the thread that walks and the event loop that waits for it: its
+    limits, a stop signal either side may raise, and what was found so far (readable at any time,
+    so a walk stuck in the kernel still gives a partial answer)."""
+
+    deadline: float
+    """When the walk must end, on `clock`."""
+    clock: Callable[[], float]
+    budget: int = MAX_SCANNED
+    """Directory entries it may look at."""
+    report: Callable[[int], None] | None = None
+    """Gets the running count of entries every PROGRESS_EVERY; called from the walking thread,
+    so it must hand over safely."""
+    scanned: int = field(default=0, init=False)
+    """Entries looked at so far (written by the walking thread only)."""
+    _stopped: Stop | None = field(default=None, init=False)
+    _found: dict[str, int] = field(default_factory=dict, init=False)
+    """Absolute path -> mtime_ns."""
+    _lock: threading.Lock = field(default_factory=threading.Lock, init=False)
+    """Guards `_found` and `_stopped`, which both threads touch."""
+
+    @property
+    def stopped(self) -> Stop | None:
+        """Why the walk was stopped; None while it may go on."""
+        return self._stopped
+
+    def stop(self, reason: Stop) -> None:
+        """End the walk before its next entry (from any thread); the first reason given stays."""
+        with self._lock:
+            if self._stopped is None:
+                self._stopped = reason
+
+    def admit(self) -> bool:
+        """Count one more entry to look at; False when the walk must end instead."""
+        if self._stopped is not None:
+            return False
+        if self.scanned >= self.budget:
+            self.stop(Stop.BUDGET)
+            return False
+        if self.clock() >= self.deadline:
+            self.stop(Stop.DEADLINE)
+            return False
+        self.scanned += 1
+        if self.report is not None and self.scanned % PROGRESS_EVERY == 0:
+            self.report(self.scanned)
+        return True
+
+    def found(self, path: str, mtime_ns: int) -> None:
+        """Record a matching file."""
+        with self._lock:
+            self._found[path] = mtime_ns
+
+    def result(self) -> GlobResult:
+        """What was found so far, newest first (the first MAX_RESULTS)."""
+        with self._lock:
+            found = list(self._found.items())
+            stopped = self._stopped
+        newest = heapq.nsmallest(MAX_RESULTS, found, key=lambda item: (-item[1], item[0]))
+        return GlobResult(
+            files=tuple(path for path, _ in newest),
+            total=len(found),
+            stopped=stopped,
+            scanned=self.scanned,
+        )
+
+
+_State = tuple[int, int]
+"""(alternative, segment): where one alternative's match stands in a directory."""
+_Pending = tuple[Path, frozenset[_State]]
+
+
+def _closure(patterns: tuple[_Pattern, ...], states: frozenset[_State]) -> list[_State]:
+    """The states plus those reached by letting a `**` match zero directories."""
     result = set(states)
-    for index in sorted(states):
+    for alternative, index in states:
+        segments = patterns[alternative]
         while index < len(segments) and segments[index].is_globstar:
             index += 1
-            result.add(index)
-    return result
+            result.add((alternative, index))
+    return sorted(result)
 
 
-def _file_mtime(walk: _Walk, entry: os.DirEntry[str], full: Path) -> int | None:
+def _file_mtime(workspace: Path, entry: os.DirEntry[str], full: Path) -> int | None:
     """mtime of a matching regular file, or None if it is not one (or leads outside)."""
     try:
         if entry.is_symlink():
             real = Path(os.path.realpath(full))
-            if not is_inside(walk.workspace, real):
+            if not is_inside(workspace, real):
                 return None
             info = real.stat()
             return info.st_mtime_ns if stat.S_ISREG(info.st_mode) else None
@@ -211,28 +274,64 @@ def _file_mtime(walk: _Walk, entry: os.DirEntry[str], full: Path) -> int | None:
         return None
 
 
-def _visit(walk: _Walk, fd: int, directory: Path, states: set[int]) -> list[_Pending]:
-    """Match the entries of one directory; the subdirectories still to visit, in order."""
-    segments = walk.segments
-    last = len(segments) - 1
-    states = _closure(segments, states)
-    try:
-        with os.scandir(fd) as listing:
-            entries = list(listing)
-    except OSError:
-        return []
-    walk.scanned += len(entries)
-    if walk.scanned > MAX_SCANNED:
-        walk.stopped = True
-        return []
-    children: dict[str, set[int]] = {}
-    for entry in sorted(entries, key=lambda e: e.name):
-        walk.counter.add(1)  # per entry: one huge directory still reports as it goes
+@dataclass(frozen=True)
+class _Walker:
+    """What one walk goes by: the pinned workspace, the compiled alternatives, and the `Walk`
+    it counts its entries in and puts its matches into."""
+
+    walk: Walk
+    root: PinnedDirectory
+    patterns: tuple[_Pattern, ...]
+
+    def run(self, base_fd: int, base: Path) -> None:
+        """Depth first, with a list rather than recursion (a tree can be thousands of levels
+        deep), each directory opened from the pinned workspace without following a symlink and
+        closed before the next (no descriptor is held per level)."""
+        start = frozenset((alternative, 0) for alternative in range(len(self.patterns)))
+        pending: list[_Pending] = [(base, start)]
+        while pending and self.walk.stopped is None:
+            directory, states = pending.pop()
+            if directory == base:
+                children = self._visit(base_fd, directory, states)
+            else:
+                fd = _open_below(self.root, directory)
+                if fd is None:
+                    continue
+                try:
+                    children = self._visit(fd, directory, states)
+                finally:
+                    os.close(fd)
+            pending.extend(reversed(children))
+
+    def _visit(self, fd: int, directory: Path, states: frozenset[_State]) -> list[_Pending]:
+        """Match the entries of one directory, read one at a time; the subdirectories still to
+        visit, in name order (only those some alternative goes on into are kept)."""
+        expanded = _closure(self.patterns, states)
+        children: dict[str, set[_State]] = {}
+        try:
+            with os.scandir(fd) as listing:
+                for entry in listing:
+                    if not self.walk.admit():
+                        break
+                    self._match(entry, directory, expanded, children)
+        except OSError:
+            pass  # unreadable, or gone while it was read: what was matched so far stands
+        return [(directory / name, frozenset(children[name])) for name in sorted(children)]
+
+    def _match(
+        self,
+        entry: os.DirEntry[str],
+        directory: Path,
+        states: list[_State],
+        children: dict[str, set[_State]],
+    ) -> None:
         try:
             is_dir = entry.is_dir(follow_symlinks=False)
         except OSError:
-            continue
-        for index in states:
+            return
+        for alternative, index in states:
+            segments = self.patterns[alternative]
+            last = len(segments) - 1
             if index > last:
                 continue
             segment = segments[index]
@@ -241,36 +340,12 @@ def _visit(walk: _Walk, fd: int, directory: Path, states: set[int]) -> list[_Pen
             if is_dir:
                 next_state = index if segment.is_globstar else index + 1
                 if next_state <= last:
-                    children.setdefault(entry.name, set()).add(next_state)
+                    children.setdefault(entry.name, set()).add((alternative, next_state))
             elif index == last:
                 full = directory / entry.name
-                mtime = _file_mtime(walk, entry, full)
+                mtime = _file_mtime(self.root.path, entry, full)
                 if mtime is not None:
-                    walk.found[str(full)] = mtime
-    return [(directory / name, child_states) for name, child_states in children.items()]
-
-
-_Pending = tuple[Path, set[int]]
-
-
-def _walk(walk: _Walk, root: PinnedDirectory, base_fd: int, base: Path) -> None:
-    """Depth first, with a list rather than recursion (a tree can be thousands of levels deep),
-    each directory opened from the pinned workspace without following a symlink and closed
-    before the next (no descriptor is held per level)."""
-    pending: list[_Pending] = [(base, {0})]
-    while pending and not walk.stopped:
-        directory, states = pending.pop()
-        if directory == base:
-            children = _visit(walk, base_fd, directory, states)
-        else:
-            fd = _open_below(root, directory)
-            if fd is None:
-                continue
-            try:
-                children = _visit(walk, fd, directory, states)
-            finally:
-                os.close(fd)
-        pending.extend(reversed(children))
+                    self.walk.found(str(full), mtime)
 
 
 def _open_below(root: PinnedDirectory, directory: Path) -> int | None:
@@ -283,25 +358,8 @@ def _open_below(root: PinnedDirectory, directory: Path) -> int | None:
         return None
 
 
-@dataclass(frozen=True)
-class GlobResult:
-    """Matching files, newest first."""
-
-    files: tuple[str, ...]
-    """Shown files (at most MAX_RESULTS), absolute paths."""
-    total: int
-    """All matches found."""
-    scan_stopped: bool = False
-    """The walk gave up after MAX_SCANNED entries; there may be more matches."""
-    scanned: int = 0
-    """Directory entries looked at."""
-    shown: str = ""
-    """The searched directory as people read it (relative to the workspace), for the summary."""
-
-
-def glob_files(
-    root: PinnedDirectory, plan: GlobPlan, counter: ScanCounter | None = None
-) -> GlobResult:
+def glob_files(root: PinnedDirectory, plan: GlobPlan, walk: Walk) -> GlobResult:
+    """Walk the plan's base directory within `walk`'s limits (blocking: run it in a thread)."""
     with contextlib.suppress(OSError):
         if not stat.S_ISDIR(plan.base.lstat().st_mode):
             raise ToolError(
@@ -317,21 +375,8 @@ def glob_files(
         ) from exc
     except PermissionError as exc:
         raise ToolError(f"Directory {plan.raw_base} cannot be read: permission denied.") from exc
-    found: dict[str, int] = {}
-    stopped = False
-    counter = counter or ScanCounter()
     try:
-        for segments in plan.patterns:
-            walk = _Walk(workspace=root.path, segments=segments, counter=counter)
-            _walk(walk, root, fd, plan.base)
-            found.update(walk.found)
-            stopped = stopped or walk.stopped
+        _Walker(walk, root, _compile(plan.patterns)).run(fd, plan.base)
     finally:
         os.close(fd)
-    ordered = sorted(found.items(), key=lambda item: (-item[1], item[0]))
-    return GlobResult(
-        files=tuple(path for path, _ in ordered[:MAX_RESULTS]),
-        total=len(ordered),
-        scan_stopped=stopped,
-        scanned=counter.total,
-    )
+    return walk.result()

@@ -4,7 +4,10 @@
 from __future__ import annotations
 
 import asyncio
+import logging
+import time
 from collections.abc import Callable
+from concurrent.futures import Future
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
@@ -27,14 +30,24 @@ from daemon.tools.glob.engine import (
     MAX_RESULTS,
     MAX_SCANNED,
     GlobResult,
-    ScanCounter,
+    Stop,
+    Walk,
     glob_files,
     plan_glob,
 )
+from daemon.tools.glob.walkers import WALKERS, WalkerPool
 from daemon.tools.summaries import failed, plural, quoted, shown_path
 
 if TYPE_CHECKING:
     from daemon.sessions.session import Session
+
+log = logging.getLogger(__name__)
+
+DEADLINE_S = 20.0
+"""How long one Glob may walk (the call's sandbox time limit, when shorter, wins)."""
+STUCK_GRACE_S = 1.0
+"""How long past its deadline the call waits for a walk that does not stop (stuck in the kernel
+on a hung mount) before it answers with what was found so far."""
 
 
 class GlobInput(ToolInput):
@@ -69,8 +82,8 @@ class GlobTool(Tool[GlobInput, GlobResult]):
         'match only when the pattern spells the dot (".github/**/*.yml", "**/.env*"); symbolic '
         "links to directories are not followed.\n"
         f"- Limits: at most {MAX_RESULTS} files are shown, with a note giving the total when "
-        f"there are more (narrow the pattern or path); the walk stops after {MAX_SCANNED} "
-        "directory entries.\n"
+        f"there are more (narrow the pattern or path); the search stops after {MAX_SCANNED} "
+        f"directory entries or {DEADLINE_S:g} seconds, with a note, keeping what it found.\n"
         "- To search file contents, use Grep. Several Glob calls can run in parallel."
     )
     input_model = GlobInput
@@ -83,6 +96,19 @@ class GlobTool(Tool[GlobInput, GlobResult]):
         max_result_chars=100_000,
     )
 
+    def __init__(
+        self,
+        *,
+        deadline_s: float = DEADLINE_S,
+        walkers: int = WALKERS,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        """`deadline_s`: how long one call may walk; `walkers`: walks at once (further calls
+        wait in line); `clock`: what the walk's deadline is measured on (tests move it)."""
+        self._deadline_s = deadline_s
+        self._clock = clock
+        self._pool = WalkerPool(walkers)
+
     def analyse(self, args: GlobInput, session: Session) -> CallFacts:
         base = plan_glob(args.pattern, args.path, session.workspace).base
         return self.facts(paths=[TouchedPath.of(session.workspace, base, "read", "path")])
@@ -93,10 +119,19 @@ class GlobTool(Tool[GlobInput, GlobResult]):
             plan_glob(args.pattern, args.path, ctx.workspace), base=ctx.facts.path("path")
         )
         require_inside(ctx.workspace, plan.base, plan.raw_base)
-        counter = ScanCounter(report=_progress_from_thread(ctx))
-        result = await asyncio.to_thread(glob_files, ctx.session.pinned_root(), plan, counter)
+        deadline_s = min(self._deadline_s, ctx.limits.timeout_ms / 1000)
+        walk = Walk(
+            deadline=self._clock() + deadline_s,
+            clock=self._clock,
+            report=_progress_from_thread(ctx),
+        )
+        root = ctx.session.pinned_root()
+        result = await _wait(
+            self._pool.submit(lambda: glob_files(root, plan, walk)), walk, deadline_s
+        )
         ctx.report(ProgressUpdate(files_scanned=result.scanned))
-        return replace(result, shown=shown_path(plan.base, ctx.workspace, directory=True))
+        shown = shown_path(plan.base, ctx.workspace, directory=True)
+        return replace(result, shown=shown, deadline_s=deadline_s)
 
     def render(self, result: GlobResult) -> ToolOutput:
         return _render(result)
@@ -109,9 +144,30 @@ class GlobTool(Tool[GlobInput, GlobResult]):
         text += plural(result.total, "file") if result.total else "no files"
         if result.total > len(result.files):
             text += f" ({len(result.files)} shown)"
-        if result.scan_stopped:
+        if result.stopped is Stop.BUDGET:
             text += f" (stopped after {MAX_SCANNED} entries)"
+        elif result.stopped is Stop.DEADLINE:
+            text += f" (stopped at the {result.deadline_s:g} s time limit)"
         return text
+
+
+async def _wait(future: Future[GlobResult], walk: Walk, deadline_s: float) -> GlobResult:
+    """The walk's result. Cancelled, the walk is told to stop and left to end on its own (at its
+    next entry); past its deadline and a grace, a walk that has not ended (stuck in the kernel)
+    is answered for with what it found so far."""
+    try:
+        async with asyncio.timeout(deadline_s + STUCK_GRACE_S):
+            return await asyncio.wrap_future(future)
+    except TimeoutError:
+        walk.stop(Stop.DEADLINE)
+        log.warning(
+            "a Glob walk did not stop at its deadline (%g s); answered with what it found so far",
+            deadline_s,
+        )
+        return walk.result()
+    except asyncio.CancelledError:
+        walk.stop(Stop.CANCELLED)
+        raise
 
 
 def _progress_from_thread(ctx: CallContext) -> Callable[[int], None] | None:
@@ -128,21 +184,31 @@ def _progress_from_thread(ctx: CallContext) -> Callable[[int], None] | None:
 
 def _render(result: GlobResult) -> ToolOutput:
     if not result.files:
-        text = "No files found"
-        if result.scan_stopped:
-            text += (
-                f" (the search stopped after {MAX_SCANNED} directory entries; give a narrower path)"
+        if result.stopped is Stop.BUDGET:
+            return ToolOutput.text(
+                f"No files found (the search stopped after {MAX_SCANNED} directory entries; "
+                "give a narrower path)"
             )
-        return ToolOutput.text(text)
+        if result.stopped is Stop.DEADLINE:
+            return ToolOutput.text(
+                f"No files found (the search stopped at its time limit of {result.deadline_s:g} "
+                "s; give a narrower path or pattern)"
+            )
+        return ToolOutput.text("No files found")
     lines = list(result.files)
     if result.total > len(result.files):
         lines.append(
             f"(Showing the {len(result.files)} most recently modified of {result.total} "
             "matching files. Narrow the pattern or the path to see the others.)"
         )
-    if result.scan_stopped:
+    if result.stopped is Stop.BUDGET:
         lines.append(
             f"(The search stopped after {MAX_SCANNED} directory entries, so some matches may "
             "be missing. Give a narrower path.)"
+        )
+    elif result.stopped is Stop.DEADLINE:
+        lines.append(
+            f"(The search stopped at its time limit of {result.deadline_s:g} s, so some matches "
+            "may be missing. Give a narrower path or pattern.)"
         )
     return ToolOutput(content=[TextContent(text="\n".join(lines))], keep="head")

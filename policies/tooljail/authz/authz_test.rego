@@ -70,10 +70,17 @@ approved_bash_input := {
 		"parsed": true,
 		"parse_error": "",
 		"simple_commands": [
-			{"argv": ["cd", "/srv/ws"], "name": "cd", "path": "cd", "wrappers": [], "context": "list"},
+			{
+				"argv": ["cd", "/srv/ws"], "name": "cd", "path": "cd", "wrappers": [], "context": "list",
+				"cwd": "/srv/ws", "words": [{"text": "/srv/ws", "dynamic": false, "path": "/srv/ws"}],
+			},
 			{
 				"argv": ["/bin/rm", "-rf", "/srv/ws/"], "name": "rm", "path": "/bin/rm",
-				"wrappers": ["env"], "assignments": ["A=1"], "context": "list",
+				"wrappers": ["env"], "assignments": ["A=1"], "context": "list", "cwd": "/srv/ws",
+				"words": [
+					{"text": "-rf", "dynamic": false, "path": ""},
+					{"text": "/srv/ws/", "dynamic": false, "path": "/srv/ws"},
+				],
 			},
 		],
 		"redirects": [{"op": "2>", "target": "/dev/null"}],
@@ -500,8 +507,8 @@ test_same_call_without_approval_asks if {
 	d := authz.decision with input as object.union(approved_bash_input, {"approval": {"granted": false}})
 	d.outcome == "ask"
 	d.reasons == [concat("", [
-		"Bash: `/bin/rm -rf /srv/ws/` deletes the workspace root recursively and without asking; ",
-		"a person must approve it before it runs. To delete less, name the exact files or subdirectories.",
+		"Bash: `/bin/rm -rf /srv/ws/` recursively deletes the workspace root /srv/ws; ",
+		"a person must approve it before it runs. To delete less, name the exact files or subdirectories inside the workspace.",
 	])]
 }
 

@@ -195,63 +195,6 @@ needs_approval contains concat(" ", [
 # --- Ask rules: destructive patterns ---------------------------------------------------------
 
 needs_approval contains concat(" ", [
-	sprintf("%s: `%s` deletes %s recursively and without asking;", [tool_name, shown(cmd), what]),
-	"a person must approve it before it runs. To delete less, name the exact files or subdirectories.",
-]) if {
-	some cmd in simple_commands
-	basename(cmd.name) == "rm"
-	opts := options(command_args(cmd))
-	has_short_flag(opts, "rR")
-	has_short_flag(opts, "f")
-	some target in operands(command_args(cmd))
-	what := dangerous_target(target)
-}
-
-needs_approval contains concat(" ", [
-	sprintf("%s: `%s` rewrites the remote branch's history (a force push);", [tool_name, shown(cmd)]),
-	"a person must approve it before it runs. Push without forcing, or pull and merge first.",
-]) if {
-	some cmd in simple_commands
-	git := git_invocation(cmd)
-	git.subcommand == "push"
-	force_push(git.args)
-}
-
-needs_approval contains concat(" ", [
-	sprintf("%s: `%s` throws away uncommitted changes for good;", [tool_name, shown(cmd)]),
-	"a person must approve it before it runs. Commit or stash the changes first, or use `git reset --soft`.",
-]) if {
-	some cmd in simple_commands
-	git := git_invocation(cmd)
-	git.subcommand == "reset"
-	"--hard" in options(git.args)
-}
-
-needs_approval contains concat(" ", [
-	sprintf("%s: `%s` deletes untracked files for good;", [tool_name, shown(cmd)]),
-	"a person must approve it before it runs. Run `git clean -n` first to see what it would delete.",
-]) if {
-	some cmd in simple_commands
-	git := git_invocation(cmd)
-	git.subcommand == "clean"
-	opts := options(git.args)
-	has_short_flag(opts, "f")
-	not has_short_flag(opts, "n")
-}
-
-needs_approval contains concat(" ", [
-	sprintf("%s: `%s` makes a whole tree writable by everyone;", [tool_name, shown(cmd)]),
-	"a person must approve it before it runs. Grant only the permissions needed, on the files that need them.",
-]) if {
-	some cmd in simple_commands
-	basename(cmd.name) == "chmod"
-	opts := options(command_args(cmd))
-	has_short_flag(opts, "R")
-	some mode in operands(command_args(cmd))
-	mode in {"777", "0777", "a+rwx", "a=rwx", "ugo+rwx", "ugo=rwx"}
-}
-
-needs_approval contains concat(" ", [
 	sprintf("%s: `%s` creates a new file system, erasing what the target held;", [tool_name, shown(cmd)]),
 	"a person must approve it before it runs.",
 ]) if {
@@ -342,60 +285,6 @@ has_long_flag(opts, long) if {
 	startswith(opt, "--")
 	count(opt) > 2
 	startswith(long, split(opt, "=")[0])
-}
-
-# What `rm -rf WORD` would wipe out, when WORD is one of the well-known disasters.
-dangerous_target(word) := what if {
-	what := dangerous_targets[target_key(word)]
-} else := "the workspace root" if {
-	absolute(workspace)
-	target_key(word) == trim_right(workspace, "/")
-}
-
-dangerous_targets := {
-	"/": "the whole file system",
-	"~": "the home directory",
-	"$HOME": "the home directory",
-	"${HOME}": "the home directory",
-	".": "the current directory",
-	"..": "the parent directory",
-	"*": "everything in the current directory",
-}
-
-# `/srv/ws/`, `/srv/ws/*` and `/srv/ws` name the same tree; `/`, `//` and `/*` the root.
-target_key(word) := key if {
-	key := trim_right(trim_suffix(word, "/*"), "/")
-	key != ""
-} else := "/" if {
-	startswith(word, "/")
-}
-
-git_invocation(cmd) := {"subcommand": args[i], "args": array.slice(args, i + 1, count(args))} if {
-	basename(cmd.name) == "git"
-	args := command_args(cmd)
-	i := min([j |
-		some j, word in args
-		not startswith(word, "-")
-		not git_option_value(args, j)
-	])
-}
-
-# Global options before the subcommand that take the next word as their value (`git -C dir`).
-git_option_value(args, i) if {
-	i > 0
-	args[i - 1] in {"-C", "-c", "--git-dir", "--work-tree", "--namespace", "--config-env"}
-}
-
-force_push(args) if has_short_flag(options(args), "f")
-
-force_push(args) if {
-	some opt in options(args)
-	startswith(opt, "--force-with-lease")
-}
-
-force_push(args) if {
-	some refspec in operands(args)
-	startswith(refspec, "+")
 }
 
 harmless_devices := {"/dev/null", "/dev/stdout", "/dev/stderr"}

@@ -10,15 +10,101 @@ import data.tooljail.authz
 
 # --- Building input.command by hand ----------------------------------------------------------
 
-# One entry of input.command.simple_commands; `name` is the basename of the executable.
-simple(argv) := {
-	"argv": argv,
-	"name": regex.replace(argv[0], `^.*/`, ""),
-	"path": argv[0],
-	"wrappers": [],
-	"assignments": [],
-	"context": "simple",
+# One entry of input.command.simple_commands; `name` is the basename of the executable. The
+# facts the parser adds (words, cwd, git) are approximated here for hand-written lines run from
+# the workspace /srv/ws; tests/unit/test_command_effects.py checks the policy against the real
+# parser's facts for many spellings.
+simple(argv) := object.union(
+	{
+		"argv": argv,
+		"name": regex.replace(argv[0], `^.*/`, ""),
+		"path": argv[0],
+		"wrappers": [],
+		"assignments": [],
+		"context": "simple",
+		"cwd": fact_cwd,
+		"words": [fact_word(w) | some w in array.slice(argv, 1, count(argv))],
+	},
+	git_part(argv),
+)
+
+fact_cwd := "/srv/ws"
+
+fact_word(text) := {"text": text, "dynamic": fact_dynamic(text), "path": fact_path(text)}
+
+fact_dynamic(text) := regex.match(`[$\x60*?\[]|^~`, text)
+
+fact_path(text) := "" if {
+	fact_dynamic(text)
+} else := "" if {
+	startswith(text, "-")
+} else := fact_normalised(text) if {
+	startswith(text, "/")
+} else := fact_normalised(concat("/", [fact_cwd, text]))
+
+# `.`, repeated and trailing slashes, and `..` (a few levels) resolved.
+fact_normalised(path) := result if {
+	one := regex.replace(path, `/[^/.][^/]*/\.\.(/|$)`, "/")
+	two := regex.replace(one, `/[^/.][^/]*/\.\.(/|$)`, "/")
+	segments := [s | some s in split(two, "/"); s != ""; s != "."]
+	result := concat("", ["/", concat("/", segments)])
 }
+
+git_part(argv) := {"git": fact_git(array.slice(argv, 1, count(argv)))} if {
+	regex.replace(argv[0], `^.*/`, "") == "git"
+} else := {}
+
+fact_git(args) := {
+	"directory": fact_cwd,
+	"config": [],
+	"redirected": false,
+	"subcommand": "",
+	"known": false,
+	"options": [w | some w in args; startswith(w, "-")],
+	"operands": [],
+	"args": [],
+	"dynamic": false,
+} if {
+	every w in args {
+		startswith(w, "-")
+	}
+} else := {
+	"directory": fact_cwd,
+	"config": [args[j + 1] | some j, w in args; j < i; w == "-c"],
+	"redirected": false,
+	"subcommand": args[i],
+	"known": args[i] in fact_git_builtins,
+	"options": [opt |
+		some w in rest
+		startswith(w, "-")
+		w != "--"
+		some opt in fact_split_option(w)
+	],
+	"operands": [w | some w in rest; not startswith(w, "-")],
+	"args": rest,
+	"dynamic": false,
+} if {
+	i := min([j |
+		some j, w in args
+		not startswith(w, "-")
+		not fact_git_value(args, j)
+	])
+	rest := array.slice(args, i + 1, count(args))
+}
+
+fact_git_builtins := {
+	"add", "branch", "checkout", "clean", "clone", "commit", "diff", "fetch", "filter-branch", "gc", "init", "log", "merge",
+	"pull", "push", "rebase", "reflog", "reset", "restore", "rev-parse", "show", "stash", "status", "switch", "tag", "update-ref",
+}
+
+fact_git_value(args, j) if {
+	j > 0
+	args[j - 1] in {"-C", "-c"}
+}
+
+fact_split_option(w) := [w] if {
+	startswith(w, "--")
+} else := [sprintf("-%s", [c]) | some c in split(substring(w, 1, -1), "")]
 
 wrapped(argv, wrappers) := object.union(simple(argv), {"wrappers": wrappers})
 
@@ -169,7 +255,7 @@ test_privilege_tool_removed_from_data_is_allowed if {
 
 # --- rm -rf on a well-known tree: ask --------------------------------------------------------
 
-rm_phrase := "recursively and without asking"
+rm_phrase := "recursively deletes"
 
 rm_lines := {
 	"rm -rf /": [simple(["rm", "-rf", "/"])],
@@ -191,16 +277,31 @@ rm_lines := {
 	"rm / -rf": [simple(["rm", "/", "-rf"])],
 	"rm -v -rf build /": [simple(["rm", "-v", "-rf", "build", "/"])],
 	"cd sub && rm -rf .": [within(["cd", "sub"], "list"), within(["rm", "-rf", "."], "list")],
+	"rm -r /": [simple(["rm", "-r", "/"])],
+	"rm -rf /srv/ws2": [simple(["rm", "-rf", "/srv/ws2"])],
+	"rm -rf ~/.cache/pip": [simple(["rm", "-rf", "~/.cache/pip"])],
+	"rm -rf \"$D\"": [simple(["rm", "-rf", "$D"])],
+	"rm -rf /srv/ws/.": [simple(["rm", "-rf", "/srv/ws/."])],
+	"rm -rf /srv/ws//": [simple(["rm", "-rf", "/srv/ws//"])],
+	"rm -rf /srv/ws/build/..": [simple(["rm", "-rf", "/srv/ws/build/.."])],
+	"rm -rf /srv": [simple(["rm", "-rf", "/srv"])],
+	"for d in a b; do rm -rf $d; done": [within(["rm", "-rf", "$d"], "for")],
+	"rm -rf $(pwd)": [simple(["rm", "-rf", "$(pwd)"]), within(["pwd"], "command_substitution")],
+	"find . -delete": [simple(["find", ".", "-delete"])],
+	"find -delete": [simple(["find", "-delete"])],
+	"find /srv/ws -name x -delete": [simple(["find", "/srv/ws", "-name", "x", "-delete"])],
+	"find . -exec rm -rf {} +": [simple(["find", ".", "-exec", "rm", "-rf", "{}", "+"]), wrapped(["rm", "-rf", "{}"], ["find -exec"])],
+	"xargs rm -rf < list": [wrapped(["rm", "-rf"], ["xargs"])],
 }
 
 not_rm_lines := {
 	"rm -rf ./src": [simple(["rm", "-rf", "./src"])],
 	"rm -rf build": [simple(["rm", "-rf", "build"])],
 	"rm -rf /srv/ws/build": [simple(["rm", "-rf", "/srv/ws/build"])],
-	"rm -rf /srv/ws2": [simple(["rm", "-rf", "/srv/ws2"])],
-	"rm -rf ~/.cache/pip": [simple(["rm", "-rf", "~/.cache/pip"])],
-	"rm -r /": [simple(["rm", "-r", "/"])],
 	"rm -f /": [simple(["rm", "-f", "/"])],
+	"find build -delete": [simple(["find", "build", "-delete"])],
+	"find src -name '*.pyc' -exec rm {} +": [simple(["find", "src", "-name", "*.pyc", "-exec", "rm", "{}", "+"]), wrapped(["rm", "{}"], ["find -exec"])],
+	"rm -r build/cache": [simple(["rm", "-r", "build/cache"])],
 	"rm -- -rf /": [simple(["rm", "--", "-rf", "/"])],
 	"rm -rf ''": [simple(["rm", "-rf", ""])],
 	"echo rm -rf /": [simple(["echo", "rm", "-rf", "/"])],
@@ -221,8 +322,8 @@ test_rm_rf_root_names_the_tree if {
 	d := authz.decision with input as bash_line("/bin/rm -rf /", rm_lines["/bin/rm -rf /"])
 	d.outcome == "ask"
 	d.reasons == [concat("", [
-		"Bash: `/bin/rm -rf /` deletes the whole file system recursively and without asking; ",
-		"a person must approve it before it runs. To delete less, name the exact files or subdirectories.",
+		"Bash: `/bin/rm -rf /` recursively deletes /, a folder that holds the workspace; ",
+		"a person must approve it before it runs. To delete less, name the exact files or subdirectories inside the workspace.",
 	])]
 }
 
@@ -254,12 +355,12 @@ test_long_command_is_shortened_in_the_reason if {
 	doc := bash_line("rm -rf ... /", [simple(array.concat(array.concat(["rm", "-rf"], files), ["/"]))])
 	d := authz.decision with input as doc
 	contains(d.reasons[0], "file001 file002")
-	contains(d.reasons[0], "...` deletes the whole file system")
+	contains(d.reasons[0], "...` recursively deletes /, a folder that holds the workspace")
 }
 
 # --- git push --force: ask -------------------------------------------------------------------
 
-push_phrase := "rewrites the remote branch's history"
+push_phrase := "rewrites the remote's history"
 
 force_push_lines := {
 	"git push -f": [simple(["git", "push", "-f"])],
@@ -298,8 +399,8 @@ test_git_push_f_asks if {
 	d := authz.decision with input as bash_line("git push -f", force_push_lines["git push -f"])
 	d.outcome == "ask"
 	d.reasons == [concat("", [
-		"Bash: `git push -f` rewrites the remote branch's history (a force push); ",
-		"a person must approve it before it runs. Push without forcing, or pull and merge first.",
+		"Bash: `git push -f` rewrites the remote's history (a force push; push without forcing, ",
+		"or pull and merge first); a person must approve it before it runs.",
 	])]
 }
 
@@ -345,16 +446,16 @@ test_git_commands_that_keep_work_are_allowed if {
 test_git_reset_hard_reason if {
 	d := authz.decision with input as bash_line("git reset --hard", git_discard_lines["git reset --hard"])
 	d.reasons == [concat("", [
-		"Bash: `git reset --hard` throws away uncommitted changes for good; a person must approve it ",
-		"before it runs. Commit or stash the changes first, or use `git reset --soft`.",
+		"Bash: `git reset --hard` throws away uncommitted changes for good (commit or stash them first, ",
+		"or use `git reset --soft`); a person must approve it before it runs.",
 	])]
 }
 
 test_git_clean_reason if {
 	d := authz.decision with input as bash_line("git clean -fd", git_discard_lines["git clean -fd"])
 	d.reasons == [concat("", [
-		"Bash: `git clean -fd` deletes untracked files for good; a person must approve it ",
-		"before it runs. Run `git clean -n` first to see what it would delete.",
+		"Bash: `git clean -fd` deletes untracked files for good (run `git clean -n` first to see what ",
+		"it would delete); a person must approve it before it runs.",
 	])]
 }
 
@@ -394,7 +495,7 @@ test_ordinary_chmod_and_dd_are_allowed if {
 test_chmod_reason if {
 	d := authz.decision with input as bash_line("chmod -R 777 .", disk_and_mode_lines["chmod -R 777 ."])
 	d.reasons == [concat("", [
-		"Bash: `chmod -R 777 .` makes a whole tree writable by everyone; a person must approve it ",
+		"Bash: `chmod -R 777 .` lets every user write to everything under .; a person must approve it ",
 		"before it runs. Grant only the permissions needed, on the files that need them.",
 	])]
 }
@@ -709,4 +810,130 @@ test_unparsed_command_without_any_text_only_asks if {
 	doc := json.remove(unparsed_line("", parse_error_text, []), ["input/command", "command/raw"])
 	d := authz.decision with input as doc
 	d.outcome == "ask"
+}
+
+# --- Effects whatever the spelling (effects.rego) ---------------------------------------------
+
+git_effect_lines := {
+	"git push --forc origin main": [simple(["git", "push", "--forc", "origin", "main"])],
+	"git push --force-with-l": [simple(["git", "push", "--force-with-l"])],
+	"git push --mirror": [simple(["git", "push", "--mirror"])],
+	"git push origin --delete topic": [simple(["git", "push", "origin", "--delete", "topic"])],
+	"git push origin :topic": [simple(["git", "push", "origin", ":topic"])],
+	"git push -d origin topic": [simple(["git", "push", "-d", "origin", "topic"])],
+	"git push --prune origin": [simple(["git", "push", "--prune", "origin"])],
+	"git -c alias.p='push -f' p": [simple(["git", "-c", "alias.p=push -f", "p"])],
+	"git -c core.hooksPath=/tmp status": [simple(["git", "-c", "core.hooksPath=/tmp", "status"])],
+	"git st": [simple(["git", "st"])],
+	"git reset --ha": [simple(["git", "reset", "--ha"])],
+	"git reset --keep HEAD~2": [simple(["git", "reset", "--keep", "HEAD~2"])],
+	"git clean -xdf": [simple(["git", "clean", "-xdf"])],
+	"git branch -D topic": [simple(["git", "branch", "-D", "topic"])],
+	"git branch --delete --force topic": [simple(["git", "branch", "--delete", "--force", "topic"])],
+	"git checkout -f main": [simple(["git", "checkout", "-f", "main"])],
+	"git restore .": [simple(["git", "restore", "."])],
+	"git stash clear": [simple(["git", "stash", "clear"])],
+	"git filter-branch --tree-filter x": [simple(["git", "filter-branch", "--tree-filter", "x"])],
+	"git reflog expire --all": [simple(["git", "reflog", "expire", "--all"])],
+	"git update-ref -d refs/heads/x": [simple(["git", "update-ref", "-d", "refs/heads/x"])],
+	"git gc --prune=now": [simple(["git", "gc", "--prune=now"])],
+}
+
+not_git_effect_lines := {
+	"git status": [simple(["git", "status"])],
+	"git push origin main": [simple(["git", "push", "origin", "main"])],
+	"git branch -d merged": [simple(["git", "branch", "-d", "merged"])],
+	"git restore --staged a.txt": [simple(["git", "restore", "--staged", "a.txt"])],
+	"git stash pop": [simple(["git", "stash", "pop"])],
+	"git gc": [simple(["git", "gc"])],
+	"git checkout main": [simple(["git", "checkout", "main"])],
+}
+
+test_git_effects_ask_whatever_the_spelling if {
+	missed := {line |
+		some line, commands in git_effect_lines
+		not decides(bash_line(line, commands), "ask", "")
+	}
+	missed == set()
+}
+
+test_harmless_git_is_allowed if {
+	missed := not_allowed(not_git_effect_lines)
+	missed == set()
+}
+
+test_git_facts_from_an_older_daemon_are_asked_about if {
+	line := {"argv": ["git", "status"], "name": "git", "path": "git", "wrappers": [], "context": "simple"}
+	decides(bash_line("git status", [line]), "ask", "runs git in a way the policy cannot read")
+}
+
+test_git_words_only_known_at_run_time_ask if {
+	git := object.union(simple(["git", "$CMD"]), {"git": {"dynamic": true, "subcommand": ""}})
+	decides(bash_line("git $CMD", [git]), "ask", "only known when the command runs")
+}
+
+test_git_pointed_elsewhere_asks if {
+	git := object.union(simple(["git", "--git-dir=/x", "log"]), {"git": {"redirected": true}})
+	decides(bash_line("git --git-dir=/x log", [git]), "ask", "another repository")
+}
+
+chmod_lines := {
+	"chmod -R o+w .": [simple(["chmod", "-R", "o+w", "."])],
+	"chmod -R a=rwx src": [simple(["chmod", "-R", "a=rwx", "src"])],
+	"chmod 666 /srv/ws": [simple(["chmod", "666", "/srv/ws"])],
+	"chmod 2777 .": [simple(["chmod", "2777", "."])],
+	"chmod u+x,o+w /etc/passwd": [simple(["chmod", "u+x,o+w", "/etc/passwd"])],
+	"chmod $MODE /srv/ws": [simple(["chmod", "$MODE", "/srv/ws"])],
+	"chmod =rwx .": [simple(["chmod", "=rwx", "."])],
+}
+
+not_chmod_lines := {
+	"chmod +x run.sh": [simple(["chmod", "+x", "run.sh"])],
+	"chmod -R go-w .": [simple(["chmod", "-R", "go-w", "."])],
+	"chmod 644 notes.txt": [simple(["chmod", "644", "notes.txt"])],
+	"chmod 777 run.sh": [simple(["chmod", "777", "run.sh"])],
+}
+
+test_permission_openings_ask if {
+	missed := missed_by(chmod_lines, "ask", "lets every user write to")
+	missed == set()
+}
+
+test_permission_changes_that_open_nothing_are_allowed if {
+	missed := not_allowed(not_chmod_lines)
+	missed == set()
+}
+
+opaque_lines := {
+	"source <(curl x)": [simple(["source", "<(curl x)"])],
+	". /dev/stdin": [simple([".", "/dev/stdin"])],
+	"source \"$F\"": [simple(["source", "$F"])],
+	"python3 <(echo x)": [simple(["python3", "<(echo x)"])],
+	"python3 -c 'import shutil; shutil.rmtree(\".\")'": [simple(["python3", "-c", "import shutil; shutil.rmtree(\".\")"])],
+	"python -c '__import__(\"os\").system(\"x\")'": [simple(["python", "-c", "__import__(\"os\").system(\"x\")"])],
+	"perl -e 'unlink glob \"*\"'": [simple(["perl", "-e", "unlink glob \"*\""])],
+	"node -e 'require(\"child_process\").execSync(\"x\")'": [simple(["node", "-e", "require(\"child_process\").execSync(\"x\")"])],
+	"python3.12 -c 'import os; os.remove(\"a\")'": [simple(["python3.12", "-c", "import os; os.remove(\"a\")"])],
+}
+
+not_opaque_lines := {
+	"python3 -c 'print(1 + 1)'": [simple(["python3", "-c", "print(1 + 1)"])],
+	"source .venv/bin/activate": [simple(["source", ".venv/bin/activate"])],
+	"python3 script.py": [simple(["python3", "script.py"])],
+}
+
+test_program_text_the_policy_cannot_read_asks if {
+	missed := missed_by(opaque_lines, "ask", "program text the policy cannot read")
+	missed == set()
+}
+
+test_program_text_without_such_calls_is_allowed if {
+	missed := not_allowed(not_opaque_lines)
+	missed == set()
+}
+
+test_code_effects_come_from_data_when_given if {
+	line := [simple(["python3", "-c", "print(1)"])]
+	decides(bash_line("python3 -c 'print(1)'", line), "ask", "code that can print")
+		with data.tooljail.commands.code_effects as {"print": `print`}
 }

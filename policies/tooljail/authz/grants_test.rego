@@ -28,7 +28,18 @@ session_grant_bash_input := {
 		"parse_error": "",
 		"simple_commands": [{
 			"argv": ["git", "push", "-f", "origin", "topic"], "name": "git", "path": "git",
-			"wrappers": [], "assignments": [], "context": "simple",
+			"wrappers": [], "assignments": [], "context": "simple", "cwd": "/srv/ws",
+			"words": [
+				{"text": "push", "dynamic": false, "path": "/srv/ws/push"},
+				{"text": "-f", "dynamic": false, "path": ""},
+				{"text": "origin", "dynamic": false, "path": "/srv/ws/origin"},
+				{"text": "topic", "dynamic": false, "path": "/srv/ws/topic"},
+			],
+			"git": {
+				"directory": "/srv/ws", "config": [], "redirected": false, "subcommand": "push",
+				"known": true, "options": ["-f"], "operands": ["origin", "topic"],
+				"args": ["-f", "origin", "topic"], "dynamic": false,
+			},
 		}],
 		"redirects": [],
 		"written_paths": [],
@@ -145,8 +156,8 @@ test_a_grant_matches_whole_words if {
 test_another_command_still_asks_with_its_own_reason if {
 	d := decided(granted_line("git reset --hard", uncovered_lines["git reset --hard"]))
 	d.reasons == [concat("", [
-		"Bash: `git reset --hard` throws away uncommitted changes for good; ",
-		"a person must approve it before it runs. Commit or stash the changes first, or use `git reset --soft`.",
+		"Bash: `git reset --hard` throws away uncommitted changes for good (commit or stash them first, ",
+		"or use `git reset --soft`); a person must approve it before it runs.",
 	])]
 }
 
@@ -154,7 +165,7 @@ test_a_chained_program_keeps_both_asks if {
 	d := decided(granted_line("git push -f; rm -rf /", uncovered_lines["git push -f; rm -rf /"]))
 	count(d.reasons) == 2
 	some reason in d.reasons
-	contains(reason, "`git push -f` rewrites the remote branch's history")
+	contains(reason, "`git push -f` rewrites the remote's history")
 }
 
 test_a_grant_never_lifts_the_sudo_deny if {

@@ -37,8 +37,8 @@ read_outside_input := with_paths(read_input, [{"path": "/etc/passwd", "access": 
 edit_input := in_mode(json.remove(hooked_edit_input, ["hooks"]), "default")
 
 force_push_reason := concat("", [
-	"Bash: `git push --force` rewrites the remote branch's history (a force push); ",
-	"a person must approve it before it runs. Push without forcing, or pull and merge first.",
+	"Bash: `git push --force` rewrites the remote's history (a force push; push without forcing, ",
+	"or pull and merge first); a person must approve it before it runs.",
 ])
 
 # A principal that data.json allows to use bypassPermissions.

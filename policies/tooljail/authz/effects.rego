@@ -1,0 +1,387 @@
+# Bash rules on what a command does, from the parser's facts (input.command.simple_commands[i]:
+# words with `dynamic` and `path`, `cwd`, and for git `git`). This module uses the helpers of
+# commands.rego and never the other way round: the daemon loads modules one at a time, so
+# references between modules must not go in a circle.
+#
+# A target is risky when it is only known at run time, names the workspace itself, the
+# directory the command runs in, a folder holding the workspace, or a path outside it; or when
+# where it points cannot be known (a relative path after an uncertain `cd`). Inputs without the
+# facts (an older daemon) make every target unknown, so the rules ask rather than guess.
+package tooljail.authz
+
+# --- Ask rules --------------------------------------------------------------------------------
+
+# Effects, not spellings: the parser says for every word whether it is only known at run time
+# and which absolute path it names from the directory the command runs in (input.command
+# .simple_commands[i].words, .cwd, .git; the helpers are below). The rules ask when
+# a recursive delete, a history rewrite, a remote deletion or a permission opening reaches a
+# target that is dynamic, the workspace, the command's own directory, or outside the workspace.
+
+needs_approval contains concat(" ", [
+	sprintf("%s: `%s` recursively deletes %s;", [tool_name, shown(cmd), what]),
+	"a person must approve it before it runs. To delete less, name the exact files or subdirectories inside the workspace.",
+]) if {
+	some cmd in simple_commands
+	some target in recursive_delete_targets(cmd)
+	what := risky_target(cmd, target)
+}
+
+needs_approval contains concat(" ", [
+	sprintf("%s: `%s` %s;", [tool_name, shown(cmd), what]),
+	"a person must approve it before it runs.",
+]) if {
+	some [i, what] in git_effect
+	cmd := simple_commands[i]
+}
+
+needs_approval contains concat(" ", [
+	sprintf("%s: `%s` lets every user write to %s;", [tool_name, shown(cmd), what]),
+	"a person must approve it before it runs. Grant only the permissions needed, on the files that need them.",
+]) if {
+	some cmd in simple_commands
+	basename(cmd.name) == "chmod"
+	opens_to_everyone(chmod_mode(cmd))
+	what := chmod_reach(cmd)
+}
+
+needs_approval contains concat(" ", [
+	sprintf("%s: `%s` runs program text the policy cannot read (%s),", [tool_name, shown(cmd), why]),
+	"so it cannot check what it does; a person must approve it before it runs,",
+	"or run the commands directly, or put the program in a file in the workspace and run that.",
+]) if {
+	some [i, why] in opaque_code
+	cmd := simple_commands[i]
+}
+
+# --- Words ------------------------------------------------------------------------------------
+
+# The words after the program, with what the parser knows of them.
+cmd_words(cmd) := cmd.words if {
+	is_array(cmd.words)
+	count(cmd.words) == count(cmd.argv) - 1
+} else := [{"text": word, "dynamic": true, "path": ""} | some word in command_args(cmd)]
+
+# Words that are not options: before `--` those not starting with `-`, and all after it.
+operand_words(cmd) := [word |
+	words := cmd_words(cmd)
+	texts := [w.text | some w in words]
+	some i, word in words
+	operand_at(texts, i)
+	word.text != ""
+]
+
+default cmd_cwd(_) := ""
+
+cmd_cwd(cmd) := cmd.cwd if is_string(cmd.cwd)
+
+# Why a target is risky (a phrase for the reason); undefined when it is not.
+risky_target(cmd, word) := sprintf("`%s`, a path only known when the command runs", [word.text]) if {
+	word.dynamic == true
+} else := sprintf("`%s`, relative to a directory that is not certain (after a `cd` that may fail or stay in a subshell)", [word.text]) if {
+	word.path == ""
+} else := sprintf("the workspace root %s", [word.path]) if {
+	word.path == trim_right(workspace, "/")
+} else := sprintf("%s, the directory it runs in", [word.path]) if {
+	word.path == cmd_cwd(cmd)
+} else := sprintf("%s, the session's working directory", [word.path]) if {
+	word.path == input.command.cwd
+} else := sprintf("%s, a folder that holds the workspace", [word.path]) if {
+	holds_workspace(word.path)
+} else := sprintf("%s, outside the workspace %s", [word.path, workspace]) if {
+	not inside_workspace(word.path)
+}
+
+holds_workspace(path) if path == "/"
+
+holds_workspace(path) if startswith(trim_right(workspace, "/"), concat("", [path, "/"]))
+
+inside_workspace(path) if startswith(path, concat("", [trim_right(workspace, "/"), "/"]))
+
+# --- Recursive deletes -------------------------------------------------------------------------
+
+recursive_delete_targets(cmd) := targets if {
+	basename(cmd.name) == "rm"
+	recursive(cmd)
+	targets := array.concat(operand_words(cmd), fed_operands(cmd))
+}
+
+recursive_delete_targets(cmd) := find_start_words(cmd) if {
+	basename(cmd.name) == "find"
+	find_deletes(cmd)
+}
+
+recursive(cmd) if has_short_flag(options(command_args(cmd)), "rR")
+
+# Operands that xargs (or find -exec's `{}`) hands over: unknown here.
+fed_operands(cmd) := [{"text": "(the names xargs reads)", "dynamic": true, "path": ""}] if {
+	"xargs" in cmd.wrappers
+} else := []
+
+# find deletes what it matches with -delete, or by running rm/rmdir/unlink/shred on it.
+find_deletes(cmd) if "-delete" in command_args(cmd)
+
+find_deletes(cmd) if {
+	some i, word in command_args(cmd)
+	word in {"-exec", "-execdir", "-ok", "-okdir"}
+	basename(command_args(cmd)[i + 1]) in {"rm", "rmdir", "unlink", "shred"}
+}
+
+# Where find starts: its words before the first expression word (`.` when there are none).
+find_start_words(cmd) := starts if {
+	words := cmd_words(cmd)
+	firsts := [i | some i, w in words; find_expression_word(w.text)]
+	end := min(array.concat(firsts, [count(words)]))
+	given := [w | some i, w in words; i < end; not w.text in {"-H", "-L", "-P"}]
+	count(given) > 0
+	starts := given
+} else := [{"text": ".", "dynamic": false, "path": cmd_cwd(cmd)}]
+
+find_expression_word(text) if {
+	startswith(text, "-")
+	not text in {"-H", "-L", "-P"}
+}
+
+find_expression_word(text) if text in {"(", ")", "!", ","}
+
+# --- git ---------------------------------------------------------------------------------------
+
+# [index of the simple command, what it does]. A git line without facts (an older daemon) is
+# read as a whole as something the policy cannot check.
+git_effect contains [i, "runs git in a way the policy cannot read"] if {
+	some i, cmd in simple_commands
+	basename(cmd.name) == "git"
+	not dynamic_program(cmd)
+	not has_git_facts(cmd)
+}
+
+git_effect contains [i, sprintf("runs git with configuration overrides (%s), which can define aliases, hooks and programs git runs", [concat(", ", git.config)])] if {
+	some i, git in git_lines
+	count(git.config) > 0
+}
+
+git_effect contains [i, "points git at another repository, work tree, configuration or program directory"] if {
+	some i, git in git_lines
+	git.redirected == true
+}
+
+git_effect contains [i, "runs git with words only known when the command runs"] if {
+	some i, git in git_lines
+	git.dynamic == true
+}
+
+git_effect contains [i, sprintf("runs `git %s`, which is not one of git's own commands (an alias from a configuration the policy cannot see, or another program)", [git.subcommand])] if {
+	some i, git in git_lines
+	git.subcommand != ""
+	git.known == false
+}
+
+git_effect contains [i, "rewrites the remote's history (a force push; push without forcing, or pull and merge first)"] if {
+	some i, git in git_lines
+	git.subcommand == "push"
+	git_force_push(git)
+}
+
+git_effect contains [i, "deletes branches or tags on the remote"] if {
+	some i, git in git_lines
+	git.subcommand == "push"
+	git_remote_delete(git)
+}
+
+git_effect contains [i, "throws away uncommitted changes for good (commit or stash them first, or use `git reset --soft`)"] if {
+	some i, git in git_lines
+	git.subcommand == "reset"
+	some long in {"--hard", "--keep", "--merge"}
+	has_long_flag(git.options, long)
+}
+
+git_effect contains [i, "deletes untracked files for good (run `git clean -n` first to see what it would delete)"] if {
+	some i, git in git_lines
+	git.subcommand == "clean"
+	has_short_flag(git.options, "f")
+	not has_short_flag(git.options, "n")
+}
+
+git_effect contains [i, "deletes a branch whether or not it was merged"] if {
+	some i, git in git_lines
+	git.subcommand == "branch"
+	git_force_branch_delete(git)
+}
+
+git_effect contains [i, "throws away uncommitted changes in the work tree"] if {
+	some i, git in git_lines
+	git.subcommand in {"checkout", "switch"}
+	git_forced(git)
+}
+
+git_effect contains [i, "throws away uncommitted changes in the work tree"] if {
+	some i, git in git_lines
+	git.subcommand == "restore"
+	not has_long_flag(git.options, "--staged")
+	not "-S" in git.options
+}
+
+git_effect contains [i, "deletes stashed changes for good"] if {
+	some i, git in git_lines
+	git.subcommand == "stash"
+	count(git.operands) > 0
+	git.operands[0] in {"drop", "clear"}
+}
+
+git_effect contains [i, "rewrites the repository's history"] if {
+	some i, git in git_lines
+	git.subcommand in {"filter-branch", "filter-repo", "replace"}
+}
+
+git_effect contains [i, "deletes history the reflog kept for recovery"] if {
+	some i, git in git_lines
+	git.subcommand == "reflog"
+	count(git.operands) > 0
+	git.operands[0] in {"expire", "delete"}
+}
+
+git_effect contains [i, "deletes a ref directly"] if {
+	some i, git in git_lines
+	git.subcommand == "update-ref"
+	some opt in git.options
+	opt in {"-d", "--stdin"}
+}
+
+git_effect contains [i, "prunes unreachable objects at once, so nothing lost can be recovered"] if {
+	some i, git in git_lines
+	git.subcommand in {"gc", "prune"}
+	some opt in git.options
+	regex.match(`^--prune(=(now|all))?$|^--expire(=now)?$`, opt)
+}
+
+has_git_facts(cmd) if is_object(cmd.git)
+
+# The git facts of each simple command that has them, by index.
+git_lines[i] := cmd.git if {
+	some i, cmd in simple_commands
+	is_object(cmd.git)
+}
+
+git_force_push(git) if has_short_flag(git.options, "f")
+
+git_force_push(git) if {
+	some long in {"--force", "--force-with-lease", "--force-if-includes", "--mirror"}
+	has_long_flag(git.options, long)
+}
+
+git_force_push(git) if {
+	some refspec in git.operands
+	startswith(refspec, "+")
+}
+
+git_remote_delete(git) if has_short_flag(git.options, "d")
+
+git_remote_delete(git) if {
+	some long in {"--delete", "--prune", "--mirror"}
+	has_long_flag(git.options, long)
+}
+
+git_remote_delete(git) if {
+	some refspec in git.operands
+	startswith(refspec, ":")
+}
+
+git_force_branch_delete(git) if "-D" in git.options
+
+git_force_branch_delete(git) if {
+	git_deletes_branch(git)
+	git_forced(git)
+}
+
+git_deletes_branch(git) if "-d" in git.options
+
+git_deletes_branch(git) if has_long_flag(git.options, "--delete")
+
+git_forced(git) if "-f" in git.options
+
+git_forced(git) if has_long_flag(git.options, "--force")
+
+git_forced(git) if has_long_flag(git.options, "--discard-changes")
+
+# --- Permissions -------------------------------------------------------------------------------
+
+# The mode word: chmod's first operand (a --reference= mode copies another file's: unknown).
+chmod_mode(cmd) := operand_words(cmd)[0]
+
+# Write for others: an octal mode whose last digit has the 2 bit, or a symbolic clause giving
+# w to o or a (or to all with `=`/`+` and no who, which may still be limited by the umask only
+# for `+`); a dynamic mode could be anything.
+opens_to_everyone(mode) if mode.dynamic == true
+
+opens_to_everyone(mode) if {
+	regex.match(`^[0-7]{3,4}$`, mode.text)
+	to_number(substring(mode.text, count(mode.text) - 1, 1)) in {2, 3, 6, 7}
+}
+
+opens_to_everyone(mode) if {
+	some clause in split(mode.text, ",")
+	regex.match(`^[ugoa]*[oa][ugoa]*[+=][rwxXst]*w`, clause)
+}
+
+opens_to_everyone(mode) if {
+	some clause in split(mode.text, ",")
+	regex.match(`^=[rwxXst]*w`, clause)
+}
+
+# How far it reaches: recursively, or onto a risky target.
+chmod_reach(cmd) := what if {
+	has_short_flag(options(command_args(cmd)), "R")
+	targets := [w.text | some i, w in operand_words(cmd); i > 0]
+	what := sprintf("everything under %s", [concat(" ", targets)])
+} else := what if {
+	some i, target in operand_words(cmd)
+	i > 0
+	what := risky_target(cmd, target)
+}
+
+# --- Program text the policy cannot read ------------------------------------------------------
+
+# `source` / `.` reading code from a stream, a substitution or a path known only at run time.
+opaque_code contains [i, sprintf("%s reads its commands from `%s`", [cmd.name, word.text])] if {
+	some i, cmd in simple_commands
+	cmd.name in {"source", "."}
+	some word in operand_words(cmd)
+	opaque_source(word)
+}
+
+opaque_code contains [i, sprintf("%s reads its program from a process substitution", [cmd.name])] if {
+	some i, cmd in simple_commands
+	basename(cmd.name) in interpreters
+	not basename(cmd.name) in shells
+	some word in command_args(cmd)
+	startswith(word, "<(")
+}
+
+# An interpreter given its program on the command line (python -c, perl -e, node -e, ...)
+# whose text calls what deletes files or runs other programs (data.tooljail.commands
+# .code_effects): the policy cannot follow such code, so a person reads it.
+opaque_code contains [i, sprintf("%s code that can %s", [basename(cmd.name), effect])] if {
+	some i, cmd in simple_commands
+	inline_code_runner(basename(cmd.name))
+	some j, flag in command_args(cmd)
+	flag in {"-c", "-e", "-E", "--eval", "-r", "--exec"}
+	code := command_args(cmd)[j + 1]
+	some effect, pattern in code_effects
+	regex.match(pattern, code)
+}
+
+opaque_source(word) if word.dynamic == true
+
+opaque_source(word) if word.text in {"-", "/dev/stdin", "/dev/fd/0"}
+
+opaque_source(word) if startswith(word.text, "<(")
+
+inline_code_runner(name) if name in {"python", "python2", "python3", "perl", "ruby", "node", "nodejs", "deno", "bun", "php", "lua", "Rscript"}
+
+inline_code_runner(name) if regex.match(`^python3\.[0-9]+$`, name)
+
+default code_effects := {
+	"delete files": `rmtree|unlink|remove|rmdir|truncate|\brm\b|shutil|fs\.rm|rimraf|File\.delete|delete_file|os\.remove|\bdel\b`,
+	"run other programs": `system|popen|subprocess|spawn|exec|\beval\b|fork|child_process|pty|__import__|importlib|getattr|compile|\bopen3\b|backtick|Kernel|%x|qx`,
+}
+
+code_effects := data.tooljail.commands.code_effects if is_object(data.tooljail.commands.code_effects)

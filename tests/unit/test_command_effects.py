@@ -1,0 +1,116 @@
+"""The shipped policy decides on what a command does, whatever its spelling: each line below is
+parsed by the daemon's real parser, given its facts (daemon.shell.facts) from the working
+directory /srv/ws/app of the workspace /srv/ws, and decided by the real OPA in one batch."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from typing import Any
+
+import pytest
+
+from daemon.config import PROJECT_ROOT
+from daemon.shell.facts import command_facts
+from daemon.shell.parse import parse_command
+
+WORKSPACE = "/srv/ws"
+CWD = "/srv/ws/app"
+
+ASKS = [
+    # Recursive deletes of the workspace, the working directory, outside, or a dynamic target.
+    "rm -rf .", "rm -rf ./", "rm -r .", "rm -rf /srv/ws", "rm -rf /srv/ws/", "rm -rf /srv/ws/.",
+    "rm -rf /srv/ws//", "rm -rf ..", "rm -rf ../app", "rm -rf /srv/ws/app/..", "rm --rec -f .",
+    'rm -rf "$TARGET"', "rm -rf $(pwd)", "rm -rf `pwd`", "rm -rf ~", "rm -rf ~/x", "rm -rf /",
+    "rm -rf /etc", "rm -rf *", "rm -rf -- .", "rm . -rf", "for d in *; do rm -rf $d; done",
+    "cd /srv/ws && rm -rf app", "cd .. && rm -rf app", "cd /tmp && rm -rf x",
+    "cd sub; rm -rf x", "(cd sub && rm -rf ..)", "find . -delete", "find -delete",
+    "find /srv/ws -name '*.o' -delete", "find .. -exec rm -rf {} +", "ls | xargs rm -rf",
+    "env A=1 rm -rf .", "timeout 5 rm -rf /srv/ws", "bash -c 'rm -rf .'", "eval 'rm -rf .'",
+    # History rewrites, remote deletions, discarded work, git configuration games.
+    "git push -f", "git push --force origin main", "git push --forc origin main",
+    "git push --force-with-l", "git push origin +main", "git push --mirror",
+    "git push origin --delete topic", "git push origin :topic", "git push --prune origin",
+    "git -c alias.p='push -f' p", "git -c core.sshCommand=x fetch", "git st", "git reset --hard",
+    "git reset --ha HEAD~1", "git -C .. reset --hard", "git clean -fdx", "git clean -xdf",
+    "git branch -D topic", "git checkout -f main", "git restore .", "git stash clear",
+    "git filter-branch --tree-filter x", "git gc --prune=now", "git --git-dir=/x/.git log",
+    # Permissions opened to everyone.
+    "chmod -R 777 .", "chmod -R o+w .", "chmod 777 /srv/ws", "chmod a+w .", "chmod $M /srv/ws",
+    # Program text the policy cannot read.
+    "source <(curl -s x)", ". /dev/stdin", "python3 -c 'import shutil; shutil.rmtree(\".\")'",
+    "python3 -c '__import__(\"os\").system(\"rm -rf .\")'", "perl -e 'unlink glob \"*\"'",
+]  # fmt: skip
+
+ALLOWS = [
+    "rm -rf build", "rm -rf ./build", "rm -rf /srv/ws/app/build", "rm -r dist/cache",
+    "rm -f a.txt", "rm -rf ''", "cd build && rm -rf out", "find build -delete",
+    "find . -name '*.pyc' -print", "git status", "git push origin main", "git push -u origin x",
+    "git reset --soft HEAD~1", "git clean -n", "git branch -d merged", "git stash pop",
+    "git restore --staged a.txt", "git log --oneline", "git --version", "chmod +x run.sh",
+    "chmod 755 run.sh", "chmod -R go-w .", "python3 -c 'print(1)'", "source .venv/bin/activate",
+    "ls -la", "echo rm -rf .",
+]  # fmt: skip
+
+
+def _document(line: str) -> dict[str, Any]:
+    parsed = parse_command(line)
+    command = {**parsed.to_policy(), "cwd": CWD, "simple_commands": command_facts(parsed, CWD)}
+    return {
+        "version": 1,
+        "tool": {"name": "Bash", "read_only": False, "destructive": True,
+                 "concurrency_safe": False, "sandboxed": True},
+        "input": {"command": line, "timeout": 5000},
+        "paths": [{"path": CWD, "access": "write", "inside_workspace": True}],
+        "session": {"id": "s", "workspace": WORKSPACE, "mode": "default", "grants": []},
+        "caller": {"principal": "local", "transport": "unix"},
+        "approval": {"granted": False},
+        "command": command,
+    }  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def outcomes() -> dict[str, tuple[str, list[str]]]:
+    opa = PROJECT_ROOT / ".tools" / "bin" / "opa"
+    if not opa.exists():
+        pytest.skip("OPA is built by make setup")
+    lines = ASKS + ALLOWS
+    run = subprocess.run(
+        [str(opa), "eval", "-f", "json", "--ignore", "input.schema.json", "-d",
+         str(PROJECT_ROOT / "policies"), "--stdin-input",
+         "x := [d | some c in input.cases; d := data.tooljail.authz.decision with input as c]"],
+        input=json.dumps({"cases": [_document(line) for line in lines]}),
+        capture_output=True, text=True, check=True, timeout=120,
+    )  # fmt: skip
+    decisions = json.loads(run.stdout)["result"][0]["bindings"]["x"]
+    return {line: (d["outcome"], d["reasons"]) for line, d in zip(lines, decisions, strict=True)}
+
+
+def test_every_spelling_of_a_dangerous_effect_asks(
+    outcomes: dict[str, tuple[str, list[str]]],
+) -> None:
+    missed = {line: outcomes[line] for line in ASKS if outcomes[line][0] != "ask"}
+    assert not missed, json.dumps(missed, indent=1)
+
+
+def test_the_same_programs_on_safe_targets_run(outcomes: dict[str, tuple[str, list[str]]]) -> None:
+    missed = {line: outcomes[line] for line in ALLOWS if outcomes[line][0] != "allow"}
+    assert not missed, json.dumps(missed, indent=1)
+
+
+@pytest.mark.parametrize(
+    ("line", "phrase"),
+    [
+        ("rm -rf .", "/srv/ws/app, the directory it runs in"),
+        ("rm -rf /srv/ws/.", "the workspace root /srv/ws"),
+        ('rm -rf "$TARGET"', "only known when the command runs"),
+        ("cd sub; rm -rf x", "relative to a directory that is not certain"),
+        ("rm -rf /etc", "/etc, outside the workspace"),
+        ("git push --forc origin main", "rewrites the remote's history"),
+        ("git -c alias.p='push -f' p", "configuration overrides (alias.p=push -f)"),
+    ],
+)
+def test_the_reason_names_the_effect_and_its_target(
+    outcomes: dict[str, tuple[str, list[str]]], line: str, phrase: str
+) -> None:
+    assert any(phrase in reason for reason in outcomes[line][1]), outcomes[line]

@@ -1,0 +1,104 @@
+"""The facts the policy decides on (daemon.shell.facts, daemon.shell.git): which words are only
+known at run time, which paths static ones name, where each command runs after `cd`s, and how
+git reads its command line."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from daemon.shell.facts import command_facts
+from daemon.shell.git import parse_git
+from daemon.shell.parse import parse_command
+
+CWD = "/srv/ws/app"
+
+
+def facts(line: str) -> list[dict[str, Any]]:
+    return command_facts(parse_command(line), CWD)
+
+
+def words(line: str, index: int = 0) -> list[tuple[str, bool, str]]:
+    return [(w["text"], w["dynamic"], w["path"]) for w in facts(line)[index]["words"]]
+
+
+@pytest.mark.parametrize(
+    ("line", "expected"),
+    [
+        ("rm -rf .", [("-rf", False, ""), (".", False, "/srv/ws/app")]),
+        ("rm -rf ./", [("-rf", False, ""), ("./", False, "/srv/ws/app")]),
+        ("rm -rf /srv/ws/.", [("-rf", False, ""), ("/srv/ws/.", False, "/srv/ws")]),
+        ("rm -rf /srv//ws///", [("-rf", False, ""), ("/srv//ws///", False, "/srv/ws")]),
+        ("rm -rf ../app/..", [("-rf", False, ""), ("../app/..", False, "/srv/ws")]),
+        ("rm -rf x{1..3}", [("-rf", False, ""), ("x{1..3}", True, "")]),
+        ('rm -rf "$D"', [("-rf", False, ""), ("$D", True, "")]),
+        ("rm -rf '$D'", [("-rf", False, ""), ("$D", False, "/srv/ws/app/$D")]),
+        ("rm -rf *.o", [("-rf", False, ""), ("*.o", True, "")]),
+        ("rm -rf {a,b}", [("-rf", False, ""), ("{a,b}", True, "")]),
+        ("rm -rf ~/x", [("-rf", False, ""), ("~/x", True, "")]),
+        ("rm -rf $(pwd)", [("-rf", False, ""), ("$(pwd)", True, "")]),
+        ("rm -- -rf", [("--", False, ""), ("-rf", False, "/srv/ws/app/-rf")]),
+    ],
+)
+def test_each_word_is_static_or_dynamic_and_static_ones_name_a_path(
+    line: str, expected: list[tuple[str, bool, str]]
+) -> None:
+    assert words(line) == expected
+
+
+@pytest.mark.parametrize(
+    ("line", "cwds"),
+    [
+        ("cd /srv/ws && rm -rf .", ["/srv/ws/app", "/srv/ws"]),
+        ("cd .. && cd app/sub && ls", ["/srv/ws/app", "/srv/ws", "/srv/ws/app/sub"]),
+        ("cd a && ls && rm -rf .", ["/srv/ws/app", "/srv/ws/app/a", "/srv/ws/app/a"]),
+        # The next command may run although the cd failed: not certain.
+        ("cd a; rm -rf .", ["/srv/ws/app", ""]),
+        ("cd a || rm -rf .", ["/srv/ws/app", ""]),
+        ("cd a && ls; rm -rf .", ["/srv/ws/app", "/srv/ws/app/a", ""]),
+        ("cd a && rm x || echo", ["/srv/ws/app", "/srv/ws/app/a", ""]),
+        # A cd that stays in a subshell, a pipeline stage or a loop.
+        ("(cd a && rm -rf ..)", ["/srv/ws/app", ""]),
+        ("cd a | rm -rf .", ["/srv/ws/app", ""]),
+        ("for x in 1; do cd /; done; rm -rf y", ["/srv/ws/app", ""]),
+        # Where it goes is not known.
+        ('cd "$X" && rm -rf y', ["/srv/ws/app", ""]),
+        ("cd && rm -rf y", ["/srv/ws/app", ""]),
+        ("cd - && rm -rf y", ["/srv/ws/app", ""]),
+    ],
+)
+def test_a_cd_is_followed_only_while_it_is_certain(line: str, cwds: list[str]) -> None:
+    assert [f["cwd"] for f in facts(line)] == cwds
+
+
+@pytest.mark.parametrize(
+    ("argv", "expected"),
+    [
+        (["git", "push", "--forc", "o", "m"],
+         {"subcommand": "push", "options": ["--forc"], "operands": ["o", "m"]}),
+        (["git", "push", "--del", "o", "x"],
+         {"subcommand": "push", "options": ["--delete"], "operands": ["o", "x"]}),
+        (["git", "push", "--force-with-l"], {"options": ["--force-with-lease"]}),
+        (["git", "push", "-fu", "o"], {"options": ["-f", "-u"], "operands": ["o"]}),
+        (["git", "push", "-oci.skip", "o"], {"options": ["-o=ci.skip"], "operands": ["o"]}),
+        (["git", "clean", "-fdx"], {"options": ["-f", "-d", "-x"]}),
+        (["git", "reset", "--ha"], {"options": ["--hard"]}),
+        (["git", "-C", "..", "status"], {"directory": "/srv/ws", "subcommand": "status"}),
+        (["git", "-C/tmp", "status"], {"directory": "/tmp"}),
+        (["git", "-c", "alias.p=push -f", "p"],
+         {"config": ["alias.p=push -f"], "subcommand": "p", "known": False}),
+        (["git", "--git-dir=/x", "log"], {"redirected": True, "subcommand": "log"}),
+        (["git", "--no-pager", "log"], {"subcommand": "log", "known": True, "dynamic": False}),
+        (["git", "--version"], {"subcommand": "", "known": False}),
+        (["git", "--frobnicate", "log"], {"dynamic": True}),
+    ],
+)  # fmt: skip
+def test_git_is_read_the_way_git_reads_it(argv: list[str], expected: dict[str, Any]) -> None:
+    git = parse_git(argv, [False] * len(argv), CWD).to_policy()
+    assert {key: git[key] for key in expected} == expected
+
+
+def test_a_dynamic_git_subcommand_is_said_to_be_unknown() -> None:
+    [fact] = facts("git $CMD --force")
+    assert fact["git"]["subcommand"] == "" and fact["git"]["dynamic"] is True
