@@ -114,9 +114,13 @@ class Session:
         """Seconds since the last call."""
         return now - self.last_used
 
-    def record_read(self, path: Path, data: bytes, mtime_ns: int) -> None:
-        """Remember that `path` was Read with this content."""
-        self.reads[path] = ReadRecord(mtime_ns=mtime_ns, sha256=file_sha256(data))
+    def record_read(
+        self, path: Path, data: bytes, mtime_ns: int, sha256: str | None = None
+    ) -> None:
+        """Remember that `path` was Read with this content (`sha256`: its digest, when the
+        caller computed it off the event loop)."""
+        digest = sha256 if sha256 is not None else file_sha256(data)
+        self.reads[path] = ReadRecord(mtime_ns=mtime_ns, sha256=digest)
 
     def require_fresh(self, path: Path, current: bytes, tool: str) -> str:
         """Refuse to modify a file not Read in this session or changed since; returns its sha256."""

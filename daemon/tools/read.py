@@ -20,6 +20,7 @@ from daemon.errors import ToolError
 from daemon.host.confine import open_confined, require_inside, resolve_path
 from daemon.host.pinned import PinnedDirectory
 from daemon.models import ImageContent, TextContent
+from daemon.sessions.session import file_sha256
 from daemon.tools.contract import (
     CallContext,
     CallFacts,
@@ -337,11 +338,14 @@ class ReadTool(Tool[ReadInput, ReadResult]):
             result, data, mtime_ns = _read_file(
                 ctx.session.pinned_root(), path, args.offset, args.limit, budget
             )
+            ctx.session.record_read(path, data, mtime_ns)
         else:
-            result, data, mtime_ns = await asyncio.to_thread(
-                _read_file, ctx.session.pinned_root(), path, args.offset, args.limit, budget
+            # Reading and hashing megabytes take milliseconds each: both off the event loop.
+            root = ctx.session.pinned_root()
+            result, data, mtime_ns, digest = await asyncio.to_thread(
+                _read_and_digest, root, path, args.offset, args.limit, budget
             )
-        ctx.session.record_read(path, data, mtime_ns)
+            ctx.session.record_read(path, data, mtime_ns, digest)
         return replace(result, shown=shown_path(path, ctx.workspace))
 
     def render(self, result: ReadResult) -> ToolOutput:
@@ -367,6 +371,13 @@ class ReadTool(Tool[ReadInput, ReadResult]):
         if result.first_line > 1 or last < result.total_lines:
             text += f" (lines {result.first_line}-{last} of {result.total_lines})"
         return text
+
+
+def _read_and_digest(
+    root: PinnedDirectory, path: Path, offset: int | None, limit: int | None, budget: int
+) -> tuple[ReadResult, bytes, int, str]:
+    result, data, mtime_ns = _read_file(root, path, offset, limit, budget)
+    return result, data, mtime_ns, file_sha256(data)
 
 
 def _render(result: ReadResult) -> ToolOutput:
