@@ -312,6 +312,11 @@ class Command(_Part):
     cwd: str = Field(
         default="", description="The session's working directory, where the command starts."
     )
+    hidden_code: list[str] = Field(
+        default=[],
+        description="Words holding code bash runs although a parser sees data: a command "
+        "substitution inside an array subscript (printf -v, test -v, declare, arithmetic).",
+    )
     simple_commands: list[SimpleCommand]
     redirects: list[Redirect]
     written_paths: list[str] = Field(

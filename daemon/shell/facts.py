@@ -12,6 +12,8 @@ these facts, not from how a command is spelled: `rm -rf "$D"`, `rm -rf /srv/ws/.
 
 from __future__ import annotations
 
+import os
+import re
 from dataclasses import dataclass
 from typing import Any
 
@@ -37,8 +39,35 @@ class WordFact:
         return {"text": self.text, "dynamic": self.dynamic, "path": self.path}
 
 
-def word_facts(command: SimpleCommand, cwd: str) -> list[WordFact]:
-    """Every argv word of `command` (after the program) with what is known of it."""
+#: Words whose paths are looked up on the disk per line (links already in the workspace).
+_MAX_RESOLVED = 200
+#: Programs that make links: after one, a path may run through a link the line made.
+_LINKERS = frozenset({"ln", "link", "cp", "symlink"})
+#: A `[` followed, in the same word, by code bash runs when it evaluates the subscript
+#: (printf -v, test -v, [[ -v ]], declare, read, unset, arithmetic on a variable holding it).
+_SUBSCRIPT_CODE = re.compile(r"\[[^\]]*(\$\(|`|\$\{)")
+#: The same inside a quoted string anywhere in the line (an assignment bash keeps as text until
+#: an arithmetic context evaluates it).
+_QUOTED_SUBSCRIPT_CODE = re.compile(r"'[^']*\[[^'\]]*(\$\(|`)[^']*'|\"[^\"]*\[[^\"\]]*(\$\(|`)")
+
+
+def hidden_code(line: ParsedCommand) -> list[str]:
+    """Words holding code bash runs although it looks like data to a parser: a command
+    substitution inside an array subscript, which bash evaluates in printf -v, test -v,
+    declare, read, unset and arithmetic contexts."""
+    found = [
+        word
+        for command in line.simple_commands
+        for word in (*command.argv, *command.assignments)
+        if _SUBSCRIPT_CODE.search(word)
+    ]
+    found += [m.group(0) for m in _QUOTED_SUBSCRIPT_CODE.finditer(line.raw)]
+    return list(dict.fromkeys(found))[:20]
+
+
+def word_facts(command: SimpleCommand, cwd: str, resolve: bool = False) -> list[WordFact]:
+    """Every argv word of `command` (after the program) with what is known of it (`resolve`:
+    static paths through links already on the disk are given as where they lead)."""
     dynamic = command.dynamic_words or (False,) * len(command.argv)
     facts = []
     options_over = False
@@ -50,6 +79,10 @@ def word_facts(command: SimpleCommand, cwd: str) -> list[WordFact]:
         if text == "--":
             options_over = True
         path = "" if unknown or option or not text else normalised(cwd, text)
+        if resolve and path and path != "/":
+            # Lexically `L/` is a folder in the workspace; if L is a link to `.` it is the
+            # workspace itself. Only names the disk holds are followed; nothing is opened.
+            path = os.path.realpath(path)
         facts.append(WordFact(text, unknown, path))
     return facts
 
@@ -60,25 +93,42 @@ def command_facts(line: ParsedCommand, cwd: str) -> list[dict[str, Any]]:
     and with `&&` from it up to the command (after `;` or `||` the command also runs when the
     `cd` failed, in the old directory); otherwise the directory is unknown ("")."""
     current, moved = cwd, False
+    linked = False
+    # CDPATH makes a relative `cd` go anywhere: no `cd` of such a line is followed.
+    cdpath = "CDPATH" in line.raw
+    resolved = 0
     facts = []
     for command in line.simple_commands:
         entry = command.to_policy()
         entry["cwd"] = current
-        entry["words"] = [w.to_policy() for w in word_facts(command, current)]
+        resolve = resolved < _MAX_RESOLVED
+        words = word_facts(command, current, resolve=resolve)
+        resolved += len(words)
+        if linked:
+            # A link made earlier in the line may stand anywhere in these paths.
+            words = [WordFact(w.text, w.dynamic, "") if w.path else w for w in words]
+        entry["words"] = [w.to_policy() for w in words]
         if command.name == "git" and not command.dynamic:
             git: GitInvocation = parse_git(command.argv, command.dynamic_words, current)
             entry["git"] = git.to_policy()
         facts.append(entry)
         if command.name in _CHANGES_DIRECTORY:
-            current, moved = _after_cd(command, current), True
+            current, moved = ("" if cdpath else _after_cd(command, current)), True
         elif moved and not command.then_and:
             current = ""
+        linked = linked or command.name in _LINKERS
     return facts
 
 
 def _after_cd(command: SimpleCommand, current: str) -> str:
     """The directory after a `cd` (empty: unknown from here on)."""
-    if command.name != "cd" or command.wrappers or not command.top_level or not command.then_and:
+    if (
+        command.name != "cd"
+        or command.wrappers
+        or command.assignments
+        or not command.top_level
+        or not command.then_and
+    ):
         return ""  # in a subshell or a loop it stays local; before `;` or `||`, it may fail
     words = [w for w in word_facts(command, current) if w.text not in ("-L", "-P", "-e", "--")]
     if len(words) != 1 or words[0].dynamic or words[0].text == "-":

@@ -29,15 +29,22 @@ from daemon.shell.wrappers import (
 
 __all__ = ["ParsedCommand", "Redirect", "SimpleCommand", "parse_command"]
 
-MAX_COMMAND_BYTES = 100_000
+MAX_COMMAND_BYTES = 32_768
 """Longer lines are refused as unparsed (a command that long belongs in a script file)."""
 MAX_SCRIPT_DEPTH = 3
 """How many levels of `bash -c '...'` (or eval, heredoc-fed shells) inside each other are parsed."""
 MAX_TREE_DEPTH = grammar.MAX_DEPTH
 """Syntax nested deeper than this is not descended into (and marks the line unparsed)."""
 MAX_SIMPLE_COMMANDS = 5_000
+MAX_WORDS = 4_000
+MAX_WORD_CHARS = 64 * 1024
+"""Characters of all recorded words together (nested substitutions repeat their text in every
+command around them), which bounds the policy input too."""
+"""Words analysed in one line, all commands together: each costs Python work on the event
+loop and policy input, so a line of tens of thousands of words is not analysed (it asks)."""
 MAX_REDIRECTS = 5_000
-TIME_BUDGET_S = 2.0
+TIME_BUDGET_S = 0.25
+"""Analysis runs on the event loop: a line that takes longer is not analysed (it asks)."""
 """Wall-clock budget for parsing one line with everything nested in it."""
 
 _LANGUAGE = tree_sitter.Language(tree_sitter_bash.language())
@@ -151,6 +158,8 @@ class _Analyser:
         self.deadline = time.monotonic() + TIME_BUDGET_S
         self.pipelines = 0
         self.truncated = False
+        self.words = 0
+        self.chars = 0
         """Set once the command limit is reached: the walks stop there."""
 
     def error(self, message: str) -> None:
@@ -357,6 +366,14 @@ class _Analyser:
         words: list[Word] = []
         assignments: list[str] = []
         scripts: list[str] = []
+        if self.words + node.child_count > MAX_WORDS:
+            self.words += node.child_count
+            self.truncated = True
+            self.error(
+                f"The command holds more than {MAX_WORDS} words; it is not analysed further. "
+                "Split it, or pass long lists through a file."
+            )
+            return
         for index, child in enumerate(node.children):
             role = node.field_name_for_child(index)
             if role == "name" and node_text(child, data) in grammar.RESERVED:
@@ -441,6 +458,15 @@ class _Analyser:
             self.error(
                 f"The command holds more than {MAX_SIMPLE_COMMANDS} simple commands; only "
                 "the first are analysed. Split it."
+            )
+            return
+        self.words += len(argv)
+        self.chars += sum(len(w.text) for w in argv)
+        if self.words > MAX_WORDS or self.chars > MAX_WORD_CHARS:
+            self.truncated = True
+            self.error(
+                f"The command holds more than {MAX_WORDS} words or {MAX_WORD_CHARS} characters of "
+                "words; it is not analysed further. Split it, or pass long lists through a file."
             )
             return
         first = argv[0]

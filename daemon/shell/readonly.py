@@ -14,6 +14,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
+from daemon.shell.facts import hidden_code
 from daemon.shell.model import ParsedCommand, SimpleCommand
 
 
@@ -260,5 +261,8 @@ def _command_reads_only(command: SimpleCommand) -> bool:
 def is_read_only(line: ParsedCommand) -> bool:
     """True when every part of the parsed line only reads (see the module's docstring)."""
     if not line.parsed or line.redirects or not line.simple_commands:
+        return False
+    # Arithmetic evaluates variables as expressions, subscripts and all: code can hide there.
+    if "((" in line.raw or hidden_code(line):
         return False
     return all(_command_reads_only(c) for c in line.simple_commands)

@@ -18,7 +18,7 @@ from daemon.errors import ToolInputError
 from daemon.host.confine import is_inside
 from daemon.models import TextContent
 from daemon.sessions.session import Session
-from daemon.shell.facts import command_facts
+from daemon.shell.facts import command_facts, hidden_code
 from daemon.shell.model import ParsedCommand
 from daemon.shell.parse import parse_command
 from daemon.shell.readonly import is_read_only
@@ -155,7 +155,12 @@ class BashTool(Tool[BashInput, BashRun]):
             concurrency_safe=is_read_only(line),
             paths=[TouchedPath.of(session.workspace, cwd, "write")],
             policy={
-                "command": {**line.to_policy(), "simple_commands": command_facts(line, str(cwd))}
+                "command": {
+                    **line.to_policy(),
+                    "cwd": str(cwd),
+                    "simple_commands": command_facts(line, str(cwd)),
+                    "hidden_code": hidden_code(line),
+                }
             },
             grant=_grant(line),
         )

@@ -6,13 +6,14 @@ from __future__ import annotations
 
 import json
 import subprocess
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 from daemon.config import PROJECT_ROOT
-from daemon.shell.facts import command_facts
-from daemon.shell.parse import parse_command
+from daemon.sessions.session import Session
+from daemon.tools.bash import BashInput, BashTool
 
 WORKSPACE = "/srv/ws"
 CWD = "/srv/ws/app"
@@ -40,6 +41,20 @@ ASKS = [
     # Program text the policy cannot read.
     "source <(curl -s x)", ". /dev/stdin", "python3 -c 'import shutil; shutil.rmtree(\".\")'",
     "python3 -c '__import__(\"os\").system(\"rm -rf .\")'", "perl -e 'unlink glob \"*\"'",
+    # Found by an attacker (each ran without asking before the fix).
+    "printf -v 'a[$(rm -rf \"$PWD\"/* \"$PWD\"/.git)]' x",
+    "x='a[$(rm -rf src docs)]'; echo $((x))", "[[ -v 'a[$(rm -rf src docs)]' ]]",
+    "ln -s . L && rm -rf L/", "ln -s .. up && rm -rf up/ws/",
+    "find . -mindepth 1 -maxdepth 1 -exec env rm -rf {} +",
+    "tar --remove-files -cf /dev/null .", "rsync -a --delete empty/ ./",
+    "CDPATH=/tmp cd attack && rm -rf ws/", "export CDPATH=/; cd srv && rm -rf ws",
+    "git config clean.requireForce false && git clean -dqx",
+    "git config core.fsmonitor 'rm -rf src #' && git status",
+    "git config remote.origin.mirror true && git push -q origin",
+    "git config remote.origin.push :refs/heads/main && git push -q origin",
+    "echo x >> .git/config", "git checkout -- .", "git rm -r -f -q .",
+    "chmod -R o+u .", "chmod -R 7 src", "chmod -R --reference=/tmp src",
+    "find . -exec chmod 777 {} +", "chmod -R o-x+w src",
 ]  # fmt: skip
 
 ALLOWS = [
@@ -49,13 +64,17 @@ ALLOWS = [
     "git reset --soft HEAD~1", "git clean -n", "git branch -d merged", "git stash pop",
     "git restore --staged a.txt", "git log --oneline", "git --version", "chmod +x run.sh",
     "chmod 755 run.sh", "chmod -R go-w .", "python3 -c 'print(1)'", "source .venv/bin/activate",
-    "ls -la", "echo rm -rf .",
+    "ls -la", "echo rm -rf .", "git config user.name bot", "git config --get user.email",
+    "chmod -R 755 src", "chmod 640 notes.txt", "[ -n \"$(git status --porcelain)\" ]",
+    "echo $((1 + 2))", "git checkout main", "git rm --cached a.txt",
 ]  # fmt: skip
 
 
 def _document(line: str) -> dict[str, Any]:
-    parsed = parse_command(line)
-    command = {**parsed.to_policy(), "cwd": CWD, "simple_commands": command_facts(parsed, CWD)}
+    # The facts exactly as the Bash tool gives them to the policy.
+    session = Session(id="s", workspace=Path(WORKSPACE), owner="local")
+    session.cwd = Path(CWD)
+    command = BashTool().analyse(BashInput(command=line), session).policy["command"]
     return {
         "version": 1,
         "tool": {"name": "Bash", "read_only": False, "destructive": True,

@@ -4,11 +4,12 @@ git reads its command line."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import pytest
 
-from daemon.shell.facts import command_facts
+from daemon.shell.facts import command_facts, hidden_code
 from daemon.shell.git import parse_git
 from daemon.shell.parse import parse_command
 
@@ -102,3 +103,38 @@ def test_git_is_read_the_way_git_reads_it(argv: list[str], expected: dict[str, A
 def test_a_dynamic_git_subcommand_is_said_to_be_unknown() -> None:
     [fact] = facts("git $CMD --force")
     assert fact["git"]["subcommand"] == "" and fact["git"]["dynamic"] is True
+
+
+def test_cdpath_or_an_assignment_makes_a_cd_uncertain() -> None:
+    """Attack: `CDPATH=/tmp cd x && rm -rf ws/` went to /tmp/x while the facts said <cwd>/x."""
+    assert [f["cwd"] for f in facts("CDPATH=/tmp cd x && rm -rf ws/")] == [CWD, ""]
+    assert [f["cwd"] for f in facts("export CDPATH=/; cd srv && rm -rf ws")] == [CWD, CWD, ""]
+
+
+def test_paths_after_a_link_is_made_are_unknown() -> None:
+    """Attack: `ln -s . L && rm -rf L/` deleted the workspace through a link the line made."""
+    assert words("ln -s . L && rm -rf L/", 1) == [("-rf", False, ""), ("L/", False, "")]
+
+
+def test_links_already_on_the_disk_are_followed(tmp_path: Path) -> None:
+    (tmp_path / "L").symlink_to(".")
+    [fact] = command_facts(parse_command("rm -rf L/"), str(tmp_path))
+    assert fact["words"][1]["path"] == str(tmp_path)
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        "printf -v 'a[$(rm -rf x)]' y",
+        "x='a[$(rm -rf src)]'; echo $((x))",
+        "[[ -v 'a[$(rm -rf src)]' ]]",
+        "declare 'a[`id`]=1'",
+    ],
+)
+def test_code_hidden_in_a_subscript_is_found(line: str) -> None:
+    assert hidden_code(parse_command(line))
+
+
+@pytest.mark.parametrize("line", ['[ -n "$(ls)" ]', "echo $((1 + 2))", "arr[$i]=1", "ls"])
+def test_ordinary_lines_hide_no_code(line: str) -> None:
+    assert not hidden_code(parse_command(line))

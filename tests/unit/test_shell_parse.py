@@ -365,9 +365,10 @@ def test_deep_or_large_input_ends_within_the_budget(line: str) -> None:
 
 def test_many_commands_are_capped() -> None:
     doc = policy("a;" * 6_000)
-    assert len(doc["simple_commands"]) == MAX_SIMPLE_COMMANDS
+    # Whichever bound stops it first (the count, or the time budget on a slow machine).
+    assert len(doc["simple_commands"]) <= MAX_SIMPLE_COMMANDS
     assert doc["parsed"] is False
-    assert "more than" in doc["parse_error"]
+    assert "more than" in doc["parse_error"] or "longer than" in doc["parse_error"]
 
 
 def test_parsing_from_many_threads_gives_the_same_results() -> None:

@@ -37,6 +37,9 @@ WRITERS = [
     "git status", "git diff", "git log", "./cat a", "/tmp/cat a", "python3 x.py", "make",
     # Not parsed whole.
     "cat $(", "echo `rm x`",
+    # Code hidden in array subscripts, which bash evaluates (found by an attacker).
+    "printf -v 'a[$(date > w)]' x", "test -v 'a[$(touch w)]'", "x='a[$(touch w)]'; echo $((x))",
+    "echo $((1 + 2))",
 ]  # fmt: skip
 
 

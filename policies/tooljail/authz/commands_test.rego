@@ -93,7 +93,7 @@ fact_git(args) := {
 }
 
 fact_git_builtins := {
-	"add", "branch", "checkout", "clean", "clone", "commit", "diff", "fetch", "filter-branch", "gc", "init", "log", "merge",
+	"add", "branch", "checkout", "clean", "clone", "commit", "config", "diff", "fetch", "filter-branch", "gc", "init", "log", "merge", "rm",
 	"pull", "push", "rebase", "reflog", "reset", "restore", "rev-parse", "show", "stash", "status", "switch", "tag", "update-ref",
 }
 
@@ -936,4 +936,62 @@ test_code_effects_come_from_data_when_given if {
 	line := [simple(["python3", "-c", "print(1)"])]
 	decides(bash_line("python3 -c 'print(1)'", line), "ask", "code that can print")
 		with data.tooljail.commands.code_effects as {"print": `print`}
+}
+
+# --- Found by an attacker: each ran without asking before ---------------------------------
+
+test_code_hidden_in_a_subscript_asks if {
+	doc := object.union(bash_line("printf -v 'a[$(rm -rf .)]' x", [simple(["printf", "-v", "a[$(rm -rf .)]", "x"])]), {"command": {"hidden_code": ["a[$(rm -rf .)]"]}})
+	decides(doc, "ask", "hides code in an array subscript")
+}
+
+test_writing_git_control_files_asks if {
+	doc := object.union(bash_line("echo x >> .git/config", [simple(["echo", "x"])]), {"command": {"written_paths": ["/srv/ws/.git/config"]}})
+	decides(doc, "ask", "from which git takes programs to run")
+	hook := object.union(write_input, {"paths": [{"path": "/srv/ws/.git/hooks/pre-commit", "access": "write", "inside_workspace": true}]})
+	decides(hook, "ask", ".git/hooks/pre-commit")
+}
+
+attack_lines := {
+	"tar --remove-files -cf /dev/null .": [simple(["tar", "--remove-files", "-cf", "/dev/null", "."])],
+	"rsync -a --delete empty/ ./": [simple(["rsync", "-a", "--delete", "empty/", "./"])],
+	"zip -rm a.zip .": [simple(["zip", "-rm", "a.zip", "."])],
+	"find . -exec env rm -rf {} +": [simple(["find", ".", "-exec", "env", "rm", "-rf", "{}", "+"]), wrapped(["rm", "-rf", "{}"], ["find -exec", "env"])],
+	"git config clean.requireForce false": [simple(["git", "config", "clean.requireForce", "false"])],
+	"git config set core.fsmonitor x": [simple(["git", "config", "set", "core.fsmonitor", "x"])],
+	"git config --edit": [simple(["git", "config", "--edit"])],
+	"git config --add remote.o.push :main": [simple(["git", "config", "--add", "remote.o.push", ":main"])],
+	"git checkout -- .": [simple(["git", "checkout", "--", "."])],
+	"git checkout .": [simple(["git", "checkout", "."])],
+	"git rm -r -f .": [simple(["git", "rm", "-r", "-f", "."])],
+	"git rm -r .": [simple(["git", "rm", "-r", "."])],
+	"chmod -R o+u .": [simple(["chmod", "-R", "o+u", "."])],
+	"chmod -R 7 src": [simple(["chmod", "-R", "7", "src"])],
+	"chmod -R --reference=/tmp src": [simple(["chmod", "-R", "--reference=/tmp", "src"])],
+	"chmod -R o-x+w src": [simple(["chmod", "-R", "o-x+w", "src"])],
+	"chmod -R =rw src": [simple(["chmod", "-R", "=rw", "src"])],
+	"find . -exec chmod 777 {} +": [simple(["find", ".", "-exec", "chmod", "777", "{}", "+"]), wrapped(["chmod", "777", "{}"], ["find -exec"])],
+}
+
+not_attack_lines := {
+	"git config user.name bot": [simple(["git", "config", "user.name", "bot"])],
+	"git config --get user.email": [simple(["git", "config", "--get", "user.email"])],
+	"git config get core.editor": [simple(["git", "config", "get", "core.editor"])],
+	"git rm --cached a.txt": [simple(["git", "rm", "--cached", "a.txt"])],
+	"tar -cf out.tar src": [simple(["tar", "-cf", "out.tar", "src"])],
+	"rsync -a src/ backup/": [simple(["rsync", "-a", "src/", "backup/"])],
+	"zip -r a.zip src": [simple(["zip", "-r", "a.zip", "src"])],
+}
+
+test_the_attackers_lines_ask if {
+	missed := {line |
+		some line, commands in attack_lines
+		not decides(bash_line(line, commands), "ask", "")
+	}
+	missed == set()
+}
+
+test_their_harmless_neighbours_run if {
+	missed := not_allowed(not_attack_lines)
+	missed == set()
 }

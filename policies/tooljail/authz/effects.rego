@@ -53,6 +53,38 @@ needs_approval contains concat(" ", [
 	cmd := simple_commands[i]
 }
 
+needs_approval contains concat(" ", [
+	sprintf("%s: the command hides code in an array subscript (%s),", [tool_name, concat(", ", input.command.hidden_code)]),
+	"which bash runs when it evaluates the subscript (printf -v, test -v, declare, arithmetic);",
+	"the policy cannot check it, so a person must approve it before it runs. Run the commands directly instead.",
+]) if {
+	is_array(input.command.hidden_code)
+	count(input.command.hidden_code) > 0
+}
+
+# Files git runs programs from: its configuration and hooks, written by Write/Edit or a redirect.
+needs_approval contains sprintf(
+	"%s: it writes %s, from which git takes programs to run and where to push; a person must approve it before it runs.",
+	[tool_name, path],
+) if {
+	some path in git_control_writes
+}
+
+git_control_writes contains touched.path if {
+	some touched in input.paths
+	touched.access == "write"
+	git_control_path(touched.path)
+}
+
+git_control_writes contains target if {
+	some target in object.get(input, ["command", "written_paths"], [])
+	git_control_path(target)
+}
+
+git_control_path(path) if regex.match(`(^|/)\.git/(config|hooks(/|$)|info/attributes)`, path)
+
+git_control_path(path) if regex.match(`(^|/)\.gitattributes$|(^|/)\.gitmodules$`, path)
+
 # --- Words ------------------------------------------------------------------------------------
 
 # The words after the program, with what the parser knows of them.
@@ -112,10 +144,28 @@ recursive_delete_targets(cmd) := find_start_words(cmd) if {
 
 recursive(cmd) if has_short_flag(options(command_args(cmd)), "rR")
 
-# Operands that xargs (or find -exec's `{}`) hands over: unknown here.
-fed_operands(cmd) := [{"text": "(the names xargs reads)", "dynamic": true, "path": ""}] if {
-	"xargs" in cmd.wrappers
+# Operands that xargs or find -exec hand over (`{}`): unknown here.
+fed_operands(cmd) := [{"text": "(the names xargs or find hands over)", "dynamic": true, "path": ""}] if {
+	some wrapper in cmd.wrappers
+	wrapper in {"xargs", "find -exec", "find -execdir", "find -ok", "find -okdir", "parallel"}
 } else := []
+
+recursive_delete_targets(cmd) := array.concat(operand_words(cmd), fed_operands(cmd)) if {
+	basename(cmd.name) in {"tar", "bsdtar"}
+	has_long_flag(options(command_args(cmd)), "--remove-files")
+}
+
+recursive_delete_targets(cmd) := array.concat(operand_words(cmd), fed_operands(cmd)) if {
+	basename(cmd.name) == "rsync"
+	some long in {"--delete", "--delete-before", "--delete-during", "--delete-after", "--delete-excluded", "--remove-source-files", "--del"}
+	has_long_flag(options(command_args(cmd)), long)
+}
+
+recursive_delete_targets(cmd) := array.concat(operand_words(cmd), fed_operands(cmd)) if {
+	basename(cmd.name) == "zip"
+	some opt in options(command_args(cmd))
+	regex.match(`^-[A-Za-z0-9]*m|^--move$`, opt)
+}
 
 # find deletes what it matches with -delete, or by running rm/rmdir/unlink/shred on it.
 find_deletes(cmd) if "-delete" in command_args(cmd)
@@ -261,6 +311,67 @@ git_lines[i] := cmd.git if {
 	is_object(cmd.git)
 }
 
+git_effect contains [i, sprintf("changes git's configuration (%s), where git takes programs to run, what to push and what to check", [key])] if {
+	some i, git in git_lines
+	git.subcommand == "config"
+	key := git_config_write(git)
+	not git_config_harmless(key)
+}
+
+git_effect contains [i, "throws away uncommitted changes in the work tree"] if {
+	some i, git in git_lines
+	git.subcommand in {"checkout", "switch"}
+	"--" in git.args
+}
+
+git_effect contains [i, "throws away uncommitted changes in the work tree"] if {
+	some i, git in git_lines
+	git.subcommand == "checkout"
+	"." in git.operands
+}
+
+git_effect contains [i, "deletes tracked files with their uncommitted changes"] if {
+	some i, git in git_lines
+	git.subcommand == "rm"
+	not has_long_flag(git.options, "--cached")
+	git_forced(git)
+}
+
+git_effect contains [i, "deletes tracked files of the whole tree"] if {
+	some i, git in git_lines
+	git.subcommand == "rm"
+	not has_long_flag(git.options, "--cached")
+	"-r" in git.options
+	some target in git.operands
+	target in {".", "*", ":/"}
+}
+
+# The key a `git config` line sets (undefined when it only reads): `git config KEY VALUE`,
+# `git config set KEY VALUE`, `--add`, `--replace-all`, `--unset`, `--edit`, ...
+git_config_write(git) := key if {
+	count(git.operands) >= 2
+	not git.operands[0] in {"get", "list", "get-regexp", "get-all"}
+	key := git_config_key(git)
+} else := "(the whole file)" if {
+	some opt in git.options
+	opt in {"-e", "--edit"}
+} else := key if {
+	some opt in git.options
+	regex.match(`^--(add|replace-all|unset|unset-all|rename-section|remove-section)`, opt)
+	key := git_config_key(git)
+}
+
+git_config_key(git) := git.operands[1] if {
+	git.operands[0] in {"set", "unset"}
+	count(git.operands) >= 2
+} else := git.operands[0] if count(git.operands) > 0
+
+else := "(unknown)"
+
+git_config_harmless(key) if {
+	lower(key) in {"user.name", "user.email", "core.autocrlf", "init.defaultbranch", "pull.rebase", "color.ui", "core.editor", "commit.gpgsign", "advice.detachedhead"}
+}
+
 git_force_push(git) if has_short_flag(git.options, "f")
 
 git_force_push(git) if {
@@ -304,31 +415,47 @@ git_forced(git) if has_long_flag(git.options, "--discard-changes")
 
 # --- Permissions -------------------------------------------------------------------------------
 
-# The mode word: chmod's first operand (a --reference= mode copies another file's: unknown).
-chmod_mode(cmd) := operand_words(cmd)[0]
+# The mode word: chmod's first operand, or its --reference= option (another file's mode).
+chmod_mode(cmd) := {"text": opt, "dynamic": false, "path": ""} if {
+	some opt in options(command_args(cmd))
+	startswith(opt, "--reference")
+} else := operand_words(cmd)[0]
 
 # Write for others: an octal mode whose last digit has the 2 bit, or a symbolic clause giving
 # w to o or a (or to all with `=`/`+` and no who, which may still be limited by the umask only
 # for `+`); a dynamic mode could be anything.
 opens_to_everyone(mode) if mode.dynamic == true
 
+# --reference=FILE copies another file's mode: could be anything.
+opens_to_everyone(mode) if startswith(mode.text, "--reference")
+
 opens_to_everyone(mode) if {
-	regex.match(`^[0-7]{3,4}$`, mode.text)
+	regex.match(`^[0-7]{1,5}$`, mode.text)
 	to_number(substring(mode.text, count(mode.text) - 1, 1)) in {2, 3, 6, 7}
 }
 
+# A clause for others (o, a, or no who) that adds or sets w, or copies another class's bits
+# (o=u, o+g), anywhere among its operations (o-x+w).
 opens_to_everyone(mode) if {
 	some clause in split(mode.text, ",")
-	regex.match(`^[ugoa]*[oa][ugoa]*[+=][rwxXst]*w`, clause)
+	regex.match(`^[ugoa]*[oa][ugoa]*([+=-][rwxXstugo]*)*[+=][rwxXst]*w`, clause)
 }
 
 opens_to_everyone(mode) if {
 	some clause in split(mode.text, ",")
-	regex.match(`^=[rwxXst]*w`, clause)
+	regex.match(`^[ugoa]*[oa][ugoa]*([+=-][rwxXstugo]*)*[+=][ug]`, clause)
 }
 
-# How far it reaches: recursively, or onto a risky target.
-chmod_reach(cmd) := what if {
+opens_to_everyone(mode) if {
+	some clause in split(mode.text, ",")
+	regex.match(`^([+=-][rwxXst]*)*=[rwxXst]*w`, clause)
+}
+
+# How far it reaches: recursively (also over what xargs or find -exec hand it), or onto a
+# risky target.
+chmod_reach(cmd) := "every name xargs or find hands it" if {
+	count(fed_operands(cmd)) > 0
+} else := what if {
 	has_short_flag(options(command_args(cmd)), "R")
 	targets := [w.text | some i, w in operand_words(cmd); i > 0]
 	what := sprintf("everything under %s", [concat(" ", targets)])
