@@ -5,6 +5,7 @@ gRPC statuses (raised as RequestError)."""
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import dataclasses
 import functools
@@ -40,7 +41,7 @@ from daemon.policy.verdict import Verdict
 from daemon.sessions.session import Session
 from daemon.sessions.store import SessionStore
 from daemon.tools.call import ToolCall, run_call
-from daemon.tools.contract import CallContext, ProgressSink, SandboxRunner
+from daemon.tools.contract import AnyTool, CallContext, ProgressSink, SandboxRunner
 from daemon.tools.peers import PeerHandle
 from daemon.tools.registry import ToolDefinition, ToolRegistry
 from sandbox.backend import SandboxLimits
@@ -156,6 +157,15 @@ class _Trace:
         return fields
 
 
+OFF_LOOP_INPUT_CHARS = 4096
+"""Inputs from this size on are checked in a worker thread (below, the thread costs more)."""
+
+
+def _input_chars(tool_input: dict[str, Any]) -> int:
+    """About how much text an input holds (its top-level strings; anything else counts 64)."""
+    return sum(len(v) if isinstance(v, str) else 64 for v in tool_input.values())
+
+
 def _one_line(text: str, limit: int = 200) -> str:
     line = " ".join(text.split())
     return line if len(line) <= limit else line[: limit - 1] + "…"
@@ -224,17 +234,42 @@ class Pipeline:
     def prepare(self, request: CallRequest, caller: Caller) -> PreparedCall:
         """Look up the caller's session and validate, without side effects (NotFound for a
         session that is not the caller's); failures are kept as a RejectedCall."""
+        started, session, tool = self._lookup(request, caller)
+        if tool is None:
+            return self._unknown_tool(request, session, started)
+        return self._checked(request, session, started, tool)
+
+    async def prepare_off_loop(self, request: CallRequest, caller: Caller) -> PreparedCall:
+        """`prepare`, with a large input's checks (a long Bash line's analysis takes up to a
+        quarter of a second) in a worker thread, so other callers are served meanwhile. The
+        session is looked up here, on the event loop, as everything else that changes them."""
+        started, session, tool = self._lookup(request, caller)
+        if tool is None:
+            return self._unknown_tool(request, session, started)
+        if _input_chars(request.tool_use.input) < OFF_LOOP_INPUT_CHARS:
+            return self._checked(request, session, started, tool)
+        return await asyncio.to_thread(self._checked, request, session, started, tool)
+
+    def _lookup(
+        self, request: CallRequest, caller: Caller
+    ) -> tuple[float, Session, AnyTool | None]:
         started = time.monotonic()
         session = self._sessions.get(request.session_id, caller.principal, admin=caller.admin)
+        return started, session, self._registry.get(request.tool_use.name)
+
+    def _unknown_tool(self, request: CallRequest, session: Session, started: float) -> RejectedCall:
+        names = ", ".join(self._registry.names())
+        error = (
+            f"Unknown tool {request.tool_use.name!r}. The available tools are: {names}. Call one "
+            "of those instead."
+        )
+        return RejectedCall(request, session, started, error, known_tool=False)
+
+    @staticmethod
+    def _checked(
+        request: CallRequest, session: Session, started: float, tool: AnyTool
+    ) -> PreparedCall:
         tool_use = request.tool_use
-        tool = self._registry.get(tool_use.name)
-        if tool is None:
-            names = ", ".join(self._registry.names())
-            error = (
-                f"Unknown tool {tool_use.name!r}. The available tools are: {names}. Call one of "
-                "those instead."
-            )
-            return RejectedCall(request, session, started, error, known_tool=False)
         try:
             call = ToolCall.prepare(tool, tool_use.input, session, tool_use.id)
         except ToolError as exc:

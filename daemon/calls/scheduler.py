@@ -221,7 +221,7 @@ class Scheduler:
 
     async def execute(self, request: CallRequest, caller: Caller) -> ExecuteOutcome:
         """A single call (an Execute RPC)."""
-        return await self._run(self._pipeline.prepare(request, caller), caller)
+        return await self._run(await self._pipeline.prepare_off_loop(request, caller), caller)
 
     async def execute_batch(
         self, requests: list[CallRequest], caller: Caller
@@ -230,7 +230,7 @@ class Scheduler:
         every call before it are done."""
         calls = []
         for request in requests:
-            calls.append(self._pipeline.prepare(request, caller))
+            calls.append(await self._pipeline.prepare_off_loop(request, caller))
             await asyncio.sleep(0)  # checking a call can take milliseconds: let others in
         for group in partition(calls, self._limits.max_parallel):
             if len(group) == 1:

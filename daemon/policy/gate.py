@@ -151,6 +151,11 @@ class PolicyGate:
     ) -> tuple[Grant, str]:
         """Who approved the call the token is for, and in what scope; or why it is refused."""
         ask = self._pending.get(grant.token_id)
+        if ask is None and self._pending.dropped(grant.token_id):
+            return grant, (
+                "This call's request for approval was dropped because its caller had too many "
+                "waiting; it did not run. Send the call again without the token to ask anew."
+            )
         if ask is None or ask.state is AskState.PENDING:
             # Nobody else answered: the caller approves its own call (the policy decides).
             return replace(grant, self_approved=True, scope=approval.scope or "once"), ""

@@ -5,7 +5,8 @@ An ask is known by its approval id, which is the id of the token handed to the a
 (the token's signed `jti`): the caller's retry with that token finds the approver's answer here,
 so the approver fixes the scope and is the one recorded as having approved. The store is bounded
 per principal and in total; when a principal has too many asks waiting, its oldest is dropped
-(its token then works only as a self-approval, which the policy decides on).
+(a retry with its token is then refused, asking the caller to ask again: it cannot pass for a
+self-approval of an ask an approver may have denied).
 """
 
 from __future__ import annotations
@@ -76,6 +77,9 @@ class PendingApprovals:
         clock: Callable[[], float] = time.time,
     ) -> None:
         self._asks: dict[str, PendingAsk] = {}
+        self._dropped: dict[str, float] = {}
+        """Asks dropped for room, by id, until their tokens expire: a retry with such a token
+        must not pass for a self-approval (an approver may have denied it)."""
         self._max_per_principal = max_per_principal
         self._max_total = max_total
         self._clock = clock
@@ -87,10 +91,22 @@ class PendingApprovals:
             self._drop_expired()
             mine = [a for a in self._asks.values() if a.principal == ask.principal]
             for old in mine[: max(0, len(mine) - self._max_per_principal + 1)]:
-                del self._asks[old.approval_id]
+                self._drop(old)
             while len(self._asks) >= self._max_total:
-                del self._asks[next(iter(self._asks))]
+                self._drop(next(iter(self._asks.values())))
             self._asks[ask.approval_id] = ask
+
+    def dropped(self, approval_id: str) -> bool:
+        """Whether this ask was dropped for room before its token expired."""
+        with self._lock:
+            self._drop_expired()
+            return approval_id in self._dropped
+
+    def _drop(self, ask: PendingAsk) -> None:
+        del self._asks[ask.approval_id]
+        self._dropped[ask.approval_id] = ask.expires_at
+        while len(self._dropped) > self._max_total * 10:
+            del self._dropped[next(iter(self._dropped))]
 
     def listed(self) -> list[PendingAsk]:
         """Every ask still waiting, oldest first."""
@@ -135,3 +151,5 @@ class PendingApprovals:
         now = self._clock()
         for approval_id in [k for k, a in self._asks.items() if a.expires_at <= now]:
             del self._asks[approval_id]
+        for approval_id in [k for k, at in self._dropped.items() if at <= now]:
+            del self._dropped[approval_id]

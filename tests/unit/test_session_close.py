@@ -75,3 +75,28 @@ async def test_queued_calls_of_a_closed_session_never_run_and_running_ones_answe
     queued_answer = await asyncio.wait_for(queued, 10)
     assert queued_answer.result.is_error
     assert "closed before the call could run" in queued_answer.result.content[0].text
+
+
+async def test_large_inputs_are_checked_off_the_event_loop(
+    tmp_path: Path, audit: AuditLog, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Attack: 16 Bash lines of 98 KB each held every other caller for seconds while they were
+    analysed on the event loop."""
+    import threading
+
+    from daemon.tools.call import ToolCall
+
+    scheduler = make_scheduler(tmp_path, audit)
+    threads: list[str] = []
+    real = ToolCall.prepare
+
+    def spying(*args: object, **kwargs: object) -> ToolCall:
+        threads.append(threading.current_thread().name)
+        return real(*args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(ToolCall, "prepare", spying)
+    pipeline = scheduler._pipeline
+    await pipeline.prepare_off_loop(req("small", "Safe"), Caller())
+    await pipeline.prepare_off_loop(req("large", "Safe", pad="x" * 10_000), Caller())
+    assert threads[0] == threading.main_thread().name
+    assert threads[1] != threading.main_thread().name

@@ -417,3 +417,16 @@ def test_a_sticky_shared_folder_or_one_of_another_owner(tmp_path: Path) -> None:
         os.chown(theirs, 65534, 65534)
         with pytest.raises(TooljailError, match="owner uid 65534"):
             ListenAddress.parse(f"unix://{theirs / 'd.sock'}").prepare()
+
+
+def test_a_dropped_ask_is_remembered_until_its_token_expires() -> None:
+    """Suspected by an attacker: a denied ask pushed out of the bound made the retry a
+    self-approval. A dropped ask is remembered, and the gate refuses its token."""
+    now = [T0]
+    pending = PendingApprovals(max_per_principal=1, max_total=100, clock=lambda: now[0])
+    pending.add(_ask("denied", "bob"))
+    pending.decide("denied", AskState.DENIED, "alice")
+    pending.add(_ask("next", "bob"))
+    assert pending.get("denied") is None and pending.dropped("denied")
+    now[0] = T0 + 601
+    assert not pending.dropped("denied")
