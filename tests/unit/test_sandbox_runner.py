@@ -8,9 +8,12 @@ identity, as the daemon's workspaces are.
 
 from __future__ import annotations
 
+import atexit
+import functools
 import hashlib
 import os
 import re
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -40,9 +43,23 @@ def tmp_path() -> Iterator[Path]:
         yield path
 
 
+@functools.cache
+def _mounted_runner() -> Path:
+    """The runner's files where the command's identity can read them, as the container's
+    read-only mount of them is (a checkout may sit in a folder only root may enter)."""
+    folder = Path(tempfile.mkdtemp(prefix="tj-runner-src-"))
+    folder.chmod(0o755)
+    for source in RUNNER_SOURCE.parent.iterdir():
+        if source.is_file():
+            shutil.copy(source, folder / source.name)
+            (folder / source.name).chmod(0o644)
+    atexit.register(shutil.rmtree, folder, True)
+    return folder / RUNNER_SOURCE.name
+
+
 def runner_argv(*args: str) -> list[str]:
     """The runner started as a container starts it."""
-    return [sys.executable, "-E", "-s", "-S", str(RUNNER_SOURCE), *RUN_AS, *args]
+    return [sys.executable, "-E", "-s", "-S", str(_mounted_runner()), *RUN_AS, *args]
 
 
 def owned_by_the_identity(workspace: Path) -> dict[str, Any]:
