@@ -47,7 +47,7 @@ needs_approval contains concat(" ", [
 needs_approval contains concat(" ", [
 	sprintf("%s: `%s` runs program text the policy cannot read (%s),", [tool_name, shown(cmd), why]),
 	"so it cannot check what it does; a person must approve it before it runs,",
-	"or run the commands directly, or put the program in a file in the workspace and run that.",
+	"or run the commands directly so that the policy can read them.",
 ]) if {
 	some [i, why] in opaque_code
 	cmd := simple_commands[i]
