@@ -58,6 +58,9 @@ DRAIN_GRACE_S = 0.25
 #: number so it does not collide with scripts that use 3-9 themselves; below 63, which bash uses
 #: for process substitution.
 CWD_FD = 31
+GO_FD = 30
+"""Where bash_env.sh waits for the runner's go: the runner wears the command's ids while it
+spawns bash, and until it has taken its own back the command must not run (it could signal it)."""
 #: Sourced by bash through BASH_ENV before the command: a file beside the runner, read-only in
 #: the container and readable by the command's identity.
 BASH_ENV_FILE = Path(__file__).with_name("bash_env.sh")
@@ -309,6 +312,7 @@ def run_bash(
     oom_before = oom_kill_count()
     out_r, out_w = os.pipe()
     cwd_r, cwd_w = os.pipe()
+    go_r, go_w = os.pipe()
     env = dict(os.environ, BASH_ENV=str(BASH_ENV_FILE))
     argv = ["bash", "--noprofile", "--norc", "-c", command]
     started = time.monotonic()
@@ -319,18 +323,21 @@ def run_bash(
             workspace=str(request.get("workspace") or cwd),
             cwd=cwd,
             stdout=out_w,
-            handed={CWD_FD: cwd_w},
+            handed={CWD_FD: cwd_w, GO_FD: go_r},
             identity=identity,
         )
     except OSError as exc:
-        for fd in (out_r, cwd_r):
+        for fd in (out_r, cwd_r, go_w):
             os.close(fd)
         who = f"uid {identity[0]}" if identity else "the runner"
         why = f"it does not exist, or the sandbox's identity ({who}) may not enter it"
         return {"exit_code": -1, "error": f"cannot start bash in {cwd}: {exc.strerror}; {why}"}
     finally:
-        for fd in (out_w, cwd_w):
+        for fd in (out_w, cwd_w, go_r):
             os.close(fd)
+    # The runner is itself again (spawn_bash restored its ids): the command may start.
+    os.write(go_w, b"g")
+    os.close(go_w)
 
     progress = ProgressStream(emit, started) if emit is not None else None
     timed_out = _pump(proc, out_r, _Output(sink, progress), started + timeout_s)

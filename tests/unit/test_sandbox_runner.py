@@ -475,3 +475,30 @@ def test_signals_python_ignores_are_back_to_their_defaults_in_the_command(tmp_pa
     result = bash("yes | head -c 4; echo; grep SigIgn /proc/self/status", tmp_path)
     assert result["output"].startswith("y\ny\n\n") and "Broken pipe" not in result["output"]
     assert int(result["output"].split()[-1], 16) & (1 << (13 - 1)) == 0  # SIGPIPE not ignored
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="the runner switches ids only as root")
+def test_the_command_cannot_run_while_the_runner_wears_its_ids(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Seen in a CI run: `kill -9 $PPID` killed the runner, because the command ran before the
+    runner, which wears the command's ids to spawn it, had taken its own back. Here the window
+    is widened to half a second: the command still finds its parent out of its reach."""
+    from sandbox.runner import spawn
+
+    real_spawn = os.posix_spawn
+
+    def slow_to_restore(*args: Any, **kwargs: Any) -> int:
+        pid = real_spawn(*args, **kwargs)
+        time.sleep(0.5)  # still wearing the command's ids
+        return pid
+
+    monkeypatch.setattr(spawn.os, "posix_spawn", slow_to_restore)
+    request = {
+        "command": "kill -0 $PPID 2>/dev/null && echo reached-the-runner || echo refused",
+        "cwd": str(tmp_path),
+        "timeout_ms": 20_000,
+        **owned_by_the_identity(tmp_path),
+    }
+    result = runner_module.run_bash(request, IDENTITY)
+    assert result["output"].strip() == "refused", result
