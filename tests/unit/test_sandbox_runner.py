@@ -494,6 +494,10 @@ def test_the_command_cannot_run_while_the_runner_wears_its_ids(
         return pid
 
     monkeypatch.setattr(spawn.os, "posix_spawn", slow_to_restore)
+    # In-process, as the container's runner: its files and working directory readable by the
+    # command's identity (a checkout may sit in a folder only root may enter).
+    monkeypatch.setattr(runner_module, "BASH_ENV_FILE", _mounted_runner().with_name("bash_env.sh"))
+    monkeypatch.chdir(tmp_path)
     request = {
         "command": "kill -0 $PPID 2>/dev/null && echo reached-the-runner || echo refused",
         "cwd": str(tmp_path),
