@@ -62,7 +62,9 @@ async def check_policy_folder(binary: Path, folder: Path) -> str:
     if code != 0:
         return f"opa check failed:\n{output[-4000:]}"
     if any(folder.rglob("*_test.rego")):
-        code, output = await _opa(binary, "test", *OPA_IGNORE, str(folder))
+        # Each test's own limit (5 s by default) is about the machine, not the policy: a loaded
+        # machine must not turn a good policy into a refused reload.
+        code, output = await _opa(binary, "test", "--timeout", "60s", *OPA_IGNORE, str(folder))
         if code != 0:
             return f"opa test failed:\n{output[-4000:]}"
     return await _mask_problem(binary, folder)
