@@ -130,19 +130,7 @@ def test_secrets_in_commands_are_hidden_and_the_rest_kept() -> None:
 
 
 def test_the_shipped_policy_patterns_compile_and_hide_a_bearer_token() -> None:
-    import subprocess
-
-    from daemon.config import PROJECT_ROOT
-
-    opa = PROJECT_ROOT / ".tools" / "bin" / "opa"
-    if not opa.exists():
-        pytest.skip("OPA is built by make setup")
-    run = subprocess.run(
-        [str(opa), "eval", "-f", "json", "--ignore", "input.schema.json", "-d",
-         str(PROJECT_ROOT / "policies"), "data.tooljail.authz.mask_patterns"],
-        capture_output=True, text=True, check=True,
-    )  # fmt: skip
-    patterns = json.loads(run.stdout)["result"][0]["expressions"][0]["value"]
+    patterns = _shipped_patterns()
     mask = AuditMask.parse(["content"], patterns)
     text = mask.hide_secrets("curl -H 'Authorization: Bearer eyJhbGciOi.xyz' https://x --token t0p")
     assert "eyJhbGciOi" not in text and "t0p" not in text and "curl -H" in text
