@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shutil
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -47,6 +48,35 @@ def read_policy_folder(folder: Path) -> PolicyFiles:
     return PolicyFiles(modules=modules, data=data)
 
 
+def write_policy_snapshot(files: PolicyFiles, folder: Path) -> list[str]:
+    """Write `files` into `folder` (a private directory, emptied first) the way `opa run` loads
+    them at start, in one compile; returns the arguments for it, relative to `folder` so that
+    OPA names the modules as the REST loader does (a later reload replaces them by id)."""
+    shutil.rmtree(folder, ignore_errors=True)
+    folder.mkdir(mode=0o700)
+    root = folder.resolve()
+    arguments: list[str] = []
+    for module_id, source in files.modules.items():
+        target = root / module_id
+        if root not in target.resolve().parents:
+            raise PolicyLoadError(f"module id {module_id!r} is not a path below the policy folder")
+        target.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+        target.write_text(source, encoding="utf-8")
+        arguments.append(module_id)
+    if files.data:
+        (folder / "data.json").write_text(
+            json.dumps({key: _data_document(value) for key, value in files.data.items()}),
+            encoding="utf-8",
+        )
+        arguments.append("data.json")
+    return arguments
+
+
+def _data_document(value: Any) -> dict[str, Any]:
+    """What a data.json key is stored as: OPA's data API takes objects only."""
+    return value if isinstance(value, dict) else {"value": value}
+
+
 def describe_rego_error(exc: RegoParseError) -> str:
     """OPA's compile errors as `file:row:col: message` lines."""
     lines = []
@@ -65,9 +95,8 @@ async def load_policy_files(
     """Upload data, then modules (modules that depend on others are retried until none progress),
     then delete the modules of `previous` that no longer exist."""
     for key, value in files.data.items():
-        document = value if isinstance(value, dict) else {"value": value}
         try:
-            await client.update_or_create_data(document, key)
+            await client.update_or_create_data(_data_document(value), key)
         except RegoParseError as exc:
             raise PolicyLoadError(f"data.json key {key!r}: {describe_rego_error(exc)}") from exc
     pending = dict(files.modules)

@@ -21,7 +21,12 @@ from pathlib import Path
 
 from daemon.errors import PolicyLoadError, TooljailError
 from daemon.host.child import Child
-from daemon.policy.loader import PolicyFiles, load_policy_files, read_policy_folder
+from daemon.policy.loader import (
+    PolicyFiles,
+    load_policy_files,
+    read_policy_folder,
+    write_policy_snapshot,
+)
 from daemon.policy.opa_client import UNIX_SCHEME, client_for
 
 log = logging.getLogger(__name__)
@@ -99,7 +104,7 @@ class ManagedOpa:
                 f"the policy engine's socket path {socket_path} is longer than the kernel's "
                 f"{MAX_SOCKET_PATH} bytes; choose a shorter state_dir"
             )
-        self._binary = binary
+        self._binary = binary.absolute()  # OPA starts in its policy snapshot folder
         self._policies_dir = policies_dir
         self._timeout_s = timeout_s
         self._socket = socket_path
@@ -118,6 +123,11 @@ class ManagedOpa:
     def url(self) -> str:
         """Where the server listens (unix:///...)."""
         return UNIX_SCHEME + str(self._socket)
+
+    @property
+    def _snapshot_folder(self) -> Path:
+        """Where the policy OPA starts with is written (beside the socket, as private)."""
+        return self._socket.with_name(self._socket.name + ".policy")
 
     @property
     def pid(self) -> int | None:
@@ -143,7 +153,27 @@ class ManagedOpa:
         self._files = files
 
     async def _spawn_and_load(self) -> None:
+        """Start OPA with the policy given on its command line (one compile; uploading module by
+        module compiles the whole set once per module, which made a restart take seconds under
+        load); when OPA refuses it at start, load it over REST instead, for the precise error."""
         self.loading = True
+        assert self._files is not None
+        try:
+            await self._spawn(self._files)
+        except TooljailError as exc:
+            log.warning(
+                "opa refused the policy on its command line (%s); loading it over REST", exc
+            )
+            process = await self._spawn(None)
+            try:
+                await self._load(self._files)
+            except BaseException:
+                await self._terminate(process)
+                raise
+        self.loading = False
+
+    async def _spawn(self, preloaded: PolicyFiles | None) -> Child:
+        """Start OPA (holding `preloaded`, if given) and wait until it answers."""
         private_socket_dir(self._socket.parent)
         # Ours (in our private directory): left behind by an OPA that died, so it goes.
         self._socket.unlink(missing_ok=True)
@@ -162,17 +192,23 @@ class ManagedOpa:
             "--set",
             "decision_logs.console=true",
         ]
-        process = Child(_dying_with_parent(argv), stdout="null", env=_opa_environment())
+        snapshot = self._snapshot_folder
+        if preloaded is not None:
+            argv += ["--", *write_policy_snapshot(preloaded, snapshot)]
+        process = Child(
+            _dying_with_parent(argv),
+            cwd=snapshot if preloaded else None,
+            stdout="null",
+            env=_opa_environment(),
+        )
         self._process = process
         self._drain = asyncio.create_task(self._drain_stderr(process), name="opa-stderr")
         try:
             await self._wait_healthy(process)
-            assert self._files is not None
-            await self._load(self._files)
-            self.loading = False
         except BaseException:
             await self._terminate(process)
             raise
+        return process
 
     async def _wait_healthy(self, process: Child) -> None:
         deadline = time.monotonic() + _START_TIMEOUT_S
@@ -251,6 +287,7 @@ class ManagedOpa:
         if self._process is not None:
             await self._terminate(self._process)
         self._socket.unlink(missing_ok=True)
+        shutil.rmtree(self._snapshot_folder, ignore_errors=True)
 
 
 __all__ = ["ManagedOpa", "PolicyLoadError", "find_opa"]

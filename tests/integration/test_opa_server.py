@@ -175,6 +175,48 @@ async def test_the_managed_opa_comes_back_on_the_same_socket(tmp_path: Path) -> 
         await opa.stop()
 
 
+_FIRST = "package probe\n\nfirst := data.probe_data.value\n"
+_SECOND = "package probe\n\nsecond := true\n"
+
+
+async def _module_ids(opa: ManagedOpa) -> set[str]:
+    async with client_for(opa.url, 5.0) as client:
+        return set(await client.get_policies_list())
+
+
+async def test_a_restarted_opa_holds_the_last_policy_under_the_loaders_module_ids(
+    tmp_path: Path,
+) -> None:
+    """OPA (re)starts with the policy on its command line; the modules must keep the ids the REST
+    loader uses, or a later reload would add a second copy instead of replacing (or deleting)."""
+    policies = tmp_path / "policies"
+    (policies / "probe").mkdir(parents=True)
+    (policies / "probe" / "first.rego").write_text(_FIRST)
+    (policies / "probe" / "second.rego").write_text(_SECOND)
+    (policies / "data.json").write_text('{"probe_data": 7}')
+    opa = ManagedOpa(find_opa(None, PROJECT_ROOT), policies, socket_in(tmp_path))
+    await opa.start()
+    try:
+        assert await _module_ids(opa) == {"probe/first.rego", "probe/second.rego"}
+        (policies / "probe" / "second.rego").unlink()
+        await opa.reload()
+        first = opa.pid
+        assert first is not None
+        os.kill(first, signal.SIGKILL)
+        async with asyncio.timeout(30):
+            while opa.pid == first or opa.loading:
+                await asyncio.sleep(0.05)
+        assert await _module_ids(opa) == {"probe/first.rego"}
+        async with client_for(opa.url, 5.0) as client:
+            assert (await client.query_rule({}, "probe", "first")).get("result") == 7
+        (policies / "probe" / "first.rego").write_text(_FIRST.replace("first", "renamed"))
+        await opa.reload()
+        assert await _module_ids(opa) == {"probe/first.rego"}
+    finally:
+        await opa.stop()
+    assert list(socket_in(tmp_path).parent.iterdir()) == [], "stop leaves nothing behind"
+
+
 _SYSTEM_AUTHZ = """package system.authz
 
 default allow := false
