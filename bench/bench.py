@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from bench import parts, processes, report, workload
+from bench.egress import measure_egress
 from bench.harness import Docker, Run, log
 from bench.plans import FULL, SMOKE
 from bench.processes import OpaServer
@@ -104,6 +105,10 @@ def execute(run: Run) -> None:
             profile_dir = run.profile_dir
             run.part("profile", lambda: parts.record_profiles(run, daemon, profile_dir))
         run.part("batch", lambda: parts.measure_batch(run, daemon))
+        run.part(
+            "egress",
+            lambda: measure_egress(run.work / "egress", plan.egress_connects, plan.egress_bytes),
+        )
         if run.docker is None:
             for name in ("sandbox", "churn", "flood"):
                 run.skip(name, run.docker_problem)

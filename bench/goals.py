@@ -300,6 +300,51 @@ def flood_metrics(parts: Parts) -> list[Metric]:
     ]
 
 
+def egress_metrics(parts: Parts) -> list[Metric]:
+    """Through the egress proxy against directly, same run: set-up overhead within the OPA
+    decision plus 1 ms at p50; tunnelled throughput at least 70%, intercepted at least 40%."""
+    part = _get(parts, "egress")
+    if not isinstance(part, Mapping):
+        part = {}
+    direct, proxied = part.get("setup_direct_p50_ms"), part.get("setup_proxy_p50_ms")
+    decision = part.get("decision_p50_ms")
+    overhead = None if direct is None or proxied is None else proxied - direct
+    allowance = None if decision is None else decision + 1.0
+    size = f"{part.get('download_bytes', 0) / (1 << 20):.0f} MiB"
+    return [
+        Metric(
+            "egress.setup_overhead_ms",
+            "egress: connection set-up through the proxy minus direct, p50",
+            overhead,
+            "ms",
+            f"at most the OPA decision + 1 ms ({_fmt(allowance)})",
+            None if overhead is None or allowance is None else overhead <= allowance,
+            f"direct {_fmt(direct)}, proxy {_fmt(proxied)}, OPA egress decision {_fmt(decision)} "
+            f"({part.get('connects')} connections each)",
+        ),
+        _row(
+            "egress.tunnel_ratio",
+            f"egress: {size} download tunnelled / direct",
+            ratio(part.get("tunnel_mb_s"), part.get("direct_mb_s")),
+            "×",
+            ">=",
+            0.7,
+            detail=f"tunnelled {_fmt(part.get('tunnel_mb_s'), 'MB/s')}, direct "
+            f"{_fmt(part.get('direct_mb_s'), 'MB/s')}",
+        ),
+        _row(
+            "egress.intercepted_ratio",
+            f"egress: {size} HTTPS download intercepted (credential) / direct HTTPS",
+            ratio(part.get("intercepted_mb_s"), part.get("tls_direct_mb_s")),
+            "×",
+            ">=",
+            0.4,
+            detail=f"intercepted {_fmt(part.get('intercepted_mb_s'), 'MB/s')}, direct "
+            f"{_fmt(part.get('tls_direct_mb_s'), 'MB/s')}",
+        ),
+    ]
+
+
 def cpu_metrics(parts: Parts) -> list[Metric]:
     """The daemon's own CPU time (user+sys) per call on each path."""
     rows = []
@@ -336,5 +381,6 @@ def evaluate(parts: Parts) -> list[Metric]:
         *churn_metrics(parts),
         *batch_metrics(parts),
         *flood_metrics(parts),
+        *egress_metrics(parts),
         *cpu_metrics(parts),
     ]

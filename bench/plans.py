@@ -32,6 +32,10 @@ class Plan:
     churn_warmup_s: float
     """Shorter than one sandboxed call in the smoke run, or its window may see no call end."""
     flood_bytes: int
+    egress_connects: int
+    """Connections set up directly and through the egress proxy, each."""
+    egress_bytes: int
+    """Size of the download measured directly, tunnelled and intercepted."""
     opa_timeout_s: float
     """The daemon's decision timeout (the smoke run must not turn a slow machine into denies)."""
     call_timeout_s: float
@@ -58,6 +62,8 @@ FULL = Plan(
     churn_s=60.0,
     churn_warmup_s=3.0,
     flood_bytes=1 << 30,
+    egress_connects=500,
+    egress_bytes=100 << 20,
     opa_timeout_s=0.5,
     call_timeout_s=120.0,
 )
@@ -79,6 +85,8 @@ SMOKE = Plan(
     churn_s=2.0,
     churn_warmup_s=0.0,
     flood_bytes=16 << 20,
+    egress_connects=10,
+    egress_bytes=1 << 20,
     opa_timeout_s=5.0,
     call_timeout_s=120.0,
 )

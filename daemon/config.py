@@ -22,6 +22,7 @@ from pydantic_settings import (
     TomlConfigSettingsSource,
 )
 
+from daemon.egress.credentials import CredentialRule
 from daemon.errors import TooljailError
 from daemon.hooks.config import HookList
 from sandbox.backend import SandboxLimits
@@ -87,6 +88,23 @@ class SandboxSettings(_Section):
     run_as_owner: bool = True
     """Over a workspace owned by a regular user (uid >= min_uid), run as that user, so files
     made in their project stay theirs; false: always as `user`."""
+
+
+class EgressConfig(_Section):
+    """The egress proxy: the way out of sandboxes the policy puts on the egress network."""
+
+    enabled: bool = True
+    """Off: a call granted the egress network fails to start (nothing runs)."""
+    max_connections_per_call: int = Field(default=256, ge=1)
+    """Ceiling on the connections of one call, whatever the policy's budget."""
+    max_bytes_per_call: int = Field(default=1 << 30, ge=1)
+    """Ceiling on the bytes (both directions) of one call, whatever the policy's budget."""
+    credentials: list[CredentialRule] = []
+    """Secrets added as a header for some destinations (their TLS is then intercepted)."""
+    ca_dir: Path | None = None
+    """tooljail's CA for intercepted destinations (default: <state_dir>/egress-ca)."""
+    upstream_ca_file: Path | None = None
+    """Roots the proxy trusts for intercepted upstreams beside the system's (a private CA)."""
 
 
 class WorkspaceSettings(_Section):
@@ -243,6 +261,7 @@ class Settings(BaseSettings):
     """Names this daemon's containers (default: derived from the listen address)."""
     opa: OpaSettings = OpaSettings()
     sandbox: SandboxSettings = SandboxSettings()
+    egress: EgressConfig = EgressConfig()
     scheduler: SchedulerSettings = SchedulerSettings()
     approval: ApprovalSettings = ApprovalSettings()
     metrics: MetricsSettings = MetricsSettings()

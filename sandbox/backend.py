@@ -7,6 +7,7 @@ A container runs exactly one request and is destroyed after it: never reused.
 from __future__ import annotations
 
 import abc
+import contextlib
 from collections.abc import Callable
 from enum import StrEnum
 from pathlib import Path
@@ -38,7 +39,11 @@ class NetworkMode(StrEnum):
     """Network access granted to a container."""
 
     NONE = "none"
+    EGRESS = "egress"
+    """No interface but loopback; every connection goes through the daemon's egress proxy,
+    which asks the policy about each one."""
     BRIDGE = "bridge"
+    """The engine's default bridge: everything the host reaches (the unsafe one)."""
 
 
 class SandboxLimits(_Frozen):
@@ -53,7 +58,7 @@ class SandboxLimits(_Frozen):
     pids: int = Field(default=256, gt=0)
     """Maximum number of processes/threads (contains fork bombs)."""
     network: NetworkMode = NetworkMode.NONE
-    """none (default) or bridge when the policy grants network."""
+    """none (default), egress or bridge, as the policy grants."""
     file_size_mb: int = Field(default=1024, gt=0)
     """RLIMIT_FSIZE for processes in the container."""
     tmpfs_mb: int = Field(default=64, gt=0)
@@ -134,6 +139,15 @@ class SandboxNotDelivered(SandboxError):
     """The request never reached the container (it was already gone): safe to retry elsewhere."""
 
 
+class EgressGate(abc.ABC):
+    """The daemon's egress proxy, as one call's sandbox sees it."""
+
+    @abc.abstractmethod
+    def listen(self, socket_path: Path) -> contextlib.AbstractAsyncContextManager[None]:
+        """Serve the call's connections arriving on `socket_path` (a Unix socket to create)
+        for the duration of the context; afterwards nothing listens there."""
+
+
 class Sandbox(abc.ABC):
     """One started container, waiting for exactly one request."""
 
@@ -141,6 +155,11 @@ class Sandbox(abc.ABC):
     @abc.abstractmethod
     def id(self) -> str:
         """The container id."""
+
+    @property
+    def egress_socket(self) -> Path | None:
+        """Host path where the container's egress connections arrive (egress network only)."""
+        return None
 
     @abc.abstractmethod
     async def run(

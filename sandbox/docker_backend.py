@@ -17,6 +17,8 @@ import asyncio
 import concurrent.futures
 import contextlib
 import logging
+import secrets
+import shutil
 import socket
 import ssl
 import threading
@@ -32,6 +34,7 @@ import requests
 from sandbox import reaper
 from sandbox.backend import (
     BashRequest,
+    NetworkMode,
     OutputCallback,
     Sandbox,
     SandboxBackend,
@@ -42,7 +45,7 @@ from sandbox.backend import (
     SandboxStartError,
 )
 from sandbox.engine_client import engine_client
-from sandbox.hardening import container_recipe
+from sandbox.hardening import EGRESS_SOCKET_NAME, EgressMounts, container_recipe
 from sandbox.protocol import (
     PROTOCOL_VERSION,
     STDERR,
@@ -127,6 +130,9 @@ class DockerBackend(SandboxBackend):
         write_timeout_s: Outer deadline of a write request.
         runner_idle_exit_s: A never-used container exits on its own after this long.
         untracked_min_age_s: `reap_untracked` spares younger containers, which may be starting.
+        egress_root: Private host folder (the daemon's alone) under which each egress container
+            gets a folder for its proxy socket; None: egress containers cannot start.
+        ca_bundle: Host file (system roots and tooljail's CA) egress containers trust.
     """
 
     def __init__(
@@ -141,6 +147,8 @@ class DockerBackend(SandboxBackend):
         write_timeout_s: float = 60.0,
         runner_idle_exit_s: int = 900,
         untracked_min_age_s: float = 30.0,
+        egress_root: Path | None = None,
+        ca_bundle: Path | None = None,
     ) -> None:
         if not instance_id:
             raise ValueError("instance_id must be non-empty: it is how leftovers are found")
@@ -154,6 +162,9 @@ class DockerBackend(SandboxBackend):
         self.write_timeout_s = write_timeout_s
         self._idle_exit_s = runner_idle_exit_s
         self._untracked_min_age_s = untracked_min_age_s
+        self._egress_root = egress_root
+        self._ca_bundle = ca_bundle
+        self._egress_folders: dict[str, Path] = {}
         self._threads = concurrent.futures.ThreadPoolExecutor(
             max_workers=max_workers, thread_name_prefix="tooljail-docker"
         )
@@ -180,11 +191,34 @@ class DockerBackend(SandboxBackend):
         gone = reaper.remove_container(self.api, container_id)
         # Untracked even when removal failed: the periodic sweep of untracked leftovers retries.
         self._untrack(container_id)
+        with self._live_lock:
+            folder = self._egress_folders.pop(container_id, None)
+        if folder is not None:
+            shutil.rmtree(folder, ignore_errors=True)
         return gone
 
-    def _start_sync(self, spec: SandboxSpec, tool_use_id: str) -> tuple[str, _AttachConnection]:
-        if not spec.workspace.is_absolute():
-            raise SandboxStartError(f"workspace {spec.workspace} is not an absolute path")
+    def _egress_mounts(self, spec: SandboxSpec) -> EgressMounts | None:
+        """A fresh folder for the container's proxy socket (egress network only). Entered by the
+        container's root, which has no capability to override modes, whatever the daemon's
+        user: so 0711; the folder above it keeps everyone else out."""
+        if spec.limits.network != NetworkMode.EGRESS:
+            return None
+        if self._egress_root is None:
+            raise SandboxStartError(
+                "the policy granted the egress network but this daemon runs no egress proxy "
+                "(egress.enabled is off); nothing ran"
+            )
+        folder = self._egress_root / secrets.token_hex(12)
+        try:
+            folder.mkdir(mode=0o700)
+            folder.chmod(0o711)
+        except OSError as exc:
+            raise SandboxStartError(f"cannot make the egress proxy's folder: {exc}") from exc
+        return EgressMounts(folder=folder, ca_bundle=self._ca_bundle)
+
+    def _create(
+        self, spec: SandboxSpec, tool_use_id: str, egress: EgressMounts | None
+    ) -> dict[str, Any]:
         try:
             recipe = container_recipe(
                 spec,
@@ -193,12 +227,15 @@ class DockerBackend(SandboxBackend):
                 instance_id=self.instance_id,
                 tool_use_id=tool_use_id,
                 idle_exit_s=self._idle_exit_s,
+                egress=egress,
             )
         except ValueError as exc:
             raise SandboxStartError(str(exc)) from exc
         try:
             host_config = self.api.create_host_config(**recipe.host_config_kwargs)
-            created = self.api.create_container(host_config=host_config, **recipe.create_kwargs)
+            created: dict[str, Any] = self.api.create_container(
+                host_config=host_config, **recipe.create_kwargs
+            )
         except docker.errors.ImageNotFound as exc:
             raise SandboxStartError(
                 f"sandbox image {self.image} is not present; build it with `make image` "
@@ -206,8 +243,23 @@ class DockerBackend(SandboxBackend):
             ) from exc
         except _ENGINE_ERRORS as exc:
             raise SandboxStartError(f"cannot create a sandbox container: {exc}") from exc
+        return created
+
+    def _start_sync(self, spec: SandboxSpec, tool_use_id: str) -> tuple[str, _AttachConnection]:
+        if not spec.workspace.is_absolute():
+            raise SandboxStartError(f"workspace {spec.workspace} is not an absolute path")
+        egress = self._egress_mounts(spec)
+        try:
+            created = self._create(spec, tool_use_id, egress)
+        except BaseException:
+            if egress is not None:
+                shutil.rmtree(egress.folder, ignore_errors=True)
+            raise
         container_id = str(created["Id"])
         self._track(container_id)
+        if egress is not None:
+            with self._live_lock:
+                self._egress_folders[container_id] = egress.folder
         conn: _AttachConnection | None = None
         try:
             if self._closed:
@@ -253,7 +305,10 @@ class DockerBackend(SandboxBackend):
         except asyncio.CancelledError:
             future.add_done_callback(self._discard_started)
             raise
-        return DockerSandbox(self, container_id, conn, spec)
+        with self._live_lock:
+            folder = self._egress_folders.get(container_id)
+        socket_path = folder / EGRESS_SOCKET_NAME if folder is not None else None
+        return DockerSandbox(self, container_id, conn, spec, socket_path)
 
     async def ping(self) -> bool:
         try:
@@ -332,8 +387,10 @@ class DockerSandbox(Sandbox):
         container_id: str,
         conn: _AttachConnection,
         spec: SandboxSpec,
+        egress_socket: Path | None = None,
     ) -> None:
         self._backend = backend
+        self._egress_socket = egress_socket
         self._id = container_id
         self._conn = conn
         self._workspace = {
@@ -347,6 +404,10 @@ class DockerSandbox(Sandbox):
     @property
     def id(self) -> str:
         return self._id
+
+    @property
+    def egress_socket(self) -> Path | None:
+        return self._egress_socket
 
     async def run(
         self, request: SandboxRequest, on_output: OutputCallback | None = None

@@ -20,6 +20,7 @@ from pathlib import Path
 
 from sandbox.backend import (
     BashRequest,
+    EgressGate,
     OutputCallback,
     Sandbox,
     SandboxBackend,
@@ -144,10 +145,13 @@ class SandboxExecutor:
         *,
         tool_use_id: str = "",
         on_output: OutputCallback | None = None,
+        egress: EgressGate | None = None,
     ) -> SandboxResult:
         """Run one request in a fresh container and return its result.
 
         `on_output` gets a Bash command's output in chunks while it runs; it must not block.
+        `egress` serves the container's connections while it runs (egress network only; without
+        it, every connection the command tries ends at once).
 
         Raises:
             SandboxStartError: No container could be started; nothing ran.
@@ -162,7 +166,7 @@ class SandboxExecutor:
             sandbox = self._pool.take(key)
             if sandbox is not None:
                 try:
-                    result = await self._run_on(sandbox, request, on_output)
+                    result = await self._run_on(sandbox, request, on_output, egress)
                 except SandboxNotDelivered as exc:
                     log.info("warm sandbox unusable, starting a fresh one: %s", exc)
                     self._counts["not_delivered"] += 1
@@ -172,7 +176,7 @@ class SandboxExecutor:
             self._counts["pool_misses"] += 1
             sandbox = await self._start(spec, tool_use_id)
             try:
-                return await self._run_on(sandbox, request, on_output)
+                return await self._run_on(sandbox, request, on_output, egress)
             except SandboxNotDelivered as exc:
                 raise SandboxStartError(
                     f"the sandbox container ended before it got the request ({exc}); nothing "
@@ -247,11 +251,19 @@ class SandboxExecutor:
         return sandbox
 
     async def _run_on(
-        self, sandbox: Sandbox, request: SandboxRequest, on_output: OutputCallback | None
+        self,
+        sandbox: Sandbox,
+        request: SandboxRequest,
+        on_output: OutputCallback | None,
+        egress: EgressGate | None,
     ) -> SandboxResult:
         self._in_flight.add(sandbox)
         try:
-            return await sandbox.run(request, on_output)
+            socket_path = sandbox.egress_socket
+            if socket_path is None or egress is None:
+                return await sandbox.run(request, on_output)
+            async with egress.listen(socket_path):
+                return await sandbox.run(request, on_output)
         finally:
             self._in_flight.discard(sandbox)
             self._destroy_later([sandbox])

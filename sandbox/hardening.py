@@ -20,6 +20,7 @@ from sandbox.backend import (
     NetworkMode,
     SandboxSpec,
 )
+from sandbox.runner.forward import proxy_environment
 
 #: Where the runner's folder appears inside the container (read-only), and the runner in it.
 RUNNER_DIR = "/opt/tooljail"
@@ -53,6 +54,31 @@ SAFE_ENV: dict[str, str] = {
 
 _MIB = 1 << 20
 
+#: Where an egress container finds the daemon's proxy socket (the host folder, read-only).
+EGRESS_DIR = "/run/tooljail-egress"
+EGRESS_SOCKET_NAME = "proxy.sock"
+#: The image's trust store (Debian's path), replaced by the system roots plus tooljail's CA.
+CA_BUNDLE_TARGET = "/etc/ssl/certs/ca-certificates.crt"
+#: Every variable by which a common client takes a CA bundle (OpenSSL, requests, Node, git, pip).
+CA_BUNDLE_VARIABLES = (
+    "SSL_CERT_FILE",
+    "REQUESTS_CA_BUNDLE",
+    "NODE_EXTRA_CA_CERTS",
+    "GIT_SSL_CAINFO",
+    "PIP_CERT",
+)
+
+
+@dataclass(frozen=True)
+class EgressMounts:
+    """What an egress container gets from the host beyond the usual."""
+
+    folder: Path
+    """Host folder (one per container) where the daemon listens for this container's proxy
+    connections; mounted read-only at EGRESS_DIR."""
+    ca_bundle: Path | None = None
+    """Host file with the system roots and tooljail's CA (for intercepted destinations)."""
+
 
 @dataclass(frozen=True)
 class ContainerRecipe:
@@ -84,6 +110,7 @@ def container_recipe(
     instance_id: str,
     tool_use_id: str = "",
     idle_exit_s: int = 900,
+    egress: EgressMounts | None = None,
 ) -> ContainerRecipe:
     """The hardened configuration of a container that runs the runner for one request.
 
@@ -95,10 +122,14 @@ def container_recipe(
         tool_use_id: The call the container serves, when known at creation (label).
         idle_exit_s: The runner exits (and the container is removed) when no request arrived in
             this time: a last line of defence should the daemon forget a pooled container.
+        egress: Required exactly when the limits grant the egress network: the proxy's folder
+            (and CA bundle) the container is given; it has no network interface but loopback.
     """
     if spec.run_as is None or spec.run_as[0] <= 0 or spec.run_as[1] <= 0:
         raise ValueError(f"a sandbox never runs commands as root or group 0 (run_as {spec.run_as})")
     limits = spec.limits
+    if (egress is not None) != (limits.network == NetworkMode.EGRESS):
+        raise ValueError("the egress network needs the proxy's folder, and only it does")
     workspace = str(spec.workspace)
     run_as = f"{spec.run_as[0]}:{spec.run_as[1]}"
     memory = limits.memory_mb * _MIB
@@ -118,10 +149,11 @@ def container_recipe(
             str(idle_exit_s),
             "--run-as",
             run_as,
+            *(["--egress-socket", f"{EGRESS_DIR}/{EGRESS_SOCKET_NAME}"] if egress else []),
         ],
         # The runner is the container's root; the command runs as `run_as` (see runner.py).
         "user": "0:0",
-        "environment": dict(SAFE_ENV),
+        "environment": {**SAFE_ENV, **_egress_environment(egress)},
         "working_dir": workspace,
         "labels": container_labels(spec, instance_id=instance_id, tool_use_id=tool_use_id),
         # stdin open and attached: the request goes in there. StdinOnce (set by the SDK with
@@ -137,12 +169,14 @@ def container_recipe(
         "mounts": [
             Mount(target=workspace, source=workspace, type="bind", read_only=False),
             Mount(target=RUNNER_DIR, source=str(runner_source), type="bind", read_only=True),
+            *_egress_mounts(egress),
         ],
         "cap_drop": ["ALL"],
         "cap_add": list(RUNNER_CAPABILITIES),
         "security_opt": ["no-new-privileges"],
         "read_only": True,
         "tmpfs": {"/tmp": tmpfs},  # noqa: S108
+        # egress too: no interface but loopback; the proxy is reached through EGRESS_DIR.
         "network_mode": "bridge" if limits.network == NetworkMode.BRIDGE else "none",
         "ipc_mode": "private",
         "sysctls": dict(IPC_SYSCTLS),
@@ -164,3 +198,28 @@ def container_recipe(
         "auto_remove": True,
     }
     return ContainerRecipe(create_kwargs=create_kwargs, host_config_kwargs=host_config_kwargs)
+
+
+def _egress_environment(egress: EgressMounts | None) -> dict[str, str]:
+    if egress is None:
+        return {}
+    env = proxy_environment()
+    if egress.ca_bundle is not None:
+        env.update(dict.fromkeys(CA_BUNDLE_VARIABLES, CA_BUNDLE_TARGET))
+    return env
+
+
+def _egress_mounts(egress: EgressMounts | None) -> list[Mount]:
+    if egress is None:
+        return []
+    mounts = [Mount(target=EGRESS_DIR, source=str(egress.folder), type="bind", read_only=True)]
+    if egress.ca_bundle is not None:
+        mounts.append(
+            Mount(
+                target=CA_BUNDLE_TARGET,
+                source=str(egress.ca_bundle),
+                type="bind",
+                read_only=True,
+            )
+        )
+    return mounts

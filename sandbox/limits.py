@@ -17,12 +17,20 @@ class SandboxCeilings(BaseModel):
     cpus: float = Field(default=2.0, gt=0)
     pids: int = Field(default=1_024, gt=0)
     allow_network: bool = False
-    """Whether any policy may grant network access at all."""
+    """Whether any policy may grant the bridge network (everything the host reaches)."""
+    allow_egress: bool = True
+    """Whether any policy may grant the egress network (each connection decided by the policy
+    through the daemon's proxy)."""
 
 
 def clamp_limits(requested: SandboxLimits, ceilings: SandboxCeilings) -> SandboxLimits:
     """Limits as granted: what the policy asked for, never above the daemon's ceilings."""
-    network = requested.network if ceilings.allow_network else NetworkMode.NONE
+    allowed = {
+        NetworkMode.NONE: True,
+        NetworkMode.EGRESS: ceilings.allow_egress,
+        NetworkMode.BRIDGE: ceilings.allow_network,
+    }
+    network = requested.network if allowed[requested.network] else NetworkMode.NONE
     return requested.model_copy(
         update={
             "timeout_ms": min(requested.timeout_ms, ceilings.timeout_ms),

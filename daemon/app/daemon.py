@@ -23,6 +23,7 @@ import grpc
 from grpc_health.v1 import health, health_pb2
 
 from daemon import __version__
+from daemon.app.egress import start_egress
 from daemon.app.sandbox import Sandbox
 from daemon.calls.approvals import ApprovalDesk
 from daemon.calls.audit import AuditLog
@@ -132,7 +133,8 @@ class Daemon:
         self._policy = policy = await self._start_policy(stack)
         sessions_root = settings.sessions_root or settings.state_dir / "sessions"
         fresh = self._fresh_workspaces(sessions_root)
-        self._sandbox = sandbox = await Sandbox.start(settings, self.instance_id)
+        egress = start_egress(settings, policy.engine, audit, self.instance_id)
+        self._sandbox = sandbox = await Sandbox.start(settings, self.instance_id, egress)
         stack.push_async_callback(sandbox.stop)
         identities = None
         if settings.sandbox.enabled:

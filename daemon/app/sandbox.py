@@ -9,7 +9,9 @@ import contextlib
 import logging
 from collections.abc import Callable
 
+from daemon.app.egress import Egress
 from daemon.config import Settings
+from daemon.egress.proxy import CallEgress, EgressCall, EgressProxy
 from daemon.sessions.session import Session
 from daemon.tools.contract import SandboxRunner
 from sandbox.backend import SandboxError, SandboxLimits, SandboxRequest, SandboxResult, SandboxSpec
@@ -24,10 +26,21 @@ log = logging.getLogger(__name__)
 class _SessionRunner(SandboxRunner):
     """Runs one call's requests in fresh containers over its session's workspace."""
 
-    def __init__(self, executor: SandboxExecutor, session: Session, tool_use_id: str) -> None:
+    def __init__(
+        self,
+        executor: SandboxExecutor,
+        session: Session,
+        tool_use_id: str,
+        egress: CallEgress | None,
+    ) -> None:
         self._executor = executor
         self._session = session
         self._tool_use_id = tool_use_id
+        self._egress = egress
+
+    def notes(self) -> list[str]:
+        note = self._egress.note() if self._egress is not None else ""
+        return [note] if note else []
 
     async def run(
         self,
@@ -40,6 +53,7 @@ class _SessionRunner(SandboxRunner):
             request,
             tool_use_id=self._tool_use_id,
             on_output=on_output,
+            egress=self._egress,
         )
 
 
@@ -59,21 +73,32 @@ class Sandbox:
     """The daemon's sandbox, or its absence (disabled, or no Docker engine at start)."""
 
     def __init__(
-        self, executor: SandboxExecutor | None, warm_limits: SandboxLimits | None = None
+        self,
+        executor: SandboxExecutor | None,
+        warm_limits: SandboxLimits | None = None,
+        egress: EgressProxy | None = None,
     ) -> None:
         self._executor = executor
         self._warm_limits = warm_limits
+        self._egress = egress
         self._warming: asyncio.Task[None] | None = None
 
     @classmethod
-    async def start(cls, settings: Settings, instance_id: str) -> Sandbox:
+    async def start(
+        cls, settings: Settings, instance_id: str, egress: Egress | None = None
+    ) -> Sandbox:
         """The sandbox of these settings; without an engine (logged) sandboxed tools refuse.
         `warm` then pre-starts containers for a session."""
         if not settings.sandbox.enabled:
             return cls(None)
         image = settings.sandbox.image or default_image_ref()
         try:
-            backend = DockerBackend(image=image, instance_id=instance_id)
+            backend = DockerBackend(
+                image=image,
+                instance_id=instance_id,
+                egress_root=egress.root if egress else None,
+                ca_bundle=egress.ca_bundle if egress else None,
+            )
         except Exception as exc:  # noqa: BLE001 - docker.errors.DockerException and OS errors alike
             log.error("Docker is not available (%s); sandboxed tools will refuse to run", exc)
             return cls(None)
@@ -87,7 +112,8 @@ class Sandbox:
         executor = SandboxExecutor(
             backend, pool_size=settings.sandbox.pool_size, idle_ttl_s=settings.sandbox.idle_ttl_s
         )
-        return cls(executor, clamp_limits(settings.sandbox.defaults, settings.sandbox.ceilings))
+        warm_limits = clamp_limits(settings.sandbox.defaults, settings.sandbox.ceilings)
+        return cls(executor, warm_limits, egress.proxy if egress else None)
 
     def warm(self, session: Session) -> None:
         """Pre-start the session's containers in the background (the first call then does not
@@ -104,11 +130,17 @@ class Sandbox:
         except SandboxError as exc:
             log.error("could not pre-start sandbox containers: %s", exc)
 
-    def runner(self, session: Session, tool_use_id: str) -> SandboxRunner | None:
-        """The runner of one sandboxed call (None: no sandbox, the tool says so)."""
+    def runner(
+        self, session: Session, tool_use_id: str, egress: EgressCall | None = None
+    ) -> SandboxRunner | None:
+        """The runner of one sandboxed call (None: no sandbox, the tool says so); `egress` is
+        how its connections are decided and audited, should the policy grant the network."""
         if self._executor is None:
             return None
-        return _SessionRunner(self._executor, session, tool_use_id)
+        call_egress = None
+        if self._egress is not None and egress is not None:
+            call_egress = self._egress.for_call(egress)
+        return _SessionRunner(self._executor, session, tool_use_id, call_egress)
 
     def stats(self) -> ExecutorStats | None:
         """The executor's counters (None without a sandbox)."""

@@ -18,6 +18,7 @@ from typing import Any, Protocol
 from daemon.calls.audit import AuditEvent, AuditLog
 from daemon.calls.budget import fit_with_notes
 from daemon.calls.hook_stage import HookStage
+from daemon.egress.proxy import EgressCall
 from daemon.errors import ToolError, Unavailable
 from daemon.hooks.engine import HookEngine, PreHookOutcome
 from daemon.models import (
@@ -35,7 +36,7 @@ from daemon.ops.metrics import CallOutcome, Metrics
 from daemon.policy.approval import ApprovalAuthority, canonical_input_hash
 from daemon.policy.engine import PolicyEngine
 from daemon.policy.gate import ApprovalRequest, PolicyGate
-from daemon.policy.input import listing_document
+from daemon.policy.input import egress_call_facts, listing_document
 from daemon.policy.mask import AuditMask
 from daemon.policy.verdict import Verdict
 from daemon.sessions.session import Session
@@ -53,7 +54,9 @@ log = logging.getLogger(__name__)
 class SandboxProvider(Protocol):
     """Gives a sandboxed call its runner (daemon.app.sandbox.Sandbox)."""
 
-    def runner(self, session: Session, tool_use_id: str) -> SandboxRunner | None:
+    def runner(
+        self, session: Session, tool_use_id: str, egress: EgressCall | None = None
+    ) -> SandboxRunner | None:
         """The call's runner; None when the daemon has no sandbox (the tool then says so)."""
         ...
 
@@ -367,7 +370,15 @@ class Pipeline:
             session=call.session,
             facts=call.facts,
             limits=limits,
-            sandbox=self._sandbox.runner(call.session, call.tool_use_id)
+            sandbox=self._sandbox.runner(
+                call.session,
+                call.tool_use_id,
+                EgressCall(
+                    call.tool_use_id,
+                    egress_call_facts(call, caller),
+                    prepared.request.progress,
+                ),
+            )
             if self._sandbox is not None and tool.traits.sandboxed
             else None,
             progress=prepared.request.progress,
@@ -390,7 +401,8 @@ class Pipeline:
         output = ran.output
         after = await self._hooks.after(call, hooks, output.content, output.is_error)
         trace.hook_records[:] = after.records
-        content, fitted = fit_with_notes(after.content, after.notes, budget, output.keep)
+        notes = [*after.notes, *(ctx.sandbox.notes() if ctx.sandbox is not None else [])]
+        content, fitted = fit_with_notes(after.content, notes, budget, output.keep)
         report = ExecutionReport(
             sandboxed=tool.traits.sandboxed,
             sandbox_id=output.sandbox_id,

@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from daemon.models import Caller, Outcome
+from daemon.policy.egress_verdict import EgressVerdict
 from daemon.policy.input import open_session_document, session_mode_document
 from daemon.policy.mask import AuditMask
 from daemon.policy.verdict import Verdict
@@ -40,6 +41,12 @@ class PolicyEngine(abc.ABC):
         if rule == "session_mode_change" and document.get("mode") in RESTRICTING_MODES:
             return Verdict(Outcome.ALLOW, (), None, None)
         return Verdict.deny(f"This policy engine has no {rule} rule, so the request is refused.")
+
+    async def egress(self, document: dict[str, Any]) -> EgressVerdict:
+        """The decision for one outbound connection of a sandboxed call; must fail closed."""
+        return EgressVerdict.refuse(
+            "This policy engine has no egress rule, so every connection is refused."
+        )
 
     async def decide_workspace(self, document: dict[str, Any]) -> Verdict:
         """Whether a session may work in an existing directory."""

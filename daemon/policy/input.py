@@ -560,6 +560,98 @@ def open_session_document(
     ).model_dump(mode="json", warnings=False)
 
 
+AddressRange = Literal[
+    "public",
+    "loopback",
+    "private",
+    "link_local",
+    "unique_local",
+    "metadata",
+    "multicast",
+    "unspecified",
+    "reserved",
+]
+
+
+class EgressCallFacts(_Part):
+    """The sandboxed call a connection belongs to (known from the socket it arrived on)."""
+
+    tool_use_id: str
+    tool: str = Field(pattern=_TOOL_NAME)
+    caller: Caller
+    session: SessionFacts
+    command: Command | None = Field(
+        default=None, description="Bash: the command line as the call decision saw it."
+    )
+
+
+class EgressAddress(_Part):
+    """One address the destination's name resolved to (or the literal it named)."""
+
+    address: str
+    range: AddressRange = Field(
+        description="public; loopback; private (RFC 1918, carrier-grade NAT, documentation "
+        "ranges); link_local; unique_local (fc00::/7); metadata (cloud instance metadata "
+        "endpoints); multicast; unspecified; reserved. IPv4-mapped and NAT64 addresses count "
+        "as the IPv4 address they carry."
+    )
+
+
+class EgressDestination(_Part):
+    """Where the connection (or plain-HTTP request) goes."""
+
+    via: Literal["connect", "http"] = Field(
+        description="connect: a CONNECT tunnel (host and port only; https and anything else); "
+        "http: one request (plain http://, or inside an intercepted tunnel)."
+    )
+    host: str = Field(description="Lower-case host name without a trailing dot, or an IP.")
+    port: int = Field(ge=1, le=65535)
+    scheme: Literal["http", "https"] | None = Field(default=None, description="via http only.")
+    method: str | None = Field(default=None, description="via http only.")
+    path: str | None = Field(default=None, description="via http only: path and query.")
+    addresses: list[EgressAddress] = Field(
+        description="What the proxy resolved the host to, once; it connects to the first one "
+        "whose range the decision's address_ranges allows, never to a later lookup's."
+    )
+    intercepted: bool = Field(
+        description="A configured credential names this destination: its TLS is terminated "
+        "by the proxy and each request inside is decided with via http."
+    )
+
+
+class EgressUsage(_Part):
+    """What the call used so far."""
+
+    connections: int = Field(ge=0)
+    bytes: int = Field(ge=0, description="Both directions, all of the call's connections.")
+
+
+class EgressInput(_Part):
+    """Input of data.tooljail.authz.egress: one outbound connection of a sandboxed call."""
+
+    model_config = ConfigDict(title="tooljail egress policy input")
+
+    version: Literal[1]
+    call: EgressCallFacts
+    destination: EgressDestination
+    usage: EgressUsage
+
+
+def egress_call_facts(call: ToolCall, caller: CallerModel) -> dict[str, Any]:
+    """The call part of every egress input of `call`, as JSON."""
+    command = call.facts.policy.get("command")
+    facts = EgressCallFacts.model_construct(
+        tool_use_id=call.tool_use_id,
+        tool=call.tool.name,
+        caller=Caller.of(caller),
+        session=SessionFacts.of(call.session),
+    )
+    plain: dict[str, Any] = _plain(facts)
+    if command is not None:
+        plain["command"] = command
+    return plain
+
+
 _SNAKE = re.compile(r"(?<!^)(?=[A-Z])")
 _DEF_NAMES = {"TouchedPathFact": "touched_path", "SessionFacts": "session"}
 
@@ -573,7 +665,7 @@ class _SnakeCaseDefs(GenerateJsonSchema):
 
 
 def input_schema() -> dict[str, Any]:
-    """policies/input.schema.json: any of the five documents. Optional fields are left out of
+    """policies/input.schema.json: any of the six documents. Optional fields are left out of
     a document rather than sent as null, so the schema has no null branches (tidy_schema)."""
     _, top = models_json_schema(
         [
@@ -584,6 +676,7 @@ def input_schema() -> dict[str, Any]:
                 OpenSessionInput,
                 SessionModeInput,
                 ApprovalInput,
+                EgressInput,
             )
         ],
         ref_template="#/$defs/{model}",
@@ -598,14 +691,16 @@ def input_schema() -> dict[str, Any]:
         "(data.tooljail.authz.decision, one tool call), list_tools_input "
         "(data.tooljail.authz.visible_tools), open_session_input "
         "(data.tooljail.authz.open_session), session_mode_input "
-        "(data.tooljail.authz.session_mode_change) and approval_input "
-        "(data.tooljail.authz.approve). Generated from daemon/policy/input.py.",
+        "(data.tooljail.authz.session_mode_change), approval_input "
+        "(data.tooljail.authz.approve) and egress_input (data.tooljail.authz.egress, one "
+        "outbound connection of a sandboxed call). Generated from daemon/policy/input.py.",
         "anyOf": [
             {"$ref": "#/$defs/decision_input"},
             {"$ref": "#/$defs/list_tools_input"},
             {"$ref": "#/$defs/open_session_input"},
             {"$ref": "#/$defs/session_mode_input"},
             {"$ref": "#/$defs/approval_input"},
+            {"$ref": "#/$defs/egress_input"},
         ],
         "$defs": top["$defs"],
     }

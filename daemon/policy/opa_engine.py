@@ -7,6 +7,7 @@ from collections.abc import Callable
 from typing import Any
 
 from daemon.policy.decision_cache import DecisionCache
+from daemon.policy.egress_verdict import EgressVerdict, parse_egress
 from daemon.policy.engine import Admission, PolicyEngine
 from daemon.policy.mask import AuditMask, MaskError
 from daemon.policy.opa_client import client_for
@@ -156,6 +157,23 @@ class OpaPolicyEngine(PolicyEngine):
                 "request is refused (fail closed). Retry later."
             )
         return parse_admission(rule, response)
+
+    async def egress(self, document: dict[str, Any]) -> EgressVerdict:
+        if self._loading():
+            self._on_error()
+            return EgressVerdict.refuse(
+                "The policy engine (OPA) is restarting, so the connection is refused (fail "
+                "closed). Retry in a moment."
+            )
+        try:
+            response = await self._query(document, "egress")
+        except Exception as exc:  # noqa: BLE001 - any transport failure must become a refusal
+            self._on_error()
+            return EgressVerdict.refuse(
+                "The policy engine (OPA) could not be reached or did not answer in time "
+                f"({type(exc).__name__}), so the connection is refused (fail closed)."
+            )
+        return parse_egress(response)
 
     async def visible_tools(self, document: dict[str, Any]) -> frozenset[str] | None:
         try:

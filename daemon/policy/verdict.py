@@ -26,7 +26,7 @@ class _RawSandbox(BaseModel):
     memory_mb: StrictInt = Field(gt=0)
     cpus: StrictFloat | StrictInt = Field(gt=0)
     pids: StrictInt = Field(gt=0)
-    network: Literal["none", "bridge"]
+    network: Literal["none", "egress", "bridge"]
 
 
 class _RawDecision(BaseModel):

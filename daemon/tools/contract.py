@@ -174,6 +174,10 @@ class SandboxRunner(abc.ABC):
         `on_output` gets a Bash command's output in chunks while it runs; it must not block.
         """
 
+    def notes(self) -> list[str]:
+        """What the model should also know once the call ran (e.g. refused connections)."""
+        return []
+
 
 @dataclass
 class CallContext:

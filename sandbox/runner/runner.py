@@ -41,9 +41,10 @@ from typing import Any
 
 try:  # in the container: this file's folder (read-only) is on sys.path
     import confine  # type: ignore[import-not-found,unused-ignore]
+    import forward  # type: ignore[import-not-found,unused-ignore]
     import spawn  # type: ignore[import-not-found,unused-ignore]
 except ImportError:  # on the host, as part of the sandbox package (tests)
-    from sandbox.runner import confine, spawn
+    from sandbox.runner import confine, forward, spawn
 
 PROTOCOL_VERSION = 1
 _HEADER = struct.Struct(">I")
@@ -644,6 +645,11 @@ def main(argv: list[str] | None = None) -> int:
         help="exit quietly when no request arrived within this many seconds",
     )
     parser.add_argument("--run-as", default=None, help="uid:gid the command runs as (not root)")
+    parser.add_argument(
+        "--egress-socket",
+        default=None,
+        help="the daemon's egress proxy (a Unix socket): start the loopback forwarder to it",
+    )
     args = parser.parse_args(argv)
     try:
         identity = _identity(args.run_as)
@@ -652,6 +658,12 @@ def main(argv: list[str] | None = None) -> int:
     except (confine.ConfinementError, ValueError, OSError) as exc:
         write_message(1, {"type": "result", "exit_code": -1, "error": f"not confined: {exc}"})
         return 3
+    if args.egress_socket:
+        try:
+            forward.start(args.egress_socket)
+        except OSError as exc:
+            write_message(1, {"type": "result", "exit_code": -1, "error": f"no egress: {exc}"})
+            return 3
     try:
         request = read_request(0, args.idle_exit_s)
     except (RequestError, ValueError) as exc:

@@ -66,6 +66,17 @@ def parts_meeting_every_goal() -> dict[str, Any]:
             "daemon_s": 4.0,
             "docker_run_s": 20.0,
         },
+        "egress": {
+            "connects": 500,
+            "download_bytes": 100 << 20,
+            "setup_direct_p50_ms": 0.1,
+            "setup_proxy_p50_ms": 2.0,
+            "decision_p50_ms": 1.0,
+            "direct_mb_s": 1000.0,
+            "tunnel_mb_s": 700.0,
+            "tls_direct_mb_s": 500.0,
+            "intercepted_mb_s": 200.0,
+        },
     }
 
 
@@ -108,7 +119,7 @@ def test_ratio_refuses_missing_or_zero_denominators() -> None:
 def test_every_goal_met() -> None:
     metrics = by_id(parts_meeting_every_goal())
     with_goal = [m for m in metrics.values() if m.goal != "-"]
-    assert len(with_goal) == 13
+    assert len(with_goal) == 16
     assert all(m.met is True for m in with_goal), [m for m in with_goal if not m.met]
     assert metrics["decision.p50_ratio"].value == pytest.approx(1.4)
     assert metrics["decision.fresh_p50_ratio"].value == pytest.approx(1.45)
@@ -137,6 +148,9 @@ def test_every_goal_met() -> None:
         (("flood", "result_chars"), 30_001, "flood.result_chars"),
         (("flood", "result_chars"), 29_000, "flood.result_chars"),
         (("flood", "rss_growth_mib"), 64.0, "flood.rss_growth_mib"),
+        (("egress", "setup_proxy_p50_ms"), 2.2, "egress.setup_overhead_ms"),
+        (("egress", "tunnel_mb_s"), 699.0, "egress.tunnel_ratio"),
+        (("egress", "intercepted_mb_s"), 199.0, "egress.intercepted_ratio"),
     ],
 )
 def test_each_goal_can_fail(path: tuple[str, str], value: Any, metric_id: str) -> None:

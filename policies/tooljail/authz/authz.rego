@@ -76,10 +76,13 @@ sandbox := {
 	"network": network,
 }
 
-# Network off, unless data.json grants a principal the bridge network.
+# Network off, unless data.json grants a principal the egress network (each connection then
+# decided by egress.rego) or the bridge network (everything the host reaches: the unsafe one).
 default network := "none"
 
 network := "bridge" if principal_config.network == "bridge"
+
+network := "egress" if principal_config.network == "egress"
 
 default timeout_ms := 120000
 
