@@ -99,6 +99,12 @@ class EgressConfig(_Section):
     """Ceiling on the connections of one call, whatever the policy's budget."""
     max_bytes_per_call: int = Field(default=1 << 30, ge=1)
     """Ceiling on the bytes (both directions) of one call, whatever the policy's budget."""
+    max_open_per_call: int = Field(default=64, ge=1)
+    """Connections one call may hold open to the proxy at once (beyond: closed at once)."""
+    max_open_total: int = Field(default=1024, ge=1)
+    """The same over all calls (the daemon's descriptors and memory)."""
+    max_refusals_per_call: int = Field(default=64, ge=1)
+    """Refused connections after which a call's network is closed for the rest of it."""
     credentials: list[CredentialRule] = []
     """Secrets added as a header for some destinations (their TLS is then intercepted)."""
     ca_dir: Path | None = None

@@ -56,6 +56,9 @@ def start_egress(
         settings=EgressSettings(
             max_connections=config.max_connections_per_call,
             max_bytes=config.max_bytes_per_call,
+            max_open=config.max_open_per_call,
+            max_open_total=config.max_open_total,
+            max_refusals=config.max_refusals_per_call,
         ),
         credentials=credentials,
         ca=ca,

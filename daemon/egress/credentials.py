@@ -75,6 +75,7 @@ class CredentialRule(BaseModel):
 class _Bound:
     rule: CredentialRule
     header: tuple[bytes, bytes]
+    secret: bytes
 
 
 def read_secret(path: Path) -> bytes:
@@ -107,13 +108,11 @@ class Credentials:
     """The configured rules with their secrets loaded."""
 
     def __init__(self, rules: list[CredentialRule]) -> None:
-        self._bound = [
-            _Bound(
-                rule,
-                (rule.header.encode(), rule.value_prefix.encode() + read_secret(rule.secret_file)),
-            )
-            for rule in rules
-        ]
+        self._bound = []
+        for rule in rules:
+            secret = read_secret(rule.secret_file)
+            header = (rule.header.encode(), rule.value_prefix.encode() + secret)
+            self._bound.append(_Bound(rule, header, secret))
 
     def intercepts(self, host: str, port: int) -> bool:
         """Whether some rule names this destination (its TLS is then terminated)."""
@@ -126,3 +125,7 @@ class Credentials:
             for bound in self._bound
             if bound.rule.covers_host(host, port) and bound.rule.covers_request(method, path)
         ]
+
+    def secrets(self, host: str, port: int) -> list[bytes]:
+        """The secrets bound to a destination: hidden in whatever comes back from it."""
+        return [bound.secret for bound in self._bound if bound.rule.covers_host(host, port)]

@@ -57,13 +57,75 @@ def _forwarded(headers: Sequence[tuple[bytes, bytes]], drop: frozenset[bytes]) -
     ]
 
 
+_FRAMING = frozenset({b"content-length", b"transfer-encoding"})
+
+
+def has_both_framings(headers: Sequence[tuple[bytes, bytes]]) -> bool:
+    """Content-Length and Transfer-Encoding together: servers disagree on which wins (request
+    smuggling), so such a request is refused."""
+    names = {name.lower() for name, _ in headers}
+    return names >= _FRAMING
+
+
+def _framing(headers: Sequence[tuple[bytes, bytes]]) -> Headers:
+    """The body's framing as h11 understood it, said once: chunked, or one Content-Length."""
+    names = {name.lower(): value for name, value in headers}
+    if b"transfer-encoding" in names:
+        return [(b"transfer-encoding", b"chunked")]
+    if b"content-length" in names:
+        return [(b"content-length", names[b"content-length"])]
+    return []
+
+
 def request_headers(
     headers: Sequence[tuple[bytes, bytes]], host: bytes, inject: Sequence[tuple[bytes, bytes]]
 ) -> Headers:
     """The headers sent upstream: the decided Host, the sandbox's end-to-end headers (any it sent
-    under an injected name dropped) and the injected ones."""
-    drop = frozenset({b"host", *(name.lower() for name, _ in inject)})
-    return [(b"host", host), *_forwarded(headers, drop), *inject, (b"connection", b"close")]
+    under an injected name dropped), the body's framing once, and the injected ones."""
+    drop = frozenset({b"host", *_FRAMING, *(name.lower() for name, _ in inject)})
+    return [
+        (b"host", host),
+        *_forwarded(headers, drop),
+        *_framing(headers),
+        *inject,
+        (b"connection", b"close"),
+    ]
+
+
+def hide_secrets(data: bytes, secrets: Sequence[bytes]) -> bytes:
+    """`data` with every secret replaced by as many '*'."""
+    for secret in secrets:
+        if secret:
+            data = data.replace(secret, b"*" * len(secret))
+    return data
+
+
+class Scrubber:
+    """Replaces secrets in a stream by as many '*' (the length stays, so the framing does):
+    a server that echoes the request (TRACE, a debug page) must not hand the sandbox the
+    credential the proxy added."""
+
+    def __init__(self, secrets: Sequence[bytes]) -> None:
+        self._secrets = [secret for secret in secrets if secret]
+        self._keep = max((len(secret) for secret in self._secrets), default=1) - 1
+        self._carry = b""
+
+    def feed(self, data: bytes) -> bytes:
+        """`data` scrubbed; the last bytes are held back until the next call (a secret may
+        straddle two chunks)."""
+        if not self._secrets:
+            return data
+        buffer = hide_secrets(self._carry + data, self._secrets)
+        if not self._keep:
+            self._carry = b""
+            return buffer
+        self._carry = buffer[-self._keep :]
+        return buffer[: -self._keep]
+
+    def flush(self) -> bytes:
+        """What was held back (at the end of the stream)."""
+        rest, self._carry = self._carry, b""
+        return rest
 
 
 async def read_event(conn: h11.Connection, reader: asyncio.StreamReader) -> h11.Event | type:
@@ -93,13 +155,14 @@ async def read_request(
     return conn, event
 
 
-def _send(conn: h11.Connection, writer: asyncio.StreamWriter, event: h11.Event) -> None:
+def _send(conn: h11.Connection, writer: asyncio.StreamWriter, event: h11.Event) -> int:
     try:
         data = conn.send(event)
     except h11.LocalProtocolError as exc:
         raise RelayError(f"cannot forward: {exc}") from exc
     if data:
         writer.write(data)
+    return len(data or b"")
 
 
 async def relay_exchange(
@@ -113,14 +176,18 @@ async def relay_exchange(
     inject: Sequence[tuple[bytes, bytes]],
     meter_up: Meter,
     meter_down: Meter,
+    scrub: Sequence[bytes] = (),
 ) -> int:
     """Send `request` (its body still in `client_conn`) upstream as `target` on `host`, and the
-    answer back; returns the response status."""
+    answer back (with `scrub` secrets hidden in it); returns the response status. Heads and
+    bodies are metered."""
     client_r, client_w = client
     upstream_r, upstream_w = upstream
     up = h11.Connection(h11.CLIENT, max_incomplete_event_size=MAX_HEAD)
     headers = request_headers(request.headers, host, inject)
-    _send(up, upstream_w, h11.Request(method=request.method, target=target, headers=headers))
+    head = h11.Request(method=request.method, target=target, headers=headers)
+    if not meter_up(_send(up, upstream_w, head)):
+        raise RelayError("the call's byte budget is spent")
     if client_conn.they_are_waiting_for_100_continue:
         _send(client_conn, client_w, h11.InformationalResponse(status_code=100, headers=[]))
     while True:
@@ -137,24 +204,29 @@ async def relay_exchange(
         else:
             raise RelayError("the request body ended early")
     status = 0
+    scrubber = Scrubber(scrub)
     while True:
         event = await read_event(up, upstream_r)
         if isinstance(event, h11.InformationalResponse):
             continue  # 100 Continue was answered to the sandbox already
         if isinstance(event, h11.Response):
             status = event.status_code
-            answer = [*_forwarded(event.headers, frozenset()), (b"connection", b"close")]
-            _send(
-                client_conn,
-                client_w,
-                h11.Response(status_code=status, headers=answer, reason=event.reason),
-            )
+            answer = [
+                (name, hide_secrets(value, scrub))
+                for name, value in _forwarded(event.headers, _FRAMING)
+            ]
+            answer += [*_framing(event.headers), (b"connection", b"close")]
+            response = h11.Response(status_code=status, headers=answer, reason=event.reason)
+            if not meter_down(_send(client_conn, client_w, response)):
+                raise RelayError("the call's byte budget is spent")
         elif isinstance(event, h11.Data):
             if not meter_down(len(event.data)):
                 raise RelayError("the call's byte budget is spent")
-            _send(client_conn, client_w, h11.Data(data=event.data))
+            _send(client_conn, client_w, h11.Data(data=scrubber.feed(event.data)))
             await client_w.drain()
         elif isinstance(event, h11.EndOfMessage):
+            if rest := scrubber.flush():
+                _send(client_conn, client_w, h11.Data(data=rest))
             _send(client_conn, client_w, h11.EndOfMessage())
             await client_w.drain()
             return status

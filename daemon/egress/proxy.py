@@ -19,6 +19,7 @@ import logging
 import os
 import socket
 import ssl
+import struct
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
@@ -33,13 +34,20 @@ from daemon.egress.credentials import Credentials
 from daemon.egress.http_relay import (
     CHUNK,
     RelayError,
+    has_both_framings,
     read_request,
     refusal_response,
     relay_exchange,
 )
 from daemon.egress.sni import ClientHelloReader, HelloVerdict
 from daemon.egress.splice import splice_pump
-from daemon.egress.target import Target, TargetError, parse_absolute_url, parse_authority
+from daemon.egress.target import (
+    Target,
+    TargetError,
+    normalize_path,
+    parse_absolute_url,
+    parse_authority,
+)
 from daemon.egress.usage import CallUsage
 from daemon.policy.egress_verdict import EgressVerdict
 from daemon.policy.engine import PolicyEngine
@@ -69,7 +77,14 @@ class EgressSettings:
     """Connections per call, whatever the policy says."""
     max_bytes: int = 1 << 30
     """Bytes per call (both directions), whatever the policy says."""
-    head_timeout_s: float = 30.0
+    max_open: int = 64
+    """Connections of one call to the proxy open at once (waiting, decided or carrying): more
+    are closed at once, so a sandbox cannot run the daemon out of descriptors or memory."""
+    max_open_total: int = 1024
+    """The same over all calls."""
+    max_refusals: int = 64
+    """Refusals after which a call's egress is closed (see CallUsage.max_refusals)."""
+    head_timeout_s: float = 10.0
     resolve_timeout_s: float = 5.0
     connect_timeout_s: float = 10.0
     hello_timeout_s: float = 10.0
@@ -94,6 +109,8 @@ class _Record:
     principal: str
     started: float = field(default_factory=time.monotonic)
     fields: dict[str, Any] = field(default_factory=dict)
+    opaque: bool = False
+    """The decision lets a tunnel carry something other than TLS naming its host."""
     bytes_up: int = 0
     bytes_down: int = 0
 
@@ -108,6 +125,19 @@ class _Record:
             "bytes_down": self.bytes_down,
             "duration_ms": int((time.monotonic() - self.started) * 1000),
         }
+
+
+def _method(request: h11.Request) -> str:
+    """The request's method; refused unless written in upper case (rules name methods so, and
+    the server must see the method that was decided)."""
+    method = request.method.decode("ascii", "replace")
+    if method != method.upper():
+        raise _Refused(400, f"method {method!r}: methods are upper case")
+    if has_both_framings(request.headers):
+        raise _Refused(
+            400, "the request has both Content-Length and Transfer-Encoding; send only one"
+        )
+    return method
 
 
 class _Refused(Exception):
@@ -141,6 +171,8 @@ class EgressProxy:
         self.credentials = credentials
         self.ca = ca
         self.upstream_tls = upstream_tls or ssl.create_default_context()
+        self.open_total = 0
+        """Sandbox connections open to the proxy now, over all calls."""
 
     def for_call(self, call: EgressCall) -> CallEgress:
         """The proxy as one call's container sees it."""
@@ -154,8 +186,9 @@ class CallEgress(EgressGate):
         self._proxy = proxy
         self._call = call
         settings = proxy.settings
-        self.usage = CallUsage(settings.max_connections, settings.max_bytes)
+        self.usage = CallUsage(settings.max_connections, settings.max_bytes, settings.max_refusals)
         self._tasks: set[asyncio.Task[Any]] = set()
+        self._closing = False
 
     @contextlib.asynccontextmanager
     async def listen(self, socket_path: Path) -> AsyncIterator[None]:
@@ -166,6 +199,7 @@ class CallEgress(EgressGate):
         try:
             yield
         finally:
+            self._closing = True
             server.close()
             socket_path.unlink(missing_ok=True)
             self.usage.close_all()
@@ -173,22 +207,64 @@ class CallEgress(EgressGate):
                 task.cancel()
             if self._tasks:
                 await asyncio.gather(*self._tasks, return_exceptions=True)
+            if self.usage.suppressed:
+                self._proxy.audit(
+                    {
+                        **self._record().line(),
+                        "end": "closed after too many refusals",
+                        "suppressed": self.usage.suppressed,
+                    }
+                )
 
     def note(self) -> str:
         """What the model should know about refused destinations ("" when none)."""
         return self.usage.note()
 
+    def _record(self) -> _Record:
+        caller = self._call.context.get("caller", {})
+        session = self._call.context.get("session", {})
+        return _Record(
+            self._call.tool_use_id, str(session.get("id", "")), str(caller.get("principal", ""))
+        )
+
+    def _turned_away(self, writer: asyncio.StreamWriter) -> str:
+        """Why a new connection is ended at once, unread ("" when it is served)."""
+        settings = self._proxy.settings
+        if self._closing:
+            return "the call ended"
+        if self.usage.closed_for_refusals:
+            self.usage.suppressed += 1
+            return "closed"
+        if (
+            len(self._tasks) >= settings.max_open
+            or self._proxy.open_total >= settings.max_open_total
+        ):
+            return (
+                f"more than {settings.max_open} connections open at once (or the daemon's "
+                f"{settings.max_open_total} over all calls); wait for some to finish"
+            )
+        peer = writer.get_extra_info("socket")
+        if peer is not None:
+            _, uid, _ = struct.unpack(
+                "3i", peer.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, 12)
+            )
+            if uid not in (0, os.geteuid()):
+                # Only the forwarder (the container's root) connects here; a command reaching
+                # the socket itself is refused (it has the forwarder for that).
+                return "only the sandbox's forwarder (127.0.0.1:3128) may connect"
+        return ""
+
     async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         task = asyncio.current_task()
         assert task is not None
+        if why := self._turned_away(writer):
+            if why not in ("closed", "the call ended"):
+                self.usage.refuse("(any)", why)
+            writer.close()
+            return
         self._tasks.add(task)
-        caller = self._call.context.get("caller", {})
-        session = self._call.context.get("session", {})
-        record = _Record(
-            self._call.tool_use_id,
-            str(session.get("id", "")),
-            str(caller.get("principal", "")),
-        )
+        self._proxy.open_total += 1
+        record = self._record()
         self.usage.track(writer.close)
         try:
             await self._serve(reader, writer, record)
@@ -201,6 +277,7 @@ class CallEgress(EgressGate):
         except TimeoutError:
             record.fields.setdefault("end", "timed out")
         finally:
+            self._proxy.open_total -= 1
             self.usage.closed(writer.close)
             writer.close()
             self._tasks.discard(task)
@@ -232,13 +309,14 @@ class CallEgress(EgressGate):
                 conn, request = await read_request(reader)
         except RelayError as exc:
             raise _Refused(400, f"not a proxy request: {exc}") from exc
-        method = request.method.decode("ascii", "replace").upper()
+        method = _method(request)
         raw_target = request.target.decode("ascii", "replace")
         try:
             if method == "CONNECT":
                 target, path = parse_authority(raw_target), ""
             else:
                 _, target, path = parse_absolute_url(raw_target)
+                path = normalize_path(path)
         except TargetError as exc:
             record.fields["destination"] = raw_target[:200]
             raise _Refused(400, str(exc)) from exc
@@ -263,9 +341,11 @@ class CallEgress(EgressGate):
         method: str = "",
         path: str = "",
         addresses: list[str] | None = None,
+        reserve: bool = True,
     ) -> str:
-        """Resolve (unless `addresses` were already), ask the policy, apply budgets and the
-        address floor; the address to use."""
+        """Resolve (unless `addresses` were already), ask the policy, apply the address floor
+        and take a connection of the budget (unless `reserve` is off: a request inside a tunnel
+        that already has one); the address to use."""
         if addresses is None:
             addresses = await self._resolve(target)
         ranges = [classify(a) for a in addresses]
@@ -294,12 +374,13 @@ class CallEgress(EgressGate):
         if not verdict.allow:
             raise _Refused(403, " ".join(verdict.reasons))
         self.usage.tighten(verdict.max_connections, verdict.max_bytes)
-        if spent := self.usage.connection_refusal():
-            raise _Refused(403, spent)
         allowed = [a for a, r in zip(addresses, ranges, strict=True) if r in verdict.address_ranges]
         if not allowed:
             raise _Refused(403, self._floor_reason(target, addresses, ranges, verdict))
+        if reserve and (spent := self.usage.reserve()):
+            raise _Refused(403, spent)
         record.fields["decision"] = "allow"
+        record.opaque = verdict.opaque
         self._progress(
             f"egress allowed: {kind} {target.authority()}" + (f" {method} {path}" if path else "")
         )
@@ -347,7 +428,7 @@ class CallEgress(EgressGate):
         except (OSError, TimeoutError, ssl.SSLError) as exc:
             raise _Refused(502, f"could not connect to {address} port {port}: {exc}") from exc
         record.fields["connected_to"] = address
-        self.usage.opened(writer.close)
+        self.usage.track(writer.close)
         return reader, writer
 
     def _meter(self, record: _Record, up: bool) -> Callable[[int], bool]:
@@ -370,6 +451,7 @@ class CallEgress(EgressGate):
         path: str,
         record: _Record,
         inject: list[tuple[bytes, bytes]] | None = None,
+        scrub: list[bytes] | None = None,
     ) -> None:
         default_port = 443 if record.fields.get("intercepted") else 80
         host = target.authority()
@@ -386,6 +468,7 @@ class CallEgress(EgressGate):
                 inject=inject or [],
                 meter_up=self._meter(record, up=True),
                 meter_down=self._meter(record, up=False),
+                scrub=scrub or [],
             )
         finally:
             self.usage.closed(upstream[1].close)
@@ -451,39 +534,60 @@ class CallEgress(EgressGate):
         except (OSError, TimeoutError) as exc:
             sock.close()
             raise _Refused(0, f"could not connect to {address} port {port}: {exc}") from exc
+        except BaseException:
+            sock.close()
+            raise
         record.fields["connected_to"] = address
-        self.usage.opened(sock.close)
+        self.usage.track(sock.close)
         return sock
 
     async def _read_hello(
         self, reader: asyncio.StreamReader, early: bytes, target: Target, record: _Record
     ) -> bytes:
-        """The first bytes of the tunnel; a TLS ClientHello must name the CONNECT host."""
+        """The first bytes of the tunnel: a TLS ClientHello naming the CONNECT host (a name
+        needs its server name: without it a shared address could serve another site), or, only
+        when the decision says the tunnel may be opaque, anything."""
         hello = ClientHelloReader()
         seen = bytearray(early)
+        verdict: HelloVerdict | None = None
         try:
-            verdict: HelloVerdict | None = hello.feed(early) if early else None
+            verdict = hello.feed(early) if early else None
             deadline = asyncio.get_running_loop().time() + self._proxy.settings.hello_timeout_s
             while verdict is None:
                 async with asyncio.timeout_at(deadline):
                     data = await reader.read(CHUNK)
                 if not data:
-                    return bytes(seen)
+                    break
                 seen += data
                 verdict = hello.feed(data)
         except ValueError as exc:
             raise _Refused(0, f"the tunnel began with a malformed TLS hello ({exc})") from exc
         except TimeoutError:
-            return bytes(seen)  # the client waits for the server to speak first (not TLS)
-        record.fields["tls"] = verdict.is_tls
-        if verdict.is_tls and verdict.server_name is not None:
-            record.fields["sni"] = verdict.server_name
-            if verdict.server_name != target.host:
+            pass  # the client waits for the server to speak first: not TLS
+        if verdict is None or not verdict.is_tls:
+            record.fields["tls"] = False
+            if not record.opaque:
                 raise _Refused(
                     0,
-                    f"the TLS server name {verdict.server_name!r} differs from the CONNECT host "
-                    f"{target.host!r}; connect to the host you name",
+                    f"the tunnel to {target.authority()} did not begin with TLS; only a rule "
+                    'with "opaque": true lets a tunnel carry another protocol',
                 )
+            return bytes(seen)
+        record.fields["tls"] = True
+        name = verdict.server_name
+        if name is not None:
+            record.fields["sni"] = name
+        if name is None and not target.is_address:
+            raise _Refused(
+                0,
+                f"the TLS hello names no server; it must name {target.host!r} (the CONNECT host)",
+            )
+        if name is not None and name.removesuffix(".") != target.host:
+            raise _Refused(
+                0,
+                f"the TLS server name {name!r} differs from the CONNECT host {target.host!r}; "
+                "connect to the host you name",
+            )
         return bytes(seen)
 
     async def _intercept(
@@ -506,22 +610,35 @@ class CallEgress(EgressGate):
         except ValueError as exc:
             raise _Refused(0, f"cannot present a certificate for {target.host}: {exc}") from exc
         await writer.start_tls(context)
-        async with asyncio.timeout(self._proxy.settings.head_timeout_s):
-            conn, request = await read_request(reader)
-        method = request.method.decode("ascii", "replace").upper()
-        path = request.target.decode("ascii", "replace")
-        if not path.startswith("/"):
-            raise _Refused(400, "inside the tunnel, send requests in origin form (/path)")
+        try:
+            async with asyncio.timeout(self._proxy.settings.head_timeout_s):
+                conn, request = await read_request(reader)
+        except RelayError as exc:
+            raise _Refused(400, f"not an HTTP request: {exc}") from exc
+        method = _method(request)
+        if method in ("TRACE", "TRACK"):
+            raise _Refused(403, f"{method} is refused where a credential is added (it echoes it)")
+        try:
+            path = normalize_path(request.target.decode("ascii", "replace"))
+        except TargetError as exc:
+            raise _Refused(400, f"inside the tunnel, send requests in origin form: {exc}") from exc
         record.fields.update(method=method, path=path)
         # Each request inside is decided as a request of its own (method and path).
         await self._decide(
-            target, record, kind="http", method=method, path=path, addresses=[address]
+            target,
+            record,
+            kind="http",
+            method=method,
+            path=path,
+            addresses=[address],
+            reserve=False,
         )
         upstream = await self._connect(
             address, target.port, record, self._proxy.upstream_tls, target.host
         )
         inject = credentials.headers(target.host, target.port, method, path)
         record.fields["credential"] = bool(inject)
+        scrub = credentials.secrets(target.host, target.port)
         await self._exchange(
-            (reader, writer), conn, request, upstream, target, path, record, inject
+            (reader, writer), conn, request, upstream, target, path, record, inject, scrub
         )

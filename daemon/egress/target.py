@@ -104,3 +104,35 @@ def parse_absolute_url(url: str) -> tuple[str, Target, str]:
     if parts.query:
         path += "?" + parts.query
     return parts.scheme, target, path
+
+
+#: Escapes that would let a server read a path differently from the proxy (an encoded dot,
+#: slash or backslash), and bytes no request target carries.
+_AMBIGUOUS = re.compile(r"%(2e|2f|5c|00)|\\|[\x00-\x20\x7f]", re.IGNORECASE)
+_CONTROL = re.compile(r"[\x00-\x20\x7f]")
+
+
+def normalize_path(target: str) -> str:
+    """An origin-form request target as the server will read it: dot segments removed, runs of
+    slashes collapsed; refused (TargetError) when it holds an escape that could be read two
+    ways (%2e, %2f, %5c, %00), a backslash or a control byte, or does not start with '/'.
+    Rules and credentials are matched against this, and this is what goes upstream."""
+    if not target.startswith("/"):
+        raise TargetError("the request target must be a path starting with '/'")
+    path, sep, query = target.partition("?")
+    if _AMBIGUOUS.search(path) or _CONTROL.search(query):
+        raise TargetError(
+            "the path holds an escaped dot, slash or backslash, a backslash or a control byte; "
+            "send it plainly"
+        )
+    segments: list[str] = []
+    for segment in path.split("/")[1:]:
+        if segment == "..":
+            if segments:
+                segments.pop()
+        elif segment not in (".", ""):
+            segments.append(segment)
+    normal = "/" + "/".join(segments)
+    if path.endswith(("/", "/.", "/..")) and normal != "/":
+        normal += "/"
+    return normal + sep + query

@@ -28,10 +28,15 @@ class CallUsage:
 
     max_connections: int
     max_bytes: int
+    max_refusals: int = 64
+    """Refusals (policy, budget, malformed requests) after which the call's egress is closed:
+    every further connection ends at once, without asking the policy or writing the audit."""
     connections: int = 0
     bytes: int = 0
     refusals: list[Refusal] = field(default_factory=list)
     refused: int = 0
+    suppressed: int = 0
+    """Connections ended at once after the egress was closed (counted, not audited one by one)."""
     spent: str = ""
     """Set once a budget is spent: why the call's connections were closed."""
     _open: set[Callable[[], None]] = field(default_factory=set)
@@ -51,8 +56,14 @@ class CallUsage:
         if refusal not in self.refusals and len(self.refusals) < MAX_LISTED_REFUSALS:
             self.refusals.append(refusal)
 
-    def connection_refusal(self) -> str:
-        """Why another connection may not open, or "" when it may."""
+    @property
+    def closed_for_refusals(self) -> bool:
+        """Too many refusals: the call's egress is closed."""
+        return self.refused >= self.max_refusals
+
+    def reserve(self) -> str:
+        """Take one connection of the budget (at the decision, before connecting, so that
+        connections decided at once cannot all pass); why not, or "" when taken."""
         if self.spent:
             return self.spent
         if self.connections >= self.max_connections:
@@ -60,15 +71,11 @@ class CallUsage:
                 f"the call's connection budget ({self.max_connections}) is spent; do the rest "
                 "in another call, or with fewer connections"
             )
+        self.connections += 1
         return ""
 
-    def opened(self, close: Callable[[], None]) -> None:
-        """Count a connection that goes out, and keep how to close it when a budget is spent."""
-        self.connections += 1
-        self._open.add(close)
-
     def track(self, close: Callable[[], None]) -> None:
-        """Keep how to close a sandbox's connection to the proxy (not counted)."""
+        """Keep how to close one of the call's connections when a budget is spent."""
         self._open.add(close)
 
     def closed(self, close: Callable[[], None]) -> None:
@@ -96,12 +103,22 @@ class CallUsage:
 
     def note(self) -> str:
         """The result note: refused destinations and why ("" when nothing was refused)."""
-        if not self.refusals and not self.spent:
+        if not self.refusals and not self.spent and not self.suppressed:
             return ""
         lines = ["Network (egress proxy):"]
         lines += [f"- {r.destination} refused: {r.reason}" for r in self.refusals]
         if self.refused > len(self.refusals):
             lines.append(f"- {self.refused - len(self.refusals)} more refusals not listed")
+        if self.closed_for_refusals:
+            lines.append(
+                f"- after {self.refused} refusals the call's network was closed"
+                + (
+                    f" ({self.suppressed} more connections ended at once)"
+                    if self.suppressed
+                    else ""
+                )
+                + "; change course rather than retrying"
+            )
         if self.spent:
             lines.append(f"- {self.spent}")
         return "\n".join(lines)

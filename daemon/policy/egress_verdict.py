@@ -39,6 +39,7 @@ class _RawEgress(BaseModel):
     reasons: list[StrictStr] = []
     address_ranges: list[AddressRangeName] = ["public"]
     budget: _RawBudget | None = None
+    opaque: StrictBool = False
 
 
 @dataclass(frozen=True)
@@ -54,6 +55,8 @@ class EgressVerdict:
     max_bytes: int | None = None
     """The call's byte budget (both directions, all connections), when the policy gives one."""
     decision_id: str = ""
+    opaque: bool = False
+    """A tunnel may carry something other than TLS naming its host (e.g. ssh)."""
 
     @classmethod
     def refuse(cls, reason: str, decision_id: str = "") -> EgressVerdict:
@@ -91,4 +94,5 @@ def parse_egress(response: dict[str, Any]) -> EgressVerdict:
         max_connections=raw.budget.connections if raw.budget else None,
         max_bytes=raw.budget.bytes if raw.budget else None,
         decision_id=decision_id,
+        opaque=raw.opaque,
     )

@@ -11,6 +11,8 @@ import asyncio
 import json
 import shutil
 import ssl
+import sys
+import tempfile
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -19,7 +21,7 @@ import pytest
 import pytest_asyncio
 
 from daemon.config import PROJECT_ROOT
-from daemon.egress.proxy import CallEgress, EgressCall, EgressProxy
+from daemon.egress.proxy import CallEgress, EgressCall, EgressProxy, EgressSettings
 from daemon.policy.opa_engine import OpaPolicyEngine
 from daemon.policy.opa_server import ManagedOpa, find_opa
 from sandbox.backend import SandboxLimits
@@ -52,10 +54,18 @@ class Resolver:
         return self.table[host]
 
 
+HEADS: list[bytes] = []
+"""Every request head an upstream received (the newest last)."""
+ACCEPTED: list[int] = []
+"""One entry per connection an upstream accepted."""
+
+
 async def _upstream(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
     """GET /size/N answers N bytes; /slow trickles until the client goes."""
+    ACCEPTED.append(1)
     try:
         head = await reader.readuntil(b"\r\n\r\n")
+        HEADS.append(head)
         path = head.split(b" ")[1].decode()
         if path.startswith("/size/"):
             size = int(path.removeprefix("/size/"))
@@ -102,6 +112,7 @@ def _policies(folder: Path, port: int, budget: dict[str, int] | None = None) -> 
         {"hosts": ["plain.test"], "ports": [port]},
         {"hosts": ["api.test"], "ports": [port], "methods": ["GET"], "paths": ["/v1/"],
          "address_ranges": ["loopback"]},
+        {"hosts": ["ssh.test"], "ports": [port], "opaque": True, "address_ranges": ["loopback"]},
     ]  # fmt: skip
     builder: dict[str, Any] = {"allow": rules}
     if budget:
@@ -120,11 +131,15 @@ class Proxy:
         self.audit = audit
 
     async def send(self, data: bytes) -> bytes:
+        """`data` sent on a new connection; everything that came back (b"" when the proxy
+        ended the connection unread)."""
         reader, writer = await asyncio.open_unix_connection(str(self.socket_path))
-        writer.write(data)
-        await writer.drain()
         try:
+            writer.write(data)
+            await writer.drain()
             return await asyncio.wait_for(reader.read(-1), 30)
+        except ConnectionResetError:
+            return b""
         finally:
             writer.close()
 
@@ -180,7 +195,8 @@ async def test_allowed_request_is_relayed_and_audited(
     assert record["decision"] == "allow" and record["status"] == 200
     assert record["addresses"] == [UPSTREAM] and record["connected_to"] == UPSTREAM
     assert record["decision_id"] and record["tool_use_id"] == "toolu_egress"
-    assert record["bytes_down"] == len(_body(response)) and record["bytes_up"] == 0
+    assert record["bytes_down"] == len(response), "heads count too"
+    assert record["bytes_up"] > len(f"GET /a?b=1 HTTP/1.1\r\nhost: up.test:{upstream_port}")
     assert proxy.egress.note() == ""
 
 
@@ -248,7 +264,7 @@ async def test_rebinding_cannot_switch_the_address(
     assert proxy.audit[1]["addresses"] == ["10.9.9.9"]
 
 
-def _client_hello(server_name: str) -> bytes:
+def _client_hello(server_name: str | None) -> bytes:
     context = ssl.create_default_context()
     context.check_hostname = False
     context.verify_mode = ssl.CERT_NONE
@@ -269,8 +285,9 @@ async def test_a_tls_hello_must_name_the_connect_host(
         reader, writer = await asyncio.open_unix_connection(str(proxy.socket_path))
         writer.write(connect + _client_hello("up.test"))
         matching = await reader.read(4096)
+        accepted = len(ACCEPTED)
         async with asyncio.timeout(10):
-            while proxy.egress.usage.connections < 1:  # the hello went on to the server
+            while len(ACCEPTED) == accepted:  # the hello went on to the server
                 await asyncio.sleep(0.01)
         writer.close()
     assert mismatch == b"HTTP/1.1 200 Connection established\r\n\r\n", "closed, nothing relayed"
@@ -393,3 +410,164 @@ async def test_malformed_requests_get_a_clear_refusal(
         response = await proxy.send(request_bytes)
     assert response.startswith(b"HTTP/1.1 400"), response
     assert resolver.lookups == []
+
+
+async def test_a_call_cannot_hold_more_than_its_share_of_open_connections(
+    tmp_path: Path, opa: tuple[ManagedOpa, OpaPolicyEngine]
+) -> None:
+    """Connections that never send a request are held until the head timeout: past max_open at
+    once, new ones are closed at once (the daemon's descriptors are not the sandbox's to use)."""
+    audit: list[dict[str, Any]] = []
+    proxy = EgressProxy(
+        opa[1], audit.append, settings=EgressSettings(max_open=5), resolver=Resolver({})
+    )
+    egress = proxy.for_call(EgressCall("toolu_egress", CALL))
+    socket_path = tmp_path / "proxy.sock"
+    async with egress.listen(socket_path):
+        idle = [await asyncio.open_unix_connection(str(socket_path)) for _ in range(5)]
+        await asyncio.sleep(0.2)
+        reader, writer = await asyncio.open_unix_connection(str(socket_path))
+        assert await asyncio.wait_for(reader.read(-1), 10) == b""
+        writer.close()
+        for _, idle_writer in idle:
+            idle_writer.close()
+    assert "more than 5 connections open at once" in egress.note()
+
+
+async def test_refusals_close_the_calls_egress_after_a_few(
+    tmp_path: Path, opa: tuple[ManagedOpa, OpaPolicyEngine], upstream_port: int
+) -> None:
+    """A sandbox hammering refused destinations costs the policy engine and the audit a bounded
+    number of decisions: after max_refusals every connection ends at once, unread."""
+    audit: list[dict[str, Any]] = []
+    resolver = Resolver({"other.test": [UPSTREAM]})
+    proxy = EgressProxy(
+        opa[1], audit.append, settings=EgressSettings(max_refusals=5), resolver=resolver
+    )
+    egress = proxy.for_call(EgressCall("toolu_egress", CALL))
+    socket_path = tmp_path / "proxy.sock"
+    async with egress.listen(socket_path):
+        client = Proxy(egress, socket_path, audit)
+        answers = [await client.get(f"http://other.test:{upstream_port}/{i}") for i in range(12)]
+    assert all(a.startswith(b"HTTP/1.1 403") for a in answers[:5])
+    assert answers[5:] == [b""] * 7
+    assert len(resolver.lookups) == 5, "no lookup (and no decision) once closed"
+    assert len([r for r in audit if r.get("decision") == "deny"]) == 5
+    assert audit[-1]["suppressed"] == 7
+    assert "after 5 refusals the call's network was closed" in egress.note()
+
+
+async def test_connections_decided_at_once_cannot_exceed_the_budget(
+    tmp_path: Path, upstream_port: int
+) -> None:
+    """The budget is taken when a connection is decided, not when it connects: 20 tunnels
+    opened together (each then waiting for its TLS hello) get 3 allowed."""
+    server = ManagedOpa(
+        find_opa(None, PROJECT_ROOT),
+        _policies(tmp_path, upstream_port, {"connections": 3, "bytes": 10_000_000}),
+        tmp_path / "o" / "s.sock",
+    )
+    await server.start()
+    engine = OpaPolicyEngine(server.url, 10.0, SandboxLimits(), "test")
+    await engine.open()
+    try:
+        async for proxy in _proxy(tmp_path, engine, Resolver({"up.test": [UPSTREAM]})):
+            opened = [await asyncio.open_unix_connection(str(proxy.socket_path)) for _ in range(20)]
+            for _, writer in opened:
+                writer.write(f"CONNECT up.test:{upstream_port} HTTP/1.0\r\n\r\n".encode())
+            answers = [await asyncio.wait_for(r.read(12), 30) for r, _ in opened]
+            for _, writer in opened:
+                writer.close()
+    finally:
+        await engine.close()
+        await server.stop()
+    assert answers.count(b"HTTP/1.1 200") == 3, answers
+    assert answers.count(b"HTTP/1.1 403") == 17
+
+
+async def test_the_server_sees_the_path_and_framing_that_were_decided(
+    tmp_path: Path, opa: tuple[ManagedOpa, OpaPolicyEngine], upstream_port: int
+) -> None:
+    """Dot segments are resolved before the decision (and sent so), escapes a server could read
+    as a dot or slash are refused, methods must be upper case, and a request with both framings
+    is refused; a chunked body goes upstream chunked, with no Content-Length."""
+    resolver = Resolver({"api.test": [UPSTREAM], "up.test": [UPSTREAM]})
+    base = f"http://api.test:{upstream_port}"
+    async for proxy in _proxy(tmp_path, opa[1], resolver):
+        dotted = await proxy.get(f"{base}/v1/../admin")
+        escaped = await proxy.get(f"{base}/v1/%2e%2e/admin")
+        lower = await proxy.send(f"get {base}/v1/x HTTP/1.1\r\nhost: api.test\r\n\r\n".encode())
+        both = await proxy.send(
+            f"GET {base}/v1/x HTTP/1.1\r\nhost: api.test\r\ncontent-length: 4\r\n"
+            "transfer-encoding: chunked\r\n\r\n0\r\n\r\n".encode()
+        )
+        HEADS.clear()
+        chunked = await proxy.send(
+            f"GET http://up.test:{upstream_port}/v1/./x//y HTTP/1.1\r\nhost: up.test\r\n"
+            "transfer-encoding: chunked\r\n\r\n2\r\nhi\r\n0\r\n\r\n".encode()
+        )
+    assert dotted.startswith(b"HTTP/1.1 403") and b"GET api.test" in dotted and b"/admin" in dotted
+    assert escaped.startswith(b"HTTP/1.1 400")
+    assert lower.startswith(b"HTTP/1.1 400") and b"upper case" in lower
+    assert both.startswith(b"HTTP/1.1 400") and b"both Content-Length" in both
+    assert chunked.startswith(b"HTTP/1.1 200"), chunked
+    [head] = HEADS
+    assert head.startswith(b"GET /v1/x/y HTTP/1.1\r\n")
+    assert b"transfer-encoding: chunked" in head.lower() and b"content-length" not in head.lower()
+
+
+async def test_tunnels_must_speak_tls_naming_their_host_unless_the_rule_says_opaque(
+    tmp_path: Path, opa: tuple[ManagedOpa, OpaPolicyEngine], upstream_port: int
+) -> None:
+    resolver = Resolver({"up.test": [UPSTREAM], "ssh.test": [UPSTREAM]})
+    async for proxy in _proxy(tmp_path, opa[1], resolver):
+        no_sni = await proxy.send(
+            f"CONNECT up.test:{upstream_port} HTTP/1.0\r\n\r\n".encode() + _client_hello(None)
+        )
+        plain = await proxy.send(
+            f"CONNECT up.test:{upstream_port} HTTP/1.0\r\n\r\nGET /x HTTP/1.1\r\n\r\n".encode()
+        )
+        opaque = await proxy.send(
+            f"CONNECT ssh.test:{upstream_port} HTTP/1.0\r\n\r\n"
+            "GET /through HTTP/1.1\r\nhost: ssh.test\r\n\r\n".encode()
+        )
+    established = b"HTTP/1.1 200 Connection established\r\n\r\n"
+    assert no_sni == established and plain == established, "closed, nothing relayed"
+    assert b"hello /through" in opaque
+    reasons = [" ".join(r.get("reasons", [])) for r in proxy.audit]
+    assert any("names no server" in r for r in reasons), reasons
+    assert any("did not begin with TLS" in r for r in reasons), reasons
+
+
+async def test_only_the_containers_root_may_connect(
+    tmp_path: Path, opa: tuple[ManagedOpa, OpaPolicyEngine]
+) -> None:
+    """The forwarder is the container's root; a command reaching the socket itself (any other
+    uid) is turned away."""
+    folder = Path(tempfile.mkdtemp(prefix="tj-egress-", dir="/tmp"))  # every uid may reach it
+    folder.chmod(0o755)
+    audit: list[dict[str, Any]] = []
+    egress = EgressProxy(opa[1], audit.append, resolver=Resolver({})).for_call(
+        EgressCall("toolu_egress", CALL)
+    )
+    socket_path = folder / "proxy.sock"
+    async with egress.listen(socket_path):
+        code = (
+            "import socket\n"
+            "s = socket.socket(socket.AF_UNIX)\n"
+            f"s.connect({str(socket_path)!r})\n"
+            "try:\n"
+            "    s.sendall(b'CONNECT up.test:1 HTTP/1.0\\r\\n\\r\\n')\n"
+            "    print(repr(s.recv(100)))\n"
+            "except ConnectionResetError:\n"
+            "    print(repr(b''))\n"
+        )
+        result = await asyncio.create_subprocess_exec(
+            "setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", "--",
+            sys.executable, "-I", "-c", code, stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE,
+        )  # fmt: skip
+        out, err = await result.communicate()
+    shutil.rmtree(folder)
+    assert out.strip() == b"b''", err
+    assert "only the sandbox's forwarder" in egress.note()

@@ -38,6 +38,14 @@ class _Handler(http.server.BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
 
     def do_GET(self) -> None:
+        if self.path == "/echo":  # a server that reflects the request, as debug pages do
+            body = f"you sent: {self.headers.get('Authorization')}\n".encode()
+            self.send_response(200)
+            self.send_header("Content-Length", str(len(body)))
+            self.send_header("X-Echo", str(self.headers.get("Authorization")))
+            self.end_headers()
+            self.wfile.write(body)
+            return
         if self.path.startswith("/size/"):
             body = b"z" * int(self.path.removeprefix("/size/"))
         else:
@@ -337,3 +345,25 @@ def test_connections_show_as_progress_while_the_call_runs(egress: Egress) -> Non
         messages
     )
     assert events[-1].HasField("response")
+
+
+def test_a_reflecting_server_cannot_hand_the_secret_back(egress: Egress) -> None:
+    """Whatever comes back from a destination with a credential has the secret starred out
+    (body and headers, same length); TRACE, which echoes requests by design, is refused."""
+    response, _ = egress.bash(
+        _python(
+            "import http.client, ssl, urllib.request, urllib.error\n"
+            f"url = 'https://{UPSTREAM}:{egress.credential}/echo'\n"
+            "with urllib.request.urlopen(url) as answer:\n"
+            "    print(answer.read().decode().strip(), '|', answer.headers['X-Echo'])\n"
+            "try:\n"
+            "    urllib.request.urlopen(urllib.request.Request(url, method='TRACE'))\n"
+            "except urllib.error.HTTPError as exc:\n"
+            "    print('trace', exc.code)\n"
+        )
+    )
+    text = text_of(response)
+    stars = "*" * len(SECRET)
+    assert f"you sent: Bearer {stars} | Bearer {stars}" in text, text
+    assert "trace 403" in text
+    assert SECRET not in text

@@ -13,8 +13,14 @@ import pytest
 
 from daemon.egress.addresses import classify
 from daemon.egress.credentials import CredentialRule, Credentials, read_secret
-from daemon.egress.http_relay import request_headers
-from daemon.egress.target import Target, TargetError, parse_absolute_url, parse_authority
+from daemon.egress.http_relay import Scrubber, request_headers
+from daemon.egress.target import (
+    Target,
+    TargetError,
+    normalize_path,
+    parse_absolute_url,
+    parse_authority,
+)
 from daemon.egress.usage import MAX_LISTED_REFUSALS, CallUsage
 from daemon.errors import TooljailError
 from daemon.policy.egress_verdict import parse_egress
@@ -168,11 +174,12 @@ def test_budgets_only_shrink_and_a_spent_byte_budget_closes_everything() -> None
     assert (usage.max_connections, usage.max_bytes) == (5, 100)
     writers = [_Writer(), _Writer()]
     for writer in writers:
-        usage.opened(writer.close)
+        assert usage.reserve() == ""
+        usage.track(writer.close)
     assert usage.add_bytes(60)
     assert not usage.add_bytes(60)
     assert all(w.closed for w in writers)
-    assert "byte budget (100 bytes) is spent" in usage.connection_refusal()
+    assert "byte budget (100 bytes) is spent" in usage.reserve()
     assert "byte budget" in usage.note()
 
 
@@ -310,3 +317,43 @@ def test_the_forwarder_carries_bytes_to_the_socket_and_ends_with_no_proxy(tmp_pa
         return first, second
 
     assert asyncio.run(scenario()) == (b"echo:ping", b"")
+
+
+def test_the_scrubber_hides_secrets_across_chunk_boundaries() -> None:
+    secret = b"s3cret-value"
+    data = b"a" * 5 + secret + b"b" * 3 + secret
+    for cut in range(1, len(data)):
+        scrubber = Scrubber([secret])
+        out = scrubber.feed(data[:cut]) + scrubber.feed(data[cut:]) + scrubber.flush()
+        assert out == data.replace(secret, b"*" * len(secret)), cut
+    assert Scrubber([]).feed(b"x") == b"x"
+
+
+@pytest.mark.parametrize(
+    ("target", "expected"),
+    [
+        ("/", "/"),
+        ("/v1/../admin", "/admin"),
+        ("/v1/./a//b/", "/v1/a/b/"),
+        ("/a/b/..", "/a/"),
+        ("/..", "/"),
+        ("/a?next=/../x&q=%2e", "/a?next=/../x&q=%2e"),
+    ],
+)
+def test_paths_are_decided_as_the_server_reads_them(target: str, expected: str) -> None:
+    assert normalize_path(target) == expected
+
+
+@pytest.mark.parametrize(
+    "target", ["/v1/%2e%2e/admin", "/v1/%2E./x", "/a%2fb", "/a%5cb", "/a\\b", "/a b", "x", "/a%00"]
+)
+def test_ambiguous_paths_are_refused(target: str) -> None:
+    with pytest.raises(TargetError):
+        normalize_path(target)
+
+
+def test_connections_are_taken_from_the_budget_when_decided() -> None:
+    usage = CallUsage(max_connections=2, max_bytes=100)
+    assert usage.reserve() == "" and usage.reserve() == ""
+    assert "connection budget (2) is spent" in usage.reserve()
+    assert usage.connections == 2

@@ -16,6 +16,8 @@
 #           # the forge, for git over https (a credential can be bound to it in the daemon's
 #           # configuration; its tunnels are then intercepted and each request decided)
 #           {"hosts": ["github.com", "*.githubusercontent.com"], "ports": [443]},
+#           # git over ssh through the proxy: not TLS, so the rule says opaque
+#           {"hosts": ["github.com"], "ports": [22], "opaque": true},
 #           # one internal API on a private address: ranges beyond "public" must be named
 #           {"hosts": ["api.internal.example"], "ports": [8443], "methods": ["GET"],
 #            "paths": ["/v1/"], "address_ranges": ["private"]}
@@ -27,10 +29,12 @@
 #
 # hosts: exact names, or "*.domain" for any name below domain (not domain itself); ports: a list
 # (absent: 443 only); methods and paths (prefixes) apply to requests the proxy sees (plain http,
-# or an intercepted tunnel) and make a rule match no opaque CONNECT tunnel: a path cannot be
-# checked inside TLS the proxy does not terminate. address_ranges: where the proxy may connect
+# or an intercepted tunnel) and make a rule match no CONNECT tunnel the proxy does not
+# intercept: a path cannot be checked inside TLS the proxy does not terminate. address_ranges: where the proxy may connect
 # (absent: public only), so a name that resolves to loopback, a private network or the cloud
-# metadata address is refused unless a rule names that range on purpose.
+# metadata address is refused unless a rule names that range on purpose. opaque: true lets a
+# matching tunnel carry something other than TLS naming its host (git over ssh, say); without
+# it a tunnel must begin with a TLS hello whose server name is the CONNECT host.
 package tooljail.authz
 
 egress := {
@@ -38,6 +42,7 @@ egress := {
 	"reasons": egress_reasons,
 	"address_ranges": egress_address_ranges,
 	"budget": egress_budget,
+	"opaque": egress_opaque,
 }
 
 default egress_allowed := false
@@ -97,6 +102,15 @@ egress_address_ranges := sort({r |
 	some r in object.get(egress_rules[i], "address_ranges", ["public"])
 }) if {
 	count(egress_matches) > 0
+}
+
+# A tunnel must begin with a TLS hello naming its host, unless a matching rule says
+# "opaque": true (ssh, or another protocol the proxy cannot read).
+default egress_opaque := false
+
+egress_opaque if {
+	some i in egress_matches
+	egress_rules[i].opaque == true
 }
 
 default egress_reasons := []

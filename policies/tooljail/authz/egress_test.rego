@@ -7,6 +7,7 @@ egress_rules := {"principals": {"builder": {
 		{"hosts": ["pypi.org", "*.pythonhosted.org"], "ports": [443]},
 		{"hosts": ["api.internal.test"], "ports": [8080], "methods": ["GET"], "paths": ["/v1/"], "address_ranges": ["private"]},
 		{"hosts": ["mirror.test"]},
+		{"hosts": ["forge.test"], "ports": [22], "opaque": true},
 	],
 	"budget": {"connections": 5, "bytes": 1000},
 }}}
@@ -86,4 +87,10 @@ test_egress_network_is_granted_per_principal if {
 	d := authz.decision with input as bash_input
 		with data.tooljail.principals as {"local": {"network": "egress"}}
 	d.sandbox.network == "egress"
+}
+
+test_only_rules_saying_so_allow_opaque_tunnels if {
+	egress_decision("builder", {"host": "forge.test", "port": 22}).opaque
+	not egress_decision("builder", {"host": "pypi.org"}).opaque
+	not authz.egress.opaque with input as egress_input("builder", {"host": "forge.test", "port": 22})
 }
