@@ -205,8 +205,27 @@ async def relay_exchange(
             raise RelayError("the request body ended early")
     status = 0
     scrubber = Scrubber(scrub)
+    body_left: int | None = None
+    """Bytes of a Content-Length body still to come, once h11 has read the head: they are
+    then copied as they arrive, without parsing (the framing is known, and cut to it)."""
     while True:
-        event = await read_event(up, upstream_r)
+        try:
+            event = up.next_event()
+        except h11.RemoteProtocolError as exc:
+            raise RelayError(f"malformed HTTP: {exc}") from exc
+        if event is h11.NEED_DATA:
+            if body_left is not None:
+                await _copy_body(
+                    upstream_r, (client_conn, client_w), body_left, scrubber, meter_down
+                )
+                event = h11.EndOfMessage()
+            else:
+                data = await upstream_r.read(CHUNK)
+                try:
+                    up.receive_data(data)
+                except h11.RemoteProtocolError as exc:
+                    raise RelayError(f"malformed HTTP: {exc}") from exc
+                continue
         if isinstance(event, h11.InformationalResponse):
             continue  # 100 Continue was answered to the sandbox already
         if isinstance(event, h11.Response):
@@ -215,13 +234,22 @@ async def relay_exchange(
                 (name, hide_secrets(value, scrub))
                 for name, value in _forwarded(event.headers, _FRAMING)
             ]
-            answer += [*_framing(event.headers), (b"connection", b"close")]
+            framing = _framing(event.headers)
+            answer += [*framing, (b"connection", b"close")]
             response = h11.Response(status_code=status, headers=answer, reason=event.reason)
             if not meter_down(_send(client_conn, client_w, response)):
                 raise RelayError("the call's byte budget is spent")
+            if (
+                framing[:1]
+                and framing[0][0] == b"content-length"
+                and up.their_state is h11.SEND_BODY
+            ):
+                body_left = int(framing[0][1])
         elif isinstance(event, h11.Data):
             if not meter_down(len(event.data)):
                 raise RelayError("the call's byte budget is spent")
+            if body_left is not None:
+                body_left -= len(event.data)
             _send(client_conn, client_w, h11.Data(data=scrubber.feed(event.data)))
             await client_w.drain()
         elif isinstance(event, h11.EndOfMessage):
@@ -232,6 +260,26 @@ async def relay_exchange(
             return status
         else:
             raise RelayError("the server closed the connection before its answer was complete")
+
+
+async def _copy_body(
+    source: asyncio.StreamReader,
+    client: tuple[h11.Connection, asyncio.StreamWriter],
+    left: int,
+    scrubber: Scrubber,
+    meter: Meter,
+) -> None:
+    """The rest of a Content-Length body, `left` bytes, from `source` to the sandbox."""
+    conn, writer = client
+    while left > 0:
+        data = await source.read(min(CHUNK, left))
+        if not data:
+            raise RelayError("the server closed the connection before its answer was complete")
+        left -= len(data)
+        if not meter(len(data)):
+            raise RelayError("the call's byte budget is spent")
+        _send(conn, writer, h11.Data(data=scrubber.feed(data)))
+        await writer.drain()
 
 
 def refusal_response(status: int, reason: str) -> bytes:

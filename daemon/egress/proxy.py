@@ -140,6 +140,10 @@ def _method(request: h11.Request) -> str:
     return method
 
 
+class _Ended(Exception):
+    """The connection ended before anything was to be carried (not a refusal)."""
+
+
 class _Refused(Exception):
     """The connection is refused; the message is for the model."""
 
@@ -270,6 +274,8 @@ class CallEgress(EgressGate):
             await self._serve(reader, writer, record)
         except _Refused as refused:
             self._refuse(record, writer, refused)
+        except _Ended as ended:
+            record.fields["end"] = str(ended)
         except (RelayError, OSError, asyncio.IncompleteReadError, ssl.SSLError) as exc:
             record.fields.setdefault("end", f"failed: {exc}")
         except asyncio.CancelledError:
@@ -564,6 +570,8 @@ class CallEgress(EgressGate):
             raise _Refused(0, f"the tunnel began with a malformed TLS hello ({exc})") from exc
         except TimeoutError:
             pass  # the client waits for the server to speak first: not TLS
+        if verdict is None and not seen and reader.at_eof():
+            raise _Ended("the client closed the tunnel before sending anything")
         if verdict is None or not verdict.is_tls:
             record.fields["tls"] = False
             if not record.opaque:
