@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable, Sequence
+from urllib.parse import quote, quote_plus
 
 import h11
 
@@ -67,6 +68,14 @@ def has_both_framings(headers: Sequence[tuple[bytes, bytes]]) -> bool:
     return names >= _FRAMING
 
 
+def _encoded(headers: Sequence[tuple[bytes, bytes]]) -> bool:
+    """The body is content-encoded (compressed, say) rather than identity."""
+    return any(
+        name.lower() == b"content-encoding" and value.strip().lower() not in (b"", b"identity")
+        for name, value in headers
+    )
+
+
 def _framing(headers: Sequence[tuple[bytes, bytes]]) -> Headers:
     """The body's framing as h11 understood it, said once: chunked, or one Content-Length."""
     names = {name.lower(): value for name, value in headers}
@@ -82,14 +91,39 @@ def request_headers(
 ) -> Headers:
     """The headers sent upstream: the decided Host, the sandbox's end-to-end headers (any it sent
     under an injected name dropped), the body's framing once, and the injected ones."""
-    drop = frozenset({b"host", *_FRAMING, *(name.lower() for name, _ in inject)})
+    drop = {b"host", *_FRAMING, *(name.lower() for name, _ in inject)}
+    identity: Headers = []
+    if inject:
+        # A compressed answer would carry an echoed secret past the scrubber.
+        drop.add(b"accept-encoding")
+        identity = [(b"accept-encoding", b"identity")]
     return [
         (b"host", host),
-        *_forwarded(headers, drop),
+        *_forwarded(headers, frozenset(drop)),
         *_framing(headers),
+        *identity,
         *inject,
         (b"connection", b"close"),
     ]
+
+
+def secret_forms(secrets: Sequence[bytes]) -> list[bytes]:
+    """Each secret as an echo may spell it: as is, URL-encoded (both ways) and JSON-escaped.
+    Best effort: a server that transforms what it echoes otherwise can still reveal it."""
+    forms: list[bytes] = []
+    for secret in secrets:
+        if not secret:
+            continue
+        text = secret.decode("latin-1")
+        for form in (
+            secret,
+            quote(text, safe="").encode("latin-1"),
+            quote_plus(text, safe="").encode("latin-1"),
+            secret.replace(b"/", b"\\/"),
+        ):
+            if form not in forms:
+                forms.append(form)
+    return forms
 
 
 def hide_secrets(data: bytes, secrets: Sequence[bytes]) -> bytes:
@@ -106,7 +140,7 @@ class Scrubber:
     credential the proxy added."""
 
     def __init__(self, secrets: Sequence[bytes]) -> None:
-        self._secrets = [secret for secret in secrets if secret]
+        self._secrets = secret_forms(secrets)
         self._keep = max((len(secret) for secret in self._secrets), default=1) - 1
         self._carry = b""
 
@@ -230,13 +264,20 @@ async def relay_exchange(
             continue  # 100 Continue was answered to the sandbox already
         if isinstance(event, h11.Response):
             status = event.status_code
+            forms = secret_forms(scrub)
+            if forms and _encoded(event.headers):
+                raise RelayError(
+                    "the server answered with a Content-Encoding although the proxy asked for "
+                    "identity; an encoded answer could carry the credential back, so it is dropped"
+                )
             answer = [
-                (name, hide_secrets(value, scrub))
+                (hide_secrets(name, forms), hide_secrets(value, forms))
                 for name, value in _forwarded(event.headers, _FRAMING)
             ]
             framing = _framing(event.headers)
             answer += [*framing, (b"connection", b"close")]
-            response = h11.Response(status_code=status, headers=answer, reason=event.reason)
+            reason = hide_secrets(event.reason, forms)
+            response = h11.Response(status_code=status, headers=answer, reason=reason)
             if not meter_down(_send(client_conn, client_w, response)):
                 raise RelayError("the call's byte budget is spent")
             if (

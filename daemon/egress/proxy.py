@@ -39,7 +39,7 @@ from daemon.egress.http_relay import (
     refusal_response,
     relay_exchange,
 )
-from daemon.egress.sni import ClientHelloReader, HelloVerdict
+from daemon.egress.sni import TLS_HEADER, ClientHelloReader, HelloVerdict, tls_records
 from daemon.egress.splice import splice_pump
 from daemon.egress.target import (
     Target,
@@ -514,10 +514,17 @@ class CallEgress(EgressGate):
 
         self.usage.track(close_both)
         try:
+            tls = bool(record.fields.get("tls"))
+            # TLS the whole way, not a hello in front of another protocol: what the client
+            # sent so far is TLS records, and so is the server's first answer.
+            if tls and not tls_records(hello):
+                raise _Refused(0, "the tunnel carried something other than TLS records")
             if hello:
                 if not self._meter(record, up=True)(len(hello)):
                     return
                 await asyncio.get_running_loop().sock_sendall(upstream, hello)
+            if tls:
+                await self._server_speaks_tls(upstream, client, record)
             await asyncio.gather(
                 splice_pump(client, upstream, self._meter(record, up=True)),
                 splice_pump(upstream, client, self._meter(record, up=False)),
@@ -528,6 +535,27 @@ class CallEgress(EgressGate):
             self.usage.closed(upstream.close)
             client.close()
             upstream.close()
+
+    async def _server_speaks_tls(
+        self, upstream: socket.socket, client: socket.socket, record: _Record
+    ) -> None:
+        """Read the server's first record header, check that it is TLS (a handshake or an
+        alert) and pass it on; a plain-text service behind an allowed port is refused here."""
+        loop = asyncio.get_running_loop()
+        first = b""
+        try:
+            async with asyncio.timeout(self._proxy.settings.hello_timeout_s):
+                while len(first) < TLS_HEADER:
+                    data = await loop.sock_recv(upstream, TLS_HEADER - len(first))
+                    if not data:
+                        break
+                    first += data
+        except TimeoutError:
+            pass  # silence is not TLS either
+        if len(first) < TLS_HEADER or first[0] not in (21, 22) or not tls_records(first):
+            raise _Refused(0, "the server did not answer the TLS hello with TLS")
+        if self._meter(record, up=False)(len(first)):
+            await loop.sock_sendall(client, first)
 
     async def _connect_raw(self, address: str, port: int, record: _Record) -> socket.socket:
         """A connected, non-blocking socket to address:port (no transport: it is spliced)."""

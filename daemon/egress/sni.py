@@ -143,3 +143,25 @@ class ClientHelloReader:
         """The error to raise now, remembered so that later calls raise it again."""
         self._failure = reason
         return ValueError(reason)
+
+
+#: Bytes of a TLS record header: content type, protocol version, length.
+TLS_HEADER = 5
+_MAX_RECORD = (1 << 14) + 2048  # TLSCiphertext may exceed the plaintext limit by 2048
+
+
+def tls_records(data: bytes) -> bool:
+    """Whether `data` is a run of TLS records (change_cipher_spec, alert, handshake,
+    application_data; version 3.x; a legal length), the last of which may be incomplete."""
+    at = 0
+    while at < len(data):
+        header = data[at : at + TLS_HEADER]
+        if header[0] not in (20, 21, 22, 23) or (len(header) > 1 and header[1] != 3):
+            return False
+        if len(header) < TLS_HEADER:
+            return True
+        length = int.from_bytes(header[3:5], "big")
+        if length > _MAX_RECORD:
+            return False
+        at += TLS_HEADER + length
+    return True

@@ -110,6 +110,9 @@ def parse_absolute_url(url: str) -> tuple[str, Target, str]:
 #: slash or backslash), and bytes no request target carries.
 _AMBIGUOUS = re.compile(r"%(2e|2f|5c|00)|\\|[\x00-\x20\x7f]", re.IGNORECASE)
 _CONTROL = re.compile(r"[\x00-\x20\x7f]")
+#: A path whose escapes are all of printable ASCII other than '%' (so %25, %u002e, %c0%ae and
+#: a lone '%' are out) and that has no ';' (Tomcat and Spring read "..;" as "..").
+_PLAIN_ESCAPES = re.compile(r"(?:[^%;]|%(?:2[0-46-9a-fA-F]|[3-6][0-9a-fA-F]|7[0-9a-eA-E]))*")
 
 
 def normalize_path(target: str) -> str:
@@ -120,10 +123,11 @@ def normalize_path(target: str) -> str:
     if not target.startswith("/"):
         raise TargetError("the request target must be a path starting with '/'")
     path, sep, query = target.partition("?")
-    if _AMBIGUOUS.search(path) or _CONTROL.search(query):
+    if _AMBIGUOUS.search(path) or _CONTROL.search(query) or not _PLAIN_ESCAPES.fullmatch(path):
         raise TargetError(
-            "the path holds an escaped dot, slash or backslash, a backslash or a control byte; "
-            "send it plainly"
+            "the path holds an escaped dot, slash, backslash or percent sign, an escape of a "
+            "non-ASCII byte or not of two hex digits, a ';', a backslash or a control byte "
+            "(servers read those differently); send it plainly"
         )
     segments: list[str] = []
     for segment in path.split("/")[1:]:

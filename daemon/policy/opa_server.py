@@ -159,7 +159,8 @@ class ManagedOpa:
         self.loading = True
         assert self._files is not None
         try:
-            await self._spawn(self._files)
+            process = await self._spawn(self._files)
+            await self._check_modules(process, self._files)
         except TooljailError as exc:
             log.warning(
                 "opa refused the policy on its command line (%s); loading it over REST", exc
@@ -171,6 +172,17 @@ class ManagedOpa:
                 await self._terminate(process)
                 raise
         self.loading = False
+
+    async def _check_modules(self, process: Child, files: PolicyFiles) -> None:
+        """OPA holds exactly the snapshot's modules under their ids (it reads some file names
+        its own way, a `prefix:` for one); else it goes, and the caller loads over REST."""
+        async with client_for(self.url, max(self._timeout_s, 5.0)) as client:
+            held = set(await client.get_policies_list())
+        if held != set(files.modules):
+            await self._terminate(process)
+            raise TooljailError(
+                f"opa loaded modules {sorted(held ^ set(files.modules))} other than the snapshot's"
+            )
 
     async def _spawn(self, preloaded: PolicyFiles | None) -> Child:
         """Start OPA (holding `preloaded`, if given) and wait until it answers."""

@@ -64,7 +64,12 @@ async def _upstream(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) 
     """GET /size/N answers N bytes; /slow trickles until the client goes."""
     ACCEPTED.append(1)
     try:
-        head = await reader.readuntil(b"\r\n\r\n")
+        first = await reader.readexactly(1)
+        if first == b"\x16":  # a TLS hello: answered in plain text, as a lenient service would
+            writer.write(b"-ERR unknown command\r\n")
+            await writer.drain()
+            return
+        head = first + await reader.readuntil(b"\r\n\r\n")
         HEADS.append(head)
         path = head.split(b" ")[1].decode()
         if path.startswith("/size/"):
@@ -571,3 +576,24 @@ async def test_only_the_containers_root_may_connect(
     shutil.rmtree(folder)
     assert out.strip() == b"b''", err
     assert "only the sandbox's forwarder" in egress.note()
+
+
+async def test_a_hello_in_front_of_another_protocol_is_refused(
+    tmp_path: Path, opa: tuple[ManagedOpa, OpaPolicyEngine], upstream_port: int
+) -> None:
+    """A valid ClientHello followed by plain text, or a server that answers the hello in plain
+    text: not TLS the whole way, so the tunnel ends; the plain text never reaches the server."""
+    resolver = Resolver({"up.test": [UPSTREAM]})
+    async for proxy in _proxy(tmp_path, opa[1], resolver):
+        connect = f"CONNECT up.test:{upstream_port} HTTP/1.0\r\n\r\n".encode()
+        HEADS.clear()
+        smuggled = await proxy.send(connect + _client_hello("up.test") + b"\r\nSET pwned 1\r\n\r\n")
+        accepted = len(ACCEPTED)
+        plain_server = await proxy.send(connect + _client_hello("up.test"))
+    established = b"HTTP/1.1 200 Connection established\r\n\r\n"
+    assert smuggled == established and not any(b"pwned" in h for h in HEADS)
+    assert plain_server == established, "the plain-text answer is not passed on"
+    assert len(ACCEPTED) == accepted + 1
+    reasons = " ".join(" ".join(r.get("reasons", [])) for r in proxy.audit)
+    assert "something other than TLS records" in reasons
+    assert "did not answer the TLS hello with TLS" in reasons

@@ -7,12 +7,14 @@ credential); the tests' data.json lets the Unix socket's principal reach exactly
 
 from __future__ import annotations
 
+import gzip
 import http.server
 import json
 import os
 import shutil
 import ssl
 import threading
+import urllib.parse
 import uuid
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -38,11 +40,17 @@ class _Handler(http.server.BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
 
     def do_GET(self) -> None:
-        if self.path == "/echo":  # a server that reflects the request, as debug pages do
-            body = f"you sent: {self.headers.get('Authorization')}\n".encode()
+        if self.path.startswith("/echo"):  # a server that reflects the request, as debug pages do
+            auth = str(self.headers.get("Authorization"))
+            body = f"you sent: {auth} quoted {urllib.parse.quote(auth, safe='')}\n".encode()
+            gzipped = self.path == "/echo-gzip" or "gzip" in self.headers.get("Accept-Encoding", "")
+            if gzipped:
+                body = gzip.compress(body)
             self.send_response(200)
             self.send_header("Content-Length", str(len(body)))
-            self.send_header("X-Echo", str(self.headers.get("Authorization")))
+            self.send_header("X-Echo", auth)
+            if gzipped:
+                self.send_header("Content-Encoding", "gzip")
             self.end_headers()
             self.wfile.write(body)
             return
@@ -356,6 +364,13 @@ def test_a_reflecting_server_cannot_hand_the_secret_back(egress: Egress) -> None
             f"url = 'https://{UPSTREAM}:{egress.credential}/echo'\n"
             "with urllib.request.urlopen(url) as answer:\n"
             "    print(answer.read().decode().strip(), '|', answer.headers['X-Echo'])\n"
+            "asks_gzip = urllib.request.Request(url, headers={'Accept-Encoding': 'gzip'})\n"
+            "with urllib.request.urlopen(asks_gzip) as answer:\n"
+            "    print('encoding', answer.headers['Content-Encoding'], answer.read()[:30])\n"
+            "try:\n"
+            "    urllib.request.urlopen(url + '-gzip').read()\n"
+            "except Exception as exc:\n"
+            "    print('gzip refused', type(exc).__name__)\n"
             "try:\n"
             "    urllib.request.urlopen(urllib.request.Request(url, method='TRACE'))\n"
             "except urllib.error.HTTPError as exc:\n"
@@ -364,6 +379,9 @@ def test_a_reflecting_server_cannot_hand_the_secret_back(egress: Egress) -> None
     )
     text = text_of(response)
     stars = "*" * len(SECRET)
-    assert f"you sent: Bearer {stars} | Bearer {stars}" in text, text
+    quoted = urllib.parse.quote(f"Bearer {SECRET}", safe="").replace(SECRET, stars)
+    assert f"you sent: Bearer {stars} quoted {quoted} | Bearer {stars}" in text, text
+    assert "encoding None b'you sent: Bearer ***" in text, "the proxy asked for identity"
+    assert "gzip refused" in text
     assert "trace 403" in text
     assert SECRET not in text

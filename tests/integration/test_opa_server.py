@@ -262,3 +262,20 @@ async def test_an_external_opa_asking_for_a_token_gets_the_configured_one(tmp_pa
     finally:
         opa_process.terminate()
         opa_process.wait(10)
+
+
+async def test_module_names_opa_would_read_its_own_way_still_load_exactly(tmp_path: Path) -> None:
+    """`opa run z:b.rego` reads `z:` as a prefix and loads b.rego instead: the daemon notices
+    the mismatch and loads over REST, so the module is there (a deny it holds is not lost)."""
+    policies = tmp_path / "policies"
+    policies.mkdir()
+    (policies / "z:b.rego").write_text("package c\n\ndeny := true\n")
+    (policies / "b.rego").write_text("package a\n\nx := 1\n")
+    opa = ManagedOpa(find_opa(None, PROJECT_ROOT), policies, socket_in(tmp_path))
+    await opa.start()
+    try:
+        assert await _module_ids(opa) == {"z:b.rego", "b.rego"}
+        async with client_for(opa.url, 5.0) as client:
+            assert (await client.query_rule({}, "c", "deny")).get("result") is True
+    finally:
+        await opa.stop()

@@ -13,7 +13,8 @@ import pytest
 
 from daemon.egress.addresses import classify
 from daemon.egress.credentials import CredentialRule, Credentials, read_secret
-from daemon.egress.http_relay import Scrubber, request_headers
+from daemon.egress.http_relay import Scrubber, request_headers, secret_forms
+from daemon.egress.sni import tls_records
 from daemon.egress.target import (
     Target,
     TargetError,
@@ -131,6 +132,7 @@ def test_forwarded_headers_drop_hop_by_hop_and_proxy_credentials() -> None:
     assert headers == [
         (b"host", b"decided.test"),
         (b"Accept", b"*/*"),
+        (b"accept-encoding", b"identity"),
         (b"Authorization", b"Bearer injected"),
         (b"connection", b"close"),
     ]
@@ -345,7 +347,23 @@ def test_paths_are_decided_as_the_server_reads_them(target: str, expected: str) 
 
 
 @pytest.mark.parametrize(
-    "target", ["/v1/%2e%2e/admin", "/v1/%2E./x", "/a%2fb", "/a%5cb", "/a\\b", "/a b", "x", "/a%00"]
+    "target",
+    [
+        "/v1/%2e%2e/admin",
+        "/v1/%2E./x",
+        "/a%2fb",
+        "/a%5cb",
+        "/a\\b",
+        "/a b",
+        "x",
+        "/a%00",
+        "/api/..;/admin",
+        "/a%252e%252e/x",
+        "/a%u002e",
+        "/a%c0%ae",
+        "/a%",
+        "/a%4",
+    ],
 )
 def test_ambiguous_paths_are_refused(target: str) -> None:
     with pytest.raises(TargetError):
@@ -357,3 +375,16 @@ def test_connections_are_taken_from_the_budget_when_decided() -> None:
     assert usage.reserve() == "" and usage.reserve() == ""
     assert "connection budget (2) is spent" in usage.reserve()
     assert usage.connections == 2
+
+
+def test_tls_record_runs() -> None:
+    hello = bytes([22, 3, 1, 0, 2]) + b"ab"
+    assert tls_records(hello) and tls_records(hello + bytes([23, 3, 3]))
+    assert not tls_records(hello + b"SET pwned 1\r\n")
+    assert not tls_records(bytes([22, 3, 1, 0xFF, 0xFF]))
+    assert not tls_records(b"GET / HTTP/1.1\r\n")
+
+
+def test_secret_forms_cover_url_and_json_escapes() -> None:
+    forms = secret_forms([b"tok/en+x"])
+    assert b"tok/en+x" in forms and b"tok%2Fen%2Bx" in forms and b"tok\\/en+x" in forms
