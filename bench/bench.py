@@ -152,8 +152,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--only",
         default="",
-        help="comma-separated parts to run (decision, readonly, floor, profile, batch, sandbox, "
-        "churn, flood, cold); the others are left out of the results",
+        help="comma-separated parts to run (decision, readonly, floor, profile, batch, egress, "
+        "sandbox, churn, flood, cold); the others are left out of the results",
     )
     args = parser.parse_args(argv)
     plan = SMOKE if args.smoke else FULL

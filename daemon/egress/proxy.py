@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import logging
 import os
 import socket
 import ssl
@@ -53,8 +52,6 @@ from daemon.policy.egress_verdict import EgressVerdict
 from daemon.policy.engine import PolicyEngine
 from daemon.tools.contract import ProgressSink, ProgressUpdate
 from sandbox.backend import EgressGate
-
-log = logging.getLogger(__name__)
 
 EGRESS_INPUT_VERSION = 1
 MAX_ADDRESSES = 16

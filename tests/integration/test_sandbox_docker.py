@@ -486,3 +486,16 @@ async def wait_gone(client: docker.DockerClient, container_id: str, within_s: fl
     while exists(client, container_id):
         assert time.monotonic() < deadline, f"container {container_id[:12]} is still there"
         await asyncio.sleep(0.05)
+
+
+async def test_close_removes_the_instances_untracked_containers_too(
+    docker_client: docker.DockerClient, sandbox_image: str, instance_id: str
+) -> None:
+    """A container the engine made although its create answer was lost (the engine stopping)
+    is never tracked: closing the backend removes it anyway, by its instance label."""
+    backend = DockerBackend(image=sandbox_image, instance_id=instance_id, client=docker_client)
+    labels = {LABEL_MANAGED: "true", LABEL_INSTANCE: instance_id}
+    lost = docker_client.api.create_container(sandbox_image, ["sleep", "60"], labels=labels)["Id"]
+    docker_client.api.start(lost)
+    await backend.close()
+    assert instance_containers(docker_client, instance_id) == []
