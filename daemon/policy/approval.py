@@ -231,7 +231,8 @@ class ApprovalAuthority:
         """Sign a token approving exactly this call, valid for ``ttl_s`` from ``now``."""
         issued_at = int(self._now(now))
         expires_at = issued_at + self._ttl_s
-        token_id = secrets.token_urlsafe(16)
+        # Hex: an id is typed on command lines, where one starting with "-" reads as an option.
+        token_id = secrets.token_hex(16)
         payload = {
             "v": 1,
             "jti": token_id,

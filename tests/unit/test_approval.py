@@ -109,6 +109,14 @@ def test_round_trip_grants_exactly_the_issued_call() -> None:
     assert auth.used_count == 1
 
 
+def test_approval_ids_can_be_typed_as_command_line_arguments() -> None:
+    """The id (`tooljail approvals approve <id>`) never starts with '-', which argparse reads as
+    an option: a CI run met a base64url id that did, one in 64."""
+    auth = authority()
+    ids = [auth.issue(**CALL, now=T0).token_id for _ in range(2000)]
+    assert all(len(i) == 32 and set(i) <= set("0123456789abcdef") for i in ids)
+
+
 def test_default_ttl_is_fifteen_minutes_and_clock_is_used_without_now() -> None:
     now = [T0]
     auth = authority(clock=lambda: now[0])
