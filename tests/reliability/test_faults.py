@@ -9,6 +9,7 @@ import asyncio
 import os
 import signal
 import subprocess
+import threading
 import time
 from pathlib import Path
 
@@ -216,6 +217,8 @@ def test_opa_killed_during_sandboxed_load_runs_nothing_without_an_allow(
         folders = {s.id: Path(s.workspace) for s in opened}
         markers: dict[str, Path] = {}
 
+        outage_seen = threading.Event()
+
         def call(i: int) -> tuple[str, pb.ExecuteResponse]:
             session = sessions[i % len(sessions)]
             marker = folders[session] / f"m-{i}.txt"
@@ -225,16 +228,21 @@ def test_opa_killed_during_sandboxed_load_runs_nothing_without_an_allow(
                 name, tool_input = "Bash", {"command": f"echo {i} > {marker}"}
             else:
                 name, tool_input = "Write", {"file_path": str(marker), "content": f"{i}\n"}
-            return tool_use_id, execute(
+            response = execute(
                 daemon.stub, name, tool_input, tool_use_id, session_id=session, timeout=90
             )
+            if response.decision.outcome != pb.ALLOW:
+                outage_seen.set()
+            return tool_use_id, response
 
-        # Sandboxed calls are slow (a container each): a restart that takes 2 s longer makes
-        # sure several of them meet the outage.
+        # Sandboxed calls are slow (a container each, seconds on a loaded machine): the restart
+        # waits until some call met the outage (at most 60 s), however long the calls take.
         spawn = opa._spawn_and_load
 
         async def slow_spawn() -> None:
-            await asyncio.sleep(2.0)
+            deadline = time.monotonic() + 60
+            while not outage_seen.is_set() and time.monotonic() < deadline:
+                await asyncio.sleep(0.05)
             await spawn()
 
         opa._spawn_and_load = slow_spawn  # type: ignore[method-assign]
@@ -243,9 +251,15 @@ def test_opa_killed_during_sandboxed_load_runs_nothing_without_an_allow(
         time.sleep(duration_s * 0.3)
         killed_at = time.monotonic()
         os.kill(first_pid, signal.SIGKILL)
-        time.sleep(duration_s * 0.7)
+        time.sleep(duration_s * 0.3)
+        # The load runs on until OPA is back and a while after, so allows come back too.
+        restarted = wait_for(
+            lambda: opa.restarts >= 1 and opa.pid not in (None, first_pid) and not opa.loading,
+            timeout_s=120,
+        )
+        time.sleep(duration_s * 0.4)
         answers = load.stop()
-        assert wait_for(lambda: opa.restarts >= 1), "the daemon did not restart OPA"
+        assert restarted, "the daemon did not restart OPA"
         audit = {str(r["tool_use_id"]): r for r in daemon.audit_lines()}
 
     problems = {
