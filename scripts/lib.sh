@@ -46,7 +46,9 @@ run_step() {
     sleep 1
     waited=$((waited + 1))
     if ((waited % every == 0)); then
-      last=$(tail -n 1 "$logfile" | cut -c1-120)
+      # Bytes that are not printable ASCII become '?' first: cut counts bytes, and cutting a
+      # progress bar's multi-byte character in half printed invalid UTF-8 (a CI run saw it).
+      last=$(tail -n 1 "$logfile" | LC_ALL=C tr -d '\r\n' | LC_ALL=C tr -c '[:print:]' '?' | cut -c1-120)
       log "  ... $desc: $((SECONDS - start))s: ${last:-(no output yet)}"
     fi
   done

@@ -45,7 +45,7 @@ from daemon.tools.call import ToolCall, run_call
 from daemon.tools.contract import AnyTool, CallContext, ProgressSink, SandboxRunner
 from daemon.tools.peers import PeerHandle
 from daemon.tools.registry import ToolDefinition, ToolRegistry
-from sandbox.backend import SandboxLimits
+from sandbox.backend import NetworkMode, SandboxLimits
 from sandbox.limits import SandboxCeilings, clamp_limits
 
 log = logging.getLogger(__name__)
@@ -373,11 +373,14 @@ class Pipeline:
             sandbox=self._sandbox.runner(
                 call.session,
                 call.tool_use_id,
+                # Only a call on the egress network has connections to decide.
                 EgressCall(
                     call.tool_use_id,
                     egress_call_facts(call, caller),
                     prepared.request.progress,
-                ),
+                )
+                if limits.network is NetworkMode.EGRESS
+                else None,
             )
             if self._sandbox is not None and tool.traits.sandboxed
             else None,
