@@ -65,6 +65,9 @@ _ENGINE_ERRORS = (docker.errors.DockerException, requests.RequestException, OSEr
 _RESULT_FIELDS = frozenset(SandboxResult.model_fields) - {"sandbox_id", "duration_ms"}
 _STDERR_KEPT = 4096
 _RECV_BYTES = 1 << 16
+#: What an egress container's folder name looks like (random hex of this length): callers size
+#: socket paths with it.
+CONTAINER_FOLDER_SAMPLE = "0" * 24
 
 
 class _AttachConnection:
@@ -208,7 +211,7 @@ class DockerBackend(SandboxBackend):
                 "the policy granted the egress network but this daemon runs no egress proxy "
                 "(egress.enabled is off); nothing ran"
             )
-        folder = self._egress_root / secrets.token_hex(12)
+        folder = self._egress_root / secrets.token_hex(len(CONTAINER_FOLDER_SAMPLE) // 2)
         try:
             folder.mkdir(mode=0o700)
             folder.chmod(0o711)

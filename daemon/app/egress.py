@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import hashlib
+import os
 import shutil
 import ssl
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -14,7 +17,9 @@ from daemon.egress.credentials import Credentials
 from daemon.egress.proxy import EgressProxy, EgressSettings
 from daemon.errors import TooljailError
 from daemon.policy.engine import PolicyEngine
-from daemon.policy.opa_server import private_socket_dir
+from daemon.policy.opa_server import MAX_SOCKET_PATH, private_socket_dir
+from sandbox.docker_backend import CONTAINER_FOLDER_SAMPLE
+from sandbox.hardening import EGRESS_SOCKET_NAME
 
 
 @dataclass(frozen=True)
@@ -65,7 +70,15 @@ def start_egress(
         upstream_tls=upstream,
     )
     # One folder per daemon instance, emptied at start: what a killed predecessor left goes.
-    root = private_socket_dir(settings.state_dir / "egress") / instance_id
+    # Named by a hash: the instance id is free text, and "../x" must not name another folder.
+    name = hashlib.sha256(instance_id.encode()).hexdigest()[:16]
+    parent = settings.state_dir / "egress"
+    if len(os.fsencode(parent / name / CONTAINER_FOLDER_SAMPLE / EGRESS_SOCKET_NAME)) > (
+        MAX_SOCKET_PATH
+    ):
+        # Too long for the kernel's socket addresses: a private folder of the system's instead.
+        parent = Path(tempfile.gettempdir()) / "tooljail-egress"
+    root = private_socket_dir(parent) / name
     shutil.rmtree(root, ignore_errors=True)
     root.mkdir(mode=0o700)
     return Egress(proxy, root, bundle)

@@ -6,11 +6,16 @@ from __future__ import annotations
 
 import asyncio
 import os
+import shutil
+import tempfile
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from daemon.app.egress import start_egress
+from daemon.calls.audit import AuditLog
+from daemon.config import load_settings
 from daemon.egress.addresses import classify
 from daemon.egress.credentials import CredentialRule, Credentials, read_secret
 from daemon.egress.http_relay import Scrubber, request_headers, secret_forms
@@ -25,6 +30,7 @@ from daemon.egress.target import (
 from daemon.egress.usage import MAX_LISTED_REFUSALS, CallUsage
 from daemon.errors import TooljailError
 from daemon.policy.egress_verdict import parse_egress
+from daemon.policy.engine import PolicyEngine
 from sandbox.backend import NetworkMode, SandboxLimits, SandboxSpec
 from sandbox.hardening import (
     CA_BUNDLE_TARGET,
@@ -388,3 +394,50 @@ def test_tls_record_runs() -> None:
 def test_secret_forms_cover_url_and_json_escapes() -> None:
     forms = secret_forms([b"tok/en+x"])
     assert b"tok/en+x" in forms and b"tok%2Fen%2Bx" in forms and b"tok\\/en+x" in forms
+
+
+def test_the_egress_folder_of_any_instance_id_stays_under_the_state_dir(tmp_path: Path) -> None:
+    """The instance id is free text from the configuration; the folder emptied at start is
+    named by its hash, so "../x" can never name (and empty) a folder elsewhere."""
+    short = Path(tempfile.mkdtemp(prefix="tj-", dir="/tmp"))  # socket paths stay short
+    outside = short / "x"
+    outside.mkdir()
+    (outside / "keep.txt").write_text("mine")
+    state = short / "a" / "b"
+    settings = load_settings(None, state_dir=state, audit_log=str(tmp_path / "audit.jsonl"))
+    audit = AuditLog(str(tmp_path / "audit.jsonl"))
+    try:
+        egress = start_egress(settings, _NoPolicy(), audit, "../../x")
+    finally:
+        audit.close()
+    assert egress is not None
+    assert egress.root.parent == state / "egress" and egress.root.is_dir()
+    assert (outside / "keep.txt").read_text() == "mine"
+    assert isinstance(egress.proxy.engine, PolicyEngine)
+    shutil.rmtree(short)
+
+
+class _NoPolicy(PolicyEngine):
+    async def decide(self, document: dict[str, Any]) -> Any:
+        raise AssertionError("not asked")
+
+    async def visible_tools(self, document: dict[str, Any]) -> frozenset[str] | None:
+        return None
+
+    @property
+    def revision(self) -> str:
+        return "none"
+
+
+def test_a_state_dir_too_long_for_sockets_gets_a_private_folder_elsewhere(tmp_path: Path) -> None:
+    state = tmp_path / ("s" * 90)
+    settings = load_settings(None, state_dir=state, audit_log=str(tmp_path / "audit.jsonl"))
+    audit = AuditLog(str(tmp_path / "audit.jsonl"))
+    try:
+        egress = start_egress(settings, _NoPolicy(), audit, "long")
+    finally:
+        audit.close()
+    assert egress is not None
+    longest = egress.root / ("0" * 24) / "proxy.sock"
+    assert len(os.fsencode(longest)) <= 107 and egress.root.is_dir()
+    assert oct(egress.root.parent.stat().st_mode & 0o777) == "0o700"
