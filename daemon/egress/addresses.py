@@ -8,19 +8,8 @@ unique-local and everything reserved are refused unless a rule names them on pur
 from __future__ import annotations
 
 import ipaddress
-from typing import Literal
 
-AddressRange = Literal[
-    "public",
-    "loopback",
-    "private",
-    "link_local",
-    "unique_local",
-    "metadata",
-    "multicast",
-    "unspecified",
-    "reserved",
-]
+from daemon.policy.egress_verdict import AddressRange
 
 #: Cloud instance-metadata endpoints (AWS, GCP, Azure, OpenStack; Alibaba; AWS over IPv6).
 _METADATA = frozenset(

@@ -12,7 +12,9 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, StrictStr, ValidationError
 
-AddressRangeName = Literal[
+from daemon.policy.verdict import first_error
+
+AddressRange = Literal[
     "public",
     "loopback",
     "private",
@@ -23,6 +25,7 @@ AddressRangeName = Literal[
     "unspecified",
     "reserved",
 ]
+"""The ranges an address can lie in (daemon/egress/addresses.py says which is which)."""
 
 
 class _RawBudget(BaseModel):
@@ -37,7 +40,7 @@ class _RawEgress(BaseModel):
 
     allow: StrictBool
     reasons: list[StrictStr] = []
-    address_ranges: list[AddressRangeName] = ["public"]
+    address_ranges: list[AddressRange] = ["public"]
     budget: _RawBudget | None = None
     opaque: StrictBool = False
 
@@ -77,11 +80,10 @@ def parse_egress(response: dict[str, Any]) -> EgressVerdict:
     try:
         raw = _RawEgress.model_validate(response["result"])
     except ValidationError as exc:
-        first = exc.errors(include_url=False)[0]
-        where = ".".join(str(p) for p in first["loc"]) or "egress"
         return EgressVerdict.refuse(
-            f"The policy returned a malformed egress decision ({where}: {first['msg']}), so the "
-            "connection is refused. The policy needs fixing.",
+            "The policy returned a malformed egress decision "
+            f"({first_error(exc, 'egress')}), so the connection is refused. The policy needs "
+            "fixing.",
             decision_id,
         )
     reasons = tuple(dict.fromkeys(raw.reasons))

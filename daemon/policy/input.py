@@ -21,6 +21,7 @@ from pydantic.json_schema import GenerateJsonSchema, models_json_schema
 from daemon.models import Caller as CallerModel
 from daemon.models import Transport
 from daemon.policy.approval import Grant as ApprovalGrant
+from daemon.policy.egress_verdict import AddressRange
 from daemon.sessions.session import Mode, Session
 from daemon.sessions.workspaces import Overlap
 from daemon.tools.call import ToolCall
@@ -558,19 +559,6 @@ def open_session_document(
         ],
         caller=Caller.of(caller),
     ).model_dump(mode="json", warnings=False)
-
-
-AddressRange = Literal[
-    "public",
-    "loopback",
-    "private",
-    "link_local",
-    "unique_local",
-    "metadata",
-    "multicast",
-    "unspecified",
-    "reserved",
-]
 
 
 class EgressCallFacts(_Part):

@@ -60,6 +60,13 @@ class Verdict:
         return cls(Outcome.DENY, (reason,), None, None, decision_id)
 
 
+def first_error(exc: ValidationError, whole: str) -> str:
+    """Where the first problem of a malformed answer is, and what it is ("budget.bytes: ...")."""
+    first = exc.errors(include_url=False)[0]
+    where = ".".join(str(p) for p in first["loc"]) or whole
+    return f"{where}: {first['msg']}"
+
+
 def parse_verdict(response: dict[str, Any], base_limits: SandboxLimits) -> Verdict:
     """Turn an OPA data API response into a Verdict; never raises, never allows by accident."""
     decision_id = response.get("decision_id", "")
@@ -73,11 +80,9 @@ def parse_verdict(response: dict[str, Any], base_limits: SandboxLimits) -> Verdi
     try:
         raw = _RawDecision.model_validate(response["result"])
     except ValidationError as exc:
-        first = exc.errors(include_url=False)[0]
-        where = ".".join(str(p) for p in first["loc"]) or "decision"
         return Verdict.deny(
-            f"The policy returned a malformed decision ({where}: {first['msg']}), so the call is "
-            "denied. The policy needs fixing.",
+            f"The policy returned a malformed decision ({first_error(exc, 'decision')}), so the "
+            "call is denied. The policy needs fixing.",
             decision_id,
         )
     limits = base_limits.model_copy(

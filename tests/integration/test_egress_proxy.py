@@ -8,6 +8,7 @@ servers listen on 127.0.0.2; the tests' data.json allows them, naming the loopba
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import shutil
 import ssl
@@ -153,12 +154,13 @@ class Proxy:
         return await self.send(f"GET {url} HTTP/1.1\r\nhost: {host}\r\n\r\n".encode())
 
 
-@pytest_asyncio.fixture
-async def opa(
-    tmp_path: Path, upstream_port: int
+@contextlib.asynccontextmanager
+async def _managed_opa(
+    tmp_path: Path, port: int, budget: dict[str, int] | None = None
 ) -> AsyncIterator[tuple[ManagedOpa, OpaPolicyEngine]]:
+    """The real OPA with the tests' egress rules (and this budget), and an engine on it."""
     server = ManagedOpa(
-        find_opa(None, PROJECT_ROOT), _policies(tmp_path, upstream_port), tmp_path / "o" / "s.sock"
+        find_opa(None, PROJECT_ROOT), _policies(tmp_path, port, budget), tmp_path / "o" / "s.sock"
     )
     await server.start()
     engine = OpaPolicyEngine(
@@ -170,6 +172,14 @@ async def opa(
     finally:
         await engine.close()
         await server.stop()
+
+
+@pytest_asyncio.fixture
+async def opa(
+    tmp_path: Path, upstream_port: int
+) -> AsyncIterator[tuple[ManagedOpa, OpaPolicyEngine]]:
+    async with _managed_opa(tmp_path, upstream_port) as pair:
+        yield pair
 
 
 async def _proxy(
@@ -307,24 +317,16 @@ async def test_a_tls_hello_must_name_the_connect_host(
 
 
 async def test_budgets_close_the_calls_connections(tmp_path: Path, upstream_port: int) -> None:
-    server = ManagedOpa(
-        find_opa(None, PROJECT_ROOT),
-        _policies(tmp_path, upstream_port, {"connections": 3, "bytes": 50_000}),
-        tmp_path / "o" / "s.sock",
-    )
-    await server.start()
-    engine = OpaPolicyEngine(server.url, 10.0, SandboxLimits(), "test")
-    await engine.open()
-    try:
+    async with _managed_opa(tmp_path, upstream_port, {"connections": 3, "bytes": 50_000}) as (
+        _,
+        engine,
+    ):
         resolver = Resolver({"up.test": [UPSTREAM]})
         async for proxy in _proxy(tmp_path, engine, resolver):
             small = await proxy.get(f"http://up.test:{upstream_port}/size/1000")
             big = await proxy.get(f"http://up.test:{upstream_port}/size/200000")
             third = await proxy.get(f"http://up.test:{upstream_port}/size/10")
             fourth = await proxy.get(f"http://up.test:{upstream_port}/size/10")
-    finally:
-        await engine.close()
-        await server.stop()
     assert _body(small) == b"x" * 1000
     assert len(_body(big)) < 200_000, "the download stops at the byte budget"
     assert third.startswith(b"HTTP/1.1 403") and b"byte budget" in third
@@ -334,21 +336,13 @@ async def test_budgets_close_the_calls_connections(tmp_path: Path, upstream_port
 
 
 async def test_connection_budget(tmp_path: Path, upstream_port: int) -> None:
-    server = ManagedOpa(
-        find_opa(None, PROJECT_ROOT),
-        _policies(tmp_path, upstream_port, {"connections": 2, "bytes": 10_000_000}),
-        tmp_path / "o" / "s.sock",
-    )
-    await server.start()
-    engine = OpaPolicyEngine(server.url, 10.0, SandboxLimits(), "test")
-    await engine.open()
-    try:
+    async with _managed_opa(tmp_path, upstream_port, {"connections": 2, "bytes": 10_000_000}) as (
+        _,
+        engine,
+    ):
         resolver = Resolver({"up.test": [UPSTREAM]})
         async for proxy in _proxy(tmp_path, engine, resolver):
             answers = [await proxy.get(f"http://up.test:{upstream_port}/{i}") for i in range(3)]
-    finally:
-        await engine.close()
-        await server.stop()
     assert [a[:12] for a in answers] == [b"HTTP/1.1 200", b"HTTP/1.1 200", b"HTTP/1.1 403"]
     assert b"connection budget (2) is spent" in answers[2]
 
@@ -467,15 +461,10 @@ async def test_connections_decided_at_once_cannot_exceed_the_budget(
 ) -> None:
     """The budget is taken when a connection is decided, not when it connects: 20 tunnels
     opened together (each then waiting for its TLS hello) get 3 allowed."""
-    server = ManagedOpa(
-        find_opa(None, PROJECT_ROOT),
-        _policies(tmp_path, upstream_port, {"connections": 3, "bytes": 10_000_000}),
-        tmp_path / "o" / "s.sock",
-    )
-    await server.start()
-    engine = OpaPolicyEngine(server.url, 10.0, SandboxLimits(), "test")
-    await engine.open()
-    try:
+    async with _managed_opa(tmp_path, upstream_port, {"connections": 3, "bytes": 10_000_000}) as (
+        _,
+        engine,
+    ):
         async for proxy in _proxy(tmp_path, engine, Resolver({"up.test": [UPSTREAM]})):
             opened = [await asyncio.open_unix_connection(str(proxy.socket_path)) for _ in range(20)]
             for _, writer in opened:
@@ -483,9 +472,6 @@ async def test_connections_decided_at_once_cannot_exceed_the_budget(
             answers = [await asyncio.wait_for(r.read(12), 30) for r, _ in opened]
             for _, writer in opened:
                 writer.close()
-    finally:
-        await engine.close()
-        await server.stop()
     assert answers.count(b"HTTP/1.1 200") == 3, answers
     assert answers.count(b"HTTP/1.1 403") == 17
 
