@@ -5,7 +5,9 @@ by bench/egress.py, and prints one JSON line once it serves:
 - `upstream`: plain HTTP and HTTPS on 127.0.0.2; `GET /size/N` answers N bytes.
 - `proxy`: the daemon's EgressProxy on a Unix socket, with the real OPA and a rule allowing the
   upstream's ports (loopback range named), and a credential bound to the HTTPS port (so that
-  port's tunnels are intercepted); it also reports the p50 of the OPA egress decision alone.
+  port's tunnels are intercepted); it also reports the p50 of the OPA egress decision alone, and
+  answers each `decisions` line on its stdin with the p50 of the decisions its connections asked
+  for since the last such line (the decision's own part of their set-up, same moment).
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import random
 import shutil
 import ssl
 import statistics
@@ -25,12 +28,15 @@ from daemon.config import PROJECT_ROOT
 from daemon.egress.ca import EgressCA
 from daemon.egress.credentials import CredentialRule, Credentials
 from daemon.egress.proxy import EgressCall, EgressProxy, EgressSettings
+from daemon.policy.egress_verdict import EgressVerdict
 from daemon.policy.opa_engine import OpaPolicyEngine
 from daemon.policy.opa_server import ManagedOpa, find_opa
 from sandbox.backend import SandboxLimits
 
 HOST = "127.0.0.2"
-_BLOCK = memoryview(b"b" * (1 << 20))
+_BLOCK = memoryview(random.Random(20).randbytes(1 << 20))  # noqa: S311 - not a secret
+"""What downloads carry: bytes like a compressed archive's (not one letter repeated, which
+would make every scan of the body, e.g. for an echoed credential, its worst case)."""
 CALL = {
     "tool_use_id": "toolu_bench",
     "tool": "Bash",
@@ -104,13 +110,38 @@ async def _decision_p50_ms(engine: OpaPolicyEngine, port: int, samples: int) -> 
     return statistics.median(times)
 
 
+class _TimedEngine(OpaPolicyEngine):
+    """The engine, keeping how long each egress decision took."""
+
+    times_ms: list[float]
+
+    async def egress(self, document: dict[str, Any]) -> EgressVerdict:
+        started = time.perf_counter()
+        try:
+            return await super().egress(document)
+        finally:
+            self.times_ms.append((time.perf_counter() - started) * 1000)
+
+
+async def _answer_questions(engine: _TimedEngine) -> None:
+    loop = asyncio.get_running_loop()
+    while line := await loop.run_in_executor(None, sys.stdin.readline):
+        if line.strip() == "decisions":
+            times, engine.times_ms = engine.times_ms, []
+            p50 = statistics.median(times) if times else 0.0
+            print(json.dumps({"p50_ms": p50, "count": len(times)}), flush=True)
+
+
 async def proxy(work: Path, plain: int, tls: int, upstream_ca: Path, samples: int) -> None:
     opa = ManagedOpa(find_opa(None, PROJECT_ROOT), _policies(work, [plain, tls]), work / "o" / "s")
     await opa.start()
-    engine = OpaPolicyEngine(opa.url, 10.0, SandboxLimits(), "bench")
+    engine = _TimedEngine(opa.url, 10.0, SandboxLimits(), "bench")
+    engine.times_ms = []
     await engine.open()
     secret = work / "secret"
-    secret.write_text("bench-secret\n")
+    # As long as the API tokens credentials usually are (40 characters): the proxy scans every
+    # answer for the secret, and how fast depends on its length.
+    secret.write_text("tjb_" + "5f0c" * 9 + "\n")
     secret.chmod(0o600)
     ca = EgressCA.load_or_create(work / "egress-ca")
     (work / "egress-ca.pem").write_bytes(ca.certificate_pem)
@@ -137,7 +168,8 @@ async def proxy(work: Path, plain: int, tls: int, upstream_ca: Path, samples: in
             ),
             flush=True,
         )
-        await asyncio.Event().wait()
+        await _answer_questions(engine)
+        await asyncio.Event().wait()  # stdin closed: serve on until terminated
 
 
 def main(argv: list[str] | None = None) -> int:

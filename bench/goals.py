@@ -320,7 +320,8 @@ def egress_metrics(parts: Parts) -> list[Metric]:
             f"at most the OPA decision + 1 ms ({_fmt(allowance)})",
             None if overhead is None or allowance is None else overhead <= allowance,
             f"direct {_fmt(direct)}, proxy {_fmt(proxied)}, OPA egress decision {_fmt(decision)} "
-            f"({part.get('connects')} connections each)",
+            f"for the same connections (asked alone: {_fmt(part.get('decision_alone_p50_ms'))}; "
+            f"{part.get('connects')} connections each, in turns)",
         ),
         _row(
             "egress.tunnel_ratio",

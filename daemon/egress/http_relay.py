@@ -11,10 +11,13 @@ decision.
 from __future__ import annotations
 
 import asyncio
+import socket
 from collections.abc import Callable, Sequence
 from urllib.parse import quote, quote_plus
 
 import h11
+
+from daemon.egress.streams import ByteStream
 
 CHUNK = 1 << 18
 #: Longest request or response head (line and headers) accepted.
@@ -140,70 +143,113 @@ class Scrubber:
     credential the proxy added."""
 
     def __init__(self, secrets: Sequence[bytes]) -> None:
-        self._secrets = secret_forms(secrets)
-        self._keep = max((len(secret) for secret in self._secrets), default=1) - 1
-        self._carry = b""
+        self._forms = secret_forms(secrets)
+        self.keep = max((len(form) for form in self._forms), default=1) - 1
+        """Bytes a stream must hold back at the end of a piece: a secret may straddle two."""
+        self._carry = bytearray()
+
+    def scrub(self, data: bytearray, end: int) -> None:
+        """Replace, in place, every secret lying wholly inside data[:end] (no copy: the body
+        copier scrubs its read buffer)."""
+        for form in self._forms:
+            at = data.find(form, 0, end)
+            while at >= 0:
+                data[at : at + len(form)] = b"*" * len(form)
+                at = data.find(form, at + len(form), end)
 
     def feed(self, data: bytes) -> bytes:
-        """`data` scrubbed; the last bytes are held back until the next call (a secret may
-        straddle two chunks)."""
-        if not self._secrets:
+        """`data` scrubbed; the last `keep` bytes are held back until the next call."""
+        if not self._forms:
             return data
-        buffer = hide_secrets(self._carry + data, self._secrets)
-        if not self._keep:
-            self._carry = b""
-            return buffer
-        self._carry = buffer[-self._keep :]
-        return buffer[: -self._keep]
+        buffer = self._carry + data
+        self.scrub(buffer, len(buffer))
+        cut = max(len(buffer) - self.keep, 0)
+        self._carry = buffer[cut:]
+        return bytes(buffer[:cut])
 
     def flush(self) -> bytes:
         """What was held back (at the end of the stream)."""
-        rest, self._carry = self._carry, b""
+        rest, self._carry = bytes(self._carry), bytearray()
         return rest
 
 
-async def read_event(conn: h11.Connection, reader: asyncio.StreamReader) -> h11.Event | type:
-    """The next h11 event of `conn`, reading from `reader` as needed."""
-    while True:
-        try:
-            event = conn.next_event()
-        except h11.RemoteProtocolError as exc:
-            raise RelayError(f"malformed HTTP: {exc}") from exc
-        if event is not h11.NEED_DATA:
-            return event
-        data = await reader.read(CHUNK)
-        try:
-            conn.receive_data(data)
-        except h11.RemoteProtocolError as exc:
-            raise RelayError(f"malformed HTTP: {exc}") from exc
+def _next_event(conn: h11.Connection) -> h11.Event | type:
+    try:
+        return conn.next_event()
+    except h11.RemoteProtocolError as exc:
+        raise RelayError(f"malformed HTTP: {exc}") from exc
 
 
-async def read_request(
-    reader: asyncio.StreamReader,
-) -> tuple[h11.Connection, h11.Request]:
-    """The first request a sandbox sent on a new connection, and the parser holding the rest."""
-    conn = h11.Connection(h11.SERVER, max_incomplete_event_size=MAX_HEAD)
-    event = await read_event(conn, reader)
+def _receive(conn: h11.Connection, data: bytes) -> None:
+    try:
+        conn.receive_data(data)
+    except h11.RemoteProtocolError as exc:
+        raise RelayError(f"malformed HTTP: {exc}") from exc
+
+
+def _first_request(event: h11.Event | type) -> h11.Request:
     if not isinstance(event, h11.Request):
         raise RelayError("the connection ended before a complete request arrived")
-    return conn, event
+    return event
 
 
-def _send(conn: h11.Connection, writer: asyncio.StreamWriter, event: h11.Event) -> int:
+def _server_parser() -> h11.Connection:
+    return h11.Connection(h11.SERVER, max_incomplete_event_size=MAX_HEAD)
+
+
+async def read_head(sock: socket.socket) -> tuple[h11.Connection, h11.Request]:
+    """The request head a sandbox sent to the proxy on a new (non-blocking) connection, and
+    the parser holding whatever came after it."""
+    loop = asyncio.get_running_loop()
+    conn = _server_parser()
+    while (event := _next_event(conn)) is h11.NEED_DATA:
+        _receive(conn, await loop.sock_recv(sock, CHUNK))
+    return conn, _first_request(event)
+
+
+def read_event(conn: h11.Connection, stream: ByteStream, buffer: memoryview) -> h11.Event | type:
+    """The next h11 event of `conn`, reading from `stream` (through `buffer`) as needed."""
+    while (event := _next_event(conn)) is h11.NEED_DATA:
+        _receive(conn, bytes(buffer[: stream.recv_into(buffer)]))
+    return event
+
+
+def read_request(stream: ByteStream) -> tuple[h11.Connection, h11.Request]:
+    """The first request on a stream (inside an intercepted tunnel), and the parser."""
+    conn = _server_parser()
+    return conn, _first_request(read_event(conn, stream, memoryview(bytearray(CHUNK))))
+
+
+def _encode(conn: h11.Connection, event: h11.Event) -> bytes:
     try:
-        data = conn.send(event)
+        return conn.send(event) or b""
     except h11.LocalProtocolError as exc:
         raise RelayError(f"cannot forward: {exc}") from exc
+
+
+def _send(conn: h11.Connection, stream: ByteStream, event: h11.Event) -> int:
+    data = _encode(conn, event)
     if data:
-        writer.write(data)
-    return len(data or b"")
+        stream.sendall(data)
+    return len(data)
 
 
-async def relay_exchange(
-    client: tuple[asyncio.StreamReader, asyncio.StreamWriter],
+def _sent_upstream(upstream: ByteStream, data: bytearray) -> bool:
+    """Send what is pending of the request; False when the server no longer takes it (it may
+    have answered early, e.g. refusing a body it will not read: that answer is relayed)."""
+    try:
+        upstream.sendall(data)
+    except (BrokenPipeError, ConnectionResetError):
+        return False
+    data.clear()
+    return True
+
+
+def relay_exchange(
+    client: ByteStream,
     client_conn: h11.Connection,
     request: h11.Request,
-    upstream: tuple[asyncio.StreamReader, asyncio.StreamWriter],
+    upstream: ByteStream,
     *,
     target: bytes,
     host: bytes,
@@ -214,52 +260,50 @@ async def relay_exchange(
 ) -> int:
     """Send `request` (its body still in `client_conn`) upstream as `target` on `host`, and the
     answer back (with `scrub` secrets hidden in it); returns the response status. Heads and
-    bodies are metered."""
-    client_r, client_w = client
-    upstream_r, upstream_w = upstream
+    bodies are metered. Blocking: run in a worker thread (see streams.in_thread)."""
+    buffer = memoryview(bytearray(CHUNK))
     up = h11.Connection(h11.CLIENT, max_incomplete_event_size=MAX_HEAD)
     headers = request_headers(request.headers, host, inject)
     head = h11.Request(method=request.method, target=target, headers=headers)
-    if not meter_up(_send(up, upstream_w, head)):
+    # The head and whatever of the body has arrived go out together: one write, and a server
+    # that answers after the head alone still finds the whole request read.
+    pending = bytearray(_encode(up, head))
+    if not meter_up(len(pending)):
         raise RelayError("the call's byte budget is spent")
     if client_conn.they_are_waiting_for_100_continue:
-        _send(client_conn, client_w, h11.InformationalResponse(status_code=100, headers=[]))
+        _send(client_conn, client, h11.InformationalResponse(status_code=100, headers=[]))
     while True:
-        event = await read_event(client_conn, client_r)
-        if isinstance(event, h11.Data):
+        event = _next_event(client_conn)
+        if event is h11.NEED_DATA:
+            if not _sent_upstream(upstream, pending):
+                break
+            _receive(client_conn, bytes(buffer[: client.recv_into(buffer)]))
+        elif isinstance(event, h11.Data):
             if not meter_up(len(event.data)):
                 raise RelayError("the call's byte budget is spent")
-            _send(up, upstream_w, h11.Data(data=event.data))
-            await upstream_w.drain()
+            pending += _encode(up, h11.Data(data=event.data))
         elif isinstance(event, h11.EndOfMessage):
-            _send(up, upstream_w, h11.EndOfMessage())
-            await upstream_w.drain()
+            pending += _encode(up, h11.EndOfMessage())
+            _sent_upstream(upstream, pending)
             break
         else:
             raise RelayError("the request body ended early")
+    return _relay_answer(client, client_conn, upstream, up, buffer, meter_down, scrub)
+
+
+def _relay_answer(
+    client: ByteStream,
+    client_conn: h11.Connection,
+    upstream: ByteStream,
+    up: h11.Connection,
+    buffer: memoryview,
+    meter_down: Meter,
+    scrub: Sequence[bytes],
+) -> int:
     status = 0
     scrubber = Scrubber(scrub)
-    body_left: int | None = None
-    """Bytes of a Content-Length body still to come, once h11 has read the head: they are
-    then copied as they arrive, without parsing (the framing is known, and cut to it)."""
     while True:
-        try:
-            event = up.next_event()
-        except h11.RemoteProtocolError as exc:
-            raise RelayError(f"malformed HTTP: {exc}") from exc
-        if event is h11.NEED_DATA:
-            if body_left is not None:
-                await _copy_body(
-                    upstream_r, (client_conn, client_w), body_left, scrubber, meter_down
-                )
-                event = h11.EndOfMessage()
-            else:
-                data = await upstream_r.read(CHUNK)
-                try:
-                    up.receive_data(data)
-                except h11.RemoteProtocolError as exc:
-                    raise RelayError(f"malformed HTTP: {exc}") from exc
-                continue
+        event = read_event(up, upstream, buffer)
         if isinstance(event, h11.InformationalResponse):
             continue  # 100 Continue was answered to the sandbox already
         if isinstance(event, h11.Response):
@@ -278,49 +322,61 @@ async def relay_exchange(
             answer += [*framing, (b"connection", b"close")]
             reason = hide_secrets(event.reason, forms)
             response = h11.Response(status_code=status, headers=answer, reason=reason)
-            if not meter_down(_send(client_conn, client_w, response)):
+            if not meter_down(_send(client_conn, client, response)):
                 raise RelayError("the call's byte budget is spent")
-            if (
-                framing[:1]
-                and framing[0][0] == b"content-length"
-                and up.their_state is h11.SEND_BODY
-            ):
-                body_left = int(framing[0][1])
+            length = framing[0][1] if framing[:1] and framing[0][0] == b"content-length" else None
+            if length is not None and up.their_state is h11.SEND_BODY:
+                # The framing is known (and cut to it): the body is copied as it arrives,
+                # without parsing; the connection closes after it, so h11 need not follow.
+                _copy_body(up, upstream, client, int(length), scrubber, meter_down)
+                return status
         elif isinstance(event, h11.Data):
             if not meter_down(len(event.data)):
                 raise RelayError("the call's byte budget is spent")
-            if body_left is not None:
-                body_left -= len(event.data)
-            _send(client_conn, client_w, h11.Data(data=scrubber.feed(event.data)))
-            await client_w.drain()
+            _send(client_conn, client, h11.Data(data=scrubber.feed(event.data)))
         elif isinstance(event, h11.EndOfMessage):
             if rest := scrubber.flush():
-                _send(client_conn, client_w, h11.Data(data=rest))
-            _send(client_conn, client_w, h11.EndOfMessage())
-            await client_w.drain()
+                _send(client_conn, client, h11.Data(data=rest))
+            _send(client_conn, client, h11.EndOfMessage())
             return status
         else:
             raise RelayError("the server closed the connection before its answer was complete")
 
 
-async def _copy_body(
-    source: asyncio.StreamReader,
-    client: tuple[h11.Connection, asyncio.StreamWriter],
-    left: int,
+def _copy_body(
+    parser: h11.Connection,
+    source: ByteStream,
+    sink: ByteStream,
+    length: int,
     scrubber: Scrubber,
     meter: Meter,
 ) -> None:
-    """The rest of a Content-Length body, `left` bytes, from `source` to the sandbox."""
-    conn, writer = client
+    """A Content-Length body of `length` bytes: what the parser already holds, then the rest
+    straight from `source` to `sink`, without parsing, scrubbed in the one buffer it is read
+    into (the bytes a secret could straddle are held back at its front for the next read)."""
+    held = memoryview(parser.trailing_data[0][:length])
+    work = bytearray(CHUNK + scrubber.keep)
+    view = memoryview(work)
+    kept, left = 0, length
     while left > 0:
-        data = await source.read(min(CHUNK, left))
-        if not data:
-            raise RelayError("the server closed the connection before its answer was complete")
-        left -= len(data)
-        if not meter(len(data)):
+        room = view[kept : kept + min(CHUNK, left)]
+        if held:
+            count = min(len(held), len(room))
+            room[:count] = held[:count]
+            held = held[count:]
+        else:
+            count = source.recv_into(room)
+            if not count:
+                raise RelayError("the server closed the connection before its answer was complete")
+        left -= count
+        if not meter(count):
             raise RelayError("the call's byte budget is spent")
-        _send(conn, writer, h11.Data(data=scrubber.feed(data)))
-        await writer.drain()
+        end = kept + count
+        scrubber.scrub(work, end)
+        ready = end if left == 0 else max(end - scrubber.keep, 0)
+        sink.sendall(view[:ready])
+        kept = end - ready
+        work[:kept] = work[ready:end]
 
 
 def refusal_response(status: int, reason: str) -> bytes:

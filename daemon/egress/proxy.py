@@ -15,13 +15,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import os
 import socket
 import ssl
 import struct
-import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -31,15 +31,15 @@ from daemon.egress.addresses import classify
 from daemon.egress.ca import EgressCA
 from daemon.egress.credentials import Credentials
 from daemon.egress.http_relay import (
-    CHUNK,
     RelayError,
     has_both_framings,
+    read_head,
     read_request,
     refusal_response,
     relay_exchange,
 )
-from daemon.egress.sni import TLS_HEADER, ClientHelloReader, HelloVerdict, tls_records
-from daemon.egress.splice import splice_pump
+from daemon.egress.record import ConnectionRecord, Ended, Refused
+from daemon.egress.streams import ByteStream, PlainStream, TlsStream, in_thread, shutter
 from daemon.egress.target import (
     Target,
     TargetError,
@@ -47,6 +47,7 @@ from daemon.egress.target import (
     parse_absolute_url,
     parse_authority,
 )
+from daemon.egress.tunnel import carry_tunnel, read_hello
 from daemon.egress.usage import CallUsage
 from daemon.policy.egress_verdict import EgressVerdict
 from daemon.policy.engine import PolicyEngine
@@ -55,6 +56,11 @@ from sandbox.backend import EgressGate
 
 EGRESS_INPUT_VERSION = 1
 MAX_ADDRESSES = 16
+SANDBOX_SEND_BUFFER = 1 << 20
+"""The send buffer of each connection from a sandbox (the kernel doubles it). The default
+(about 200 KiB) is less than one body piece the proxy writes, so the proxy and the sandbox's
+client took turns waiting on each other; measured, a bigger one raises intercepted downloads by
+a third. Its worst case is bounded by the open-connection limits (64 per call, 1024 in all)."""
 
 Resolver = Callable[[str, int], Awaitable[list[str]]]
 AuditSink = Callable[[dict[str, Any]], None]
@@ -97,56 +103,17 @@ class EgressCall:
     progress: ProgressSink | None = None
 
 
-@dataclass
-class _Record:
-    """What the audit keeps of one connection."""
-
-    tool_use_id: str
-    session: str
-    principal: str
-    started: float = field(default_factory=time.monotonic)
-    fields: dict[str, Any] = field(default_factory=dict)
-    opaque: bool = False
-    """The decision lets a tunnel carry something other than TLS naming its host."""
-    bytes_up: int = 0
-    bytes_down: int = 0
-
-    def line(self) -> dict[str, Any]:
-        return {
-            "event": "egress",
-            "tool_use_id": self.tool_use_id,
-            "session_id": self.session,
-            "principal": self.principal,
-            **self.fields,
-            "bytes_up": self.bytes_up,
-            "bytes_down": self.bytes_down,
-            "duration_ms": int((time.monotonic() - self.started) * 1000),
-        }
-
-
 def _method(request: h11.Request) -> str:
     """The request's method; refused unless written in upper case (rules name methods so, and
     the server must see the method that was decided)."""
     method = request.method.decode("ascii", "replace")
     if method != method.upper():
-        raise _Refused(400, f"method {method!r}: methods are upper case")
+        raise Refused(400, f"method {method!r}: methods are upper case")
     if has_both_framings(request.headers):
-        raise _Refused(
+        raise Refused(
             400, "the request has both Content-Length and Transfer-Encoding; send only one"
         )
     return method
-
-
-class _Ended(Exception):
-    """The connection ended before anything was to be carried (not a refusal)."""
-
-
-class _Refused(Exception):
-    """The connection is refused; the message is for the model."""
-
-    def __init__(self, status: int, reason: str) -> None:
-        super().__init__(reason)
-        self.status = status
 
 
 class EgressProxy:
@@ -181,7 +148,11 @@ class EgressProxy:
 
 
 class CallEgress(EgressGate):
-    """One call's egress: its socket, counters, refusals and open connections."""
+    """One call's egress: its socket, counters, refusals and open connections.
+
+    Connections are plain sockets from accept on (no asyncio stream buffering bytes the proxy
+    has not seen): heads are read on the event loop, tunnels spliced by the kernel, and
+    exchanges whose bytes are read (plain HTTP, intercepted TLS) carried in worker threads."""
 
     def __init__(self, proxy: EgressProxy, call: EgressCall) -> None:
         self._proxy = proxy
@@ -193,15 +164,24 @@ class CallEgress(EgressGate):
 
     @contextlib.asynccontextmanager
     async def listen(self, socket_path: Path) -> AsyncIterator[None]:
-        server = await asyncio.start_unix_server(self._accept, path=str(socket_path), limit=CHUNK)
-        # The container's root connects without any capability over modes, whatever our uid;
-        # the folder above keeps every host user but the daemon's out.
-        socket_path.chmod(0o666)
+        listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            listener.setblocking(False)
+            listener.bind(str(socket_path))
+            # The container's root connects without any capability over modes, whatever our
+            # uid; the folder above keeps every host user but the daemon's out.
+            socket_path.chmod(0o666)
+            listener.listen(128)
+        except BaseException:
+            listener.close()
+            raise
+        self._watch(listener)
         try:
             yield
         finally:
             self._closing = True
-            server.close()
+            asyncio.get_running_loop().remove_reader(listener.fileno())
+            listener.close()
             socket_path.unlink(missing_ok=True)
             self.usage.close_all()
             for task in list(self._tasks):
@@ -221,14 +201,53 @@ class CallEgress(EgressGate):
         """What the model should know about refused destinations ("" when none)."""
         return self.usage.note()
 
-    def _record(self) -> _Record:
+    def _accept_ready(self, listener: socket.socket) -> None:
+        """Accept every pending connection (called by the loop when the listener is readable;
+        synchronous, so no accepted socket can be lost to a cancellation)."""
+        loop = asyncio.get_running_loop()
+        while not self._closing:
+            try:
+                client, _ = listener.accept()
+            except BlockingIOError:
+                return
+            except OSError:
+                # Out of descriptors, say: the pending connections wait in the backlog, and
+                # the listener is watched again in a moment (not at once: it stays readable).
+                loop.remove_reader(listener.fileno())
+                loop.call_later(0.05, self._watch, listener)
+                return
+            client.setblocking(False)
+            with contextlib.suppress(OSError):
+                client.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, SANDBOX_SEND_BUFFER)
+            if why := self._turned_away(client):
+                if why not in ("closed", "the call ended"):
+                    self.usage.refuse("(any)", why)
+                client.close()
+                continue
+            self._proxy.open_total += 1
+            task = asyncio.create_task(self._handle(client))
+            self._tasks.add(task)
+            task.add_done_callback(functools.partial(self._finished, client))
+
+    def _finished(self, client: socket.socket, task: asyncio.Task[None]) -> None:
+        """A connection's task is over (even one cancelled before it ever ran, which never
+        reached its own `finally`)."""
+        self._tasks.discard(task)
+        self._proxy.open_total -= 1
+        client.close()
+
+    def _watch(self, listener: socket.socket) -> None:
+        if not self._closing and listener.fileno() >= 0:
+            asyncio.get_running_loop().add_reader(listener.fileno(), self._accept_ready, listener)
+
+    def _record(self) -> ConnectionRecord:
         caller = self._call.context.get("caller", {})
         session = self._call.context.get("session", {})
-        return _Record(
+        return ConnectionRecord(
             self._call.tool_use_id, str(session.get("id", "")), str(caller.get("principal", ""))
         )
 
-    def _turned_away(self, writer: asyncio.StreamWriter) -> str:
+    def _turned_away(self, client: socket.socket) -> str:
         """Why a new connection is ended at once, unread ("" when it is served)."""
         settings = self._proxy.settings
         if self._closing:
@@ -244,50 +263,40 @@ class CallEgress(EgressGate):
                 f"more than {settings.max_open} connections open at once (or the daemon's "
                 f"{settings.max_open_total} over all calls); wait for some to finish"
             )
-        peer = writer.get_extra_info("socket")
-        if peer is not None:
-            _, uid, _ = struct.unpack(
-                "3i", peer.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, 12)
-            )
-            if uid not in (0, os.geteuid()):
-                # Only the forwarder (the container's root) connects here; a command reaching
-                # the socket itself is refused (it has the forwarder for that).
-                return "only the sandbox's forwarder (127.0.0.1:3128) may connect"
+        _, uid, _ = struct.unpack(
+            "3i", client.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, 12)
+        )
+        if uid not in (0, os.geteuid()):
+            # Only the forwarder (the container's root) connects here; a command reaching
+            # the socket itself is refused (it has the forwarder for that).
+            return "only the sandbox's forwarder (127.0.0.1:3128) may connect"
         return ""
 
-    async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        task = asyncio.current_task()
-        assert task is not None
-        if why := self._turned_away(writer):
-            if why not in ("closed", "the call ended"):
-                self.usage.refuse("(any)", why)
-            writer.close()
-            return
-        self._tasks.add(task)
-        self._proxy.open_total += 1
+    async def _handle(self, client: socket.socket) -> None:
         record = self._record()
-        self.usage.track(writer.close)
+        close = shutter(client)
+        self.usage.track(close)
         try:
-            await self._serve(reader, writer, record)
-        except _Refused as refused:
-            self._refuse(record, writer, refused)
-        except _Ended as ended:
+            await self._serve(client, record)
+        except Refused as refused:
+            await self._refuse(record, client, refused)
+        except Ended as ended:
             record.fields["end"] = str(ended)
-        except (RelayError, OSError, asyncio.IncompleteReadError, ssl.SSLError) as exc:
+        except TimeoutError:  # before OSError, of which it is one
+            record.fields.setdefault("end", "timed out")
+        except (RelayError, OSError, ssl.SSLError) as exc:
             record.fields.setdefault("end", f"failed: {exc}")
         except asyncio.CancelledError:
             record.fields.setdefault("end", "the call ended")
-        except TimeoutError:
-            record.fields.setdefault("end", "timed out")
         finally:
-            self._proxy.open_total -= 1
-            self.usage.closed(writer.close)
-            writer.close()
-            self._tasks.discard(task)
+            self.usage.closed(close)
+            client.close()
             if record.fields:
                 self._proxy.audit(record.line())
 
-    def _refuse(self, record: _Record, writer: asyncio.StreamWriter, refused: _Refused) -> None:
+    async def _refuse(
+        self, record: ConnectionRecord, client: socket.socket, refused: Refused
+    ) -> None:
         reason = str(refused)
         record.fields.setdefault("decision", "deny")
         record.fields["end"] = "refused"
@@ -295,23 +304,25 @@ class CallEgress(EgressGate):
         destination = record.fields.get("destination", "(unreadable request)")
         self.usage.refuse(destination, reason)
         self._progress(f"egress refused: {destination}: {reason}")
-        if not writer.is_closing() and refused.status:
-            writer.write(refusal_response(refused.status, reason))
+        # Only while the socket is still the event loop's (not handed to a thread, nor TLS).
+        if refused.status and client.fileno() >= 0 and client.gettimeout() == 0:
+            answer = refusal_response(refused.status, reason)
+            with contextlib.suppress(OSError, TimeoutError):
+                async with asyncio.timeout(self._proxy.settings.head_timeout_s):
+                    await asyncio.get_running_loop().sock_sendall(client, answer)
 
     def _progress(self, message: str) -> None:
         if self._call.progress is not None:
             with contextlib.suppress(Exception):
                 self._call.progress(ProgressUpdate(message=message))
 
-    async def _serve(
-        self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, record: _Record
-    ) -> None:
+    async def _serve(self, client: socket.socket, record: ConnectionRecord) -> None:
         settings = self._proxy.settings
         try:
             async with asyncio.timeout(settings.head_timeout_s):
-                conn, request = await read_request(reader)
+                conn, request = await read_head(client)
         except RelayError as exc:
-            raise _Refused(400, f"not a proxy request: {exc}") from exc
+            raise Refused(400, f"not a proxy request: {exc}") from exc
         method = _method(request)
         raw_target = request.target.decode("ascii", "replace")
         try:
@@ -322,23 +333,25 @@ class CallEgress(EgressGate):
                 path = normalize_path(path)
         except TargetError as exc:
             record.fields["destination"] = raw_target[:200]
-            raise _Refused(400, str(exc)) from exc
+            raise Refused(400, str(exc)) from exc
         record.fields.update(
             destination=target.authority(),
             via="connect" if method == "CONNECT" else "http",
             **({"method": method, "path": path} if method != "CONNECT" else {}),
         )
         if method == "CONNECT":
-            await self._tunnel(reader, writer, conn, target, record)
-        else:
-            address = await self._decide(target, record, kind="http", method=method, path=path)
-            upstream = await self._connect(address, target.port, record)
-            await self._exchange((reader, writer), conn, request, upstream, target, path, record)
+            await self._tunnel(client, conn, target, record)
+            return
+        address = await self._decide(target, record, kind="http", method=method, path=path)
+        async with self._connected(address, target.port, record) as upstream:
+            await self._exchange(
+                PlainStream(client), conn, request, PlainStream(upstream), target, path, record
+            )
 
     async def _decide(
         self,
         target: Target,
-        record: _Record,
+        record: ConnectionRecord,
         *,
         kind: str,
         method: str = "",
@@ -375,13 +388,13 @@ class CallEgress(EgressGate):
         verdict = await self._proxy.engine.egress(document)
         record.fields.update(decision_id=verdict.decision_id, reasons=list(verdict.reasons))
         if not verdict.allow:
-            raise _Refused(403, " ".join(verdict.reasons))
+            raise Refused(403, " ".join(verdict.reasons))
         self.usage.tighten(verdict.max_connections, verdict.max_bytes)
         allowed = [a for a, r in zip(addresses, ranges, strict=True) if r in verdict.address_ranges]
         if not allowed:
-            raise _Refused(403, self._floor_reason(target, addresses, ranges, verdict))
+            raise Refused(403, self._floor_reason(target, addresses, ranges, verdict))
         if reserve and (spent := self.usage.reserve()):
-            raise _Refused(403, spent)
+            raise Refused(403, spent)
         record.fields["decision"] = "allow"
         record.opaque = verdict.opaque
         self._progress(
@@ -410,31 +423,34 @@ class CallEgress(EgressGate):
             async with asyncio.timeout(self._proxy.settings.resolve_timeout_s):
                 addresses = await self._proxy.resolver(target.host, target.port)
         except (OSError, TimeoutError) as exc:
-            raise _Refused(502, f"the name {target.host} could not be resolved ({exc})") from exc
+            raise Refused(502, f"the name {target.host} could not be resolved ({exc})") from exc
         if not addresses:
-            raise _Refused(502, f"the name {target.host} resolved to no address")
+            raise Refused(502, f"the name {target.host} resolved to no address")
         return addresses[:MAX_ADDRESSES]
 
-    async def _connect(
-        self,
-        address: str,
-        port: int,
-        record: _Record,
-        tls: ssl.SSLContext | None = None,
-        server_hostname: str | None = None,
-    ) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+    @contextlib.asynccontextmanager
+    async def _connected(
+        self, address: str, port: int, record: ConnectionRecord
+    ) -> AsyncIterator[socket.socket]:
+        """A connected, non-blocking socket to address:port, shut with the call's others."""
+        family = socket.AF_INET6 if ":" in address else socket.AF_INET
+        sock = socket.socket(family, socket.SOCK_STREAM)
+        close = shutter(sock)
         try:
-            async with asyncio.timeout(self._proxy.settings.connect_timeout_s):
-                reader, writer = await asyncio.open_connection(
-                    address, port, ssl=tls, server_hostname=server_hostname, limit=CHUNK
-                )
-        except (OSError, TimeoutError, ssl.SSLError) as exc:
-            raise _Refused(502, f"could not connect to {address} port {port}: {exc}") from exc
-        record.fields["connected_to"] = address
-        self.usage.track(writer.close)
-        return reader, writer
+            sock.setblocking(False)
+            try:
+                async with asyncio.timeout(self._proxy.settings.connect_timeout_s):
+                    await asyncio.get_running_loop().sock_connect(sock, (address, port))
+            except (OSError, TimeoutError) as exc:
+                raise Refused(502, f"could not connect to {address} port {port}: {exc}") from exc
+            record.fields["connected_to"] = address
+            self.usage.track(close)
+            yield sock
+        finally:
+            self.usage.closed(close)
+            sock.close()
 
-    def _meter(self, record: _Record, up: bool) -> Callable[[int], bool]:
+    def _meter(self, record: ConnectionRecord, up: bool) -> Callable[[int], bool]:
         def count(size: int) -> bool:
             if up:
                 record.bytes_up += size
@@ -446,13 +462,13 @@ class CallEgress(EgressGate):
 
     async def _exchange(
         self,
-        client: tuple[asyncio.StreamReader, asyncio.StreamWriter],
+        client: ByteStream,
         conn: h11.Connection,
         request: h11.Request,
-        upstream: tuple[asyncio.StreamReader, asyncio.StreamWriter],
+        upstream: ByteStream,
         target: Target,
         path: str,
-        record: _Record,
+        record: ConnectionRecord,
         inject: list[tuple[bytes, bytes]] | None = None,
         scrub: list[bytes] | None = None,
     ) -> None:
@@ -460,8 +476,10 @@ class CallEgress(EgressGate):
         host = target.authority()
         if target.port == default_port:
             host = host.rsplit(":", 1)[0]
-        try:
-            status = await relay_exchange(
+        meter_up, meter_down = self._meter(record, up=True), self._meter(record, up=False)
+
+        def relay() -> int:
+            return relay_exchange(
                 client,
                 conn,
                 request,
@@ -469,192 +487,101 @@ class CallEgress(EgressGate):
                 target=path.encode("ascii"),
                 host=host.encode("ascii"),
                 inject=inject or [],
-                meter_up=self._meter(record, up=True),
-                meter_down=self._meter(record, up=False),
+                meter_up=meter_up,
+                meter_down=meter_down,
                 scrub=scrub or [],
             )
-        finally:
-            self.usage.closed(upstream[1].close)
-            upstream[1].close()
+
+        status = await in_thread(relay, interrupt=shutter(client.sock, upstream.sock))
         record.fields.update(status=status, end="done")
 
     async def _tunnel(
         self,
-        reader: asyncio.StreamReader,
-        writer: asyncio.StreamWriter,
+        client: socket.socket,
         conn: h11.Connection,
         target: Target,
-        record: _Record,
+        record: ConnectionRecord,
     ) -> None:
+        settings = self._proxy.settings
         address = await self._decide(target, record, kind="connect")
-        writer.write(b"HTTP/1.1 200 Connection established\r\n\r\n")
-        await writer.drain()
+        loop = asyncio.get_running_loop()
+        await loop.sock_sendall(client, b"HTTP/1.1 200 Connection established\r\n\r\n")
         early, _ = conn.trailing_data
         if self._intercepts(target):
             record.fields["intercepted"] = True
-            await self._intercept(reader, writer, bytes(early), target, address, record)
+            await self._intercept(client, bytes(early), target, address, record)
             return
-        hello = await self._read_hello(reader, bytes(early), target, record)
-        upstream = await self._connect_raw(address, target.port, record)
-        # The sandbox's side leaves asyncio's transport (paused, never read again) for a
-        # descriptor of its own: both directions are then spliced in the kernel, no copy here.
-        transport = writer.transport
-        assert isinstance(transport, asyncio.Transport)
-        transport.pause_reading()
-        client = socket.socket(fileno=os.dup(transport.get_extra_info("socket").fileno()))
-        client.setblocking(False)
-
-        def close_both() -> None:
-            for sock in (client, upstream):
-                with contextlib.suppress(OSError):
-                    sock.shutdown(socket.SHUT_RDWR)
-
-        self.usage.track(close_both)
-        try:
-            tls = bool(record.fields.get("tls"))
-            # TLS the whole way, not a hello in front of another protocol: what the client
-            # sent so far is TLS records, and so is the server's first answer.
-            if tls and not tls_records(hello):
-                raise _Refused(0, "the tunnel carried something other than TLS records")
-            if hello:
-                if not self._meter(record, up=True)(len(hello)):
-                    return
-                await asyncio.get_running_loop().sock_sendall(upstream, hello)
-            if tls:
-                await self._server_speaks_tls(upstream, client, record)
-            await asyncio.gather(
-                splice_pump(client, upstream, self._meter(record, up=True)),
-                splice_pump(upstream, client, self._meter(record, up=False)),
+        hello = await read_hello(client, bytes(early), target, record, settings.hello_timeout_s)
+        async with self._connected(address, target.port, record) as upstream:
+            await carry_tunnel(
+                client,
+                upstream,
+                hello,
+                record,
+                meter_up=self._meter(record, up=True),
+                meter_down=self._meter(record, up=False),
+                timeout_s=settings.hello_timeout_s,
             )
-            record.fields.setdefault("end", "done")
-        finally:
-            self.usage.closed(close_both)
-            self.usage.closed(upstream.close)
-            client.close()
-            upstream.close()
-
-    async def _server_speaks_tls(
-        self, upstream: socket.socket, client: socket.socket, record: _Record
-    ) -> None:
-        """Read the server's first record header, check that it is TLS (a handshake or an
-        alert) and pass it on; a plain-text service behind an allowed port is refused here."""
-        loop = asyncio.get_running_loop()
-        first = b""
-        try:
-            async with asyncio.timeout(self._proxy.settings.hello_timeout_s):
-                while len(first) < TLS_HEADER:
-                    data = await loop.sock_recv(upstream, TLS_HEADER - len(first))
-                    if not data:
-                        break
-                    first += data
-        except TimeoutError:
-            pass  # silence is not TLS either
-        if len(first) < TLS_HEADER or first[0] not in (21, 22) or not tls_records(first):
-            raise _Refused(0, "the server did not answer the TLS hello with TLS")
-        if self._meter(record, up=False)(len(first)):
-            await loop.sock_sendall(client, first)
-
-    async def _connect_raw(self, address: str, port: int, record: _Record) -> socket.socket:
-        """A connected, non-blocking socket to address:port (no transport: it is spliced)."""
-        family = socket.AF_INET6 if ":" in address else socket.AF_INET
-        sock = socket.socket(family, socket.SOCK_STREAM)
-        sock.setblocking(False)
-        try:
-            async with asyncio.timeout(self._proxy.settings.connect_timeout_s):
-                await asyncio.get_running_loop().sock_connect(sock, (address, port))
-        except (OSError, TimeoutError) as exc:
-            sock.close()
-            raise _Refused(0, f"could not connect to {address} port {port}: {exc}") from exc
-        except BaseException:
-            sock.close()
-            raise
-        record.fields["connected_to"] = address
-        self.usage.track(sock.close)
-        return sock
-
-    async def _read_hello(
-        self, reader: asyncio.StreamReader, early: bytes, target: Target, record: _Record
-    ) -> bytes:
-        """The first bytes of the tunnel: a TLS ClientHello naming the CONNECT host (a name
-        needs its server name: without it a shared address could serve another site), or, only
-        when the decision says the tunnel may be opaque, anything."""
-        hello = ClientHelloReader()
-        seen = bytearray(early)
-        verdict: HelloVerdict | None = None
-        try:
-            verdict = hello.feed(early) if early else None
-            deadline = asyncio.get_running_loop().time() + self._proxy.settings.hello_timeout_s
-            while verdict is None:
-                async with asyncio.timeout_at(deadline):
-                    data = await reader.read(CHUNK)
-                if not data:
-                    break
-                seen += data
-                verdict = hello.feed(data)
-        except ValueError as exc:
-            raise _Refused(0, f"the tunnel began with a malformed TLS hello ({exc})") from exc
-        except TimeoutError:
-            pass  # the client waits for the server to speak first: not TLS
-        if verdict is None and not seen and reader.at_eof():
-            raise _Ended("the client closed the tunnel before sending anything")
-        if verdict is None or not verdict.is_tls:
-            record.fields["tls"] = False
-            if not record.opaque:
-                raise _Refused(
-                    0,
-                    f"the tunnel to {target.authority()} did not begin with TLS; only a rule "
-                    'with "opaque": true lets a tunnel carry another protocol',
-                )
-            return bytes(seen)
-        record.fields["tls"] = True
-        name = verdict.server_name
-        if name is not None:
-            record.fields["sni"] = name
-        if name is None and not target.is_address:
-            raise _Refused(
-                0,
-                f"the TLS hello names no server; it must name {target.host!r} (the CONNECT host)",
-            )
-        if name is not None and name.removesuffix(".") != target.host:
-            raise _Refused(
-                0,
-                f"the TLS server name {name!r} differs from the CONNECT host {target.host!r}; "
-                "connect to the host you name",
-            )
-        return bytes(seen)
 
     async def _intercept(
         self,
-        reader: asyncio.StreamReader,
-        writer: asyncio.StreamWriter,
+        client: socket.socket,
         early: bytes,
         target: Target,
         address: str,
-        record: _Record,
+        record: ConnectionRecord,
     ) -> None:
-        """Terminate the sandbox's TLS with a certificate for the host, decide the request it
-        carries, send it on over TLS verified against the system roots with the credential."""
-        ca, credentials = self._proxy.ca, self._proxy.credentials
-        assert ca is not None and credentials is not None
+        """Terminate the sandbox's TLS with a certificate for the host; a refusal from then on
+        is answered inside that TLS."""
+        ca, settings = self._proxy.ca, self._proxy.settings
+        assert ca is not None
         if early:
-            raise _Refused(0, "the client spoke before the tunnel was established")
+            raise Refused(0, "the client spoke before the tunnel was established")
         try:
             context = ca.server_context(target.host)
         except ValueError as exc:
-            raise _Refused(0, f"cannot present a certificate for {target.host}: {exc}") from exc
-        await writer.start_tls(context)
+            raise Refused(0, f"cannot present a certificate for {target.host}: {exc}") from exc
+
+        def accept() -> TlsStream:
+            return TlsStream(client, context, server_side=True, timeout=settings.head_timeout_s)
+
+        async with asyncio.timeout(settings.head_timeout_s):
+            sandbox = await in_thread(accept, interrupt=shutter(client))
         try:
-            async with asyncio.timeout(self._proxy.settings.head_timeout_s):
-                conn, request = await read_request(reader)
+            await self._intercepted_request(sandbox, target, address, record)
+        except Refused as refused:
+            if refused.status:
+                answer = refusal_response(refused.status, str(refused))
+                sandbox.settimeout(settings.head_timeout_s)
+                with contextlib.suppress(OSError, ssl.SSLError):
+                    await in_thread(
+                        lambda: sandbox.sendall(answer), interrupt=shutter(sandbox.sock)
+                    )
+            raise Refused(0, str(refused)) from refused
+
+    async def _intercepted_request(
+        self, sandbox: TlsStream, target: Target, address: str, record: ConnectionRecord
+    ) -> None:
+        """Decide the request the sandbox sent inside the intercepted tunnel and send it on
+        over TLS verified against the system roots, with the credential."""
+        proxy = self._proxy
+        credentials, settings = proxy.credentials, proxy.settings
+        assert credentials is not None
+        try:
+            async with asyncio.timeout(settings.head_timeout_s):
+                conn, request = await in_thread(
+                    lambda: read_request(sandbox), interrupt=shutter(sandbox.sock)
+                )
         except RelayError as exc:
-            raise _Refused(400, f"not an HTTP request: {exc}") from exc
+            raise Refused(400, f"not an HTTP request: {exc}") from exc
+        sandbox.settimeout(None)
         method = _method(request)
         if method in ("TRACE", "TRACK"):
-            raise _Refused(403, f"{method} is refused where a credential is added (it echoes it)")
+            raise Refused(403, f"{method} is refused where a credential is added (it echoes it)")
         try:
             path = normalize_path(request.target.decode("ascii", "replace"))
         except TargetError as exc:
-            raise _Refused(400, f"inside the tunnel, send requests in origin form: {exc}") from exc
+            raise Refused(400, f"inside the tunnel, send requests in origin form: {exc}") from exc
         record.fields.update(method=method, path=path)
         # Each request inside is decided as a request of its own (method and path).
         await self._decide(
@@ -666,12 +593,28 @@ class CallEgress(EgressGate):
             addresses=[address],
             reserve=False,
         )
-        upstream = await self._connect(
-            address, target.port, record, self._proxy.upstream_tls, target.host
-        )
-        inject = credentials.headers(target.host, target.port, method, path)
-        record.fields["credential"] = bool(inject)
-        scrub = credentials.secrets(target.host, target.port)
-        await self._exchange(
-            (reader, writer), conn, request, upstream, target, path, record, inject, scrub
-        )
+        async with self._connected(address, target.port, record) as raw:
+
+            def handshake() -> TlsStream:
+                try:
+                    stream = TlsStream(
+                        raw,
+                        proxy.upstream_tls,
+                        server_side=False,
+                        server_hostname=target.host,
+                        timeout=settings.connect_timeout_s,
+                    )
+                except (OSError, ssl.SSLError) as exc:
+                    raise Refused(
+                        502, f"could not connect to {address} port {target.port}: {exc}"
+                    ) from exc
+                stream.settimeout(None)
+                return stream
+
+            upstream = await in_thread(handshake, interrupt=shutter(raw))
+            inject = credentials.headers(target.host, target.port, method, path)
+            record.fields["credential"] = bool(inject)
+            scrub = credentials.secrets(target.host, target.port)
+            await self._exchange(
+                sandbox, conn, request, upstream, target, path, record, inject, scrub
+            )

@@ -7,6 +7,7 @@ spent every open connection of the call is closed, not only the one that crossed
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -40,7 +41,9 @@ class CallUsage:
     spent: str = ""
     """Set once a budget is spent: why the call's connections were closed."""
     _open: set[Callable[[], None]] = field(default_factory=set)
-    """How to close each open connection (both ends of it)."""
+    """How to close each open connection (callable from any thread)."""
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+    """Bytes are counted by the event loop and by the worker threads carrying exchanges."""
 
     def tighten(self, max_connections: int | None, max_bytes: int | None) -> None:
         """Apply a decision's budget (budgets only ever shrink)."""
@@ -76,30 +79,35 @@ class CallUsage:
 
     def track(self, close: Callable[[], None]) -> None:
         """Keep how to close one of the call's connections when a budget is spent."""
-        self._open.add(close)
+        with self._lock:
+            self._open.add(close)
 
     def closed(self, close: Callable[[], None]) -> None:
         """Forget a connection that ended."""
-        self._open.discard(close)
+        with self._lock:
+            self._open.discard(close)
 
     def add_bytes(self, count: int) -> bool:
-        """Count bytes carried; False (and every open connection closed) once over budget."""
-        self.bytes += count
-        if self.bytes <= self.max_bytes:
-            return True
-        if not self.spent:
-            self.spent = (
-                f"the call's byte budget ({self.max_bytes} bytes) is spent; its connections "
-                "were closed"
-            )
+        """Count bytes carried; False (and every open connection closed) once over budget.
+        Callable from any thread."""
+        with self._lock:
+            self.bytes += count
+            if self.bytes <= self.max_bytes:
+                return True
+            if not self.spent:
+                self.spent = (
+                    f"the call's byte budget ({self.max_bytes} bytes) is spent; its "
+                    "connections were closed"
+                )
         self.close_all()
         return False
 
     def close_all(self) -> None:
         """Close every connection of the call that is still open."""
-        for close in list(self._open):
+        with self._lock:
+            closes, self._open = list(self._open), set()
+        for close in closes:
             close()
-        self._open.clear()
 
     def note(self) -> str:
         """The result note: refused destinations and why ("" when nothing was refused)."""

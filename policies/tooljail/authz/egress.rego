@@ -84,6 +84,13 @@ egress_request_matches(rule) if {
 	egress_path_matches(rule)
 }
 
+# A tunnel the proxy intercepts (a credential is configured for it; the sandbox cannot claim
+# this) may open for a rule limiting requests: each request inside is then decided by it.
+egress_request_matches(_) if {
+	input.destination.via == "connect"
+	input.destination.intercepted == true
+}
+
 egress_method_matches(rule) if not rule.methods
 
 egress_method_matches(rule) if input.destination.method in rule.methods

@@ -77,6 +77,15 @@ test_method_and_path_rules_match_requests_only if {
 	not egress_decision("builder", {"host": "api.internal.test", "port": 8080}).allow
 }
 
+test_method_and_path_rules_open_intercepted_tunnels if {
+	# the proxy terminates TLS there (a credential is configured) and decides each request
+	tunnel := {"host": "api.internal.test", "port": 8080, "intercepted": true}
+	d := egress_decision("builder", object.union(tunnel, {"addresses": [{"address": "10.0.0.1", "range": "private"}]}))
+	d.allow
+	d.address_ranges == ["private"]
+	not egress_decision("builder", object.union(tunnel, {"port": 8443})).allow
+}
+
 test_refusal_names_method_and_path if {
 	d := egress_decision("builder", {"host": "x.test", "port": 80, "via": "http", "method": "get", "path": "/a"})
 	contains(d.reasons[0], "GET x.test:80/a")
