@@ -78,10 +78,25 @@ class SandboxSpec(_Frozen):
     limits: SandboxLimits = SandboxLimits()
     session_id: str = ""
     """Session the container serves (label only)."""
+    image: str = ""
+    """A local image to run instead of the backend's sandbox image (an operator's tool may
+    name one); "" for the sandbox image."""
+    read_only_workspace: bool = False
+    """The workspace is mounted read-only (a tool declared read-only: the kernel holds it to
+    that)."""
 
-    def profile_key(self) -> tuple[str, tuple[int, int], tuple[int, int] | None, SandboxLimits]:
+    def profile_key(
+        self,
+    ) -> tuple[str, tuple[int, int], tuple[int, int] | None, SandboxLimits, str, bool]:
         """Containers are interchangeable exactly when this key is equal (warm pool key)."""
-        return (str(self.workspace), self.workspace_id, self.run_as, self.limits)
+        return (
+            str(self.workspace),
+            self.workspace_id,
+            self.run_as,
+            self.limits,
+            self.image,
+            self.read_only_workspace,
+        )
 
 
 class BashRequest(_Frozen):
@@ -96,6 +111,21 @@ class BashRequest(_Frozen):
     """Bytes of output kept (head and tail); the rest is counted, not stored."""
 
 
+class ExecRequest(_Frozen):
+    """Run a program (no shell) with `stdin` on its standard input; stdout and stderr apart."""
+
+    kind: Literal["exec"] = "exec"
+    argv: tuple[str, ...] = Field(min_length=1)
+    """The program (looked up on the image's PATH) and its arguments."""
+    stdin: str = ""
+    cwd: str
+    """Absolute directory inside the workspace to start in."""
+    timeout_ms: int = Field(gt=0)
+    output_limit_bytes: int = Field(default=1 << 20, gt=0)
+    """Bytes of stdout kept (head and tail); the rest is counted, not stored. Stderr keeps a
+    sixteenth of it."""
+
+
 class WriteFileRequest(_Frozen):
     """Atomically replace (or create) one file in the workspace."""
 
@@ -107,7 +137,7 @@ class WriteFileRequest(_Frozen):
     """sha256 the current file must have (checked just before the rename); None: must not exist."""
 
 
-SandboxRequest = BashRequest | WriteFileRequest
+SandboxRequest = BashRequest | ExecRequest | WriteFileRequest
 
 
 class SandboxResult(_Frozen):
@@ -116,7 +146,10 @@ class SandboxResult(_Frozen):
     sandbox_id: str = ""
     exit_code: int = 0
     output: str = ""
-    """Captured output (head and tail within the output limit), UTF-8 decoded with replacement."""
+    """Captured output (head and tail within the output limit), UTF-8 decoded with replacement;
+    an exec request's stdout."""
+    stderr: str = ""
+    """An exec request's stderr (head and tail within its limit)."""
     output_bytes: int = 0
     """Total bytes the command produced, kept or not."""
     output_truncated: bool = False

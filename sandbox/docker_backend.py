@@ -34,6 +34,7 @@ import requests
 from sandbox import reaper
 from sandbox.backend import (
     BashRequest,
+    ExecRequest,
     NetworkMode,
     OutputCallback,
     Sandbox,
@@ -222,10 +223,11 @@ class DockerBackend(SandboxBackend):
     def _create(
         self, spec: SandboxSpec, tool_use_id: str, egress: EgressMounts | None
     ) -> dict[str, Any]:
+        image = spec.image or self.image
         try:
             recipe = container_recipe(
                 spec,
-                image=self.image,
+                image=image,
                 runner_source=self._runner_source,
                 instance_id=self.instance_id,
                 tool_use_id=tool_use_id,
@@ -240,10 +242,13 @@ class DockerBackend(SandboxBackend):
                 host_config=host_config, **recipe.create_kwargs
             )
         except docker.errors.ImageNotFound as exc:
-            raise SandboxStartError(
-                f"sandbox image {self.image} is not present; build it with `make image` "
-                "or configure an existing image"
-            ) from exc
+            advice = (
+                "build it with `make image` or configure an existing image"
+                if image == self.image
+                else "the operator's tool names it: build or load it on this host (images are "
+                "never pulled)"
+            )
+            raise SandboxStartError(f"sandbox image {image} is not present; {advice}") from exc
         except _ENGINE_ERRORS as exc:
             raise SandboxStartError(f"cannot create a sandbox container: {exc}") from exc
         return created
@@ -421,9 +426,9 @@ class DockerSandbox(Sandbox):
         if self._destroy_task is not None or self._conn.peer_closed():
             await self.destroy()
             raise SandboxNotDelivered(f"sandbox {self._id[:12]} ended before it got the request")
-        if isinstance(request, BashRequest):
+        if isinstance(request, BashRequest | ExecRequest):
             deadline_s = request.timeout_ms / 1000 + self._backend.grace_s
-            max_frame = 6 * request.output_limit_bytes + (1 << 16)
+            max_frame = 7 * request.output_limit_bytes + (1 << 16)  # JSON escapes; stderr
         else:
             deadline_s = self._backend.write_timeout_s
             max_frame = 1 << 20

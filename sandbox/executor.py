@@ -19,7 +19,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from sandbox.backend import (
-    BashRequest,
     EgressGate,
     OutputCallback,
     Sandbox,
@@ -29,6 +28,7 @@ from sandbox.backend import (
     SandboxResult,
     SandboxSpec,
     SandboxStartError,
+    WriteFileRequest,
 )
 from sandbox.pool import WarmPool
 
@@ -61,9 +61,9 @@ def pool_key(spec: SandboxSpec) -> Hashable:
     """Containers are interchangeable when workspace, identity and container limits match,
     whatever the session and the timeout (enforced per request, not part of the container's
     configuration)."""
-    workspace, workspace_id, run_as, limits = spec.profile_key()
+    workspace, workspace_id, run_as, limits, image, read_only = spec.profile_key()
     limits_key = tuple(sorted(limits.model_dump(exclude={"timeout_ms"}).items()))
-    return (workspace, workspace_id, run_as, limits_key)
+    return (workspace, workspace_id, run_as, limits_key, image, read_only)
 
 
 def _unbound(spec: SandboxSpec) -> SandboxSpec:
@@ -78,8 +78,8 @@ def outside_workspace(spec: SandboxSpec, request: SandboxRequest) -> str:
     Lexical only: the daemon confines paths (symbolic links included) before it builds a
     request, and inside the container nothing but the workspace is writable anyway.
     """
-    path = request.cwd if isinstance(request, BashRequest) else request.path
-    what = "working directory" if isinstance(request, BashRequest) else "path"
+    path = request.path if isinstance(request, WriteFileRequest) else request.cwd
+    what = "path" if isinstance(request, WriteFileRequest) else "working directory"
     normal = Path(os.path.normpath(path))
     workspace = spec.workspace
     if normal.is_absolute() and (normal == workspace or workspace in normal.parents):

@@ -167,7 +167,9 @@ def container_recipe(
     }
     host_config_kwargs: dict[str, Any] = {
         "mounts": [
-            Mount(target=workspace, source=workspace, type="bind", read_only=False),
+            Mount(
+                target=workspace, source=workspace, type="bind", read_only=spec.read_only_workspace
+            ),
             Mount(target=RUNNER_DIR, source=str(runner_source), type="bind", read_only=True),
             *_egress_mounts(egress),
         ],

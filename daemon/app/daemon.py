@@ -14,7 +14,7 @@ import logging
 import os
 import signal
 import tempfile
-from collections.abc import AsyncIterator, Coroutine
+from collections.abc import AsyncIterator, Callable, Coroutine
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -54,7 +54,7 @@ from daemon.sessions.disk import BudgetedWorkspaces, FreshWorkspaces, PlainWorks
 from daemon.sessions.manager import SessionManager
 from daemon.sessions.store import SessionStore
 from daemon.sessions.workspaces import IdentityRule
-from daemon.tools.builtin import builtin_registry
+from daemon.tools.toolset import tool_registry
 
 log = logging.getLogger(__name__)
 
@@ -93,6 +93,7 @@ class Daemon:
         self._policy: _Policy | None = None
         self._sandbox: Sandbox | None = None
         self._store: SessionStore | None = None
+        self._pipeline: Pipeline | None = None
         self._server: grpc.aio.Server | None = None
         self._health = health.aio.HealthServicer()
         self._stack: contextlib.AsyncExitStack | None = None
@@ -161,8 +162,8 @@ class Daemon:
             approval.key.get_secret_value() if approval.key else None,
             approval.key_file or settings.state_dir / "approval.key",
         )
-        pipeline = Pipeline(
-            registry=builtin_registry(settings.deferred_tools),
+        self._pipeline = pipeline = Pipeline(
+            registry=tool_registry(settings.opa.policies_dir, settings.deferred_tools),
             policy=policy.decider,
             sessions=store,
             limits=PipelineLimits(
@@ -264,7 +265,19 @@ class Daemon:
             stack.push_async_callback(shadowed.drain)
             log.info("shadow mode: comparing with the policy in %s", shadow_folder)
             decider = shadowed
-        return _Policy(engine, decider, PolicyReloader(self.opa, engine, binary, folder))
+        reloader = PolicyReloader(self.opa, engine, binary, folder, tools=self._load_tools)
+        return _Policy(engine, decider, reloader)
+
+    def _load_tools(self) -> Callable[[], None]:
+        """The policy folder's tools as a reload finds them (ToolDefinitionError), and how to
+        put them in force."""
+        registry = tool_registry(self.settings.opa.policies_dir, self.settings.deferred_tools)
+
+        def use() -> None:
+            if self._pipeline is not None:
+                self._pipeline.use_registry(registry)
+
+        return use
 
     def _opa_socket_dir(self) -> Path:
         """A directory only the daemon's user may enter, for the managed OPA's sockets:

@@ -47,9 +47,15 @@ class _SessionRunner(SandboxRunner):
         request: SandboxRequest,
         limits: SandboxLimits,
         on_output: Callable[[str], None] | None = None,
+        *,
+        image: str = "",
+        read_only_workspace: bool = False,
     ) -> SandboxResult:
+        spec = _spec(self._session, limits).model_copy(
+            update={"image": image, "read_only_workspace": read_only_workspace}
+        )
         return await self._executor.run(
-            _spec(self._session, limits),
+            spec,
             request,
             tool_use_id=self._tool_use_id,
             on_output=on_output,

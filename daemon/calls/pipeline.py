@@ -219,6 +219,11 @@ class Pipeline:
         self._audit = audit
         self._sandbox = sandbox
 
+    def use_registry(self, registry: ToolRegistry) -> None:
+        """Serve these tools from now on (a policy reload changed the operator's tools); calls
+        already prepared finish with the tool they were prepared with."""
+        self._registry = registry
+
     async def list_tools(
         self, session_id: str, caller: Caller, *, include_deferred: bool = False
     ) -> list[ToolDefinition]:

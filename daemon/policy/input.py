@@ -25,7 +25,7 @@ from daemon.policy.egress_verdict import AddressRange
 from daemon.sessions.session import Mode, Session
 from daemon.sessions.workspaces import Overlap
 from daemon.tools.call import ToolCall
-from daemon.tools.contract import TouchedPath
+from daemon.tools.contract import ToolOrigin, TouchedPath
 from daemon.tools.registry import ToolDefinition
 from daemon.tools.schema import tidy_schema
 
@@ -39,8 +39,27 @@ class _Part(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
 
+class ToolOriginFact(_Part):
+    """Where a tool comes from."""
+
+    kind: Literal["builtin", "operator", "mcp"] = Field(
+        description="builtin: tooljail's own; operator: defined in the policy folder's tools/ "
+        "(git); mcp: a tool of an upstream MCP server."
+    )
+    server: str = Field(description="The MCP server's configured name; empty otherwise.")
+    trusted: bool = Field(
+        description="builtin and operator tools: true. mcp: whether the operator marked the "
+        "server trusted (only then are its annotations believed as traits)."
+    )
+
+    @classmethod
+    def of(cls, origin: ToolOrigin) -> ToolOriginFact:
+        """The fact for a tool's origin."""
+        return cls.model_construct(kind=origin.kind, server=origin.server, trusted=origin.trusted)
+
+
 class Tool(_Part):
-    """The tool's name and traits (the daemon's ToolTraits)."""
+    """The tool's name, traits (the daemon's ToolTraits) and origin."""
 
     name: Annotated[str, Field(pattern=_TOOL_NAME)]
     read_only: bool = Field(
@@ -51,6 +70,7 @@ class Tool(_Part):
         description="May run in parallel with other concurrency-safe calls."
     )
     sandboxed: bool = Field(description="Runs in a disposable container.")
+    origin: ToolOriginFact
 
     @classmethod
     def of(cls, definition: ToolDefinition) -> Tool:
@@ -62,6 +82,7 @@ class Tool(_Part):
             destructive=traits.destructive,
             concurrency_safe=traits.concurrency_safe,
             sandboxed=traits.sandboxed,
+            origin=ToolOriginFact.of(definition.origin),
         )
 
 
@@ -510,6 +531,7 @@ def decision_input(
             destructive=traits.destructive,
             concurrency_safe=call.facts.concurrency_safe,
             sandboxed=traits.sandboxed,
+            origin=ToolOriginFact.of(call.tool.origin),
         ),
         input=call.input_json,
         paths=[_path(p) for p in call.facts.paths],

@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -20,8 +21,13 @@ from daemon.policy.mask import AuditMask, MaskError
 from daemon.policy.opa_engine import OpaPolicyEngine
 from daemon.policy.opa_server import ManagedOpa
 from daemon.policy.revision import policy_revision
+from daemon.tools.operator.definition import ToolDefinitionError
 
 log = logging.getLogger(__name__)
+
+ToolsLoader = Callable[[], Callable[[], None]]
+"""Reads the policy folder's tools (raising ToolDefinitionError) and returns how to put them in
+force, which the reload does once the policy itself is loaded."""
 
 #: The policy input's JSON schema beside the policies: for the type checker, not data to load.
 INPUT_SCHEMA = "input.schema.json"
@@ -90,12 +96,18 @@ class PolicyReloader:
     """Reloads the managed OPA's policy folder, one reload at a time."""
 
     def __init__(
-        self, opa: ManagedOpa | None, engine: OpaPolicyEngine, binary: Path | None, folder: Path
+        self,
+        opa: ManagedOpa | None,
+        engine: OpaPolicyEngine,
+        binary: Path | None,
+        folder: Path,
+        tools: ToolsLoader | None = None,
     ) -> None:
         self._opa = opa
         self._engine = engine
         self._binary = binary
         self._folder = folder
+        self._tools = tools
         self._lock = asyncio.Lock()
 
     async def reload(self) -> ReloadResult:
@@ -106,7 +118,14 @@ class PolicyReloader:
                 return ReloadResult(
                     False, current, "this daemon uses an external OPA: reload the policy there"
                 )
-            error = await check_policy_folder(self._binary, self._folder)
+            use_tools: Callable[[], None] | None = None
+            try:
+                if self._tools is not None:
+                    use_tools = self._tools()
+            except ToolDefinitionError as exc:
+                error = str(exc)
+            else:
+                error = await check_policy_folder(self._binary, self._folder)
             if not error:
                 try:
                     await self._opa.reload()
@@ -115,6 +134,8 @@ class PolicyReloader:
             if error:
                 log.error("policy reload refused, still serving %s: %s", current, error)
                 return ReloadResult(False, current, error)
+            if use_tools is not None:
+                use_tools()  # the policy that decides them is in force: so are they
             revision = await policy_revision(self._folder)
             try:
                 await self._engine.policy_loaded(revision)

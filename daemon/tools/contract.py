@@ -64,6 +64,19 @@ class ToolTraits:
     a failed command usually means the rest of the turn's plan is wrong)."""
 
 
+@dataclass(frozen=True)
+class ToolOrigin:
+    """Where a tool comes from, as the policy sees it."""
+
+    kind: Literal["builtin", "operator", "mcp"] = "builtin"
+    """builtin: tooljail's own; operator: defined in the policy folder's tools/; mcp: a tool
+    of an upstream MCP server."""
+    server: str = ""
+    """The MCP server's configured name (mcp only)."""
+    trusted: bool = True
+    """Whether the tool's own claims (an MCP server's annotations) were believed."""
+
+
 class ToolInput(BaseModel):
     """Base of every tool input model: strict object, numbers/booleans may come as strings."""
 
@@ -168,10 +181,15 @@ class SandboxRunner(abc.ABC):
         request: SandboxRequest,
         limits: SandboxLimits,
         on_output: Callable[[str], None] | None = None,
+        *,
+        image: str = "",
+        read_only_workspace: bool = False,
     ) -> SandboxResult:
         """Run one request in a fresh container of the call's workspace and limits.
 
-        `on_output` gets a Bash command's output in chunks while it runs; it must not block.
+        `on_output` gets a command's output in chunks while it runs; it must not block.
+        `image`: a local image instead of the sandbox image; `read_only_workspace`: the
+        workspace is mounted read-only.
         """
 
     def notes(self) -> list[str]:
@@ -242,6 +260,8 @@ class Tool(abc.ABC, Generic[InT, OutT]):
     """Older names still accepted (a call by alias runs this tool)."""
     search_hint: ClassVar[str] = ""
     """Keywords ToolSearch matches besides the name and the description."""
+    origin: ClassVar[ToolOrigin] = ToolOrigin()
+    """Where the tool comes from (the policy input says it)."""
 
     def input_schema(self) -> dict[str, Any]:
         """The JSON Schema the model sees (tidied: see daemon.tools.schema)."""

@@ -9,8 +9,9 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from daemon.tools.contract import AnyTool, ToolTraits
+from daemon.tools.contract import AnyTool, ToolOrigin, ToolTraits
 
+BUILTIN = ToolOrigin()
 _NAME = re.compile(r"^[a-zA-Z0-9_-]{1,64}$")
 
 
@@ -28,6 +29,8 @@ class ToolDefinition:
     """Older names still accepted."""
     search_hint: str = ""
     """Extra keywords ToolSearch matches."""
+    origin: ToolOrigin = BUILTIN
+    """Where the tool comes from."""
 
     def to_anthropic(self, *, mark_deferred: bool = False) -> dict[str, Any]:
         """An Anthropic Messages API tool definition."""
@@ -66,6 +69,7 @@ class ToolRegistry:
                 defer_loading=tool.name in deferred_names,
                 aliases=tool.aliases,
                 search_hint=tool.search_hint,
+                origin=tool.origin,
             )
         unknown = deferred_names - set(self._tools)
         if unknown:

@@ -27,6 +27,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import errno
+import fcntl
 import hashlib
 import json
 import os
@@ -298,6 +299,66 @@ def _exit_code(returncode: int | None) -> int:
     return 128 - returncode if returncode < 0 else returncode
 
 
+class _Started:
+    """A command started by `_start`: its process and the read ends of its pipes."""
+
+    def __init__(self, proc: spawn.Spawned, out_r: int, err_r: int | None, cwd_r: int) -> None:
+        self.proc = proc
+        self.out_r = out_r
+        self.err_r = err_r
+        """stderr apart (None: merged into stdout)."""
+        self.cwd_r = cwd_r
+        """Where bash_env.sh's EXIT trap writes the final directory."""
+
+
+def _start(
+    argv: list[str],
+    request: dict[str, Any],
+    identity: tuple[int, int] | None,
+    *,
+    stdin: int | None = None,
+    separate_stderr: bool = False,
+) -> _Started:
+    """Spawn bash with `argv` in the request's cwd as `identity` (BASH_ENV=bash_env.sh) and let
+    it go once the runner is itself again; OSError when it could not start (nothing ran)."""
+    cwd = str(request["cwd"])
+    out_r, out_w = os.pipe()
+    err_r, err_w = os.pipe() if separate_stderr else (None, None)
+    cwd_r, cwd_w = os.pipe()
+    go_r, go_w = os.pipe()
+    env = dict(os.environ, BASH_ENV=str(BASH_ENV_FILE))
+    try:
+        proc = spawn.spawn_bash(
+            argv,
+            env,
+            workspace=str(request.get("workspace") or cwd),
+            cwd=cwd,
+            stdout=out_w,
+            handed={CWD_FD: cwd_w, GO_FD: go_r},
+            identity=identity,
+            stdin=stdin,
+            stderr=err_w,
+        )
+    except OSError:
+        for fd in (out_r, err_r, cwd_r, go_w):
+            if fd is not None:
+                os.close(fd)
+        raise
+    finally:
+        for fd in (out_w, err_w, cwd_w, go_r):
+            if fd is not None:
+                os.close(fd)
+    # The runner is itself again (spawn_bash restored its ids): the command may start.
+    os.write(go_w, b"g")
+    os.close(go_w)
+    return _Started(proc, out_r, err_r, cwd_r)
+
+
+def _oom_since(before: int | None) -> bool:
+    after = oom_kill_count()
+    return before is not None and after is not None and after > before
+
+
 def run_bash(
     request: dict[str, Any], identity: tuple[int, int] | None, emit: Emit | None = None
 ) -> dict[str, Any]:
@@ -311,42 +372,19 @@ def run_bash(
     timeout_s = int(request["timeout_ms"]) / 1000.0
     sink = OutputSink(int(request.get("output_limit_bytes") or 1 << 20))
     oom_before = oom_kill_count()
-    out_r, out_w = os.pipe()
-    cwd_r, cwd_w = os.pipe()
-    go_r, go_w = os.pipe()
-    env = dict(os.environ, BASH_ENV=str(BASH_ENV_FILE))
-    argv = ["bash", "--noprofile", "--norc", "-c", command]
     started = time.monotonic()
     try:
-        proc = spawn.spawn_bash(
-            argv,
-            env,
-            workspace=str(request.get("workspace") or cwd),
-            cwd=cwd,
-            stdout=out_w,
-            handed={CWD_FD: cwd_w, GO_FD: go_r},
-            identity=identity,
-        )
+        run = _start(["bash", "--noprofile", "--norc", "-c", command], request, identity)
     except OSError as exc:
-        for fd in (out_r, cwd_r, go_w):
-            os.close(fd)
         who = f"uid {identity[0]}" if identity else "the runner"
         why = f"it does not exist, or the sandbox's identity ({who}) may not enter it"
         return {"exit_code": -1, "error": f"cannot start bash in {cwd}: {exc.strerror}; {why}"}
-    finally:
-        for fd in (out_w, cwd_w, go_r):
-            os.close(fd)
-    # The runner is itself again (spawn_bash restored its ids): the command may start.
-    os.write(go_w, b"g")
-    os.close(go_w)
-
+    proc, cwd_r = run.proc, run.cwd_r
     progress = ProgressStream(emit, started) if emit is not None else None
-    timed_out = _pump(proc, out_r, _Output(sink, progress), started + timeout_s)
-    os.close(out_r)
+    timed_out = _pump(proc, {run.out_r: _Output(sink, progress)}, started + timeout_s)
     # surrogateescape: a directory whose name is not UTF-8 stays the same directory next time.
     final_cwd = "" if timed_out else _read_available(cwd_r).decode("utf-8", "surrogateescape")
     os.close(cwd_r)
-    oom_after = oom_kill_count()
     text, truncated = sink.render()
     return {
         "exit_code": _exit_code(proc.returncode),
@@ -354,7 +392,7 @@ def run_bash(
         "output_bytes": sink.total,
         "output_truncated": truncated,
         "timed_out": timed_out,
-        "oom_killed": oom_before is not None and oom_after is not None and oom_after > oom_before,
+        "oom_killed": _oom_since(oom_before),
         "final_cwd": final_cwd.strip().rsplit("\n", 1)[-1],
         "duration_ms": int((time.monotonic() - started) * 1000),
     }
@@ -385,47 +423,55 @@ class _Output:
             self.progress.flush(time.monotonic(), final=True)
 
 
-def _pump(proc: spawn.Spawned, out_r: int, out: _Output, deadline: float) -> bool:
-    """Copy output into `out` until bash exits or the deadline passes; True when it timed out.
+def _pump(proc: spawn.Spawned, outputs: dict[int, _Output], deadline: float) -> bool:
+    """Copy each pipe of `outputs` into its output until the command exits or the deadline
+    passes; True when it timed out. The pipes are closed here.
 
-    The call ends when bash itself exits, not when the pipe closes: a background process holding
-    the pipe open must not hang the call. Whatever is left of the process group is killed then.
+    The call ends when the command itself exits, not when its pipes close: a background process
+    holding them open must not hang the call. Whatever is left of the process group is killed
+    then.
     """
     try:
         exit_fd: int | None = os.pidfd_open(proc.pid)
     except (AttributeError, OSError):
         exit_fd = None  # old kernel: poll instead
     timed_out = False
-    pipe_open = True
+    open_pipes = dict(outputs)
     try:
         while proc.poll() is None:
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 timed_out = True
                 break
-            watched = [out_r] if pipe_open else []
+            watched = list(open_pipes)
             if exit_fd is not None:
-                watched.append(exit_fd)  # readable once bash has exited
+                watched.append(exit_fd)  # readable once the command has exited
             wait = remaining if exit_fd is not None else min(remaining, 0.05)
-            progress_wait = out.wait_s(time.monotonic())
-            if progress_wait is not None:
-                wait = min(wait, progress_wait)  # wake up to send pending progress on time
+            for out in outputs.values():
+                progress_wait = out.wait_s(time.monotonic())
+                if progress_wait is not None:
+                    wait = min(wait, progress_wait)  # wake up to send pending progress on time
             ready = select.select(watched, [], [], wait)[0]
-            if out_r in ready:
-                data = os.read(out_r, _CHUNK)
-                if data:
-                    out.add(data)
-                else:
-                    pipe_open = False
-            else:
-                out.tick(time.monotonic())
+            for fd in ready:
+                if fd in open_pipes:
+                    data = os.read(fd, _CHUNK)
+                    if data:
+                        open_pipes[fd].add(data)
+                    else:
+                        del open_pipes[fd]
+            if not ready:
+                for out in outputs.values():
+                    out.tick(time.monotonic())
     finally:
         if exit_fd is not None:
             os.close(exit_fd)
     _kill_group(proc.pid)
-    if pipe_open:
-        _drain(out_r, out, time.monotonic() + DRAIN_GRACE_S)
-    out.finish()
+    grace = time.monotonic() + DRAIN_GRACE_S
+    for fd, out in open_pipes.items():
+        _drain(fd, out, grace)
+    for fd, out in outputs.items():
+        out.finish()
+        os.close(fd)
     proc.wait(timeout=5)
     return timed_out
 
@@ -439,6 +485,83 @@ def _drain(fd: int, out: _Output, deadline: float) -> None:
         if not data:
             return
         out.add(data)
+
+
+# --- exec --------------------------------------------------------------------------------------
+
+#: Largest standard input of an exec request: it is written into the pipe whole before the
+#: program starts (so the runner never waits on a program that does not read), and a pipe holds
+#: at most this much (the kernel's default pipe-max-size).
+MAX_STDIN_BYTES = 1 << 20
+#: bash only looks the program up and becomes it (`exec`), after the go (see bash_env.sh).
+_EXEC_COMMAND = 'trap - EXIT; exec 31>&-; exec -- "$@"'
+
+
+def _stdin_pipe(data: bytes) -> int:
+    """The read end of a pipe already holding all of `data` (and closed for writing)."""
+    read_end, write_end = os.pipe()
+    try:
+        if data:
+            if len(data) > 65536:
+                fcntl.fcntl(write_end, fcntl.F_SETPIPE_SZ, len(data))
+            os.set_blocking(write_end, False)
+            written = os.write(write_end, data)
+            if written != len(data):
+                raise OSError(errno.EFBIG, "the pipe took only part of the input")
+    except OSError:
+        os.close(read_end)
+        raise
+    finally:
+        os.close(write_end)
+    return read_end
+
+
+def run_exec(
+    request: dict[str, Any], identity: tuple[int, int] | None, emit: Emit | None = None
+) -> dict[str, Any]:
+    """Run a program (no shell of the model's: bash only execs it) as `identity`, with the
+    request's stdin, stdout and stderr kept apart; progress shows stderr and stdout as they
+    come."""
+    argv = [str(arg) for arg in request["argv"]]
+    if not argv or not argv[0]:
+        return {"exit_code": -1, "error": "an exec request needs a program"}
+    cwd = str(request["cwd"])
+    timeout_s = int(request["timeout_ms"]) / 1000.0
+    limit = int(request.get("output_limit_bytes") or 1 << 20)
+    stdin = str(request.get("stdin") or "").encode("utf-8", "surrogateescape")
+    if len(stdin) > MAX_STDIN_BYTES:
+        return {"exit_code": -1, "error": f"the input is over {MAX_STDIN_BYTES} bytes"}
+    try:
+        in_r = _stdin_pipe(stdin)
+    except OSError as exc:
+        return {"exit_code": -1, "error": f"cannot hand the program its input: {exc.strerror}"}
+    stdout, stderr = OutputSink(limit), OutputSink(max(1, limit // 16))
+    oom_before = oom_kill_count()
+    started = time.monotonic()
+    command = ["bash", "--noprofile", "--norc", "-c", _EXEC_COMMAND, argv[0], *argv]
+    try:
+        run = _start(command, request, identity, stdin=in_r, separate_stderr=True)
+    except OSError as exc:
+        return {"exit_code": -1, "error": f"cannot start {argv[0]} in {cwd}: {exc.strerror}"}
+    finally:
+        os.close(in_r)
+    os.close(run.cwd_r)
+    assert run.err_r is not None
+    progress = ProgressStream(emit, started) if emit is not None else None
+    outputs = {run.out_r: _Output(stdout, progress), run.err_r: _Output(stderr, progress)}
+    timed_out = _pump(run.proc, outputs, started + timeout_s)
+    text, truncated = stdout.render()
+    errors, _ = stderr.render()
+    return {
+        "exit_code": _exit_code(run.proc.returncode),
+        "output": text,
+        "stderr": errors,
+        "output_bytes": stdout.total,
+        "output_truncated": truncated,
+        "timed_out": timed_out,
+        "oom_killed": _oom_since(oom_before),
+        "duration_ms": int((time.monotonic() - started) * 1000),
+    }
 
 
 # --- write_file --------------------------------------------------------------------------------
@@ -568,6 +691,7 @@ _HANDLERS: dict[
     str, Callable[[dict[str, Any], tuple[int, int] | None, Emit | None], dict[str, Any]]
 ] = {
     "bash": run_bash,
+    "exec": run_exec,
     "write_file": write_file,
 }
 

@@ -66,14 +66,19 @@ def spawn_bash(
     stdout: int,
     handed: dict[int, int],
     identity: tuple[int, int] | None,
+    stdin: int | None = None,
+    stderr: int | None = None,
 ) -> Spawned:
-    """Start bash with `argv` in `cwd` (inside `workspace`), stdin from /dev/null, stdout and
-    stderr to `stdout`, `handed` (its fd: ours) open, in a session of its own, as `identity`
-    (None: as the runner). OSError when the directory cannot be entered or bash not started."""
+    """Start bash with `argv` in `cwd` (inside `workspace`), stdin from `stdin` (None:
+    /dev/null), stdout to `stdout` and stderr to `stderr` (None: with stdout), `handed` (its
+    fd: ours) open, in a session of its own, as `identity` (None: as the runner). OSError when
+    the directory cannot be entered or bash not started."""
     actions: list[tuple[int, int, str, int, int] | tuple[int, int, int]] = [
-        (os.POSIX_SPAWN_OPEN, 0, os.devnull, os.O_RDONLY, 0),
+        (os.POSIX_SPAWN_OPEN, 0, os.devnull, os.O_RDONLY, 0)
+        if stdin is None
+        else (os.POSIX_SPAWN_DUP2, stdin, 0),
         (os.POSIX_SPAWN_DUP2, stdout, 1),
-        (os.POSIX_SPAWN_DUP2, stdout, 2),
+        (os.POSIX_SPAWN_DUP2, stdout if stderr is None else stderr, 2),
         *((os.POSIX_SPAWN_DUP2, fd, target) for target, fd in handed.items()),
     ]
     with _oom_score_for_children(), _as(identity):

@@ -41,6 +41,7 @@ from daemon.tools.read import ReadTool
 from daemon.tools.validation import parse_input
 from sandbox.backend import (
     BashRequest,
+    ExecRequest,
     SandboxLimits,
     SandboxRequest,
     SandboxResult,
@@ -59,6 +60,8 @@ class FakeSandbox(SandboxRunner):
         self.before_write: Callable[[WriteFileRequest], object] | None = None
         """Called after a write is requested and before its precondition is checked."""
         self._count = 0
+        self.placements: list[tuple[str, bool]] = []
+        """The image and read-only flag of each request."""
 
     @property
     def requests(self) -> list[SandboxRequest]:
@@ -69,15 +72,50 @@ class FakeSandbox(SandboxRunner):
         request: SandboxRequest,
         limits: SandboxLimits,
         on_output: Callable[[str], None] | None = None,
+        *,
+        image: str = "",
+        read_only_workspace: bool = False,
     ) -> SandboxResult:
         self.calls.append((request, limits))
+        self.placements.append((image, read_only_workspace))
         self._count += 1
         sandbox_id = f"fake-{self._count}"
         if self.canned:
             return self.canned.popleft()
         if isinstance(request, WriteFileRequest):
             return self._write(request, sandbox_id)
+        if isinstance(request, ExecRequest):
+            return await self._exec(request, sandbox_id)
         return await self._bash(request, sandbox_id, on_output)
+
+    async def _exec(self, request: ExecRequest, sandbox_id: str) -> SandboxResult:
+        started = time.monotonic()
+        try:
+            proc = await asyncio.create_subprocess_exec(
+                *request.argv,
+                cwd=request.cwd,
+                stdin=asyncio.subprocess.PIPE,
+                stdout=asyncio.subprocess.PIPE,
+                stderr=asyncio.subprocess.PIPE,
+            )
+        except OSError as exc:
+            return SandboxResult(sandbox_id=sandbox_id, exit_code=127, stderr=str(exc))
+        try:
+            out, err = await asyncio.wait_for(
+                proc.communicate(request.stdin.encode()), request.timeout_ms / 1000
+            )
+        except TimeoutError:
+            proc.kill()
+            await proc.wait()
+            return SandboxResult(sandbox_id=sandbox_id, exit_code=137, timed_out=True)
+        return SandboxResult(
+            sandbox_id=sandbox_id,
+            exit_code=proc.returncode or 0,
+            output=out.decode("utf-8", "replace"),
+            stderr=err.decode("utf-8", "replace"),
+            output_bytes=len(out),
+            duration_ms=int((time.monotonic() - started) * 1000),
+        )
 
     def _write(self, request: WriteFileRequest, sandbox_id: str) -> SandboxResult:
         if self.before_write is not None:

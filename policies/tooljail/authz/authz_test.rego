@@ -12,7 +12,7 @@ import data.tooljail.authz
 
 read_input := {
 	"version": 1,
-	"tool": {"name": "Read", "read_only": true, "destructive": false, "concurrency_safe": true, "sandboxed": false},
+	"tool": {"name": "Read", "read_only": true, "destructive": false, "concurrency_safe": true, "sandboxed": false, "origin": {"kind": "builtin", "server": "", "trusted": true}},
 	"input": {"file_path": "/srv/ws/a.txt", "limit": 10},
 	"paths": [{"path": "/srv/ws/a.txt", "access": "read", "inside_workspace": true}],
 	"session": {"id": "default", "workspace": "/srv/ws", "mode": "default", "grants": []},
@@ -22,7 +22,7 @@ read_input := {
 
 write_input := {
 	"version": 1,
-	"tool": {"name": "Write", "read_only": false, "destructive": true, "concurrency_safe": false, "sandboxed": true},
+	"tool": {"name": "Write", "read_only": false, "destructive": true, "concurrency_safe": false, "sandboxed": true, "origin": {"kind": "builtin", "server": "", "trusted": true}},
 	"input": {"file_path": "/srv/ws/notes/b.txt", "content": "hello\n"},
 	"paths": [{"path": "/srv/ws/notes/b.txt", "access": "write", "inside_workspace": true}],
 	"session": {"id": "default", "workspace": "/srv/ws", "mode": "default", "grants": []},
@@ -32,7 +32,7 @@ write_input := {
 
 bash_input := {
 	"version": 1,
-	"tool": {"name": "Bash", "read_only": false, "destructive": true, "concurrency_safe": false, "sandboxed": true},
+	"tool": {"name": "Bash", "read_only": false, "destructive": true, "concurrency_safe": false, "sandboxed": true, "origin": {"kind": "builtin", "server": "", "trusted": true}},
 	"input": {"command": "ls -la", "timeout": 5000},
 	"paths": [],
 	"session": {"id": "default", "workspace": "/srv/ws", "mode": "default", "grants": []},
@@ -51,7 +51,7 @@ bash_input := {
 # A destructive line that a person approved: the shape of input.approval when granted.
 approved_bash_input := {
 	"version": 1,
-	"tool": {"name": "Bash", "read_only": false, "destructive": true, "concurrency_safe": false, "sandboxed": true},
+	"tool": {"name": "Bash", "read_only": false, "destructive": true, "concurrency_safe": false, "sandboxed": true, "origin": {"kind": "builtin", "server": "", "trusted": true}},
 	"input": {"command": "cd /srv/ws && env A=1 /bin/rm -rf /srv/ws/ 2>/dev/null", "timeout": 60000},
 	"paths": [],
 	"session": {"id": "s-7", "workspace": "/srv/ws", "mode": "default", "grants": []},
@@ -93,10 +93,10 @@ list_tools_input := {
 	"caller": {"principal": "local", "transport": "unix"},
 	"session": {"id": "default", "workspace": "/srv/ws", "mode": "default", "grants": []},
 	"tools": [
-		{"name": "Read", "read_only": true, "destructive": false, "concurrency_safe": true, "sandboxed": false},
-		{"name": "Grep", "read_only": true, "destructive": false, "concurrency_safe": true, "sandboxed": false},
-		{"name": "Write", "read_only": false, "destructive": true, "concurrency_safe": false, "sandboxed": true},
-		{"name": "Bash", "read_only": false, "destructive": true, "concurrency_safe": false, "sandboxed": true},
+		{"name": "Read", "read_only": true, "destructive": false, "concurrency_safe": true, "sandboxed": false, "origin": {"kind": "builtin", "server": "", "trusted": true}},
+		{"name": "Grep", "read_only": true, "destructive": false, "concurrency_safe": true, "sandboxed": false, "origin": {"kind": "builtin", "server": "", "trusted": true}},
+		{"name": "Write", "read_only": false, "destructive": true, "concurrency_safe": false, "sandboxed": true, "origin": {"kind": "builtin", "server": "", "trusted": true}},
+		{"name": "Bash", "read_only": false, "destructive": true, "concurrency_safe": false, "sandboxed": true, "origin": {"kind": "builtin", "server": "", "trusted": true}},
 	],
 }
 
@@ -249,7 +249,7 @@ test_workspace_root_itself_is_inside if {
 test_another_workspace_root_itself_is_inside if {
 	doc := {
 		"version": 1,
-		"tool": {"name": "LS", "read_only": true, "destructive": false, "concurrency_safe": true, "sandboxed": false},
+		"tool": {"name": "LS", "read_only": true, "destructive": false, "concurrency_safe": true, "sandboxed": false, "origin": {"kind": "builtin", "server": "", "trusted": true}},
 		"input": {"path": "/home/u/proj"},
 		"paths": [{"path": "/home/u/proj", "access": "read", "inside_workspace": true}],
 		"session": {"id": "s1", "workspace": "/home/u/proj", "mode": "default", "grants": []},

@@ -8,7 +8,7 @@ import data.tooljail.authz
 # A force push in a session where a person approved `git push` and edits below src/ for the session.
 session_grant_bash_input := {
 	"version": 1,
-	"tool": {"name": "Bash", "read_only": false, "destructive": true, "concurrency_safe": false, "sandboxed": true},
+	"tool": {"name": "Bash", "read_only": false, "destructive": true, "concurrency_safe": false, "sandboxed": true, "origin": {"kind": "builtin", "server": "", "trusted": true}},
 	"input": {"command": "git push -f origin topic", "timeout": 60000},
 	"paths": [{"path": "/srv/ws", "access": "write", "inside_workspace": true}],
 	"session": {

@@ -11,7 +11,7 @@ import data.tooljail.authz
 # An Edit in acceptEdits mode, with the decisions of two PreToolUse hooks.
 hooked_edit_input := {
 	"version": 1,
-	"tool": {"name": "Edit", "read_only": false, "destructive": true, "concurrency_safe": false, "sandboxed": true},
+	"tool": {"name": "Edit", "read_only": false, "destructive": true, "concurrency_safe": false, "sandboxed": true, "origin": {"kind": "builtin", "server": "", "trusted": true}},
 	"input": {"file_path": "/srv/ws/src/app.py", "old_string": "DEBUG = True", "new_string": "DEBUG = False"},
 	"paths": [{"path": "/srv/ws/src/app.py", "access": "write", "inside_workspace": true}],
 	"session": {"id": "s-9", "workspace": "/srv/ws", "mode": "acceptEdits", "grants": []},
