@@ -26,6 +26,7 @@ from typing import Any
 from bench import parts, processes, report, workload
 from bench.egress import measure_egress
 from bench.harness import Docker, Run, log
+from bench.mcp import measure_mcp
 from bench.plans import FULL, SMOKE
 from bench.processes import OpaServer
 
@@ -109,6 +110,7 @@ def execute(run: Run) -> None:
             "egress",
             lambda: measure_egress(run.work / "egress", plan.egress_connects, plan.egress_bytes),
         )
+        run.part("mcp", lambda: measure_mcp(run.work / "mcp", plan.mcp_calls))
         if run.docker is None:
             for name in ("sandbox", "churn", "flood"):
                 run.skip(name, run.docker_problem)
@@ -153,7 +155,7 @@ def main(argv: list[str] | None = None) -> int:
         "--only",
         default="",
         help="comma-separated parts to run (decision, readonly, floor, profile, batch, egress, "
-        "sandbox, churn, flood, cold); the others are left out of the results",
+        "mcp, sandbox, churn, flood, cold); the others are left out of the results",
     )
     args = parser.parse_args(argv)
     plan = SMOKE if args.smoke else FULL

@@ -372,6 +372,30 @@ def cpu_metrics(parts: Parts) -> list[Metric]:
     return rows
 
 
+def mcp_metrics(parts: Parts) -> list[Metric]:
+    """An upstream MCP tool through tooljail against the same server directly, same run: the
+    overhead at p50 and p99 (the issue sets no number; measured and shown)."""
+    part = _get(parts, "mcp")
+    if not isinstance(part, Mapping):
+        part = {}
+    rows = []
+    for quantile in ("p50", "p99"):
+        direct = part.get(f"direct_{quantile}_ms")
+        through = part.get(f"tooljail_{quantile}_ms")
+        overhead = None if direct is None or through is None else through - direct
+        rows.append(
+            _info(
+                f"mcp.overhead_{quantile}_ms",
+                f"upstream MCP tool call through tooljail minus direct (SDK client), {quantile}",
+                overhead,
+                "ms",
+                f"through tooljail {_fmt(through)}, direct {_fmt(direct)} "
+                f"({part.get('calls')} calls each, in turns)",
+            )
+        )
+    return rows
+
+
 def evaluate(parts: Parts) -> list[Metric]:
     """Every metric row, in the issue's order."""
     return [
@@ -383,5 +407,6 @@ def evaluate(parts: Parts) -> list[Metric]:
         *batch_metrics(parts),
         *flood_metrics(parts),
         *egress_metrics(parts),
+        *mcp_metrics(parts),
         *cpu_metrics(parts),
     ]

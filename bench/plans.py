@@ -36,6 +36,8 @@ class Plan:
     """Connections set up directly and through the egress proxy, each."""
     egress_bytes: int
     """Size of the download measured directly, tunnelled and intercepted."""
+    mcp_calls: int
+    """Calls of the upstream MCP tool, directly and through tooljail, each."""
     opa_timeout_s: float
     """The daemon's decision timeout (the smoke run must not turn a slow machine into denies)."""
     call_timeout_s: float
@@ -64,6 +66,7 @@ FULL = Plan(
     flood_bytes=1 << 30,
     egress_connects=500,
     egress_bytes=100 << 20,
+    mcp_calls=300,
     opa_timeout_s=0.5,
     call_timeout_s=120.0,
 )
@@ -87,6 +90,7 @@ SMOKE = Plan(
     flood_bytes=16 << 20,
     egress_connects=10,
     egress_bytes=1 << 20,
+    mcp_calls=10,
     opa_timeout_s=5.0,
     call_timeout_s=120.0,
 )

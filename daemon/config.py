@@ -25,6 +25,7 @@ from pydantic_settings import (
 from daemon.egress.credentials import CredentialRule
 from daemon.errors import TooljailError
 from daemon.hooks.config import HookList
+from daemon.tools.mcp.config import McpServerSpec
 from sandbox.backend import SandboxLimits
 from sandbox.limits import SandboxCeilings
 
@@ -273,6 +274,8 @@ class Settings(BaseSettings):
     metrics: MetricsSettings = MetricsSettings()
     hooks: HookList = ()
     """PreToolUse / PostToolUse / PostToolUseFailure hooks (Claude Code's protocol)."""
+    mcp_servers: tuple[McpServerSpec, ...] = ()
+    """Upstream MCP servers whose tools join the registry as mcp__<server>__<tool>."""
     logging: LoggingSettings = LoggingSettings()
 
     @field_validator("listen")

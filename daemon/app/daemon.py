@@ -54,7 +54,8 @@ from daemon.sessions.disk import BudgetedWorkspaces, FreshWorkspaces, PlainWorks
 from daemon.sessions.manager import SessionManager
 from daemon.sessions.store import SessionStore
 from daemon.sessions.workspaces import IdentityRule
-from daemon.tools.toolset import tool_registry
+from daemon.tools.mcp.upstream import McpUpstream
+from daemon.tools.toolset import ToolCatalog, operator_tools
 
 log = logging.getLogger(__name__)
 
@@ -94,6 +95,7 @@ class Daemon:
         self._sandbox: Sandbox | None = None
         self._store: SessionStore | None = None
         self._pipeline: Pipeline | None = None
+        self._catalog = ToolCatalog(settings.deferred_tools)
         self._server: grpc.aio.Server | None = None
         self._health = health.aio.HealthServicer()
         self._stack: contextlib.AsyncExitStack | None = None
@@ -162,8 +164,10 @@ class Daemon:
             approval.key.get_secret_value() if approval.key else None,
             approval.key_file or settings.state_dir / "approval.key",
         )
+        catalog = self._catalog
+        catalog.operator = operator_tools(settings.opa.policies_dir)
         self._pipeline = pipeline = Pipeline(
-            registry=tool_registry(settings.opa.policies_dir, settings.deferred_tools),
+            registry=catalog.registry(),
             policy=policy.decider,
             sessions=store,
             limits=PipelineLimits(
@@ -177,6 +181,12 @@ class Daemon:
             metrics=self.metrics,
             hooks=HookEngine(settings.hooks) if settings.hooks else None,
         )
+        catalog.on_change = pipeline.use_registry
+        for spec in settings.mcp_servers:
+            upstream = McpUpstream(spec, catalog.upstream_tools)
+            catalog.add_upstream(upstream)
+            upstream.start()
+            stack.push_async_callback(upstream.stop)
         sched = settings.scheduler
         self.scheduler = scheduler = Scheduler(
             pipeline,
@@ -271,13 +281,7 @@ class Daemon:
     def _load_tools(self) -> Callable[[], None]:
         """The policy folder's tools as a reload finds them (ToolDefinitionError), and how to
         put them in force."""
-        registry = tool_registry(self.settings.opa.policies_dir, self.settings.deferred_tools)
-
-        def use() -> None:
-            if self._pipeline is not None:
-                self._pipeline.use_registry(registry)
-
-        return use
+        return self._catalog.prepare_operator(operator_tools(self.settings.opa.policies_dir))
 
     def _opa_socket_dir(self) -> Path:
         """A directory only the daemon's user may enter, for the managed OPA's sockets:

@@ -62,6 +62,12 @@ def _where(error: jsonschema.ValidationError) -> str:
     return "/".join(str(part) for part in error.absolute_path) or "(input)"
 
 
+def schema_errors(validator: jsonschema.Draft202012Validator, document: Any) -> list[str]:
+    """What is wrong with `document`, one line per problem (the first few), by field."""
+    errors = sorted(validator.iter_errors(document), key=_where)
+    return [f"- `{_where(e)}`: {e.message}" for e in errors[:_MAX_SCHEMA_ERRORS]]
+
+
 class OperatorTool(Tool[OperatorInput, OperatorRun]):
     """Base of the classes `operator_tool` makes, one per definition."""
 
@@ -76,12 +82,11 @@ class OperatorTool(Tool[OperatorInput, OperatorRun]):
 
     def validate(self, args: OperatorInput, session: Session) -> OperatorInput:
         document = args.model_dump(mode="json")
-        errors = sorted(self._validator.iter_errors(document), key=_where)
+        errors = schema_errors(self._validator, document)
         if errors:
-            lines = [f"- `{_where(e)}`: {e.message}" for e in errors[:_MAX_SCHEMA_ERRORS]]
             raise ToolInputError(
                 f"Invalid input for the {self.name} tool:\n"
-                + "\n".join(lines)
+                + "\n".join(errors)
                 + f"\nFix the input to match the {self.name} input schema and call it again."
             )
         self._argv(document)  # a value that cannot become an argument is an input error

@@ -147,6 +147,7 @@ deny contains concat(" ", [
 ]) if {
 	not read_only_tool
 	not input.tool.sandboxed == true
+	not mcp_tool
 }
 
 deny contains concat(" ", [
@@ -353,4 +354,9 @@ tool_hidden(config, tool) if tool_listed_hidden(config, tool.name)
 tool_hidden(config, tool) if {
 	config.read_only_only == true
 	not tool.read_only == true
+}
+
+tool_hidden(config, tool) if {
+	tool.origin.kind == "mcp"
+	not mcp_server_enabled(config, tool.origin.server)
 }

@@ -1,0 +1,69 @@
+"""An upstream MCP server for the tests, written with the `mcp` SDK, served over Streamable HTTP
+on loopback: `python -m tests.integration.mcp_upstream PORT`."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import os
+import sys
+
+from mcp.server.mcpserver import Context, MCPServer
+from mcp_types import ImageContent, ToolAnnotations
+
+PNG = b"\x89PNG\r\n\x1a\n upstream"
+
+server = MCPServer("upstream")
+
+
+@server.tool(annotations=ToolAnnotations(readOnlyHint=True))
+def add(a: int, b: int) -> int:
+    """Adds two integers."""
+    return a + b
+
+
+@server.tool(annotations=ToolAnnotations(destructiveHint=True))
+def shout(text: str) -> str:
+    """Upper-cases text."""
+    return text.upper()
+
+
+@server.tool()
+def picture() -> ImageContent:
+    """A small picture."""
+    return ImageContent(type="image", data=base64.b64encode(PNG).decode(), mime_type="image/png")
+
+
+@server.tool()
+def big(size: int) -> str:
+    """A long text."""
+    return "y" * size
+
+
+@server.tool()
+async def sleep(seconds: float) -> str:
+    """Sleeps, then answers."""
+    await asyncio.sleep(seconds)
+    return "awake"
+
+
+@server.tool()
+def die() -> str:
+    """Kills the server in the middle of the call."""
+    os._exit(3)
+
+
+@server.tool()
+async def grow(name: str, ctx: Context) -> str:
+    """Adds a tool and tells the client its tool list changed."""
+
+    def extra() -> str:
+        return f"{name} here"
+
+    server.add_tool(extra, name=name, description="added while running")
+    await ctx.session.send_tool_list_changed()
+    return "grown"
+
+
+if __name__ == "__main__":
+    server.run("streamable-http", host="127.0.0.1", port=int(sys.argv[1]))
