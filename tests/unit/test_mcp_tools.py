@@ -22,7 +22,9 @@ SCHEMA = {"type": "object", "properties": {"q": {"type": "string"}}, "required":
 
 
 def _listing(name: str = "search", **fields: Any) -> types.Tool:
-    return types.Tool(name=name, description="Searches.", input_schema=SCHEMA, **fields)
+    return types.Tool(
+        **{"name": name, "description": "Searches.", "input_schema": SCHEMA, **fields}
+    )
 
 
 class _Answering(McpUpstream):
@@ -141,3 +143,32 @@ def test_the_catalog_adds_replaces_and_defers_a_servers_tools() -> None:
     registry = published[-1]
     assert "mcp__docs__a" not in registry.names()
     assert registry.definition("mcp__docs__t0").defer_loading
+
+
+def test_a_schema_referring_outside_itself_is_left_out_and_never_fetched() -> None:
+    import socket
+
+    with socket.socket() as listener:
+        listener.bind(("127.0.0.1", 0))
+        listener.listen(1)
+        listener.settimeout(0.5)
+        url = f"http://127.0.0.1:{listener.getsockname()[1]}/schema.json"
+        remote = {"type": "object", "properties": {"q": {"$ref": url}}}
+        assert mcp_tool(_Answering(_spec(), Exception()), _listing(input_schema=remote)) is None
+        with pytest.raises(TimeoutError):
+            listener.accept()  # nobody came to fetch it
+
+
+async def test_an_upstream_regex_is_not_run_by_the_daemon(tmp_path: Any) -> None:
+    """(a+)+$ takes exponential time on "aaa...!": the server checks its own patterns."""
+    evil = {
+        "type": "object",
+        "properties": {"q": {"type": "string", "pattern": "^(a+)+$"}},
+        "patternProperties": {"^(b+)+$": {"type": "string"}},
+        "additionalProperties": False,
+    }
+    answer = types.CallToolResult(content=[types.TextContent(type="text", text="ok")])
+    tool = mcp_tool(_Answering(_spec(), answer), _listing(input_schema=evil))
+    assert tool is not None and tool.input_schema()["properties"]["q"]["pattern"] == "^(a+)+$"
+    output = await run_tool(tool, {"q": "a" * 64 + "!"}, make_context(tmp_path))
+    assert text_of(output) == "ok"

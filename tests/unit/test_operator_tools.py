@@ -53,6 +53,7 @@ def _folder(tmp_path: Path, files: dict[str, str]) -> Path:
 
 
 def _refusal(tmp_path: Path, text: str) -> str:
+    """The load error of one bad file (asserted to name it)."""
     with pytest.raises(ToolDefinitionError) as caught:
         load_specs(_folder(tmp_path, {"bad.toml": text}), frozenset({"Read"}))
     return str(caught.value)
@@ -88,6 +89,7 @@ def test_a_good_definition_becomes_a_tool_with_its_schema_traits_and_origin(
         (GREP_LIKE.replace('argv = ["grep"', 'argv = ["{word}"'), "must be a fixed name"),
         (GREP_LIKE.replace('type = "object"', 'type = "array"'), 'say "type": "object"'),
         (GREP_LIKE.replace("minLength = 1", 'minLength = "one"'), "not a valid JSON Schema"),
+        (GREP_LIKE.replace("minLength = 1", '"$ref" = "http://127.0.0.1:9/s.json"'), "only #"),
         (GREP_LIKE + 'cwd = "../elsewhere"\n', "run.cwd: "),
         (GREP_LIKE + 'image = "Not An Image"\n', "run.image: "),
         (GREP_LIKE + "colour = 1\n", "run.colour: Extra inputs are not permitted"),

@@ -33,8 +33,9 @@ from daemon.tools.contract import (
     ToolOutput,
     ToolTraits,
 )
+from daemon.tools.json_schema import SchemaProblem, input_validator, schema_errors
 from daemon.tools.mcp.upstream import McpUpstream
-from daemon.tools.operator.tool import OperatorInput, schema_errors
+from daemon.tools.operator.tool import OperatorInput
 
 log = logging.getLogger(__name__)
 
@@ -156,16 +157,9 @@ def mcp_tool(upstream: McpUpstream, tool: types.Tool) -> McpTool | None:
         return None
     schema = dict(tool.input_schema)
     try:
-        jsonschema.Draft202012Validator.check_schema(schema)
-        if schema.get("type") != "object":
-            raise jsonschema.SchemaError("the input is not an object")
-    except jsonschema.SchemaError as exc:
-        log.warning(
-            "MCP server %s: tool %r: bad input schema (%s); left out",
-            server,
-            tool.name,
-            exc.message,
-        )
+        validator = input_validator(schema, run_regexes=False)
+    except SchemaProblem as exc:
+        log.warning("MCP server %s: tool %r: %s; left out", server, tool.name, exc)
         return None
     description = (tool.description or tool.title or tool.name)[:MAX_DESCRIPTION_CHARS]
     cls = type(
@@ -180,7 +174,7 @@ def mcp_tool(upstream: McpUpstream, tool: types.Tool) -> McpTool | None:
             "remote_name": tool.name,
             "schema": schema,
             "search_hint": f"{server} {tool.title or ''}".strip(),
-            "_validator": jsonschema.Draft202012Validator(schema),
+            "_validator": validator,
         },
     )
     made: McpTool = cls()

@@ -15,10 +15,10 @@ import tomllib
 from pathlib import Path
 from typing import Any, Literal
 
-import jsonschema
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from daemon.errors import TooljailError
+from daemon.tools.json_schema import input_validator
 
 TOOLS_FOLDER = "tools"
 """Where operator tools live, inside the policy folder (reloaded with it)."""
@@ -132,13 +132,7 @@ class OperatorToolSpec(BaseModel):
     @field_validator("input_schema")
     @classmethod
     def _schema(cls, schema: dict[str, Any]) -> dict[str, Any]:
-        try:
-            jsonschema.Draft202012Validator.check_schema(schema)
-        except jsonschema.SchemaError as exc:
-            where = "/".join(str(part) for part in exc.path) or "(top)"
-            raise ValueError(f"not a valid JSON Schema at {where}: {exc.message}") from exc
-        if schema.get("type") != "object":
-            raise ValueError('the input must be an object: say "type": "object"')
+        input_validator(schema)  # SchemaProblem is a ValueError: reported with the field
         return schema
 
     @model_validator(mode="after")

@@ -34,6 +34,7 @@ from daemon.tools.contract import (
     ToolTraits,
     TouchedPath,
 )
+from daemon.tools.json_schema import input_validator, schema_errors
 from daemon.tools.operator.definition import OperatorToolSpec
 from daemon.tools.summaries import failed, seconds
 from sandbox.backend import ExecRequest, SandboxResult
@@ -41,7 +42,6 @@ from sandbox.backend import ExecRequest, SandboxResult
 #: stdout kept of a content answer (images travel in it, base64): past it the JSON is cut.
 CONTENT_OUTPUT_BYTES = 16 << 20
 _IMAGE_TYPES = frozenset({"image/png", "image/jpeg", "image/gif", "image/webp"})
-_MAX_SCHEMA_ERRORS = 8
 
 
 class OperatorInput(ToolInput):
@@ -56,16 +56,6 @@ class OperatorRun:
 
     result: SandboxResult
     timeout_ms: int
-
-
-def _where(error: jsonschema.ValidationError) -> str:
-    return "/".join(str(part) for part in error.absolute_path) or "(input)"
-
-
-def schema_errors(validator: jsonschema.Draft202012Validator, document: Any) -> list[str]:
-    """What is wrong with `document`, one line per problem (the first few), by field."""
-    errors = sorted(validator.iter_errors(document), key=_where)
-    return [f"- `{_where(e)}`: {e.message}" for e in errors[:_MAX_SCHEMA_ERRORS]]
 
 
 class OperatorTool(Tool[OperatorInput, OperatorRun]):
@@ -268,7 +258,7 @@ def operator_tool(spec: OperatorToolSpec) -> OperatorTool:
             "traits": traits,
             "search_hint": spec.search_hint,
             "spec": spec,
-            "_validator": jsonschema.Draft202012Validator(spec.input_schema),
+            "_validator": input_validator(spec.input_schema),
         },
     )
     tool: OperatorTool = cls()
