@@ -94,7 +94,6 @@ class Daemon:
         self._policy: _Policy | None = None
         self._sandbox: Sandbox | None = None
         self._store: SessionStore | None = None
-        self._pipeline: Pipeline | None = None
         self._catalog = ToolCatalog(settings.deferred_tools)
         self._server: grpc.aio.Server | None = None
         self._health = health.aio.HealthServicer()
@@ -166,7 +165,7 @@ class Daemon:
         )
         catalog = self._catalog
         catalog.operator = operator_tools(settings.opa.policies_dir)
-        self._pipeline = pipeline = Pipeline(
+        pipeline = Pipeline(
             registry=catalog.registry(),
             policy=policy.decider,
             sessions=store,

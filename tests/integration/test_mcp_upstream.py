@@ -22,16 +22,11 @@ from daemon.config import PROJECT_ROOT
 from tests.integration.harness import RunningDaemon, running_daemon, text_of
 from tests.integration.test_mcp_bridge import bridge
 from tests.integration.test_mcp_bridge import text_of as bridge_text
+from tests.integration.test_service import free_port
 
 pytestmark = pytest.mark.integration
 
 PNG = b"\x89PNG\r\n\x1a\n upstream"
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 class Upstream:
@@ -80,7 +75,7 @@ def _policies(folder: Path) -> Path:
 
 @pytest.fixture(scope="module")
 def world(short_tmp: Path) -> Iterator[tuple[RunningDaemon, Upstream]]:
-    upstream = Upstream(_free_port())
+    upstream = Upstream(free_port())
     upstream.start()
     workspace = short_tmp / "ws-mcp-up"
     workspace.mkdir()

@@ -26,6 +26,7 @@ from daemon.tools.mcp.config import McpServerSpec
 log = logging.getLogger(__name__)
 
 _BACKOFF_S = (0.5, 1.0, 2.0, 5.0, 10.0, 30.0)
+_RELIST_PAUSE_S = 1.0
 MAX_LISTED_TOOLS = 512
 """Tools taken from one server; more are ignored (logged)."""
 
@@ -107,6 +108,8 @@ class McpUpstream:
                 if self._relist.is_set() and not self._broken.is_set():
                     self._relist.clear()
                     await self._read_tools(client)
+                    # A server announcing changes without pause gets read once a second.
+                    await asyncio.sleep(_RELIST_PAUSE_S)
         if self.last_error:
             log.warning("MCP server %s disconnected: %s", self.spec.name, self.last_error)
 
