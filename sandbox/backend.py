@@ -11,7 +11,7 @@ import contextlib
 from collections.abc import Callable
 from enum import StrEnum
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -126,6 +126,22 @@ class ExecRequest(_Frozen):
     sixteenth of it."""
 
 
+class McpStdioRequest(_Frozen):
+    """Start an MCP server (a program speaking MCP on its stdio) and have one exchange with it:
+    list its tools, or call one."""
+
+    kind: Literal["mcp_stdio"] = "mcp_stdio"
+    argv: tuple[str, ...] = Field(min_length=1)
+    cwd: str
+    """Absolute directory inside the workspace to start in."""
+    method: Literal["tools/list", "tools/call"]
+    params: dict[str, Any] = Field(default_factory=dict)
+    """tools/call: {"name": ..., "arguments": {...}}."""
+    timeout_ms: int = Field(gt=0)
+    output_limit_bytes: int = Field(default=16 << 20, gt=0)
+    """Largest message accepted from the server."""
+
+
 class WriteFileRequest(_Frozen):
     """Atomically replace (or create) one file in the workspace."""
 
@@ -137,7 +153,7 @@ class WriteFileRequest(_Frozen):
     """sha256 the current file must have (checked just before the rename); None: must not exist."""
 
 
-SandboxRequest = BashRequest | ExecRequest | WriteFileRequest
+SandboxRequest = BashRequest | ExecRequest | McpStdioRequest | WriteFileRequest
 
 
 class SandboxResult(_Frozen):

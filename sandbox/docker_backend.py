@@ -35,6 +35,7 @@ from sandbox import reaper
 from sandbox.backend import (
     BashRequest,
     ExecRequest,
+    McpStdioRequest,
     NetworkMode,
     OutputCallback,
     Sandbox,
@@ -426,7 +427,7 @@ class DockerSandbox(Sandbox):
         if self._destroy_task is not None or self._conn.peer_closed():
             await self.destroy()
             raise SandboxNotDelivered(f"sandbox {self._id[:12]} ended before it got the request")
-        if isinstance(request, BashRequest | ExecRequest):
+        if isinstance(request, BashRequest | ExecRequest | McpStdioRequest):
             deadline_s = request.timeout_ms / 1000 + self._backend.grace_s
             max_frame = 7 * request.output_limit_bytes + (1 << 16)  # JSON escapes; stderr
         else:

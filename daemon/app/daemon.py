@@ -54,8 +54,12 @@ from daemon.sessions.disk import BudgetedWorkspaces, FreshWorkspaces, PlainWorks
 from daemon.sessions.manager import SessionManager
 from daemon.sessions.store import SessionStore
 from daemon.sessions.workspaces import IdentityRule
+from daemon.tools.contract import SandboxRunner
+from daemon.tools.mcp.config import McpServerSpec
+from daemon.tools.mcp.stdio import McpStdioServer
 from daemon.tools.mcp.upstream import McpUpstream
 from daemon.tools.toolset import ToolCatalog, operator_tools
+from sandbox.limits import clamp_limits
 
 log = logging.getLogger(__name__)
 
@@ -182,7 +186,7 @@ class Daemon:
         )
         catalog.on_change = pipeline.use_registry
         for spec in settings.mcp_servers:
-            upstream = McpUpstream(spec, catalog.upstream_tools)
+            upstream = self._upstream(spec, catalog, sandbox, store)
             catalog.add_upstream(upstream)
             upstream.start()
             stack.push_async_callback(upstream.stop)
@@ -276,6 +280,23 @@ class Daemon:
             decider = shadowed
         reloader = PolicyReloader(self.opa, engine, binary, folder, tools=self._load_tools)
         return _Policy(engine, decider, reloader)
+
+    def _upstream(
+        self, spec: McpServerSpec, catalog: ToolCatalog, sandbox: Sandbox, store: SessionStore
+    ) -> McpUpstream | McpStdioServer:
+        """An upstream MCP server: over HTTP, or stdio in the sandbox (listed in the default
+        workspace, mounted read-only)."""
+        if not spec.command:
+            return McpUpstream(spec, catalog.upstream_tools)
+        settings = self.settings
+
+        def listing() -> tuple[SandboxRunner, str] | None:
+            session = store.default_for(settings.auth.unix_principal)
+            runner = sandbox.runner(session, f"mcp-list-{spec.name}")
+            return None if runner is None else (runner, str(session.workspace))
+
+        limits = clamp_limits(settings.sandbox.defaults, settings.sandbox.ceilings)
+        return McpStdioServer(spec, catalog.upstream_tools, listing, limits)
 
     def _load_tools(self) -> Callable[[], None]:
         """The policy folder's tools as a reload finds them (ToolDefinitionError), and how to

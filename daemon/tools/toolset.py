@@ -18,7 +18,7 @@ import mcp_types as types
 from daemon.tools.builtin import builtin_tools
 from daemon.tools.contract import AnyTool
 from daemon.tools.mcp.tool import mcp_tool
-from daemon.tools.mcp.upstream import McpUpstream
+from daemon.tools.mcp.upstream import Upstream
 from daemon.tools.operator.definition import ToolDefinitionError, load_specs
 from daemon.tools.operator.tool import OperatorTool, operator_tool
 from daemon.tools.registry import ToolRegistry
@@ -50,7 +50,7 @@ class ToolCatalog:
         self.operator: list[OperatorTool] = []
         self._mcp: dict[str, list[AnyTool]] = {}
         self._mcp_deferred: set[str] = set()
-        self._upstreams: dict[str, McpUpstream] = {}
+        self._upstreams: dict[str, Upstream] = {}
         self.on_change: Callable[[ToolRegistry], None] | None = None
 
     def registry(self) -> ToolRegistry:
@@ -83,7 +83,7 @@ class ToolCatalog:
 
         return commit
 
-    def add_upstream(self, upstream: McpUpstream) -> None:
+    def add_upstream(self, upstream: Upstream) -> None:
         """Keep an upstream server (its tools arrive through `upstream_tools`)."""
         self._upstreams[upstream.spec.name] = upstream
 

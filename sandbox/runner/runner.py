@@ -43,9 +43,10 @@ from typing import Any
 try:  # in the container: this file's folder (read-only) is on sys.path
     import confine  # type: ignore[import-not-found,unused-ignore]
     import forward  # type: ignore[import-not-found,unused-ignore]
+    import mcp_stdio  # type: ignore[import-not-found,unused-ignore]
     import spawn  # type: ignore[import-not-found,unused-ignore]
 except ImportError:  # on the host, as part of the sandbox package (tests)
-    from sandbox.runner import confine, forward, spawn
+    from sandbox.runner import confine, forward, mcp_stdio, spawn
 
 PROTOCOL_VERSION = 1
 _HEADER = struct.Struct(">I")
@@ -564,6 +565,54 @@ def run_exec(
     }
 
 
+# --- mcp_stdio ---------------------------------------------------------------------------------
+
+
+def run_mcp_stdio(
+    request: dict[str, Any], identity: tuple[int, int] | None, emit: Emit | None = None
+) -> dict[str, Any]:
+    """Start an MCP server (argv, no shell) as `identity` and have one exchange with it over
+    its stdio (see mcp_stdio.py); its answer, as JSON, is the result's output."""
+    argv = [str(arg) for arg in request["argv"]]
+    if not argv or not argv[0]:
+        return {"exit_code": -1, "error": "an mcp_stdio request needs a program"}
+    timeout_s = int(request["timeout_ms"]) / 1000.0
+    limit = int(request.get("output_limit_bytes") or 1 << 20)
+    stderr = OutputSink(max(1, limit // 16))
+    started = time.monotonic()
+    in_r, in_w = os.pipe()
+    command = ["bash", "--noprofile", "--norc", "-c", _EXEC_COMMAND, argv[0], *argv]
+    try:
+        run = _start(command, request, identity, stdin=in_r, separate_stderr=True)
+    except OSError as exc:
+        os.close(in_w)
+        return {"exit_code": -1, "error": f"cannot start {argv[0]}: {exc.strerror}"}
+    finally:
+        os.close(in_r)
+    os.close(run.cwd_r)
+    assert run.err_r is not None
+    conversation = mcp_stdio.Conversation(
+        in_w, run.out_r, started + timeout_s, limit, (run.err_r, stderr.add)
+    )
+    answer: dict[str, Any] = {}
+    try:
+        result = mcp_stdio.exchange(
+            conversation, str(request["method"]), request.get("params") or {}
+        )
+        answer = {"exit_code": 0, "output": json.dumps(result)}
+    except mcp_stdio.McpStdioError as exc:
+        timed_out = time.monotonic() >= started + timeout_s
+        answer = {"exit_code": -1, "error": str(exc), "timed_out": timed_out}
+    finally:
+        os.close(in_w)
+        _kill_group(run.proc.pid)
+        run.proc.wait(timeout=5)
+        for fd in (run.out_r, run.err_r):
+            os.close(fd)
+    errors, _ = stderr.render()
+    return {**answer, "stderr": errors, "duration_ms": int((time.monotonic() - started) * 1000)}
+
+
 # --- write_file --------------------------------------------------------------------------------
 
 _ERRNO_ADVICE = {
@@ -692,6 +741,7 @@ _HANDLERS: dict[
 ] = {
     "bash": run_bash,
     "exec": run_exec,
+    "mcp_stdio": run_mcp_stdio,
     "write_file": write_file,
 }
 

@@ -1,5 +1,6 @@
 """An upstream MCP server for the tests, written with the `mcp` SDK, served over Streamable HTTP
-on loopback: `python -m tests.integration.mcp_upstream PORT`."""
+on loopback (`python -m tests.integration.mcp_upstream PORT`) or over stdio (`... stdio`, as the
+sandbox runs it)."""
 
 from __future__ import annotations
 
@@ -54,6 +55,14 @@ def die() -> str:
 
 
 @server.tool()
+def write_note(text: str) -> str:
+    """Writes note.txt in the directory it runs in."""
+    with open("note.txt", "w") as note:
+        note.write(text)
+    return f"wrote note.txt as uid {os.getuid()} in {os.getcwd()}"
+
+
+@server.tool()
 async def grow(name: str, ctx: Context) -> str:
     """Adds a tool and tells the client its tool list changed."""
 
@@ -66,4 +75,7 @@ async def grow(name: str, ctx: Context) -> str:
 
 
 if __name__ == "__main__":
-    server.run("streamable-http", host="127.0.0.1", port=int(sys.argv[1]))
+    if sys.argv[1] == "stdio":
+        server.run("stdio")
+    else:
+        server.run("streamable-http", host="127.0.0.1", port=int(sys.argv[1]))

@@ -13,7 +13,7 @@ from daemon.models import ImageContent
 from daemon.tools.contract import ToolOrigin
 from daemon.tools.mcp.config import McpServerSpec
 from daemon.tools.mcp.tool import mcp_tool, tool_name
-from daemon.tools.mcp.upstream import McpServerError, McpUpstream
+from daemon.tools.mcp.upstream import McpAnswer, McpServerError, McpUpstream
 from daemon.tools.registry import ToolRegistry
 from daemon.tools.toolset import MCP_DEFER_ABOVE, ToolCatalog
 from tests.unit.fake_sandbox import make_context, run_tool, text_of
@@ -35,11 +35,11 @@ class _Answering(McpUpstream):
         self.answer = answer
         self.calls: list[tuple[str, dict[str, Any]]] = []
 
-    async def call(self, tool: str, arguments: dict[str, Any]) -> types.CallToolResult:
+    async def call(self, tool: str, arguments: dict[str, Any], ctx: object = None) -> McpAnswer:
         self.calls.append((tool, arguments))
         if isinstance(self.answer, Exception):
             raise self.answer
-        return self.answer
+        return McpAnswer(self.answer)
 
 
 def _spec(**fields: Any) -> McpServerSpec:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 _SERVER_NAME = re.compile(r"^[a-zA-Z0-9-]+(?:_[a-zA-Z0-9-]+)*$")
 MAX_SERVER_NAME = 24
@@ -17,7 +17,18 @@ class McpServerSpec(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     name: str = Field(description="Short name: letters, digits, '-', single '_' (no '__').")
-    url: str = Field(description="Its Streamable HTTP endpoint, e.g. http://127.0.0.1:8000/mcp.")
+    url: str = Field(
+        default="", description="Its Streamable HTTP endpoint, e.g. http://127.0.0.1:8000/mcp."
+    )
+    command: tuple[str, ...] = Field(
+        default=(),
+        description="Or: the program (and arguments) of a server speaking MCP on its stdio, "
+        "started in the sandbox for each call, in the caller's workspace, with the policy's "
+        "limits (and to list its tools, in the default workspace mounted read-only).",
+    )
+    image: str = Field(
+        default="", description="command only: a local image to run it in (never pulled)."
+    )
     trusted: bool = Field(
         default=False,
         description="Believe the server's annotations (readOnlyHint, destructiveHint, "
@@ -45,6 +56,14 @@ class McpServerSpec(BaseModel):
     @field_validator("url")
     @classmethod
     def _url(cls, url: str) -> str:
-        if not re.fullmatch(r"https?://[^\s/]+(/\S*)?", url):
+        if url and not re.fullmatch(r"https?://[^\s/]+(/\S*)?", url):
             raise ValueError("an http:// or https:// URL")
         return url
+
+    @model_validator(mode="after")
+    def _one_transport(self) -> McpServerSpec:
+        if bool(self.url) == bool(self.command):
+            raise ValueError("give either url (Streamable HTTP) or command (stdio), not both")
+        if self.image and not self.command:
+            raise ValueError("image is for servers started with command")
+        return self

@@ -4,9 +4,10 @@ its annotations only when the operator trusts the server (otherwise the conserva
 and its results (text, images, embedded resources, resource links, structuredContent, isError)
 mapped to tool_result content under the same budget as any other tool.
 
-The call itself happens on the server: tooljail decides it, audits it, bounds its time and its
-result; what the server does with it is the server's (its tools are not sandboxed, and the
-policy input says so: `sandboxed: false`, `origin.kind: "mcp"`).
+A Streamable HTTP server's call happens on that server: tooljail decides it, audits it, bounds its
+time and its result; what the server does with it is the server's (`sandboxed: false` in the
+policy input). A stdio server runs in the sandbox over the caller's workspace (`sandboxed: true`,
+the workspace among the call's paths).
 """
 
 from __future__ import annotations
@@ -16,8 +17,7 @@ import binascii
 import json
 import logging
 import re
-from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Literal
 
 import jsonschema
 import mcp_types as types
@@ -27,14 +27,16 @@ from daemon.models import ContentBlock, ImageContent, TextContent
 from daemon.sessions.session import Session
 from daemon.tools.contract import (
     CallContext,
+    CallFacts,
     InterruptBehavior,
     Tool,
     ToolOrigin,
     ToolOutput,
     ToolTraits,
+    TouchedPath,
 )
 from daemon.tools.json_schema import SchemaProblem, input_validator, schema_errors
-from daemon.tools.mcp.upstream import McpUpstream
+from daemon.tools.mcp.upstream import McpAnswer, Upstream
 from daemon.tools.operator.tool import OperatorInput
 
 log = logging.getLogger(__name__)
@@ -51,18 +53,11 @@ def tool_name(server: str, tool: str) -> str | None:
     return name if len(name) <= 64 else None
 
 
-@dataclass(frozen=True)
-class McpCallResult:
-    """What the server answered."""
-
-    result: types.CallToolResult
-
-
-class McpTool(Tool[OperatorInput, McpCallResult]):
+class McpTool(Tool[OperatorInput, McpAnswer]):
     """Base of the classes `mcp_tool` makes, one per upstream tool."""
 
     input_model = OperatorInput
-    upstream: ClassVar[McpUpstream]
+    upstream: ClassVar[Upstream]
     remote_name: ClassVar[str]
     schema: ClassVar[dict[str, Any]]
     _validator: ClassVar[jsonschema.Draft202012Validator]
@@ -81,19 +76,24 @@ class McpTool(Tool[OperatorInput, McpCallResult]):
             )
         return args
 
-    async def call(self, args: OperatorInput, ctx: CallContext) -> McpCallResult:
-        return McpCallResult(
-            await self.upstream.call(self.remote_name, args.model_dump(mode="json"))
-        )
+    def analyse(self, args: OperatorInput, session: Session) -> CallFacts:
+        if not self.traits.sandboxed:
+            return self.facts()  # it runs on its server: nothing here is touched
+        # A stdio server runs in the sandbox over the workspace, as the policy must know.
+        access: Literal["read", "write"] = "read" if self.traits.read_only else "write"
+        return self.facts(paths=[TouchedPath.of(session.workspace, session.workspace, access)])
 
-    def render(self, result: McpCallResult) -> ToolOutput:
+    async def call(self, args: OperatorInput, ctx: CallContext) -> McpAnswer:
+        return await self.upstream.call(self.remote_name, args.model_dump(mode="json"), ctx)
+
+    def render(self, result: McpAnswer) -> ToolOutput:
         answer = result.result
         content = _content(answer, self.upstream.spec.name)
-        return ToolOutput(content=content, is_error=bool(answer.is_error))
+        return ToolOutput(
+            content=content, is_error=bool(answer.is_error), sandbox_id=result.sandbox_id
+        )
 
-    def summarize(
-        self, args: OperatorInput, result: McpCallResult | None, output: ToolOutput
-    ) -> str:
+    def summarize(self, args: OperatorInput, result: McpAnswer | None, output: ToolOutput) -> str:
         server = self.upstream.spec.name
         state = "failed" if output.is_error else "done"
         return f"{self.name} ({server}): {state}"
@@ -132,9 +132,9 @@ def _content(answer: types.CallToolResult, server: str) -> list[ContentBlock]:
     return blocks
 
 
-def _traits(tool: types.Tool, trusted: bool) -> ToolTraits:
+def _traits(tool: types.Tool, trusted: bool, sandboxed: bool) -> ToolTraits:
     hints = tool.annotations
-    base = ToolTraits(sandboxed=False, max_result_chars=RESULT_BUDGET_CHARS)
+    base = ToolTraits(sandboxed=sandboxed, max_result_chars=RESULT_BUDGET_CHARS)
     if not trusted or hints is None:
         return base
     read_only = hints.read_only_hint is True
@@ -142,13 +142,13 @@ def _traits(tool: types.Tool, trusted: bool) -> ToolTraits:
         read_only=read_only,
         destructive=not read_only and hints.destructive_hint is not False,
         concurrency_safe=read_only,
-        sandboxed=False,
+        sandboxed=sandboxed,
         interrupt=InterruptBehavior.CANCEL if read_only else InterruptBehavior.BLOCK,
         max_result_chars=RESULT_BUDGET_CHARS,
     )
 
 
-def mcp_tool(upstream: McpUpstream, tool: types.Tool) -> McpTool | None:
+def mcp_tool(upstream: Upstream, tool: types.Tool) -> McpTool | None:
     """The tool of one upstream listing entry; None (logged) when it cannot be offered."""
     server = upstream.spec.name
     name = tool_name(server, tool.name)
@@ -168,7 +168,7 @@ def mcp_tool(upstream: McpUpstream, tool: types.Tool) -> McpTool | None:
         {
             "name": name,
             "description": description,
-            "traits": _traits(tool, upstream.spec.trusted),
+            "traits": _traits(tool, upstream.spec.trusted, sandboxed=bool(upstream.spec.command)),
             "origin": ToolOrigin(kind="mcp", server=server, trusted=upstream.spec.trusted),
             "upstream": upstream,
             "remote_name": tool.name,

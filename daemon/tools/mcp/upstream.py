@@ -14,13 +14,15 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import Callable
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, Protocol
 
 import mcp_types as types
 from mcp.client import Client
 from mcp.shared.exceptions import MCPError
 
 from daemon.errors import ToolError
+from daemon.tools.contract import CallContext
 from daemon.tools.mcp.config import McpServerSpec
 
 log = logging.getLogger(__name__)
@@ -32,6 +34,27 @@ MAX_LISTED_TOOLS = 512
 
 ToolsListener = Callable[[str, list[types.Tool]], None]
 """Told the server's name and its tools whenever they were (re)read."""
+
+
+@dataclass(frozen=True)
+class McpAnswer:
+    """What a server answered a call, and where it ran."""
+
+    result: types.CallToolResult
+    sandbox_id: str = ""
+    """The container it ran in (stdio servers), empty for a server of its own."""
+
+
+class Upstream(Protocol):
+    """An upstream server as its tools use it (over HTTP, or stdio in the sandbox)."""
+
+    spec: McpServerSpec
+
+    async def call(
+        self, tool: str, arguments: dict[str, Any], ctx: CallContext | None = None
+    ) -> McpAnswer:
+        """Call `tool` (the server's own name); McpServerError naming the server on failure."""
+        ...
 
 
 class McpServerError(ToolError):
@@ -134,7 +157,9 @@ class McpUpstream:
             self.last_error = _describe(message)
             self._broken.set()
 
-    async def call(self, tool: str, arguments: dict[str, Any]) -> types.CallToolResult:
+    async def call(
+        self, tool: str, arguments: dict[str, Any], ctx: CallContext | None = None
+    ) -> McpAnswer:
         """Call `tool` (the server's own name); McpServerError naming the server when it is not
         connected, fails, or does not answer within its timeout."""
         client = self._client
@@ -147,7 +172,7 @@ class McpUpstream:
             )
         try:
             async with asyncio.timeout(self.spec.timeout_s):
-                return await client.call_tool(tool, arguments)
+                return McpAnswer(await client.call_tool(tool, arguments))
         except MCPError as exc:  # the server answered with an error: the connection is fine
             raise McpServerError(
                 f"The MCP server {name} refused the {tool} call: {_describe(exc)}"

@@ -1,0 +1,138 @@
+"""An upstream MCP server that speaks stdio, run in the sandbox: one container per call.
+
+Each call starts the server in a disposable container over the caller's workspace, with the
+policy's limits (no network unless the policy grants it), and the runner has one exchange with
+it (sandbox/runner/mcp_stdio.py): initialize, then tools/call. Its tools are listed the same
+way at start, in the default workspace mounted read-only, and listed again (with backoff) until
+that works. Nothing of a server survives a call, so a crash or a hang costs that call only.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+from collections.abc import Callable
+
+import mcp_types as types
+from pydantic import ValidationError
+
+from daemon.tools.contract import CallContext, SandboxRunner
+from daemon.tools.mcp.config import McpServerSpec
+from daemon.tools.mcp.upstream import MAX_LISTED_TOOLS, McpAnswer, McpServerError, ToolsListener
+from sandbox.backend import McpStdioRequest, SandboxLimits, SandboxResult
+
+log = logging.getLogger(__name__)
+
+_BACKOFF_S = (1.0, 2.0, 5.0, 10.0, 30.0, 60.0)
+ListingRunner = Callable[[], tuple[SandboxRunner, str] | None]
+"""A runner for listing (and the workspace directory it starts in), None without a sandbox."""
+
+
+class McpStdioServer:
+    """A stdio server's tools and calls."""
+
+    def __init__(
+        self,
+        spec: McpServerSpec,
+        on_tools: ToolsListener,
+        listing: ListingRunner,
+        limits: SandboxLimits,
+    ) -> None:
+        self.spec = spec
+        self._on_tools = on_tools
+        self._listing = listing
+        self._limits = limits
+        self._task: asyncio.Task[None] | None = None
+        self.listed = asyncio.Event()
+        self.last_error = ""
+
+    def start(self) -> None:
+        """List the tools in the background (again, with backoff, until it works)."""
+        self._task = asyncio.create_task(self._list_until_done(), name=f"mcp-{self.spec.name}")
+
+    async def stop(self) -> None:
+        """Stop listing."""
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await self._task
+
+    async def _list_until_done(self) -> None:
+        attempt = 0
+        while True:
+            try:
+                await self._list()
+            except (McpServerError, OSError) as exc:
+                self.last_error = str(exc)
+                log.warning("MCP server %s: cannot list its tools: %s", self.spec.name, exc)
+            else:
+                self.listed.set()
+                return
+            await asyncio.sleep(_BACKOFF_S[min(attempt, len(_BACKOFF_S) - 1)])
+            attempt += 1
+
+    async def _list(self) -> None:
+        found = self._listing()
+        if found is None:
+            raise McpServerError(f"the MCP server {self.spec.name} needs the sandbox")
+        runner, cwd = found
+        request = McpStdioRequest(
+            argv=self.spec.command,
+            cwd=cwd,
+            method="tools/list",
+            timeout_ms=int(self.spec.timeout_s * 1000),
+        )
+        result = await runner.run(
+            request, self._limits, image=self.spec.image, read_only_workspace=True
+        )
+        answer = self._answer(result, "tools/list")
+        try:
+            listing = types.ListToolsResult.model_validate(answer)
+        except ValidationError as exc:
+            raise McpServerError(
+                f"its tool listing is malformed ({exc.error_count()} errors)"
+            ) from exc
+        self._on_tools(self.spec.name, listing.tools[:MAX_LISTED_TOOLS])
+
+    def _answer(self, result: SandboxResult, what: str) -> object:
+        name = self.spec.name
+        if result.error:
+            stderr = f"; it said: {result.stderr.strip()[-500:]}" if result.stderr.strip() else ""
+            raise McpServerError(f"The MCP server {name} (in the sandbox) failed {what}: "
+                                 f"{result.error}{stderr}")  # fmt: skip
+        try:
+            return json.loads(result.output)
+        except ValueError as exc:
+            raise McpServerError(f"The MCP server {name} answered {what} with garbage") from exc
+
+    async def call(
+        self, tool: str, arguments: dict[str, object], ctx: CallContext | None = None
+    ) -> McpAnswer:
+        """Start the server in the call's sandbox and call `tool` there."""
+        if ctx is None:
+            raise McpServerError(f"The MCP server {self.spec.name} runs only inside a call")
+        runner = ctx.require_sandbox()
+        timeout_ms = min(int(self.spec.timeout_s * 1000), ctx.limits.timeout_ms)
+        request = McpStdioRequest(
+            argv=self.spec.command,
+            cwd=str(ctx.workspace),
+            method="tools/call",
+            params={"name": tool, "arguments": arguments},
+            timeout_ms=timeout_ms,
+        )
+        result = await runner.run(request, ctx.limits, image=self.spec.image)
+        if result.timed_out:
+            raise McpServerError(
+                f"The MCP server {self.spec.name} did not answer {tool} within "
+                f"{timeout_ms / 1000:g} s; it was stopped."
+            )
+        answer = self._answer(result, tool)
+        try:
+            return McpAnswer(types.CallToolResult.model_validate(answer), result.sandbox_id)
+        except ValidationError as exc:
+            raise McpServerError(
+                f"The MCP server {self.spec.name} answered {tool} with a malformed result "
+                f"({exc.error_count()} problems)"
+            ) from exc

@@ -1,0 +1,174 @@
+"""One MCP exchange with a server over its stdio, driven by the runner (standard library only).
+
+An operator's MCP server that speaks stdio runs inside the sandbox, one container per call like
+every other command: the runner starts it, says `initialize` and `notifications/initialized`, asks
+one thing (`tools/list`, every page, or `tools/call`), and hands the answer back to the daemon as
+its result. Messages are JSON-RPC 2.0, one per line. Requests the server makes of its client
+(sampling, roots, elicitation) are refused, `ping` is answered, notifications are ignored; a
+line that is not JSON-RPC, an answer larger than the limit or no answer by the deadline ends the
+exchange with an error that says so.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import select
+import time
+from collections.abc import Callable
+from typing import Any
+
+PROTOCOL_VERSION = "2025-06-18"
+MAX_PAGES = 20
+_READ = 1 << 16
+_NOT_OFFERED = "tooljail's sandbox client does not offer this"
+
+
+class McpStdioError(Exception):
+    """The exchange failed; the message says how (for the model and the operator)."""
+
+
+class Conversation:
+    """JSON-RPC over a child's stdin (`write_fd`) and stdout (`read_fd`)."""
+
+    def __init__(
+        self,
+        write_fd: int,
+        read_fd: int,
+        deadline: float,
+        max_bytes: int,
+        on_stderr: tuple[int, Callable[[bytes], None]] | None = None,
+    ) -> None:
+        self._write_fd = write_fd
+        self._read_fd = read_fd
+        self._deadline = deadline
+        self._max = max_bytes
+        self._stderr = on_stderr
+        self._buffer = bytearray()
+        self._next_id = 0
+
+    def _remaining(self) -> float:
+        left = self._deadline - time.monotonic()
+        if left <= 0:
+            raise McpStdioError("the MCP server did not answer in time")
+        return left
+
+    def _wait(self, fd: int, *, write: bool) -> None:
+        """Until `fd` is ready; meanwhile the server's stderr is drained (a full pipe would
+        stall it)."""
+        while True:
+            readers = [] if write else [fd]
+            if self._stderr is not None:
+                readers.append(self._stderr[0])
+            ready_r, ready_w, _ = select.select(
+                readers, [fd] if write else [], [], self._remaining()
+            )
+            if self._stderr is not None and self._stderr[0] in ready_r:
+                data = os.read(self._stderr[0], _READ)
+                if data:
+                    self._stderr[1](data)
+                else:
+                    self._stderr = None
+            if fd in ready_r or fd in ready_w:
+                return
+
+    def send(self, message: dict[str, Any]) -> None:
+        data = memoryview((json.dumps(message, separators=(",", ":")) + "\n").encode())
+        while data:
+            self._wait(self._write_fd, write=True)
+            try:
+                written = os.write(self._write_fd, data)
+            except BrokenPipeError as exc:
+                raise McpStdioError("the MCP server closed its input (it exited?)") from exc
+            data = data[written:]
+
+    def _line(self) -> bytes:
+        while b"\n" not in self._buffer:
+            if len(self._buffer) > self._max:
+                raise McpStdioError(f"the MCP server sent a message over {self._max} bytes")
+            self._wait(self._read_fd, write=False)
+            data = os.read(self._read_fd, _READ)
+            if not data:
+                raise McpStdioError("the MCP server ended its output before answering (exited?)")
+            self._buffer += data
+        line, _, rest = bytes(self._buffer).partition(b"\n")
+        self._buffer = bytearray(rest)
+        return line
+
+    def request(self, method: str, params: dict[str, Any]) -> dict[str, Any]:
+        """Send a request and wait for its answer's result (McpStdioError for an error)."""
+        self._next_id += 1
+        ident = self._next_id
+        self.send({"jsonrpc": "2.0", "id": ident, "method": method, "params": params})
+        while True:
+            line = self._line().strip()
+            if not line:
+                continue
+            try:
+                message = json.loads(line)
+            except ValueError as exc:
+                shown = line[:120].decode("utf-8", "replace")
+                raise McpStdioError(
+                    f"the MCP server printed a line that is not JSON: {shown!r}"
+                ) from exc
+            if not isinstance(message, dict):
+                raise McpStdioError("the MCP server sent a JSON value that is not a message")
+            if "method" in message:
+                self._answer(message)
+                continue
+            if message.get("id") != ident:
+                continue  # an answer to nothing we asked: ignored
+            if "error" in message:
+                error = message["error"]
+                text = error.get("message", error) if isinstance(error, dict) else error
+                raise McpStdioError(f"the MCP server refused {method}: {text}")
+            result = message.get("result")
+            if not isinstance(result, dict):
+                raise McpStdioError(f"the MCP server answered {method} without a result object")
+            return result
+
+    def _answer(self, message: dict[str, Any]) -> None:
+        """A request or notification from the server."""
+        if "id" not in message:
+            return  # a notification
+        if message.get("method") == "ping":
+            self.send({"jsonrpc": "2.0", "id": message["id"], "result": {}})
+            return
+        self.send(
+            {
+                "jsonrpc": "2.0",
+                "id": message["id"],
+                "error": {
+                    "code": -32601,
+                    "message": "tooljail's sandbox client does not offer this",
+                },
+            }
+        )
+
+
+def exchange(conversation: Conversation, method: str, params: dict[str, Any]) -> dict[str, Any]:
+    """Initialize, then `tools/list` (all pages, as one {"tools": [...]}) or `tools/call`."""
+    conversation.request(
+        "initialize",
+        {
+            "protocolVersion": PROTOCOL_VERSION,
+            "capabilities": {},
+            "clientInfo": {"name": "tooljail-sandbox", "version": "1"},
+        },
+    )
+    conversation.send({"jsonrpc": "2.0", "method": "notifications/initialized"})
+    if method == "tools/call":
+        return conversation.request("tools/call", params)
+    if method != "tools/list":
+        raise McpStdioError(f"unknown method {method}")
+    tools: list[Any] = []
+    cursor = None
+    for _ in range(MAX_PAGES):
+        page = conversation.request("tools/list", {"cursor": cursor} if cursor else {})
+        listed = page.get("tools")
+        if isinstance(listed, list):
+            tools += listed
+        cursor = page.get("nextCursor")
+        if not isinstance(cursor, str) or not cursor:
+            break
+    return {"tools": tools}

@@ -1,0 +1,130 @@
+"""An upstream MCP server over stdio, run in the sandbox: the test server (written with the
+`mcp` SDK) in a local image built FROM the sandbox image with the SDK copied in. Its tools are
+listed (in a read-only workspace), called in the caller's workspace as the workspace owner, and
+a crash or a hang costs only that call."""
+
+from __future__ import annotations
+
+import importlib.metadata as metadata
+import io
+import os
+import shutil
+import tarfile
+from collections.abc import Iterator
+from pathlib import Path
+
+import docker
+import pytest
+from packaging.requirements import Requirement
+
+from daemon._generated.tooljail.v1 import executor_pb2 as pb
+from tests.integration.conftest import OWNER_GID, OWNER_UID
+from tests.integration.harness import RunningDaemon, running_daemon, text_of
+from tests.integration.sandbox_fixtures import docker_client, sandbox_image
+from tests.integration.test_mcp_upstream import _policies, _wait_for
+
+pytestmark = [pytest.mark.integration, pytest.mark.docker]
+
+__all__ = ["docker_client", "sandbox_image"]
+
+IMAGE = "tooljail-test-mcp-stdio:1"
+SERVER = Path(__file__).with_name("mcp_upstream.py")
+
+
+def _distributions(*roots: str) -> set[str]:
+    """The installed distributions `roots` need (their own requirements, recursively)."""
+    seen: set[str] = set()
+    stack = list(roots)
+    while stack:
+        name = stack.pop()
+        if name.lower() in seen:
+            continue
+        seen.add(name.lower())
+        for line in metadata.distribution(name).requires or []:
+            requirement = Requirement(line)
+            if requirement.marker is None or requirement.marker.evaluate({"extra": ""}):
+                stack.append(requirement.name)
+    return seen
+
+
+def _context(base: str) -> bytes:
+    """A build context: the SDK and its requirements (as installed here: the image's python is
+    the same minor version), the test server and a Dockerfile."""
+    data = io.BytesIO()
+    with tarfile.open(fileobj=data, mode="w") as tar:
+        # cryptography: the SDK imports it (through its auth support) without requiring it.
+        for name in _distributions("mcp", "cryptography"):
+            for file in metadata.distribution(name).files or []:
+                path = Path(str(file.locate()))
+                if path.is_file() and "__pycache__" not in file.parts:
+                    tar.add(path, arcname=f"py/{file}")
+        tar.add(SERVER, arcname="server.py")
+        dockerfile = f"FROM {base}\nCOPY py /opt/mcp-py\nCOPY server.py /opt/mcp-server.py\n"
+        dockerfile_bytes = dockerfile.encode()
+        info = tarfile.TarInfo("Dockerfile")
+        info.size = len(dockerfile_bytes)
+        tar.addfile(info, io.BytesIO(dockerfile_bytes))
+    return data.getvalue()
+
+
+@pytest.fixture(scope="module")
+def stdio_image(docker_client: docker.DockerClient, sandbox_image: str) -> Iterator[str]:
+    context = _context(sandbox_image)
+    docker_client.images.build(fileobj=io.BytesIO(context), custom_context=True, tag=IMAGE,
+                               rm=True, pull=False)  # fmt: skip
+    try:
+        yield IMAGE
+    finally:
+        docker_client.images.remove(IMAGE, force=True)
+
+
+@pytest.fixture(scope="module")
+def daemon(short_tmp: Path, stdio_image: str) -> Iterator[RunningDaemon]:
+    workspace = short_tmp / "ws-mcp-stdio"
+    workspace.mkdir()
+    os.chown(workspace, OWNER_UID, OWNER_GID)
+    policies = _policies(short_tmp / "mcp-stdio")
+    data = policies / "data.json"
+    data.write_text(data.read_text().replace('"mcp_servers": ["up"]', '"mcp_servers": ["box"]'))
+    server = {
+        "name": "box",
+        "command": ["env", "PYTHONPATH=/opt/mcp-py", "python3", "/opt/mcp-server.py", "stdio"],
+        "image": stdio_image,
+        "timeout_s": 20,
+        "defer": "never",
+    }
+    with running_daemon(
+        workspace,
+        short_tmp / "mcp-stdio.sock",
+        opa={"policies_dir": policies},
+        sandbox={"pool_size": 0},
+        mcp_servers=[server],
+    ) as running:
+        _wait_for(running, "mcp__box__add")
+        yield running
+    shutil.rmtree(short_tmp / "mcp-stdio", ignore_errors=True)
+
+
+def test_a_stdio_servers_tools_run_in_the_sandbox_in_the_callers_workspace(
+    daemon: RunningDaemon,
+) -> None:
+    listed = {t.name: t for t in daemon.stub.ListTools(pb.ListToolsRequest(), timeout=30).tools}
+    assert listed["mcp__box__add"].traits.sandboxed
+    added = daemon.execute("mcp__box__add", {"a": 5, "b": 6})
+    assert not added.result.is_error, text_of(added)
+    assert text_of(added) == "11" and added.report.sandboxed and added.report.sandbox_id
+    wrote = daemon.execute("mcp__box__write_note", {"text": "from the box"})
+    assert not wrote.result.is_error, text_of(wrote)
+    note = daemon.workspace.resolve() / "note.txt"
+    assert note.read_text() == "from the box" and note.stat().st_uid == OWNER_UID
+    assert f"as uid {OWNER_UID}" in text_of(wrote)
+
+
+def test_a_crash_or_a_hang_costs_only_that_call(daemon: RunningDaemon) -> None:
+    died = daemon.execute("mcp__box__die", {})
+    assert died.result.is_error and "The MCP server box (in the sandbox) failed die" in text_of(
+        died
+    )
+    hung = daemon.execute("mcp__box__sleep", {"seconds": 120})
+    assert hung.result.is_error and "did not answer sleep within" in text_of(hung)
+    assert text_of(daemon.execute("mcp__box__add", {"a": 1, "b": 1})) == "2"
