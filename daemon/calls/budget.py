@@ -12,6 +12,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal
 
+from daemon.images import MAX_RESULT_IMAGE_BYTES, MAX_RESULT_IMAGES, sniff_image
 from daemon.models import ContentBlock, ImageContent, TextContent
 
 #: How far (as a fraction of the kept part) a cut may move back to land on a line boundary.
@@ -88,7 +89,8 @@ def _fit(text: str, budget: int, keep: Literal["head_tail", "head"]) -> Budgeted
 def fit_content(
     blocks: list[ContentBlock], budget: int, keep: Literal["head_tail", "head"] = "head_tail"
 ) -> tuple[tuple[ContentBlock, ...], BudgetedText]:
-    """Fit the text of `blocks` into the budget; images are kept (they have their own size cap).
+    """Fit the text of `blocks` into the budget; images are kept when they are what they claim
+    and within the result's image limits (daemon.images), else named in a note.
 
     All text blocks are joined into one, so the budget holds for the result as a whole.
     """
@@ -99,11 +101,39 @@ def _fit_content(
     blocks: list[ContentBlock], budget: int, keep: Literal["head_tail", "head"]
 ) -> tuple[tuple[ContentBlock, ...], BudgetedText]:
     text = "".join(b.text for b in blocks if isinstance(b, TextContent))
-    images = [b for b in blocks if isinstance(b, ImageContent)]
+    images, refused = _admitted_images([b for b in blocks if isinstance(b, ImageContent)])
+    if refused:
+        text = text + ("\n" if text else "") + refused
     fitted = _fit(text, budget, keep)
     out: list[ContentBlock] = [TextContent(text=fitted.text)] if text or not images else []
     out.extend(images)
     return tuple(out), fitted
+
+
+def _admitted_images(images: list[ImageContent]) -> tuple[list[ImageContent], str]:
+    """The images a result may carry (their bytes are what they claim, within the count and
+    size limits), and a note on the others ("" when none was left out)."""
+    kept: list[ImageContent] = []
+    total = 0
+    mislabelled = over = 0
+    for image in images:
+        size = len(image.data)
+        if sniff_image(image.data[:16]) != image.media_type:
+            mislabelled += 1
+        elif len(kept) >= MAX_RESULT_IMAGES or total + size > MAX_RESULT_IMAGE_BYTES:
+            over += 1
+        else:
+            kept.append(image)
+            total += size
+    notes = []
+    if mislabelled:
+        notes.append(f"{mislabelled} image block(s) whose bytes are not the image type claimed")
+    if over:
+        notes.append(
+            f"{over} image block(s) past the limit of {MAX_RESULT_IMAGES} images or "
+            f"{MAX_RESULT_IMAGE_BYTES} bytes per result"
+        )
+    return kept, f"[Left out: {'; '.join(notes)}.]" if notes else ""
 
 
 def fit_with_notes(

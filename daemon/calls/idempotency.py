@@ -50,19 +50,33 @@ def _size(outcome: ExecuteOutcome) -> int:
     )
 
 
+def _not_again(tool_use_id: str, text: str, reason: str) -> ExecuteOutcome:
+    return ExecuteOutcome(
+        result=ToolResult(
+            tool_use_id=tool_use_id, content=(TextContent(text=text),), is_error=True
+        ),
+        decision=Decision(outcome=None, reasons=(reason,)),
+        report=ExecutionReport(),
+    )
+
+
 def cancelled_outcome(tool_use_id: str) -> ExecuteOutcome:
     """What a retry of a call that was cancelled mid-run is told (it is not run a second time)."""
     text = (
         "This tool call was cancelled before it finished; its effects may be partial. It is not "
         "run again under the same tool_use id: check the state, then issue a new call if needed."
     )
-    return ExecuteOutcome(
-        result=ToolResult(
-            tool_use_id=tool_use_id, content=(TextContent(text=text),), is_error=True
-        ),
-        decision=Decision(outcome=None, reasons=("cancelled",)),
-        report=ExecutionReport(),
+    return _not_again(tool_use_id, text, "cancelled")
+
+
+def forgotten_outcome(tool_use_id: str) -> ExecuteOutcome:
+    """What a retry of a call that ran, but whose answer could not be kept, is told."""
+    text = (
+        "This tool call already ran; its answer was too large to keep for a retry (or had to "
+        "make room for others). It is not run again under the same tool_use id: check the "
+        "state, then issue a new call if needed."
     )
+    return _not_again(tool_use_id, text, "already ran, answer not kept")
 
 
 class ResultCache:
@@ -93,12 +107,20 @@ class ResultCache:
         self._by_principal: dict[str, OrderedDict[Key, _Entry]] = {}
         self._chars_of: dict[str, int] = {}
         self._chars = 0
+        self._ran: OrderedDict[Key, tuple[str, float]] = OrderedDict()
+        """Calls whose answers had to go before their time (input hash, when they finished):
+        a retry is told they ran, not run again."""
+        self._max_ran = 8 * max_entries
 
     def __len__(self) -> int:
         return len(self._running) + len(self._finished)
 
-    def _drop(self, key: Key) -> None:
+    def _drop(self, key: Key, *, remember_it_ran: bool = True) -> None:
         entry = self._finished.pop(key)
+        if remember_it_ran and entry.finished_at is not None:
+            self._ran[key] = (entry.input_hash, entry.finished_at)
+            while len(self._ran) > self._max_ran:
+                self._ran.popitem(last=False)
         principal = key[0]
         mine = self._by_principal[principal]
         del mine[key]
@@ -114,7 +136,12 @@ class ResultCache:
             assert oldest.finished_at is not None
             if now - oldest.finished_at < self._ttl_s:
                 break
-            self._drop(key)
+            self._drop(key, remember_it_ran=False)
+        while self._ran:
+            key, (_, finished_at) = next(iter(self._ran.items()))
+            if now - finished_at < self._ttl_s:
+                break
+            del self._ran[key]
         while len(self._finished) > self._max_entries or self._chars > self._max_chars:
             largest = max(self._by_principal, key=lambda p: self._chars_of[p])
             self._drop(next(iter(self._by_principal[largest])))
@@ -130,7 +157,9 @@ class ResultCache:
     def forget_session(self, session_id: str) -> None:
         """Drop a closed session's finished entries."""
         for key in [k for k in self._finished if k[1] == session_id]:
-            self._drop(key)
+            self._drop(key, remember_it_ran=False)
+        for key in [k for k in self._ran if k[1] == session_id]:
+            del self._ran[key]
 
     async def run_once(
         self,
@@ -148,6 +177,14 @@ class ResultCache:
                     "input; every tool_use needs its own id"
                 )
             return await asyncio.shield(entry.future), True
+        ran = self._ran.get(key)
+        if ran is not None:
+            if ran[0] != input_hash:
+                raise RequestError(
+                    f"tool_use id {key[2]!r} was already used in this session with a different "
+                    "input; every tool_use needs its own id"
+                )
+            return forgotten_outcome(key[2]), True
 
         future: asyncio.Future[ExecuteOutcome] = asyncio.get_running_loop().create_future()
         entry = _Entry(input_hash=input_hash, future=future)

@@ -164,9 +164,25 @@ OFF_LOOP_INPUT_CHARS = 4096
 """Inputs from this size on are checked in a worker thread (below, the thread costs more)."""
 
 
-def _input_chars(tool_input: dict[str, Any]) -> int:
-    """About how much text an input holds (its top-level strings; anything else counts 64)."""
-    return sum(len(v) if isinstance(v, str) else 64 for v in tool_input.values())
+def _input_chars(tool_input: dict[str, Any], enough: int = OFF_LOOP_INPUT_CHARS) -> int:
+    """About how much text an input holds, nested values included (each non-text value counts
+    8); counting stops at `enough`, so a huge input costs no more than a small one here."""
+    total = 0
+    stack: list[Any] = [tool_input]
+    while stack and total < enough:
+        value = stack.pop()
+        if isinstance(value, str):
+            total += len(value)
+        elif isinstance(value, dict):
+            total += 8 * len(value)
+            stack.extend(value.values())
+            stack.extend(value.keys())
+        elif isinstance(value, list):
+            total += 8 * len(value)
+            stack.extend(value)
+        else:
+            total += 8
+    return total
 
 
 def _one_line(text: str, limit: int = 200) -> str:
@@ -254,7 +270,10 @@ class Pipeline:
         started, session, tool = self._lookup(request, caller)
         if tool is None:
             return self._unknown_tool(request, session, started)
-        if _input_chars(request.tool_use.input) < OFF_LOOP_INPUT_CHARS:
+        if (
+            not tool.prepares_off_loop
+            and _input_chars(request.tool_use.input) < OFF_LOOP_INPUT_CHARS
+        ):
             return self._checked(request, session, started, tool)
         return await asyncio.to_thread(self._checked, request, session, started, tool)
 

@@ -9,8 +9,9 @@ silently starts logging secrets is worse than a refused reload.
 
 The input is hostile and may be megabytes: the patterns only ever see a bounded amount of it.
 A text longer than MAX_FIELD_CHARS (keys too) is kept as its start, its length and its SHA-256,
-and once MAX_SCANNED_CHARS have been scanned in one value, the remaining texts are kept as their
-length and digest only.
+and once MAX_SCANNED_CHARS have been scanned in one value (every value counts at least 8), the
+remaining texts are kept as their length and digest, and the remaining containers as a count only,
+so what is logged stays bounded however many values the input holds.
 """
 
 from __future__ import annotations
@@ -91,22 +92,38 @@ class _Masking:
         self._budget = MAX_SCANNED_CHARS
 
     def value(self, value: Any) -> Any:
+        if self._budget <= 0 and isinstance(value, dict | list | tuple):
+            # Past the budget a whole container is one line: the audit must not grow with the
+            # number of values a hostile input holds (the call's input_sha256 still binds it).
+            return f"… [{len(value)} items not logged]"
         if isinstance(value, dict):
-            return {
-                self.text(str(key)): MASKED if key in self._mask.fields else self.value(item)
-                for key, item in value.items()
-            }
+            masked: dict[str, Any] = {}
+            for index, (key, item) in enumerate(value.items()):
+                if self._budget <= 0:
+                    masked["…"] = f"[{len(value) - index} more keys not logged]"
+                    break
+                masked[self.text(str(key))] = (
+                    MASKED if key in self._mask.fields else self.value(item)
+                )
+            return masked
         if isinstance(value, list | tuple):
-            return [self.value(item) for item in value]
+            items: list[Any] = []
+            for index, item in enumerate(value):
+                if self._budget <= 0:
+                    items.append(f"… [{len(value) - index} more items not logged]")
+                    break
+                items.append(self.value(item))
+            return items
         if isinstance(value, str):
             return self.text(value)
+        self._budget -= 8
         return value
 
     def text(self, text: str) -> str:
         if self._budget <= 0:
             return _described(text, "")
         kept = text if len(text) <= MAX_FIELD_CHARS else text[:KEPT_CHARS]
-        self._budget -= len(kept)
+        self._budget -= max(len(kept), 8)
         shown = self._mask.hide_secrets(kept) if self._mask.patterns else kept
         return shown if kept is text else _described(text, shown)
 

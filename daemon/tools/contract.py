@@ -262,6 +262,9 @@ class Tool(abc.ABC, Generic[InT, OutT]):
     """Keywords ToolSearch matches besides the name and the description."""
     origin: ClassVar[ToolOrigin] = ToolOrigin()
     """Where the tool comes from (the policy input says it)."""
+    prepares_off_loop: ClassVar[bool] = False
+    """Its `validate` blocks (it waits for a checking process): always prepared in a worker
+    thread, never on the event loop."""
 
     def input_schema(self) -> dict[str, Any]:
         """The JSON Schema the model sees (tidied: see daemon.tools.schema)."""

@@ -10,7 +10,12 @@ short input and stall the daemon; such a server checks its own input anyway.
 
 from __future__ import annotations
 
+import json
+import multiprocessing
+import queue
+import threading
 from collections.abc import Iterator
+from multiprocessing.connection import Connection
 from typing import Any
 
 import jsonschema
@@ -80,3 +85,103 @@ def schema_errors(validator: jsonschema.Draft202012Validator, document: Any) -> 
     except referencing.exceptions.Unresolvable as exc:
         return [f"- the tool's input schema refers to something it does not define ({exc})"]
     return [f"- `{_where(e)}`: {e.message}" for e in errors[:MAX_SCHEMA_ERRORS]]
+
+
+# --- checking in a process of its own ------------------------------------------------------------
+
+VALIDATION_TIMEOUT_S = 2.0
+"""Longest one check may take; past it the checking process is killed and the call refused."""
+_WORKERS = 2
+
+
+def _serve(conn: Connection) -> None:  # pragma: no cover - runs in the checking process
+    """The checking process: validators by schema, answers one request at a time."""
+    validators: dict[str, jsonschema.Draft202012Validator] = {}
+    while True:
+        try:
+            request = conn.recv_bytes()
+        except (EOFError, OSError):
+            return
+        schema_text, document, run_regexes = json.loads(request)
+        key = f"{run_regexes}:{schema_text}"
+        validator = validators.get(key)
+        if validator is None:
+            if len(validators) > 256:
+                validators.clear()
+            validator = validators[key] = input_validator(
+                json.loads(schema_text), run_regexes=run_regexes
+            )
+        conn.send_bytes(json.dumps(schema_errors(validator, document)).encode())
+
+
+class _Checker:
+    """One checking process and the pipe to it."""
+
+    def __init__(self) -> None:
+        context = multiprocessing.get_context("spawn")
+        self.conn, child = context.Pipe()
+        self.process = context.Process(
+            target=_serve, args=(child,), name="tooljail-schema-check", daemon=True
+        )
+        self.process.start()
+        child.close()
+
+    def close(self) -> None:
+        self.conn.close()
+        self.process.kill()
+        self.process.join(5)
+
+
+class IsolatedChecks:
+    """Checks inputs against schemas in separate processes, each check bounded in time.
+
+    A backtracking regex or a quadratic keyword (uniqueItems over many objects) holds the GIL
+    for as long as it runs, so in the daemon's process it would stall every call, even from a
+    worker thread. In a process of its own it stalls nothing, and the process is killed when it
+    runs past the deadline. Blocking: call it from a worker thread (Pipeline.prepare_off_loop).
+    """
+
+    def __init__(self, workers: int = _WORKERS, timeout_s: float = VALIDATION_TIMEOUT_S) -> None:
+        self._timeout_s = timeout_s
+        self._idle: queue.LifoQueue[_Checker | None] = queue.LifoQueue()
+        for _ in range(workers):
+            self._idle.put(None)  # started on first use
+
+    def errors(self, schema: dict[str, Any], document: Any, *, run_regexes: bool) -> list[str]:
+        """What is wrong with `document` (empty: nothing); a line saying the check took too
+        long when it did."""
+        request = json.dumps([json.dumps(schema, sort_keys=True), document, run_regexes]).encode()
+        checker = self._idle.get()
+        try:
+            if checker is None or not checker.process.is_alive():
+                checker = _Checker()
+            checker.conn.send_bytes(request)
+            answered = checker.conn.poll(self._timeout_s)
+            answer: list[str] = json.loads(checker.conn.recv_bytes()) if answered else []
+        except (OSError, EOFError, ValueError):
+            if checker is not None:
+                checker.close()
+            self._idle.put(None)
+            return ["- the input could not be checked (the checking process failed); retry"]
+        if answered:
+            self._idle.put(checker)
+            return answer
+        checker.close()
+        self._idle.put(None)
+        return [
+            f"- checking the input against the tool's schema took longer than "
+            f"{self._timeout_s:g} s and was stopped; send a smaller or simpler input"
+        ]
+
+
+_shared: IsolatedChecks | None = None
+_shared_lock = threading.Lock()
+
+
+def isolated_checks() -> IsolatedChecks:
+    """The daemon's checking processes (started on first use)."""
+    global _shared
+    with _shared_lock:
+        if _shared is None:
+            _shared = IsolatedChecks()
+        return _shared

@@ -19,6 +19,7 @@ from pydantic import Field
 from daemon.errors import ToolError
 from daemon.host.confine import open_confined, require_inside, resolve_path
 from daemon.host.pinned import PinnedDirectory
+from daemon.images import MAX_IMAGE_BYTES, sniff_image
 from daemon.models import ImageContent, TextContent
 from daemon.sessions.session import file_sha256
 from daemon.tools.contract import (
@@ -54,8 +55,6 @@ MAX_WHOLE_FILE_BYTES = 256 * 1024
 """Larger files need offset or limit."""
 MAX_FILE_BYTES = 32 * 1024 * 1024
 """Larger files are not read at all (the whole file is held in memory to hash it)."""
-MAX_IMAGE_BYTES = 3_750_000
-"""Larger images are refused rather than returned as an image block."""
 SNIFF_BYTES = 8192
 """A NUL byte in this many leading bytes marks a file as binary."""
 RESULT_BUDGET_CHARS = 50_000
@@ -71,27 +70,10 @@ more than MAX_LINE_CHARS whole characters (a character cut at its end lies past 
 _SEEK_BLOCK = 1 << 16
 """Bytes whose newlines are counted at once while looking for the first line of a window."""
 
-_IMAGE_MAGIC: tuple[tuple[bytes, str], ...] = (
-    (b"\x89PNG\r\n\x1a\n", "image/png"),
-    (b"\xff\xd8\xff", "image/jpeg"),
-    (b"GIF87a", "image/gif"),
-    (b"GIF89a", "image/gif"),
-)
-
 
 def format_line(number: int, text: str) -> str:
     """One numbered output line, exactly as Read shows it (LINE_FORMAT, spelled out: faster)."""
     return f"{number:>6}\t{text}"
-
-
-def sniff_image(head: bytes) -> str | None:
-    """The image MIME type from the file's leading bytes, or None."""
-    for magic, media_type in _IMAGE_MAGIC:
-        if head.startswith(magic):
-            return media_type
-    if head[:4] == b"RIFF" and head[8:12] == b"WEBP":
-        return "image/webp"
-    return None
 
 
 class ReadInput(ToolInput):

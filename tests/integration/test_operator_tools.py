@@ -10,6 +10,7 @@ import base64
 import io
 import json
 import os
+import subprocess
 import textwrap
 from collections.abc import Iterator
 from pathlib import Path
@@ -186,6 +187,24 @@ def test_a_read_only_tool_cannot_write_the_workspace(
     answer = daemon.execute("Scribble", {})
     assert answer.result.is_error and "Read-only file system" in text_of(answer), text_of(answer)
     assert not (workspace / "scribbled.txt").exists()
+
+
+def test_a_read_only_tool_is_refused_where_the_workspace_holds_other_mounts(
+    world: tuple[RunningDaemon, Path, Path],
+) -> None:
+    """Docker 20.10 makes a read-only bind read-only at its top only: a tmpfs mounted inside the
+    workspace stayed writable for a "read-only" tool (attacker round). Such a call is refused."""
+    daemon, workspace, _ = world
+    inner = workspace / "mounted"
+    inner.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(inner)], check=True)
+    try:
+        answer = daemon.execute("Scribble", {})
+    finally:
+        subprocess.run(["umount", str(inner)], check=True)
+        inner.rmdir()
+    assert answer.result.is_error and "filesystems mounted inside it" in text_of(answer)
+    assert str(inner) in text_of(answer)
 
 
 def test_content_blocks_and_failures_map_to_the_tool_result(

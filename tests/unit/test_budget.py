@@ -60,7 +60,7 @@ def test_multibyte_text_is_cut_on_code_points() -> None:
 
 
 def test_content_blocks_are_joined_and_images_kept() -> None:
-    image = ImageContent(media_type="image/png", data=b"\x89PNG")
+    image = ImageContent(media_type="image/png", data=b"\x89PNG\r\n\x1a\n")
     blocks, fitted = fit_content(
         [TextContent(text="x" * 3_000), image, TextContent(text="y" * 3_000)], 1_000
     )
@@ -114,6 +114,25 @@ def test_a_listing_cut_to_its_head_keeps_the_hooks_note() -> None:
 
 
 def test_notes_beside_an_image_get_a_block_of_their_own() -> None:
-    image = ImageContent(media_type="image/png", data=b"\x89PNG")
+    image = ImageContent(media_type="image/png", data=b"\x89PNG\r\n\x1a\n")
     content, _ = fit_with_notes([image], ["look closely"], 1000)
     assert content == (image, TextContent(text="look closely"))
+
+
+def test_images_are_kept_only_when_they_are_what_they_claim_and_within_the_limits() -> None:
+    """An operator tool or MCP server choosing its own image blocks: a 3 MB "png" of text, more
+    images than the limit, more bytes than the limit (a response past the gRPC size limit would
+    fail on every retry)."""
+    from daemon.images import MAX_RESULT_IMAGE_BYTES, MAX_RESULT_IMAGES
+    from daemon.models import ImageContent
+
+    png = b"\x89PNG\r\n\x1a\n"
+    fake = ImageContent(media_type="image/png", data=b"just text" * 300_000)
+    small = [ImageContent(media_type="image/png", data=png + b"%d" % i) for i in range(12)]
+    big = ImageContent(media_type="image/png", data=png + b"x" * MAX_RESULT_IMAGE_BYTES)
+    blocks, _ = fit_content([TextContent(text="see"), fake, *small, big], 1_000)
+    images = [b for b in blocks if isinstance(b, ImageContent)]
+    assert len(images) == MAX_RESULT_IMAGES and fake not in images and big not in images
+    text = blocks[0].text if isinstance(blocks[0], TextContent) else ""
+    assert text.startswith("see\n[Left out: 1 image block(s) whose bytes are not the image")
+    assert "5 image block(s) past the limit" in text

@@ -33,8 +33,21 @@ async def test_finished_answers_are_bounded_oldest_first() -> None:
     assert len(cache) == 3
     await cache.run_once(("p", "s", "id5"), "h", lambda: _answer("id5"))
     ran: list[str] = []
-    await cache.run_once(("p", "s", "id0"), "h", lambda: _answer("id0", ran))
-    assert ran == ["id0"], "the oldest answer was evicted, so the call ran again"
+    answer, replayed = await cache.run_once(("p", "s", "id0"), "h", lambda: _answer("id0", ran))
+    # Its answer had to go, but the call ran: a retry is told so, never run a second time (a
+    # destructive tool would act twice; the attacker round showed it with large answers).
+    assert not ran and replayed and answer.result.is_error
+    assert "already ran" in answer.result.content[0].text  # type: ignore[union-attr]
+    with pytest.raises(RequestError):
+        await cache.run_once(("p", "s", "id0"), "other", lambda: _answer("id0"))
+
+
+async def test_an_answer_too_large_to_keep_still_marks_its_call_as_run() -> None:
+    cache = ResultCache(ttl_s=600, max_chars_per_principal=1_000)
+    await cache.run_once(("p", "s", "big"), "h", lambda: _answer("big", text="x" * 5_000))
+    ran: list[str] = []
+    answer, replayed = await cache.run_once(("p", "s", "big"), "h", lambda: _answer("big", ran))
+    assert replayed and not ran and answer.result.is_error
 
 
 async def test_expired_answers_are_forgotten() -> None:
@@ -79,11 +92,11 @@ async def test_refusals_are_not_remembered() -> None:
 
 
 async def _answer(
-    tool_use_id: str, ran: list[str] | None = None, how: Outcome = Outcome.ALLOW
+    tool_use_id: str, ran: list[str] | None = None, how: Outcome = Outcome.ALLOW, text: str = "ok"
 ) -> ExecuteOutcome:
     if ran is not None:
         ran.append(tool_use_id)
-    return outcome(tool_use_id, how=how)
+    return outcome(tool_use_id, text, how=how)
 
 
 async def test_a_flood_by_one_principal_evicts_only_its_own_answers() -> None:

@@ -32,11 +32,13 @@ additionalProperties = false
 [input_schema.properties.word]
 type = "string"
 minLength = 1
+pattern = "^.+$"
 [input_schema.properties.file]
 type = "string"
+pattern = "^[A-Za-z0-9_.][A-Za-z0-9_./-]*$"
 [input_schema.properties.flags]
 type = "array"
-items = { type = "string" }
+items = { type = "string", pattern = "^-[a-z]$" }
 
 [run]
 argv = ["grep", "-c", "{flags}", "--", "{word}", "{file}"]
@@ -186,3 +188,91 @@ async def test_a_non_zero_exit_is_an_error_with_what_it_printed(tmp_path: Path) 
     assert "exit code 4" in text_of(output)
     assert "got x y" in text_of(output) and "stderr:\nbad" in text_of(output)
     assert json.loads('{"title": "x y"}') == {"title": "x y"}
+
+
+# --- found by the attacker round on operator tools ---------------------------------------------
+
+BRACES = """
+name = "Braces"
+description = "A literal in braces must stay a literal."
+[input_schema]
+type = "object"
+additionalProperties = false
+properties.target = { type = "string", enum = ["a.txt", "b.txt"] }
+properties.n = { type = "integer" }
+[run]
+argv = ["sh", "-c", "{ echo literal; }", "{target}", "{}", "{n}"]
+stdin = "none"
+"""
+
+
+def test_only_whole_identifier_placeholders_take_input(tmp_path: Path) -> None:
+    """A bash brace group or find's {} is a literal: it never takes (or loses) an input value."""
+    [spec] = load_specs(_folder(tmp_path, {"b.toml": BRACES}), frozenset())
+    tool = operator_tool(spec)
+    # JSON numbers arrive as floats: an integer field gives "3", not "3.0".
+    argv = tool._argv({"target": "a.txt", "n": 3.0})
+    assert argv == ["sh", "-c", "{ echo literal; }", "a.txt", "{}", "3"]
+
+
+@pytest.mark.parametrize(
+    "schema",
+    [
+        '{ type = "string" }',
+        '{ type = "array", items = { type = "string" } }',
+        "{ }",
+    ],
+)
+def test_a_free_string_cannot_go_on_the_command_line(tmp_path: Path, schema: str) -> None:
+    """`find {dir} -delete` with dir = "!" deleted the workspace: a string placeholder must be
+    held to a pattern or an enum by its schema, so no value can act as an option or operator."""
+    text = BRACES.replace('{ type = "string", enum = ["a.txt", "b.txt"] }', schema)
+    assert "an unconstrained string" in _refusal(tmp_path, text)
+
+
+def test_constrained_strings_and_numbers_may_go_on_the_command_line(tmp_path: Path) -> None:
+    text = BRACES.replace(
+        '{ type = "string", enum = ["a.txt", "b.txt"] }',
+        '{ type = "array", items = { type = "string", pattern = "^[a-z]+$" } }',
+    )
+    [spec] = load_specs(_folder(tmp_path, {"b.toml": text}), frozenset())
+    assert spec.run.placeholders() == ["target", "n"]
+
+
+def test_a_deeply_nested_definition_is_refused_not_crashed(tmp_path: Path) -> None:
+    nested = "x = " + "[" * 5000 + "]" * 5000 + "\n"
+    assert "cannot be read as TOML" in _refusal(tmp_path, nested + GREP_LIKE)
+
+
+async def test_a_symlink_loop_at_the_start_directory_is_an_input_error(tmp_path: Path) -> None:
+    text = GREP_LIKE + 'cwd = "loop"\n'
+    [spec] = load_specs(_folder(tmp_path, {"c.toml": text}), frozenset())
+    workspace = tmp_path / "ws"
+    workspace.mkdir()
+    (workspace / "loop").symlink_to(workspace / "loop")
+    output = await run_tool(
+        operator_tool(spec), {"word": "a", "file": "f"}, make_context(workspace)
+    )
+    assert output.is_error and "loop" in text_of(output)
+
+
+async def test_deeply_nested_json_output_is_an_error_not_a_crash(tmp_path: Path) -> None:
+    text = CONTENT_TOOL.replace("print(json.dumps(ANSWER))", "print('[' * 100000)")
+    [spec] = load_specs(_folder(tmp_path, {"d.toml": text}), frozenset())
+    workspace = tmp_path / "ws"
+    workspace.mkdir()
+    output = await run_tool(operator_tool(spec), {"title": "t"}, make_context(workspace))
+    assert output.is_error and "not the JSON its definition promises" in text_of(output)
+
+
+def test_mount_points_inside_a_directory_are_found() -> None:
+    from daemon.host.mounts import mounts_below
+
+    table = (
+        "22 1 8:1 / / rw - ext4 /dev/sda1 rw\n"
+        "90 22 0:50 / /srv/ws/data rw - tmpfs tmpfs rw\n"
+        "91 22 0:51 / /srv/ws\\040two/x rw - tmpfs tmpfs rw\n"
+        "92 22 0:52 / /srv/wsother rw - tmpfs tmpfs rw\n"
+    )
+    assert mounts_below(Path("/srv/ws"), table) == ["/srv/ws/data"]
+    assert mounts_below(Path("/srv/ws two"), table) == ["/srv/ws two/x"]

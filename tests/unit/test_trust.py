@@ -418,3 +418,17 @@ def test_a_dropped_ask_is_remembered_until_its_token_expires() -> None:
     assert pending.get("denied") is None and pending.dropped("denied")
     now[0] = T0 + 601
     assert not pending.dropped("denied")
+
+
+def test_what_the_audit_keeps_of_a_huge_structured_input_stays_bounded() -> None:
+    """100,000 short strings used to become 100,000 digests (40 times the input: the attacker
+    round filled the audit with tens of megabytes per call)."""
+    import json
+
+    from daemon.policy.mask import MAX_SCANNED_CHARS, AuditMask
+
+    mask = AuditMask.parse([], [])
+    many = {"items": ["ab"] * 100_000, **{f"k{i}": "v" for i in range(50_000)}}
+    logged = json.dumps(mask.apply(many))
+    assert len(logged) < 4 * MAX_SCANNED_CHARS
+    assert "more items not logged" in logged and "more keys not logged" in logged

@@ -19,7 +19,6 @@ import logging
 import re
 from typing import Any, ClassVar, Literal
 
-import jsonschema
 import mcp_types as types
 
 from daemon.errors import ToolInputError
@@ -35,9 +34,9 @@ from daemon.tools.contract import (
     ToolTraits,
     TouchedPath,
 )
-from daemon.tools.json_schema import SchemaProblem, input_validator, schema_errors
+from daemon.tools.json_schema import SchemaProblem, input_validator, isolated_checks
 from daemon.tools.mcp.upstream import McpAnswer, Upstream
-from daemon.tools.operator.tool import OperatorInput
+from daemon.tools.operator.tool import MAX_BLOCKS, OperatorInput
 
 log = logging.getLogger(__name__)
 
@@ -60,14 +59,15 @@ class McpTool(Tool[OperatorInput, McpAnswer]):
     upstream: ClassVar[Upstream]
     remote_name: ClassVar[str]
     schema: ClassVar[dict[str, Any]]
-    _validator: ClassVar[jsonschema.Draft202012Validator]
+    prepares_off_loop = True
 
     def input_schema(self) -> dict[str, Any]:
         copy: dict[str, Any] = json.loads(json.dumps(self.schema))
         return copy
 
     def validate(self, args: OperatorInput, session: Session) -> OperatorInput:
-        errors = schema_errors(self._validator, args.model_dump(mode="json"))
+        document = args.model_dump(mode="json")
+        errors = isolated_checks().errors(self.schema, document, run_regexes=False)
         if errors:
             raise ToolInputError(
                 f"Invalid input for the {self.name} tool:\n"
@@ -101,7 +101,10 @@ class McpTool(Tool[OperatorInput, McpAnswer]):
 
 def _content(answer: types.CallToolResult, server: str) -> list[ContentBlock]:
     blocks: list[ContentBlock] = []
-    for block in answer.content:
+    if len(answer.content) > MAX_BLOCKS:
+        blocks.append(TextContent(text=f"[{server} sent {len(answer.content)} content blocks; "
+                                  f"the first {MAX_BLOCKS} are shown]"))  # fmt: skip
+    for block in answer.content[:MAX_BLOCKS]:
         if isinstance(block, types.TextContent):
             blocks.append(TextContent(text=block.text))
         elif isinstance(block, types.ImageContent) and block.mime_type in _IMAGE_TYPES:
@@ -157,7 +160,7 @@ def mcp_tool(upstream: Upstream, tool: types.Tool) -> McpTool | None:
         return None
     schema = dict(tool.input_schema)
     try:
-        validator = input_validator(schema, run_regexes=False)
+        input_validator(schema, run_regexes=False)
     except SchemaProblem as exc:
         log.warning("MCP server %s: tool %r: %s; left out", server, tool.name, exc)
         return None
@@ -174,7 +177,6 @@ def mcp_tool(upstream: Upstream, tool: types.Tool) -> McpTool | None:
             "remote_name": tool.name,
             "schema": schema,
             "search_hint": f"{server} {tool.title or ''}".strip(),
-            "_validator": validator,
         },
     )
     made: McpTool = cls()

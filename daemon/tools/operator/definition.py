@@ -23,7 +23,8 @@ from daemon.tools.json_schema import input_validator
 TOOLS_FOLDER = "tools"
 """Where operator tools live, inside the policy folder (reloaded with it)."""
 _NAME = re.compile(r"^[a-zA-Z0-9_-]{1,64}$")
-_PLACEHOLDER = re.compile(r"\{([A-Za-z_][A-Za-z0-9_]*)\}")
+PLACEHOLDER = re.compile(r"\{([A-Za-z_][A-Za-z0-9_]*)\}")
+"""An argv element that takes an input field: exactly {identifier}; anything else is literal."""
 MAX_RESULT_CHARS = 1_000_000
 MAX_TOOLS = 256
 MAX_FILE_BYTES = 256 * 1024
@@ -68,10 +69,10 @@ class RunSpec(BaseModel):
     @field_validator("argv")
     @classmethod
     def _whole_placeholders(cls, argv: tuple[str, ...]) -> tuple[str, ...]:
-        if not argv[0] or _PLACEHOLDER.search(argv[0]):
+        if not argv[0] or PLACEHOLDER.search(argv[0]):
             raise ValueError("the program (the first element) must be a fixed name")
         for index, arg in enumerate(argv):
-            if _PLACEHOLDER.search(arg) and not _PLACEHOLDER.fullmatch(arg):
+            if PLACEHOLDER.search(arg) and not PLACEHOLDER.fullmatch(arg):
                 raise ValueError(
                     f"element {index} ({arg!r}): a placeholder must be a whole argument, "
                     "exactly {field}"
@@ -95,7 +96,7 @@ class RunSpec(BaseModel):
 
     def placeholders(self) -> list[str]:
         """The input fields the argv names."""
-        return [m.group(1) for arg in self.argv if (m := _PLACEHOLDER.fullmatch(arg))]
+        return [m.group(1) for arg in self.argv if (m := PLACEHOLDER.fullmatch(arg))]
 
 
 class OperatorToolSpec(BaseModel):
@@ -145,7 +146,29 @@ class OperatorToolSpec(BaseModel):
                     f"run.argv names {{{field}}}, which is not an input property (they are: "
                     f"{known})"
                 )
+            if not _constrained(properties[field]):
+                raise ValueError(
+                    f"run.argv puts {{{field}}} on the command line as an unconstrained string: "
+                    f"give input_schema.properties.{field} a pattern or an enum that no option "
+                    "or operator of the program matches (a value like '!' or 'X=1' is read as "
+                    "one by some programs), or pass it on stdin instead"
+                )
         return self
+
+
+def _constrained(schema: Any) -> bool:
+    """Whether every value `schema` allows is held to a shape its author chose: numbers and
+    booleans, enums and consts, strings with a pattern (lists: of such items)."""
+    if not isinstance(schema, dict):
+        return False
+    if "enum" in schema or "const" in schema:
+        return True
+    kind = schema.get("type")
+    if kind in ("integer", "number", "boolean"):
+        return True
+    if kind == "array":
+        return _constrained(schema.get("items"))
+    return kind == "string" and isinstance(schema.get("pattern"), str)
 
 
 def _problems(file: str, exc: ValidationError) -> list[str]:
@@ -177,7 +200,7 @@ def load_specs(policy_folder: Path, reserved: frozenset[str]) -> list[OperatorTo
                 problems.append(f"{file}: larger than {MAX_FILE_BYTES} bytes")
                 continue
             document = tomllib.loads(path.read_text(encoding="utf-8"))
-        except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
+        except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError, RecursionError) as exc:
             problems.append(f"{file}: cannot be read as TOML: {exc}")
             continue
         try:

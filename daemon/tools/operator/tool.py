@@ -16,11 +16,11 @@ import json
 from dataclasses import dataclass
 from typing import Any, ClassVar, Literal
 
-import jsonschema
 from pydantic import ConfigDict
 
 from daemon.errors import ToolError, ToolInputError
 from daemon.host.confine import is_inside
+from daemon.host.mounts import mounts_below
 from daemon.models import ContentBlock, ImageContent, TextContent
 from daemon.sessions.session import Session
 from daemon.tools.contract import (
@@ -34,13 +34,15 @@ from daemon.tools.contract import (
     ToolTraits,
     TouchedPath,
 )
-from daemon.tools.json_schema import input_validator, schema_errors
-from daemon.tools.operator.definition import OperatorToolSpec
+from daemon.tools.json_schema import isolated_checks
+from daemon.tools.operator.definition import PLACEHOLDER, OperatorToolSpec
 from daemon.tools.summaries import failed, seconds
 from sandbox.backend import ExecRequest, SandboxResult
 
 #: stdout kept of a content answer (images travel in it, base64): past it the JSON is cut.
 CONTENT_OUTPUT_BYTES = 16 << 20
+MAX_BLOCKS = 64
+"""Content blocks one answer may have (each costs memory before any budget applies)."""
 _IMAGE_TYPES = frozenset({"image/png", "image/jpeg", "image/gif", "image/webp"})
 
 
@@ -64,7 +66,7 @@ class OperatorTool(Tool[OperatorInput, OperatorRun]):
     spec: ClassVar[OperatorToolSpec]
     input_model = OperatorInput
     origin = ToolOrigin(kind="operator")
-    _validator: ClassVar[jsonschema.Draft202012Validator]
+    prepares_off_loop = True
 
     def input_schema(self) -> dict[str, Any]:
         copy: dict[str, Any] = json.loads(json.dumps(self.spec.input_schema))
@@ -72,7 +74,7 @@ class OperatorTool(Tool[OperatorInput, OperatorRun]):
 
     def validate(self, args: OperatorInput, session: Session) -> OperatorInput:
         document = args.model_dump(mode="json")
-        errors = schema_errors(self._validator, document)
+        errors = isolated_checks().errors(self.spec.input_schema, document, run_regexes=True)
         if errors:
             raise ToolInputError(
                 f"Invalid input for the {self.name} tool:\n"
@@ -83,17 +85,24 @@ class OperatorTool(Tool[OperatorInput, OperatorRun]):
         return args
 
     def analyse(self, args: OperatorInput, session: Session) -> CallFacts:
-        start = (session.workspace / self.spec.run.cwd).resolve()
+        try:
+            start = (session.workspace / self.spec.run.cwd).resolve()
+        except (OSError, RuntimeError) as exc:  # RuntimeError: a symbolic link loop (3.11)
+            raise ToolInputError(
+                f"The {self.name} tool starts in {self.spec.run.cwd} of the workspace, which "
+                f"cannot be resolved ({exc}); fix or remove it."
+            ) from exc
         access: Literal["read", "write"] = "read" if self.spec.read_only else "write"
         return self.facts(paths=[TouchedPath.of(session.workspace, start, access)])
 
     def _argv(self, document: dict[str, Any]) -> list[str]:
         argv: list[str] = []
         for arg in self.spec.run.argv:
-            field = arg[1:-1] if arg.startswith("{") and arg.endswith("}") else None
-            if field is None:
+            placeholder = PLACEHOLDER.fullmatch(arg)  # the very test the definition passed
+            if placeholder is None:
                 argv.append(arg)
                 continue
+            field = placeholder.group(1)
             value = document.get(field)
             values = value if isinstance(value, list) else [] if value is None else [value]
             for item in values:
@@ -103,6 +112,8 @@ class OperatorTool(Tool[OperatorInput, OperatorRun]):
     def _argument(self, field: str, value: Any) -> str:
         if isinstance(value, bool):
             text = "true" if value else "false"
+        elif isinstance(value, float) and value.is_integer():
+            text = str(int(value))  # JSON numbers arrive as floats: 3, not 3.0
         elif isinstance(value, int | float | str):
             text = str(value)
         else:
@@ -127,6 +138,12 @@ class OperatorTool(Tool[OperatorInput, OperatorRun]):
             raise ToolError(
                 f"The {self.name} tool starts in {run.cwd} of the workspace, which is not a "
                 "directory there; create it or ask the operator to fix the tool."
+            )
+        if self.spec.read_only and (inside := mounts_below(ctx.workspace)):
+            raise ToolError(
+                f"The {self.name} tool is read-only, but the workspace has filesystems mounted "
+                f"inside it ({', '.join(inside[:3])}) that a read-only mount of the workspace "
+                "does not cover on this Docker engine, so it was not run. Ask the operator."
             )
         document = args.model_dump(mode="json")
         timeout_ms = min(run.timeout_ms, ctx.limits.timeout_ms)
@@ -177,7 +194,7 @@ class OperatorTool(Tool[OperatorInput, OperatorRun]):
             if run.output_truncated:
                 raise ValueError(f"it is larger than {CONTENT_OUTPUT_BYTES} bytes")
             blocks, is_error = _blocks(json.loads(run.output))
-        except (ValueError, TypeError) as exc:
+        except (ValueError, TypeError, RecursionError) as exc:
             text = (
                 f"{self.name} printed an answer that is not the JSON its definition promises "
                 f"({exc}); this is a problem of the tool, tell the operator."
@@ -221,6 +238,8 @@ def _blocks(answer: Any) -> tuple[list[ContentBlock], bool]:
     is_error = answer.get("is_error", False)
     if not isinstance(is_error, bool):
         raise TypeError('"is_error" must be true or false')
+    if len(answer["content"]) > MAX_BLOCKS:
+        raise ValueError(f"more than {MAX_BLOCKS} content blocks")
     blocks: list[ContentBlock] = []
     for index, block in enumerate(answer["content"]):
         kind = block.get("type") if isinstance(block, dict) else None
@@ -258,7 +277,6 @@ def operator_tool(spec: OperatorToolSpec) -> OperatorTool:
             "traits": traits,
             "search_hint": spec.search_hint,
             "spec": spec,
-            "_validator": input_validator(spec.input_schema),
         },
     )
     tool: OperatorTool = cls()
