@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import socket
+import time
 from collections.abc import Callable, Sequence
 from urllib.parse import quote, quote_plus
 
@@ -20,6 +21,10 @@ import h11
 from daemon.egress.streams import ByteStream
 
 CHUNK = 1 << 18
+CHUNK_BURST = 4096
+CHUNKS_PER_S = 1000
+"""Body pieces (chunked framing) an exchange may carry: a burst, then this many a second.
+Streaming answers (server-sent events, say) send tens a second; a flood sends thousands."""
 #: Longest request or response head (line and headers) accepted.
 MAX_HEAD = 64 * 1024
 
@@ -43,6 +48,31 @@ _HOP_BY_HOP = frozenset(
 
 class RelayError(Exception):
     """The exchange could not be carried (malformed message, peer gone, budget spent)."""
+
+
+class ChunkFlood(RelayError):
+    """A body came in more pieces, faster, than any client needs: each costs a round of parsing
+    (in a thread that shares the interpreter with the daemon), so the exchange is ended."""
+
+
+class _ChunkRate:
+    """At most CHUNK_BURST body pieces, then CHUNKS_PER_S a second (a token bucket)."""
+
+    def __init__(self, who: str) -> None:
+        self._who = who
+        self._tokens = float(CHUNK_BURST)
+        self._at = time.monotonic()
+
+    def take(self) -> None:
+        now = time.monotonic()
+        self._tokens = min(CHUNK_BURST, self._tokens + (now - self._at) * CHUNKS_PER_S)
+        self._at = now
+        self._tokens -= 1
+        if self._tokens < 0:
+            raise ChunkFlood(
+                f"the {self._who} sent its body in too many small chunks (over {CHUNKS_PER_S} "
+                "a second); send larger chunks"
+            )
 
 
 def _forwarded(headers: Sequence[tuple[bytes, bytes]], drop: frozenset[bytes]) -> Headers:
@@ -272,6 +302,7 @@ def relay_exchange(
         raise RelayError("the call's byte budget is spent")
     if client_conn.they_are_waiting_for_100_continue:
         _send(client_conn, client, h11.InformationalResponse(status_code=100, headers=[]))
+    rate = _ChunkRate("sandbox")
     while True:
         event = _next_event(client_conn)
         if event is h11.NEED_DATA:
@@ -279,6 +310,7 @@ def relay_exchange(
                 break
             _receive(client_conn, bytes(buffer[: client.recv_into(buffer)]))
         elif isinstance(event, h11.Data):
+            rate.take()
             if not meter_up(len(event.data)):
                 raise RelayError("the call's byte budget is spent")
             pending += _encode(up, h11.Data(data=event.data))
@@ -302,6 +334,7 @@ def _relay_answer(
 ) -> int:
     status = 0
     scrubber = Scrubber(scrub)
+    rate = _ChunkRate("server")
     while True:
         event = read_event(up, upstream, buffer)
         if isinstance(event, h11.InformationalResponse):
@@ -331,6 +364,7 @@ def _relay_answer(
                 _copy_body(up, upstream, client, int(length), scrubber, meter_down)
                 return status
         elif isinstance(event, h11.Data):
+            rate.take()
             if not meter_down(len(event.data)):
                 raise RelayError("the call's byte budget is spent")
             _send(client_conn, client, h11.Data(data=scrubber.feed(event.data)))

@@ -15,12 +15,16 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import fcntl
 import functools
+import logging
 import os
 import socket
 import ssl
 import struct
+import termios
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -31,6 +35,7 @@ from daemon.egress.addresses import classify
 from daemon.egress.ca import EgressCA
 from daemon.egress.credentials import Credentials
 from daemon.egress.http_relay import (
+    ChunkFlood,
     RelayError,
     has_both_framings,
     read_head,
@@ -54,21 +59,36 @@ from daemon.policy.engine import PolicyEngine
 from daemon.tools.contract import ProgressSink, ProgressUpdate
 from sandbox.backend import EgressGate
 
+log = logging.getLogger(__name__)
+
 EGRESS_INPUT_VERSION = 1
 MAX_ADDRESSES = 16
+ACCEPTS_PER_TURN = 16
+"""Connections accepted per wake-up of the listener (a flood must not hold the event loop)."""
 SANDBOX_SEND_BUFFER = 1 << 20
-"""The send buffer of each connection from a sandbox (the kernel doubles it). The default
-(about 200 KiB) is less than one body piece the proxy writes, so the proxy and the sandbox's
-client took turns waiting on each other; measured, a bigger one raises intercepted downloads by
-a third. Its worst case is bounded by the open-connection limits (64 per call, 1024 in all)."""
+"""The send buffer of an intercepted connection (the kernel doubles it). The default (about
+200 KiB) is less than one body piece the proxy writes, so the proxy and the sandbox's client
+took turns waiting on each other; measured, a bigger one raises intercepted downloads by a third.
+Bytes not yet read stay charged to the daemon: a connection keeps its place among the call's
+open ones until they are read (`_until_read`), so the open-connection limits bound them."""
+_DRAIN_POLL_S = 0.05
 
 Resolver = Callable[[str, int], Awaitable[list[str]]]
 AuditSink = Callable[[dict[str, Any]], None]
 
 
+_DNS_THREADS = ThreadPoolExecutor(16, thread_name_prefix="tooljail-dns")
+"""Lookups block a thread for as long as a slow DNS server takes: egress lookups get threads of
+their own, so they never hold up the daemon's other work in asyncio's shared pool."""
+LOOKUPS_PER_CALL = 2
+"""Lookups one call may have running at once (the rest of the threads stay for other calls)."""
+
+
 async def system_resolver(host: str, port: int) -> list[str]:
     """The addresses the host's resolver gives for `host` (in its order, each once)."""
-    infos = await asyncio.get_running_loop().getaddrinfo(host, port, type=socket.SOCK_STREAM)
+    infos = await asyncio.get_running_loop().run_in_executor(
+        _DNS_THREADS, functools.partial(socket.getaddrinfo, host, port, type=socket.SOCK_STREAM)
+    )
     return list(dict.fromkeys(str(info[4][0]) for info in infos))[:MAX_ADDRESSES]
 
 
@@ -159,6 +179,8 @@ class CallEgress(EgressGate):
         self._call = call
         settings = proxy.settings
         self.usage = CallUsage(settings.max_connections, settings.max_bytes, settings.max_refusals)
+        self._listener: socket.socket | None = None
+        self._lookups = asyncio.Semaphore(LOOKUPS_PER_CALL)
         self._tasks: set[asyncio.Task[Any]] = set()
         self._closing = False
 
@@ -175,12 +197,14 @@ class CallEgress(EgressGate):
         except BaseException:
             listener.close()
             raise
+        self._listener = listener
         self._watch(listener)
         try:
             yield
         finally:
             self._closing = True
-            asyncio.get_running_loop().remove_reader(listener.fileno())
+            if listener.fileno() >= 0:
+                asyncio.get_running_loop().remove_reader(listener.fileno())
             listener.close()
             socket_path.unlink(missing_ok=True)
             self.usage.close_all()
@@ -205,7 +229,12 @@ class CallEgress(EgressGate):
         """Accept every pending connection (called by the loop when the listener is readable;
         synchronous, so no accepted socket can be lost to a cancellation)."""
         loop = asyncio.get_running_loop()
-        while not self._closing:
+        for _ in range(ACCEPTS_PER_TURN):  # the loop's other work gets its turn in between
+            if self._closing:
+                return
+            if self.usage.closed_for_refusals:
+                self._stop_listening()
+                return
             try:
                 client, _ = listener.accept()
             except BlockingIOError:
@@ -217,11 +246,9 @@ class CallEgress(EgressGate):
                 loop.call_later(0.05, self._watch, listener)
                 return
             client.setblocking(False)
-            with contextlib.suppress(OSError):
-                client.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, SANDBOX_SEND_BUFFER)
             if why := self._turned_away(client):
                 if why not in ("closed", "the call ended"):
-                    self.usage.refuse("(any)", why)
+                    self._refused("(any)", why)
                 client.close()
                 continue
             self._proxy.open_total += 1
@@ -235,6 +262,19 @@ class CallEgress(EgressGate):
         self._tasks.discard(task)
         self._proxy.open_total -= 1
         client.close()
+
+    def _stop_listening(self) -> None:
+        """The call's network is closed: no more listening, so the kernel refuses further
+        connections without waking the daemon (a process hammering the socket starved it)."""
+        listener = self._listener
+        if listener is not None and listener.fileno() >= 0:
+            asyncio.get_running_loop().remove_reader(listener.fileno())
+            listener.close()
+
+    def _refused(self, destination: str, reason: str) -> None:
+        self.usage.refuse(destination, reason)
+        if self.usage.closed_for_refusals:
+            self._stop_listening()
 
     def _watch(self, listener: socket.socket) -> None:
         if not self._closing and listener.fileno() >= 0:
@@ -282,10 +322,20 @@ class CallEgress(EgressGate):
             await self._refuse(record, client, refused)
         except Ended as ended:
             record.fields["end"] = str(ended)
+        except ChunkFlood as flood:  # counted as a refusal: a sandbox repeating it gets closed
+            record.fields["end"] = "refused"
+            self._refused(record.fields.get("destination", "(unreadable request)"), str(flood))
         except TimeoutError:  # before OSError, of which it is one
             record.fields.setdefault("end", "timed out")
         except (RelayError, OSError, ssl.SSLError) as exc:
             record.fields.setdefault("end", f"failed: {exc}")
+        except asyncio.CancelledError:
+            record.fields.setdefault("end", "the call ended")
+        except Exception as exc:  # noqa: BLE001 - a bug here must still end in the audit
+            record.fields.setdefault("end", f"failed: internal error ({type(exc).__name__})")
+            log.warning("egress connection failed unexpectedly: %r", exc)
+        try:
+            await self._until_read(client)
         except asyncio.CancelledError:
             record.fields.setdefault("end", "the call ended")
         finally:
@@ -293,6 +343,21 @@ class CallEgress(EgressGate):
             client.close()
             if record.fields:
                 self._proxy.audit(record.line())
+
+    async def _until_read(self, client: socket.socket) -> None:
+        """Wait while the sandbox has not read all that was sent to it: those bytes stay in
+        the kernel, charged to the daemon, and this connection keeps its place among the call's
+        open ones meanwhile (the call's end stops the wait)."""
+        while not self._closing and client.fileno() >= 0:
+            try:
+                queued = struct.unpack(
+                    "i", fcntl.ioctl(client.fileno(), termios.TIOCOUTQ, b"\0\0\0\0")
+                )[0]
+            except OSError:
+                return
+            if queued <= 0:
+                return
+            await asyncio.sleep(_DRAIN_POLL_S)
 
     async def _refuse(
         self, record: ConnectionRecord, client: socket.socket, refused: Refused
@@ -302,7 +367,7 @@ class CallEgress(EgressGate):
         record.fields["end"] = "refused"
         record.fields["reasons"] = [reason]
         destination = record.fields.get("destination", "(unreadable request)")
-        self.usage.refuse(destination, reason)
+        self._refused(destination, reason)
         self._progress(f"egress refused: {destination}: {reason}")
         # Only while the socket is still the event loop's (not handed to a thread, nor TLS).
         if refused.status and client.fileno() >= 0 and client.gettimeout() == 0:
@@ -359,21 +424,19 @@ class CallEgress(EgressGate):
         addresses: list[str] | None = None,
         reserve: bool = True,
     ) -> str:
-        """Resolve (unless `addresses` were already), ask the policy, apply the address floor
-        and take a connection of the budget (unless `reserve` is off: a request inside a tunnel
-        that already has one); the address to use."""
-        if addresses is None:
-            addresses = await self._resolve(target)
-        ranges = [classify(a) for a in addresses]
-        record.fields["addresses"] = addresses
+        """Ask the policy, then resolve a name (unless `addresses` were already: a request
+        inside a tunnel), apply the address floor and take a connection of the budget (unless
+        `reserve` is off: a request inside a tunnel that already has one); the address to use.
+
+        A name is resolved only once the policy allowed it: a lookup of a refused name would
+        still carry it, and whatever data it encodes, to outside DNS servers."""
+        known = addresses if addresses is not None else [target.host] if target.is_address else []
         intercepted = self._intercepts(target)
         destination: dict[str, Any] = {
             "via": kind,
             "host": target.host,
             "port": target.port,
-            "addresses": [
-                {"address": a, "range": r} for a, r in zip(addresses, ranges, strict=True)
-            ],
+            "addresses": [{"address": a, "range": classify(a)} for a in known],
             "intercepted": intercepted,
         }
         if kind == "http":
@@ -390,6 +453,9 @@ class CallEgress(EgressGate):
         if not verdict.allow:
             raise Refused(403, " ".join(verdict.reasons))
         self.usage.tighten(verdict.max_connections, verdict.max_bytes)
+        addresses = known or await self._resolve(target)
+        record.fields["addresses"] = addresses
+        ranges = [classify(a) for a in addresses]
         allowed = [a for a, r in zip(addresses, ranges, strict=True) if r in verdict.address_ranges]
         if not allowed:
             raise Refused(403, self._floor_reason(target, addresses, ranges, verdict))
@@ -420,7 +486,7 @@ class CallEgress(EgressGate):
         if target.is_address:
             return [target.host]
         try:
-            async with asyncio.timeout(self._proxy.settings.resolve_timeout_s):
+            async with asyncio.timeout(self._proxy.settings.resolve_timeout_s), self._lookups:
                 addresses = await self._proxy.resolver(target.host, target.port)
         except (OSError, TimeoutError) as exc:
             raise Refused(502, f"the name {target.host} could not be resolved ({exc})") from exc
@@ -541,6 +607,9 @@ class CallEgress(EgressGate):
             context = ca.server_context(target.host)
         except ValueError as exc:
             raise Refused(0, f"cannot present a certificate for {target.host}: {exc}") from exc
+
+        with contextlib.suppress(OSError):
+            client.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, SANDBOX_SEND_BUFFER)
 
         def accept() -> TlsStream:
             return TlsStream(client, context, server_side=True, timeout=settings.head_timeout_s)

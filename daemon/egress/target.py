@@ -91,15 +91,19 @@ def parse_absolute_url(url: str) -> tuple[str, Target, str]:
     """scheme, destination and path (with query) of an absolute-form HTTP request target."""
     if not url.isascii():
         raise TargetError("the request target is not ASCII")
-    parts = urlsplit(url)
+    try:
+        parts = urlsplit(url)
+        netloc = parts.netloc
+    except ValueError as exc:  # e.g. an unbalanced [ in the host
+        raise TargetError(f"the request target is not a URL ({exc})") from exc
     if parts.scheme != "http":
         raise TargetError(
             f"a proxy request for scheme {parts.scheme or '(none)'!r}: only http:// is forwarded "
             "as a request; https goes through CONNECT"
         )
-    if not parts.netloc:
+    if not netloc:
         raise TargetError("the request target has no host (send an absolute http:// URL)")
-    target = parse_authority(parts.netloc, 80)
+    target = parse_authority(netloc, 80)
     path = parts.path or "/"
     if parts.query:
         path += "?" + parts.query

@@ -620,8 +620,11 @@ class EgressDestination(_Part):
     method: str | None = Field(default=None, description="via http only.")
     path: str | None = Field(default=None, description="via http only: path and query.")
     addresses: list[EgressAddress] = Field(
-        description="What the proxy resolved the host to, once; it connects to the first one "
-        "whose range the decision's address_ranges allows, never to a later lookup's."
+        description="The host's address when the host is an IP; empty for a name, which the "
+        "proxy resolves only after an allowing decision (resolving first would carry refused "
+        "names, and whatever they encode, to outside DNS servers). It then resolves the name "
+        "once and connects to the first address whose range the decision's address_ranges "
+        "allows, never to a later lookup's."
     )
     intercepted: bool = Field(
         description="A configured credential names this destination: its TLS is terminated "
