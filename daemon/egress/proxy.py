@@ -2,13 +2,14 @@
 
 A call's container reaches the proxy through one Unix socket of its own (see sandbox/hardening.py),
 so every connection arriving there belongs to that call: no address or header the sandbox sends
-can claim another identity. For each connection the proxy reads the request head (h11), resolves
-the name itself, asks the policy (data.tooljail.authz.egress) with the call's context, the
-destination and the addresses, and connects to one address in a range the decision allows: the
-name is never looked up again (rebinding cannot switch it). CONNECT tunnels carry bytes
-untouched after a check that a TLS ClientHello names the host that was decided; destinations
-with a configured credential are intercepted instead (TLS terminated with tooljail's CA, each
-request decided and given the header). Plain-HTTP requests are decided and relayed one by one.
+can claim another identity. For each connection the proxy reads the request head (h11), asks the
+policy (data.tooljail.authz.egress) with the call's context and the destination, then resolves an
+allowed name itself (a refused one is never looked up: DNS would carry it out) and connects to
+one address in a range the decision allows: the name is never looked up again (rebinding cannot
+switch it). CONNECT tunnels carry bytes untouched after a check that a TLS ClientHello names the
+host that was decided (tunnel.py); destinations with a configured credential are intercepted
+instead (TLS terminated with tooljail's CA, each request decided and given the header).
+Plain-HTTP requests are decided and relayed one by one (http_relay.py).
 """
 
 from __future__ import annotations

@@ -150,9 +150,17 @@ def test_the_policy_asks_and_denies_mcp_tools_like_any_other(
     world: tuple[RunningDaemon, Upstream],
 ) -> None:
     daemon, _ = world
-    asked = daemon.execute("mcp__up__shout", {"text": "hi"})
+    asked = daemon.execute("mcp__up__shout", {"text": "hi"}, tool_use_id="toolu_shout_1")
     assert asked.decision.outcome == pb.ASK and asked.decision.approval_token
     assert "needs a person's approval" in text_of(asked)
+    # The Unix socket's caller approves its own call by sending the token back (policy).
+    approved = daemon.execute(
+        "mcp__up__shout",
+        {"text": "hi"},
+        tool_use_id="toolu_shout_1",
+        approval_token=asked.decision.approval_token,
+    )
+    assert approved.decision.outcome == pb.ALLOW and text_of(approved) == "HI"
 
 
 def test_list_changed_adds_the_new_tool(world: tuple[RunningDaemon, Upstream]) -> None:

@@ -172,3 +172,22 @@ async def test_an_upstream_regex_is_not_run_by_the_daemon(tmp_path: Any) -> None
     assert tool is not None and tool.input_schema()["properties"]["q"]["pattern"] == "^(a+)+$"
     output = await run_tool(tool, {"q": "a" * 64 + "!"}, make_context(tmp_path))
     assert text_of(output) == "ok"
+
+
+async def test_a_stdio_server_answering_garbage_is_an_error_naming_it(tmp_path: Any) -> None:
+    from daemon.tools.mcp.stdio import McpStdioServer
+    from sandbox.backend import SandboxLimits, SandboxResult
+    from tests.unit.fake_sandbox import FakeSandbox
+
+    spec = McpServerSpec(name="box", command=("server",))
+    sandbox = FakeSandbox(tmp_path)
+    ctx = make_context(tmp_path, sandbox=sandbox)
+    server = McpStdioServer(spec, lambda name, tools: None, lambda: None, SandboxLimits())
+    for output, error, expected in [
+        ("not json at all", "", "answered add with garbage"),
+        ('{"content": "not a list"}', "", "answered add with a malformed result"),
+        ("", "the MCP server printed a line that is not JSON: 'hello'", "failed add"),
+    ]:
+        sandbox.canned.append(SandboxResult(output=output, error=error, stderr="boom"))
+        with pytest.raises(McpServerError, match=expected):
+            await server.call("add", {"a": 1}, ctx)
