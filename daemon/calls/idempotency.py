@@ -107,10 +107,11 @@ class ResultCache:
         self._by_principal: dict[str, OrderedDict[Key, _Entry]] = {}
         self._chars_of: dict[str, int] = {}
         self._chars = 0
-        self._ran: OrderedDict[Key, tuple[str, float]] = OrderedDict()
-        """Calls whose answers had to go before their time (input hash, when they finished):
-        a retry is told they ran, not run again."""
-        self._max_ran = 8 * max_entries
+        self._ran: dict[str, OrderedDict[Key, tuple[str, float]]] = {}
+        """By principal: calls whose answers had to go before their time (input hash, when they
+        finished): a retry is told they ran, not run again. Each principal has its own bound, so
+        nobody's flood pushes another's out."""
+        self._max_ran = 4 * max_entries_per_principal
 
     def __len__(self) -> int:
         return len(self._running) + len(self._finished)
@@ -118,9 +119,10 @@ class ResultCache:
     def _drop(self, key: Key, *, remember_it_ran: bool = True) -> None:
         entry = self._finished.pop(key)
         if remember_it_ran and entry.finished_at is not None:
-            self._ran[key] = (entry.input_hash, entry.finished_at)
-            while len(self._ran) > self._max_ran:
-                self._ran.popitem(last=False)
+            ran = self._ran.setdefault(key[0], OrderedDict())
+            ran[key] = (entry.input_hash, entry.finished_at)
+            while len(ran) > self._max_ran:
+                ran.popitem(last=False)
         principal = key[0]
         mine = self._by_principal[principal]
         del mine[key]
@@ -137,11 +139,11 @@ class ResultCache:
             if now - oldest.finished_at < self._ttl_s:
                 break
             self._drop(key, remember_it_ran=False)
-        while self._ran:
-            key, (_, finished_at) = next(iter(self._ran.items()))
-            if now - finished_at < self._ttl_s:
-                break
-            del self._ran[key]
+        for principal, ran in list(self._ran.items()):
+            while ran and now - next(iter(ran.values()))[1] >= self._ttl_s:
+                ran.popitem(last=False)
+            if not ran:
+                del self._ran[principal]
         while len(self._finished) > self._max_entries or self._chars > self._max_chars:
             largest = max(self._by_principal, key=lambda p: self._chars_of[p])
             self._drop(next(iter(self._by_principal[largest])))
@@ -158,8 +160,9 @@ class ResultCache:
         """Drop a closed session's finished entries."""
         for key in [k for k in self._finished if k[1] == session_id]:
             self._drop(key, remember_it_ran=False)
-        for key in [k for k in self._ran if k[1] == session_id]:
-            del self._ran[key]
+        for ran in self._ran.values():
+            for key in [k for k in ran if k[1] == session_id]:
+                del ran[key]
 
     async def run_once(
         self,
@@ -177,7 +180,8 @@ class ResultCache:
                     "input; every tool_use needs its own id"
                 )
             return await asyncio.shield(entry.future), True
-        ran = self._ran.get(key)
+        mine = self._ran.get(key[0])
+        ran = mine.get(key) if mine is not None else None
         if ran is not None:
             if ran[0] != input_hash:
                 raise RequestError(

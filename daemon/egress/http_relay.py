@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import socket
+import threading
 import time
 from collections.abc import Callable, Sequence
 from urllib.parse import quote, quote_plus
@@ -23,7 +24,7 @@ from daemon.egress.streams import ByteStream
 CHUNK = 1 << 18
 CHUNK_BURST = 4096
 CHUNKS_PER_S = 1000
-"""Body pieces (chunked framing) an exchange may carry: a burst, then this many a second.
+"""Body pieces (chunked framing) a call's exchanges may carry: a burst, then this many a second.
 Streaming answers (server-sent events, say) send tens a second; a flood sends thousands."""
 #: Longest request or response head (line and headers) accepted.
 MAX_HEAD = 64 * 1024
@@ -55,23 +56,28 @@ class ChunkFlood(RelayError):
     (in a thread that shares the interpreter with the daemon), so the exchange is ended."""
 
 
-class _ChunkRate:
-    """At most CHUNK_BURST body pieces, then CHUNKS_PER_S a second (a token bucket)."""
+class ChunkRate:
+    """The body pieces (chunked framing) one call's exchanges may carry, all connections
+    together: CHUNK_BURST at once, then CHUNKS_PER_S a second (a token bucket, shared by the
+    call's worker threads: a bucket per connection let 60 connections parse 57,000 a second)."""
 
-    def __init__(self, who: str) -> None:
-        self._who = who
+    def __init__(self) -> None:
         self._tokens = float(CHUNK_BURST)
         self._at = time.monotonic()
+        self._lock = threading.Lock()
 
-    def take(self) -> None:
-        now = time.monotonic()
-        self._tokens = min(CHUNK_BURST, self._tokens + (now - self._at) * CHUNKS_PER_S)
-        self._at = now
-        self._tokens -= 1
-        if self._tokens < 0:
+    def take(self, who: str) -> None:
+        """Count one piece `who` (the sandbox, the server) sent; ChunkFlood past the rate."""
+        with self._lock:
+            now = time.monotonic()
+            self._tokens = min(CHUNK_BURST, self._tokens + (now - self._at) * CHUNKS_PER_S)
+            self._at = now
+            self._tokens -= 1
+            flooded = self._tokens < 0
+        if flooded:
             raise ChunkFlood(
-                f"the {self._who} sent its body in too many small chunks (over {CHUNKS_PER_S} "
-                "a second); send larger chunks"
+                f"the {who} sent bodies in too many small chunks (the call's connections may "
+                f"carry {CHUNKS_PER_S} a second together); send larger chunks"
             )
 
 
@@ -286,6 +292,7 @@ def relay_exchange(
     inject: Sequence[tuple[bytes, bytes]],
     meter_up: Meter,
     meter_down: Meter,
+    chunks: ChunkRate,
     scrub: Sequence[bytes] = (),
 ) -> int:
     """Send `request` (its body still in `client_conn`) upstream as `target` on `host`, and the
@@ -302,7 +309,6 @@ def relay_exchange(
         raise RelayError("the call's byte budget is spent")
     if client_conn.they_are_waiting_for_100_continue:
         _send(client_conn, client, h11.InformationalResponse(status_code=100, headers=[]))
-    rate = _ChunkRate("sandbox")
     while True:
         event = _next_event(client_conn)
         if event is h11.NEED_DATA:
@@ -310,7 +316,7 @@ def relay_exchange(
                 break
             _receive(client_conn, bytes(buffer[: client.recv_into(buffer)]))
         elif isinstance(event, h11.Data):
-            rate.take()
+            chunks.take("sandbox")
             if not meter_up(len(event.data)):
                 raise RelayError("the call's byte budget is spent")
             pending += _encode(up, h11.Data(data=event.data))
@@ -320,7 +326,7 @@ def relay_exchange(
             break
         else:
             raise RelayError("the request body ended early")
-    return _relay_answer(client, client_conn, upstream, up, buffer, meter_down, scrub)
+    return _relay_answer(client, client_conn, upstream, up, buffer, meter_down, chunks, scrub)
 
 
 def _relay_answer(
@@ -330,11 +336,11 @@ def _relay_answer(
     up: h11.Connection,
     buffer: memoryview,
     meter_down: Meter,
+    chunks: ChunkRate,
     scrub: Sequence[bytes],
 ) -> int:
     status = 0
     scrubber = Scrubber(scrub)
-    rate = _ChunkRate("server")
     while True:
         event = read_event(up, upstream, buffer)
         if isinstance(event, h11.InformationalResponse):
@@ -364,7 +370,7 @@ def _relay_answer(
                 _copy_body(up, upstream, client, int(length), scrubber, meter_down)
                 return status
         elif isinstance(event, h11.Data):
-            rate.take()
+            chunks.take("server")
             if not meter_down(len(event.data)):
                 raise RelayError("the call's byte budget is spent")
             _send(client_conn, client, h11.Data(data=scrubber.feed(event.data)))

@@ -37,6 +37,7 @@ from daemon.egress.ca import EgressCA
 from daemon.egress.credentials import Credentials
 from daemon.egress.http_relay import (
     ChunkFlood,
+    ChunkRate,
     RelayError,
     has_both_framings,
     read_head,
@@ -182,6 +183,7 @@ class CallEgress(EgressGate):
         self.usage = CallUsage(settings.max_connections, settings.max_bytes, settings.max_refusals)
         self._listener: socket.socket | None = None
         self._lookups = asyncio.Semaphore(LOOKUPS_PER_CALL)
+        self._chunks = ChunkRate()
         self._tasks: set[asyncio.Task[Any]] = set()
         self._closing = False
 
@@ -556,6 +558,7 @@ class CallEgress(EgressGate):
                 inject=inject or [],
                 meter_up=meter_up,
                 meter_down=meter_down,
+                chunks=self._chunks,
                 scrub=scrub or [],
             )
 

@@ -42,6 +42,9 @@ def proxy_environment(port: int = PROXY_PORT) -> dict[str, str]:
     return env
 
 
+PROGRAM_SEND_BUFFER = 1 << 16
+
+
 async def _pipe(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
     try:
         while chunk := await reader.read(_CHUNK):
@@ -56,6 +59,12 @@ async def _pipe(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> N
 async def _carry(
     socket_path: str, client_r: asyncio.StreamReader, client_w: asyncio.StreamWriter
 ) -> None:
+    # A small, fixed send buffer towards the program (not the kernel's autotuned megabytes):
+    # what a program does not read then stays on the proxy's side, where the call's limit on
+    # open connections counts it, not in loopback queues no limit covers.
+    program = client_w.get_extra_info("socket")
+    if program is not None:
+        program.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, PROGRAM_SEND_BUFFER)
     try:
         upstream_r, upstream_w = await asyncio.open_unix_connection(socket_path)
     except OSError:

@@ -698,3 +698,31 @@ async def test_a_call_holds_at_most_two_lookups_at_once(
         )
     assert most == 2
     assert all(answer.startswith(b"HTTP/1.1 200") for answer in answers)
+
+
+async def test_the_chunk_rate_is_the_calls_not_each_connections(
+    tmp_path: Path, opa: tuple[ManagedOpa, OpaPolicyEngine], upstream_port: int
+) -> None:
+    """A bucket per connection let 60 connections send 950 chunks a second each (57,000 rounds
+    of parsing, the daemon stalled: re-check round). Twelve connections sending 500 a second each
+    stay under a connection's rate but not under the call's."""
+    resolver = Resolver({"up.test": [UPSTREAM]})
+    async for proxy in _proxy(tmp_path, opa[1], resolver):
+
+        async def paced(path: Path) -> None:
+            _, writer = await asyncio.open_unix_connection(str(path))
+            # /slow does not answer at once: the proxy goes on reading (and parsing) the body.
+            writer.write(
+                f"POST http://up.test:{upstream_port}/slow HTTP/1.1\r\nhost: up.test\r\n"
+                "transfer-encoding: chunked\r\n\r\n".encode()
+            )
+            with contextlib.suppress(ConnectionError):
+                for _ in range(40):
+                    writer.write(b"1\r\na\r\n" * 50)
+                    await writer.drain()
+                    await asyncio.sleep(0.1)
+            writer.close()
+
+        await asyncio.gather(*(paced(proxy.socket_path) for _ in range(12)))
+        note = proxy.egress.note()
+    assert "too many small chunks" in note, note

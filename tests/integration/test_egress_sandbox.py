@@ -92,6 +92,8 @@ class Egress:
         return response, tool_use_id
 
     def egress_records(self, tool_use_id: str) -> list[dict[str, Any]]:
+        """The call's egress audit lines (written as connections end: a download's once the
+        program read it all, so not in the order they began)."""
         return [r for r in self.daemon.audit_lines("egress") if r["tool_use_id"] == tool_use_id]
 
 
@@ -168,7 +170,9 @@ def test_allowed_requests_go_out_and_refused_ones_are_noted(egress: Egress) -> N
     assert "refused 403" in text
     assert "Network (egress proxy):" in text
     assert f"127.0.0.3:{egress.plain} refused: No egress rule" in text
-    allowed, refused = egress.egress_records(tool_use_id)
+    records = egress.egress_records(tool_use_id)
+    [allowed] = [r for r in records if r.get("decision") == "allow"]
+    [refused] = [r for r in records if r.get("decision") == "deny"]
     assert allowed["decision"] == "allow" and allowed["connected_to"] == UPSTREAM
     assert allowed["principal"] == "local" and allowed["bytes_down"] > 0
     assert refused["decision"] == "deny" and refused["destination"] == f"127.0.0.3:{egress.plain}"

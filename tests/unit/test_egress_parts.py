@@ -5,6 +5,7 @@ secret files, and the container recipe of the egress network."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import shutil
 import tempfile
@@ -441,3 +442,40 @@ def test_a_state_dir_too_long_for_sockets_gets_a_private_folder_elsewhere(tmp_pa
     longest = egress.root / ("0" * 24) / "proxy.sock"
     assert len(os.fsencode(longest)) <= 107 and egress.root.is_dir()
     assert oct(egress.root.parent.stat().st_mode & 0o777) == "0o700"
+
+
+def test_the_forwarder_takes_little_from_the_proxy_for_a_program_that_does_not_read(
+    tmp_path: Path,
+) -> None:
+    """Bytes the forwarder drained from the proxy sat in the container's loopback TCP queues,
+    outside any limit (re-check round: 1.8 MB a connection, 453 MiB for 250). It keeps a small
+    send buffer, so a program that does not read leaves the bytes on the proxy's side, where the
+    call's open-connection limit counts them."""
+    from sandbox.runner import forward
+
+    async def scenario() -> int:
+        socket_path = tmp_path / "p.sock"
+        sent = 0
+
+        async def flood(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+            nonlocal sent
+            with contextlib.suppress(OSError):
+                while True:
+                    writer.write(b"z" * 65536)
+                    await writer.drain()
+                    sent += 65536
+
+        server = await asyncio.start_unix_server(flood, path=str(socket_path))
+        listener = forward.bind(0)
+        task = asyncio.create_task(forward.serve(listener, str(socket_path)))
+        _, writer = await asyncio.open_connection("127.0.0.1", listener.getsockname()[1])
+        await asyncio.sleep(1.5)  # the program never reads
+        taken = sent
+        writer.close()
+        task.cancel()
+        server.close()
+        await asyncio.gather(task, return_exceptions=True)
+        return taken
+
+    taken = asyncio.run(scenario())
+    assert taken < 1_500_000, f"the forwarder took {taken} bytes the program never read"

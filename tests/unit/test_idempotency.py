@@ -137,3 +137,17 @@ async def test_images_count_toward_the_size_bound() -> None:
     for n in range(10):
         await cache.run_once(("p", "s", f"i{n}"), "h", lambda n=n: image(n))  # type: ignore[misc]
     assert len(cache) <= 2, "ten 2 MB images do not fit in 5 MB"
+
+
+async def test_another_principals_flood_cannot_push_out_that_a_call_ran() -> None:
+    """17,000 cheap calls pushed a daemon-wide list of "already ran" out, and a retry ran the
+    destructive call again (re-check round): each principal keeps its own."""
+    cache = ResultCache(ttl_s=600, max_chars_per_principal=1_000, max_entries_per_principal=10)
+    await cache.run_once(("bob", "s", "publish"), "h", lambda: _answer("p", text="x" * 5_000))
+    for i in range(17_000):
+        await cache.run_once(
+            ("eve", "s", f"e{i}"), "h", lambda i=i: _answer(f"e{i}", text="y" * 900)
+        )  # type: ignore[misc]
+    ran: list[str] = []
+    answer, replayed = await cache.run_once(("bob", "s", "publish"), "h", lambda: _answer("p", ran))
+    assert replayed and not ran and answer.result.is_error

@@ -31,3 +31,25 @@ def test_a_quadratic_keyword_is_bounded_too() -> None:
     items = [{"k": i} for i in range(20_000)] + [[i] for i in range(20_000)]
     checks = IsolatedChecks(workers=1, timeout_s=0.5)
     assert "took longer than" in checks.errors(schema, {"xs": items}, run_regexes=True)[0]
+
+
+def test_one_principals_slow_inputs_queue_behind_each_other_not_everyones() -> None:
+    """Two checking processes for the whole daemon let one principal's slow inputs hold up every
+    other's tool calls for 24 s (re-check round). A principal runs one check at a time."""
+    import threading
+
+    checks = IsolatedChecks(workers=2, timeout_s=1.5)
+    done: list[str] = []
+
+    def slow() -> None:
+        checks.errors(EVIL, {"p": "a" * 40 + "!"}, run_regexes=True, who="eve")
+        done.append("eve")
+
+    threads = [threading.Thread(target=slow) for _ in range(4)]
+    for thread in threads:
+        thread.start()
+    assert checks.errors(EVIL, {"p": "fine"}, run_regexes=True, who="bob") == []
+    eve_done_before_bob = len(done)
+    for thread in threads:
+        thread.join()
+    assert eve_done_before_bob < 2, "bob waited for eve's checks"

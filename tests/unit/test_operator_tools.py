@@ -221,6 +221,9 @@ def test_only_whole_identifier_placeholders_take_input(tmp_path: Path) -> None:
         '{ type = "string" }',
         '{ type = "array", items = { type = "string" } }',
         "{ }",
+        # a loose prefixItems entry passed beside constrained items (re-check round)
+        '{ type = "array", prefixItems = [{ type = "string" }], '
+        'items = { type = "string", enum = ["a"] } }',
     ],
 )
 def test_a_free_string_cannot_go_on_the_command_line(tmp_path: Path, schema: str) -> None:

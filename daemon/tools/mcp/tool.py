@@ -67,7 +67,9 @@ class McpTool(Tool[OperatorInput, McpAnswer]):
 
     def validate(self, args: OperatorInput, session: Session) -> OperatorInput:
         document = args.model_dump(mode="json")
-        errors = isolated_checks().errors(self.schema, document, run_regexes=False)
+        errors = isolated_checks().errors(
+            self.schema, document, run_regexes=False, who=session.owner
+        )
         if errors:
             raise ToolInputError(
                 f"Invalid input for the {self.name} tool:\n"

@@ -167,7 +167,14 @@ def _constrained(schema: Any) -> bool:
     if kind in ("integer", "number", "boolean"):
         return True
     if kind == "array":
-        return _constrained(schema.get("items"))
+        # Every item a list may hold, wherever it sits: `items` and each of `prefixItems`.
+        prefix = schema.get("prefixItems", [])
+        return (
+            _constrained(schema.get("items"))
+            and isinstance(prefix, list)
+            and all(_constrained(item) for item in prefix)
+            and "contains" not in schema
+        )
     return kind == "string" and isinstance(schema.get("pattern"), str)
 
 

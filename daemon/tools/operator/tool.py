@@ -74,7 +74,9 @@ class OperatorTool(Tool[OperatorInput, OperatorRun]):
 
     def validate(self, args: OperatorInput, session: Session) -> OperatorInput:
         document = args.model_dump(mode="json")
-        errors = isolated_checks().errors(self.spec.input_schema, document, run_regexes=True)
+        errors = isolated_checks().errors(
+            self.spec.input_schema, document, run_regexes=True, who=session.owner
+        )
         if errors:
             raise ToolInputError(
                 f"Invalid input for the {self.name} tool:\n"
