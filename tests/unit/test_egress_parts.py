@@ -475,7 +475,10 @@ def test_the_forwarder_takes_little_from_the_proxy_for_a_program_that_does_not_r
         task.cancel()
         server.close()
         await asyncio.gather(task, return_exceptions=True)
+        await asyncio.sleep(0.05)  # the forwarder's own transports close
         return taken
 
     taken = asyncio.run(scenario())
-    assert taken < 1_500_000, f"the forwarder took {taken} bytes the program never read"
+    # The program's own receive buffer (the kernel's to size) holds up to about 1-2 MB of it;
+    # with the forwarder's autotuned send buffer it took 5 MB.
+    assert taken < 3_000_000, f"the forwarder took {taken} bytes the program never read"
