@@ -89,6 +89,12 @@ class SandboxSettings(_Section):
     run_as_owner: bool = True
     """Over a workspace owned by a regular user (uid >= min_uid), run as that user, so files
     made in their project stay theirs; false: always as `user`."""
+    kept_servers_max: int = Field(default=16, ge=0, le=256)
+    """Stdio MCP servers kept running for sessions at once, over all sessions (one container
+    each); beyond it, the one idle longest is stopped (0: every call starts its server)."""
+    kept_servers_idle_s: float = Field(default=600.0, gt=0)
+    """A server kept for a session and unused for this long is stopped (started again, fresh,
+    by the next call)."""
 
 
 class EgressConfig(_Section):

@@ -1,7 +1,9 @@
 """The sandbox backend interface: start a container, run one request in it, collect, destroy.
 
 `daemon` talks only to these types; the Docker backend (and a fake for unit tests) sit behind them.
-A container runs exactly one request and is destroyed after it: never reused.
+A container runs exactly one request and is destroyed after it: never reused. The one exception
+is an MCP server kept for a session (`McpSessionRequest`): its container answers `McpSessionCall`s
+of that session, one at a time, until the daemon removes it.
 """
 
 from __future__ import annotations
@@ -142,6 +144,31 @@ class McpStdioRequest(_Frozen):
     """Largest message accepted from the server."""
 
 
+class McpSessionRequest(_Frozen):
+    """Start an MCP server for a session and initialize it; its container then answers
+    `McpSessionCall`s while the result says `session_open`."""
+
+    kind: Literal["mcp_session"] = "mcp_session"
+    argv: tuple[str, ...] = Field(min_length=1)
+    cwd: str
+    """Absolute directory inside the workspace to start in."""
+    timeout_ms: int = Field(gt=0)
+    """How long starting and initializing may take."""
+    output_limit_bytes: int = Field(default=16 << 20, gt=0)
+    """Largest message accepted from the server (for the whole session)."""
+
+
+class McpSessionCall(_Frozen):
+    """One exchange with a session's MCP server (after `McpSessionRequest`)."""
+
+    kind: Literal["mcp_call"] = "mcp_call"
+    method: Literal["tools/list", "tools/call"]
+    params: dict[str, Any] = Field(default_factory=dict)
+    timeout_ms: int = Field(gt=0)
+    output_limit_bytes: int = Field(default=16 << 20, gt=0)
+    """As the session's: the frame the daemon accepts back."""
+
+
 class WriteFileRequest(_Frozen):
     """Atomically replace (or create) one file in the workspace."""
 
@@ -153,7 +180,8 @@ class WriteFileRequest(_Frozen):
     """sha256 the current file must have (checked just before the rename); None: must not exist."""
 
 
-SandboxRequest = BashRequest | ExecRequest | McpStdioRequest | WriteFileRequest
+McpRequest = McpStdioRequest | McpSessionRequest | McpSessionCall
+SandboxRequest = BashRequest | ExecRequest | McpRequest | WriteFileRequest
 
 
 class SandboxResult(_Frozen):
@@ -178,6 +206,8 @@ class SandboxResult(_Frozen):
     final_cwd: str = ""
     """Directory the shell ended in (bash only)."""
     duration_ms: int = 0
+    session_open: bool = False
+    """An MCP session's server is still there and takes the next `McpSessionCall`."""
 
 
 class SandboxStartError(SandboxError):

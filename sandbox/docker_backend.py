@@ -35,7 +35,9 @@ from sandbox import reaper
 from sandbox.backend import (
     BashRequest,
     ExecRequest,
-    McpStdioRequest,
+    McpRequest,
+    McpSessionCall,
+    McpSessionRequest,
     NetworkMode,
     OutputCallback,
     Sandbox,
@@ -388,7 +390,8 @@ class DockerBackend(SandboxBackend):
 
 
 class DockerSandbox(Sandbox):
-    """One started container whose runner waits for exactly one request."""
+    """One started container whose runner waits for exactly one request (or, for an MCP
+    server kept for a session, for one call after another while its session is open)."""
 
     def __init__(
         self,
@@ -407,6 +410,9 @@ class DockerSandbox(Sandbox):
             "workspace_id": list(spec.workspace_id),
         }
         self._used = False
+        self._open = False
+        self._demux = AttachDemuxer()
+        self._frames: FrameDecoder | None = None
         self._reading = False
         self._destroy_task: asyncio.Task[None] | None = None
 
@@ -421,13 +427,15 @@ class DockerSandbox(Sandbox):
     async def run(
         self, request: SandboxRequest, on_output: OutputCallback | None = None
     ) -> SandboxResult:
-        if self._used:
+        follow_up = isinstance(request, McpSessionCall)
+        if (self._used or follow_up) and not (self._open and follow_up):
             raise RuntimeError("a sandbox runs exactly one request; start a new one")
         self._used = True
+        self._open = False
         if self._destroy_task is not None or self._conn.peer_closed():
             await self.destroy()
             raise SandboxNotDelivered(f"sandbox {self._id[:12]} ended before it got the request")
-        if isinstance(request, BashRequest | ExecRequest | McpStdioRequest):
+        if isinstance(request, BashRequest | ExecRequest | McpRequest):
             deadline_s = request.timeout_ms / 1000 + self._backend.grace_s
             max_frame = 7 * request.output_limit_bytes + (1 << 16)  # JSON escapes; stderr
         else:
@@ -454,8 +462,11 @@ class DockerSandbox(Sandbox):
             return self._failure(started, exc, stopped_by_us=stopped_by_us)
         finally:
             self._reading = False
+        result = self._parse(message, started)
+        self._open = result.session_open and isinstance(request, McpSessionRequest | McpSessionCall)
+        if not self._open:
             self._conn.close()
-        return self._parse(message, started)
+        return result
 
     async def _send(self, frame: bytes) -> None:
         try:
@@ -471,14 +482,14 @@ class DockerSandbox(Sandbox):
         self, max_frame: int, on_output: OutputCallback | None
     ) -> dict[str, Any]:
         loop = asyncio.get_running_loop()
-        demux = AttachDemuxer()
-        frames = FrameDecoder(max_frame)
+        # A session's container answers again: what was read past one result belongs to the next.
+        frames = self._frames = self._frames or FrameDecoder(max_frame)
         stderr = bytearray()
         while True:
             data = await loop.sock_recv(self._conn.sock, _RECV_BYTES)
             if not data:
                 raise _RunnerGone(bytes(stderr))
-            for stream, payload in demux.feed(data):
+            for stream, payload in self._demux.feed(data):
                 if stream == STDERR:
                     stderr += payload[: max(0, _STDERR_KEPT - len(stderr))]
                 elif stream == STDOUT:

@@ -5,6 +5,9 @@ from the warm pool (or starts one), sends the request, returns the answer as soo
 complete, then destroys that container in the background and tops the pool up again. A background
 task expires pooled containers that idled past their TTL and periodically reaps containers of this
 daemon instance that nothing tracks any more.
+
+The one kind of container that outlives its request is an MCP server kept for a session (`open`,
+`ask`, `release`): its owner decides when it goes, and `close` removes it with the rest.
 """
 
 from __future__ import annotations
@@ -20,6 +23,8 @@ from pathlib import Path
 
 from sandbox.backend import (
     EgressGate,
+    McpSessionCall,
+    McpSessionRequest,
     OutputCallback,
     Sandbox,
     SandboxBackend,
@@ -78,6 +83,8 @@ def outside_workspace(spec: SandboxSpec, request: SandboxRequest) -> str:
     Lexical only: the daemon confines paths (symbolic links included) before it builds a
     request, and inside the container nothing but the workspace is writable anyway.
     """
+    if isinstance(request, McpSessionCall):
+        return ""  # no path: it goes to a server already started inside the workspace
     path = request.path if isinstance(request, WriteFileRequest) else request.cwd
     what = "path" if isinstance(request, WriteFileRequest) else "working directory"
     normal = Path(os.path.normpath(path))
@@ -118,6 +125,7 @@ class SandboxExecutor:
         self._reap_interval_s = reap_interval_s
         self._maintenance_interval_s = maintenance_interval_s
         self._in_flight: set[Sandbox] = set()
+        self._kept: set[Sandbox] = set()
         self._fills: dict[Hashable, set[asyncio.Task[BaseException | None]]] = {}
         self._destroys: set[asyncio.Task[None]] = set()
         self._doomed: weakref.WeakSet[Sandbox] = weakref.WeakSet()
@@ -157,35 +165,89 @@ class SandboxExecutor:
             SandboxStartError: No container could be started; nothing ran.
             asyncio.CancelledError: The call was cancelled; its container is already removed.
         """
+        _, result = await self._run(spec, request, tool_use_id, on_output, egress, keep=False)
+        return result
+
+    async def open(
+        self,
+        spec: SandboxSpec,
+        request: McpSessionRequest,
+        *,
+        tool_use_id: str = "",
+        egress: EgressGate | None = None,
+    ) -> tuple[Sandbox | None, SandboxResult]:
+        """Start an MCP server in a container that stays after it answered: the container
+        while the result says `session_open` (then the caller's: `ask` it, `release` it),
+        None when the server did not start (its container is already going).
+
+        Raises as `run` does.
+        """
+        return await self._run(spec, request, tool_use_id, None, egress, keep=True)
+
+    async def ask(
+        self, sandbox: Sandbox, call: McpSessionCall, egress: EgressGate | None = None
+    ) -> SandboxResult:
+        """One call to a kept server; when its server is gone afterwards the container is too.
+
+        Raises:
+            SandboxNotDelivered: The container was gone (or released) before the call reached
+                it: nothing ran.
+        """
+        if sandbox not in self._kept:
+            raise SandboxNotDelivered("that session's server was already removed")
+        self._kept.discard(sandbox)
+        return await self._run_on(sandbox, call, None, egress, keep=True)
+
+    def release(self, sandbox: Sandbox) -> None:
+        """Remove a kept container (its session closed, it idled, or its limits changed)."""
+        self._kept.discard(sandbox)
+        self._destroy_later([sandbox])
+
+    async def _run(
+        self,
+        spec: SandboxSpec,
+        request: SandboxRequest,
+        tool_use_id: str,
+        on_output: OutputCallback | None,
+        egress: EgressGate | None,
+        *,
+        keep: bool,
+    ) -> tuple[Sandbox | None, SandboxResult]:
         self._ensure_open()
         if problem := outside_workspace(spec, request):
-            return SandboxResult(exit_code=-1, error=problem)
+            return None, SandboxResult(exit_code=-1, error=problem)
         key = pool_key(spec)
         self._destroy_later(self._pool.expire())
         try:
             sandbox = self._pool.take(key)
             if sandbox is not None:
                 try:
-                    result = await self._run_on(sandbox, request, on_output, egress)
+                    result = await self._run_on(sandbox, request, on_output, egress, keep=keep)
                 except SandboxNotDelivered as exc:
                     log.info("warm sandbox unusable, starting a fresh one: %s", exc)
                     self._counts["not_delivered"] += 1
                 else:
                     self._counts["pool_hits"] += 1
-                    return result
+                    return self._owned(sandbox, result)
             self._counts["pool_misses"] += 1
             sandbox = await self._start(spec, tool_use_id)
             try:
-                return await self._run_on(sandbox, request, on_output, egress)
+                result = await self._run_on(sandbox, request, on_output, egress, keep=keep)
             except SandboxNotDelivered as exc:
                 raise SandboxStartError(
                     f"the sandbox container ended before it got the request ({exc}); nothing "
                     "ran, retry the call"
                 ) from exc
+            return self._owned(sandbox, result)
         finally:
             # After the call, not before: starting containers competes for CPU with the call.
             if not self._closed:
                 self._refill(key, spec)
+
+    def _owned(
+        self, sandbox: Sandbox, result: SandboxResult
+    ) -> tuple[Sandbox | None, SandboxResult]:
+        return (sandbox if sandbox in self._kept else None), result
 
     async def warm(self, spec: SandboxSpec) -> int:
         """Fill the pool for this profile and wait until it is; returns how many are ready.
@@ -228,7 +290,8 @@ class SandboxExecutor:
         await asyncio.gather(*fills, return_exceptions=True)
         if self._maintenance is not None:
             await asyncio.gather(self._maintenance, return_exceptions=True)
-        self._destroy_later([*self._pool.drain(), *self._in_flight])
+        self._destroy_later([*self._pool.drain(), *self._in_flight, *self._kept])
+        self._kept.clear()
         while self._destroys:
             await asyncio.gather(*list(self._destroys), return_exceptions=True)
         if self._close_backend:
@@ -256,17 +319,25 @@ class SandboxExecutor:
         request: SandboxRequest,
         on_output: OutputCallback | None,
         egress: EgressGate | None,
+        *,
+        keep: bool = False,
     ) -> SandboxResult:
         self._in_flight.add(sandbox)
+        result: SandboxResult | None = None
         try:
             socket_path = sandbox.egress_socket
             if socket_path is None or egress is None:
-                return await sandbox.run(request, on_output)
-            async with egress.listen(socket_path):
-                return await sandbox.run(request, on_output)
+                result = await sandbox.run(request, on_output)
+            else:
+                async with egress.listen(socket_path):
+                    result = await sandbox.run(request, on_output)
+            return result
         finally:
             self._in_flight.discard(sandbox)
-            self._destroy_later([sandbox])
+            if keep and result is not None and result.session_open and not self._closed:
+                self._kept.add(sandbox)
+            else:
+                self._destroy_later([sandbox])
 
     def _refill(self, key: Hashable, spec: SandboxSpec) -> None:
         for _ in range(self._pool.deficit(key)):

@@ -1,6 +1,7 @@
 """The one hop from a tool to the sandbox: starts the Docker executor (reaping a predecessor's
 leftovers and warming the default workspace's pool), hands each sandboxed call a runner bound to
-its session and tool_use id, removes a closed session's containers and stops it all."""
+its session and tool_use id, keeps MCP servers for sessions, removes a closed session's containers
+and stops it all."""
 
 from __future__ import annotations
 
@@ -14,10 +15,19 @@ from daemon.config import Settings
 from daemon.egress.proxy import CallEgress, EgressCall, EgressProxy
 from daemon.sessions.session import Session
 from daemon.tools.contract import SandboxRunner
-from sandbox.backend import SandboxError, SandboxLimits, SandboxRequest, SandboxResult, SandboxSpec
+from sandbox.backend import (
+    McpSessionCall,
+    McpSessionRequest,
+    SandboxError,
+    SandboxLimits,
+    SandboxRequest,
+    SandboxResult,
+    SandboxSpec,
+)
 from sandbox.docker_backend import DockerBackend
 from sandbox.executor import ExecutorStats, SandboxExecutor
 from sandbox.image import default_image_ref
+from sandbox.kept import KeptServers
 from sandbox.limits import clamp_limits
 
 log = logging.getLogger(__name__)
@@ -29,11 +39,13 @@ class _SessionRunner(SandboxRunner):
     def __init__(
         self,
         executor: SandboxExecutor,
+        kept: KeptServers,
         session: Session,
         tool_use_id: str,
         egress: CallEgress | None,
     ) -> None:
         self._executor = executor
+        self._kept = kept
         self._session = session
         self._tool_use_id = tool_use_id
         self._egress = egress
@@ -62,6 +74,20 @@ class _SessionRunner(SandboxRunner):
             egress=self._egress,
         )
 
+    async def converse(
+        self,
+        server: str,
+        opening: McpSessionRequest,
+        call: McpSessionCall,
+        limits: SandboxLimits,
+        *,
+        image: str = "",
+    ) -> SandboxResult:
+        spec = _spec(self._session, limits).model_copy(update={"image": image})
+        return await self._kept.call(
+            spec, server, opening, call, tool_use_id=self._tool_use_id, egress=self._egress
+        )
+
 
 def _spec(session: Session, limits: SandboxLimits, *, bound: bool = True) -> SandboxSpec:
     """A container for the session's pinned workspace and identity (`bound`: labelled with it)."""
@@ -83,8 +109,10 @@ class Sandbox:
         executor: SandboxExecutor | None,
         warm_limits: SandboxLimits | None = None,
         egress: EgressProxy | None = None,
+        kept: KeptServers | None = None,
     ) -> None:
         self._executor = executor
+        self._kept = kept
         self._warm_limits = warm_limits
         self._egress = egress
         self._warming: asyncio.Task[None] | None = None
@@ -119,7 +147,12 @@ class Sandbox:
             backend, pool_size=settings.sandbox.pool_size, idle_ttl_s=settings.sandbox.idle_ttl_s
         )
         warm_limits = clamp_limits(settings.sandbox.defaults, settings.sandbox.ceilings)
-        return cls(executor, warm_limits, egress.proxy if egress else None)
+        kept = KeptServers(
+            executor,
+            max_kept=settings.sandbox.kept_servers_max,
+            idle_s=settings.sandbox.kept_servers_idle_s,
+        )
+        return cls(executor, warm_limits, egress.proxy if egress else None, kept)
 
     def warm(self, session: Session) -> None:
         """Pre-start the session's containers in the background (the first call then does not
@@ -141,12 +174,12 @@ class Sandbox:
     ) -> SandboxRunner | None:
         """The runner of one sandboxed call (None: no sandbox, the tool says so); `egress` is
         how its connections are decided and audited, should the policy grant the network."""
-        if self._executor is None:
+        if self._executor is None or self._kept is None:
             return None
         call_egress = None
         if self._egress is not None and egress is not None:
             call_egress = self._egress.for_call(egress)
-        return _SessionRunner(self._executor, session, tool_use_id, call_egress)
+        return _SessionRunner(self._executor, self._kept, session, tool_use_id, call_egress)
 
     def stats(self) -> ExecutorStats | None:
         """The executor's counters (None without a sandbox)."""
@@ -157,10 +190,12 @@ class Sandbox:
         return self._executor is not None and await self._executor.healthy()
 
     async def remove_session(self, session: Session) -> int:
-        """Destroy the warm containers kept for a closed session; returns how many."""
+        """Destroy the warm containers and the MCP servers kept for a closed session; returns
+        how many."""
         if self._executor is None:
             return 0
-        removed: int = await self._executor.discard_workspace(str(session.workspace))
+        removed = self._kept.remove_session(session.id) if self._kept is not None else 0
+        removed += await self._executor.discard_workspace(str(session.workspace))
         return removed
 
     async def stop(self) -> None:
@@ -169,6 +204,8 @@ class Sandbox:
             self._warming.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._warming
+        if self._kept is not None:
+            await self._kept.close()
         if self._executor is not None:
             await self._executor.close()
             self._executor = None

@@ -29,7 +29,13 @@ if TYPE_CHECKING:
     from daemon.sessions.session import Session
     from daemon.tools.peers import PeerHandle
     from daemon.tools.registry import ToolDefinition
-    from sandbox.backend import SandboxLimits, SandboxRequest, SandboxResult
+    from sandbox.backend import (
+        McpSessionCall,
+        McpSessionRequest,
+        SandboxLimits,
+        SandboxRequest,
+        SandboxResult,
+    )
 
 
 class InterruptBehavior(StrEnum):
@@ -191,6 +197,20 @@ class SandboxRunner(abc.ABC):
         `image`: a local image instead of the sandbox image; `read_only_workspace`: the
         workspace is mounted read-only.
         """
+
+    @abc.abstractmethod
+    async def converse(
+        self,
+        server: str,
+        opening: McpSessionRequest,
+        call: McpSessionCall,
+        limits: SandboxLimits,
+        *,
+        image: str = "",
+    ) -> SandboxResult:
+        """`call` on the MCP server `server` kept for the call's session, started with
+        `opening` in the session's workspace when it is not running (or runs with other
+        limits or image)."""
 
     def notes(self) -> list[str]:
         """What the model should also know once the call ran (e.g. refused connections)."""

@@ -1,9 +1,10 @@
-"""One MCP exchange with a server over its stdio, driven by the runner (standard library only).
+"""MCP exchanges with a server over its stdio, driven by the runner (standard library only).
 
-An operator's MCP server that speaks stdio runs inside the sandbox, one container per call like
-every other command: the runner starts it, says `initialize` and `notifications/initialized`, asks
-one thing (`tools/list`, every page, or `tools/call`), and hands the answer back to the daemon as
-its result. Messages are JSON-RPC 2.0, one per line. Requests the server makes of its client
+An operator's MCP server that speaks stdio runs inside the sandbox: the runner starts it, says
+`initialize` and `notifications/initialized`, then asks (`tools/list`, every page, or
+`tools/call`) and hands each answer back to the daemon as a result: once for a server started per
+call, once per call for a server that lives for its session. Messages are JSON-RPC 2.0, one per
+line. Requests the server makes of its client
 (sampling, roots, elicitation) are refused, `ping` is answered, notifications are ignored; a
 line that is not JSON-RPC, an answer larger than the limit or no answer by the deadline ends the
 exchange with an error that says so.
@@ -28,6 +29,10 @@ class McpStdioError(Exception):
     """The exchange failed; the message says how (for the model and the operator)."""
 
 
+class McpRefused(McpStdioError):
+    """The server answered with a JSON-RPC error: it is still there and in step."""
+
+
 class Conversation:
     """JSON-RPC over a child's stdin (`write_fd`) and stdout (`read_fd`)."""
 
@@ -46,6 +51,10 @@ class Conversation:
         self._stderr = on_stderr
         self._buffer = bytearray()
         self._next_id = 0
+
+    def set_deadline(self, deadline: float) -> None:
+        """When the next exchange must be over (a session's server has one per call)."""
+        self._deadline = deadline
 
     def _remaining(self) -> float:
         left = self._deadline - time.monotonic()
@@ -121,7 +130,7 @@ class Conversation:
             if "error" in message:
                 error = message["error"]
                 text = error.get("message", error) if isinstance(error, dict) else error
-                raise McpStdioError(f"the MCP server refused {method}: {text}")
+                raise McpRefused(f"the MCP server refused {method}: {text}")
             result = message.get("result")
             if not isinstance(result, dict):
                 raise McpStdioError(f"the MCP server answered {method} without a result object")
@@ -138,16 +147,13 @@ class Conversation:
             {
                 "jsonrpc": "2.0",
                 "id": message["id"],
-                "error": {
-                    "code": -32601,
-                    "message": "tooljail's sandbox client does not offer this",
-                },
+                "error": {"code": -32601, "message": _NOT_OFFERED},
             }
         )
 
 
-def exchange(conversation: Conversation, method: str, params: dict[str, Any]) -> dict[str, Any]:
-    """Initialize, then `tools/list` (all pages, as one {"tools": [...]}) or `tools/call`."""
+def initialize(conversation: Conversation) -> None:
+    """The handshake every session with a server starts with."""
     conversation.request(
         "initialize",
         {
@@ -157,10 +163,14 @@ def exchange(conversation: Conversation, method: str, params: dict[str, Any]) ->
         },
     )
     conversation.send({"jsonrpc": "2.0", "method": "notifications/initialized"})
+
+
+def ask(conversation: Conversation, method: str, params: dict[str, Any]) -> dict[str, Any]:
+    """`tools/list` (all pages, as one {"tools": [...]}) or `tools/call`, once initialized."""
     if method == "tools/call":
         return conversation.request("tools/call", params)
     if method != "tools/list":
-        raise McpStdioError(f"unknown method {method}")
+        raise McpRefused(f"unknown method {method}")
     tools: list[Any] = []
     cursor = None
     for _ in range(MAX_PAGES):
@@ -172,3 +182,9 @@ def exchange(conversation: Conversation, method: str, params: dict[str, Any]) ->
         if not isinstance(cursor, str) or not cursor:
             break
     return {"tools": tools}
+
+
+def exchange(conversation: Conversation, method: str, params: dict[str, Any]) -> dict[str, Any]:
+    """Initialize, then ask once (a server started for one call)."""
+    initialize(conversation)
+    return ask(conversation, method, params)

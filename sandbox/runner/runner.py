@@ -28,6 +28,7 @@ import argparse
 import contextlib
 import errno
 import fcntl
+import functools
 import hashlib
 import json
 import os
@@ -568,49 +569,139 @@ def run_exec(
 # --- mcp_stdio ---------------------------------------------------------------------------------
 
 
-def run_mcp_stdio(
-    request: dict[str, Any], identity: tuple[int, int] | None, emit: Emit | None = None
-) -> dict[str, Any]:
-    """Start an MCP server (argv, no shell) as `identity` and have one exchange with it over
-    its stdio (see mcp_stdio.py); its answer, as JSON, is the result's output."""
-    argv = [str(arg) for arg in request["argv"]]
-    if not argv or not argv[0]:
-        return {"exit_code": -1, "error": "an mcp_stdio request needs a program"}
-    timeout_s = int(request["timeout_ms"]) / 1000.0
-    limit = int(request.get("output_limit_bytes") or 1 << 20)
-    stderr = OutputSink(max(1, limit // 16))
-    started = time.monotonic()
-    in_r, in_w = os.pipe()
-    command = ["bash", "--noprofile", "--norc", "-c", _EXEC_COMMAND, argv[0], *argv]
-    try:
-        run = _start(command, request, identity, stdin=in_r, separate_stderr=True)
-    except OSError as exc:
-        os.close(in_w)
-        return {"exit_code": -1, "error": f"cannot start {argv[0]}: {exc.strerror}"}
-    finally:
-        os.close(in_r)
-    os.close(run.cwd_r)
-    assert run.err_r is not None
-    conversation = mcp_stdio.Conversation(
-        in_w, run.out_r, started + timeout_s, limit, (run.err_r, stderr.add)
-    )
-    answer: dict[str, Any] = {}
-    try:
-        result = mcp_stdio.exchange(
-            conversation, str(request["method"]), request.get("params") or {}
+class _McpServer:
+    """An MCP server (argv, no shell) started as `identity` for a request, with the
+    conversation over its stdio and its stderr kept per exchange."""
+
+    def __init__(self, request: dict[str, Any], identity: tuple[int, int] | None) -> None:
+        argv = [str(arg) for arg in request["argv"]]
+        if not argv or not argv[0]:
+            raise OSError(errno.EINVAL, "an MCP server needs a program")
+        limit = int(request.get("output_limit_bytes") or 1 << 20)
+        self._stderr_limit = max(1, limit // 16)
+        self.stderr = OutputSink(self._stderr_limit)
+        in_r, in_w = os.pipe()
+        command = ["bash", "--noprofile", "--norc", "-c", _EXEC_COMMAND, argv[0], *argv]
+        try:
+            self._run = _start(command, request, identity, stdin=in_r, separate_stderr=True)
+        except OSError:
+            os.close(in_w)
+            raise
+        finally:
+            os.close(in_r)
+        os.close(self._run.cwd_r)
+        assert self._run.err_r is not None
+        self._in_w = in_w
+        self.conversation = mcp_stdio.Conversation(
+            in_w, self._run.out_r, time.monotonic(), limit, (self._run.err_r, self._keep_stderr)
         )
-        answer = {"exit_code": 0, "output": json.dumps(result)}
+
+    def _keep_stderr(self, data: bytes) -> None:
+        self.stderr.add(data)
+
+    def take_stderr(self) -> str:
+        """What the server wrote on stderr since the last time (head and tail)."""
+        text, _ = self.stderr.render()
+        self.stderr = OutputSink(self._stderr_limit)
+        return text
+
+    def close(self) -> None:
+        os.close(self._in_w)
+        _kill_group(self._run.proc.pid)
+        self._run.proc.wait(timeout=5)
+        assert self._run.err_r is not None
+        for fd in (self._run.out_r, self._run.err_r):
+            os.close(fd)
+
+
+def _mcp_answer(
+    server: _McpServer, timeout_s: float, asked: Callable[[], dict[str, Any]]
+) -> dict[str, Any]:
+    """One exchange within `timeout_s`: its answer as the result's output, or what failed
+    (`session_open`: the server is still there and in step)."""
+    started = time.monotonic()
+    server.conversation.set_deadline(started + timeout_s)
+    try:
+        answer = {"exit_code": 0, "output": json.dumps(asked()), "session_open": True}
+    except mcp_stdio.McpRefused as exc:
+        answer = {"exit_code": -1, "error": str(exc), "session_open": True}
     except mcp_stdio.McpStdioError as exc:
         timed_out = time.monotonic() >= started + timeout_s
         answer = {"exit_code": -1, "error": str(exc), "timed_out": timed_out}
+    duration_ms = int((time.monotonic() - started) * 1000)
+    return {**answer, "stderr": server.take_stderr(), "duration_ms": duration_ms}
+
+
+def _start_mcp(
+    request: dict[str, Any], identity: tuple[int, int] | None
+) -> _McpServer | dict[str, Any]:
+    try:
+        return _McpServer(request, identity)
+    except OSError as exc:
+        return {"exit_code": -1, "error": f"cannot start {request['argv'][0]}: {exc.strerror}"}
+
+
+def run_mcp_stdio(
+    request: dict[str, Any], identity: tuple[int, int] | None, emit: Emit | None = None
+) -> dict[str, Any]:
+    """Start an MCP server and have one exchange with it over its stdio (see mcp_stdio.py);
+    its answer, as JSON, is the result's output."""
+    server = _start_mcp(request, identity)
+    if isinstance(server, dict):
+        return server
+    method, params = str(request["method"]), request.get("params") or {}
+    try:
+        answer = _mcp_answer(
+            server,
+            int(request["timeout_ms"]) / 1000.0,
+            lambda: mcp_stdio.exchange(server.conversation, method, params),
+        )
     finally:
-        os.close(in_w)
-        _kill_group(run.proc.pid)
-        run.proc.wait(timeout=5)
-        for fd in (run.out_r, run.err_r):
-            os.close(fd)
-    errors, _ = stderr.render()
-    return {**answer, "stderr": errors, "duration_ms": int((time.monotonic() - started) * 1000)}
+        server.close()
+    answer.pop("session_open", None)
+    return answer
+
+
+def run_mcp_session(
+    request: dict[str, Any], identity: tuple[int, int] | None, emit: Emit | None = None
+) -> dict[str, Any]:
+    """Start an MCP server for a session: initialize it (the first result), then answer
+    `mcp_call` requests one by one, each with its own result, until the host goes away or
+    the server fails (the last result, without `session_open`)."""
+    server = _start_mcp(request, identity)
+    if isinstance(server, dict):
+        return server
+
+    def initialize() -> dict[str, Any]:
+        mcp_stdio.initialize(server.conversation)
+        return {}
+
+    try:
+        answer = _mcp_answer(server, int(request["timeout_ms"]) / 1000.0, initialize)
+        answer["output"] = ""
+        while answer.get("session_open"):
+            write_message(1, {"type": "result", "v": PROTOCOL_VERSION, **answer})
+            try:
+                call = read_request(0, None)
+            except (RequestError, ValueError) as exc:
+                return {"exit_code": -1, "error": f"bad request: {exc}"}
+            if call is None:
+                return {"exit_code": 0}
+            refused = workspace_mismatch(call) or (
+                "" if call.get("kind") == "mcp_call" else "a server's session takes mcp_call only"
+            )
+            if refused:
+                return {"exit_code": -1, "error": refused}
+            asked = functools.partial(
+                mcp_stdio.ask,
+                server.conversation,
+                str(call.get("method")),
+                call.get("params") or {},
+            )
+            answer = _mcp_answer(server, int(call["timeout_ms"]) / 1000.0, asked)
+        return answer
+    finally:
+        server.close()
 
 
 # --- write_file --------------------------------------------------------------------------------
@@ -742,6 +833,7 @@ _HANDLERS: dict[
     "bash": run_bash,
     "exec": run_exec,
     "mcp_stdio": run_mcp_stdio,
+    "mcp_session": run_mcp_session,
     "write_file": write_file,
 }
 

@@ -48,6 +48,17 @@ async def sleep(seconds: float) -> str:
     return "awake"
 
 
+_calls = 0
+
+
+@server.tool()
+def count() -> str:
+    """Counts the calls this server process answered (and says which process it is)."""
+    global _calls
+    _calls += 1
+    return f"{_calls} from {os.getpid()}"
+
+
 @server.tool()
 def die() -> str:
     """Kills the server in the middle of the call."""

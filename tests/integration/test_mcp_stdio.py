@@ -1,7 +1,8 @@
 """An upstream MCP server over stdio, run in the sandbox: the test server (written with the
 `mcp` SDK) in a local image built FROM the sandbox image with the SDK copied in. Its tools are
-listed (in a read-only workspace), called in the caller's workspace as the workspace owner, and
-a crash or a hang costs only that call."""
+listed (in a read-only workspace), called in the caller's workspace as the workspace owner, kept
+for the caller's session (state lasts for it, the container goes with it) or started per call
+when stateless, and a crash or a hang costs only that call."""
 
 from __future__ import annotations
 
@@ -10,7 +11,8 @@ import io
 import os
 import shutil
 import tarfile
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import docker
@@ -85,7 +87,9 @@ def daemon(short_tmp: Path, stdio_image: str) -> Iterator[RunningDaemon]:
     os.chown(workspace, OWNER_UID, OWNER_GID)
     policies = _policies(short_tmp / "mcp-stdio")
     data = policies / "data.json"
-    data.write_text(data.read_text().replace('"mcp_servers": ["up"]', '"mcp_servers": ["box"]'))
+    data.write_text(
+        data.read_text().replace('"mcp_servers": ["up"]', '"mcp_servers": ["box", "fresh"]')
+    )
     server = {
         "name": "box",
         "command": ["env", "PYTHONPATH=/opt/mcp-py", "python3", "/opt/mcp-server.py", "stdio"],
@@ -93,14 +97,16 @@ def daemon(short_tmp: Path, stdio_image: str) -> Iterator[RunningDaemon]:
         "timeout_s": 20,
         "defer": "never",
     }
+    stateless = {**server, "name": "fresh", "stateless": True}
     with running_daemon(
         workspace,
         short_tmp / "mcp-stdio.sock",
         opa={"policies_dir": policies},
         sandbox={"pool_size": 0},
-        mcp_servers=[server],
+        mcp_servers=[server, stateless],
     ) as running:
         _wait_for(running, "mcp__box__add")
+        _wait_for(running, "mcp__fresh__count")
         yield running
     shutil.rmtree(short_tmp / "mcp-stdio", ignore_errors=True)
 
@@ -128,3 +134,66 @@ def test_a_crash_or_a_hang_costs_only_that_call(daemon: RunningDaemon) -> None:
     hung = daemon.execute("mcp__box__sleep", {"seconds": 120})
     assert hung.result.is_error and "did not answer sleep within" in text_of(hung)
     assert text_of(daemon.execute("mcp__box__add", {"a": 1, "b": 1})) == "2"
+
+
+def _count(daemon: RunningDaemon, server: str, **kw: object) -> tuple[int, str, str]:
+    """The server's call count and process, and the container that answered."""
+    answered = daemon.execute(f"mcp__{server}__count", {}, **kw)
+    assert not answered.result.is_error, text_of(answered)
+    calls, _, pid = text_of(answered).partition(" from ")
+    return int(calls), pid, answered.report.sandbox_id
+
+
+def _running(client: docker.DockerClient, container_id: str) -> bool:
+    try:
+        return bool(client.containers.get(container_id).status == "running")
+    except docker.errors.NotFound:
+        return False
+
+
+def test_a_server_lives_for_its_session_and_goes_with_it(
+    daemon: RunningDaemon, docker_client: docker.DockerClient
+) -> None:
+    first = _count(daemon, "box")
+    second = _count(daemon, "box")
+    assert second[0] == first[0] + 1 and second[1:] == first[1:], (first, second)
+    assert _running(docker_client, first[2]), "the session's server is not kept between calls"
+
+    session = daemon.stub.OpenSession(pb.OpenSessionRequest(), timeout=30)
+    theirs = _count(daemon, "box", session_id=session.id)
+    assert theirs[0] == 1 and theirs[2] != first[2], "another session shared the server"
+    wrote = daemon.execute("mcp__box__write_note", {"text": "theirs"}, session_id=session.id)
+    assert not wrote.result.is_error, text_of(wrote)
+    assert (Path(session.workspace) / "note.txt").read_text() == "theirs"
+    daemon.stub.CloseSession(pb.CloseSessionRequest(session_id=session.id), timeout=30)
+    _until(lambda: not _running(docker_client, theirs[2]))
+    assert _count(daemon, "box")[0] == second[0] + 1, "the default session lost its server"
+
+
+def test_a_stateless_server_starts_for_each_call(daemon: RunningDaemon) -> None:
+    first, second = _count(daemon, "fresh"), _count(daemon, "fresh")
+    assert first[0] == second[0] == 1 and first[2] != second[2]
+
+
+def test_a_kept_server_that_dies_or_hangs_is_started_again_by_the_next_call(
+    daemon: RunningDaemon, docker_client: docker.DockerClient
+) -> None:
+    before = _count(daemon, "box")
+    died = daemon.execute("mcp__box__die", {})
+    assert died.result.is_error and "The MCP server box (in the sandbox) failed die" in text_of(
+        died
+    )
+    _until(lambda: not _running(docker_client, before[2]))
+    after = _count(daemon, "box")
+    assert after[0] == 1 and after[2] != before[2]
+    hung = daemon.execute("mcp__box__sleep", {"seconds": 120})
+    assert hung.result.is_error and "did not answer sleep within" in text_of(hung)
+    _until(lambda: not _running(docker_client, after[2]))
+    assert _count(daemon, "box")[0] == 1
+
+
+def _until(condition: Callable[[], bool], timeout: float = 30) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, "timed out waiting"
+        time.sleep(0.1)

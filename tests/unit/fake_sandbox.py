@@ -42,6 +42,8 @@ from daemon.tools.validation import parse_input
 from sandbox.backend import (
     BashRequest,
     ExecRequest,
+    McpSessionCall,
+    McpSessionRequest,
     SandboxLimits,
     SandboxRequest,
     SandboxResult,
@@ -87,6 +89,22 @@ class FakeSandbox(SandboxRunner):
         if isinstance(request, ExecRequest):
             return await self._exec(request, sandbox_id)
         return await self._bash(request, sandbox_id, on_output)
+
+    async def converse(
+        self,
+        server: str,
+        opening: McpSessionRequest,
+        call: McpSessionCall,
+        limits: SandboxLimits,
+        *,
+        image: str = "",
+    ) -> SandboxResult:
+        """Records the call; answers with a canned result (no server runs here)."""
+        self.calls.append((call, limits))
+        self.placements.append((image, False))
+        if self.canned:
+            return self.canned.popleft()
+        return SandboxResult(exit_code=-1, error=f"the fake sandbox runs no server ({server})")
 
     async def _exec(self, request: ExecRequest, sandbox_id: str) -> SandboxResult:
         started = time.monotonic()

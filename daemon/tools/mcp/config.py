@@ -23,8 +23,14 @@ class McpServerSpec(BaseModel):
     command: tuple[str, ...] = Field(
         default=(),
         description="Or: the program (and arguments) of a server speaking MCP on its stdio, "
-        "started in the sandbox for each call, in the caller's workspace, with the policy's "
-        "limits (and to list its tools, in the default workspace mounted read-only).",
+        "started in the sandbox in the caller's workspace with the policy's limits, and kept "
+        "for the caller's session (to list its tools, it is started in the default workspace "
+        "mounted read-only).",
+    )
+    stateless: bool = Field(
+        default=False,
+        description="command only: the server keeps nothing between calls, so it is started "
+        "for each call (nothing of it outlives the call) instead of once per session.",
     )
     image: str = Field(
         default="", description="command only: a local image to run it in (never pulled)."
@@ -64,6 +70,6 @@ class McpServerSpec(BaseModel):
     def _one_transport(self) -> McpServerSpec:
         if bool(self.url) == bool(self.command):
             raise ValueError("give either url (Streamable HTTP) or command (stdio), not both")
-        if self.image and not self.command:
-            raise ValueError("image is for servers started with command")
+        if (self.image or self.stateless) and not self.command:
+            raise ValueError("image and stateless are for servers started with command")
         return self

@@ -1,10 +1,13 @@
-"""An upstream MCP server that speaks stdio, run in the sandbox: one container per call.
+"""An upstream MCP server that speaks stdio, run in the sandbox.
 
-Each call starts the server in a disposable container over the caller's workspace, with the
-policy's limits (no network unless the policy grants it), and the runner has one exchange with
-it (sandbox/runner/mcp_stdio.py): initialize, then tools/call. Its tools are listed the same
-way at start, in the default workspace mounted read-only, and listed again (with backoff) until
-that works. Nothing of a server survives a call, so a crash or a hang costs that call only.
+The server runs in a container over the caller's workspace, with the policy's limits (no network
+unless the policy grants it), and the runner talks to it (sandbox/runner/mcp_stdio.py). By default
+the container is kept for the caller's session, so the server keeps its state from call to call
+(sandbox/kept.py: stopped with the session, when idle, or started afresh when a call is granted
+other limits); a server the operator marks stateless is started for each call and nothing of it
+survives the call. A crash or a hang costs the call it happened in, and the next call starts
+the server again (with backoff). Its tools are listed in a container of its own, in the default
+workspace mounted read-only, again (with backoff) until that works.
 """
 
 from __future__ import annotations
@@ -21,7 +24,13 @@ from pydantic import ValidationError
 from daemon.tools.contract import CallContext, SandboxRunner
 from daemon.tools.mcp.config import McpServerSpec
 from daemon.tools.mcp.upstream import MAX_LISTED_TOOLS, McpAnswer, McpServerError, ToolsListener
-from sandbox.backend import McpStdioRequest, SandboxLimits, SandboxResult
+from sandbox.backend import (
+    McpSessionCall,
+    McpSessionRequest,
+    McpStdioRequest,
+    SandboxLimits,
+    SandboxResult,
+)
 
 log = logging.getLogger(__name__)
 
@@ -115,14 +124,26 @@ class McpStdioServer:
             raise McpServerError(f"The MCP server {self.spec.name} runs only inside a call")
         runner = ctx.require_sandbox()
         timeout_ms = min(int(self.spec.timeout_s * 1000), ctx.limits.timeout_ms)
-        request = McpStdioRequest(
-            argv=self.spec.command,
-            cwd=str(ctx.workspace),
-            method="tools/call",
-            params={"name": tool, "arguments": arguments},
-            timeout_ms=timeout_ms,
-        )
-        result = await runner.run(request, ctx.limits, image=self.spec.image)
+        params: dict[str, object] = {"name": tool, "arguments": arguments}
+        if self.spec.stateless:
+            request = McpStdioRequest(
+                argv=self.spec.command,
+                cwd=str(ctx.workspace),
+                method="tools/call",
+                params=params,
+                timeout_ms=timeout_ms,
+            )
+            result = await runner.run(request, ctx.limits, image=self.spec.image)
+        else:
+            opening = McpSessionRequest(
+                argv=self.spec.command,
+                cwd=str(ctx.workspace),
+                timeout_ms=timeout_ms,
+            )
+            call = McpSessionCall(method="tools/call", params=params, timeout_ms=timeout_ms)
+            result = await runner.converse(
+                self.spec.name, opening, call, ctx.limits, image=self.spec.image
+            )
         if result.timed_out:
             raise McpServerError(
                 f"The MCP server {self.spec.name} did not answer {tool} within "
