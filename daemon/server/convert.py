@@ -169,6 +169,9 @@ def tools_to_proto(definitions: list[ToolDefinition]) -> pb.ListToolsResponse:
                 sandboxed=d.traits.sandboxed,
                 max_result_chars=d.traits.max_result_chars,
             ),
+            origin=pb.ToolOrigin(
+                kind=d.origin.kind, server=d.origin.server, trusted=d.origin.trusted
+            ),
             defer_loading=d.defer_loading,
             aliases=list(d.aliases),
         )

@@ -116,6 +116,7 @@ def test_a_stdio_servers_tools_run_in_the_sandbox_in_the_callers_workspace(
 ) -> None:
     listed = {t.name: t for t in daemon.stub.ListTools(pb.ListToolsRequest(), timeout=30).tools}
     assert listed["mcp__box__add"].traits.sandboxed
+    assert listed["mcp__box__add"].origin == pb.ToolOrigin(kind="mcp", server="box")
     added = daemon.execute("mcp__box__add", {"a": 5, "b": 6})
     assert not added.result.is_error, text_of(added)
     assert text_of(added) == "11" and added.report.sandboxed and added.report.sandbox_id

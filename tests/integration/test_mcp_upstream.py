@@ -123,6 +123,8 @@ def test_the_servers_tools_are_listed_with_their_schema_and_traits(
     add = tools["mcp__up__add"]
     assert add.traits.read_only and not add.traits.sandboxed  # trusted: its readOnlyHint counts
     assert tools["mcp__up__shout"].traits.destructive
+    assert add.origin == pb.ToolOrigin(kind="mcp", server="up", trusted=True)
+    assert tools["Read"].origin == pb.ToolOrigin(kind="builtin", trusted=True)
     schema = json.loads(listed.tools_json)
     add_schema = next(t for t in schema if t["name"] == "mcp__up__add")["input_schema"]
     assert add_schema["required"] == ["a", "b"]

@@ -163,6 +163,9 @@ def test_operator_tools_are_listed_with_their_schema(
     daemon, _, _ = world
     tools = _tools(daemon)
     assert {"WordCount", "Plot", "Fail", "Marker", "Read", "Bash"} <= set(tools)
+    listed = daemon.stub.ListTools(pb.ListToolsRequest(), timeout=30).tools
+    origins = {tool.name: tool.origin.kind for tool in listed}
+    assert (origins["WordCount"], origins["Bash"]) == ("operator", "builtin")
     schema = tools["WordCount"]["input_schema"]
     assert isinstance(schema, dict) and schema["required"] == ["file"]
 

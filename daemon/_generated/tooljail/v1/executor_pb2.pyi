@@ -102,6 +102,7 @@ class ToolDefinition(_message.Message):
     TRAITS_FIELD_NUMBER: _builtins.int
     DEFER_LOADING_FIELD_NUMBER: _builtins.int
     ALIASES_FIELD_NUMBER: _builtins.int
+    ORIGIN_FIELD_NUMBER: _builtins.int
     name: _builtins.str
     description: _builtins.str
     defer_loading: _builtins.bool
@@ -116,6 +117,10 @@ class ToolDefinition(_message.Message):
     def aliases(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
         """Older names still accepted for this tool."""
 
+    @_builtins.property
+    def origin(self) -> Global___ToolOrigin:
+        """Where the tool comes from (the policy input's tool.origin says the same)."""
+
     def __init__(
         self,
         *,
@@ -125,14 +130,45 @@ class ToolDefinition(_message.Message):
         traits: Global___ToolTraits | None = ...,
         defer_loading: _builtins.bool = ...,
         aliases: _abc.Iterable[_builtins.str] | None = ...,
+        origin: Global___ToolOrigin | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["input_schema", b"input_schema", "traits", b"traits"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["input_schema", b"input_schema", "origin", b"origin", "traits", b"traits"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["aliases", b"aliases", "defer_loading", b"defer_loading", "description", b"description", "input_schema", b"input_schema", "name", b"name", "traits", b"traits"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["aliases", b"aliases", "defer_loading", b"defer_loading", "description", b"description", "input_schema", b"input_schema", "name", b"name", "origin", b"origin", "traits", b"traits"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___ToolDefinition: _TypeAlias = ToolDefinition  # noqa: Y015
+
+@_typing.final
+class ToolOrigin(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    KIND_FIELD_NUMBER: _builtins.int
+    SERVER_FIELD_NUMBER: _builtins.int
+    TRUSTED_FIELD_NUMBER: _builtins.int
+    kind: _builtins.str
+    """"builtin", "operator" (defined in the policy folder's tools/) or "mcp" (an upstream server)."""
+    server: _builtins.str
+    """mcp: the server's name as configured."""
+    trusted: _builtins.bool
+    """Whether the tool's own claims were believed: always for builtin and operator tools; for
+    mcp, when the operator trusts the server's annotations (they became the traits).
+    """
+    def __init__(
+        self,
+        *,
+        kind: _builtins.str = ...,
+        server: _builtins.str = ...,
+        trusted: _builtins.bool = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["kind", b"kind", "server", b"server", "trusted", b"trusted"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ToolOrigin: _TypeAlias = ToolOrigin  # noqa: Y015
 
 @_typing.final
 class ToolTraits(_message.Message):

@@ -196,7 +196,9 @@ type ToolDefinition struct {
 	// Not shown to the model up front: found through ToolSearch.
 	DeferLoading bool `protobuf:"varint,5,opt,name=defer_loading,json=deferLoading,proto3" json:"defer_loading,omitempty"`
 	// Older names still accepted for this tool.
-	Aliases       []string `protobuf:"bytes,6,rep,name=aliases,proto3" json:"aliases,omitempty"`
+	Aliases []string `protobuf:"bytes,6,rep,name=aliases,proto3" json:"aliases,omitempty"`
+	// Where the tool comes from (the policy input's tool.origin says the same).
+	Origin        *ToolOrigin `protobuf:"bytes,7,opt,name=origin,proto3" json:"origin,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -273,6 +275,77 @@ func (x *ToolDefinition) GetAliases() []string {
 	return nil
 }
 
+func (x *ToolDefinition) GetOrigin() *ToolOrigin {
+	if x != nil {
+		return x.Origin
+	}
+	return nil
+}
+
+type ToolOrigin struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// "builtin", "operator" (defined in the policy folder's tools/) or "mcp" (an upstream server).
+	Kind string `protobuf:"bytes,1,opt,name=kind,proto3" json:"kind,omitempty"`
+	// mcp: the server's name as configured.
+	Server string `protobuf:"bytes,2,opt,name=server,proto3" json:"server,omitempty"`
+	// Whether the tool's own claims were believed: always for builtin and operator tools; for
+	// mcp, when the operator trusts the server's annotations (they became the traits).
+	Trusted       bool `protobuf:"varint,3,opt,name=trusted,proto3" json:"trusted,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ToolOrigin) Reset() {
+	*x = ToolOrigin{}
+	mi := &file_tooljail_v1_executor_proto_msgTypes[3]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ToolOrigin) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ToolOrigin) ProtoMessage() {}
+
+func (x *ToolOrigin) ProtoReflect() protoreflect.Message {
+	mi := &file_tooljail_v1_executor_proto_msgTypes[3]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ToolOrigin.ProtoReflect.Descriptor instead.
+func (*ToolOrigin) Descriptor() ([]byte, []int) {
+	return file_tooljail_v1_executor_proto_rawDescGZIP(), []int{3}
+}
+
+func (x *ToolOrigin) GetKind() string {
+	if x != nil {
+		return x.Kind
+	}
+	return ""
+}
+
+func (x *ToolOrigin) GetServer() string {
+	if x != nil {
+		return x.Server
+	}
+	return ""
+}
+
+func (x *ToolOrigin) GetTrusted() bool {
+	if x != nil {
+		return x.Trusted
+	}
+	return false
+}
+
 type ToolTraits struct {
 	state           protoimpl.MessageState `protogen:"open.v1"`
 	ReadOnly        bool                   `protobuf:"varint,1,opt,name=read_only,json=readOnly,proto3" json:"read_only,omitempty"`
@@ -288,7 +361,7 @@ type ToolTraits struct {
 
 func (x *ToolTraits) Reset() {
 	*x = ToolTraits{}
-	mi := &file_tooljail_v1_executor_proto_msgTypes[3]
+	mi := &file_tooljail_v1_executor_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -300,7 +373,7 @@ func (x *ToolTraits) String() string {
 func (*ToolTraits) ProtoMessage() {}
 
 func (x *ToolTraits) ProtoReflect() protoreflect.Message {
-	mi := &file_tooljail_v1_executor_proto_msgTypes[3]
+	mi := &file_tooljail_v1_executor_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -313,7 +386,7 @@ func (x *ToolTraits) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ToolTraits.ProtoReflect.Descriptor instead.
 func (*ToolTraits) Descriptor() ([]byte, []int) {
-	return file_tooljail_v1_executor_proto_rawDescGZIP(), []int{3}
+	return file_tooljail_v1_executor_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *ToolTraits) GetReadOnly() bool {
@@ -363,7 +436,7 @@ type ToolUse struct {
 
 func (x *ToolUse) Reset() {
 	*x = ToolUse{}
-	mi := &file_tooljail_v1_executor_proto_msgTypes[4]
+	mi := &file_tooljail_v1_executor_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -375,7 +448,7 @@ func (x *ToolUse) String() string {
 func (*ToolUse) ProtoMessage() {}
 
 func (x *ToolUse) ProtoReflect() protoreflect.Message {
-	mi := &file_tooljail_v1_executor_proto_msgTypes[4]
+	mi := &file_tooljail_v1_executor_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -388,7 +461,7 @@ func (x *ToolUse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ToolUse.ProtoReflect.Descriptor instead.
 func (*ToolUse) Descriptor() ([]byte, []int) {
-	return file_tooljail_v1_executor_proto_rawDescGZIP(), []int{4}
+	return file_tooljail_v1_executor_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *ToolUse) GetId() string {
@@ -421,7 +494,7 @@ type TextBlock struct {
 
 func (x *TextBlock) Reset() {
 	*x = TextBlock{}
-	mi := &file_tooljail_v1_executor_proto_msgTypes[5]
+	mi := &file_tooljail_v1_executor_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -433,7 +506,7 @@ func (x *TextBlock) String() string {
 func (*TextBlock) ProtoMessage() {}
 
 func (x *TextBlock) ProtoReflect() protoreflect.Message {
-	mi := &file_tooljail_v1_executor_proto_msgTypes[5]
+	mi := &file_tooljail_v1_executor_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -446,7 +519,7 @@ func (x *TextBlock) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TextBlock.ProtoReflect.Descriptor instead.
 func (*TextBlock) Descriptor() ([]byte, []int) {
-	return file_tooljail_v1_executor_proto_rawDescGZIP(), []int{5}
+	return file_tooljail_v1_executor_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *TextBlock) GetText() string {
@@ -466,7 +539,7 @@ type ImageBlock struct {
 
 func (x *ImageBlock) Reset() {
 	*x = ImageBlock{}
-	mi := &file_tooljail_v1_executor_proto_msgTypes[6]
+	mi := &file_tooljail_v1_executor_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -478,7 +551,7 @@ func (x *ImageBlock) String() string {
 func (*ImageBlock) ProtoMessage() {}
 
 func (x *ImageBlock) ProtoReflect() protoreflect.Message {
-	mi := &file_tooljail_v1_executor_proto_msgTypes[6]
+	mi := &file_tooljail_v1_executor_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -491,7 +564,7 @@ func (x *ImageBlock) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ImageBlock.ProtoReflect.Descriptor instead.
 func (*ImageBlock) Descriptor() ([]byte, []int) {
-	return file_tooljail_v1_executor_proto_rawDescGZIP(), []int{6}
+	return file_tooljail_v1_executor_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *ImageBlock) GetMediaType() string {
@@ -521,7 +594,7 @@ type ContentBlock struct {
 
 func (x *ContentBlock) Reset() {
 	*x = ContentBlock{}
-	mi := &file_tooljail_v1_executor_proto_msgTypes[7]
+	mi := &file_tooljail_v1_executor_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -533,7 +606,7 @@ func (x *ContentBlock) String() string {
 func (*ContentBlock) ProtoMessage() {}
 
 func (x *ContentBlock) ProtoReflect() protoreflect.Message {
-	mi := &file_tooljail_v1_executor_proto_msgTypes[7]
+	mi := &file_tooljail_v1_executor_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -546,7 +619,7 @@ func (x *ContentBlock) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ContentBlock.ProtoReflect.Descriptor instead.
 func (*ContentBlock) Descriptor() ([]byte, []int) {
-	return file_tooljail_v1_executor_proto_rawDescGZIP(), []int{7}
+	return file_tooljail_v1_executor_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *ContentBlock) GetKind() isContentBlock_Kind {
@@ -601,7 +674,7 @@ type ToolResult struct {
 
 func (x *ToolResult) Reset() {
 	*x = ToolResult{}
-	mi := &file_tooljail_v1_executor_proto_msgTypes[8]
+	mi := &file_tooljail_v1_executor_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -613,7 +686,7 @@ func (x *ToolResult) String() string {
 func (*ToolResult) ProtoMessage() {}
 
 func (x *ToolResult) ProtoReflect() protoreflect.Message {
-	mi := &file_tooljail_v1_executor_proto_msgTypes[8]
+	mi := &file_tooljail_v1_executor_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -626,7 +699,7 @@ func (x *ToolResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ToolResult.ProtoReflect.Descriptor instead.
 func (*ToolResult) Descriptor() ([]byte, []int) {
-	return file_tooljail_v1_executor_proto_rawDescGZIP(), []int{8}
+	return file_tooljail_v1_executor_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *ToolResult) GetToolUseId() string {
@@ -664,7 +737,7 @@ type Decision struct {
 
 func (x *Decision) Reset() {
 	*x = Decision{}
-	mi := &file_tooljail_v1_executor_proto_msgTypes[9]
+	mi := &file_tooljail_v1_executor_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -676,7 +749,7 @@ func (x *Decision) String() string {
 func (*Decision) ProtoMessage() {}
 
 func (x *Decision) ProtoReflect() protoreflect.Message {
-	mi := &file_tooljail_v1_executor_proto_msgTypes[9]
+	mi := &file_tooljail_v1_executor_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -689,7 +762,7 @@ func (x *Decision) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Decision.ProtoReflect.Descriptor instead.
 func (*Decision) Descriptor() ([]byte, []int) {
-	return file_tooljail_v1_executor_proto_rawDescGZIP(), []int{9}
+	return file_tooljail_v1_executor_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *Decision) GetOutcome() Outcome {
@@ -746,7 +819,7 @@ type ExecutionReport struct {
 
 func (x *ExecutionReport) Reset() {
 	*x = ExecutionReport{}
-	mi := &file_tooljail_v1_executor_proto_msgTypes[10]
+	mi := &file_tooljail_v1_executor_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -758,7 +831,7 @@ func (x *ExecutionReport) String() string {
 func (*ExecutionReport) ProtoMessage() {}
 
 func (x *ExecutionReport) ProtoReflect() protoreflect.Message {
-	mi := &file_tooljail_v1_executor_proto_msgTypes[10]
+	mi := &file_tooljail_v1_executor_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -771,7 +844,7 @@ func (x *ExecutionReport) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExecutionReport.ProtoReflect.Descriptor instead.
 func (*ExecutionReport) Descriptor() ([]byte, []int) {
-	return file_tooljail_v1_executor_proto_rawDescGZIP(), []int{10}
+	return file_tooljail_v1_executor_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *ExecutionReport) GetSandboxed() bool {
@@ -851,7 +924,7 @@ type ExecuteRequest struct {
 
 func (x *ExecuteRequest) Reset() {
 	*x = ExecuteRequest{}
-	mi := &file_tooljail_v1_executor_proto_msgTypes[11]
+	mi := &file_tooljail_v1_executor_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -863,7 +936,7 @@ func (x *ExecuteRequest) String() string {
 func (*ExecuteRequest) ProtoMessage() {}
 
 func (x *ExecuteRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tooljail_v1_executor_proto_msgTypes[11]
+	mi := &file_tooljail_v1_executor_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -876,7 +949,7 @@ func (x *ExecuteRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExecuteRequest.ProtoReflect.Descriptor instead.
 func (*ExecuteRequest) Descriptor() ([]byte, []int) {
-	return file_tooljail_v1_executor_proto_rawDescGZIP(), []int{11}
+	return file_tooljail_v1_executor_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *ExecuteRequest) GetSessionId() string {
@@ -922,7 +995,7 @@ type ExecuteResponse struct {
 
 func (x *ExecuteResponse) Reset() {
 	*x = ExecuteResponse{}
-	mi := &file_tooljail_v1_executor_proto_msgTypes[12]
+	mi := &file_tooljail_v1_executor_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -934,7 +1007,7 @@ func (x *ExecuteResponse) String() string {
 func (*ExecuteResponse) ProtoMessage() {}
 
 func (x *ExecuteResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tooljail_v1_executor_proto_msgTypes[12]
+	mi := &file_tooljail_v1_executor_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -947,7 +1020,7 @@ func (x *ExecuteResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExecuteResponse.ProtoReflect.Descriptor instead.
 func (*ExecuteResponse) Descriptor() ([]byte, []int) {
-	return file_tooljail_v1_executor_proto_rawDescGZIP(), []int{12}
+	return file_tooljail_v1_executor_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *ExecuteResponse) GetResult() *ToolResult {
@@ -1003,7 +1076,7 @@ type Progress struct {
 
 func (x *Progress) Reset() {
 	*x = Progress{}
-	mi := &file_tooljail_v1_executor_proto_msgTypes[13]
+	mi := &file_tooljail_v1_executor_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1015,7 +1088,7 @@ func (x *Progress) String() string {
 func (*Progress) ProtoMessage() {}
 
 func (x *Progress) ProtoReflect() protoreflect.Message {
-	mi := &file_tooljail_v1_executor_proto_msgTypes[13]
+	mi := &file_tooljail_v1_executor_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1028,7 +1101,7 @@ func (x *Progress) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Progress.ProtoReflect.Descriptor instead.
 func (*Progress) Descriptor() ([]byte, []int) {
-	return file_tooljail_v1_executor_proto_rawDescGZIP(), []int{13}
+	return file_tooljail_v1_executor_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *Progress) GetToolUseId() string {
@@ -1079,7 +1152,7 @@ type ExecuteEvent struct {
 
 func (x *ExecuteEvent) Reset() {
 	*x = ExecuteEvent{}
-	mi := &file_tooljail_v1_executor_proto_msgTypes[14]
+	mi := &file_tooljail_v1_executor_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1091,7 +1164,7 @@ func (x *ExecuteEvent) String() string {
 func (*ExecuteEvent) ProtoMessage() {}
 
 func (x *ExecuteEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_tooljail_v1_executor_proto_msgTypes[14]
+	mi := &file_tooljail_v1_executor_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1104,7 +1177,7 @@ func (x *ExecuteEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExecuteEvent.ProtoReflect.Descriptor instead.
 func (*ExecuteEvent) Descriptor() ([]byte, []int) {
-	return file_tooljail_v1_executor_proto_rawDescGZIP(), []int{14}
+	return file_tooljail_v1_executor_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *ExecuteEvent) GetKind() isExecuteEvent_Kind {
@@ -1158,7 +1231,7 @@ type ExecuteBatchRequest struct {
 
 func (x *ExecuteBatchRequest) Reset() {
 	*x = ExecuteBatchRequest{}
-	mi := &file_tooljail_v1_executor_proto_msgTypes[15]
+	mi := &file_tooljail_v1_executor_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1170,7 +1243,7 @@ func (x *ExecuteBatchRequest) String() string {
 func (*ExecuteBatchRequest) ProtoMessage() {}
 
 func (x *ExecuteBatchRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tooljail_v1_executor_proto_msgTypes[15]
+	mi := &file_tooljail_v1_executor_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1183,7 +1256,7 @@ func (x *ExecuteBatchRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExecuteBatchRequest.ProtoReflect.Descriptor instead.
 func (*ExecuteBatchRequest) Descriptor() ([]byte, []int) {
-	return file_tooljail_v1_executor_proto_rawDescGZIP(), []int{15}
+	return file_tooljail_v1_executor_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *ExecuteBatchRequest) GetSessionId() string {
@@ -1214,7 +1287,7 @@ type OpenSessionRequest struct {
 
 func (x *OpenSessionRequest) Reset() {
 	*x = OpenSessionRequest{}
-	mi := &file_tooljail_v1_executor_proto_msgTypes[16]
+	mi := &file_tooljail_v1_executor_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1226,7 +1299,7 @@ func (x *OpenSessionRequest) String() string {
 func (*OpenSessionRequest) ProtoMessage() {}
 
 func (x *OpenSessionRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tooljail_v1_executor_proto_msgTypes[16]
+	mi := &file_tooljail_v1_executor_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1239,7 +1312,7 @@ func (x *OpenSessionRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use OpenSessionRequest.ProtoReflect.Descriptor instead.
 func (*OpenSessionRequest) Descriptor() ([]byte, []int) {
-	return file_tooljail_v1_executor_proto_rawDescGZIP(), []int{16}
+	return file_tooljail_v1_executor_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *OpenSessionRequest) GetWorkspace() string {
@@ -1276,7 +1349,7 @@ type Session struct {
 
 func (x *Session) Reset() {
 	*x = Session{}
-	mi := &file_tooljail_v1_executor_proto_msgTypes[17]
+	mi := &file_tooljail_v1_executor_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1288,7 +1361,7 @@ func (x *Session) String() string {
 func (*Session) ProtoMessage() {}
 
 func (x *Session) ProtoReflect() protoreflect.Message {
-	mi := &file_tooljail_v1_executor_proto_msgTypes[17]
+	mi := &file_tooljail_v1_executor_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1301,7 +1374,7 @@ func (x *Session) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Session.ProtoReflect.Descriptor instead.
 func (*Session) Descriptor() ([]byte, []int) {
-	return file_tooljail_v1_executor_proto_rawDescGZIP(), []int{17}
+	return file_tooljail_v1_executor_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *Session) GetId() string {
@@ -1343,7 +1416,7 @@ type CloseSessionRequest struct {
 
 func (x *CloseSessionRequest) Reset() {
 	*x = CloseSessionRequest{}
-	mi := &file_tooljail_v1_executor_proto_msgTypes[18]
+	mi := &file_tooljail_v1_executor_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1355,7 +1428,7 @@ func (x *CloseSessionRequest) String() string {
 func (*CloseSessionRequest) ProtoMessage() {}
 
 func (x *CloseSessionRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tooljail_v1_executor_proto_msgTypes[18]
+	mi := &file_tooljail_v1_executor_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1368,7 +1441,7 @@ func (x *CloseSessionRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CloseSessionRequest.ProtoReflect.Descriptor instead.
 func (*CloseSessionRequest) Descriptor() ([]byte, []int) {
-	return file_tooljail_v1_executor_proto_rawDescGZIP(), []int{18}
+	return file_tooljail_v1_executor_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *CloseSessionRequest) GetSessionId() string {
@@ -1396,7 +1469,7 @@ type CloseSessionResponse struct {
 
 func (x *CloseSessionResponse) Reset() {
 	*x = CloseSessionResponse{}
-	mi := &file_tooljail_v1_executor_proto_msgTypes[19]
+	mi := &file_tooljail_v1_executor_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1408,7 +1481,7 @@ func (x *CloseSessionResponse) String() string {
 func (*CloseSessionResponse) ProtoMessage() {}
 
 func (x *CloseSessionResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tooljail_v1_executor_proto_msgTypes[19]
+	mi := &file_tooljail_v1_executor_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1421,7 +1494,7 @@ func (x *CloseSessionResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CloseSessionResponse.ProtoReflect.Descriptor instead.
 func (*CloseSessionResponse) Descriptor() ([]byte, []int) {
-	return file_tooljail_v1_executor_proto_rawDescGZIP(), []int{19}
+	return file_tooljail_v1_executor_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *CloseSessionResponse) GetCancelledCalls() int32 {
@@ -1446,7 +1519,7 @@ type ListPendingApprovalsRequest struct {
 
 func (x *ListPendingApprovalsRequest) Reset() {
 	*x = ListPendingApprovalsRequest{}
-	mi := &file_tooljail_v1_executor_proto_msgTypes[20]
+	mi := &file_tooljail_v1_executor_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1458,7 +1531,7 @@ func (x *ListPendingApprovalsRequest) String() string {
 func (*ListPendingApprovalsRequest) ProtoMessage() {}
 
 func (x *ListPendingApprovalsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tooljail_v1_executor_proto_msgTypes[20]
+	mi := &file_tooljail_v1_executor_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1471,7 +1544,7 @@ func (x *ListPendingApprovalsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListPendingApprovalsRequest.ProtoReflect.Descriptor instead.
 func (*ListPendingApprovalsRequest) Descriptor() ([]byte, []int) {
-	return file_tooljail_v1_executor_proto_rawDescGZIP(), []int{20}
+	return file_tooljail_v1_executor_proto_rawDescGZIP(), []int{21}
 }
 
 type ListPendingApprovalsResponse struct {
@@ -1483,7 +1556,7 @@ type ListPendingApprovalsResponse struct {
 
 func (x *ListPendingApprovalsResponse) Reset() {
 	*x = ListPendingApprovalsResponse{}
-	mi := &file_tooljail_v1_executor_proto_msgTypes[21]
+	mi := &file_tooljail_v1_executor_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1495,7 +1568,7 @@ func (x *ListPendingApprovalsResponse) String() string {
 func (*ListPendingApprovalsResponse) ProtoMessage() {}
 
 func (x *ListPendingApprovalsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tooljail_v1_executor_proto_msgTypes[21]
+	mi := &file_tooljail_v1_executor_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1508,7 +1581,7 @@ func (x *ListPendingApprovalsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListPendingApprovalsResponse.ProtoReflect.Descriptor instead.
 func (*ListPendingApprovalsResponse) Descriptor() ([]byte, []int) {
-	return file_tooljail_v1_executor_proto_rawDescGZIP(), []int{21}
+	return file_tooljail_v1_executor_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *ListPendingApprovalsResponse) GetApprovals() []*PendingApproval {
@@ -1531,7 +1604,7 @@ type AnswerApprovalRequest struct {
 
 func (x *AnswerApprovalRequest) Reset() {
 	*x = AnswerApprovalRequest{}
-	mi := &file_tooljail_v1_executor_proto_msgTypes[22]
+	mi := &file_tooljail_v1_executor_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1543,7 +1616,7 @@ func (x *AnswerApprovalRequest) String() string {
 func (*AnswerApprovalRequest) ProtoMessage() {}
 
 func (x *AnswerApprovalRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tooljail_v1_executor_proto_msgTypes[22]
+	mi := &file_tooljail_v1_executor_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1556,7 +1629,7 @@ func (x *AnswerApprovalRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AnswerApprovalRequest.ProtoReflect.Descriptor instead.
 func (*AnswerApprovalRequest) Descriptor() ([]byte, []int) {
-	return file_tooljail_v1_executor_proto_rawDescGZIP(), []int{22}
+	return file_tooljail_v1_executor_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *AnswerApprovalRequest) GetApprovalId() string {
@@ -1610,7 +1683,7 @@ type PendingApproval struct {
 
 func (x *PendingApproval) Reset() {
 	*x = PendingApproval{}
-	mi := &file_tooljail_v1_executor_proto_msgTypes[23]
+	mi := &file_tooljail_v1_executor_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1622,7 +1695,7 @@ func (x *PendingApproval) String() string {
 func (*PendingApproval) ProtoMessage() {}
 
 func (x *PendingApproval) ProtoReflect() protoreflect.Message {
-	mi := &file_tooljail_v1_executor_proto_msgTypes[23]
+	mi := &file_tooljail_v1_executor_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1635,7 +1708,7 @@ func (x *PendingApproval) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PendingApproval.ProtoReflect.Descriptor instead.
 func (*PendingApproval) Descriptor() ([]byte, []int) {
-	return file_tooljail_v1_executor_proto_rawDescGZIP(), []int{23}
+	return file_tooljail_v1_executor_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *PendingApproval) GetApprovalId() string {
@@ -1746,7 +1819,7 @@ type SetSessionModeRequest struct {
 
 func (x *SetSessionModeRequest) Reset() {
 	*x = SetSessionModeRequest{}
-	mi := &file_tooljail_v1_executor_proto_msgTypes[24]
+	mi := &file_tooljail_v1_executor_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1758,7 +1831,7 @@ func (x *SetSessionModeRequest) String() string {
 func (*SetSessionModeRequest) ProtoMessage() {}
 
 func (x *SetSessionModeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tooljail_v1_executor_proto_msgTypes[24]
+	mi := &file_tooljail_v1_executor_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1771,7 +1844,7 @@ func (x *SetSessionModeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetSessionModeRequest.ProtoReflect.Descriptor instead.
 func (*SetSessionModeRequest) Descriptor() ([]byte, []int) {
-	return file_tooljail_v1_executor_proto_rawDescGZIP(), []int{24}
+	return file_tooljail_v1_executor_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *SetSessionModeRequest) GetSessionId() string {
@@ -1797,7 +1870,7 @@ type ListGrantsRequest struct {
 
 func (x *ListGrantsRequest) Reset() {
 	*x = ListGrantsRequest{}
-	mi := &file_tooljail_v1_executor_proto_msgTypes[25]
+	mi := &file_tooljail_v1_executor_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1809,7 +1882,7 @@ func (x *ListGrantsRequest) String() string {
 func (*ListGrantsRequest) ProtoMessage() {}
 
 func (x *ListGrantsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tooljail_v1_executor_proto_msgTypes[25]
+	mi := &file_tooljail_v1_executor_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1822,7 +1895,7 @@ func (x *ListGrantsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListGrantsRequest.ProtoReflect.Descriptor instead.
 func (*ListGrantsRequest) Descriptor() ([]byte, []int) {
-	return file_tooljail_v1_executor_proto_rawDescGZIP(), []int{25}
+	return file_tooljail_v1_executor_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *ListGrantsRequest) GetSessionId() string {
@@ -1845,7 +1918,7 @@ type Grant struct {
 
 func (x *Grant) Reset() {
 	*x = Grant{}
-	mi := &file_tooljail_v1_executor_proto_msgTypes[26]
+	mi := &file_tooljail_v1_executor_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1857,7 +1930,7 @@ func (x *Grant) String() string {
 func (*Grant) ProtoMessage() {}
 
 func (x *Grant) ProtoReflect() protoreflect.Message {
-	mi := &file_tooljail_v1_executor_proto_msgTypes[26]
+	mi := &file_tooljail_v1_executor_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1870,7 +1943,7 @@ func (x *Grant) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Grant.ProtoReflect.Descriptor instead.
 func (*Grant) Descriptor() ([]byte, []int) {
-	return file_tooljail_v1_executor_proto_rawDescGZIP(), []int{26}
+	return file_tooljail_v1_executor_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *Grant) GetTool() string {
@@ -1910,7 +1983,7 @@ type ListGrantsResponse struct {
 
 func (x *ListGrantsResponse) Reset() {
 	*x = ListGrantsResponse{}
-	mi := &file_tooljail_v1_executor_proto_msgTypes[27]
+	mi := &file_tooljail_v1_executor_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1922,7 +1995,7 @@ func (x *ListGrantsResponse) String() string {
 func (*ListGrantsResponse) ProtoMessage() {}
 
 func (x *ListGrantsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tooljail_v1_executor_proto_msgTypes[27]
+	mi := &file_tooljail_v1_executor_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1935,7 +2008,7 @@ func (x *ListGrantsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListGrantsResponse.ProtoReflect.Descriptor instead.
 func (*ListGrantsResponse) Descriptor() ([]byte, []int) {
-	return file_tooljail_v1_executor_proto_rawDescGZIP(), []int{27}
+	return file_tooljail_v1_executor_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *ListGrantsResponse) GetGrants() []*Grant {
@@ -1953,7 +2026,7 @@ type StatusRequest struct {
 
 func (x *StatusRequest) Reset() {
 	*x = StatusRequest{}
-	mi := &file_tooljail_v1_executor_proto_msgTypes[28]
+	mi := &file_tooljail_v1_executor_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1965,7 +2038,7 @@ func (x *StatusRequest) String() string {
 func (*StatusRequest) ProtoMessage() {}
 
 func (x *StatusRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tooljail_v1_executor_proto_msgTypes[28]
+	mi := &file_tooljail_v1_executor_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1978,7 +2051,7 @@ func (x *StatusRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatusRequest.ProtoReflect.Descriptor instead.
 func (*StatusRequest) Descriptor() ([]byte, []int) {
-	return file_tooljail_v1_executor_proto_rawDescGZIP(), []int{28}
+	return file_tooljail_v1_executor_proto_rawDescGZIP(), []int{29}
 }
 
 type StatusResponse struct {
@@ -2000,7 +2073,7 @@ type StatusResponse struct {
 
 func (x *StatusResponse) Reset() {
 	*x = StatusResponse{}
-	mi := &file_tooljail_v1_executor_proto_msgTypes[29]
+	mi := &file_tooljail_v1_executor_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2012,7 +2085,7 @@ func (x *StatusResponse) String() string {
 func (*StatusResponse) ProtoMessage() {}
 
 func (x *StatusResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tooljail_v1_executor_proto_msgTypes[29]
+	mi := &file_tooljail_v1_executor_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2025,7 +2098,7 @@ func (x *StatusResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatusResponse.ProtoReflect.Descriptor instead.
 func (*StatusResponse) Descriptor() ([]byte, []int) {
-	return file_tooljail_v1_executor_proto_rawDescGZIP(), []int{29}
+	return file_tooljail_v1_executor_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *StatusResponse) GetVersion() string {
@@ -2099,7 +2172,7 @@ type ReloadPoliciesRequest struct {
 
 func (x *ReloadPoliciesRequest) Reset() {
 	*x = ReloadPoliciesRequest{}
-	mi := &file_tooljail_v1_executor_proto_msgTypes[30]
+	mi := &file_tooljail_v1_executor_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2111,7 +2184,7 @@ func (x *ReloadPoliciesRequest) String() string {
 func (*ReloadPoliciesRequest) ProtoMessage() {}
 
 func (x *ReloadPoliciesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tooljail_v1_executor_proto_msgTypes[30]
+	mi := &file_tooljail_v1_executor_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2124,7 +2197,7 @@ func (x *ReloadPoliciesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReloadPoliciesRequest.ProtoReflect.Descriptor instead.
 func (*ReloadPoliciesRequest) Descriptor() ([]byte, []int) {
-	return file_tooljail_v1_executor_proto_rawDescGZIP(), []int{30}
+	return file_tooljail_v1_executor_proto_rawDescGZIP(), []int{31}
 }
 
 type ReloadPoliciesResponse struct {
@@ -2140,7 +2213,7 @@ type ReloadPoliciesResponse struct {
 
 func (x *ReloadPoliciesResponse) Reset() {
 	*x = ReloadPoliciesResponse{}
-	mi := &file_tooljail_v1_executor_proto_msgTypes[31]
+	mi := &file_tooljail_v1_executor_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2152,7 +2225,7 @@ func (x *ReloadPoliciesResponse) String() string {
 func (*ReloadPoliciesResponse) ProtoMessage() {}
 
 func (x *ReloadPoliciesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tooljail_v1_executor_proto_msgTypes[31]
+	mi := &file_tooljail_v1_executor_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2165,7 +2238,7 @@ func (x *ReloadPoliciesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReloadPoliciesResponse.ProtoReflect.Descriptor instead.
 func (*ReloadPoliciesResponse) Descriptor() ([]byte, []int) {
-	return file_tooljail_v1_executor_proto_rawDescGZIP(), []int{31}
+	return file_tooljail_v1_executor_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *ReloadPoliciesResponse) GetPolicyRevision() string {
@@ -2201,14 +2274,20 @@ const file_tooljail_v1_executor_proto_rawDesc = "" +
 	"\x11ListToolsResponse\x121\n" +
 	"\x05tools\x18\x01 \x03(\v2\x1b.tooljail.v1.ToolDefinitionR\x05tools\x12\x1d\n" +
 	"\n" +
-	"tools_json\x18\x02 \x01(\tR\ttoolsJson\"\xf2\x01\n" +
+	"tools_json\x18\x02 \x01(\tR\ttoolsJson\"\xa3\x02\n" +
 	"\x0eToolDefinition\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12 \n" +
 	"\vdescription\x18\x02 \x01(\tR\vdescription\x12:\n" +
 	"\finput_schema\x18\x03 \x01(\v2\x17.google.protobuf.StructR\vinputSchema\x12/\n" +
 	"\x06traits\x18\x04 \x01(\v2\x17.tooljail.v1.ToolTraitsR\x06traits\x12#\n" +
 	"\rdefer_loading\x18\x05 \x01(\bR\fdeferLoading\x12\x18\n" +
-	"\aaliases\x18\x06 \x03(\tR\aaliases\"\xbe\x01\n" +
+	"\aaliases\x18\x06 \x03(\tR\aaliases\x12/\n" +
+	"\x06origin\x18\a \x01(\v2\x17.tooljail.v1.ToolOriginR\x06origin\"R\n" +
+	"\n" +
+	"ToolOrigin\x12\x12\n" +
+	"\x04kind\x18\x01 \x01(\tR\x04kind\x12\x16\n" +
+	"\x06server\x18\x02 \x01(\tR\x06server\x12\x18\n" +
+	"\atrusted\x18\x03 \x01(\bR\atrusted\"\xbe\x01\n" +
 	"\n" +
 	"ToolTraits\x12\x1b\n" +
 	"\tread_only\x18\x01 \x01(\bR\breadOnly\x12 \n" +
@@ -2400,92 +2479,94 @@ func file_tooljail_v1_executor_proto_rawDescGZIP() []byte {
 }
 
 var file_tooljail_v1_executor_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_tooljail_v1_executor_proto_msgTypes = make([]protoimpl.MessageInfo, 32)
+var file_tooljail_v1_executor_proto_msgTypes = make([]protoimpl.MessageInfo, 33)
 var file_tooljail_v1_executor_proto_goTypes = []any{
 	(Outcome)(0),                         // 0: tooljail.v1.Outcome
 	(*ListToolsRequest)(nil),             // 1: tooljail.v1.ListToolsRequest
 	(*ListToolsResponse)(nil),            // 2: tooljail.v1.ListToolsResponse
 	(*ToolDefinition)(nil),               // 3: tooljail.v1.ToolDefinition
-	(*ToolTraits)(nil),                   // 4: tooljail.v1.ToolTraits
-	(*ToolUse)(nil),                      // 5: tooljail.v1.ToolUse
-	(*TextBlock)(nil),                    // 6: tooljail.v1.TextBlock
-	(*ImageBlock)(nil),                   // 7: tooljail.v1.ImageBlock
-	(*ContentBlock)(nil),                 // 8: tooljail.v1.ContentBlock
-	(*ToolResult)(nil),                   // 9: tooljail.v1.ToolResult
-	(*Decision)(nil),                     // 10: tooljail.v1.Decision
-	(*ExecutionReport)(nil),              // 11: tooljail.v1.ExecutionReport
-	(*ExecuteRequest)(nil),               // 12: tooljail.v1.ExecuteRequest
-	(*ExecuteResponse)(nil),              // 13: tooljail.v1.ExecuteResponse
-	(*Progress)(nil),                     // 14: tooljail.v1.Progress
-	(*ExecuteEvent)(nil),                 // 15: tooljail.v1.ExecuteEvent
-	(*ExecuteBatchRequest)(nil),          // 16: tooljail.v1.ExecuteBatchRequest
-	(*OpenSessionRequest)(nil),           // 17: tooljail.v1.OpenSessionRequest
-	(*Session)(nil),                      // 18: tooljail.v1.Session
-	(*CloseSessionRequest)(nil),          // 19: tooljail.v1.CloseSessionRequest
-	(*CloseSessionResponse)(nil),         // 20: tooljail.v1.CloseSessionResponse
-	(*ListPendingApprovalsRequest)(nil),  // 21: tooljail.v1.ListPendingApprovalsRequest
-	(*ListPendingApprovalsResponse)(nil), // 22: tooljail.v1.ListPendingApprovalsResponse
-	(*AnswerApprovalRequest)(nil),        // 23: tooljail.v1.AnswerApprovalRequest
-	(*PendingApproval)(nil),              // 24: tooljail.v1.PendingApproval
-	(*SetSessionModeRequest)(nil),        // 25: tooljail.v1.SetSessionModeRequest
-	(*ListGrantsRequest)(nil),            // 26: tooljail.v1.ListGrantsRequest
-	(*Grant)(nil),                        // 27: tooljail.v1.Grant
-	(*ListGrantsResponse)(nil),           // 28: tooljail.v1.ListGrantsResponse
-	(*StatusRequest)(nil),                // 29: tooljail.v1.StatusRequest
-	(*StatusResponse)(nil),               // 30: tooljail.v1.StatusResponse
-	(*ReloadPoliciesRequest)(nil),        // 31: tooljail.v1.ReloadPoliciesRequest
-	(*ReloadPoliciesResponse)(nil),       // 32: tooljail.v1.ReloadPoliciesResponse
-	(*structpb.Struct)(nil),              // 33: google.protobuf.Struct
+	(*ToolOrigin)(nil),                   // 4: tooljail.v1.ToolOrigin
+	(*ToolTraits)(nil),                   // 5: tooljail.v1.ToolTraits
+	(*ToolUse)(nil),                      // 6: tooljail.v1.ToolUse
+	(*TextBlock)(nil),                    // 7: tooljail.v1.TextBlock
+	(*ImageBlock)(nil),                   // 8: tooljail.v1.ImageBlock
+	(*ContentBlock)(nil),                 // 9: tooljail.v1.ContentBlock
+	(*ToolResult)(nil),                   // 10: tooljail.v1.ToolResult
+	(*Decision)(nil),                     // 11: tooljail.v1.Decision
+	(*ExecutionReport)(nil),              // 12: tooljail.v1.ExecutionReport
+	(*ExecuteRequest)(nil),               // 13: tooljail.v1.ExecuteRequest
+	(*ExecuteResponse)(nil),              // 14: tooljail.v1.ExecuteResponse
+	(*Progress)(nil),                     // 15: tooljail.v1.Progress
+	(*ExecuteEvent)(nil),                 // 16: tooljail.v1.ExecuteEvent
+	(*ExecuteBatchRequest)(nil),          // 17: tooljail.v1.ExecuteBatchRequest
+	(*OpenSessionRequest)(nil),           // 18: tooljail.v1.OpenSessionRequest
+	(*Session)(nil),                      // 19: tooljail.v1.Session
+	(*CloseSessionRequest)(nil),          // 20: tooljail.v1.CloseSessionRequest
+	(*CloseSessionResponse)(nil),         // 21: tooljail.v1.CloseSessionResponse
+	(*ListPendingApprovalsRequest)(nil),  // 22: tooljail.v1.ListPendingApprovalsRequest
+	(*ListPendingApprovalsResponse)(nil), // 23: tooljail.v1.ListPendingApprovalsResponse
+	(*AnswerApprovalRequest)(nil),        // 24: tooljail.v1.AnswerApprovalRequest
+	(*PendingApproval)(nil),              // 25: tooljail.v1.PendingApproval
+	(*SetSessionModeRequest)(nil),        // 26: tooljail.v1.SetSessionModeRequest
+	(*ListGrantsRequest)(nil),            // 27: tooljail.v1.ListGrantsRequest
+	(*Grant)(nil),                        // 28: tooljail.v1.Grant
+	(*ListGrantsResponse)(nil),           // 29: tooljail.v1.ListGrantsResponse
+	(*StatusRequest)(nil),                // 30: tooljail.v1.StatusRequest
+	(*StatusResponse)(nil),               // 31: tooljail.v1.StatusResponse
+	(*ReloadPoliciesRequest)(nil),        // 32: tooljail.v1.ReloadPoliciesRequest
+	(*ReloadPoliciesResponse)(nil),       // 33: tooljail.v1.ReloadPoliciesResponse
+	(*structpb.Struct)(nil),              // 34: google.protobuf.Struct
 }
 var file_tooljail_v1_executor_proto_depIdxs = []int32{
 	3,  // 0: tooljail.v1.ListToolsResponse.tools:type_name -> tooljail.v1.ToolDefinition
-	33, // 1: tooljail.v1.ToolDefinition.input_schema:type_name -> google.protobuf.Struct
-	4,  // 2: tooljail.v1.ToolDefinition.traits:type_name -> tooljail.v1.ToolTraits
-	33, // 3: tooljail.v1.ToolUse.input:type_name -> google.protobuf.Struct
-	6,  // 4: tooljail.v1.ContentBlock.text:type_name -> tooljail.v1.TextBlock
-	7,  // 5: tooljail.v1.ContentBlock.image:type_name -> tooljail.v1.ImageBlock
-	8,  // 6: tooljail.v1.ToolResult.content:type_name -> tooljail.v1.ContentBlock
-	0,  // 7: tooljail.v1.Decision.outcome:type_name -> tooljail.v1.Outcome
-	5,  // 8: tooljail.v1.ExecuteRequest.tool_use:type_name -> tooljail.v1.ToolUse
-	9,  // 9: tooljail.v1.ExecuteResponse.result:type_name -> tooljail.v1.ToolResult
-	10, // 10: tooljail.v1.ExecuteResponse.decision:type_name -> tooljail.v1.Decision
-	11, // 11: tooljail.v1.ExecuteResponse.report:type_name -> tooljail.v1.ExecutionReport
-	14, // 12: tooljail.v1.ExecuteEvent.progress:type_name -> tooljail.v1.Progress
-	13, // 13: tooljail.v1.ExecuteEvent.response:type_name -> tooljail.v1.ExecuteResponse
-	5,  // 14: tooljail.v1.ExecuteBatchRequest.tool_uses:type_name -> tooljail.v1.ToolUse
-	24, // 15: tooljail.v1.ListPendingApprovalsResponse.approvals:type_name -> tooljail.v1.PendingApproval
-	27, // 16: tooljail.v1.ListGrantsResponse.grants:type_name -> tooljail.v1.Grant
-	1,  // 17: tooljail.v1.Executor.ListTools:input_type -> tooljail.v1.ListToolsRequest
-	12, // 18: tooljail.v1.Executor.Execute:input_type -> tooljail.v1.ExecuteRequest
-	16, // 19: tooljail.v1.Executor.ExecuteBatch:input_type -> tooljail.v1.ExecuteBatchRequest
-	17, // 20: tooljail.v1.Executor.OpenSession:input_type -> tooljail.v1.OpenSessionRequest
-	19, // 21: tooljail.v1.Executor.CloseSession:input_type -> tooljail.v1.CloseSessionRequest
-	12, // 22: tooljail.v1.Executor.ExecuteStream:input_type -> tooljail.v1.ExecuteRequest
-	31, // 23: tooljail.v1.Admin.ReloadPolicies:input_type -> tooljail.v1.ReloadPoliciesRequest
-	29, // 24: tooljail.v1.Admin.Status:input_type -> tooljail.v1.StatusRequest
-	25, // 25: tooljail.v1.Admin.SetSessionMode:input_type -> tooljail.v1.SetSessionModeRequest
-	26, // 26: tooljail.v1.Admin.ListGrants:input_type -> tooljail.v1.ListGrantsRequest
-	21, // 27: tooljail.v1.Admin.ListPendingApprovals:input_type -> tooljail.v1.ListPendingApprovalsRequest
-	23, // 28: tooljail.v1.Admin.Approve:input_type -> tooljail.v1.AnswerApprovalRequest
-	23, // 29: tooljail.v1.Admin.Deny:input_type -> tooljail.v1.AnswerApprovalRequest
-	2,  // 30: tooljail.v1.Executor.ListTools:output_type -> tooljail.v1.ListToolsResponse
-	13, // 31: tooljail.v1.Executor.Execute:output_type -> tooljail.v1.ExecuteResponse
-	13, // 32: tooljail.v1.Executor.ExecuteBatch:output_type -> tooljail.v1.ExecuteResponse
-	18, // 33: tooljail.v1.Executor.OpenSession:output_type -> tooljail.v1.Session
-	20, // 34: tooljail.v1.Executor.CloseSession:output_type -> tooljail.v1.CloseSessionResponse
-	15, // 35: tooljail.v1.Executor.ExecuteStream:output_type -> tooljail.v1.ExecuteEvent
-	32, // 36: tooljail.v1.Admin.ReloadPolicies:output_type -> tooljail.v1.ReloadPoliciesResponse
-	30, // 37: tooljail.v1.Admin.Status:output_type -> tooljail.v1.StatusResponse
-	18, // 38: tooljail.v1.Admin.SetSessionMode:output_type -> tooljail.v1.Session
-	28, // 39: tooljail.v1.Admin.ListGrants:output_type -> tooljail.v1.ListGrantsResponse
-	22, // 40: tooljail.v1.Admin.ListPendingApprovals:output_type -> tooljail.v1.ListPendingApprovalsResponse
-	24, // 41: tooljail.v1.Admin.Approve:output_type -> tooljail.v1.PendingApproval
-	24, // 42: tooljail.v1.Admin.Deny:output_type -> tooljail.v1.PendingApproval
-	30, // [30:43] is the sub-list for method output_type
-	17, // [17:30] is the sub-list for method input_type
-	17, // [17:17] is the sub-list for extension type_name
-	17, // [17:17] is the sub-list for extension extendee
-	0,  // [0:17] is the sub-list for field type_name
+	34, // 1: tooljail.v1.ToolDefinition.input_schema:type_name -> google.protobuf.Struct
+	5,  // 2: tooljail.v1.ToolDefinition.traits:type_name -> tooljail.v1.ToolTraits
+	4,  // 3: tooljail.v1.ToolDefinition.origin:type_name -> tooljail.v1.ToolOrigin
+	34, // 4: tooljail.v1.ToolUse.input:type_name -> google.protobuf.Struct
+	7,  // 5: tooljail.v1.ContentBlock.text:type_name -> tooljail.v1.TextBlock
+	8,  // 6: tooljail.v1.ContentBlock.image:type_name -> tooljail.v1.ImageBlock
+	9,  // 7: tooljail.v1.ToolResult.content:type_name -> tooljail.v1.ContentBlock
+	0,  // 8: tooljail.v1.Decision.outcome:type_name -> tooljail.v1.Outcome
+	6,  // 9: tooljail.v1.ExecuteRequest.tool_use:type_name -> tooljail.v1.ToolUse
+	10, // 10: tooljail.v1.ExecuteResponse.result:type_name -> tooljail.v1.ToolResult
+	11, // 11: tooljail.v1.ExecuteResponse.decision:type_name -> tooljail.v1.Decision
+	12, // 12: tooljail.v1.ExecuteResponse.report:type_name -> tooljail.v1.ExecutionReport
+	15, // 13: tooljail.v1.ExecuteEvent.progress:type_name -> tooljail.v1.Progress
+	14, // 14: tooljail.v1.ExecuteEvent.response:type_name -> tooljail.v1.ExecuteResponse
+	6,  // 15: tooljail.v1.ExecuteBatchRequest.tool_uses:type_name -> tooljail.v1.ToolUse
+	25, // 16: tooljail.v1.ListPendingApprovalsResponse.approvals:type_name -> tooljail.v1.PendingApproval
+	28, // 17: tooljail.v1.ListGrantsResponse.grants:type_name -> tooljail.v1.Grant
+	1,  // 18: tooljail.v1.Executor.ListTools:input_type -> tooljail.v1.ListToolsRequest
+	13, // 19: tooljail.v1.Executor.Execute:input_type -> tooljail.v1.ExecuteRequest
+	17, // 20: tooljail.v1.Executor.ExecuteBatch:input_type -> tooljail.v1.ExecuteBatchRequest
+	18, // 21: tooljail.v1.Executor.OpenSession:input_type -> tooljail.v1.OpenSessionRequest
+	20, // 22: tooljail.v1.Executor.CloseSession:input_type -> tooljail.v1.CloseSessionRequest
+	13, // 23: tooljail.v1.Executor.ExecuteStream:input_type -> tooljail.v1.ExecuteRequest
+	32, // 24: tooljail.v1.Admin.ReloadPolicies:input_type -> tooljail.v1.ReloadPoliciesRequest
+	30, // 25: tooljail.v1.Admin.Status:input_type -> tooljail.v1.StatusRequest
+	26, // 26: tooljail.v1.Admin.SetSessionMode:input_type -> tooljail.v1.SetSessionModeRequest
+	27, // 27: tooljail.v1.Admin.ListGrants:input_type -> tooljail.v1.ListGrantsRequest
+	22, // 28: tooljail.v1.Admin.ListPendingApprovals:input_type -> tooljail.v1.ListPendingApprovalsRequest
+	24, // 29: tooljail.v1.Admin.Approve:input_type -> tooljail.v1.AnswerApprovalRequest
+	24, // 30: tooljail.v1.Admin.Deny:input_type -> tooljail.v1.AnswerApprovalRequest
+	2,  // 31: tooljail.v1.Executor.ListTools:output_type -> tooljail.v1.ListToolsResponse
+	14, // 32: tooljail.v1.Executor.Execute:output_type -> tooljail.v1.ExecuteResponse
+	14, // 33: tooljail.v1.Executor.ExecuteBatch:output_type -> tooljail.v1.ExecuteResponse
+	19, // 34: tooljail.v1.Executor.OpenSession:output_type -> tooljail.v1.Session
+	21, // 35: tooljail.v1.Executor.CloseSession:output_type -> tooljail.v1.CloseSessionResponse
+	16, // 36: tooljail.v1.Executor.ExecuteStream:output_type -> tooljail.v1.ExecuteEvent
+	33, // 37: tooljail.v1.Admin.ReloadPolicies:output_type -> tooljail.v1.ReloadPoliciesResponse
+	31, // 38: tooljail.v1.Admin.Status:output_type -> tooljail.v1.StatusResponse
+	19, // 39: tooljail.v1.Admin.SetSessionMode:output_type -> tooljail.v1.Session
+	29, // 40: tooljail.v1.Admin.ListGrants:output_type -> tooljail.v1.ListGrantsResponse
+	23, // 41: tooljail.v1.Admin.ListPendingApprovals:output_type -> tooljail.v1.ListPendingApprovalsResponse
+	25, // 42: tooljail.v1.Admin.Approve:output_type -> tooljail.v1.PendingApproval
+	25, // 43: tooljail.v1.Admin.Deny:output_type -> tooljail.v1.PendingApproval
+	31, // [31:44] is the sub-list for method output_type
+	18, // [18:31] is the sub-list for method input_type
+	18, // [18:18] is the sub-list for extension type_name
+	18, // [18:18] is the sub-list for extension extendee
+	0,  // [0:18] is the sub-list for field type_name
 }
 
 func init() { file_tooljail_v1_executor_proto_init() }
@@ -2493,11 +2574,11 @@ func file_tooljail_v1_executor_proto_init() {
 	if File_tooljail_v1_executor_proto != nil {
 		return
 	}
-	file_tooljail_v1_executor_proto_msgTypes[7].OneofWrappers = []any{
+	file_tooljail_v1_executor_proto_msgTypes[8].OneofWrappers = []any{
 		(*ContentBlock_Text)(nil),
 		(*ContentBlock_Image)(nil),
 	}
-	file_tooljail_v1_executor_proto_msgTypes[14].OneofWrappers = []any{
+	file_tooljail_v1_executor_proto_msgTypes[15].OneofWrappers = []any{
 		(*ExecuteEvent_Progress)(nil),
 		(*ExecuteEvent_Response)(nil),
 	}
@@ -2507,7 +2588,7 @@ func file_tooljail_v1_executor_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_tooljail_v1_executor_proto_rawDesc), len(file_tooljail_v1_executor_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   32,
+			NumMessages:   33,
 			NumExtensions: 0,
 			NumServices:   2,
 		},
