@@ -14,9 +14,12 @@ Command line (from the repository root)::
 from __future__ import annotations
 
 import hashlib
+import re
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Annotated
+
+from pydantic import AfterValidator
 
 if TYPE_CHECKING:
     import docker
@@ -32,6 +35,21 @@ RECIPE_DIR = Path(__file__).resolve().parent / "image"
 _HASH_SCHEME = b"tooljail-sandbox-recipe/1\0"
 #: Hex digits of the hash used in the tag (48 bits: collisions between recipes are not a concern).
 _TAG_HEX = 12
+
+
+_LOCAL_REFERENCE = re.compile(r"[a-z0-9][a-z0-9._/:@-]{0,254}")
+
+
+def checked_reference(image: str) -> str:
+    """`image` when it is a reference an operator may name ("" included: the sandbox image);
+    ValueError otherwise (so it can never be read as an engine option or a URL)."""
+    if image and not _LOCAL_REFERENCE.fullmatch(image):
+        raise ValueError("an image reference (lower-case name[:tag] or @digest)")
+    return image
+
+
+ImageReference = Annotated[str, AfterValidator(checked_reference)]
+"""A model field naming a local image (checked as `checked_reference`)."""
 
 
 def recipe_files(recipe_dir: Path = RECIPE_DIR) -> list[Path]:

@@ -1,6 +1,6 @@
 """An upstream MCP server for the tests, written with the `mcp` SDK, served over Streamable HTTP
-on loopback (`python -m tests.integration.mcp_upstream PORT`) or over stdio (`... stdio`, as the
-sandbox runs it)."""
+on loopback (`python -m tests.integration.mcp_upstream PORT`, answers as SSE; `PORT json`: as
+plain JSON bodies) or over stdio (`... stdio`, as the sandbox runs it)."""
 
 from __future__ import annotations
 
@@ -89,4 +89,7 @@ if __name__ == "__main__":
     if sys.argv[1] == "stdio":
         server.run("stdio")
     else:
-        server.run("streamable-http", host="127.0.0.1", port=int(sys.argv[1]))
+        json_response = sys.argv[2:] == ["json"]
+        server.run(
+            "streamable-http", host="127.0.0.1", port=int(sys.argv[1]), json_response=json_response
+        )

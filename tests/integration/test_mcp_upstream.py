@@ -32,15 +32,17 @@ PNG = b"\x89PNG\r\n\x1a\n upstream"
 class Upstream:
     """The test server in a process of its own, restartable on the same port."""
 
-    def __init__(self, port: int) -> None:
+    def __init__(self, port: int, *, json_answers: bool = False) -> None:
         self.port = port
+        self.json_answers = json_answers
         self.process: subprocess.Popen[bytes] | None = None
 
     def start(self) -> None:
         if self.process is not None:
             self.process.wait(30)  # the previous one is gone (it crashed, or was stopped)
         self.process = subprocess.Popen(
-            [sys.executable, "-m", "tests.integration.mcp_upstream", str(self.port)],
+            [sys.executable, "-m", "tests.integration.mcp_upstream", str(self.port)]
+            + (["json"] if self.json_answers else []),
             cwd=PROJECT_ROOT,
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
@@ -66,7 +68,7 @@ def _policies(folder: Path) -> Path:
     shutil.copytree(PROJECT_ROOT / "policies", policies)
     data = json.loads((policies / "data.json").read_text())
     data["tooljail"]["principals"]["local"] = {
-        "mcp_servers": ["up"],
+        "mcp_servers": ["up", "upjson"],
         "ask_tools": ["mcp__up__shout"],
     }
     (policies / "data.json").write_text(json.dumps(data))
@@ -77,6 +79,8 @@ def _policies(folder: Path) -> Path:
 def world(short_tmp: Path) -> Iterator[tuple[RunningDaemon, Upstream]]:
     upstream = Upstream(free_port())
     upstream.start()
+    plain = Upstream(free_port(), json_answers=True)
+    plain.start()
     workspace = short_tmp / "ws-mcp-up"
     workspace.mkdir()
     server = {
@@ -86,18 +90,21 @@ def world(short_tmp: Path) -> Iterator[tuple[RunningDaemon, Upstream]]:
         "timeout_s": 3,
         "defer": "never",
     }
+    plain_server = {**server, "name": "upjson", "url": f"http://127.0.0.1:{plain.port}/mcp"}
     try:
         with running_daemon(
             workspace,
             short_tmp / "mcp-up.sock",
             sandbox={"enabled": False},
             opa={"policies_dir": _policies(short_tmp / "mcp-up")},
-            mcp_servers=[server],
+            mcp_servers=[server, plain_server],
         ) as daemon:
             _wait_for(daemon, "mcp__up__add")
+            _wait_for(daemon, "mcp__upjson__add")
             yield daemon, upstream
     finally:
         upstream.stop()
+        plain.stop()
 
 
 def _names(daemon: RunningDaemon) -> set[str]:
@@ -146,6 +153,18 @@ def test_calls_go_through_the_gate_and_map_their_results(
     assert len(text_of(big)) <= 50_000 and "y" * 1000 in text_of(big)
     audit = [line for line in daemon.audit_lines() if line.get("tool") == "mcp__up__add"]
     assert [line["outcome"] for line in audit] == ["allow", "not_evaluated"]
+
+
+@pytest.mark.parametrize("server", ["up", "upjson"])
+def test_an_answer_past_the_message_limit_fails_that_call_only(
+    world: tuple[RunningDaemon, Upstream], server: str
+) -> None:
+    """The SDK reads a JSON answer whole (and an SSE event up to a limit): neither may make the
+    daemon hold more than 16 MiB of one answer."""
+    daemon, _ = world
+    flood = daemon.execute(f"mcp__{server}__big", {"size": 40_000_000})
+    assert flood.result.is_error and f"MCP server {server}" in text_of(flood), text_of(flood)
+    assert text_of(daemon.execute(f"mcp__{server}__add", {"a": 3, "b": 4})) == "7"
 
 
 def test_the_policy_asks_and_denies_mcp_tools_like_any_other(

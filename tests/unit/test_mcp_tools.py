@@ -52,6 +52,25 @@ def test_server_names_that_would_make_tool_names_ambiguous_are_refused(name: str
         McpServerSpec.model_validate({"name": name, "url": "http://h/mcp"})
 
 
+@pytest.mark.parametrize(
+    ("fields", "why"),
+    [
+        ({"image": "--privileged"}, "an image reference"),
+        ({"image": "Registry.Example/Upper:1"}, "an image reference"),
+        ({"url": "http://h/mcp", "command": ["srv"]}, "either url"),
+        ({"url": "http://h/mcp", "stateless": True}, "stateless are for servers"),
+        ({"url": "file:///etc/passwd"}, "http:// or https://"),
+    ],
+)
+def test_bad_server_configs_are_refused_saying_why(fields: dict[str, Any], why: str) -> None:
+    config = {"name": "box", **({"command": ["srv"]} if "url" not in fields else {}), **fields}
+    with pytest.raises(ValueError, match=why):
+        McpServerSpec.model_validate(config)
+    assert McpServerSpec.model_validate(
+        {"name": "box", "command": ["srv"], "image": "tooljail-mcp:1"}
+    ).image == "tooljail-mcp:1"
+
+
 def test_tool_names_are_made_safe_and_bounded() -> None:
     assert tool_name("docs", "search.v2 beta") == "mcp__docs__search_v2_beta"
     assert tool_name("docs", "x" * 60) is None

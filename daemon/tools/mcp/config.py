@@ -7,6 +7,8 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from sandbox.image import ImageReference
+
 _SERVER_NAME = re.compile(r"^[a-zA-Z0-9-]+(?:_[a-zA-Z0-9-]+)*$")
 MAX_SERVER_NAME = 24
 
@@ -32,7 +34,7 @@ class McpServerSpec(BaseModel):
         description="command only: the server keeps nothing between calls, so it is started "
         "for each call (nothing of it outlives the call) instead of once per session.",
     )
-    image: str = Field(
+    image: ImageReference = Field(
         default="", description="command only: a local image to run it in (never pulled)."
     )
     trusted: bool = Field(

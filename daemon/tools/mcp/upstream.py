@@ -19,11 +19,13 @@ from typing import Any, Protocol
 
 import mcp_types as types
 from mcp.client import Client
+from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.exceptions import MCPError
 
 from daemon.errors import ToolError
 from daemon.tools.contract import CallContext
 from daemon.tools.mcp.config import McpServerSpec
+from daemon.tools.mcp.http_client import MAX_MESSAGE_BYTES, capped_http_client
 
 log = logging.getLogger(__name__)
 
@@ -108,14 +110,17 @@ class McpUpstream:
 
     async def _connection(self) -> None:
         self._broken.clear()
+        http = capped_http_client()
         client = Client(
-            self.spec.url,
+            streamable_http_client(
+                self.spec.url, http_client=http, max_sse_event_size=MAX_MESSAGE_BYTES
+            ),
             mode="legacy",  # handshake-era servers (most of them) and their notifications
             cache=None,
             message_handler=self._message,
             read_timeout_seconds=self.spec.timeout_s,
         )
-        async with client:
+        async with http, client:
             self._client = client
             await self._read_tools(client)
             self.connected.set()

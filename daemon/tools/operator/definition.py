@@ -19,6 +19,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from daemon.errors import TooljailError
 from daemon.tools.json_schema import input_validator
+from sandbox.image import ImageReference
 
 TOOLS_FOLDER = "tools"
 """Where operator tools live, inside the policy folder (reloaded with it)."""
@@ -54,7 +55,7 @@ class RunSpec(BaseModel):
         '{"content": [blocks], "is_error": bool}, blocks being {"type": "text", "text": ...} or '
         '{"type": "image", "media_type": ..., "data": base64}.',
     )
-    image: str = Field(
+    image: ImageReference = Field(
         default="",
         description="A local image to run in instead of the sandbox image (it needs bash and "
         "python3, which the runner uses); images are never pulled.",
@@ -86,13 +87,6 @@ class RunSpec(BaseModel):
         if Path(cwd).is_absolute() or ".." in parts:
             raise ValueError("a path relative to the workspace, without '..'")
         return cwd
-
-    @field_validator("image")
-    @classmethod
-    def _reference(cls, image: str) -> str:
-        if image and not re.fullmatch(r"[a-z0-9][a-z0-9._/:@-]{0,254}", image):
-            raise ValueError("an image reference (lower-case name[:tag] or @digest)")
-        return image
 
     def placeholders(self) -> list[str]:
         """The input fields the argv names."""
