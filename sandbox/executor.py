@@ -185,7 +185,11 @@ class SandboxExecutor:
         return await self._run(spec, request, tool_use_id, None, egress, keep=True)
 
     async def ask(
-        self, sandbox: Sandbox, call: McpSessionCall, egress: EgressGate | None = None
+        self,
+        sandbox: Sandbox,
+        call: McpSessionCall,
+        egress: EgressGate | None = None,
+        on_output: OutputCallback | None = None,
     ) -> SandboxResult:
         """One call to a kept server; when its server is gone afterwards the container is too.
 
@@ -196,7 +200,7 @@ class SandboxExecutor:
         if sandbox not in self._kept:
             raise SandboxNotDelivered("that session's server was already removed")
         self._kept.discard(sandbox)
-        return await self._run_on(sandbox, call, None, egress, keep=True)
+        return await self._run_on(sandbox, call, on_output, egress, keep=True)
 
     def release(self, sandbox: Sandbox) -> None:
         """Remove a kept container (its session closed, it idled, or its limits changed)."""

@@ -21,6 +21,7 @@ from sandbox.backend import (
     EgressGate,
     McpSessionCall,
     McpSessionRequest,
+    OutputCallback,
     Sandbox,
     SandboxNotDelivered,
     SandboxResult,
@@ -32,6 +33,17 @@ log = logging.getLogger(__name__)
 
 BACKOFF_S = (0.0, 1.0, 2.0, 5.0, 10.0, 30.0, 60.0)
 """Wait before the next start after 1, 2, ... failures in a row (one crash costs nothing)."""
+
+
+@dataclass(frozen=True)
+class _Run:
+    """One call to a kept server, as the caller asked it."""
+
+    opening: McpSessionRequest
+    call: McpSessionCall
+    tool_use_id: str
+    egress: EgressGate | None
+    on_output: OutputCallback | None
 
 
 @dataclass
@@ -82,16 +94,19 @@ class KeptServers:
         *,
         tool_use_id: str = "",
         egress: EgressGate | None = None,
+        on_output: OutputCallback | None = None,
     ) -> SandboxResult:
-        """`call` on the session's `server` (started with `opening` when it is not running).
+        """`call` on the session's `server` (started with `opening` when it is not running);
+        `on_output` gets its progress.
 
         Calls to one server of one session wait for each other, within the call's timeout.
 
         Raises:
             SandboxStartError: No container could be started (nothing ran).
         """
+        run = _Run(opening, call, tool_use_id, egress, on_output)
         if self._max == 0:
-            return await self._once(spec, opening, call, tool_use_id, egress)
+            return await self._once(spec, run)
         self._sweep_later()
         slot = self._slots.setdefault((spec.session_id, server), _Kept())
         try:
@@ -105,20 +120,13 @@ class KeptServers:
                 "for the whole timeout; nothing was sent to it",
             )
         try:
-            return await self._call_locked(slot, spec, server, opening, call, tool_use_id, egress)
+            return await self._call_locked(slot, spec, server, run)
         finally:
             slot.last_used = time.monotonic()
             slot.lock.release()
 
     async def _call_locked(
-        self,
-        slot: _Kept,
-        spec: SandboxSpec,
-        server: str,
-        opening: McpSessionRequest,
-        call: McpSessionCall,
-        tool_use_id: str,
-        egress: EgressGate | None,
+        self, slot: _Kept, spec: SandboxSpec, server: str, run: _Run
     ) -> SandboxResult:
         if slot.sandbox is not None and slot.profile != pool_key(spec):
             log.info("MCP server %s: this call's limits differ; starting it afresh", server)
@@ -131,14 +139,14 @@ class KeptServers:
                 if refused:
                     return SandboxResult(exit_code=-1, error=refused)
                 sandbox, opened = await self._executor.open(
-                    spec, opening, tool_use_id=tool_use_id, egress=egress
+                    spec, run.opening, tool_use_id=run.tool_use_id, egress=run.egress
                 )
                 if sandbox is None:
                     slot.failed(time.monotonic())
                     return opened
                 slot.sandbox, slot.profile, slot.failures = sandbox, pool_key(spec), 0
             try:
-                result = await self._executor.ask(slot.sandbox, call, egress)
+                result = await self._executor.ask(slot.sandbox, run.call, run.egress, run.on_output)
             except SandboxNotDelivered:
                 slot.sandbox = None
                 continue
@@ -175,21 +183,14 @@ class KeptServers:
         self._release(min(idle, key=lambda other: other.last_used))
         return ""
 
-    async def _once(
-        self,
-        spec: SandboxSpec,
-        opening: McpSessionRequest,
-        call: McpSessionCall,
-        tool_use_id: str,
-        egress: EgressGate | None,
-    ) -> SandboxResult:
+    async def _once(self, spec: SandboxSpec, run: _Run) -> SandboxResult:
         sandbox, opened = await self._executor.open(
-            spec, opening, tool_use_id=tool_use_id, egress=egress
+            spec, run.opening, tool_use_id=run.tool_use_id, egress=run.egress
         )
         if sandbox is None:
             return opened
         try:
-            return await self._executor.ask(sandbox, call, egress)
+            return await self._executor.ask(sandbox, run.call, run.egress, run.on_output)
         finally:
             self._executor.release(sandbox)
 

@@ -80,12 +80,19 @@ class _SessionRunner(SandboxRunner):
         opening: McpSessionRequest,
         call: McpSessionCall,
         limits: SandboxLimits,
+        on_output: Callable[[str], None] | None = None,
         *,
         image: str = "",
     ) -> SandboxResult:
         spec = _spec(self._session, limits).model_copy(update={"image": image})
         return await self._kept.call(
-            spec, server, opening, call, tool_use_id=self._tool_use_id, egress=self._egress
+            spec,
+            server,
+            opening,
+            call,
+            tool_use_id=self._tool_use_id,
+            egress=self._egress,
+            on_output=on_output,
         )
 
 

@@ -205,12 +205,13 @@ class SandboxRunner(abc.ABC):
         opening: McpSessionRequest,
         call: McpSessionCall,
         limits: SandboxLimits,
+        on_output: Callable[[str], None] | None = None,
         *,
         image: str = "",
     ) -> SandboxResult:
         """`call` on the MCP server `server` kept for the call's session, started with
         `opening` in the session's workspace when it is not running (or runs with other
-        limits or image)."""
+        limits or image); `on_output` gets its progress."""
 
     def notes(self) -> list[str]:
         """What the model should also know once the call ran (e.g. refused connections)."""

@@ -5,7 +5,8 @@ An operator's MCP server that speaks stdio runs inside the sandbox: the runner s
 `tools/call`) and hands each answer back to the daemon as a result: once for a server started per
 call, once per call for a server that lives for its session. Messages are JSON-RPC 2.0, one per
 line. Requests the server makes of its client
-(sampling, roots, elicitation) are refused, `ping` is answered, notifications are ignored; a
+(sampling, roots, elicitation) are refused, `ping` is answered, progress of a call is handed on
+(at most ten times a second, for the person watching), other notifications are ignored; a
 line that is not JSON-RPC, an answer larger than the limit or no answer by the deadline ends the
 exchange with an error that says so.
 """
@@ -21,6 +22,7 @@ from typing import Any
 
 PROTOCOL_VERSION = "2025-06-18"
 MAX_PAGES = 20
+PROGRESS_INTERVAL_S = 0.1
 _READ = 1 << 16
 _NOT_OFFERED = "tooljail's sandbox client does not offer this"
 
@@ -51,6 +53,9 @@ class Conversation:
         self._stderr = on_stderr
         self._buffer = bytearray()
         self._next_id = 0
+        self.on_progress: Callable[[str], None] | None = None
+        """Gets a line per progress notification of a call (rate-limited)."""
+        self._progress_at = 0.0
 
     def set_deadline(self, deadline: float) -> None:
         """When the next exchange must be over (a session's server has one per call)."""
@@ -139,7 +144,9 @@ class Conversation:
     def _answer(self, message: dict[str, Any]) -> None:
         """A request or notification from the server."""
         if "id" not in message:
-            return  # a notification
+            if message.get("method") == "notifications/progress":
+                self._progress(message.get("params"))
+            return  # other notifications are ignored
         if message.get("method") == "ping":
             self.send({"jsonrpc": "2.0", "id": message["id"], "result": {}})
             return
@@ -150,6 +157,18 @@ class Conversation:
                 "error": {"code": -32601, "message": _NOT_OFFERED},
             }
         )
+
+    def _progress(self, params: object) -> None:
+        now = time.monotonic()
+        if self.on_progress is None or not isinstance(params, dict) or now < self._progress_at:
+            return
+        self._progress_at = now + PROGRESS_INTERVAL_S
+        done, total, said = params.get("progress"), params.get("total"), params.get("message")
+        if not isinstance(done, int | float):
+            return
+        amount = f"{done:g}/{total:g}" if isinstance(total, int | float) else f"{done:g}"
+        text = f"{said[:200]}: {amount}" if isinstance(said, str) and said else amount
+        self.on_progress(f"{text}\n")
 
 
 def initialize(conversation: Conversation) -> None:
@@ -168,7 +187,9 @@ def initialize(conversation: Conversation) -> None:
 def ask(conversation: Conversation, method: str, params: dict[str, Any]) -> dict[str, Any]:
     """`tools/list` (all pages, as one {"tools": [...]}) or `tools/call`, once initialized."""
     if method == "tools/call":
-        return conversation.request("tools/call", params)
+        # A token asks the server for progress notifications of this call.
+        meta = {"progressToken": f"tooljail-{time.monotonic_ns()}"}
+        return conversation.request("tools/call", {**params, "_meta": meta})
     if method != "tools/list":
         raise McpRefused(f"unknown method {method}")
     tools: list[Any] = []

@@ -573,7 +573,9 @@ class _McpServer:
     """An MCP server (argv, no shell) started as `identity` for a request, with the
     conversation over its stdio and its stderr kept per exchange."""
 
-    def __init__(self, request: dict[str, Any], identity: tuple[int, int] | None) -> None:
+    def __init__(
+        self, request: dict[str, Any], identity: tuple[int, int] | None, emit: Emit | None
+    ) -> None:
         argv = [str(arg) for arg in request["argv"]]
         if not argv or not argv[0]:
             raise OSError(errno.EINVAL, "an MCP server needs a program")
@@ -595,6 +597,10 @@ class _McpServer:
         self.conversation = mcp_stdio.Conversation(
             in_w, self._run.out_r, time.monotonic(), limit, (self._run.err_r, self._keep_stderr)
         )
+        if emit is not None:
+            self.conversation.on_progress = lambda line: emit(
+                {"type": "progress", "output": line[:MAX_PROGRESS_BYTES]}
+            )
 
     def _keep_stderr(self, data: bytes) -> None:
         self.stderr.add(data)
@@ -633,10 +639,10 @@ def _mcp_answer(
 
 
 def _start_mcp(
-    request: dict[str, Any], identity: tuple[int, int] | None
+    request: dict[str, Any], identity: tuple[int, int] | None, emit: Emit | None
 ) -> _McpServer | dict[str, Any]:
     try:
-        return _McpServer(request, identity)
+        return _McpServer(request, identity, emit)
     except OSError as exc:
         return {"exit_code": -1, "error": f"cannot start {request['argv'][0]}: {exc.strerror}"}
 
@@ -646,7 +652,7 @@ def run_mcp_stdio(
 ) -> dict[str, Any]:
     """Start an MCP server and have one exchange with it over its stdio (see mcp_stdio.py);
     its answer, as JSON, is the result's output."""
-    server = _start_mcp(request, identity)
+    server = _start_mcp(request, identity, emit)
     if isinstance(server, dict):
         return server
     method, params = str(request["method"]), request.get("params") or {}
@@ -668,7 +674,7 @@ def run_mcp_session(
     """Start an MCP server for a session: initialize it (the first result), then answer
     `mcp_call` requests one by one, each with its own result, until the host goes away or
     the server fails (the last result, without `session_open`)."""
-    server = _start_mcp(request, identity)
+    server = _start_mcp(request, identity, emit)
     if isinstance(server, dict):
         return server
 

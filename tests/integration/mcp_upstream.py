@@ -48,6 +48,15 @@ async def sleep(seconds: float) -> str:
     return "awake"
 
 
+@server.tool()
+async def steps(n: int, ctx: Context) -> str:
+    """Reports its progress n times, a little apart."""
+    for done in range(1, n + 1):
+        await ctx.report_progress(done, n, "step")
+        await asyncio.sleep(0.2)
+    return "done"
+
+
 _calls = 0
 
 

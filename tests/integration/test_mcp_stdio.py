@@ -23,7 +23,7 @@ from daemon._generated.tooljail.v1 import executor_pb2 as pb
 from tests.integration.conftest import OWNER_GID, OWNER_UID
 from tests.integration.harness import RunningDaemon, running_daemon, text_of
 from tests.integration.sandbox_fixtures import docker_client, sandbox_image
-from tests.integration.test_mcp_upstream import _policies, _wait_for
+from tests.integration.test_mcp_upstream import _policies, _wait_for, progress_messages
 
 pytestmark = [pytest.mark.integration, pytest.mark.docker]
 
@@ -85,11 +85,7 @@ def daemon(short_tmp: Path, stdio_image: str) -> Iterator[RunningDaemon]:
     workspace = short_tmp / "ws-mcp-stdio"
     workspace.mkdir()
     os.chown(workspace, OWNER_UID, OWNER_GID)
-    policies = _policies(short_tmp / "mcp-stdio")
-    data = policies / "data.json"
-    data.write_text(
-        data.read_text().replace('"mcp_servers": ["up"]', '"mcp_servers": ["box", "fresh"]')
-    )
+    policies = _policies(short_tmp / "mcp-stdio", ("box", "fresh"))
     server = {
         "name": "box",
         "command": ["env", "PYTHONPATH=/opt/mcp-py", "python3", "/opt/mcp-server.py", "stdio"],
@@ -169,6 +165,12 @@ def test_a_server_lives_for_its_session_and_goes_with_it(
     daemon.stub.CloseSession(pb.CloseSessionRequest(session_id=session.id), timeout=30)
     _until(lambda: not _running(docker_client, theirs[2]))
     assert _count(daemon, "box")[0] == second[0] + 1, "the default session lost its server"
+
+
+@pytest.mark.parametrize("server", ["box", "fresh"])
+def test_a_servers_progress_reaches_the_stream(daemon: RunningDaemon, server: str) -> None:
+    messages = progress_messages(daemon, f"mcp__{server}__steps", {"n": 3})
+    assert messages == ["step: 1/3", "step: 2/3", "step: 3/3"]
 
 
 def test_a_stateless_server_starts_for_each_call(daemon: RunningDaemon) -> None:

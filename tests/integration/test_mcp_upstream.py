@@ -61,14 +61,14 @@ class Upstream:
             self.process.wait(10)
 
 
-def _policies(folder: Path) -> Path:
+def _policies(folder: Path, servers: tuple[str, ...] = ("up", "upjson")) -> Path:
     import shutil
 
     policies = folder / "policies"
     shutil.copytree(PROJECT_ROOT / "policies", policies)
     data = json.loads((policies / "data.json").read_text())
     data["tooljail"]["principals"]["local"] = {
-        "mcp_servers": ["up", "upjson"],
+        "mcp_servers": list(servers),
         "ask_tools": ["mcp__up__shout"],
     }
     (policies / "data.json").write_text(json.dumps(data))
@@ -167,6 +167,11 @@ def test_an_answer_past_the_message_limit_fails_that_call_only(
     assert text_of(daemon.execute(f"mcp__{server}__add", {"a": 3, "b": 4})) == "7"
 
 
+def test_a_servers_progress_reaches_the_stream(world: tuple[RunningDaemon, Upstream]) -> None:
+    messages = progress_messages(world[0], "mcp__up__steps", {"n": 3})
+    assert messages == ["step: 1/3", "step: 2/3", "step: 3/3"]
+
+
 def test_the_policy_asks_and_denies_mcp_tools_like_any_other(
     world: tuple[RunningDaemon, Upstream],
 ) -> None:
@@ -235,3 +240,17 @@ async def test_an_mcp_client_reaches_the_upstream_through_tooljail_mcp(
     assert {"mcp__up__add", "mcp__up__shout", "Read"} <= listed
     assert not added.is_error and bridge_text(added) == "42"
     assert shouted.is_error and "approval" in bridge_text(shouted)
+
+
+def progress_messages(daemon: RunningDaemon, name: str, tool_input: dict[str, object]) -> list[str]:
+    """The progress messages of one ExecuteStream call (which must succeed)."""
+    tool_use = pb.ToolUse(id=f"toolu_progress_{time.monotonic_ns()}", name=name)
+    tool_use.input.update(tool_input)
+    messages, answered = [], None
+    for event in daemon.stub.ExecuteStream(pb.ExecuteRequest(tool_use=tool_use), timeout=120):
+        if event.HasField("progress"):
+            messages.append(event.progress.message)
+        else:
+            answered = event.response
+    assert answered is not None and not answered.result.is_error, answered
+    return messages

@@ -96,6 +96,7 @@ class FakeSandbox(SandboxRunner):
         opening: McpSessionRequest,
         call: McpSessionCall,
         limits: SandboxLimits,
+        on_output: Callable[[str], None] | None = None,
         *,
         image: str = "",
     ) -> SandboxResult:

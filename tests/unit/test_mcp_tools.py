@@ -66,9 +66,12 @@ def test_bad_server_configs_are_refused_saying_why(fields: dict[str, Any], why: 
     config = {"name": "box", **({"command": ["srv"]} if "url" not in fields else {}), **fields}
     with pytest.raises(ValueError, match=why):
         McpServerSpec.model_validate(config)
-    assert McpServerSpec.model_validate(
-        {"name": "box", "command": ["srv"], "image": "tooljail-mcp:1"}
-    ).image == "tooljail-mcp:1"
+    assert (
+        McpServerSpec.model_validate(
+            {"name": "box", "command": ["srv"], "image": "tooljail-mcp:1"}
+        ).image
+        == "tooljail-mcp:1"
+    )
 
 
 def test_tool_names_are_made_safe_and_bounded() -> None:

@@ -21,7 +21,7 @@ from collections.abc import Callable
 import mcp_types as types
 from pydantic import ValidationError
 
-from daemon.tools.contract import CallContext, SandboxRunner
+from daemon.tools.contract import CallContext, ProgressUpdate, SandboxRunner
 from daemon.tools.mcp.config import McpServerSpec
 from daemon.tools.mcp.upstream import MAX_LISTED_TOOLS, McpAnswer, McpServerError, ToolsListener
 from sandbox.backend import (
@@ -125,6 +125,11 @@ class McpStdioServer:
         runner = ctx.require_sandbox()
         timeout_ms = min(int(self.spec.timeout_s * 1000), ctx.limits.timeout_ms)
         params: dict[str, object] = {"name": tool, "arguments": arguments}
+
+        def report(line: str) -> None:
+            ctx.report(ProgressUpdate(message=line.strip()))
+
+        on_output = report if ctx.progress is not None else None
         if self.spec.stateless:
             request = McpStdioRequest(
                 argv=self.spec.command,
@@ -133,7 +138,7 @@ class McpStdioServer:
                 params=params,
                 timeout_ms=timeout_ms,
             )
-            result = await runner.run(request, ctx.limits, image=self.spec.image)
+            result = await runner.run(request, ctx.limits, on_output, image=self.spec.image)
         else:
             opening = McpSessionRequest(
                 argv=self.spec.command,
@@ -142,7 +147,7 @@ class McpStdioServer:
             )
             call = McpSessionCall(method="tools/call", params=params, timeout_ms=timeout_ms)
             result = await runner.converse(
-                self.spec.name, opening, call, ctx.limits, image=self.spec.image
+                self.spec.name, opening, call, ctx.limits, on_output, image=self.spec.image
             )
         if result.timed_out:
             raise McpServerError(

@@ -20,10 +20,11 @@ from typing import Any, Protocol
 import mcp_types as types
 from mcp.client import Client
 from mcp.client.streamable_http import streamable_http_client
+from mcp.shared.dispatcher import ProgressFnT
 from mcp.shared.exceptions import MCPError
 
 from daemon.errors import ToolError
-from daemon.tools.contract import CallContext
+from daemon.tools.contract import CallContext, ProgressUpdate
 from daemon.tools.mcp.config import McpServerSpec
 from daemon.tools.mcp.http_client import MAX_MESSAGE_BYTES, capped_http_client
 
@@ -175,9 +176,12 @@ class McpUpstream:
                 f"The MCP server {name} is not connected (tooljail keeps reconnecting{why}). "
                 "Try again in a while, or use another tool."
             )
+        progress = _progress_to(ctx) if ctx is not None and ctx.progress is not None else None
         try:
             async with asyncio.timeout(self.spec.timeout_s):
-                return McpAnswer(await client.call_tool(tool, arguments))
+                return McpAnswer(
+                    await client.call_tool(tool, arguments, progress_callback=progress)
+                )
         except MCPError as exc:  # the server answered with an error: the connection is fine
             raise McpServerError(
                 f"The MCP server {name} refused the {tool} call: {_describe(exc)}"
@@ -194,6 +198,17 @@ class McpUpstream:
                 f"The MCP server {name} failed while calling {tool} ({self.last_error}); "
                 "tooljail reconnects to it. Try again in a while."
             ) from exc
+
+
+def _progress_to(ctx: CallContext) -> ProgressFnT:
+    """Hands the server's progress notifications of a call to the person watching it (the
+    sandbox's runner words them the same way)."""
+
+    async def report(progress: float, total: float | None, message: str | None) -> None:
+        amount = f"{progress:g}/{total:g}" if total is not None else f"{progress:g}"
+        ctx.report(ProgressUpdate(message=f"{message[:200]}: {amount}" if message else amount))
+
+    return report
 
 
 def _describe(exc: BaseException) -> str:
