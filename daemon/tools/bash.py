@@ -22,6 +22,7 @@ from daemon.shell.facts import command_facts, hidden_code
 from daemon.shell.model import ParsedCommand
 from daemon.shell.parse import parse_command
 from daemon.shell.readonly import is_read_only
+from daemon.shell.status import benign_meaning
 from daemon.tools.contract import (
     CallContext,
     CallFacts,
@@ -95,6 +96,8 @@ class BashRun:
     """Extra lines for the model (e.g. the working directory was reset)."""
     cwd_reset: bool = False
     """The working directory went back to the workspace root (it had left the workspace)."""
+    answer: str = ""
+    """What a non-zero exit means when it is an answer, not a failure ("no match found")."""
 
 
 class BashTool(Tool[BashInput, BashRun]):
@@ -114,7 +117,10 @@ class BashTool(Tool[BashInput, BashRun]):
         f"{MAX_TIMEOUT_MS} (the policy may set a lower ceiling); a command that runs past it is "
         "killed and you get the output so far. Output longer than about "
         f"{RESULT_BUDGET_CHARS} characters is cut to its beginning and end.\n"
-        "- A non-zero exit status is reported as an error whose text starts with `Exit code N`.\n"
+        "- A non-zero exit status is reported as an error whose text starts with `Exit code N`, "
+        "except where exit 1 is an answer: grep/rg finding no match, diff/cmp finding "
+        "differences, test/[ being false, git diff --exit-code/--quiet finding changes (then "
+        "the text says so and it is not an error).\n"
         "- run_in_background is not supported: long-running servers cannot be started here; "
         "run commands that finish.\n"
         "- Prefer the dedicated tools: Read instead of cat/head/tail, Edit/Write instead of "
@@ -186,6 +192,7 @@ class BashTool(Tool[BashInput, BashRun]):
                 "writes failed with 'Disk quota exceeded'. Delete files that are not needed, or "
                 "write less; the budget is set by the operator (workspaces.budget_mb).]"
             )
+        finished = not (result.error or result.timed_out or result.oom_killed or result.cancelled)
         return BashRun(
             result=result,
             timeout_ms=timeout_ms,
@@ -193,6 +200,7 @@ class BashTool(Tool[BashInput, BashRun]):
             memory_mb=ctx.limits.memory_mb,
             notes=tuple(notes),
             cwd_reset=cwd_reset,
+            answer=benign_meaning(args.command, result.exit_code) if finished else "",
         )
 
     def summarize(self, args: BashInput, result: BashRun | None, output: ToolOutput) -> str:
@@ -233,6 +241,11 @@ class BashTool(Tool[BashInput, BashRun]):
             )
         elif run.cancelled:
             text = f"Command was cancelled before it finished.\nOutput so far:\n{output}"
+        elif result.answer:
+            text, is_error = (
+                f"Exit code {run.exit_code}: {result.answer} (not an error)\n{output}",
+                False,
+            )
         elif run.exit_code != 0:
             text = f"Exit code {run.exit_code}\n{output}"
         else:

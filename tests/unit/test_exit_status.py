@@ -1,0 +1,67 @@
+"""Which exit statuses are answers rather than failures (daemon/shell/status.py): only exit 1,
+only of the command whose status is the line's, only where that is certain."""
+
+from __future__ import annotations
+
+import pytest
+
+from daemon.shell.status import benign_meaning
+
+
+@pytest.mark.parametrize(
+    ("line", "meaning"),
+    [
+        ("grep -rn needle .", "no match found"),
+        ("rg needle src", "no match found"),
+        ("cat a.txt | grep needle", "no match found"),
+        ("cd src; grep -n needle main.py", "no match found"),
+        ("grep needle a.txt > hits.txt 2>&1", "no match found"),
+        ("echo start; grep needle a.txt", "no match found"),
+        ("grep needle a.txt;", "no match found"),
+        ("sudo grep needle a.txt", "no match found"),
+        ("LC_ALL=C grep needle a.txt", "no match found"),
+        ("git grep needle", "no match found"),
+        ("diff a.txt b.txt", "the files differ"),
+        ("cmp a.bin b.bin", "the files differ"),
+        ("test -f missing.txt", "the condition is false"),
+        ("[ -f missing.txt ]", "the condition is false"),
+        ("[[ -d missing ]]", "the condition is false"),
+        ("git diff --exit-code", "there are differences"),
+        ("git -C sub diff --quiet HEAD", "there are differences"),
+    ],
+)
+def test_exit_1_of_the_last_command_is_an_answer(line: str, meaning: str) -> None:
+    assert benign_meaning(line, 1) == meaning
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        "grep needle a.txt && echo found",  # grep's 1 or echo's: unknown which
+        "grep needle a.txt | wc -l",  # wc decides the status
+        "set -o pipefail; cat a.txt | grep needle",  # cat's failure could be the status
+        "! grep needle a.txt",  # 1 means it matched
+        "grep needle a.txt &",  # sent to the background
+        "if grep -q needle a.txt; then echo y; fi",
+        "(grep needle a.txt)",
+        "{ grep needle a.txt; }",
+        "xargs grep needle < list.txt",  # xargs has its own statuses
+        "find . -exec grep needle {} +",
+        "bash -c 'grep needle a.txt'",
+        "grep needle $(cat files.txt)",  # the substitution ran too
+        "$TOOL needle a.txt",
+        "make test && grep ok log.txt",
+        "cd src && grep needle main.py",  # a cd that fails exits 1 too
+        "git diff",  # plain git diff exits 0 whatever it shows
+        "git commit -m x",
+        "false",
+        "grep 'unclosed",
+    ],
+)
+def test_anything_less_certain_stays_a_failure(line: str) -> None:
+    assert benign_meaning(line, 1) == ""
+
+
+def test_only_exit_1_is_an_answer() -> None:
+    assert benign_meaning("grep needle missing.txt", 2) == ""  # 2: grep could not read
+    assert benign_meaning("diff a b", 0) == ""
