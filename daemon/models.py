@@ -133,6 +133,8 @@ class ExecutionReport(Frozen):
     """Size of the result before any cut."""
     replayed: bool = False
     """The answer was remembered from an earlier call with the same tool_use id; nothing ran now."""
+    kept_output: str = ""
+    """The result was over its budget and kept whole at this path (the model got a preview)."""
 
 
 class ExecuteOutcome(Frozen):

@@ -13,9 +13,11 @@ import contextlib
 from collections.abc import Callable
 from enum import StrEnum
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field
+
+from sandbox.image import checked_reference
 
 #: Label keys every container carries, so leftovers can always be found and reaped.
 LABEL_MANAGED = "io.tooljail.managed"
@@ -27,6 +29,10 @@ LABEL_TOOL_USE = "io.tooljail.tool_use_id"
 OutputCallback = Callable[[str], None]
 """Receives chunks of a command's output while it runs. Called on the event loop; it must return
 at once (append to a bounded buffer), since reading the container waits for it."""
+
+
+ImageReference = Annotated[str, AfterValidator(checked_reference)]
+"""A model field naming a local image ("" for the sandbox image; see `checked_reference`)."""
 
 
 class SandboxError(Exception):

@@ -17,9 +17,7 @@ import hashlib
 import re
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated
-
-from pydantic import AfterValidator
+from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     import docker
@@ -46,10 +44,6 @@ def checked_reference(image: str) -> str:
     if image and not _LOCAL_REFERENCE.fullmatch(image):
         raise ValueError("an image reference (lower-case name[:tag] or @digest)")
     return image
-
-
-ImageReference = Annotated[str, AfterValidator(checked_reference)]
-"""A model field naming a local image (checked as `checked_reference`)."""
 
 
 def recipe_files(recipe_dir: Path = RECIPE_DIR) -> list[Path]:

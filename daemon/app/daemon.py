@@ -28,6 +28,7 @@ from daemon.app.sandbox import Sandbox
 from daemon.calls.approvals import ApprovalDesk
 from daemon.calls.audit import AuditLog
 from daemon.calls.idempotency import ResultCache
+from daemon.calls.kept_outputs import KeptOutputs
 from daemon.calls.pipeline import Pipeline, PipelineLimits
 from daemon.calls.scheduler import Scheduler, SchedulerLimits
 from daemon.config import PROJECT_ROOT, Settings
@@ -51,7 +52,8 @@ from daemon.server.identity import CallerResolver
 from daemon.server.listen import ListenAddress
 from daemon.server.service import ExecutorService, Intake
 from daemon.sessions.disk import BudgetedWorkspaces, FreshWorkspaces, PlainWorkspaces
-from daemon.sessions.manager import SessionManager
+from daemon.sessions.manager import SandboxCleanup, SessionManager
+from daemon.sessions.session import Session
 from daemon.sessions.store import SessionStore
 from daemon.sessions.workspaces import IdentityRule
 from daemon.tools.contract import SandboxRunner
@@ -169,6 +171,7 @@ class Daemon:
         )
         catalog = self._catalog
         catalog.operator = operator_tools(settings.opa.policies_dir)
+        kept = self._kept_outputs()
         pipeline = Pipeline(
             registry=catalog.registry(),
             policy=policy.decider,
@@ -183,6 +186,7 @@ class Daemon:
             approvals=ApprovalAuthority(key, ttl_s=approval.ttl_s),
             metrics=self.metrics,
             hooks=HookEngine(settings.hooks) if settings.hooks else None,
+            kept=kept,
         )
         catalog.on_change = pipeline.use_registry
         for spec in settings.mcp_servers:
@@ -213,7 +217,7 @@ class Daemon:
             fresh,
             default_idle_ttl_s=settings.session_idle_ttl_s,
             max_idle_ttl_s=settings.sessions.max_idle_ttl_s,
-            sandbox_cleanup=sandbox.remove_session,
+            sandbox_cleanup=_cleanup(sandbox, kept),
         )
         await stack.enter_async_context(_running(sessions))
         resolver = CallerResolver(settings.auth)
@@ -297,6 +301,18 @@ class Daemon:
 
         limits = clamp_limits(settings.sandbox.defaults, settings.sandbox.ceilings)
         return McpStdioServer(spec, catalog.upstream_tools, listing, limits)
+
+    def _kept_outputs(self) -> KeptOutputs | None:
+        """Where results over their budget are kept (None when the config says not to)."""
+        settings = self.settings
+        if settings.kept_outputs_mb == 0:
+            return None
+        kept = KeptOutputs(settings.state_dir / "outputs", settings.kept_outputs_mb << 20)
+        try:
+            kept.prepare()
+        except OSError as exc:
+            raise TooljailError(f"cannot prepare {kept.root} for kept outputs: {exc}") from exc
+        return kept
 
     def _load_tools(self) -> Callable[[], None]:
         """The policy folder's tools as a reload finds them (ToolDefinitionError), and how to
@@ -417,3 +433,14 @@ async def _running(sessions: SessionManager) -> AsyncIterator[SessionManager]:
         yield sessions
     finally:
         await sessions.stop()
+
+
+def _cleanup(sandbox: Sandbox, kept: KeptOutputs | None) -> SandboxCleanup:
+    """What goes with a closed session: its containers, and its kept outputs."""
+
+    async def cleanup(session: Session) -> int:
+        if kept is not None:
+            await asyncio.to_thread(kept.remove_session, session.id)
+        return await sandbox.remove_session(session)
+
+    return cleanup

@@ -18,6 +18,7 @@ from typing import Any, Protocol
 from daemon.calls.audit import AuditEvent, AuditLog
 from daemon.calls.budget import fit_with_notes
 from daemon.calls.hook_stage import HookStage
+from daemon.calls.kept_outputs import KeptOutputs, text_of, with_preview
 from daemon.egress.proxy import EgressCall
 from daemon.errors import ToolError, Unavailable
 from daemon.hooks.engine import HookEngine, PreHookOutcome
@@ -222,8 +223,10 @@ class Pipeline:
         approvals: ApprovalAuthority | None = None,
         metrics: Metrics | None = None,
         hooks: HookEngine | None = None,
+        kept: KeptOutputs | None = None,
     ) -> None:
         self._metrics = metrics
+        self._kept = kept
         self._hooks = HookStage(hooks)
         self._registry = registry
         self._policy = policy
@@ -430,6 +433,18 @@ class Pipeline:
         trace.hook_records[:] = after.records
         notes = [*after.notes, *(ctx.sandbox.notes() if ctx.sandbox is not None else [])]
         content, fitted = fit_with_notes(after.content, notes, budget, output.keep)
+        kept = None
+        if fitted.truncated and tool.keeps_over_budget and self._kept is not None:
+            whole = text_of(after.content)
+            kept = await self._kept.keep(call.session.id, call.tool_use_id, whole)
+            if kept is not None:
+                call.session.kept_outputs = kept.path.parent
+                content, _ = fit_with_notes(
+                    with_preview(after.content, kept, whole, budget, notes),
+                    notes,
+                    budget,
+                    output.keep,
+                )
         report = ExecutionReport(
             sandboxed=tool.traits.sandboxed,
             sandbox_id=output.sandbox_id,
@@ -439,6 +454,7 @@ class Pipeline:
             duration_ms=int((time.monotonic() - exec_started) * 1000),
             truncated=fitted.truncated,
             original_chars=fitted.original_chars,
+            kept_output=str(kept.path) if kept is not None else "",
         )
         result = ToolResult(tool_use_id=call.tool_use_id, content=content, is_error=after.is_error)
         summary = _one_line(ran.summary(call))

@@ -98,6 +98,11 @@ class TouchedPathFact(_Part):
     inside_workspace: bool = Field(
         description="The daemon's verdict; the policy also checks the path's prefix itself."
     )
+    kept_output: bool = Field(
+        default=False,
+        description="One of the session's kept outputs (a result over its budget, saved whole "
+        "by the daemon under session.kept_outputs); only Read reaches one.",
+    )
 
 
 class Grant(_Part):
@@ -139,6 +144,11 @@ class SessionFacts(_Part):
         description='Approvals a person gave with approval scope "session", in force until the '
         "session ends. A grant that covers a call lifts its asks, never its denies."
     )
+    kept_outputs: str = Field(
+        default="",
+        description="The folder of the session's kept outputs (results over their budget, saved "
+        "whole for Read); empty until one was kept.",
+    )
 
     @classmethod
     def of(cls, session: Session) -> SessionFacts:
@@ -151,6 +161,7 @@ class SessionFacts(_Part):
                 Grant.model_construct(tool=g.tool, pattern=g.pattern, words=list(g.words))
                 for g in session.grants
             ],
+            kept_outputs=str(session.kept_outputs or ""),
         )
 
 
@@ -493,7 +504,10 @@ def approval_document(
 
 def _path(touched: TouchedPath) -> TouchedPathFact:
     return TouchedPathFact.model_construct(
-        path=str(touched.path), access=touched.access, inside_workspace=touched.inside_workspace
+        path=str(touched.path),
+        access=touched.access,
+        inside_workspace=touched.inside_workspace,
+        kept_output=touched.kept_output,
     )
 
 

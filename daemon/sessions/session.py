@@ -82,6 +82,9 @@ class Session:
     """uid and gid its sandboxes run as (None: no sandbox)."""
     disk_budget_mb: int = 0
     """The workspace's disk budget (0: none, e.g. an existing directory)."""
+    kept_outputs: Path | None = None
+    """Where its results too large for their budget were kept (Read may open them there);
+    None until one was."""
 
     def pinned_root(self) -> PinnedDirectory:
         """The pinned workspace (pinned now if it was not yet)."""

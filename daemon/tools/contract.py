@@ -100,6 +100,8 @@ class TouchedPath:
     field: str = ""
     """The input field it was given in ("file_path", "path"); empty when the call does not
     name it (Bash's working directory)."""
+    kept_output: bool = False
+    """One of the session's kept outputs (a result over its budget, kept by the daemon)."""
 
     @classmethod
     def of(
@@ -283,6 +285,9 @@ class Tool(abc.ABC, Generic[InT, OutT]):
     """Keywords ToolSearch matches besides the name and the description."""
     origin: ClassVar[ToolOrigin] = ToolOrigin()
     """Where the tool comes from (the policy input says it)."""
+    keeps_over_budget: ClassVar[bool] = True
+    """A result over its budget is kept whole for Read (daemon.calls.kept_outputs); off for
+    tools whose output is already a window the caller moves (Read itself)."""
     prepares_off_loop: ClassVar[bool] = False
     """Its `validate` blocks (it waits for a checking process): always prepared in a worker
     thread, never on the event loop."""

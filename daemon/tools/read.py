@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Literal
 from pydantic import Field
 
 from daemon.errors import ToolError
-from daemon.host.confine import open_confined, require_inside, resolve_path
+from daemon.host.confine import is_inside, open_confined, require_inside, resolve_path
 from daemon.host.pinned import PinnedDirectory
 from daemon.images import MAX_IMAGE_BYTES, sniff_image
 from daemon.models import ImageContent, TextContent
@@ -292,6 +292,7 @@ class ReadTool(Tool[ReadInput, ReadResult]):
         "Several Read calls can run in parallel."
     )
     input_model = ReadInput
+    keeps_over_budget = False
     traits = ToolTraits(
         read_only=True,
         destructive=False,
@@ -303,12 +304,19 @@ class ReadTool(Tool[ReadInput, ReadResult]):
 
     def analyse(self, args: ReadInput, session: Session) -> CallFacts:
         path = resolve_path(args.file_path, "file_path")
+        kept = session.kept_outputs
+        if kept is not None and is_inside(kept, path) and path != kept:
+            touched = TouchedPath(path, "read", False, "file_path", kept_output=True)
+            return self.facts(paths=[touched])
         return self.facts(paths=[TouchedPath.of(session.workspace, path, "read", "file_path")])
 
     async def call(self, args: ReadInput, ctx: CallContext) -> ReadResult:
+        touched = next(p for p in ctx.facts.paths if p.field == "file_path")
+        if touched.kept_output and ctx.session.kept_outputs is not None:
+            return await self._read_kept(args, touched.path, ctx.session.kept_outputs)
         # Resolved when the call was prepared; the descriptor is checked again when the file is
         # opened, so a path swapped since then is still caught (open_confined).
-        path = require_inside(ctx.workspace, ctx.facts.path("file_path"), args.file_path)
+        path = require_inside(ctx.workspace, touched.path, args.file_path)
         budget = self.traits.max_result_chars - _NOTE_RESERVE
         try:
             small = path.stat().st_size <= INLINE_READ_BYTES
@@ -329,6 +337,25 @@ class ReadTool(Tool[ReadInput, ReadResult]):
             )
             ctx.session.record_read(path, data, mtime_ns, digest)
         return replace(result, shown=shown_path(path, ctx.workspace))
+
+    async def _read_kept(self, args: ReadInput, path: Path, folder: Path) -> ReadResult:
+        """A kept output, opened beneath the session's folder of them (written by the daemon
+        alone); it is not a workspace file, so no read is recorded for it."""
+        budget = self.traits.max_result_chars - _NOTE_RESERVE
+
+        def read() -> ReadResult:
+            try:
+                root = PinnedDirectory.pin(folder)
+            except OSError as exc:
+                raise ToolError(
+                    f"{path} is no longer kept (its session's outputs were removed)."
+                ) from exc
+            try:
+                return _read_file(root, path, args.offset, args.limit, budget)[0]
+            finally:
+                root.close()
+
+        return replace(await asyncio.to_thread(read), shown=str(path))
 
     def render(self, result: ReadResult) -> ToolOutput:
         return _render(result)

@@ -140,9 +140,9 @@ def test_post_hook_adds_context_for_the_model(hooked: RunningDaemon) -> None:
 def test_a_long_output_cut_to_its_budget_keeps_the_hooks_note(hooked: RunningDaemon) -> None:
     answer = hooked.execute("Bash", {"command": "seq 1 300000"})
     text = text_of(answer)
-    assert answer.report.truncated
-    assert text.startswith("1\n2\n3\n") and "characters" in text and "cut here" in text
-    assert text.endswith("post-hook saw Bash")
+    assert answer.report.truncated and answer.report.kept_output
+    assert text.startswith("<persisted-output>") and ":\n1\n2\n3\n" in text
+    assert text.endswith("</persisted-output>\n\n[PostToolUse hook 'context'] post-hook saw Bash")
     assert len(text) <= 30_000
 
 

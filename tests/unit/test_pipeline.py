@@ -14,6 +14,7 @@ import pytest
 from pydantic import Field
 
 from daemon.calls.audit import AuditLog
+from daemon.calls.kept_outputs import KeptOutputs
 from daemon.calls.pipeline import CallRequest, Pipeline, PipelineLimits
 from daemon.errors import ToolError, ToolInputError, Unavailable
 from daemon.models import Caller, Outcome, ToolUse
@@ -110,7 +111,7 @@ def _close_audit_logs() -> Iterator[None]:
         _AUDITS.pop().close()
 
 
-def make_pipeline(tmp_path: Path, engine: FakeEngine) -> Pipeline:
+def make_pipeline(tmp_path: Path, engine: FakeEngine, kept: KeptOutputs | None = None) -> Pipeline:
     audit = AuditLog(str(tmp_path / "audit.jsonl"))
     _AUDITS.append(audit)
     return Pipeline(
@@ -123,6 +124,7 @@ def make_pipeline(tmp_path: Path, engine: FakeEngine) -> Pipeline:
             ceilings=SandboxCeilings(timeout_ms=10_000, memory_mb=1024),
         ),
         audit=audit,
+        kept=kept,
     )
 
 
@@ -235,6 +237,28 @@ async def test_result_budget_is_the_smallest_of_tool_config_and_policy(tmp_path:
     verdict = Verdict(Outcome.ALLOW, (), SandboxLimits(), 500)
     outcome = await run(make_pipeline(tmp_path, FakeEngine(verdict)), "Echo", {"text": "y" * 900})
     assert len(outcome.result.text()) <= 500 and outcome.report.truncated
+
+
+async def test_an_over_budget_result_is_kept_whole_and_previewed(tmp_path: Path) -> None:
+    kept = KeptOutputs(tmp_path / "outputs", per_session_bytes=30_000)
+    kept.prepare()
+    pipeline = make_pipeline(tmp_path, FakeEngine(allow()), kept)
+    line = "abcdefghij\n"
+    outcome = await run(pipeline, "Echo", {"text": line, "times": 1000})
+    text = outcome.result.text()
+    assert len(text) <= 2_000 and outcome.report.truncated
+    path = Path(outcome.report.kept_output)
+    assert path.read_text() == line * 1000 and f"Full output saved to: {path}" in text
+    assert text.startswith("<persisted-output>") and "11,000 characters" in text
+    assert "Preview (first " in text and "Last " in text and line * 3 in text
+    session = pipeline._sessions.get("default", "tester")
+    assert session.kept_outputs == path.parent
+
+    # The session's share (30,000 bytes) is used up after two: the third is cut as before.
+    second = await run(pipeline, "Echo", {"text": line, "times": 1000})
+    third = await run(pipeline, "Echo", {"text": line, "times": 2000})
+    assert second.report.kept_output and not third.report.kept_output
+    assert third.report.truncated and "cut here to fit" in third.result.text()
 
 
 async def test_list_tools_is_filtered_by_policy(tmp_path: Path) -> None:

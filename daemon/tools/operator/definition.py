@@ -19,7 +19,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from daemon.errors import TooljailError
 from daemon.tools.json_schema import input_validator
-from sandbox.image import ImageReference
+from sandbox.backend import ImageReference
 
 TOOLS_FOLDER = "tools"
 """Where operator tools live, inside the policy folder (reloaded with it)."""

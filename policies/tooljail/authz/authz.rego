@@ -127,7 +127,7 @@ deny contains concat(" ", [
 	"only paths inside the workspace may be touched.",
 ]) if {
 	some touched in input.paths
-	not path_inside(touched, workspace)
+	not path_allowed(touched)
 }
 
 # A tool declared read-only that would write means the daemon's input is inconsistent.
@@ -320,8 +320,22 @@ all_paths_inside if {
 	absolute(workspace)
 	is_array(input.paths)
 	every touched in input.paths {
-		path_inside(touched, workspace)
+		path_allowed(touched)
 	}
+}
+
+path_allowed(touched) if path_inside(touched, workspace)
+
+# Read of one of the session's kept outputs (a result over its budget, saved whole by the
+# daemon): only the built-in Read, only below the session's own folder of them.
+path_allowed(touched) if {
+	touched.kept_output == true
+	touched.access == "read"
+	input.tool.name == "Read"
+	input.tool.origin.kind == "builtin"
+	kept := input.session.kept_outputs
+	touched.path != kept
+	path_within(touched.path, kept)
 }
 
 # Inside only when the daemon says so and the path lies under the workspace (defence in depth).

@@ -612,3 +612,42 @@ test_hidden_tools_hide_a_read_only_tool if {
 test_no_tools_means_nothing_visible if {
 	count(authz.visible_tools) == 0 with input as object.union(list_tools_input, {"tools": []})
 }
+
+# --- Kept outputs (results over their budget, saved whole for Read) -------------------------
+
+kept_folder := "/var/lib/tooljail/outputs/ses_1"
+
+kept_read_input := object.union(read_input, {
+	"input": {"file_path": "/var/lib/tooljail/outputs/ses_1/3-toolu_a.txt"},
+	"paths": [{"path": "/var/lib/tooljail/outputs/ses_1/3-toolu_a.txt", "access": "read", "inside_workspace": false, "kept_output": true}],
+	"session": {"id": "ses_1", "workspace": "/srv/ws", "mode": "default", "grants": [], "kept_outputs": "/var/lib/tooljail/outputs/ses_1"},
+})
+
+test_read_of_a_kept_output_of_the_session_is_allowed if {
+	authz.decision.outcome == "allow" with input as kept_read_input
+}
+
+test_a_kept_output_is_for_the_builtin_read_only if {
+	grep := object.union(kept_read_input, {"tool": {"name": "Grep"}})
+	authz.decision.outcome == "deny" with input as grep
+	posing := object.union(kept_read_input, {"tool": {"origin": {"kind": "mcp", "server": "x", "trusted": true}}})
+	authz.decision.outcome == "deny" with input as posing
+}
+
+test_a_kept_output_outside_the_sessions_folder_is_refused if {
+	other := with_paths(kept_read_input, [{"path": "/var/lib/tooljail/outputs/ses_2/1-x.txt", "access": "read", "inside_workspace": false, "kept_output": true}])
+	authz.decision.outcome == "deny" with input as other
+	folder := with_paths(kept_read_input, [{"path": kept_folder, "access": "read", "inside_workspace": false, "kept_output": true}])
+	authz.decision.outcome == "deny" with input as folder
+	dotdot := with_paths(kept_read_input, [{"path": "/var/lib/tooljail/outputs/ses_1/../ses_2/1-x.txt", "access": "read", "inside_workspace": false, "kept_output": true}])
+	authz.decision.outcome == "deny" with input as dotdot
+}
+
+test_a_kept_output_needs_the_daemons_flag_and_a_folder if {
+	unflagged := with_paths(kept_read_input, [{"path": "/var/lib/tooljail/outputs/ses_1/3-toolu_a.txt", "access": "read", "inside_workspace": false}])
+	authz.decision.outcome == "deny" with input as unflagged
+	no_folder := object.union(kept_read_input, {"session": {"kept_outputs": ""}})
+	authz.decision.outcome == "deny" with input as no_folder
+	written := with_paths(kept_read_input, [{"path": "/var/lib/tooljail/outputs/ses_1/3-toolu_a.txt", "access": "write", "inside_workspace": false, "kept_output": true}])
+	authz.decision.outcome == "deny" with input as written
+}

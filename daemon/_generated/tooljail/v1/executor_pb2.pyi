@@ -369,6 +369,7 @@ class ExecutionReport(_message.Message):
     TRUNCATED_FIELD_NUMBER: _builtins.int
     ORIGINAL_CHARS_FIELD_NUMBER: _builtins.int
     REPLAYED_FIELD_NUMBER: _builtins.int
+    KEPT_OUTPUT_FIELD_NUMBER: _builtins.int
     sandboxed: _builtins.bool
     sandbox_id: _builtins.str
     exit_code: _builtins.int
@@ -380,6 +381,10 @@ class ExecutionReport(_message.Message):
     original_chars: _builtins.int
     replayed: _builtins.bool
     """The answer was remembered from an earlier call with the same tool_use id: nothing ran now."""
+    kept_output: _builtins.str
+    """The result was over its budget and kept whole at this path (readable with Read in the
+    session); the model got a preview in <persisted-output>.
+    """
     def __init__(
         self,
         *,
@@ -392,10 +397,11 @@ class ExecutionReport(_message.Message):
         truncated: _builtins.bool = ...,
         original_chars: _builtins.int = ...,
         replayed: _builtins.bool = ...,
+        kept_output: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["duration_ms", b"duration_ms", "exit_code", b"exit_code", "oom_killed", b"oom_killed", "original_chars", b"original_chars", "replayed", b"replayed", "sandbox_id", b"sandbox_id", "sandboxed", b"sandboxed", "timed_out", b"timed_out", "truncated", b"truncated"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["duration_ms", b"duration_ms", "exit_code", b"exit_code", "kept_output", b"kept_output", "oom_killed", b"oom_killed", "original_chars", b"original_chars", "replayed", b"replayed", "sandbox_id", b"sandbox_id", "sandboxed", b"sandboxed", "timed_out", b"timed_out", "truncated", b"truncated"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

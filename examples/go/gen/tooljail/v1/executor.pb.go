@@ -812,7 +812,10 @@ type ExecutionReport struct {
 	Truncated     bool  `protobuf:"varint,7,opt,name=truncated,proto3" json:"truncated,omitempty"`
 	OriginalChars int64 `protobuf:"varint,8,opt,name=original_chars,json=originalChars,proto3" json:"original_chars,omitempty"`
 	// The answer was remembered from an earlier call with the same tool_use id: nothing ran now.
-	Replayed      bool `protobuf:"varint,9,opt,name=replayed,proto3" json:"replayed,omitempty"`
+	Replayed bool `protobuf:"varint,9,opt,name=replayed,proto3" json:"replayed,omitempty"`
+	// The result was over its budget and kept whole at this path (readable with Read in the
+	// session); the model got a preview in <persisted-output>.
+	KeptOutput    string `protobuf:"bytes,10,opt,name=kept_output,json=keptOutput,proto3" json:"kept_output,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -908,6 +911,13 @@ func (x *ExecutionReport) GetReplayed() bool {
 		return x.Replayed
 	}
 	return false
+}
+
+func (x *ExecutionReport) GetKeptOutput() string {
+	if x != nil {
+		return x.KeptOutput
+	}
+	return ""
 }
 
 type ExecuteRequest struct {
@@ -2321,7 +2331,7 @@ const file_tooljail_v1_executor_proto_rawDesc = "" +
 	"\vdecision_id\x18\x03 \x01(\tR\n" +
 	"decisionId\x12'\n" +
 	"\x0fpolicy_revision\x18\x04 \x01(\tR\x0epolicyRevision\x12%\n" +
-	"\x0eapproval_token\x18\x05 \x01(\tR\rapprovalToken\"\xa9\x02\n" +
+	"\x0eapproval_token\x18\x05 \x01(\tR\rapprovalToken\"\xca\x02\n" +
 	"\x0fExecutionReport\x12\x1c\n" +
 	"\tsandboxed\x18\x01 \x01(\bR\tsandboxed\x12\x1d\n" +
 	"\n" +
@@ -2334,7 +2344,10 @@ const file_tooljail_v1_executor_proto_rawDesc = "" +
 	"durationMs\x12\x1c\n" +
 	"\ttruncated\x18\a \x01(\bR\ttruncated\x12%\n" +
 	"\x0eoriginal_chars\x18\b \x01(\x03R\roriginalChars\x12\x1a\n" +
-	"\breplayed\x18\t \x01(\bR\breplayed\"\xae\x01\n" +
+	"\breplayed\x18\t \x01(\bR\breplayed\x12\x1f\n" +
+	"\vkept_output\x18\n" +
+	" \x01(\tR\n" +
+	"keptOutput\"\xae\x01\n" +
 	"\x0eExecuteRequest\x12\x1d\n" +
 	"\n" +
 	"session_id\x18\x01 \x01(\tR\tsessionId\x12/\n" +

@@ -1,0 +1,157 @@
+"""Results too large for their budget are kept whole for the session, not cut for good.
+
+The model gets a preview (head and tail) with the path and the full size, in the shape of the
+reference runtime (`<persisted-output>`), and reads the rest with Read at that path (offset and
+limit to page through it). The files live in a directory of the daemon's own state, one folder per
+session, written by the daemon alone (0700/0600, created exclusively, never following a link);
+Read opens them there (never in the workspace, which sandboxed commands can change). Each session
+keeps at most `per_session_bytes`: past that a result is cut as before, saying why. A session's
+folder goes with the session, and the whole directory is emptied when the daemon starts (sessions
+do not outlive it).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import errno
+import hashlib
+import logging
+import os
+import re
+import shutil
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from daemon.calls.budget import NOTES_SHARE
+from daemon.models import ContentBlock, TextContent
+
+log = logging.getLogger(__name__)
+
+PREVIEW_HEAD_CHARS = 2_000
+PREVIEW_TAIL_CHARS = 1_000
+_SAFE_ID = re.compile(r"[^A-Za-z0-9_-]")
+_FRAME_CHARS = 420
+"""Room the preview's own wording takes (path included, within reason)."""
+
+
+@dataclass(frozen=True)
+class KeptOutput:
+    """A result kept whole."""
+
+    path: Path
+    chars: int
+    size_bytes: int
+
+
+def _size(size: int) -> str:
+    if size < 1024:
+        return f"{size} bytes"
+    if size < 1 << 20:
+        return f"{size / 1024:.1f} KB"
+    return f"{size / (1 << 20):.1f} MB"
+
+
+def _line_ended(text: str) -> str:
+    return text if text.endswith("\n") else text + "\n"
+
+
+def preview(kept: KeptOutput, text: str, room: int) -> str:
+    """What the model gets instead of `text`: at most `room` characters (never less than the
+    frame itself needs)."""
+    share = max(0, room - _FRAME_CHARS - len(str(kept.path)))
+    head_chars = min(PREVIEW_HEAD_CHARS, share * 2 // 3)
+    tail_chars = min(PREVIEW_TAIL_CHARS, share - head_chars)
+    head = text[:head_chars]
+    tail = text[len(text) - tail_chars :] if tail_chars else ""
+    return (
+        "<persisted-output>\n"
+        f"Output too large ({kept.chars:,} characters, {_size(kept.size_bytes)}). Full output "
+        f"saved to: {kept.path}\n"
+        "Read that file with the Read tool (offset and limit page through it) instead of running "
+        "the command again.\n\n"
+        f"Preview (first {len(head):,} characters):\n{_line_ended(head)}"
+        + (f"...\n\nLast {len(tail):,} characters:\n{_line_ended(tail)}" if tail else "")
+        + "</persisted-output>"
+    )
+
+
+def text_of(blocks: Sequence[ContentBlock]) -> str:
+    """A result's text, as the budget counts it (its text blocks joined)."""
+    return "".join(block.text for block in blocks if isinstance(block, TextContent))
+
+
+def with_preview(
+    blocks: Sequence[ContentBlock], kept: KeptOutput, text: str, budget: int, notes: Sequence[str]
+) -> list[ContentBlock]:
+    """The result's blocks with its text replaced by the preview of the kept copy, sized to
+    leave the notes their room within `budget`."""
+    room = budget
+    if notes:
+        room -= min(sum(len(note) + 2 for note in notes), int(budget * NOTES_SHARE)) + 2
+    shown: list[ContentBlock] = [TextContent(text=preview(kept, text, room))]
+    return shown + [block for block in blocks if not isinstance(block, TextContent)]
+
+
+class KeptOutputs:
+    """The kept results of every session, under `root`."""
+
+    def __init__(self, root: Path, per_session_bytes: int) -> None:
+        self.root = root
+        self._per_session = per_session_bytes
+        self._used: dict[str, int] = {}
+        self._count = 0
+
+    def prepare(self) -> None:
+        """Make the directory (only the daemon may enter it), emptied of an earlier run's."""
+        if self.root.is_symlink():
+            raise OSError(errno.ELOOP, "the kept outputs' directory is a symbolic link", self.root)
+        if self.root.exists():
+            shutil.rmtree(self.root)
+        self.root.mkdir(mode=0o700, parents=True)
+
+    def folder(self, session_id: str) -> Path:
+        """Where a session's results are kept: its id made safe, and a digest of it (two ids
+        made safe alike never share a folder)."""
+        digest = hashlib.sha256(session_id.encode("utf-8", "surrogatepass")).hexdigest()[:12]
+        return self.root / f"{_SAFE_ID.sub('_', session_id)[:48]}-{digest}"
+
+    async def keep(self, session_id: str, tool_use_id: str, text: str) -> KeptOutput | None:
+        """Save `text` for the session; None when its share is used up or the disk refused
+        (logged), so the caller cuts the result as usual."""
+        data = text.encode("utf-8", "surrogateescape")
+        used = self._used.get(session_id, 0)
+        if used + len(data) > self._per_session:
+            return None
+        self._used[session_id] = used + len(data)  # reserved now: concurrent calls count too
+        self._count += 1
+        name = f"{self._count}-{_SAFE_ID.sub('_', tool_use_id)[:64]}.txt"
+        path = self.folder(session_id) / name
+        try:
+            await asyncio.to_thread(_write_new, path, data)
+        except OSError as exc:
+            self._used[session_id] -= len(data)
+            log.warning("could not keep an output of %d bytes: %s", len(data), exc)
+            return None
+        return KeptOutput(path=path, chars=len(text), size_bytes=len(data))
+
+    def remove_session(self, session_id: str) -> None:
+        """Delete a closed session's results."""
+        self._used.pop(session_id, None)
+        with contextlib.suppress(FileNotFoundError):
+            shutil.rmtree(self.folder(session_id))
+
+
+def _write_new(path: Path, data: bytes) -> None:
+    """Write a new file (never an existing one, never through a link) in a folder made here."""
+    with contextlib.suppress(FileExistsError):
+        path.parent.mkdir(mode=0o700)
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+    fd = os.open(path, flags, 0o600)
+    try:
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view) :]
+    finally:
+        os.close(fd)

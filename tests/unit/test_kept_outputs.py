@@ -1,0 +1,76 @@
+"""The store of results kept whole (daemon/calls/kept_outputs.py): its directory is the daemon's
+alone and emptied at start, names cannot leave a session's folder, each session has its share,
+and the preview keeps to the room it is given."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from pathlib import Path
+
+import pytest
+
+from daemon.calls.kept_outputs import KeptOutput, KeptOutputs, preview
+
+
+async def test_the_directory_is_private_and_emptied_at_start(tmp_path: Path) -> None:
+    root = tmp_path / "outputs"
+    kept = KeptOutputs(root, per_session_bytes=1 << 20)
+    kept.prepare()
+    saved = await kept.keep("ses_1", "toolu_1", "x" * 100)
+    assert saved is not None and saved.path.read_text() == "x" * 100
+    assert root.stat().st_mode & 0o777 == 0o700 and saved.path.stat().st_mode & 0o777 == 0o600
+    KeptOutputs(root, per_session_bytes=1 << 20).prepare()
+    assert list(root.iterdir()) == [], "an earlier run's outputs survived a restart"
+
+
+def test_a_linked_directory_is_refused(tmp_path: Path) -> None:
+    (tmp_path / "elsewhere").mkdir()
+    (tmp_path / "outputs").symlink_to(tmp_path / "elsewhere")
+    with pytest.raises(OSError, match="symbolic link"):
+        KeptOutputs(tmp_path / "outputs", per_session_bytes=1).prepare()
+
+
+@pytest.mark.parametrize("hostile", ["../../etc/x", "a/b", "..", "x" * 500, "é\x00"])
+async def test_names_stay_inside_the_sessions_folder(tmp_path: Path, hostile: str) -> None:
+    kept = KeptOutputs(tmp_path / "outputs", per_session_bytes=1 << 20)
+    kept.prepare()
+    saved = await kept.keep(hostile, hostile, "data")
+    assert saved is not None
+    assert saved.path.parent.parent == kept.root and saved.path.parent == kept.folder(hostile)
+    assert len(saved.path.name) < 100 and len(saved.path.parent.name) < 100
+    assert kept.folder("a/b") != kept.folder("a_b"), "two sessions would share a folder"
+
+
+async def test_each_session_has_its_share_even_under_concurrent_calls(tmp_path: Path) -> None:
+    kept = KeptOutputs(tmp_path / "outputs", per_session_bytes=1000)
+    kept.prepare()
+    saved = await asyncio.gather(*(kept.keep("ses_1", f"t{n}", "y" * 300) for n in range(6)))
+    assert sum(s is not None for s in saved) == 3
+    assert await kept.keep("ses_2", "t", "y" * 300) is not None, "another session's share used"
+    kept.remove_session("ses_1")
+    assert not kept.folder("ses_1").exists()
+    assert await kept.keep("ses_1", "t", "y" * 300) is not None
+
+
+async def test_a_file_already_there_is_never_overwritten(tmp_path: Path) -> None:
+    kept = KeptOutputs(tmp_path / "outputs", per_session_bytes=1 << 20)
+    kept.prepare()
+    first = await kept.keep("s", "t", "one")
+    assert first is not None
+    os.symlink("/etc/passwd", kept.folder("s") / "2-t.txt")
+    assert await kept.keep("s", "t", "two") is None, "wrote through a planted link"
+    assert Path("/etc/passwd").read_text() != "two"
+
+
+@pytest.mark.parametrize("room", [200, 1_000, 5_000, 30_000])
+def test_the_preview_keeps_to_its_room(room: int) -> None:
+    text = "".join(f"line {n}\n" for n in range(10_000))
+    saved = KeptOutput(
+        path=Path("/state/outputs/ses_1/1-toolu.txt"), chars=len(text), size_bytes=len(text)
+    )
+    shown = preview(saved, text, room)
+    assert len(shown) <= max(room, 700)
+    assert str(saved.path) in shown and shown.endswith("</persisted-output>")
+    if room >= 5_000:
+        assert "line 0\n" in shown and "line 9999\n" in shown
