@@ -258,6 +258,9 @@ class Settings(BaseSettings):
     """Tools left out of ListTools (found through ToolSearch), e.g. ["MultiEdit", "LS"]."""
     result_budget_chars: int = Field(default=50_000, ge=1_000)
     """Overall cap of one tool_result (a tool's own budget and the policy may lower it)."""
+    turn_budget_chars: int = Field(default=200_000, ge=1_000)
+    """What the results of one turn (an ExecuteBatch, or calls naming one turn_id) may hold
+    together; past it the largest are kept whole and previewed (the policy may lower it)."""
     kept_outputs_mb: int = Field(default=64, ge=0)
     """A result over its budget is kept whole (in <state_dir>/outputs, for Read) and the model
     gets a preview; this much per session (0: results are cut, as the budget says)."""

@@ -145,6 +145,8 @@ class ExecuteOutcome(Frozen):
     report: ExecutionReport
     summary: str = ""
     """One line for people, distinct from the model-facing content."""
+    turn_budget_chars: int | None = None
+    """The policy's budget for the results of the call's turn (the daemon's own; not sent)."""
 
 
 Transport = Literal["unix", "tcp", "tcp+mtls", "inproc", "unknown"]

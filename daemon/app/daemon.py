@@ -202,6 +202,7 @@ class Daemon:
                 max_in_flight=sched.max_in_flight,
                 max_in_flight_per_session=sched.max_in_flight_per_session,
                 queue_timeout_s=sched.queue_timeout_s,
+                turn_budget_chars=settings.turn_budget_chars,
             ),
             ResultCache(
                 ttl_s=sched.replay_ttl_s,

@@ -29,6 +29,8 @@ class AuditEvent(StrEnum):
     REPLAYED = "replayed"
     """A retry of a call that already ran, answered with the remembered result (it did not run
     again and no policy decision was made)."""
+    TURN_BUDGET = "turn_budget"
+    """An answered result was made smaller for its turn's budget (kept whole, or cut)."""
 
 
 # json.dumps escapes \n and \r but writes these raw (ensure_ascii=False); JavaScript, Python's

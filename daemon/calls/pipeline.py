@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from daemon.calls.audit import AuditEvent, AuditLog
-from daemon.calls.budget import fit_with_notes
+from daemon.calls.budget import fit_content, fit_with_notes
 from daemon.calls.hook_stage import HookStage
 from daemon.calls.kept_outputs import KeptOutputs, text_of, with_preview
 from daemon.egress.proxy import EgressCall
@@ -71,6 +71,8 @@ class CallRequest:
     approval: ApprovalRequest = field(default_factory=ApprovalRequest)
     progress: ProgressSink | None = None
     """Where live progress goes (ExecuteStream); None when nobody listens."""
+    turn_id: str = ""
+    """Single calls that name the same turn (per session) share a turn budget."""
 
     @functools.cached_property
     def input_sha256(self) -> str:
@@ -460,6 +462,41 @@ class Pipeline:
         summary = _one_line(ran.summary(call))
         return self._finish(prepared, trace, caller, verdict, result, report, summary=summary)
 
+    async def fit_turn(
+        self, prepared: PreparedCall, outcome: ExecuteOutcome, room: int
+    ) -> ExecuteOutcome:
+        """The answer in at most `room` characters, for its turn's budget: kept whole and
+        previewed when it can be (not already kept), else cut."""
+        text = text_of(outcome.result.content)
+        kept = None
+        if self._kept is not None and not outcome.report.kept_output:
+            kept = await self._kept.keep(prepared.session.id, prepared.request.tool_use.id, text)
+        blocks = list(outcome.result.content)
+        if kept is not None:
+            prepared.session.kept_outputs = kept.path.parent
+            blocks = with_preview(blocks, kept, text, room, ())
+        content, _ = fit_content(blocks, room)
+        report = outcome.report.model_copy(
+            update={
+                "truncated": True,
+                "kept_output": str(kept.path) if kept else outcome.report.kept_output,
+            }
+        )
+        result = outcome.result.model_copy(update={"content": content})
+        self._audit.write(
+            {
+                "event": AuditEvent.TURN_BUDGET.value,
+                "time": time.time(),
+                "session": prepared.session.id,
+                "tool_use_id": prepared.request.tool_use.id,
+                "tool": prepared.request.tool_use.name,
+                "chars": len(text),
+                "room": room,
+                "kept_output": report.kept_output,
+            }
+        )
+        return outcome.model_copy(update={"result": result, "report": report})
+
     def audit_replay(self, prepared: PreparedCall, caller: Caller, outcome: ExecuteOutcome) -> None:
         """Record that a retry got the remembered answer of the call that ran (idempotency)."""
         self._audit.write(
@@ -537,7 +574,13 @@ class Pipeline:
                 **trace.audit_fields(self._policy.audit_mask),
             }
         )
-        outcome = ExecuteOutcome(result=result, decision=decision, report=report, summary=summary)
+        outcome = ExecuteOutcome(
+            result=result,
+            decision=decision,
+            report=report,
+            summary=summary,
+            turn_budget_chars=verdict.turn_budget_chars if verdict else None,
+        )
         log.debug(
             "answered %s: %s",
             prepared.request.tool_use.name,

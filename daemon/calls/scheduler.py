@@ -27,6 +27,7 @@ from typing import Any
 from daemon.calls.idempotency import ResultCache, cancelled_outcome
 from daemon.calls.locks import SharedExclusiveLock
 from daemon.calls.pipeline import CallRequest, Pipeline, PreparedCall, ReadyCall
+from daemon.calls.turn_budget import Shrink, TurnBudget, TurnRegistry
 from daemon.errors import Overloaded
 from daemon.models import (
     Caller,
@@ -51,6 +52,8 @@ class SchedulerLimits:
     """Calls running at once in one session."""
     queue_timeout_s: float = 30.0
     """How long a call may wait for a slot before RESOURCE_EXHAUSTED."""
+    turn_budget_chars: int = 200_000
+    """What the results of one turn may hold together (the policy may lower it)."""
 
 
 def input_hash(request: CallRequest) -> str:
@@ -115,6 +118,7 @@ class Scheduler:
         self._pipeline = pipeline
         self._limits = limits
         self._cache = cache or ResultCache()
+        self._turns = TurnRegistry()
         self._global = asyncio.Semaphore(limits.max_in_flight)
         self._session_slots: dict[str, asyncio.Semaphore] = {}
         self._locks: dict[str, SharedExclusiveLock] = {}
@@ -220,8 +224,20 @@ class Scheduler:
         return outcome
 
     async def execute(self, request: CallRequest, caller: Caller) -> ExecuteOutcome:
-        """A single call (an Execute RPC)."""
-        return await self._run(await self._pipeline.prepare_off_loop(request, caller), caller)
+        """A single call (an Execute RPC); one that names a turn shares its turn's budget."""
+        call = await self._pipeline.prepare_off_loop(request, caller)
+        outcome = await self._run(call, caller)
+        if not request.turn_id:
+            return outcome
+        turn = self._turns.get(
+            call.session.id,
+            request.turn_id,
+            lambda: TurnBudget(self._limits.turn_budget_chars, 0),
+        )
+        return await turn.admit(outcome, self._shrink_for(call))
+
+    def _shrink_for(self, call: PreparedCall) -> Shrink:
+        return functools.partial(self._pipeline.fit_turn, call)
 
     async def execute_batch(
         self, requests: list[CallRequest], caller: Caller
@@ -232,15 +248,18 @@ class Scheduler:
         for request in requests:
             calls.append(await self._pipeline.prepare_off_loop(request, caller))
             await asyncio.sleep(0)  # checking a call can take milliseconds: let others in
+        turn = TurnBudget(self._limits.turn_budget_chars, len(calls))
         for group in partition(calls, self._limits.max_parallel):
             if len(group) == 1:
-                yield await self._run(group[0], caller)
+                yield await turn.admit(
+                    await self._run(group[0], caller), self._shrink_for(group[0])
+                )
                 continue
-            async for outcome in self._run_parallel(group, caller):
+            async for outcome in self._run_parallel(group, caller, turn):
                 yield outcome
 
     async def _run_parallel(
-        self, group: list[PreparedCall], caller: Caller
+        self, group: list[PreparedCall], caller: Caller, turn: TurnBudget
     ) -> AsyncIterator[ExecuteOutcome]:
         group, peers = _with_peers(group)
         tasks = [asyncio.create_task(self._run(call, caller)) for call in group]
@@ -263,11 +282,17 @@ class Scheduler:
         try:
             for index, task in enumerate(tasks):
                 try:
-                    yield await asyncio.shield(task)
+                    outcome = await asyncio.shield(task)
                 except asyncio.CancelledError:
                     if index not in cancelled_by or not task.cancelled():
                         raise  # the caller itself was cancelled
-                    yield _sibling_cancelled(group[index], cancelled_by[index])
+                    outcome = _sibling_cancelled(group[index], cancelled_by[index])
+                known_later = [
+                    later.result()
+                    for later in tasks[index + 1 :]
+                    if later.done() and not later.cancelled() and later.exception() is None
+                ]
+                yield await turn.admit(outcome, self._shrink_for(group[index]), known_later)
         finally:
             for task in _pending(tasks):
                 task.cancel()

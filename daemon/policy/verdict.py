@@ -36,6 +36,7 @@ class _RawDecision(BaseModel):
     reasons: list[StrictStr]
     sandbox: _RawSandbox
     result_budget_chars: StrictInt = Field(gt=0)
+    turn_budget_chars: StrictInt | None = Field(default=None, gt=0)
     cache_ttl_s: StrictFloat | StrictInt = Field(default=0, ge=0)
 
 
@@ -49,6 +50,8 @@ class Verdict:
     """Requested sandbox limits (None on a deny produced by the daemon itself)."""
     result_budget_chars: int | None
     decision_id: str = ""
+    turn_budget_chars: int | None = None
+    """What all results of the call's turn may hold together (None: the daemon's default)."""
     cache_ttl_s: float = 0.0
     """How long the policy lets this verdict be reused for the identical input (0: never)."""
     cached_from: str = ""
@@ -104,6 +107,7 @@ def parse_verdict(response: dict[str, Any], base_limits: SandboxLimits) -> Verdi
         limits,
         raw.result_budget_chars,
         decision_id,
+        turn_budget_chars=raw.turn_budget_chars,
         cache_ttl_s=float(raw.cache_ttl_s),
     )
 

@@ -65,6 +65,7 @@ def call_request_from_proto(message: pb.ExecuteRequest) -> CallRequest:
         tool_use=tool_use_from_proto(message.tool_use),
         session_id=message.session_id,
         approval=ApprovalRequest(token=message.approval_token, scope=scope),
+        turn_id=message.turn_id[:128],
     )
 
 

@@ -29,6 +29,7 @@ decision := {
 	"reasons": reasons,
 	"sandbox": sandbox,
 	"result_budget_chars": result_budget_chars,
+	"turn_budget_chars": turn_budget_chars,
 	"cache_ttl_s": cache_ttl_s,
 }
 
@@ -94,6 +95,15 @@ timeout_ms := min([floor(input.input.timeout), max_timeout_ms]) if {
 
 # Characters of tool_result text the model may receive; the daemon also applies the tool's own cap.
 result_budget_chars := 50000
+
+# Characters all the results of one turn (an ExecuteBatch) may hold together; past it the largest
+# are kept whole for Read and answered with a preview. A principal's data.json may set its own.
+default turn_budget_chars := 200000
+
+turn_budget_chars := principal_config.turn_budget_chars if {
+	is_number(principal_config.turn_budget_chars)
+	principal_config.turn_budget_chars >= 1000
+}
 
 # How long the daemon may reuse this decision for an identical input document (same tool, input,
 # paths, session, mode, grants, caller, hook results and approval). Every rule here depends on the

@@ -151,6 +151,7 @@ test_read_inside_workspace_is_allowed if {
 		"reasons": ["Read only reads, and every path it touches is inside the workspace /srv/ws."],
 		"sandbox": default_sandbox,
 		"result_budget_chars": 50000,
+		"turn_budget_chars": 200000,
 		"cache_ttl_s": 30,
 	} with input as read_input
 }
@@ -163,6 +164,7 @@ test_no_matching_rule_denies_with_default_reason if {
 		"reasons": ["No policy rule allows this tool call, so it was refused; use another tool or ask the operator."],
 		"sandbox": default_sandbox,
 		"result_budget_chars": 50000,
+		"turn_budget_chars": 200000,
 		"cache_ttl_s": 30,
 	} with input as doc
 }
@@ -650,4 +652,12 @@ test_a_kept_output_needs_the_daemons_flag_and_a_folder if {
 	authz.decision.outcome == "deny" with input as no_folder
 	written := with_paths(kept_read_input, [{"path": "/var/lib/tooljail/outputs/ses_1/3-toolu_a.txt", "access": "write", "inside_workspace": false, "kept_output": true}])
 	authz.decision.outcome == "deny" with input as written
+}
+
+test_a_principal_may_have_its_own_turn_budget if {
+	authz.decision.turn_budget_chars == 200000 with input as read_input
+	authz.decision.turn_budget_chars == 60000 with input as read_input
+		with data.tooljail.principals.local as {"turn_budget_chars": 60000}
+	authz.decision.turn_budget_chars == 200000 with input as read_input
+		with data.tooljail.principals.local as {"turn_budget_chars": 10}
 }

@@ -415,11 +415,16 @@ class ExecuteRequest(_message.Message):
     TOOL_USE_FIELD_NUMBER: _builtins.int
     APPROVAL_TOKEN_FIELD_NUMBER: _builtins.int
     APPROVAL_SCOPE_FIELD_NUMBER: _builtins.int
+    TURN_ID_FIELD_NUMBER: _builtins.int
     session_id: _builtins.str
     approval_token: _builtins.str
     approval_scope: _builtins.str
     """With an approval token: "once" (default) or "session" (the same tool and command prefix or
     path pattern is allowed for the rest of the session without asking).
+    """
+    turn_id: _builtins.str
+    """Calls of one assistant turn sent one by one: the same id (any string; per session, for 60 s
+    from its first call) puts their results under one turn budget, as an ExecuteBatch's are.
     """
     @_builtins.property
     def tool_use(self) -> Global___ToolUse: ...
@@ -430,10 +435,11 @@ class ExecuteRequest(_message.Message):
         tool_use: Global___ToolUse | None = ...,
         approval_token: _builtins.str = ...,
         approval_scope: _builtins.str = ...,
+        turn_id: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["tool_use", b"tool_use"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["approval_scope", b"approval_scope", "approval_token", b"approval_token", "session_id", b"session_id", "tool_use", b"tool_use"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["approval_scope", b"approval_scope", "approval_token", b"approval_token", "session_id", b"session_id", "tool_use", b"tool_use", "turn_id", b"turn_id"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

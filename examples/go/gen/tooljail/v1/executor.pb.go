@@ -928,6 +928,9 @@ type ExecuteRequest struct {
 	// With an approval token: "once" (default) or "session" (the same tool and command prefix or
 	// path pattern is allowed for the rest of the session without asking).
 	ApprovalScope string `protobuf:"bytes,4,opt,name=approval_scope,json=approvalScope,proto3" json:"approval_scope,omitempty"`
+	// Calls of one assistant turn sent one by one: the same id (any string; per session, for 60 s
+	// from its first call) puts their results under one turn budget, as an ExecuteBatch's are.
+	TurnId        string `protobuf:"bytes,5,opt,name=turn_id,json=turnId,proto3" json:"turn_id,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -986,6 +989,13 @@ func (x *ExecuteRequest) GetApprovalToken() string {
 func (x *ExecuteRequest) GetApprovalScope() string {
 	if x != nil {
 		return x.ApprovalScope
+	}
+	return ""
+}
+
+func (x *ExecuteRequest) GetTurnId() string {
+	if x != nil {
+		return x.TurnId
 	}
 	return ""
 }
@@ -2347,13 +2357,14 @@ const file_tooljail_v1_executor_proto_rawDesc = "" +
 	"\breplayed\x18\t \x01(\bR\breplayed\x12\x1f\n" +
 	"\vkept_output\x18\n" +
 	" \x01(\tR\n" +
-	"keptOutput\"\xae\x01\n" +
+	"keptOutput\"\xc7\x01\n" +
 	"\x0eExecuteRequest\x12\x1d\n" +
 	"\n" +
 	"session_id\x18\x01 \x01(\tR\tsessionId\x12/\n" +
 	"\btool_use\x18\x02 \x01(\v2\x14.tooljail.v1.ToolUseR\atoolUse\x12%\n" +
 	"\x0eapproval_token\x18\x03 \x01(\tR\rapprovalToken\x12%\n" +
-	"\x0eapproval_scope\x18\x04 \x01(\tR\rapprovalScope\"\xef\x01\n" +
+	"\x0eapproval_scope\x18\x04 \x01(\tR\rapprovalScope\x12\x17\n" +
+	"\aturn_id\x18\x05 \x01(\tR\x06turnId\"\xef\x01\n" +
 	"\x0fExecuteResponse\x12/\n" +
 	"\x06result\x18\x01 \x01(\v2\x17.tooljail.v1.ToolResultR\x06result\x121\n" +
 	"\bdecision\x18\x02 \x01(\v2\x15.tooljail.v1.DecisionR\bdecision\x124\n" +
