@@ -448,6 +448,10 @@ class DockerSandbox(Sandbox):
             async with asyncio.timeout(deadline_s):
                 await self._send(encode_frame(payload))
                 message = await self._read_result(max_frame, on_output)
+            result = self._parse(message, started)
+            self._open = result.session_open and isinstance(
+                request, McpSessionRequest | McpSessionCall
+            )
         except TimeoutError:
             # The runner enforces the timeout itself; reaching this means even that failed.
             log.warning("sandbox %s missed its %.1f s deadline; killed", self._id[:12], deadline_s)
@@ -462,10 +466,8 @@ class DockerSandbox(Sandbox):
             return self._failure(started, exc, stopped_by_us=stopped_by_us)
         finally:
             self._reading = False
-        result = self._parse(message, started)
-        self._open = result.session_open and isinstance(request, McpSessionRequest | McpSessionCall)
-        if not self._open:
-            self._conn.close()
+            if not self._open:  # one request only, or the session ended (or failed) here
+                self._conn.close()
         return result
 
     async def _send(self, frame: bytes) -> None:

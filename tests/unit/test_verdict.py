@@ -40,6 +40,11 @@ def test_cache_ttl_is_optional_and_taken_as_given() -> None:
     assert parse_verdict(decision(cache_ttl_s=0.5), SandboxLimits()).cache_ttl_s == 0.5
 
 
+def test_the_turn_budget_is_optional_and_taken_as_given() -> None:
+    assert parse_verdict(decision(), SandboxLimits()).turn_budget_chars is None
+    assert parse_verdict(decision(turn_budget_chars=9000), SandboxLimits()).turn_budget_chars == 9000
+
+
 def test_undefined_decision_is_a_deny() -> None:
     verdict = parse_verdict({}, SandboxLimits())
     assert verdict.outcome is Outcome.DENY
@@ -58,6 +63,8 @@ def test_undefined_decision_is_a_deny() -> None:
         ({"sandbox": {k: v for k, v in SANDBOX.items() if k != "pids"}}, "sandbox.pids"),
         ({"result_budget_chars": -1}, "result_budget_chars"),
         ({"result_budget_chars": 1.5}, "result_budget_chars"),
+        ({"turn_budget_chars": 0}, "turn_budget_chars"),
+        ({"turn_budget_chars": "9"}, "turn_budget_chars"),
         ({"cache_ttl_s": -1}, "cache_ttl_s"),
         ({"cache_ttl_s": "30"}, "cache_ttl_s"),
     ],
