@@ -92,6 +92,9 @@ class SandboxSettings(_Section):
     kept_servers_max: int = Field(default=16, ge=0, le=256)
     """Stdio MCP servers kept running for sessions at once, over all sessions (one container
     each); beyond it, the one idle longest is stopped (0: every call starts its server)."""
+    kept_servers_per_principal: int = Field(default=4, ge=1, le=256)
+    """Of those, how many one principal's sessions may keep (past it, its own server idle
+    longest is stopped)."""
     kept_servers_idle_s: float = Field(default=600.0, gt=0)
     """A server kept for a session and unused for this long is stopped (started again, fresh,
     by the next call)."""

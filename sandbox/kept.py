@@ -3,8 +3,10 @@
 A stdio MCP server that is not stateless keeps its state between calls, so its container lives
 for the session rather than for a call. Each is removed when its session closes, after it idled
 for `idle_s`, when the calls of its session are granted other limits (the container has the limits
-of the call that started it, so a call never runs with more than its own), and when the cap needs
-room for another (the one idle longest goes). A server that fails to start, or dies in a call, is
+of the call that started it, so a call never runs with more than its own), and when a cap needs
+room for another: each principal has a share (`per_owner`; past it, its own server idle longest
+goes) and all together a total (past it, the server idle longest of the principal holding the most
+goes). Servers being started count as running. A server that fails to start, or dies in a call, is
 started again by a later call, no sooner than its backoff allows.
 """
 
@@ -58,6 +60,14 @@ class _Kept:
     retry_at: float = 0.0
     gone: bool = False
     """Its session closed (or the keeper did) while a call held it: keep nothing more."""
+    owner: str = ""
+    """The principal whose session it serves."""
+    starting: bool = False
+    """Its container is being started (it counts against the caps already)."""
+
+    @property
+    def running(self) -> bool:
+        return self.sandbox is not None or self.starting
 
     def failed(self, now: float) -> None:
         self.failures += 1
@@ -71,19 +81,27 @@ class KeptServers:
         executor: Starts, asks and removes the containers.
         max_kept: Servers kept at once over all sessions (0: none is kept; each call starts
             its server and the container goes with the call).
+        per_owner: Servers one principal's sessions may keep at once.
         idle_s: A server unused this long is stopped.
     """
 
-    def __init__(self, executor: SandboxExecutor, *, max_kept: int, idle_s: float) -> None:
+    def __init__(
+        self, executor: SandboxExecutor, *, max_kept: int, idle_s: float, per_owner: int = 4
+    ) -> None:
         self._executor = executor
         self._max = max_kept
+        self._per_owner = max(1, per_owner)
         self._idle_s = idle_s
         self._slots: dict[tuple[str, str], _Kept] = {}
         self._sweeper: asyncio.Task[None] | None = None
 
-    def live(self) -> int:
-        """Servers running now."""
-        return sum(1 for slot in self._slots.values() if slot.sandbox is not None)
+    def live(self, owner: str | None = None) -> int:
+        """Servers running (or being started) now, of everyone or of one principal."""
+        return sum(
+            1
+            for slot in self._slots.values()
+            if slot.running and (owner is None or slot.owner == owner)
+        )
 
     async def call(
         self,
@@ -95,9 +113,10 @@ class KeptServers:
         tool_use_id: str = "",
         egress: EgressGate | None = None,
         on_output: OutputCallback | None = None,
+        owner: str = "",
     ) -> SandboxResult:
         """`call` on the session's `server` (started with `opening` when it is not running);
-        `on_output` gets its progress.
+        `on_output` gets its progress; `owner` is the session's principal.
 
         Calls to one server of one session wait for each other, within the call's timeout.
 
@@ -108,7 +127,7 @@ class KeptServers:
         if self._max == 0:
             return await self._once(spec, run)
         self._sweep_later()
-        slot = self._slots.setdefault((spec.session_id, server), _Kept())
+        slot = self._slots.setdefault((spec.session_id, server), _Kept(owner=owner))
         try:
             async with asyncio.timeout(call.timeout_ms / 1000):
                 await slot.lock.acquire()
@@ -138,9 +157,13 @@ class KeptServers:
                 refused = self._start_refusal(slot, server)
                 if refused:
                     return SandboxResult(exit_code=-1, error=refused)
-                sandbox, opened = await self._executor.open(
-                    spec, run.opening, tool_use_id=run.tool_use_id, egress=run.egress
-                )
+                slot.starting = True
+                try:
+                    sandbox, opened = await self._executor.open(
+                        spec, run.opening, tool_use_id=run.tool_use_id, egress=run.egress
+                    )
+                finally:
+                    slot.starting = False
                 if sandbox is None:
                     slot.failed(time.monotonic())
                     return opened
@@ -168,20 +191,34 @@ class KeptServers:
                 f"the MCP server {server} failed {slot.failures} times in a row; it is started "
                 f"again in {wait:.0f} s (call it then)"
             )
+        if self.live(slot.owner) >= self._per_owner:
+            if self._release_idle([s for s in self._slots.values() if s.owner == slot.owner]):
+                return ""
+            return (
+                f"this principal's sessions have {self._per_owner} MCP servers running, all "
+                "busy (the daemon's kept_servers_per_principal); try again when one has answered"
+            )
         if self.live() < self._max:
             return ""
-        idle = [
-            other
-            for other in self._slots.values()
-            if other.sandbox is not None and not other.lock.locked()
-        ]
+        holders: dict[str, int] = {}
+        for other in self._slots.values():
+            if other.running:
+                holders[other.owner] = holders.get(other.owner, 0) + 1
+        for owner in sorted(holders, key=lambda name: -holders[name]):
+            if self._release_idle([s for s in self._slots.values() if s.owner == owner]):
+                return ""
+        return (
+            f"{self._max} MCP servers are running for sessions, all busy (the daemon's "
+            "kept_servers_max); try again when one has answered"
+        )
+
+    def _release_idle(self, slots: list[_Kept]) -> bool:
+        """Stop the one of `slots` idle longest; False when none is idle."""
+        idle = [s for s in slots if s.sandbox is not None and not s.lock.locked()]
         if not idle:
-            return (
-                f"{self._max} MCP servers are running for sessions, all busy (the daemon's "
-                "kept_servers_max); try again when one has answered"
-            )
+            return False
         self._release(min(idle, key=lambda other: other.last_used))
-        return ""
+        return True
 
     async def _once(self, spec: SandboxSpec, run: _Run) -> SandboxResult:
         sandbox, opened = await self._executor.open(

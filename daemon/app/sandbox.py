@@ -93,6 +93,7 @@ class _SessionRunner(SandboxRunner):
             tool_use_id=self._tool_use_id,
             egress=self._egress,
             on_output=on_output,
+            owner=self._session.owner,
         )
 
 
@@ -158,6 +159,7 @@ class Sandbox:
             executor,
             max_kept=settings.sandbox.kept_servers_max,
             idle_s=settings.sandbox.kept_servers_idle_s,
+            per_owner=settings.sandbox.kept_servers_per_principal,
         )
         return cls(executor, warm_limits, egress.proxy if egress else None, kept)
 

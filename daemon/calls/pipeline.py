@@ -365,6 +365,9 @@ class Pipeline:
         trace.timings["decision_s"] = time.monotonic() - decision_started
         with log_context(decision_id=verdict.decision_id):
             if verdict.outcome is not Outcome.ALLOW:
+                call.session.record_refusal(
+                    call.tool.name, "ask" if verdict.outcome is Outcome.ASK else "deny"
+                )
                 result = _error(tool_use.id, _refusal_text(call.tool.name, verdict))
                 word = "needs approval" if verdict.outcome is Outcome.ASK else "denied by policy"
                 # A hook's deny may override the policy's ask: then no token is handed out.

@@ -17,6 +17,7 @@ import contextvars
 import json as jsonlib
 import logging
 import sys
+import time
 from collections.abc import Iterator, Mapping
 from datetime import UTC, datetime
 from types import MappingProxyType
@@ -118,6 +119,41 @@ def parse_level(level: str) -> int:
     return number
 
 
+class FloodGuard(logging.Filter):
+    """Lets at most `burst` records of one message (logger and template) through per `period_s`;
+    the next one let through says how many were dropped meanwhile.
+
+    Hostile inputs can make a library warn for every message they send (the MCP SDK logs a
+    traceback per malformed notification): without this, a server could fill the log's disk.
+    """
+
+    def __init__(self, burst: int = 10, period_s: float = 10.0, max_keys: int = 1024) -> None:
+        super().__init__()
+        self._burst = burst
+        self._period_s = period_s
+        self._max_keys = max_keys
+        self._windows: dict[tuple[str, object], list[float]] = {}
+        """Per message: [window start, records let through in it, records dropped]."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        now = time.monotonic()
+        key = (record.name, record.msg)
+        window = self._windows.get(key)
+        if window is None or now - window[0] >= self._period_s:
+            if window is None and len(self._windows) >= self._max_keys:
+                self._windows.clear()
+            dropped = int(window[2]) if window is not None else 0
+            self._windows[key] = [now, 1, 0]
+            if dropped:
+                record.msg = f"{record.msg} [{dropped} more like this dropped]"
+            return True
+        if window[1] < self._burst:
+            window[1] += 1
+            return True
+        window[2] += 1
+        return False
+
+
 def configure_logging(
     json: bool = True, level: str = "info", stream: TextIO | None = None
 ) -> logging.Handler:
@@ -140,6 +176,7 @@ def configure_logging(
     number = parse_level(level)
     handler = logging.StreamHandler(stream if stream is not None else sys.stderr)
     handler.setFormatter(JsonFormatter() if json else TextFormatter())
+    handler.addFilter(FloodGuard())
     setattr(handler, _OURS, True)
     root = logging.getLogger()
     for old in [h for h in root.handlers if getattr(h, _OURS, False)]:

@@ -13,16 +13,17 @@ import json
 import re
 import sys
 from collections.abc import Iterable
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, cast
 
 from pydantic import BaseModel, ConfigDict, Field
 from pydantic.json_schema import GenerateJsonSchema, models_json_schema
+from typing_extensions import TypedDict
 
 from daemon.models import Caller as CallerModel
 from daemon.models import Transport
 from daemon.policy.approval import Grant as ApprovalGrant
 from daemon.policy.egress_verdict import AddressRange
-from daemon.sessions.session import Mode, Session
+from daemon.sessions.session import REFUSAL_WINDOW_S, Mode, Session
 from daemon.sessions.workspaces import Overlap
 from daemon.tools.call import ToolCall
 from daemon.tools.contract import ToolOrigin, TouchedPath
@@ -126,6 +127,13 @@ class Grant(_Part):
     )
 
 
+class RefusalCounts(TypedDict):
+    """A tool's refused calls in the session's recent past."""
+
+    deny: Annotated[int, Field(ge=0)]
+    ask: Annotated[int, Field(ge=0)]
+
+
 class SessionFacts(_Part):
     """The session the call runs in."""
 
@@ -149,6 +157,11 @@ class SessionFacts(_Part):
         description="The folder of the session's kept outputs (results over their budget, saved "
         "whole for Read); empty until one was kept.",
     )
+    recent_refusals: dict[str, RefusalCounts] = Field(
+        default_factory=dict,
+        description="Per tool, how many of the session's calls of it the policy denied or asked "
+        "a person about in the last 10 minutes (tools without any are left out).",
+    )
 
     @classmethod
     def of(cls, session: Session) -> SessionFacts:
@@ -162,6 +175,10 @@ class SessionFacts(_Part):
                 for g in session.grants
             ],
             kept_outputs=str(session.kept_outputs or ""),
+            # Plain JSON already (the call document's _plain passes dicts through as they are).
+            recent_refusals=cast(
+                dict[str, RefusalCounts], session.recent_refusals(REFUSAL_WINDOW_S)
+            ),
         )
 
 

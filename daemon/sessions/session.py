@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import time
+from collections import deque
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal, get_args
@@ -30,6 +31,10 @@ def file_sha256(data: bytes) -> str:
 Mode = Literal["default", "acceptEdits", "plan", "dontAsk", "bypassPermissions"]
 """Permission modes a session can be in (the policy implements what each means)."""
 MODES: tuple[str, ...] = get_args(Mode)
+MAX_REFUSALS_KEPT = 256
+"""Refused calls a session remembers (the policy sees those within its window)."""
+REFUSAL_WINDOW_S = 600.0
+"""The window of the policy input's session.recent_refusals."""
 
 
 @dataclass(frozen=True)
@@ -85,6 +90,10 @@ class Session:
     kept_outputs: Path | None = None
     """Where its results too large for their budget were kept (Read may open them there);
     None until one was."""
+    refusals: deque[tuple[float, str, Literal["deny", "ask"]]] = field(
+        default_factory=lambda: deque(maxlen=MAX_REFUSALS_KEPT)
+    )
+    """Its calls the policy denied or asked about: (monotonic time, tool, outcome)."""
 
     def pinned_root(self) -> PinnedDirectory:
         """The pinned workspace (pinned now if it was not yet)."""
@@ -108,6 +117,20 @@ class Session:
                 f"opened on: it was moved, replaced or made a symbolic link ({exc.strerror}). "
                 "Nothing ran. Tell the user; a new session is needed to go on."
             ) from exc
+
+    def record_refusal(self, tool: str, outcome: Literal["deny", "ask"]) -> None:
+        """Note a call the policy refused (or asked a person about)."""
+        self.refusals.append((time.monotonic(), tool, outcome))
+
+    def recent_refusals(self, window_s: float) -> dict[str, dict[str, int]]:
+        """Per tool, how many of its calls were denied and asked in the last `window_s`."""
+        since = time.monotonic() - window_s
+        counts: dict[str, dict[str, int]] = {}
+        for at, tool, outcome in self.refusals:
+            if at >= since:
+                tool_counts = counts.setdefault(tool, {"deny": 0, "ask": 0})
+                tool_counts[outcome] += 1
+        return counts
 
     def touch(self) -> None:
         """Note activity (postpones the idle close)."""

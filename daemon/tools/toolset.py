@@ -10,6 +10,7 @@ the server says its listing changed. Each change builds a new registry and hands
 from __future__ import annotations
 
 import logging
+from collections import Counter
 from collections.abc import Callable, Iterable
 from pathlib import Path
 
@@ -90,14 +91,16 @@ class ToolCatalog:
     def upstream_tools(self, server: str, listing: list[types.Tool]) -> None:
         """An upstream server's tools were (re)read: they replace its previous ones."""
         upstream = self._upstreams[server]
-        tools: list[AnyTool] = []
-        seen: set[str] = set()
-        for entry in listing:
-            tool = mcp_tool(upstream, entry)
-            if tool is None or tool.name in seen:
-                continue
-            seen.add(tool.name)
-            tools.append(tool)
+        made = [tool for tool in (mcp_tool(upstream, entry) for entry in listing) if tool]
+        names = Counter(tool.name for tool in made)
+        # Two remote tools made the same name ("a.b" and "a_b"): neither is taken, rather than
+        # guessing which one a call (and a policy rule naming it) means.
+        tools: list[AnyTool] = [tool for tool in made if names[tool.name] == 1]
+        for name in sorted(name for name, count in names.items() if count > 1):
+            log.warning(
+                "MCP server %s: several of its tools become %s; none is listed", server, name
+            )
+        seen = {tool.name for tool in tools}
         defer = upstream.spec.defer
         if defer == "always" or (defer == "auto" and len(tools) > MCP_DEFER_ABOVE):
             self._mcp_deferred |= seen

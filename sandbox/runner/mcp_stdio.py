@@ -14,7 +14,9 @@ exchange with an error that says so.
 from __future__ import annotations
 
 import json
+import math
 import os
+import secrets
 import select
 import time
 from collections.abc import Callable
@@ -52,7 +54,6 @@ class Conversation:
         self._max = max_bytes
         self._stderr = on_stderr
         self._buffer = bytearray()
-        self._next_id = 0
         self.on_progress: Callable[[str], None] | None = None
         """Gets a line per progress notification of a call (rate-limited)."""
         self._progress_at = 0.0
@@ -111,8 +112,8 @@ class Conversation:
 
     def request(self, method: str, params: dict[str, Any]) -> dict[str, Any]:
         """Send a request and wait for its answer's result (McpStdioError for an error)."""
-        self._next_id += 1
-        ident = self._next_id
+        # Not guessable: a server cannot send, during one call, the answer to the next one.
+        ident = secrets.token_hex(12)
         self.send({"jsonrpc": "2.0", "id": ident, "method": method, "params": params})
         while True:
             line = self._line().strip()
@@ -163,12 +164,27 @@ class Conversation:
         if self.on_progress is None or not isinstance(params, dict) or now < self._progress_at:
             return
         self._progress_at = now + PROGRESS_INTERVAL_S
-        done, total, said = params.get("progress"), params.get("total"), params.get("message")
-        if not isinstance(done, int | float):
+        done, total, said = (
+            _number(params.get("progress")),
+            _number(params.get("total")),
+            params.get("message"),
+        )
+        if done is None:
             return
-        amount = f"{done:g}/{total:g}" if isinstance(total, int | float) else f"{done:g}"
+        amount = f"{done:g}/{total:g}" if total is not None else f"{done:g}"
         text = f"{said[:200]}: {amount}" if isinstance(said, str) and said else amount
         self.on_progress(f"{text}\n")
+
+
+def _number(value: object) -> float | None:
+    """A finite JSON number as a float (a huge integer or a bool is none)."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    try:
+        number = float(value)
+    except OverflowError:
+        return None
+    return number if math.isfinite(number) else None
 
 
 def initialize(conversation: Conversation) -> None:
@@ -188,7 +204,7 @@ def ask(conversation: Conversation, method: str, params: dict[str, Any]) -> dict
     """`tools/list` (all pages, as one {"tools": [...]}) or `tools/call`, once initialized."""
     if method == "tools/call":
         # A token asks the server for progress notifications of this call.
-        meta = {"progressToken": f"tooljail-{time.monotonic_ns()}"}
+        meta = {"progressToken": secrets.token_hex(8)}
         return conversation.request("tools/call", {**params, "_meta": meta})
     if method != "tools/list":
         raise McpRefused(f"unknown method {method}")

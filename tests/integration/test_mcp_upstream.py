@@ -20,6 +20,7 @@ import pytest
 from daemon._generated.tooljail.v1 import executor_pb2 as pb
 from daemon.config import PROJECT_ROOT
 from tests.integration.harness import RunningDaemon, running_daemon, text_of
+from tests.integration.mcp_flooder import Flooder
 from tests.integration.test_mcp_bridge import bridge
 from tests.integration.test_mcp_bridge import text_of as bridge_text
 from tests.integration.test_service import free_port
@@ -204,7 +205,43 @@ def test_a_hanging_call_fails_at_the_deadline_naming_the_server(
     hung = daemon.execute("mcp__up__sleep", {"seconds": 30})
     assert hung.result.is_error
     assert "The MCP server up did not answer sleep within 3 s" in text_of(hung)
-    assert text_of(daemon.execute("mcp__up__add", {"a": 1, "b": 1})) == "2"
+    assert _answer_soon(daemon, "mcp__up__add", {"a": 1, "b": 1}) == "2"
+
+
+def test_an_abandoned_call_leaves_no_stream_for_the_server_to_flood(short_tmp: Path) -> None:
+    """The SDK does not end an abandoned request's event stream: the daemon reconnects instead,
+    so a server that goes on sending after the deadline is cut off."""
+    flooder = Flooder()
+    server = {"name": "flooder", "url": f"http://127.0.0.1:{flooder.port}/mcp", "timeout_s": 2,
+              "defer": "never"}  # fmt: skip
+    try:
+        with running_daemon(
+            short_tmp / "ws-mcp-up",
+            short_tmp / "mcp-flood.sock",
+            sandbox={"enabled": False},
+            opa={"policies_dir": _policies(short_tmp / "mcp-flood", ("flooder",))},
+            mcp_servers=[server],
+        ) as daemon:
+            _wait_for(daemon, "mcp__flooder__flood")
+            flood = daemon.execute("mcp__flooder__flood", {})
+            assert flood.result.is_error and "within 2 s" in text_of(flood), text_of(flood)
+            deadline = time.monotonic() + 10
+            while flooder.cut() == 0 and time.monotonic() < deadline:
+                time.sleep(0.1)
+            assert flooder.cut() == 1, "the stream of an abandoned call is still open"
+    finally:
+        flooder.stop()
+
+
+def _answer_soon(daemon: RunningDaemon, name: str, tool_input: dict[str, object]) -> str:
+    """The call's text once the server is (re)connected."""
+    deadline = time.monotonic() + 30
+    while True:
+        answered = daemon.execute(name, tool_input)
+        if not answered.result.is_error or time.monotonic() > deadline:
+            assert not answered.result.is_error, text_of(answered)
+            return text_of(answered)
+        time.sleep(0.2)
 
 
 def test_a_crash_mid_call_is_an_error_and_the_server_is_reconnected(

@@ -40,9 +40,7 @@ def test_a_batch_over_the_turn_budget_keeps_the_overflow(sandbox_daemon: Running
 
 def test_single_calls_naming_a_turn_share_its_budget(sandbox_daemon: RunningDaemon) -> None:
     turn = uuid.uuid4().hex
-    answers = [
-        sandbox_daemon.execute("Bash", {"command": COMMAND}, turn_id=turn) for _ in range(8)
-    ]
+    answers = [sandbox_daemon.execute("Bash", {"command": COMMAND}, turn_id=turn) for _ in range(8)]
     assert sum(_sizes(answers)) <= 200_000 and any(a.report.kept_output for a in answers)
     other = sandbox_daemon.execute("Bash", {"command": COMMAND}, turn_id=uuid.uuid4().hex)
     alone = sandbox_daemon.execute("Bash", {"command": COMMAND})

@@ -258,3 +258,31 @@ async def test_without_keeping_each_call_starts_its_server(
 def test_the_first_restart_is_at_once_then_the_waits_grow() -> None:
     assert kept_module.BACKOFF_S[0] == 0
     assert list(kept_module.BACKOFF_S) == sorted(kept_module.BACKOFF_S)
+
+
+async def test_servers_starting_at_once_count_against_the_cap(
+    backend: CountingBackend, executor: SandboxExecutor
+) -> None:
+    kept = KeptServers(executor, max_kept=2, idle_s=60)
+    backend.may_start.clear()  # starting takes a while, as with a real engine
+    calls = [asyncio.create_task(kept.call(spec(f"s{n}"), "box", OPENING, CALL)) for n in range(6)]
+    await asyncio.sleep(0.05)
+    assert len(backend.specs) <= 2, f"{len(backend.specs)} servers started with a cap of 2"
+    backend.may_start.set()
+    results = await asyncio.gather(*calls)
+    assert sum(r.output == "1" for r in results) == 2
+    assert all("kept_servers_max" in r.error for r in results if r.output != "1")
+    await kept.close()
+
+
+async def test_one_principal_cannot_push_out_anothers_server(
+    backend: CountingBackend, executor: SandboxExecutor
+) -> None:
+    kept = KeptServers(executor, max_kept=4, idle_s=60, per_owner=2)
+    await kept.call(spec("theirs"), "box", OPENING, CALL, owner="p2")
+    for n in range(6):
+        await kept.call(spec(f"mine{n}"), "box", OPENING, CALL, owner="p1")
+    assert kept.live("p1") == 2, "one principal kept more than its share"
+    again = await kept.call(spec("theirs"), "box", OPENING, CALL, owner="p2")
+    assert again.output == "2", "another principal's server (and its state) was stopped"
+    await kept.close()

@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from daemon.ops.logs import configure_logging, log_context
+from daemon.ops.logs import FloodGuard, configure_logging, log_context
 
 log = logging.getLogger("tooljail.test")
 
@@ -156,3 +156,21 @@ def test_default_stream_is_standard_error(capsys: pytest.CaptureFixture[str]) ->
 def test_an_unknown_level_names_the_valid_ones() -> None:
     with pytest.raises(ValueError, match="unknown log level 'verbose'; use one of: debug, info"):
         configure_logging(json=True, level="verbose")
+
+
+def test_a_flood_of_one_message_is_held_back_and_counted(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    now = [0.0]
+    monkeypatch.setattr("daemon.ops.logs.time.monotonic", lambda: now[0])
+    guard = FloodGuard(burst=3, period_s=10)
+
+    def record(msg: str, name: str = "client") -> logging.LogRecord:
+        return logging.LogRecord(name, logging.WARNING, __file__, 1, msg, None, None)
+
+    passed = [guard.filter(record("bad notification")) for _ in range(100)]
+    assert passed.count(True) == 3
+    assert guard.filter(record("another message")), "one flood silenced other messages"
+    now[0] = 11.0
+    later = record("bad notification")
+    assert guard.filter(later) and "[97 more like this dropped]" in str(later.msg)

@@ -155,11 +155,16 @@ def test_the_catalog_adds_replaces_and_defers_a_servers_tools() -> None:
     catalog.on_change = published.append
     upstream = _Answering(_spec(), Exception())
     catalog.add_upstream(upstream)
-    catalog.upstream_tools("docs", [_listing("a"), _listing("b"), _listing("a")])
+    catalog.upstream_tools("docs", [_listing("a"), _listing("b"), _listing("c")])
     assert [n for n in published[-1].names() if n.startswith("mcp__")] == [
         "mcp__docs__a",
         "mcp__docs__b",
+        "mcp__docs__c",
     ]
+    # Two remote tools that would share a name: neither is guessed at.
+    catalog.upstream_tools("docs", [_listing("a"), _listing("b.x"), _listing("b_x"), _listing("a")])
+    assert [n for n in published[-1].names() if n.startswith("mcp__")] == []
+    catalog.upstream_tools("docs", [_listing("a"), _listing("b"), _listing("a")])
     many = [_listing(f"t{i}") for i in range(MCP_DEFER_ABOVE + 1)]
     catalog.upstream_tools("docs", many)
     registry = published[-1]
@@ -213,3 +218,30 @@ async def test_a_stdio_server_answering_garbage_is_an_error_naming_it(tmp_path: 
         sandbox.canned.append(SandboxResult(output=output, error=error, stderr="boom"))
         with pytest.raises(McpServerError, match=expected):
             await server.call("add", {"a": 1}, ctx)
+
+
+class _Pages:
+    """A client whose server lists tools page after page, without end."""
+
+    def __init__(self, description_bytes: int = 10) -> None:
+        self.asked = 0
+        self._description = "d" * description_bytes
+
+    async def list_tools(self, cursor: str | None = None) -> types.ListToolsResult:
+        self.asked += 1
+        tool = types.Tool(
+            name=f"t{self.asked}", description=self._description, input_schema={"type": "object"}
+        )
+        return types.ListToolsResult(tools=[tool], next_cursor=str(self.asked))
+
+
+@pytest.mark.parametrize(("description_bytes", "most_pages"), [(10, 20), (3_000_000, 3)])
+async def test_a_listing_without_end_is_read_only_so_far(
+    description_bytes: int, most_pages: int
+) -> None:
+    listed: list[list[types.Tool]] = []
+    upstream = McpUpstream(_spec(), lambda _name, tools: listed.append(tools))
+    pages = _Pages(description_bytes)
+    await upstream._read_tools(pages)  # type: ignore[arg-type]
+    assert pages.asked <= most_pages and len(listed) == 1
+    assert sum(len(t.model_dump_json()) for t in listed[0]) <= 8 << 20

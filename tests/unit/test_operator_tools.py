@@ -133,6 +133,12 @@ async def test_input_is_checked_by_the_schema_and_fields_become_whole_arguments(
     # A value with a space is one argument (no shell); an absent list gives no argument.
     assert text_of(spaced).strip() == "1"
     assert flagged.is_error and "`flags` may not start with '-'" in text_of(flagged)
+    # `$` of Python's re matches before a final newline: "notes.txt\n" passes the pattern.
+    broken = await run_tool(tool, {"word": "alpha", "file": "notes.txt\n"}, ctx)
+    assert broken.is_error and "`file` goes on the command line" in text_of(broken)
+    for sneaky in ("alpha\r", "al\tpha", "a\x00b", "alpha\x7f"):  # `word` allows ^.+$
+        broken = await run_tool(tool, {"word": sneaky, "file": "notes.txt"}, ctx)
+        assert broken.is_error and "control characters" in text_of(broken), sneaky
     requests = [r for r in sandbox.requests if isinstance(r, ExecRequest)]
     assert requests[-1].argv == ("grep", "-c", "--", "beta alpha", "notes.txt")
     assert requests[0].stdin == ""  # stdin = "none"

@@ -42,7 +42,9 @@ def test_cache_ttl_is_optional_and_taken_as_given() -> None:
 
 def test_the_turn_budget_is_optional_and_taken_as_given() -> None:
     assert parse_verdict(decision(), SandboxLimits()).turn_budget_chars is None
-    assert parse_verdict(decision(turn_budget_chars=9000), SandboxLimits()).turn_budget_chars == 9000
+    assert (
+        parse_verdict(decision(turn_budget_chars=9000), SandboxLimits()).turn_budget_chars == 9000
+    )
 
 
 def test_undefined_decision_is_a_deny() -> None:

@@ -34,6 +34,10 @@ _BACKOFF_S = (0.5, 1.0, 2.0, 5.0, 10.0, 30.0)
 _RELIST_PAUSE_S = 1.0
 MAX_LISTED_TOOLS = 512
 """Tools taken from one server; more are ignored (logged)."""
+MAX_LISTING_PAGES = 20
+"""Pages of a listing read; a server with more is read that far (logged)."""
+MAX_LISTING_BYTES = 8 << 20
+"""What the tools of one server may hold together (names, descriptions, schemas as JSON)."""
 
 ToolsListener = Callable[[str, list[types.Tool]], None]
 """Told the server's name and its tools whenever they were (re)read."""
@@ -144,17 +148,31 @@ class McpUpstream:
 
     async def _read_tools(self, client: Client) -> None:
         tools: list[types.Tool] = []
+        size = 0
         cursor: str | None = None
-        while len(tools) < MAX_LISTED_TOOLS:
+        for _ in range(MAX_LISTING_PAGES):
             async with asyncio.timeout(self.spec.timeout_s):
                 page = await client.list_tools(cursor=cursor)
-            tools += page.tools
+            for tool in page.tools:
+                size += len(tool.model_dump_json(by_alias=True))
+                if size > MAX_LISTING_BYTES or len(tools) >= MAX_LISTED_TOOLS:
+                    log.warning(
+                        "MCP server %s lists more than %d tools or %d bytes of them; the rest "
+                        "is left out",
+                        self.spec.name,
+                        MAX_LISTED_TOOLS,
+                        MAX_LISTING_BYTES,
+                    )
+                    self._on_tools(self.spec.name, tools)
+                    return
+                tools.append(tool)
             cursor = page.next_cursor
             if cursor is None:
                 break
-        if len(tools) > MAX_LISTED_TOOLS:
-            log.warning("MCP server %s lists more than %d tools", self.spec.name, MAX_LISTED_TOOLS)
-        self._on_tools(self.spec.name, tools[:MAX_LISTED_TOOLS])
+        else:
+            log.warning("MCP server %s: its listing has more than %d pages; read that far",
+                        self.spec.name, MAX_LISTING_PAGES)  # fmt: skip
+        self._on_tools(self.spec.name, tools)
 
     async def _message(self, message: Any) -> None:
         if isinstance(message, types.ToolListChangedNotification):
@@ -187,6 +205,10 @@ class McpUpstream:
                 f"The MCP server {name} refused the {tool} call: {_describe(exc)}"
             ) from exc
         except TimeoutError as exc:
+            # The SDK does not end an abandoned request's answer stream: a server could go on
+            # sending on it for ever. The connection is made again instead.
+            self.last_error = f"the {tool} call was abandoned after {self.spec.timeout_s:g} s"
+            self._broken.set()
             raise McpServerError(
                 f"The MCP server {name} did not answer {tool} within {self.spec.timeout_s:g} s; "
                 "the call was abandoned (it may still have had an effect there)."

@@ -13,6 +13,7 @@ from __future__ import annotations
 import base64
 import binascii
 import json
+import re
 from dataclasses import dataclass
 from typing import Any, ClassVar, Literal
 
@@ -58,6 +59,9 @@ class OperatorRun:
 
     result: SandboxResult
     timeout_ms: int
+
+
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 
 
 class OperatorTool(Tool[OperatorInput, OperatorRun]):
@@ -128,8 +132,13 @@ class OperatorTool(Tool[OperatorInput, OperatorRun]):
                 f"Invalid input for the {self.name} tool: `{field}` may not start with '-' "
                 "(it would be read as an option)."
             )
-        if "\0" in text:
-            raise ToolInputError(f"Invalid input for the {self.name} tool: `{field}` has a NUL.")
+        if _CONTROL.search(text):
+            # A line break slips past a pattern such as ^[a-z]+$ (Python's $ also matches
+            # before a final newline), and no command-line value needs one.
+            raise ToolInputError(
+                f"Invalid input for the {self.name} tool: `{field}` goes on the command line, "
+                "so it may not hold control characters (line breaks, tabs, NUL...)."
+            )
         return text
 
     async def call(self, args: OperatorInput, ctx: CallContext) -> OperatorRun:
