@@ -308,7 +308,11 @@ class Daemon:
         settings = self.settings
         if settings.kept_outputs_mb == 0:
             return None
-        kept = KeptOutputs(settings.state_dir / "outputs", settings.kept_outputs_mb << 20)
+        kept = KeptOutputs(
+            settings.state_dir / "outputs",
+            settings.kept_outputs_mb << 20,
+            settings.kept_outputs_total_mb << 20,
+        )
         try:
             kept.prepare()
         except OSError as exc:

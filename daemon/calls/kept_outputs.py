@@ -19,6 +19,7 @@ import hashlib
 import logging
 import os
 import re
+import secrets
 import shutil
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -26,6 +27,7 @@ from pathlib import Path
 
 from daemon.calls.budget import NOTES_SHARE
 from daemon.models import ContentBlock, TextContent
+from daemon.sessions.session import Session
 
 log = logging.getLogger(__name__)
 
@@ -95,13 +97,14 @@ def with_preview(
 
 
 class KeptOutputs:
-    """The kept results of every session, under `root`."""
+    """The kept results of every session, under `root`: at most `per_session_bytes` for one
+    session and `total_bytes` for all of them."""
 
-    def __init__(self, root: Path, per_session_bytes: int) -> None:
+    def __init__(self, root: Path, per_session_bytes: int, total_bytes: int = 1 << 30) -> None:
         self.root = root
         self._per_session = per_session_bytes
+        self._total = total_bytes
         self._used: dict[str, int] = {}
-        self._count = 0
 
     def prepare(self) -> None:
         """Make the directory (only the daemon may enter it), emptied of an earlier run's."""
@@ -117,27 +120,32 @@ class KeptOutputs:
         digest = hashlib.sha256(session_id.encode("utf-8", "surrogatepass")).hexdigest()[:12]
         return self.root / f"{_SAFE_ID.sub('_', session_id)[:48]}-{digest}"
 
-    async def keep(self, session_id: str, tool_use_id: str, text: str) -> KeptOutput | None:
-        """Save `text` for the session; None when its share is used up or the disk refused
-        (logged), so the caller cuts the result as usual."""
+    async def keep(self, session: Session, tool_use_id: str, text: str) -> KeptOutput | None:
+        """Save `text` for the session; None when the session is closed, a share is used up or
+        the disk refused (logged), so the caller cuts the result as usual."""
         data = text.encode("utf-8", "surrogateescape")
-        used = self._used.get(session_id, 0)
-        if used + len(data) > self._per_session:
+        used = self._used.get(session.id, 0)
+        over = used + len(data) > self._per_session
+        if session.closed or over or sum(self._used.values()) + len(data) > self._total:
             return None
-        self._used[session_id] = used + len(data)  # reserved now: concurrent calls count too
-        self._count += 1
-        name = f"{self._count}-{_SAFE_ID.sub('_', tool_use_id)[:64]}.txt"
-        path = self.folder(session_id) / name
+        self._used[session.id] = used + len(data)  # reserved now: concurrent calls count too
+        # Random, not a counter: a name says nothing about other sessions' outputs.
+        name = f"{secrets.token_hex(4)}-{_SAFE_ID.sub('_', tool_use_id)[:64]}.txt"
+        path = self.folder(session.id) / name
         try:
             await asyncio.to_thread(_write_new, path, data)
         except OSError as exc:
-            self._used[session_id] -= len(data)
+            if session.id in self._used:
+                self._used[session.id] -= len(data)
             log.warning("could not keep an output of %d bytes: %s", len(data), exc)
+            return None
+        if session.closed:  # closed while it was written: its folder went, or goes now
+            self.remove_session(session.id)
             return None
         return KeptOutput(path=path, chars=len(text), size_bytes=len(data))
 
     def remove_session(self, session_id: str) -> None:
-        """Delete a closed session's results."""
+        """Delete a closed session's results (a session never reopens: its share goes too)."""
         self._used.pop(session_id, None)
         with contextlib.suppress(FileNotFoundError):
             shutil.rmtree(self.folder(session_id))
@@ -146,7 +154,7 @@ class KeptOutputs:
 def _write_new(path: Path, data: bytes) -> None:
     """Write a new file (never an existing one, never through a link) in a folder made here."""
     with contextlib.suppress(FileExistsError):
-        path.parent.mkdir(mode=0o700)
+        path.parent.mkdir(mode=0o700)  # the root is the daemon's alone: nobody races this
     flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
     fd = os.open(path, flags, 0o600)
     try:

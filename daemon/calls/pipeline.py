@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from daemon.calls.audit import AuditEvent, AuditLog
-from daemon.calls.budget import fit_content, fit_with_notes
+from daemon.calls.budget import fit_content, fit_text, fit_with_notes
 from daemon.calls.hook_stage import HookStage
 from daemon.calls.kept_outputs import KeptOutputs, text_of, with_preview
 from daemon.egress.proxy import EgressCall
@@ -291,9 +291,10 @@ class Pipeline:
 
     def _unknown_tool(self, request: CallRequest, session: Session, started: float) -> RejectedCall:
         names = ", ".join(self._registry.names())
+        name = request.tool_use.name
+        shown = repr(name) if len(name) <= 80 else f"{name[:80]!r}… ({len(name)} characters)"
         error = (
-            f"Unknown tool {request.tool_use.name!r}. The available tools are: {names}. Call one "
-            "of those instead."
+            f"Unknown tool {shown}. The available tools are: {names}. Call one of those instead."
         )
         return RejectedCall(request, session, started, error, known_tool=False)
 
@@ -319,12 +320,18 @@ class Pipeline:
         with log_context(session=prepared.session.id, tool_use_id=tool_use.id):
             trace = _Trace()
             if isinstance(prepared, RejectedCall):
+                if prepared.session.closed:
+                    text = "This session was closed before the call could run, so nothing ran."
+                    result = _error(tool_use.id, text)
+                    return self._finish(prepared, trace, caller, None, result, summary="closed")
                 summary = (
                     f"{tool_use.name}: invalid input"
                     if prepared.known_tool
                     else f"Unknown tool {tool_use.name}"
                 )
-                result = _error(tool_use.id, prepared.error)
+                # Its text quotes the input: held to the budget like any result.
+                shown = fit_text(prepared.error, self._limits.result_budget_chars).text
+                result = _error(tool_use.id, shown)
                 return self._finish(prepared, trace, caller, None, result, summary=summary)
             return await self._run_ready(prepared, trace, caller)
 
@@ -441,7 +448,7 @@ class Pipeline:
         kept = None
         if fitted.truncated and tool.keeps_over_budget and self._kept is not None:
             whole = text_of(after.content)
-            kept = await self._kept.keep(call.session.id, call.tool_use_id, whole)
+            kept = await self._kept.keep(call.session, call.tool_use_id, whole)
             if kept is not None:
                 call.session.kept_outputs = kept.path.parent
                 content, _ = fit_with_notes(
@@ -472,8 +479,9 @@ class Pipeline:
         previewed when it can be (not already kept), else cut."""
         text = text_of(outcome.result.content)
         kept = None
-        if self._kept is not None and not outcome.report.kept_output:
-            kept = await self._kept.keep(prepared.session.id, prepared.request.tool_use.id, text)
+        keeps = isinstance(prepared, ReadyCall) and prepared.call.tool.keeps_over_budget
+        if self._kept is not None and keeps and not outcome.report.kept_output:
+            kept = await self._kept.keep(prepared.session, prepared.request.tool_use.id, text)
         blocks = list(outcome.result.content)
         if kept is not None:
             prepared.session.kept_outputs = kept.path.parent
@@ -581,7 +589,7 @@ class Pipeline:
             result=result,
             decision=decision,
             report=report,
-            summary=summary,
+            summary=_one_line(summary),
             turn_budget_chars=verdict.turn_budget_chars if verdict else None,
         )
         log.debug(

@@ -195,6 +195,10 @@ class Scheduler:
 
     async def _run(self, call: PreparedCall, caller: Caller) -> ExecuteOutcome:
         """One call: idempotency, slot, session lock (shared if safe), then the pipeline."""
+        if call.session.closed:
+            # The rest of a batch whose session was closed: the pipeline answers (and audits)
+            # that nothing ran, and nothing of the session (slots, lock) is made again.
+            return await self._pipeline.run(call, caller)
 
         async def run_now() -> ExecuteOutcome:
             async with (

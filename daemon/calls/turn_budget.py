@@ -57,12 +57,16 @@ class TurnBudget:
         reserve = unknown * min(PREVIEW_ROOM, self.total // max(self._calls, 1))
         later = [result_chars(other) for other in known_later]
         left = self.total - self.used
+        room = size
         if size + sum(later) + reserve > left and self._shrinks_first(size, later, left, reserve):
-            room = max(MIN_BUDGET, min(PREVIEW_ROOM, left - reserve - self._floor(later)))
-            if size > room:
-                outcome = await shrink(outcome, room)
-                size = result_chars(outcome)
-        self.used += size
+            room = min(
+                size, max(MIN_BUDGET, min(PREVIEW_ROOM, left - reserve - self._floor(later)))
+            )
+        # Counted before any wait: concurrent calls of the turn see this one's share taken.
+        self.used += room
+        if room < size:
+            outcome = await shrink(outcome, room)
+            self.used += result_chars(outcome) - room
         return outcome
 
     @staticmethod
@@ -90,22 +94,34 @@ class _Opened:
 
 
 class TurnRegistry:
-    """Turns named by single calls (ExecuteRequest.turn_id), per session, for `window_s`."""
+    """Turns named by single calls (ExecuteRequest.turn_id), per session, for `window_s`; a
+    session keeps at most `per_session` (its oldest goes first: never another session's)."""
 
-    def __init__(self, window_s: float = 60.0, max_turns: int = 4096) -> None:
+    def __init__(self, window_s: float = 60.0, per_session: int = 16) -> None:
         self._window_s = window_s
-        self._max = max_turns
-        self._turns: dict[tuple[str, str], _Opened] = {}
+        self._per_session = per_session
+        self._sessions: dict[str, dict[str, _Opened]] = {}
+        self._next_sweep = 0.0
 
     def get(self, session_id: str, turn_id: str, open_turn: Callable[[], TurnBudget]) -> TurnBudget:
         """The turn's budget, opened now when it is new (or its window passed)."""
         now = time.monotonic()
-        if len(self._turns) >= self._max:
-            self._turns = {k: v for k, v in self._turns.items() if v.expires > now}
-        key = (session_id, turn_id)
-        opened = self._turns.get(key)
+        self._sweep(now)
+        turns = self._sessions.setdefault(session_id, {})
+        opened = turns.get(turn_id)
         if opened is None or opened.expires <= now:
-            if len(self._turns) >= self._max:  # all live: the oldest goes
-                del self._turns[min(self._turns, key=lambda k: self._turns[k].expires)]
-            opened = self._turns[key] = _Opened(open_turn(), now + self._window_s)
+            for old in [t for t, o in turns.items() if o.expires <= now]:
+                del turns[old]
+            if len(turns) >= self._per_session:
+                del turns[min(turns, key=lambda t: turns[t].expires)]
+            opened = turns[turn_id] = _Opened(open_turn(), now + self._window_s)
         return opened.budget
+
+    def _sweep(self, now: float) -> None:
+        """Now and then, forget sessions whose turns all ended (closed sessions among them)."""
+        if now < self._next_sweep:
+            return
+        self._next_sweep = now + self._window_s
+        for session_id in list(self._sessions):
+            if all(o.expires <= now for o in self._sessions[session_id].values()):
+                del self._sessions[session_id]

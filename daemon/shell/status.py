@@ -4,10 +4,13 @@ Some programs answer a question with their exit status: grep exits 1 when nothin
 when the files differ, test when the condition is false, `git diff --exit-code` when there are
 differences. For such a line, exit 1 is an answer, not an error. The status of a line is the one
 of the command that ran last, so the table is applied to that command only, and only where it is
-certain to be the one: the line's last statement, the last stage of a pipeline (unless the line
-mentions pipefail). Anything else keeps every non-zero status an error: a negation, a loop, a
-condition, a subshell, a command sent to the background, a line that does not parse, and any
-`a && b` (even `cd DIR && grep ...`: a cd that fails exits 1 too, and its 1 is no answer).
+certain to be the one and to be that program: a line of one statement (a command, or a pipeline
+whose last stage it is, unless the line mentions pipefail), naming the program by its bare name
+(found on PATH, not `./grep`), without variable assignments, and only through wrappers that keep
+its status. Anything else keeps every non-zero status an error: several statements (an earlier
+one can define a function or alias of that name, `set -e`, `trap ... EXIT`, `exec`, `hash -p`,
+`exit`), `a && b` (even `cd DIR && grep ...`: a cd that fails exits 1 too), a negation, a loop, a
+condition, a subshell, a command sent to the background, a line that does not parse.
 """
 
 from __future__ import annotations
@@ -48,12 +51,11 @@ def benign_meaning(raw: str, exit_code: int) -> str:
 def _final_command(program: tree_sitter.Node) -> tree_sitter.Node | None:
     """The command whose status is the line's, when that is certain."""
     statements = [child for child in program.children if child.type != "comment"]
-    if not statements or not statements[-1].is_named:  # ends with `&` (or `;`): see below
-        if len(statements) >= 2 and statements[-1].type == ";":
-            statements = statements[:-1]
-        else:
-            return None
-    node: tree_sitter.Node | None = statements[-1]
+    if len(statements) == 2 and statements[-1].type == ";":
+        statements = statements[:1]
+    if len(statements) != 1 or not statements[0].is_named:  # several, or sent to the background
+        return None
+    node: tree_sitter.Node | None = statements[0]
     while node is not None:
         if node.type in ("command", "test_command"):
             return node
@@ -73,6 +75,8 @@ def _meaning(text: str) -> str:
     command = line.simple_commands[0]
     if command.dynamic or not set(command.wrappers) <= _STATUS_KEEPING_WRAPPERS:
         return ""
+    if command.path != command.name or command.assignments:
+        return ""  # ./grep is the workspace's own program; PATH=... finds another
     if command.name in _SEARCHES:
         return "no match found"
     if command.name in _COMPARES:

@@ -30,44 +30,56 @@ def files(sandbox_dir: Path) -> Path:
 @pytest.mark.parametrize(
     ("command", "meaning"),
     [
-        ("grep needle a.txt", "no match found"),
-        ("cat a.txt | grep -n needle", "no match found"),
-        ("diff a.txt b.txt", "the files differ"),
-        ("cmp a.txt b.txt", "the files differ"),
-        ("test -f missing.txt", "the condition is false"),
-        ("[ -s missing.txt ]", "the condition is false"),
-        ("[[ -d missing ]]", "the condition is false"),
-        (
-            "git init -q . && git add a.txt && GIT_AUTHOR_NAME=t GIT_AUTHOR_EMAIL=t@t "
-            "GIT_COMMITTER_NAME=t GIT_COMMITTER_EMAIL=t@t git commit -qm a && echo changed >> a.txt"
-            "; git diff --exit-code",
-            "there are differences",
-        ),
+        ("grep needle {d}/a.txt", "no match found"),
+        ("cat {d}/a.txt | grep -n needle", "no match found"),
+        ("diff {d}/a.txt {d}/b.txt", "the files differ"),
+        ("cmp {d}/a.txt {d}/b.txt", "the files differ"),
+        ("test -f {d}/missing.txt", "the condition is false"),
+        ("[ -s {d}/missing.txt ]", "the condition is false"),
+        ("[[ -d {d}/missing ]]", "the condition is false"),
     ],
+    ids=["grep", "pipeline", "diff", "cmp", "test", "bracket", "double-bracket"],
 )
 def test_exit_1_that_answers_is_not_an_error(
     sandbox_daemon: RunningDaemon, files: Path, command: str, meaning: str
 ) -> None:
-    answered = sandbox_daemon.execute("Bash", {"command": f"cd {quote(str(files))}; {command}"})
+    answered = sandbox_daemon.execute("Bash", {"command": command.format(d=quote(str(files)))})
     assert not answered.result.is_error, text_of(answered)
     assert answered.report.exit_code == 1
     assert text_of(answered).startswith(f"Exit code 1: {meaning} (not an error)")
 
 
+def test_git_diff_exit_code_finding_changes_is_not_an_error(
+    sandbox_daemon: RunningDaemon, files: Path
+) -> None:
+    d = quote(str(files))
+    setup = (
+        f"cd {d} && git init -q . && git add a.txt && GIT_AUTHOR_NAME=t GIT_AUTHOR_EMAIL=t@t "
+        "GIT_COMMITTER_NAME=t GIT_COMMITTER_EMAIL=t@t git commit -qm a && echo changed >> a.txt"
+    )
+    assert not sandbox_daemon.execute("Bash", {"command": setup}).result.is_error
+    answered = sandbox_daemon.execute("Bash", {"command": f"git -C {d} diff --exit-code"})
+    assert not answered.result.is_error, text_of(answered)
+    assert text_of(answered).startswith("Exit code 1: there are differences (not an error)")
+
+
 @pytest.mark.parametrize(
     "command",
     [
-        "! grep alpha a.txt",  # 1: it matched
-        "grep alpha missing.txt",  # 2: grep could not read
-        "grep needle a.txt && echo found",
-        "cd missing-dir && grep needle a.txt",  # cd's own exit 1
+        "! grep alpha {d}/a.txt",  # 1: it matched
+        "grep alpha {d}/missing.txt",  # 2: grep could not read
+        "grep needle {d}/a.txt && echo found",
+        "cd {d}/missing-dir && grep needle a.txt",  # cd's own exit 1
+        "grep() {{ cat /nonexistent; }}; grep foo /dev/null",  # not grep at all
+        "set -e; cp /nonexistent /tmp/x; grep -q zzz /dev/null",
         "false",
     ],
+    ids=["negated", "unreadable", "and-list", "cd-failed", "shadowed", "set-e", "false"],
 )
 def test_other_failures_stay_errors(
     sandbox_daemon: RunningDaemon, files: Path, command: str
 ) -> None:
-    answered = sandbox_daemon.execute("Bash", {"command": f"cd {quote(str(files))}; {command}"})
+    answered = sandbox_daemon.execute("Bash", {"command": command.format(d=quote(str(files)))})
     assert answered.result.is_error and text_of(answered).startswith("Exit code ")
     assert "not an error" not in text_of(answered)
 

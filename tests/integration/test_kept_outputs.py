@@ -6,6 +6,7 @@ goes with its session."""
 from __future__ import annotations
 
 import re
+import threading
 import time
 from pathlib import Path
 
@@ -86,3 +87,30 @@ def test_kept_outputs_go_with_their_session(sandbox_daemon: RunningDaemon) -> No
     while path.parent.exists() and time.monotonic() < deadline:
         time.sleep(0.05)
     assert not path.parent.exists(), "a closed session's outputs are still kept"
+
+
+def test_a_batch_cut_short_by_close_session_keeps_nothing_after(
+    sandbox_daemon: RunningDaemon,
+) -> None:
+    session = sandbox_daemon.stub.OpenSession(pb.OpenSessionRequest(), timeout=30)
+    _, first = _kept(sandbox_daemon, session.id)
+    uses = [pb.ToolUse(id="slow", name="Bash")]
+    uses[0].input.update({"command": "sleep 3"})
+    for n in range(4):
+        big = pb.ToolUse(id=f"big{n}", name="X" * 200_000)  # rejected, with a long text
+        uses.append(big)
+    answers: list[pb.ExecuteResponse] = []
+
+    def run_batch() -> None:
+        request = pb.ExecuteBatchRequest(session_id=session.id, tool_uses=uses)
+        answers.extend(sandbox_daemon.stub.ExecuteBatch(request, timeout=60))
+
+    runner = threading.Thread(target=run_batch)
+    runner.start()
+    time.sleep(1.0)
+    sandbox_daemon.stub.CloseSession(pb.CloseSessionRequest(session_id=session.id), timeout=30)
+    runner.join(60)
+    assert len(answers) == len(uses)
+    assert not any(a.report.kept_output for a in answers[1:])
+    time.sleep(0.5)
+    assert not first.parent.exists(), "a closed session's outputs folder came back"

@@ -11,13 +11,18 @@ from pathlib import Path
 import pytest
 
 from daemon.calls.kept_outputs import KeptOutput, KeptOutputs, preview
+from daemon.sessions.session import Session
+
+
+def session(session_id: str = "ses_1") -> Session:
+    return Session(id=session_id, workspace=Path("/w"))
 
 
 async def test_the_directory_is_private_and_emptied_at_start(tmp_path: Path) -> None:
     root = tmp_path / "outputs"
     kept = KeptOutputs(root, per_session_bytes=1 << 20)
     kept.prepare()
-    saved = await kept.keep("ses_1", "toolu_1", "x" * 100)
+    saved = await kept.keep(session(), "toolu_1", "x" * 100)
     assert saved is not None and saved.path.read_text() == "x" * 100
     assert root.stat().st_mode & 0o777 == 0o700 and saved.path.stat().st_mode & 0o777 == 0o600
     KeptOutputs(root, per_session_bytes=1 << 20).prepare()
@@ -35,7 +40,7 @@ def test_a_linked_directory_is_refused(tmp_path: Path) -> None:
 async def test_names_stay_inside_the_sessions_folder(tmp_path: Path, hostile: str) -> None:
     kept = KeptOutputs(tmp_path / "outputs", per_session_bytes=1 << 20)
     kept.prepare()
-    saved = await kept.keep(hostile, hostile, "data")
+    saved = await kept.keep(session(hostile), hostile, "data")
     assert saved is not None
     assert saved.path.parent.parent == kept.root and saved.path.parent == kept.folder(hostile)
     assert len(saved.path.name) < 100 and len(saved.path.parent.name) < 100
@@ -45,21 +50,43 @@ async def test_names_stay_inside_the_sessions_folder(tmp_path: Path, hostile: st
 async def test_each_session_has_its_share_even_under_concurrent_calls(tmp_path: Path) -> None:
     kept = KeptOutputs(tmp_path / "outputs", per_session_bytes=1000)
     kept.prepare()
-    saved = await asyncio.gather(*(kept.keep("ses_1", f"t{n}", "y" * 300) for n in range(6)))
+    first = session("ses_1")
+    saved = await asyncio.gather(*(kept.keep(first, f"t{n}", "y" * 300) for n in range(6)))
     assert sum(s is not None for s in saved) == 3
-    assert await kept.keep("ses_2", "t", "y" * 300) is not None, "another session's share used"
-    kept.remove_session("ses_1")
-    assert not kept.folder("ses_1").exists()
-    assert await kept.keep("ses_1", "t", "y" * 300) is not None
+    assert await kept.keep(session("ses_2"), "t", "y" * 300) is not None, "share shared"
 
 
-async def test_a_file_already_there_is_never_overwritten(tmp_path: Path) -> None:
+async def test_a_closed_session_keeps_nothing_more(tmp_path: Path) -> None:
+    kept = KeptOutputs(tmp_path / "outputs", per_session_bytes=1000)
+    kept.prepare()
+    mine = session()
+    assert await kept.keep(mine, "t", "y" * 300) is not None
+    mine.closed = True
+    kept.remove_session(mine.id)
+    assert not kept.folder(mine.id).exists()
+    assert await kept.keep(mine, "t", "y" * 300) is None, "a closed session kept an output"
+    assert not kept.folder(mine.id).exists(), "its folder came back"
+
+
+async def test_all_sessions_together_stay_under_the_total(tmp_path: Path) -> None:
+    kept = KeptOutputs(tmp_path / "outputs", per_session_bytes=1000, total_bytes=2500)
+    kept.prepare()
+    saved = [await kept.keep(session(f"s{n}"), "t", "y" * 900) for n in range(5)]
+    assert sum(s is not None for s in saved) == 2
+
+
+async def test_a_file_already_there_is_never_overwritten(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     kept = KeptOutputs(tmp_path / "outputs", per_session_bytes=1 << 20)
     kept.prepare()
-    first = await kept.keep("s", "t", "one")
+    mine = session("s")
+    first = await kept.keep(mine, "t", "one")
     assert first is not None
-    os.symlink("/etc/passwd", kept.folder("s") / "2-t.txt")
-    assert await kept.keep("s", "t", "two") is None, "wrote through a planted link"
+    # Names are random: plant a link at every name the next write could take.
+    monkeypatch.setattr("daemon.calls.kept_outputs.secrets.token_hex", lambda n: "0" * (2 * n))
+    os.symlink("/etc/passwd", kept.folder("s") / "00000000-t.txt")
+    assert await kept.keep(mine, "t", "two") is None, "wrote through a planted link"
     assert Path("/etc/passwd").read_text() != "two"
 
 

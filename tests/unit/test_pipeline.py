@@ -261,6 +261,29 @@ async def test_an_over_budget_result_is_kept_whole_and_previewed(tmp_path: Path)
     assert third.report.truncated and "cut here to fit" in third.result.text()
 
 
+async def test_a_rejected_call_is_held_to_the_budget_however_large_its_input(
+    tmp_path: Path,
+) -> None:
+    pipeline = make_pipeline(tmp_path, FakeEngine(allow()))
+    unknown = await run(pipeline, "X" * 2_000_000, {})
+    assert unknown.result.is_error and len(unknown.result.text()) < 2_000
+    assert "(2000000 characters)" in unknown.result.text() and len(unknown.summary) <= 200
+    keys = {f"k{n}_{'z' * 300}": 1 for n in range(5_000)}
+    invalid = await run(pipeline, "Echo", {"text": "a", **keys})
+    text = invalid.result.text()
+    assert invalid.result.is_error and len(text) <= 50_000
+    assert "and 4980 more problems" in text
+
+
+async def test_the_rest_of_a_closed_sessions_batch_does_not_run(tmp_path: Path) -> None:
+    pipeline = make_pipeline(tmp_path, FakeEngine(allow()))
+    request = CallRequest(tool_use=ToolUse(id="toolu_x", name="Nope", input={}))
+    prepared = pipeline.prepare(request, Caller(principal="tester", transport="inproc"))
+    prepared.session.closed = True
+    answered = await pipeline.run(prepared, Caller(principal="tester", transport="inproc"))
+    assert answered.result.is_error and "closed before the call could run" in answered.result.text()
+
+
 async def test_list_tools_is_filtered_by_policy(tmp_path: Path) -> None:
     pipeline = make_pipeline(tmp_path, FakeEngine(allow(), visible=frozenset()))
     assert await pipeline.list_tools("", Caller()) == []

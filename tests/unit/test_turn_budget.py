@@ -4,6 +4,7 @@ name a turn share one budget for its window."""
 
 from __future__ import annotations
 
+import asyncio
 import random
 
 import pytest
@@ -83,12 +84,38 @@ async def test_the_policy_lowers_the_turns_total() -> None:
 
 
 def test_single_calls_naming_a_turn_share_it_for_its_window() -> None:
-    turns = TurnRegistry(window_s=60, max_turns=2)
+    turns = TurnRegistry(window_s=60, per_session=2)
     first = turns.get("s1", "turn-1", lambda: TurnBudget(10_000, 0))
     assert turns.get("s1", "turn-1", lambda: TurnBudget(10_000, 0)) is first
     assert turns.get("s2", "turn-1", lambda: TurnBudget(10_000, 0)) is not first
-    turns.get("s1", "turn-2", lambda: TurnBudget(10_000, 0))
-    assert turns.get("s1", "turn-1", lambda: TurnBudget(10_000, 0)) is not first, "not bounded"
     expired = TurnRegistry(window_s=0)
     once = expired.get("s", "t", lambda: TurnBudget(10_000, 0))
     assert expired.get("s", "t", lambda: TurnBudget(10_000, 0)) is not once
+
+
+def test_another_sessions_flood_of_turns_leaves_mine_alone() -> None:
+    turns = TurnRegistry(window_s=60, per_session=4)
+    mine = turns.get("victim", "t", lambda: TurnBudget(10_000, 0))
+    for n in range(10_000):
+        turns.get("mallory", f"t{n}", lambda: TurnBudget(10_000, 0))
+    assert turns.get("victim", "t", lambda: TurnBudget(10_000, 0)) is mine
+    first = turns.get("mallory", "t9999", lambda: TurnBudget(10_000, 0))
+    assert turns.get("mallory", "t9999", lambda: TurnBudget(10_000, 0)) is first
+
+
+async def test_concurrent_calls_of_one_turn_stay_within_it() -> None:
+    turn = TurnBudget(60_000, 0)
+    gate = asyncio.Event()
+
+    async def slow_shrink(answer: ExecuteOutcome, room: int) -> ExecuteOutcome:
+        await gate.wait()
+        return await shrink(answer, room)
+
+    answers = [outcome(40_000, str(n)) for n in range(16)]
+    calls = [asyncio.create_task(turn.admit(answer, slow_shrink)) for answer in answers]
+    await asyncio.sleep(0.01)
+    gate.set()
+    out = await asyncio.gather(*calls)
+    # A turn of calls sent one by one has no known size: past its total, each still gets the
+    # smallest answer there is.
+    assert sum(result_chars(a) for a in out) <= 60_000 + MIN_BUDGET * len(answers)
