@@ -178,6 +178,11 @@ class Sandbox:
         except SandboxError as exc:
             log.error("could not pre-start sandbox containers: %s", exc)
 
+    @property
+    def available(self) -> bool:
+        """Whether sandboxed calls can run (disabled, or no engine at start: not)."""
+        return self._executor is not None
+
     def runner(
         self, session: Session, tool_use_id: str, egress: EgressCall | None = None
     ) -> SandboxRunner | None:

@@ -20,7 +20,7 @@ from daemon.calls.budget import fit_content, fit_text, fit_with_notes
 from daemon.calls.hook_stage import HookStage
 from daemon.calls.kept_outputs import KeptOutputs, text_of, with_preview
 from daemon.egress.proxy import EgressCall
-from daemon.errors import ToolError, Unavailable
+from daemon.errors import NotFound, ToolError, Unavailable
 from daemon.hooks.engine import HookEngine, PreHookOutcome
 from daemon.models import (
     Caller,
@@ -46,6 +46,7 @@ from daemon.tools.call import ToolCall, run_call
 from daemon.tools.contract import AnyTool, CallContext, ProgressSink, SandboxRunner
 from daemon.tools.peers import PeerHandle
 from daemon.tools.registry import ToolDefinition, ToolRegistry
+from daemon.tools.tool_search import ToolSearchTool
 from sandbox.backend import NetworkMode, SandboxLimits
 from sandbox.limits import SandboxCeilings, clamp_limits
 
@@ -59,6 +60,11 @@ class SandboxProvider(Protocol):
         self, session: Session, tool_use_id: str, egress: EgressCall | None = None
     ) -> SandboxRunner | None:
         """The call's runner; None when the daemon has no sandbox (the tool then says so)."""
+        ...
+
+    @property
+    def available(self) -> bool:
+        """Whether sandboxed calls can run at all (a sandbox is configured and was started)."""
         ...
 
 
@@ -254,11 +260,22 @@ class Pipeline:
         visible = await self._policy.visible_tools(listing_document(definitions, session, caller))
         if visible is None:
             raise Unavailable("the policy engine cannot be reached; retry ListTools later")
-        return [
+        shown = [
             d
             for d in definitions
-            if d.name in visible and (include_deferred or not d.defer_loading)
+            if d.name in visible
+            # A sandboxed tool cannot run without a sandbox: the model is not offered it.
+            and (not d.traits.sandboxed or (self._sandbox is not None and self._sandbox.available))
+            and (include_deferred or not d.defer_loading or d.name in session.discovered)
         ]
+        if not include_deferred and not any(
+            d.defer_loading and d.name not in session.discovered
+            for d in definitions
+            if d.name in visible
+        ):
+            # Nothing left to find: ToolSearch would only cost the model a tool definition.
+            shown = [d for d in shown if d.name != ToolSearchTool.name]
+        return shown
 
     def prepare(self, request: CallRequest, caller: Caller) -> PreparedCall:
         """Look up the caller's session and validate, without side effects (NotFound for a
@@ -290,13 +307,18 @@ class Pipeline:
         return started, session, self._registry.get(request.tool_use.name)
 
     def _unknown_tool(self, request: CallRequest, session: Session, started: float) -> RejectedCall:
-        names = ", ".join(self._registry.names())
         name = request.tool_use.name
         shown = repr(name) if len(name) <= 80 else f"{name[:80]!r}… ({len(name)} characters)"
-        error = (
-            f"Unknown tool {shown}. The available tools are: {names}. Call one of those instead."
-        )
-        return RejectedCall(request, session, started, error, known_tool=False)
+        # The tools this caller may use are added when it is answered (that asks the policy).
+        return RejectedCall(request, session, started, f"Unknown tool {shown}.", known_tool=False)
+
+    async def _offered(self, prepared: RejectedCall, caller: Caller) -> str:
+        """What an unknown tool's caller may call instead: the tools it sees, none it may not."""
+        try:
+            names = [d.name for d in await self.list_tools(prepared.session.id, caller)]
+        except (Unavailable, NotFound):
+            return " The tools you may use cannot be listed right now; retry shortly."
+        return f" The tools you may use are: {', '.join(names)}. Call one of those instead."
 
     @staticmethod
     def _checked(
@@ -329,8 +351,11 @@ class Pipeline:
                     if prepared.known_tool
                     else f"Unknown tool {tool_use.name}"
                 )
+                error = prepared.error
+                if not prepared.known_tool:
+                    error += await self._offered(prepared, caller)
                 # Its text quotes the input: held to the budget like any result.
-                shown = fit_text(prepared.error, self._limits.result_budget_chars).text
+                shown = fit_text(error, self._limits.result_budget_chars).text
                 result = _error(tool_use.id, shown)
                 return self._finish(prepared, trace, caller, None, result, summary=summary)
             return await self._run_ready(prepared, trace, caller)
@@ -367,14 +392,18 @@ class Pipeline:
         )
         verdict = self._hooks.enforce(gate.verdict, hooked.outcome)
         trace.approved_by = gate.approved_by
+        decided_by_policy = bool(gate.verdict.decision_id)
         if not verdict.decision_id:  # OPA gives none when the daemon decided itself
             verdict = dataclasses.replace(verdict, decision_id=uuid.uuid4().hex)
         trace.timings["decision_s"] = time.monotonic() - decision_started
         with log_context(decision_id=verdict.decision_id):
             if verdict.outcome is not Outcome.ALLOW:
-                call.session.record_refusal(
-                    call.tool.name, "ask" if verdict.outcome is Outcome.ASK else "deny"
-                )
+                if decided_by_policy:  # not the daemon failing closed (OPA away): no count
+                    call.session.record_refusal(
+                        call.tool.name,
+                        "ask" if verdict.outcome is Outcome.ASK else "deny",
+                        canonical_input_hash(call.input_json),
+                    )
                 result = _error(tool_use.id, _refusal_text(call.tool.name, verdict))
                 word = "needs approval" if verdict.outcome is Outcome.ASK else "denied by policy"
                 # A hook's deny may override the policy's ask: then no token is handed out.

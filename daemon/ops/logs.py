@@ -120,7 +120,8 @@ def parse_level(level: str) -> int:
 
 
 class FloodGuard(logging.Filter):
-    """Lets at most `burst` records of one message (logger and template) through per `period_s`;
+    """Lets at most `burst` records of one log statement (its file and line: libraries format
+    their messages before logging them, so no two texts need be alike) through per `period_s`;
     the next one let through says how many were dropped meanwhile.
 
     Hostile inputs can make a library warn for every message they send (the MCP SDK logs a
@@ -132,16 +133,19 @@ class FloodGuard(logging.Filter):
         self._burst = burst
         self._period_s = period_s
         self._max_keys = max_keys
-        self._windows: dict[tuple[str, object], list[float]] = {}
+        self._windows: dict[tuple[str, int], list[float]] = {}
         """Per message: [window start, records let through in it, records dropped]."""
 
     def filter(self, record: logging.LogRecord) -> bool:
         now = time.monotonic()
-        key = (record.name, record.msg)
+        key = (record.pathname, record.lineno)
         window = self._windows.get(key)
         if window is None or now - window[0] >= self._period_s:
             if window is None and len(self._windows) >= self._max_keys:
-                self._windows.clear()
+                # Only statements that went quiet are forgotten: a flooding one keeps its count.
+                self._windows = {
+                    k: w for k, w in self._windows.items() if now - w[0] < self._period_s
+                }
             dropped = int(window[2]) if window is not None else 0
             self._windows[key] = [now, 1, 0]
             if dropped:

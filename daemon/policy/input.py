@@ -22,6 +22,7 @@ from typing_extensions import TypedDict
 from daemon.models import Caller as CallerModel
 from daemon.models import Transport
 from daemon.policy.approval import Grant as ApprovalGrant
+from daemon.policy.approval import canonical_input_hash
 from daemon.policy.egress_verdict import AddressRange
 from daemon.sessions.session import REFUSAL_WINDOW_S, Mode, Session
 from daemon.sessions.workspaces import Overlap
@@ -398,6 +399,11 @@ class DecisionInput(_Part):
     caller: Caller
     approval: Approval
     command: Command | None = Field(default=None, description="Bash only.")
+    refused_before: RefusalCounts = Field(
+        default_factory=lambda: RefusalCounts(deny=0, ask=0),
+        description="How many times this very call (same tool, same input) was denied or asked "
+        "about in the session in the last 10 minutes.",
+    )
     hooks: list[HookDecision] | None = Field(
         default=None,
         description="The decisions of the PreToolUse hooks that matched this call, in the order "
@@ -570,7 +576,19 @@ def decision_input(
         caller=Caller.of(caller),
         approval=_approval(grant),
         hooks=[HookDecision.model_validate(hook) for hook in hooks] or None,
+        refused_before=_refused_before(call),
     )
+
+
+def _refused_before(call: ToolCall) -> RefusalCounts:
+    """The call's own refusals (its input is hashed only when its tool has any lately)."""
+    session = call.session
+    if not any(tool == call.tool.name for _, tool, _, _ in session.refusals):
+        return RefusalCounts(deny=0, ask=0)
+    counts = session.refusals_of(
+        call.tool.name, canonical_input_hash(call.input_json), REFUSAL_WINDOW_S
+    )
+    return RefusalCounts(deny=counts["deny"], ask=counts["ask"])
 
 
 def _plain(value: Any) -> Any:

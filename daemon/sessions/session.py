@@ -90,10 +90,13 @@ class Session:
     kept_outputs: Path | None = None
     """Where its results too large for their budget were kept (Read may open them there);
     None until one was."""
-    refusals: deque[tuple[float, str, Literal["deny", "ask"]]] = field(
+    discovered: set[str] = field(default_factory=set)
+    """Deferred tools ToolSearch found for it: ListTools shows them from then on."""
+    refusals: deque[tuple[float, str, Literal["deny", "ask"], str]] = field(
         default_factory=lambda: deque(maxlen=MAX_REFUSALS_KEPT)
     )
-    """Its calls the policy denied or asked about: (monotonic time, tool, outcome)."""
+    """Its calls the policy denied or asked about: (monotonic time, tool, outcome, the call's
+    input hash)."""
 
     def pinned_root(self) -> PinnedDirectory:
         """The pinned workspace (pinned now if it was not yet)."""
@@ -118,18 +121,27 @@ class Session:
                 "Nothing ran. Tell the user; a new session is needed to go on."
             ) from exc
 
-    def record_refusal(self, tool: str, outcome: Literal["deny", "ask"]) -> None:
+    def record_refusal(self, tool: str, outcome: Literal["deny", "ask"], input_hash: str) -> None:
         """Note a call the policy refused (or asked a person about)."""
-        self.refusals.append((time.monotonic(), tool, outcome))
+        self.refusals.append((time.monotonic(), tool, outcome, input_hash))
 
     def recent_refusals(self, window_s: float) -> dict[str, dict[str, int]]:
         """Per tool, how many of its calls were denied and asked in the last `window_s`."""
         since = time.monotonic() - window_s
         counts: dict[str, dict[str, int]] = {}
-        for at, tool, outcome in self.refusals:
+        for at, tool, outcome, _ in self.refusals:
             if at >= since:
                 tool_counts = counts.setdefault(tool, {"deny": 0, "ask": 0})
                 tool_counts[outcome] += 1
+        return counts
+
+    def refusals_of(self, tool: str, input_hash: str, window_s: float) -> dict[str, int]:
+        """How many times this very call (tool and input) was denied and asked lately."""
+        since = time.monotonic() - window_s
+        counts = {"deny": 0, "ask": 0}
+        for at, name, outcome, key in self.refusals:
+            if at >= since and name == tool and key == input_hash:
+                counts[outcome] += 1
         return counts
 
     def touch(self) -> None:

@@ -24,11 +24,11 @@ _PARSER = tree_sitter.Parser(tree_sitter.Language(tree_sitter_bash.language()))
 _SEARCHES = frozenset({"grep", "egrep", "fgrep", "zgrep", "rg", "ag", "ack"})
 _COMPARES = frozenset({"diff", "cmp"})
 _TESTS = frozenset({"test", "["})
-_STATUS_KEEPING_WRAPPERS = frozenset(
-    {"sudo", "env", "nice", "nohup", "timeout", "stdbuf", "command", "builtin", "exec", "time"}
-)
+_STATUS_KEEPING_WRAPPERS = frozenset({"sudo", "env", "nice", "nohup", "timeout", "stdbuf", "time"})
 """Wrappers whose own status is the wrapped command's (xargs, find -exec and bash -c are not:
-they run it many times, or it is a line of its own)."""
+they run it many times, or it is a line of its own; builtin and exec fail on their own)."""
+_SUBSTITUTIONS = frozenset({"command_substitution", "process_substitution"})
+_HARMLESS_TARGETS = frozenset({"/dev/null"})
 
 
 def benign_meaning(raw: str, exit_code: int) -> str:
@@ -40,7 +40,7 @@ def benign_meaning(raw: str, exit_code: int) -> str:
     if tree.root_node.has_error:
         return ""
     final = _final_command(tree.root_node)
-    if final is None:
+    if final is None or _runs_more(final):
         return ""
     if final.type == "test_command":
         return "the condition is false"
@@ -60,12 +60,32 @@ def _final_command(program: tree_sitter.Node) -> tree_sitter.Node | None:
         if node.type in ("command", "test_command"):
             return node
         if node.type == "redirected_statement":
+            if not all(_harmless(redirect) for redirect in node.named_children[1:]):
+                return None  # a redirection that fails makes the line exit 1 too
             node = node.child_by_field_name("body")
         elif node.type == "pipeline":
             node = node.named_children[-1] if node.named_children else None
         else:
             return None  # negation, subshell, group, loop, condition, function, ...
     return None
+
+
+def _harmless(redirect: tree_sitter.Node) -> bool:
+    """A redirection that cannot fail: to /dev/null, or 2>&1 / 1>&2."""
+    if redirect.type != "file_redirect":
+        return False
+    words = [c.text.decode("utf-8", "surrogateescape") for c in redirect.children if c.text]
+    target = words[-1] if words else ""
+    if target in _HARMLESS_TARGETS:
+        return True
+    return words in (["2", ">&", "1"], [">&", "2"], ["1", ">&", "2"])
+
+
+def _runs_more(node: tree_sitter.Node) -> bool:
+    """Whether a substitution inside it runs commands of its own (whose failures it hides)."""
+    if node.type in _SUBSTITUTIONS:
+        return True
+    return any(_runs_more(child) for child in node.children)
 
 
 def _meaning(text: str) -> str:

@@ -90,6 +90,8 @@ class ToolSearchTool(Tool[ToolSearchInput, SearchResult]):
             key=lambda item: (-item[0], item[1]),
         )
         found = [d for points, _, d in ranked if points > 0][: args.max_results]
+        # Found once, listed from then on (as the reference runtime loads discovered tools).
+        ctx.session.discovered.update(d.name for d in found if d.defer_loading)
         return SearchResult(query=args.query, found=found)
 
     def render(self, result: SearchResult) -> ToolOutput:

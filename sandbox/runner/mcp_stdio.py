@@ -121,7 +121,7 @@ class Conversation:
                 continue
             try:
                 message = json.loads(line)
-            except ValueError as exc:
+            except (ValueError, RecursionError) as exc:  # RecursionError: nested too deep
                 shown = line[:120].decode("utf-8", "replace")
                 raise McpStdioError(
                     f"the MCP server printed a line that is not JSON: {shown!r}"

@@ -21,10 +21,17 @@ READ_ONLY = {"Read", "Glob", "Grep", "LS"}
 SANDBOXED = {"Write", "Edit", "MultiEdit", "Bash"}
 
 
-def test_list_tools_gives_valid_anthropic_definitions(host_daemon: RunningDaemon) -> None:
-    response = host_daemon.stub.ListTools(pb.ListToolsRequest(), timeout=30)
+def test_without_a_sandbox_only_what_can_run_is_offered(host_daemon: RunningDaemon) -> None:
+    names = {t.name for t in host_daemon.stub.ListTools(pb.ListToolsRequest(), timeout=30).tools}
+    # Nothing is deferred here, so ToolSearch would find nothing: it is not offered either.
+    assert names == READ_ONLY
+
+
+@pytest.mark.docker
+def test_list_tools_gives_valid_anthropic_definitions(sandbox_daemon: RunningDaemon) -> None:
+    response = sandbox_daemon.stub.ListTools(pb.ListToolsRequest(), timeout=30)
     names = [t.name for t in response.tools]
-    assert set(names) == READ_ONLY | SANDBOXED | {"ToolSearch"}
+    assert set(names) == READ_ONLY | SANDBOXED
     as_json = json.loads(response.tools_json)
     adapter = TypeAdapter(ToolParam)
     for tool, proto in zip(as_json, response.tools, strict=True):

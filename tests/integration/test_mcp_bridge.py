@@ -70,8 +70,9 @@ def approval_of(result: types.CallToolResult) -> dict[str, Any] | None:
     return value if isinstance(value, dict) else None
 
 
-async def test_initialize_and_list_tools_with_annotations(host_daemon: RunningDaemon) -> None:
-    async with bridge(host_daemon.target) as session:
+@pytest.mark.docker
+async def test_initialize_and_list_tools_with_annotations(sandbox_daemon: RunningDaemon) -> None:
+    async with bridge(sandbox_daemon.target) as session:
         assert session.server_info is not None and session.server_info.name == "tooljail"
         listed = {tool.name: tool for tool in (await session.list_tools()).tools}
 
@@ -83,7 +84,7 @@ async def test_initialize_and_list_tools_with_annotations(host_daemon: RunningDa
     assert hints(listed["Bash"]) == (False, True, False, True)
 
     # Schemas reach the MCP client exactly as the daemon advertises them (ints stay ints).
-    daemon_tools = json.loads(host_daemon.stub.ListTools(pb.ListToolsRequest()).tools_json)
+    daemon_tools = json.loads(sandbox_daemon.stub.ListTools(pb.ListToolsRequest()).tools_json)
     for spec in daemon_tools:
         assert listed[spec["name"]].input_schema == spec["input_schema"]
         assert listed[spec["name"]].description == spec["description"]
@@ -121,8 +122,9 @@ async def test_invalid_input_is_the_daemons_error_result(host_daemon: RunningDae
     assert "file_path" in text_of(result) or "bogus" in text_of(result)
 
 
-async def test_force_push_asks_for_approval(host_daemon: RunningDaemon) -> None:
-    async with bridge(host_daemon.target) as session:
+@pytest.mark.docker
+async def test_force_push_asks_for_approval(sandbox_daemon: RunningDaemon) -> None:
+    async with bridge(sandbox_daemon.target) as session:
         result = await session.call_tool("Bash", {"command": "git push --force origin main"})
     approval = approval_of(result)
     if approval is None and "approval" not in text_of(result):

@@ -14,7 +14,8 @@ from daemon.shell.status import benign_meaning
         ("grep -rn needle .", "no match found"),
         ("rg needle src", "no match found"),
         ("cat a.txt | grep needle", "no match found"),
-        ("grep needle a.txt > hits.txt 2>&1", "no match found"),
+        ("grep needle a.txt 2>/dev/null", "no match found"),
+        ("grep needle a.txt > /dev/null 2>&1", "no match found"),
         ("grep needle a.txt;", "no match found"),
         ("sudo grep needle a.txt", "no match found"),
         ("git grep needle", "no match found"),
@@ -67,6 +68,16 @@ def test_exit_1_of_the_last_command_is_an_answer(line: str, meaning: str) -> Non
         "/tmp/x/grep TODO src/",
         "PATH=. grep TODO src",
         "LC_ALL=C grep needle a.txt",
+        # A redirection that fails exits 1 too; a substitution hides its own failures.
+        "grep hello f.txt > /nonexistent/out",
+        "grep hello < /missing",
+        "diff f.txt f.txt >&7",
+        "grep needle a.txt > hits.txt 2>&1",
+        "builtin grep hello f.txt",
+        "exec grep hello f.txt",
+        "[[ -n $(cat /missing; make build) ]]",
+        "[ $(false) ]",
+        "test -n <(cat /missing)",
     ],
 )
 def test_anything_less_certain_stays_a_failure(line: str) -> None:

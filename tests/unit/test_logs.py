@@ -165,12 +165,15 @@ def test_a_flood_of_one_message_is_held_back_and_counted(
     monkeypatch.setattr("daemon.ops.logs.time.monotonic", lambda: now[0])
     guard = FloodGuard(burst=3, period_s=10)
 
-    def record(msg: str, name: str = "client") -> logging.LogRecord:
-        return logging.LogRecord(name, logging.WARNING, __file__, 1, msg, None, None)
+    def record(msg: str, line: int = 1) -> logging.LogRecord:
+        return logging.LogRecord("client", logging.WARNING, __file__, line, msg, None, None)
 
-    passed = [guard.filter(record("bad notification")) for _ in range(100)]
+    # Each text unique (as f-strings make them): the statement is what counts.
+    passed = [guard.filter(record(f"Unknown SSE event: flood{n}")) for n in range(100)]
     assert passed.count(True) == 3
-    assert guard.filter(record("another message")), "one flood silenced other messages"
+    assert guard.filter(record("another statement", line=2)), "one flood silenced others"
+    many = [guard.filter(record("x", line=1000 + n)) for n in range(2000)]
+    assert all(many) and not guard.filter(record("flood again")), "a flood reset by many keys"
     now[0] = 11.0
-    later = record("bad notification")
-    assert guard.filter(later) and "[97 more like this dropped]" in str(later.msg)
+    later = record("Unknown SSE event: late")
+    assert guard.filter(later) and "[98 more like this dropped]" in str(later.msg)

@@ -172,6 +172,7 @@ async def test_unknown_tool_lists_the_available_ones(tmp_path: Path) -> None:
     assert outcome.result.is_error
     assert "Unknown tool 'Nope'" in outcome.result.text()
     assert "Echo" in outcome.result.text() and "Disabled" not in outcome.result.text()
+    assert "Change" not in outcome.result.text(), "a tool the policy hides was offered"
     assert outcome.decision.outcome is None
 
 

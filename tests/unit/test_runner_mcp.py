@@ -69,3 +69,17 @@ def test_a_planted_answer_is_never_taken_for_the_next_call(
     ]
     assert answers == ["real answer 1", "real answer 2", "real answer 3"]
     assert progress == [], "a progress of 10**400 was shown"
+
+
+def test_a_line_nested_too_deep_is_an_error_not_a_crash() -> None:
+    script = "import sys\nsys.stdin.readline()\nprint('[' * 200000, flush=True)\nsys.stdin.read()"
+    with subprocess.Popen(
+        [sys.executable, "-c", script], stdin=subprocess.PIPE, stdout=subprocess.PIPE
+    ) as process:
+        assert process.stdin is not None and process.stdout is not None
+        talk = mcp_stdio.Conversation(
+            process.stdin.fileno(), process.stdout.fileno(), time.monotonic() + 10, 1 << 20
+        )
+        with pytest.raises(mcp_stdio.McpStdioError, match="not JSON"):
+            mcp_stdio.initialize(talk)
+        process.kill()

@@ -113,7 +113,7 @@ class McpStdioServer:
                                  f"{result.error}{stderr}")  # fmt: skip
         try:
             return json.loads(result.output)
-        except ValueError as exc:
+        except (ValueError, RecursionError) as exc:
             raise McpServerError(f"The MCP server {name} answered {what} with garbage") from exc
 
     async def call(

@@ -380,6 +380,12 @@ tool_hidden(config, tool) if {
 	not tool.read_only == true
 }
 
+# In plan mode only read-only tools run (modes.rego): the others are not offered either.
+tool_hidden(_, tool) if {
+	input.session.mode == "plan"
+	not tool.read_only == true
+}
+
 tool_hidden(config, tool) if {
 	tool.origin.kind == "mcp"
 	not mcp_server_enabled(config, tool.origin.server)

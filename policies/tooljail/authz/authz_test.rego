@@ -593,6 +593,11 @@ test_every_tool_is_visible_to_an_ordinary_principal if {
 	authz.visible_tools == {"Read", "Grep", "Write", "Bash"} with input as list_tools_input
 }
 
+test_plan_mode_offers_only_read_only_tools if {
+	plan := object.union(list_tools_input, {"session": {"mode": "plan"}})
+	authz.visible_tools == {"Read", "Grep"} with input as plan
+}
+
 test_readonly_bot_sees_only_read_only_tools if {
 	doc := as_principal(list_tools_input, "readonly-bot")
 	authz.visible_tools == {"Read", "Grep"} with input as doc
