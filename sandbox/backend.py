@@ -214,6 +214,9 @@ class SandboxResult(_Frozen):
     duration_ms: int = 0
     session_open: bool = False
     """An MCP session's server is still there and takes the next `McpSessionCall`."""
+    listing: str = ""
+    """An MCP server that said its tools changed during the request: its tools/list answer,
+    as JSON ({"tools": [...]}), read after the request's own answer."""
 
 
 class SandboxStartError(SandboxError):

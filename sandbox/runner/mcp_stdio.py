@@ -6,7 +6,9 @@ An operator's MCP server that speaks stdio runs inside the sandbox: the runner s
 call, once per call for a server that lives for its session. Messages are JSON-RPC 2.0, one per
 line. Requests the server makes of its client
 (sampling, roots, elicitation) are refused, `ping` is answered, progress of a call is handed on
-(at most ten times a second, for the person watching), other notifications are ignored; a
+(at most ten times a second, for the person watching), a tools/list_changed makes the runner
+list the tools again after the call (handed back beside its answer), other notifications are
+ignored; a
 line that is not JSON-RPC, an answer larger than the limit or no answer by the deadline ends the
 exchange with an error that says so.
 """
@@ -54,6 +56,8 @@ class Conversation:
         self._max = max_bytes
         self._stderr = on_stderr
         self._buffer = bytearray()
+        self.tools_changed = False
+        """The server said its tools changed (notifications/tools/list_changed)."""
         self.on_progress: Callable[[str], None] | None = None
         """Gets a line per progress notification of a call (rate-limited)."""
         self._progress_at = 0.0
@@ -147,6 +151,8 @@ class Conversation:
         if "id" not in message:
             if message.get("method") == "notifications/progress":
                 self._progress(message.get("params"))
+            elif message.get("method") == "notifications/tools/list_changed":
+                self.tools_changed = True
             return  # other notifications are ignored
         if message.get("method") == "ping":
             self.send({"jsonrpc": "2.0", "id": message["id"], "result": {}})

@@ -629,6 +629,10 @@ def _mcp_answer(
     server.conversation.set_deadline(started + timeout_s)
     try:
         answer = {"exit_code": 0, "output": json.dumps(asked()), "session_open": True}
+        if server.conversation.tools_changed:  # the server's tools changed: read them again
+            server.conversation.tools_changed = False
+            listing = mcp_stdio.ask(server.conversation, "tools/list", {})
+            answer["listing"] = json.dumps(listing)
     except mcp_stdio.McpRefused as exc:
         answer = {"exit_code": -1, "error": str(exc), "session_open": True}
     except mcp_stdio.McpStdioError as exc:

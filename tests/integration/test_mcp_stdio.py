@@ -85,7 +85,12 @@ def daemon(short_tmp: Path, stdio_image: str) -> Iterator[RunningDaemon]:
     workspace = short_tmp / "ws-mcp-stdio"
     workspace.mkdir()
     os.chown(workspace, OWNER_UID, OWNER_GID)
-    policies = _policies(short_tmp / "mcp-stdio", ("box", "fresh"))
+    policies = _policies(
+        short_tmp / "mcp-stdio",
+        ("box", "fresh"),
+        ask_tools=["mcp__box__shout"],
+        hidden_tools=["mcp__box__picture"],
+    )
     server = {
         "name": "box",
         "command": ["env", "PYTHONPATH=/opt/mcp-py", "python3", "/opt/mcp-server.py", "stdio"],
@@ -171,6 +176,28 @@ def test_a_server_lives_for_its_session_and_goes_with_it(
 def test_a_servers_progress_reaches_the_stream(daemon: RunningDaemon, server: str) -> None:
     messages = progress_messages(daemon, f"mcp__{server}__steps", {"n": 3})
     assert messages == ["step: 1/3", "step: 2/3", "step: 3/3"]
+
+
+def test_the_policy_denies_and_asks_for_a_stdio_servers_tools(daemon: RunningDaemon) -> None:
+    hidden = daemon.execute("mcp__box__picture", {})
+    assert hidden.decision.outcome == pb.DENY and hidden.result.is_error
+    asked = daemon.execute("mcp__box__shout", {"text": "hi"}, tool_use_id="toolu_box_shout")
+    assert asked.decision.outcome == pb.ASK and asked.decision.approval_token
+    approved = daemon.execute(
+        "mcp__box__shout",
+        {"text": "hi"},
+        tool_use_id="toolu_box_shout",
+        approval_token=asked.decision.approval_token,
+    )
+    assert approved.decision.outcome == pb.ALLOW and text_of(approved) == "HI"
+    assert approved.report.sandboxed
+
+
+def test_list_changed_from_a_kept_server_adds_its_new_tool(daemon: RunningDaemon) -> None:
+    grown = daemon.execute("mcp__box__grow", {"name": "late_box"})
+    assert not grown.result.is_error, text_of(grown)
+    _wait_for(daemon, "mcp__box__late_box")
+    assert text_of(daemon.execute("mcp__box__late_box", {})) == "late_box here"
 
 
 def test_a_stateless_server_starts_for_each_call(daemon: RunningDaemon) -> None:

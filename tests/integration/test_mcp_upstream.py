@@ -62,7 +62,9 @@ class Upstream:
             self.process.wait(10)
 
 
-def _policies(folder: Path, servers: tuple[str, ...] = ("up", "upjson")) -> Path:
+def _policies(
+    folder: Path, servers: tuple[str, ...] = ("up", "upjson"), **principal: list[str]
+) -> Path:
     import shutil
 
     policies = folder / "policies"
@@ -71,6 +73,7 @@ def _policies(folder: Path, servers: tuple[str, ...] = ("up", "upjson")) -> Path
     data["tooljail"]["principals"]["local"] = {
         "mcp_servers": list(servers),
         "ask_tools": ["mcp__up__shout"],
+        **principal,
     }
     (policies / "data.json").write_text(json.dumps(data))
     return policies

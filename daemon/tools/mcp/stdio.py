@@ -7,7 +7,8 @@ the container is kept for the caller's session, so the server keeps its state fr
 other limits); a server the operator marks stateless is started for each call and nothing of it
 survives the call. A crash or a hang costs the call it happened in, and the next call starts
 the server again (with backoff). Its tools are listed in a container of its own, in the default
-workspace mounted read-only, again (with backoff) until that works.
+workspace mounted read-only, again (with backoff) until that works; a server that says during a
+call that its tools changed is listed again right after that call, in the call's container.
 """
 
 from __future__ import annotations
@@ -82,6 +83,15 @@ class McpStdioServer:
             await asyncio.sleep(_BACKOFF_S[min(attempt, len(_BACKOFF_S) - 1)])
             attempt += 1
 
+    def _take_listing(self, listing: str) -> None:
+        """A listing read because the server said its tools changed (during a call)."""
+        try:
+            tools = types.ListToolsResult.model_validate_json(listing).tools
+        except ValidationError:
+            log.warning("MCP server %s: its new tool listing is malformed", self.spec.name)
+            return
+        self._on_tools(self.spec.name, tools[:MAX_LISTED_TOOLS])
+
     async def _list(self) -> None:
         found = self._listing()
         if found is None:
@@ -154,6 +164,8 @@ class McpStdioServer:
                 f"The MCP server {self.spec.name} did not answer {tool} within "
                 f"{timeout_ms / 1000:g} s; it was stopped."
             )
+        if result.listing:
+            self._take_listing(result.listing)
         answer = self._answer(result, tool)
         try:
             return McpAnswer(types.CallToolResult.model_validate(answer), result.sandbox_id)
