@@ -162,6 +162,9 @@ class SessionManager:
         return await self._close(session, delete_workspace)
 
     async def _close(self, session: Session, delete_workspace: bool) -> ClosedSession:
+        # Closed before its things are cleaned up: what still runs for it (a kept output being
+        # written, a queued call) sees that and keeps nothing new.
+        session.closed = True
         cancelled = self._calls.cancel_session(session.id)
         await asyncio.sleep(0)  # let the cancelled calls unwind (their containers are killed)
         if self._cleanup is not None:
