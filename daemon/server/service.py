@@ -16,7 +16,7 @@ from daemon._generated.tooljail.v1 import executor_pb2_grpc as pb_grpc
 from daemon.calls.pipeline import Pipeline
 from daemon.calls.scheduler import Scheduler
 from daemon.errors import Unavailable
-from daemon.models import Caller
+from daemon.models import Caller, ExecuteOutcome
 from daemon.ops.metrics import CancelReason, Metrics
 from daemon.server import convert
 from daemon.server.identity import CallerResolver
@@ -103,24 +103,28 @@ class ExecutorService(pb_grpc.ExecutorServicer):
         caller = self._admit(context)
         call = convert.call_request_from_proto(request)
         relay = ProgressRelay()
-        call = dataclasses.replace(call, progress=relay.push)
-        running = asyncio.create_task(self._scheduler.execute(call, caller))
-        waiter: asyncio.Task[None] | None = None
-        try:
-            with self._counting_cancel(call.tool_use.name, context):
-                while not running.done():
-                    waiter = asyncio.create_task(relay.wait())
-                    await asyncio.wait({running, waiter}, return_when=asyncio.FIRST_COMPLETED)
-                    waiter.cancel()
-                    for update in relay.take():
-                        yield convert.progress_to_proto(call.tool_use.id, update, relay.dropped)
-                for update in relay.take():
-                    yield convert.progress_to_proto(call.tool_use.id, update, relay.dropped)
-                yield convert.event_to_proto(running.result())
-        finally:
-            for task in (running, waiter):
-                if task is not None and not task.done():
-                    task.cancel()
+        call = dataclasses.replace(call, progress=relay.sink(call.tool_use.id))
+
+        async def answers() -> AsyncIterator[ExecuteOutcome]:
+            yield await self._scheduler.execute(call, caller)
+
+        with self._counting_cancel(call.tool_use.name, context):
+            async for event in _interleaved(answers(), relay):
+                yield event
+
+    async def ExecuteBatchStream(
+        self, request: pb.ExecuteBatchRequest, context: Context
+    ) -> AsyncIterator[pb.ExecuteEvent]:
+        """ExecuteBatch with each call's progress interleaved with the answers (which still come
+        in request order)."""
+        caller = self._admit(context)
+        relay = ProgressRelay(max_items=256)
+        calls = [
+            dataclasses.replace(call, progress=relay.sink(call.tool_use.id))
+            for call in convert.batch_from_proto(request)
+        ]
+        async for event in _interleaved(self._scheduler.execute_batch(calls, caller), relay):
+            yield event
 
     async def OpenSession(self, request: pb.OpenSessionRequest, context: Context) -> pb.Session:
         session = await self._sessions.open(
@@ -136,3 +140,40 @@ class ExecutorService(pb_grpc.ExecutorServicer):
             request.session_id, request.delete_workspace, caller, admin=caller.admin
         )
         return convert.closed_to_proto(closed)
+
+
+async def _interleaved(
+    answers: AsyncIterator[ExecuteOutcome], relay: ProgressRelay
+) -> AsyncIterator[pb.ExecuteEvent]:
+    """The answers as stream events, with the progress waiting in `relay` sent as it comes (and
+    all of it before the answer that ends a call's part)."""
+    queue: asyncio.Queue[ExecuteOutcome | None] = asyncio.Queue()
+
+    async def produce() -> None:
+        async for outcome in answers:
+            await queue.put(outcome)
+        await queue.put(None)
+
+    producer = asyncio.create_task(produce())
+    try:
+        while True:
+            getting = asyncio.ensure_future(queue.get())
+            waiting = asyncio.ensure_future(relay.wait())
+            try:
+                await asyncio.wait({getting, waiting}, return_when=asyncio.FIRST_COMPLETED)
+            finally:
+                waiting.cancel()
+                if not getting.done():
+                    getting.cancel()
+            for tool_use_id, update in relay.take():
+                yield convert.progress_to_proto(tool_use_id, update, relay.dropped)
+            if getting.done() and not getting.cancelled():
+                outcome = getting.result()
+                if outcome is None:
+                    break
+                yield convert.event_to_proto(outcome)
+        await producer  # its failure, if any, is the RPC's
+    finally:
+        if not producer.done():
+            producer.cancel()
+            await asyncio.gather(producer, return_exceptions=True)

@@ -201,3 +201,27 @@ def test_each_response_carries_a_summary_for_people(
     assert listed.summary == "Listed 2 entries in ./"
     globbed = sandbox_daemon.execute("Glob", {"pattern": "**/*.py"}, session_id=session.id)
     assert globbed.summary == "Glob '**/*.py': 1 file"
+
+
+@pytest.mark.docker
+def test_a_batch_streams_each_calls_progress_between_the_answers_in_order(
+    sandbox_daemon: RunningDaemon, session: pb.Session
+) -> None:
+    slow = "for i in 1 2 3 4; do echo step $i; sleep 0.5; done"
+    uses = [pb.ToolUse(id="first", name="Bash"), pb.ToolUse(id="second", name="Bash")]
+    uses[0].input.update({"command": slow})
+    uses[1].input.update({"command": "echo quick"})
+    events = list(
+        sandbox_daemon.stub.ExecuteBatchStream(
+            pb.ExecuteBatchRequest(session_id=session.id, tool_uses=uses), timeout=120
+        )
+    )
+    answers = [e.response.result.tool_use_id for e in events if e.HasField("response")]
+    assert answers == ["first", "second"], "answers out of request order"
+    progress = [(i, e.progress) for i, e in enumerate(events) if e.HasField("progress")]
+    first_progress = [i for i, p in progress if p.tool_use_id == "first"]
+    assert len(first_progress) >= 2, "the slow call's output did not stream"
+    first_answer = next(i for i, e in enumerate(events) if e.HasField("response"))
+    assert max(first_progress) < first_answer, "progress came after its call's answer"
+    text = "".join(p.output for _, p in progress if p.tool_use_id == "first")
+    assert "step 1" in text and "step 4" in text

@@ -66,6 +66,11 @@ class ExecutorStub:
                 request_serializer=tooljail_dot_v1_dot_executor__pb2.ExecuteRequest.SerializeToString,
                 response_deserializer=tooljail_dot_v1_dot_executor__pb2.ExecuteEvent.FromString,
                 _registered_method=True)
+        self.ExecuteBatchStream = channel.unary_stream(
+                '/tooljail.v1.Executor/ExecuteBatchStream',
+                request_serializer=tooljail_dot_v1_dot_executor__pb2.ExecuteBatchRequest.SerializeToString,
+                response_deserializer=tooljail_dot_v1_dot_executor__pb2.ExecuteEvent.FromString,
+                _registered_method=True)
 
 
 class ExecutorServicer:
@@ -115,6 +120,14 @@ class ExecutorServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def ExecuteBatchStream(self, request, context):
+        """An ExecuteBatch with each call's progress (Progress.tool_use_id says whose) interleaved with
+        the responses, which still come in request order.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_ExecutorServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -146,6 +159,11 @@ def add_ExecutorServicer_to_server(servicer, server):
             'ExecuteStream': grpc.unary_stream_rpc_method_handler(
                     servicer.ExecuteStream,
                     request_deserializer=tooljail_dot_v1_dot_executor__pb2.ExecuteRequest.FromString,
+                    response_serializer=tooljail_dot_v1_dot_executor__pb2.ExecuteEvent.SerializeToString,
+            ),
+            'ExecuteBatchStream': grpc.unary_stream_rpc_method_handler(
+                    servicer.ExecuteBatchStream,
+                    request_deserializer=tooljail_dot_v1_dot_executor__pb2.ExecuteBatchRequest.FromString,
                     response_serializer=tooljail_dot_v1_dot_executor__pb2.ExecuteEvent.SerializeToString,
             ),
     }
@@ -312,6 +330,33 @@ class Executor:
             target,
             '/tooljail.v1.Executor/ExecuteStream',
             tooljail_dot_v1_dot_executor__pb2.ExecuteRequest.SerializeToString,
+            tooljail_dot_v1_dot_executor__pb2.ExecuteEvent.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ExecuteBatchStream(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_stream(
+            request,
+            target,
+            '/tooljail.v1.Executor/ExecuteBatchStream',
+            tooljail_dot_v1_dot_executor__pb2.ExecuteBatchRequest.SerializeToString,
             tooljail_dot_v1_dot_executor__pb2.ExecuteEvent.FromString,
             options,
             channel_credentials,

@@ -51,6 +51,10 @@ class ExecutorStub:
     """Closes a session: cancels its running calls and removes its containers."""
     ExecuteStream: _grpc.UnaryStreamMultiCallable[_executor_pb2.ExecuteRequest, _executor_pb2.ExecuteEvent]
     """One tool_use with live progress (output chunks, files scanned), then the final response."""
+    ExecuteBatchStream: _grpc.UnaryStreamMultiCallable[_executor_pb2.ExecuteBatchRequest, _executor_pb2.ExecuteEvent]
+    """An ExecuteBatch with each call's progress (Progress.tool_use_id says whose) interleaved with
+    the responses, which still come in request order.
+    """
 
 @_typing.type_check_only
 class ExecutorAsyncStub(ExecutorStub):
@@ -71,6 +75,10 @@ class ExecutorAsyncStub(ExecutorStub):
     """Closes a session: cancels its running calls and removes its containers."""
     ExecuteStream: _aio.UnaryStreamMultiCallable[_executor_pb2.ExecuteRequest, _executor_pb2.ExecuteEvent]  # type: ignore[assignment]
     """One tool_use with live progress (output chunks, files scanned), then the final response."""
+    ExecuteBatchStream: _aio.UnaryStreamMultiCallable[_executor_pb2.ExecuteBatchRequest, _executor_pb2.ExecuteEvent]  # type: ignore[assignment]
+    """An ExecuteBatch with each call's progress (Progress.tool_use_id says whose) interleaved with
+    the responses, which still come in request order.
+    """
 
 class ExecutorServicer(metaclass=_abc_1.ABCMeta):
     """Executes the tool_use blocks an agent model emits, under policy, and answers with tool_result
@@ -124,6 +132,16 @@ class ExecutorServicer(metaclass=_abc_1.ABCMeta):
         context: _ServicerContext,
     ) -> _typing.Union[_abc.Iterator[_executor_pb2.ExecuteEvent], _abc.AsyncIterator[_executor_pb2.ExecuteEvent]]:
         """One tool_use with live progress (output chunks, files scanned), then the final response."""
+
+    @_abc_1.abstractmethod
+    def ExecuteBatchStream(
+        self,
+        request: _executor_pb2.ExecuteBatchRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_abc.Iterator[_executor_pb2.ExecuteEvent], _abc.AsyncIterator[_executor_pb2.ExecuteEvent]]:
+        """An ExecuteBatch with each call's progress (Progress.tool_use_id says whose) interleaved with
+        the responses, which still come in request order.
+        """
 
 def add_ExecutorServicer_to_server(servicer: ExecutorServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...
 

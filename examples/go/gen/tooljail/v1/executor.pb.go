@@ -2472,14 +2472,15 @@ const file_tooljail_v1_executor_proto_rawDesc = "" +
 	"\x13OUTCOME_UNSPECIFIED\x10\x00\x12\t\n" +
 	"\x05ALLOW\x10\x01\x12\b\n" +
 	"\x04DENY\x10\x02\x12\a\n" +
-	"\x03ASK\x10\x032\xd4\x03\n" +
+	"\x03ASK\x10\x032\xa9\x04\n" +
 	"\bExecutor\x12J\n" +
 	"\tListTools\x12\x1d.tooljail.v1.ListToolsRequest\x1a\x1e.tooljail.v1.ListToolsResponse\x12D\n" +
 	"\aExecute\x12\x1b.tooljail.v1.ExecuteRequest\x1a\x1c.tooljail.v1.ExecuteResponse\x12P\n" +
 	"\fExecuteBatch\x12 .tooljail.v1.ExecuteBatchRequest\x1a\x1c.tooljail.v1.ExecuteResponse0\x01\x12D\n" +
 	"\vOpenSession\x12\x1f.tooljail.v1.OpenSessionRequest\x1a\x14.tooljail.v1.Session\x12S\n" +
 	"\fCloseSession\x12 .tooljail.v1.CloseSessionRequest\x1a!.tooljail.v1.CloseSessionResponse\x12I\n" +
-	"\rExecuteStream\x12\x1b.tooljail.v1.ExecuteRequest\x1a\x19.tooljail.v1.ExecuteEvent0\x012\xc4\x04\n" +
+	"\rExecuteStream\x12\x1b.tooljail.v1.ExecuteRequest\x1a\x19.tooljail.v1.ExecuteEvent0\x01\x12S\n" +
+	"\x12ExecuteBatchStream\x12 .tooljail.v1.ExecuteBatchRequest\x1a\x19.tooljail.v1.ExecuteEvent0\x012\xc4\x04\n" +
 	"\x05Admin\x12Y\n" +
 	"\x0eReloadPolicies\x12\".tooljail.v1.ReloadPoliciesRequest\x1a#.tooljail.v1.ReloadPoliciesResponse\x12A\n" +
 	"\x06Status\x12\x1a.tooljail.v1.StatusRequest\x1a\x1b.tooljail.v1.StatusResponse\x12J\n" +
@@ -2566,28 +2567,30 @@ var file_tooljail_v1_executor_proto_depIdxs = []int32{
 	18, // 21: tooljail.v1.Executor.OpenSession:input_type -> tooljail.v1.OpenSessionRequest
 	20, // 22: tooljail.v1.Executor.CloseSession:input_type -> tooljail.v1.CloseSessionRequest
 	13, // 23: tooljail.v1.Executor.ExecuteStream:input_type -> tooljail.v1.ExecuteRequest
-	32, // 24: tooljail.v1.Admin.ReloadPolicies:input_type -> tooljail.v1.ReloadPoliciesRequest
-	30, // 25: tooljail.v1.Admin.Status:input_type -> tooljail.v1.StatusRequest
-	26, // 26: tooljail.v1.Admin.SetSessionMode:input_type -> tooljail.v1.SetSessionModeRequest
-	27, // 27: tooljail.v1.Admin.ListGrants:input_type -> tooljail.v1.ListGrantsRequest
-	22, // 28: tooljail.v1.Admin.ListPendingApprovals:input_type -> tooljail.v1.ListPendingApprovalsRequest
-	24, // 29: tooljail.v1.Admin.Approve:input_type -> tooljail.v1.AnswerApprovalRequest
-	24, // 30: tooljail.v1.Admin.Deny:input_type -> tooljail.v1.AnswerApprovalRequest
-	2,  // 31: tooljail.v1.Executor.ListTools:output_type -> tooljail.v1.ListToolsResponse
-	14, // 32: tooljail.v1.Executor.Execute:output_type -> tooljail.v1.ExecuteResponse
-	14, // 33: tooljail.v1.Executor.ExecuteBatch:output_type -> tooljail.v1.ExecuteResponse
-	19, // 34: tooljail.v1.Executor.OpenSession:output_type -> tooljail.v1.Session
-	21, // 35: tooljail.v1.Executor.CloseSession:output_type -> tooljail.v1.CloseSessionResponse
-	16, // 36: tooljail.v1.Executor.ExecuteStream:output_type -> tooljail.v1.ExecuteEvent
-	33, // 37: tooljail.v1.Admin.ReloadPolicies:output_type -> tooljail.v1.ReloadPoliciesResponse
-	31, // 38: tooljail.v1.Admin.Status:output_type -> tooljail.v1.StatusResponse
-	19, // 39: tooljail.v1.Admin.SetSessionMode:output_type -> tooljail.v1.Session
-	29, // 40: tooljail.v1.Admin.ListGrants:output_type -> tooljail.v1.ListGrantsResponse
-	23, // 41: tooljail.v1.Admin.ListPendingApprovals:output_type -> tooljail.v1.ListPendingApprovalsResponse
-	25, // 42: tooljail.v1.Admin.Approve:output_type -> tooljail.v1.PendingApproval
-	25, // 43: tooljail.v1.Admin.Deny:output_type -> tooljail.v1.PendingApproval
-	31, // [31:44] is the sub-list for method output_type
-	18, // [18:31] is the sub-list for method input_type
+	17, // 24: tooljail.v1.Executor.ExecuteBatchStream:input_type -> tooljail.v1.ExecuteBatchRequest
+	32, // 25: tooljail.v1.Admin.ReloadPolicies:input_type -> tooljail.v1.ReloadPoliciesRequest
+	30, // 26: tooljail.v1.Admin.Status:input_type -> tooljail.v1.StatusRequest
+	26, // 27: tooljail.v1.Admin.SetSessionMode:input_type -> tooljail.v1.SetSessionModeRequest
+	27, // 28: tooljail.v1.Admin.ListGrants:input_type -> tooljail.v1.ListGrantsRequest
+	22, // 29: tooljail.v1.Admin.ListPendingApprovals:input_type -> tooljail.v1.ListPendingApprovalsRequest
+	24, // 30: tooljail.v1.Admin.Approve:input_type -> tooljail.v1.AnswerApprovalRequest
+	24, // 31: tooljail.v1.Admin.Deny:input_type -> tooljail.v1.AnswerApprovalRequest
+	2,  // 32: tooljail.v1.Executor.ListTools:output_type -> tooljail.v1.ListToolsResponse
+	14, // 33: tooljail.v1.Executor.Execute:output_type -> tooljail.v1.ExecuteResponse
+	14, // 34: tooljail.v1.Executor.ExecuteBatch:output_type -> tooljail.v1.ExecuteResponse
+	19, // 35: tooljail.v1.Executor.OpenSession:output_type -> tooljail.v1.Session
+	21, // 36: tooljail.v1.Executor.CloseSession:output_type -> tooljail.v1.CloseSessionResponse
+	16, // 37: tooljail.v1.Executor.ExecuteStream:output_type -> tooljail.v1.ExecuteEvent
+	16, // 38: tooljail.v1.Executor.ExecuteBatchStream:output_type -> tooljail.v1.ExecuteEvent
+	33, // 39: tooljail.v1.Admin.ReloadPolicies:output_type -> tooljail.v1.ReloadPoliciesResponse
+	31, // 40: tooljail.v1.Admin.Status:output_type -> tooljail.v1.StatusResponse
+	19, // 41: tooljail.v1.Admin.SetSessionMode:output_type -> tooljail.v1.Session
+	29, // 42: tooljail.v1.Admin.ListGrants:output_type -> tooljail.v1.ListGrantsResponse
+	23, // 43: tooljail.v1.Admin.ListPendingApprovals:output_type -> tooljail.v1.ListPendingApprovalsResponse
+	25, // 44: tooljail.v1.Admin.Approve:output_type -> tooljail.v1.PendingApproval
+	25, // 45: tooljail.v1.Admin.Deny:output_type -> tooljail.v1.PendingApproval
+	32, // [32:46] is the sub-list for method output_type
+	18, // [18:32] is the sub-list for method input_type
 	18, // [18:18] is the sub-list for extension type_name
 	18, // [18:18] is the sub-list for extension extendee
 	0,  // [0:18] is the sub-list for field type_name

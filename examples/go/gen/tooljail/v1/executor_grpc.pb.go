@@ -24,12 +24,13 @@ import (
 const _ = grpc.SupportPackageIsVersion9
 
 const (
-	Executor_ListTools_FullMethodName     = "/tooljail.v1.Executor/ListTools"
-	Executor_Execute_FullMethodName       = "/tooljail.v1.Executor/Execute"
-	Executor_ExecuteBatch_FullMethodName  = "/tooljail.v1.Executor/ExecuteBatch"
-	Executor_OpenSession_FullMethodName   = "/tooljail.v1.Executor/OpenSession"
-	Executor_CloseSession_FullMethodName  = "/tooljail.v1.Executor/CloseSession"
-	Executor_ExecuteStream_FullMethodName = "/tooljail.v1.Executor/ExecuteStream"
+	Executor_ListTools_FullMethodName          = "/tooljail.v1.Executor/ListTools"
+	Executor_Execute_FullMethodName            = "/tooljail.v1.Executor/Execute"
+	Executor_ExecuteBatch_FullMethodName       = "/tooljail.v1.Executor/ExecuteBatch"
+	Executor_OpenSession_FullMethodName        = "/tooljail.v1.Executor/OpenSession"
+	Executor_CloseSession_FullMethodName       = "/tooljail.v1.Executor/CloseSession"
+	Executor_ExecuteStream_FullMethodName      = "/tooljail.v1.Executor/ExecuteStream"
+	Executor_ExecuteBatchStream_FullMethodName = "/tooljail.v1.Executor/ExecuteBatchStream"
 )
 
 // ExecutorClient is the client API for Executor service.
@@ -51,6 +52,9 @@ type ExecutorClient interface {
 	CloseSession(ctx context.Context, in *CloseSessionRequest, opts ...grpc.CallOption) (*CloseSessionResponse, error)
 	// One tool_use with live progress (output chunks, files scanned), then the final response.
 	ExecuteStream(ctx context.Context, in *ExecuteRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[ExecuteEvent], error)
+	// An ExecuteBatch with each call's progress (Progress.tool_use_id says whose) interleaved with
+	// the responses, which still come in request order.
+	ExecuteBatchStream(ctx context.Context, in *ExecuteBatchRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[ExecuteEvent], error)
 }
 
 type executorClient struct {
@@ -139,6 +143,25 @@ func (c *executorClient) ExecuteStream(ctx context.Context, in *ExecuteRequest, 
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type Executor_ExecuteStreamClient = grpc.ServerStreamingClient[ExecuteEvent]
 
+func (c *executorClient) ExecuteBatchStream(ctx context.Context, in *ExecuteBatchRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[ExecuteEvent], error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	stream, err := c.cc.NewStream(ctx, &Executor_ServiceDesc.Streams[2], Executor_ExecuteBatchStream_FullMethodName, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	x := &grpc.GenericClientStream[ExecuteBatchRequest, ExecuteEvent]{ClientStream: stream}
+	if err := x.ClientStream.SendMsg(in); err != nil {
+		return nil, err
+	}
+	if err := x.ClientStream.CloseSend(); err != nil {
+		return nil, err
+	}
+	return x, nil
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type Executor_ExecuteBatchStreamClient = grpc.ServerStreamingClient[ExecuteEvent]
+
 // ExecutorServer is the server API for Executor service.
 // All implementations must embed UnimplementedExecutorServer
 // for forward compatibility.
@@ -158,6 +181,9 @@ type ExecutorServer interface {
 	CloseSession(context.Context, *CloseSessionRequest) (*CloseSessionResponse, error)
 	// One tool_use with live progress (output chunks, files scanned), then the final response.
 	ExecuteStream(*ExecuteRequest, grpc.ServerStreamingServer[ExecuteEvent]) error
+	// An ExecuteBatch with each call's progress (Progress.tool_use_id says whose) interleaved with
+	// the responses, which still come in request order.
+	ExecuteBatchStream(*ExecuteBatchRequest, grpc.ServerStreamingServer[ExecuteEvent]) error
 	mustEmbedUnimplementedExecutorServer()
 }
 
@@ -185,6 +211,9 @@ func (UnimplementedExecutorServer) CloseSession(context.Context, *CloseSessionRe
 }
 func (UnimplementedExecutorServer) ExecuteStream(*ExecuteRequest, grpc.ServerStreamingServer[ExecuteEvent]) error {
 	return status.Error(codes.Unimplemented, "method ExecuteStream not implemented")
+}
+func (UnimplementedExecutorServer) ExecuteBatchStream(*ExecuteBatchRequest, grpc.ServerStreamingServer[ExecuteEvent]) error {
+	return status.Error(codes.Unimplemented, "method ExecuteBatchStream not implemented")
 }
 func (UnimplementedExecutorServer) mustEmbedUnimplementedExecutorServer() {}
 func (UnimplementedExecutorServer) testEmbeddedByValue()                  {}
@@ -301,6 +330,17 @@ func _Executor_ExecuteStream_Handler(srv interface{}, stream grpc.ServerStream) 
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type Executor_ExecuteStreamServer = grpc.ServerStreamingServer[ExecuteEvent]
 
+func _Executor_ExecuteBatchStream_Handler(srv interface{}, stream grpc.ServerStream) error {
+	m := new(ExecuteBatchRequest)
+	if err := stream.RecvMsg(m); err != nil {
+		return err
+	}
+	return srv.(ExecutorServer).ExecuteBatchStream(m, &grpc.GenericServerStream[ExecuteBatchRequest, ExecuteEvent]{ServerStream: stream})
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type Executor_ExecuteBatchStreamServer = grpc.ServerStreamingServer[ExecuteEvent]
+
 // Executor_ServiceDesc is the grpc.ServiceDesc for Executor service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -334,6 +374,11 @@ var Executor_ServiceDesc = grpc.ServiceDesc{
 		{
 			StreamName:    "ExecuteStream",
 			Handler:       _Executor_ExecuteStream_Handler,
+			ServerStreams: true,
+		},
+		{
+			StreamName:    "ExecuteBatchStream",
+			Handler:       _Executor_ExecuteBatchStream_Handler,
 			ServerStreams: true,
 		},
 	},
