@@ -27,6 +27,7 @@ from typing import Any
 from daemon.calls.idempotency import ResultCache, cancelled_outcome
 from daemon.calls.locks import SharedExclusiveLock
 from daemon.calls.pipeline import CallRequest, Pipeline, PreparedCall, ReadyCall
+from daemon.calls.streaming_turn import StreamingTurn
 from daemon.calls.turn_budget import Shrink, TurnBudget, TurnRegistry
 from daemon.errors import Overloaded
 from daemon.models import (
@@ -239,6 +240,16 @@ class Scheduler:
             lambda: TurnBudget(self._limits.turn_budget_chars, 0),
         )
         return await turn.admit(outcome, self._shrink_for(call))
+
+    def streaming_turn(self, caller: Caller) -> StreamingTurn:
+        """A turn whose calls arrive one by one (ExecuteTurn), scheduled as a batch is."""
+        return StreamingTurn(
+            functools.partial(self._run, caller=caller),
+            self._shrink_for,
+            _sibling_cancelled,
+            self._limits.max_parallel,
+            TurnBudget(self._limits.turn_budget_chars, 0),
+        )
 
     def _shrink_for(self, call: PreparedCall) -> Shrink:
         return functools.partial(self._pipeline.fit_turn, call)

@@ -19,7 +19,7 @@ from google.protobuf import message as protobuf_message
 from google.protobuf.descriptor import MethodDescriptor, ServiceDescriptor
 from google.protobuf.message_factory import GetMessageClass
 
-from daemon.errors import TooljailError
+from daemon.errors import RequestError, TooljailError
 from daemon.server.status import status_for, status_message
 
 Context = grpc.aio.ServicerContext[Any, Any]
@@ -81,14 +81,39 @@ def _guarded_stream(behaviour: StreamBehaviour) -> StreamBehaviour:
     return handle
 
 
+async def _decoded(requests: AsyncIterator[object]) -> AsyncIterator[object]:
+    """A client stream's messages; one that did not decode ends it with RequestError."""
+    async for request in requests:
+        if isinstance(request, Undecodable):
+            raise RequestError(request.status_message())
+        yield request
+
+
+def _guarded_bidi(behaviour: StreamBehaviour) -> StreamBehaviour:
+    async def handle(requests: AsyncIterator[object], context: Context) -> AsyncIterator[Any]:
+        try:
+            async for response in behaviour(_decoded(requests), context):
+                yield response
+        except TooljailError as exc:
+            await context.abort(status_for(exc), status_message(exc))
+
+    return handle
+
+
 def _handler(servicer: object, method: MethodDescriptor) -> grpc.RpcMethodHandler[Any, Any]:
     request_class = GetMessageClass(method.input_type)
     response_class = GetMessageClass(method.output_type)
     behaviour = getattr(servicer, method.name)
     deserializer = _tolerant_deserializer(request_class)
     serializer = response_class.SerializeToString
+    if method.client_streaming and method.server_streaming:
+        return grpc.stream_stream_rpc_method_handler(
+            _guarded_bidi(behaviour),
+            request_deserializer=deserializer,
+            response_serializer=serializer,
+        )
     if method.client_streaming:
-        raise TypeError(f"{method.full_name}: client streaming is not supported by tooljail")
+        raise TypeError(f"{method.full_name}: client streaming alone is not supported by tooljail")
     if method.server_streaming:
         return grpc.unary_stream_rpc_method_handler(
             _guarded_stream(behaviour),

@@ -7,15 +7,16 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 
 import grpc
 
 from daemon._generated.tooljail.v1 import executor_pb2 as pb
 from daemon._generated.tooljail.v1 import executor_pb2_grpc as pb_grpc
-from daemon.calls.pipeline import Pipeline
+from daemon.calls.pipeline import CallRequest, Pipeline, PreparedCall
 from daemon.calls.scheduler import Scheduler
-from daemon.errors import Unavailable
+from daemon.calls.streaming_turn import StreamingTurn
+from daemon.errors import RequestError, TooljailError, Unavailable
 from daemon.models import Caller, ExecuteOutcome
 from daemon.ops.metrics import CancelReason, Metrics
 from daemon.server import convert
@@ -126,6 +127,27 @@ class ExecutorService(pb_grpc.ExecutorServicer):
         async for event in _interleaved(self._scheduler.execute_batch(calls, caller), relay):
             yield event
 
+    async def ExecuteTurn(
+        self, messages: AsyncIterator[pb.TurnMessage], context: Context
+    ) -> AsyncIterator[pb.ExecuteEvent]:
+        """One assistant turn while the model streams it: each tool_use starts as soon as the
+        scheduling rules allow; progress and answers come back as ExecuteBatchStream's do."""
+        caller = self._admit(context)
+        relay = ProgressRelay(max_items=256)
+        turn = self._scheduler.streaming_turn(caller)
+
+        async def prepare(request: CallRequest) -> PreparedCall:
+            return await self._pipeline.prepare_off_loop(request, caller)
+
+        feeder = asyncio.create_task(_feed(messages, turn, relay, prepare))
+        try:
+            async for event in _interleaved(turn.answers(), relay):
+                yield event
+        finally:
+            turn.cancel()
+            feeder.cancel()
+            await asyncio.gather(feeder, return_exceptions=True)
+
     async def OpenSession(self, request: pb.OpenSessionRequest, context: Context) -> pb.Session:
         session = await self._sessions.open(
             request.workspace, request.idle_ttl_s, self._admit(context), request.mode
@@ -142,6 +164,46 @@ class ExecutorService(pb_grpc.ExecutorServicer):
         return convert.closed_to_proto(closed)
 
 
+async def _feed(
+    messages: AsyncIterator[pb.TurnMessage],
+    turn: StreamingTurn,
+    relay: ProgressRelay,
+    prepare: Callable[[CallRequest], Awaitable[PreparedCall]],
+) -> None:
+    """Hands the blocks of a streamed turn to it as they arrive; a bad message ends the turn
+    with a RequestError (the blocks before it are still answered)."""
+    session_id = ""
+    seen: set[str] = set()
+    try:
+        async for message in messages:
+            kind = message.WhichOneof("kind")
+            if kind == "end":
+                break
+            if kind == "start":
+                if seen:
+                    raise RequestError("TurnMessage.start must come before any tool_use")
+                session_id = message.start.session_id
+                continue
+            if kind != "tool_use":
+                raise RequestError("a TurnMessage needs one of start, tool_use or end")
+            if len(seen) >= convert.MAX_BATCH_CALLS:
+                raise RequestError(
+                    f"a turn holds at most {convert.MAX_BATCH_CALLS} tool_use blocks"
+                )
+            tool_use = convert.tool_use_from_proto(message.tool_use, f"tool_uses[{len(seen)}]")
+            if tool_use.id in seen:
+                raise RequestError(f"tool_use id {tool_use.id!r} was already sent in this turn")
+            seen.add(tool_use.id)
+            request = CallRequest(
+                tool_use=tool_use, session_id=session_id, progress=relay.sink(tool_use.id)
+            )
+            turn.add(await prepare(request))
+    except TooljailError as exc:
+        turn.end(exc)
+        return
+    turn.end()
+
+
 async def _interleaved(
     answers: AsyncIterator[ExecuteOutcome], relay: ProgressRelay
 ) -> AsyncIterator[pb.ExecuteEvent]:
@@ -150,9 +212,11 @@ async def _interleaved(
     queue: asyncio.Queue[ExecuteOutcome | None] = asyncio.Queue()
 
     async def produce() -> None:
-        async for outcome in answers:
-            await queue.put(outcome)
-        await queue.put(None)
+        try:
+            async for outcome in answers:
+                await queue.put(outcome)
+        finally:
+            await queue.put(None)  # also after a failure, which `await producer` then raises
 
     producer = asyncio.create_task(produce())
     try:

@@ -545,6 +545,74 @@ class ExecuteEvent(_message.Message):
 Global___ExecuteEvent: _TypeAlias = ExecuteEvent  # noqa: Y015
 
 @_typing.final
+class TurnMessage(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    START_FIELD_NUMBER: _builtins.int
+    TOOL_USE_FIELD_NUMBER: _builtins.int
+    END_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def start(self) -> Global___TurnStart:
+        """First, once: the session the turn runs in (empty: the caller's default session)."""
+
+    @_builtins.property
+    def tool_use(self) -> Global___ToolUse: ...
+    @_builtins.property
+    def end(self) -> Global___TurnEnd:
+        """No more tool_use blocks in this turn."""
+
+    def __init__(
+        self,
+        *,
+        start: Global___TurnStart | None = ...,
+        tool_use: Global___ToolUse | None = ...,
+        end: Global___TurnEnd | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["end", b"end", "kind", b"kind", "start", b"start", "tool_use", b"tool_use"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["end", b"end", "kind", b"kind", "start", b"start", "tool_use", b"tool_use"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    _WhichOneofReturnType_kind: _TypeAlias = _typing.Literal["start", "tool_use", "end"]  # noqa: Y015
+    _WhichOneofArgType_kind: _TypeAlias = _typing.Literal["kind", b"kind"]  # noqa: Y015
+    def WhichOneof(self, oneof_group: _WhichOneofArgType_kind) -> _WhichOneofReturnType_kind | None: ...
+
+Global___TurnMessage: _TypeAlias = TurnMessage  # noqa: Y015
+
+@_typing.final
+class TurnStart(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    SESSION_ID_FIELD_NUMBER: _builtins.int
+    session_id: _builtins.str
+    def __init__(
+        self,
+        *,
+        session_id: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["session_id", b"session_id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___TurnStart: _TypeAlias = TurnStart  # noqa: Y015
+
+@_typing.final
+class TurnEnd(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    def __init__(
+        self,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___TurnEnd: _TypeAlias = TurnEnd  # noqa: Y015
+
+@_typing.final
 class ExecuteBatchRequest(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 

@@ -71,6 +71,11 @@ class ExecutorStub:
                 request_serializer=tooljail_dot_v1_dot_executor__pb2.ExecuteBatchRequest.SerializeToString,
                 response_deserializer=tooljail_dot_v1_dot_executor__pb2.ExecuteEvent.FromString,
                 _registered_method=True)
+        self.ExecuteTurn = channel.stream_stream(
+                '/tooljail.v1.Executor/ExecuteTurn',
+                request_serializer=tooljail_dot_v1_dot_executor__pb2.TurnMessage.SerializeToString,
+                response_deserializer=tooljail_dot_v1_dot_executor__pb2.ExecuteEvent.FromString,
+                _registered_method=True)
 
 
 class ExecutorServicer:
@@ -128,6 +133,16 @@ class ExecutorServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def ExecuteTurn(self, request_iterator, context):
+        """One assistant turn while the model still streams it: send `start`, then each tool_use as
+        soon as it is complete, then `end`. Each starts as soon as the scheduling rules allow
+        (concurrency-safe ones at once beside the others of their group, any other one alone, after
+        everything before it); progress and responses come back as ExecuteBatchStream's do.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_ExecutorServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -164,6 +179,11 @@ def add_ExecutorServicer_to_server(servicer, server):
             'ExecuteBatchStream': grpc.unary_stream_rpc_method_handler(
                     servicer.ExecuteBatchStream,
                     request_deserializer=tooljail_dot_v1_dot_executor__pb2.ExecuteBatchRequest.FromString,
+                    response_serializer=tooljail_dot_v1_dot_executor__pb2.ExecuteEvent.SerializeToString,
+            ),
+            'ExecuteTurn': grpc.stream_stream_rpc_method_handler(
+                    servicer.ExecuteTurn,
+                    request_deserializer=tooljail_dot_v1_dot_executor__pb2.TurnMessage.FromString,
                     response_serializer=tooljail_dot_v1_dot_executor__pb2.ExecuteEvent.SerializeToString,
             ),
     }
@@ -357,6 +377,33 @@ class Executor:
             target,
             '/tooljail.v1.Executor/ExecuteBatchStream',
             tooljail_dot_v1_dot_executor__pb2.ExecuteBatchRequest.SerializeToString,
+            tooljail_dot_v1_dot_executor__pb2.ExecuteEvent.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ExecuteTurn(request_iterator,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.stream_stream(
+            request_iterator,
+            target,
+            '/tooljail.v1.Executor/ExecuteTurn',
+            tooljail_dot_v1_dot_executor__pb2.TurnMessage.SerializeToString,
             tooljail_dot_v1_dot_executor__pb2.ExecuteEvent.FromString,
             options,
             channel_credentials,

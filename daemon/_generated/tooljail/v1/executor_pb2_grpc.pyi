@@ -55,6 +55,12 @@ class ExecutorStub:
     """An ExecuteBatch with each call's progress (Progress.tool_use_id says whose) interleaved with
     the responses, which still come in request order.
     """
+    ExecuteTurn: _grpc.StreamStreamMultiCallable[_executor_pb2.TurnMessage, _executor_pb2.ExecuteEvent]
+    """One assistant turn while the model still streams it: send `start`, then each tool_use as
+    soon as it is complete, then `end`. Each starts as soon as the scheduling rules allow
+    (concurrency-safe ones at once beside the others of their group, any other one alone, after
+    everything before it); progress and responses come back as ExecuteBatchStream's do.
+    """
 
 @_typing.type_check_only
 class ExecutorAsyncStub(ExecutorStub):
@@ -78,6 +84,12 @@ class ExecutorAsyncStub(ExecutorStub):
     ExecuteBatchStream: _aio.UnaryStreamMultiCallable[_executor_pb2.ExecuteBatchRequest, _executor_pb2.ExecuteEvent]  # type: ignore[assignment]
     """An ExecuteBatch with each call's progress (Progress.tool_use_id says whose) interleaved with
     the responses, which still come in request order.
+    """
+    ExecuteTurn: _aio.StreamStreamMultiCallable[_executor_pb2.TurnMessage, _executor_pb2.ExecuteEvent]  # type: ignore[assignment]
+    """One assistant turn while the model still streams it: send `start`, then each tool_use as
+    soon as it is complete, then `end`. Each starts as soon as the scheduling rules allow
+    (concurrency-safe ones at once beside the others of their group, any other one alone, after
+    everything before it); progress and responses come back as ExecuteBatchStream's do.
     """
 
 class ExecutorServicer(metaclass=_abc_1.ABCMeta):
@@ -141,6 +153,18 @@ class ExecutorServicer(metaclass=_abc_1.ABCMeta):
     ) -> _typing.Union[_abc.Iterator[_executor_pb2.ExecuteEvent], _abc.AsyncIterator[_executor_pb2.ExecuteEvent]]:
         """An ExecuteBatch with each call's progress (Progress.tool_use_id says whose) interleaved with
         the responses, which still come in request order.
+        """
+
+    @_abc_1.abstractmethod
+    def ExecuteTurn(
+        self,
+        request_iterator: _MaybeAsyncIterator[_executor_pb2.TurnMessage],
+        context: _ServicerContext,
+    ) -> _typing.Union[_abc.Iterator[_executor_pb2.ExecuteEvent], _abc.AsyncIterator[_executor_pb2.ExecuteEvent]]:
+        """One assistant turn while the model still streams it: send `start`, then each tool_use as
+        soon as it is complete, then `end`. Each starts as soon as the scheduling rules allow
+        (concurrency-safe ones at once beside the others of their group, any other one alone, after
+        everything before it); progress and responses come back as ExecuteBatchStream's do.
         """
 
 def add_ExecutorServicer_to_server(servicer: ExecutorServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...

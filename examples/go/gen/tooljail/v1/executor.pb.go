@@ -1241,6 +1241,186 @@ func (*ExecuteEvent_Progress) isExecuteEvent_Kind() {}
 
 func (*ExecuteEvent_Response) isExecuteEvent_Kind() {}
 
+type TurnMessage struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Types that are valid to be assigned to Kind:
+	//
+	//	*TurnMessage_Start
+	//	*TurnMessage_ToolUse
+	//	*TurnMessage_End
+	Kind          isTurnMessage_Kind `protobuf_oneof:"kind"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *TurnMessage) Reset() {
+	*x = TurnMessage{}
+	mi := &file_tooljail_v1_executor_proto_msgTypes[16]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *TurnMessage) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*TurnMessage) ProtoMessage() {}
+
+func (x *TurnMessage) ProtoReflect() protoreflect.Message {
+	mi := &file_tooljail_v1_executor_proto_msgTypes[16]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use TurnMessage.ProtoReflect.Descriptor instead.
+func (*TurnMessage) Descriptor() ([]byte, []int) {
+	return file_tooljail_v1_executor_proto_rawDescGZIP(), []int{16}
+}
+
+func (x *TurnMessage) GetKind() isTurnMessage_Kind {
+	if x != nil {
+		return x.Kind
+	}
+	return nil
+}
+
+func (x *TurnMessage) GetStart() *TurnStart {
+	if x != nil {
+		if x, ok := x.Kind.(*TurnMessage_Start); ok {
+			return x.Start
+		}
+	}
+	return nil
+}
+
+func (x *TurnMessage) GetToolUse() *ToolUse {
+	if x != nil {
+		if x, ok := x.Kind.(*TurnMessage_ToolUse); ok {
+			return x.ToolUse
+		}
+	}
+	return nil
+}
+
+func (x *TurnMessage) GetEnd() *TurnEnd {
+	if x != nil {
+		if x, ok := x.Kind.(*TurnMessage_End); ok {
+			return x.End
+		}
+	}
+	return nil
+}
+
+type isTurnMessage_Kind interface {
+	isTurnMessage_Kind()
+}
+
+type TurnMessage_Start struct {
+	// First, once: the session the turn runs in (empty: the caller's default session).
+	Start *TurnStart `protobuf:"bytes,1,opt,name=start,proto3,oneof"`
+}
+
+type TurnMessage_ToolUse struct {
+	ToolUse *ToolUse `protobuf:"bytes,2,opt,name=tool_use,json=toolUse,proto3,oneof"`
+}
+
+type TurnMessage_End struct {
+	// No more tool_use blocks in this turn.
+	End *TurnEnd `protobuf:"bytes,3,opt,name=end,proto3,oneof"`
+}
+
+func (*TurnMessage_Start) isTurnMessage_Kind() {}
+
+func (*TurnMessage_ToolUse) isTurnMessage_Kind() {}
+
+func (*TurnMessage_End) isTurnMessage_Kind() {}
+
+type TurnStart struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	SessionId     string                 `protobuf:"bytes,1,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *TurnStart) Reset() {
+	*x = TurnStart{}
+	mi := &file_tooljail_v1_executor_proto_msgTypes[17]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *TurnStart) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*TurnStart) ProtoMessage() {}
+
+func (x *TurnStart) ProtoReflect() protoreflect.Message {
+	mi := &file_tooljail_v1_executor_proto_msgTypes[17]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use TurnStart.ProtoReflect.Descriptor instead.
+func (*TurnStart) Descriptor() ([]byte, []int) {
+	return file_tooljail_v1_executor_proto_rawDescGZIP(), []int{17}
+}
+
+func (x *TurnStart) GetSessionId() string {
+	if x != nil {
+		return x.SessionId
+	}
+	return ""
+}
+
+type TurnEnd struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *TurnEnd) Reset() {
+	*x = TurnEnd{}
+	mi := &file_tooljail_v1_executor_proto_msgTypes[18]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *TurnEnd) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*TurnEnd) ProtoMessage() {}
+
+func (x *TurnEnd) ProtoReflect() protoreflect.Message {
+	mi := &file_tooljail_v1_executor_proto_msgTypes[18]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use TurnEnd.ProtoReflect.Descriptor instead.
+func (*TurnEnd) Descriptor() ([]byte, []int) {
+	return file_tooljail_v1_executor_proto_rawDescGZIP(), []int{18}
+}
+
 type ExecuteBatchRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	SessionId     string                 `protobuf:"bytes,1,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
@@ -1251,7 +1431,7 @@ type ExecuteBatchRequest struct {
 
 func (x *ExecuteBatchRequest) Reset() {
 	*x = ExecuteBatchRequest{}
-	mi := &file_tooljail_v1_executor_proto_msgTypes[16]
+	mi := &file_tooljail_v1_executor_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1263,7 +1443,7 @@ func (x *ExecuteBatchRequest) String() string {
 func (*ExecuteBatchRequest) ProtoMessage() {}
 
 func (x *ExecuteBatchRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tooljail_v1_executor_proto_msgTypes[16]
+	mi := &file_tooljail_v1_executor_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1276,7 +1456,7 @@ func (x *ExecuteBatchRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExecuteBatchRequest.ProtoReflect.Descriptor instead.
 func (*ExecuteBatchRequest) Descriptor() ([]byte, []int) {
-	return file_tooljail_v1_executor_proto_rawDescGZIP(), []int{16}
+	return file_tooljail_v1_executor_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *ExecuteBatchRequest) GetSessionId() string {
@@ -1307,7 +1487,7 @@ type OpenSessionRequest struct {
 
 func (x *OpenSessionRequest) Reset() {
 	*x = OpenSessionRequest{}
-	mi := &file_tooljail_v1_executor_proto_msgTypes[17]
+	mi := &file_tooljail_v1_executor_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1319,7 +1499,7 @@ func (x *OpenSessionRequest) String() string {
 func (*OpenSessionRequest) ProtoMessage() {}
 
 func (x *OpenSessionRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tooljail_v1_executor_proto_msgTypes[17]
+	mi := &file_tooljail_v1_executor_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1332,7 +1512,7 @@ func (x *OpenSessionRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use OpenSessionRequest.ProtoReflect.Descriptor instead.
 func (*OpenSessionRequest) Descriptor() ([]byte, []int) {
-	return file_tooljail_v1_executor_proto_rawDescGZIP(), []int{17}
+	return file_tooljail_v1_executor_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *OpenSessionRequest) GetWorkspace() string {
@@ -1369,7 +1549,7 @@ type Session struct {
 
 func (x *Session) Reset() {
 	*x = Session{}
-	mi := &file_tooljail_v1_executor_proto_msgTypes[18]
+	mi := &file_tooljail_v1_executor_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1381,7 +1561,7 @@ func (x *Session) String() string {
 func (*Session) ProtoMessage() {}
 
 func (x *Session) ProtoReflect() protoreflect.Message {
-	mi := &file_tooljail_v1_executor_proto_msgTypes[18]
+	mi := &file_tooljail_v1_executor_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1394,7 +1574,7 @@ func (x *Session) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Session.ProtoReflect.Descriptor instead.
 func (*Session) Descriptor() ([]byte, []int) {
-	return file_tooljail_v1_executor_proto_rawDescGZIP(), []int{18}
+	return file_tooljail_v1_executor_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *Session) GetId() string {
@@ -1436,7 +1616,7 @@ type CloseSessionRequest struct {
 
 func (x *CloseSessionRequest) Reset() {
 	*x = CloseSessionRequest{}
-	mi := &file_tooljail_v1_executor_proto_msgTypes[19]
+	mi := &file_tooljail_v1_executor_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1448,7 +1628,7 @@ func (x *CloseSessionRequest) String() string {
 func (*CloseSessionRequest) ProtoMessage() {}
 
 func (x *CloseSessionRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tooljail_v1_executor_proto_msgTypes[19]
+	mi := &file_tooljail_v1_executor_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1461,7 +1641,7 @@ func (x *CloseSessionRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CloseSessionRequest.ProtoReflect.Descriptor instead.
 func (*CloseSessionRequest) Descriptor() ([]byte, []int) {
-	return file_tooljail_v1_executor_proto_rawDescGZIP(), []int{19}
+	return file_tooljail_v1_executor_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *CloseSessionRequest) GetSessionId() string {
@@ -1489,7 +1669,7 @@ type CloseSessionResponse struct {
 
 func (x *CloseSessionResponse) Reset() {
 	*x = CloseSessionResponse{}
-	mi := &file_tooljail_v1_executor_proto_msgTypes[20]
+	mi := &file_tooljail_v1_executor_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1501,7 +1681,7 @@ func (x *CloseSessionResponse) String() string {
 func (*CloseSessionResponse) ProtoMessage() {}
 
 func (x *CloseSessionResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tooljail_v1_executor_proto_msgTypes[20]
+	mi := &file_tooljail_v1_executor_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1514,7 +1694,7 @@ func (x *CloseSessionResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CloseSessionResponse.ProtoReflect.Descriptor instead.
 func (*CloseSessionResponse) Descriptor() ([]byte, []int) {
-	return file_tooljail_v1_executor_proto_rawDescGZIP(), []int{20}
+	return file_tooljail_v1_executor_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *CloseSessionResponse) GetCancelledCalls() int32 {
@@ -1539,7 +1719,7 @@ type ListPendingApprovalsRequest struct {
 
 func (x *ListPendingApprovalsRequest) Reset() {
 	*x = ListPendingApprovalsRequest{}
-	mi := &file_tooljail_v1_executor_proto_msgTypes[21]
+	mi := &file_tooljail_v1_executor_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1551,7 +1731,7 @@ func (x *ListPendingApprovalsRequest) String() string {
 func (*ListPendingApprovalsRequest) ProtoMessage() {}
 
 func (x *ListPendingApprovalsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tooljail_v1_executor_proto_msgTypes[21]
+	mi := &file_tooljail_v1_executor_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1564,7 +1744,7 @@ func (x *ListPendingApprovalsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListPendingApprovalsRequest.ProtoReflect.Descriptor instead.
 func (*ListPendingApprovalsRequest) Descriptor() ([]byte, []int) {
-	return file_tooljail_v1_executor_proto_rawDescGZIP(), []int{21}
+	return file_tooljail_v1_executor_proto_rawDescGZIP(), []int{24}
 }
 
 type ListPendingApprovalsResponse struct {
@@ -1576,7 +1756,7 @@ type ListPendingApprovalsResponse struct {
 
 func (x *ListPendingApprovalsResponse) Reset() {
 	*x = ListPendingApprovalsResponse{}
-	mi := &file_tooljail_v1_executor_proto_msgTypes[22]
+	mi := &file_tooljail_v1_executor_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1588,7 +1768,7 @@ func (x *ListPendingApprovalsResponse) String() string {
 func (*ListPendingApprovalsResponse) ProtoMessage() {}
 
 func (x *ListPendingApprovalsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tooljail_v1_executor_proto_msgTypes[22]
+	mi := &file_tooljail_v1_executor_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1601,7 +1781,7 @@ func (x *ListPendingApprovalsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListPendingApprovalsResponse.ProtoReflect.Descriptor instead.
 func (*ListPendingApprovalsResponse) Descriptor() ([]byte, []int) {
-	return file_tooljail_v1_executor_proto_rawDescGZIP(), []int{22}
+	return file_tooljail_v1_executor_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *ListPendingApprovalsResponse) GetApprovals() []*PendingApproval {
@@ -1624,7 +1804,7 @@ type AnswerApprovalRequest struct {
 
 func (x *AnswerApprovalRequest) Reset() {
 	*x = AnswerApprovalRequest{}
-	mi := &file_tooljail_v1_executor_proto_msgTypes[23]
+	mi := &file_tooljail_v1_executor_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1636,7 +1816,7 @@ func (x *AnswerApprovalRequest) String() string {
 func (*AnswerApprovalRequest) ProtoMessage() {}
 
 func (x *AnswerApprovalRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tooljail_v1_executor_proto_msgTypes[23]
+	mi := &file_tooljail_v1_executor_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1649,7 +1829,7 @@ func (x *AnswerApprovalRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AnswerApprovalRequest.ProtoReflect.Descriptor instead.
 func (*AnswerApprovalRequest) Descriptor() ([]byte, []int) {
-	return file_tooljail_v1_executor_proto_rawDescGZIP(), []int{23}
+	return file_tooljail_v1_executor_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *AnswerApprovalRequest) GetApprovalId() string {
@@ -1703,7 +1883,7 @@ type PendingApproval struct {
 
 func (x *PendingApproval) Reset() {
 	*x = PendingApproval{}
-	mi := &file_tooljail_v1_executor_proto_msgTypes[24]
+	mi := &file_tooljail_v1_executor_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1715,7 +1895,7 @@ func (x *PendingApproval) String() string {
 func (*PendingApproval) ProtoMessage() {}
 
 func (x *PendingApproval) ProtoReflect() protoreflect.Message {
-	mi := &file_tooljail_v1_executor_proto_msgTypes[24]
+	mi := &file_tooljail_v1_executor_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1728,7 +1908,7 @@ func (x *PendingApproval) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PendingApproval.ProtoReflect.Descriptor instead.
 func (*PendingApproval) Descriptor() ([]byte, []int) {
-	return file_tooljail_v1_executor_proto_rawDescGZIP(), []int{24}
+	return file_tooljail_v1_executor_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *PendingApproval) GetApprovalId() string {
@@ -1839,7 +2019,7 @@ type SetSessionModeRequest struct {
 
 func (x *SetSessionModeRequest) Reset() {
 	*x = SetSessionModeRequest{}
-	mi := &file_tooljail_v1_executor_proto_msgTypes[25]
+	mi := &file_tooljail_v1_executor_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1851,7 +2031,7 @@ func (x *SetSessionModeRequest) String() string {
 func (*SetSessionModeRequest) ProtoMessage() {}
 
 func (x *SetSessionModeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tooljail_v1_executor_proto_msgTypes[25]
+	mi := &file_tooljail_v1_executor_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1864,7 +2044,7 @@ func (x *SetSessionModeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetSessionModeRequest.ProtoReflect.Descriptor instead.
 func (*SetSessionModeRequest) Descriptor() ([]byte, []int) {
-	return file_tooljail_v1_executor_proto_rawDescGZIP(), []int{25}
+	return file_tooljail_v1_executor_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *SetSessionModeRequest) GetSessionId() string {
@@ -1890,7 +2070,7 @@ type ListGrantsRequest struct {
 
 func (x *ListGrantsRequest) Reset() {
 	*x = ListGrantsRequest{}
-	mi := &file_tooljail_v1_executor_proto_msgTypes[26]
+	mi := &file_tooljail_v1_executor_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1902,7 +2082,7 @@ func (x *ListGrantsRequest) String() string {
 func (*ListGrantsRequest) ProtoMessage() {}
 
 func (x *ListGrantsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tooljail_v1_executor_proto_msgTypes[26]
+	mi := &file_tooljail_v1_executor_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1915,7 +2095,7 @@ func (x *ListGrantsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListGrantsRequest.ProtoReflect.Descriptor instead.
 func (*ListGrantsRequest) Descriptor() ([]byte, []int) {
-	return file_tooljail_v1_executor_proto_rawDescGZIP(), []int{26}
+	return file_tooljail_v1_executor_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *ListGrantsRequest) GetSessionId() string {
@@ -1938,7 +2118,7 @@ type Grant struct {
 
 func (x *Grant) Reset() {
 	*x = Grant{}
-	mi := &file_tooljail_v1_executor_proto_msgTypes[27]
+	mi := &file_tooljail_v1_executor_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1950,7 +2130,7 @@ func (x *Grant) String() string {
 func (*Grant) ProtoMessage() {}
 
 func (x *Grant) ProtoReflect() protoreflect.Message {
-	mi := &file_tooljail_v1_executor_proto_msgTypes[27]
+	mi := &file_tooljail_v1_executor_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1963,7 +2143,7 @@ func (x *Grant) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Grant.ProtoReflect.Descriptor instead.
 func (*Grant) Descriptor() ([]byte, []int) {
-	return file_tooljail_v1_executor_proto_rawDescGZIP(), []int{27}
+	return file_tooljail_v1_executor_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *Grant) GetTool() string {
@@ -2003,7 +2183,7 @@ type ListGrantsResponse struct {
 
 func (x *ListGrantsResponse) Reset() {
 	*x = ListGrantsResponse{}
-	mi := &file_tooljail_v1_executor_proto_msgTypes[28]
+	mi := &file_tooljail_v1_executor_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2015,7 +2195,7 @@ func (x *ListGrantsResponse) String() string {
 func (*ListGrantsResponse) ProtoMessage() {}
 
 func (x *ListGrantsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tooljail_v1_executor_proto_msgTypes[28]
+	mi := &file_tooljail_v1_executor_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2028,7 +2208,7 @@ func (x *ListGrantsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListGrantsResponse.ProtoReflect.Descriptor instead.
 func (*ListGrantsResponse) Descriptor() ([]byte, []int) {
-	return file_tooljail_v1_executor_proto_rawDescGZIP(), []int{28}
+	return file_tooljail_v1_executor_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *ListGrantsResponse) GetGrants() []*Grant {
@@ -2046,7 +2226,7 @@ type StatusRequest struct {
 
 func (x *StatusRequest) Reset() {
 	*x = StatusRequest{}
-	mi := &file_tooljail_v1_executor_proto_msgTypes[29]
+	mi := &file_tooljail_v1_executor_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2058,7 +2238,7 @@ func (x *StatusRequest) String() string {
 func (*StatusRequest) ProtoMessage() {}
 
 func (x *StatusRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tooljail_v1_executor_proto_msgTypes[29]
+	mi := &file_tooljail_v1_executor_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2071,7 +2251,7 @@ func (x *StatusRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatusRequest.ProtoReflect.Descriptor instead.
 func (*StatusRequest) Descriptor() ([]byte, []int) {
-	return file_tooljail_v1_executor_proto_rawDescGZIP(), []int{29}
+	return file_tooljail_v1_executor_proto_rawDescGZIP(), []int{32}
 }
 
 type StatusResponse struct {
@@ -2093,7 +2273,7 @@ type StatusResponse struct {
 
 func (x *StatusResponse) Reset() {
 	*x = StatusResponse{}
-	mi := &file_tooljail_v1_executor_proto_msgTypes[30]
+	mi := &file_tooljail_v1_executor_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2105,7 +2285,7 @@ func (x *StatusResponse) String() string {
 func (*StatusResponse) ProtoMessage() {}
 
 func (x *StatusResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tooljail_v1_executor_proto_msgTypes[30]
+	mi := &file_tooljail_v1_executor_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2118,7 +2298,7 @@ func (x *StatusResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatusResponse.ProtoReflect.Descriptor instead.
 func (*StatusResponse) Descriptor() ([]byte, []int) {
-	return file_tooljail_v1_executor_proto_rawDescGZIP(), []int{30}
+	return file_tooljail_v1_executor_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *StatusResponse) GetVersion() string {
@@ -2192,7 +2372,7 @@ type ReloadPoliciesRequest struct {
 
 func (x *ReloadPoliciesRequest) Reset() {
 	*x = ReloadPoliciesRequest{}
-	mi := &file_tooljail_v1_executor_proto_msgTypes[31]
+	mi := &file_tooljail_v1_executor_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2204,7 +2384,7 @@ func (x *ReloadPoliciesRequest) String() string {
 func (*ReloadPoliciesRequest) ProtoMessage() {}
 
 func (x *ReloadPoliciesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tooljail_v1_executor_proto_msgTypes[31]
+	mi := &file_tooljail_v1_executor_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2217,7 +2397,7 @@ func (x *ReloadPoliciesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReloadPoliciesRequest.ProtoReflect.Descriptor instead.
 func (*ReloadPoliciesRequest) Descriptor() ([]byte, []int) {
-	return file_tooljail_v1_executor_proto_rawDescGZIP(), []int{31}
+	return file_tooljail_v1_executor_proto_rawDescGZIP(), []int{34}
 }
 
 type ReloadPoliciesResponse struct {
@@ -2233,7 +2413,7 @@ type ReloadPoliciesResponse struct {
 
 func (x *ReloadPoliciesResponse) Reset() {
 	*x = ReloadPoliciesResponse{}
-	mi := &file_tooljail_v1_executor_proto_msgTypes[32]
+	mi := &file_tooljail_v1_executor_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2245,7 +2425,7 @@ func (x *ReloadPoliciesResponse) String() string {
 func (*ReloadPoliciesResponse) ProtoMessage() {}
 
 func (x *ReloadPoliciesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tooljail_v1_executor_proto_msgTypes[32]
+	mi := &file_tooljail_v1_executor_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2258,7 +2438,7 @@ func (x *ReloadPoliciesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReloadPoliciesResponse.ProtoReflect.Descriptor instead.
 func (*ReloadPoliciesResponse) Descriptor() ([]byte, []int) {
-	return file_tooljail_v1_executor_proto_rawDescGZIP(), []int{32}
+	return file_tooljail_v1_executor_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *ReloadPoliciesResponse) GetPolicyRevision() string {
@@ -2380,7 +2560,16 @@ const file_tooljail_v1_executor_proto_rawDesc = "" +
 	"\fExecuteEvent\x123\n" +
 	"\bprogress\x18\x01 \x01(\v2\x15.tooljail.v1.ProgressH\x00R\bprogress\x12:\n" +
 	"\bresponse\x18\x02 \x01(\v2\x1c.tooljail.v1.ExecuteResponseH\x00R\bresponseB\x06\n" +
-	"\x04kind\"g\n" +
+	"\x04kind\"\xa2\x01\n" +
+	"\vTurnMessage\x12.\n" +
+	"\x05start\x18\x01 \x01(\v2\x16.tooljail.v1.TurnStartH\x00R\x05start\x121\n" +
+	"\btool_use\x18\x02 \x01(\v2\x14.tooljail.v1.ToolUseH\x00R\atoolUse\x12(\n" +
+	"\x03end\x18\x03 \x01(\v2\x14.tooljail.v1.TurnEndH\x00R\x03endB\x06\n" +
+	"\x04kind\"*\n" +
+	"\tTurnStart\x12\x1d\n" +
+	"\n" +
+	"session_id\x18\x01 \x01(\tR\tsessionId\"\t\n" +
+	"\aTurnEnd\"g\n" +
 	"\x13ExecuteBatchRequest\x12\x1d\n" +
 	"\n" +
 	"session_id\x18\x01 \x01(\tR\tsessionId\x121\n" +
@@ -2472,7 +2661,7 @@ const file_tooljail_v1_executor_proto_rawDesc = "" +
 	"\x13OUTCOME_UNSPECIFIED\x10\x00\x12\t\n" +
 	"\x05ALLOW\x10\x01\x12\b\n" +
 	"\x04DENY\x10\x02\x12\a\n" +
-	"\x03ASK\x10\x032\xa9\x04\n" +
+	"\x03ASK\x10\x032\xf1\x04\n" +
 	"\bExecutor\x12J\n" +
 	"\tListTools\x12\x1d.tooljail.v1.ListToolsRequest\x1a\x1e.tooljail.v1.ListToolsResponse\x12D\n" +
 	"\aExecute\x12\x1b.tooljail.v1.ExecuteRequest\x1a\x1c.tooljail.v1.ExecuteResponse\x12P\n" +
@@ -2480,7 +2669,8 @@ const file_tooljail_v1_executor_proto_rawDesc = "" +
 	"\vOpenSession\x12\x1f.tooljail.v1.OpenSessionRequest\x1a\x14.tooljail.v1.Session\x12S\n" +
 	"\fCloseSession\x12 .tooljail.v1.CloseSessionRequest\x1a!.tooljail.v1.CloseSessionResponse\x12I\n" +
 	"\rExecuteStream\x12\x1b.tooljail.v1.ExecuteRequest\x1a\x19.tooljail.v1.ExecuteEvent0\x01\x12S\n" +
-	"\x12ExecuteBatchStream\x12 .tooljail.v1.ExecuteBatchRequest\x1a\x19.tooljail.v1.ExecuteEvent0\x012\xc4\x04\n" +
+	"\x12ExecuteBatchStream\x12 .tooljail.v1.ExecuteBatchRequest\x1a\x19.tooljail.v1.ExecuteEvent0\x01\x12F\n" +
+	"\vExecuteTurn\x12\x18.tooljail.v1.TurnMessage\x1a\x19.tooljail.v1.ExecuteEvent(\x010\x012\xc4\x04\n" +
 	"\x05Admin\x12Y\n" +
 	"\x0eReloadPolicies\x12\".tooljail.v1.ReloadPoliciesRequest\x1a#.tooljail.v1.ReloadPoliciesResponse\x12A\n" +
 	"\x06Status\x12\x1a.tooljail.v1.StatusRequest\x1a\x1b.tooljail.v1.StatusResponse\x12J\n" +
@@ -2504,7 +2694,7 @@ func file_tooljail_v1_executor_proto_rawDescGZIP() []byte {
 }
 
 var file_tooljail_v1_executor_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_tooljail_v1_executor_proto_msgTypes = make([]protoimpl.MessageInfo, 33)
+var file_tooljail_v1_executor_proto_msgTypes = make([]protoimpl.MessageInfo, 36)
 var file_tooljail_v1_executor_proto_goTypes = []any{
 	(Outcome)(0),                         // 0: tooljail.v1.Outcome
 	(*ListToolsRequest)(nil),             // 1: tooljail.v1.ListToolsRequest
@@ -2523,31 +2713,34 @@ var file_tooljail_v1_executor_proto_goTypes = []any{
 	(*ExecuteResponse)(nil),              // 14: tooljail.v1.ExecuteResponse
 	(*Progress)(nil),                     // 15: tooljail.v1.Progress
 	(*ExecuteEvent)(nil),                 // 16: tooljail.v1.ExecuteEvent
-	(*ExecuteBatchRequest)(nil),          // 17: tooljail.v1.ExecuteBatchRequest
-	(*OpenSessionRequest)(nil),           // 18: tooljail.v1.OpenSessionRequest
-	(*Session)(nil),                      // 19: tooljail.v1.Session
-	(*CloseSessionRequest)(nil),          // 20: tooljail.v1.CloseSessionRequest
-	(*CloseSessionResponse)(nil),         // 21: tooljail.v1.CloseSessionResponse
-	(*ListPendingApprovalsRequest)(nil),  // 22: tooljail.v1.ListPendingApprovalsRequest
-	(*ListPendingApprovalsResponse)(nil), // 23: tooljail.v1.ListPendingApprovalsResponse
-	(*AnswerApprovalRequest)(nil),        // 24: tooljail.v1.AnswerApprovalRequest
-	(*PendingApproval)(nil),              // 25: tooljail.v1.PendingApproval
-	(*SetSessionModeRequest)(nil),        // 26: tooljail.v1.SetSessionModeRequest
-	(*ListGrantsRequest)(nil),            // 27: tooljail.v1.ListGrantsRequest
-	(*Grant)(nil),                        // 28: tooljail.v1.Grant
-	(*ListGrantsResponse)(nil),           // 29: tooljail.v1.ListGrantsResponse
-	(*StatusRequest)(nil),                // 30: tooljail.v1.StatusRequest
-	(*StatusResponse)(nil),               // 31: tooljail.v1.StatusResponse
-	(*ReloadPoliciesRequest)(nil),        // 32: tooljail.v1.ReloadPoliciesRequest
-	(*ReloadPoliciesResponse)(nil),       // 33: tooljail.v1.ReloadPoliciesResponse
-	(*structpb.Struct)(nil),              // 34: google.protobuf.Struct
+	(*TurnMessage)(nil),                  // 17: tooljail.v1.TurnMessage
+	(*TurnStart)(nil),                    // 18: tooljail.v1.TurnStart
+	(*TurnEnd)(nil),                      // 19: tooljail.v1.TurnEnd
+	(*ExecuteBatchRequest)(nil),          // 20: tooljail.v1.ExecuteBatchRequest
+	(*OpenSessionRequest)(nil),           // 21: tooljail.v1.OpenSessionRequest
+	(*Session)(nil),                      // 22: tooljail.v1.Session
+	(*CloseSessionRequest)(nil),          // 23: tooljail.v1.CloseSessionRequest
+	(*CloseSessionResponse)(nil),         // 24: tooljail.v1.CloseSessionResponse
+	(*ListPendingApprovalsRequest)(nil),  // 25: tooljail.v1.ListPendingApprovalsRequest
+	(*ListPendingApprovalsResponse)(nil), // 26: tooljail.v1.ListPendingApprovalsResponse
+	(*AnswerApprovalRequest)(nil),        // 27: tooljail.v1.AnswerApprovalRequest
+	(*PendingApproval)(nil),              // 28: tooljail.v1.PendingApproval
+	(*SetSessionModeRequest)(nil),        // 29: tooljail.v1.SetSessionModeRequest
+	(*ListGrantsRequest)(nil),            // 30: tooljail.v1.ListGrantsRequest
+	(*Grant)(nil),                        // 31: tooljail.v1.Grant
+	(*ListGrantsResponse)(nil),           // 32: tooljail.v1.ListGrantsResponse
+	(*StatusRequest)(nil),                // 33: tooljail.v1.StatusRequest
+	(*StatusResponse)(nil),               // 34: tooljail.v1.StatusResponse
+	(*ReloadPoliciesRequest)(nil),        // 35: tooljail.v1.ReloadPoliciesRequest
+	(*ReloadPoliciesResponse)(nil),       // 36: tooljail.v1.ReloadPoliciesResponse
+	(*structpb.Struct)(nil),              // 37: google.protobuf.Struct
 }
 var file_tooljail_v1_executor_proto_depIdxs = []int32{
 	3,  // 0: tooljail.v1.ListToolsResponse.tools:type_name -> tooljail.v1.ToolDefinition
-	34, // 1: tooljail.v1.ToolDefinition.input_schema:type_name -> google.protobuf.Struct
+	37, // 1: tooljail.v1.ToolDefinition.input_schema:type_name -> google.protobuf.Struct
 	5,  // 2: tooljail.v1.ToolDefinition.traits:type_name -> tooljail.v1.ToolTraits
 	4,  // 3: tooljail.v1.ToolDefinition.origin:type_name -> tooljail.v1.ToolOrigin
-	34, // 4: tooljail.v1.ToolUse.input:type_name -> google.protobuf.Struct
+	37, // 4: tooljail.v1.ToolUse.input:type_name -> google.protobuf.Struct
 	7,  // 5: tooljail.v1.ContentBlock.text:type_name -> tooljail.v1.TextBlock
 	8,  // 6: tooljail.v1.ContentBlock.image:type_name -> tooljail.v1.ImageBlock
 	9,  // 7: tooljail.v1.ToolResult.content:type_name -> tooljail.v1.ContentBlock
@@ -2558,42 +2751,47 @@ var file_tooljail_v1_executor_proto_depIdxs = []int32{
 	12, // 12: tooljail.v1.ExecuteResponse.report:type_name -> tooljail.v1.ExecutionReport
 	15, // 13: tooljail.v1.ExecuteEvent.progress:type_name -> tooljail.v1.Progress
 	14, // 14: tooljail.v1.ExecuteEvent.response:type_name -> tooljail.v1.ExecuteResponse
-	6,  // 15: tooljail.v1.ExecuteBatchRequest.tool_uses:type_name -> tooljail.v1.ToolUse
-	25, // 16: tooljail.v1.ListPendingApprovalsResponse.approvals:type_name -> tooljail.v1.PendingApproval
-	28, // 17: tooljail.v1.ListGrantsResponse.grants:type_name -> tooljail.v1.Grant
-	1,  // 18: tooljail.v1.Executor.ListTools:input_type -> tooljail.v1.ListToolsRequest
-	13, // 19: tooljail.v1.Executor.Execute:input_type -> tooljail.v1.ExecuteRequest
-	17, // 20: tooljail.v1.Executor.ExecuteBatch:input_type -> tooljail.v1.ExecuteBatchRequest
-	18, // 21: tooljail.v1.Executor.OpenSession:input_type -> tooljail.v1.OpenSessionRequest
-	20, // 22: tooljail.v1.Executor.CloseSession:input_type -> tooljail.v1.CloseSessionRequest
-	13, // 23: tooljail.v1.Executor.ExecuteStream:input_type -> tooljail.v1.ExecuteRequest
-	17, // 24: tooljail.v1.Executor.ExecuteBatchStream:input_type -> tooljail.v1.ExecuteBatchRequest
-	32, // 25: tooljail.v1.Admin.ReloadPolicies:input_type -> tooljail.v1.ReloadPoliciesRequest
-	30, // 26: tooljail.v1.Admin.Status:input_type -> tooljail.v1.StatusRequest
-	26, // 27: tooljail.v1.Admin.SetSessionMode:input_type -> tooljail.v1.SetSessionModeRequest
-	27, // 28: tooljail.v1.Admin.ListGrants:input_type -> tooljail.v1.ListGrantsRequest
-	22, // 29: tooljail.v1.Admin.ListPendingApprovals:input_type -> tooljail.v1.ListPendingApprovalsRequest
-	24, // 30: tooljail.v1.Admin.Approve:input_type -> tooljail.v1.AnswerApprovalRequest
-	24, // 31: tooljail.v1.Admin.Deny:input_type -> tooljail.v1.AnswerApprovalRequest
-	2,  // 32: tooljail.v1.Executor.ListTools:output_type -> tooljail.v1.ListToolsResponse
-	14, // 33: tooljail.v1.Executor.Execute:output_type -> tooljail.v1.ExecuteResponse
-	14, // 34: tooljail.v1.Executor.ExecuteBatch:output_type -> tooljail.v1.ExecuteResponse
-	19, // 35: tooljail.v1.Executor.OpenSession:output_type -> tooljail.v1.Session
-	21, // 36: tooljail.v1.Executor.CloseSession:output_type -> tooljail.v1.CloseSessionResponse
-	16, // 37: tooljail.v1.Executor.ExecuteStream:output_type -> tooljail.v1.ExecuteEvent
-	16, // 38: tooljail.v1.Executor.ExecuteBatchStream:output_type -> tooljail.v1.ExecuteEvent
-	33, // 39: tooljail.v1.Admin.ReloadPolicies:output_type -> tooljail.v1.ReloadPoliciesResponse
-	31, // 40: tooljail.v1.Admin.Status:output_type -> tooljail.v1.StatusResponse
-	19, // 41: tooljail.v1.Admin.SetSessionMode:output_type -> tooljail.v1.Session
-	29, // 42: tooljail.v1.Admin.ListGrants:output_type -> tooljail.v1.ListGrantsResponse
-	23, // 43: tooljail.v1.Admin.ListPendingApprovals:output_type -> tooljail.v1.ListPendingApprovalsResponse
-	25, // 44: tooljail.v1.Admin.Approve:output_type -> tooljail.v1.PendingApproval
-	25, // 45: tooljail.v1.Admin.Deny:output_type -> tooljail.v1.PendingApproval
-	32, // [32:46] is the sub-list for method output_type
-	18, // [18:32] is the sub-list for method input_type
-	18, // [18:18] is the sub-list for extension type_name
-	18, // [18:18] is the sub-list for extension extendee
-	0,  // [0:18] is the sub-list for field type_name
+	18, // 15: tooljail.v1.TurnMessage.start:type_name -> tooljail.v1.TurnStart
+	6,  // 16: tooljail.v1.TurnMessage.tool_use:type_name -> tooljail.v1.ToolUse
+	19, // 17: tooljail.v1.TurnMessage.end:type_name -> tooljail.v1.TurnEnd
+	6,  // 18: tooljail.v1.ExecuteBatchRequest.tool_uses:type_name -> tooljail.v1.ToolUse
+	28, // 19: tooljail.v1.ListPendingApprovalsResponse.approvals:type_name -> tooljail.v1.PendingApproval
+	31, // 20: tooljail.v1.ListGrantsResponse.grants:type_name -> tooljail.v1.Grant
+	1,  // 21: tooljail.v1.Executor.ListTools:input_type -> tooljail.v1.ListToolsRequest
+	13, // 22: tooljail.v1.Executor.Execute:input_type -> tooljail.v1.ExecuteRequest
+	20, // 23: tooljail.v1.Executor.ExecuteBatch:input_type -> tooljail.v1.ExecuteBatchRequest
+	21, // 24: tooljail.v1.Executor.OpenSession:input_type -> tooljail.v1.OpenSessionRequest
+	23, // 25: tooljail.v1.Executor.CloseSession:input_type -> tooljail.v1.CloseSessionRequest
+	13, // 26: tooljail.v1.Executor.ExecuteStream:input_type -> tooljail.v1.ExecuteRequest
+	20, // 27: tooljail.v1.Executor.ExecuteBatchStream:input_type -> tooljail.v1.ExecuteBatchRequest
+	17, // 28: tooljail.v1.Executor.ExecuteTurn:input_type -> tooljail.v1.TurnMessage
+	35, // 29: tooljail.v1.Admin.ReloadPolicies:input_type -> tooljail.v1.ReloadPoliciesRequest
+	33, // 30: tooljail.v1.Admin.Status:input_type -> tooljail.v1.StatusRequest
+	29, // 31: tooljail.v1.Admin.SetSessionMode:input_type -> tooljail.v1.SetSessionModeRequest
+	30, // 32: tooljail.v1.Admin.ListGrants:input_type -> tooljail.v1.ListGrantsRequest
+	25, // 33: tooljail.v1.Admin.ListPendingApprovals:input_type -> tooljail.v1.ListPendingApprovalsRequest
+	27, // 34: tooljail.v1.Admin.Approve:input_type -> tooljail.v1.AnswerApprovalRequest
+	27, // 35: tooljail.v1.Admin.Deny:input_type -> tooljail.v1.AnswerApprovalRequest
+	2,  // 36: tooljail.v1.Executor.ListTools:output_type -> tooljail.v1.ListToolsResponse
+	14, // 37: tooljail.v1.Executor.Execute:output_type -> tooljail.v1.ExecuteResponse
+	14, // 38: tooljail.v1.Executor.ExecuteBatch:output_type -> tooljail.v1.ExecuteResponse
+	22, // 39: tooljail.v1.Executor.OpenSession:output_type -> tooljail.v1.Session
+	24, // 40: tooljail.v1.Executor.CloseSession:output_type -> tooljail.v1.CloseSessionResponse
+	16, // 41: tooljail.v1.Executor.ExecuteStream:output_type -> tooljail.v1.ExecuteEvent
+	16, // 42: tooljail.v1.Executor.ExecuteBatchStream:output_type -> tooljail.v1.ExecuteEvent
+	16, // 43: tooljail.v1.Executor.ExecuteTurn:output_type -> tooljail.v1.ExecuteEvent
+	36, // 44: tooljail.v1.Admin.ReloadPolicies:output_type -> tooljail.v1.ReloadPoliciesResponse
+	34, // 45: tooljail.v1.Admin.Status:output_type -> tooljail.v1.StatusResponse
+	22, // 46: tooljail.v1.Admin.SetSessionMode:output_type -> tooljail.v1.Session
+	32, // 47: tooljail.v1.Admin.ListGrants:output_type -> tooljail.v1.ListGrantsResponse
+	26, // 48: tooljail.v1.Admin.ListPendingApprovals:output_type -> tooljail.v1.ListPendingApprovalsResponse
+	28, // 49: tooljail.v1.Admin.Approve:output_type -> tooljail.v1.PendingApproval
+	28, // 50: tooljail.v1.Admin.Deny:output_type -> tooljail.v1.PendingApproval
+	36, // [36:51] is the sub-list for method output_type
+	21, // [21:36] is the sub-list for method input_type
+	21, // [21:21] is the sub-list for extension type_name
+	21, // [21:21] is the sub-list for extension extendee
+	0,  // [0:21] is the sub-list for field type_name
 }
 
 func init() { file_tooljail_v1_executor_proto_init() }
@@ -2609,13 +2807,18 @@ func file_tooljail_v1_executor_proto_init() {
 		(*ExecuteEvent_Progress)(nil),
 		(*ExecuteEvent_Response)(nil),
 	}
+	file_tooljail_v1_executor_proto_msgTypes[16].OneofWrappers = []any{
+		(*TurnMessage_Start)(nil),
+		(*TurnMessage_ToolUse)(nil),
+		(*TurnMessage_End)(nil),
+	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_tooljail_v1_executor_proto_rawDesc), len(file_tooljail_v1_executor_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   33,
+			NumMessages:   36,
 			NumExtensions: 0,
 			NumServices:   2,
 		},

@@ -31,6 +31,7 @@ const (
 	Executor_CloseSession_FullMethodName       = "/tooljail.v1.Executor/CloseSession"
 	Executor_ExecuteStream_FullMethodName      = "/tooljail.v1.Executor/ExecuteStream"
 	Executor_ExecuteBatchStream_FullMethodName = "/tooljail.v1.Executor/ExecuteBatchStream"
+	Executor_ExecuteTurn_FullMethodName        = "/tooljail.v1.Executor/ExecuteTurn"
 )
 
 // ExecutorClient is the client API for Executor service.
@@ -55,6 +56,11 @@ type ExecutorClient interface {
 	// An ExecuteBatch with each call's progress (Progress.tool_use_id says whose) interleaved with
 	// the responses, which still come in request order.
 	ExecuteBatchStream(ctx context.Context, in *ExecuteBatchRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[ExecuteEvent], error)
+	// One assistant turn while the model still streams it: send `start`, then each tool_use as
+	// soon as it is complete, then `end`. Each starts as soon as the scheduling rules allow
+	// (concurrency-safe ones at once beside the others of their group, any other one alone, after
+	// everything before it); progress and responses come back as ExecuteBatchStream's do.
+	ExecuteTurn(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[TurnMessage, ExecuteEvent], error)
 }
 
 type executorClient struct {
@@ -162,6 +168,19 @@ func (c *executorClient) ExecuteBatchStream(ctx context.Context, in *ExecuteBatc
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type Executor_ExecuteBatchStreamClient = grpc.ServerStreamingClient[ExecuteEvent]
 
+func (c *executorClient) ExecuteTurn(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[TurnMessage, ExecuteEvent], error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	stream, err := c.cc.NewStream(ctx, &Executor_ServiceDesc.Streams[3], Executor_ExecuteTurn_FullMethodName, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	x := &grpc.GenericClientStream[TurnMessage, ExecuteEvent]{ClientStream: stream}
+	return x, nil
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type Executor_ExecuteTurnClient = grpc.BidiStreamingClient[TurnMessage, ExecuteEvent]
+
 // ExecutorServer is the server API for Executor service.
 // All implementations must embed UnimplementedExecutorServer
 // for forward compatibility.
@@ -184,6 +203,11 @@ type ExecutorServer interface {
 	// An ExecuteBatch with each call's progress (Progress.tool_use_id says whose) interleaved with
 	// the responses, which still come in request order.
 	ExecuteBatchStream(*ExecuteBatchRequest, grpc.ServerStreamingServer[ExecuteEvent]) error
+	// One assistant turn while the model still streams it: send `start`, then each tool_use as
+	// soon as it is complete, then `end`. Each starts as soon as the scheduling rules allow
+	// (concurrency-safe ones at once beside the others of their group, any other one alone, after
+	// everything before it); progress and responses come back as ExecuteBatchStream's do.
+	ExecuteTurn(grpc.BidiStreamingServer[TurnMessage, ExecuteEvent]) error
 	mustEmbedUnimplementedExecutorServer()
 }
 
@@ -214,6 +238,9 @@ func (UnimplementedExecutorServer) ExecuteStream(*ExecuteRequest, grpc.ServerStr
 }
 func (UnimplementedExecutorServer) ExecuteBatchStream(*ExecuteBatchRequest, grpc.ServerStreamingServer[ExecuteEvent]) error {
 	return status.Error(codes.Unimplemented, "method ExecuteBatchStream not implemented")
+}
+func (UnimplementedExecutorServer) ExecuteTurn(grpc.BidiStreamingServer[TurnMessage, ExecuteEvent]) error {
+	return status.Error(codes.Unimplemented, "method ExecuteTurn not implemented")
 }
 func (UnimplementedExecutorServer) mustEmbedUnimplementedExecutorServer() {}
 func (UnimplementedExecutorServer) testEmbeddedByValue()                  {}
@@ -341,6 +368,13 @@ func _Executor_ExecuteBatchStream_Handler(srv interface{}, stream grpc.ServerStr
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type Executor_ExecuteBatchStreamServer = grpc.ServerStreamingServer[ExecuteEvent]
 
+func _Executor_ExecuteTurn_Handler(srv interface{}, stream grpc.ServerStream) error {
+	return srv.(ExecutorServer).ExecuteTurn(&grpc.GenericServerStream[TurnMessage, ExecuteEvent]{ServerStream: stream})
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type Executor_ExecuteTurnServer = grpc.BidiStreamingServer[TurnMessage, ExecuteEvent]
+
 // Executor_ServiceDesc is the grpc.ServiceDesc for Executor service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -380,6 +414,12 @@ var Executor_ServiceDesc = grpc.ServiceDesc{
 			StreamName:    "ExecuteBatchStream",
 			Handler:       _Executor_ExecuteBatchStream_Handler,
 			ServerStreams: true,
+		},
+		{
+			StreamName:    "ExecuteTurn",
+			Handler:       _Executor_ExecuteTurn_Handler,
+			ServerStreams: true,
+			ClientStreams: true,
 		},
 	},
 	Metadata: "tooljail/v1/executor.proto",
