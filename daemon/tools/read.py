@@ -32,6 +32,7 @@ from daemon.tools.contract import (
     ToolTraits,
     TouchedPath,
 )
+from daemon.tools.notebook import NotebookView, view_notebook
 from daemon.tools.schema import LaxInt
 from daemon.tools.summaries import failed, plural, shown_path
 
@@ -101,7 +102,7 @@ class ReadResult:
     """What Read found; `render` turns it into text (or an image block)."""
 
     path: Path
-    kind: Literal["text", "empty", "past_end", "image"]
+    kind: Literal["text", "empty", "past_end", "image", "notebook"]
     total_lines: int = 0
     """Lines in the whole file."""
     first_line: int = 1
@@ -114,6 +115,7 @@ class ReadResult:
     """Fewer lines than asked were shown so the result fits the tool's budget."""
     budget_chars: int = 0
     image: ImageContent | None = None
+    notebook: NotebookView | None = None
     shown: str = ""
     """The path as people read it (relative to the workspace), for the summary."""
 
@@ -251,7 +253,9 @@ def _read_file(
                 f"{path} is a binary file (it contains NUL bytes), and Read shows text only. "
                 "Inspect it with Bash (e.g. `file`, `xxd | head`) if you need to."
             )
-        if offset is None and limit is None and size > MAX_WHOLE_FILE_BYTES:
+        # A notebook is shown cell by cell, not by lines: its JSON may be larger (images).
+        notebook = path.suffix == ".ipynb" and offset is None and limit is None
+        if offset is None and limit is None and size > MAX_WHOLE_FILE_BYTES and not notebook:
             raise ToolError(
                 f"{path} is {size} bytes, more than the {MAX_WHOLE_FILE_BYTES} bytes Read shows "
                 "at once. Call Read again with offset and limit to read it in parts, or use Grep "
@@ -265,6 +269,14 @@ def _read_file(
         data, mtime_ns = _load(fd, path, size)
     finally:
         os.close(fd)
+    view = view_notebook(data) if notebook else None
+    if view is not None:
+        return ReadResult(path=path, kind="notebook", notebook=view), data, mtime_ns
+    if size > MAX_WHOLE_FILE_BYTES and offset is None and limit is None:
+        raise ToolError(
+            f"{path} is {size} bytes and not a notebook Read can show; call Read again with "
+            "offset and limit to read it in parts."
+        )
     return _window(path, data, offset, limit, budget), data, mtime_ns
 
 
@@ -274,7 +286,9 @@ class ReadTool(Tool[ReadInput, ReadResult]):
     name = "Read"
     description = (
         "Reads a text file of the workspace and returns it with line numbers, like `cat -n`; "
-        "PNG, JPEG, GIF and WebP images come back as images.\n"
+        "PNG, JPEG, GIF and WebP images come back as images; a Jupyter notebook (.ipynb, read "
+        "without offset and limit) comes back cell by cell, each with its id, type, source and "
+        "outputs, images as images.\n"
         "- file_path must be an absolute path inside the workspace.\n"
         f"- In the output {LINE_FORMAT_DESCRIPTION}. That prefix is not part of the file: leave "
         "it out of Edit's old_string.\n"
@@ -369,6 +383,8 @@ class ReadTool(Tool[ReadInput, ReadResult]):
             return f"Read {media.upper()} image {where}"
         if result.kind == "empty":
             return f"Read {where}: the file is empty"
+        if result.kind == "notebook" and result.notebook is not None:
+            return f"Read notebook {where} ({plural(result.notebook.cells, 'cell')})"
         if result.kind == "past_end":
             return (
                 f"Read {where}: offset {result.first_line} is past its end "
@@ -392,6 +408,9 @@ def _read_and_digest(
 def _render(result: ReadResult) -> ToolOutput:
     if result.kind == "image" and result.image is not None:
         return ToolOutput(content=[result.image], keep="head")
+    if result.kind == "notebook" and result.notebook is not None:
+        view = result.notebook
+        return ToolOutput(content=[TextContent(text=view.text), *view.images], keep="head")
     if result.kind == "empty":
         return ToolOutput.text(f"Warning: {result.path} exists but is empty (0 bytes).")
     if result.kind == "past_end":
