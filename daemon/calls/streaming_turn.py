@@ -31,6 +31,17 @@ class _Entry:
     group: int
     task: asyncio.Task[ExecuteOutcome] | None = None
     cancelled_by: PreparedCall | None = None
+    answered: bool = False
+    """Its answer went out (and was let go: a long turn holds no answers it already sent)."""
+
+    @property
+    def finished(self) -> bool:
+        """Done running, or never to run (its group had failed when it arrived)."""
+        if self.answered:
+            return True
+        if self.task is None:
+            return self.cancelled_by is not None
+        return self.task.done()
 
 
 class StreamingTurn:
@@ -95,11 +106,9 @@ class StreamingTurn:
 
     def _start_ready(self) -> None:
         for entry in self._entries:
-            if entry.task is not None or entry.cancelled_by is not None:
+            if entry.task is not None or entry.cancelled_by is not None or entry.answered:
                 continue
-            if any(
-                e.task is None or not e.task.done() for e in self._entries if e.group < entry.group
-            ):
+            if any(not e.finished for e in self._entries if e.group < entry.group):
                 break  # an earlier group still runs: this one, and every later one, waits
             failed = self._failed.get(entry.group)
             if failed is not None:
@@ -144,6 +153,7 @@ class StreamingTurn:
                 outcome = self._ready(entry)
                 if outcome is not None:
                     self._next += 1
+                    entry.answered, entry.task = True, None
                     known_later = [
                         later.task.result()
                         for later in self._entries[self._next :]

@@ -16,7 +16,7 @@ from daemon._generated.tooljail.v1 import executor_pb2_grpc as pb_grpc
 from daemon.calls.pipeline import CallRequest, Pipeline, PreparedCall
 from daemon.calls.scheduler import Scheduler
 from daemon.calls.streaming_turn import StreamingTurn
-from daemon.errors import RequestError, TooljailError, Unavailable
+from daemon.errors import Overloaded, RequestError, TooljailError, Unavailable
 from daemon.models import Caller, ExecuteOutcome
 from daemon.ops.metrics import CancelReason, Metrics
 from daemon.server import convert
@@ -57,6 +57,7 @@ class ExecutorService(pb_grpc.ExecutorServicer):
         self._sessions = sessions
         self._resolver = resolver
         self._intake = intake
+        self._turns = TurnStreams()
 
     def _admit(self, context: Context) -> Caller:
         self._intake.require_open()
@@ -124,8 +125,9 @@ class ExecutorService(pb_grpc.ExecutorServicer):
             dataclasses.replace(call, progress=relay.sink(call.tool_use.id))
             for call in convert.batch_from_proto(request)
         ]
-        async for event in _interleaved(self._scheduler.execute_batch(calls, caller), relay):
-            yield event
+        with self._turns.slot(caller.principal):
+            async for event in _interleaved(self._scheduler.execute_batch(calls, caller), relay):
+                yield event
 
     async def ExecuteTurn(
         self, messages: AsyncIterator[pb.TurnMessage], context: Context
@@ -139,14 +141,15 @@ class ExecutorService(pb_grpc.ExecutorServicer):
         async def prepare(request: CallRequest) -> PreparedCall:
             return await self._pipeline.prepare_off_loop(request, caller)
 
-        feeder = asyncio.create_task(_feed(messages, turn, relay, prepare))
-        try:
-            async for event in _interleaved(turn.answers(), relay):
-                yield event
-        finally:
-            turn.cancel()
-            feeder.cancel()
-            await asyncio.gather(feeder, return_exceptions=True)
+        with self._turns.slot(caller.principal):
+            feeder = asyncio.create_task(_feed(messages, turn, relay, prepare))
+            try:
+                async for event in _interleaved(turn.answers(), relay):
+                    yield event
+            finally:
+                turn.cancel()
+                feeder.cancel()
+                await asyncio.gather(feeder, return_exceptions=True)
 
     async def OpenSession(self, request: pb.OpenSessionRequest, context: Context) -> pb.Session:
         session = await self._sessions.open(
@@ -162,6 +165,32 @@ class ExecutorService(pb_grpc.ExecutorServicer):
             request.session_id, request.delete_workspace, caller, admin=caller.admin
         )
         return convert.closed_to_proto(closed)
+
+
+class TurnStreams:
+    """Open ExecuteTurn and ExecuteBatchStream streams, per principal and in all: each holds the
+    answers of calls the client has not read yet, so one caller may not open them without end."""
+
+    def __init__(self, per_principal: int = 8, total: int = 256) -> None:
+        self._per_principal = per_principal
+        self._total = total
+        self._open: dict[str, int] = {}
+
+    @contextlib.contextmanager
+    def slot(self, principal: str) -> Iterator[None]:
+        mine = self._open.get(principal, 0)
+        if mine >= self._per_principal or sum(self._open.values()) >= self._total:
+            raise Overloaded(
+                f"too many turn streams are open ({mine} of yours, at most "
+                f"{self._per_principal}; {self._total} in all); end one and retry"
+            )
+        self._open[principal] = mine + 1
+        try:
+            yield
+        finally:
+            self._open[principal] -= 1
+            if not self._open[principal]:
+                del self._open[principal]
 
 
 async def _feed(
@@ -209,7 +238,9 @@ async def _interleaved(
 ) -> AsyncIterator[pb.ExecuteEvent]:
     """The answers as stream events, with the progress waiting in `relay` sent as it comes (and
     all of it before the answer that ends a call's part)."""
-    queue: asyncio.Queue[ExecuteOutcome | None] = asyncio.Queue()
+    # One answer at a time: a client that does not read holds the calls' answers back where
+    # they are (bounded by the turn), not in a queue that grows.
+    queue: asyncio.Queue[ExecuteOutcome | None] = asyncio.Queue(maxsize=1)
 
     async def produce() -> None:
         try:

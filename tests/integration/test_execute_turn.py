@@ -96,3 +96,46 @@ def test_a_bad_message_ends_the_turn_after_answering_what_came_before(
     assert failed.value.code() == grpc.StatusCode.INVALID_ARGUMENT
     assert "already sent in this turn" in (failed.value.details() or "")
     assert [a.result.tool_use_id for a in _answers(events)] == ["ok"]
+
+
+def test_a_principal_holds_a_bounded_number_of_turn_streams(
+    sandbox_daemon: RunningDaemon, session: pb.Session
+) -> None:
+    import threading
+
+    release = threading.Event()
+
+    def idle_turn() -> Iterator[pb.TurnMessage]:
+        yield pb.TurnMessage(start=pb.TurnStart(session_id=session.id))
+        release.wait(60)
+        yield pb.TurnMessage(end=pb.TurnEnd())
+
+    streams = [sandbox_daemon.stub.ExecuteTurn(idle_turn(), timeout=90) for _ in range(8)]
+    try:
+        time.sleep(1.0)  # all eight are open on the daemon
+        with pytest.raises(grpc.RpcError) as refused:
+            list(sandbox_daemon.stub.ExecuteTurn(idle_turn(), timeout=30))
+        assert refused.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+        assert "too many turn streams" in (refused.value.details() or "")
+    finally:
+        release.set()
+        for stream in streams:
+            assert list(stream) == []
+
+
+def test_calls_after_a_failed_group_still_run(
+    sandbox_daemon: RunningDaemon, session: pb.Session
+) -> None:
+    target = f"{session.workspace}/after.txt"
+    turn = _streamed(
+        session.id,
+        _use("h1", "Bash", command="ls /nonexistent-dir"),
+        1.0,  # h1 has failed by now: h2 joins a failed group and never runs
+        _use("h2", "Glob", pattern="*.txt"),
+        _use("h3", "Write", file_path=target, content="written\n"),
+    )
+    answers = _answers(list(sandbox_daemon.stub.ExecuteTurn(turn, timeout=60)))
+    assert [a.result.tool_use_id for a in answers] == ["h1", "h2", "h3"]
+    assert not answers[2].result.is_error, text_of(answers[2])
+    with open(target) as written:
+        assert written.read() == "written\n"

@@ -115,3 +115,21 @@ async def test_a_broken_stream_ends_the_answers_with_its_error_after_the_others(
         async for outcome in h.turn.answers():
             seen.append(outcome.result.tool_use_id)
     assert seen == ["done"]
+
+
+async def test_a_call_after_a_failed_group_still_runs_once_the_group_is_done() -> None:
+    h = Harness()
+    answers = asyncio.create_task(h.collect())
+    bad = FakeCall("bad", fails=True)
+    bad.gate.set()
+    h.turn.add(bad)  # type: ignore[arg-type]
+    await settle()
+    late = FakeCall("late")  # joins the failed group: never runs
+    h.turn.add(late)  # type: ignore[arg-type]
+    writer = FakeCall("writer", concurrency_safe=False)
+    writer.gate.set()
+    h.turn.add(writer)  # type: ignore[arg-type]
+    h.turn.end()
+    out = await asyncio.wait_for(answers, 5)
+    assert [o.result.tool_use_id for o in out] == ["bad", "late", "writer"]
+    assert h.started == ["bad", "writer"]
