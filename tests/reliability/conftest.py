@@ -7,7 +7,9 @@ survive: a call not answered, answered twice, run without an allow, an escape th
 
 from __future__ import annotations
 
+import json
 import re
+import shutil
 import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -16,6 +18,7 @@ from typing import Protocol
 
 import pytest
 
+from daemon.config import PROJECT_ROOT
 from tests.integration.harness import RunningDaemon, running_daemon, unmount_below
 from tests.reliability.support import (
     CHAOS,
@@ -141,8 +144,21 @@ def rel_host(rel_tmp: Path) -> Iterator[RunningDaemon]:
     workspace.mkdir()
     # The socket's stem names the instance: unique, so concurrent runs never share one.
     socket_path = rel_tmp / f"{unique('rh')}.sock"
-    with running_daemon(workspace, socket_path, sandbox={"enabled": False}) as daemon:
+    policies = _without_refusal_limit(rel_tmp / "rh-policies")
+    with running_daemon(
+        workspace, socket_path, sandbox={"enabled": False}, opa={"policies_dir": policies}
+    ) as daemon:
         yield daemon
+
+
+def _without_refusal_limit(folder: Path) -> Path:
+    """The shipped policies, except that a call denied again and again is not stopped: the
+    escape races repeat one call hundreds of times, denied whenever the link points outside."""
+    shutil.copytree(PROJECT_ROOT / "policies", folder)
+    data = json.loads((folder / "data.json").read_text())
+    data["tooljail"]["max_refusals_per_call"] = 1_000_000
+    (folder / "data.json").write_text(json.dumps(data))
+    return folder
 
 
 @pytest.fixture(scope="session")
