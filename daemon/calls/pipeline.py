@@ -506,7 +506,7 @@ class Pipeline:
     ) -> ExecuteOutcome:
         """The answer in at most `room` characters, for its turn's budget: kept whole and
         previewed when it can be (not already kept), else cut."""
-        text = text_of(outcome.result.content)
+        text = outcome.result.text()
         kept = None
         keeps = isinstance(prepared, ReadyCall) and prepared.call.tool.keeps_over_budget
         if self._kept is not None and keeps and not outcome.report.kept_output:

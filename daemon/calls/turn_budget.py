@@ -14,7 +14,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 
 from daemon.calls.budget import MIN_BUDGET
-from daemon.models import ExecuteOutcome, TextContent
+from daemon.models import ExecuteOutcome
 
 PREVIEW_ROOM = 3_600
 """What a result previewed for the turn takes (the preview of daemon.calls.kept_outputs)."""
@@ -25,7 +25,7 @@ Shrink = Callable[[ExecuteOutcome, int], Awaitable[ExecuteOutcome]]
 
 def result_chars(outcome: ExecuteOutcome) -> int:
     """The characters of a result the turn counts (its text; images are not characters)."""
-    return sum(len(b.text) for b in outcome.result.content if isinstance(b, TextContent))
+    return len(outcome.result.text())
 
 
 class TurnBudget:
