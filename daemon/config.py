@@ -98,6 +98,13 @@ class SandboxSettings(_Section):
     kept_servers_idle_s: float = Field(default=600.0, gt=0)
     """A server kept for a session and unused for this long is stopped (started again, fresh,
     by the next call)."""
+    background_max: int = Field(default=16, ge=0, le=256)
+    """Background commands (Bash run_in_background) running at once over all sessions, one
+    container each; the policy decides per session within it (0: none anywhere)."""
+    background_per_principal: int = Field(default=4, ge=0, le=256)
+    """Of those, how many one principal's sessions may run."""
+    background_max_s: float = Field(default=3600.0, gt=0)
+    """Ceiling on a background command's life, whatever the policy grants."""
 
 
 class EgressConfig(_Section):

@@ -142,7 +142,7 @@ class Daemon:
         sessions_root = settings.sessions_root or settings.state_dir / "sessions"
         fresh = self._fresh_workspaces(sessions_root)
         egress = start_egress(settings, policy.engine, audit, self.instance_id)
-        self._sandbox = sandbox = await Sandbox.start(settings, self.instance_id, egress)
+        self._sandbox = sandbox = await Sandbox.start(settings, self.instance_id, egress, audit)
         stack.push_async_callback(sandbox.stop)
         identities = None
         if settings.sandbox.enabled:

@@ -1,7 +1,7 @@
 """The one hop from a tool to the sandbox: starts the Docker executor (reaping a predecessor's
 leftovers and warming the default workspace's pool), hands each sandboxed call a runner bound to
-its session and tool_use id, keeps MCP servers for sessions, removes a closed session's containers
-and stops it all."""
+its session and tool_use id, keeps MCP servers and background commands for sessions, removes a
+closed session's containers and stops it all."""
 
 from __future__ import annotations
 
@@ -11,9 +11,11 @@ import logging
 from collections.abc import Callable
 
 from daemon.app.egress import Egress
+from daemon.calls.audit import AuditLog
 from daemon.config import Settings
 from daemon.egress.proxy import CallEgress, EgressCall, EgressProxy
 from daemon.sessions.session import Session
+from daemon.tools.background import BackgroundShells
 from daemon.tools.contract import SandboxRunner
 from sandbox.backend import (
     McpSessionCall,
@@ -118,16 +120,23 @@ class Sandbox:
         warm_limits: SandboxLimits | None = None,
         egress: EgressProxy | None = None,
         kept: KeptServers | None = None,
+        shells: BackgroundShells | None = None,
     ) -> None:
         self._executor = executor
         self._kept = kept
+        self.shells = shells
+        """The background commands of every session (None without a sandbox)."""
         self._warm_limits = warm_limits
         self._egress = egress
         self._warming: asyncio.Task[None] | None = None
 
     @classmethod
     async def start(
-        cls, settings: Settings, instance_id: str, egress: Egress | None = None
+        cls,
+        settings: Settings,
+        instance_id: str,
+        egress: Egress | None = None,
+        audit: AuditLog | None = None,
     ) -> Sandbox:
         """The sandbox of these settings; without an engine (logged) sandboxed tools refuse.
         `warm` then pre-starts containers for a session."""
@@ -161,7 +170,15 @@ class Sandbox:
             idle_s=settings.sandbox.kept_servers_idle_s,
             per_owner=settings.sandbox.kept_servers_per_principal,
         )
-        return cls(executor, warm_limits, egress.proxy if egress else None, kept)
+        shells = BackgroundShells(
+            max_total=settings.sandbox.background_max,
+            per_principal=settings.sandbox.background_per_principal,
+            max_timeout_ms=int(settings.sandbox.background_max_s * 1000),
+            on_end=(lambda record: audit.write({"event": "background_ended", **record}))
+            if audit is not None
+            else None,
+        )
+        return cls(executor, warm_limits, egress.proxy if egress else None, kept, shells)
 
     def warm(self, session: Session) -> None:
         """Pre-start the session's containers in the background (the first call then does not
@@ -209,6 +226,8 @@ class Sandbox:
         if self._executor is None:
             return 0
         removed = self._kept.remove_session(session.id) if self._kept is not None else 0
+        if self.shells is not None:
+            removed += await self.shells.remove_session(session.id)
         removed += await self._executor.discard_workspace(str(session.workspace))
         return removed
 
@@ -218,6 +237,8 @@ class Sandbox:
             self._warming.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._warming
+        if self.shells is not None:
+            await self.shells.close()
         if self._kept is not None:
             await self._kept.close()
         if self._executor is not None:

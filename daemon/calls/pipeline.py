@@ -42,6 +42,7 @@ from daemon.policy.mask import AuditMask
 from daemon.policy.verdict import Verdict
 from daemon.sessions.session import Session
 from daemon.sessions.store import SessionStore
+from daemon.tools.background import BackgroundShells
 from daemon.tools.call import ToolCall, run_call
 from daemon.tools.contract import AnyTool, CallContext, ProgressSink, SandboxRunner
 from daemon.tools.peers import PeerHandle
@@ -65,6 +66,11 @@ class SandboxProvider(Protocol):
     @property
     def available(self) -> bool:
         """Whether sandboxed calls can run at all (a sandbox is configured and was started)."""
+        ...
+
+    @property
+    def shells(self) -> BackgroundShells | None:
+        """The background commands of every session (None without a sandbox)."""
         ...
 
 
@@ -455,6 +461,10 @@ class Pipeline:
             progress=prepared.request.progress,
             catalog=lambda: self.list_tools(call.session.id, caller, include_deferred=True),
             peers=prepared.peers,
+            shells=self._sandbox.shells
+            if self._sandbox is not None and tool.traits.sandboxed
+            else None,
+            background=verdict.background,
         )
         if not call.facts.read_only:
             # On file before it runs: a call that may change something and is cut short by a

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from pydantic import (
     BaseModel,
     ConfigDict,
     Field,
+    StrictBool,
     StrictFloat,
     StrictInt,
     StrictStr,
@@ -16,6 +17,7 @@ from pydantic import (
 )
 
 from daemon.models import Outcome
+from daemon.tools.contract import BackgroundGrant
 from sandbox.backend import NetworkMode, SandboxLimits
 
 
@@ -29,6 +31,14 @@ class _RawSandbox(BaseModel):
     network: Literal["none", "egress", "bridge"]
 
 
+class _RawBackground(BaseModel):
+    model_config = ConfigDict(extra="ignore", strict=True)
+
+    shells: StrictInt = Field(ge=0)
+    timeout_ms: StrictInt = Field(gt=0)
+    on_timeout: StrictBool = False
+
+
 class _RawDecision(BaseModel):
     model_config = ConfigDict(extra="ignore", strict=True)
 
@@ -38,6 +48,7 @@ class _RawDecision(BaseModel):
     result_budget_chars: StrictInt = Field(gt=0)
     turn_budget_chars: StrictInt | None = Field(default=None, gt=0)
     cache_ttl_s: StrictFloat | StrictInt = Field(default=0, ge=0)
+    background: _RawBackground | None = None
 
 
 @dataclass(frozen=True)
@@ -56,6 +67,8 @@ class Verdict:
     """How long the policy lets this verdict be reused for the identical input (0: never)."""
     cached_from: str = ""
     """Set on a reused verdict: the decision id of the evaluation it came from."""
+    background: BackgroundGrant = field(default_factory=BackgroundGrant)
+    """What the session may run in the background (none unless the policy says)."""
 
     @classmethod
     def deny(cls, reason: str, decision_id: str = "") -> Verdict:
@@ -109,6 +122,13 @@ def parse_verdict(response: dict[str, Any], base_limits: SandboxLimits) -> Verdi
         decision_id,
         turn_budget_chars=raw.turn_budget_chars,
         cache_ttl_s=float(raw.cache_ttl_s),
+        background=BackgroundGrant(
+            shells=raw.background.shells,
+            timeout_ms=raw.background.timeout_ms,
+            on_timeout=raw.background.on_timeout,
+        )
+        if raw.background is not None
+        else BackgroundGrant(),
     )
 
 

@@ -1,20 +1,23 @@
 """Bash: run a shell command in a disposable container of the session's workspace.
 
 The working directory carries over between calls (a `cd` persists) as long as it stays inside
-the workspace; nothing else does, because every command gets a fresh container.
+the workspace; nothing else does, because every command gets a fresh container. A command run in
+the background (or moved there at its timeout, when the policy allows) keeps its container until
+it ends (daemon.tools.background).
 """
 
 from __future__ import annotations
 
+import asyncio
 import os
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import ClassVar
 
 from pydantic import Field, field_validator
 
-from daemon.errors import ToolInputError
+from daemon.errors import ToolError, ToolInputError
 from daemon.host.confine import is_inside
 from daemon.models import TextContent
 from daemon.sessions.session import Session
@@ -29,6 +32,7 @@ from daemon.tools.contract import (
     GrantPattern,
     InterruptBehavior,
     ProgressUpdate,
+    SandboxRunner,
     Tool,
     ToolInput,
     ToolOutput,
@@ -69,8 +73,8 @@ class BashInput(ToolInput):
     )
     run_in_background: bool = Field(
         default=False,
-        description="Not supported here: leave it unset. Every command runs in the foreground "
-        "in its own container, which is removed when the command ends.",
+        description="Set to true to run this command in the background (when the policy "
+        "allows it); read its output later with BashOutput, stop it with KillShell.",
     )
 
     @field_validator("timeout")
@@ -98,6 +102,15 @@ class BashRun:
     """The working directory went back to the workspace root (it had left the workspace)."""
     answer: str = ""
     """What a non-zero exit means when it is an answer, not a failure ("no match found")."""
+    shell_id: str = ""
+    """Set when the command goes on in the background (started there, or moved at its
+    timeout): its ID for BashOutput and KillShell."""
+    background_ms: int = 0
+    """How long it may run in the background."""
+    moved: bool = False
+    """It was moved to the background at its timeout (rather than started there)."""
+    refused_background: str = ""
+    """Why a command that reached its timeout could not move to the background."""
 
 
 class BashTool(Tool[BashInput, BashRun]):
@@ -121,8 +134,11 @@ class BashTool(Tool[BashInput, BashRun]):
         "except where exit 1 is an answer: grep/rg finding no match, diff/cmp finding "
         "differences, test/[ being false, git diff --exit-code/--quiet finding changes (then "
         "the text says so and it is not an error).\n"
-        "- run_in_background is not supported: long-running servers cannot be started here; "
-        "run commands that finish.\n"
+        "- run_in_background: true starts the command in the background (when the policy allows "
+        "it) and answers at once with its ID; read its new output with BashOutput and stop it "
+        "with KillShell. It has its own container, is killed when its lifetime (set by the "
+        "policy) ends, and goes with the session. Do not append `&` to run something in the "
+        "background: it would die with its container when the call ends.\n"
         "- Prefer the dedicated tools: Read instead of cat/head/tail, Edit/Write instead of "
         "sed/echo redirection, Glob or LS instead of find/ls, Grep instead of grep/rg. Quote "
         "paths that contain spaces. Chain dependent commands with && rather than newlines."
@@ -143,13 +159,6 @@ class BashTool(Tool[BashInput, BashRun]):
             raise ToolInputError("command is blank: give the shell command to run.")
         if "\x00" in args.command:
             raise ToolInputError("command contains a NUL byte, which bash cannot run; remove it.")
-        if args.run_in_background:
-            raise ToolInputError(
-                "run_in_background is not supported here: every command runs in its own container, "
-                "which is removed as soon as the command ends, so nothing can keep running in the "
-                "background. Call Bash again without run_in_background, with a command that "
-                f"finishes within the timeout (at most {MAX_TIMEOUT_MS} ms)."
-            )
         return args
 
     def analyse(self, args: BashInput, session: Session) -> CallFacts:
@@ -175,6 +184,8 @@ class BashTool(Tool[BashInput, BashRun]):
         runner = ctx.require_sandbox()
         notes: list[str] = []
         cwd = _start_directory(ctx.session, notes)
+        if args.run_in_background:
+            return _started_in_background(args, ctx, runner, cwd)
         requested = args.timeout or DEFAULT_TIMEOUT_MS
         timeout_ms = min(requested, ctx.limits.timeout_ms)
         request = BashRequest(
@@ -183,7 +194,19 @@ class BashTool(Tool[BashInput, BashRun]):
             timeout_ms=timeout_ms,
             output_limit_bytes=OUTPUT_LIMIT_BYTES,
         )
-        result = await runner.run(request, ctx.limits, _live_output(ctx))
+        run = BashRun(
+            result=SandboxResult(),
+            timeout_ms=timeout_ms,
+            policy_capped=timeout_ms < requested,
+            memory_mb=ctx.limits.memory_mb,
+        )
+        if _may_move(ctx, timeout_ms):
+            run = await _run_movable(request, ctx, runner, run)
+            if run.shell_id:
+                return run
+            result = run.result
+        else:
+            result = await runner.run(request, ctx.limits, _live_output(ctx))
         _follow_directory(ctx.session, result.final_cwd, notes)
         cwd_reset = bool(notes)  # both helpers only ever note a reset
         if ctx.session.disk_budget_mb and _QUOTA_EXCEEDED in result.output:
@@ -193,11 +216,9 @@ class BashTool(Tool[BashInput, BashRun]):
                 "write less; the budget is set by the operator (workspaces.budget_mb).]"
             )
         finished = not (result.error or result.timed_out or result.oom_killed or result.cancelled)
-        return BashRun(
+        return replace(
+            run,
             result=result,
-            timeout_ms=timeout_ms,
-            policy_capped=timeout_ms < requested,
-            memory_mb=ctx.limits.memory_mb,
             notes=tuple(notes),
             cwd_reset=cwd_reset,
             answer=benign_meaning(args.command, result.exit_code) if finished else "",
@@ -208,6 +229,8 @@ class BashTool(Tool[BashInput, BashRun]):
         if bash_run is None:
             return failed(self.name, output)
         run = bash_run.result
+        if bash_run.shell_id:
+            return f"Ran `{one_line(args.command, 60)}` in the background as {bash_run.shell_id}"
         if run.error:
             return failed(self.name, output)
         took = seconds(run.duration_ms)
@@ -226,6 +249,8 @@ class BashTool(Tool[BashInput, BashRun]):
         run = result.result
         output = run.output or "(no output)"
         is_error = True
+        if result.shell_id:
+            return ToolOutput.text(_background_text(result))
         if run.error:
             text = f"{run.error}\n{run.output}" if run.output else run.error
         elif run.timed_out:
@@ -233,6 +258,8 @@ class BashTool(Tool[BashInput, BashRun]):
                 f"Command timed out: it was killed after {result.timeout_ms} ms. "
                 f"{_timeout_advice(result)}\nOutput before it was killed:\n{output}"
             )
+            if result.refused_background:
+                text += f"\n\n[It was not moved to the background: {result.refused_background}.]"
         elif run.oom_killed:
             text = (
                 f"Command ran out of memory and was killed (limit {result.memory_mb} MB). Make it "
@@ -294,6 +321,117 @@ def _live_output(ctx: CallContext) -> Callable[[str], None] | None:
         ctx.report(ProgressUpdate(output=chunk))
 
     return report
+
+
+def _started_in_background(
+    args: BashInput, ctx: CallContext, runner: SandboxRunner, cwd: Path
+) -> BashRun:
+    shells = ctx.shells
+    refused = (
+        "the daemon keeps no background commands"
+        if shells is None
+        else shells.room(ctx.session.id, ctx.session.owner, ctx.background)
+    )
+    if shells is None or refused:
+        raise ToolError(
+            f"Cannot run this command in the background: {refused}. Run it in the foreground "
+            "(without run_in_background) with a command that finishes within its timeout."
+        )
+    lifetime_ms = shells.lifetime_ms(ctx.background)
+    request = BashRequest(
+        command=args.command,
+        cwd=str(cwd),
+        timeout_ms=lifetime_ms,
+        output_limit_bytes=OUTPUT_LIMIT_BYTES,
+    )
+    shell = shells.launch(
+        runner,
+        request,
+        ctx.limits,
+        session_id=ctx.session.id,
+        owner=ctx.session.owner,
+        background=True,
+    )
+    return BashRun(
+        result=SandboxResult(),
+        timeout_ms=lifetime_ms,
+        policy_capped=False,
+        memory_mb=ctx.limits.memory_mb,
+        shell_id=shell.id,
+        background_ms=lifetime_ms,
+    )
+
+
+def _may_move(ctx: CallContext, timeout_ms: int) -> bool:
+    """Whether a foreground command may go on in the background at its timeout."""
+    grant, shells = ctx.background, ctx.shells
+    return (
+        shells is not None
+        and grant.on_timeout
+        and grant.shells > 0
+        and shells.lifetime_ms(grant) > timeout_ms
+    )
+
+
+async def _run_movable(
+    request: BashRequest, ctx: CallContext, runner: SandboxRunner, run: BashRun
+) -> BashRun:
+    """Run in the foreground until the timeout; then move to the background when there is
+    room, else kill it there as a foreground command would have been."""
+    shells = ctx.shells
+    assert shells is not None  # _may_move
+    lifetime_ms = shells.lifetime_ms(ctx.background)
+    shell = shells.launch(
+        runner,
+        request.model_copy(update={"timeout_ms": lifetime_ms}),
+        ctx.limits,
+        session_id=ctx.session.id,
+        owner=ctx.session.owner,
+        on_output=_live_output(ctx),
+        background=False,
+    )
+    try:
+        ended = await shell.wait(request.timeout_ms / 1000)
+    except asyncio.CancelledError:
+        await shells.discard(shell, "its call was interrupted")
+        raise
+    if ended and shell.result is not None:
+        await shells.discard(shell, "")
+        return replace(run, result=shell.result)
+    refused = shells.adopt(shell, ctx.background)
+    if refused:
+        so_far, _ = shell.take()
+        await shells.discard(shell, "its foreground timeout")
+        killed = SandboxResult(exit_code=137, timed_out=True, output=so_far)
+        return replace(run, result=killed, refused_background=refused)
+    so_far, _ = shell.take()
+    return replace(
+        run,
+        result=SandboxResult(output=so_far),
+        shell_id=shell.id,
+        background_ms=lifetime_ms - request.timeout_ms,
+        moved=True,
+    )
+
+
+def _background_text(run: BashRun) -> str:
+    minutes = (
+        f"{run.background_ms / 60_000:.0f} min"
+        if run.background_ms >= 60_000
+        else (f"{run.background_ms / 1000:.0f} s")
+    )
+    if run.moved:
+        return (
+            f"Command was still running after {run.timeout_ms} ms, so it was moved to the "
+            f"background with ID: {run.shell_id}. Read its new output with BashOutput (bash_id "
+            f"{run.shell_id!r}); stop it with KillShell. It is killed if it runs another "
+            f"{minutes}.\nOutput so far:\n{run.result.output or '(no output)'}"
+        )
+    return (
+        f"Command running in background with ID: {run.shell_id}. Read its output with "
+        f"BashOutput (bash_id {run.shell_id!r}); stop it with KillShell. It is killed if it "
+        f"runs longer than {minutes}."
+    )
 
 
 def _timeout_advice(run: BashRun) -> str:

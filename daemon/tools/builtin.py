@@ -14,12 +14,14 @@ from daemon.tools.grep.tool import GrepTool
 from daemon.tools.ls import LsTool
 from daemon.tools.read import ReadTool
 from daemon.tools.registry import ToolRegistry
+from daemon.tools.shells import BashOutputTool, KillShellTool
 from daemon.tools.tool_search import ToolSearchTool
 
 
 def builtin_tools() -> list[AnyTool]:
     """Read, Glob, Grep and LS (host-side, confined to the workspace, concurrency-safe); Write,
-    Edit, MultiEdit and Bash (in the sandbox); ToolSearch."""
+    Edit, MultiEdit and Bash (in the sandbox); BashOutput and KillShell (Bash's background
+    commands); ToolSearch."""
     return [
         ReadTool(),
         GlobTool(),
@@ -29,6 +31,8 @@ def builtin_tools() -> list[AnyTool]:
         EditTool(),
         MultiEditTool(),
         BashTool(),
+        BashOutputTool(),
+        KillShellTool(),
         ToolSearchTool(),
     ]
 

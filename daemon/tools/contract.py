@@ -27,6 +27,7 @@ from daemon.tools.schema import ToolInputSchema
 
 if TYPE_CHECKING:
     from daemon.sessions.session import Session
+    from daemon.tools.background import BackgroundShells
     from daemon.tools.peers import PeerHandle
     from daemon.tools.registry import ToolDefinition
     from sandbox.backend import (
@@ -220,6 +221,19 @@ class SandboxRunner(abc.ABC):
         return []
 
 
+@dataclass(frozen=True)
+class BackgroundGrant:
+    """What the policy lets a call's session run in the background (Bash)."""
+
+    shells: int = 0
+    """Background commands the session may have running at once (0: none)."""
+    timeout_ms: int = 0
+    """How long one may run (then it is killed like a timed-out command)."""
+    on_timeout: bool = False
+    """A foreground command still running at its timeout moves to the background (when there
+    is room) instead of being killed."""
+
+
 @dataclass
 class CallContext:
     """What a running call may use."""
@@ -238,6 +252,10 @@ class CallContext:
     """The tools this caller may see, deferred ones included (for ToolSearch)."""
     peers: PeerHandle | None = None
     """The call's group of parallel siblings that may share work (shares_work tools only)."""
+    shells: BackgroundShells | None = None
+    """The daemon's background commands (None without a sandbox)."""
+    background: BackgroundGrant = field(default_factory=BackgroundGrant)
+    """What the policy lets this call's session run in the background."""
     extra: dict[str, Any] = field(default_factory=dict)
 
     def require_sandbox(self) -> SandboxRunner:

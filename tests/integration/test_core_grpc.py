@@ -18,7 +18,7 @@ from tests.integration.harness import RunningDaemon, running_daemon, text_of
 pytestmark = pytest.mark.integration
 
 READ_ONLY = {"Read", "Glob", "Grep", "LS"}
-SANDBOXED = {"Write", "Edit", "MultiEdit", "Bash"}
+SANDBOXED = {"Write", "Edit", "MultiEdit", "Bash", "BashOutput", "KillShell"}
 
 
 def test_without_a_sandbox_only_what_can_run_is_offered(host_daemon: RunningDaemon) -> None:

@@ -14,6 +14,7 @@ import os
 import shutil
 import ssl
 import threading
+import time
 import urllib.parse
 import uuid
 from collections.abc import Iterator
@@ -389,3 +390,31 @@ def test_a_reflecting_server_cannot_hand_the_secret_back(egress: Egress) -> None
     assert "gzip refused" in text
     assert "trace 403" in text
     assert SECRET not in text
+
+
+def test_a_background_command_keeps_its_calls_network_after_the_call(egress: Egress) -> None:
+    """The egress the Bash call was granted serves its background command after the call
+    answered, with the connections audited under that call."""
+    gate = egress.daemon.workspace / "bg-gate"
+    tool_use_id = f"toolu_{uuid.uuid4().hex[:16]}"
+    command = f"while [ ! -e {gate} ]; do sleep 0.1; done\n" + _python(
+        "import urllib.request\n"
+        f"print(urllib.request.urlopen('http://{UPSTREAM}:{egress.plain}/later').read().decode())\n"
+    )
+    started = egress.daemon.execute(
+        "Bash", {"command": command, "run_in_background": True}, tool_use_id
+    )
+    assert not started.result.is_error, text_of(started)
+    shell_id = text_of(started).split("with ID: ")[1].split(".")[0]
+    time.sleep(1.0)  # the call answered long ago: the command now runs on its own
+    gate.write_text("")
+    deadline = time.monotonic() + 60
+    text = ""
+    while time.monotonic() < deadline:
+        text += text_of(egress.daemon.execute("BashOutput", {"bash_id": shell_id}))
+        if "<status>completed</status>" in text:
+            break
+        time.sleep(0.2)
+    assert "hello /later" in text and "<exit_code>0</exit_code>" in text, text
+    [record] = egress.egress_records(tool_use_id)
+    assert record["decision"] == "allow" and record["status"] == 200

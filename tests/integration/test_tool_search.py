@@ -83,8 +83,10 @@ def test_plan_mode_offers_only_what_may_run(sandbox_daemon: RunningDaemon) -> No
             t.name
             for t in sandbox_daemon.stub.ListTools(pb.ListToolsRequest(session_id=session.id)).tools
         }
-        assert names == {"Read", "Glob", "Grep", "LS"}
+        # BashOutput only reads (a background command's output): it may run in plan mode.
+        assert names == {"Read", "Glob", "Grep", "LS", "BashOutput"}
         unknown = sandbox_daemon.execute("Nope", {}, session_id=session.id)
-        assert "Read" in text_of(unknown) and "Bash" not in text_of(unknown)
+        offered = text_of(unknown).split("may use are: ", 1)[1].split(". Call", 1)[0]
+        assert set(offered.split(", ")) == names
     finally:
         sandbox_daemon.stub.CloseSession(pb.CloseSessionRequest(session_id=session.id))

@@ -191,6 +191,14 @@ class FakeSandbox(SandboxRunner):
                 await asyncio.wait_for(proc.wait(), request.timeout_ms / 1000)
             except TimeoutError:
                 timed_out = True
+            except asyncio.CancelledError:
+                # Like the real executor: a cancelled call's container goes at once.
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(proc.pid, signal.SIGKILL)
+                await proc.wait()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await reader  # the pipe ends with the process group
+                raise
             # The real container is destroyed after the request: nothing it started survives.
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(proc.pid, signal.SIGKILL)

@@ -213,10 +213,12 @@ async def test_a_vanished_cwd_falls_back_to_the_workspace(
     assert text_of(output).startswith(f"{workspace}\n\nThe previous working directory")
 
 
-async def test_background_execution_is_refused_with_advice(ctx: CallContext) -> None:
+async def test_background_execution_without_background_commands_is_refused(
+    ctx: CallContext,
+) -> None:
     output = await bash(ctx, "sleep 100", run_in_background=True)
     assert output.is_error
-    assert text_of(output).startswith("run_in_background is not supported here")
+    assert text_of(output).startswith("Cannot run this command in the background:")
     assert "without run_in_background" in text_of(output)
     assert fake(ctx).calls == []
     output = await bash(ctx, "echo fg", run_in_background="false", description="Say fg")

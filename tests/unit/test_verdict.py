@@ -8,6 +8,7 @@ import pytest
 
 from daemon.models import Outcome
 from daemon.policy.verdict import parse_verdict
+from daemon.tools.contract import BackgroundGrant
 from sandbox.backend import NetworkMode, SandboxLimits
 
 SANDBOX = {"timeout_ms": 5000, "memory_mb": 256, "cpus": 1, "pids": 64, "network": "none"}
@@ -47,6 +48,15 @@ def test_the_turn_budget_is_optional_and_taken_as_given() -> None:
     )
 
 
+def test_background_commands_are_none_unless_the_policy_grants_them() -> None:
+    assert parse_verdict(decision(), SandboxLimits()).background == BackgroundGrant()
+    granted = parse_verdict(
+        decision(background={"shells": 3, "timeout_ms": 60000, "on_timeout": True}),
+        SandboxLimits(),
+    )
+    assert granted.background == BackgroundGrant(shells=3, timeout_ms=60000, on_timeout=True)
+
+
 def test_undefined_decision_is_a_deny() -> None:
     verdict = parse_verdict({}, SandboxLimits())
     assert verdict.outcome is Outcome.DENY
@@ -69,6 +79,10 @@ def test_undefined_decision_is_a_deny() -> None:
         ({"turn_budget_chars": "9"}, "turn_budget_chars"),
         ({"cache_ttl_s": -1}, "cache_ttl_s"),
         ({"cache_ttl_s": "30"}, "cache_ttl_s"),
+        ({"background": {"shells": -1, "timeout_ms": 1}}, "background.shells"),
+        ({"background": {"shells": 1, "timeout_ms": 0}}, "background.timeout_ms"),
+        ({"background": {"shells": 1, "timeout_ms": 5, "on_timeout": 1}}, "background.on_timeout"),
+        ({"background": [1]}, "background"),
     ],
 )
 def test_malformed_parts_are_a_deny_naming_the_part(overrides: dict[str, Any], where: str) -> None:

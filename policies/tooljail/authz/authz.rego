@@ -11,7 +11,7 @@
 #   permission mode may lift the asks that remain or turn them into denies. New rules only add
 #   to a set. The Bash command rules are in commands.rego, permission modes in modes.rego,
 #   session grants in grants.rego, PreToolUse hook decisions in hooks.rego, open_session in
-#   session.rego, mask in audit.rego.
+#   session.rego, mask in audit.rego, background commands in background.rego.
 package tooljail.authz
 
 # The input document version this policy understands (input.version).
@@ -31,6 +31,7 @@ decision := {
 	"result_budget_chars": result_budget_chars,
 	"turn_budget_chars": turn_budget_chars,
 	"cache_ttl_s": cache_ttl_s,
+	"background": background,
 }
 
 # METADATA

@@ -145,6 +145,8 @@ read_only_principal_reason(tool) := sprintf(
 
 # --- The decision object ---------------------------------------------------------------------
 
+default_background := {"shells": 2, "timeout_ms": 1800000, "on_timeout": false}
+
 test_read_inside_workspace_is_allowed if {
 	authz.decision == {
 		"outcome": "allow",
@@ -153,6 +155,7 @@ test_read_inside_workspace_is_allowed if {
 		"result_budget_chars": 50000,
 		"turn_budget_chars": 200000,
 		"cache_ttl_s": 30,
+		"background": default_background,
 	} with input as read_input
 }
 
@@ -166,6 +169,7 @@ test_no_matching_rule_denies_with_default_reason if {
 		"result_budget_chars": 50000,
 		"turn_budget_chars": 200000,
 		"cache_ttl_s": 30,
+		"background": default_background,
 	} with input as doc
 }
 

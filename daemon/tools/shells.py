@@ -1,0 +1,235 @@
+"""BashOutput and KillShell: read and stop the session's background commands (Bash with
+`run_in_background`), as the reference runtime does.
+
+BashOutput answers in the reference's shape: `<status>`, `<exit_code>` once it ended, the new
+output in `<stdout>` (stdout and stderr are merged, as in Bash), `<timestamp>`. Its `filter` is a
+regular expression run by ripgrep, whose engine takes time linear in the input whatever the
+pattern: a model-written regex cannot stall the daemon.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import datetime
+from dataclasses import dataclass
+from typing import ClassVar
+
+from pydantic import Field
+
+from daemon.errors import ToolError
+from daemon.tools.background import BackgroundShell, BackgroundShells, ShellState
+from daemon.tools.contract import (
+    CallContext,
+    InterruptBehavior,
+    Tool,
+    ToolInput,
+    ToolOutput,
+    ToolTraits,
+)
+from daemon.tools.grep.ripgrep import find_ripgrep
+from daemon.tools.summaries import one_line
+
+FILTER_TIMEOUT_S = 10.0
+FILTER_MAX_CHARS = 1_000
+
+
+class BashOutputInput(ToolInput):
+    """Input of BashOutput."""
+
+    bash_id: str = Field(
+        min_length=1,
+        max_length=100,
+        description="The ID of the background command to read (Bash's answer gave it).",
+    )
+    filter: str | None = Field(
+        default=None,
+        max_length=FILTER_MAX_CHARS,
+        description="Optional regular expression (Rust syntax, as Grep's): only the new output "
+        "lines that match it are shown. The other new lines are discarded and will not be shown "
+        "again.",
+    )
+
+
+class KillShellInput(ToolInput):
+    """Input of KillShell."""
+
+    shell_id: str = Field(
+        min_length=1, max_length=100, description="The ID of the background command to stop."
+    )
+
+
+@dataclass(frozen=True)
+class ShellRead:
+    """What one BashOutput read found."""
+
+    shell: BackgroundShell
+    state: ShellState
+    output: str
+    dropped_chars: int
+    filtered_out: int = 0
+    """New lines the filter discarded."""
+
+
+def _shells(ctx: CallContext) -> BackgroundShells:
+    if ctx.shells is None:
+        raise ToolError(
+            "This daemon runs no background commands (it has no sandbox), so there is nothing "
+            "to read or stop."
+        )
+    return ctx.shells
+
+
+class BashOutputTool(Tool[BashOutputInput, ShellRead]):
+    """New output of a background command."""
+
+    name: ClassVar[str] = "BashOutput"
+    description: ClassVar[str] = (
+        "Retrieves output from a running or completed background bash command.\n"
+        "- Takes the bash_id that Bash gave when it started the command in the background.\n"
+        "- Returns only the output produced since the last read, with the command's status "
+        "(running, completed, failed, killed, timed_out) and, once it ended, its exit code.\n"
+        "- filter (a regular expression) keeps only the matching new lines; the others are "
+        "discarded.\n"
+        "- Output not read in time is bounded: the oldest unread output is dropped first, and "
+        "the answer says how much."
+    )
+    input_model: ClassVar[type[ToolInput]] = BashOutputInput
+    traits: ClassVar[ToolTraits] = ToolTraits(
+        read_only=True,
+        destructive=False,
+        concurrency_safe=True,
+        sandboxed=True,
+        interrupt=InterruptBehavior.CANCEL,
+        max_result_chars=30_000,
+    )
+
+    async def call(self, args: BashOutputInput, ctx: CallContext) -> ShellRead:
+        shell = _shells(ctx).find(ctx.session.id, args.bash_id)
+        # The state first: output that arrives after it belongs to the next read.
+        state = shell.state
+        text, dropped = shell.take()
+        if args.filter is None or not text:
+            return ShellRead(shell, state, text, dropped)
+        try:
+            kept = await _matching_lines(text, args.filter)
+        except BaseException:
+            shell.put_back(text, dropped)  # a failed read consumes nothing
+            raise
+        total = text.count("\n") + (not text.endswith("\n"))
+        return ShellRead(shell, state, kept, dropped, total - kept.count("\n"))
+
+    def summarize(self, args: BashOutputInput, result: ShellRead | None, output: ToolOutput) -> str:
+        if result is None:
+            return f"BashOutput of {one_line(args.bash_id, 30)} failed"
+        return f"Read {result.shell.id} ({result.state.value}): {len(result.output)} characters"
+
+    def render(self, result: ShellRead) -> ToolOutput:
+        shell = result.shell
+        parts = [f"<status>{result.state.value}</status>"]
+        if result.state is not ShellState.RUNNING and shell.result is not None:
+            parts.append(f"<exit_code>{shell.result.exit_code}</exit_code>")
+            if shell.result.error:
+                parts.append(f"<error>{shell.result.error}</error>")
+            if shell.result.oom_killed:
+                parts.append("<error>it ran out of memory and was killed</error>")
+            if result.state is ShellState.TIMED_OUT:
+                parts.append(
+                    f"<error>it reached its lifetime of {shell.timeout_ms} ms and was "
+                    "killed</error>"
+                )
+            if shell.killed_by:
+                parts.append(f"<killed_by>{shell.killed_by}</killed_by>")
+        notes = []
+        if result.dropped_chars:
+            notes.append(
+                f"[{result.dropped_chars} characters of earlier output were dropped unread: read "
+                "more often, or have the command write to a file in the workspace.]"
+            )
+        if result.filtered_out:
+            notes.append(f"[{result.filtered_out} new lines did not match the filter.]")
+        body = "\n".join([*notes, result.output.rstrip("\n")]).strip("\n")
+        if body:
+            parts.append(f"<stdout>\n{body}\n</stdout>")
+        now = datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds")
+        parts.append(f"<timestamp>{now}</timestamp>")
+        return ToolOutput.text("\n\n".join(parts))
+
+
+class KillShellTool(Tool[KillShellInput, BackgroundShell]):
+    """Stops a background command."""
+
+    name: ClassVar[str] = "KillShell"
+    description: ClassVar[str] = (
+        "Kills a running background bash command by its ID (Bash gave it; BashOutput reads it). "
+        "Its container is removed with everything the command was doing; the workspace keeps "
+        "what it wrote there. Use it for commands that are no longer needed."
+    )
+    input_model: ClassVar[type[ToolInput]] = KillShellInput
+    traits: ClassVar[ToolTraits] = ToolTraits(
+        read_only=False,
+        destructive=True,
+        concurrency_safe=False,
+        sandboxed=True,
+        interrupt=InterruptBehavior.BLOCK,
+        max_result_chars=2_000,
+    )
+
+    async def call(self, args: KillShellInput, ctx: CallContext) -> BackgroundShell:
+        shells = _shells(ctx)
+        shell = shells.find(ctx.session.id, args.shell_id)
+        if shell.done:
+            raise ToolError(
+                f"Background command {shell.id} already ended ({shell.state.value}); there is "
+                "nothing to kill. Read what it left with BashOutput."
+            )
+        return await shells.kill(ctx.session.id, shell.id)
+
+    def summarize(
+        self, args: KillShellInput, result: BackgroundShell | None, output: ToolOutput
+    ) -> str:
+        if result is None:
+            return f"KillShell {one_line(args.shell_id, 30)} failed"
+        return f"Killed {result.id}"
+
+    def render(self, result: BackgroundShell) -> ToolOutput:
+        return ToolOutput.text(
+            f"Successfully killed shell: {result.id} ({one_line(result.command, 200)})"
+        )
+
+
+async def _matching_lines(text: str, pattern: str) -> str:
+    """The lines of `text` that match `pattern`, by ripgrep (ToolError: a bad pattern)."""
+    child = await asyncio.create_subprocess_exec(
+        find_ripgrep(),
+        "--no-config",
+        "--color=never",
+        "--no-line-number",
+        "--text",
+        "-e",
+        pattern,
+        "-",
+        stdin=asyncio.subprocess.PIPE,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
+    try:
+        async with asyncio.timeout(FILTER_TIMEOUT_S):
+            out, err = await child.communicate(text.encode("utf-8", "surrogateescape"))
+    except TimeoutError:
+        raise ToolError(
+            f"The filter took longer than {FILTER_TIMEOUT_S:g} s; use a simpler pattern."
+        ) from None
+    finally:
+        if child.returncode is None:
+            with contextlib.suppress(ProcessLookupError):
+                child.kill()
+            await child.wait()
+    if child.returncode == 2:
+        message = err.decode("utf-8", "replace").strip()[:2000]
+        raise ToolError(
+            f"The filter is not a valid regular expression:\n{message}\nFix it (Rust regex "
+            "syntax: escape literal ( ) [ ] { } . * + ? | with a backslash) and read again; no "
+            "output was consumed."
+        )
+    return out.decode("utf-8", "replace")

@@ -1,0 +1,191 @@
+"""Background commands on the real Docker sandbox, decided by the real OPA: Bash's
+run_in_background, BashOutput and KillShell; a foreground command moved to the background at its
+timeout; the container of each (hardened and limited as any Bash call's) going with the command,
+with KillShell and with its session; and the audit record of each end."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import docker
+import pytest
+
+from daemon._generated.tooljail.v1 import executor_pb2 as pb
+from sandbox.backend import LABEL_INSTANCE, LABEL_SESSION
+from tests.integration.conftest import OWNER_GID, OWNER_UID, containers_of
+from tests.integration.harness import PROJECT_ROOT, RunningDaemon, running_daemon, text_of
+
+pytestmark = [pytest.mark.integration, pytest.mark.docker]
+
+LOCAL = {"background_shells": 2, "background_timeout_ms": 120_000, "background_on_timeout": True}
+
+
+@pytest.fixture(scope="module")
+def daemon(short_tmp: Path) -> Iterator[RunningDaemon]:
+    root = short_tmp / "background"
+    root.mkdir()
+    policies = root / "policies"
+    shutil.copytree(PROJECT_ROOT / "policies", policies)
+    data = json.loads((policies / "data.json").read_text())
+    data["tooljail"]["principals"]["local"] = LOCAL
+    (policies / "data.json").write_text(json.dumps(data))
+    workspace = root / "ws"
+    workspace.mkdir()
+    os.chown(workspace, OWNER_UID, OWNER_GID)
+    with running_daemon(
+        workspace,
+        root / "bg.sock",
+        opa={"policies_dir": str(policies)},
+        sandbox={"pool_size": 0, "ceilings": {"memory_mb": 256, "pids": 128}},
+    ) as running:
+        if running.daemon.sandbox is None or running.daemon.sandbox.stats() is None:
+            pytest.skip("no Docker engine answers")
+        yield running
+    assert containers_of(running.daemon.instance_id) == [], "containers left after the stop"
+
+
+@pytest.fixture
+def session(daemon: RunningDaemon) -> Iterator[pb.Session]:
+    opened: pb.Session = daemon.stub.OpenSession(pb.OpenSessionRequest(), timeout=60)
+    try:
+        yield opened
+    finally:
+        daemon.stub.CloseSession(pb.CloseSessionRequest(session_id=opened.id), timeout=60)
+
+
+def call(daemon: RunningDaemon, session: pb.Session, name: str, **tool_input: Any) -> str:
+    response = daemon.execute(name, tool_input, session_id=session.id)
+    assert not response.result.is_error, text_of(response)
+    return text_of(response)
+
+
+def start(daemon: RunningDaemon, session: pb.Session, command: str) -> str:
+    text = call(daemon, session, "Bash", command=command, run_in_background=True)
+    found = re.search(r"with ID: (bash_[0-9a-f]{8})", text)
+    assert found, text
+    return found.group(1)
+
+
+def read_until(daemon: RunningDaemon, session: pb.Session, shell_id: str, status: str) -> str:
+    texts = []
+    deadline = time.monotonic() + 90
+    while time.monotonic() < deadline:
+        texts.append(call(daemon, session, "BashOutput", bash_id=shell_id))
+        if f"<status>{status}</status>" in texts[-1]:
+            return "\n".join(texts)
+        time.sleep(0.2)
+    raise AssertionError(f"not {status} in time: {texts[-1]}")
+
+
+def session_containers(daemon: RunningDaemon, session: pb.Session) -> list[str]:
+    """Ids of the daemon's containers (in any state) of the session."""
+    labels = [f"{LABEL_INSTANCE}={daemon.daemon.instance_id}", f"{LABEL_SESSION}={session.id}"]
+    client = docker.from_env()
+    try:
+        return [c["Id"] for c in client.api.containers(all=True, filters={"label": labels})]
+    finally:
+        client.close()
+
+
+def inspect(container_id: str) -> dict[str, Any]:
+    client = docker.from_env()
+    try:
+        found: dict[str, Any] = client.api.inspect_container(container_id)
+        return found
+    finally:
+        client.close()
+
+
+def until(predicate: Any, timeout_s: float = 60.0) -> bool:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if predicate():
+            return True
+        time.sleep(0.2)
+    return bool(predicate())
+
+
+def test_a_background_command_runs_on_and_its_container_goes_when_it_ends(
+    daemon: RunningDaemon, session: pb.Session
+) -> None:
+    gate = Path(session.workspace) / "gate"
+    shell_id = start(
+        daemon,
+        session,
+        f"id -u; ls /sys/class/net; while [ ! -e {gate} ]; do sleep 0.1; done; echo done; exit 4",
+    )
+    first = read_until(daemon, session, shell_id, "running")
+    assert until(lambda: len(session_containers(daemon, session)) == 1)
+    config = inspect(session_containers(daemon, session)[0])["HostConfig"]
+    assert config["Memory"] == 256 << 20  # the policy's 512 MB under the daemon's ceiling
+    assert config["PidsLimit"] == 128
+    assert config["ReadonlyRootfs"] is True
+    assert "ALL" in (config["CapDrop"] or [])
+    gate.write_text("")
+    text = first + read_until(daemon, session, shell_id, "completed")
+    assert "<exit_code>4</exit_code>" in text and "done" in text
+    uid = re.search(r"<stdout>\n(\d+)\n", text)
+    assert uid and int(uid.group(1)) != 0
+    assert re.search(r"\nlo\n", text) and "eth0" not in text  # no network but loopback
+    assert until(lambda: session_containers(daemon, session) == [])
+    ended = [r for r in daemon.audit_lines("background_ended") if r["shell_id"] == shell_id]
+    assert ended and ended[0]["state"] == "completed" and ended[0]["exit_code"] == 4
+
+
+def test_kill_shell_removes_the_container(daemon: RunningDaemon, session: pb.Session) -> None:
+    shell_id = start(daemon, session, "echo up; sleep 600")
+    read_until(daemon, session, shell_id, "running")
+    assert until(lambda: len(session_containers(daemon, session)) == 1)
+    killed = call(daemon, session, "KillShell", shell_id=shell_id)
+    assert killed.startswith(f"Successfully killed shell: {shell_id}")
+    assert until(lambda: session_containers(daemon, session) == [])
+    assert "<status>killed</status>" in call(daemon, session, "BashOutput", bash_id=shell_id)
+
+
+def test_closing_the_session_removes_its_background_containers(daemon: RunningDaemon) -> None:
+    opened: pb.Session = daemon.stub.OpenSession(pb.OpenSessionRequest(), timeout=60)
+    start(daemon, opened, "sleep 600")
+    start(daemon, opened, "sleep 600")
+    assert until(lambda: len(session_containers(daemon, opened)) == 2)
+    daemon.stub.CloseSession(pb.CloseSessionRequest(session_id=opened.id), timeout=60)
+    assert until(lambda: session_containers(daemon, opened) == [])
+    ended = [r for r in daemon.audit_lines("background_ended") if r["session_id"] == opened.id]
+    assert sorted(r["killed_by"] for r in ended) == ["session closed", "session closed"]
+
+
+def test_the_policy_grant_caps_the_session(daemon: RunningDaemon, session: pb.Session) -> None:
+    start(daemon, session, "sleep 600")
+    start(daemon, session, "sleep 600")
+    refused = daemon.execute(
+        "Bash", {"command": "sleep 600", "run_in_background": True}, session_id=session.id
+    )
+    assert refused.result.is_error
+    assert "already runs 2 background commands, as many as the policy allows" in text_of(refused)
+
+
+def test_a_foreground_command_moves_to_the_background_at_its_timeout(
+    daemon: RunningDaemon, session: pb.Session
+) -> None:
+    gate = Path(session.workspace) / "gate"
+    command = f"echo begun; while [ ! -e {gate} ]; do sleep 0.1; done; echo finished"
+    text = call(daemon, session, "Bash", command=command, timeout=3000)
+    assert text.startswith("Command was still running after 3000 ms, so it was moved")
+    assert "Output so far:\nbegun" in text
+    shell_id = re.search(r"ID: (bash_[0-9a-f]{8})", text)
+    assert shell_id
+    gate.write_text("")
+    later = read_until(daemon, session, shell_id.group(1), "completed")
+    assert "finished" in later and "begun" not in later
+
+
+def test_bash_output_and_kill_shell_are_listed(daemon: RunningDaemon, session: pb.Session) -> None:
+    listed = daemon.stub.ListTools(pb.ListToolsRequest(session_id=session.id), timeout=30)
+    names = [tool.name for tool in listed.tools]
+    assert "BashOutput" in names and "KillShell" in names
