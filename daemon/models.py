@@ -147,6 +147,8 @@ class ExecuteOutcome(Frozen):
     """One line for people, distinct from the model-facing content."""
     turn_budget_chars: int | None = None
     """The policy's budget for the results of the call's turn (the daemon's own; not sent)."""
+    system_messages: tuple[str, ...] = ()
+    """What hooks said for the user, not the model (each naming its hook)."""
 
 
 Transport = Literal["unix", "tcp", "tcp+mtls", "inproc", "unknown"]

@@ -31,6 +31,10 @@ class AuditEvent(StrEnum):
     again and no policy decision was made)."""
     TURN_BUDGET = "turn_budget"
     """An answered result was made smaller for its turn's budget (kept whole, or cut)."""
+    INTERRUPTED_HOOKS = "interrupted_hooks"
+    """The PostToolUseFailure hooks that ran after a call was interrupted."""
+    BATCH_HOOKS = "batch_hooks"
+    """The PostToolBatch hooks that ran after a batch answered."""
 
 
 # json.dumps escapes \n and \r but writes these raw (ensure_ascii=False); JavaScript, Python's

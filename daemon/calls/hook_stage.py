@@ -1,20 +1,25 @@
 """The hooks' place in the call lifecycle: PreToolUse after validation (a rewritten input is
-validated and analysed again), their decisions into the policy input, PostToolUse after the
-call ran."""
+validated and analysed again), their decisions into the policy input, PermissionRequest when the
+policy asks, PostToolUse after the call ran (PostToolUseFailure also after an interrupted one)."""
 
 from __future__ import annotations
 
+import asyncio
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 from daemon.errors import ToolError
-from daemon.hooks.engine import HookEngine, PreHookOutcome
+from daemon.hooks.config import HookEvent
+from daemon.hooks.engine import HookEngine, PermissionOutcome, PreHookOutcome
 from daemon.hooks.protocol import HookCall
 from daemon.models import ContentBlock, Outcome, TextContent
 from daemon.policy.verdict import Verdict
 from daemon.tools.call import ToolCall
 
 NO_HOOKS = PreHookOutcome(None, (), None, (), ())
+_BACKGROUND: set[asyncio.Task[None]] = set()
+"""Hooks of interrupted calls still running (held so they are not collected)."""
 
 
 @dataclass(frozen=True)
@@ -36,6 +41,8 @@ class AfterHooks:
     """The hooks' notes for the model, shown after the output."""
     records: list[dict[str, Any]]
     """Per-hook records for the audit line."""
+    system_messages: tuple[str, ...] = ()
+    """The post hooks' messages for the user."""
 
 
 def _hook_call(call: ToolCall) -> HookCall:
@@ -81,15 +88,50 @@ class HookStage:
         """Run PostToolUse(Failure) hooks: the tool_result as the model should get it, and the
         hooks' notes, which go after it (the result budget keeps room for them)."""
         notes = list(hooks.additional_context)
+        messages: tuple[str, ...] = ()
         if self._engine is None:
-            return AfterHooks(content, is_error, notes, hooks.to_audit())
+            return AfterHooks(content, is_error, notes, hooks.to_audit(), messages)
         try:
             # Hooks run in the workspace: never in one moved or replaced under the session.
             call.session.verify_workspace()
         except ToolError as exc:
-            return AfterHooks(content, True, [*notes, str(exc)], hooks.to_audit())
+            return AfterHooks(content, True, [*notes, str(exc)], hooks.to_audit(), messages)
         post = await self._engine.post_tool_use(_hook_call(call), content, is_error)
         records = [*hooks.to_audit(), *post.to_audit()]
+        messages = (*messages, *post.system_messages)
         if post.withheld:
-            return AfterHooks([TextContent(text=post.withheld)], True, [], records)
-        return AfterHooks(content, is_error, [*notes, *post.additional_context], records)
+            return AfterHooks([TextContent(text=post.withheld)], True, [], records, messages)
+        if post.updated_output is not None:
+            content = list(post.updated_output)
+        notes = [*notes, *post.additional_context]
+        return AfterHooks(content, is_error, notes, records, messages)
+
+    def redacting(self, call: ToolCall) -> bool:
+        """Whether a redacting PostToolUse hook will see this call's output first."""
+        return self._engine is not None and self._engine.redacting(call.tool.name)
+
+    async def permission(
+        self, call: ToolCall, reasons: tuple[str, ...]
+    ) -> PermissionOutcome | None:
+        """Run the PermissionRequest hooks of an asked call (None: no hook for it)."""
+        if self._engine is None:
+            return None
+        return await self._engine.permission_request(_hook_call(call), reasons)
+
+    def interrupted(self, call: ToolCall, on_done: Callable[[list[dict[str, Any]]], None]) -> None:
+        """Run the PostToolUseFailure hooks of a call that was interrupted (is_interrupt), in
+        the background: the cancellation goes on at once; `on_done` gets their records."""
+        engine = self._engine
+        if engine is None or not engine.matching(HookEvent.POST_TOOL_USE_FAILURE, call.tool.name):
+            return
+
+        async def run() -> None:
+            text = f"The {call.tool.name} call was interrupted before it finished."
+            post = await engine.post_tool_use(
+                _hook_call(call), [TextContent(text=text)], True, interrupted=True
+            )
+            on_done(post.to_audit())
+
+        task = asyncio.create_task(run(), name="hooks-after-interrupt")
+        _BACKGROUND.add(task)
+        task.add_done_callback(_BACKGROUND.discard)

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from daemon.calls.audit import AuditEvent, AuditLog
+from daemon.calls.batch_hooks import AnsweredCall, BatchHooks
 from daemon.calls.budget import fit_content, fit_text, fit_with_notes
 from daemon.calls.hook_stage import HookStage
 from daemon.calls.kept_outputs import KeptOutputs, text_of, with_preview
@@ -36,9 +37,10 @@ from daemon.ops.logs import log_context
 from daemon.ops.metrics import CallOutcome, Metrics
 from daemon.policy.approval import ApprovalAuthority, canonical_input_hash
 from daemon.policy.engine import PolicyEngine
-from daemon.policy.gate import ApprovalRequest, PolicyGate
+from daemon.policy.gate import ApprovalRequest, GateDecision, PolicyGate
 from daemon.policy.input import egress_call_facts, listing_document
 from daemon.policy.mask import AuditMask
+from daemon.policy.pending import AskState
 from daemon.policy.verdict import Verdict
 from daemon.sessions.session import Session
 from daemon.sessions.store import SessionStore
@@ -140,6 +142,14 @@ class ReadyCall:
 PreparedCall = ReadyCall | RejectedCall
 
 
+def answered_call(prepared: PreparedCall) -> AnsweredCall:
+    """A call as PostToolBatch hooks read it: the validated input when it had one."""
+    tool_use = prepared.request.tool_use
+    if isinstance(prepared, ReadyCall):
+        return AnsweredCall(prepared.call.tool.name, prepared.call.input_json, tool_use.id)
+    return AnsweredCall(tool_use.name, tool_use.input, tool_use.id)
+
+
 @dataclass(frozen=True)
 class PipelineLimits:
     """The daemon's own bounds on every call."""
@@ -163,6 +173,8 @@ class _Trace:
     """The input the call was decided and run with, when a PreToolUse hook rewrote it."""
     rewritten_by: list[str] = field(default_factory=list)
     """The hooks that rewrote the input."""
+    system_messages: list[str] = field(default_factory=list)
+    """What hooks said for the user (sent beside the answer)."""
 
     def audit_fields(self, mask: AuditMask) -> dict[str, Any]:
         """What the audit adds about approvals and rewrites, when there were any."""
@@ -242,6 +254,10 @@ class Pipeline:
         self._metrics = metrics
         self._kept = kept
         self._hooks = HookStage(hooks)
+        self.batch_hooks = BatchHooks(
+            hooks, audit, policy.audit_mask.apply, limits.result_budget_chars
+        )
+        """The PostToolBatch hooks, run by the scheduler once a batch answered."""
         self._registry = registry
         self._policy = policy
         self._gate = PolicyGate(policy, approvals)
@@ -386,6 +402,7 @@ class Pipeline:
             result = _error(tool_use.id, text)
             return self._finish(prepared, trace, caller, None, result, summary=summary)
         call = hooked.call
+        trace.system_messages.extend(hooked.outcome.system_messages)
         if hooked.outcome.updated_input is not None:
             trace.effective_input = call.input_json
             trace.rewritten_by = [
@@ -397,6 +414,11 @@ class Pipeline:
             call, caller, prepared.request.approval, hooked.outcome.to_policy()
         )
         verdict = self._hooks.enforce(gate.verdict, hooked.outcome)
+        if verdict.outcome is Outcome.ASK and gate.approval_token:
+            gate = await self._permission_hooks(
+                call, caller, gate, trace, hooked.outcome.to_policy()
+            )
+            verdict = self._hooks.enforce(gate.verdict, hooked.outcome)
         trace.approved_by = gate.approved_by
         decided_by_policy = bool(gate.verdict.decision_id)
         if not verdict.decision_id:  # OPA gives none when the daemon decided itself
@@ -458,7 +480,8 @@ class Pipeline:
             )
             if self._sandbox is not None and tool.traits.sandboxed
             else None,
-            progress=prepared.request.progress,
+            # Output a redacting hook has not seen yet must not reach the caller live.
+            progress=None if self._hooks.redacting(call) else prepared.request.progress,
             catalog=lambda: self.list_tools(call.session.id, caller, include_deferred=True),
             peers=prepared.peers,
             shells=self._sandbox.shells
@@ -477,11 +500,18 @@ class Pipeline:
             )
         exec_started = time.monotonic()
         with self._metrics.in_flight() if self._metrics else contextlib.nullcontext():
-            ran = await run_call(call, ctx)
+            try:
+                ran = await run_call(call, ctx)
+            except asyncio.CancelledError:
+                self._hooks.interrupted(
+                    call, functools.partial(self._audit_interrupted, prepared, caller, verdict)
+                )
+                raise
         trace.timings["exec_s"] = time.monotonic() - exec_started
         output = ran.output
         after = await self._hooks.after(call, hooks, output.content, output.is_error)
         trace.hook_records[:] = after.records
+        trace.system_messages.extend(after.system_messages)
         notes = [*after.notes, *(ctx.sandbox.notes() if ctx.sandbox is not None else [])]
         content, fitted = fit_with_notes(after.content, notes, budget, output.keep)
         kept = None
@@ -510,6 +540,49 @@ class Pipeline:
         result = ToolResult(tool_use_id=call.tool_use_id, content=content, is_error=after.is_error)
         summary = _one_line(ran.summary(call))
         return self._finish(prepared, trace, caller, verdict, result, report, summary=summary)
+
+    async def _permission_hooks(
+        self,
+        call: ToolCall,
+        caller: Caller,
+        gate: GateDecision,
+        trace: _Trace,
+        pre_hooks: list[dict[str, str]],
+    ) -> GateDecision:
+        """Let PermissionRequest hooks answer an ask as an approver would: a deny is the
+        approver's deny, an allow an approval the policy then decides on (it sees who)."""
+        hooked = await self._hooks.permission(call, gate.verdict.reasons)
+        if hooked is None:
+            return gate
+        trace.hook_records.extend(result.to_audit() for result in hooked.results)
+        trace.system_messages.extend(hooked.system_messages)
+        if hooked.decision is None:
+            return gate
+        if hooked.decision is Outcome.DENY:
+            reason = "; ".join(hooked.reasons) or "A PermissionRequest hook denied the call."
+            self.pending_approvals.decide(
+                gate.approval_id, AskState.DENIED, hooked.decided_by, note=reason
+            )
+            return GateDecision(Verdict.deny(reason, gate.verdict.decision_id))
+        self.pending_approvals.decide(gate.approval_id, AskState.APPROVED, hooked.decided_by)
+        return await self._gate.decide(
+            call, caller, ApprovalRequest(token=gate.approval_token), pre_hooks
+        )
+
+    def _audit_interrupted(
+        self,
+        prepared: ReadyCall,
+        caller: Caller,
+        verdict: Verdict,
+        records: list[dict[str, Any]],
+    ) -> None:
+        """The hooks that ran after a call was interrupted (its own answer is written apart)."""
+        self._audit.write(
+            {
+                **self._audit_record(prepared, caller, verdict, AuditEvent.INTERRUPTED_HOOKS),
+                "hooks": self._policy.audit_mask.apply(records),
+            }
+        )
 
     async def fit_turn(
         self, prepared: PreparedCall, outcome: ExecuteOutcome, room: int
@@ -630,6 +703,7 @@ class Pipeline:
             report=report,
             summary=_one_line(summary),
             turn_budget_chars=verdict.turn_budget_chars if verdict else None,
+            system_messages=tuple(trace.system_messages),
         )
         log.debug(
             "answered %s: %s",

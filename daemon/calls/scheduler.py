@@ -26,7 +26,7 @@ from typing import Any
 
 from daemon.calls.idempotency import ResultCache, cancelled_outcome
 from daemon.calls.locks import SharedExclusiveLock
-from daemon.calls.pipeline import CallRequest, Pipeline, PreparedCall, ReadyCall
+from daemon.calls.pipeline import CallRequest, Pipeline, PreparedCall, ReadyCall, answered_call
 from daemon.calls.streaming_turn import StreamingTurn
 from daemon.calls.turn_budget import Shrink, TurnBudget, TurnRegistry
 from daemon.errors import Overloaded
@@ -263,6 +263,21 @@ class Scheduler:
         for request in requests:
             calls.append(await self._pipeline.prepare_off_loop(request, caller))
             await asyncio.sleep(0)  # checking a call can take milliseconds: let others in
+        held: list[ExecuteOutcome] = []
+        async for outcome in self._batch_answers(calls, caller):
+            if held:
+                yield held[-1]
+            held.append(outcome)
+        if held:
+            # The last answer waits for the PostToolBatch hooks and carries what they said.
+            notes = await self._pipeline.batch_hooks.after(
+                calls[0].session, caller, [answered_call(c) for c in calls], held
+            )
+            yield self._pipeline.batch_hooks.attach(held[-1], notes)
+
+    async def _batch_answers(
+        self, calls: list[PreparedCall], caller: Caller
+    ) -> AsyncIterator[ExecuteOutcome]:
         turn = TurnBudget(self._limits.turn_budget_chars, len(calls))
         for group in partition(calls, self._limits.max_parallel):
             if len(group) == 1:

@@ -77,6 +77,11 @@ class StreamingTurn:
         self._changed = asyncio.Event()
         self._next = 0
 
+    @property
+    def calls(self) -> list[PreparedCall]:
+        """The turn's calls so far, in arrival order."""
+        return [entry.call for entry in self._entries]
+
     def add(self, call: PreparedCall) -> None:
         """A block of the turn, complete: it starts as soon as the rules allow."""
         last = len(self._group_sizes) - 1

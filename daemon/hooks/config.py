@@ -13,7 +13,7 @@ from enum import StrEnum
 from pathlib import PurePath
 from typing import Annotated, Literal
 
-from pydantic import AfterValidator, Field, field_validator
+from pydantic import AfterValidator, Field, ValidationInfo, field_validator
 
 from daemon.models import Frozen
 
@@ -28,7 +28,13 @@ class HookEvent(StrEnum):
     POST_TOOL_USE = "PostToolUse"
     """After a call that succeeded; may add text for the model."""
     POST_TOOL_USE_FAILURE = "PostToolUseFailure"
-    """After a call whose tool_result is an error; may add text for the model."""
+    """After a call whose tool_result is an error (or that was interrupted); may add text for
+    the model."""
+    PERMISSION_REQUEST = "PermissionRequest"
+    """The policy asks for a person's approval: the hook may approve or deny in their stead
+    (the policy still decides, seeing the hook as the approver)."""
+    POST_TOOL_BATCH = "PostToolBatch"
+    """After every call of a batch (a turn) answered; may add text for the model."""
 
 
 _MATCH_ALL = ("", "*")
@@ -62,6 +68,11 @@ class HookSpec(Frozen):
     env: dict[str, str] = Field(default_factory=dict)
     """Extra environment variables (the hook otherwise gets only PATH, HOME, LANG and the
     workspace variables)."""
+    redacts: bool = False
+    """A PostToolUse hook that may replace the output (updatedToolOutput) to hide something:
+    the calls it matches send no live output, so nothing reaches the caller before it ran, and
+    any failure of it withholds the output (unless on_error = "allow"); its answer may be up
+    to 16 MiB."""
 
     @field_validator("command")
     @classmethod
@@ -95,17 +106,27 @@ class HookSpec(Frozen):
                 raise ValueError(f"environment variable name {key!r} is not valid")
         return value
 
+    @field_validator("redacts")
+    @classmethod
+    def _check_redacts(cls, value: bool, info: ValidationInfo) -> bool:
+        if value and info.data.get("event") is not HookEvent.POST_TOOL_USE:
+            raise ValueError("redacts applies to PostToolUse hooks only")
+        return value
+
     @property
     def fails_closed(self) -> bool:
-        """A timeout or crash of this hook denies the call."""
+        """A timeout or crash of this hook denies the call (withholds a redacted output)."""
         if self.on_error is not None:
             return self.on_error == "deny"
-        return self.event is HookEvent.PRE_TOOL_USE
+        return self.event is HookEvent.PRE_TOOL_USE or self.redacts
 
     @property
     def errors_deny(self) -> bool:
-        """A non-zero exit other than 2, or unusable output, of this PreToolUse hook denies the
-        call (not just a timeout or a crash)."""
+        """A non-zero exit other than 2, or unusable output, of this hook denies the call (a
+        PreToolUse hook) or withholds the output (a redacting one), not just a timeout or a
+        crash."""
+        if self.redacts:
+            return self.on_error != "allow"  # what it failed to redact must not go out
         if self.event is not HookEvent.PRE_TOOL_USE:
             return False
         if self.on_error is not None:

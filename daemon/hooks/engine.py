@@ -21,8 +21,17 @@ input differently are a configuration error, and the call is denied: picking eit
 input the other hook never agreed to.
 
 Post hooks run on PostToolUse when the tool_result is not an error, on PostToolUseFailure when it
-is. They cannot undo the call; their text is added to the result for the model. A post hook that
-times out or crashes while configured to fail closed withholds the result.
+is (or when the call was interrupted). They cannot undo the call; their text is added to the
+result for the model. A PostToolUse hook may replace the output (to redact it); two hooks that
+replace it differently withhold it, as does a post hook that times out or crashes while
+configured to fail closed.
+
+PermissionRequest hooks run when the policy asks for a person: a hook's deny denies the call, a
+hook's allow approves it in the person's stead (the pipeline has the policy decide again, seeing
+`approved_by: "hook:<name>"`), silence leaves the ask to a person. PostToolBatch hooks run once
+every call of a batch answered; their text goes with the batch's last answer.
+
+Every event's `systemMessage` goes to the caller beside the answer (never to the model).
 """
 
 from __future__ import annotations
@@ -30,20 +39,35 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from daemon.hooks.config import HookEvent, HookSpec, name_hooks
-from daemon.hooks.protocol import HookCall, HookResult, hook_input, interpret
+from daemon.hooks.protocol import (
+    BatchCall,
+    HookCall,
+    HookResult,
+    batch_input,
+    hook_input,
+    interpret,
+)
 from daemon.hooks.runner import run_hook
 from daemon.models import ContentBlock, ImageContent, Outcome
 
-__all__ = ["HookEngine", "PostHookOutcome", "PreHookOutcome"]
+__all__ = ["HookEngine", "PermissionOutcome", "PostHookOutcome", "PreHookOutcome"]
 
 #: Strongest first: the combined decision is the first one any hook gave.
 _PRECEDENCE = (Outcome.DENY, Outcome.ASK, Outcome.ALLOW)
 
 #: The name under which the engine itself reports a decision (conflicting rewrites).
 ENGINE_NAME = "tooljail-hooks"
+
+
+def system_messages(results: Sequence[HookResult]) -> tuple[str, ...]:
+    """The hooks' messages for the user, each naming its hook."""
+    return tuple(
+        f"[{r.event.value} hook '{r.name}'] {r.system_message}" for r in results if r.system_message
+    )
 
 
 def _notes(results: Sequence[HookResult]) -> tuple[str, ...]:
@@ -85,6 +109,10 @@ class PreHookOutcome:
         """Per-hook records for the audit line."""
         return [result.to_audit() for result in self.results]
 
+    @property
+    def system_messages(self) -> tuple[str, ...]:
+        return system_messages(self.results)
+
 
 @dataclass(frozen=True)
 class PostHookOutcome:
@@ -96,10 +124,32 @@ class PostHookOutcome:
     """Non-empty when a failing fail-closed hook means the result must not reach the model."""
     results: tuple[HookResult, ...]
     """Each hook's result, in configuration order."""
+    updated_output: tuple[ContentBlock, ...] | None = None
+    """PostToolUse: what the model gets instead of the tool's output (None: the output)."""
 
     def to_audit(self) -> list[dict[str, Any]]:
         """Per-hook records for the audit line."""
         return [result.to_audit() for result in self.results]
+
+    @property
+    def system_messages(self) -> tuple[str, ...]:
+        return system_messages(self.results)
+
+
+@dataclass(frozen=True)
+class PermissionOutcome:
+    """What the PermissionRequest hooks said about an ask."""
+
+    decision: Outcome | None
+    """deny (any hook denied), allow (one allowed, none denied), or None: a person decides."""
+    decided_by: str
+    """The hook that decided, as the approval records it ("hook:<name>"); "" when none did."""
+    reasons: tuple[str, ...]
+    results: tuple[HookResult, ...]
+
+    @property
+    def system_messages(self) -> tuple[str, ...]:
+        return system_messages(self.results)
 
 
 def _combine_decision(results: Sequence[HookResult]) -> tuple[Outcome | None, tuple[str, ...]]:
@@ -129,7 +179,8 @@ def _combine_rewrites(results: Sequence[HookResult]) -> tuple[dict[str, Any] | N
     )
 
 
-def _response_text(content: Sequence[ContentBlock]) -> str:
+def response_text(content: Sequence[ContentBlock]) -> str:
+    """A result's content as hooks read it (images as a placeholder)."""
     parts = []
     for block in content:
         if isinstance(block, ImageContent):
@@ -150,6 +201,11 @@ class HookEngine:
         """Every configured hook, named, in configuration order."""
         return self._hooks
 
+    def redacting(self, tool_name: str) -> bool:
+        """Whether a PostToolUse hook that may redact the output runs for this tool (its calls
+        then send no live output)."""
+        return any(h.redacts for h in self.matching(HookEvent.POST_TOOL_USE, tool_name))
+
     def matching_pre(self, tool_name: str) -> bool:
         """Whether any PreToolUse hook runs for this tool (skips the work when none does)."""
         return bool(self.matching(HookEvent.PRE_TOOL_USE, tool_name))
@@ -159,10 +215,10 @@ class HookEngine:
         return tuple(h for h in self._hooks if h.event is event and h.matches(tool_name))
 
     async def _run(
-        self, event: HookEvent, hooks: Sequence[HookSpec], call: HookCall, stdin: bytes
+        self, event: HookEvent, hooks: Sequence[HookSpec], workspace: Path, stdin: bytes
     ) -> tuple[HookResult, ...]:
         async def one(spec: HookSpec) -> HookResult:
-            return interpret(event, spec, await run_hook(spec, stdin, call.workspace))
+            return interpret(event, spec, await run_hook(spec, stdin, workspace))
 
         # A cancelled call cancels every hook; each kills its own process group on the way out.
         return tuple(await asyncio.gather(*(one(spec) for spec in hooks)))
@@ -173,7 +229,7 @@ class HookEngine:
         hooks = self.matching(event, call.tool_name)
         if not hooks:
             return PreHookOutcome(None, (), None, (), ())
-        results = await self._run(event, hooks, call, hook_input(event, call))
+        results = await self._run(event, hooks, call.workspace, hook_input(event, call))
         decision, reasons = _combine_decision(results)
         updated, conflict = _combine_rewrites(results)
         if conflict:
@@ -195,7 +251,52 @@ class HookEngine:
         hooks = self.matching(event, call.tool_name)
         if not hooks:
             return PostHookOutcome((), "", ())
-        stdin = hook_input(event, call, _response_text(content), is_error, interrupted)
-        results = await self._run(event, hooks, call, stdin)
+        stdin = hook_input(event, call, response_text(content), is_error, interrupted)
+        results = await self._run(event, hooks, call.workspace, stdin)
         withheld = "\n".join(r.describe() for r in results if r.decision == "deny")
-        return PostHookOutcome(_notes(results), withheld, results)
+        replaced = {r.updated_output for r in results if r.updated_output is not None}
+        if len(replaced) > 1:
+            names = ", ".join(f"'{r.name}'" for r in results if r.updated_output is not None)
+            withheld = "\n".join(
+                filter(
+                    None,
+                    (
+                        withheld,
+                        f"The PostToolUse hooks {names} each replaced the output differently, so "
+                        "it is withheld rather than shown as only some of them left it. The "
+                        "operator must make the hooks agree.",
+                    ),
+                )
+            )
+        updated = next(iter(replaced)) if len(replaced) == 1 else None
+        return PostHookOutcome(_notes(results), withheld, results, updated)
+
+    async def permission_request(
+        self, call: HookCall, reasons: tuple[str, ...]
+    ) -> PermissionOutcome | None:
+        """Run the PermissionRequest hooks matching an asked call (None when none matches)."""
+        event = HookEvent.PERMISSION_REQUEST
+        hooks = self.matching(event, call.tool_name)
+        if not hooks:
+            return None
+        stdin = hook_input(event, call, reasons=reasons)
+        results = await self._run(event, hooks, call.workspace, stdin)
+        decision, why = _combine_decision(results)
+        if decision is Outcome.ASK:
+            decision = None  # asking a person is what happens anyway
+        decided_by = ""
+        if decision is not None:
+            decided_by = "hook:" + next(r.name for r in results if r.decision == decision.value)
+        return PermissionOutcome(decision, decided_by, why, results)
+
+    async def post_tool_batch(
+        self, session_id: str, workspace: Path, mode: str, calls: list[BatchCall]
+    ) -> PostHookOutcome | None:
+        """Run the PostToolBatch hooks once a batch answered (None when there are none)."""
+        event = HookEvent.POST_TOOL_BATCH
+        hooks = tuple(h for h in self._hooks if h.event is event)
+        if not hooks:
+            return None
+        stdin = batch_input(session_id, workspace, mode, calls)
+        results = await self._run(event, hooks, workspace, stdin)
+        return PostHookOutcome(_notes(results), "", results)

@@ -11,10 +11,15 @@ mean. Existing Claude Code hook scripts work unchanged because both directions f
 Both JSON shapes Claude Code has used are read: `hookSpecificOutput.permissionDecision` /
 `permissionDecisionReason` / `updatedInput` / `additionalContext` (current), the same keys at the
 top level (flat), and the legacy top-level `decision` (`approve` / `block`) with `reason`.
+PostToolUse may replace the output (`updatedToolOutput`, or `updatedMCPToolOutput`: a string or a
+list of content blocks); PermissionRequest answers with `hookSpecificOutput.decision.behavior`
+(`allow` / `deny`, with a `message`); every event may carry a `systemMessage` for the user.
 """
 
 from __future__ import annotations
 
+import base64
+import binascii
 import json
 import logging
 from dataclasses import dataclass
@@ -22,10 +27,19 @@ from pathlib import Path
 from typing import Any, Literal
 
 from daemon.hooks.config import HookEvent, HookSpec
-from daemon.hooks.runner import OUTPUT_CAP_BYTES, HookProcess
-from daemon.models import Frozen
+from daemon.hooks.runner import HookProcess
+from daemon.models import ContentBlock, Frozen, ImageContent, TextContent
 
-__all__ = ["HookCall", "HookDecision", "HookResult", "HookStatus", "hook_input", "interpret"]
+__all__ = [
+    "BatchCall",
+    "HookCall",
+    "HookDecision",
+    "HookResult",
+    "HookStatus",
+    "batch_input",
+    "hook_input",
+    "interpret",
+]
 
 log = logging.getLogger(__name__)
 
@@ -78,7 +92,10 @@ class HookResult(Frozen):
     additional_context: str = ""
     """Text for the model, added to the tool_result."""
     system_message: str = ""
-    """A message the hook meant for the user, not the model (kept for the audit log)."""
+    """A message the hook meant for the user, not the model (sent to the caller beside the
+    result, and kept for the audit log)."""
+    updated_output: tuple[ContentBlock, ...] | None = None
+    """PostToolUse: the content the model gets instead of the tool's own."""
     exit_code: int | None = None
     duration_ms: int = 0
     output_truncated: bool = False
@@ -117,6 +134,7 @@ class HookResult(Frozen):
             "decision": self.decision,
             "reason": self.reason,
             "rewrote_input": self.updated_input is not None,
+            "replaced_output": self.updated_output is not None,
             "added_context": bool(self.additional_context),
             "system_message": self.system_message,
             "exit_code": self.exit_code,
@@ -131,8 +149,11 @@ def hook_input(
     response_text: str = "",
     is_error: bool = False,
     interrupted: bool = False,
+    *,
+    reasons: tuple[str, ...] = (),
 ) -> bytes:
-    """The JSON document a hook reads on stdin."""
+    """The JSON document a hook reads on stdin (PermissionRequest: with the policy's reasons
+    for asking)."""
     document: dict[str, Any] = {
         "hook_event_name": event.value,
         "session_id": call.session_id,
@@ -142,11 +163,47 @@ def hook_input(
         "tool_input": call.tool_input,
         "tool_use_id": call.tool_use_id,
     }
-    if event is not HookEvent.PRE_TOOL_USE:
+    if event is HookEvent.PERMISSION_REQUEST:
+        document["permission_suggestions"] = []
+        document["reasons"] = list(reasons)
+    elif event is not HookEvent.PRE_TOOL_USE:
         document["tool_response"] = {"content": response_text, "is_error": is_error}
     if event is HookEvent.POST_TOOL_USE_FAILURE:
         document["error"] = response_text
         document["is_interrupt"] = interrupted
+    return json.dumps(document, ensure_ascii=False).encode("utf-8")
+
+
+@dataclass(frozen=True)
+class BatchCall:
+    """One answered call of a batch, as PostToolBatch hooks read it."""
+
+    tool_name: str
+    tool_input: dict[str, Any]
+    tool_use_id: str
+    response_text: str
+    is_error: bool
+
+
+def batch_input(
+    session_id: str, workspace: Path, permission_mode: str, calls: list[BatchCall]
+) -> bytes:
+    """The JSON document a PostToolBatch hook reads on stdin."""
+    document = {
+        "hook_event_name": HookEvent.POST_TOOL_BATCH.value,
+        "session_id": session_id,
+        "cwd": str(workspace),
+        "permission_mode": permission_mode,
+        "tool_calls": [
+            {
+                "tool_name": call.tool_name,
+                "tool_input": call.tool_input,
+                "tool_use_id": call.tool_use_id,
+                "tool_response": {"content": call.response_text, "is_error": call.is_error},
+            }
+            for call in calls
+        ],
+    }
     return json.dumps(document, ensure_ascii=False).encode("utf-8")
 
 
@@ -186,7 +243,9 @@ def _parse_answer(event: HookEvent, data: dict[str, Any]) -> dict[str, Any]:
     status: HookStatus = "ok"
 
     raw = merged.get("permissionDecision")
-    if raw is not None:
+    if event is HookEvent.PERMISSION_REQUEST:
+        decision, reason = _permission_request_decision(specific)
+    elif raw is not None:
         if raw not in _DECISIONS:
             raise _BadOutput(f"permissionDecision must be allow, deny or ask, got {raw!r}")
         decision, reason = raw, _text_field(merged, "permissionDecisionReason")
@@ -195,7 +254,7 @@ def _parse_answer(event: HookEvent, data: dict[str, Any]) -> dict[str, Any]:
         if legacy not in _LEGACY_DECISIONS:
             raise _BadOutput(f"decision must be approve or block, got {legacy!r}")
         decision, reason = _LEGACY_DECISIONS[legacy], _text_field(data, "reason")
-    if event is not HookEvent.PRE_TOOL_USE:
+    if event not in (HookEvent.PRE_TOOL_USE, HookEvent.PERMISSION_REQUEST):
         # After the call, "block" can only mean: tell the model. Nothing is left to decide.
         if decision == "deny":
             status = "blocked"
@@ -208,7 +267,7 @@ def _parse_answer(event: HookEvent, data: dict[str, Any]) -> dict[str, Any]:
         # Claude Code would stop the whole agent; a daemon can only refuse or report this call.
         reason = _text_field(data, "stopReason") or reason or "the hook asked to stop"
         status = "blocked"
-        decision = "deny" if event is HookEvent.PRE_TOOL_USE else "none"
+        decision = "deny" if event in _DECIDING else "none"
     if decision == "deny":
         status = "blocked"
         reason = reason or "the hook denied the call without giving a reason"
@@ -226,9 +285,74 @@ def _parse_answer(event: HookEvent, data: dict[str, Any]) -> dict[str, Any]:
         "decision": decision,
         "reason": reason,
         "updated_input": updated,
+        "updated_output": _updated_output(event, merged),
         "additional_context": _text_field(merged, "additionalContext"),
         "system_message": _text_field(data, "systemMessage"),
     }
+
+
+_DECIDING = (HookEvent.PRE_TOOL_USE, HookEvent.PERMISSION_REQUEST)
+IMAGE_TYPES = ("image/png", "image/jpeg", "image/gif", "image/webp")
+_OUTPUT_KEYS = ("updatedToolOutput", "updatedMCPToolOutput")
+
+
+def _permission_request_decision(specific: dict[str, Any]) -> tuple[HookDecision, str]:
+    """A PermissionRequest answer: hookSpecificOutput.decision.behavior allow or deny."""
+    answer = specific.get("decision")
+    if answer is None:
+        return "none", ""
+    if not isinstance(answer, dict) or answer.get("behavior") not in ("allow", "deny"):
+        raise _BadOutput("hookSpecificOutput.decision must be {behavior: allow or deny, ...}")
+    if answer.get("updatedInput") is not None:
+        raise _BadOutput(
+            "decision.updatedInput is not honoured here: the approval is for the input as asked "
+            "(rewrite inputs in a PreToolUse hook)"
+        )
+    behavior: HookDecision = answer["behavior"]
+    return behavior, _text_field(answer, "message")
+
+
+def _updated_output(event: HookEvent, merged: dict[str, Any]) -> tuple[ContentBlock, ...] | None:
+    """PostToolUse's replacement output: a string, a list of content blocks, or an MCP result
+    ({"content": [...]})."""
+    given = [key for key in _OUTPUT_KEYS if merged.get(key) is not None]
+    if not given:
+        return None
+    if event is not HookEvent.POST_TOOL_USE:
+        raise _BadOutput(f"{given[0]} is only honoured by PostToolUse hooks")
+    value = merged[given[0]]
+    if isinstance(value, str):
+        return (TextContent(text=value),)
+    if isinstance(value, dict) and "content" in value:
+        value = value["content"]  # an MCP tools/call result
+    if not isinstance(value, list):
+        raise _BadOutput(f"{given[0]} must be a string or a list of text/image content blocks")
+    return tuple(_content_block(given[0], index, item) for index, item in enumerate(value))
+
+
+def _content_block(key: str, index: int, item: Any) -> ContentBlock:
+    """One replacement block: {"type": "text", "text"}, or an image in the Messages API shape
+    ({"type": "image", "source": {"type": "base64", "media_type", "data"}}) or MCP's
+    ({"type": "image", "data", "mimeType"})."""
+    where = f"{key}[{index}]"
+    if not isinstance(item, dict):
+        raise _BadOutput(f"{where} must be an object")
+    if item.get("type") == "text" and isinstance(item.get("text"), str):
+        return TextContent(text=item["text"])
+    if item.get("type") == "image":
+        nested = item.get("source")
+        source: dict[str, Any] = nested if isinstance(nested, dict) else item
+        media_type = source.get("media_type", source.get("mimeType"))
+        data = source.get("data")
+        if media_type in IMAGE_TYPES and isinstance(data, str):
+            try:
+                return ImageContent(
+                    media_type=media_type, data=base64.b64decode(data, validate=True)
+                )
+            except (binascii.Error, ValueError):
+                raise _BadOutput(f"{where}: the image data is not valid base64") from None
+        raise _BadOutput(f"{where}: an image needs base64 data and a media type of {IMAGE_TYPES}")
+    raise _BadOutput(f"{where} must be a text block (type, text) or an image block")
 
 
 def _read_stdout(event: HookEvent, proc: HookProcess) -> dict[str, Any]:
@@ -237,9 +361,7 @@ def _read_stdout(event: HookEvent, proc: HookProcess) -> dict[str, Any]:
         # Plain text on stdout is the hook's log output; Claude Code does not act on it either.
         return {"status": "ok"}
     if proc.stdout_truncated:
-        raise _BadOutput(
-            f"its JSON answer is longer than {OUTPUT_CAP_BYTES // 1024} KiB and was not read"
-        )
+        raise _BadOutput(f"its JSON answer is longer than {proc.cap // 1024} KiB and was not read")
     try:
         data = json.loads(text)
     except json.JSONDecodeError as exc:
@@ -260,6 +382,12 @@ def _fault(spec: HookSpec, proc: HookProcess) -> str:
     return ""
 
 
+def _refuses(event: HookEvent) -> str:
+    if event is HookEvent.POST_TOOL_USE:
+        return "withholds the output (a redacting hook, or on_error)"
+    return "denies the call (on_error)"
+
+
 def interpret(event: HookEvent, spec: HookSpec, proc: HookProcess) -> HookResult:
     """Turn what a hook process did into its result; logs every non-blocking error."""
     common: dict[str, Any] = {
@@ -277,7 +405,7 @@ def interpret(event: HookEvent, spec: HookSpec, proc: HookProcess) -> HookResult
         return HookResult(status=status, decision=decision, reason=fault, **common)
     if proc.exit_code == 2:
         reason = _clip(proc.stderr) or "the hook blocked the call (exit 2) without a reason"
-        decision = "deny" if event is HookEvent.PRE_TOOL_USE else "none"
+        decision = "deny" if event in _DECIDING else "none"
         return HookResult(status="blocked", decision=decision, reason=reason, **common)
     if proc.exit_code != 0:
         first_line = next(iter(proc.stderr.strip().splitlines()), "")
@@ -289,7 +417,7 @@ def interpret(event: HookEvent, spec: HookSpec, proc: HookProcess) -> HookResult
             first_line,
         )
         if spec.errors_deny:
-            reason = f"exited with status {proc.exit_code}, which denies the call (on_error)"
+            reason = f"exited with status {proc.exit_code}, which {_refuses(event)}"
             if first_line:
                 reason += f": {_clip(first_line)}"
             return HookResult(status="error", decision="deny", reason=reason, **common)
@@ -300,7 +428,7 @@ def interpret(event: HookEvent, spec: HookSpec, proc: HookProcess) -> HookResult
     except _BadOutput as exc:
         log.warning("%s hook %r gave an unusable answer: %s", event.value, spec.name, exc)
         if spec.errors_deny:
-            reason = f"unusable output, which denies the call (on_error): {exc}"
+            reason = f"unusable output, which {_refuses(event)}: {exc}"
             return HookResult(status="error", decision="deny", reason=reason, **common)
         return HookResult(status="error", reason=f"unusable output: {exc}", **common)
     return HookResult(**common, **answer)

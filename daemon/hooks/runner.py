@@ -28,6 +28,8 @@ log = logging.getLogger(__name__)
 
 OUTPUT_CAP_BYTES = 64 * 1024
 """Bytes kept of each of stdout and stderr; the rest is read and counted, not stored."""
+REDACTING_CAP_BYTES = 16 << 20
+"""The same for a redacting hook, whose answer is a whole output."""
 
 _SHELL = "/bin/sh"
 NEUTRAL_CWD = Path("/")
@@ -59,16 +61,18 @@ class HookProcess:
     """Why it could not be started or run (missing or non-executable program)."""
     duration_ms: int = 0
     """Wall time from start to the end of its output."""
+    cap: int = OUTPUT_CAP_BYTES
+    """Bytes kept of each stream."""
 
     @property
     def stdout_truncated(self) -> bool:
         """stdout was longer than the cap."""
-        return self.stdout_bytes > OUTPUT_CAP_BYTES
+        return self.stdout_bytes > self.cap
 
     @property
     def stderr_truncated(self) -> bool:
         """stderr was longer than the cap."""
-        return self.stderr_bytes > OUTPUT_CAP_BYTES
+        return self.stderr_bytes > self.cap
 
 
 def hook_environment(spec: HookSpec, workspace: Path) -> dict[str, str]:
@@ -102,12 +106,13 @@ async def run_hook(spec: HookSpec, stdin_data: bytes, workspace: Path) -> HookPr
     a cancellation kills the hook's process group and propagates.
     """
     started = time.monotonic()
+    cap = REDACTING_CAP_BYTES if spec.redacts else OUTPUT_CAP_BYTES
     try:
         run = await run_child(
             _argv(spec),
             input_data=stdin_data,
             timeout_s=spec.timeout_s,
-            output_cap=OUTPUT_CAP_BYTES,
+            output_cap=cap,
             cwd=NEUTRAL_CWD,
             env=hook_environment(spec, workspace),
         )
@@ -139,4 +144,5 @@ async def run_hook(spec: HookSpec, stdin_data: bytes, workspace: Path) -> HookPr
         timed_out=run.timed_out,
         start_error=start_error,
         duration_ms=int(run.duration_s * 1000),
+        cap=cap,
     )

@@ -47,6 +47,8 @@ class GateDecision:
     approval_token: str = ""
     approved_by: str = ""
     """Who approved the call (for the audit), when it carries an approval."""
+    approval_id: str = ""
+    """With an approval token handed out: the id of its pending ask."""
 
 
 class PolicyGate:
@@ -131,7 +133,7 @@ class PolicyGate:
                     expires_at=issued.expires_at,
                 )
             )
-            return GateDecision(verdict, issued.token)
+            return GateDecision(verdict, issued.token, approval_id=issued.token_id)
         if verdict.outcome is Outcome.ALLOW and grant is not None:
             assert self._approvals is not None
             try:

@@ -215,8 +215,9 @@ class GrantedApproval(_Part):
     )
     approved_by: str = Field(
         min_length=1,
-        description="Who approved: the approver that answered the pending ask, or the caller "
-        "itself when it sent its token back without anyone else approving (self_approved).",
+        description="Who approved: the approver that answered the pending ask, a "
+        'PermissionRequest hook that answered it ("hook:<name>"), or the caller itself when '
+        "it sent its token back without anyone else approving (self_approved).",
     )
     self_approved: bool = Field(
         description="Nobody but the asking principal approved this call; the policy decides "

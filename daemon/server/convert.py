@@ -8,6 +8,7 @@ from typing import Literal
 from google.protobuf import json_format, struct_pb2
 
 from daemon._generated.tooljail.v1 import executor_pb2 as pb
+from daemon.calls.batch_hooks import BatchNotes
 from daemon.calls.pipeline import CallRequest
 from daemon.errors import RequestError
 from daemon.models import (
@@ -135,12 +136,23 @@ def outcome_to_proto(outcome: ExecuteOutcome) -> pb.ExecuteResponse:
         report=_report_to_proto(outcome.report),
         tool_result_json=json.dumps(outcome.result.to_anthropic(), ensure_ascii=False),
         summary=wire_safe(outcome.summary),
+        system_messages=[wire_safe(message) for message in outcome.system_messages],
     )
 
 
 def event_to_proto(outcome: ExecuteOutcome) -> pb.ExecuteEvent:
     """The answer as the last event of an ExecuteStream."""
     return pb.ExecuteEvent(response=outcome_to_proto(outcome))
+
+
+def batch_end_to_proto(notes: BatchNotes) -> pb.ExecuteEvent:
+    """What PostToolBatch hooks said, as an ExecuteTurn's closing event."""
+    return pb.ExecuteEvent(
+        batch_end=pb.BatchEnd(
+            additional_context=[wire_safe(text) for text in notes.additional_context],
+            system_messages=[wire_safe(text) for text in notes.system_messages],
+        )
+    )
 
 
 def progress_to_proto(tool_use_id: str, update: ProgressUpdate, dropped: int) -> pb.ExecuteEvent:

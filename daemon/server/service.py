@@ -13,7 +13,7 @@ import grpc
 
 from daemon._generated.tooljail.v1 import executor_pb2 as pb
 from daemon._generated.tooljail.v1 import executor_pb2_grpc as pb_grpc
-from daemon.calls.pipeline import CallRequest, Pipeline, PreparedCall
+from daemon.calls.pipeline import CallRequest, Pipeline, PreparedCall, answered_call
 from daemon.calls.scheduler import Scheduler
 from daemon.calls.streaming_turn import StreamingTurn
 from daemon.errors import Overloaded, RequestError, TooljailError, Unavailable
@@ -141,11 +141,25 @@ class ExecutorService(pb_grpc.ExecutorServicer):
         async def prepare(request: CallRequest) -> PreparedCall:
             return await self._pipeline.prepare_off_loop(request, caller)
 
+        answered: list[ExecuteOutcome] = []
+
+        async def answers() -> AsyncIterator[ExecuteOutcome]:
+            async for outcome in turn.answers():
+                answered.append(outcome)
+                yield outcome
+
         with self._turns.slot(caller.principal):
             feeder = asyncio.create_task(_feed(messages, turn, relay, prepare))
             try:
-                async for event in _interleaved(turn.answers(), relay):
+                async for event in _interleaved(answers(), relay):
                     yield event
+                if answered:
+                    calls = turn.calls
+                    notes = await self._pipeline.batch_hooks.after(
+                        calls[0].session, caller, [answered_call(c) for c in calls], answered
+                    )
+                    if notes:
+                        yield convert.batch_end_to_proto(notes)
             finally:
                 turn.cancel()
                 feeder.cancel()

@@ -307,6 +307,29 @@ principal_config := data.tooljail.principals[principal_name]
 approval_granted if {
 	well_formed_approval
 	not input.approval.self_approved == true
+	not hook_approval_refused
+}
+
+# A PermissionRequest hook that answered an ask in a person's stead is recorded as the approver
+# "hook:<name>". Its approval counts unless the principal's data.json sets hook_approvals to false.
+hook_approval if startswith(input.approval.approved_by, "hook:")
+
+hook_approval_refused if {
+	hook_approval
+	principal_config.hook_approvals == false
+}
+
+deny contains concat(" ", [
+	sprintf("%s: %s approved this call, and principal %s does not accept approvals by hooks", [
+		tool_name,
+		input.approval.approved_by,
+		principal_name,
+	]),
+	"(hook_approvals is false in data.json); a person must approve it.",
+]) if {
+	well_formed_approval
+	hook_approval_refused
+	count(needs_approval) + count(hook_needs_approval) > 0
 }
 
 approval_granted if {

@@ -504,6 +504,27 @@ test_an_approvers_approval_lifts_the_ask_of_a_remote_principal if {
 	"Bash: alice approved this call (approval tok-1f3a), so it runs without asking again." in d.reasons
 }
 
+test_a_permission_request_hooks_approval_counts_by_default if {
+	doc := object.union(remote_self_approved, {"approval": {"approved_by": "hook:auto-approve", "self_approved": false}})
+	d := authz.decision with input as doc
+	d.outcome == "allow"
+	"Bash: hook:auto-approve approved this call (approval tok-1f3a), so it runs without asking again." in d.reasons
+}
+
+test_a_principal_may_refuse_approvals_by_hooks if {
+	doc := object.union(remote_self_approved, {"approval": {"approved_by": "hook:auto-approve", "self_approved": false}})
+	d := authz.decision with input as doc
+		with data.tooljail.principals as {"bot": {"hook_approvals": false}}
+	d.outcome == "deny"
+	some reason in d.reasons
+	contains(reason, "does not accept approvals by hooks")
+
+	# A person's approval still counts for that principal.
+	person := object.union(remote_self_approved, {"approval": {"approved_by": "alice", "self_approved": false}})
+	authz.decision.outcome == "allow" with input as person
+		with data.tooljail.principals as {"bot": {"hook_approvals": false}}
+}
+
 test_an_approval_adds_no_note_when_nothing_asked if {
 	d := authz.decision with input as approved(bash_input)
 	d.reasons == ["Bash runs in the sandbox, and every path it touches is inside the workspace /srv/ws."]

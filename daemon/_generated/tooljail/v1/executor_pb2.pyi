@@ -454,6 +454,7 @@ class ExecuteResponse(_message.Message):
     REPORT_FIELD_NUMBER: _builtins.int
     TOOL_RESULT_JSON_FIELD_NUMBER: _builtins.int
     SUMMARY_FIELD_NUMBER: _builtins.int
+    SYSTEM_MESSAGES_FIELD_NUMBER: _builtins.int
     tool_result_json: _builtins.str
     """`result` as the exact Anthropic tool_result JSON block."""
     summary: _builtins.str
@@ -464,6 +465,12 @@ class ExecuteResponse(_message.Message):
     def decision(self) -> Global___Decision: ...
     @_builtins.property
     def report(self) -> Global___ExecutionReport: ...
+    @_builtins.property
+    def system_messages(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """Messages hooks meant for the user, not the model (their systemMessage), each naming its
+        hook. Show them; do not put them in the conversation.
+        """
+
     def __init__(
         self,
         *,
@@ -472,10 +479,11 @@ class ExecuteResponse(_message.Message):
         report: Global___ExecutionReport | None = ...,
         tool_result_json: _builtins.str = ...,
         summary: _builtins.str = ...,
+        system_messages: _abc.Iterable[_builtins.str] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["decision", b"decision", "report", b"report", "result", b"result"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["decision", b"decision", "report", b"report", "result", b"result", "summary", b"summary", "tool_result_json", b"tool_result_json"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["decision", b"decision", "report", b"report", "result", b"result", "summary", b"summary", "system_messages", b"system_messages", "tool_result_json", b"tool_result_json"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -524,25 +532,63 @@ class ExecuteEvent(_message.Message):
 
     PROGRESS_FIELD_NUMBER: _builtins.int
     RESPONSE_FIELD_NUMBER: _builtins.int
+    BATCH_END_FIELD_NUMBER: _builtins.int
     @_builtins.property
     def progress(self) -> Global___Progress: ...
     @_builtins.property
     def response(self) -> Global___ExecuteResponse: ...
+    @_builtins.property
+    def batch_end(self) -> Global___BatchEnd:
+        """ExecuteTurn only: the last event, when PostToolBatch hooks said something."""
+
     def __init__(
         self,
         *,
         progress: Global___Progress | None = ...,
         response: Global___ExecuteResponse | None = ...,
+        batch_end: Global___BatchEnd | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["kind", b"kind", "progress", b"progress", "response", b"response"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["batch_end", b"batch_end", "kind", b"kind", "progress", b"progress", "response", b"response"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["kind", b"kind", "progress", b"progress", "response", b"response"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["batch_end", b"batch_end", "kind", b"kind", "progress", b"progress", "response", b"response"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
-    _WhichOneofReturnType_kind: _TypeAlias = _typing.Literal["progress", "response"]  # noqa: Y015
+    _WhichOneofReturnType_kind: _TypeAlias = _typing.Literal["progress", "response", "batch_end"]  # noqa: Y015
     _WhichOneofArgType_kind: _TypeAlias = _typing.Literal["kind", b"kind"]  # noqa: Y015
     def WhichOneof(self, oneof_group: _WhichOneofArgType_kind) -> _WhichOneofReturnType_kind | None: ...
 
 Global___ExecuteEvent: _TypeAlias = ExecuteEvent  # noqa: Y015
+
+@_typing.final
+class BatchEnd(_message.Message):
+    """What PostToolBatch hooks said once every call of an ExecuteTurn answered. (ExecuteBatch and
+    ExecuteBatchStream put it into their last answer instead.)
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    ADDITIONAL_CONTEXT_FIELD_NUMBER: _builtins.int
+    SYSTEM_MESSAGES_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def additional_context(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """Text for the model, each naming its hook: add it to the turn's last tool_result."""
+
+    @_builtins.property
+    def system_messages(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """Messages for the user, not the model, each naming its hook."""
+
+    def __init__(
+        self,
+        *,
+        additional_context: _abc.Iterable[_builtins.str] | None = ...,
+        system_messages: _abc.Iterable[_builtins.str] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["additional_context", b"additional_context", "system_messages", b"system_messages"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___BatchEnd: _TypeAlias = BatchEnd  # noqa: Y015
 
 @_typing.final
 class TurnMessage(_message.Message):

@@ -1008,9 +1008,12 @@ type ExecuteResponse struct {
 	// `result` as the exact Anthropic tool_result JSON block.
 	ToolResultJson string `protobuf:"bytes,4,opt,name=tool_result_json,json=toolResultJson,proto3" json:"tool_result_json,omitempty"`
 	// One line for people ("Read 120 lines of src/app.py"), distinct from what the model reads.
-	Summary       string `protobuf:"bytes,5,opt,name=summary,proto3" json:"summary,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Summary string `protobuf:"bytes,5,opt,name=summary,proto3" json:"summary,omitempty"`
+	// Messages hooks meant for the user, not the model (their systemMessage), each naming its
+	// hook. Show them; do not put them in the conversation.
+	SystemMessages []string `protobuf:"bytes,6,rep,name=system_messages,json=systemMessages,proto3" json:"system_messages,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *ExecuteResponse) Reset() {
@@ -1076,6 +1079,13 @@ func (x *ExecuteResponse) GetSummary() string {
 		return x.Summary
 	}
 	return ""
+}
+
+func (x *ExecuteResponse) GetSystemMessages() []string {
+	if x != nil {
+		return x.SystemMessages
+	}
+	return nil
 }
 
 // Live progress of a running call; bounded in rate and size.
@@ -1165,6 +1175,7 @@ type ExecuteEvent struct {
 	//
 	//	*ExecuteEvent_Progress
 	//	*ExecuteEvent_Response
+	//	*ExecuteEvent_BatchEnd
 	Kind          isExecuteEvent_Kind `protobuf_oneof:"kind"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -1225,6 +1236,15 @@ func (x *ExecuteEvent) GetResponse() *ExecuteResponse {
 	return nil
 }
 
+func (x *ExecuteEvent) GetBatchEnd() *BatchEnd {
+	if x != nil {
+		if x, ok := x.Kind.(*ExecuteEvent_BatchEnd); ok {
+			return x.BatchEnd
+		}
+	}
+	return nil
+}
+
 type isExecuteEvent_Kind interface {
 	isExecuteEvent_Kind()
 }
@@ -1237,9 +1257,72 @@ type ExecuteEvent_Response struct {
 	Response *ExecuteResponse `protobuf:"bytes,2,opt,name=response,proto3,oneof"`
 }
 
+type ExecuteEvent_BatchEnd struct {
+	// ExecuteTurn only: the last event, when PostToolBatch hooks said something.
+	BatchEnd *BatchEnd `protobuf:"bytes,3,opt,name=batch_end,json=batchEnd,proto3,oneof"`
+}
+
 func (*ExecuteEvent_Progress) isExecuteEvent_Kind() {}
 
 func (*ExecuteEvent_Response) isExecuteEvent_Kind() {}
+
+func (*ExecuteEvent_BatchEnd) isExecuteEvent_Kind() {}
+
+// What PostToolBatch hooks said once every call of an ExecuteTurn answered. (ExecuteBatch and
+// ExecuteBatchStream put it into their last answer instead.)
+type BatchEnd struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Text for the model, each naming its hook: add it to the turn's last tool_result.
+	AdditionalContext []string `protobuf:"bytes,1,rep,name=additional_context,json=additionalContext,proto3" json:"additional_context,omitempty"`
+	// Messages for the user, not the model, each naming its hook.
+	SystemMessages []string `protobuf:"bytes,2,rep,name=system_messages,json=systemMessages,proto3" json:"system_messages,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
+}
+
+func (x *BatchEnd) Reset() {
+	*x = BatchEnd{}
+	mi := &file_tooljail_v1_executor_proto_msgTypes[16]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *BatchEnd) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*BatchEnd) ProtoMessage() {}
+
+func (x *BatchEnd) ProtoReflect() protoreflect.Message {
+	mi := &file_tooljail_v1_executor_proto_msgTypes[16]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use BatchEnd.ProtoReflect.Descriptor instead.
+func (*BatchEnd) Descriptor() ([]byte, []int) {
+	return file_tooljail_v1_executor_proto_rawDescGZIP(), []int{16}
+}
+
+func (x *BatchEnd) GetAdditionalContext() []string {
+	if x != nil {
+		return x.AdditionalContext
+	}
+	return nil
+}
+
+func (x *BatchEnd) GetSystemMessages() []string {
+	if x != nil {
+		return x.SystemMessages
+	}
+	return nil
+}
 
 type TurnMessage struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -1255,7 +1338,7 @@ type TurnMessage struct {
 
 func (x *TurnMessage) Reset() {
 	*x = TurnMessage{}
-	mi := &file_tooljail_v1_executor_proto_msgTypes[16]
+	mi := &file_tooljail_v1_executor_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1267,7 +1350,7 @@ func (x *TurnMessage) String() string {
 func (*TurnMessage) ProtoMessage() {}
 
 func (x *TurnMessage) ProtoReflect() protoreflect.Message {
-	mi := &file_tooljail_v1_executor_proto_msgTypes[16]
+	mi := &file_tooljail_v1_executor_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1280,7 +1363,7 @@ func (x *TurnMessage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TurnMessage.ProtoReflect.Descriptor instead.
 func (*TurnMessage) Descriptor() ([]byte, []int) {
-	return file_tooljail_v1_executor_proto_rawDescGZIP(), []int{16}
+	return file_tooljail_v1_executor_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *TurnMessage) GetKind() isTurnMessage_Kind {
@@ -1350,7 +1433,7 @@ type TurnStart struct {
 
 func (x *TurnStart) Reset() {
 	*x = TurnStart{}
-	mi := &file_tooljail_v1_executor_proto_msgTypes[17]
+	mi := &file_tooljail_v1_executor_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1362,7 +1445,7 @@ func (x *TurnStart) String() string {
 func (*TurnStart) ProtoMessage() {}
 
 func (x *TurnStart) ProtoReflect() protoreflect.Message {
-	mi := &file_tooljail_v1_executor_proto_msgTypes[17]
+	mi := &file_tooljail_v1_executor_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1375,7 +1458,7 @@ func (x *TurnStart) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TurnStart.ProtoReflect.Descriptor instead.
 func (*TurnStart) Descriptor() ([]byte, []int) {
-	return file_tooljail_v1_executor_proto_rawDescGZIP(), []int{17}
+	return file_tooljail_v1_executor_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *TurnStart) GetSessionId() string {
@@ -1393,7 +1476,7 @@ type TurnEnd struct {
 
 func (x *TurnEnd) Reset() {
 	*x = TurnEnd{}
-	mi := &file_tooljail_v1_executor_proto_msgTypes[18]
+	mi := &file_tooljail_v1_executor_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1405,7 +1488,7 @@ func (x *TurnEnd) String() string {
 func (*TurnEnd) ProtoMessage() {}
 
 func (x *TurnEnd) ProtoReflect() protoreflect.Message {
-	mi := &file_tooljail_v1_executor_proto_msgTypes[18]
+	mi := &file_tooljail_v1_executor_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1418,7 +1501,7 @@ func (x *TurnEnd) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TurnEnd.ProtoReflect.Descriptor instead.
 func (*TurnEnd) Descriptor() ([]byte, []int) {
-	return file_tooljail_v1_executor_proto_rawDescGZIP(), []int{18}
+	return file_tooljail_v1_executor_proto_rawDescGZIP(), []int{19}
 }
 
 type ExecuteBatchRequest struct {
@@ -1431,7 +1514,7 @@ type ExecuteBatchRequest struct {
 
 func (x *ExecuteBatchRequest) Reset() {
 	*x = ExecuteBatchRequest{}
-	mi := &file_tooljail_v1_executor_proto_msgTypes[19]
+	mi := &file_tooljail_v1_executor_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1443,7 +1526,7 @@ func (x *ExecuteBatchRequest) String() string {
 func (*ExecuteBatchRequest) ProtoMessage() {}
 
 func (x *ExecuteBatchRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tooljail_v1_executor_proto_msgTypes[19]
+	mi := &file_tooljail_v1_executor_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1456,7 +1539,7 @@ func (x *ExecuteBatchRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExecuteBatchRequest.ProtoReflect.Descriptor instead.
 func (*ExecuteBatchRequest) Descriptor() ([]byte, []int) {
-	return file_tooljail_v1_executor_proto_rawDescGZIP(), []int{19}
+	return file_tooljail_v1_executor_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *ExecuteBatchRequest) GetSessionId() string {
@@ -1487,7 +1570,7 @@ type OpenSessionRequest struct {
 
 func (x *OpenSessionRequest) Reset() {
 	*x = OpenSessionRequest{}
-	mi := &file_tooljail_v1_executor_proto_msgTypes[20]
+	mi := &file_tooljail_v1_executor_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1499,7 +1582,7 @@ func (x *OpenSessionRequest) String() string {
 func (*OpenSessionRequest) ProtoMessage() {}
 
 func (x *OpenSessionRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tooljail_v1_executor_proto_msgTypes[20]
+	mi := &file_tooljail_v1_executor_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1512,7 +1595,7 @@ func (x *OpenSessionRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use OpenSessionRequest.ProtoReflect.Descriptor instead.
 func (*OpenSessionRequest) Descriptor() ([]byte, []int) {
-	return file_tooljail_v1_executor_proto_rawDescGZIP(), []int{20}
+	return file_tooljail_v1_executor_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *OpenSessionRequest) GetWorkspace() string {
@@ -1549,7 +1632,7 @@ type Session struct {
 
 func (x *Session) Reset() {
 	*x = Session{}
-	mi := &file_tooljail_v1_executor_proto_msgTypes[21]
+	mi := &file_tooljail_v1_executor_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1561,7 +1644,7 @@ func (x *Session) String() string {
 func (*Session) ProtoMessage() {}
 
 func (x *Session) ProtoReflect() protoreflect.Message {
-	mi := &file_tooljail_v1_executor_proto_msgTypes[21]
+	mi := &file_tooljail_v1_executor_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1574,7 +1657,7 @@ func (x *Session) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Session.ProtoReflect.Descriptor instead.
 func (*Session) Descriptor() ([]byte, []int) {
-	return file_tooljail_v1_executor_proto_rawDescGZIP(), []int{21}
+	return file_tooljail_v1_executor_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *Session) GetId() string {
@@ -1616,7 +1699,7 @@ type CloseSessionRequest struct {
 
 func (x *CloseSessionRequest) Reset() {
 	*x = CloseSessionRequest{}
-	mi := &file_tooljail_v1_executor_proto_msgTypes[22]
+	mi := &file_tooljail_v1_executor_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1628,7 +1711,7 @@ func (x *CloseSessionRequest) String() string {
 func (*CloseSessionRequest) ProtoMessage() {}
 
 func (x *CloseSessionRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tooljail_v1_executor_proto_msgTypes[22]
+	mi := &file_tooljail_v1_executor_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1641,7 +1724,7 @@ func (x *CloseSessionRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CloseSessionRequest.ProtoReflect.Descriptor instead.
 func (*CloseSessionRequest) Descriptor() ([]byte, []int) {
-	return file_tooljail_v1_executor_proto_rawDescGZIP(), []int{22}
+	return file_tooljail_v1_executor_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *CloseSessionRequest) GetSessionId() string {
@@ -1669,7 +1752,7 @@ type CloseSessionResponse struct {
 
 func (x *CloseSessionResponse) Reset() {
 	*x = CloseSessionResponse{}
-	mi := &file_tooljail_v1_executor_proto_msgTypes[23]
+	mi := &file_tooljail_v1_executor_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1681,7 +1764,7 @@ func (x *CloseSessionResponse) String() string {
 func (*CloseSessionResponse) ProtoMessage() {}
 
 func (x *CloseSessionResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tooljail_v1_executor_proto_msgTypes[23]
+	mi := &file_tooljail_v1_executor_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1694,7 +1777,7 @@ func (x *CloseSessionResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CloseSessionResponse.ProtoReflect.Descriptor instead.
 func (*CloseSessionResponse) Descriptor() ([]byte, []int) {
-	return file_tooljail_v1_executor_proto_rawDescGZIP(), []int{23}
+	return file_tooljail_v1_executor_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *CloseSessionResponse) GetCancelledCalls() int32 {
@@ -1719,7 +1802,7 @@ type ListPendingApprovalsRequest struct {
 
 func (x *ListPendingApprovalsRequest) Reset() {
 	*x = ListPendingApprovalsRequest{}
-	mi := &file_tooljail_v1_executor_proto_msgTypes[24]
+	mi := &file_tooljail_v1_executor_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1731,7 +1814,7 @@ func (x *ListPendingApprovalsRequest) String() string {
 func (*ListPendingApprovalsRequest) ProtoMessage() {}
 
 func (x *ListPendingApprovalsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tooljail_v1_executor_proto_msgTypes[24]
+	mi := &file_tooljail_v1_executor_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1744,7 +1827,7 @@ func (x *ListPendingApprovalsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListPendingApprovalsRequest.ProtoReflect.Descriptor instead.
 func (*ListPendingApprovalsRequest) Descriptor() ([]byte, []int) {
-	return file_tooljail_v1_executor_proto_rawDescGZIP(), []int{24}
+	return file_tooljail_v1_executor_proto_rawDescGZIP(), []int{25}
 }
 
 type ListPendingApprovalsResponse struct {
@@ -1756,7 +1839,7 @@ type ListPendingApprovalsResponse struct {
 
 func (x *ListPendingApprovalsResponse) Reset() {
 	*x = ListPendingApprovalsResponse{}
-	mi := &file_tooljail_v1_executor_proto_msgTypes[25]
+	mi := &file_tooljail_v1_executor_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1768,7 +1851,7 @@ func (x *ListPendingApprovalsResponse) String() string {
 func (*ListPendingApprovalsResponse) ProtoMessage() {}
 
 func (x *ListPendingApprovalsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tooljail_v1_executor_proto_msgTypes[25]
+	mi := &file_tooljail_v1_executor_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1781,7 +1864,7 @@ func (x *ListPendingApprovalsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListPendingApprovalsResponse.ProtoReflect.Descriptor instead.
 func (*ListPendingApprovalsResponse) Descriptor() ([]byte, []int) {
-	return file_tooljail_v1_executor_proto_rawDescGZIP(), []int{25}
+	return file_tooljail_v1_executor_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *ListPendingApprovalsResponse) GetApprovals() []*PendingApproval {
@@ -1804,7 +1887,7 @@ type AnswerApprovalRequest struct {
 
 func (x *AnswerApprovalRequest) Reset() {
 	*x = AnswerApprovalRequest{}
-	mi := &file_tooljail_v1_executor_proto_msgTypes[26]
+	mi := &file_tooljail_v1_executor_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1816,7 +1899,7 @@ func (x *AnswerApprovalRequest) String() string {
 func (*AnswerApprovalRequest) ProtoMessage() {}
 
 func (x *AnswerApprovalRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tooljail_v1_executor_proto_msgTypes[26]
+	mi := &file_tooljail_v1_executor_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1829,7 +1912,7 @@ func (x *AnswerApprovalRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AnswerApprovalRequest.ProtoReflect.Descriptor instead.
 func (*AnswerApprovalRequest) Descriptor() ([]byte, []int) {
-	return file_tooljail_v1_executor_proto_rawDescGZIP(), []int{26}
+	return file_tooljail_v1_executor_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *AnswerApprovalRequest) GetApprovalId() string {
@@ -1883,7 +1966,7 @@ type PendingApproval struct {
 
 func (x *PendingApproval) Reset() {
 	*x = PendingApproval{}
-	mi := &file_tooljail_v1_executor_proto_msgTypes[27]
+	mi := &file_tooljail_v1_executor_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1895,7 +1978,7 @@ func (x *PendingApproval) String() string {
 func (*PendingApproval) ProtoMessage() {}
 
 func (x *PendingApproval) ProtoReflect() protoreflect.Message {
-	mi := &file_tooljail_v1_executor_proto_msgTypes[27]
+	mi := &file_tooljail_v1_executor_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1908,7 +1991,7 @@ func (x *PendingApproval) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PendingApproval.ProtoReflect.Descriptor instead.
 func (*PendingApproval) Descriptor() ([]byte, []int) {
-	return file_tooljail_v1_executor_proto_rawDescGZIP(), []int{27}
+	return file_tooljail_v1_executor_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *PendingApproval) GetApprovalId() string {
@@ -2019,7 +2102,7 @@ type SetSessionModeRequest struct {
 
 func (x *SetSessionModeRequest) Reset() {
 	*x = SetSessionModeRequest{}
-	mi := &file_tooljail_v1_executor_proto_msgTypes[28]
+	mi := &file_tooljail_v1_executor_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2031,7 +2114,7 @@ func (x *SetSessionModeRequest) String() string {
 func (*SetSessionModeRequest) ProtoMessage() {}
 
 func (x *SetSessionModeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tooljail_v1_executor_proto_msgTypes[28]
+	mi := &file_tooljail_v1_executor_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2044,7 +2127,7 @@ func (x *SetSessionModeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetSessionModeRequest.ProtoReflect.Descriptor instead.
 func (*SetSessionModeRequest) Descriptor() ([]byte, []int) {
-	return file_tooljail_v1_executor_proto_rawDescGZIP(), []int{28}
+	return file_tooljail_v1_executor_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *SetSessionModeRequest) GetSessionId() string {
@@ -2070,7 +2153,7 @@ type ListGrantsRequest struct {
 
 func (x *ListGrantsRequest) Reset() {
 	*x = ListGrantsRequest{}
-	mi := &file_tooljail_v1_executor_proto_msgTypes[29]
+	mi := &file_tooljail_v1_executor_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2082,7 +2165,7 @@ func (x *ListGrantsRequest) String() string {
 func (*ListGrantsRequest) ProtoMessage() {}
 
 func (x *ListGrantsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tooljail_v1_executor_proto_msgTypes[29]
+	mi := &file_tooljail_v1_executor_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2095,7 +2178,7 @@ func (x *ListGrantsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListGrantsRequest.ProtoReflect.Descriptor instead.
 func (*ListGrantsRequest) Descriptor() ([]byte, []int) {
-	return file_tooljail_v1_executor_proto_rawDescGZIP(), []int{29}
+	return file_tooljail_v1_executor_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *ListGrantsRequest) GetSessionId() string {
@@ -2118,7 +2201,7 @@ type Grant struct {
 
 func (x *Grant) Reset() {
 	*x = Grant{}
-	mi := &file_tooljail_v1_executor_proto_msgTypes[30]
+	mi := &file_tooljail_v1_executor_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2130,7 +2213,7 @@ func (x *Grant) String() string {
 func (*Grant) ProtoMessage() {}
 
 func (x *Grant) ProtoReflect() protoreflect.Message {
-	mi := &file_tooljail_v1_executor_proto_msgTypes[30]
+	mi := &file_tooljail_v1_executor_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2143,7 +2226,7 @@ func (x *Grant) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Grant.ProtoReflect.Descriptor instead.
 func (*Grant) Descriptor() ([]byte, []int) {
-	return file_tooljail_v1_executor_proto_rawDescGZIP(), []int{30}
+	return file_tooljail_v1_executor_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *Grant) GetTool() string {
@@ -2183,7 +2266,7 @@ type ListGrantsResponse struct {
 
 func (x *ListGrantsResponse) Reset() {
 	*x = ListGrantsResponse{}
-	mi := &file_tooljail_v1_executor_proto_msgTypes[31]
+	mi := &file_tooljail_v1_executor_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2195,7 +2278,7 @@ func (x *ListGrantsResponse) String() string {
 func (*ListGrantsResponse) ProtoMessage() {}
 
 func (x *ListGrantsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tooljail_v1_executor_proto_msgTypes[31]
+	mi := &file_tooljail_v1_executor_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2208,7 +2291,7 @@ func (x *ListGrantsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListGrantsResponse.ProtoReflect.Descriptor instead.
 func (*ListGrantsResponse) Descriptor() ([]byte, []int) {
-	return file_tooljail_v1_executor_proto_rawDescGZIP(), []int{31}
+	return file_tooljail_v1_executor_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *ListGrantsResponse) GetGrants() []*Grant {
@@ -2226,7 +2309,7 @@ type StatusRequest struct {
 
 func (x *StatusRequest) Reset() {
 	*x = StatusRequest{}
-	mi := &file_tooljail_v1_executor_proto_msgTypes[32]
+	mi := &file_tooljail_v1_executor_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2238,7 +2321,7 @@ func (x *StatusRequest) String() string {
 func (*StatusRequest) ProtoMessage() {}
 
 func (x *StatusRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tooljail_v1_executor_proto_msgTypes[32]
+	mi := &file_tooljail_v1_executor_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2251,7 +2334,7 @@ func (x *StatusRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatusRequest.ProtoReflect.Descriptor instead.
 func (*StatusRequest) Descriptor() ([]byte, []int) {
-	return file_tooljail_v1_executor_proto_rawDescGZIP(), []int{32}
+	return file_tooljail_v1_executor_proto_rawDescGZIP(), []int{33}
 }
 
 type StatusResponse struct {
@@ -2273,7 +2356,7 @@ type StatusResponse struct {
 
 func (x *StatusResponse) Reset() {
 	*x = StatusResponse{}
-	mi := &file_tooljail_v1_executor_proto_msgTypes[33]
+	mi := &file_tooljail_v1_executor_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2285,7 +2368,7 @@ func (x *StatusResponse) String() string {
 func (*StatusResponse) ProtoMessage() {}
 
 func (x *StatusResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tooljail_v1_executor_proto_msgTypes[33]
+	mi := &file_tooljail_v1_executor_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2298,7 +2381,7 @@ func (x *StatusResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatusResponse.ProtoReflect.Descriptor instead.
 func (*StatusResponse) Descriptor() ([]byte, []int) {
-	return file_tooljail_v1_executor_proto_rawDescGZIP(), []int{33}
+	return file_tooljail_v1_executor_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *StatusResponse) GetVersion() string {
@@ -2372,7 +2455,7 @@ type ReloadPoliciesRequest struct {
 
 func (x *ReloadPoliciesRequest) Reset() {
 	*x = ReloadPoliciesRequest{}
-	mi := &file_tooljail_v1_executor_proto_msgTypes[34]
+	mi := &file_tooljail_v1_executor_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2384,7 +2467,7 @@ func (x *ReloadPoliciesRequest) String() string {
 func (*ReloadPoliciesRequest) ProtoMessage() {}
 
 func (x *ReloadPoliciesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tooljail_v1_executor_proto_msgTypes[34]
+	mi := &file_tooljail_v1_executor_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2397,7 +2480,7 @@ func (x *ReloadPoliciesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReloadPoliciesRequest.ProtoReflect.Descriptor instead.
 func (*ReloadPoliciesRequest) Descriptor() ([]byte, []int) {
-	return file_tooljail_v1_executor_proto_rawDescGZIP(), []int{34}
+	return file_tooljail_v1_executor_proto_rawDescGZIP(), []int{35}
 }
 
 type ReloadPoliciesResponse struct {
@@ -2413,7 +2496,7 @@ type ReloadPoliciesResponse struct {
 
 func (x *ReloadPoliciesResponse) Reset() {
 	*x = ReloadPoliciesResponse{}
-	mi := &file_tooljail_v1_executor_proto_msgTypes[35]
+	mi := &file_tooljail_v1_executor_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2425,7 +2508,7 @@ func (x *ReloadPoliciesResponse) String() string {
 func (*ReloadPoliciesResponse) ProtoMessage() {}
 
 func (x *ReloadPoliciesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tooljail_v1_executor_proto_msgTypes[35]
+	mi := &file_tooljail_v1_executor_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2438,7 +2521,7 @@ func (x *ReloadPoliciesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReloadPoliciesResponse.ProtoReflect.Descriptor instead.
 func (*ReloadPoliciesResponse) Descriptor() ([]byte, []int) {
-	return file_tooljail_v1_executor_proto_rawDescGZIP(), []int{35}
+	return file_tooljail_v1_executor_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *ReloadPoliciesResponse) GetPolicyRevision() string {
@@ -2544,23 +2627,28 @@ const file_tooljail_v1_executor_proto_rawDesc = "" +
 	"\btool_use\x18\x02 \x01(\v2\x14.tooljail.v1.ToolUseR\atoolUse\x12%\n" +
 	"\x0eapproval_token\x18\x03 \x01(\tR\rapprovalToken\x12%\n" +
 	"\x0eapproval_scope\x18\x04 \x01(\tR\rapprovalScope\x12\x17\n" +
-	"\aturn_id\x18\x05 \x01(\tR\x06turnId\"\xef\x01\n" +
+	"\aturn_id\x18\x05 \x01(\tR\x06turnId\"\x98\x02\n" +
 	"\x0fExecuteResponse\x12/\n" +
 	"\x06result\x18\x01 \x01(\v2\x17.tooljail.v1.ToolResultR\x06result\x121\n" +
 	"\bdecision\x18\x02 \x01(\v2\x15.tooljail.v1.DecisionR\bdecision\x124\n" +
 	"\x06report\x18\x03 \x01(\v2\x1c.tooljail.v1.ExecutionReportR\x06report\x12(\n" +
 	"\x10tool_result_json\x18\x04 \x01(\tR\x0etoolResultJson\x12\x18\n" +
-	"\asummary\x18\x05 \x01(\tR\asummary\"\xa8\x01\n" +
+	"\asummary\x18\x05 \x01(\tR\asummary\x12'\n" +
+	"\x0fsystem_messages\x18\x06 \x03(\tR\x0esystemMessages\"\xa8\x01\n" +
 	"\bProgress\x12\x1e\n" +
 	"\vtool_use_id\x18\x01 \x01(\tR\ttoolUseId\x12\x16\n" +
 	"\x06output\x18\x02 \x01(\tR\x06output\x12#\n" +
 	"\rfiles_scanned\x18\x03 \x01(\x03R\ffilesScanned\x12\x18\n" +
 	"\amessage\x18\x04 \x01(\tR\amessage\x12%\n" +
-	"\x0edropped_chunks\x18\x05 \x01(\x03R\rdroppedChunks\"\x87\x01\n" +
+	"\x0edropped_chunks\x18\x05 \x01(\x03R\rdroppedChunks\"\xbd\x01\n" +
 	"\fExecuteEvent\x123\n" +
 	"\bprogress\x18\x01 \x01(\v2\x15.tooljail.v1.ProgressH\x00R\bprogress\x12:\n" +
-	"\bresponse\x18\x02 \x01(\v2\x1c.tooljail.v1.ExecuteResponseH\x00R\bresponseB\x06\n" +
-	"\x04kind\"\xa2\x01\n" +
+	"\bresponse\x18\x02 \x01(\v2\x1c.tooljail.v1.ExecuteResponseH\x00R\bresponse\x124\n" +
+	"\tbatch_end\x18\x03 \x01(\v2\x15.tooljail.v1.BatchEndH\x00R\bbatchEndB\x06\n" +
+	"\x04kind\"b\n" +
+	"\bBatchEnd\x12-\n" +
+	"\x12additional_context\x18\x01 \x03(\tR\x11additionalContext\x12'\n" +
+	"\x0fsystem_messages\x18\x02 \x03(\tR\x0esystemMessages\"\xa2\x01\n" +
 	"\vTurnMessage\x12.\n" +
 	"\x05start\x18\x01 \x01(\v2\x16.tooljail.v1.TurnStartH\x00R\x05start\x121\n" +
 	"\btool_use\x18\x02 \x01(\v2\x14.tooljail.v1.ToolUseH\x00R\atoolUse\x12(\n" +
@@ -2694,7 +2782,7 @@ func file_tooljail_v1_executor_proto_rawDescGZIP() []byte {
 }
 
 var file_tooljail_v1_executor_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_tooljail_v1_executor_proto_msgTypes = make([]protoimpl.MessageInfo, 36)
+var file_tooljail_v1_executor_proto_msgTypes = make([]protoimpl.MessageInfo, 37)
 var file_tooljail_v1_executor_proto_goTypes = []any{
 	(Outcome)(0),                         // 0: tooljail.v1.Outcome
 	(*ListToolsRequest)(nil),             // 1: tooljail.v1.ListToolsRequest
@@ -2713,34 +2801,35 @@ var file_tooljail_v1_executor_proto_goTypes = []any{
 	(*ExecuteResponse)(nil),              // 14: tooljail.v1.ExecuteResponse
 	(*Progress)(nil),                     // 15: tooljail.v1.Progress
 	(*ExecuteEvent)(nil),                 // 16: tooljail.v1.ExecuteEvent
-	(*TurnMessage)(nil),                  // 17: tooljail.v1.TurnMessage
-	(*TurnStart)(nil),                    // 18: tooljail.v1.TurnStart
-	(*TurnEnd)(nil),                      // 19: tooljail.v1.TurnEnd
-	(*ExecuteBatchRequest)(nil),          // 20: tooljail.v1.ExecuteBatchRequest
-	(*OpenSessionRequest)(nil),           // 21: tooljail.v1.OpenSessionRequest
-	(*Session)(nil),                      // 22: tooljail.v1.Session
-	(*CloseSessionRequest)(nil),          // 23: tooljail.v1.CloseSessionRequest
-	(*CloseSessionResponse)(nil),         // 24: tooljail.v1.CloseSessionResponse
-	(*ListPendingApprovalsRequest)(nil),  // 25: tooljail.v1.ListPendingApprovalsRequest
-	(*ListPendingApprovalsResponse)(nil), // 26: tooljail.v1.ListPendingApprovalsResponse
-	(*AnswerApprovalRequest)(nil),        // 27: tooljail.v1.AnswerApprovalRequest
-	(*PendingApproval)(nil),              // 28: tooljail.v1.PendingApproval
-	(*SetSessionModeRequest)(nil),        // 29: tooljail.v1.SetSessionModeRequest
-	(*ListGrantsRequest)(nil),            // 30: tooljail.v1.ListGrantsRequest
-	(*Grant)(nil),                        // 31: tooljail.v1.Grant
-	(*ListGrantsResponse)(nil),           // 32: tooljail.v1.ListGrantsResponse
-	(*StatusRequest)(nil),                // 33: tooljail.v1.StatusRequest
-	(*StatusResponse)(nil),               // 34: tooljail.v1.StatusResponse
-	(*ReloadPoliciesRequest)(nil),        // 35: tooljail.v1.ReloadPoliciesRequest
-	(*ReloadPoliciesResponse)(nil),       // 36: tooljail.v1.ReloadPoliciesResponse
-	(*structpb.Struct)(nil),              // 37: google.protobuf.Struct
+	(*BatchEnd)(nil),                     // 17: tooljail.v1.BatchEnd
+	(*TurnMessage)(nil),                  // 18: tooljail.v1.TurnMessage
+	(*TurnStart)(nil),                    // 19: tooljail.v1.TurnStart
+	(*TurnEnd)(nil),                      // 20: tooljail.v1.TurnEnd
+	(*ExecuteBatchRequest)(nil),          // 21: tooljail.v1.ExecuteBatchRequest
+	(*OpenSessionRequest)(nil),           // 22: tooljail.v1.OpenSessionRequest
+	(*Session)(nil),                      // 23: tooljail.v1.Session
+	(*CloseSessionRequest)(nil),          // 24: tooljail.v1.CloseSessionRequest
+	(*CloseSessionResponse)(nil),         // 25: tooljail.v1.CloseSessionResponse
+	(*ListPendingApprovalsRequest)(nil),  // 26: tooljail.v1.ListPendingApprovalsRequest
+	(*ListPendingApprovalsResponse)(nil), // 27: tooljail.v1.ListPendingApprovalsResponse
+	(*AnswerApprovalRequest)(nil),        // 28: tooljail.v1.AnswerApprovalRequest
+	(*PendingApproval)(nil),              // 29: tooljail.v1.PendingApproval
+	(*SetSessionModeRequest)(nil),        // 30: tooljail.v1.SetSessionModeRequest
+	(*ListGrantsRequest)(nil),            // 31: tooljail.v1.ListGrantsRequest
+	(*Grant)(nil),                        // 32: tooljail.v1.Grant
+	(*ListGrantsResponse)(nil),           // 33: tooljail.v1.ListGrantsResponse
+	(*StatusRequest)(nil),                // 34: tooljail.v1.StatusRequest
+	(*StatusResponse)(nil),               // 35: tooljail.v1.StatusResponse
+	(*ReloadPoliciesRequest)(nil),        // 36: tooljail.v1.ReloadPoliciesRequest
+	(*ReloadPoliciesResponse)(nil),       // 37: tooljail.v1.ReloadPoliciesResponse
+	(*structpb.Struct)(nil),              // 38: google.protobuf.Struct
 }
 var file_tooljail_v1_executor_proto_depIdxs = []int32{
 	3,  // 0: tooljail.v1.ListToolsResponse.tools:type_name -> tooljail.v1.ToolDefinition
-	37, // 1: tooljail.v1.ToolDefinition.input_schema:type_name -> google.protobuf.Struct
+	38, // 1: tooljail.v1.ToolDefinition.input_schema:type_name -> google.protobuf.Struct
 	5,  // 2: tooljail.v1.ToolDefinition.traits:type_name -> tooljail.v1.ToolTraits
 	4,  // 3: tooljail.v1.ToolDefinition.origin:type_name -> tooljail.v1.ToolOrigin
-	37, // 4: tooljail.v1.ToolUse.input:type_name -> google.protobuf.Struct
+	38, // 4: tooljail.v1.ToolUse.input:type_name -> google.protobuf.Struct
 	7,  // 5: tooljail.v1.ContentBlock.text:type_name -> tooljail.v1.TextBlock
 	8,  // 6: tooljail.v1.ContentBlock.image:type_name -> tooljail.v1.ImageBlock
 	9,  // 7: tooljail.v1.ToolResult.content:type_name -> tooljail.v1.ContentBlock
@@ -2751,47 +2840,48 @@ var file_tooljail_v1_executor_proto_depIdxs = []int32{
 	12, // 12: tooljail.v1.ExecuteResponse.report:type_name -> tooljail.v1.ExecutionReport
 	15, // 13: tooljail.v1.ExecuteEvent.progress:type_name -> tooljail.v1.Progress
 	14, // 14: tooljail.v1.ExecuteEvent.response:type_name -> tooljail.v1.ExecuteResponse
-	18, // 15: tooljail.v1.TurnMessage.start:type_name -> tooljail.v1.TurnStart
-	6,  // 16: tooljail.v1.TurnMessage.tool_use:type_name -> tooljail.v1.ToolUse
-	19, // 17: tooljail.v1.TurnMessage.end:type_name -> tooljail.v1.TurnEnd
-	6,  // 18: tooljail.v1.ExecuteBatchRequest.tool_uses:type_name -> tooljail.v1.ToolUse
-	28, // 19: tooljail.v1.ListPendingApprovalsResponse.approvals:type_name -> tooljail.v1.PendingApproval
-	31, // 20: tooljail.v1.ListGrantsResponse.grants:type_name -> tooljail.v1.Grant
-	1,  // 21: tooljail.v1.Executor.ListTools:input_type -> tooljail.v1.ListToolsRequest
-	13, // 22: tooljail.v1.Executor.Execute:input_type -> tooljail.v1.ExecuteRequest
-	20, // 23: tooljail.v1.Executor.ExecuteBatch:input_type -> tooljail.v1.ExecuteBatchRequest
-	21, // 24: tooljail.v1.Executor.OpenSession:input_type -> tooljail.v1.OpenSessionRequest
-	23, // 25: tooljail.v1.Executor.CloseSession:input_type -> tooljail.v1.CloseSessionRequest
-	13, // 26: tooljail.v1.Executor.ExecuteStream:input_type -> tooljail.v1.ExecuteRequest
-	20, // 27: tooljail.v1.Executor.ExecuteBatchStream:input_type -> tooljail.v1.ExecuteBatchRequest
-	17, // 28: tooljail.v1.Executor.ExecuteTurn:input_type -> tooljail.v1.TurnMessage
-	35, // 29: tooljail.v1.Admin.ReloadPolicies:input_type -> tooljail.v1.ReloadPoliciesRequest
-	33, // 30: tooljail.v1.Admin.Status:input_type -> tooljail.v1.StatusRequest
-	29, // 31: tooljail.v1.Admin.SetSessionMode:input_type -> tooljail.v1.SetSessionModeRequest
-	30, // 32: tooljail.v1.Admin.ListGrants:input_type -> tooljail.v1.ListGrantsRequest
-	25, // 33: tooljail.v1.Admin.ListPendingApprovals:input_type -> tooljail.v1.ListPendingApprovalsRequest
-	27, // 34: tooljail.v1.Admin.Approve:input_type -> tooljail.v1.AnswerApprovalRequest
-	27, // 35: tooljail.v1.Admin.Deny:input_type -> tooljail.v1.AnswerApprovalRequest
-	2,  // 36: tooljail.v1.Executor.ListTools:output_type -> tooljail.v1.ListToolsResponse
-	14, // 37: tooljail.v1.Executor.Execute:output_type -> tooljail.v1.ExecuteResponse
-	14, // 38: tooljail.v1.Executor.ExecuteBatch:output_type -> tooljail.v1.ExecuteResponse
-	22, // 39: tooljail.v1.Executor.OpenSession:output_type -> tooljail.v1.Session
-	24, // 40: tooljail.v1.Executor.CloseSession:output_type -> tooljail.v1.CloseSessionResponse
-	16, // 41: tooljail.v1.Executor.ExecuteStream:output_type -> tooljail.v1.ExecuteEvent
-	16, // 42: tooljail.v1.Executor.ExecuteBatchStream:output_type -> tooljail.v1.ExecuteEvent
-	16, // 43: tooljail.v1.Executor.ExecuteTurn:output_type -> tooljail.v1.ExecuteEvent
-	36, // 44: tooljail.v1.Admin.ReloadPolicies:output_type -> tooljail.v1.ReloadPoliciesResponse
-	34, // 45: tooljail.v1.Admin.Status:output_type -> tooljail.v1.StatusResponse
-	22, // 46: tooljail.v1.Admin.SetSessionMode:output_type -> tooljail.v1.Session
-	32, // 47: tooljail.v1.Admin.ListGrants:output_type -> tooljail.v1.ListGrantsResponse
-	26, // 48: tooljail.v1.Admin.ListPendingApprovals:output_type -> tooljail.v1.ListPendingApprovalsResponse
-	28, // 49: tooljail.v1.Admin.Approve:output_type -> tooljail.v1.PendingApproval
-	28, // 50: tooljail.v1.Admin.Deny:output_type -> tooljail.v1.PendingApproval
-	36, // [36:51] is the sub-list for method output_type
-	21, // [21:36] is the sub-list for method input_type
-	21, // [21:21] is the sub-list for extension type_name
-	21, // [21:21] is the sub-list for extension extendee
-	0,  // [0:21] is the sub-list for field type_name
+	17, // 15: tooljail.v1.ExecuteEvent.batch_end:type_name -> tooljail.v1.BatchEnd
+	19, // 16: tooljail.v1.TurnMessage.start:type_name -> tooljail.v1.TurnStart
+	6,  // 17: tooljail.v1.TurnMessage.tool_use:type_name -> tooljail.v1.ToolUse
+	20, // 18: tooljail.v1.TurnMessage.end:type_name -> tooljail.v1.TurnEnd
+	6,  // 19: tooljail.v1.ExecuteBatchRequest.tool_uses:type_name -> tooljail.v1.ToolUse
+	29, // 20: tooljail.v1.ListPendingApprovalsResponse.approvals:type_name -> tooljail.v1.PendingApproval
+	32, // 21: tooljail.v1.ListGrantsResponse.grants:type_name -> tooljail.v1.Grant
+	1,  // 22: tooljail.v1.Executor.ListTools:input_type -> tooljail.v1.ListToolsRequest
+	13, // 23: tooljail.v1.Executor.Execute:input_type -> tooljail.v1.ExecuteRequest
+	21, // 24: tooljail.v1.Executor.ExecuteBatch:input_type -> tooljail.v1.ExecuteBatchRequest
+	22, // 25: tooljail.v1.Executor.OpenSession:input_type -> tooljail.v1.OpenSessionRequest
+	24, // 26: tooljail.v1.Executor.CloseSession:input_type -> tooljail.v1.CloseSessionRequest
+	13, // 27: tooljail.v1.Executor.ExecuteStream:input_type -> tooljail.v1.ExecuteRequest
+	21, // 28: tooljail.v1.Executor.ExecuteBatchStream:input_type -> tooljail.v1.ExecuteBatchRequest
+	18, // 29: tooljail.v1.Executor.ExecuteTurn:input_type -> tooljail.v1.TurnMessage
+	36, // 30: tooljail.v1.Admin.ReloadPolicies:input_type -> tooljail.v1.ReloadPoliciesRequest
+	34, // 31: tooljail.v1.Admin.Status:input_type -> tooljail.v1.StatusRequest
+	30, // 32: tooljail.v1.Admin.SetSessionMode:input_type -> tooljail.v1.SetSessionModeRequest
+	31, // 33: tooljail.v1.Admin.ListGrants:input_type -> tooljail.v1.ListGrantsRequest
+	26, // 34: tooljail.v1.Admin.ListPendingApprovals:input_type -> tooljail.v1.ListPendingApprovalsRequest
+	28, // 35: tooljail.v1.Admin.Approve:input_type -> tooljail.v1.AnswerApprovalRequest
+	28, // 36: tooljail.v1.Admin.Deny:input_type -> tooljail.v1.AnswerApprovalRequest
+	2,  // 37: tooljail.v1.Executor.ListTools:output_type -> tooljail.v1.ListToolsResponse
+	14, // 38: tooljail.v1.Executor.Execute:output_type -> tooljail.v1.ExecuteResponse
+	14, // 39: tooljail.v1.Executor.ExecuteBatch:output_type -> tooljail.v1.ExecuteResponse
+	23, // 40: tooljail.v1.Executor.OpenSession:output_type -> tooljail.v1.Session
+	25, // 41: tooljail.v1.Executor.CloseSession:output_type -> tooljail.v1.CloseSessionResponse
+	16, // 42: tooljail.v1.Executor.ExecuteStream:output_type -> tooljail.v1.ExecuteEvent
+	16, // 43: tooljail.v1.Executor.ExecuteBatchStream:output_type -> tooljail.v1.ExecuteEvent
+	16, // 44: tooljail.v1.Executor.ExecuteTurn:output_type -> tooljail.v1.ExecuteEvent
+	37, // 45: tooljail.v1.Admin.ReloadPolicies:output_type -> tooljail.v1.ReloadPoliciesResponse
+	35, // 46: tooljail.v1.Admin.Status:output_type -> tooljail.v1.StatusResponse
+	23, // 47: tooljail.v1.Admin.SetSessionMode:output_type -> tooljail.v1.Session
+	33, // 48: tooljail.v1.Admin.ListGrants:output_type -> tooljail.v1.ListGrantsResponse
+	27, // 49: tooljail.v1.Admin.ListPendingApprovals:output_type -> tooljail.v1.ListPendingApprovalsResponse
+	29, // 50: tooljail.v1.Admin.Approve:output_type -> tooljail.v1.PendingApproval
+	29, // 51: tooljail.v1.Admin.Deny:output_type -> tooljail.v1.PendingApproval
+	37, // [37:52] is the sub-list for method output_type
+	22, // [22:37] is the sub-list for method input_type
+	22, // [22:22] is the sub-list for extension type_name
+	22, // [22:22] is the sub-list for extension extendee
+	0,  // [0:22] is the sub-list for field type_name
 }
 
 func init() { file_tooljail_v1_executor_proto_init() }
@@ -2806,8 +2896,9 @@ func file_tooljail_v1_executor_proto_init() {
 	file_tooljail_v1_executor_proto_msgTypes[15].OneofWrappers = []any{
 		(*ExecuteEvent_Progress)(nil),
 		(*ExecuteEvent_Response)(nil),
+		(*ExecuteEvent_BatchEnd)(nil),
 	}
-	file_tooljail_v1_executor_proto_msgTypes[16].OneofWrappers = []any{
+	file_tooljail_v1_executor_proto_msgTypes[17].OneofWrappers = []any{
 		(*TurnMessage_Start)(nil),
 		(*TurnMessage_ToolUse)(nil),
 		(*TurnMessage_End)(nil),
@@ -2818,7 +2909,7 @@ func file_tooljail_v1_executor_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_tooljail_v1_executor_proto_rawDesc), len(file_tooljail_v1_executor_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   36,
+			NumMessages:   37,
 			NumExtensions: 0,
 			NumServices:   2,
 		},
