@@ -8,6 +8,7 @@ from daemon.tools.bash import BashTool
 from daemon.tools.contract import AnyTool
 from daemon.tools.files.edit import EditTool
 from daemon.tools.files.multiedit import MultiEditTool
+from daemon.tools.files.notebook_edit import NotebookEditTool
 from daemon.tools.files.write import WriteTool
 from daemon.tools.glob.tool import GlobTool
 from daemon.tools.grep.tool import GrepTool
@@ -20,8 +21,8 @@ from daemon.tools.tool_search import ToolSearchTool
 
 def builtin_tools() -> list[AnyTool]:
     """Read, Glob, Grep and LS (host-side, confined to the workspace, concurrency-safe); Write,
-    Edit, MultiEdit and Bash (in the sandbox); BashOutput and KillShell (Bash's background
-    commands); ToolSearch."""
+    Edit, MultiEdit, NotebookEdit and Bash (in the sandbox); BashOutput and KillShell (Bash's
+    background commands); ToolSearch."""
     return [
         ReadTool(),
         GlobTool(),
@@ -30,6 +31,7 @@ def builtin_tools() -> list[AnyTool]:
         WriteTool(),
         EditTool(),
         MultiEditTool(),
+        NotebookEditTool(),
         BashTool(),
         BashOutputTool(),
         KillShellTool(),

@@ -5,11 +5,13 @@ from __future__ import annotations
 
 import base64
 import json
+import os
 from pathlib import Path
 
 import pytest
 
 from daemon._generated.tooljail.v1 import executor_pb2 as pb
+from tests.integration.conftest import OWNER_GID, OWNER_UID
 from tests.integration.harness import RunningDaemon, text_of
 
 pytestmark = pytest.mark.integration
@@ -32,3 +34,24 @@ def test_a_notebook_is_read_cell_by_cell(host_daemon: RunningDaemon, workdir: Pa
     images = [b.image for b in answered.result.content if b.HasField("image")]
     assert [i.data for i in images] == [PNG]
     assert answered.summary.startswith("Read notebook") and "2 cells" in answered.summary
+
+
+@pytest.mark.docker
+def test_notebook_edit_changes_a_cell_in_the_sandbox(
+    sandbox_daemon: RunningDaemon, sandbox_dir: Path
+) -> None:
+    path = sandbox_dir / "edit.ipynb"
+    cells = [{"id": "c1", "cell_type": "code", "source": "1", "outputs": [], "metadata": {}}]
+    path.write_text(
+        json.dumps({"cells": cells, "metadata": {}, "nbformat": 4, "nbformat_minor": 5})
+    )
+    os.chown(path, OWNER_UID, OWNER_GID)
+    assert not sandbox_daemon.execute("Read", {"file_path": str(path)}).result.is_error
+    answered = sandbox_daemon.execute(
+        "NotebookEdit", {"notebook_path": str(path), "cell_id": "c1", "new_source": "2 + 2"}
+    )
+    assert answered.decision.outcome == pb.ALLOW, text_of(answered)
+    assert text_of(answered) == f"Updated cell c1 (code) in {path}."
+    assert answered.report.sandbox_id, "the write did not go through the sandbox"
+    assert json.loads(path.read_text())["cells"][0]["source"] == "2 + 2"
+    assert path.stat().st_uid == OWNER_UID

@@ -66,12 +66,12 @@ class FileChange:
     """The path as people read it (relative to the workspace), for the summary."""
 
 
-def file_facts(tool: AnyTool, raw: str, session: Session) -> CallFacts:
-    """A file tool's call: it writes the one file in file_path (resolved; relative paths are
+def file_facts(tool: AnyTool, raw: str, session: Session, field: str = "file_path") -> CallFacts:
+    """A file tool's call: it writes the one file in `field` (resolved; relative paths are
     refused), and approving it for the session covers that file's directory and below."""
-    path = resolve_path(raw, "file_path")
+    path = resolve_path(raw, field)
     return tool.facts(
-        paths=[TouchedPath.of(session.workspace, path, "write", "file_path")],
+        paths=[TouchedPath.of(session.workspace, path, "write", field)],
         grant=GrantPattern(str(path.parent).rstrip("/") + "/"),
     )
 

@@ -1,0 +1,146 @@
+"""NotebookEdit: replace, insert and delete a cell by the id Read shows; read-before-write; a
+code cell's outputs cleared with its source; clear errors for bad inputs (fake sandbox)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from daemon.tools.contract import CallContext
+from daemon.tools.files.notebook_edit import NotebookEditTool
+from daemon.tools.read import ReadTool
+from tests.unit.fake_sandbox import make_context, run_tool, text_of
+
+CELLS = [
+    {"id": "intro", "cell_type": "markdown", "metadata": {}, "source": "# Title"},
+    {
+        "id": "calc",
+        "cell_type": "code",
+        "metadata": {},
+        "execution_count": 3,
+        "source": ["x = 1\n", "x + 1"],
+        "outputs": [{"output_type": "execute_result", "data": {"text/plain": "2"}}],
+    },
+]
+
+
+@pytest.fixture
+def nb(tmp_path: Path) -> Path:
+    path = (tmp_path / "a.ipynb").resolve()
+    path.write_text(
+        json.dumps({"cells": CELLS, "metadata": {}, "nbformat": 4, "nbformat_minor": 5})
+    )
+    return path
+
+
+@pytest.fixture
+async def ctx(tmp_path: Path, nb: Path) -> CallContext:
+    context = make_context(tmp_path)
+    assert not (await run_tool(ReadTool(), {"file_path": str(nb)}, context)).is_error
+    return context
+
+
+async def edit(ctx: CallContext, nb: Path, **tool_input: Any) -> str:
+    output = await run_tool(NotebookEditTool(), {"notebook_path": str(nb), **tool_input}, ctx)
+    assert not output.is_error, text_of(output)
+    return text_of(output)
+
+
+def cells(nb: Path) -> list[dict[str, Any]]:
+    loaded: list[dict[str, Any]] = json.loads(nb.read_text())["cells"]
+    return loaded
+
+
+async def test_replace_sets_the_source_and_clears_a_code_cells_outputs(
+    ctx: CallContext, nb: Path
+) -> None:
+    text = await edit(ctx, nb, cell_id="calc", new_source="x = 2\nx * 3")
+    assert text == f"Updated cell calc (code) in {nb}."
+    calc = cells(nb)[1]
+    assert calc["source"] == "x = 2\nx * 3"
+    assert calc["outputs"] == [] and calc["execution_count"] is None
+    assert cells(nb)[0] == CELLS[0]
+
+
+async def test_insert_after_a_cell_and_at_the_start(ctx: CallContext, nb: Path) -> None:
+    text = await edit(
+        ctx, nb, cell_id="intro", new_source="print(0)", cell_type="code", edit_mode="insert"
+    )
+    new_id = text.split("with id ", 1)[1].split(" ", 1)[0]
+    assert [c.get("id") for c in cells(nb)] == ["intro", new_id, "calc"]
+    assert cells(nb)[1] == {
+        "cell_type": "code", "metadata": {}, "source": "print(0)", "id": new_id,
+        "outputs": [], "execution_count": None,
+    }  # fmt: skip
+    await run_tool(ReadTool(), {"file_path": str(nb)}, ctx)
+    await edit(ctx, nb, new_source="# First", cell_type="markdown", edit_mode="insert")
+    assert cells(nb)[0]["source"] == "# First" and "outputs" not in cells(nb)[0]
+
+
+async def test_delete_removes_the_cell(ctx: CallContext, nb: Path) -> None:
+    assert await edit(ctx, nb, cell_id="intro", new_source="", edit_mode="delete") == (
+        f"Deleted cell intro in {nb}."
+    )
+    assert [c["id"] for c in cells(nb)] == ["calc"]
+
+
+async def test_cells_without_ids_are_named_by_position(tmp_path: Path) -> None:
+    path = (tmp_path / "old.ipynb").resolve()
+    old = [{"cell_type": "code", "source": "a", "outputs": [], "metadata": {}}] * 2
+    path.write_text(json.dumps({"cells": old, "nbformat": 4, "nbformat_minor": 2}))
+    ctx = make_context(tmp_path)
+    read = text_of(await run_tool(ReadTool(), {"file_path": str(path)}, ctx))
+    assert '<cell id="cell-1" type="code">' in read
+    await edit(ctx, path, cell_id="cell-1", new_source="b")
+    assert [c["source"] for c in cells(path)] == ["a", "b"]
+    await run_tool(ReadTool(), {"file_path": str(path)}, ctx)
+    await edit(ctx, path, new_source="c", cell_type="code", edit_mode="insert")
+    assert "id" not in cells(path)[0]  # nbformat 4.2 cells have no ids
+
+
+@pytest.mark.parametrize(
+    ("tool_input", "message"),
+    [
+        ({"cell_id": "nope", "new_source": "x"}, "has no cell 'nope'. Its cells are: intro, calc"),
+        ({"new_source": "x"}, "cell_id is required to replace a cell"),
+        ({"new_source": "x", "edit_mode": "insert"}, "cell_type is required to insert"),
+        ({"cell_id": "calc", "new_source": "x", "edit_mode": "move"}, "edit_mode"),
+    ],
+)
+async def test_bad_inputs_say_what_to_do(
+    ctx: CallContext, nb: Path, tool_input: dict[str, Any], message: str
+) -> None:
+    before = nb.read_text()
+    output = await run_tool(NotebookEditTool(), {"notebook_path": str(nb), **tool_input}, ctx)
+    assert output.is_error and message in text_of(output), text_of(output)
+    assert nb.read_text() == before
+
+
+async def test_a_notebook_not_read_or_changed_since_is_refused(tmp_path: Path, nb: Path) -> None:
+    fresh = make_context(tmp_path)
+    output = await run_tool(
+        NotebookEditTool(), {"notebook_path": str(nb), "cell_id": "calc", "new_source": "y"}, fresh
+    )
+    assert output.is_error and "has not been read in this session" in text_of(output)
+    await run_tool(ReadTool(), {"file_path": str(nb)}, fresh)
+    nb.write_text(nb.read_text().replace("# Title", "# Changed"))
+    output = await run_tool(
+        NotebookEditTool(), {"notebook_path": str(nb), "cell_id": "calc", "new_source": "y"}, fresh
+    )
+    assert output.is_error and "modified since it was last read" in text_of(output)
+
+
+async def test_only_notebooks_and_only_existing_ones(tmp_path: Path, ctx: CallContext) -> None:
+    other = tmp_path / "a.py"
+    output = await run_tool(
+        NotebookEditTool(), {"notebook_path": str(other), "cell_id": "x", "new_source": "y"}, ctx
+    )
+    assert output.is_error and "must be a Jupyter notebook (.ipynb)" in text_of(output)
+    missing = tmp_path / "missing.ipynb"
+    output = await run_tool(
+        NotebookEditTool(), {"notebook_path": str(missing), "cell_id": "x", "new_source": "y"}, ctx
+    )
+    assert output.is_error and "does not exist" in text_of(output)
