@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Literal
 
 from pydantic import Field
 
-from daemon.errors import ToolError
+from daemon.errors import ToolError, ToolInputError
 from daemon.host.confine import is_inside, open_confined, require_inside, resolve_path
 from daemon.host.pinned import PinnedDirectory
 from daemon.images import MAX_IMAGE_BYTES, sniff_image
@@ -33,6 +33,7 @@ from daemon.tools.contract import (
     TouchedPath,
 )
 from daemon.tools.notebook import NotebookView, view_notebook
+from daemon.tools.pdf import DEFAULT_PAGES, MAX_PAGES, PdfView, read_pdf, render_pdf
 from daemon.tools.schema import LaxInt
 from daemon.tools.summaries import failed, plural, shown_path
 
@@ -95,6 +96,12 @@ class ReadInput(ToolInput):
         description=f"How many lines to show (default {DEFAULT_LIMIT}). Give it with offset to "
         "read a large file in parts.",
     )
+    pages: str | None = Field(
+        default=None,
+        max_length=20,
+        description=f"PDF files only: the pages to read, one ('3') or a range ('1-5'), at most "
+        f"{MAX_PAGES} at a time (default: the first {DEFAULT_PAGES}).",
+    )
 
 
 @dataclass(frozen=True)
@@ -102,7 +109,7 @@ class ReadResult:
     """What Read found; `render` turns it into text (or an image block)."""
 
     path: Path
-    kind: Literal["text", "empty", "past_end", "image", "notebook"]
+    kind: Literal["text", "empty", "past_end", "image", "notebook", "pdf"]
     total_lines: int = 0
     """Lines in the whole file."""
     first_line: int = 1
@@ -116,6 +123,7 @@ class ReadResult:
     budget_chars: int = 0
     image: ImageContent | None = None
     notebook: NotebookView | None = None
+    pdf: PdfView | None = None
     shown: str = ""
     """The path as people read it (relative to the workspace), for the summary."""
 
@@ -248,7 +256,10 @@ def _read_file(
             data, mtime_ns = _load(fd, path, size)
             image = ImageContent(media_type=media_type, data=data)
             return ReadResult(path=path, kind="image", image=image), data, mtime_ns
-        if b"\x00" in head or head.startswith(b"%PDF-"):
+        if head.startswith(b"%PDF-"):
+            data, mtime_ns = _load(fd, path, size)
+            return ReadResult(path=path, kind="pdf"), data, mtime_ns
+        if b"\x00" in head:
             raise ToolError(
                 f"{path} is a binary file (it contains NUL bytes), and Read shows text only. "
                 "Inspect it with Bash (e.g. `file`, `xxd | head`) if you need to."
@@ -288,7 +299,8 @@ class ReadTool(Tool[ReadInput, ReadResult]):
         "Reads a text file of the workspace and returns it with line numbers, like `cat -n`; "
         "PNG, JPEG, GIF and WebP images come back as images; a Jupyter notebook (.ipynb, read "
         "without offset and limit) comes back cell by cell, each with its id, type, source and "
-        "outputs, images as images.\n"
+        f"outputs, images as images; a PDF comes back as the text of its pages (pages: '3' or "
+        f"'1-5', at most {MAX_PAGES} at a time; the first {DEFAULT_PAGES} by default).\n"
         "- file_path must be an absolute path inside the workspace.\n"
         f"- In the output {LINE_FORMAT_DESCRIPTION}. That prefix is not part of the file: leave "
         "it out of Edit's old_string.\n"
@@ -350,7 +362,12 @@ class ReadTool(Tool[ReadInput, ReadResult]):
                 _read_and_digest, root, path, args.offset, args.limit, budget
             )
             ctx.session.record_read(path, data, mtime_ns, digest)
-        return replace(result, shown=shown_path(path, ctx.workspace))
+        shown = shown_path(path, ctx.workspace)
+        if result.kind == "pdf":
+            result = replace(result, pdf=await read_pdf(data, args.pages, str(path)))
+        elif args.pages is not None:
+            raise ToolInputError(f"pages applies to PDF files only, and {path} is not one.")
+        return replace(result, shown=shown)
 
     async def _read_kept(self, args: ReadInput, path: Path, folder: Path) -> ReadResult:
         """A kept output, opened beneath the session's folder of them (written by the daemon
@@ -369,7 +386,10 @@ class ReadTool(Tool[ReadInput, ReadResult]):
             finally:
                 root.close()
 
-        return replace(await asyncio.to_thread(read), shown=str(path))
+        result = await asyncio.to_thread(read)
+        if result.kind == "pdf":  # the daemon keeps text only: this one is not a real PDF
+            raise ToolError(f"{path} starts like a PDF but is a kept text output; use offset.")
+        return replace(result, shown=str(path))
 
     def render(self, result: ReadResult) -> ToolOutput:
         return _render(result)
@@ -385,6 +405,12 @@ class ReadTool(Tool[ReadInput, ReadResult]):
             return f"Read {where}: the file is empty"
         if result.kind == "notebook" and result.notebook is not None:
             return f"Read notebook {where} ({plural(result.notebook.cells, 'cell')})"
+        if result.kind == "pdf" and result.pdf is not None:
+            pdf = result.pdf
+            if not pdf.pages:
+                return f"Read PDF {where} (no pages)"
+            first, last = pdf.pages[0].number, pdf.pages[-1].number
+            return f"Read PDF {where} (pages {first}-{last} of {pdf.total_pages})"
         if result.kind == "past_end":
             return (
                 f"Read {where}: offset {result.first_line} is past its end "
@@ -411,6 +437,8 @@ def _render(result: ReadResult) -> ToolOutput:
     if result.kind == "notebook" and result.notebook is not None:
         view = result.notebook
         return ToolOutput(content=[TextContent(text=view.text), *view.images], keep="head")
+    if result.kind == "pdf" and result.pdf is not None:
+        return ToolOutput(content=[TextContent(text=render_pdf(result.pdf, str(result.path)))])
     if result.kind == "empty":
         return ToolOutput.text(f"Warning: {result.path} exists but is empty (0 bytes).")
     if result.kind == "past_end":

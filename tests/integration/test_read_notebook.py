@@ -1,5 +1,5 @@
-"""Read of a Jupyter notebook through the real daemon and OPA: cells and outputs as text, its
-image as an image block of the tool_result."""
+"""Read of a Jupyter notebook and of a PDF through the real daemon and OPA (cells and outputs as
+text, a notebook's image as an image block; a PDF's pages), and NotebookEdit in the sandbox."""
 
 from __future__ import annotations
 
@@ -13,6 +13,7 @@ import pytest
 from daemon._generated.tooljail.v1 import executor_pb2 as pb
 from tests.integration.conftest import OWNER_GID, OWNER_UID
 from tests.integration.harness import RunningDaemon, text_of
+from tests.unit.pdf_maker import pdf_with_pages
 
 pytestmark = pytest.mark.integration
 
@@ -55,3 +56,16 @@ def test_notebook_edit_changes_a_cell_in_the_sandbox(
     assert answered.report.sandbox_id, "the write did not go through the sandbox"
     assert json.loads(path.read_text())["cells"][0]["source"] == "2 + 2"
     assert path.stat().st_uid == OWNER_UID
+
+
+def test_a_pdf_is_read_page_by_page(host_daemon: RunningDaemon, workdir: Path) -> None:
+    path = workdir / "report.pdf"
+    path.write_bytes(pdf_with_pages(["Quarterly summary", "Appendix text"]))
+    answered = host_daemon.execute("Read", {"file_path": str(path), "pages": "2"})
+    assert answered.decision.outcome == pb.ALLOW, text_of(answered)
+    assert '<page number="2">\nAppendix text\n</page>' in text_of(answered)
+    assert "Quarterly" not in text_of(answered)
+    assert (
+        answered.summary
+        == f"Read PDF {path.relative_to(host_daemon.workspace.resolve())} (pages 2-2 of 2)"
+    )

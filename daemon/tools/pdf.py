@@ -1,0 +1,113 @@
+"""PDFs as Read shows them: the text of each page, for a range of pages (`pages`, e.g. "3" or
+"1-5"), at most `MAX_PAGES` at a time, extracted in a limited child process (pdf_worker)."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import sys
+from dataclasses import dataclass
+
+from daemon.errors import ToolError, ToolInputError
+from daemon.host.child import run_child
+
+MAX_PAGES = 20
+"""Pages one Read shows at most."""
+DEFAULT_PAGES = 10
+"""Pages shown without a `pages` range."""
+TIMEOUT_S = 40.0
+_RANGE = re.compile(r"^\s*(\d+)\s*(?:-\s*(\d*)\s*)?$")
+
+
+@dataclass(frozen=True)
+class PdfPage:
+    number: int
+    text: str
+    cut: bool = False
+
+
+@dataclass(frozen=True)
+class PdfView:
+    """What Read shows of a PDF."""
+
+    total_pages: int
+    pages: tuple[PdfPage, ...]
+    asked: bool
+    """A page range was given (else the first pages were shown by default)."""
+
+
+def page_range(pages: str | None) -> tuple[int, int]:
+    """`pages` as (first, last), 1-based and inclusive; ToolInputError when malformed."""
+    if pages is None:
+        return 1, DEFAULT_PAGES
+    found = _RANGE.match(pages)
+    if found is None:
+        raise ToolInputError(
+            f"pages {pages!r} is not a page range: give one page ('3') or a range ('1-5')."
+        )
+    first = int(found.group(1))
+    last = int(found.group(2)) if found.group(2) else (first if "-" not in pages else 0)
+    last = last or first + MAX_PAGES - 1
+    if first < 1 or last < first:
+        raise ToolInputError(f"pages {pages!r} is not a page range: pages are numbered from 1.")
+    if last - first + 1 > MAX_PAGES:
+        raise ToolInputError(
+            f"pages {pages!r} asks for {last - first + 1} pages; Read shows at most {MAX_PAGES} "
+            f"at a time (e.g. '{first}-{first + MAX_PAGES - 1}')."
+        )
+    return first, last
+
+
+async def read_pdf(data: bytes, pages: str | None, shown_as: str) -> PdfView:
+    """The text of the asked pages of the PDF in `data`."""
+    first, last = page_range(pages)
+    run = await run_child(
+        [sys.executable, "-m", "daemon.tools.pdf_worker", str(first), str(last)],
+        input_data=data,
+        timeout_s=TIMEOUT_S,
+        output_cap=MAX_PAGES * 500_000,
+        cwd="/",
+        env={"PATH": os.defpath, "LANG": "C.UTF-8"},
+    )
+    why = ""
+    if run.timed_out or run.exit_code == -9 or run.exit_code == -24:
+        why = "extracting its text took too long"
+    elif run.exit_code != 0:
+        why = f"the text extractor failed (exit {run.exit_code})"
+    answer = {}
+    if not why:
+        try:
+            answer = json.loads(run.stdout.text())
+        except ValueError:
+            why = "the text extractor gave no usable answer"
+    why = why or answer.get("error", "")
+    if why:
+        raise ToolError(
+            f"Cannot read the text of {shown_as} as a PDF: {why}. Inspect it with Bash (e.g. "
+            "`pdftotext` if the sandbox has it, or `strings`)."
+        )
+    total = int(answer["pages"])
+    if total and first > total:
+        raise ToolInputError(f"pages {pages!r} is past the end: the PDF has {total} pages.")
+    shown = tuple(PdfPage(p["number"], p["text"], bool(p["cut"])) for p in answer["text"])
+    return PdfView(total_pages=total, pages=shown, asked=pages is not None)
+
+
+def render_pdf(view: PdfView, shown_as: str) -> str:
+    """The pages as the model reads them, with what is left to read."""
+    if not view.pages:
+        return f"{shown_as} is a PDF with no pages."
+    first, last = view.pages[0].number, view.pages[-1].number
+    parts = [f"PDF {shown_as}: {view.total_pages} pages; pages {first}-{last} below."]
+    for page in view.pages:
+        text = page.text.strip() or "(no text on this page: it may be scanned; no OCR here)"
+        if page.cut:
+            text += "\n[... the rest of this page's text was cut]"
+        parts.append(f'<page number="{page.number}">\n{text}\n</page>')
+    if last < view.total_pages:
+        following = f"{last + 1}-{min(last + MAX_PAGES, view.total_pages)}"
+        parts.append(
+            f"[{view.total_pages - last} more pages: Read again with pages='{following}'.]"
+        )
+    return "\n".join(parts)
