@@ -29,7 +29,7 @@ GREP_FIELDS = {"pattern", "path", "glob", "type", "output_mode", "head_limit", "
 
 #: Claude Code's field names and required fields, which must not drift.
 SCHEMAS: dict[str, tuple[set[str], set[str]]] = {
-    "Read": ({"file_path", "offset", "limit"}, {"file_path"}),
+    "Read": ({"file_path", "offset", "limit", "pages"}, {"file_path"}),
     "Write": ({"file_path", "content"}, {"file_path", "content"}),
     "Edit": (
         {"file_path", "old_string", "new_string", "replace_all"},
@@ -40,6 +40,12 @@ SCHEMAS: dict[str, tuple[set[str], set[str]]] = {
     "Glob": ({"pattern", "path"}, {"pattern"}),
     "Grep": (GREP_FIELDS, {"pattern"}),
     "LS": ({"path", "ignore"}, {"path"}),
+    "NotebookEdit": (
+        {"notebook_path", "cell_id", "new_source", "cell_type", "edit_mode"},
+        {"notebook_path", "new_source"},
+    ),
+    "BashOutput": ({"bash_id", "filter"}, {"bash_id"}),
+    "KillShell": ({"shell_id"}, {"shell_id"}),
 }
 
 

@@ -54,7 +54,7 @@ class NotebookEditInput(ToolInput):
     )
     edit_mode: EditMode = Field(
         default="replace",
-        description="replace (the default) the cell's source, insert a new cell, or delete it.",
+        description="Replace the cell's source (the default), insert a new cell, or delete it.",
     )
 
 
