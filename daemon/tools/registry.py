@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from daemon.tools.contract import AnyTool, ToolOrigin, ToolTraits
+from daemon.tools.strict import strict_compatible
 
 BUILTIN = ToolOrigin()
 _NAME = re.compile(r"^[a-zA-Z0-9_-]{1,64}$")
@@ -41,6 +42,8 @@ class ToolDefinition:
         }
         if mark_deferred and self.defer_loading:
             tool["defer_loading"] = True
+        if strict_compatible(self.input_schema):
+            tool["strict"] = True  # the whole schema is in strict mode's subset
         return tool
 
 

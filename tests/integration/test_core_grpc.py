@@ -18,7 +18,7 @@ from tests.integration.harness import RunningDaemon, running_daemon, text_of
 pytestmark = pytest.mark.integration
 
 READ_ONLY = {"Read", "Glob", "Grep", "LS"}
-SANDBOXED = {"Write", "Edit", "MultiEdit", "Bash", "BashOutput", "KillShell"}
+SANDBOXED = {"Write", "Edit", "MultiEdit", "NotebookEdit", "Bash", "BashOutput", "KillShell"}
 
 
 def test_without_a_sandbox_only_what_can_run_is_offered(host_daemon: RunningDaemon) -> None:
@@ -36,7 +36,9 @@ def test_list_tools_gives_valid_anthropic_definitions(sandbox_daemon: RunningDae
     adapter = TypeAdapter(ToolParam)
     for tool, proto in zip(as_json, response.tools, strict=True):
         adapter.validate_python(tool)
-        assert set(tool) == {"name", "description", "input_schema"}
+        # strict where the whole schema is in strict mode's subset (Write's is; Bash's is not).
+        assert set(tool) - {"strict"} == {"name", "description", "input_schema"}
+        assert tool.get("strict", True) is True
         assert tool["name"] == proto.name and tool["description"] == proto.description
         assert tool["input_schema"]["type"] == "object"
         assert tool["input_schema"]["additionalProperties"] is False
@@ -46,6 +48,8 @@ def test_list_tools_gives_valid_anthropic_definitions(sandbox_daemon: RunningDae
         assert json.loads(json.dumps(json_format.MessageToDict(proto.input_schema))) == json.loads(
             json.dumps(tool["input_schema"]), parse_int=float
         )
+    strict = {tool["name"] for tool in as_json if tool.get("strict")}
+    assert "Write" in strict and "Bash" not in strict
     traits = {t.name: t.traits for t in response.tools}
     assert traits["Read"].read_only and traits["Read"].concurrency_safe
     assert not traits["Read"].sandboxed
