@@ -9,6 +9,7 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import Callable
+from dataclasses import dataclass
 
 from daemon.app.egress import Egress
 from daemon.calls.audit import AuditLog
@@ -111,8 +112,22 @@ def _spec(session: Session, limits: SandboxLimits, *, bound: bool = True) -> San
     )
 
 
+ENGINE_RETRY_S = 5.0
+"""How often a daemon started without a Docker engine looks for one again."""
+
+
+@dataclass(frozen=True)
+class _Parts:
+    """What connecting to the engine needs, kept for when it appears after the start."""
+
+    settings: Settings
+    instance_id: str
+    egress: Egress | None
+    audit: AuditLog | None
+
+
 class Sandbox:
-    """The daemon's sandbox, or its absence (disabled, or no Docker engine at start)."""
+    """The daemon's sandbox, or its absence (disabled, or no Docker engine yet)."""
 
     def __init__(
         self,
@@ -129,6 +144,8 @@ class Sandbox:
         self._warm_limits = warm_limits
         self._egress = egress
         self._warming: asyncio.Task[None] | None = None
+        self._settings: _Parts | None = None
+        self._waiting: asyncio.Task[None] | None = None
 
     @classmethod
     async def start(
@@ -138,21 +155,39 @@ class Sandbox:
         egress: Egress | None = None,
         audit: AuditLog | None = None,
     ) -> Sandbox:
-        """The sandbox of these settings; without an engine (logged) sandboxed tools refuse.
-        `warm` then pre-starts containers for a session."""
+        """The sandbox of these settings; without an engine (logged) sandboxed tools refuse and
+        are not listed, and the engine is looked for again every ENGINE_RETRY_S until it
+        answers. `warm` then pre-starts containers for a session."""
+        sandbox = cls(None)
         if not settings.sandbox.enabled:
-            return cls(None)
+            return sandbox
+        sandbox._settings = _Parts(settings, instance_id, egress, audit)
+        if not await sandbox._connect(quiet=False):
+            sandbox._waiting = asyncio.create_task(sandbox._connect_later(), name="docker-wait")
+        return sandbox
+
+    async def _connect(self, *, quiet: bool) -> bool:
+        """Connect to the engine and build the executor; whether it worked."""
+        parts = self._settings
+        assert parts is not None
+        settings, egress = parts.settings, parts.egress
         image = settings.sandbox.image or default_image_ref()
         try:
             backend = DockerBackend(
                 image=image,
-                instance_id=instance_id,
+                instance_id=parts.instance_id,
                 egress_root=egress.root if egress else None,
                 ca_bundle=egress.ca_bundle if egress else None,
             )
         except Exception as exc:  # noqa: BLE001 - docker.errors.DockerException and OS errors alike
-            log.error("Docker is not available (%s); sandboxed tools will refuse to run", exc)
-            return cls(None)
+            if not quiet:
+                log.error(
+                    "Docker is not available (%s); sandboxed tools are not offered and refuse to "
+                    "run until it is (looked for again every %.0f s)",
+                    exc,
+                    ENGINE_RETRY_S,
+                )
+            return False
         try:
             reaped = await backend.reap()
         except Exception as exc:  # noqa: BLE001 - the engine may be down; calls will say so
@@ -163,14 +198,15 @@ class Sandbox:
         executor = SandboxExecutor(
             backend, pool_size=settings.sandbox.pool_size, idle_ttl_s=settings.sandbox.idle_ttl_s
         )
-        warm_limits = clamp_limits(settings.sandbox.defaults, settings.sandbox.ceilings)
-        kept = KeptServers(
+        self._warm_limits = clamp_limits(settings.sandbox.defaults, settings.sandbox.ceilings)
+        self._kept = KeptServers(
             executor,
             max_kept=settings.sandbox.kept_servers_max,
             idle_s=settings.sandbox.kept_servers_idle_s,
             per_owner=settings.sandbox.kept_servers_per_principal,
         )
-        shells = BackgroundShells(
+        audit = parts.audit
+        self.shells = BackgroundShells(
             max_total=settings.sandbox.background_max,
             per_principal=settings.sandbox.background_per_principal,
             max_timeout_ms=int(settings.sandbox.background_max_s * 1000),
@@ -178,7 +214,15 @@ class Sandbox:
             if audit is not None
             else None,
         )
-        return cls(executor, warm_limits, egress.proxy if egress else None, kept, shells)
+        self._egress = egress.proxy if egress else None
+        self._executor = executor  # last: from here on, sandboxed tools are offered
+        return True
+
+    async def _connect_later(self) -> None:
+        while self._executor is None:
+            await asyncio.sleep(ENGINE_RETRY_S)
+            if await self._connect(quiet=True):
+                log.warning("the Docker engine answers now; sandboxed tools are available again")
 
     def warm(self, session: Session) -> None:
         """Pre-start the session's containers in the background (the first call then does not
@@ -233,6 +277,10 @@ class Sandbox:
 
     async def stop(self) -> None:
         """Destroy every container the executor holds or runs."""
+        if self._waiting is not None:
+            self._waiting.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._waiting
         if self._warming is not None:
             self._warming.cancel()
             with contextlib.suppress(asyncio.CancelledError):
