@@ -15,6 +15,7 @@ from typing import Any
 
 from daemon.calls.audit import AuditEvent, AuditLog
 from daemon.calls.budget import fit_with_notes
+from daemon.errors import ToolError
 from daemon.hooks.engine import HookEngine, response_text
 from daemon.hooks.protocol import BatchCall
 from daemon.models import Caller, ExecuteOutcome
@@ -67,6 +68,10 @@ class BatchHooks:
     ) -> BatchNotes:
         """Run the hooks over the answered batch; what they said (empty: nothing)."""
         if self._engine is None or not outcomes:
+            return BatchNotes((), ())
+        try:
+            session.verify_workspace()  # hooks get the workspace's path
+        except ToolError:
             return BatchNotes((), ())
         answered = [
             BatchCall(

@@ -18,8 +18,17 @@ from daemon.policy.verdict import Verdict
 from daemon.tools.call import ToolCall
 
 NO_HOOKS = PreHookOutcome(None, (), None, (), ())
-_BACKGROUND: set[asyncio.Task[None]] = set()
-"""Hooks of interrupted calls still running (held so they are not collected)."""
+INTERRUPTED_MAX = 16
+"""Interrupted calls whose hooks may run at once (more are skipped, and audited as such)."""
+INTERRUPTED_PER_OWNER = 4
+"""Of those, one principal's."""
+_INTERRUPTED: dict[asyncio.Task[None], str] = {}
+"""Hooks of interrupted calls still running, with their principal (held so they are not
+collected)."""
+
+
+def _forget(task: asyncio.Task[None]) -> None:
+    _INTERRUPTED.pop(task, None)
 
 
 @dataclass(frozen=True)
@@ -92,10 +101,17 @@ class HookStage:
         if self._engine is None:
             return AfterHooks(content, is_error, notes, hooks.to_audit(), messages)
         try:
-            # Hooks run in the workspace: never in one moved or replaced under the session.
+            # Hooks get the workspace's path: never one moved or replaced under the session.
             call.session.verify_workspace()
-        except ToolError as exc:
-            return AfterHooks(content, True, [*notes, str(exc)], hooks.to_audit(), messages)
+        except ToolError:
+            moved = (
+                "The session's workspace was moved or replaced while this call ran, so no "
+                "PostToolUse hook ran on its result."
+            )
+            if self._engine.redacting(call.tool.name):
+                withheld = f"{moved} Its output is withheld: a redacting hook had to see it first."
+                return AfterHooks([TextContent(text=withheld)], True, [], hooks.to_audit())
+            return AfterHooks(content, True, [*notes, moved], hooks.to_audit(), messages)
         post = await self._engine.post_tool_use(_hook_call(call), content, is_error)
         records = [*hooks.to_audit(), *post.to_audit()]
         messages = (*messages, *post.system_messages)
@@ -124,8 +140,21 @@ class HookStage:
         engine = self._engine
         if engine is None or not engine.matching(HookEvent.POST_TOOL_USE_FAILURE, call.tool.name):
             return
+        owner = call.session.owner
+        running = [task for task, who in _INTERRUPTED.items() if not task.done()]
+        if len(running) >= INTERRUPTED_MAX or (
+            sum(1 for task in running if _INTERRUPTED[task] == owner) >= INTERRUPTED_PER_OWNER
+        ):
+            # Cancelling calls costs the caller nothing; hook processes cost the host.
+            on_done([{"skipped": "too many hooks of interrupted calls were running"}])
+            return
 
         async def run() -> None:
+            try:
+                call.session.verify_workspace()
+            except ToolError:
+                on_done([{"skipped": "the session's workspace was moved or replaced"}])
+                return
             text = f"The {call.tool.name} call was interrupted before it finished."
             post = await engine.post_tool_use(
                 _hook_call(call), [TextContent(text=text)], True, interrupted=True
@@ -133,5 +162,5 @@ class HookStage:
             on_done(post.to_audit())
 
         task = asyncio.create_task(run(), name="hooks-after-interrupt")
-        _BACKGROUND.add(task)
-        task.add_done_callback(_BACKGROUND.discard)
+        _INTERRUPTED[task] = owner
+        task.add_done_callback(_forget)

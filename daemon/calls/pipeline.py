@@ -21,7 +21,7 @@ from daemon.calls.budget import fit_content, fit_text, fit_with_notes
 from daemon.calls.hook_stage import HookStage
 from daemon.calls.kept_outputs import KeptOutputs, text_of, with_preview
 from daemon.egress.proxy import EgressCall
-from daemon.errors import NotFound, ToolError, Unavailable
+from daemon.errors import NotFound, RequestError, ToolError, Unavailable
 from daemon.hooks.engine import HookEngine, PreHookOutcome
 from daemon.models import (
     Caller,
@@ -458,6 +458,9 @@ class Pipeline:
     ) -> ExecuteOutcome:
         tool = call.tool
         limits = clamp_limits(verdict.limits or self._limits.default_sandbox, self._limits.ceilings)
+        # Nothing a redacting hook has not seen may reach the caller: no live output at all.
+        redacting = self._hooks.redacting(call)
+        progress = None if redacting else prepared.request.progress
         budget = min(tool.traits.max_result_chars, self._limits.result_budget_chars)
         if verdict.result_budget_chars is not None:
             budget = min(budget, verdict.result_budget_chars)
@@ -470,18 +473,13 @@ class Pipeline:
                 call.session,
                 call.tool_use_id,
                 # Only a call on the egress network has connections to decide.
-                EgressCall(
-                    call.tool_use_id,
-                    egress_call_facts(call, caller),
-                    prepared.request.progress,
-                )
+                EgressCall(call.tool_use_id, egress_call_facts(call, caller), progress)
                 if limits.network is NetworkMode.EGRESS
                 else None,
             )
             if self._sandbox is not None and tool.traits.sandboxed
             else None,
-            # Output a redacting hook has not seen yet must not reach the caller live.
-            progress=None if self._hooks.redacting(call) else prepared.request.progress,
+            progress=progress,
             catalog=lambda: self.list_tools(call.session.id, caller, include_deferred=True),
             peers=prepared.peers,
             shells=self._sandbox.shells
@@ -509,10 +507,16 @@ class Pipeline:
                 raise
         trace.timings["exec_s"] = time.monotonic() - exec_started
         output = ran.output
-        after = await self._hooks.after(call, hooks, output.content, output.is_error)
+        sandbox_notes = ctx.sandbox.notes() if ctx.sandbox is not None else []
+        produced = output.content
+        if redacting and sandbox_notes:
+            # The network's notes quote destinations the command chose: the hook sees them too.
+            produced = [*produced, TextContent(text="\n\n" + "\n".join(sandbox_notes))]
+            sandbox_notes = []
+        after = await self._hooks.after(call, hooks, produced, output.is_error)
         trace.hook_records[:] = after.records
         trace.system_messages.extend(after.system_messages)
-        notes = [*after.notes, *(ctx.sandbox.notes() if ctx.sandbox is not None else [])]
+        notes = [*after.notes, *sandbox_notes]
         content, fitted = fit_with_notes(after.content, notes, budget, output.keep)
         kept = None
         if fitted.truncated and tool.keeps_over_budget and self._kept is not None:
@@ -550,24 +554,33 @@ class Pipeline:
         pre_hooks: list[dict[str, str]],
     ) -> GateDecision:
         """Let PermissionRequest hooks answer an ask as an approver would: a deny is the
-        approver's deny, an allow an approval the policy then decides on (it sees who)."""
+        approver's deny, an allow an approval the policy then decides on (it sees who). When
+        neither holds (the policy refuses the hook's approval, a person answered meanwhile),
+        the ask stands for a person, with its token."""
+        try:
+            call.session.verify_workspace()  # hooks get the workspace's path
+        except ToolError:
+            return gate
         hooked = await self._hooks.permission(call, gate.verdict.reasons)
         if hooked is None:
             return gate
         trace.hook_records.extend(result.to_audit() for result in hooked.results)
         trace.system_messages.extend(hooked.system_messages)
-        if hooked.decision is None:
-            return gate
+        if hooked.decision is Outcome.ALLOW:
+            approved = await self._gate.decide_hook_approval(
+                call, caller, gate, hooked.decided_by, pre_hooks
+            )
+            return approved or gate
         if hooked.decision is Outcome.DENY:
             reason = "; ".join(hooked.reasons) or "A PermissionRequest hook denied the call."
-            self.pending_approvals.decide(
-                gate.approval_id, AskState.DENIED, hooked.decided_by, note=reason
-            )
+            try:
+                self.pending_approvals.decide(
+                    gate.approval_id, AskState.DENIED, hooked.decided_by, note=reason
+                )
+            except (NotFound, RequestError):
+                return gate  # a person answered first: the retry with the token gets it
             return GateDecision(Verdict.deny(reason, gate.verdict.decision_id))
-        self.pending_approvals.decide(gate.approval_id, AskState.APPROVED, hooked.decided_by)
-        return await self._gate.decide(
-            call, caller, ApprovalRequest(token=gate.approval_token), pre_hooks
-        )
+        return gate
 
     def _audit_interrupted(
         self,

@@ -61,6 +61,8 @@ _PRECEDENCE = (Outcome.DENY, Outcome.ASK, Outcome.ALLOW)
 
 #: The name under which the engine itself reports a decision (conflicting rewrites).
 ENGINE_NAME = "tooljail-hooks"
+#: Tools whose results are another tool's output: that tool's redacting hooks see them too.
+OUTPUT_OF = {"BashOutput": ("Bash",)}
 
 
 def system_messages(results: Sequence[HookResult]) -> tuple[str, ...]:
@@ -201,10 +203,20 @@ class HookEngine:
         """Every configured hook, named, in configuration order."""
         return self._hooks
 
+    def redactors(self, tool_name: str) -> tuple[HookSpec, ...]:
+        """The redacting PostToolUse hooks that see every result of this tool, errors included:
+        those matching it, or the tool whose output it returns (BashOutput: Bash's)."""
+        names = (tool_name, *OUTPUT_OF.get(tool_name, ()))
+        return tuple(
+            h
+            for h in self._hooks
+            if h.event is HookEvent.POST_TOOL_USE and h.redacts and any(map(h.matches, names))
+        )
+
     def redacting(self, tool_name: str) -> bool:
-        """Whether a PostToolUse hook that may redact the output runs for this tool (its calls
-        then send no live output)."""
-        return any(h.redacts for h in self.matching(HookEvent.POST_TOOL_USE, tool_name))
+        """Whether a redacting hook sees this tool's results (its calls then send no live
+        output)."""
+        return bool(self.redactors(tool_name))
 
     def matching_pre(self, tool_name: str) -> bool:
         """Whether any PreToolUse hook runs for this tool (skips the work when none does)."""
@@ -249,10 +261,19 @@ class HookEngine:
         """Run the PostToolUse hooks (PostToolUseFailure when `is_error`) matching the call."""
         event = HookEvent.POST_TOOL_USE_FAILURE if is_error else HookEvent.POST_TOOL_USE
         hooks = self.matching(event, call.tool_name)
-        if not hooks:
+        # A redacting hook sees every result it could have to hide: errors, and the output of
+        # the tool it names read through another (BashOutput).
+        redactors = tuple(h for h in self.redactors(call.tool_name) if h not in hooks)
+        if not hooks and not redactors:
             return PostHookOutcome((), "", ())
-        stdin = hook_input(event, call, response_text(content), is_error, interrupted)
-        results = await self._run(event, hooks, call.workspace, stdin)
+        text = response_text(content)
+        stdin = hook_input(event, call, text, is_error, interrupted)
+        post = HookEvent.POST_TOOL_USE
+        ran = await asyncio.gather(
+            self._run(event, hooks, call.workspace, stdin),
+            self._run(post, redactors, call.workspace, hook_input(post, call, text, is_error)),
+        )
+        results = (*ran[0], *ran[1])
         withheld = "\n".join(r.describe() for r in results if r.decision == "deny")
         replaced = {r.updated_output for r in results if r.updated_output is not None}
         if len(replaced) > 1:

@@ -17,6 +17,7 @@ import time
 from dataclasses import dataclass, replace
 from typing import Any, Literal
 
+from daemon.errors import NotFound, RequestError
 from daemon.models import Caller, Outcome
 from daemon.policy.approval import ApprovalAuthority, ApprovalError, Grant, canonical_input_hash
 from daemon.policy.engine import PolicyEngine
@@ -147,6 +148,46 @@ class PolicyGate:
                 _grant_for_session(call, grant)
             return GateDecision(verdict, approved_by=grant.approved_by)
         return GateDecision(verdict)
+
+    async def decide_hook_approval(
+        self,
+        call: ToolCall,
+        caller: Caller,
+        asked: GateDecision,
+        approver: str,
+        hooks: list[dict[str, str]],
+    ) -> GateDecision | None:
+        """The decision on an asked call that a PermissionRequest hook (`approver`) approved:
+        the policy decides with the hook as the approver. Only an allow uses the token up and
+        answers the pending ask; otherwise None, and the ask stays for a person (the policy
+        may refuse hook approvals, and a person may be answering it meanwhile)."""
+        if self._approvals is None or not asked.approval_token:
+            return None
+        try:
+            grant = self._approvals.verify(
+                asked.approval_token,
+                session_id=call.session.id,
+                tool_use_id=call.tool_use_id,
+                input_hash=canonical_input_hash(call.input_json),
+                principal=caller.principal,
+                tool_name=call.tool.name,
+            )
+        except ApprovalError:
+            return None
+        ask = self._pending.get(grant.token_id)
+        if ask is None or ask.state is not AskState.PENDING:
+            return None  # answered by a person meanwhile: their answer stands
+        grant = replace(grant, approved_by=approver, self_approved=False, scope="once")
+        verdict = await self._engine.decide(call_document(call, caller, grant, hooks))
+        if verdict.outcome is not Outcome.ALLOW:
+            return None
+        try:
+            self._pending.decide(grant.token_id, AskState.APPROVED, approver)
+            self._approvals.consume(grant)
+        except (ApprovalError, RequestError, NotFound):
+            return None
+        self._pending.used(grant.token_id)
+        return GateDecision(verdict, approved_by=approver)
 
     def _approved(
         self, grant: Grant, approval: ApprovalRequest, caller: Caller

@@ -20,6 +20,8 @@ from daemon.sessions.store import SessionStore
 from daemon.sessions.workspaces import Overlap, written_path
 
 log = logging.getLogger(__name__)
+_CLOSING: set[asyncio.Future[ClosedSession]] = set()
+"""Closings still running after the request that asked for them went away."""
 
 #: Removes a session's containers (warm pool included); returns how many.
 SandboxCleanup = Callable[[Session], Awaitable[int]]
@@ -159,9 +161,15 @@ class SessionManager:
         """Close a session of the caller's (`admin`: of anyone's): cancel its calls, remove its
         containers, forget its state."""
         session = self._store.closable(session_id, delete_workspace, caller.principal, admin=admin)
-        return await self._close(session, delete_workspace)
+        # Closing always finishes, whatever happens to the request that asked for it (a client
+        # deadline cancelling it halfway left sessions half closed and their containers running).
+        closing = asyncio.ensure_future(self._close(session, delete_workspace))
+        _CLOSING.add(closing)
+        closing.add_done_callback(_CLOSING.discard)
+        return await asyncio.shield(closing)
 
     async def _close(self, session: Session, delete_workspace: bool) -> ClosedSession:
+        """Close `session`; run it shielded (see `close`): every step must happen."""
         # Closed before its things are cleaned up: what still runs for it (a kept output being
         # written, a queued call) sees that and keeps nothing new.
         session.closed = True

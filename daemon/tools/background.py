@@ -30,10 +30,14 @@ from sandbox.backend import BashRequest, SandboxLimits, SandboxResult
 
 log = logging.getLogger(__name__)
 
-UNREAD_CAP_CHARS = 1 << 20
+UNREAD_CAP_CHARS = 256 * 1024
 """Output kept unread per shell; older output is dropped first (and counted)."""
 FINISHED_KEPT = 16
 """Finished shells a session remembers for BashOutput (the oldest are forgotten)."""
+FINISHED_KEPT_PER_OWNER = 32
+"""The same over one principal's sessions."""
+FINISHED_KEPT_TOTAL = 128
+"""The same over all sessions: what finished shells hold is bounded for the daemon."""
 
 
 class ShellState(StrEnum):
@@ -283,10 +287,19 @@ class BackgroundShells:
         return shell
 
     async def remove_session(self, session_id: str) -> int:
-        """End the commands of a closed session; how many were running."""
-        shells = list(self._shells.pop(session_id, {}).values())
-        running = [shell for shell in shells if not shell.done]
+        """End the commands of a closed session; how many were running.
+
+        Every command is told to stop before the first await, and stays counted until it has:
+        a cancellation of this very call cannot leave one running unseen."""
+        shells = self._shells.get(session_id, {})
+        running = [shell for shell in shells.values() if not shell.done]
+        for shell in running:
+            shell.killed_by = shell.killed_by or "session closed"
+            if shell.task is not None:
+                shell.task.cancel()
         await asyncio.gather(*(self._kill(shell, "session closed") for shell in running))
+        if all(shell.done for shell in shells.values()):
+            self._shells.pop(session_id, None)
         return len(running)
 
     async def close(self) -> None:
@@ -299,7 +312,8 @@ class BackgroundShells:
         if shell.task is None or shell.done:
             return
         shell.killed_by = shell.killed_by or why
-        shell.task.cancel()
+        if not shell.task.cancelling():  # a second cancel would cut its clean-up short
+            shell.task.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await shell.task
         await shell.wait(1.0)  # its done callback, should it not have run yet
@@ -314,15 +328,35 @@ class BackgroundShells:
             if shell.total_chars == 0 and result.output:
                 # It ended before its first progress was due: the output came with the result.
                 shell.add(result.output)
-            shell.finish(result)
+            # The output is in the buffer now: the result keeps only how the command ended.
+            shell.finish(result.model_copy(update={"output": ""}))
         if shell.background and self._on_end is not None:
             self._on_end(_end_record(shell))
+        self._forget_finished(shell.session_id)
 
     def _forget_finished(self, session_id: str) -> None:
+        """Forget the oldest finished shells past the caps of their session, of their
+        principal and in all."""
         shells = self._shells.get(session_id, {})
         finished = [key for key, shell in shells.items() if shell.done]
         for key in finished[: max(0, len(finished) - FINISHED_KEPT)]:
             del shells[key]
+        owner = next(iter(shells.values())).owner if shells else ""
+        every = sorted(
+            (
+                (shell.started_at, sid, key, shell.owner)
+                for sid, mine in self._shells.items()
+                for key, shell in mine.items()
+                if shell.done
+            ),
+        )
+        theirs = [entry for entry in every if entry[3] == owner]
+        doomed = theirs[: max(0, len(theirs) - FINISHED_KEPT_PER_OWNER)]
+        doomed += [e for e in every if e not in doomed][
+            : max(0, len(every) - len(doomed) - FINISHED_KEPT_TOTAL)
+        ]
+        for _, sid, key, _ in doomed:
+            self._shells.get(sid, {}).pop(key, None)
 
 
 async def _run(

@@ -343,6 +343,7 @@ def _started_in_background(
         cwd=str(cwd),
         timeout_ms=lifetime_ms,
         output_limit_bytes=OUTPUT_LIMIT_BYTES,
+        stop_without_host=True,
     )
     shell = shells.launch(
         runner,
@@ -383,7 +384,7 @@ async def _run_movable(
     lifetime_ms = shells.lifetime_ms(ctx.background)
     shell = shells.launch(
         runner,
-        request.model_copy(update={"timeout_ms": lifetime_ms}),
+        request.model_copy(update={"timeout_ms": lifetime_ms, "stop_without_host": True}),
         ctx.limits,
         session_id=ctx.session.id,
         owner=ctx.session.owner,

@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import datetime
+import weakref
 from dataclasses import dataclass
 from typing import ClassVar
 
@@ -32,6 +33,11 @@ from daemon.tools.summaries import one_line
 
 FILTER_TIMEOUT_S = 10.0
 FILTER_MAX_CHARS = 1_000
+FILTERS_AT_ONCE = 2
+"""ripgrep processes filtering at once, over all calls (each may take a core for its timeout)."""
+_FILTERING: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, asyncio.Semaphore] = (
+    weakref.WeakKeyDictionary()
+)
 
 
 class BashOutputInput(ToolInput):
@@ -200,12 +206,22 @@ class KillShellTool(Tool[KillShellInput, BackgroundShell]):
 
 async def _matching_lines(text: str, pattern: str) -> str:
     """The lines of `text` that match `pattern`, by ripgrep (ToolError: a bad pattern)."""
+    loop = asyncio.get_running_loop()
+    slots = _FILTERING.setdefault(loop, asyncio.Semaphore(FILTERS_AT_ONCE))
+    async with slots:
+        return await _filtered(text, pattern)
+
+
+async def _filtered(text: str, pattern: str) -> str:
     child = await asyncio.create_subprocess_exec(
         find_ripgrep(),
         "--no-config",
         "--color=never",
         "--no-line-number",
         "--text",
+        # Small compiled automata: a pattern built to blow them up is refused, not run.
+        "--regex-size-limit=2M",
+        "--dfa-size-limit=2M",
         "-e",
         pattern,
         "-",

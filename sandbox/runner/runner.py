@@ -383,7 +383,10 @@ def run_bash(
         return {"exit_code": -1, "error": f"cannot start bash in {cwd}: {exc.strerror}; {why}"}
     proc, cwd_r = run.proc, run.cwd_r
     progress = ProgressStream(emit, started) if emit is not None else None
-    timed_out = _pump(proc, {run.out_r: _Output(sink, progress)}, started + timeout_s)
+    # A background command outlives its call, not its daemon: stdin (the daemon's attach
+    # stream, closed with it) ending stops it.
+    host = 0 if request.get("stop_without_host") else None
+    timed_out = _pump(proc, {run.out_r: _Output(sink, progress)}, started + timeout_s, host)
     # surrogateescape: a directory whose name is not UTF-8 stays the same directory next time.
     final_cwd = "" if timed_out else _read_available(cwd_r).decode("utf-8", "surrogateescape")
     os.close(cwd_r)
@@ -425,9 +428,12 @@ class _Output:
             self.progress.flush(time.monotonic(), final=True)
 
 
-def _pump(proc: spawn.Spawned, outputs: dict[int, _Output], deadline: float) -> bool:
-    """Copy each pipe of `outputs` into its output until the command exits or the deadline
-    passes; True when it timed out. The pipes are closed here.
+def _pump(
+    proc: spawn.Spawned, outputs: dict[int, _Output], deadline: float, host: int | None = None
+) -> bool:
+    """Copy each pipe of `outputs` into its output until the command exits, the deadline
+    passes or `host` (a descriptor) reaches its end; True when it timed out. The pipes are
+    closed here.
 
     The call ends when the command itself exits, not when its pipes close: a background process
     holding them open must not hang the call. Whatever is left of the process group is killed
@@ -448,12 +454,16 @@ def _pump(proc: spawn.Spawned, outputs: dict[int, _Output], deadline: float) -> 
             watched = list(open_pipes)
             if exit_fd is not None:
                 watched.append(exit_fd)  # readable once the command has exited
+            if host is not None:
+                watched.append(host)
             wait = remaining if exit_fd is not None else min(remaining, 0.05)
             for out in outputs.values():
                 progress_wait = out.wait_s(time.monotonic())
                 if progress_wait is not None:
                     wait = min(wait, progress_wait)  # wake up to send pending progress on time
             ready = select.select(watched, [], [], wait)[0]
+            if host is not None and host in ready and not os.read(host, 1 << 16):
+                break  # the host is gone: nobody will ever read the result
             for fd in ready:
                 if fd in open_pipes:
                     data = os.read(fd, _CHUNK)

@@ -5,6 +5,7 @@ with KillShell and with its session; and the audit record of each end."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -15,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import docker
+import grpc
 import pytest
 
 from daemon._generated.tooljail.v1 import executor_pb2 as pb
@@ -189,3 +191,24 @@ def test_bash_output_and_kill_shell_are_listed(daemon: RunningDaemon, session: p
     listed = daemon.stub.ListTools(pb.ListToolsRequest(session_id=session.id), timeout=30)
     names = [tool.name for tool in listed.tools]
     assert "BashOutput" in names and "KillShell" in names
+
+
+def test_a_close_cut_short_by_its_deadline_still_closes_everything(
+    daemon: RunningDaemon,
+) -> None:
+    """Attack: CloseSession with a tiny deadline left half-closed sessions whose background
+    commands ran on, uncounted."""
+    for deadline in (0.0005, 0.001, 0.002, 0.003, 0.005):
+        opened: pb.Session = daemon.stub.OpenSession(pb.OpenSessionRequest(), timeout=60)
+        start(daemon, opened, "sleep 600")
+        start(daemon, opened, "sleep 600")
+        assert until(lambda opened=opened: len(session_containers(daemon, opened)) == 2)
+        with contextlib.suppress(grpc.RpcError):  # cut short (or never begun), or done
+            daemon.stub.CloseSession(pb.CloseSessionRequest(session_id=opened.id), timeout=deadline)
+        try:  # a close that never began is done now; one that began finished on its own
+            daemon.stub.CloseSession(pb.CloseSessionRequest(session_id=opened.id), timeout=30)
+        except grpc.RpcError as exc:
+            assert exc.code() == grpc.StatusCode.NOT_FOUND, exc
+        assert until(lambda opened=opened: session_containers(daemon, opened) == [])
+    shells = daemon.daemon.sandbox.shells if daemon.daemon.sandbox else None
+    assert shells is not None and shells.running(owner="local") == 0

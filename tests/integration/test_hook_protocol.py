@@ -27,21 +27,24 @@ from tests.integration.test_scheduling import tool_use
 pytestmark = [pytest.mark.integration, pytest.mark.docker]
 
 REDACT = """
-import json, sys
+import json, re, sys
 call = json.load(sys.stdin)
 text = call["tool_response"]["content"]
+found = re.findall("(?i)topsecret", text)
 print(json.dumps({
-    "systemMessage": "redacted %d secrets" % text.count("TOPSECRET"),
+    "systemMessage": "redacted %d secrets" % len(found),
     "hookSpecificOutput": {"hookEventName": "PostToolUse",
-                           "updatedToolOutput": text.replace("TOPSECRET", "[redacted]")},
+                           "updatedToolOutput": re.sub("(?i)topsecret", "[redacted]", text)},
 }))
 """
 PERMISSION = """
-import json, sys
+import json, sys, time
 call = json.load(sys.stdin)
 path = call["tool_input"]["file_path"]
 assert call["hook_event_name"] == "PermissionRequest" and call["reasons"], call
-if path.endswith(".txt"):
+if path.endswith(".slow"):
+    time.sleep(3)
+if path.endswith((".txt", ".slow")):
     answer = {"behavior": "allow"}
 elif path.endswith(".secret"):
     answer = {"behavior": "deny", "message": "secrets are not written by agents"}
@@ -64,6 +67,13 @@ names = ",".join(c["tool_name"] for c in batch["tool_calls"])
 print(json.dumps({"systemMessage": "batch done",
                   "hookSpecificOutput": {"hookEventName": "PostToolBatch",
                                          "additionalContext": "the batch ran " + names}}))
+"""
+CONFIRM_PROD = """
+import json, sys
+call = json.load(sys.stdin)
+if "prod" in call["tool_input"].get("content", ""):
+    print(json.dumps({"hookSpecificOutput": {"hookEventName": "PreToolUse",
+        "permissionDecision": "ask", "permissionDecisionReason": "a person must confirm prod"}}))
 """
 GREET = """
 import json
@@ -88,7 +98,7 @@ def daemon(short_tmp: Path) -> Iterator[RunningDaemon]:
     policies = root / "policies"
     shutil.copytree(PROJECT_ROOT / "policies", policies)
     data = json.loads((policies / "data.json").read_text())
-    data["tooljail"]["principals"]["local"] = {"ask_tools": ["Write"]}
+    data["tooljail"]["principals"]["local"] = {"ask_tools": ["Write"], "network": "egress"}
     (policies / "data.json").write_text(json.dumps(data))
     interrupts = root / "interrupt.json"
     hooks = [
@@ -102,6 +112,8 @@ def daemon(short_tmp: Path) -> Iterator[RunningDaemon]:
          "command": script(hooks_dir, "batch.py", BATCH)},
         {"event": "PreToolUse", "matcher": "LS", "name": "greet",
          "command": script(hooks_dir, "greet.py", GREET)},
+        {"event": "PreToolUse", "matcher": "Write", "name": "confirm-prod",
+         "command": script(hooks_dir, "confirm.py", CONFIRM_PROD)},
     ]  # fmt: skip
     with running_daemon(
         workspace,
@@ -221,3 +233,136 @@ def test_an_interrupted_call_runs_its_failure_hooks(daemon: RunningDaemon) -> No
             break
         time.sleep(0.2)
     assert records and records[0]["hooks"][0]["name"] == "interrupts"
+
+
+# --- Found by the attacker round: each was a way around a hook -------------------------------
+
+
+@pytest.mark.parametrize(
+    "tool_input",
+    [
+        {"command": 'echo TOP""SECRET; false'},
+        {"command": 'echo TOP""SECRET; sleep 5', "timeout": 1000},
+    ],
+    ids=["failed", "timed-out"],
+)
+def test_a_failing_commands_output_is_redacted_too(
+    daemon: RunningDaemon, tool_input: dict[str, object]
+) -> None:
+    answer = daemon.execute("Bash", tool_input)
+    assert answer.result.is_error
+    assert "TOPSECRET" not in text_of(answer) and "[redacted]" in text_of(answer), text_of(answer)
+
+
+def test_a_background_commands_output_is_redacted_in_bash_output(daemon: RunningDaemon) -> None:
+    started = daemon.execute("Bash", {"command": 'echo TOP""SECRET', "run_in_background": True})
+    shell_id = text_of(started).split("with ID: ")[1].split(".")[0]
+    text = ""
+    deadline = time.monotonic() + 60
+    while "<status>completed</status>" not in text and time.monotonic() < deadline:
+        text = text_of(daemon.execute("BashOutput", {"bash_id": shell_id}))
+        assert "TOPSECRET" not in text, text
+        time.sleep(0.2)
+    assert "[redacted]" in text, text
+
+
+def test_the_networks_notes_are_redacted_live_and_in_the_result(daemon: RunningDaemon) -> None:
+    code = (
+        "import urllib.request; urllib.request.urlopen('http://TOP'+'SECRET.example/TOP'+'SECRET')"
+    )
+    use = tool_use("egress-note", "Bash", command=f'python3 -c "{code}"; true')
+    events = list(daemon.stub.ExecuteStream(pb.ExecuteRequest(tool_use=use), timeout=120))
+    everything = json.dumps([str(event) for event in events]).lower()
+    assert "topsecret" not in everything, everything
+    assert "[redacted].example" in text_of(events[-1].response), text_of(events[-1].response)
+
+
+def _move_workspace_during(daemon: RunningDaemon, session: pb.Session, command: str) -> str:
+    use = tool_use(f"moved-{time.monotonic_ns()}", "Bash", command=command)
+    future = daemon.stub.Execute.future(
+        pb.ExecuteRequest(tool_use=use, session_id=session.id), timeout=120
+    )
+    time.sleep(1.5)
+    workspace = Path(session.workspace)
+    workspace.rename(workspace.with_name(workspace.name + ".moved"))
+    workspace.mkdir()
+    return text_of(future.result())
+
+
+def test_a_workspace_moved_during_the_call_withholds_what_was_not_redacted(
+    daemon: RunningDaemon,
+) -> None:
+    session = daemon.stub.OpenSession(pb.OpenSessionRequest(), timeout=30)
+    try:
+        text = _move_workspace_during(daemon, session, 'echo TOP""SECRET; sleep 3')
+    finally:
+        daemon.stub.CloseSession(pb.CloseSessionRequest(session_id=session.id), timeout=30)
+    assert "TOPSECRET" not in text, text
+    assert "Its output is withheld: a redacting hook had to see it first." in text
+
+
+def test_batch_hooks_do_not_run_over_a_replaced_workspace(daemon: RunningDaemon) -> None:
+    session = daemon.stub.OpenSession(pb.OpenSessionRequest(), timeout=30)
+    try:
+        workspace = Path(session.workspace)
+        workspace.rename(workspace.with_name(workspace.name + ".moved"))
+        workspace.mkdir()
+        uses = [tool_use("swapped-1", "LS", path=str(workspace))]
+        answers = list(
+            daemon.stub.ExecuteBatch(
+                pb.ExecuteBatchRequest(tool_uses=uses, session_id=session.id), timeout=60
+            )
+        )
+    finally:
+        daemon.stub.CloseSession(pb.CloseSessionRequest(session_id=session.id), timeout=30)
+    assert answers[0].result.is_error and "moved" in text_of(answers[0])
+    assert "PostToolBatch" not in text_of(answers[0]) and not answers[0].system_messages
+
+
+def test_a_hook_approval_does_not_lift_a_pre_tool_use_hooks_ask(daemon: RunningDaemon) -> None:
+    target = daemon.workspace / "deploy.txt"
+    answer = daemon.execute("Write", {"file_path": str(target), "content": "prod settings"})
+    assert answer.decision.outcome == pb.ASK, text_of(answer)
+    assert "a person must confirm prod" in text_of(answer)
+    assert not target.exists()
+
+
+def test_a_person_answering_while_the_hook_runs_gets_a_clean_answer(daemon: RunningDaemon) -> None:
+    admin = pb_grpc.AdminStub(daemon.channel)
+    target = daemon.workspace / "race.slow"
+    use = tool_use("race-1", "Write", file_path=str(target), content="x")
+    future = daemon.stub.Execute.future(pb.ExecuteRequest(tool_use=use), timeout=60)
+    deadline = time.monotonic() + 20
+    pending: list[pb.PendingApproval] = []
+    while not pending and time.monotonic() < deadline:
+        listed = admin.ListPendingApprovals(pb.ListPendingApprovalsRequest(), timeout=30)
+        pending = [a for a in listed.approvals if a.tool_use_id == use.id]
+        time.sleep(0.1)
+    assert pending
+    admin.Deny(pb.AnswerApprovalRequest(approval_id=pending[0].approval_id, note="no"), timeout=30)
+    answer = future.result()  # an answer, not a gRPC error
+    assert answer.decision.outcome == pb.ASK, text_of(answer)
+    assert not target.exists()
+
+
+def test_a_principal_refusing_hook_approvals_still_gets_asked(short_tmp: Path) -> None:
+    root = short_tmp / "no-hook-approvals"
+    hooks_dir = root / "hooks"
+    hooks_dir.mkdir(parents=True)
+    workspace = root / "ws"
+    workspace.mkdir()
+    os.chown(workspace, OWNER_UID, OWNER_GID)
+    policies = root / "policies"
+    shutil.copytree(PROJECT_ROOT / "policies", policies)
+    data = json.loads((policies / "data.json").read_text())
+    data["tooljail"]["principals"]["local"] = {"ask_tools": ["Write"], "hook_approvals": False}
+    (policies / "data.json").write_text(json.dumps(data))
+    hooks = [{"event": "PermissionRequest", "matcher": "Write", "name": "auto",
+              "command": script(hooks_dir, "permission.py", PERMISSION)}]  # fmt: skip
+    with running_daemon(
+        workspace, root / "nh.sock", sandbox={"enabled": False}, hooks=hooks,
+        opa={"policies_dir": str(policies)},
+    ) as refusing:  # fmt: skip
+        answer = refusing.execute("Write", {"file_path": str(workspace / "a.txt"), "content": "x"})
+    assert answer.decision.outcome == pb.ASK, text_of(answer)
+    assert answer.decision.approval_token, "nobody could ever approve it"

@@ -11,9 +11,14 @@ from typing import Any
 
 import pytest
 
+from daemon.calls import hook_stage
+from daemon.calls.hook_stage import HookStage
 from daemon.hooks import HookCall, HookEngine, HookEvent, HookSpec
 from daemon.hooks.protocol import BatchCall, hook_input
 from daemon.models import ImageContent, Outcome, TextContent
+from daemon.sessions.session import Session
+from daemon.tools.builtin import builtin_registry
+from daemon.tools.call import ToolCall
 from tests.unit.test_hooks import bash_call, hook, json_hook, script
 
 POST = HookEvent.POST_TOOL_USE
@@ -185,3 +190,26 @@ def test_an_interrupted_call_reads_is_interrupt(ws: Path) -> None:
     call = HookCall("s", ws, "Bash", {"command": "sleep 9"}, "toolu_1")
     data = json.loads(hook_input(HookEvent.POST_TOOL_USE_FAILURE, call, "stopped", True, True))
     assert data["is_interrupt"] is True and data["error"] == "stopped"
+
+
+async def test_hooks_of_interrupted_calls_are_capped(tmp_path: Path, ws: Path) -> None:
+    """Attack: cancelling many calls piled up hook processes without bound."""
+    slow = hook(HookEvent.POST_TOOL_USE_FAILURE, "sleep 2", name="slow", matcher="Bash")
+    stage = HookStage(HookEngine([slow]))
+    tool = builtin_registry().get("Bash")
+    assert tool is not None
+    records: list[list[dict[str, Any]]] = []
+    for n in range(hook_stage.INTERRUPTED_MAX + 5):
+        session = Session(id=f"s{n}", workspace=ws, owner=f"p{n % 8}")
+        call = ToolCall.prepare(tool, {"command": "sleep 9"}, session, f"toolu_{n}")
+        stage.interrupted(call, records.append)
+    running = [t for t in hook_stage._INTERRUPTED if not t.done()]
+    assert len(running) == hook_stage.INTERRUPTED_MAX
+    skipped = [r for r in records if r and "skipped" in r[0]]
+    assert len(skipped) == 5
+    one_owner = Session(id="x", workspace=ws, owner="p0")
+    call = ToolCall.prepare(tool, {"command": "sleep 9"}, one_owner, "toolu_x")
+    stage.interrupted(call, records.append)
+    assert "skipped" in records[-1][0]
+    for task in running:
+        task.cancel()

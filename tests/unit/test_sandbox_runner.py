@@ -506,3 +506,24 @@ def test_the_command_cannot_run_while_the_runner_wears_its_ids(
     }
     result = runner_module.run_bash(request, IDENTITY)
     assert result["output"].strip() == "refused", result
+
+
+def test_a_background_command_stops_when_its_host_goes(tmp_path: Path) -> None:
+    """Attack: a background command ran on for its whole lifetime after its daemon died."""
+    marker = tmp_path / "survived"
+    request = {
+        **owned_by_the_identity(tmp_path),
+        **bash_request(f"sleep 3; touch {marker}", tmp_path, timeout_ms=60_000),
+        "stop_without_host": True,
+    }
+    with subprocess.Popen(
+        runner_argv(), cwd=tmp_path, stdin=subprocess.PIPE, stdout=subprocess.DEVNULL
+    ) as runner:
+        assert runner.stdin is not None
+        runner.stdin.write(encode_frame(request))
+        runner.stdin.flush()
+        time.sleep(0.5)
+        runner.stdin.close()  # the daemon's attach stream ends with the daemon
+        runner.wait(timeout=10)
+    time.sleep(3.5)
+    assert not marker.exists()

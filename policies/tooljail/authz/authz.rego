@@ -198,7 +198,22 @@ pending_approval contains reason if {
 
 pending_approval contains reason if {
 	some reason in hook_needs_approval
-	count(asks_lifted_by) == 0
+	count(hook_asks_lifted_by) == 0
+}
+
+# A hook's ask is lifted as any ask is, except by another hook: a PermissionRequest hook's
+# approval does not answer a PreToolUse hook that asked for a person.
+hook_asks_lifted_by contains note if {
+	some note in asks_lifted_by
+	not note == hook_approval_note
+}
+
+hook_approval_note := sprintf(
+	"%s: %s approved this call (approval %s), so it runs without asking again.",
+	[tool_name, input.approval.approved_by, input.approval.token_id],
+) if {
+	approval_granted
+	hook_approval
 }
 
 ask contains reason if {
@@ -248,7 +263,7 @@ allow_notes contains note if {
 
 allow_notes contains note if {
 	count(hook_needs_approval) > 0
-	some note in asks_lifted_by
+	some note in hook_asks_lifted_by
 }
 
 needs_approval contains sprintf(

@@ -511,6 +511,19 @@ test_a_permission_request_hooks_approval_counts_by_default if {
 	"Bash: hook:auto-approve approved this call (approval tok-1f3a), so it runs without asking again." in d.reasons
 }
 
+test_a_hook_approval_does_not_answer_a_pre_tool_use_hooks_ask if {
+	asked := object.union(remote_self_approved, {
+		"approval": {"approved_by": "hook:auto-approve", "self_approved": false},
+		"hooks": [{"name": "confirm-prod", "decision": "ask", "reason": "a person must confirm prod"}],
+	})
+	d := authz.decision with input as asked
+	d.outcome == "ask"
+
+	# A person's approval does.
+	person := object.union(asked, {"approval": {"approved_by": "alice"}})
+	authz.decision.outcome == "allow" with input as person
+}
+
 test_a_principal_may_refuse_approvals_by_hooks if {
 	doc := object.union(remote_self_approved, {"approval": {"approved_by": "hook:auto-approve", "self_approved": false}})
 	d := authz.decision with input as doc
