@@ -49,7 +49,7 @@ class AfterHooks:
     notes: list[str]
     """The hooks' notes for the model, shown after the output."""
     records: list[dict[str, Any]]
-    """Per-hook records for the audit line."""
+    """The post hooks' records for the audit line."""
     system_messages: tuple[str, ...] = ()
     """The post hooks' messages for the user."""
 
@@ -99,7 +99,7 @@ class HookStage:
         notes = list(hooks.additional_context)
         messages: tuple[str, ...] = ()
         if self._engine is None:
-            return AfterHooks(content, is_error, notes, hooks.to_audit(), messages)
+            return AfterHooks(content, is_error, notes, [], messages)
         try:
             # Hooks get the workspace's path: never one moved or replaced under the session.
             call.session.verify_workspace()
@@ -110,10 +110,10 @@ class HookStage:
             )
             if self._engine.redacting(call.tool.name):
                 withheld = f"{moved} Its output is withheld: a redacting hook had to see it first."
-                return AfterHooks([TextContent(text=withheld)], True, [], hooks.to_audit())
-            return AfterHooks(content, True, [*notes, moved], hooks.to_audit(), messages)
+                return AfterHooks([TextContent(text=withheld)], True, [], [])
+            return AfterHooks(content, True, [*notes, moved], [], messages)
         post = await self._engine.post_tool_use(_hook_call(call), content, is_error)
-        records = [*hooks.to_audit(), *post.to_audit()]
+        records = post.to_audit()
         messages = (*messages, *post.system_messages)
         if post.withheld:
             return AfterHooks([TextContent(text=post.withheld)], True, [], records, messages)

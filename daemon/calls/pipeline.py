@@ -403,6 +403,7 @@ class Pipeline:
             return self._finish(prepared, trace, caller, None, result, summary=summary)
         call = hooked.call
         trace.system_messages.extend(hooked.outcome.system_messages)
+        trace.hook_records.extend(hooked.outcome.to_audit())
         if hooked.outcome.updated_input is not None:
             trace.effective_input = call.input_json
             trace.rewritten_by = [
@@ -514,7 +515,7 @@ class Pipeline:
             produced = [*produced, TextContent(text="\n\n" + "\n".join(sandbox_notes))]
             sandbox_notes = []
         after = await self._hooks.after(call, hooks, produced, output.is_error)
-        trace.hook_records[:] = after.records
+        trace.hook_records.extend(after.records)
         trace.system_messages.extend(after.system_messages)
         notes = [*after.notes, *sandbox_notes]
         content, fitted = fit_with_notes(after.content, notes, budget, output.keep)

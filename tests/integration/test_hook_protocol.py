@@ -159,6 +159,10 @@ def test_a_permission_request_hook_approves_an_ask(daemon: RunningDaemon) -> Non
     assert target.read_text() == "by hook\n"
     record = next(r for r in daemon.audit_lines() if r["tool_use_id"] == answer.result.tool_use_id)
     assert record["approved_by"] == "hook:auto"
+    assert [(h["name"], h["event"]) for h in record["hooks"]] == [
+        ("confirm-prod", "PreToolUse"),
+        ("auto", "PermissionRequest"),
+    ]
     admin = pb_grpc.AdminStub(daemon.channel)
     pending = admin.ListPendingApprovals(pb.ListPendingApprovalsRequest(), timeout=30)
     assert [a for a in pending.approvals if a.tool_use_id == answer.result.tool_use_id] == []
