@@ -18,6 +18,8 @@ from typing import Any
 import docker
 import grpc
 import pytest
+from anthropic.types import ToolResultBlockParam
+from pydantic import TypeAdapter
 
 from daemon._generated.tooljail.v1 import executor_pb2 as pb
 from sandbox.backend import LABEL_INSTANCE, LABEL_SESSION
@@ -65,6 +67,8 @@ def session(daemon: RunningDaemon) -> Iterator[pb.Session]:
 def call(daemon: RunningDaemon, session: pb.Session, name: str, **tool_input: Any) -> str:
     response = daemon.execute(name, tool_input, session_id=session.id)
     assert not response.result.is_error, text_of(response)
+    # Every answer is a tool_result block as the Anthropic SDK types it.
+    TypeAdapter(ToolResultBlockParam).validate_python(json.loads(response.tool_result_json))
     return text_of(response)
 
 

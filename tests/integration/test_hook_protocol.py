@@ -17,6 +17,8 @@ from pathlib import Path
 
 import grpc
 import pytest
+from anthropic.types import ToolResultBlockParam
+from pydantic import TypeAdapter
 
 from daemon._generated.tooljail.v1 import executor_pb2 as pb
 from daemon._generated.tooljail.v1 import executor_pb2_grpc as pb_grpc
@@ -75,6 +77,15 @@ if "prod" in call["tool_input"].get("content", ""):
     print(json.dumps({"hookSpecificOutput": {"hookEventName": "PreToolUse",
         "permissionDecision": "ask", "permissionDecisionReason": "a person must confirm prod"}}))
 """
+AS_IMAGE = """
+import json, sys
+json.load(sys.stdin)
+png = ("iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR4nGNgYGBgAAAABQAB"
+       "pfZFQAAAAABJRU5ErkJggg==")
+print(json.dumps({"hookSpecificOutput": {"hookEventName": "PostToolUse", "updatedToolOutput": [
+    {"type": "text", "text": "a picture instead"},
+    {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": png}}]}}))
+"""
 GREET = """
 import json
 print(json.dumps({"systemMessage": "pre says hi"}))
@@ -112,6 +123,8 @@ def daemon(short_tmp: Path) -> Iterator[RunningDaemon]:
          "command": script(hooks_dir, "batch.py", BATCH)},
         {"event": "PreToolUse", "matcher": "LS", "name": "greet",
          "command": script(hooks_dir, "greet.py", GREET)},
+        {"event": "PostToolUse", "matcher": "Glob", "name": "as-image",
+         "command": script(hooks_dir, "image.py", AS_IMAGE)},
         {"event": "PreToolUse", "matcher": "Write", "name": "confirm-prod",
          "command": script(hooks_dir, "confirm.py", CONFIRM_PROD)},
     ]  # fmt: skip
@@ -370,3 +383,13 @@ def test_a_principal_refusing_hook_approvals_still_gets_asked(short_tmp: Path) -
         answer = refusing.execute("Write", {"file_path": str(workspace / "a.txt"), "content": "x"})
     assert answer.decision.outcome == pb.ASK, text_of(answer)
     assert answer.decision.approval_token, "nobody could ever approve it"
+
+
+def test_a_replaced_output_is_a_valid_anthropic_tool_result(daemon: RunningDaemon) -> None:
+    answer = daemon.execute("Glob", {"pattern": "*"})
+    block = json.loads(answer.tool_result_json)
+    TypeAdapter(ToolResultBlockParam).validate_python(block)
+    assert [c["type"] for c in block["content"]] == ["text", "image"]
+    assert block["content"][1]["source"]["media_type"] == "image/png"
+    images = [b.image for b in answer.result.content if b.HasField("image")]
+    assert images and images[0].data.startswith(b"\x89PNG")
