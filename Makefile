@@ -41,8 +41,9 @@ lock: venv ## regenerate requirements.lock (hashed) from pyproject.toml's ranges
 proto: $(GENERATED) ## generate the Python gRPC code from proto/
 
 $(GENERATED): proto/tooljail/v1/executor.proto scripts/gen-proto.sh $(VENV)/.installed
-	@echo "==> generating gRPC code from proto/"
+	@echo "==> generating gRPC code from proto/ (the daemon's, and the Python client's)"
 	@scripts/gen-proto.sh
+	@scripts/gen-client-proto.sh
 
 opa: ## build the pinned OPA from source into .tools/bin
 	@scripts/build-opa.sh
@@ -90,8 +91,8 @@ test: setup lint typecheck policy-test buf pytest bench-smoke ## everything CI r
 
 lint: venv ## ruff lint and format check, and the import contracts (pyproject.toml)
 	@echo "==> ruff"
-	@$(BIN)/ruff check daemon sandbox tests bench
-	@$(BIN)/ruff format --check daemon sandbox tests bench
+	@$(BIN)/ruff check daemon sandbox tests bench clients/python/src
+	@$(BIN)/ruff format --check daemon sandbox tests bench clients/python/src
 	@echo "==> import contracts"
 	@$(BIN)/lint-imports --no-cache | tail -n 7
 
@@ -99,9 +100,10 @@ fmt: venv ## format the code
 	@$(BIN)/ruff format daemon sandbox tests bench
 	@$(BIN)/ruff check --fix daemon sandbox tests bench
 
-typecheck: venv proto ## mypy --strict
+typecheck: venv proto ## mypy --strict (the daemon, and the Python client on its own)
 	@echo "==> mypy --strict"
 	@$(BIN)/mypy
+	@cd clients/python/src && ../../../$(BIN)/mypy --strict tooljail --exclude 'tooljail/_proto/.*\.py$$'
 
 # The input JSON schema lives beside the policies: the type checker's, not data to load.
 OPA_LOAD := --ignore input.schema.json
