@@ -71,4 +71,5 @@ def test_the_client_alone_drives_a_live_daemon(
     assert seen["ran_once"] is True
     assert seen["status_version"] is True
     assert seen["unreachable"] in ("Unavailable", "DeadlineExceeded")
+    assert seen["async"] == {"text": "async\n", "last": "Answer", "batch": ["toolu_a1"]}
     assert sys.executable != str(client_python)

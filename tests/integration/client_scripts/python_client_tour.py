@@ -1,6 +1,7 @@
 """Run inside a virtualenv that has only tooljail-client: every feature of the client against a
 live daemon; prints one JSON object of what it saw (the test asserts on it)."""
 
+import asyncio
 import importlib.util
 import json
 import sys
@@ -82,4 +83,24 @@ try:
     tooljail.Client("unix:///nonexistent/tooljail.sock", timeout=2).list_tools()
 except tooljail.TooljailError as error:
     seen["unreachable"] = type(error).__name__
+
+
+async def _async_tour() -> dict[str, object]:
+    from tooljail.aio import AsyncClient
+
+    async with AsyncClient(target, timeout=120) as jail:
+        session = await jail.open_session()
+        answer = await jail.execute("Bash", {"command": "echo async"}, session_id=session.id)
+        kinds = [
+            type(e).__name__ async for e in jail.stream("Bash", {"command": "sleep 0.3; echo s"})
+        ]
+        batch = await jail.execute_batch(
+            [{"id": "toolu_a1", "name": "Bash", "input": {"command": "echo x"}}],
+            session_id=session.id,
+        )
+        await jail.close_session(session.id)
+    return {"text": answer.text, "last": kinds[-1], "batch": [a.tool_use_id for a in batch]}
+
+
+seen["async"] = asyncio.run(_async_tour())
 print(json.dumps(seen))

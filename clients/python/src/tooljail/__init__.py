@@ -2,7 +2,8 @@
 
     from tooljail import Client
 
-See `Client` (blocking) and `tooljail.anthropic` (the Messages API loop).
+See `Client` (blocking), `tooljail.aio.AsyncClient` (asyncio) and `tooljail.anthropic` (the
+Messages API loop).
 """
 
 from tooljail.client import Client

@@ -1,0 +1,146 @@
+"""The asyncio client: the same calls as `Client`, awaited.
+
+from tooljail.aio import AsyncClient
+
+async with AsyncClient() as jail:
+    answer = await jail.execute("Glob", {"pattern": "**/*.py"})
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import AsyncIterator, Iterable, Mapping
+from types import TracebackType
+from typing import Any
+
+import grpc
+
+from tooljail import types
+from tooljail._proto.tooljail.v1 import executor_pb2 as pb
+from tooljail._proto.tooljail.v1 import executor_pb2_grpc as pb_grpc
+from tooljail.client import RETRIES, RETRY_PAUSE_S
+from tooljail.connection import Connection
+from tooljail.errors import Unavailable, from_rpc_error
+from tooljail.requests import ToolUseLike, new_tool_use_id, tool_use, tool_uses
+
+
+class AsyncClient:
+    """A connection to a tooljail daemon for asyncio programs (arguments as `Client`'s)."""
+
+    def __init__(
+        self,
+        target: str | None = None,
+        *,
+        token: str | None = None,
+        ca_file: str | None = None,
+        cert_file: str | None = None,
+        key_file: str | None = None,
+        timeout: float | None = 300.0,
+    ) -> None:
+        self.connection = Connection.resolve(
+            target, token=token, ca_file=ca_file, cert_file=cert_file, key_file=key_file
+        )
+        self._channel = self.connection.aio_channel()
+        self._executor = pb_grpc.ExecutorStub(self._channel)
+        self._timeout = timeout
+
+    async def close(self) -> None:
+        await self._channel.close()
+
+    async def __aenter__(self) -> AsyncClient:
+        return self
+
+    async def __aexit__(
+        self,
+        kind: type[BaseException] | None,
+        error: BaseException | None,
+        trace: TracebackType | None,
+    ) -> None:
+        await self.close()
+
+    def _options(self, timeout: float | None) -> dict[str, Any]:
+        return {
+            "timeout": self._timeout if timeout is None else timeout,
+            "metadata": self.connection.metadata(),
+        }
+
+    async def list_tools(self, session_id: str = "") -> list[types.ToolDefinition]:
+        """The tools this caller may use (in the session)."""
+        request = pb.ListToolsRequest(session_id=session_id)
+        response = await _call(self._executor.ListTools(request, **self._options(None)))
+        anthropic = {tool["name"]: tool for tool in json.loads(response.tools_json or "[]")}
+        return [types.tool_definition(t, anthropic.get(t.name, {})) for t in response.tools]
+
+    async def execute(
+        self,
+        name: str,
+        tool_input: Mapping[str, Any] | None = None,
+        *,
+        tool_use_id: str | None = None,
+        session_id: str = "",
+        approval_token: str = "",
+        timeout: float | None = None,
+    ) -> types.Answer:
+        """Run one tool_use (retried with the same id when the daemon could not be reached)."""
+        use = tool_use({"id": tool_use_id or new_tool_use_id(), "name": name, "input": tool_input})
+        request = pb.ExecuteRequest(
+            tool_use=use, session_id=session_id, approval_token=approval_token
+        )
+        for attempt in range(RETRIES):
+            try:
+                call = self._executor.Execute(request, **self._options(timeout))
+                return types.answer(await _call(call))
+            except Unavailable:
+                if attempt == RETRIES - 1:
+                    raise
+                await asyncio.sleep(RETRY_PAUSE_S * (attempt + 1))
+        raise AssertionError("unreachable")
+
+    async def execute_batch(
+        self, blocks: Iterable[ToolUseLike], *, session_id: str = "", timeout: float | None = None
+    ) -> list[types.Answer]:
+        """The tool_use blocks of one assistant turn, answered in their order."""
+        request = pb.ExecuteBatchRequest(session_id=session_id, tool_uses=tool_uses(blocks))
+        try:
+            stream = self._executor.ExecuteBatch(request, **self._options(timeout))
+            return [types.answer(message) async for message in stream]
+        except grpc.RpcError as error:
+            raise from_rpc_error(error) from None
+
+    async def stream(
+        self,
+        name: str,
+        tool_input: Mapping[str, Any] | None = None,
+        *,
+        session_id: str = "",
+        timeout: float | None = None,
+    ) -> AsyncIterator[types.Progress | types.Answer]:
+        """One call with its live progress; the answer comes last."""
+        use = tool_use({"id": new_tool_use_id(), "name": name, "input": tool_input})
+        request = pb.ExecuteRequest(tool_use=use, session_id=session_id)
+        try:
+            async for event in self._executor.ExecuteStream(request, **self._options(timeout)):
+                if event.HasField("progress"):
+                    yield types.progress(event.progress)
+                elif event.HasField("response"):
+                    yield types.answer(event.response)
+        except grpc.RpcError as error:
+            raise from_rpc_error(error) from None
+
+    async def open_session(self, workspace: str = "", *, mode: str = "") -> types.Session:
+        request = pb.OpenSessionRequest(workspace=workspace, mode=mode)
+        return types.session(
+            await _call(self._executor.OpenSession(request, **self._options(None)))
+        )
+
+    async def close_session(self, session_id: str) -> None:
+        request = pb.CloseSessionRequest(session_id=session_id)
+        await _call(self._executor.CloseSession(request, **self._options(None)))
+
+
+async def _call(call: Any) -> Any:
+    try:
+        return await call
+    except grpc.RpcError as error:
+        raise from_rpc_error(error) from None
