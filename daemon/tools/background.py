@@ -195,12 +195,13 @@ class BackgroundShells:
         if self.running(owner=owner) >= self._per_principal:
             return (
                 f"this principal's sessions already run {self._per_principal} background "
-                "commands (the daemon's background.per_principal); stop one with KillShell first"
+                "commands (the daemon's sandbox.background_per_principal); stop one with "
+                "KillShell first"
             )
         if self.running() >= self._max_total:
             return (
                 f"the daemon already runs {self._max_total} background commands for all its "
-                "callers (background.max_total); try again later or run the command in the "
+                "callers (sandbox.background_max); try again later or run the command in the "
                 "foreground"
             )
         return ""
@@ -224,7 +225,7 @@ class BackgroundShells:
         background command at once (else only once `adopt`ed).
 
         The caller checked `room` first (for `background`); `on_output` also gets the output
-        while the caller listens (`mute` stops it)."""
+        until the command becomes a background one."""
         if self._closed:
             raise ToolError("The daemon is shutting down; no command can start now.")
         shell = BackgroundShell(
