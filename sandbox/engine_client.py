@@ -8,6 +8,7 @@ done carefully; everything else is the SDK as it comes.
 
 from __future__ import annotations
 
+import os
 import socket
 from typing import Any
 
@@ -43,6 +44,22 @@ class _UnixAdapter(unixconn.UnixHTTPAdapter):
                 )
                 self.pools[url] = pool
         return pool
+
+
+def engine_listening() -> bool:
+    """Whether the engine the environment names could answer: its Unix socket accepts a
+    connection (a TCP engine is assumed to). Cheap, and leaves nothing open: a daemon waiting
+    for its engine asks this every few seconds, where a failed client would leak a socket."""
+    host = os.environ.get("DOCKER_HOST", "unix:///var/run/docker.sock")
+    if not host.startswith("unix://"):
+        return True
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as probe:
+        probe.settimeout(2.0)
+        try:
+            probe.connect(host.removeprefix("unix://"))
+        except OSError:
+            return False
+    return True
 
 
 def engine_client(max_pool_size: int | None = None) -> docker.DockerClient:

@@ -28,6 +28,7 @@ from sandbox.backend import (
     SandboxSpec,
 )
 from sandbox.docker_backend import DockerBackend
+from sandbox.engine_client import engine_listening
 from sandbox.executor import ExecutorStats, SandboxExecutor
 from sandbox.image import default_image_ref
 from sandbox.kept import KeptServers
@@ -172,6 +173,15 @@ class Sandbox:
         assert parts is not None
         settings, egress = parts.settings, parts.egress
         image = settings.sandbox.image or default_image_ref()
+        if not engine_listening():  # nothing answers yet: no client to build (and leak)
+            if not quiet:
+                log.error(
+                    "no Docker engine answers (DOCKER_HOST, or /var/run/docker.sock); sandboxed "
+                    "tools are not offered and refuse to run until one does (looked for again "
+                    "every %.0f s)",
+                    ENGINE_RETRY_S,
+                )
+            return False
         try:
             backend = DockerBackend(
                 image=image,

@@ -94,6 +94,8 @@ class BatchHooks:
                 "time": time.time(),
                 "principal": caller.principal,
                 "session": session.id,
+                # The answer their text went with; tool_use_ids lists the whole batch.
+                "tool_use_id": calls[-1].tool_use_id,
                 "tool_use_ids": [call.tool_use_id for call in calls],
                 "hooks": self._mask(post.to_audit()),
             }

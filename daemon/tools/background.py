@@ -63,6 +63,8 @@ class BackgroundShell:
     session_id: str
     owner: str
     timeout_ms: int
+    tool_use_id: str = ""
+    """The Bash call that started it (its audit records name it)."""
     started_at: float = field(default_factory=time.time)
     task: asyncio.Task[SandboxResult] | None = None
     result: SandboxResult | None = None
@@ -218,6 +220,7 @@ class BackgroundShells:
         *,
         session_id: str,
         owner: str,
+        tool_use_id: str = "",
         on_output: Callable[[str], None] | None = None,
         background: bool,
     ) -> BackgroundShell:
@@ -234,6 +237,7 @@ class BackgroundShells:
             session_id=session_id,
             owner=owner,
             timeout_ms=request.timeout_ms,
+            tool_use_id=tool_use_id,
             background=background,
         )
         relay = _Relay(shell, on_output)
@@ -393,8 +397,10 @@ class _Relay:
 def _end_record(shell: BackgroundShell) -> dict[str, Any]:
     result = shell.result or SandboxResult(exit_code=-1)
     return {
+        "time": time.time(),
         "shell_id": shell.id,
-        "session_id": shell.session_id,
+        "tool_use_id": shell.tool_use_id,
+        "session": shell.session_id,
         "principal": shell.owner,
         "state": shell.state.value,
         "exit_code": result.exit_code,

@@ -351,6 +351,7 @@ def _started_in_background(
         ctx.limits,
         session_id=ctx.session.id,
         owner=ctx.session.owner,
+        tool_use_id=ctx.tool_use_id,
         background=True,
     )
     return BashRun(
@@ -388,6 +389,7 @@ async def _run_movable(
         ctx.limits,
         session_id=ctx.session.id,
         owner=ctx.session.owner,
+        tool_use_id=ctx.tool_use_id,
         on_output=_live_output(ctx),
         background=False,
     )

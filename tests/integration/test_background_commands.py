@@ -143,6 +143,7 @@ def test_a_background_command_runs_on_and_its_container_goes_when_it_ends(
     assert until(lambda: session_containers(daemon, session) == [])
     ended = [r for r in daemon.audit_lines("background_ended") if r["shell_id"] == shell_id]
     assert ended and ended[0]["state"] == "completed" and ended[0]["exit_code"] == 4
+    assert ended[0]["tool_use_id"].startswith("toolu_") and ended[0]["session"] == session.id
 
 
 def test_kill_shell_removes_the_container(daemon: RunningDaemon, session: pb.Session) -> None:
@@ -162,7 +163,7 @@ def test_closing_the_session_removes_its_background_containers(daemon: RunningDa
     assert until(lambda: len(session_containers(daemon, opened)) == 2)
     daemon.stub.CloseSession(pb.CloseSessionRequest(session_id=opened.id), timeout=60)
     assert until(lambda: session_containers(daemon, opened) == [])
-    ended = [r for r in daemon.audit_lines("background_ended") if r["session_id"] == opened.id]
+    ended = [r for r in daemon.audit_lines("background_ended") if r["session"] == opened.id]
     assert sorted(r["killed_by"] for r in ended) == ["session closed", "session closed"]
 
 
