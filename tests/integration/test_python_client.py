@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 import venv
@@ -29,8 +30,11 @@ def client_python(short_tmp: Path) -> Path:
     folder = short_tmp / "client-venv"
     venv.EnvBuilder(with_pip=True).create(folder)
     python = folder / "bin" / "python"
+    # Built from a copy: pip builds in the source folder, and the checkout must stay clean.
+    source = short_tmp / "client-source"
+    shutil.copytree(CLIENT, source, ignore=shutil.ignore_patterns("build", "*.egg-info"))
     subprocess.run(
-        [str(python), "-m", "pip", "install", "-q", "--disable-pip-version-check", str(CLIENT)],
+        [str(python), "-m", "pip", "install", "-q", "--disable-pip-version-check", str(source)],
         check=True,
         timeout=600,
     )
