@@ -43,6 +43,7 @@ class AsyncClient:
         )
         self._channel = self.connection.aio_channel()
         self._executor = pb_grpc.ExecutorStub(self._channel)
+        self._admin = pb_grpc.AdminStub(self._channel)
         self._timeout = timeout
 
     async def close(self) -> None:
@@ -137,6 +138,27 @@ class AsyncClient:
     async def close_session(self, session_id: str) -> None:
         request = pb.CloseSessionRequest(session_id=session_id)
         await _call(self._executor.CloseSession(request, **self._options(None)))
+
+    async def pending_approvals(self) -> list[pb.PendingApproval]:
+        """The asks waiting for an approver (the caller must be one)."""
+        request = pb.ListPendingApprovalsRequest()
+        response = await _call(self._admin.ListPendingApprovals(request, **self._options(None)))
+        return list(response.approvals)
+
+    async def approve(self, approval_id: str, *, scope: str = "once", note: str = "") -> None:
+        request = pb.AnswerApprovalRequest(approval_id=approval_id, scope=scope, note=note)
+        await _call(self._admin.Approve(request, **self._options(None)))
+
+    async def deny(self, approval_id: str, *, note: str = "") -> None:
+        request = pb.AnswerApprovalRequest(approval_id=approval_id, note=note)
+        await _call(self._admin.Deny(request, **self._options(None)))
+
+    async def status(self) -> pb.StatusResponse:
+        """The daemon's health."""
+        response: pb.StatusResponse = await _call(
+            self._admin.Status(pb.StatusRequest(), **self._options(None))
+        )
+        return response
 
 
 async def _call(call: Any) -> Any:
