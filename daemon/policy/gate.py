@@ -84,22 +84,12 @@ class PolicyGate:
     ) -> GateDecision:
         """The decision for one call."""
 
-        def binding() -> dict[str, Any]:
-            """What a token is bound to (only needed with a token or for an ask)."""
-            return {
-                "session_id": call.session.id,
-                "tool_use_id": call.tool_use_id,
-                "input_hash": canonical_input_hash(call.input_json),
-                "principal": caller.principal,
-                "tool_name": call.tool.name,
-            }
-
         grant: Grant | None = None
         if approval.token:
             if self._approvals is None:
                 return GateDecision(Verdict.deny("Approval tokens are not enabled on this daemon."))
             try:
-                grant = self._approvals.verify(approval.token, **binding())
+                grant = self._approvals.verify(approval.token, **_binding(call, caller))
             except ApprovalError as exc:
                 return GateDecision(Verdict.deny(f"The approval token was refused: {exc}"))
             grant, refusal = self._approved(grant, approval, caller)
@@ -120,7 +110,7 @@ class PolicyGate:
                 )
             if self._approvals is None:
                 return GateDecision(verdict)
-            issued = self._approvals.issue(**binding())
+            issued = self._approvals.issue(**_binding(call, caller))
             self._pending.add(
                 PendingAsk(
                     approval_id=issued.token_id,
@@ -164,14 +154,7 @@ class PolicyGate:
         if self._approvals is None or not asked.approval_token:
             return None
         try:
-            grant = self._approvals.verify(
-                asked.approval_token,
-                session_id=call.session.id,
-                tool_use_id=call.tool_use_id,
-                input_hash=canonical_input_hash(call.input_json),
-                principal=caller.principal,
-                tool_name=call.tool.name,
-            )
+            grant = self._approvals.verify(asked.approval_token, **_binding(call, caller))
         except ApprovalError:
             return None
         ask = self._pending.get(grant.token_id)
@@ -218,6 +201,17 @@ class PolicyGate:
         return replace(
             grant, approved_by=by, self_approved=by == caller.principal, scope=ask.scope
         ), ""
+
+
+def _binding(call: ToolCall, caller: Caller) -> dict[str, Any]:
+    """What a token is bound to (only needed with a token or for an ask)."""
+    return {
+        "session_id": call.session.id,
+        "tool_use_id": call.tool_use_id,
+        "input_hash": canonical_input_hash(call.input_json),
+        "principal": caller.principal,
+        "tool_name": call.tool.name,
+    }
 
 
 def _for_review(tool_input: dict[str, Any]) -> dict[str, Any]:

@@ -299,9 +299,7 @@ class BackgroundShells:
         shells = self._shells.get(session_id, {})
         running = [shell for shell in shells.values() if not shell.done]
         for shell in running:
-            shell.killed_by = shell.killed_by or "session closed"
-            if shell.task is not None:
-                shell.task.cancel()
+            _stop(shell, "session closed")
         await asyncio.gather(*(self._kill(shell, "session closed") for shell in running))
         if all(shell.done for shell in shells.values()):
             self._shells.pop(session_id, None)
@@ -316,9 +314,7 @@ class BackgroundShells:
     async def _kill(self, shell: BackgroundShell, why: str) -> None:
         if shell.task is None or shell.done:
             return
-        shell.killed_by = shell.killed_by or why
-        if not shell.task.cancelling():  # a second cancel would cut its clean-up short
-            shell.task.cancel()
+        _stop(shell, why)
         with contextlib.suppress(asyncio.CancelledError):
             await shell.task
         await shell.wait(1.0)  # its done callback, should it not have run yet
@@ -362,6 +358,15 @@ class BackgroundShells:
         ]
         for _, sid, key, _ in doomed:
             self._shells.get(sid, {}).pop(key, None)
+
+
+def _stop(shell: BackgroundShell, why: str) -> None:
+    """Tell a running command to stop (at once: no await), recording who ended it."""
+    if shell.task is None or shell.done:
+        return
+    shell.killed_by = shell.killed_by or why
+    if not shell.task.cancelling():  # a second cancel would cut its clean-up short
+        shell.task.cancel()
 
 
 async def _run(

@@ -20,6 +20,7 @@ from types import TracebackType
 from typing import Any
 
 import grpc
+from google.protobuf import json_format
 
 from tooljail import types
 from tooljail._proto.tooljail.v1 import executor_pb2 as pb
@@ -239,8 +240,6 @@ def _events(stream: Iterable[pb.ExecuteEvent]) -> Iterator[types.Progress | type
 
 
 def _plain(value: Any) -> dict[str, Any]:
-    from google.protobuf import json_format
-
     plain: dict[str, Any] = json_format.MessageToDict(value)
     return plain
 

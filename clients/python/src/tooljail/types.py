@@ -6,6 +6,8 @@ import json
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from google.protobuf import json_format
+
 from tooljail._proto.tooljail.v1 import executor_pb2 as pb
 
 Outcome = Literal["allow", "deny", "ask", ""]
@@ -98,8 +100,6 @@ class Session:
 
 
 def tool_definition(message: pb.ToolDefinition, anthropic: dict[str, Any]) -> ToolDefinition:
-    from google.protobuf import json_format
-
     return ToolDefinition(
         name=message.name,
         description=message.description,
