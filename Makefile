@@ -25,15 +25,17 @@ setup: venv proto opa grpcurl packages helpers sandbox-user docker image ## inst
 
 venv: $(VENV)/.installed ## the Python virtualenv with tooljail and its dev tools
 
-$(VENV)/.installed: pyproject.toml requirements.lock
+$(VENV)/.installed: pyproject.toml requirements.lock clients/python/pyproject.toml
 	@echo "==> Python virtualenv ($(VENV)) and packages (pinned and hashed: requirements.lock)"
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	@$(BIN)/pip install -q --disable-pip-version-check --require-hashes -r requirements.lock
-	@$(BIN)/pip install -q --disable-pip-version-check --no-deps -e .
+	@# The client commands (tooljail call, tools, mcp...) speak to the daemon through the client.
+	@$(BIN)/pip install -q --disable-pip-version-check --no-deps -e . -e clients/python
 	@touch $@
 
 lock: venv ## regenerate requirements.lock (hashed) from pyproject.toml's ranges, newest that fit
 	@$(BIN)/uv pip compile pyproject.toml --extra dev --extra mcp --generate-hashes \
+	  --no-emit-package tooljail-client \
 	  --python-version 3.11 --python-platform x86_64-manylinux_2_28 --upgrade \
 	  --no-header --quiet -o requirements.lock
 	@echo "requirements.lock regenerated; make setup installs exactly it"
@@ -100,10 +102,12 @@ fmt: venv ## format the code
 	@$(BIN)/ruff format daemon sandbox tests bench
 	@$(BIN)/ruff check --fix daemon sandbox tests bench
 
-typecheck: venv proto ## mypy --strict (the daemon, and the Python client on its own)
+typecheck: venv proto ## mypy --strict (the daemon, and the Python client with its adapters on its own)
 	@echo "==> mypy --strict"
 	@$(BIN)/mypy
-	@cd clients/python/src && ../../../$(BIN)/mypy --strict tooljail --exclude 'tooljail/_proto/.*\.py$$'
+	@scripts/client-typecheck-venv.sh
+	@cd clients/python/src && ../../../$(BIN)/mypy --strict --python-executable ../../../.tools/client-venv/bin/python \
+	  tooljail --exclude 'tooljail/_proto/.*\.py$$'
 
 # The input JSON schema lives beside the policies: the type checker's, not data to load.
 OPA_LOAD := --ignore input.schema.json

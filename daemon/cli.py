@@ -13,10 +13,10 @@ import grpc
 
 from daemon.client.connection import (
     DEFAULT_TARGET,
-    Connection,
     ConnectionOptionError,
     add_arguments,
     client_log_level,
+    from_args,
 )
 from daemon.config import ConfigError, load_settings
 from daemon.errors import TooljailError
@@ -46,7 +46,7 @@ def _serve(args: argparse.Namespace) -> int:
 def _tools(args: argparse.Namespace) -> int:
     from daemon.client.commands import print_tools
 
-    return print_tools(Connection.from_args(args), args.session, args.timeout, args.json)
+    return print_tools(from_args(args), args.session, args.timeout, args.json)
 
 
 def _call_anthropic(args: argparse.Namespace) -> int:
@@ -59,7 +59,7 @@ def _call_anthropic(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         return 2
-    output = call_json(sys.stdin.read(), Connection.from_args(args), args.session, args.timeout)
+    output = call_json(sys.stdin.read(), from_args(args), args.session, args.timeout)
     sys.stdout.write(output.stdout)
     sys.stderr.write(output.stderr)
     return output.code
@@ -75,7 +75,7 @@ def _mcp(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         return 2
-    return run_mcp(Connection.from_args(args), args.session, args.timeout)
+    return run_mcp(from_args(args), args.session, args.timeout)
 
 
 def _call(args: argparse.Namespace) -> int:
@@ -89,11 +89,11 @@ def _call(args: argparse.Namespace) -> int:
     except (ValueError, json.JSONDecodeError) as exc:
         print(f"tooljail call: {exc}", file=sys.stderr)
         return 2
-    from daemon._generated.tooljail.v1 import executor_pb2_grpc
+    from tooljail.wire import pb_grpc
 
-    with Connection.from_args(args).channel() as channel:
+    with from_args(args).channel() as channel:
         return run_calls(
-            executor_pb2_grpc.ExecutorStub(channel),
+            pb_grpc.ExecutorStub(channel),
             tool_uses,
             session=args.session,
             timeout=args.timeout,
@@ -105,7 +105,7 @@ def _call(args: argparse.Namespace) -> int:
 def _status(args: argparse.Namespace) -> int:
     from daemon.client.commands import print_status
 
-    return print_status(Connection.from_args(args), args.timeout, args.json)
+    return print_status(from_args(args), args.timeout, args.json)
 
 
 def _approvals(args: argparse.Namespace) -> int:
@@ -115,7 +115,7 @@ def _approvals(args: argparse.Namespace) -> int:
         print(f"tooljail: approvals {args.action} needs the approval id", file=sys.stderr)
         return 2
     return approvals(
-        Connection.from_args(args),
+        from_args(args),
         args.timeout,
         args.json,
         args.action,

@@ -72,8 +72,8 @@ fi
 # pip builds from a copy, so the source tree gets no build/ or egg-info of its own.
 src=$(mktemp -d)
 trap 'stop_step; rm -rf "$src"' EXIT
-tar -C "$REPO_ROOT" --exclude=__pycache__ --exclude='*.egg-info' -cf - \
-  pyproject.toml README.md daemon sandbox | tar -C "$src" -xf -
+tar -C "$REPO_ROOT" --exclude=__pycache__ --exclude='*.egg-info' --exclude=build -cf - \
+  pyproject.toml README.md daemon sandbox clients/python | tar -C "$src" -xf -
 
 pip_args=(install --disable-pip-version-check --no-input --upgrade)
 # Bytecode compiled under DESTDIR would name the staging paths in tracebacks; the packager
@@ -81,8 +81,9 @@ pip_args=(install --disable-pip-version-check --no-input --upgrade)
 [[ -z $DESTDIR ]] || pip_args+=(--no-compile)
 # A local directory is always reinstalled, so the same version number with new code is picked up;
 # dependencies are upgraded only when the new requirements ask for it.
-run_step "pip install tooljail and its dependencies" "$TOOLS_DIR/logs/install-pip.log" \
-  "$VENV/bin/python" -m pip "${pip_args[@]}" "$src"
+# The client commands (tooljail call, tools, mcp...) speak to the daemon through the Python client.
+run_step "pip install tooljail, its client and their dependencies" "$TOOLS_DIR/logs/install-pip.log" \
+  "$VENV/bin/python" -m pip "${pip_args[@]}" "$src" "$src/clients/python"
 
 # --- OPA, the Landlock wrapper, the policies, the config example, the docs, the unit ---------------
 install -D -m 0755 "$OPA_BIN" "$VENV/bin/opa"

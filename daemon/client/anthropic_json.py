@@ -17,9 +17,8 @@ from typing import Any, NamedTuple
 
 import grpc
 from google.protobuf import json_format
+from tooljail.wire import pb, pb_grpc
 
-from daemon._generated.tooljail.v1 import executor_pb2 as pb
-from daemon._generated.tooljail.v1 import executor_pb2_grpc as pb_grpc
 from daemon.client.connection import Connection
 from daemon.errors import RequestError
 from daemon.models import TextContent, ToolResult, ToolUse

@@ -12,9 +12,7 @@ from collections.abc import Iterable
 from typing import Any, TextIO
 
 from google.protobuf import json_format
-
-from daemon._generated.tooljail.v1 import executor_pb2 as pb
-from daemon._generated.tooljail.v1 import executor_pb2_grpc as pb_grpc
+from tooljail.wire import pb, pb_grpc
 
 _SPINNER = "|/-\\"
 

@@ -6,9 +6,8 @@ import json
 import time
 
 from google.protobuf import json_format
+from tooljail.wire import pb, pb_grpc
 
-from daemon._generated.tooljail.v1 import executor_pb2 as pb
-from daemon._generated.tooljail.v1 import executor_pb2_grpc as pb_grpc
 from daemon.client.connection import Connection
 from daemon.text import printable
 

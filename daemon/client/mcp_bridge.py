@@ -39,16 +39,16 @@ from google.protobuf import json_format
 from mcp.server import Server, ServerRequestContext
 from mcp.server.stdio import stdio_server
 from mcp.shared.exceptions import MCPError
+from tooljail.wire import pb, pb_grpc
 
 from daemon import __version__
-from daemon._generated.tooljail.v1 import executor_pb2 as pb
-from daemon._generated.tooljail.v1 import executor_pb2_grpc as pb_grpc
 from daemon.client.connection import (
     DEFAULT_TARGET,
     Connection,
     ConnectionOptionError,
     add_arguments,
     client_log_level,
+    from_args,
 )
 from daemon.ops.logs import configure_logging
 
@@ -266,7 +266,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     configure_logging(json=False, level=client_log_level())
     try:
-        connection = Connection.from_args(args)
+        connection = from_args(args)
     except ConnectionOptionError as exc:
         parser.error(str(exc))
     return run_mcp(connection, args.session, args.timeout)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import re
 import shutil
 import subprocess
 import threading
@@ -145,6 +146,31 @@ def serve_process(
         if process.poll() is None:
             process.kill()
             process.wait()
+
+
+def wait_serving(target: str, timeout_s: float = 60.0) -> None:
+    """Until the daemon at `target` says SERVING to a health check (its socket comes first)."""
+    from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+    deadline = time.monotonic() + timeout_s
+    with grpc.insecure_channel(target.replace("unix://", "unix:", 1)) as channel:
+        health = health_pb2_grpc.HealthStub(channel)
+        while time.monotonic() < deadline:
+            try:
+                reply = health.Check(health_pb2.HealthCheckRequest(), timeout=2)
+                if reply.status == health_pb2.HealthCheckResponse.SERVING:
+                    return
+            except grpc.RpcError:
+                pass
+            time.sleep(0.1)
+    pytest.fail(f"the daemon at {target} never said SERVING")
+
+
+def instance_id_of(log_path: Path) -> str:
+    """The daemon instance a `tooljail serve` log names (its containers carry it as a label)."""
+    found = re.search(r"\(instance (\S+)\)", log_path.read_text())
+    assert found, log_path.read_text()[-2000:]
+    return found.group(1)
 
 
 def unmount_below(folder: Path) -> None:

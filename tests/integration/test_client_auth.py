@@ -119,7 +119,7 @@ def test_call_status_and_anthropic_json_over_mtls(
         (["--tls-cert", "c.pem"], "--tls-cert and --tls-key: give both or neither"),
         (["--tls-cert", "c.pem", "--tls-key", "k.pem"], "--tls-cert needs --tls-ca"),
         (["--token-file", "/nonexistent/token"], "--token-file /nonexistent/token"),
-        (["--tls-ca", "/nonexistent/ca.pem"], "cannot read a TLS file"),
+        (["--tls-ca", "/nonexistent/ca.pem"], "cannot read the TLS file /nonexistent/ca.pem"),
     ],
 )
 def test_connection_options_that_cannot_work_are_named(

@@ -32,9 +32,9 @@ def test_arguments_win_over_the_environment_which_wins_over_the_default(
     monkeypatch.setenv("TOOLJAIL_TOKEN", "s3cret")
     from_env = Connection.resolve()
     assert from_env.target == "127.0.0.1:50051"
-    assert from_env.metadata() == (("authorization", "Bearer s3cret"),)
+    assert from_env.token == "s3cret"
     given = Connection.resolve("unix:///tmp/x.sock", token="")
-    assert given.grpc_target == "unix:///tmp/x.sock" and given.metadata() == ()
+    assert given.grpc_target == "unix:///tmp/x.sock" and given.token == ""
     assert Connection.resolve("unix://relative.sock").grpc_target == "unix:relative.sock"
     with pytest.raises(ValueError, match="both cert_file and key_file"):
         Connection.resolve("h:1", cert_file="c.pem")
@@ -127,3 +127,27 @@ def test_an_execute_that_never_reaches_the_daemon_raises_unavailable(
             client.execute("Read", {})
     finally:
         client.close()
+
+
+@pytest.mark.parametrize("retries", [0, 4])
+def test_retries_bound_the_attempts(monkeypatch: pytest.MonkeyPatch, retries: int) -> None:
+    monkeypatch.setattr(tooljail.client, "RETRY_PAUSE_S", 0.0)
+    attempts: list[str] = []
+
+    def execute(request: Any, **_: Any) -> Any:
+        attempts.append(request.tool_use.id)
+        raise _Failed(grpc.StatusCode.UNAVAILABLE, "connection refused")
+
+    client = tooljail.Client("unix:///nonexistent.sock", retries=retries)
+    try:
+        client._executor = SimpleNamespace(Execute=execute)  # type: ignore[assignment]
+        with pytest.raises(tooljail.Unavailable):
+            client.execute("Read", {}, tool_use_id="toolu_bounded")
+    finally:
+        client.close()
+    assert attempts == ["toolu_bounded"] * (retries + 1)
+
+
+def test_negative_retries_are_refused() -> None:
+    with pytest.raises(ValueError, match="retries must be 0 or more"):
+        tooljail.Client("unix:///nonexistent.sock", retries=-1)

@@ -37,7 +37,10 @@ class AsyncClient:
         cert_file: str | None = None,
         key_file: str | None = None,
         timeout: float | None = 300.0,
+        retries: int = RETRIES,
     ) -> None:
+        if retries < 0:
+            raise ValueError(f"retries must be 0 or more, not {retries}")
         self.connection = Connection.resolve(
             target, token=token, ca_file=ca_file, cert_file=cert_file, key_file=key_file
         )
@@ -45,6 +48,7 @@ class AsyncClient:
         self._executor = pb_grpc.ExecutorStub(self._channel)
         self._admin = pb_grpc.AdminStub(self._channel)
         self._timeout = timeout
+        self._attempts = retries + 1
 
     async def close(self) -> None:
         await self._channel.close()
@@ -61,10 +65,7 @@ class AsyncClient:
         await self.close()
 
     def _options(self, timeout: float | None) -> dict[str, Any]:
-        return {
-            "timeout": self._timeout if timeout is None else timeout,
-            "metadata": self.connection.metadata(),
-        }
+        return {"timeout": self._timeout if timeout is None else timeout}
 
     async def list_tools(self, session_id: str = "") -> list[types.ToolDefinition]:
         """The tools this caller may use (in the session)."""
@@ -88,12 +89,12 @@ class AsyncClient:
         request = pb.ExecuteRequest(
             tool_use=use, session_id=session_id, approval_token=approval_token
         )
-        for attempt in range(RETRIES):
+        for attempt in range(self._attempts):
             try:
                 call = self._executor.Execute(request, **self._options(timeout))
                 return types.answer(await _call(call))
             except Unavailable:
-                if attempt == RETRIES - 1:
+                if attempt == self._attempts - 1:
                     raise
                 await asyncio.sleep(RETRY_PAUSE_S * (attempt + 1))
         raise AssertionError("unreachable")

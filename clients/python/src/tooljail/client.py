@@ -29,8 +29,8 @@ from tooljail.connection import Connection
 from tooljail.errors import TooljailError, Unavailable, from_rpc_error
 from tooljail.requests import ToolUseLike, new_tool_use_id, tool_use, tool_uses
 
-RETRIES = 3
-"""Attempts of an Execute that could not reach the daemon (same tool_use id each time)."""
+RETRIES = 2
+"""Retries of an Execute that could not reach the daemon (same tool_use id each time)."""
 RETRY_PAUSE_S = 0.5
 
 
@@ -43,6 +43,10 @@ class Client:
         token: Bearer token for a TCP listener (default: TOOLJAIL_TOKEN).
         ca_file, cert_file, key_file: TLS roots, and the client's certificate for mTLS.
         timeout: Default deadline of each call, in seconds (None: none).
+        retries: How often `execute` sends a call again, with the same tool_use id, when the
+            daemon could not be reached (UNAVAILABLE). The daemon runs an id once and answers a
+            retry with the first answer; but a daemon that restarted has forgotten, and a call
+            cut short by the restart runs again. 0 turns retries off.
     """
 
     def __init__(
@@ -54,7 +58,10 @@ class Client:
         cert_file: str | None = None,
         key_file: str | None = None,
         timeout: float | None = 300.0,
+        retries: int = RETRIES,
     ) -> None:
+        if retries < 0:
+            raise ValueError(f"retries must be 0 or more, not {retries}")
         self.connection = Connection.resolve(
             target, token=token, ca_file=ca_file, cert_file=cert_file, key_file=key_file
         )
@@ -62,6 +69,7 @@ class Client:
         self._executor = pb_grpc.ExecutorStub(self._channel)
         self._admin = pb_grpc.AdminStub(self._channel)
         self._timeout = timeout
+        self._attempts = retries + 1
 
     def close(self) -> None:
         self._channel.close()
@@ -78,10 +86,7 @@ class Client:
         self.close()
 
     def _options(self, timeout: float | None) -> dict[str, Any]:
-        return {
-            "timeout": self._timeout if timeout is None else timeout,
-            "metadata": self.connection.metadata(),
-        }
+        return {"timeout": self._timeout if timeout is None else timeout}
 
     # --- tools --------------------------------------------------------------------------------
 
@@ -122,11 +127,11 @@ class Client:
             turn_id=turn_id,
         )
         options = self._options(timeout)
-        for attempt in range(RETRIES):
+        for attempt in range(self._attempts):
             try:
                 return types.answer(_call(self._executor.Execute, request, **options))
             except Unavailable:
-                if attempt == RETRIES - 1:
+                if attempt == self._attempts - 1:
                     raise
                 time.sleep(RETRY_PAUSE_S * (attempt + 1))  # same id: it runs once
         raise AssertionError("unreachable")

@@ -7,8 +7,10 @@ peer's user) or `host:port` (TCP: with a bearer token, TOOLJAIL_TOKEN, and/or TL
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any, NamedTuple
 
 import grpc
 
@@ -63,8 +65,13 @@ class Connection:
         return self.ca_file is not None or self.cert_file is not None
 
     def credentials(self) -> grpc.ChannelCredentials:
+        """TLS credentials from the files (ValueError naming the file that cannot be read)."""
+
         def read(path: Path | None) -> bytes | None:
-            return path.read_bytes() if path is not None else None
+            try:
+                return path.read_bytes() if path is not None else None
+            except OSError as error:
+                raise ValueError(f"cannot read the TLS file {path}: {error.strerror}") from None
 
         return grpc.ssl_channel_credentials(
             root_certificates=read(self.ca_file),
@@ -72,17 +79,104 @@ class Connection:
             certificate_chain=read(self.cert_file),
         )
 
-    def metadata(self) -> tuple[tuple[str, str], ...]:
-        return (("authorization", f"Bearer {self.token}"),) if self.token else ()
-
     def channel(self) -> grpc.Channel:
-        """A blocking channel."""
-        if self.secure:
-            return grpc.secure_channel(self.grpc_target, self.credentials())
-        return grpc.insecure_channel(self.grpc_target)
+        """A blocking channel; every call on it carries the token, if there is one."""
+        channel = (
+            grpc.secure_channel(self.grpc_target, self.credentials())
+            if self.secure
+            else grpc.insecure_channel(self.grpc_target)
+        )
+        return grpc.intercept_channel(channel, _Bearer(self.token)) if self.token else channel
 
     def aio_channel(self) -> grpc.aio.Channel:
-        """An asyncio channel."""
+        """An asyncio channel; every call on it carries the token, if there is one."""
+        interceptors = [_AioBearer(self.token)] if self.token else None
         if self.secure:
-            return grpc.aio.secure_channel(self.grpc_target, self.credentials())
-        return grpc.aio.insecure_channel(self.grpc_target)
+            return grpc.aio.secure_channel(
+                self.grpc_target, self.credentials(), interceptors=interceptors
+            )
+        return grpc.aio.insecure_channel(self.grpc_target, interceptors=interceptors)
+
+
+class _Details(NamedTuple):
+    method: str
+    timeout: float | None
+    metadata: Any
+    credentials: grpc.CallCredentials | None
+    wait_for_ready: bool | None
+    compression: grpc.Compression | None
+
+
+class _CallDetails(_Details, grpc.ClientCallDetails):
+    """A call's details with one more metadata entry."""
+
+
+class _Bearer(
+    grpc.UnaryUnaryClientInterceptor,
+    grpc.UnaryStreamClientInterceptor,
+    grpc.StreamStreamClientInterceptor,
+):
+    """`authorization: Bearer <token>` on every call of a blocking channel."""
+
+    def __init__(self, token: str) -> None:
+        self._header = ("authorization", f"Bearer {token}")
+
+    def _details(self, details: Any) -> _CallDetails:
+        return _CallDetails(
+            details.method,
+            details.timeout,
+            [*(details.metadata or ()), self._header],
+            details.credentials,
+            details.wait_for_ready,
+            getattr(details, "compression", None),
+        )
+
+    def intercept_unary_unary(
+        self, continuation: Callable[..., Any], client_call_details: Any, request: Any
+    ) -> Any:
+        return continuation(self._details(client_call_details), request)
+
+    def intercept_unary_stream(
+        self, continuation: Callable[..., Any], client_call_details: Any, request: Any
+    ) -> Any:
+        return continuation(self._details(client_call_details), request)
+
+    def intercept_stream_stream(
+        self, continuation: Callable[..., Any], client_call_details: Any, request_iterator: Any
+    ) -> Any:
+        return continuation(self._details(client_call_details), request_iterator)
+
+
+class _AioBearer(
+    grpc.aio.UnaryUnaryClientInterceptor,
+    grpc.aio.UnaryStreamClientInterceptor,
+    grpc.aio.StreamStreamClientInterceptor,
+):
+    """The same for an asyncio channel."""
+
+    def __init__(self, token: str) -> None:
+        self._header = ("authorization", f"Bearer {token}")
+
+    def _details(self, details: grpc.aio.ClientCallDetails) -> grpc.aio.ClientCallDetails:
+        metadata = grpc.aio.Metadata(*(details.metadata or ()), self._header)
+        return grpc.aio.ClientCallDetails(
+            details.method, details.timeout, metadata, details.credentials, details.wait_for_ready
+        )
+
+    async def intercept_unary_unary(
+        self, continuation: Any, client_call_details: grpc.aio.ClientCallDetails, request: Any
+    ) -> Any:
+        return await continuation(self._details(client_call_details), request)
+
+    async def intercept_unary_stream(
+        self, continuation: Any, client_call_details: grpc.aio.ClientCallDetails, request: Any
+    ) -> Any:
+        return await continuation(self._details(client_call_details), request)
+
+    async def intercept_stream_stream(
+        self,
+        continuation: Any,
+        client_call_details: grpc.aio.ClientCallDetails,
+        request_iterator: Any,
+    ) -> Any:
+        return await continuation(self._details(client_call_details), request_iterator)

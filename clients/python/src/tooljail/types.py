@@ -57,6 +57,8 @@ class Report:
     truncated: bool
     kept_output: str
     """Where an answer too big for its budget was kept whole (Read can page through it)."""
+    replayed: bool = False
+    """The answer was remembered from an earlier call with this tool_use id: nothing ran now."""
 
 
 @dataclass(frozen=True)
@@ -143,6 +145,7 @@ def answer(message: pb.ExecuteResponse) -> Answer:
             duration_ms=report.duration_ms,
             truncated=report.truncated,
             kept_output=report.kept_output,
+            replayed=report.replayed,
         ),
         summary=message.summary,
         system_messages=tuple(message.system_messages),
