@@ -17,6 +17,7 @@ import logging
 import os.path
 import time
 import weakref
+from collections import OrderedDict
 from collections.abc import Hashable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
@@ -69,6 +70,15 @@ def pool_key(spec: SandboxSpec) -> Hashable:
     workspace, workspace_id, run_as, limits, image, read_only = spec.profile_key()
     limits_key = tuple(sorted(limits.model_dump(exclude={"timeout_ms"}).items()))
     return (workspace, workspace_id, run_as, limits_key, image, read_only)
+
+
+_DISCARDED_KEPT = 1024
+"""How many discarded workspaces are remembered (a late refill for an older one is harmless)."""
+
+
+def _workspace_of(key: Hashable) -> str | None:
+    """The workspace a pool key is for (keys are `pool_key` tuples, workspace first)."""
+    return str(key[0]) if isinstance(key, tuple) and key else None
 
 
 def _unbound(spec: SandboxSpec) -> SandboxSpec:
@@ -127,6 +137,10 @@ class SandboxExecutor:
         self._in_flight: set[Sandbox] = set()
         self._kept: set[Sandbox] = set()
         self._fills: dict[Hashable, set[asyncio.Task[BaseException | None]]] = {}
+        self._discarded: OrderedDict[str, None] = OrderedDict()
+        """Workspaces whose session closed (most recent last): no container is pooled for them
+        until a call uses them again, so a call or a fill ending after the close starts none for
+        a folder that may be gone."""
         self._destroys: set[asyncio.Task[None]] = set()
         self._doomed: weakref.WeakSet[Sandbox] = weakref.WeakSet()
         self._maintenance: asyncio.Task[None] | None = None
@@ -221,6 +235,7 @@ class SandboxExecutor:
         if problem := outside_workspace(spec, request):
             return None, SandboxResult(exit_code=-1, error=problem)
         key = pool_key(spec)
+        self._in_use(spec)
         self._destroy_later(self._pool.expire())
         try:
             sandbox = self._pool.take(key)
@@ -261,6 +276,7 @@ class SandboxExecutor:
         """
         self._ensure_open()
         key = pool_key(spec)
+        self._in_use(spec)
         self._refill(key, spec)
         outcomes = await asyncio.gather(*self._fills.get(key, ()))
         for outcome in outcomes:
@@ -273,8 +289,13 @@ class SandboxExecutor:
         return await self._backend.ping()
 
     async def discard_workspace(self, workspace: str) -> int:
-        """Destroy the warm containers kept for a workspace (its session closed); how many."""
-        doomed = self._pool.drain_keys(lambda key: isinstance(key, tuple) and key[0] == workspace)
+        """Destroy the warm containers kept for a workspace (its session closed), and pool none
+        for it until a call uses it again; how many were destroyed."""
+        self._discarded[workspace] = None
+        self._discarded.move_to_end(workspace)
+        while len(self._discarded) > _DISCARDED_KEPT:
+            self._discarded.popitem(last=False)
+        doomed = self._pool.drain_keys(lambda key: _workspace_of(key) == workspace)
         self._destroy_later(doomed)
         return len(doomed)
 
@@ -343,7 +364,12 @@ class SandboxExecutor:
             else:
                 self._destroy_later([sandbox])
 
+    def _in_use(self, spec: SandboxSpec) -> None:
+        self._discarded.pop(str(spec.workspace), None)
+
     def _refill(self, key: Hashable, spec: SandboxSpec) -> None:
+        if _workspace_of(key) in self._discarded:
+            return
         for _ in range(self._pool.deficit(key)):
             self._pool.starting(key, 1)
             task = asyncio.create_task(self._fill_one(key, spec), name="sandbox-pool-fill")
@@ -355,11 +381,14 @@ class SandboxExecutor:
         try:
             sandbox = await self._start(_unbound(spec))
         except SandboxStartError as exc:
+            if _workspace_of(key) in self._discarded:
+                return None  # its folder went with its session: nothing is missing
             log.warning("could not pre-start a sandbox: %s", exc)
             return exc
         finally:
             self._pool.starting(key, -1)
-        if self._closed or not self._pool.add(key, sandbox):
+        discarded = _workspace_of(key) in self._discarded
+        if self._closed or discarded or not self._pool.add(key, sandbox):
             self._destroy_later([sandbox])
         return None
 

@@ -301,3 +301,42 @@ async def test_output_callback_reaches_the_sandbox_that_runs_the_request(
     assert chunks == [f"live from {result.sandbox_id}\n"]
     quiet = await executor.run(spec(), REQUEST)
     assert quiet.output == "hi\n" and len(chunks) == 1
+
+
+async def test_a_call_ending_after_its_workspace_was_discarded_refills_nothing(
+    backend: FakeBackend, make_executor: Callable[..., SandboxExecutor]
+) -> None:
+    executor = make_executor(pool_size=2)
+    backend.behaviour = "hang"
+    running = asyncio.create_task(executor.run(spec(), REQUEST))
+    await until(lambda: any(s.runs for s in backend.started))
+    await executor.discard_workspace("/w")  # the session closed, its workspace is going
+    running.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await running
+    await asyncio.sleep(0.05)
+    assert len(backend.started) == 1, "containers were started for a discarded workspace"
+    assert executor.stats().pooled == 0
+
+
+async def test_fills_under_way_when_a_workspace_is_discarded_are_not_kept(
+    backend: FakeBackend, make_executor: Callable[..., SandboxExecutor]
+) -> None:
+    executor = make_executor(pool_size=2)
+    await executor.run(spec(), REQUEST)  # its refill starts two containers
+    await executor.discard_workspace("/w")
+    await until(lambda: len(backend.started) == 3)
+    await asyncio.sleep(0.05)
+    assert executor.stats().pooled == 0
+    await until(lambda: all(s.destroyed for s in backend.started))
+
+
+async def test_a_discarded_workspace_used_again_is_pooled_again(
+    backend: FakeBackend, make_executor: Callable[..., SandboxExecutor]
+) -> None:
+    executor = make_executor(pool_size=1)
+    await executor.run(spec(), REQUEST)
+    await until(lambda: executor.stats().pooled == 1)
+    await executor.discard_workspace("/w")
+    await executor.run(spec(session="s2"), REQUEST)  # a new session over the same folder
+    await until(lambda: executor.stats().pooled == 1)
