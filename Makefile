@@ -43,9 +43,10 @@ lock: venv ## regenerate requirements.lock (hashed) from pyproject.toml's ranges
 proto: $(GENERATED) ## generate the Python gRPC code from proto/
 
 $(GENERATED): proto/tooljail/v1/executor.proto scripts/gen-proto.sh $(VENV)/.installed
-	@echo "==> generating gRPC code from proto/ (the daemon's, and the Python client's)"
+	@echo "==> generating gRPC code from proto/ (the daemon's, and the Python client's; the Node client's copy)"
 	@scripts/gen-proto.sh
 	@scripts/gen-client-proto.sh
+	@install -D -m 0644 proto/tooljail/v1/executor.proto clients/node/proto/tooljail/v1/executor.proto
 
 opa: ## build the pinned OPA from source into .tools/bin
 	@scripts/build-opa.sh
@@ -137,8 +138,8 @@ buf: ## buf lint, and buf breaking against the last released proto (proto/releas
 	@echo "==> buf lint / breaking"
 	@scripts/buf-check.sh
 
-go-gen: ## regenerate the Go example's code from proto/
-	@examples/go/generate.sh
+go-gen: ## regenerate the Go client's code from proto/ (clients/go)
+	@clients/go/generate.sh
 
 chaos: setup ## long reliability variants (fuzzing, loads, faults; a private dockerd is stopped)
 	@scripts/chaos.sh
@@ -159,4 +160,4 @@ install: opa ## install into PREFIX (default /usr/local); DESTDIR=... stages it 
 	@scripts/install.sh PREFIX="$(PREFIX)" DESTDIR="$(DESTDIR)"
 
 clean: ## remove the venv and build outputs (keeps the sandbox image)
-	rm -rf $(VENV) .tools .pytest_cache .mypy_cache .ruff_cache examples/node/node_modules
+	rm -rf $(VENV) .tools .pytest_cache .mypy_cache .ruff_cache examples/node/node_modules clients/node/node_modules

@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
-# Builds the Go and Node example clients and runs both against a live daemon that this script starts
-# (temporary Unix socket and workspace, real OPA, real Docker) and stops. Exits non-zero if a build
-# or a client failed. A second run reuses the Go build cache and node_modules.
+# Builds the Go and Node client packages (clients/go, clients/node) and their examples, then runs
+# against a live daemon that this script starts (temporary Unix socket and workspace, real OPA, real
+# Docker) and stops: each example, and each package's own tests with their live part required
+# (their restart test starts daemons of its own with scripts/serve-test-daemon.sh). Exits non-zero
+# if a build, an example or a test failed. A second run reuses the Go build cache and node_modules.
 #
 # Needs what `make setup` installs (the venv with tooljail, OPA, Docker and the sandbox image), Go
 # and Node.js 20+ with npm. Logs: .tools/logs/interop-*.log.
@@ -26,23 +28,31 @@ python=.venv/bin/python
 
 # --- build -----------------------------------------------------------------------------------------
 start=$SECONDS
-# The Go example's generated code is committed: it must match proto/ as it is now.
-examples/go/generate.sh --check
+# The Go client's generated code is committed: it must match proto/ as it is now.
+clients/go/generate.sh --check
+(cd clients/go && go vet ./... && unformatted=$(gofmt -l .) && [[ -z $unformatted ]]) ||
+  die "clients/go: go vet or gofmt found problems (see above; gofmt -l lists: ${unformatted:-})"
 go_client="$TOOLS_DIR/interop/tooljail-go-example"
 (cd examples/go && CGO_ENABLED=0 go build -buildvcs=false -o "$go_client" .) ||
   die "go build of examples/go failed (see above)"
 log "go client built ($go_client)"
 
-# npm ci always deletes node_modules; skip it while node_modules was installed from this very lockfile.
-stamp=examples/node/node_modules/.installed-from-package-lock.json
-if ! cmp -s examples/node/package-lock.json "$stamp" 2>/dev/null; then
-  log "npm ci in examples/node"
-  # --ignore-scripts: protobufjs's postinstall only checks versions; the clients need no build step.
-  (cd examples/node && npm ci --no-audit --no-fund --ignore-scripts --loglevel=error) ||
-    die "npm ci in examples/node failed (see above)"
-  cp examples/node/package-lock.json "$stamp"
-fi
-log "node client ready (examples/node, node $(node --version))"
+# npm_ci DIR: npm ci always deletes node_modules; skip it while node_modules was installed from
+# this very lockfile. --ignore-scripts: protobufjs's postinstall only checks versions, and the
+# package needs no build step.
+npm_ci() {
+  local stamp=$1/node_modules/.installed-from-package-lock.json
+  if ! cmp -s "$1/package-lock.json" "$stamp" 2>/dev/null; then
+    log "npm ci in $1"
+    (cd "$1" && npm ci --no-audit --no-fund --ignore-scripts --loglevel=error) ||
+      die "npm ci in $1 failed (see above)"
+    cp "$1/package-lock.json" "$stamp"
+  fi
+}
+# The example links the package (file:); the package's own dependencies live in its folder.
+npm_ci clients/node
+npm_ci examples/node
+log "node client ready (clients/node, examples/node, node $(node --version))"
 log "builds done in $((SECONDS - start))s"
 
 # --- daemon ----------------------------------------------------------------------------------------
@@ -65,6 +75,11 @@ stop_daemon() {
     wait "$daemon_pid" 2>/dev/null || true
   fi
   daemon_pid=
+  # A session's workspace filesystem stays mounted after the daemon stops (as in real use).
+  if [[ -d $scratch ]]; then
+    awk -v below="$(realpath "$scratch")/" 'index($5, below) == 1 { print $5 }' /proc/self/mountinfo |
+      sort -r | while read -r point; do umount --lazy "$point" || true; done
+  fi
   rm -rf "$scratch"
 }
 trap stop_daemon EXIT
@@ -142,6 +157,12 @@ run_client() {
 }
 run_client go "$go_client" -target "$target" -read "$note" -expect "$marker"
 run_client node node examples/node/client.js --target "$target" --read "$note" --expect "$marker"
+
+# The packages' tests: unit, and live against this daemon (required, never skipped).
+export TOOLJAIL_TARGET="$target" TOOLJAIL_TEST_WORKSPACE="$workspace" TOOLJAIL_TEST_MARKER="$marker" \
+  TOOLJAIL_TEST_SERVE="$REPO_ROOT/scripts/serve-test-daemon.sh" TOOLJAIL_TEST_REQUIRE_LIVE=1
+run_client go-package bash -c 'cd clients/go && go test -count=1 -v ./...'
+run_client node-package bash -c 'cd clients/node && npm test'
 
 stop_daemon
 trap - EXIT INT TERM

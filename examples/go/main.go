@@ -1,5 +1,6 @@
-// Command tooljail-example calls a running tooljail daemon from Go: it lists the tools, executes a
-// Read, a Bash command, a batch of three calls, and goes through a policy ASK with an approval token.
+// Command tooljail-example calls a running tooljail daemon from Go through the client package
+// (clients/go): it lists the tools, executes a Read, a Bash command, a batch of three calls, and
+// goes through a policy ASK with an approval token.
 //
 // It prints one "OK <step> ..." line per step and exits 1 with a "FAIL <step>: ..." line on the first
 // unexpected answer, so it doubles as an interoperability check (scripts/interop.sh runs it).
@@ -14,16 +15,11 @@ import (
 	"os"
 	"time"
 
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
-
-	tooljailv1 "example.com/tooljail/examples/go/gen/tooljail/v1"
+	"github.com/tooljail/tooljail/clients/go/tooljail"
 )
 
-const defaultTarget = "unix:///run/tooljail/tooljail.sock"
-
 func main() {
-	target := flag.String("target", cmp.Or(os.Getenv("TOOLJAIL_TARGET"), defaultTarget),
+	target := flag.String("target", cmp.Or(os.Getenv(tooljail.TargetVariable), tooljail.DefaultTarget),
 		"daemon address: unix:///path/to.sock or host:port (env TOOLJAIL_TARGET)")
 	readPath := flag.String("read", os.Getenv("TOOLJAIL_READ_FILE"),
 		"absolute path of a file inside the daemon's workspace to Read (env TOOLJAIL_READ_FILE)")
@@ -35,33 +31,30 @@ func main() {
 		os.Exit(2)
 	}
 
-	// The daemon listens on a local socket without TLS; a remote daemon would take TLS credentials.
-	conn, err := grpc.NewClient(*target, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	// A local socket needs no credentials; a daemon on TCP takes TOOLJAIL_TOKEN and/or TLS options.
+	client, err := tooljail.New(*target,
+		tooljail.WithToken(os.Getenv(tooljail.TokenVariable)), tooljail.WithTimeout(*timeout))
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "FAIL connect: %s: %v\n", *target, err)
 		os.Exit(1)
 	}
-	defer conn.Close()
+	defer client.Close()
 
-	c := &client{
-		executor: tooljailv1.NewExecutorClient(conn),
-		timeout:  *timeout,
-		runID:    fmt.Sprintf("%x", time.Now().UnixNano()),
-	}
+	ex := &example{client: client}
 	steps := []struct {
 		name string
 		run  func() error
 	}{
-		{"listtools", c.listTools},
-		{"read", func() error { return c.read(*readPath, *expect) }},
-		{"bash", c.bash},
-		{"batch", func() error { return c.batch(*readPath) }},
-		{"ask", c.askThenApprove},
+		{"listtools", ex.listTools},
+		{"read", func() error { return ex.read(*readPath, *expect) }},
+		{"bash", ex.bash},
+		{"batch", func() error { return ex.batch(*readPath) }},
+		{"ask", ex.askThenApprove},
 	}
 	for _, step := range steps {
 		if err := step.run(); err != nil {
 			fmt.Fprintf(os.Stderr, "FAIL %s: %v\n", step.name, err)
-			conn.Close()
+			client.Close()
 			os.Exit(1)
 		}
 	}

@@ -1,28 +1,31 @@
 package main
 
 import (
+	"context"
 	"errors"
 	"fmt"
-	"io"
 	"path/filepath"
 	"slices"
 	"strings"
 
-	tooljailv1 "example.com/tooljail/examples/go/gen/tooljail/v1"
+	"github.com/tooljail/tooljail/clients/go/tooljail"
 )
+
+// example holds what every step needs; the client gives each call its deadline.
+type example struct {
+	client *tooljail.Client
+}
 
 // The steps the example runs, in order; each prints one OK line or returns what went wrong.
 
-func (c *client) listTools() error {
-	ctx, cancel := c.call()
-	defer cancel()
-	resp, err := c.executor.ListTools(ctx, &tooljailv1.ListToolsRequest{})
+func (e *example) listTools() error {
+	tools, err := e.client.ListTools(context.Background())
 	if err != nil {
-		return fmt.Errorf("ListTools: %w", err)
+		return err
 	}
 	var names []string
-	for _, tool := range resp.GetTools() {
-		names = append(names, tool.GetName())
+	for _, tool := range tools {
+		names = append(names, tool.Name)
 	}
 	for _, want := range []string{"Read", "Bash"} {
 		if !slices.Contains(names, want) {
@@ -33,19 +36,12 @@ func (c *client) listTools() error {
 	return nil
 }
 
-func (c *client) read(path, expect string) error {
-	tu, err := c.toolUse("Read", map[string]any{"file_path": path})
+func (e *example) read(path, expect string) error {
+	result, err := e.execute("Read", map[string]any{"file_path": path})
 	if err != nil {
 		return err
 	}
-	resp, err := c.execute(&tooljailv1.ExecuteRequest{ToolUse: tu})
-	if err != nil {
-		return err
-	}
-	if err := allowed(resp); err != nil {
-		return err
-	}
-	got := text(resp.GetResult())
+	got := result.Text()
 	if !strings.Contains(got, expect) {
 		return fmt.Errorf("Read %s: result does not contain %q:\n%s", path, expect, got)
 	}
@@ -53,112 +49,101 @@ func (c *client) read(path, expect string) error {
 	return nil
 }
 
-func (c *client) bash() error {
-	tu, err := c.toolUse("Bash", map[string]any{"command": "echo hello from go"})
+func (e *example) bash() error {
+	result, err := e.execute("Bash", map[string]any{"command": "echo hello from go"})
 	if err != nil {
 		return err
 	}
-	resp, err := c.execute(&tooljailv1.ExecuteRequest{ToolUse: tu})
-	if err != nil {
-		return err
-	}
-	if err := allowed(resp); err != nil {
-		return err
-	}
-	got := strings.TrimSpace(text(resp.GetResult()))
+	got := strings.TrimSpace(result.Text())
 	if got != "hello from go" {
 		return fmt.Errorf("Bash echo: got %q, want %q", got, "hello from go")
 	}
-	report := resp.GetReport()
+	report := result.Report
 	fmt.Printf("OK bash %q (sandboxed=%t, exit %d, %d ms)\n",
-		got, report.GetSandboxed(), report.GetExitCode(), report.GetDurationMs())
+		got, report.Sandboxed, report.ExitCode, report.Duration.Milliseconds())
 	return nil
 }
 
-// batch sends the tool_use blocks of one assistant turn; results stream back in request order.
-func (c *client) batch(readPath string) error {
-	inputs := []struct {
-		name  string
-		input map[string]any
-	}{
-		{"Bash", map[string]any{"command": "echo batch one"}},
-		{"Read", map[string]any{"file_path": readPath}},
-		{"LS", map[string]any{"path": filepath.Dir(readPath)}},
+// batch sends the tool_use blocks of one assistant turn; the client checks that the results come
+// back in request order.
+func (e *example) batch(readPath string) error {
+	uses := []tooljail.ToolUse{
+		toolUse("Bash", map[string]any{"command": "echo batch one"}),
+		toolUse("Read", map[string]any{"file_path": readPath}),
+		toolUse("LS", map[string]any{"path": filepath.Dir(readPath)}),
 	}
-	req := &tooljailv1.ExecuteBatchRequest{}
-	for _, in := range inputs {
-		tu, err := c.toolUse(in.name, in.input)
-		if err != nil {
-			return err
-		}
-		req.ToolUses = append(req.ToolUses, tu)
-	}
-	ctx, cancel := c.call()
-	defer cancel()
-	stream, err := c.executor.ExecuteBatch(ctx, req)
+	results, err := e.client.ExecuteBatch(context.Background(), uses)
 	if err != nil {
-		return fmt.Errorf("ExecuteBatch: %w", err)
+		return err
 	}
-	for i := 0; ; i++ {
-		resp, err := stream.Recv()
-		if errors.Is(err, io.EOF) {
-			if i != len(req.ToolUses) {
-				return fmt.Errorf("ExecuteBatch ended after %d of %d results", i, len(req.ToolUses))
-			}
-			return nil
+	for i, result := range results {
+		if err := allowed(result); err != nil {
+			return fmt.Errorf("result %d (%s): %w", i+1, uses[i].Name, err)
 		}
-		if err != nil {
-			return fmt.Errorf("ExecuteBatch result %d: %w", i+1, err)
-		}
-		if i >= len(req.ToolUses) {
-			return fmt.Errorf("ExecuteBatch sent more results than the %d calls", len(req.ToolUses))
-		}
-		want := req.ToolUses[i]
-		if got := resp.GetResult().GetToolUseId(); got != want.GetId() {
-			return fmt.Errorf("result %d answers %s, want %s: results must come in request order",
-				i+1, got, want.GetId())
-		}
-		if err := allowed(resp); err != nil {
-			return fmt.Errorf("result %d (%s): %w", i+1, want.GetName(), err)
-		}
-		fmt.Printf("OK batch %d/%d %s %s: %q\n", i+1, len(req.ToolUses), want.GetName(), want.GetId(),
-			firstLine(text(resp.GetResult())))
+		fmt.Printf("OK batch %d/%d %s %s: %q\n", i+1, len(uses), uses[i].Name, result.ToolUseID,
+			firstLine(result.Text()))
 	}
+	return nil
 }
 
 // askThenApprove sends a call the policy wants a person to approve, then sends the same tool_use
 // (same id, same input) again with the approval token, as a client does once the person said yes.
-func (c *client) askThenApprove() error {
-	tu, err := c.toolUse("Bash", map[string]any{"command": "git push --force origin main"})
+func (e *example) askThenApprove() error {
+	use := toolUse("Bash", map[string]any{"command": "git push --force origin main"})
+	first, err := e.client.Execute(context.Background(), use)
 	if err != nil {
 		return err
 	}
-	first, err := c.execute(&tooljailv1.ExecuteRequest{ToolUse: tu})
-	if err != nil {
-		return err
+	decision := first.Decision
+	if decision.Outcome != tooljail.OutcomeAsk {
+		return fmt.Errorf("force push: decision %q, want ask; reasons: %q", decision.Outcome, decision.Reasons)
 	}
-	decision := first.GetDecision()
-	if decision.GetOutcome() != tooljailv1.Outcome_ASK {
-		return fmt.Errorf("force push: decision %s, want ASK; reasons: %q",
-			decision.GetOutcome(), decision.GetReasons())
-	}
-	if decision.GetApprovalToken() == "" {
+	if decision.ApprovalToken == "" {
 		return errors.New("force push: decision ASK came without an approval_token")
 	}
-	fmt.Printf("OK ask %s: ASK with an approval token; reason: %s\n", tu.GetId(),
-		firstLine(strings.Join(decision.GetReasons(), "; ")))
+	fmt.Printf("OK ask %s: ASK with an approval token; reason: %s\n", use.ID,
+		firstLine(strings.Join(decision.Reasons, "; ")))
 
-	second, err := c.execute(&tooljailv1.ExecuteRequest{ToolUse: tu, ApprovalToken: decision.GetApprovalToken()})
+	second, err := e.client.Execute(context.Background(), use, tooljail.WithApprovalToken(decision.ApprovalToken))
 	if err != nil {
 		return err
 	}
-	if outcome := second.GetDecision().GetOutcome(); outcome != tooljailv1.Outcome_ALLOW {
-		return fmt.Errorf("approved force push: decision %s, want ALLOW; reasons: %q",
-			outcome, second.GetDecision().GetReasons())
+	if outcome := second.Decision.Outcome; outcome != tooljail.OutcomeAllow {
+		return fmt.Errorf("approved force push: decision %q, want allow; reasons: %q", outcome, second.Decision.Reasons)
 	}
 	// With no git repository in the workspace the push fails: what matters is that it ran.
-	report := second.GetReport()
-	fmt.Printf("OK approve %s: ALLOW, ran (sandboxed=%t, exit %d): %q\n", tu.GetId(),
-		report.GetSandboxed(), report.GetExitCode(), firstLine(text(second.GetResult())))
+	report := second.Report
+	fmt.Printf("OK approve %s: ALLOW, ran (sandboxed=%t, exit %d): %q\n", use.ID,
+		report.Sandboxed, report.ExitCode, firstLine(second.Text()))
 	return nil
+}
+
+// execute runs one call that must be allowed and succeed.
+func (e *example) execute(name string, input map[string]any) (*tooljail.Result, error) {
+	result, err := e.client.Execute(context.Background(), toolUse(name, input))
+	if err != nil {
+		return nil, err
+	}
+	return result, allowed(result)
+}
+
+// toolUse builds a tool_use block the way a model emits it: a fresh id, a tool name, a JSON input.
+func toolUse(name string, input map[string]any) tooljail.ToolUse {
+	return tooljail.ToolUse{ID: tooljail.NewToolUseID(), Name: name, Input: input}
+}
+
+// allowed checks that a call was allowed and succeeded; the error says what came back instead.
+func allowed(result *tooljail.Result) error {
+	if outcome := result.Decision.Outcome; outcome != tooljail.OutcomeAllow {
+		return fmt.Errorf("decision %q, want allow; reasons: %q", outcome, result.Decision.Reasons)
+	}
+	if result.IsError {
+		return fmt.Errorf("tool_result is an error: %s", firstLine(result.Text()))
+	}
+	return nil
+}
+
+func firstLine(s string) string {
+	line, _, _ := strings.Cut(strings.TrimSpace(s), "\n")
+	return line
 }

@@ -1,4 +1,5 @@
-"""The Go and Node example clients against a live daemon, as `make interop` runs them."""
+"""The Go and Node client packages and their examples against a live daemon, as `make interop`
+runs them."""
 
 from __future__ import annotations
 
@@ -34,7 +35,43 @@ def interop() -> subprocess.CompletedProcess[str]:
 
 def test_both_clients_pass(interop: subprocess.CompletedProcess[str]) -> None:
     assert interop.returncode == 0, interop.stdout
-    assert "interop: 2 passed, 0 failed" in interop.stdout.splitlines()
+    assert "interop: 4 passed, 0 failed" in interop.stdout.splitlines()
+
+
+def _section(out: str, name: str) -> str:
+    """What one client's run printed (from its header to the next one)."""
+    return re.split(r"^--- \S+ client$", out.split(f"--- {name} client\n", 1)[-1], flags=re.M)[0]
+
+
+def test_the_go_package_ran_its_live_tests_none_skipped(
+    interop: subprocess.CompletedProcess[str],
+) -> None:
+    section = _section(interop.stdout, "go-package")
+    for test in (
+        "TestLiveListTools",
+        "TestLiveRead",
+        "TestLiveBashStreamsProgressFromTheSandbox",
+        "TestLiveBatchAnswersInRequestOrder",
+        "TestLiveAskThenApproveWithTheToken",
+        "TestLiveDeniedCallIsAnErrorResult",
+        "TestLiveSessionRoundTrip",
+        "TestLiveRestartMidCall",
+    ):
+        assert f"--- PASS: {test} " in section, section[-3000:]
+    assert "--- SKIP" not in section and "--- FAIL" not in section
+    assert re.search(r"^ok\s+github\.com/tooljail/tooljail/clients/go/tooljail\s", section, re.M)
+
+
+def test_the_node_package_ran_its_live_tests_none_skipped(
+    interop: subprocess.CompletedProcess[str],
+) -> None:
+    section = _section(interop.stdout, "node-package")
+    passed = re.search(r"^# pass (\d+)$", section, re.M)
+    assert passed and int(passed.group(1)) > 0, section[-3000:]
+    for line in ("# fail 0", "# skipped 0", "# cancelled 0"):
+        assert re.search(rf"^{line}$", section, re.M), section[-3000:]
+    for test in ("restart", "approved", "denies", "session", "streams", "request order"):
+        assert re.search(rf"^\s*ok \d+ - .*{test}", section, re.M | re.I), (test, section[-3000:])
 
 
 @pytest.mark.parametrize("language", ["go", "node"])
