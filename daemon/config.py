@@ -76,6 +76,10 @@ class SandboxSettings(_Section):
     """Image reference (default: the locally built tooljail-sandbox image of this recipe)."""
     pool_size: int = Field(default=2, ge=0, le=32)
     """Pre-started containers per workspace and limits profile."""
+    pool_max: int = Field(default=32, ge=0, le=1024)
+    """Pre-started containers in all (ready plus starting)."""
+    pool_per_principal: int = Field(default=8, ge=0, le=1024)
+    """A principal's share of `pool_max`: its many sessions cannot keep everyone else cold."""
     idle_ttl_s: float = Field(default=60.0, gt=0)
     """Idle pooled containers are destroyed after this long."""
     defaults: SandboxLimits = SandboxLimits()

@@ -41,3 +41,12 @@ def printable(text: str) -> str:
     character that would move the cursor, erase, recolour, reorder or hide text escaped, so what
     a person approves is what they read."""
     return wire_safe(text).translate(_UNSHOWN)
+
+
+_UNSHOWN_BUT_LINES = {code: shown for code, shown in _UNSHOWN.items() if code not in (0x09, 0x0A)}
+
+
+def printable_lines(text: str) -> str:
+    """`text` for a terminal as `printable` shows it, but keeping its lines and tabs (a tool's
+    output as it was written; escape sequences in it shown, never acted on)."""
+    return wire_safe(text).translate(_UNSHOWN_BUT_LINES)

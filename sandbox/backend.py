@@ -92,6 +92,9 @@ class SandboxSpec(_Frozen):
     read_only_workspace: bool = False
     """The workspace is mounted read-only (a tool declared read-only: the kernel holds it to
     that)."""
+    pool_owner: str = ""
+    """Whose share of the warm pool containers pre-started for this spec count against (the
+    principal): one principal's many sessions cannot take every warm container."""
 
     def profile_key(
         self,

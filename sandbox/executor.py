@@ -69,7 +69,12 @@ def pool_key(spec: SandboxSpec) -> Hashable:
     configuration)."""
     workspace, workspace_id, run_as, limits, image, read_only = spec.profile_key()
     limits_key = tuple(sorted(limits.model_dump(exclude={"timeout_ms"}).items()))
-    return (workspace, workspace_id, run_as, limits_key, image, read_only)
+    return (workspace, workspace_id, run_as, limits_key, image, read_only, spec.pool_owner)
+
+
+def _owner_of(key: Hashable) -> Hashable:
+    """Whose share of the pool a `pool_key` counts against (its last part)."""
+    return key[-1] if isinstance(key, tuple) and key else None
 
 
 _DISCARDED_KEPT = 1024
@@ -112,6 +117,8 @@ class SandboxExecutor:
         pool_size: Warm containers kept per profile (0: always cold).
         idle_ttl_s: A warm container unused for this long is destroyed.
         max_pooled: Cap on warm plus starting containers over all profiles.
+        max_pooled_per_owner: Each pool owner's (principal's) share of `max_pooled`; when the
+            pool is full, one under its share gets room from the owner holding the most.
         reap_interval_s: How often untracked leftovers of this instance are reaped.
         maintenance_interval_s: How often idle warm containers are looked at.
         close_backend: `close()` also closes the backend (which verifies that no container of
@@ -125,13 +132,20 @@ class SandboxExecutor:
         pool_size: int = 2,
         idle_ttl_s: float = 60.0,
         max_pooled: int = 32,
+        max_pooled_per_owner: int = 8,
         reap_interval_s: float = 60.0,
         maintenance_interval_s: float = 1.0,
         close_backend: bool = True,
     ) -> None:
         self._backend = backend
         self._close_backend = close_backend
-        self._pool = WarmPool(size=pool_size, idle_ttl_s=idle_ttl_s, max_total=max_pooled)
+        self._pool = WarmPool(
+            size=pool_size,
+            idle_ttl_s=idle_ttl_s,
+            max_total=max_pooled,
+            max_per_owner=max_pooled_per_owner,
+            owner_of=_owner_of,
+        )
         self._reap_interval_s = reap_interval_s
         self._maintenance_interval_s = maintenance_interval_s
         self._in_flight: set[Sandbox] = set()
@@ -370,6 +384,7 @@ class SandboxExecutor:
     def _refill(self, key: Hashable, spec: SandboxSpec) -> None:
         if _workspace_of(key) in self._discarded:
             return
+        self._destroy_later(self._pool.make_room(key))
         for _ in range(self._pool.deficit(key)):
             self._pool.starting(key, 1)
             task = asyncio.create_task(self._fill_one(key, spec), name="sandbox-pool-fill")

@@ -110,6 +110,7 @@ def _spec(session: Session, limits: SandboxLimits, *, bound: bool = True) -> San
         run_as=session.sandbox_as,
         limits=limits,
         session_id=session.id if bound else "",
+        pool_owner=session.owner,
     )
 
 
@@ -206,7 +207,11 @@ class Sandbox:
             if reaped:
                 log.warning("removed %d leftover containers of a previous daemon", reaped)
         executor = SandboxExecutor(
-            backend, pool_size=settings.sandbox.pool_size, idle_ttl_s=settings.sandbox.idle_ttl_s
+            backend,
+            pool_size=settings.sandbox.pool_size,
+            idle_ttl_s=settings.sandbox.idle_ttl_s,
+            max_pooled=settings.sandbox.pool_max,
+            max_pooled_per_owner=settings.sandbox.pool_per_principal,
         )
         self._warm_limits = clamp_limits(settings.sandbox.defaults, settings.sandbox.ceilings)
         self._kept = KeptServers(

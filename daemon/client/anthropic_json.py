@@ -199,7 +199,8 @@ def call_json(
         return CallOutput(json.dumps(user_message(tool_uses, responses)) + "\n", "", 0)
     if not responses:
         hint = " Is `tooljail serve` running there?" if "UNAVAILABLE" in failure else ""
-        return CallOutput("", f"{_PROG}: the daemon at {target} answered {failure}.{hint}\n", 1)
+        where = connection.target  # never the Connection itself: it holds the token
+        return CallOutput("", f"{_PROG}: the daemon at {where} answered {failure}.{hint}\n", 1)
     message = user_message(tool_uses, responses, missing_reason=failure)
     note = (
         f"{_PROG}: the daemon answered {len(responses)} of {len(tool_uses)} calls, then {failure}; "

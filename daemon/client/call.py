@@ -14,6 +14,8 @@ from typing import Any, TextIO
 from google.protobuf import json_format
 from tooljail.wire import pb, pb_grpc
 
+from daemon.text import printable, printable_lines
+
 _SPINNER = "|/-\\"
 
 
@@ -90,14 +92,16 @@ def print_response(response: pb.ExecuteResponse, as_json: bool) -> None:
     outcome = pb.Outcome.Name(response.decision.outcome)
     marker = "error" if response.result.is_error else "ok"
     summary = f" {response.summary}" if response.summary else ""
-    print(f"--- {response.result.tool_use_id} [{outcome}, {marker}]{summary}")
+    # What the tool printed is the model's and the workspace's: the terminal shows it, never
+    # acts on it (escape sequences could rewrite what a person reads above).
+    print(printable(f"--- {response.result.tool_use_id} [{outcome}, {marker}]{summary}"))
     for block in response.result.content:
         if block.HasField("text"):
-            print(block.text.text)
+            print(printable_lines(block.text.text))
         else:
-            print(f"<image {block.image.media_type}, {len(block.image.data)} bytes>")
+            print(printable(f"<image {block.image.media_type}, {len(block.image.data)} bytes>"))
     if response.decision.approval_token:
-        print(f"approval token: {response.decision.approval_token}")
+        print(f"approval token: {printable(response.decision.approval_token)}")
 
 
 def run_calls(

@@ -77,9 +77,11 @@ def approvals(
         print(json_format.MessageToJson(answered, indent=2))
     else:
         print(
-            f"{answered.state} {answered.approval_id} ({answered.tool} of {answered.principal}, "
-            f"scope {answered.scope}); the caller's retry with its token now "
-            f"{'runs' if answered.state == 'approved' else 'is denied'}"
+            printable(
+                f"{answered.state} {answered.approval_id} ({answered.tool} of "
+                f"{answered.principal}, scope {answered.scope}); the caller's retry with its "
+                f"token now {'runs' if answered.state == 'approved' else 'is denied'}"
+            )
         )
     return 0
 

@@ -46,12 +46,12 @@ def from_args(args: argparse.Namespace) -> Connection:
         raise ConnectionOptionError(
             "--tls-cert needs --tls-ca: the daemon's certificate must be checked too"
         )
-    connection = Connection(args.target, token, args.tls_ca, args.tls_cert, args.tls_key)
-    if connection.secure:
-        try:
+    try:
+        connection = Connection(args.target, token, args.tls_ca, args.tls_cert, args.tls_key)
+        if connection.secure:
             connection.credentials()
-        except ValueError as exc:
-            raise ConnectionOptionError(str(exc)) from exc
+    except ValueError as exc:
+        raise ConnectionOptionError(str(exc)) from exc
     return connection
 
 

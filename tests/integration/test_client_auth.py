@@ -128,3 +128,12 @@ def test_connection_options_that_cannot_work_are_named(
     code, _, err = _call(capsys, "tools", "--target", "127.0.0.1:1", *argv)
     assert code == 2
     assert message in err
+
+
+def test_a_token_is_refused_for_a_plaintext_target_off_this_machine(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("TOOLJAIL_TOKEN", "s3cret-token")
+    code, _, err = _call(capsys, "tools", "--target", "daemon.example.org:50051")
+    assert code == 2 and "refusing to send the bearer token in clear" in err
+    assert "s3cret-token" not in err

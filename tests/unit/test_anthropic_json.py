@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -200,3 +201,13 @@ def test_the_validator_catches_a_malformed_message() -> None:
     wrong_part = {"type": "tool_result", "tool_use_id": "x", "content": [{"type": "txt"}]}
     with pytest.raises(ValueError, match="text"):
         assert_valid_user_message({"role": "user", "content": [wrong_part]})
+
+
+def test_a_failed_call_names_the_daemon_but_never_the_token(tmp_path: Path) -> None:
+    from tooljail import Connection
+
+    target = f"unix://{tmp_path}/absent.sock"
+    use = {"type": "tool_use", "id": "toolu_1", "name": "LS", "input": {"path": "/"}}
+    output = call_json(json.dumps(use), Connection(target, "s3cret-token"), timeout=5)
+    assert output.code == 1 and target in output.stderr
+    assert "s3cret-token" not in output.stderr + output.stdout

@@ -151,3 +151,35 @@ def test_retries_bound_the_attempts(monkeypatch: pytest.MonkeyPatch, retries: in
 def test_negative_retries_are_refused() -> None:
     with pytest.raises(ValueError, match="retries must be 0 or more"):
         tooljail.Client("unix:///nonexistent.sock", retries=-1)
+
+
+def test_the_token_never_shows_in_a_connections_repr() -> None:
+    connection = Connection.resolve("unix:///tmp/x.sock", token="s3cret-token")
+    assert "s3cret-token" not in repr(connection) and "s3cret-token" not in str(connection)
+    client = tooljail.Client("unix:///tmp/x.sock", token="s3cret-token")
+    try:
+        assert "s3cret-token" not in repr(client.connection)
+    finally:
+        client.close()
+
+
+@pytest.mark.parametrize(
+    "target", ["daemon.example.org:50051", "10.0.0.5:50051", "dns:///daemon.example.org:443"]
+)
+def test_a_token_is_never_sent_in_clear_off_this_machine(target: str) -> None:
+    with pytest.raises(ValueError, match="in clear"):
+        Connection.resolve(target, token="s3cret-token")
+    Connection.resolve(target, token="s3cret-token", ca_file="ca.pem")  # over TLS: fine
+    Connection.resolve(target, token="")  # no token: nothing to leak
+
+
+@pytest.mark.parametrize(
+    "target", ["127.0.0.1:50051", "localhost:50051", "[::1]:50051", "unix:///run/t.sock"]
+)
+def test_a_token_may_go_in_clear_on_loopback_and_unix_sockets(target: str) -> None:
+    assert Connection.resolve(target, token="s3cret-token").token == "s3cret-token"
+
+
+def test_an_empty_tls_file_name_is_an_error_not_plaintext() -> None:
+    with pytest.raises(ValueError, match="ca_file"):
+        Connection.resolve("127.0.0.1:1", ca_file="")

@@ -340,3 +340,46 @@ async def test_a_discarded_workspace_used_again_is_pooled_again(
     await executor.discard_workspace("/w")
     await executor.run(spec(session="s2"), REQUEST)  # a new session over the same folder
     await until(lambda: executor.stats().pooled == 1)
+
+
+def owned(owner: str, workspace: str) -> SandboxSpec:
+    return spec(workspace=workspace).model_copy(update={"pool_owner": owner})
+
+
+def inside(workspace: str) -> BashRequest:
+    return BashRequest(command="echo hi", cwd=workspace, timeout_ms=1000)
+
+
+async def test_one_principal_filling_the_pool_does_not_leave_another_cold(
+    backend: FakeBackend, make_executor: Callable[..., SandboxExecutor]
+) -> None:
+    executor = make_executor(pool_size=2, max_pooled=8, max_pooled_per_owner=4)
+    for n in range(4):  # alice's sessions: she may hold half the pool, not all of it
+        await executor.run(owned("alice", f"/a{n}"), inside(f"/a{n}"))
+        await asyncio.sleep(0.02)
+    await until(lambda: executor.stats().pooled == 4)
+    await asyncio.sleep(0.05)
+    assert executor.stats().pooled == 4
+    await executor.run(owned("bob", "/b"), inside("/b"))
+    await until(lambda: executor.stats().pooled == 6)
+    hits = executor.stats().pool_hits
+    await executor.run(owned("bob", "/b"), inside("/b"))
+    assert executor.stats().pool_hits == hits + 1
+
+
+async def test_a_full_pool_makes_room_for_a_principal_under_its_share(
+    backend: FakeBackend, make_executor: Callable[..., SandboxExecutor]
+) -> None:
+    executor = make_executor(pool_size=2, max_pooled=4, max_pooled_per_owner=4)
+    for n in range(2):
+        await executor.run(owned("alice", f"/a{n}"), inside(f"/a{n}"))
+    await until(lambda: executor.stats().pooled == 4)
+    await executor.run(owned("bob", "/b"), inside("/b"))
+    # Alice's oldest went to make room: bob is under his share, alice holds the most.
+    await until(lambda: len(backend.started) == 2 + 4 + 1 + 2)
+    await until(lambda: executor.stats().pooled == 4)
+    hits = executor.stats().pool_hits
+    await executor.run(owned("bob", "/b"), inside("/b"))
+    assert executor.stats().pool_hits == hits + 1
+    taken_from_alice = [s for s in backend.started if s.spec.pool_owner == "alice" and s.destroyed]
+    assert len(taken_from_alice) >= 2 + 2  # her two calls' containers, and two pooled ones

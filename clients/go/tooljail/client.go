@@ -39,6 +39,10 @@ func New(target string, options ...Option) (*Client, error) {
 			return nil, err
 		}
 	}
+	if s.token != "" && s.tls == nil && !onThisMachine(target) {
+		return nil, fmt.Errorf("tooljail: refusing to send the bearer token in clear to %s: "+
+			"use TLS (WithCAFile), or reach the daemon on loopback or its Unix socket", target)
+	}
 	dial, err := s.dialOptions()
 	if err != nil {
 		return nil, err

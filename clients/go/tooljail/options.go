@@ -6,6 +6,7 @@ import (
 	"crypto/x509"
 	"errors"
 	"fmt"
+	"net"
 	"os"
 	"strings"
 	"time"
@@ -170,8 +171,30 @@ func (s *settings) dialOptions() ([]grpc.DialOption, error) {
 	return append(options, s.dial...), nil
 }
 
+// onThisMachine reports whether target is a Unix socket or a loopback address, where a token
+// sent in the clear does not leave the machine.
+func onThisMachine(target string) bool {
+	if strings.HasPrefix(target, "unix:") || strings.HasPrefix(target, "unix-abstract:") {
+		return true
+	}
+	address := target
+	for _, scheme := range []string{"dns:///", "passthrough:///", "ipv4:", "ipv6:"} {
+		address = strings.TrimPrefix(address, scheme)
+	}
+	host, _, err := net.SplitHostPort(address)
+	if err != nil {
+		return false
+	}
+	if host == "localhost" {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
+}
+
 // bearer adds the authorization header the daemon maps to a principal. It does not insist on
-// TLS: a Unix socket or a loopback TCP listener may take a token in the clear.
+// TLS: a Unix socket or a loopback TCP listener may take a token in the clear (New refuses a
+// token in the clear for any other target).
 type bearer struct{ header string }
 
 func (b bearer) GetRequestMetadata(context.Context, ...string) (map[string]string, error) {

@@ -3,6 +3,7 @@ package tooljail
 import (
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 )
@@ -78,5 +79,27 @@ func TestBadOptionsAreErrors(t *testing.T) {
 	}
 	if _, err := New(""); err == nil {
 		t.Error("an empty target: no error")
+	}
+}
+
+func TestATokenIsNeverSentInClearOffThisMachine(t *testing.T) {
+	for _, target := range []string{"daemon.example.org:50051", "10.0.0.5:50051", "dns:///daemon.example.org:443"} {
+		if _, err := New(target, WithToken("s3cret-token")); err == nil || !strings.Contains(err.Error(), "in clear") {
+			t.Errorf("New(%q) with a token and no TLS: err = %v, want a refusal", target, err)
+		}
+		client, err := New(target, WithToken(""))
+		if err != nil {
+			t.Errorf("New(%q) without a token: %v", target, err)
+		} else {
+			client.Close()
+		}
+	}
+	for _, target := range []string{"127.0.0.1:50051", "localhost:50051", "[::1]:50051", "unix:///run/t.sock"} {
+		client, err := New(target, WithToken("s3cret-token"))
+		if err != nil {
+			t.Errorf("New(%q) with a token: %v, want it allowed on this machine", target, err)
+			continue
+		}
+		client.Close()
 	}
 }

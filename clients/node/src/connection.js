@@ -4,6 +4,7 @@
 // peer's user as the principal) or host:port (TCP: a bearer token, TOOLJAIL_TOKEN, and/or TLS).
 
 import { readFileSync } from "node:fs";
+import { isIP } from "node:net";
 
 import grpc from "@grpc/grpc-js";
 
@@ -18,12 +19,41 @@ export const DEFAULT_TARGET = "unix:///run/tooljail/tooljail.sock";
  * @param {Record<string, string | undefined>} [env] Where TOOLJAIL_TARGET and TOOLJAIL_TOKEN are
  *   read (process.env by default).
  * @returns {{target: string, token: string, tls: false | {ca?: Buffer, cert?: Buffer, key?: Buffer}}}
- * @throws {TypeError} when only one of `tls.cert` and `tls.key` is given.
+ * @throws {TypeError} when only one of `tls.cert` and `tls.key` is given, or a token would go in
+ *   clear to a target off this machine.
  */
 export function resolveConnection(options = {}, env = process.env) {
   const target = options.target || env.TOOLJAIL_TARGET || DEFAULT_TARGET;
   const token = options.token ?? env.TOOLJAIL_TOKEN ?? "";
-  return { target: grpcTarget(target), token, tls: tlsFiles(options.tls) };
+  const tls = tlsFiles(options.tls);
+  if (token && !tls && !onThisMachine(target)) {
+    throw new TypeError(
+      `refusing to send the bearer token in clear to ${target}: use TLS (the tls option), ` +
+        "or reach the daemon on loopback or its Unix socket",
+    );
+  }
+  return { target: grpcTarget(target), token, tls };
+}
+
+/**
+ * Whether `target` is a Unix socket or a loopback address: a token sent in clear stays here.
+ *
+ * @param {string} target
+ * @returns {boolean}
+ */
+function onThisMachine(target) {
+  if (target.startsWith("unix:") || target.startsWith("unix-abstract:")) return true;
+  let address = target;
+  for (const scheme of ["dns:///", "ipv4:", "ipv6:"]) {
+    if (address.startsWith(scheme)) address = address.slice(scheme.length);
+  }
+  const host = address.startsWith("[")
+    ? address.slice(1, address.indexOf("]"))
+    : address.slice(0, address.lastIndexOf(":"));
+  if (host === "localhost") return true;
+  if (isIP(host) === 4) return host.split(".")[0] === "127";
+  if (isIP(host) === 6) return host === "::1" || host === "0:0:0:0:0:0:0:1";
+  return false;
 }
 
 /**

@@ -101,3 +101,17 @@ test("an aborted signal cancels the call", async () => {
     client.close();
   }
 });
+
+test("a token is never sent in clear off this machine", () => {
+  for (const target of ["daemon.example.org:50051", "10.0.0.5:50051", "dns:///daemon.example.org:443"]) {
+    assert.throws(() => resolveConnection({ target, token: "s3cret-token" }, {}), /in clear/);
+    assert.equal(resolveConnection({ target, token: "" }, {}).token, "");
+    assert.throws(
+      () => resolveConnection({ target }, { TOOLJAIL_TOKEN: "s3cret-token" }),
+      (error) => /in clear/.test(error.message) && !error.message.includes("s3cret-token"),
+    );
+  }
+  for (const target of ["127.0.0.1:50051", "localhost:50051", "[::1]:50051", "unix:///run/t.sock"]) {
+    assert.equal(resolveConnection({ target, token: "s3cret-token" }, {}).token, "s3cret-token");
+  }
+});

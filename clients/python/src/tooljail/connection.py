@@ -6,9 +6,10 @@ peer's user) or `host:port` (TCP: with a bearer token, TOOLJAIL_TOKEN, and/or TL
 
 from __future__ import annotations
 
+import ipaddress
 import os
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -25,13 +26,21 @@ class Connection:
 
     target: str
     """`unix:///path`, `unix:/path`, or `host:port`."""
-    token: str = ""
-    """Bearer token for a TCP listener that wants one (never put it on a command line)."""
+    token: str = field(default="", repr=False)
+    """Bearer token for a TCP listener that wants one (never put it on a command line; never
+    shown in a repr, so never in a log line or a traceback)."""
     ca_file: Path | None = None
     """Roots that sign the daemon's certificate (TLS)."""
     cert_file: Path | None = None
     """The client's certificate (mTLS), with `key_file`."""
     key_file: Path | None = None
+
+    def __post_init__(self) -> None:
+        if self.token and not self.secure and not _on_this_machine(self.target):
+            raise ValueError(
+                f"refusing to send the bearer token in clear to {self.target}: give the daemon's "
+                "CA (ca_file) to use TLS, or reach it on loopback or its Unix socket"
+            )
 
     @classmethod
     def resolve(
@@ -46,6 +55,10 @@ class Connection:
         """Arguments first, then TOOLJAIL_TARGET / TOOLJAIL_TOKEN, then the default socket."""
         if (cert_file is None) != (key_file is None):
             raise ValueError("give both cert_file and key_file for mTLS, or neither")
+        files = {"ca_file": ca_file, "cert_file": cert_file, "key_file": key_file}
+        for name, value in files.items():
+            if value is not None and not str(value):
+                raise ValueError(f"{name} is empty: give a file name, or None for no TLS")
         return cls(
             target=target or os.environ.get(TARGET_VARIABLE) or DEFAULT_TARGET,
             token=token if token is not None else os.environ.get(TOKEN_VARIABLE, ""),
@@ -96,6 +109,20 @@ class Connection:
                 self.grpc_target, self.credentials(), interceptors=interceptors
             )
         return grpc.aio.insecure_channel(self.grpc_target, interceptors=interceptors)
+
+
+def _on_this_machine(target: str) -> bool:
+    """Whether `target` is a Unix socket or a loopback address (a token in clear stays here)."""
+    if target.startswith(("unix:", "unix-abstract:")):
+        return True
+    address = target.removeprefix("dns:///").removeprefix("ipv4:").removeprefix("ipv6:")
+    host = address[1:].partition("]")[0] if address.startswith("[") else address.rpartition(":")[0]
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
 
 
 class _Details(NamedTuple):
