@@ -109,7 +109,12 @@ def test_the_client_alone_drives_a_live_daemon(
     assert seen["ran_once"] is True
     assert seen["status_version"] is True
     assert seen["unreachable"] in ("Unavailable", "DeadlineExceeded")
-    assert seen["async"] == {"text": "async\n", "last": "Answer", "batch": ["toolu_a1"]}
+    assert seen["async"] == {
+        "text": "async\n",
+        "last": "Answer",
+        "batch": ["toolu_a1"],
+        "stream_batch_answers": ["Answer:toolu_s1", "Answer:toolu_s2"],
+    }
     assert sys.executable != str(client_python)
 
 

@@ -95,7 +95,8 @@ func fakeClient(t *testing.T, fake *fakeExecutor, options ...Option) *Client {
 	t.Cleanup(server.Stop)
 	dialer := func(ctx context.Context, _ string) (net.Conn, error) { return listener.DialContext(ctx) }
 	options = append([]Option{WithDialOptions(grpc.WithContextDialer(dialer))}, options...)
-	c, err := New("passthrough:///fake", options...)
+	// In memory; named as a loopback address, where a token may go in the clear.
+	c, err := New("passthrough:///localhost:0", options...)
 	if err != nil {
 		t.Fatal(err)
 	}

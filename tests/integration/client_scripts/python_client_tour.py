@@ -98,8 +98,24 @@ async def _async_tour() -> dict[str, object]:
             [{"id": "toolu_a1", "name": "Bash", "input": {"command": "echo x"}}],
             session_id=session.id,
         )
-        await jail.close_session(session.id)
-    return {"text": answer.text, "last": kinds[-1], "batch": [a.tool_use_id for a in batch]}
+        streamed = [
+            type(e).__name__ + ":" + e.tool_use_id
+            async for e in jail.stream_batch(
+                [
+                    {"id": "toolu_s1", "name": "Bash", "input": {"command": "sleep 0.3; echo 1"}},
+                    {"id": "toolu_s2", "name": "Bash", "input": {"command": "echo 2"}},
+                ],
+                session_id=session.id,
+            )
+        ]
+        await jail.close_session(session.id, delete_workspace=True)
+    answers = [e for e in streamed if e.startswith("Answer:")]
+    return {
+        "text": answer.text,
+        "last": kinds[-1],
+        "batch": [a.tool_use_id for a in batch],
+        "stream_batch_answers": answers,
+    }
 
 
 seen["async"] = asyncio.run(_async_tour())

@@ -121,24 +121,38 @@ class AsyncClient:
         """One call with its live progress; the answer comes last."""
         use = tool_use({"id": new_tool_use_id(), "name": name, "input": tool_input})
         request = pb.ExecuteRequest(tool_use=use, session_id=session_id)
-        try:
-            async for event in self._executor.ExecuteStream(request, **self._options(timeout)):
-                if event.HasField("progress"):
-                    yield types.progress(event.progress)
-                elif event.HasField("response"):
-                    yield types.answer(event.response)
-        except grpc.RpcError as error:
-            raise from_rpc_error(error) from None
+        async for event in _events(self._executor.ExecuteStream(request, **self._options(timeout))):
+            yield event
 
-    async def open_session(self, workspace: str = "", *, mode: str = "") -> types.Session:
-        request = pb.OpenSessionRequest(workspace=workspace, mode=mode)
+    async def stream_batch(
+        self, blocks: Iterable[ToolUseLike], *, session_id: str = "", timeout: float | None = None
+    ) -> AsyncIterator[types.Progress | types.Answer]:
+        """A batch with every call's progress between the (ordered) answers."""
+        request = pb.ExecuteBatchRequest(session_id=session_id, tool_uses=tool_uses(blocks))
+        stream = self._executor.ExecuteBatchStream(request, **self._options(timeout))
+        async for event in _events(stream):
+            yield event
+
+    async def open_session(
+        self, workspace: str = "", *, mode: str = "", idle_ttl_s: int = 0
+    ) -> types.Session:
+        """A session: over `workspace` (when the policy allows it) or a fresh directory."""
+        request = pb.OpenSessionRequest(workspace=workspace, mode=mode, idle_ttl_s=idle_ttl_s)
         return types.session(
             await _call(self._executor.OpenSession(request, **self._options(None)))
         )
 
-    async def close_session(self, session_id: str) -> None:
-        request = pb.CloseSessionRequest(session_id=session_id)
-        await _call(self._executor.CloseSession(request, **self._options(None)))
+    async def close_session(self, session_id: str, *, delete_workspace: bool = False) -> int:
+        """Close it (its calls are cancelled, its containers go); how many calls were running."""
+        request = pb.CloseSessionRequest(session_id=session_id, delete_workspace=delete_workspace)
+        closed = await _call(self._executor.CloseSession(request, **self._options(None)))
+        return int(closed.cancelled_calls)
+
+    async def set_session_mode(self, session_id: str, mode: str) -> types.Session:
+        request = pb.SetSessionModeRequest(session_id=session_id, mode=mode)
+        return types.session(
+            await _call(self._admin.SetSessionMode(request, **self._options(None)))
+        )
 
     async def pending_approvals(self) -> list[pb.PendingApproval]:
         """The asks waiting for an approver (the caller must be one)."""
@@ -160,6 +174,18 @@ class AsyncClient:
             self._admin.Status(pb.StatusRequest(), **self._options(None))
         )
         return response
+
+
+async def _events(stream: Any) -> AsyncIterator[types.Progress | types.Answer]:
+    """A stream's events as progress and answers (RPC failures as TooljailError)."""
+    try:
+        async for event in stream:
+            if event.HasField("progress"):
+                yield types.progress(event.progress)
+            elif event.HasField("response"):
+                yield types.answer(event.response)
+    except grpc.RpcError as error:
+        raise from_rpc_error(error) from None
 
 
 async def _call(call: Any) -> Any:
