@@ -14,7 +14,7 @@ WORKSPACE ?= $(CURDIR)/.tooljail/workspace
 PYTEST_ARGS ?=
 
 .PHONY: help setup venv lock proto opa helpers sandbox-user grpcurl packages docker image run test lint typecheck policy-test \
-        interop buf go-gen install bench bench-smoke chaos \
+        interop buf go-gen install bench bench-smoke chaos service-test \
         pytest unit integration bench-sandbox fmt clean
 
 help: ## show the targets
@@ -140,6 +140,9 @@ buf: ## buf lint, and buf breaking against the last released proto (proto/releas
 
 go-gen: ## regenerate the Go client's code from proto/ (clients/go)
 	@clients/go/generate.sh
+
+service-test: setup ## the shipped unit under a real systemd (in a container), with real OPA and Docker
+	@TOOLJAIL_SERVICE_TESTS=1 $(BIN)/pytest tests/service -ra $(PYTEST_ARGS)
 
 chaos: setup ## long reliability variants (fuzzing, loads, faults; a private dockerd is stopped)
 	@scripts/chaos.sh
