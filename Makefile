@@ -141,8 +141,8 @@ buf: ## buf lint, and buf breaking against the last released proto (proto/releas
 go-gen: ## regenerate the Go client's code from proto/ (clients/go)
 	@clients/go/generate.sh
 
-service-test: setup ## the shipped unit under a real systemd (in a container), with real OPA and Docker
-	@TOOLJAIL_SERVICE_TESTS=1 $(BIN)/pytest tests/service -ra $(PYTEST_ARGS)
+service-test: setup ## only the service tests: the shipped unit under a real systemd (in make test too)
+	@$(BIN)/pytest tests/service -ra $(PYTEST_ARGS)
 
 chaos: setup ## long reliability variants (fuzzing, loads, faults; a private dockerd is stopped)
 	@scripts/chaos.sh

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import logging
 import os
 import sys
 from pathlib import Path
@@ -22,6 +23,8 @@ from daemon.config import ConfigError, load_settings
 from daemon.errors import TooljailError
 from daemon.ops.logs import configure_logging
 
+log = logging.getLogger(__name__)
+
 
 def _serve(args: argparse.Namespace) -> int:
     from daemon.app.daemon import Daemon
@@ -35,10 +38,15 @@ def _serve(args: argparse.Namespace) -> int:
         return 2
     configure_logging(json=settings.logging.format == "json", level=settings.logging.level)
     daemon = Daemon(settings)
+    # From here on, through the daemon's logging: one line each (JSON in the journal), never a
+    # bare traceback spread over many lines.
     try:
         asyncio.run(daemon.run_until_signalled())
     except TooljailError as exc:
-        print(f"tooljail: cannot start: {exc}", file=sys.stderr)
+        log.critical("cannot start: %s", exc)
+        return 1
+    except Exception:
+        log.critical("stopped by an unexpected error", exc_info=True)
         return 1
     return 0
 

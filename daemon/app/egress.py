@@ -7,6 +7,7 @@ import os
 import shutil
 import ssl
 import tempfile
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -72,16 +73,27 @@ def start_egress(
     # One folder per daemon instance, emptied at start: what a killed predecessor left goes.
     # Named by a hash: the instance id is free text, and "../x" must not name another folder.
     name = hashlib.sha256(instance_id.encode()).hexdigest()[:16]
-    parent = settings.state_dir / "egress"
-    if len(os.fsencode(parent / name / CONTAINER_FOLDER_SAMPLE / EGRESS_SOCKET_NAME)) > (
-        MAX_SOCKET_PATH
-    ):
-        # Too long for the kernel's socket addresses: a private folder of the system's instead.
-        parent = Path(tempfile.gettempdir()) / "tooljail-egress"
-    root = private_socket_dir(parent) / name
+    root = private_socket_dir(egress_socket_parent(settings.state_dir, name, os.environ)) / name
     shutil.rmtree(root, ignore_errors=True)
     root.mkdir(mode=0o700)
     return Egress(proxy, root, bundle)
+
+
+def egress_socket_parent(state_dir: Path, name: str, environment: Mapping[str, str]) -> Path:
+    """The folder of the egress sockets: `<state_dir>/egress` when the sockets' paths fit the
+    kernel's socket addresses; else the service's runtime folder (RUNTIME_DIRECTORY, which
+    dockerd sees at the same path); else a folder of the system's temporary one (outside a
+    service: a service's /tmp is its own, dockerd would not find the sockets there)."""
+    candidates = [state_dir]
+    runtime = environment.get("RUNTIME_DIRECTORY", "").split(":")[0]
+    if runtime:
+        candidates.append(Path(runtime))
+    for folder in candidates:
+        parent = folder / "egress"
+        sample = parent / name / CONTAINER_FOLDER_SAMPLE / EGRESS_SOCKET_NAME
+        if len(os.fsencode(sample)) <= MAX_SOCKET_PATH:
+            return parent
+    return Path(tempfile.gettempdir()) / "tooljail-egress"
 
 
 def _write_bundle(path: Path, ca_pem: bytes) -> Path:

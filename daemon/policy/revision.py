@@ -12,9 +12,13 @@ _OUTPUT_CAP_BYTES = 64 * 1024
 
 
 async def _git(directory: Path, *args: str) -> str | None:
+    # The policy folder is trusted (it is the policy), but often another account's (root's, read
+    # by the service's account): name it safe for this call only, and run nothing the
+    # repository's own config names (fsmonitor), whoever wrote it.
+    trust = ["-c", f"safe.directory={directory}", "-c", "core.fsmonitor=false"]
     try:
         run = await run_child(
-            ["git", "-C", str(directory), *args],
+            ["git", *trust, "-C", str(directory), *args],
             timeout_s=_GIT_TIMEOUT_S,
             output_cap=_OUTPUT_CAP_BYTES,
         )

@@ -23,7 +23,7 @@ from typing import Protocol
 
 from daemon.errors import RequestError
 from daemon.host.child import run_child
-from daemon.sessions.workspaces import give_to
+from daemon.sessions.workspaces import give_to, make_workspace
 
 log = logging.getLogger(__name__)
 
@@ -58,8 +58,7 @@ class PlainWorkspaces:
     async def create(self, name: str, owner: tuple[int, int] | None) -> Path:
         self._root.mkdir(parents=True, exist_ok=True, mode=0o711)
         folder = Path(os.path.realpath(self._root)) / name
-        folder.mkdir()
-        give_to(folder, owner)
+        make_workspace(folder, owner)
         return folder
 
     async def delete(self, folder: Path) -> bool:

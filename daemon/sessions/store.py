@@ -21,7 +21,7 @@ from daemon.sessions.session import Session
 from daemon.sessions.workspaces import (
     IdentityRule,
     Overlap,
-    give_to,
+    make_workspace,
     overlaps_of,
     pin_workspace,
 )
@@ -83,8 +83,7 @@ class SessionStore:
     def _make_folder(self, folder: Path) -> None:
         """A workspace tooljail makes, the sandbox account's to write (see `fresh_owner`)."""
         folder.parent.mkdir(parents=True, exist_ok=True)
-        folder.mkdir()
-        give_to(folder, self.fresh_owner())
+        make_workspace(folder, self.fresh_owner())
 
     def _identity(self, root: PinnedDirectory) -> tuple[int, int] | None:
         return None if self._identities is None else self._identities.for_workspace(root)

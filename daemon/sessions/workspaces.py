@@ -91,6 +91,17 @@ def give_to(folder: Path, owner: tuple[int, int] | None) -> None:
     folder.chmod(0o2770 if owner[0] == -1 else 0o750)
 
 
+def make_workspace(folder: Path, owner: tuple[int, int] | None) -> None:
+    """Make `folder` (its parent exists) and hand it to `owner` (`give_to`); when that fails,
+    the folder goes again, so a later attempt does not find a half-made workspace and refuse it."""
+    folder.mkdir()
+    try:
+        give_to(folder, owner)
+    except BaseException:
+        folder.rmdir()
+        raise
+
+
 @dataclass(frozen=True)
 class IdentityRule:
     """Who the sandboxes of a workspace run as (sandbox.user, sandbox.min_uid,

@@ -164,3 +164,24 @@ def test_serve_refuses_to_start_with_an_audit_mask_it_cannot_use(short_tmp: Path
     assert run.returncode != 0
     assert "mask_patterns" in run.stderr + run.stdout, run.stderr[-2000:]
     assert not socket_path.exists(), "nothing may be served without a usable mask"
+
+
+def test_a_refused_start_is_one_json_line_when_the_logs_are_json(short_tmp: Path) -> None:
+    not_a_folder = short_tmp / "not-a-folder"
+    not_a_folder.write_text("")
+    env = dict(
+        os.environ,
+        TOOLJAIL_SANDBOX__ENABLED="false",
+        TOOLJAIL_AUDIT_LOG="/dev/null",
+        TOOLJAIL_STATE_DIR=str(short_tmp / "refused-state"),
+        TOOLJAIL_LOGGING__FORMAT="json",
+    )
+    socket_path = short_tmp / "refused.sock"
+    argv = [*TOOLJAIL, "serve", "--listen", f"unix://{socket_path}"]
+    argv += ["--workspace", str(not_a_folder)]
+    run = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=120, check=False)
+    assert run.returncode == 1
+    lines = [json.loads(line) for line in run.stderr.splitlines() if line.strip()]
+    refused = [line for line in lines if "cannot start" in line["message"]]
+    assert len(refused) == 1 and refused[0]["level"] == "critical", run.stderr[-2000:]
+    assert "not a directory" in refused[0]["message"]

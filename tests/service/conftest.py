@@ -7,7 +7,6 @@ a first build takes minutes, and a silent test session would look hung.
 
 from __future__ import annotations
 
-import os
 import pwd
 from collections.abc import Iterator
 
@@ -28,26 +27,10 @@ from tests.service.harness import (
 FIXES_DROP_IN = "60-unit-fixes"
 
 
-#: Set by `make service-test`. Until the failures these tests found are fixed (issue 24), they
-#: run on request, not in `make test`.
-OPT_IN = "TOOLJAIL_SERVICE_TESTS"
-
-
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line(
         "markers", "service: boots a real systemd in a container and installs tooljail in it"
     )
-
-
-def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    if os.environ.get(OPT_IN) == "1":
-        return
-    later = pytest.mark.skip(
-        reason=f"service tests run with make service-test ({OPT_IN}=1) until issue 24 lands"
-    )
-    for item in items:
-        if "tests/service/" in item.nodeid:
-            item.add_marker(later)
 
 
 def _sandbox_uid() -> int:

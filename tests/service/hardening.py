@@ -44,16 +44,9 @@ OFF: dict[str, str] = {
 NOT_SWITCHES = frozenset({"AmbientCapabilities", "SystemCallErrorNumber"})
 
 #: What the unit as shipped needs to serve under systemd 252 (Debian bookworm), each with the
-#: reason test_shipped_unit_serves_with_every_hardening_directive_on found. Every test but that
+#: reason test_shipped_unit_serves_with_its_hardening found. Every test but that
 #: one runs with these, so each can test its own subject; this is empty once the unit is fixed.
-UNIT_FIXES: dict[str, tuple[str, str]] = {
-    "RestrictSUIDSGID": (
-        "no",
-        "the daemon makes its default workspace group-owned by the sandbox account with the "
-        "setgid bit (2770, daemon/sessions/workspaces.py give_to); RestrictSUIDSGID=yes refuses "
-        "that chmod with EPERM and the daemon exits at start",
-    ),
-}
+UNIT_FIXES: dict[str, tuple[str, str]] = {}
 
 
 def unit_fixes_drop_in() -> str:

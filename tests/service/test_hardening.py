@@ -40,7 +40,9 @@ def test_installed_unit_verifies_under_this_systemd(machine: Machine) -> None:
     assert (done.returncode, done.stderr) == (0, ""), done.stderr
 
 
-def test_shipped_unit_serves_with_every_hardening_directive_on(service: Machine) -> None:
+def test_shipped_unit_serves_with_its_hardening(service: Machine) -> None:
+    """As shipped: every hardening directive it keeps on (those it turns off say why in the
+    unit). When it does not serve, the directives to blame are found by bisection."""
     problems = hardening.serving_problems(service)
     if not problems:
         return
@@ -72,7 +74,7 @@ def test_shipped_unit_serves_with_every_hardening_directive_on(service: Machine)
 
 def test_a_fresh_session_opens_under_the_shipped_config(running: Machine) -> None:
     """OpenSession without a workspace: tooljail makes one. The service runs as tooljail, not
-    root, and the installed config keeps the default disk budget (workspaces.budget_mb)."""
+    root: the installed config turns the per-workspace disk budget off (it needs a mount)."""
     script = (
         "import tooljail\n"
         "jail = tooljail.Client()\n"

@@ -104,3 +104,20 @@ def test_a_caller_naming_a_symlinked_path_is_told_the_real_one(tmp_path: Path) -
     (root / "link").symlink_to(root / "real")
     with pytest.raises(RequestError, match=f"its real path is {root / 'real'}"):
         pin_workspace(str(root / "link"))
+
+
+async def test_a_workspace_that_cannot_be_handed_over_is_not_left_half_made(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from daemon.sessions import workspaces
+    from daemon.sessions.disk import PlainWorkspaces
+
+    def refused(path: object, mode: int) -> None:
+        raise PermissionError(1, "Operation not permitted")  # RestrictSUIDSGID refusing 2770
+
+    monkeypatch.setattr(workspaces.os, "chmod", refused)
+    monkeypatch.setattr(Path, "chmod", lambda self, mode: refused(self, mode))
+    plain = PlainWorkspaces(tmp_path / "sessions")
+    with pytest.raises(PermissionError):
+        await plain.create("ws_1", (-1, os.getgid()))
+    assert list((tmp_path / "sessions").iterdir()) == []  # the next start is not blocked
