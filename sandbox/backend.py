@@ -121,8 +121,8 @@ class BashRequest(_Frozen):
     output_limit_bytes: int = Field(default=1 << 20, gt=0)
     """Bytes of output kept (head and tail); the rest is counted, not stored."""
     stop_without_host: bool = False
-    """Kill the command when the daemon's connection ends (a background command, which
-    would otherwise run on after a daemon that died, until its long timeout)."""
+    """Kill the command when the daemon's connection ends (a daemon that died: nobody reads the
+    answer, and the command would otherwise run on until its timeout)."""
 
 
 class ExecRequest(_Frozen):

@@ -110,6 +110,11 @@ render "$REPO_ROOT/packaging/systemd/tooljail.service" >"$ROOT/lib/systemd/syste
 install -m 0644 "$ROOT/lib/systemd/system/tooljail.service.tmp" "$ROOT/lib/systemd/system/tooljail.service"
 rm -f "$ROOT/lib/systemd/system/tooljail.service.tmp"
 
+# The service's account and /etc/tooljail, as a package declares them (systemd-sysusers and
+# systemd-tmpfiles apply them; docs/operations.md).
+install -D -m 0644 "$REPO_ROOT/packaging/systemd/tooljail.sysusers" "$ROOT/lib/sysusers.d/tooljail.conf"
+install -D -m 0644 "$REPO_ROOT/packaging/systemd/tooljail.tmpfiles" "$ROOT/lib/tmpfiles.d/tooljail.conf"
+
 mkdir -p "$ROOT/bin"
 ln -sfn ../lib/tooljail/bin/tooljail "$ROOT/bin/tooljail"
 
@@ -130,7 +135,10 @@ fi
 log "installed tooljail into $ROOT"
 cat <<EOF
 Next steps (as root, on the machine that runs it; docs/operations.md explains each):
-  useradd --system --user-group --home-dir /var/lib/tooljail --shell /usr/sbin/nologin tooljail
+  systemd-sysusers $PREFIX/lib/sysusers.d/tooljail.conf
+  useradd --user-group --no-create-home --shell /usr/sbin/nologin tooljail-sandbox
+  usermod -aG tooljail-sandbox tooljail
+  systemd-tmpfiles --create $PREFIX/lib/tmpfiles.d/tooljail.conf
   install -m 0640 -g tooljail $PREFIX/share/tooljail/tooljail.toml.example /etc/tooljail/tooljail.toml
   make image                  # from the source tree: the sandbox image this release expects
   systemctl daemon-reload && systemctl enable --now tooljail

@@ -82,7 +82,7 @@ def start_egress(
 def egress_socket_parent(state_dir: Path, name: str, environment: Mapping[str, str]) -> Path:
     """The folder of the egress sockets: `<state_dir>/egress` when the sockets' paths fit the
     kernel's socket addresses; else the service's runtime folder (RUNTIME_DIRECTORY, which
-    dockerd sees at the same path); else a folder of the system's temporary one (outside a
+    dockerd sees at the same path); else a fresh folder in the system's temporary one (outside a
     service: a service's /tmp is its own, dockerd would not find the sockets there)."""
     candidates = [state_dir]
     runtime = environment.get("RUNTIME_DIRECTORY", "").split(":")[0]
@@ -93,7 +93,8 @@ def egress_socket_parent(state_dir: Path, name: str, environment: Mapping[str, s
         sample = parent / name / CONTAINER_FOLDER_SAMPLE / EGRESS_SOCKET_NAME
         if len(os.fsencode(sample)) <= MAX_SOCKET_PATH:
             return parent
-    return Path(tempfile.gettempdir()) / "tooljail-egress"
+    # A fresh folder with a name nobody can guess: another account cannot have made it first.
+    return Path(tempfile.mkdtemp(prefix="tooljail-egress-"))
 
 
 def _write_bundle(path: Path, ca_pem: bytes) -> Path:

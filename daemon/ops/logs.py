@@ -67,6 +67,11 @@ def _timestamp(record: logging.LogRecord) -> str:
     return moment.isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
+_ESCAPED_IN_JSON = {
+    code: f"\\u{code:04x}" for code in (*range(0x80, 0xA0), 0x2028, 0x2029)
+}
+
+
 class JsonFormatter(logging.Formatter):
     """One JSON object per record, on one line."""
 
@@ -83,7 +88,10 @@ class JsonFormatter(logging.Formatter):
         if record.stack_info:
             entry["stack"] = self.formatStack(record.stack_info)
         # default=str: a Path or an enum in `extra=` must not cost the line.
-        return jsonlib.dumps(entry, ensure_ascii=False, separators=(",", ":"), default=str)
+        line = jsonlib.dumps(entry, ensure_ascii=False, separators=(",", ":"), default=str)
+        # What readers split lines at besides \n (U+2028, U+2029, NEL) and the other C1 controls
+        # go out escaped: a message (an error quoting a file name) must stay one record.
+        return line.translate(_ESCAPED_IN_JSON)
 
 
 class TextFormatter(logging.Formatter):

@@ -57,11 +57,18 @@ class SessionStore:
         self._max_per_principal = max_per_principal
         self._max_total = max_total
         self._identities = identities
-        if not default_workspace.exists():
-            self._make_folder(default_workspace)
-        # The operator's own setting: resolved once here, then held like any workspace (and
-        # shared by every principal's default session).
-        self._default_root = pin_workspace(os.path.realpath(default_workspace))
+        # The operator's own setting, taken as written (a symlink in it is refused, never
+        # followed: whoever can write a folder on the way could point it anywhere), then held
+        # like any workspace (and shared by every principal's default session).
+        written = Path(os.path.normpath(default_workspace.absolute()))
+        made = None if os.path.lexists(written) else self._make_folder(written)
+        self._default_root = pin_workspace(str(written))
+        if made is not None and self._default_root.identity != made:
+            self._default_root.close()
+            raise RequestError(
+                f"the default workspace {written} was replaced while it was being made: "
+                "make sure only root and the daemon's account can write its parent folder"
+            )
         self._default_identity = self._identity(self._default_root)
         self._defaults: dict[str, Session] = {}
         self._sessions: dict[str, Session] = {}
@@ -80,10 +87,11 @@ class SessionStore:
         self._root.mkdir(parents=True, exist_ok=True, mode=0o711)
         return Path(os.path.realpath(self._root))
 
-    def _make_folder(self, folder: Path) -> None:
-        """A workspace tooljail makes, the sandbox account's to write (see `fresh_owner`)."""
+    def _make_folder(self, folder: Path) -> tuple[int, int]:
+        """A workspace tooljail makes, the sandbox account's to write (see `fresh_owner`); its
+        (device, inode)."""
         folder.parent.mkdir(parents=True, exist_ok=True)
-        make_workspace(folder, self.fresh_owner())
+        return make_workspace(folder, self.fresh_owner())
 
     def _identity(self, root: PinnedDirectory) -> tuple[int, int] | None:
         return None if self._identities is None else self._identities.for_workspace(root)

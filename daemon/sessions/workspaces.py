@@ -81,25 +81,62 @@ def overlaps_of(root: PinnedDirectory, others: dict[str, PinnedDirectory]) -> li
 
 
 def give_to(folder: Path, owner: tuple[int, int] | None) -> None:
-    """Hand a workspace tooljail made to `owner` (see SessionStore.fresh_owner): the account
-    itself (0750), or only its group with group write and setgid (uid -1: 2770), so that a
-    daemon that is not root still makes workspaces its sandboxes can write."""
-    if owner is None:
-        folder.chmod(0o750)
-        return
-    os.chown(folder, *owner)
-    folder.chmod(0o2770 if owner[0] == -1 else 0o750)
-
-
-def make_workspace(folder: Path, owner: tuple[int, int] | None) -> None:
-    """Make `folder` (its parent exists) and hand it to `owner` (`give_to`); when that fails,
-    the folder goes again, so a later attempt does not find a half-made workspace and refuse it."""
-    folder.mkdir()
+    """Hand a workspace tooljail made, in a folder only the daemon writes, to `owner`
+    (`hand_over`)."""
+    fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
     try:
-        give_to(folder, owner)
-    except BaseException:
-        folder.rmdir()
-        raise
+        hand_over(fd, owner)
+    finally:
+        os.close(fd)
+
+
+def hand_over(fd: int, owner: tuple[int, int] | None) -> None:
+    """Hand the workspace open at `fd` to `owner` (see SessionStore.fresh_owner): the account
+    itself (0750), or only its group with group write (uid -1: 0770), so that a daemon that is
+    not root still makes workspaces its sandboxes can write. Through the descriptor: a path
+    could be swapped for a symlink to another folder in between. No setgid bit: what sandboxes
+    write carries their own group anyway, and the service may then keep RestrictSUIDSGID."""
+    if owner is not None:
+        os.fchown(fd, *owner)
+    os.fchmod(fd, 0o770 if owner is not None and owner[0] == -1 else 0o750)
+
+
+def make_workspace(folder: Path, owner: tuple[int, int] | None) -> tuple[int, int]:
+    """Make `folder` (its parent exists, with no symlink on the way) and hand it to `owner`;
+    its (device, inode). Whoever can write the parent cannot steer this at another folder: the
+    new one is opened without following links and handed over through its descriptor. When
+    that fails it goes again, so a later attempt does not find a half-made workspace."""
+    pinned = PinnedDirectory.pin(folder.parent)
+    parent = pinned.fd
+    try:
+        os.mkdir(folder.name, 0o700, dir_fd=parent)
+        fd = os.open(
+            folder.name,
+            os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC,
+            dir_fd=parent,
+        )
+        try:
+            made = os.fstat(fd)
+            try:
+                hand_over(fd, owner)
+            except BaseException:
+                _remove_if_same(parent, folder.name, made)
+                raise
+            return made.st_dev, made.st_ino
+        finally:
+            os.close(fd)
+    finally:
+        pinned.close()
+
+
+def _remove_if_same(parent: int, name: str, made: os.stat_result) -> None:
+    """Remove `name` in `parent` when it is still the folder made (never another one)."""
+    try:
+        now = os.stat(name, dir_fd=parent, follow_symlinks=False)
+        if (now.st_dev, now.st_ino) == (made.st_dev, made.st_ino):
+            os.rmdir(name, dir_fd=parent)
+    except OSError:
+        pass
 
 
 @dataclass(frozen=True)

@@ -193,6 +193,9 @@ class BashTool(Tool[BashInput, BashRun]):
             cwd=str(cwd),
             timeout_ms=timeout_ms,
             output_limit_bytes=OUTPUT_LIMIT_BYTES,
+            # A daemon that dies mid-call leaves nobody to read the answer: the command stops
+            # with it rather than writing on for the rest of its timeout.
+            stop_without_host=True,
         )
         run = BashRun(
             result=SandboxResult(),

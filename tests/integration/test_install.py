@@ -78,6 +78,13 @@ def test_layout(prefix: Path) -> None:
     docs = prefix / "share" / "doc" / "tooljail" / "operations.md"
     assert docs.read_bytes() == (REPO / "docs" / "operations.md").read_bytes()
 
+    for installed_as, shipped in (
+        ("lib/sysusers.d/tooljail.conf", "tooljail.sysusers"),
+        ("lib/tmpfiles.d/tooljail.conf", "tooljail.tmpfiles"),
+    ):
+        packaged = REPO / "packaging" / "systemd" / shipped
+        assert (prefix / installed_as).read_bytes() == packaged.read_bytes()
+
 
 def test_the_package_is_installed_not_linked_to_the_checkout(prefix: Path) -> None:
     python = prefix / "lib" / "tooljail" / "bin" / "python"

@@ -205,8 +205,9 @@ def test_a_daemon_restart_mid_call_is_a_clear_error_and_the_retry_runs_once(
         first.kill()  # the daemon dies mid-call: no drain, no answer
         first.wait()
         cut = _outcome(call)
+        time.sleep(5)  # the command would have written "after" by now, had it gone on
     assert cut["error"] == "Unavailable", cut
-    assert count.read_text() == "ran\n"
+    assert count.read_text() == "ran\n", "the command outlived the daemon that ran it"
 
     socket_path.unlink(missing_ok=True)
     with serve_process(argv, dict(os.environ), socket_path, short_tmp / "restart-2.log") as second:
@@ -217,5 +218,5 @@ def test_a_daemon_restart_mid_call_is_a_clear_error_and_the_retry_runs_once(
     # The restarted daemon ran the cut call once more, then answered the same id from memory.
     assert retried["retry"] == {"is_error": False, "text": "done\n", "replayed": False}
     assert retried["again"] == {"is_error": False, "text": "done\n", "replayed": True}
-    assert count.read_text() == "ran\nran\n"
+    assert count.read_text() == "ran\nran\nafter\n"
     assert containers_of(instance_id_of(short_tmp / "restart-2.log")) == []

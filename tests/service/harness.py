@@ -27,15 +27,15 @@ lives in it:
 
 A path seen by the daemon is then the same file for dockerd. The installed defaults
 (/var/lib/tooljail, /usr/local) are not used for this because they are one per host: two test runs
-at once, or a host install, would share them. The path is kept short on purpose: the egress
-proxy's socket (<state_dir>/egress/<16>/<24>/proxy.sock) must fit a socket address (107 bytes),
-and with a state_dir longer than 47 characters the daemon moves it under /tmp, which the unit's
-PrivateTmp= hides from dockerd. The service may write the state folder through the
-drop-in `ReadWritePaths=<root>/state`, the one docs/operations.md prescribes for workspaces outside
-/var/lib/tooljail. Each run also gets its own instance id (TOOLJAIL_INSTANCE_ID=<name>): the
-default is derived from the listen address, which every installed daemon shares, and a daemon reaps
-the containers of its instance id at start, so a run must never share one with anything else on
-this dockerd.
+at once, or a host install, would share them. The path is kept short on purpose: the egress proxy's
+socket (<state_dir>/egress/<16>/<24>/proxy.sock) must fit a socket address (107 bytes), and with a
+state_dir longer than 47 characters the daemon moves it to its runtime folder (/run/tooljail),
+which in this machine is a tmpfs of the machine's own that dockerd cannot see. The service may
+write the state folder through the drop-in `ReadWritePaths=<root>/state`, the one
+docs/operations.md prescribes for workspaces outside /var/lib/tooljail. Each run also gets its own
+instance id (TOOLJAIL_INSTANCE_ID=<name>): the default is derived from the listen address, which
+every installed daemon shares, and a daemon reaps the containers of its instance id at start, so a
+run must never share one with anything else on this dockerd.
 
 The host's CA bundle is mounted over the machine's (this network intercepts TLS, and pip inside
 needs its roots). The pip cache under .tools/cache/service-pip is kept between runs; it only helps
@@ -389,23 +389,11 @@ def install(machine: Machine, sandbox_uid: int) -> None:
         raise HarnessError(
             f"the Docker socket's gid {machine.docker_gid} is taken in the image by {busy!r}"
         )
+    # What only this harness needs: the socket's group, a caller, the run's state folder.
     machine.sh(
         f"""
-        cd {SOURCE}/packaging/systemd
-        install -m 0644 tooljail.sysusers /usr/lib/sysusers.d/tooljail.conf
-        install -m 0644 tooljail.tmpfiles /usr/lib/tmpfiles.d/tooljail.conf
-        systemd-sysusers tooljail.conf
-        systemd-tmpfiles --create tooljail.conf
         getent group docker >/dev/null || groupadd --system --gid {machine.docker_gid} docker
-        useradd --uid {sandbox_uid} --user-group --no-create-home --shell /usr/sbin/nologin \
-          {SANDBOX_USER}
-        usermod -aG {SANDBOX_USER} tooljail
-        useradd --create-home --groups tooljail {CALLER}
-        install -m 0640 -g tooljail {prefix}/share/tooljail/tooljail.toml.example {CONFIG}
-        {prefix}/bin/tooljail config check --config {CONFIG}
-        install -d -o tooljail -g tooljail -m 0750 {state}
         systemctl link {prefix}/lib/systemd/system/{UNIT}
-        cp -a {machine.policies} {machine.root}/policies.installed
         """,
         timeout=120,
     )
@@ -417,6 +405,49 @@ def install(machine: Machine, sandbox_uid: int) -> None:
         f"Environment=TOOLJAIL_INSTANCE_ID={machine.instance}\n"
         f"ReadWritePaths={state}\n",
     )
+    # docs/operations.md's steps, as an operator runs them (their own prefix and uid). The run's
+    # state folder (the drop-in's) is the account's as soon as the account exists.
+    for step in operator_steps(prefix, sandbox_uid):
+        machine.sh(step, timeout=120)
+        if step.startswith("systemd-sysusers "):
+            machine.sh(f"install -d -o tooljail -g tooljail -m 0750 {state}", timeout=60)
+    machine.sh(
+        f"""
+        useradd --create-home --groups tooljail {CALLER}
+        cp -a {machine.policies} {machine.root}/policies.installed
+        systemctl stop {UNIT}
+        """,
+        timeout=120,
+    )
+
+
+OPERATIONS = REPO_ROOT / "docs" / "operations.md"
+STEPS_HEADING = "Then, once per host, as root:"
+
+
+def operator_steps(prefix: Path, sandbox_uid: int) -> list[str]:
+    """The commands docs/operations.md tells an operator to run once per host, as this harness
+    runs them: the prefix is the run's (not /usr/local), the `tooljail` command is the prefix's,
+    the sandbox account gets the host's uid for it (files in the shared workspace then belong to
+    the same account on both sides), and `make image` is left out: the sandbox image is the
+    host's dockerd's, built by the test setup (build_images). Anything else the page changes
+    runs as it is written."""
+    text = OPERATIONS.read_text()
+    block = text.split(STEPS_HEADING, 1)[1].split("```sh\n", 1)[1].split("```", 1)[0]
+    steps = []
+    for line in block.splitlines():
+        command = line.split("#", 1)[0].strip()
+        if not command or command == "make image":
+            continue
+        command = command.replace("/usr/local/", f"{prefix}/")
+        if command.startswith("tooljail "):
+            command = f"{prefix}/bin/{command}"
+        if command.startswith("useradd --user-group "):
+            command = command.replace("useradd ", f"useradd --uid {sandbox_uid} ", 1)
+        steps.append(command)
+    if len(steps) < 6:
+        raise HarnessError(f"{OPERATIONS}: no install steps found after {STEPS_HEADING!r}")
+    return steps
 
 
 def remove(machine: Machine) -> list[str]:

@@ -267,11 +267,13 @@ def test_a_sandbox_on_the_egress_network_reaches_the_proxy(fixed_service: Machin
 
 
 def test_a_failed_start_leaves_nothing_that_blocks_the_next_one(fixed_service: Machine) -> None:
-    """RestrictSUIDSGID=yes makes the daemon's chmod of the new workspace (2770) fail mid-way;
-    once that is lifted, the next start must serve, not refuse what the failed one left."""
-    fixed_service.set_drop_in("70-suid", "[Service]\nRestrictSUIDSGID=yes\n")
-    fixed_service.start()
-    fixed_service.run("rm", str(DROP_INS / "70-suid.conf"))
+    """A start whose handing over of the new default workspace fails (fchmod refused by a
+    drop-in's system call filter); once that is lifted, the next start must serve, not refuse
+    what the failed one left."""
+    fixed_service.set_drop_in("70-no-fchmod", "[Service]\nSystemCallFilter=~fchmod\n")
+    failed = fixed_service.start()
+    assert failed.returncode != 0, "the start with fchmod refused should have failed"
+    fixed_service.run("rm", str(DROP_INS / "70-no-fchmod.conf"))
     fixed_service.systemctl("daemon-reload")
     fixed_service.systemctl("reset-failed", UNIT, check=False)
     after = fixed_service.cursor()

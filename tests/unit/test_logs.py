@@ -177,3 +177,14 @@ def test_a_flood_of_one_message_is_held_back_and_counted(
     now[0] = 11.0
     later = record("Unknown SSE event: late")
     assert guard.filter(later) and "[98 more like this dropped]" in str(later.msg)
+
+
+def test_a_json_line_stays_one_line_whatever_the_message_holds() -> None:
+    from daemon.ops.logs import JsonFormatter
+
+    hostile = 'policy x\u2028{"level":"info","message":"forged"}\u2029\x85\x9b31m end'
+    record = logging.LogRecord("t", logging.CRITICAL, __file__, 1, hostile, None, None)
+    line = JsonFormatter().format(record)
+    assert len(line.splitlines()) == 1
+    assert json.loads(line)["message"] == hostile
+    assert not any(0x80 <= ord(c) <= 0x9F or c in "\u2028\u2029" for c in line)

@@ -41,11 +41,27 @@ async def test_a_repository_gives_its_short_sha_and_dirty_when_changed(repositor
 
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="needs root to give the repository to another uid")
-async def test_a_repository_of_another_account_is_still_read(repository: Path) -> None:
-    sha = _git(repository, "log", "-1", "--format=%h")
+async def test_another_accounts_repository_runs_nothing_and_is_unversioned(
+    repository: Path, tmp_path: Path
+) -> None:
+    """Its owner could make git run a program (a clean filter, a hook) as the daemon: the
+    daemon does not run git there at all."""
+    marker = tmp_path / "ran"
+    _git(repository, "config", "filter.review.clean", f"sh -c 'id > {marker}; cat'")
+    (repository / ".git" / "info").mkdir(exist_ok=True)
+    (repository / ".git" / "info" / "attributes").write_text("* filter=review\n")
+    (repository / "authz.rego").write_text("package tooljail.authz\n# touched\n")
     for path in [repository, *repository.rglob("*")]:
-        os.lchown(path, 1000, 1000)  # git calls that "dubious ownership" and refuses by default
-    assert await policy_revision(repository) == sha
+        os.lchown(path, 1000, 1000)
+    assert await policy_revision(repository) == UNVERSIONED
+    assert not marker.exists(), "git ran the repository owner's filter as the daemon"
+
+
+async def test_a_git_file_pointing_elsewhere_is_not_followed(tmp_path: Path) -> None:
+    folder = tmp_path / "policies"
+    folder.mkdir()
+    (folder / ".git").write_text(f"gitdir: {tmp_path / 'elsewhere'}\n")
+    assert await policy_revision(folder) == UNVERSIONED
 
 
 async def test_a_folder_outside_git_is_unversioned(tmp_path: Path) -> None:

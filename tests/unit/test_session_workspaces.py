@@ -112,12 +112,54 @@ async def test_a_workspace_that_cannot_be_handed_over_is_not_left_half_made(
     from daemon.sessions import workspaces
     from daemon.sessions.disk import PlainWorkspaces
 
-    def refused(path: object, mode: int) -> None:
-        raise PermissionError(1, "Operation not permitted")  # RestrictSUIDSGID refusing 2770
+    def refused(fd: int, mode: int) -> None:
+        raise PermissionError(1, "Operation not permitted")  # e.g. a service's RestrictSUIDSGID
 
-    monkeypatch.setattr(workspaces.os, "chmod", refused)
-    monkeypatch.setattr(Path, "chmod", lambda self, mode: refused(self, mode))
+    monkeypatch.setattr(workspaces.os, "fchmod", refused)
     plain = PlainWorkspaces(tmp_path / "sessions")
     with pytest.raises(PermissionError):
         await plain.create("ws_1", (-1, os.getgid()))
     assert list((tmp_path / "sessions").iterdir()) == []  # the next start is not blocked
+
+
+def _victim(tmp_path: Path) -> Path:
+    victim = tmp_path / "victim"
+    victim.mkdir(mode=0o700)
+    (victim / "secret").write_text("root only\n")
+    return victim
+
+
+def test_a_default_workspace_that_is_a_symlink_is_refused_not_followed(tmp_path: Path) -> None:
+    from daemon.sessions.store import SessionStore
+
+    victim = _victim(tmp_path)
+    (tmp_path / "ws").symlink_to(victim)
+    with pytest.raises(RequestError, match="symbolic link"):
+        SessionStore(tmp_path / "ws")
+    assert (victim.stat().st_uid, victim.stat().st_mode & 0o7777) == (0, 0o700)
+
+
+def test_a_workspace_swapped_for_a_symlink_while_it_is_made_is_not_handed_over(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Whoever can write the parent may swap the new folder for a symlink between its mkdir and
+    its chown: the folder is handed over through its descriptor, never by path."""
+    from daemon.sessions import workspaces
+
+    victim = _victim(tmp_path)
+    made = os.mkdir
+
+    def swapped(path: object, mode: int = 0o777, *, dir_fd: int | None = None) -> None:
+        made(path, mode, dir_fd=dir_fd)  # type: ignore[arg-type]
+        target = tmp_path / "ws"
+        target.rename(tmp_path / "moved-away")
+        target.symlink_to(victim)
+
+    monkeypatch.setattr(workspaces.os, "mkdir", swapped)
+    with pytest.raises(OSError):
+        workspaces.make_workspace(tmp_path / "ws", (-1, os.getgid() + 1))
+    assert (victim.stat().st_uid, victim.stat().st_gid, victim.stat().st_mode & 0o7777) == (
+        0,
+        0,
+        0o700,
+    )

@@ -12,7 +12,7 @@ import sys
 import tooljail
 
 target, step = sys.argv[1], sys.argv[2]
-CALL = {"command": "echo ran >> count.txt; sleep 3; echo done"}
+CALL = {"command": "echo ran >> count.txt; sleep 3; echo after >> count.txt; echo done"}
 seen: dict[str, object] = {}
 with tooljail.Client(target, timeout=60, retries=0 if step == "first" else 2) as jail:
     if step == "first":
