@@ -67,9 +67,7 @@ def _timestamp(record: logging.LogRecord) -> str:
     return moment.isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
-_ESCAPED_IN_JSON = {
-    code: f"\\u{code:04x}" for code in (*range(0x80, 0xA0), 0x2028, 0x2029)
-}
+_ESCAPED_IN_JSON = {code: f"\\u{code:04x}" for code in (*range(0x80, 0xA0), 0x2028, 0x2029)}
 
 
 class JsonFormatter(logging.Formatter):
