@@ -91,6 +91,7 @@ class SessionStore:
         """A workspace tooljail makes, the sandbox account's to write (see `fresh_owner`); its
         (device, inode)."""
         folder.parent.mkdir(parents=True, exist_ok=True)
+        pin_workspace(str(folder.parent)).close()  # a symlink on the way: refused, with a hint
         return make_workspace(folder, self.fresh_owner())
 
     def _identity(self, root: PinnedDirectory) -> tuple[int, int] | None:

@@ -95,7 +95,7 @@ def hand_over(fd: int, owner: tuple[int, int] | None) -> None:
     itself (0750), or only its group with group write (uid -1: 0770), so that a daemon that is
     not root still makes workspaces its sandboxes can write. Through the descriptor: a path
     could be swapped for a symlink to another folder in between. No setgid bit: what sandboxes
-    write carries their own group anyway, and the service may then keep RestrictSUIDSGID."""
+    write carries their own group anyway."""
     if owner is not None:
         os.fchown(fd, *owner)
     os.fchmod(fd, 0o770 if owner is not None and owner[0] == -1 else 0o750)

@@ -163,3 +163,16 @@ def test_a_workspace_swapped_for_a_symlink_while_it_is_made_is_not_handed_over(
         0,
         0o700,
     )
+
+
+def test_a_default_workspace_under_a_symlinked_folder_is_refused_with_the_real_path(
+    tmp_path: Path,
+) -> None:
+    from daemon.sessions.store import SessionStore
+
+    real = tmp_path / "real"
+    real.mkdir()
+    (tmp_path / "link").symlink_to(real)
+    with pytest.raises(RequestError, match=f"its real path is {real}"):
+        SessionStore(tmp_path / "link" / "ws")
+    assert not (real / "ws").exists()
