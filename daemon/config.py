@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import ipaddress
 from pathlib import Path
 from typing import Any, Literal
 
@@ -21,6 +20,7 @@ from pydantic_settings import (
     SettingsConfigDict,
     TomlConfigSettingsSource,
 )
+from tooljail.connection import loopback_host
 
 from daemon.egress.credentials import CredentialRule
 from daemon.errors import TooljailError
@@ -187,12 +187,7 @@ class TcpListenerSettings(_Section):
         host = self.address.rpartition(":")[0]
         if host.startswith("[") and host.endswith("]"):
             host = host[1:-1]
-        if host == "localhost":
-            return True
-        try:
-            return ipaddress.ip_address(host).is_loopback
-        except ValueError:
-            return False
+        return loopback_host(host)
 
 
 class AuthSettings(_Section):

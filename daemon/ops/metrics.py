@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import ipaddress
 import logging
 import threading
 from collections.abc import Callable, Iterable, Iterator
@@ -27,6 +26,7 @@ import prometheus_client
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, Info
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.process_collector import ProcessCollector
+from tooljail.connection import loopback_host
 
 from daemon.errors import TooljailError
 from daemon.models import ExecuteOutcome, Outcome
@@ -287,7 +287,7 @@ class Metrics:
                 "or port in the config, or stop what holds it"
             ) from exc
         bound_port: int = httpd.server_address[1]
-        if not _is_loopback(host):
+        if not loopback_host(host):
             log.warning(
                 "metrics are served on %s:%d without authentication; firewall that port",
                 host,
@@ -295,15 +295,6 @@ class Metrics:
             )
         log.info("metrics on http://%s:%d/metrics", host, bound_port)
         return MetricsServer(host, bound_port, httpd, thread)
-
-
-def _is_loopback(host: str) -> bool:
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
 
 
 def _running_loop() -> asyncio.AbstractEventLoop | None:

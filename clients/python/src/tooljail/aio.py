@@ -179,11 +179,9 @@ class AsyncClient:
 async def _events(stream: Any) -> AsyncIterator[types.Progress | types.Answer]:
     """A stream's events as progress and answers (RPC failures as TooljailError)."""
     try:
-        async for event in stream:
-            if event.HasField("progress"):
-                yield types.progress(event.progress)
-            elif event.HasField("response"):
-                yield types.answer(event.response)
+        async for message in stream:
+            if (event := types.event(message)) is not None:
+                yield event
     except grpc.RpcError as error:
         raise from_rpc_error(error) from None
 

@@ -235,11 +235,9 @@ def _call(method: Any, request: Any, **options: Any) -> Any:
 
 def _events(stream: Iterable[pb.ExecuteEvent]) -> Iterator[types.Progress | types.Answer]:
     try:
-        for event in stream:
-            if event.HasField("progress"):
-                yield types.progress(event.progress)
-            elif event.HasField("response"):
-                yield types.answer(event.response)
+        for message in stream:
+            if (event := types.event(message)) is not None:
+                yield event
     except grpc.RpcError as error:
         raise from_rpc_error(error) from None
 

@@ -117,6 +117,13 @@ def _on_this_machine(target: str) -> bool:
         return True
     address = target.removeprefix("dns:///").removeprefix("ipv4:").removeprefix("ipv6:")
     host = address[1:].partition("]")[0] if address.startswith("[") else address.rpartition(":")[0]
+    return loopback_host(host)
+
+
+def loopback_host(host: str) -> bool:
+    """Whether `host` is this machine's loopback: an IP address the standard library parses as
+    loopback (127.0.0.0/8, ::1), or "localhost"; any other name is not (it could resolve
+    anywhere), nor an address like "127.evil.example"."""
     if host == "localhost":
         return True
     try:

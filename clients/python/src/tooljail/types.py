@@ -153,6 +153,15 @@ def answer(message: pb.ExecuteResponse) -> Answer:
     )
 
 
+def event(message: pb.ExecuteEvent) -> Progress | Answer | None:
+    """A stream's event as progress or an answer (None for a kind this client does not know)."""
+    if message.HasField("progress"):
+        return progress(message.progress)
+    if message.HasField("response"):
+        return answer(message.response)
+    return None
+
+
 def progress(message: pb.Progress) -> Progress:
     return Progress(
         tool_use_id=message.tool_use_id,
