@@ -23,7 +23,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from bench import parts, processes, report, workload
+from bench import parts, processes, readme, report, workload
 from bench.egress import measure_egress
 from bench.harness import Docker, Run, log
 from bench.mcp import measure_mcp
@@ -112,11 +112,12 @@ def execute(run: Run) -> None:
         )
         run.part("mcp", lambda: measure_mcp(run.work / "mcp", plan.mcp_calls))
         if run.docker is None:
-            for name in ("sandbox", "churn", "flood"):
+            for name in ("sandbox", "churn", "engine_churn", "flood"):
                 run.skip(name, run.docker_problem)
         else:
             run.part("sandbox", lambda: parts.measure_sandbox_warm(run, daemon, plan.pool_size))
             run.part("churn", lambda: parts.measure_churn(run, daemon, plan.pool_size))
+            run.part("engine_churn", lambda: parts.measure_engine_churn(run))
             run.part("flood", lambda: parts.measure_flood(run, daemon))
     finally:
         code = daemon.stop()
@@ -155,7 +156,7 @@ def main(argv: list[str] | None = None) -> int:
         "--only",
         default="",
         help="comma-separated parts to run (decision, readonly, floor, profile, batch, egress, "
-        "mcp, sandbox, churn, flood, cold); the others are left out of the results",
+        "mcp, sandbox, churn, engine_churn, flood, cold); the others are left out of the results",
     )
     args = parser.parse_args(argv)
     plan = SMOKE if args.smoke else FULL
@@ -200,6 +201,10 @@ def main(argv: list[str] | None = None) -> int:
     written = report.write_all(results, out)
     print(report.render_markdown(results))
     log("wrote " + ", ".join(str(p) for p in written))
+    if out == RESULTS_DIR and not only and not args.smoke:
+        # The published run: the README's table is written from it, never by hand.
+        readme.update(results_path=out / report.JSON_NAME)
+        log(f"README.md: performance table rewritten from {out / report.JSON_NAME}")
     if args.keep:
         log(f"work folder kept: {work}")
     else:

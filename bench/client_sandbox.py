@@ -6,13 +6,17 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
+from collections.abc import Callable
 from typing import Any
 
-from bench import workload
+from bench import peers, phases, workload
 from bench.calls import Spec, Tally, cpu, execute_request, open_channel, text_of, timed_execute
 from bench.processes import memory_kib
 from daemon._generated.tooljail.v1 import executor_pb2 as pb
 from daemon._generated.tooljail.v1 import executor_pb2_grpc as pb_grpc
+
+#: The samples of the warm part: tooljail's warm Bash and its peers, interleaved.
+PEERS = ("warm", "docker_run", "docker_exec", "llm_sandbox")
 
 
 async def _pool_ready(admin: Any, size: int, timeout_s: float) -> bool:
@@ -27,25 +31,58 @@ async def _pool_ready(admin: Any, size: int, timeout_s: float) -> bool:
 
 async def sandbox_warm(spec: Spec) -> dict[str, Any]:
     """Bash `echo hi`, each call finding a settled, full warm pool (as an agent's spaced calls
-    do: the pool is refilled and the previous container removed before the next call)."""
+    do: the pool is refilled and the previous container removed before the next call),
+    interleaved with the peers running the same command on the same image: `docker run`,
+    `docker exec` into a running container, and llm-sandbox's `execute_command` in one open
+    session. Every sample, tooljail's or a peer's, starts on a full pool and a quiet engine; the
+    order rotates every round."""
     tally = Tally()
-    samples: list[float] = []
+    samples: dict[str, list[float]] = {name: [] for name in PEERS}
     pool_misses = 0
     async with open_channel(spec["target"]) as channel:
         stub, admin = pb_grpc.ExecutorStub(channel), pb_grpc.AdminStub(channel)
-        cpu_before = cpu(spec["daemon_pid"])
-        for _ in range(spec["n"]):
-            if not await _pool_ready(admin, spec["pool_size"], spec["pool_timeout_s"]):
-                pool_misses += 1  # measured anyway: it is what a caller would get
-            await asyncio.sleep(spec["settle_s"])
+
+        async def tooljail() -> None:
             request = execute_request("Bash", workload.bash_input("echo hi"))
             elapsed, _ = await timed_execute(stub, request, tally, spec["timeout_s"], "hi")
-            samples.append(elapsed)
-        await _pool_ready(admin, spec["pool_size"], spec["pool_timeout_s"])
-        cpu_after = cpu(spec["daemon_pid"])
+            samples["warm"].append(elapsed)
+
+        with peers.peer_containers(spec["image"]) as (client, target, session, missing):
+            blocking: dict[str, Callable[[], None]] = {
+                "docker_run": lambda: peers.docker_run(client, spec["image"]),
+                "docker_exec": target.exec,
+            }
+            if session is not None:
+                blocking["llm_sandbox"] = session.exec
+            order = ["warm", *blocking]
+            metrics_before = phases.scrape(spec["metrics_url"])
+            cpu_before = cpu(spec["daemon_pid"])
+            for round_ in range(spec["n"]):
+                for name in order[round_ % len(order) :] + order[: round_ % len(order)]:
+                    if not await _pool_ready(admin, spec["pool_size"], spec["pool_timeout_s"]):
+                        pool_misses += name == "warm"  # measured anyway: what a caller gets
+                    await asyncio.sleep(spec["settle_s"])
+                    if name == "warm":
+                        await tooljail()
+                        continue
+                    started = time.perf_counter()
+                    try:
+                        await asyncio.to_thread(blocking[name])
+                    except Exception as exc:  # noqa: BLE001 - a failed peer is an error
+                        tally.add(f"{name}: {type(exc).__name__}: {exc}"[:300])
+                        continue
+                    samples[name].append(time.perf_counter() - started)
+            await _pool_ready(admin, spec["pool_size"], spec["pool_timeout_s"])
+            cpu_after = cpu(spec["daemon_pid"])
+            metrics_after = phases.scrape(spec["metrics_url"])
+    warm = samples["warm"]
+    means = phases.phase_means_ms(metrics_before, metrics_after, "Bash", len(warm))
+    client_mean = sum(warm) * 1000 / len(warm) if warm else None
     return {
-        "warm": samples,
+        **samples,
+        "phases": phases.breakdown(means, client_mean),
         **tally.as_dict(),
+        "llm_sandbox_missing": missing,
         "pool_not_ready": pool_misses,
         "daemon_cpu_s": cpu_after[0] - cpu_before[0],
     }

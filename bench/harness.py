@@ -152,6 +152,7 @@ class Run:
             "scenario": scenario,
             "target": daemon.target,
             "daemon_pid": daemon.pid,
+            "metrics_url": daemon.metrics_url,
             "opa_pid": self.opa.process.pid if self.opa else 0,
             "timeout_s": self.plan.call_timeout_s,
             **fields,

@@ -7,12 +7,14 @@ import shutil
 import statistics
 import subprocess
 import time
+import uuid
 from pathlib import Path
 from typing import Any
 
 import grpc
 
-from bench import workload
+from bench import peers, workload
+from bench.client_sandbox import PEERS
 from bench.harness import Run, run_client
 from bench.processes import DaemonProcess
 from bench.stats import per_second, summarize
@@ -210,7 +212,8 @@ def measure_batch(run: Run, daemon: DaemonProcess) -> dict[str, Any]:
 
 
 def measure_sandbox_warm(run: Run, daemon: DaemonProcess, pool_size: int) -> dict[str, Any]:
-    """Bash `echo hi` served by a warm container."""
+    """Bash `echo hi` served by a warm container, interleaved with its peers (bench.peers)."""
+    assert run.docker is not None
     plan = run.plan
     raw = run_client(
         run.spec(
@@ -220,13 +223,38 @@ def measure_sandbox_warm(run: Run, daemon: DaemonProcess, pool_size: int) -> dic
             pool_size=pool_size,
             settle_s=plan.settle_s,
             pool_timeout_s=30,
+            image=run.docker.image,
         ),
         timeout_s=900,
     )
     return {
-        "warm": summarize(raw["warm"]),
-        **{k: raw[k] for k in ("errors", "error_samples", "pool_not_ready", "daemon_cpu_s")},
+        **{name: summarize(raw[name]) for name in PEERS if raw[name]},
+        **{
+            k: raw[k]
+            for k in (
+                "errors",
+                "error_samples",
+                "pool_not_ready",
+                "daemon_cpu_s",
+                "llm_sandbox_missing",
+                "phases",
+            )
+        },
     }
+
+
+def measure_engine_churn(run: Run) -> dict[str, Any]:
+    """The bare engine doing what a sandboxed call costs it, with as many workers as the churn
+    part's clients and for as long: the floor tooljail's churn is compared with."""
+    assert run.docker is not None
+    plan = run.plan
+    return peers.bare_churn(
+        run.docker.image,
+        run.workspace,
+        f"bench-{uuid.uuid4().hex[:8]}-engine",
+        plan.churn_clients,
+        plan.churn_s,
+    )
 
 
 def measure_flood(run: Run, daemon: DaemonProcess) -> dict[str, Any]:

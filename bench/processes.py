@@ -155,6 +155,8 @@ class DaemonProcess:
         self.target = f"unix:{self.socket_path}"
         self.log_path = work / f"{config.name}.log"
         self.audit_path = work / f"{config.name}.audit.jsonl"
+        # The phase metrics (tooljail_call_phase_seconds) give the breakdown of a call.
+        self.metrics_url = f"http://127.0.0.1:{free_port()}/metrics"
         empty_config = work / "empty.toml"  # a system-wide /etc/tooljail file must not leak in
         empty_config.touch()
         env = {
@@ -167,6 +169,8 @@ class DaemonProcess:
             # Admin.Status tells when the warm pool is full.
             "TOOLJAIL_AUTH__ADMIN_PRINCIPALS": '["local"]',
             "TOOLJAIL_WORKSPACES__FILESYSTEM_MB": "384",
+            "TOOLJAIL_METRICS__ENABLED": "true",
+            "TOOLJAIL_METRICS__LISTEN": self.metrics_url.removeprefix("http://").split("/")[0],
             **config.env,
         }
         with self.log_path.open("wb") as log:

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.goals import Metric, evaluate
+from bench.phases import PHASES
 
 SCHEMA_VERSION = 1
 JSON_NAME = "latest.json"
@@ -42,8 +43,10 @@ LATENCY_PLOTS: tuple[tuple[str, str, tuple[tuple[str, str, str], ...]], ...] = (
         "Bash `echo hi`",
         (
             ("sandbox", "warm", "warm pool"),
+            ("sandbox", "docker_run", "docker run --rm"),
+            ("sandbox", "docker_exec", "docker exec"),
+            ("sandbox", "llm_sandbox", "llm-sandbox"),
             ("cold", "cold", "cold (pool size 0)"),
-            ("cold", "docker_run", "docker run --rm"),
             ("churn", "latency", "churn (back to back)"),
         ),
     ),
@@ -91,21 +94,9 @@ def _cell(text: object) -> str:
     return str(text).replace("|", "\\|").replace("\n", " ")
 
 
-def render_markdown(results: Mapping[str, Any]) -> str:
-    """The goals table, then what ran where, for people reading the repository."""
-    machine = results.get("machine", {})
-    lines = [
-        f"# tooljail benchmark ({results.get('mode', '?')} run)",
-        "",
-        f"{results.get('started', '?')}, {machine.get('cpus', '?')} CPUs, "
-        f"commit {machine.get('git_revision', '?')}, Python {machine.get('python', '?')}, "
-        f"Docker {machine.get('docker', '?')}, OPA {machine.get('opa', '?')}; "
-        f"{results.get('duration_s', 0):.0f} s in all. Ratios are the headline: absolute times on "
-        "a shared 2-core machine drift.",
-        "",
-        "| metric | value | goal | met | details |",
-        "|---|---|---|---|---|",
-    ]
+def metrics_table(results: Mapping[str, Any]) -> list[str]:
+    """Every metric row with its goal and whether it holds, as markdown table lines."""
+    lines = ["| metric | value | goal | met | details |", "|---|---|---|---|---|"]
     for metric in results.get("metrics", []):
         has_goal = metric["goal"] != "-"
         lines.append(
@@ -122,6 +113,23 @@ def render_markdown(results: Mapping[str, Any]) -> str:
             )
             + " |"
         )
+    return lines
+
+
+def render_markdown(results: Mapping[str, Any]) -> str:
+    """The goals table, then what ran where, for people reading the repository."""
+    machine = results.get("machine", {})
+    lines = [
+        f"# tooljail benchmark ({results.get('mode', '?')} run)",
+        "",
+        f"{results.get('started', '?')}, {machine.get('cpus', '?')} CPUs, "
+        f"commit {machine.get('git_revision', '?')}, Python {machine.get('python', '?')}, "
+        f"Docker {machine.get('docker', '?')}, OPA {machine.get('opa', '?')}; "
+        f"{results.get('duration_s', 0):.0f} s in all. Ratios are the headline: absolute times on "
+        "a shared 2-core machine drift.",
+        "",
+        *metrics_table(results),
+    ]
     failures = results.get("failures", [])
     if failures:
         lines += ["", "## Parts that did not complete", ""]
@@ -144,6 +152,7 @@ def render_markdown(results: Mapping[str, Any]) -> str:
                     )
                     + " |"
                 )
+    lines += _phase_lines(results)
     loads = [
         (name, part["machine_load"])
         for name, part in results.get("parts", {}).items()
@@ -169,6 +178,34 @@ def render_markdown(results: Mapping[str, Any]) -> str:
     if notes:
         lines += ["", "## How it was measured", ""] + [f"- {n}" for n in notes]
     return "\n".join(lines) + "\n"
+
+
+def _phase_lines(results: Mapping[str, Any]) -> list[str]:
+    """The breakdown of one warm sandboxed call (bench.phases), when it was measured."""
+    found = _summary(results, "sandbox", "phases")
+    if not found or not found.get("phases_ms"):
+        return []
+    lines = [
+        "",
+        "## Where a warm sandboxed call's time goes",
+        "",
+        "Bash `echo hi` on a warm container: the mean of each phase over the part's calls, from "
+        "the daemon's phase metrics (`tooljail_call_phase_seconds`); outside the daemon is what "
+        "the client waited beyond them (gRPC, protobuf, the socket, both processes' scheduling).",
+        "",
+        "| phase | mean ms | what |",
+        "|---|---|---|",
+    ]
+    described = dict(PHASES)
+    for phase, ms in found["phases_ms"].items():
+        lines.append(f"| {phase} | {ms:.2f} | {_cell(described.get(phase, ''))} |")
+    lines.append(f"| inside the daemon | {found['daemon_ms']:.2f} | the phases above |")
+    if found.get("outside_daemon_ms") is not None:
+        lines.append(
+            f"| outside the daemon | {found['outside_daemon_ms']:.2f} | client mean "
+            f"{found['client_mean_ms']:.2f} ms minus the phases |"
+        )
+    return lines
 
 
 def _summary(results: Mapping[str, Any], part: str, key: str) -> Mapping[str, Any] | None:

@@ -31,7 +31,7 @@ import docker
 import docker.errors
 import requests
 
-from sandbox import reaper
+from sandbox import reaper, timeline
 from sandbox.backend import (
     BashRequest,
     ExecRequest,
@@ -447,7 +447,10 @@ class DockerSandbox(Sandbox):
         try:
             async with asyncio.timeout(deadline_s):
                 await self._send(encode_frame(payload))
+                timeline.mark("sent")
                 message = await self._read_result(max_frame, on_output)
+            _mark_runner_phases(message.pop("timeline", None))
+            timeline.mark("result")
             result = self._parse(message, started)
             self._open = result.session_open and isinstance(
                 request, McpSessionRequest | McpSessionCall
@@ -559,6 +562,26 @@ class DockerSandbox(Sandbox):
             if not self._reading:
                 self._conn.close()
         await asyncio.shield(self._destroy_task)
+
+
+#: The marks a runner reports (sandbox/runner/runner.py), in order; nothing else is taken.
+RUNNER_MARKS = ("received", "spawned", "exited", "answered")
+
+
+def _mark_runner_phases(reported: object) -> None:
+    """Put the runner's marks (the host's monotonic clock, which containers share) on the call's
+    timeline. Only known names with numbers are taken, each no earlier than the mark before it
+    and no later than now (Timeline.mark): what the container says moves no phase elsewhere."""
+    if not isinstance(reported, list):
+        return
+    for entry in reported[: len(RUNNER_MARKS)]:
+        if (
+            isinstance(entry, list)
+            and len(entry) == 2
+            and entry[0] in RUNNER_MARKS
+            and type(entry[1]) in (int, float)
+        ):
+            timeline.mark(f"runner_{entry[0]}", float(entry[1]))
 
 
 class _RunnerGone(Exception):

@@ -22,6 +22,7 @@ from collections.abc import Hashable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
+from sandbox import timeline
 from sandbox.backend import (
     EgressGate,
     McpSessionCall,
@@ -246,6 +247,7 @@ class SandboxExecutor:
         keep: bool,
     ) -> tuple[Sandbox | None, SandboxResult]:
         self._ensure_open()
+        timeline.mark("tool")
         if problem := outside_workspace(spec, request):
             return None, SandboxResult(exit_code=-1, error=problem)
         key = pool_key(spec)
@@ -254,6 +256,7 @@ class SandboxExecutor:
         try:
             sandbox = self._pool.take(key)
             if sandbox is not None:
+                timeline.mark("pool_take")
                 try:
                     result = await self._run_on(sandbox, request, on_output, egress, keep=keep)
                 except SandboxNotDelivered as exc:
@@ -264,6 +267,7 @@ class SandboxExecutor:
                     return self._owned(sandbox, result)
             self._counts["pool_misses"] += 1
             sandbox = await self._start(spec, tool_use_id)
+            timeline.mark("cold_start")
             try:
                 result = await self._run_on(sandbox, request, on_output, egress, keep=keep)
             except SandboxNotDelivered as exc:

@@ -50,8 +50,10 @@ from daemon.tools.contract import AnyTool, CallContext, ProgressSink, SandboxRun
 from daemon.tools.peers import PeerHandle
 from daemon.tools.registry import ToolDefinition, ToolRegistry
 from daemon.tools.tool_search import ToolSearchTool
+from sandbox import timeline
 from sandbox.backend import NetworkMode, SandboxLimits
 from sandbox.limits import SandboxCeilings, clamp_limits
+from sandbox.timeline import Timeline
 
 log = logging.getLogger(__name__)
 
@@ -175,6 +177,8 @@ class _Trace:
     """The hooks that rewrote the input."""
     system_messages: list[str] = field(default_factory=list)
     """What hooks said for the user (sent beside the answer)."""
+    timeline: Timeline | None = None
+    """Where the call's time went (the phase metrics)."""
 
     def audit_fields(self, mask: AuditMask) -> dict[str, Any]:
         """What the audit adds about approvals and rewrites, when there were any."""
@@ -361,8 +365,12 @@ class Pipeline:
         """Decide, execute, map, fit and audit a prepared call. Every line logged meanwhile
         carries the call's session and tool_use id (and its decision id once decided)."""
         tool_use = prepared.request.tool_use
-        with log_context(session=prepared.session.id, tool_use_id=tool_use.id):
-            trace = _Trace()
+        with (
+            log_context(session=prepared.session.id, tool_use_id=tool_use.id),
+            timeline.recording(prepared.started) as trace_timeline,
+        ):
+            timeline.mark("prepare")
+            trace = _Trace(timeline=trace_timeline)
             if isinstance(prepared, RejectedCall):
                 if prepared.session.closed:
                     text = "This session was closed before the call could run, so nothing ran."
@@ -402,6 +410,7 @@ class Pipeline:
             result = _error(tool_use.id, text)
             return self._finish(prepared, trace, caller, None, result, summary=summary)
         call = hooked.call
+        timeline.mark("hooks")
         trace.system_messages.extend(hooked.outcome.system_messages)
         trace.hook_records.extend(hooked.outcome.to_audit())
         if hooked.outcome.updated_input is not None:
@@ -425,6 +434,7 @@ class Pipeline:
         if not verdict.decision_id:  # OPA gives none when the daemon decided itself
             verdict = dataclasses.replace(verdict, decision_id=uuid.uuid4().hex)
         trace.timings["decision_s"] = time.monotonic() - decision_started
+        timeline.mark("decision")
         with log_context(decision_id=verdict.decision_id):
             if verdict.outcome is not Outcome.ALLOW:
                 if decided_by_policy:  # not the daemon failing closed (OPA away): no count
@@ -497,6 +507,7 @@ class Pipeline:
                     **trace.audit_fields(self._policy.audit_mask),
                 }
             )
+            timeline.mark("audit")
         exec_started = time.monotonic()
         with self._metrics.in_flight() if self._metrics else contextlib.nullcontext():
             try:
@@ -507,6 +518,7 @@ class Pipeline:
                 )
                 raise
         trace.timings["exec_s"] = time.monotonic() - exec_started
+        timeline.mark("tool_end")
         output = ran.output
         sandbox_notes = ctx.sandbox.notes() if ctx.sandbox is not None else []
         produced = output.content
@@ -686,6 +698,7 @@ class Pipeline:
         approval_token: str = "",
         summary: str = "",
     ) -> ExecuteOutcome:
+        timeline.mark("answer")
         report = report or ExecutionReport()
         # Every verdict has a decision id by now; a call never decided gets one here.
         decision_id = verdict.decision_id if verdict else uuid.uuid4().hex
@@ -711,6 +724,7 @@ class Pipeline:
                 **trace.audit_fields(self._policy.audit_mask),
             }
         )
+        timeline.mark("audit_answer")
         outcome = ExecuteOutcome(
             result=result,
             decision=decision,
@@ -734,4 +748,8 @@ class Pipeline:
                 truncated=report.truncated,
                 decision_reused=bool(verdict and verdict.cached_from),
             )
+            if trace.timeline is not None:
+                self._metrics.observe_phases(
+                    prepared.request.tool_use.name, trace.timeline.phases()
+                )
         return outcome

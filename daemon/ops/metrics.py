@@ -49,6 +49,11 @@ EXECUTION_BUCKETS = (
     0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0, 600.0,
 )  # fmt: skip
 
+# Most phases take tens of microseconds to a few milliseconds; a command runs for up to minutes.
+PHASE_BUCKETS = (
+    0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.5, 2.5, 10.0, 60.0,
+)  # fmt: skip
+
 
 class CallOutcome(StrEnum):
     """How one call ended, as the `outcome` label of tooljail_calls_total."""
@@ -157,6 +162,13 @@ class Metrics:
             "execution_duration_seconds", "Time to execute an allowed call, by tool.", ["tool"],
             namespace=NAMESPACE, buckets=EXECUTION_BUCKETS, registry=r,
         )  # fmt: skip
+        self._phases = Histogram(
+            "call_phase_seconds",
+            "Where the time of answered calls went, by tool and phase (sandbox/timeline.py: "
+            "decision, pool_take, runner_spawned...). A phase's time runs from the mark before it.",
+            ["tool", "phase"],
+            namespace=NAMESPACE, buckets=PHASE_BUCKETS, registry=r,
+        )  # fmt: skip
         self._truncations = Counter(
             "result_truncations", "tool_results cut to fit their budget, by tool.", ["tool"],
             namespace=NAMESPACE, registry=r,
@@ -228,6 +240,12 @@ class Metrics:
             self._truncations.labels(label).inc()
         if decision_reused:
             self._reused.inc()
+
+    def observe_phases(self, tool: str, phases: Iterable[tuple[str, float]]) -> None:
+        """Count the phases of one answered call (names are the code's marks, a bounded set)."""
+        label = self.tool_label(tool)
+        for phase, seconds in phases:
+            self._phases.labels(label, phase).observe(seconds)
 
     def call_cancelled(self, tool: str, reason: CancelReason) -> None:
         """Count one call cut short (instead of `observe_call`, never in addition to it)."""

@@ -382,11 +382,13 @@ def run_bash(
         why = f"it does not exist, or the sandbox's identity ({who}) may not enter it"
         return {"exit_code": -1, "error": f"cannot start bash in {cwd}: {exc.strerror}; {why}"}
     proc, cwd_r = run.proc, run.cwd_r
+    spawned = time.monotonic()
     progress = ProgressStream(emit, started) if emit is not None else None
     # A background command outlives its call, not its daemon: stdin (the daemon's attach
     # stream, closed with it) ending stops it.
     host = 0 if request.get("stop_without_host") else None
     timed_out = _pump(proc, {run.out_r: _Output(sink, progress)}, started + timeout_s, host)
+    exited = time.monotonic()
     # surrogateescape: a directory whose name is not UTF-8 stays the same directory next time.
     final_cwd = "" if timed_out else _read_available(cwd_r).decode("utf-8", "surrogateescape")
     os.close(cwd_r)
@@ -400,6 +402,7 @@ def run_bash(
         "oom_killed": _oom_since(oom_before),
         "final_cwd": final_cwd.strip().rsplit("\n", 1)[-1],
         "duration_ms": int((time.monotonic() - started) * 1000),
+        "timeline": [["spawned", spawned], ["exited", exited]],
     }
 
 
@@ -957,8 +960,12 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     if request is None:
         return 0
+    received = time.monotonic()
     result = handle(request, identity, _progress_writer())
-    write_message(1, {"type": "result", "v": PROTOCOL_VERSION, **result})
+    # The host's clock: containers share its monotonic clock, so the daemon can place these
+    # between its own marks (sandbox/timeline.py).
+    marks = [["received", received], *result.pop("timeline", []), ["answered", time.monotonic()]]
+    write_message(1, {"type": "result", "v": PROTOCOL_VERSION, **result, "timeline": marks})
     return 0
 
 

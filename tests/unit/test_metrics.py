@@ -107,6 +107,24 @@ def test_calls_latencies_and_truncations_are_scraped(
     assert _value(samples, "tooljail_decisions_reused_total") == 1
 
 
+def test_call_phases_are_histograms_by_tool_and_phase(
+    metrics: Metrics, server: MetricsServer
+) -> None:
+    metrics.observe_phases("Bash", [("decision", 0.002), ("pool_take", 0.0001)])
+    metrics.observe_phases("Bash", [("decision", 0.004), ("runner_exited", 0.003)])
+    metrics.observe_phases("Reed", [("prepare", 0.001)])  # a made-up tool: one bounded label
+
+    samples, types = _scrape(server)
+
+    assert types["tooljail_call_phase_seconds"] == "histogram"
+    name = "tooljail_call_phase_seconds"
+    assert _value(samples, f"{name}_count", tool="Bash", phase="decision") == 2
+    assert _value(samples, f"{name}_sum", tool="Bash", phase="decision") == pytest.approx(0.006)
+    assert _value(samples, f"{name}_bucket", tool="Bash", phase="decision", le="0.0025") == 1
+    assert _value(samples, f"{name}_count", tool="Bash", phase="runner_exited") == 1
+    assert _value(samples, f"{name}_count", tool="other", phase="prepare") == 1
+
+
 def test_cancelled_calls_are_counted_as_such(metrics: Metrics, server: MetricsServer) -> None:
     metrics.call_cancelled("Bash", CancelReason.DEADLINE)
     metrics.call_cancelled("Bash", CancelReason.DEADLINE)

@@ -149,6 +149,17 @@ def test_stdout_and_stderr_are_merged_in_order_with_the_exit_code(tmp_path: Path
     assert result["timed_out"] is False
 
 
+def test_the_result_carries_the_runner_marks_in_order_on_the_host_clock(tmp_path: Path) -> None:
+    before = time.monotonic()
+    result = bash("sleep 0.2", tmp_path)
+    after = time.monotonic()
+    names = [name for name, _ in result["timeline"]]
+    times = [at for _, at in result["timeline"]]
+    assert names == ["received", "spawned", "exited", "answered"]
+    assert before <= times[0] <= times[1] <= times[2] <= times[3] <= after
+    assert times[2] - times[1] >= 0.2  # the command's own time lies between spawn and exit
+
+
 def test_no_output_is_an_empty_string(tmp_path: Path) -> None:
     result = bash("true", tmp_path)
     assert (result["output"], result["output_bytes"], result["exit_code"]) == ("", 0, 0)
