@@ -120,9 +120,12 @@ policy-test: opa ## opa fmt, opa check --strict against the input schema, opa te
 	@$(OPA) test --coverage --threshold 90 $(OPA_LOAD) policies > /dev/null
 	@$(OPA) test -v $(OPA_LOAD) policies | tail -n 3
 
-pytest: setup ## the pytest suite (unit and integration, real OPA and Docker)
-	@echo "==> pytest"
-	@$(BIN)/pytest $(PYTEST_ARGS); rc=$$?; \
+# Two workers, each taking whole files (a file's fixtures stay in one process): most integration
+# tests wait on Docker or a child process, so two halve the wall time on two cores.
+PYTEST_WORKERS ?= 2
+pytest: setup ## the pytest suite (unit and integration, real OPA and Docker), on PYTEST_WORKERS
+	@echo "==> pytest ($(PYTEST_WORKERS) workers)"
+	@$(BIN)/pytest -n $(PYTEST_WORKERS) --dist loadfile $(PYTEST_ARGS); rc=$$?; \
 	  if [ $$rc -eq 5 ]; then echo "pytest collected no tests: failing"; exit 1; fi; exit $$rc
 
 unit: venv proto helpers ## only the unit tests (no Docker, no OPA)
@@ -148,7 +151,7 @@ chaos: setup ## long reliability variants (fuzzing, loads, faults; a private doc
 	@scripts/chaos.sh
 
 bench: setup ## the published benchmark (~6 min): bench/results/latest.{json,md} and plots
-	@$(BIN)/python -m bench.bench
+	@$(BIN)/python -m bench.bench --profile
 
 bench-smoke: setup ## every benchmark part for about a second; fails only on errors, never on speed
 	@echo "==> bench smoke"

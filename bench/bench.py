@@ -208,6 +208,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.keep:
         log(f"work folder kept: {work}")
     else:
+        processes.unmount_below(work)
         shutil.rmtree(work, ignore_errors=True)
     if scratch_out:
         shutil.rmtree(out, ignore_errors=True)

@@ -30,7 +30,7 @@ from bench.calls import (
     problem_of,
     timed_execute,
 )
-from bench.client_sandbox import flood, sandbox_cold, sandbox_warm
+from bench.client_sandbox import bash_spaced, flood, sandbox_cold, sandbox_warm
 from daemon._generated.tooljail.v1 import executor_pb2 as pb
 from daemon._generated.tooljail.v1 import executor_pb2_grpc as pb_grpc
 
@@ -258,6 +258,7 @@ SCENARIOS: dict[str, Callable[[Spec], Coroutine[Any, Any, dict[str, Any]]]] = {
     "decision": decision,
     "load": load,
     "sandbox_warm": sandbox_warm,
+    "bash_spaced": bash_spaced,
     "sandbox_cold": sandbox_cold,
     "batch": batch,
     "flood": flood,

@@ -119,35 +119,65 @@ def measure_floor(run: Run, daemon: DaemonProcess) -> dict[str, Any]:
 
 
 def record_profiles(run: Run, daemon: DaemonProcess, out: Path) -> dict[str, Any]:
-    """py-spy samples of the daemon under the read-only clients calling Read only, then the mix;
-    the collapsed stacks and a summary of each go to `out`."""
-    from bench import profile
+    """py-spy samples of the daemon on each path: the read-only clients calling Read only, then
+    the mix, then spaced warm Bash calls (the sandboxed path); the collapsed stacks, a summary and
+    a flame graph of each go to `out`."""
+    from bench import flamegraph, profile
 
     plan, found = run.plan, {}
     seconds = min(plan.readonly_s, PROFILE_S)
-    for kind, title in (("read", "Read only"), ("readonly", "the read-only mix")):
+    for kind, title in (
+        ("read", "Read only"),
+        ("readonly", "the read-only mix"),
+        ("sandboxed", "warm Bash `echo hi`, spaced"),
+    ):
+        if kind == "sandboxed" and run.docker is None:
+            continue
         raw_path = out / f"profile-{kind}.txt"
-        recorder = profile.start_recording(daemon.pid, seconds, raw_path)
-        profiled = measure_load(run, daemon, kind, plan.readonly_clients, seconds, 0)
+        # Spaced sandboxed calls keep the daemon busy a small part of the time: sampled densely.
+        recorder = profile.start_recording(
+            daemon.pid, seconds, raw_path, rate_hz=1000 if kind == "sandboxed" else 100
+        )
+        profiled = _profiled_load(run, daemon, kind, seconds)
         _, stderr = recorder.communicate(timeout=60)
         if recorder.returncode != 0 or not raw_path.exists():
             raise RuntimeError(f"py-spy failed: {stderr.decode()[-1000:]}")
-        summary = profile.summarize_collapsed(raw_path.read_text())
-        rate, cpu = (
-            profiled["calls_per_s"] or 0,
-            profiled["daemon_cpu_s"] / max(1, profiled["calls"]),
-        )
-        heading = (
-            f"Daemon profile, {plan.readonly_clients} clients calling {title} "
-            f"({rate:.0f} calls/s and {cpu * 1000:.2f} ms of daemon CPU per call while sampled)"
-        )
+        collapsed = raw_path.read_text()
+        summary = profile.summarize_collapsed(collapsed)
+        heading = f"Daemon profile, {title} ({profiled['what']} while sampled)"
         (out / f"profile-{kind}.md").write_text(profile.render(summary, heading))
-        found[kind] = {
-            "calls_per_s": rate,
-            "samples": summary.samples,
-            "errors": profiled["errors"],
-        }
+        (out / f"profile-{kind}.svg").write_text(flamegraph.render_svg(collapsed, heading))
+        found[kind] = {"samples": summary.samples, "errors": profiled["errors"]}
     return {**found, "errors": sum(p["errors"] for p in found.values())}
+
+
+def _profiled_load(run: Run, daemon: DaemonProcess, kind: str, seconds: float) -> dict[str, Any]:
+    """The load a profile samples, and what it amounted to, for people."""
+    plan = run.plan
+    if kind != "sandboxed":
+        load = measure_load(run, daemon, kind, plan.readonly_clients, seconds, 0)
+        cpu_ms = load["daemon_cpu_s"] * 1000 / max(1, load["calls"])
+        return {
+            "errors": load["errors"],
+            "what": f"{plan.readonly_clients} clients, {load['calls_per_s'] or 0:.0f} calls/s, "
+            f"{cpu_ms:.2f} ms of daemon CPU per call",
+        }
+    raw = run_client(
+        run.spec(
+            "bash_spaced",
+            daemon,
+            duration_s=seconds,
+            pool_size=plan.pool_size,
+            settle_s=plan.settle_s / 2,
+            pool_timeout_s=30,
+        ),
+        timeout_s=seconds + 300,
+    )
+    warm = summarize(raw["warm"])
+    return {
+        "errors": raw["errors"],
+        "what": f"{warm.get('n', 0)} calls, p50 {warm.get('p50_ms', 0):.1f} ms",
+    }
 
 
 def measure_churn(run: Run, daemon: DaemonProcess, pool_size: int) -> dict[str, Any]:

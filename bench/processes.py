@@ -61,6 +61,16 @@ def _tail(path: Path, limit: int = 2000) -> str:
         return ""
 
 
+def unmount_below(folder: Path) -> None:
+    """Unmount whatever is mounted below `folder` (a daemon leaves its workspaces filesystem
+    mounted when it stops, as in real use), so the folder can be removed."""
+    resolved = str(folder.resolve())
+    with Path("/proc/self/mountinfo").open(encoding="utf-8") as mounts:
+        points = [line.split()[4] for line in mounts]
+    for point in sorted((p for p in points if p.startswith(resolved + "/")), reverse=True):
+        subprocess.run(["umount", "--lazy", point], check=False, capture_output=True)
+
+
 class OpaServer:
     """`opa run --server` on a free loopback port, with the flags the managed OPA gets (decision
     logging on: the daemon relies on OPA's decision ids), its log in a file."""

@@ -63,6 +63,13 @@ def _frame(raw: str) -> str:
     return _LINE_NUMBER.sub(")", raw.strip())
 
 
+def stack_frames(stack: str) -> list[str]:
+    """The frames of one collapsed stack, outermost first, without line numbers and without the
+    thread's own frame (`process 123:"python"` or a thread name) when there are real ones."""
+    frames = [_frame(f) for f in stack.split(";")]
+    return [f for f in frames if " (" in f] or frames
+
+
 def summarize_collapsed(text: str, top: int = 25) -> ProfileSummary:
     """Self and inclusive sample counts per function from py-spy's collapsed ("raw") output:
     one line per distinct stack, frames joined by ';', then the sample count."""
@@ -73,9 +80,7 @@ def summarize_collapsed(text: str, top: int = 25) -> ProfileSummary:
         stack, _, count = line.rpartition(" ")
         if not stack or not count.isdigit():
             continue
-        frames = [_frame(f) for f in stack.split(";")]
-        # The first frame is the thread ("process 123:"python"" or a thread name); skip it.
-        frames = [f for f in frames if " (" in f] or frames
+        frames = stack_frames(stack)
         n = int(count)
         total += n
         own[frames[-1]] += n

@@ -7,7 +7,8 @@ from collections.abc import Iterator
 
 import pytest
 
-from tests.integration.harness import STATE_DIRS, unmount_below
+from bench.processes import unmount_below
+from tests.integration.harness import STATE_DIRS
 
 
 @pytest.fixture(scope="session", autouse=True)

@@ -11,8 +11,9 @@ from pathlib import Path
 import docker
 import pytest
 
+from bench.processes import unmount_below
 from sandbox.backend import LABEL_INSTANCE
-from tests.integration.harness import RunningDaemon, running_daemon, unmount_below
+from tests.integration.harness import RunningDaemon, running_daemon
 
 
 @pytest.fixture(scope="session")

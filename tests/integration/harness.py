@@ -173,16 +173,6 @@ def instance_id_of(log_path: Path) -> str:
     return found.group(1)
 
 
-def unmount_below(folder: Path) -> None:
-    """Unmount whatever is mounted below `folder` (a killed daemon's workspaces filesystem), so
-    the folder can be removed."""
-    resolved = str(folder.resolve())
-    with open("/proc/self/mountinfo", encoding="utf-8") as mounts:
-        points = [line.split()[4] for line in mounts]
-    for point in sorted((p for p in points if p.startswith(resolved + "/")), reverse=True):
-        subprocess.run(["umount", "--lazy", point], check=False, capture_output=True)
-
-
 def git(repo: Path, *args: str) -> str:
     """Run git in `repo` with a throwaway identity; its stdout."""
     done = subprocess.run(

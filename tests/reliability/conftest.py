@@ -18,8 +18,9 @@ from typing import Protocol
 
 import pytest
 
+from bench.processes import unmount_below
 from daemon.config import PROJECT_ROOT
-from tests.integration.harness import RunningDaemon, running_daemon, unmount_below
+from tests.integration.harness import RunningDaemon, running_daemon
 from tests.reliability.support import (
     CHAOS,
     container_ids,

@@ -347,11 +347,9 @@ def test_progress_never_splits_a_character_and_keeps_its_pending_bytes_bounded()
 
 def test_write_creates_the_file_and_missing_parents(tmp_path: Path) -> None:
     target = tmp_path / "a" / "b" / "new.txt"
-    assert write(target, "hello\n", workspace=tmp_path) == {
-        "type": "result",
-        "v": 1,
-        "exit_code": 0,
-    }
+    result = write(target, "hello\n", workspace=tmp_path)
+    assert [name for name, _ in result.pop("timeline")] == ["received", "answered"]
+    assert result == {"type": "result", "v": 1, "exit_code": 0}
     assert target.read_text() == "hello\n"
     assert sorted(p.name for p in target.parent.iterdir()) == ["new.txt"]  # no temp file left
 
