@@ -23,6 +23,8 @@ from daemon._generated.tooljail.v1 import executor_pb2_grpc as pb_grpc
 
 PROFILE_S = 15.0
 """Seconds of each profiled load (--profile)."""
+SPACING_S = 0.6
+"""Between the sandboxed calls of the profile: the warm pool refills meanwhile."""
 #: The baseline's OPA client is the daemon's, but with room: a slow answer is a sample, not a crash.
 BASELINE_OPA_TIMEOUT_S = 30.0
 
@@ -134,9 +136,11 @@ def record_profiles(run: Run, daemon: DaemonProcess, out: Path) -> dict[str, Any
         if kind == "sandboxed" and run.docker is None:
             continue
         raw_path = out / f"profile-{kind}.txt"
-        # Spaced sandboxed calls keep the daemon busy a small part of the time: sampled densely.
+        # Spaced sandboxed calls keep the daemon busy a small part of the time: sampled more
+        # densely, without native frames (each such sample pauses the daemon longer).
+        sandboxed = kind == "sandboxed"
         recorder = profile.start_recording(
-            daemon.pid, seconds, raw_path, rate_hz=1000 if kind == "sandboxed" else 100
+            daemon.pid, seconds, raw_path, rate_hz=500 if sandboxed else 100, native=not sandboxed
         )
         profiled = _profiled_load(run, daemon, kind, seconds)
         _, stderr = recorder.communicate(timeout=60)
@@ -167,9 +171,7 @@ def _profiled_load(run: Run, daemon: DaemonProcess, kind: str, seconds: float) -
             "bash_spaced",
             daemon,
             duration_s=seconds,
-            pool_size=plan.pool_size,
-            settle_s=plan.settle_s / 2,
-            pool_timeout_s=30,
+            spacing_s=SPACING_S,
         ),
         timeout_s=seconds + 300,
     )

@@ -94,7 +94,7 @@ def render(summary: ProfileSummary, title: str) -> str:
     lines = [
         f"# {title}",
         "",
-        f"{summary.samples} samples, each of the thread holding the GIL (py-spy --gil --native).",
+        f"{summary.samples} samples, each of the thread holding the GIL (py-spy --gil).",
         "",
     ]
     for heading, rows in (("self", summary.self_top), ("inclusive", summary.inclusive_top)):

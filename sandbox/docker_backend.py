@@ -17,6 +17,7 @@ import asyncio
 import concurrent.futures
 import contextlib
 import logging
+import math
 import secrets
 import shutil
 import socket
@@ -575,13 +576,12 @@ def _mark_runner_phases(reported: object) -> None:
     if not isinstance(reported, list):
         return
     for entry in reported[: len(RUNNER_MARKS)]:
-        if (
-            isinstance(entry, list)
-            and len(entry) == 2
-            and entry[0] in RUNNER_MARKS
-            and type(entry[1]) in (int, float)
-        ):
-            timeline.mark(f"runner_{entry[0]}", float(entry[1]))
+        if not (isinstance(entry, list) and len(entry) == 2 and entry[0] in RUNNER_MARKS):
+            continue
+        at = entry[1]
+        # A float as JSON gives it; not an int, which may be too large for one.
+        if type(at) is float and math.isfinite(at):
+            timeline.mark(f"runner_{entry[0]}", at)
 
 
 class _RunnerGone(Exception):

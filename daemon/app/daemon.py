@@ -60,6 +60,7 @@ from daemon.tools.contract import SandboxRunner
 from daemon.tools.mcp.config import McpServerSpec
 from daemon.tools.mcp.stdio import McpStdioServer
 from daemon.tools.mcp.upstream import McpUpstream
+from daemon.tools.registry import ToolRegistry
 from daemon.tools.toolset import ToolCatalog, operator_tools
 from sandbox.limits import clamp_limits
 
@@ -172,8 +173,9 @@ class Daemon:
         catalog = self._catalog
         catalog.operator = operator_tools(settings.opa.policies_dir)
         kept = self._kept_outputs()
+        registry = catalog.registry()
         pipeline = Pipeline(
-            registry=catalog.registry(),
+            registry=registry,
             policy=policy.decider,
             sessions=store,
             limits=PipelineLimits(
@@ -188,7 +190,13 @@ class Daemon:
             hooks=HookEngine(settings.hooks) if settings.hooks else None,
             kept=kept,
         )
-        catalog.on_change = pipeline.use_registry
+        self.metrics.set_known_tools(registry.names())
+
+        def registry_changed(registry: ToolRegistry) -> None:
+            pipeline.use_registry(registry)
+            self.metrics.set_known_tools(registry.names())
+
+        catalog.on_change = registry_changed
         for spec in settings.mcp_servers:
             upstream = self._upstream(spec, catalog, sandbox, store)
             catalog.add_upstream(upstream)

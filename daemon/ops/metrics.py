@@ -37,8 +37,10 @@ log = logging.getLogger(__name__)
 NAMESPACE = "tooljail"
 #: Label value for a tool name outside the known set (names come from the model: unbounded).
 OTHER_TOOL = "other"
-#: Distinct tool labels kept when no known set is given; later names count as OTHER_TOOL.
+#: Tool names used as labels at most (the registry's first ones; the rest count as OTHER_TOOL).
 MAX_TOOL_LABELS = 64
+#: A longer tool name is counted as OTHER_TOOL: every series repeats its labels on each scrape.
+MAX_TOOL_LABEL_CHARS = 128
 #: How long a scrape waits for the event loop to hand over the sandbox counters.
 _SNAPSHOT_TIMEOUT_S = 2.0
 
@@ -131,20 +133,16 @@ class MetricsServer:
 class Metrics:
     """The daemon's metrics and the small typed API the pipeline calls.
 
+    Tools are counted by name only once `set_known_tools` named them (the registry's); until
+    then, and for any other name, as "other".
+
     Args:
-        known_tools: The registry's tool names; other names are counted as "other", so a model
-            inventing tool names cannot create unbounded series. None: the first
-            `MAX_TOOL_LABELS` names seen are kept.
         process_metrics: Also export process_* (CPU, memory, open files) from /proc.
     """
 
-    def __init__(
-        self, known_tools: Iterable[str] | None = None, *, process_metrics: bool = True
-    ) -> None:
+    def __init__(self, *, process_metrics: bool = True) -> None:
         self.registry = CollectorRegistry()
-        self._known_tools = frozenset(known_tools) if known_tools is not None else None
-        self._seen_tools: set[str] = set()
-        self._tools_lock = threading.Lock()
+        self._known_tools: frozenset[str] = frozenset()
         r = self.registry
         self._calls = Counter(
             "calls", "Tool calls by tool and outcome.", ["tool", "outcome"],
@@ -198,17 +196,16 @@ class Metrics:
         if process_metrics:
             ProcessCollector(registry=r)
 
+    def set_known_tools(self, names: Iterable[str]) -> None:
+        """The registry's tool names now (called whenever it changes): only these become
+        labels. A model can send any name; counted by name, its names would be series every
+        scrape repeats and anyone who can scrape reads."""
+        kept = [name for name in names if len(name) <= MAX_TOOL_LABEL_CHARS]
+        self._known_tools = frozenset(kept[:MAX_TOOL_LABELS])
+
     def tool_label(self, tool: str) -> str:
-        """The label value used for `tool` (see `known_tools`)."""
-        if self._known_tools is not None:
-            return tool if tool in self._known_tools else OTHER_TOOL
-        with self._tools_lock:
-            if tool in self._seen_tools:
-                return tool
-            if len(self._seen_tools) < MAX_TOOL_LABELS:
-                self._seen_tools.add(tool)
-                return tool
-        return OTHER_TOOL
+        """The label value used for `tool`: its name when the registry has it, else "other"."""
+        return tool if tool in self._known_tools else OTHER_TOOL
 
     def observe_call(
         self,

@@ -8,6 +8,7 @@ import time
 from pathlib import Path
 
 import pytest
+from prometheus_client import generate_latest
 
 from tests.integration.harness import RunningDaemon, text_of
 
@@ -74,3 +75,19 @@ def test_a_read_only_call_reports_its_phases_without_sandbox_ones(
     assert _phase(sandbox_daemon, "Read", "decision", "count") == before["decision"] + 1
     assert _phase(sandbox_daemon, "Read", "tool_end", "count") == before["tool_end"] + 1
     assert _phase(sandbox_daemon, "Read", "sent", "count") == before["sent"]
+
+
+def test_a_made_up_tool_name_never_reaches_the_metrics(
+    sandbox_daemon: RunningDaemon, sandbox_dir: Path
+) -> None:
+    """Attack: the first 64 names a model sent became labels (secrets readable by any local
+    user, gigabytes per scrape, the real tools then counted as "other")."""
+    for index in range(70):
+        response = sandbox_daemon.execute(f"sk_live_SECRET_{index}_" + "X" * 5000, {"x": 1})
+        assert response.result.is_error
+    (sandbox_dir / "g.txt").write_text("x\n")
+    sandbox_daemon.execute("Read", {"file_path": str(sandbox_dir / "g.txt")})
+    scraped = generate_latest(sandbox_daemon.daemon.metrics.registry).decode()
+    assert "sk_live" not in scraped
+    assert 'tool="Read"' in scraped
+    assert 'outcome="invalid",tool="other"' in scraped

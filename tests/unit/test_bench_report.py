@@ -6,10 +6,11 @@ import io
 import json
 from pathlib import Path
 from typing import Any
+from xml.etree import ElementTree
 
 import pytest
 
-from bench import goals, phases, profile, readme, report
+from bench import flamegraph, goals, phases, profile, readme, report
 from bench.stats import per_second, percentile, ratio, summarize
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
@@ -338,3 +339,36 @@ def test_phase_means_are_per_call_between_two_scrapes(monkeypatch: pytest.Monkey
     # decision: 4 ms over 2 calls; the one cold start counts for both calls, as a mean must.
     assert means == pytest.approx({"decision": 2.0, "cold_start": 250.0})
     assert phases.breakdown(means, 300.0)["outside_daemon_ms"] == pytest.approx(48.0)
+
+
+COLLAPSED = """\
+process 1:"python";main (a.py:1);serve (a.py:5);handle (a.py:9) 30
+process 1:"python";main (a.py:1);serve (a.py:5);decide <x> (b.py:2) 45
+process 1:"python";main (a.py:1);idle (a.py:7) 25
+not a sample line
+"""
+
+
+def test_flame_graph_boxes_are_as_wide_as_their_samples() -> None:
+    svg = flamegraph.render_svg(COLLAPSED, "a <test> profile")
+    root = ElementTree.fromstring(svg)
+    ns = "{http://www.w3.org/2000/svg}"
+    boxes = {
+        group.find(f"{ns}title").text.split(":")[0]: float(group.find(f"{ns}rect").get("width"))
+        for group in root.iter(f"{ns}g")
+    }
+    assert boxes["main (a.py)"] == pytest.approx(flamegraph.WIDTH)
+    assert boxes["serve (a.py)"] == pytest.approx(flamegraph.WIDTH * 0.75)
+    assert boxes["decide <x> (b.py)"] == pytest.approx(flamegraph.WIDTH * 0.45)
+    assert boxes["idle (a.py)"] == pytest.approx(flamegraph.WIDTH * 0.25)
+    assert "a &lt;test&gt; profile (100 samples)" in svg
+    # A callee sits on top of its caller: above it (smaller y), starting where it starts.
+    rects = {
+        g.find(f"{ns}title").text.split(":")[0]: g.find(f"{ns}rect") for g in root.iter(f"{ns}g")
+    }
+    assert float(rects["serve (a.py)"].get("y")) < float(rects["main (a.py)"].get("y"))
+
+
+def test_flame_graph_of_nothing_is_an_empty_picture() -> None:
+    root = ElementTree.fromstring(flamegraph.render_svg("", "empty"))
+    assert not list(root.iter("{http://www.w3.org/2000/svg}g"))

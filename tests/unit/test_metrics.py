@@ -8,6 +8,7 @@ import urllib.request
 from collections.abc import Iterator
 
 import pytest
+from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
 from daemon.errors import TooljailError
@@ -19,7 +20,13 @@ from daemon.models import (
     TextContent,
     ToolResult,
 )
-from daemon.ops.metrics import CallOutcome, CancelReason, Metrics, MetricsServer
+from daemon.ops.metrics import (
+    MAX_TOOL_LABELS,
+    CallOutcome,
+    CancelReason,
+    Metrics,
+    MetricsServer,
+)
 from sandbox.executor import ExecutorStats
 
 Samples = dict[tuple[str, frozenset[tuple[str, str]]], float]
@@ -48,7 +55,9 @@ def _value(samples: Samples, name: str, **labels: str) -> float:
 
 @pytest.fixture
 def metrics() -> Metrics:
-    return Metrics(known_tools=["Read", "Bash", "Edit"], process_metrics=False)
+    metrics = Metrics(process_metrics=False)
+    metrics.set_known_tools(["Read", "Bash", "Edit"])
+    return metrics
 
 
 @pytest.fixture
@@ -209,6 +218,7 @@ async def test_sandbox_counters_are_read_on_the_event_loop(metrics: Metrics) -> 
 
 def test_each_instance_has_its_own_registry() -> None:
     first, second = Metrics(process_metrics=False), Metrics(process_metrics=False)
+    first.set_known_tools(["Read"])
     first.observe_call("Read", CallOutcome.OK)
     labels = {"tool": "Read", "outcome": "ok"}
     assert first.registry.get_sample_value("tooljail_calls_total", labels) == 1
@@ -220,12 +230,34 @@ def test_process_metrics_are_exported_when_asked() -> None:
     assert metrics.registry.get_sample_value("process_open_fds") is not None
 
 
-def test_tool_labels_are_bounded_without_a_known_set() -> None:
+def test_names_the_model_made_up_are_never_labels() -> None:
+    """Attack: the daemon counted the first 64 tool names it saw, whatever they were, so a model
+    could plant long secrets as labels (read by any local user, gigabytes per scrape) and push
+    the real tools into "other" for the daemon's lifetime."""
     metrics = Metrics(process_metrics=False)
-    labels = {metrics.tool_label(f"Tool{i}") for i in range(100)}
-    assert "other" in labels
-    assert len(labels) == 65  # 64 names kept, then "other"
-    assert metrics.tool_label("Tool0") == "Tool0"
+    assert metrics.tool_label("sk_live_SECRET") == "other"  # nothing is known yet
+    metrics.set_known_tools(["Read", "Bash"])
+    for index in range(100):
+        metrics.observe_call(f"made_up_{index}_" + "X" * 10_000, CallOutcome.INVALID)
+        metrics.observe_phases(f"made_up_{index}", [("prepare", 0.001)])
+    assert metrics.tool_label("Read") == "Read"
+    text = generate_latest(metrics.registry).decode()
+    assert "made_up" not in text
+    assert len(text) < 50_000
+    labels = {"tool": "other", "outcome": "invalid"}
+    assert metrics.registry.get_sample_value("tooljail_calls_total", labels) == 100
+
+
+def test_known_tools_follow_the_registry_and_stay_bounded() -> None:
+    metrics = Metrics(process_metrics=False)
+    metrics.set_known_tools(["Read", "mcp__docs__search"])
+    assert metrics.tool_label("mcp__docs__search") == "mcp__docs__search"
+    metrics.set_known_tools(["Read"])  # the upstream server went away
+    assert metrics.tool_label("mcp__docs__search") == "other"
+    metrics.set_known_tools(["T" * 1000, *(f"Tool{i}" for i in range(1000))])
+    assert metrics.tool_label("T" * 1000) == "other"  # longer than a label may be
+    known = {metrics.tool_label(f"Tool{i}") for i in range(1000)}
+    assert len(known - {"other"}) == MAX_TOOL_LABELS
 
 
 @pytest.mark.parametrize(

@@ -536,3 +536,61 @@ def test_a_background_command_stops_when_its_host_goes(tmp_path: Path) -> None:
         runner.wait(timeout=10)
     time.sleep(3.5)
     assert not marker.exists()
+
+
+# --- warm-up ----------------------------------------------------------------------------------
+
+
+def _warm_up_runs(monkeypatch: pytest.MonkeyPatch, stdin: int) -> list[dict[str, Any]]:
+    ran: list[dict[str, Any]] = []
+    monkeypatch.setattr(runner_module, "run_bash", lambda request, identity: ran.append(request))
+    saved = os.dup(0)
+    try:
+        os.dup2(stdin, 0)
+        runner_module.warm_up(IDENTITY)
+    finally:
+        os.dup2(saved, 0)
+        os.close(saved)
+    return ran
+
+
+def test_a_pooled_runner_warms_up_with_a_command_that_does_nothing(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    read_end, write_end = os.pipe()
+    try:
+        ran = _warm_up_runs(monkeypatch, read_end)
+    finally:
+        os.close(read_end)
+        os.close(write_end)
+    assert [r["command"] for r in ran] == [":"]
+    assert ran[0]["cwd"] == str(tmp_path)
+
+
+def test_a_runner_whose_request_is_waiting_does_not_warm_up(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    read_end, write_end = os.pipe()
+    try:
+        os.write(write_end, b"\0")  # a cold start: the request is already there
+        assert _warm_up_runs(monkeypatch, read_end) == []
+    finally:
+        os.close(read_end)
+        os.close(write_end)
+
+
+def test_the_warm_up_leaves_the_request_to_the_runner(tmp_path: Path) -> None:
+    """A runner that warmed up (no request for a while) still answers its one request, and
+    the warm-up's own run is in no result."""
+    request = {**owned_by_the_identity(tmp_path), **bash_request("echo real", tmp_path)}
+    with subprocess.Popen(
+        runner_argv(), cwd=tmp_path, stdin=subprocess.PIPE, stdout=subprocess.PIPE
+    ) as proc:
+        time.sleep(0.5)  # past its start-up: the warm-up ran meanwhile
+        assert proc.stdin is not None and proc.stdout is not None
+        proc.stdin.write(encode_frame(request))
+        proc.stdin.close()
+        messages = list(FrameDecoder(1 << 20).feed(proc.stdout.read()))
+    assert [m["type"] for m in messages] == ["result"]
+    assert messages[0]["output"] == "real\n"

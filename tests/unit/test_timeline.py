@@ -4,6 +4,7 @@ and runner marks that cannot move a phase (sandbox/timeline.py, docker_backend).
 from __future__ import annotations
 
 import asyncio
+import json
 import time
 
 import pytest
@@ -99,6 +100,9 @@ def test_runner_marks_are_taken_only_when_known_numbers_in_order() -> None:
         [["received", 10**300]],
         [["received", -1.0]],
         [["received", float("inf")]],
+        # Attack: json.loads takes a 400-digit number, and float() of it raised OverflowError
+        # out of the call (an internal error for a command that had run).
+        json.loads('[["received", 1' + "0" * 400 + "]]"),
     ],
 )
 def test_runner_marks_that_are_not_plain_known_times_are_dropped(reported: object) -> None:
