@@ -207,6 +207,7 @@ async def flood(spec: Spec) -> dict[str, Any]:
         "result_chars": len(text_of(response)) if response is not None else None,
         "budget_chars": budget,
         "truncated": report.truncated,
+        "kept_output": bool(report.kept_output),
         "original_chars": report.original_chars,
         "daemon_s": daemon_s,
         "docker_run_s": docker_s,

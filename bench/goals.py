@@ -313,14 +313,21 @@ def batch_metrics(parts: Parts) -> list[Metric]:
 
 
 def flood_metrics(parts: Parts) -> list[Metric]:
-    """1 GiB of Bash output: the result stays at its budget, the daemon's memory stays flat."""
+    """1 GiB of Bash output: the result stays within its budget (at it, or a preview when the
+    whole output was kept for Read: Claude Code's persisted output), the daemon's memory stays
+    flat."""
     part = _get(parts, "flood")
     if not isinstance(part, Mapping):
         part = {}
-    chars, budget = part.get("result_chars"), part.get("budget_chars")
-    at_budget = None
+    chars, budget, kept = (
+        part.get("result_chars"),
+        part.get("budget_chars"),
+        part.get("kept_output"),
+    )
+    within = None
     if chars is not None and budget is not None:
-        at_budget = budget - AT_BUDGET_SLACK_CHARS <= chars <= budget
+        floor = 0 if kept else budget - AT_BUDGET_SLACK_CHARS
+        within = floor <= chars <= budget
     size = f"{part.get('bytes', 0) / (1 << 20):.0f} MiB of output"
     return [
         Metric(
@@ -328,10 +335,12 @@ def flood_metrics(parts: Parts) -> list[Metric]:
             "flood: tool_result size",
             chars,
             "chars",
-            f"exactly the budget ({budget}; line cuts may drop < {AT_BUDGET_SLACK_CHARS})",
-            at_budget,
+            f"the budget ({budget}; line cuts may drop < {AT_BUDGET_SLACK_CHARS}), or at most "
+            "it as a preview of a kept output",
+            within,
             f"{size}; original {part.get('original_chars')} chars, truncated "
-            f"{part.get('truncated')}",
+            f"{part.get('truncated')}, "
+            + ("kept whole for Read (the result is its preview)" if kept else "not kept"),
         ),
         _row(
             "flood.rss_growth_mib",

@@ -372,3 +372,12 @@ def test_flame_graph_boxes_are_as_wide_as_their_samples() -> None:
 def test_flame_graph_of_nothing_is_an_empty_picture() -> None:
     root = ElementTree.fromstring(flamegraph.render_svg("", "empty"))
     assert not list(root.iter("{http://www.w3.org/2000/svg}g"))
+
+
+@pytest.mark.parametrize(("chars", "met"), [(3_400, True), (30_000, True), (30_001, False)])
+def test_a_kept_flood_is_judged_by_its_preview_within_the_budget(chars: int, met: bool) -> None:
+    parts = parts_meeting_every_goal()
+    parts["flood"].update(result_chars=chars, kept_output=True)
+    metric = by_id(parts)["flood.result_chars"]
+    assert metric.met is met
+    assert "kept whole for Read" in metric.detail
