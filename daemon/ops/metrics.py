@@ -143,6 +143,7 @@ class Metrics:
     def __init__(self, *, process_metrics: bool = True) -> None:
         self.registry = CollectorRegistry()
         self._known_tools: frozenset[str] = frozenset()
+        self._ever_labelled: set[str] = set()
         r = self.registry
         self._calls = Counter(
             "calls", "Tool calls by tool and outcome.", ["tool", "outcome"],
@@ -199,9 +200,13 @@ class Metrics:
     def set_known_tools(self, names: Iterable[str]) -> None:
         """The registry's tool names now (called whenever it changes): only these become
         labels. A model can send any name; counted by name, its names would be series every
-        scrape repeats and anyone who can scrape reads."""
+        scrape repeats and anyone who can scrape reads. Series are never dropped, so the names
+        ever labelled are bounded too (an upstream server may list new names every time)."""
         kept = [name for name in names if len(name) <= MAX_TOOL_LABEL_CHARS]
-        self._known_tools = frozenset(kept[:MAX_TOOL_LABELS])
+        room = MAX_TOOL_LABELS - len(self._ever_labelled)
+        fresh = [name for name in kept if name not in self._ever_labelled][: max(0, room)]
+        self._ever_labelled.update(fresh)
+        self._known_tools = frozenset(kept) & self._ever_labelled
 
     def tool_label(self, tool: str) -> str:
         """The label value used for `tool`: its name when the registry has it, else "other"."""

@@ -916,8 +916,9 @@ def warm_up(identity: tuple[int, int] | None) -> None:
     """Run `:` once as a request's command runs (as `identity`, through bash_env.sh, its output
     read), unless a request is already waiting: the first bash of a fresh container costs about
     a millisecond more (its files, the loader's and the runner's own paths are cold; measured in
-    the container), and a pooled container can pay that before it is taken. Nothing of the model's runs here, and nothing
-    is left (the group is killed and reaped as after any command)."""
+    the container), and a pooled container can pay that before it is taken. Nothing of the
+    model's runs here, and nothing is left (the group is killed and reaped as after any
+    command)."""
     if select.select([0], [], [], 0)[0]:
         return  # a cold start: the request is here, and it must not wait
     cwd = str(Path.cwd())

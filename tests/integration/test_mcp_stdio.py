@@ -23,7 +23,7 @@ from daemon._generated.tooljail.v1 import executor_pb2 as pb
 from tests.integration.conftest import OWNER_GID, OWNER_UID
 from tests.integration.harness import RunningDaemon, running_daemon, text_of
 from tests.integration.sandbox_fixtures import docker_client, sandbox_image
-from tests.integration.test_mcp_upstream import _policies, _wait_for, progress_messages
+from tests.integration.test_mcp_upstream import _names, _policies, _wait_for, progress_messages
 
 pytestmark = [pytest.mark.integration, pytest.mark.docker]
 
@@ -193,11 +193,16 @@ def test_the_policy_denies_and_asks_for_a_stdio_servers_tools(daemon: RunningDae
     assert approved.report.sandboxed
 
 
-def test_list_changed_from_a_kept_server_adds_its_new_tool(daemon: RunningDaemon) -> None:
+def test_a_tool_one_sessions_server_adds_is_not_offered_to_everyone(daemon: RunningDaemon) -> None:
+    """Attack: a listing read in one caller's container (its server's state, or a file in its
+    workspace shadowing the server's code) became every tenant's tools. The daemon lists again
+    in a fresh server over the read-only default workspace, which knows no such tool."""
     grown = daemon.execute("mcp__box__grow", {"name": "late_box"})
     assert not grown.result.is_error, text_of(grown)
-    _wait_for(daemon, "mcp__box__late_box")
-    assert text_of(daemon.execute("mcp__box__late_box", {})) == "late_box here"
+    time.sleep(5)  # the relisting (a container of its own) has long ended by then
+    names = _names(daemon)
+    assert "mcp__box__late_box" not in names
+    assert "mcp__box__grow" in names  # the fresh listing still has the server's own tools
 
 
 def test_a_stateless_server_starts_for_each_call(daemon: RunningDaemon) -> None:

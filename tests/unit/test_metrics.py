@@ -257,7 +257,8 @@ def test_known_tools_follow_the_registry_and_stay_bounded() -> None:
     metrics.set_known_tools(["T" * 1000, *(f"Tool{i}" for i in range(1000))])
     assert metrics.tool_label("T" * 1000) == "other"  # longer than a label may be
     known = {metrics.tool_label(f"Tool{i}") for i in range(1000)}
-    assert len(known - {"other"}) == MAX_TOOL_LABELS
+    # Read and mcp__docs__search were labelled before: their series stay, and count.
+    assert len(known - {"other"}) == MAX_TOOL_LABELS - 2
 
 
 @pytest.mark.parametrize(
@@ -282,3 +283,16 @@ def test_a_port_in_use_is_a_clear_error(metrics: Metrics) -> None:
         port = taken.getsockname()[1]
         with pytest.raises(TooljailError, match=f"cannot serve metrics on 127.0.0.1:{port}"):
             metrics.start_http_server("127.0.0.1", port)
+
+
+def test_labels_stay_bounded_over_the_daemon_life_whatever_the_registry_becomes() -> None:
+    """Attack: an upstream server's listing changed to 50 new names at a time, each set labelled
+    in turn: series grew without bound (55,200 lines after a few rounds)."""
+    metrics = Metrics(process_metrics=False)
+    labelled: set[str] = set()
+    for round_ in range(20):
+        names = [f"churn_{round_}_{i}" for i in range(50)]
+        metrics.set_known_tools(["Read", *names])
+        labelled |= {metrics.tool_label(name) for name in ["Read", *names]}
+    assert len(labelled - {"other"}) == MAX_TOOL_LABELS
+    assert metrics.tool_label("Read") == "Read"

@@ -7,8 +7,11 @@ the container is kept for the caller's session, so the server keeps its state fr
 other limits); a server the operator marks stateless is started for each call and nothing of it
 survives the call. A crash or a hang costs the call it happened in, and the next call starts
 the server again (with backoff). Its tools are listed in a container of its own, in the default
-workspace mounted read-only, again (with backoff) until that works; a server that says during a
-call that its tools changed is listed again right after that call, in the call's container.
+workspace mounted read-only, again (with backoff) until that works. A server that says during a
+call that its tools changed is listed again the same way, never in the call's container: what one
+session's server lists there (its state, a file in that workspace shadowing its code) would
+otherwise become every tenant's tools, descriptions included. A tool a server adds only for
+one session's state is therefore not offered.
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ import asyncio
 import contextlib
 import json
 import logging
+import time
 from collections.abc import Callable
 
 import mcp_types as types
@@ -36,6 +40,8 @@ from sandbox.backend import (
 log = logging.getLogger(__name__)
 
 _BACKOFF_S = (1.0, 2.0, 5.0, 10.0, 30.0, 60.0)
+_RELIST_MIN_INTERVAL_S = 5.0
+"""Listings asked for by calls wait this long after the previous one (each starts a container)."""
 ListingRunner = Callable[[], tuple[SandboxRunner, str] | None]
 """A runner for listing (and the workspace directory it starts in), None without a sandbox."""
 
@@ -55,6 +61,8 @@ class McpStdioServer:
         self._listing = listing
         self._limits = limits
         self._task: asyncio.Task[None] | None = None
+        self._relisting: asyncio.Task[None] | None = None
+        self._last_relist = float("-inf")
         self.listed = asyncio.Event()
         self.last_error = ""
 
@@ -64,10 +72,11 @@ class McpStdioServer:
 
     async def stop(self) -> None:
         """Stop listing."""
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await self._task
+        for task in (self._task, self._relisting):
+            if task is not None:
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError, Exception):
+                    await task
 
     async def _list_until_done(self) -> None:
         attempt = 0
@@ -83,14 +92,23 @@ class McpStdioServer:
             await asyncio.sleep(_BACKOFF_S[min(attempt, len(_BACKOFF_S) - 1)])
             attempt += 1
 
-    def _take_listing(self, listing: str) -> None:
-        """A listing read because the server said its tools changed (during a call)."""
+    def _relist_soon(self) -> None:
+        """The server said during a call that its tools changed: list them again where the
+        daemon lists them (one listing at a time, at most one every _RELIST_MIN_INTERVAL_S)."""
+        if self._relisting is None or self._relisting.done():
+            self._relisting = asyncio.create_task(
+                self._relist(), name=f"mcp-{self.spec.name}-relist"
+            )
+
+    async def _relist(self) -> None:
+        wait = self._last_relist + _RELIST_MIN_INTERVAL_S - time.monotonic()
+        if wait > 0:
+            await asyncio.sleep(wait)
+        self._last_relist = time.monotonic()
         try:
-            tools = types.ListToolsResult.model_validate_json(listing).tools
-        except ValidationError:
-            log.warning("MCP server %s: its new tool listing is malformed", self.spec.name)
-            return
-        self._on_tools(self.spec.name, tools[:MAX_LISTED_TOOLS])
+            await self._list()
+        except (McpServerError, OSError) as exc:
+            log.warning("MCP server %s: cannot list its changed tools: %s", self.spec.name, exc)
 
     async def _list(self) -> None:
         found = self._listing()
@@ -165,7 +183,8 @@ class McpStdioServer:
                 f"{timeout_ms / 1000:g} s; it was stopped."
             )
         if result.listing:
-            self._take_listing(result.listing)
+            # Read in this caller's container: a signal to list again, never the tools.
+            self._relist_soon()
         answer = self._answer(result, tool)
         try:
             return McpAnswer(types.CallToolResult.model_validate(answer), result.sandbox_id)
