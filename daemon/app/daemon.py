@@ -59,7 +59,7 @@ from daemon.sessions.workspaces import IdentityRule
 from daemon.tools.contract import SandboxRunner
 from daemon.tools.mcp.config import McpServerSpec
 from daemon.tools.mcp.stdio import McpStdioServer
-from daemon.tools.mcp.upstream import McpUpstream
+from daemon.tools.mcp.upstream import McpServerError, McpUpstream
 from daemon.tools.registry import ToolRegistry
 from daemon.tools.toolset import ToolCatalog, operator_tools
 from sandbox.limits import clamp_limits
@@ -85,6 +85,10 @@ class _Policy:
     reloader: PolicyReloader
 
 
+#: The folder (in the state directory) stdio MCP servers list their tools in, and its session's id.
+LISTING_FOLDER = "mcp-listing"
+
+
 class Daemon:
     """One running tooljail daemon."""
 
@@ -101,6 +105,7 @@ class Daemon:
         self._policy: _Policy | None = None
         self._sandbox: Sandbox | None = None
         self._store: SessionStore | None = None
+        self._listing: Session | None = None
         self._catalog = ToolCatalog(settings.deferred_tools)
         self._server: grpc.aio.Server | None = None
         self._health = health.aio.HealthServicer()
@@ -297,19 +302,30 @@ class Daemon:
     def _upstream(
         self, spec: McpServerSpec, catalog: ToolCatalog, sandbox: Sandbox, store: SessionStore
     ) -> McpUpstream | McpStdioServer:
-        """An upstream MCP server: over HTTP, or stdio in the sandbox (listed in the default
-        workspace, mounted read-only)."""
+        """An upstream MCP server: over HTTP, or stdio in the sandbox (listed in a folder of the
+        daemon's own, mounted read-only)."""
         if not spec.command:
             return McpUpstream(spec, catalog.upstream_tools)
         settings = self.settings
 
         def listing() -> tuple[SandboxRunner, str] | None:
-            session = store.default_for(settings.auth.unix_principal)
+            try:
+                session = self._listing_session(store)
+            except RequestError as exc:
+                raise McpServerError(f"no folder to list its tools in: {exc}") from exc
             runner = sandbox.runner(session, f"mcp-list-{spec.name}")
             return None if runner is None else (runner, str(session.workspace))
 
         limits = clamp_limits(settings.sandbox.defaults, settings.sandbox.ceilings)
         return McpStdioServer(spec, catalog.upstream_tools, listing, limits)
+
+    def _listing_session(self, store: SessionStore) -> Session:
+        """Where stdio MCP servers list their tools: an empty folder in the state directory,
+        never a caller's workspace (made once)."""
+        if self._listing is None:
+            folder = self.settings.state_dir / LISTING_FOLDER
+            self._listing = store.private_session(folder, LISTING_FOLDER)
+        return self._listing
 
     def _kept_outputs(self) -> KeptOutputs | None:
         """Where results over their budget are kept (None when the config says not to)."""

@@ -102,6 +102,25 @@ class SessionStore:
         roots.update((s.id, s.pinned_root()) for s in self._sessions.values())
         return roots
 
+    def private_session(self, folder: Path, session_id: str) -> Session:
+        """A session over a folder of the daemon's own (made, empty, when missing) that no
+        caller can name or write: where the daemon runs what must see no caller's files, such
+        as an MCP server listing its tools (a file in a shared workspace could shadow its code
+        and make one tenant's tools everyone's)."""
+        written = Path(os.path.normpath(folder.absolute()))
+        if not os.path.lexists(written):
+            written.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+            made = make_workspace(written, self.fresh_owner())
+        else:
+            made = None
+        root = pin_workspace(str(written))
+        if made is not None and root.identity != made:
+            root.close()
+            raise RequestError(f"the private folder {written} was replaced while it was made")
+        return Session(
+            id=session_id, workspace=root.path, root=root, sandbox_as=self._identity(root)
+        )
+
     def default_for(self, principal: str) -> Session:
         """The principal's own default session (made on first use): its grants, mode, read state
         and working directory are nobody else's."""

@@ -30,6 +30,7 @@ pytestmark = [pytest.mark.integration, pytest.mark.docker]
 __all__ = ["docker_client", "sandbox_image"]
 
 IMAGE = "tooljail-test-mcp-stdio:1"
+SHADOW_MODULE = "planted_server"
 SERVER = Path(__file__).with_name("mcp_upstream.py")
 
 
@@ -87,7 +88,7 @@ def daemon(short_tmp: Path, stdio_image: str) -> Iterator[RunningDaemon]:
     os.chown(workspace, OWNER_UID, OWNER_GID)
     policies = _policies(
         short_tmp / "mcp-stdio",
-        ("box", "fresh"),
+        ("box", "fresh", "shadow"),
         ask_tools=["mcp__box__shout"],
         hidden_tools=["mcp__box__picture"],
     )
@@ -99,12 +100,23 @@ def daemon(short_tmp: Path, stdio_image: str) -> Iterator[RunningDaemon]:
         "defer": "never",
     }
     stateless = {**server, "name": "fresh", "stateless": True}
+    # A module the image does not have: only a file in the working directory could provide it.
+    shadow = {
+        **server,
+        "name": "shadow",
+        "command": ["env", "PYTHONPATH=/opt/mcp-py", "python3", "-m", SHADOW_MODULE, "stdio"],
+    }
+    # Planted in the shared default workspace (any principal's default session writes there)
+    # before the daemon lists: the test server, to be taken for the operator's.
+    (workspace / f"{SHADOW_MODULE}.py").write_text(
+        "exec(compile(open('/opt/mcp-server.py').read(), 'planted', 'exec'))\n"
+    )
     with running_daemon(
         workspace,
         short_tmp / "mcp-stdio.sock",
         opa={"policies_dir": policies},
         sandbox={"pool_size": 0},
-        mcp_servers=[server, stateless],
+        mcp_servers=[server, stateless, shadow],
     ) as running:
         _wait_for(running, "mcp__box__add")
         _wait_for(running, "mcp__fresh__count")
@@ -191,6 +203,16 @@ def test_the_policy_denies_and_asks_for_a_stdio_servers_tools(daemon: RunningDae
     )
     assert approved.decision.outcome == pb.ALLOW and text_of(approved) == "HI"
     assert approved.report.sandboxed
+
+
+def test_a_server_is_listed_where_no_callers_file_can_shadow_its_code(
+    daemon: RunningDaemon,
+) -> None:
+    """Attack: servers were listed in the shared default workspace (read-only, but written by
+    every principal's default session), so `python3 -m` found a planted module there and its
+    tools and descriptions became every tenant's."""
+    time.sleep(4)  # the first listing and two retries (1 and 2 s apart) have been tried
+    assert not any(name.startswith("mcp__shadow__") for name in _names(daemon))
 
 
 def test_a_tool_one_sessions_server_adds_is_not_offered_to_everyone(daemon: RunningDaemon) -> None:

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from daemon.errors import RequestError
+from daemon.errors import NotFound, RequestError
 from daemon.host.pinned import PinnedDirectory
 from daemon.sessions.workspaces import IdentityRule, overlaps_of, pin_workspace
 
@@ -176,3 +176,24 @@ def test_a_default_workspace_under_a_symlinked_folder_is_refused_with_the_real_p
     with pytest.raises(RequestError, match=f"its real path is {real}"):
         SessionStore(tmp_path / "link" / "ws")
     assert not (real / "ws").exists()
+
+
+def test_a_private_session_is_an_empty_folder_of_the_daemons_no_caller_can_name(
+    tmp_path: Path, rule: IdentityRule
+) -> None:
+    """Attack: stdio MCP servers listed their tools in the default workspace, which every
+    principal's default session writes: a file there shadowed the server's code."""
+    from daemon.sessions.store import SessionStore
+
+    store = SessionStore(tmp_path / "ws", tmp_path / "sessions", rule)
+    (tmp_path / "ws" / "benign_mcp.py").write_text("planted")
+    private = store.private_session(tmp_path / "state" / "mcp-listing", "mcp-listing")
+    assert private.workspace == (tmp_path / "state" / "mcp-listing").resolve()
+    assert list(private.workspace.iterdir()) == []
+    assert private.sandbox_as is not None and private.sandbox_as[0] != 0
+    with pytest.raises(NotFound):
+        store.get("mcp-listing", "local")
+    # Made once; taken as it is the next time (a daemon restart).
+    again = store.private_session(tmp_path / "state" / "mcp-listing", "mcp-listing")
+    assert again.root is not None and private.root is not None
+    assert again.root.identity == private.root.identity

@@ -6,12 +6,12 @@ the container is kept for the caller's session, so the server keeps its state fr
 (sandbox/kept.py: stopped with the session, when idle, or started afresh when a call is granted
 other limits); a server the operator marks stateless is started for each call and nothing of it
 survives the call. A crash or a hang costs the call it happened in, and the next call starts
-the server again (with backoff). Its tools are listed in a container of its own, in the default
-workspace mounted read-only, again (with backoff) until that works. A server that says during a
-call that its tools changed is listed again the same way, never in the call's container: what one
-session's server lists there (its state, a file in that workspace shadowing its code) would
-otherwise become every tenant's tools, descriptions included. A tool a server adds only for
-one session's state is therefore not offered.
+the server again (with backoff). Its tools are listed in a container of its own, over an empty
+folder of the daemon's (mounted read-only), again (with backoff) until that works. A server that
+says during a call that its tools changed is listed again the same way, never in the call's
+container: what one session's server lists there (its state, a file in that workspace shadowing
+its code) would otherwise become every tenant's tools, descriptions included. A tool a server
+adds only for one session's state is therefore not offered.
 """
 
 from __future__ import annotations
