@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 import secrets
+import shutil
 import time
 from pathlib import Path
 
@@ -25,6 +26,7 @@ from daemon.sessions.workspaces import (
     overlaps_of,
     pin_workspace,
 )
+from daemon.text import wire_safe
 
 DEFAULT_SESSION_ID = "default"
 """What a caller sends (or an empty id) for its own default session."""
@@ -71,6 +73,8 @@ class SessionStore:
             )
         self._default_identity = self._identity(self._default_root)
         self._defaults: dict[str, Session] = {}
+        self._private: dict[str, PinnedDirectory] = {}
+        """Folders of the daemon's own (private_session): no session may overlap them."""
         self._sessions: dict[str, Session] = {}
         if sessions_root is not None:
             folder = PinnedDirectory.pin(self._sessions_folder())
@@ -103,23 +107,25 @@ class SessionStore:
         return roots
 
     def private_session(self, folder: Path, session_id: str) -> Session:
-        """A session over a folder of the daemon's own (made, empty, when missing) that no
-        caller can name or write: where the daemon runs what must see no caller's files, such
-        as an MCP server listing its tools (a file in a shared workspace could shadow its code
-        and make one tenant's tools everyone's)."""
+        """A session over a folder of the daemon's own, made afresh and empty, that no caller
+        can write or open a session over: where the daemon runs what must see no caller's
+        files, such as an MCP server listing its tools (a file there could shadow the server's
+        code and make one tenant's tools everyone's). Its sandboxes may read it, never write."""
         written = Path(os.path.normpath(folder.absolute()))
-        if not os.path.lexists(written):
-            written.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-            made = make_workspace(written, self.fresh_owner())
-        else:
-            made = None
+        written.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+        if written.is_symlink():
+            written.unlink()
+        elif os.path.lexists(written):
+            shutil.rmtree(written)  # whatever an older daemon let in: nothing is kept
+        written.mkdir(mode=0o755)
+        written.chmod(0o755)  # the umask may have taken bits off
         root = pin_workspace(str(written))
-        if made is not None and root.identity != made:
+        if root.uid != os.geteuid() or root.mode & 0o022:
             root.close()
             raise RequestError(f"the private folder {written} was replaced while it was made")
-        return Session(
-            id=session_id, workspace=root.path, root=root, sandbox_as=self._identity(root)
-        )
+        self._private[session_id] = root
+        identity = None if self._identities is None else self._identities.dedicated()
+        return Session(id=session_id, workspace=root.path, root=root, sandbox_as=identity)
 
     def default_for(self, principal: str) -> Session:
         """The principal's own default session (made on first use): its grants, mode, read state
@@ -165,6 +171,12 @@ class SessionStore:
         """An existing directory `principal` wants a session over: pinned, with the open
         sessions it overlaps (for the policy); another principal's are not named."""
         root = pin_workspace(workspace)
+        if overlaps_of(root, self._private):
+            root.close()
+            raise RequestError(
+                f"the workspace {wire_safe(str(root.path))} overlaps a folder of the daemon's "
+                "own (in its state directory); choose a folder apart from it"
+            )
         overlaps = []
         for overlap in overlaps_of(root, self._roots()):
             owner = (

@@ -193,7 +193,26 @@ def test_a_private_session_is_an_empty_folder_of_the_daemons_no_caller_can_name(
     assert private.sandbox_as is not None and private.sandbox_as[0] != 0
     with pytest.raises(NotFound):
         store.get("mcp-listing", "local")
-    # Made once; taken as it is the next time (a daemon restart).
-    again = store.private_session(tmp_path / "state" / "mcp-listing", "mcp-listing")
-    assert again.root is not None and private.root is not None
-    assert again.root.identity == private.root.identity
+
+
+def test_no_caller_can_write_the_private_folder_or_open_a_session_over_it(
+    tmp_path: Path, rule: IdentityRule
+) -> None:
+    """Attack: where a workspace root covered the state directory, a tenant opened a session
+    over the listing folder (the sandbox account's to write), planted the server's module there,
+    and its tools became everyone's; the file stayed across restarts."""
+    from daemon.sessions.store import SessionStore
+
+    folder = tmp_path / "state" / "mcp-listing"
+    folder.mkdir(parents=True)
+    (folder / "benign_mcp.py").write_text("planted by a previous session")
+    os.chown(folder, 1001, 1001)
+    store = SessionStore(tmp_path / "ws", tmp_path / "sessions", rule)
+    private = store.private_session(folder, "mcp-listing")
+    # Made afresh: empty, the daemon's own, and only readable by the sandbox identity.
+    assert list(private.workspace.iterdir()) == []
+    info = private.workspace.stat()
+    assert (info.st_uid, info.st_mode & 0o777) == (os.geteuid(), 0o755)
+    for asked in (folder, folder.parent):
+        with pytest.raises(RequestError, match="the daemon's own"):
+            store.prepare(str(asked), "local")

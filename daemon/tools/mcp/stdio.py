@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import contextvars
 import json
 import logging
 import time
@@ -96,8 +97,10 @@ class McpStdioServer:
         """The server said during a call that its tools changed: list them again where the
         daemon lists them (one listing at a time, at most one every _RELIST_MIN_INTERVAL_S)."""
         if self._relisting is None or self._relisting.done():
+            # A context of its own: the listing is the daemon's, not part of the call that
+            # asked for it (its log fields, its timeline).
             self._relisting = asyncio.create_task(
-                self._relist(), name=f"mcp-{self.spec.name}-relist"
+                self._relist(), name=f"mcp-{self.spec.name}-relist", context=contextvars.Context()
             )
 
     async def _relist(self) -> None:
