@@ -32,6 +32,10 @@ log = logging.getLogger(__name__)
 
 _BACKOFF_S = (0.5, 1.0, 2.0, 5.0, 10.0, 30.0)
 _RELIST_PAUSE_S = 1.0
+_RECONNECT_WAIT_S = 5.0
+"""A call that finds the connection being made again (a call just broke it) waits this long for
+it, at most its own timeout, before it fails as "not connected"."""
+_RECONNECT_POLL_S = 0.02
 MAX_LISTED_TOOLS = 512
 """Tools taken from one server; more are ignored (logged)."""
 MAX_LISTING_PAGES = 20
@@ -181,12 +185,26 @@ class McpUpstream:
             self.last_error = _describe(message)
             self._broken.set()
 
+    async def _usable_client(self) -> Client | None:
+        """The connection's client once it is up and not broken; a connection a call just broke
+        is still being closed (its client would answer "Connection closed"), so a call waits a
+        moment for the new one. None when it does not come."""
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(min(_RECONNECT_WAIT_S, self.spec.timeout_s)):
+                while True:
+                    client = self._client
+                    usable = self.connected.is_set() and not self._broken.is_set()
+                    if client is not None and usable:
+                        return client
+                    await asyncio.sleep(_RECONNECT_POLL_S)
+        return None
+
     async def call(
         self, tool: str, arguments: dict[str, Any], ctx: CallContext | None = None
     ) -> McpAnswer:
         """Call `tool` (the server's own name); McpServerError naming the server when it is not
         connected, fails, or does not answer within its timeout."""
-        client = self._client
+        client = await self._usable_client()
         name = self.spec.name
         if client is None:
             why = f": {self.last_error}" if self.last_error else ""
