@@ -14,6 +14,7 @@ import sys
 import time
 import venv
 from pathlib import Path
+from shlex import quote
 from typing import Any
 
 import pytest
@@ -24,6 +25,7 @@ from tests.integration.harness import (
     RunningDaemon,
     instance_id_of,
     serve_process,
+    text_of,
     wait_serving,
 )
 
@@ -126,6 +128,11 @@ def test_the_adapters_run_their_frameworks_agent_loops_through_the_daemon(
 ) -> None:
     (sandbox_dir / "hello.txt").write_text("hello\n")
     os.chown(sandbox_dir / "hello.txt", OWNER_UID, OWNER_GID)
+    # The tour's Bash calls run in the default session, whose directory persists: another
+    # test's `cd` may have left it in a git repository (seen with two workers), where the
+    # approved `git push` fails otherwise than the tour expects.
+    moved = sandbox_daemon.execute("Bash", {"command": f"cd {quote(str(sandbox_dir))}"})
+    assert not moved.result.is_error, text_of(moved)
     seen = _run_script(adapters_python, ADAPTERS, sandbox_daemon.target, str(sandbox_dir))
     assert not seen["daemon_importable"] and not seen["docker_importable"]
 
