@@ -280,13 +280,17 @@ def measure_engine_churn(run: Run) -> dict[str, Any]:
     part's clients and for as long: the floor tooljail's churn is compared with."""
     assert run.docker is not None
     plan = run.plan
-    return peers.bare_churn(
-        run.docker.image,
-        run.workspace,
-        f"bench-{uuid.uuid4().hex[:8]}-engine",
-        plan.churn_clients,
-        plan.churn_s,
+    instance_id = f"bench-{uuid.uuid4().hex[:8]}-engine"
+    result = peers.bare_churn(
+        run.docker.image, run.workspace, instance_id, plan.churn_clients, plan.churn_s
     )
+    # Containers whose removal was still under way get the time a daemon's would.
+    leaked = run.docker.wait_at_most(instance_id, 0, 30)
+    run.docker.remove_all(instance_id)
+    if leaked:
+        result["errors"] += leaked
+        result["error_samples"].append(f"{leaked} containers left")
+    return result
 
 
 def measure_flood(run: Run, daemon: DaemonProcess) -> dict[str, Any]:
