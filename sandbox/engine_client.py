@@ -13,6 +13,7 @@ import socket
 from typing import Any
 
 import docker
+from docker.constants import MINIMUM_DOCKER_API_VERSION
 from docker.transport import unixconn
 
 
@@ -64,12 +65,18 @@ def engine_listening() -> bool:
 
 def engine_client(max_pool_size: int | None = None) -> docker.DockerClient:
     """A client for the engine the environment names (DOCKER_HOST, by default the Unix socket),
-    negotiating the API version; one blocking call."""
-    kwargs: dict[str, Any] = {"version": "auto"}
+    negotiating the API version; one blocking call.
+
+    The client never reads proxies or credentials (.netrc) from the environment: the engine is
+    named by DOCKER_HOST alone, a .netrc entry for its host would go to it on every request, and
+    looking them up costs about a third of the client's CPU per request."""
+    # A fixed version first (no request yet), so the negotiation below runs without them too.
+    kwargs: dict[str, Any] = {"version": MINIMUM_DOCKER_API_VERSION}
     if max_pool_size is not None:
         kwargs["max_pool_size"] = max_pool_size
     client = docker.from_env(**kwargs)
     api: Any = client.api
+    api.trust_env = False
     current = getattr(api, "_custom_adapter", None)
     if isinstance(current, unixconn.UnixHTTPAdapter):
         adapter = _UnixAdapter(
@@ -80,4 +87,9 @@ def engine_client(max_pool_size: int | None = None) -> docker.DockerClient:
         api.mount("http+docker://", adapter)
         api._custom_adapter = adapter
         current.close()
+    try:
+        api._version = api._retrieve_server_version()
+    except BaseException:
+        client.close()
+        raise
     return client
