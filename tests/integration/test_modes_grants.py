@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import uuid
+from collections.abc import Iterator
 from pathlib import Path
 
 import grpc
@@ -28,8 +30,23 @@ def call(
     return response
 
 
+_OPENED: list[tuple[RunningDaemon, str]] = []
+
+
+@pytest.fixture(autouse=True)
+def _close_opened_sessions() -> Iterator[None]:
+    """Sessions left open keep a warm container each for the pool's idle time: tests of other
+    files on the same daemon that wait for the containers to go would wait for those too."""
+    yield
+    while _OPENED:
+        daemon, session_id = _OPENED.pop()
+        with contextlib.suppress(grpc.RpcError):
+            daemon.stub.CloseSession(pb.CloseSessionRequest(session_id=session_id), timeout=60)
+
+
 def opened(daemon: RunningDaemon, mode: str) -> pb.Session:
     session: pb.Session = daemon.stub.OpenSession(pb.OpenSessionRequest(mode=mode), timeout=30)
+    _OPENED.append((daemon, session.id))
     os.chown(session.workspace, OWNER_UID, OWNER_GID)
     return session
 
