@@ -70,8 +70,9 @@ def machine(docker: Docker | None) -> dict[str, Any]:
 
 
 NOTES = [
-    "One OPA server (`opa run --server` with the flags of the managed OPA, decision logging "
-    "included) serves both the daemon (TOOLJAIL_OPA__URL) and the baseline query, which asks "
+    "One OPA server (`opa run --server` with the flags of the managed OPA, which logs no "
+    "decisions; this one logs the probe Read's alone, dropping the others unwritten) serves "
+    "both the daemon (TOOLJAIL_OPA__URL) and the baseline query, which asks "
     "for data.tooljail.authz.decision with the very input the daemon sent (taken from OPA's "
     "decision log) through the daemon's own OPA client.",
     "The daemon is `tooljail serve` in its own process; the load comes from `python -m "

@@ -16,7 +16,7 @@ import grpc
 from bench import peers, workload
 from bench.client_sandbox import PEERS
 from bench.harness import Run, run_client
-from bench.processes import DaemonProcess
+from bench.processes import PROBE_READ_LIMIT, DaemonProcess
 from bench.stats import per_second, summarize
 from daemon._generated.tooljail.v1 import executor_pb2 as pb
 from daemon._generated.tooljail.v1 import executor_pb2_grpc as pb_grpc
@@ -30,13 +30,15 @@ BASELINE_OPA_TIMEOUT_S = 30.0
 
 
 def probe_read_input(run: Run, daemon: DaemonProcess) -> dict[str, Any]:
-    """One Execute(Read) so that OPA logs the exact decision input the daemon sends for it."""
+    """One Execute(Read) so that OPA logs the exact decision input the daemon sends for it (only
+    a Read with the probe's limit is logged)."""
     assert run.opa is not None
     with grpc.insecure_channel(daemon.target) as channel:
         request = pb.ExecuteRequest()
         request.tool_use.id = "toolu_bench_probe"
         request.tool_use.name = "Read"
         request.tool_use.input.update(workload.read_input(run.workspace / workload.ONE_KB_FILE))
+        request.tool_use.input["limit"] = PROBE_READ_LIMIT
         response = pb_grpc.ExecutorStub(channel).Execute(request, timeout=30)
     if response.decision.outcome != pb.ALLOW or response.result.is_error:
         text = "".join(b.text.text for b in response.result.content)

@@ -71,9 +71,21 @@ def unmount_below(folder: Path) -> None:
         subprocess.run(["umount", "--lazy", point], check=False, capture_output=True)
 
 
+#: The `limit` of the one Read whose decision the benchmark's OPA logs (parts.probe_read_input).
+PROBE_READ_LIMIT = 4321
+#: Every other decision is dropped before it is written: the managed OPA logs none at all.
+_PROBE_ONLY_LOG = f"""package tooljail_bench.decision_log
+
+default drop := true
+
+drop := false if input.input.input.limit == {PROBE_READ_LIMIT}
+"""
+
+
 class OpaServer:
-    """`opa run --server` on a free loopback port, with the flags the managed OPA gets (decision
-    logging on: the daemon relies on OPA's decision ids), its log in a file."""
+    """`opa run --server` on a free loopback port, with the flags the managed OPA gets, its log in
+    a file. It also logs the probe Read's decision, and only that one (the rest are dropped
+    before they are written): the exact input the daemon sends, for the baseline query."""
 
     def __init__(self, work: Path, policies: Path = ROOT / "policies") -> None:
         if not os.access(OPA_BINARY, os.X_OK):
@@ -81,6 +93,8 @@ class OpaServer:
         self.port = free_port()
         self.log_path = work / "opa.log"
         self._log: IO[bytes] = self.log_path.open("wb")
+        probe_only = work / "probe_only_log.rego"
+        probe_only.write_text(_PROBE_ONLY_LOG)
         self.process = subprocess.Popen(
             [
                 str(OPA_BINARY),
@@ -93,7 +107,10 @@ class OpaServer:
                 "--disable-telemetry",
                 "--set",
                 "decision_logs.console=true",
+                "--set",
+                "decision_logs.drop_decision=/tooljail_bench/decision_log/drop",
                 *map(str, policy_files(policies)),
+                str(probe_only),
             ],
             stdin=subprocess.DEVNULL,
             stdout=self._log,
@@ -134,7 +151,7 @@ class OpaServer:
                 ):
                     found = document
         if found is None:
-            raise RuntimeError(f"OPA logged no decision for {tool}; is decision logging on?")
+            raise RuntimeError(f"OPA logged no decision for {tool}; was the probe's limit sent?")
         return found
 
     def stop(self) -> None:

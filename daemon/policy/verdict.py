@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import uuid
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -86,7 +87,10 @@ def first_error(exc: ValidationError, whole: str) -> str:
 def parse_verdict(response: dict[str, Any], base_limits: SandboxLimits) -> Verdict:
     """Turn an OPA data API response into a Verdict; never raises, never allows by accident."""
     decision_id = response.get("decision_id", "")
-    decision_id = decision_id if isinstance(decision_id, str) else ""
+    # OPA names its decisions only with decision logging on; the daemon names the others, since
+    # a verdict with an id is one the policy gave (its refusals count, its reuse names it).
+    if not isinstance(decision_id, str) or not decision_id:
+        decision_id = uuid.uuid4().hex
     if "result" not in response:
         return Verdict.deny(
             "The policy has no decision for this call (data.tooljail.authz.decision is undefined), "

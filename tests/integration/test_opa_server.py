@@ -129,6 +129,28 @@ async def test_shipped_policy_decides_through_the_engine(tmp_path: Path) -> None
     assert opa._process is not None and opa._process.returncode is not None
 
 
+async def test_the_managed_opa_writes_no_decision_with_its_input_anywhere(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    # Inputs hold what the model sent (tokens in commands); the audit masks them, OPA would not.
+    opa = ManagedOpa(find_opa(None, PROJECT_ROOT), PROJECT_ROOT / "policies", socket_in(tmp_path))
+    await opa.start()
+    engine = OpaPolicyEngine(opa.url, 10.0, SandboxLimits(), "test")
+    await engine.open()
+    secret = "ghp_" + "s3cr3t" * 6
+    try:
+        for path in (f"/srv/ws/{secret}.txt", f"/etc/{secret}"):
+            document = dict(READ_DOCUMENT, input={"file_path": path})
+            verdict = await engine.decide(document)
+            # Named all the same: by the daemon, since OPA keeps no decision log to name them.
+            assert len(verdict.decision_id) == 32
+    finally:
+        await engine.close()
+        await opa.stop()
+    assert not [line for line in opa._stderr_tail if secret in line]
+    assert not [r for r in caplog.records if secret in r.getMessage()]
+
+
 @pytest.mark.skipif(os.geteuid() != 0, reason="needs root to act as another local user")
 async def test_only_the_daemons_user_can_reach_the_managed_opa(tmp_path: Path) -> None:
     tmp_path.chmod(0o755)  # the way in is open: the socket's own folder must keep others out

@@ -20,7 +20,7 @@ from daemon.errors import ToolError, ToolInputError, Unavailable
 from daemon.models import Caller, Outcome, ToolUse
 from daemon.ops.logs import JsonFormatter
 from daemon.policy.engine import PolicyEngine
-from daemon.policy.verdict import Verdict
+from daemon.policy.verdict import Verdict, parse_verdict
 from daemon.sessions.session import Session
 from daemon.sessions.store import SessionStore
 from daemon.tools.contract import CallContext, Tool, ToolInput, ToolOutput, ToolTraits
@@ -337,3 +337,23 @@ async def test_a_summary_that_fails_does_not_lose_the_result(tmp_path: Path) -> 
     assert not outcome.result.is_error and outcome.result.text() == "bad summary"
     assert outcome.summary == "Echo done"
     assert _audit_records(tmp_path)[-1]["is_error"] is False
+
+
+async def test_a_policy_refusal_without_an_opa_decision_id_still_counts(tmp_path: Path) -> None:
+    # An OPA without decision logging gives no decision_id: its refusals are the policy's all
+    # the same, and the policy's repeated-refusal rules read them back (refused_before).
+    answer = {
+        "result": {
+            "outcome": "deny",
+            "reasons": ["not this"],
+            "sandbox": {"timeout_ms": 1000, "memory_mb": 64, "cpus": 1, "pids": 8},
+            "result_budget_chars": 1000,
+        }
+    }
+    documents: list[dict[str, Any]] = []
+    engine = FakeEngine(parse_verdict(answer, SandboxLimits()), documents=documents)
+    pipeline = make_pipeline(tmp_path, engine)
+    for _ in range(2):
+        outcome = await run(pipeline, "Echo", {"text": "x"})
+        assert outcome.decision.outcome is Outcome.DENY
+    assert documents[-1]["refused_before"] == {"deny": 1, "ask": 0}

@@ -100,3 +100,14 @@ def test_deny_without_reasons_gets_one() -> None:
     verdict = parse_verdict(decision(outcome="deny"), SandboxLimits())
     assert verdict.outcome is Outcome.DENY
     assert verdict.reasons
+
+
+def test_every_answer_of_the_policy_has_a_decision_id_of_its_own() -> None:
+    # OPA gives one only with decision logging on; without, the daemon names the decision.
+    assert parse_verdict({**decision(), "decision_id": "opa-7"}, SandboxLimits()).decision_id == (
+        "opa-7"
+    )
+    ids = {parse_verdict(answer, SandboxLimits()).decision_id for answer in (decision(), {})}
+    ids |= {parse_verdict(decision(), SandboxLimits()).decision_id}
+    assert len(ids) == 3
+    assert "" not in ids
