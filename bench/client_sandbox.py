@@ -9,6 +9,8 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+
 from bench import peers, phases, workload
 from bench.calls import Spec, Tally, cpu, execute_request, open_channel, text_of, timed_execute
 from bench.processes import memory_kib
@@ -17,6 +19,9 @@ from daemon._generated.tooljail.v1 import executor_pb2_grpc as pb_grpc
 
 #: The samples of the warm part: tooljail's warm Bash and its peers, interleaved.
 PEERS = ("warm", "docker_run", "docker_exec", "llm_sandbox")
+#: Also interleaved: a health Check started as the warm calls are (pool full, settle pause),
+#: the floor of what a call waits outside the daemon (gRPC, both processes waking up).
+HEALTH_SPACED = "health_spaced"
 
 
 async def _pool_ready(admin: Any, size: int, timeout_s: float) -> bool:
@@ -37,15 +42,23 @@ async def sandbox_warm(spec: Spec) -> dict[str, Any]:
     session. Every sample, tooljail's or a peer's, starts on a full pool and a quiet engine; the
     order rotates every round."""
     tally = Tally()
-    samples: dict[str, list[float]] = {name: [] for name in PEERS}
+    samples: dict[str, list[float]] = {name: [] for name in (*PEERS, HEALTH_SPACED)}
     pool_misses = 0
     async with open_channel(spec["target"]) as channel:
         stub, admin = pb_grpc.ExecutorStub(channel), pb_grpc.AdminStub(channel)
+        health = health_pb2_grpc.HealthStub(channel)
 
         async def tooljail() -> None:
             request = execute_request("Bash", workload.bash_input("echo hi"))
             elapsed, _ = await timed_execute(stub, request, tally, spec["timeout_s"], "hi")
             samples["warm"].append(elapsed)
+
+        async def health_check() -> None:
+            started = time.perf_counter()
+            await health.Check(health_pb2.HealthCheckRequest(), timeout=spec["timeout_s"])
+            samples[HEALTH_SPACED].append(time.perf_counter() - started)
+
+        own = {"warm": tooljail, HEALTH_SPACED: health_check}
 
         with peers.peer_containers(spec["image"]) as (client, target, session, missing):
             blocking: dict[str, Callable[[], None]] = {
@@ -54,7 +67,7 @@ async def sandbox_warm(spec: Spec) -> dict[str, Any]:
             }
             if session is not None:
                 blocking["llm_sandbox"] = session.exec
-            order = ["warm", *blocking]
+            order = [*own, *blocking]
             metrics_before = phases.scrape(spec["metrics_url"])
             cpu_before = cpu(spec["daemon_pid"])
             for round_ in range(spec["n"]):
@@ -62,8 +75,8 @@ async def sandbox_warm(spec: Spec) -> dict[str, Any]:
                     if not await _pool_ready(admin, spec["pool_size"], spec["pool_timeout_s"]):
                         pool_misses += name == "warm"  # measured anyway: what a caller gets
                     await asyncio.sleep(spec["settle_s"])
-                    if name == "warm":
-                        await tooljail()
+                    if name in own:
+                        await own[name]()
                         continue
                     started = time.perf_counter()
                     try:
@@ -75,17 +88,20 @@ async def sandbox_warm(spec: Spec) -> dict[str, Any]:
             await _pool_ready(admin, spec["pool_size"], spec["pool_timeout_s"])
             cpu_after = cpu(spec["daemon_pid"])
             metrics_after = phases.scrape(spec["metrics_url"])
-    warm = samples["warm"]
+    warm, floor = samples["warm"], samples[HEALTH_SPACED]
     means = phases.phase_means_ms(metrics_before, metrics_after, "Bash", len(warm))
-    client_mean = sum(warm) * 1000 / len(warm) if warm else None
     return {
         **samples,
-        "phases": phases.breakdown(means, client_mean),
+        "phases": phases.breakdown(means, _mean_ms(warm), _mean_ms(floor)),
         **tally.as_dict(),
         "llm_sandbox_missing": missing,
         "pool_not_ready": pool_misses,
         "daemon_cpu_s": cpu_after[0] - cpu_before[0],
     }
+
+
+def _mean_ms(samples: list[float]) -> float | None:
+    return sum(samples) * 1000 / len(samples) if samples else None
 
 
 async def bash_spaced(spec: Spec) -> dict[str, Any]:

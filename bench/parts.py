@@ -14,7 +14,7 @@ from typing import Any
 import grpc
 
 from bench import peers, workload
-from bench.client_sandbox import PEERS
+from bench.client_sandbox import HEALTH_SPACED, PEERS
 from bench.harness import Run, run_client
 from bench.processes import PROBE_READ_LIMIT, DaemonProcess
 from bench.stats import per_second, summarize
@@ -262,7 +262,7 @@ def measure_sandbox_warm(run: Run, daemon: DaemonProcess, pool_size: int) -> dic
         timeout_s=900,
     )
     return {
-        **{name: summarize(raw[name]) for name in PEERS if raw[name]},
+        **{name: summarize(raw[name]) for name in (*PEERS, HEALTH_SPACED) if raw[name]},
         **{
             k: raw[k]
             for k in (

@@ -62,12 +62,18 @@ def phase_means_ms(
     return means
 
 
-def breakdown(phases_ms: Mapping[str, float], client_mean_ms: float | None) -> dict[str, Any]:
-    """The phases, their sum inside the daemon, and the rest of what the client waited."""
+def breakdown(
+    phases_ms: Mapping[str, float],
+    client_mean_ms: float | None,
+    outside_floor_ms: float | None = None,
+) -> dict[str, Any]:
+    """The phases, their sum inside the daemon, the rest of what the client waited, and the
+    floor of that rest (a health Check started the same way: no tooljail work at all)."""
     inside = sum(phases_ms.values())
     return {
         "phases_ms": dict(phases_ms),
         "daemon_ms": inside,
         "client_mean_ms": client_mean_ms,
         "outside_daemon_ms": None if client_mean_ms is None else client_mean_ms - inside,
+        "outside_floor_ms": outside_floor_ms,
     }

@@ -205,6 +205,12 @@ def _phase_lines(results: Mapping[str, Any]) -> list[str]:
             f"| outside the daemon | {found['outside_daemon_ms']:.2f} | client mean "
             f"{found['client_mean_ms']:.2f} ms minus the phases |"
         )
+    if found.get("outside_floor_ms") is not None:
+        lines.append(
+            f"| its floor: a health Check | {found['outside_floor_ms']:.2f} | the whole round "
+            "trip of a health Check started as the calls are (pool full, same pause): gRPC and "
+            "both processes waking up, no tooljail work |"
+        )
     return lines
 
 

@@ -59,6 +59,7 @@ def parts_meeting_every_goal() -> dict[str, Any]:
                 "daemon_ms": 5.1,
                 "client_mean_ms": 6.0,
                 "outside_daemon_ms": 0.9,
+                "outside_floor_ms": 0.6,
             },
             "machine_load": {"cpu_busy": 0.87, "loadavg_1m_start": 1.5, "loadavg_1m_end": 2.25},
         },
@@ -282,6 +283,7 @@ def test_markdown_shows_where_a_warm_sandboxed_call_goes() -> None:
     assert "| decision | 2.00 | policy decision |" in text
     assert "| runner_exited | 3.00 |" in text
     assert "| outside the daemon | 0.90 | client mean 6.00 ms minus the phases |" in text
+    assert "| its floor: a health Check | 0.60 |" in text
 
 
 def test_readme_table_is_written_between_its_markers_only() -> None:
@@ -339,6 +341,7 @@ def test_phase_means_are_per_call_between_two_scrapes(monkeypatch: pytest.Monkey
     # decision: 4 ms over 2 calls; the one cold start counts for both calls, as a mean must.
     assert means == pytest.approx({"decision": 2.0, "cold_start": 250.0})
     assert phases.breakdown(means, 300.0)["outside_daemon_ms"] == pytest.approx(48.0)
+    assert phases.breakdown(means, 300.0, 1.5)["outside_floor_ms"] == 1.5
 
 
 COLLAPSED = """\
