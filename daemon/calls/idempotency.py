@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+import uuid
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -55,7 +56,7 @@ def _not_again(tool_use_id: str, text: str, reason: str) -> ExecuteOutcome:
         result=ToolResult(
             tool_use_id=tool_use_id, content=(TextContent(text=text),), is_error=True
         ),
-        decision=Decision(outcome=None, reasons=(reason,)),
+        decision=Decision(outcome=None, reasons=(reason,), decision_id=uuid.uuid4().hex),
         report=ExecutionReport(),
     )
 

@@ -430,8 +430,8 @@ class Pipeline:
             )
             verdict = self._hooks.enforce(gate.verdict, hooked.outcome)
         trace.approved_by = gate.approved_by
-        decided_by_policy = bool(gate.verdict.decision_id)
-        if not verdict.decision_id:  # OPA gives none when the daemon decided itself
+        decided_by_policy = gate.verdict.by_policy
+        if not verdict.decision_id:  # none when the daemon decided itself
             verdict = dataclasses.replace(verdict, decision_id=uuid.uuid4().hex)
         trace.timings["decision_s"] = time.monotonic() - decision_started
         timeline.mark("decision")
@@ -682,7 +682,7 @@ class Pipeline:
             # Reasons quote the command: secrets in it are hidden here too.
             "reasons": self._policy.audit_mask.apply(list(verdict.reasons)) if verdict else [],
             "policy_revision": self._gate.revision if verdict else "",
-            # A reused verdict: the id of the OPA decision (and decision log entry) it repeats.
+            # A reused verdict: the id of the decision it repeats (its own audit records).
             **({"decision_cached_from": reused} if reused else {}),
         }
 

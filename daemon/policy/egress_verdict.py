@@ -7,6 +7,7 @@ connection and byte budget.
 
 from __future__ import annotations
 
+import uuid
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -70,7 +71,9 @@ class EgressVerdict:
 def parse_egress(response: dict[str, Any]) -> EgressVerdict:
     """An OPA data API response as an EgressVerdict; never raises, never allows by accident."""
     decision_id = response.get("decision_id", "")
-    decision_id = decision_id if isinstance(decision_id, str) else ""
+    # OPA names its decisions only with decision logging on; the audit needs every one named.
+    if not isinstance(decision_id, str) or not decision_id:
+        decision_id = uuid.uuid4().hex
     if "result" not in response:
         return EgressVerdict.refuse(
             "The policy has no egress decision (data.tooljail.authz.egress is undefined), so the "

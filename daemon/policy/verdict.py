@@ -70,6 +70,9 @@ class Verdict:
     """Set on a reused verdict: the decision id of the evaluation it came from."""
     background: BackgroundGrant = field(default_factory=BackgroundGrant)
     """What the session may run in the background (none unless the policy says)."""
+    by_policy: bool = False
+    """A well-formed decision of the policy (its refusals count for the policy's repeated-refusal
+    rules); False for everything the daemon decided itself (failing closed included)."""
 
     @classmethod
     def deny(cls, reason: str, decision_id: str = "") -> Verdict:
@@ -87,8 +90,8 @@ def first_error(exc: ValidationError, whole: str) -> str:
 def parse_verdict(response: dict[str, Any], base_limits: SandboxLimits) -> Verdict:
     """Turn an OPA data API response into a Verdict; never raises, never allows by accident."""
     decision_id = response.get("decision_id", "")
-    # OPA names its decisions only with decision logging on; the daemon names the others, since
-    # a verdict with an id is one the policy gave (its refusals count, its reuse names it).
+    # OPA names its decisions only with decision logging on; the daemon names the others (the
+    # audit and a reused verdict refer to them by id).
     if not isinstance(decision_id, str) or not decision_id:
         decision_id = uuid.uuid4().hex
     if "result" not in response:
@@ -133,6 +136,7 @@ def parse_verdict(response: dict[str, Any], base_limits: SandboxLimits) -> Verdi
         )
         if raw.background is not None
         else BackgroundGrant(),
+        by_policy=True,
     )
 
 

@@ -482,3 +482,11 @@ def test_the_forwarder_takes_little_from_the_proxy_for_a_program_that_does_not_r
     # The program's own receive buffer (the kernel's to size) holds up to about 1-2 MB of it;
     # with the forwarder's autotuned send buffer it took 5 MB.
     assert taken < 3_000_000, f"the forwarder took {taken} bytes the program never read"
+
+
+def test_every_egress_answer_has_a_decision_id_for_the_audit() -> None:
+    # OPA gives one only with decision logging, which the managed OPA does not have.
+    answers = [{}, {"result": {"allow": "yes"}}, {"result": {"allow": False, "reasons": ["no"]}}]
+    ids = {parse_egress(answer).decision_id for answer in answers}
+    assert len(ids) == 3 and "" not in ids
+    assert parse_egress({"decision_id": "opa-9", "result": {"allow": False}}).decision_id == "opa-9"

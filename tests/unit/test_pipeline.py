@@ -346,7 +346,13 @@ async def test_a_policy_refusal_without_an_opa_decision_id_still_counts(tmp_path
         "result": {
             "outcome": "deny",
             "reasons": ["not this"],
-            "sandbox": {"timeout_ms": 1000, "memory_mb": 64, "cpus": 1, "pids": 8},
+            "sandbox": {
+                "timeout_ms": 1000,
+                "memory_mb": 64,
+                "cpus": 1,
+                "pids": 8,
+                "network": "none",
+            },
             "result_budget_chars": 1000,
         }
     }
@@ -357,3 +363,19 @@ async def test_a_policy_refusal_without_an_opa_decision_id_still_counts(tmp_path
         outcome = await run(pipeline, "Echo", {"text": "x"})
         assert outcome.decision.outcome is Outcome.DENY
     assert documents[-1]["refused_before"] == {"deny": 1, "ask": 0}
+
+
+async def test_an_undefined_or_malformed_decision_is_not_counted_as_the_policys_refusal(
+    tmp_path: Path,
+) -> None:
+    # The daemon refuses those itself (fail closed): nothing the policy's repeated-refusal rules
+    # should read back, whatever id the answer came with.
+    for answer in ({"decision_id": "opa-1"}, {"decision_id": "opa-2", "result": {"outcome": 1}}):
+        documents: list[dict[str, Any]] = []
+        engine = FakeEngine(parse_verdict(answer, SandboxLimits()), documents=documents)
+        pipeline = make_pipeline(tmp_path / str(len(answer)), engine)
+        for _ in range(2):
+            outcome = await run(pipeline, "Echo", {"text": "x"})
+            assert outcome.decision.outcome is Outcome.DENY
+            assert outcome.decision.decision_id
+        assert documents[-1]["refused_before"] == {"deny": 0, "ask": 0}

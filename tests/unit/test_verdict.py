@@ -111,3 +111,12 @@ def test_every_answer_of_the_policy_has_a_decision_id_of_its_own() -> None:
     ids |= {parse_verdict(decision(), SandboxLimits()).decision_id}
     assert len(ids) == 3
     assert "" not in ids
+
+
+def test_only_a_well_formed_decision_is_the_policys() -> None:
+    assert parse_verdict(decision(), SandboxLimits()).by_policy
+    assert parse_verdict(decision(outcome="deny", reasons=["no"]), SandboxLimits()).by_policy
+    # The daemon refuses these itself; OPA's id (when it gave one) names them all the same.
+    undefined = parse_verdict({"decision_id": "opa-3"}, SandboxLimits())
+    assert not undefined.by_policy and undefined.decision_id == "opa-3"
+    assert not parse_verdict(decision(outcome="permit"), SandboxLimits()).by_policy

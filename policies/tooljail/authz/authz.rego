@@ -109,7 +109,7 @@ turn_budget_chars := principal_config.turn_budget_chars if {
 # How long the daemon may reuse this decision for an identical input document (same tool, input,
 # paths, session, mode, grants, caller, hook results and approval). Every rule here depends on the
 # input and data.json only, never on the clock, so reuse is safe; it is limited to read-only calls
-# so that every call that can change something is decided (and decision-logged) by OPA itself.
+# so that every call that can change something is decided by OPA itself.
 # The daemon drops reused decisions when the policy is reloaded.
 default cache_ttl_s := 0
 
