@@ -71,11 +71,17 @@ _MAX_LINE_BYTES = 4 * MAX_LINE_CHARS + 4
 more than MAX_LINE_CHARS whole characters (a character cut at its end lies past the cut)."""
 _SEEK_BLOCK = 1 << 16
 """Bytes whose newlines are counted at once while looking for the first line of a window."""
+_FEW_LINES = 16
+"""Lines stepped over one by one at the end of that search (before, the span is halved)."""
+
+
+_LINE_TEMPLATE = "%6d\t%s"
+"""LINE_FORMAT for the % operator: formats a window's lines about twice as fast."""
 
 
 def format_line(number: int, text: str) -> str:
-    """One numbered output line, exactly as Read shows it (LINE_FORMAT, spelled out: faster)."""
-    return f"{number:>6}\t{text}"
+    """One numbered output line, exactly as Read shows it (LINE_FORMAT)."""
+    return _LINE_TEMPLATE % (number, text)
 
 
 class ReadInput(ToolInput):
@@ -163,6 +169,15 @@ def _line_start(data: bytes, line: int) -> int:
             break
         left -= count
         position = end
+    # The line starts in [position, end): halve that span (in C) until few lines are left.
+    while left > _FEW_LINES:
+        middle = (position + end) // 2
+        count = data.count(b"\n", position, middle)
+        if count >= left:
+            end = middle
+        else:
+            left -= count
+            position = middle
     for _ in range(left):
         position = data.index(b"\n", position) + 1
     return position
@@ -182,6 +197,33 @@ def _line_text(data: bytes, start: int, end: int) -> tuple[str, bool]:
     return text, False
 
 
+def _whole_window(
+    data: bytes, position: int, start: int, count: int, total: int, budget: int
+) -> tuple[str, ...] | None:
+    """The window's lines decoded at once, in the common case where none is cut and all fit the
+    budget; None otherwise (the line by line loop below then finds where to cut and stop). The
+    same text as that loop: a newline is never part of a UTF-8 sequence, so decoding the whole
+    window replaces exactly what decoding each line would. Nothing larger than the budget is
+    ever copied."""
+    stop = _line_start(data, start + count) if start + count < total else len(data)
+    if stop - position > budget or start + count > 999_999:
+        return None  # more bytes than the budget has characters, or wider numbers
+    chunk = data[position:stop]
+    if chunk.endswith(b"\n"):
+        chunk = chunk[:-1]
+    if max(map(len, chunk.split(b"\n"))) > MAX_LINE_CHARS:
+        return None  # a line that may be too long
+    lines = chunk.decode("utf-8", errors="replace").split("\n")
+    if len(lines) != count:
+        return None
+    if b"\r" in chunk:
+        lines = [line[:-1] if line.endswith("\r") else line for line in lines]
+    # Each shown line: six digits, a tab, the text and its newline (format_line).
+    if sum(map(len, lines)) + 8 * count > budget:
+        return None
+    return tuple(lines)
+
+
 def _window(
     path: Path, data: bytes, offset: int | None, limit: int | None, budget: int
 ) -> ReadResult:
@@ -194,6 +236,16 @@ def _window(
     start = first - 1
     count = min(limit if limit is not None else DEFAULT_LIMIT, total - start)
     position = _line_start(data, start)
+    whole = _whole_window(data, position, start, count, total, budget)
+    if whole is not None:
+        return ReadResult(
+            path=path,
+            kind="text",
+            total_lines=total,
+            first_line=first,
+            lines=whole,
+            budget_chars=budget,
+        )
     lines: list[str] = []
     cut: list[int] = []
     used = 0
@@ -448,9 +500,10 @@ def _render(result: ReadResult) -> ToolOutput:
             f"{result.first_line} is past its end. Use an offset from 1 to "
             f"{result.total_lines}."
         )
-    numbered = [format_line(result.first_line + i, text) for i, text in enumerate(result.lines)]
+    first = result.first_line
+    numbers = range(first, first + len(result.lines))
     notes = _notes(result)
-    body = "\n".join(numbered)
+    body = "\n".join(map(_LINE_TEMPLATE.__mod__, zip(numbers, result.lines, strict=True)))
     if notes:
         body += "\n\n" + "\n".join(notes)
     # Over budget, head and tail both survive: the tail carries the "continue at offset" note.

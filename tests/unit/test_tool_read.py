@@ -10,13 +10,17 @@ import subprocess
 import tracemalloc
 from collections.abc import Awaitable
 from pathlib import Path
+from unittest import mock
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from pydantic import ValidationError
 
 from daemon.errors import ConfinementError, ToolError, ToolInputError
 from daemon.models import ImageContent, TextContent
 from daemon.sessions.session import Session
+from daemon.tools import read as read_module
 from daemon.tools.contract import ToolOutput
 from daemon.tools.read import (
     MAX_FILE_BYTES,
@@ -362,3 +366,34 @@ async def test_a_cut_line_keeps_whole_characters(call_tool: CallTool, workspace:
         "     1\t" + "é" * 1_999 + "€",
         "     2\tnext",
     ]
+
+
+_PIECES = st.sampled_from(
+    [b"a", b"xyz ", b"\r", b"\n", b"\r\n", b"\xc3\xa9", b"\xe2\x82", b"\xff", b"\x00", b"\t"]
+)
+
+
+@settings(max_examples=400, deadline=None)
+@given(
+    pieces=st.lists(_PIECES | st.binary(max_size=6), max_size=80),
+    long_line=st.sampled_from([0, MAX_LINE_CHARS - 1, MAX_LINE_CHARS, MAX_LINE_CHARS + 1]),
+    multibyte=st.booleans(),
+    offset=st.none() | st.integers(min_value=0, max_value=12),
+    limit=st.none() | st.integers(min_value=1, max_value=12),
+    slack=st.integers(min_value=-40, max_value=40) | st.just(10**9),
+)
+def test_a_window_decoded_at_once_is_the_one_decoded_line_by_line(
+    pieces: list[bytes],
+    long_line: int,
+    multibyte: bool,
+    offset: int | None,
+    limit: int | None,
+    slack: int,
+) -> None:
+    data = b"".join(pieces) + (b"\xc3\xa9" if multibyte else b"x") * long_line + b"".join(pieces)
+    # About what the numbered lines take, give or take: where the window stops for its budget.
+    budget = max(1, len(data) + 8 * data.count(b"\n") + slack)
+    fast = read_module._window(Path("/w/f"), data, offset, limit, budget)
+    with mock.patch.object(read_module, "_whole_window", lambda *args: None):
+        slow = read_module._window(Path("/w/f"), data, offset, limit, budget)
+    assert fast == slow
