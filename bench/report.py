@@ -46,6 +46,7 @@ LATENCY_PLOTS: tuple[tuple[str, str, tuple[tuple[str, str, str], ...]], ...] = (
             ("sandbox", "docker_run", "docker run --rm"),
             ("sandbox", "docker_exec", "docker exec"),
             ("sandbox", "llm_sandbox", "llm-sandbox"),
+            ("sandbox", "health_spaced", "health Check, started as the warm calls are"),
             ("cold", "cold", "cold (pool size 0)"),
             ("churn", "latency", "churn (back to back)"),
         ),
