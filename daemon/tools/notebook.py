@@ -11,10 +11,16 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
+from daemon.errors import ToolError
 from daemon.images import MAX_IMAGE_BYTES, sniff_image
 from daemon.models import ImageContent
 
 MAX_OUTPUT_CHARS = 10_000
+MAX_NOTEBOOK_BYTES = 8 * 1024 * 1024
+"""Larger notebooks are not parsed (their JSON may hold images, so more than a text file)."""
+MAX_NOTEBOOK_VALUES = 50_000
+"""Objects and arrays a notebook's JSON may open ({ and [ bytes, those in strings included):
+parsed, each costs tens of times its bytes, so a small file of empty values takes gigabytes."""
 """Text of one cell's outputs shown; more is cut with a note (the source is always whole)."""
 _ID = re.compile(r"[^A-Za-z0-9_.-]")
 _IMAGE_TYPES = ("image/png", "image/jpeg", "image/gif", "image/webp")
@@ -69,6 +75,23 @@ def _output(output: Any) -> tuple[str, ImageContent | None]:
                     media_type=media_type, data=raw
                 )
     return _joined(data.get("text/plain")), None
+
+
+def refuse_unbounded(path: object, size: int, data: bytes | None = None) -> None:
+    """ToolError when parsing a notebook of `size` bytes (`data`, once loaded) could cost far
+    more than its size."""
+    if size > MAX_NOTEBOOK_BYTES:
+        raise ToolError(
+            f"{path} is a notebook of {size} bytes, more than the {MAX_NOTEBOOK_BYTES} bytes "
+            "tooljail parses as one. Read its JSON in parts with offset and limit, or use Grep "
+            "to find the cells you need; change it with Edit."
+        )
+    if data is not None and data.count(b"{") + data.count(b"[") > MAX_NOTEBOOK_VALUES:
+        raise ToolError(
+            f"{path} holds more than {MAX_NOTEBOOK_VALUES} JSON objects and arrays, more than "
+            "tooljail parses as a notebook. Read its JSON in parts with offset and limit, or use "
+            "Grep to find the cells you need; change it with Edit."
+        )
 
 
 def view_notebook(data: bytes) -> NotebookView | None:

@@ -32,7 +32,12 @@ from daemon.tools.contract import (
     ToolTraits,
     TouchedPath,
 )
-from daemon.tools.notebook import NotebookView, view_notebook
+from daemon.tools.notebook import (
+    MAX_NOTEBOOK_BYTES,
+    NotebookView,
+    refuse_unbounded,
+    view_notebook,
+)
 from daemon.tools.pdf import DEFAULT_PAGES, MAX_PAGES, PdfView, read_pdf, render_pdf
 from daemon.tools.schema import LaxInt
 from daemon.tools.summaries import failed, plural, shown_path
@@ -276,10 +281,22 @@ def _window(
     )
 
 
+class _TooLargeInline(Exception):
+    """The opened file is larger than the event loop reads (it grew, or was swapped in, since
+    its size was looked up): the read is done again in a worker thread."""
+
+
 def _read_file(
-    root: PinnedDirectory, path: Path, offset: int | None, limit: int | None, budget: int
+    root: PinnedDirectory,
+    path: Path,
+    offset: int | None,
+    limit: int | None,
+    budget: int,
+    *,
+    inline: bool = False,
 ) -> tuple[ReadResult, bytes, int]:
-    """Blocking part of Read: open confined, classify, load, cut the window."""
+    """Blocking part of Read: open confined, classify, load, cut the window. With `inline`, a
+    file larger than INLINE_READ_BYTES (by the opened descriptor) raises _TooLargeInline."""
     try:
         fd = open_confined(root, path)
     except FileNotFoundError as exc:
@@ -297,6 +314,13 @@ def _read_file(
         raise ToolError(f"{path} cannot be read: {exc.strerror or exc}.") from exc
     try:
         size = os.fstat(fd).st_size
+        if inline and size > INLINE_READ_BYTES:
+            raise _TooLargeInline
+        if size > MAX_FILE_BYTES:
+            raise ToolError(
+                f"{path} is {size} bytes, more than the {MAX_FILE_BYTES} bytes Read can open even "
+                "in parts. Use Grep to find the lines you need, or Bash (e.g. `sed -n '100,200p'`)."
+            )
         head = os.pread(fd, SNIFF_BYTES, 0)
         media_type = sniff_image(head)
         if media_type is not None:
@@ -324,14 +348,13 @@ def _read_file(
                 "at once. Call Read again with offset and limit to read it in parts, or use Grep "
                 "to find the lines you need."
             )
-        if size > MAX_FILE_BYTES:
-            raise ToolError(
-                f"{path} is {size} bytes, more than the {MAX_FILE_BYTES} bytes Read can open even "
-                "in parts. Use Grep to find the lines you need, or Bash (e.g. `sed -n '100,200p'`)."
-            )
+        if notebook:
+            refuse_unbounded(path, size)
         data, mtime_ns = _load(fd, path, size)
     finally:
         os.close(fd)
+    if notebook:
+        refuse_unbounded(path, len(data), data)
     view = view_notebook(data) if notebook else None
     if view is not None:
         return ReadResult(path=path, kind="notebook", notebook=view), data, mtime_ns
@@ -359,8 +382,9 @@ class ReadTool(Tool[ReadInput, ReadResult]):
         f"- Limits: up to {DEFAULT_LIMIT} lines from the start by default (use offset, a "
         "1-based line number, and limit to read other parts); lines longer than "
         f"{MAX_LINE_CHARS} characters are cut; files over {MAX_WHOLE_FILE_BYTES // 1024} KB "
-        f"must be read in parts with offset and limit, files over {MAX_FILE_BYTES >> 20} MB not "
-        f"at all (use Grep); a result stops before about {RESULT_BUDGET_CHARS} characters "
+        f"must be read in parts with offset and limit (notebooks up to {MAX_NOTEBOOK_BYTES >> 20} "
+        f"MB are shown whole), files over {MAX_FILE_BYTES >> 20} MB not at all (use Grep); a "
+        f"result stops before about {RESULT_BUDGET_CHARS} characters "
         "with a note saying which offset to continue from.\n"
         "- Read a file before you change it with Edit, MultiEdit or Write: they refuse a file "
         "that was not Read in this session, or that changed since.\n"
@@ -396,29 +420,29 @@ class ReadTool(Tool[ReadInput, ReadResult]):
         # opened, so a path swapped since then is still caught (open_confined).
         path = require_inside(ctx.workspace, touched.path, args.file_path)
         budget = self.traits.max_result_chars - _NOTE_RESERVE
+        root = ctx.session.pinned_root()
+        digest: str | None = None
         try:
-            small = path.stat().st_size <= INLINE_READ_BYTES
-        except OSError:
-            small = True  # _read_file says precisely what is wrong, at once
-        if small:
+            if _size_of(path) > INLINE_READ_BYTES:
+                raise _TooLargeInline
             # As cheap as the stat calls validation already made on the event loop; a worker
             # thread would cost more than the read itself.
             result, data, mtime_ns = _read_file(
-                ctx.session.pinned_root(), path, args.offset, args.limit, budget
+                root, path, args.offset, args.limit, budget, inline=True
             )
-            ctx.session.record_read(path, data, mtime_ns)
-        else:
-            # Reading and hashing megabytes take milliseconds each: both off the event loop.
-            root = ctx.session.pinned_root()
+        except _TooLargeInline:
+            # Reading, hashing and parsing megabytes take milliseconds each: off the event loop.
             result, data, mtime_ns, digest = await asyncio.to_thread(
                 _read_and_digest, root, path, args.offset, args.limit, budget
             )
-            ctx.session.record_read(path, data, mtime_ns, digest)
         shown = shown_path(path, ctx.workspace)
         if result.kind == "pdf":
             result = replace(result, pdf=await read_pdf(data, args.pages, str(path)))
         elif args.pages is not None:
             raise ToolInputError(f"pages applies to PDF files only, and {path} is not one.")
+        if result.kind != "past_end":
+            # What Edit and Write require: the file as the model was shown it.
+            ctx.session.record_read(path, data, mtime_ns, digest)
         return replace(result, shown=shown)
 
     async def _read_kept(self, args: ReadInput, path: Path, folder: Path) -> ReadResult:
@@ -474,6 +498,15 @@ class ReadTool(Tool[ReadInput, ReadResult]):
         if result.first_line > 1 or last < result.total_lines:
             text += f" (lines {result.first_line}-{last} of {result.total_lines})"
         return text
+
+
+def _size_of(path: Path) -> int:
+    """The size of the file at `path` now (0 when it cannot be looked up: the read then says
+    precisely what is wrong)."""
+    try:
+        return path.stat().st_size
+    except OSError:
+        return 0
 
 
 def _read_and_digest(

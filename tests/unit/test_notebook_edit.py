@@ -144,3 +144,18 @@ async def test_only_notebooks_and_only_existing_ones(tmp_path: Path, ctx: CallCo
         NotebookEditTool(), {"notebook_path": str(missing), "cell_id": "x", "new_source": "y"}, ctx
     )
     assert output.is_error and "does not exist" in text_of(output)
+
+
+async def test_a_notebook_of_countless_values_is_not_parsed(tmp_path: Path) -> None:
+    # Read as JSON text (offset and limit), then edited: parsed, each `{}` would be a dict.
+    path = (tmp_path / "dense.ipynb").resolve()
+    path.write_bytes(b'{"cells":[' + b"{}," * 80_000 + b"{}]}")
+    context = make_context(tmp_path)
+    shown = await run_tool(ReadTool(), {"file_path": str(path), "offset": 1, "limit": 1}, context)
+    assert not shown.is_error
+    output = await run_tool(
+        NotebookEditTool(),
+        {"notebook_path": str(path), "edit_mode": "insert", "cell_type": "code", "new_source": "x"},
+        context,
+    )
+    assert output.is_error and "JSON objects and arrays" in text_of(output), text_of(output)

@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hashlib
 import json
 import os
 import subprocess
+import threading
 import tracemalloc
 from collections.abc import Awaitable
 from pathlib import Path
+from typing import Any
 from unittest import mock
 
 import pytest
@@ -397,3 +400,71 @@ def test_a_window_decoded_at_once_is_the_one_decoded_line_by_line(
     with mock.patch.object(read_module, "_whole_window", lambda *args: None):
         slow = read_module._window(Path("/w/f"), data, offset, limit, budget)
     assert fast == slow
+
+
+# --- Hostile files (attacker round 52) ---------------------------------------------------------
+
+
+async def test_a_pdf_larger_than_read_opens_is_refused_before_it_is_loaded(
+    call_tool: CallTool, workspace: Path
+) -> None:
+    path = workspace / "sparse.pdf"
+    with path.open("wb") as out:  # sparse: a gigabyte that takes no disk
+        out.write(b"%PDF-1.4\n")
+        out.truncate(1 << 30)
+    with pytest.raises(ToolError, match="more than the") as caught:
+        await _peak_bytes(read(call_tool, path))
+    assert "1073741824 bytes" in str(caught.value)
+
+
+async def test_a_notebook_larger_than_read_shows_is_refused_before_it_is_parsed(
+    call_tool: CallTool, workspace: Path
+) -> None:
+    path = workspace / "huge.ipynb"
+    path.write_bytes(b'{"cells":[' + b"{}," * (3 << 20) + b"{}]}")  # 9 MiB of empty cells
+    with pytest.raises(ToolError, match="notebook"):
+        await read(call_tool, path)
+
+
+async def test_a_notebook_of_countless_values_is_refused_before_it_is_parsed(
+    call_tool: CallTool, workspace: Path
+) -> None:
+    # Small on disk, but every `{}` would be a Python dict: about seventy times its size.
+    path = workspace / "dense.ipynb"
+    path.write_bytes(b'{"cells":[' + b"{}," * 80_000 + b"{}]}")
+    assert path.stat().st_size < read_module.MAX_WHOLE_FILE_BYTES
+    with pytest.raises(ToolError, match="notebook"):
+        await read(call_tool, path)
+
+
+async def test_a_file_that_grew_after_the_size_check_is_read_off_the_event_loop(
+    call_tool: CallTool, workspace: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The race: the path was small when its size was looked up, and a large file was swapped
+    # in before it was opened. What decides where it is read is the opened file's own size.
+    path = workspace / "swapped.txt"
+    path.write_text("line\n" * 40_000)  # 200 KB
+    monkeypatch.setattr(read_module, "_size_of", lambda _path: 10)
+    loop_thread = threading.get_ident()
+    seen: list[int] = []
+    real = read_module._load
+
+    def spying(*args: Any) -> Any:
+        seen.append(threading.get_ident())
+        return real(*args)
+
+    monkeypatch.setattr(read_module, "_load", spying)
+    text = await read(call_tool, path, offset=1, limit=2)
+    assert text.startswith("     1\tline\n     2\tline\n")
+    assert seen and loop_thread not in seen
+
+
+@pytest.mark.parametrize("extra", [{"pages": "1"}, {"offset": 50}])
+async def test_a_read_that_showed_nothing_of_the_file_does_not_unlock_edit(
+    call_tool: CallTool, workspace: Path, session: Session, extra: dict[str, Any]
+) -> None:
+    path = workspace / "e.txt"
+    path.write_text("secret=1\n")
+    with contextlib.suppress(ToolError):
+        await call_tool(TOOL, {"file_path": str(path), **extra})
+    assert path not in session.reads

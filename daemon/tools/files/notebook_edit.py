@@ -29,7 +29,7 @@ from daemon.tools.files.change import (
     succeeded,
     write_file,
 )
-from daemon.tools.notebook import cell_id
+from daemon.tools.notebook import cell_id, refuse_unbounded
 from daemon.tools.summaries import failed
 
 EditMode = Literal["replace", "insert", "delete"]
@@ -114,6 +114,7 @@ class NotebookEditTool(Tool[NotebookEditInput, NotebookChange]):
                 "Write (its JSON) first."
             )
         expected = ctx.session.require_fresh(path, current, self.name)
+        refuse_unbounded(path, len(current), current)
         text, cell, kind = await asyncio.to_thread(_edited, current, path, args)
         change = await write_file(ctx, path, text, expected)
         return NotebookChange(change, args.edit_mode, cell, kind)
