@@ -48,6 +48,7 @@ from sandbox.backend import (
     SandboxResult,
     SandboxSpec,
     SandboxStartError,
+    WriteFileRequest,
 )
 from sandbox.engine_client import engine_client
 from sandbox.hardening import EGRESS_SOCKET_NAME, EgressMounts, container_recipe
@@ -442,12 +443,12 @@ class DockerSandbox(Sandbox):
         else:
             deadline_s = self._backend.write_timeout_s
             max_frame = 1 << 20
-        payload = {"v": PROTOCOL_VERSION, **request.model_dump(mode="json"), **self._workspace}
+        frame = await self._frame(request)
         started = time.monotonic()
         self._reading = True
         try:
             async with asyncio.timeout(deadline_s):
-                await self._send(encode_frame(payload))
+                await self._send(frame)
                 timeline.mark("sent")
                 message = await self._read_result(max_frame, on_output)
             _mark_runner_phases(message.pop("timeline", None))
@@ -557,6 +558,18 @@ class DockerSandbox(Sandbox):
             "check its effects before retrying",
         )
 
+    async def _frame(self, request: SandboxRequest) -> bytes:
+        """The request's frame; a file's content of many megabytes is encoded in a worker thread,
+        so other calls are not held up meanwhile."""
+
+        def encoded() -> bytes:
+            payload = {"v": PROTOCOL_VERSION, **request.model_dump(mode="json"), **self._workspace}
+            return encode_frame(payload)
+
+        if isinstance(request, WriteFileRequest) and len(request.content) > _INLINE_FRAME_CHARS:
+            return await asyncio.to_thread(encoded)
+        return encoded()
+
     async def destroy(self) -> None:
         if self._destroy_task is None:
             self._destroy_task = asyncio.ensure_future(self._backend.remove(self._id))
@@ -564,6 +577,9 @@ class DockerSandbox(Sandbox):
                 self._conn.close()
         await asyncio.shield(self._destroy_task)
 
+
+#: A file's content up to this many characters is encoded on the event loop (beyond, a thread).
+_INLINE_FRAME_CHARS = 64 * 1024
 
 #: The marks a runner reports (sandbox/runner/runner.py), in order; nothing else is taken.
 RUNNER_MARKS = ("received", "spawned", "exited", "answered")

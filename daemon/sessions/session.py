@@ -180,10 +180,11 @@ class Session:
         """Forget a read (after the file was rewritten, the new content is recorded instead)."""
         self.reads.pop(path, None)
 
-    def record_written(self, path: Path, data: bytes) -> None:
-        """After a successful write the session knows the file's content as if it had Read it."""
+    def record_written(self, path: Path, data: bytes, sha256: str | None = None) -> None:
+        """After a successful write the session knows the file's content as if it had Read it
+        (`sha256`: its digest, when the caller computed it off the event loop)."""
         try:
             mtime_ns = path.stat().st_mtime_ns
         except OSError:
             mtime_ns = 0
-        self.record_read(path, data, mtime_ns)
+        self.record_read(path, data, mtime_ns, sha256)

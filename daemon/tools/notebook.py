@@ -21,6 +21,8 @@ MAX_NOTEBOOK_BYTES = 8 * 1024 * 1024
 MAX_NOTEBOOK_VALUES = 50_000
 """Objects and arrays a notebook's JSON may open ({ and [ bytes, those in strings included):
 parsed, each costs tens of times its bytes, so a small file of empty values takes gigabytes."""
+MAX_NOTEBOOK_ELEMENTS = 500_000
+"""Values a notebook's JSON may separate (its commas, those in strings included)."""
 """Text of one cell's outputs shown; more is cut with a note (the source is always whole)."""
 _ID = re.compile(r"[^A-Za-z0-9_.-]")
 _IMAGE_TYPES = ("image/png", "image/jpeg", "image/gif", "image/webp")
@@ -86,12 +88,28 @@ def refuse_unbounded(path: object, size: int, data: bytes | None = None) -> None
             "tooljail parses as one. Read its JSON in parts with offset and limit, or use Grep "
             "to find the cells you need; change it with Edit."
         )
-    if data is not None and data.count(b"{") + data.count(b"[") > MAX_NOTEBOOK_VALUES:
+    if data is not None and (
+        data.count(b"{") + data.count(b"[") > MAX_NOTEBOOK_VALUES
+        or data.count(b",") > MAX_NOTEBOOK_ELEMENTS
+    ):
         raise ToolError(
-            f"{path} holds more than {MAX_NOTEBOOK_VALUES} JSON objects and arrays, more than "
-            "tooljail parses as a notebook. Read its JSON in parts with offset and limit, or use "
-            "Grep to find the cells you need; change it with Edit."
+            f"{path} holds more than {MAX_NOTEBOOK_VALUES} JSON objects and arrays or "
+            f"{MAX_NOTEBOOK_ELEMENTS} values, more than tooljail parses as a notebook. Read its "
+            "JSON in parts with offset and limit, or use Grep to find the cells you need; change "
+            "it with Edit."
         )
+
+
+def nesting_depth(document: Any) -> int:
+    """How deeply `document`'s objects and arrays nest (without recursion: any depth)."""
+    deepest = 0
+    stack: list[tuple[Any, int]] = [(document, 1)]
+    while stack:
+        value, depth = stack.pop()
+        items = value.values() if isinstance(value, dict) else value
+        deepest = max(deepest, depth)
+        stack.extend((item, depth + 1) for item in items if isinstance(item, dict | list))
+    return deepest if isinstance(document, dict | list) else 0
 
 
 def view_notebook(data: bytes) -> NotebookView | None:

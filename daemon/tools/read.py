@@ -139,14 +139,27 @@ class ReadResult:
     """The path as people read it (relative to the workspace), for the summary."""
 
 
-def _load(fd: int, path: Path, size: int) -> tuple[bytes, int]:
+_SHOWS_THE_FILE = frozenset({"text", "empty", "notebook"})
+"""Results that show the file's own text (an image or a PDF's extracted text do not, nor does an
+offset past the end): only those let Edit and Write change the file afterwards."""
+
+
+class _TooLargeInline(Exception):
+    """The opened file is larger than the event loop reads (it grew, or was swapped in, since
+    its size was looked up): the read is done again in a worker thread."""
+
+
+def _load(fd: int, path: Path, size: int, *, inline: bool = False) -> tuple[bytes, int]:
     """Read the whole descriptor (`size` bytes by fstat, read at once: no second copy from
-    joining chunks); returns the bytes and the mtime after reading."""
+    joining chunks); returns the bytes and the mtime after reading. With `inline`, a file that
+    grows past INLINE_READ_BYTES meanwhile raises _TooLargeInline."""
     chunks = [os.read(fd, size + 1)] if size else []
     total = len(chunks[0]) if chunks else 0
     while chunk := os.read(fd, 1 << 20):  # short reads, or a file still growing
         chunks.append(chunk)
         total += len(chunk)
+        if inline and total > INLINE_READ_BYTES:
+            raise _TooLargeInline
         if total > MAX_FILE_BYTES:
             raise ToolError(
                 f"{path} grew past {MAX_FILE_BYTES} bytes while it was being read; use Grep to "
@@ -281,11 +294,6 @@ def _window(
     )
 
 
-class _TooLargeInline(Exception):
-    """The opened file is larger than the event loop reads (it grew, or was swapped in, since
-    its size was looked up): the read is done again in a worker thread."""
-
-
 def _read_file(
     root: PinnedDirectory,
     path: Path,
@@ -329,11 +337,11 @@ def _read_file(
                     f"{path} is an image of {size} bytes, larger than the {MAX_IMAGE_BYTES} bytes "
                     "Read can return. Resize it (e.g. with Bash) and read the smaller copy."
                 )
-            data, mtime_ns = _load(fd, path, size)
+            data, mtime_ns = _load(fd, path, size, inline=inline)
             image = ImageContent(media_type=media_type, data=data)
             return ReadResult(path=path, kind="image", image=image), data, mtime_ns
         if head.startswith(b"%PDF-"):
-            data, mtime_ns = _load(fd, path, size)
+            data, mtime_ns = _load(fd, path, size, inline=inline)
             return ReadResult(path=path, kind="pdf"), data, mtime_ns
         if b"\x00" in head:
             raise ToolError(
@@ -350,7 +358,7 @@ def _read_file(
             )
         if notebook:
             refuse_unbounded(path, size)
-        data, mtime_ns = _load(fd, path, size)
+        data, mtime_ns = _load(fd, path, size, inline=inline)
     finally:
         os.close(fd)
     if notebook:
@@ -440,7 +448,7 @@ class ReadTool(Tool[ReadInput, ReadResult]):
             result = replace(result, pdf=await read_pdf(data, args.pages, str(path)))
         elif args.pages is not None:
             raise ToolInputError(f"pages applies to PDF files only, and {path} is not one.")
-        if result.kind != "past_end":
+        if result.kind in _SHOWS_THE_FILE:
             # What Edit and Write require: the file as the model was shown it.
             ctx.session.record_read(path, data, mtime_ns, digest)
         return replace(result, shown=shown)

@@ -159,3 +159,26 @@ async def test_a_notebook_of_countless_values_is_not_parsed(tmp_path: Path) -> N
         context,
     )
     assert output.is_error and "JSON objects and arrays" in text_of(output), text_of(output)
+
+
+async def test_a_deep_notebook_that_would_come_back_gigabytes_long_is_refused(
+    tmp_path: Path,
+) -> None:
+    # Written back with one space of indent a level: 900 levels around many zeros is a few
+    # kilobytes read, and hundreds of megabytes written.
+    deep = "[" * 900 + ",".join(["0"] * 40_000) + "]" * 900
+    path = (tmp_path / "deep.ipynb").resolve()
+    path.write_text(
+        '{"cells": [{"id": "c1", "cell_type": "code", "source": "", "outputs": []}], '
+        f'"metadata": {{"x": {deep}}}}}'
+    )
+    context = make_context(tmp_path)
+    assert not (await run_tool(ReadTool(), {"file_path": str(path)}, context)).is_error
+    before = path.read_bytes()
+    output = await run_tool(
+        NotebookEditTool(),
+        {"notebook_path": str(path), "cell_id": "c1", "new_source": "x"},
+        context,
+    )
+    assert output.is_error and "nests too deeply" in text_of(output), text_of(output)
+    assert path.read_bytes() == before

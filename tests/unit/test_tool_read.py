@@ -449,9 +449,9 @@ async def test_a_file_that_grew_after_the_size_check_is_read_off_the_event_loop(
     seen: list[int] = []
     real = read_module._load
 
-    def spying(*args: Any) -> Any:
+    def spying(*args: Any, **kwargs: Any) -> Any:
         seen.append(threading.get_ident())
-        return real(*args)
+        return real(*args, **kwargs)
 
     monkeypatch.setattr(read_module, "_load", spying)
     text = await read(call_tool, path, offset=1, limit=2)
@@ -468,3 +468,37 @@ async def test_a_read_that_showed_nothing_of_the_file_does_not_unlock_edit(
     with contextlib.suppress(ToolError):
         await call_tool(TOOL, {"file_path": str(path), **extra})
     assert path not in session.reads
+
+
+@pytest.mark.parametrize("kind", ["image", "pdf without pages"])
+async def test_a_read_that_did_not_show_the_files_text_does_not_unlock_edit(
+    call_tool: CallTool, workspace: Path, session: Session, kind: str
+) -> None:
+    path = workspace / "hidden.bin"
+    if kind == "image":
+        path.write_bytes(b"GIF89a\nAPI_KEY=hidden-from-the-model\n")
+    else:
+        import io
+
+        import pypdf
+
+        empty = io.BytesIO()
+        pypdf.PdfWriter().write(empty)
+        path.write_bytes(empty.getvalue() + b"\nAPI_KEY=hidden-from-the-model\n")
+    with contextlib.suppress(ToolError):
+        await call_tool(TOOL, {"file_path": str(path)})
+    assert path not in session.reads
+
+
+def test_a_file_growing_while_it_is_read_on_the_event_loop_goes_to_a_thread(
+    workspace: Path,
+) -> None:
+    path = workspace / "growing.txt"
+    path.write_bytes(b"x\n" * 100_000)
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        # As if fstat had seen it small: the rest arrives while it is being read.
+        with pytest.raises(read_module._TooLargeInline):
+            read_module._load(fd, path, 10, inline=True)
+    finally:
+        os.close(fd)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 from pathlib import Path
 
 import pytest
@@ -221,3 +222,25 @@ async def test_summary_of_a_refused_or_failed_write(ctx: CallContext, workspace:
     # The reason is cut to 120 characters (the temporary folder's path may be long).
     shown = why if len(why) <= 120 else why[:119] + "…"
     assert await write_summary(ctx, target, "new\n") == f"Write failed: {shown}"
+
+
+async def test_a_large_file_written_is_hashed_off_the_event_loop(
+    ctx: CallContext, workspace: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Megabytes hashed on the event loop hold up every other call (attacker round 53).
+    from daemon.tools.files import change
+
+    loop_thread = threading.get_ident()
+    hashed_in: list[int] = []
+    real = change.file_sha256
+
+    def spying(data: bytes) -> str:
+        hashed_in.append(threading.get_ident())
+        return real(data)
+
+    monkeypatch.setattr(change, "file_sha256", spying)
+    target = workspace / "big.txt"
+    output = await run_tool(WriteTool(), {"file_path": str(target), "content": "x" * 300_000}, ctx)
+    assert not output.is_error
+    assert hashed_in and loop_thread not in hashed_in
+    assert target in ctx.session.reads

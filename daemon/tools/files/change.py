@@ -13,7 +13,7 @@ from pathlib import Path
 from daemon.errors import ToolError
 from daemon.host.confine import open_confined, require_inside, resolve_path
 from daemon.host.pinned import PinnedDirectory
-from daemon.sessions.session import Session
+from daemon.sessions.session import Session, file_sha256
 from daemon.tools.contract import (
     AnyTool,
     CallContext,
@@ -134,7 +134,10 @@ async def write_file(
         shown=shown_path(path, ctx.workspace),
     )
     if not change.error:
-        ctx.session.record_written(path, content.encode("utf-8"))
+        data = content.encode("utf-8")
+        # Hashing megabytes takes milliseconds: off the event loop beyond a small file.
+        digest = await asyncio.to_thread(file_sha256, data) if len(data) > 65536 else None
+        ctx.session.record_written(path, data, digest)
     return change
 
 

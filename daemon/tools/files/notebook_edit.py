@@ -29,7 +29,8 @@ from daemon.tools.files.change import (
     succeeded,
     write_file,
 )
-from daemon.tools.notebook import cell_id, refuse_unbounded
+from daemon.tools.files.edits import MAX_EDITED_BYTES
+from daemon.tools.notebook import cell_id, nesting_depth, refuse_unbounded
 from daemon.tools.summaries import failed
 
 EditMode = Literal["replace", "insert", "delete"]
@@ -145,6 +146,14 @@ def _edited(data: bytes, path: Path, args: NotebookEditInput) -> tuple[str, str,
     cells = document.get("cells") if isinstance(document, dict) else None
     if not isinstance(document, dict) or not isinstance(cells, list):
         raise ToolError(f"{path} is not a Jupyter notebook (no list of cells in its JSON).")
+    # Written back indented by one space a level: every value gets its depth in spaces, so a
+    # small, deep file could come back gigabytes long. Refused before it is written out.
+    values = data.count(b",") + data.count(b"{") + data.count(b"[") + 1
+    if len(data) + values * (nesting_depth(document) + 2) > MAX_EDITED_BYTES:
+        raise ToolError(
+            f"{path} nests too deeply to be rewritten as a notebook within {MAX_EDITED_BYTES} "
+            "bytes; change it with Edit or Write instead."
+        )
     ids = [cell_id(c, i) if isinstance(c, dict) else f"cell-{i}" for i, c in enumerate(cells)]
     index = _find(ids, args.cell_id, path) if args.cell_id else -1
     if args.edit_mode == "delete":
