@@ -182,3 +182,17 @@ async def test_a_deep_notebook_that_would_come_back_gigabytes_long_is_refused(
     )
     assert output.is_error and "nests too deeply" in text_of(output), text_of(output)
     assert path.read_bytes() == before
+
+
+async def test_a_cell_whose_source_would_make_the_notebook_too_large_is_refused(
+    ctx: CallContext, nb: Path
+) -> None:
+    # Control characters are written as \u escapes: six bytes each.
+    before = nb.read_text()
+    output = await run_tool(
+        NotebookEditTool(),
+        {"notebook_path": str(nb), "cell_id": "calc", "new_source": "\x01" * (6 << 20)},
+        ctx,
+    )
+    assert output.is_error and "would be" in text_of(output), text_of(output)
+    assert nb.read_text() == before

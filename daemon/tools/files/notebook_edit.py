@@ -200,4 +200,10 @@ def _new_cell(kind: str, source: str, new_id: str, document: dict[str, Any]) -> 
 
 
 def _dumped(document: dict[str, Any]) -> str:
-    return json.dumps(document, indent=1, ensure_ascii=False) + "\n"
+    text = json.dumps(document, indent=1, ensure_ascii=False) + "\n"
+    if len(text) > MAX_EDITED_BYTES:  # characters: at least as many bytes
+        raise ToolError(
+            f"The notebook would be {len(text)} characters long once changed, more than the "
+            f"{MAX_EDITED_BYTES} bytes a file may be written with; use a shorter new_source."
+        )
+    return text
