@@ -160,15 +160,18 @@ class Session:
         digest = sha256 if sha256 is not None else file_sha256(data)
         self.reads[path] = ReadRecord(mtime_ns=mtime_ns, sha256=digest)
 
-    def require_fresh(self, path: Path, current: bytes, tool: str) -> str:
-        """Refuse to modify a file not Read in this session or changed since; returns its sha256."""
+    def require_fresh(
+        self, path: Path, current: bytes, tool: str, sha256: str | None = None
+    ) -> str:
+        """Refuse to modify a file not Read in this session or changed since; returns its sha256
+        (`sha256`: the current content's, when the caller computed it off the event loop)."""
         record = self.reads.get(path)
         if record is None:
             raise ToolError(
                 f"{path} exists but has not been read in this session. Use the Read tool on it "
                 f"first, then retry the {tool}."
             )
-        digest = file_sha256(current)
+        digest = sha256 if sha256 is not None else file_sha256(current)
         if digest != record.sha256:
             raise ToolError(
                 f"{path} has been modified since it was last read (by the user, a command or "

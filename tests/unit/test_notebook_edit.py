@@ -196,3 +196,35 @@ async def test_a_cell_whose_source_would_make_the_notebook_too_large_is_refused(
     )
     assert output.is_error and "would be" in text_of(output), text_of(output)
     assert nb.read_text() == before
+
+
+def _notebook_with(metadata_x: str) -> str:
+    return (
+        '{"cells": [{"id": "c1", "cell_type": "code", "source": "", "outputs": []}], '
+        f'"metadata": {{"x": {metadata_x}}}}}'
+    )
+
+
+@pytest.mark.parametrize(
+    ("metadata_x", "message"),
+    [
+        # 1E15 is written back as 1000000000000000.0, at depth 60: 40 MB from 2.5 MB.
+        ("[" * 57 + ",".join(["1E15"] * 499_990) + "]" * 57, "bytes long once changed"),
+        ("[1e400]", "cannot write back"),  # a float's infinity: not JSON
+    ],
+)
+async def test_a_notebook_that_cannot_be_written_back_as_it_was_read_is_refused(
+    tmp_path: Path, metadata_x: str, message: str
+) -> None:
+    path = (tmp_path / "n.ipynb").resolve()
+    path.write_text(_notebook_with(metadata_x))
+    context = make_context(tmp_path)
+    assert not (await run_tool(ReadTool(), {"file_path": str(path)}, context)).is_error
+    before = path.read_bytes()
+    output = await run_tool(
+        NotebookEditTool(),
+        {"notebook_path": str(path), "cell_id": "c1", "new_source": "y"},
+        context,
+    )
+    assert output.is_error and message in text_of(output), text_of(output)
+    assert path.read_bytes() == before

@@ -244,3 +244,26 @@ async def test_a_large_file_written_is_hashed_off_the_event_loop(
     assert not output.is_error
     assert hashed_in and loop_thread not in hashed_in
     assert target in ctx.session.reads
+
+
+async def test_a_large_file_changed_is_checked_fresh_off_the_event_loop(
+    ctx: CallContext, workspace: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from daemon.tools.files import change
+    from daemon.tools.read import ReadTool
+
+    target = workspace / "big.txt"
+    target.write_text("x" * 300_000 + "\n")
+    assert not (await run_tool(ReadTool(), {"file_path": str(target), "limit": 1}, ctx)).is_error
+    loop_thread = threading.get_ident()
+    hashed_in: list[int] = []
+    real = change.file_sha256
+
+    def spying(data: bytes) -> str:
+        hashed_in.append(threading.get_ident())
+        return real(data)
+
+    monkeypatch.setattr(change, "file_sha256", spying)
+    output = await run_tool(WriteTool(), {"file_path": str(target), "content": "short\n"}, ctx)
+    assert not output.is_error, text_of(output)
+    assert hashed_in and loop_thread not in hashed_in

@@ -118,6 +118,22 @@ def _read_confined(root: PinnedDirectory, path: Path) -> bytes | None:
     return data
 
 
+_INLINE_HASH_BYTES = 65536
+"""Content up to this size is hashed on the event loop (beyond, a worker thread)."""
+
+
+async def _sha256_of(data: bytes) -> str | None:
+    """The digest of megabytes, computed in a worker thread; None for small data (the caller
+    hashes it where it is, cheaper than a thread)."""
+    return await asyncio.to_thread(file_sha256, data) if len(data) > _INLINE_HASH_BYTES else None
+
+
+async def require_fresh(ctx: CallContext, path: Path, current: bytes, tool: str) -> str:
+    """Session.require_fresh, a large file hashed off the event loop (only once it was Read)."""
+    digest = await _sha256_of(current) if path in ctx.session.reads else None
+    return ctx.session.require_fresh(path, current, tool, digest)
+
+
 async def write_file(
     ctx: CallContext, path: Path, content: str, expected_sha256: str | None
 ) -> FileChange:
@@ -135,9 +151,7 @@ async def write_file(
     )
     if not change.error:
         data = content.encode("utf-8")
-        # Hashing megabytes takes milliseconds: off the event loop beyond a small file.
-        digest = await asyncio.to_thread(file_sha256, data) if len(data) > 65536 else None
-        ctx.session.record_written(path, data, digest)
+        ctx.session.record_written(path, data, await _sha256_of(data))
     return change
 
 

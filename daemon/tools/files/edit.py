@@ -20,6 +20,7 @@ from daemon.tools.files.change import (
     file_facts,
     read_current,
     render_change,
+    require_fresh,
     succeeded,
     write_file,
 )
@@ -115,7 +116,7 @@ class EditTool(Tool[EditInput, FileChange]):
         # The order of the checks is the contract: an empty old_string on a file with content is
         # refused before read-state is looked at, "not found" only after it.
         text = await asyncio.to_thread(_editable, current, path, spec)
-        expected = ctx.session.require_fresh(path, current, self.name)
+        expected = await require_fresh(ctx, path, current, self.name)
         applied, snippet = await asyncio.to_thread(_edited, text, spec, len(current))
         change = await write_file(ctx, path, applied.text, expected)
         return replace(change, snippet=snippet, replacements=applied.replacements)

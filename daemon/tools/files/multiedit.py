@@ -19,6 +19,7 @@ from daemon.tools.files.change import (
     file_facts,
     read_current,
     render_change,
+    require_fresh,
     succeeded,
     write_file,
 )
@@ -106,7 +107,7 @@ class MultiEditTool(Tool[MultiEditInput, FileChange]):
         else:
             # In worker threads, like Edit: the work grows with the file.
             text = await asyncio.to_thread(decode_text, current, path)
-            expected = ctx.session.require_fresh(path, current, self.name)
+            expected = await require_fresh(ctx, path, current, self.name)
         size = 0 if current is None else len(current)
         new_text, steps = await asyncio.to_thread(apply_edits, text, specs, size)
         change = await write_file(ctx, path, new_text, expected)

@@ -26,6 +26,7 @@ from daemon.tools.files.change import (
     file_facts,
     read_current,
     render_change,
+    require_fresh,
     succeeded,
     write_file,
 )
@@ -114,7 +115,7 @@ class NotebookEditTool(Tool[NotebookEditInput, NotebookChange]):
                 f"{path} does not exist. NotebookEdit changes existing notebooks; create one with "
                 "Write (its JSON) first."
             )
-        expected = ctx.session.require_fresh(path, current, self.name)
+        expected = await require_fresh(ctx, path, current, self.name)
         refuse_unbounded(path, len(current), current)
         text, cell, kind = await asyncio.to_thread(_edited, current, path, args)
         change = await write_file(ctx, path, text, expected)
@@ -200,10 +201,18 @@ def _new_cell(kind: str, source: str, new_id: str, document: dict[str, Any]) -> 
 
 
 def _dumped(document: dict[str, Any]) -> str:
-    text = json.dumps(document, indent=1, ensure_ascii=False) + "\n"
-    if len(text) > MAX_EDITED_BYTES:  # characters: at least as many bytes
+    try:
+        # No NaN or Infinity (a number too large for a float reads as one): not JSON.
+        text = json.dumps(document, indent=1, ensure_ascii=False, allow_nan=False) + "\n"
+    except ValueError as exc:
         raise ToolError(
-            f"The notebook would be {len(text)} characters long once changed, more than the "
-            f"{MAX_EDITED_BYTES} bytes a file may be written with; use a shorter new_source."
+            f"The notebook holds a number JSON cannot write back ({exc}); change it with Edit."
+        ) from None
+    size = len(text.encode("utf-8", "surrogatepass"))
+    if size > MAX_EDITED_BYTES:
+        raise ToolError(
+            f"The notebook would be {size} bytes long once changed (numbers and indentation are "
+            f"written out in full), more than the {MAX_EDITED_BYTES} bytes a file may be written "
+            "with; change it with Edit instead, or use a shorter new_source."
         )
     return text

@@ -16,6 +16,7 @@ from daemon.tools.files.change import (
     file_facts,
     read_current,
     render_change,
+    require_fresh,
     succeeded,
     write_file,
 )
@@ -67,7 +68,7 @@ class WriteTool(Tool[WriteInput, FileChange]):
                 "tools handle; nothing was written. Create a file this large with Bash."
             )
         current = await read_current(ctx.session.pinned_root(), path, args.file_path)
-        expected = None if current is None else ctx.session.require_fresh(path, current, self.name)
+        expected = None if current is None else await require_fresh(ctx, path, current, self.name)
         return await write_file(ctx, path, args.content, expected)
 
     def render(self, result: FileChange) -> ToolOutput:
