@@ -224,21 +224,27 @@ async def test_summary_of_a_refused_or_failed_write(ctx: CallContext, workspace:
     assert await write_summary(ctx, target, "new\n") == f"Write failed: {shown}"
 
 
+def _threads_hashing(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """The threads the file tools hash contents in, from now on."""
+    from daemon.tools.files import change
+
+    threads: list[int] = []
+    real = change.file_sha256
+
+    def spying(data: bytes) -> str:
+        threads.append(threading.get_ident())
+        return real(data)
+
+    monkeypatch.setattr(change, "file_sha256", spying)
+    return threads
+
+
 async def test_a_large_file_written_is_hashed_off_the_event_loop(
     ctx: CallContext, workspace: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # Megabytes hashed on the event loop hold up every other call (attacker round 53).
-    from daemon.tools.files import change
-
     loop_thread = threading.get_ident()
-    hashed_in: list[int] = []
-    real = change.file_sha256
-
-    def spying(data: bytes) -> str:
-        hashed_in.append(threading.get_ident())
-        return real(data)
-
-    monkeypatch.setattr(change, "file_sha256", spying)
+    hashed_in = _threads_hashing(monkeypatch)
     target = workspace / "big.txt"
     output = await run_tool(WriteTool(), {"file_path": str(target), "content": "x" * 300_000}, ctx)
     assert not output.is_error
@@ -249,21 +255,13 @@ async def test_a_large_file_written_is_hashed_off_the_event_loop(
 async def test_a_large_file_changed_is_checked_fresh_off_the_event_loop(
     ctx: CallContext, workspace: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from daemon.tools.files import change
     from daemon.tools.read import ReadTool
 
     target = workspace / "big.txt"
     target.write_text("x" * 300_000 + "\n")
     assert not (await run_tool(ReadTool(), {"file_path": str(target), "limit": 1}, ctx)).is_error
     loop_thread = threading.get_ident()
-    hashed_in: list[int] = []
-    real = change.file_sha256
-
-    def spying(data: bytes) -> str:
-        hashed_in.append(threading.get_ident())
-        return real(data)
-
-    monkeypatch.setattr(change, "file_sha256", spying)
+    hashed_in = _threads_hashing(monkeypatch)
     output = await run_tool(WriteTool(), {"file_path": str(target), "content": "short\n"}, ctx)
     assert not output.is_error, text_of(output)
     assert hashed_in and loop_thread not in hashed_in
