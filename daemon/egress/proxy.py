@@ -548,7 +548,7 @@ class CallEgress(EgressGate):
         meter_up, meter_down = self._meter(record, up=True), self._meter(record, up=False)
 
         def relay() -> int:
-            return relay_exchange(
+            status = relay_exchange(
                 client,
                 conn,
                 request,
@@ -561,9 +561,13 @@ class CallEgress(EgressGate):
                 chunks=self._chunks,
                 scrub=scrub or [],
             )
+            # Here, not after the await: a call that ends as the exchange does cancels the wait,
+            # and its record would lose the status of an exchange that was carried whole.
+            record.fields["status"] = status
+            return status
 
-        status = await in_thread(relay, interrupt=shutter(client.sock, upstream.sock))
-        record.fields.update(status=status, end="done")
+        await in_thread(relay, interrupt=shutter(client.sock, upstream.sock))
+        record.fields["end"] = "done"
 
     async def _tunnel(
         self,
