@@ -7,13 +7,12 @@ connection and byte budget.
 
 from __future__ import annotations
 
-import uuid
 from dataclasses import dataclass
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, StrictStr, ValidationError
 
-from daemon.policy.verdict import first_error
+from daemon.policy.verdict import decision_id_of, first_error
 
 AddressRange = Literal[
     "public",
@@ -70,10 +69,7 @@ class EgressVerdict:
 
 def parse_egress(response: dict[str, Any]) -> EgressVerdict:
     """An OPA data API response as an EgressVerdict; never raises, never allows by accident."""
-    decision_id = response.get("decision_id", "")
-    # OPA names its decisions only with decision logging on; the audit needs every one named.
-    if not isinstance(decision_id, str) or not decision_id:
-        decision_id = uuid.uuid4().hex
+    decision_id = decision_id_of(response)
     if "result" not in response:
         return EgressVerdict.refuse(
             "The policy has no egress decision (data.tooljail.authz.egress is undefined), so the "

@@ -87,13 +87,16 @@ def first_error(exc: ValidationError, whole: str) -> str:
     return f"{where}: {first['msg']}"
 
 
+def decision_id_of(response: dict[str, Any]) -> str:
+    """OPA's id for the decision in `response`, or one of the daemon's: OPA names decisions only
+    with decision logging on, and the audit (and a reused verdict) refers to every one by id."""
+    decision_id = response.get("decision_id", "")
+    return decision_id if isinstance(decision_id, str) and decision_id else uuid.uuid4().hex
+
+
 def parse_verdict(response: dict[str, Any], base_limits: SandboxLimits) -> Verdict:
     """Turn an OPA data API response into a Verdict; never raises, never allows by accident."""
-    decision_id = response.get("decision_id", "")
-    # OPA names its decisions only with decision logging on; the daemon names the others (the
-    # audit and a reused verdict refer to them by id).
-    if not isinstance(decision_id, str) or not decision_id:
-        decision_id = uuid.uuid4().hex
+    decision_id = decision_id_of(response)
     if "result" not in response:
         return Verdict.deny(
             "The policy has no decision for this call (data.tooljail.authz.decision is undefined), "

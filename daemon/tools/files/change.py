@@ -24,7 +24,7 @@ from daemon.tools.contract import (
     ToolTraits,
     TouchedPath,
 )
-from daemon.tools.read import MAX_FILE_BYTES
+from daemon.tools.read import INLINE_READ_BYTES, MAX_FILE_BYTES
 from daemon.tools.summaries import shown_path
 from sandbox.backend import SandboxResult, WriteFileRequest
 
@@ -118,14 +118,10 @@ def _read_confined(root: PinnedDirectory, path: Path) -> bytes | None:
     return data
 
 
-_INLINE_HASH_BYTES = 65536
-"""Content up to this size is hashed on the event loop (beyond, a worker thread)."""
-
-
 async def _sha256_of(data: bytes) -> str | None:
     """The digest of megabytes, computed in a worker thread; None for small data (the caller
     hashes it where it is, cheaper than a thread)."""
-    return await asyncio.to_thread(file_sha256, data) if len(data) > _INLINE_HASH_BYTES else None
+    return await asyncio.to_thread(file_sha256, data) if len(data) > INLINE_READ_BYTES else None
 
 
 async def require_fresh(ctx: CallContext, path: Path, current: bytes, tool: str) -> str:
