@@ -56,7 +56,8 @@ class OpaSettings(_Section):
     policies_dir: Path = PROJECT_ROOT / "policies"
     """Rego files (and data.json) loaded into the managed OPA."""
     timeout_s: float = Field(default=0.5, gt=0, le=10)
-    """Per-decision timeout; no retries (a dead OPA must cost little, and means deny)."""
+    """Per-decision timeout; no retries (a dead OPA must cost little, and means deny). A query
+    also gets 1 s per 8 MB of its document (OPA reads tens of MB a second, a busy host fewer)."""
     shadow_policies_dir: Path | None = None
     """A candidate policy evaluated beside the serving one; differences are logged, never
     enforced (shadow mode). Needs the managed OPA."""

@@ -23,6 +23,11 @@ from daemon.calls.kept_outputs import KeptOutputs, text_of, with_preview
 from daemon.egress.proxy import EgressCall
 from daemon.errors import NotFound, RequestError, ToolError, Unavailable
 from daemon.hooks.engine import HookEngine, PreHookOutcome
+from daemon.json_values import (
+    LARGE_VALUE_CHARS,
+    approximate_chars,
+    canonical_input_hash,
+)
 from daemon.models import (
     Caller,
     Decision,
@@ -35,7 +40,7 @@ from daemon.models import (
 )
 from daemon.ops.logs import log_context
 from daemon.ops.metrics import CallOutcome, Metrics
-from daemon.policy.approval import ApprovalAuthority, canonical_input_hash
+from daemon.policy.approval import ApprovalAuthority
 from daemon.policy.engine import PolicyEngine
 from daemon.policy.gate import ApprovalRequest, GateDecision, PolicyGate
 from daemon.policy.input import egress_call_facts, listing_document
@@ -195,27 +200,6 @@ OFF_LOOP_INPUT_CHARS = 4096
 """Inputs from this size on are checked in a worker thread (below, the thread costs more)."""
 
 
-def _input_chars(tool_input: dict[str, Any], enough: int = OFF_LOOP_INPUT_CHARS) -> int:
-    """About how much text an input holds, nested values included (each non-text value counts
-    8); counting stops at `enough`, so a huge input costs no more than a small one here."""
-    total = 0
-    stack: list[Any] = [tool_input]
-    while stack and total < enough:
-        value = stack.pop()
-        if isinstance(value, str):
-            total += len(value)
-        elif isinstance(value, dict):
-            total += 8 * len(value)
-            stack.extend(value.values())
-            stack.extend(value.keys())
-        elif isinstance(value, list):
-            total += 8 * len(value)
-            stack.extend(value)
-        else:
-            total += 8
-    return total
-
-
 def _one_line(text: str, limit: int = 200) -> str:
     line = " ".join(text.split())
     return line if len(line) <= limit else line[: limit - 1] + "…"
@@ -316,14 +300,15 @@ class Pipeline:
         quarter of a second) in a worker thread, so other callers are served meanwhile. The
         session is looked up here, on the event loop, as everything else that changes them."""
         started, session, tool = self._lookup(request, caller)
+        chars = approximate_chars(request.tool_use.input, LARGE_VALUE_CHARS)
+        large = chars >= LARGE_VALUE_CHARS
         if tool is None:
+            if large:
+                await asyncio.to_thread(getattr, request, "input_sha256")
             return self._unknown_tool(request, session, started)
-        if (
-            not tool.prepares_off_loop
-            and _input_chars(request.tool_use.input) < OFF_LOOP_INPUT_CHARS
-        ):
+        if not tool.prepares_off_loop and chars < OFF_LOOP_INPUT_CHARS:
             return self._checked(request, session, started, tool)
-        return await asyncio.to_thread(self._checked, request, session, started, tool)
+        return await asyncio.to_thread(self._checked, request, session, started, tool, large)
 
     def _lookup(
         self, request: CallRequest, caller: Caller
@@ -348,13 +333,24 @@ class Pipeline:
 
     @staticmethod
     def _checked(
-        request: CallRequest, session: Session, started: float, tool: AnyTool
+        request: CallRequest,
+        session: Session,
+        started: float,
+        tool: AnyTool,
+        hash_now: bool = False,
     ) -> PreparedCall:
+        """The call validated; with `hash_now` (a large input, in a worker thread) also the
+        hashes needed later (audit, idempotency, approval binding, refusal counts), which would
+        otherwise be computed on the event loop."""
         tool_use = request.tool_use
+        if hash_now:
+            _ = request.input_sha256
         try:
             call = ToolCall.prepare(tool, tool_use.input, session, tool_use.id)
         except ToolError as exc:
             return RejectedCall(request, session, started, str(exc), known_tool=True)
+        if hash_now and call.large_input:
+            _ = call.input_hash
         return ReadyCall(request, session, started, call)
 
     async def execute(self, request: CallRequest, caller: Caller) -> ExecuteOutcome:
@@ -441,7 +437,7 @@ class Pipeline:
                     call.session.record_refusal(
                         call.tool.name,
                         "ask" if verdict.outcome is Outcome.ASK else "deny",
-                        canonical_input_hash(call.input_json),
+                        call.input_hash,
                     )
                 result = _error(tool_use.id, _refusal_text(call.tool.name, verdict))
                 word = "needs approval" if verdict.outcome is Outcome.ASK else "denied by policy"

@@ -27,7 +27,7 @@ import re
 import secrets
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from enum import StrEnum
@@ -46,7 +46,6 @@ __all__ = [
     "Grant",
     "IssuedToken",
     "Scope",
-    "canonical_input_hash",
 ]
 
 TOKEN_VERSION = "tja1"  # noqa: S105 - a format tag, not a secret
@@ -74,19 +73,6 @@ _BOUND_FIELDS = {
 Scope = Literal["once", "session"]
 """What an approval covers: this call only, or similar calls for the rest of the session."""
 _RETRY_HINT = "Ask the user to approve the call again and retry with the new token."
-
-
-def canonical_input_hash(tool_input: Mapping[str, Any]) -> str:
-    """Hex SHA-256 of the tool input as canonical JSON (sorted keys, no whitespace, UTF-8).
-
-    Two inputs hash alike exactly when they are the same JSON value, however their keys were
-    ordered. Values JSON cannot represent are hashed by their ``str()``.
-    """
-    text = json.dumps(
-        tool_input, sort_keys=True, separators=(",", ":"), ensure_ascii=False, default=str
-    )
-    # surrogatepass: a lone surrogate from a JSON escape must hash, not raise.
-    return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
 
 
 class ApprovalFailure(StrEnum):

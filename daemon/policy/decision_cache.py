@@ -12,17 +12,16 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
-import json
 import time
 import uuid
 from collections import OrderedDict
 from collections.abc import Callable
-from typing import Any
 
+from daemon.policy.document_body import EncodedDocument
 from daemon.policy.verdict import Verdict
 
-#: Serialised documents longer than this are decided every time (a 10 MB Write is not repeated).
-MAX_DOCUMENT_CHARS = 64 * 1024
+#: Encoded documents longer than this are decided every time (a 10 MB Write is not repeated).
+MAX_DOCUMENT_BYTES = 64 * 1024
 
 
 @dataclasses.dataclass(frozen=True)
@@ -51,14 +50,11 @@ class DecisionCache:
     def enabled(self) -> bool:
         return self._max_entries > 0 and self._max_ttl_s > 0
 
-    def key(self, document: dict[str, Any]) -> bytes | None:
+    def key(self, document: EncodedDocument) -> bytes | None:
         """The document's cache key, or None when it is not to be cached."""
-        if not self.enabled:
+        if not self.enabled or len(document.body) > MAX_DOCUMENT_BYTES:
             return None
-        text = json.dumps(document, separators=(",", ":"), ensure_ascii=False)
-        if len(text) > MAX_DOCUMENT_CHARS:
-            return None
-        return hashlib.blake2b(text.encode("utf-8", "surrogatepass"), digest_size=32).digest()
+        return hashlib.blake2b(document.body, digest_size=32).digest()
 
     def get(self, key: bytes) -> Verdict | None:
         """A still valid verdict for this key, marked as reused; None otherwise."""

@@ -12,6 +12,7 @@ valid token came is a deny too (no loops).
 
 from __future__ import annotations
 
+import asyncio
 import json
 import time
 from dataclasses import dataclass, replace
@@ -19,7 +20,7 @@ from typing import Any, Literal
 
 from daemon.errors import NotFound, RequestError
 from daemon.models import Caller, Outcome
-from daemon.policy.approval import ApprovalAuthority, ApprovalError, Grant, canonical_input_hash
+from daemon.policy.approval import ApprovalAuthority, ApprovalError, Grant
 from daemon.policy.engine import PolicyEngine
 from daemon.policy.input import call_document
 from daemon.policy.pending import MAX_REVIEW_CHARS, AskState, PendingApprovals, PendingAsk
@@ -110,6 +111,11 @@ class PolicyGate:
                 )
             if self._approvals is None:
                 return GateDecision(verdict)
+            review = (
+                await asyncio.to_thread(_for_review, call.input_json)
+                if call.large_input
+                else _for_review(call.input_json)
+            )
             issued = self._approvals.issue(**_binding(call, caller))
             self._pending.add(
                 PendingAsk(
@@ -118,7 +124,7 @@ class PolicyGate:
                     session_id=call.session.id,
                     tool_use_id=call.tool_use_id,
                     tool=call.tool.name,
-                    **_for_review(call.input_json),
+                    **review,
                     reasons=verdict.reasons,
                     asked_at=issued.issued_at,
                     expires_at=issued.expires_at,
@@ -208,7 +214,7 @@ def _binding(call: ToolCall, caller: Caller) -> dict[str, Any]:
     return {
         "session_id": call.session.id,
         "tool_use_id": call.tool_use_id,
-        "input_hash": canonical_input_hash(call.input_json),
+        "input_hash": call.input_hash,
         "principal": caller.principal,
         "tool_name": call.tool.name,
     }

@@ -22,7 +22,7 @@ from typing_extensions import TypedDict
 from daemon.models import Caller as CallerModel
 from daemon.models import Transport
 from daemon.policy.approval import Grant as ApprovalGrant
-from daemon.policy.approval import canonical_input_hash
+from daemon.policy.document_body import LargeDocument
 from daemon.policy.egress_verdict import AddressRange
 from daemon.sessions.session import REFUSAL_WINDOW_S, Mode, Session
 from daemon.sessions.workspaces import Overlap
@@ -549,7 +549,8 @@ def call_document(
 ) -> dict[str, Any]:
     """The input of data.tooljail.authz.decision for one call: the daemon's part from
     DecisionInput, then the tool's own facts (Bash: `command`, shaped like `Command`)."""
-    return {**call.facts.policy, **_plain(decision_input(call, caller, grant, hooks))}
+    document = {**call.facts.policy, **_plain(decision_input(call, caller, grant, hooks))}
+    return LargeDocument(document) if call.large_input else document
 
 
 def decision_input(
@@ -586,9 +587,7 @@ def _refused_before(call: ToolCall) -> RefusalCounts:
     session = call.session
     if not any(tool == call.tool.name for _, tool, _, _ in session.refusals):
         return RefusalCounts(deny=0, ask=0)
-    counts = session.refusals_of(
-        call.tool.name, canonical_input_hash(call.input_json), REFUSAL_WINDOW_S
-    )
+    counts = session.refusals_of(call.tool.name, call.input_hash, REFUSAL_WINDOW_S)
     return RefusalCounts(deny=counts["deny"], ask=counts["ask"])
 
 

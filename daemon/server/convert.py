@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from typing import Literal
 
@@ -94,6 +95,34 @@ def batch_from_proto(message: pb.ExecuteBatchRequest) -> list[CallRequest]:
     if len(set(ids)) != len(ids):
         raise RequestError("ExecuteBatchRequest.tool_uses has duplicate ids; each must be unique")
     return requests
+
+
+@dataclasses.dataclass(frozen=True)
+class TurnStart:
+    """The session a streamed turn runs in (empty: the caller's default session)."""
+
+    session_id: str
+
+
+@dataclasses.dataclass(frozen=True)
+class TurnEnd:
+    """No more tool_use blocks in a streamed turn."""
+
+
+TurnPart = TurnStart | ToolUse | TurnEnd
+"""One TurnMessage of ExecuteTurn."""
+
+
+def turn_part_from_proto(message: pb.TurnMessage) -> TurnPart:
+    """A TurnMessage as the part of the turn it is."""
+    kind = message.WhichOneof("kind")
+    if kind == "start":
+        return TurnStart(message.start.session_id)
+    if kind == "end":
+        return TurnEnd()
+    if kind == "tool_use":
+        return tool_use_from_proto(message.tool_use, "TurnMessage.tool_use")
+    raise RequestError("a TurnMessage needs one of start, tool_use or end")
 
 
 def _struct(value: dict[str, object]) -> struct_pb2.Struct:

@@ -6,13 +6,20 @@ message (invalid UTF-8 in a string, a corrupt or truncated wire format, nesting 
 protobuf allows) the generated handlers let the DecodeError escape and the caller gets UNKNOWN
 "Unexpected DecodeError". Here the deserializer never raises: it hands the servicer an
 ``Undecodable`` marker instead, and the handler answers INVALID_ARGUMENT saying what was wrong.
+
+A method may also name a converter (daemon.server.convert) from its message to what the
+servicer works with; the servicer is then handed it as ``Decoded``. Both steps run where the
+deserializer runs, on the event loop, for a small request; a large one is decoded and converted
+in a worker thread: a Struct of a million values takes a second to convert, and every other
+caller would wait that long.
 """
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
-from collections.abc import AsyncIterator, Awaitable, Callable
-from typing import Any
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from typing import Any, Generic, TypeVar, cast
 
 import grpc
 from google.protobuf import message as protobuf_message
@@ -42,22 +49,72 @@ class Undecodable:
         )
 
 
-def _tolerant_deserializer(
-    message_class: type[protobuf_message.Message],
-) -> Callable[[bytes], object]:
+LARGE_REQUEST_BYTES = 64 * 1024
+"""Requests from this size on are decoded and converted in a worker thread (below, the thread
+costs more than the work)."""
+
+T = TypeVar("T")
+Converter = Callable[[Any], object]
+"""From a request message to what the servicer works with; raises RequestError."""
+Decode = Callable[[bytes], object]
+
+
+@dataclasses.dataclass(frozen=True)
+class Decoded(Generic[T]):
+    """A request as its method's converter made it, or the RequestError it raised, which `get`
+    raises again: the servicer asks once it has admitted the caller."""
+
+    value: T | None = None
+    error: RequestError | None = None
+
+    def get(self) -> T:
+        """The converted request (RequestError when the request was not valid)."""
+        if self.error is not None:
+            raise self.error
+        return cast(T, self.value)
+
+
+@dataclasses.dataclass(frozen=True)
+class _Deferred:
+    """A large request's bytes, decoded by the handler in a worker thread."""
+
+    data: bytes
+
+
+def _decoder(message_class: type[protobuf_message.Message], converter: Converter | None) -> Decode:
     name = message_class.DESCRIPTOR.full_name
 
-    def deserialize(data: bytes) -> object:
+    def decode(data: bytes) -> object:
         try:
-            return message_class.FromString(data)
+            message = message_class.FromString(data)
         except (protobuf_message.DecodeError, RecursionError, ValueError) as exc:
             return Undecodable(name, str(exc) or type(exc).__name__)
+        if converter is None:
+            return message
+        try:
+            return Decoded(converter(message))
+        except RequestError as exc:
+            return Decoded(error=exc)
+
+    return decode
+
+
+def _deserializer(decode: Decode) -> Decode:
+    def deserialize(data: bytes) -> object:
+        return _Deferred(data) if len(data) >= LARGE_REQUEST_BYTES else decode(data)
 
     return deserialize
 
 
-def _guarded_unary(behaviour: UnaryBehaviour) -> UnaryBehaviour:
+async def _finish(request: object, decode: Decode) -> object:
+    if isinstance(request, _Deferred):
+        return await asyncio.to_thread(decode, request.data)
+    return request
+
+
+def _guarded_unary(behaviour: UnaryBehaviour, decode: Decode) -> UnaryBehaviour:
     async def handle(request: object, context: Context) -> Any:
+        request = await _finish(request, decode)
         if isinstance(request, Undecodable):
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, request.status_message())
         try:
@@ -68,8 +125,9 @@ def _guarded_unary(behaviour: UnaryBehaviour) -> UnaryBehaviour:
     return handle
 
 
-def _guarded_stream(behaviour: StreamBehaviour) -> StreamBehaviour:
+def _guarded_stream(behaviour: StreamBehaviour, decode: Decode) -> StreamBehaviour:
     async def handle(request: object, context: Context) -> AsyncIterator[Any]:
+        request = await _finish(request, decode)
         if isinstance(request, Undecodable):
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, request.status_message())
         try:
@@ -81,18 +139,19 @@ def _guarded_stream(behaviour: StreamBehaviour) -> StreamBehaviour:
     return handle
 
 
-async def _decoded(requests: AsyncIterator[object]) -> AsyncIterator[object]:
+async def _decoded(requests: AsyncIterator[object], decode: Decode) -> AsyncIterator[object]:
     """A client stream's messages; one that did not decode ends it with RequestError."""
     async for request in requests:
+        request = await _finish(request, decode)
         if isinstance(request, Undecodable):
             raise RequestError(request.status_message())
         yield request
 
 
-def _guarded_bidi(behaviour: StreamBehaviour) -> StreamBehaviour:
+def _guarded_bidi(behaviour: StreamBehaviour, decode: Decode) -> StreamBehaviour:
     async def handle(requests: AsyncIterator[object], context: Context) -> AsyncIterator[Any]:
         try:
-            async for response in behaviour(_decoded(requests), context):
+            async for response in behaviour(_decoded(requests, decode), context):
                 yield response
         except TooljailError as exc:
             await context.abort(status_for(exc), status_message(exc))
@@ -100,15 +159,18 @@ def _guarded_bidi(behaviour: StreamBehaviour) -> StreamBehaviour:
     return handle
 
 
-def _handler(servicer: object, method: MethodDescriptor) -> grpc.RpcMethodHandler[Any, Any]:
+def _handler(
+    servicer: object, method: MethodDescriptor, converter: Converter | None
+) -> grpc.RpcMethodHandler[Any, Any]:
     request_class = GetMessageClass(method.input_type)
     response_class = GetMessageClass(method.output_type)
     behaviour = getattr(servicer, method.name)
-    deserializer = _tolerant_deserializer(request_class)
+    decode = _decoder(request_class, converter)
+    deserializer = _deserializer(decode)
     serializer = response_class.SerializeToString
     if method.client_streaming and method.server_streaming:
         return grpc.stream_stream_rpc_method_handler(
-            _guarded_bidi(behaviour),
+            _guarded_bidi(behaviour, decode),
             request_deserializer=deserializer,
             response_serializer=serializer,
         )
@@ -116,20 +178,33 @@ def _handler(servicer: object, method: MethodDescriptor) -> grpc.RpcMethodHandle
         raise TypeError(f"{method.full_name}: client streaming alone is not supported by tooljail")
     if method.server_streaming:
         return grpc.unary_stream_rpc_method_handler(
-            _guarded_stream(behaviour),
+            _guarded_stream(behaviour, decode),
             request_deserializer=deserializer,
             response_serializer=serializer,
         )
     return grpc.unary_unary_rpc_method_handler(
-        _guarded_unary(behaviour),
+        _guarded_unary(behaviour, decode),
         request_deserializer=deserializer,
         response_serializer=serializer,
     )
 
 
-def add_service(server: grpc.aio.Server, service: ServiceDescriptor, servicer: object) -> None:
-    """Register every method of ``service`` on ``server``, implemented by ``servicer``."""
-    handlers = {method.name: _handler(servicer, method) for method in service.methods}
+def add_service(
+    server: grpc.aio.Server,
+    service: ServiceDescriptor,
+    servicer: object,
+    converters: Mapping[str, Converter] | None = None,
+) -> None:
+    """Register every method of ``service`` on ``server``, implemented by ``servicer``; a method
+    named in ``converters`` is handed its request converted, as ``Decoded``."""
+    converters = converters or {}
+    unknown = set(converters) - {method.name for method in service.methods}
+    if unknown:
+        raise TypeError(f"{service.full_name} has no methods {sorted(unknown)}")
+    handlers = {
+        method.name: _handler(servicer, method, converters.get(method.name))
+        for method in service.methods
+    }
     server.add_generic_rpc_handlers(
         (grpc.method_handlers_generic_handler(service.full_name, handlers),)
     )

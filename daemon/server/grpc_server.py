@@ -13,7 +13,7 @@ from daemon.errors import TooljailError
 from daemon.server.admin import AdminService
 from daemon.server.decoding import add_service
 from daemon.server.listen import ListenAddress
-from daemon.server.service import ExecutorService
+from daemon.server.service import REQUEST_CONVERTERS, ExecutorService
 
 _EXECUTOR = executor_pb2.DESCRIPTOR.services_by_name["Executor"]
 _ADMIN = executor_pb2.DESCRIPTOR.services_by_name["Admin"]
@@ -47,7 +47,7 @@ def build_server(
             ("grpc.max_send_message_length", settings.max_request_bytes),
         ]
     )
-    add_service(server, _EXECUTOR, executor)
+    add_service(server, _EXECUTOR, executor, REQUEST_CONVERTERS)
     add_service(server, _ADMIN, admin)
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
     reflection.enable_server_reflection(

@@ -12,7 +12,6 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 import grpc
 
 from daemon._generated.tooljail.v1 import executor_pb2 as pb
-from daemon._generated.tooljail.v1 import executor_pb2_grpc as pb_grpc
 from daemon.calls.pipeline import CallRequest, Pipeline, PreparedCall, answered_call
 from daemon.calls.scheduler import Scheduler
 from daemon.calls.streaming_turn import StreamingTurn
@@ -20,6 +19,7 @@ from daemon.errors import Overloaded, RequestError, TooljailError, Unavailable
 from daemon.models import Caller, ExecuteOutcome
 from daemon.ops.metrics import CancelReason, Metrics
 from daemon.server import convert
+from daemon.server.decoding import Converter, Decoded
 from daemon.server.identity import CallerResolver
 from daemon.server.progress_relay import ProgressRelay
 from daemon.sessions.manager import SessionManager
@@ -39,8 +39,18 @@ class Intake:
             raise Unavailable("tooljail is shutting down; retry against a running daemon")
 
 
-class ExecutorService(pb_grpc.ExecutorServicer):
-    """tooljail.v1.Executor."""
+REQUEST_CONVERTERS: dict[str, Converter] = {
+    "Execute": convert.call_request_from_proto,
+    "ExecuteStream": convert.call_request_from_proto,
+    "ExecuteBatch": convert.batch_from_proto,
+    "ExecuteBatchStream": convert.batch_from_proto,
+    "ExecuteTurn": convert.turn_part_from_proto,
+}
+"""The Executor methods whose requests ExecutorService is handed converted (decoding.Decoded)."""
+
+
+class ExecutorService:
+    """tooljail.v1.Executor (registered with REQUEST_CONVERTERS)."""
 
     def __init__(
         self,
@@ -71,9 +81,9 @@ class ExecutorService(pb_grpc.ExecutorServicer):
         )
         return convert.tools_to_proto(definitions)
 
-    async def Execute(self, request: pb.ExecuteRequest, context: Context) -> pb.ExecuteResponse:
+    async def Execute(self, request: Decoded[CallRequest], context: Context) -> pb.ExecuteResponse:
         caller = self._admit(context)
-        call = convert.call_request_from_proto(request)
+        call = request.get()
         with self._counting_cancel(call.tool_use.name, context):
             outcome = await self._scheduler.execute(call, caller)
         return convert.outcome_to_proto(outcome)
@@ -92,18 +102,18 @@ class ExecutorService(pb_grpc.ExecutorServicer):
             raise
 
     async def ExecuteBatch(
-        self, request: pb.ExecuteBatchRequest, context: Context
+        self, request: Decoded[list[CallRequest]], context: Context
     ) -> AsyncIterator[pb.ExecuteResponse]:
         caller = self._admit(context)
-        calls = convert.batch_from_proto(request)
+        calls = request.get()
         async for outcome in self._scheduler.execute_batch(calls, caller):
             yield convert.outcome_to_proto(outcome)
 
     async def ExecuteStream(
-        self, request: pb.ExecuteRequest, context: Context
+        self, request: Decoded[CallRequest], context: Context
     ) -> AsyncIterator[pb.ExecuteEvent]:
         caller = self._admit(context)
-        call = convert.call_request_from_proto(request)
+        call = request.get()
         relay = ProgressRelay()
         call = dataclasses.replace(call, progress=relay.sink(call.tool_use.id))
 
@@ -115,7 +125,7 @@ class ExecutorService(pb_grpc.ExecutorServicer):
                 yield event
 
     async def ExecuteBatchStream(
-        self, request: pb.ExecuteBatchRequest, context: Context
+        self, request: Decoded[list[CallRequest]], context: Context
     ) -> AsyncIterator[pb.ExecuteEvent]:
         """ExecuteBatch with each call's progress interleaved with the answers (which still come
         in request order)."""
@@ -123,14 +133,14 @@ class ExecutorService(pb_grpc.ExecutorServicer):
         relay = ProgressRelay(max_items=256)
         calls = [
             dataclasses.replace(call, progress=relay.sink(call.tool_use.id))
-            for call in convert.batch_from_proto(request)
+            for call in request.get()
         ]
         with self._turns.slot(caller.principal):
             async for event in _interleaved(self._scheduler.execute_batch(calls, caller), relay):
                 yield event
 
     async def ExecuteTurn(
-        self, messages: AsyncIterator[pb.TurnMessage], context: Context
+        self, messages: AsyncIterator[Decoded[convert.TurnPart]], context: Context
     ) -> AsyncIterator[pb.ExecuteEvent]:
         """One assistant turn while the model streams it: each tool_use starts as soon as the
         scheduling rules allow; progress and answers come back as ExecuteBatchStream's do."""
@@ -208,7 +218,7 @@ class TurnStreams:
 
 
 async def _feed(
-    messages: AsyncIterator[pb.TurnMessage],
+    messages: AsyncIterator[Decoded[convert.TurnPart]],
     turn: StreamingTurn,
     relay: ProgressRelay,
     prepare: Callable[[CallRequest], Awaitable[PreparedCall]],
@@ -219,21 +229,19 @@ async def _feed(
     seen: set[str] = set()
     try:
         async for message in messages:
-            kind = message.WhichOneof("kind")
-            if kind == "end":
+            part = message.get()
+            if isinstance(part, convert.TurnEnd):
                 break
-            if kind == "start":
+            if isinstance(part, convert.TurnStart):
                 if seen:
                     raise RequestError("TurnMessage.start must come before any tool_use")
-                session_id = message.start.session_id
+                session_id = part.session_id
                 continue
-            if kind != "tool_use":
-                raise RequestError("a TurnMessage needs one of start, tool_use or end")
+            tool_use = part
             if len(seen) >= convert.MAX_BATCH_CALLS:
                 raise RequestError(
                     f"a turn holds at most {convert.MAX_BATCH_CALLS} tool_use blocks"
                 )
-            tool_use = convert.tool_use_from_proto(message.tool_use, f"tool_uses[{len(seen)}]")
             if tool_use.id in seen:
                 raise RequestError(f"tool_use id {tool_use.id!r} was already sent in this turn")
             seen.add(tool_use.id)

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from daemon.errors import SandboxError, ToolError
+from daemon.json_values import canonical_input_hash, is_large
 from daemon.sessions.session import Session
 from daemon.tools.contract import AnyTool, CallContext, CallFacts, InterruptBehavior, ToolOutput
 from daemon.tools.validation import parse_input
@@ -75,6 +76,16 @@ class ToolCall:
         """The validated input as JSON (policy input, approval binding, hooks)."""
         dumped: dict[str, Any] = self.args.model_dump(mode="json", by_alias=True)
         return dumped
+
+    @functools.cached_property
+    def input_hash(self) -> str:
+        """Canonical hash of the validated input (approval binding, refusal counts)."""
+        return canonical_input_hash(self.input_json)
+
+    @functools.cached_property
+    def large_input(self) -> bool:
+        """Whether hashing or serialising the input belongs in a worker thread."""
+        return is_large(self.input_json)
 
 
 @dataclass(frozen=True)

@@ -12,9 +12,10 @@ from pathlib import Path
 import pytest
 
 from daemon._generated.tooljail.v1 import executor_pb2 as pb
+from daemon.config import OpaSettings
 from daemon.tools.glob.braces import MAX_PATTERNS
 from daemon.tools.read import MAX_FILE_BYTES, MAX_LINE_CHARS
-from tests.integration.harness import RunningDaemon, text_of
+from tests.integration.harness import RunningDaemon, running_daemon, text_of
 
 pytestmark = [pytest.mark.integration]
 
@@ -98,3 +99,25 @@ def test_replace_all_over_the_size_limit_is_refused_before_any_work(
     assert response.report.sandbox_id == "", "a container was used for a refused edit"
     assert peak() < 8 << 20, f"the daemon held {peak()} bytes for a refused edit"
     assert target.read_text() == "x" * 40_000
+
+
+@pytest.mark.filterwarnings("ignore:Sending a large body:ResourceWarning")
+def test_a_14_megabyte_write_of_accented_text_is_decided_in_the_default_time(
+    short_tmp: Path,
+) -> None:
+    """The policy document of a Write holding 7 million "é" is 14 MB; escaped to ASCII it would
+    be 44 MB, and OPA reading that takes longer than the default timeout."""
+    workspace = short_tmp / "ws-accents"
+    workspace.mkdir()
+    default_timeout = OpaSettings().timeout_s
+    with running_daemon(
+        workspace,
+        short_tmp / "accents.sock",
+        sandbox={"enabled": False},
+        opa={"timeout_s": default_timeout},
+    ) as daemon:
+        content = ("é" * 99 + "\n") * 70_000
+        response = daemon.execute(
+            "Write", {"file_path": str(workspace / "é.txt"), "content": content}
+        )
+    assert response.decision.outcome == pb.ALLOW, text_of(response)

@@ -269,17 +269,42 @@ def test_raw_bytes_on_the_socket_do_not_hurt_the_daemon(
     assert serves
 
 
-def test_a_long_glob_pattern_does_not_stall_other_calls(rel_host: RunningDaemon) -> None:
-    slow = rel_host.stub.Execute.future(
-        pb.ExecuteRequest(tool_use=use("Glob", {"pattern": "g" * 800_000})), timeout=120
-    )
-    # How long the daemon's event loop takes to run a no-op, sampled until the Glob is answered:
-    # every other call waits at least that long.
+def _loop_stall_while(rel_host: RunningDaemon, pending: Any) -> float:
+    """The longest the daemon's event loop took to run a no-op until `pending` was answered:
+    every other call waits at least that long."""
     worst = 0.0
-    while not slow.done():
+    while not pending.done():
         started = time.monotonic()
         asyncio.run_coroutine_threadsafe(asyncio.sleep(0), rel_host.loop).result(timeout=120)
         worst = max(worst, time.monotonic() - started)
         time.sleep(0.05)
+    return worst
+
+
+def test_a_long_glob_pattern_does_not_stall_other_calls(rel_host: RunningDaemon) -> None:
+    slow = rel_host.stub.Execute.future(
+        pb.ExecuteRequest(tool_use=use("Glob", {"pattern": "g" * 800_000})), timeout=120
+    )
+    worst = _loop_stall_while(rel_host, slow)
     slow.result()
     assert worst < 1.0, f"the daemon stopped serving for {worst:.1f} s behind a long Glob pattern"
+
+
+@pytest.mark.filterwarnings(LARGE_BODY_WARNING)
+def test_an_input_of_three_million_values_does_not_stall_other_calls(
+    rel_host: RunningDaemon, host_dir: Path
+) -> None:
+    # Each `true` in a list costs 4 bytes on the wire and a Python object once decoded.
+    tool_input = {
+        "file_path": str(host_dir / "many.txt"),
+        "content": "",
+        "flags": [True] * 3_000_000,
+    }
+    slow = rel_host.stub.Execute.future(
+        pb.ExecuteRequest(tool_use=use("Write", tool_input)), timeout=120
+    )
+    worst = _loop_stall_while(rel_host, slow)
+    answer = slow.result()
+    assert answer.result.is_error
+    assert "`flags`: unexpected field" in text_of(answer)
+    assert worst < 1.0, f"the daemon stopped serving for {worst:.1f} s behind 3 million values"

@@ -15,12 +15,12 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from daemon.json_values import canonical_input_hash
 from daemon.policy.approval import (
     MAX_TOKEN_CHARS,
     ApprovalAuthority,
     ApprovalError,
     ApprovalFailure,
-    canonical_input_hash,
 )
 from daemon.policy.keys import KeyMaterialError, load_key, load_or_create_key, parse_key
 

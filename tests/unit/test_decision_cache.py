@@ -5,7 +5,8 @@ from __future__ import annotations
 from typing import Any
 
 from daemon.models import Outcome
-from daemon.policy.decision_cache import MAX_DOCUMENT_CHARS, DecisionCache
+from daemon.policy.decision_cache import MAX_DOCUMENT_BYTES, DecisionCache
+from daemon.policy.document_body import EncodedDocument, encode_document
 from daemon.policy.verdict import Verdict
 
 
@@ -21,13 +22,17 @@ def verdict(ttl: float, decision_id: str = "opa-1") -> Verdict:
     return Verdict(Outcome.ALLOW, ("ok",), None, 50_000, decision_id, cache_ttl_s=ttl)
 
 
-def document(path: str = "/ws/a.txt", **session: Any) -> dict[str, Any]:
+def plain(path: str = "/ws/a.txt", **session: Any) -> dict[str, Any]:
     return {
         "tool": {"name": "Read", "read_only": True},
         "input": {"file_path": path},
         "session": {"id": "s1", "mode": "default", "grants": [], **session},
         "caller": {"principal": "alice"},
     }
+
+
+def document(path: str = "/ws/a.txt", **session: Any) -> EncodedDocument:
+    return encode_document(plain(path, **session))
 
 
 def test_an_identical_document_gets_the_verdict_back_marked_as_reused() -> None:
@@ -53,8 +58,8 @@ def test_any_difference_in_the_document_is_another_key() -> None:
         cache.key(document("/ws/b.txt")),
         cache.key(document(mode="plan")),
         cache.key(document(grants=[{"tool": "Bash"}])),
-        cache.key({**document(), "caller": {"principal": "bob"}}),
-        cache.key({**document(), "hooks": [{"decision": "allow"}]}),
+        cache.key(encode_document({**plain(), "caller": {"principal": "bob"}})),
+        cache.key(encode_document({**plain(), "hooks": [{"decision": "allow"}]})),
     ]
     assert base not in others and len(set(others)) == len(others)
 
@@ -95,7 +100,7 @@ def test_the_least_recently_used_go_first_when_full() -> None:
 
 def test_large_documents_and_a_disabled_cache_are_never_keyed() -> None:
     cache = DecisionCache(16, 60, Clock())
-    assert cache.key(document("x" * MAX_DOCUMENT_CHARS)) is None
+    assert cache.key(document("x" * MAX_DOCUMENT_BYTES)) is None
     assert DecisionCache(0, 60).key(document()) is None
     assert DecisionCache(16, 0).key(document()) is None
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import io
 import json
 import logging
+import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -13,16 +14,20 @@ from typing import Any, ClassVar
 import pytest
 from pydantic import Field
 
+from daemon.calls import pipeline as pipeline_module
 from daemon.calls.audit import AuditLog
 from daemon.calls.kept_outputs import KeptOutputs
 from daemon.calls.pipeline import CallRequest, Pipeline, PipelineLimits
 from daemon.errors import ToolError, ToolInputError, Unavailable
+from daemon.json_values import LARGE_VALUE_CHARS, canonical_input_hash
 from daemon.models import Caller, Outcome, ToolUse
 from daemon.ops.logs import JsonFormatter
+from daemon.policy.document_body import LargeDocument
 from daemon.policy.engine import PolicyEngine
 from daemon.policy.verdict import Verdict, parse_verdict
 from daemon.sessions.session import Session
 from daemon.sessions.store import SessionStore
+from daemon.tools import call as call_module
 from daemon.tools.contract import CallContext, Tool, ToolInput, ToolOutput, ToolTraits
 from daemon.tools.registry import ToolRegistry
 from sandbox.backend import SandboxLimits
@@ -379,3 +384,33 @@ async def test_an_undefined_or_malformed_decision_is_not_counted_as_the_policys_
             assert outcome.decision.outcome is Outcome.DENY
             assert outcome.decision.decision_id
         assert documents[-1]["refused_before"] == {"deny": 0, "ask": 0}
+
+
+async def test_a_large_inputs_hashes_and_policy_document_are_made_off_the_event_loop(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    threads: list[int] = []
+
+    def spying(tool_input: dict[str, Any]) -> str:
+        threads.append(threading.get_ident())
+        return canonical_input_hash(tool_input)
+
+    for module in (pipeline_module, call_module):
+        monkeypatch.setattr(module, "canonical_input_hash", spying)
+    documents: list[dict[str, Any]] = []
+    deny = Verdict(Outcome.DENY, ("not this",), None, None, by_policy=True)
+    pipeline = make_pipeline(tmp_path, FakeEngine(deny, documents=documents))
+    caller = Caller(principal="tester", transport="inproc")
+    for tool_use_id, text in (("toolu_small", "x"), ("toolu_large", "x" * LARGE_VALUE_CHARS)):
+        request = CallRequest(tool_use=ToolUse(id=tool_use_id, name="Echo", input={"text": text}))
+        prepared = await pipeline.prepare_off_loop(request, caller)
+        outcome = await pipeline.run(prepared, caller)
+        assert outcome.decision.outcome is Outcome.DENY
+    loop_thread = threading.get_ident()
+    # The small call: its input and its refusal hashed on the loop (cheaper than a thread).
+    # The large one: both again, and its refusal count looked up, none of it on the loop.
+    assert threads[:2] == [loop_thread, loop_thread]
+    assert len(threads) == 4 and loop_thread not in threads[2:]
+    assert not isinstance(documents[0], LargeDocument)
+    assert isinstance(documents[1], LargeDocument)
+    assert documents[1]["refused_before"] == {"deny": 0, "ask": 0}

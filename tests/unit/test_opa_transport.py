@@ -1,0 +1,122 @@
+"""What the OPA engine sends and how long it waits: documents as UTF-8 (escaped only when they
+cannot be), large ones encoded off the event loop, and a query's time limit growing with its
+document. A small HTTP server plays OPA (the real one: tests/integration/test_opa_server.py)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import threading
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import pytest
+from aiohttp import web
+
+from daemon.models import Outcome
+from daemon.policy import document_body
+from daemon.policy.document_body import LargeDocument, encode_document, encoded
+from daemon.policy.opa_engine import OPA_READS_BYTES_PER_S, OpaPolicyEngine
+from sandbox.backend import SandboxLimits
+
+SANDBOX = {"timeout_ms": 5000, "memory_mb": 256, "cpus": 1, "pids": 64, "network": "none"}
+ALLOW = {
+    "result": {"outcome": "allow", "reasons": [], "sandbox": SANDBOX, "result_budget_chars": 1000}
+}
+
+
+def test_non_ascii_text_is_sent_as_utf8_not_escaped() -> None:
+    body = encode_document({"content": "é" * 10}).body
+    assert body == '{"input":{"content":"éééééééééé"}}'.encode()
+
+
+def test_a_lone_surrogate_is_sent_escaped_and_reads_back_the_same() -> None:
+    document = {"path": "caf\udce9", "note": "é"}
+    body = encode_document(document).body
+    assert body.isascii()
+    assert json.loads(body) == {"input": document}
+
+
+def test_only_a_large_document_is_encoded_in_a_worker_thread(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    threads: list[int] = []
+
+    def spying(document: dict[str, Any]) -> document_body.EncodedDocument:
+        threads.append(threading.get_ident())
+        return encode_document(document)
+
+    monkeypatch.setattr(document_body, "encode_document", spying)
+
+    async def both() -> int:
+        await encoded({"small": "x"})
+        await encoded(LargeDocument(large="x"))
+        return threading.get_ident()
+
+    loop_thread = asyncio.run(both())
+    assert threads[0] == loop_thread
+    assert threads[1] != loop_thread
+
+
+@dataclass
+class SlowOpa:
+    """Answers a decision query with an allow after `delay_s`, keeping what it was sent; the
+    audit mask at once (there is none)."""
+
+    delay_s: float
+    bodies: list[bytes] = field(default_factory=list)
+    headers: list[dict[str, str]] = field(default_factory=list)
+
+    async def answer(self, request: web.Request) -> web.Response:
+        if request.match_info["rule"] != "decision":
+            return web.json_response({"result": []})
+        self.bodies.append(await request.read())
+        self.headers.append(dict(request.headers))
+        await asyncio.sleep(self.delay_s)
+        return web.json_response(ALLOW)
+
+
+@pytest.fixture
+async def slow_opa() -> AsyncIterator[tuple[SlowOpa, str]]:
+    opa = SlowOpa(delay_s=0.5)
+    app = web.Application(client_max_size=64 << 20)
+    app.router.add_post("/v1/data/tooljail/authz/{rule}", opa.answer)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    port = runner.addresses[0][1]
+    try:
+        yield opa, f"http://127.0.0.1:{port}"
+    finally:
+        await runner.cleanup()
+
+
+async def _engine(url: str, timeout_s: float) -> OpaPolicyEngine:
+    engine = OpaPolicyEngine(url, timeout_s, SandboxLimits(), "test", token="t0ken")
+    await engine.open()
+    return engine
+
+
+# aiohttp warns that a body over 1 MB takes a moment to copy on the event loop; it does.
+@pytest.mark.filterwarnings("ignore:Sending a large body:ResourceWarning")
+async def test_a_query_may_take_longer_the_larger_its_document(
+    slow_opa: tuple[SlowOpa, str],
+) -> None:
+    opa, url = slow_opa
+    engine = await _engine(url, timeout_s=0.1)
+    try:
+        small = await engine.decide({"input": {"file_path": "a"}})
+        # 16 MB: OPA may take 2 s more to read it than the 0.1 s a small document gets.
+        content = "é" * (8 << 20)
+        large = await engine.decide(LargeDocument(input={"content": content}))
+    finally:
+        await engine.close()
+    assert small.outcome is Outcome.DENY
+    assert "did not answer in time (TimeoutError)" in " ".join(small.reasons)
+    assert large.outcome is Outcome.ALLOW, large.reasons
+    sent = opa.bodies[-1]
+    assert len(sent) / OPA_READS_BYTES_PER_S > 1.0
+    assert json.loads(sent) == {"input": {"input": {"content": content}}}
+    assert opa.headers[-1]["Authorization"] == "Bearer t0ken"
