@@ -8,10 +8,11 @@ protobuf allows) the generated handlers let the DecodeError escape and the calle
 ``Undecodable`` marker instead, and the handler answers INVALID_ARGUMENT saying what was wrong.
 
 A method may also name a converter (daemon.server.convert) from its message to what the
-servicer works with; the servicer is then handed it as ``Decoded``. Both steps run where the
-deserializer runs, on the event loop, for a small request; a large one is decoded and converted
-in a worker thread: a Struct of a million values takes a second to convert, and every other
-caller would wait that long.
+servicer works with; the servicer is then handed a ``Decoded`` and awaits its value once it has
+admitted the caller. A small request is decoded and converted at once, where the deserializer
+runs, on the event loop. A large one is only kept as bytes until then, and decoded and converted
+in a worker thread, a few at a time: a Struct of a million values takes a second to convert, which
+would hold every other caller on the loop, and a flood of them would take every worker thread.
 """
 
 from __future__ import annotations
@@ -52,6 +53,9 @@ class Undecodable:
 LARGE_REQUEST_BYTES = 64 * 1024
 """Requests from this size on are decoded and converted in a worker thread (below, the thread
 costs more than the work)."""
+LARGE_DECODES_AT_ONCE = 2
+"""Large requests decoded at the same time (the others wait): the worker threads are shared with
+every call's own off-loop work."""
 
 T = TypeVar("T")
 Converter = Callable[[Any], object]
@@ -60,28 +64,39 @@ Decode = Callable[[bytes], object]
 
 
 @dataclasses.dataclass(frozen=True)
-class Decoded(Generic[T]):
-    """A request as its method's converter made it, or the RequestError it raised, which `get`
-    raises again: the servicer asks once it has admitted the caller."""
-
-    value: T | None = None
-    error: RequestError | None = None
-
-    def get(self) -> T:
-        """The converted request (RequestError when the request was not valid)."""
-        if self.error is not None:
-            raise self.error
-        return cast(T, self.value)
-
-
-@dataclasses.dataclass(frozen=True)
-class _Deferred:
-    """A large request's bytes, decoded by the handler in a worker thread."""
+class _Later:
+    """A large request's bytes, decoded in a worker thread when the servicer asks."""
 
     data: bytes
+    decode: Decode
+    limit: asyncio.Semaphore
+
+
+class Decoded(Generic[T]):
+    """A request for a method with a converter: its converted value, or why there is none."""
+
+    def __init__(self, outcome: object = None, later: _Later | None = None) -> None:
+        self._outcome = outcome
+        self._later = later
+
+    async def get(self) -> T:
+        """The converted request; RequestError when it is not valid."""
+        if self._later is not None:
+            later = self._later
+            async with later.limit:
+                self._outcome = await asyncio.to_thread(later.decode, later.data)
+            self._later = None
+        outcome = self._outcome
+        if isinstance(outcome, Undecodable):
+            raise RequestError(outcome.status_message())
+        if isinstance(outcome, RequestError):
+            raise outcome
+        return cast(T, outcome)
 
 
 def _decoder(message_class: type[protobuf_message.Message], converter: Converter | None) -> Decode:
+    """Bytes to the request message (then converted, when the method has a converter); never
+    raises for what the caller sent: it is an Undecodable or a RequestError instead."""
     name = message_class.DESCRIPTOR.full_name
 
     def decode(data: bytes) -> object:
@@ -92,29 +107,28 @@ def _decoder(message_class: type[protobuf_message.Message], converter: Converter
         if converter is None:
             return message
         try:
-            return Decoded(converter(message))
+            return converter(message)
         except RequestError as exc:
-            return Decoded(error=exc)
+            return exc
 
     return decode
 
 
-def _deserializer(decode: Decode) -> Decode:
+def _deserializer(decode: Decode, converted: bool, limit: asyncio.Semaphore) -> Decode:
     def deserialize(data: bytes) -> object:
-        return _Deferred(data) if len(data) >= LARGE_REQUEST_BYTES else decode(data)
+        if not converted:
+            return decode(data)
+        if len(data) >= LARGE_REQUEST_BYTES:
+            return Decoded[Any](later=_Later(data, decode, limit))
+        outcome = decode(data)
+        # Not a message at all: refused before the servicer, as for any method.
+        return outcome if isinstance(outcome, Undecodable) else Decoded[Any](outcome)
 
     return deserialize
 
 
-async def _finish(request: object, decode: Decode) -> object:
-    if isinstance(request, _Deferred):
-        return await asyncio.to_thread(decode, request.data)
-    return request
-
-
-def _guarded_unary(behaviour: UnaryBehaviour, decode: Decode) -> UnaryBehaviour:
+def _guarded_unary(behaviour: UnaryBehaviour) -> UnaryBehaviour:
     async def handle(request: object, context: Context) -> Any:
-        request = await _finish(request, decode)
         if isinstance(request, Undecodable):
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, request.status_message())
         try:
@@ -125,9 +139,8 @@ def _guarded_unary(behaviour: UnaryBehaviour, decode: Decode) -> UnaryBehaviour:
     return handle
 
 
-def _guarded_stream(behaviour: StreamBehaviour, decode: Decode) -> StreamBehaviour:
+def _guarded_stream(behaviour: StreamBehaviour) -> StreamBehaviour:
     async def handle(request: object, context: Context) -> AsyncIterator[Any]:
-        request = await _finish(request, decode)
         if isinstance(request, Undecodable):
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, request.status_message())
         try:
@@ -139,19 +152,18 @@ def _guarded_stream(behaviour: StreamBehaviour, decode: Decode) -> StreamBehavio
     return handle
 
 
-async def _decoded(requests: AsyncIterator[object], decode: Decode) -> AsyncIterator[object]:
+async def _decoded(requests: AsyncIterator[object]) -> AsyncIterator[object]:
     """A client stream's messages; one that did not decode ends it with RequestError."""
     async for request in requests:
-        request = await _finish(request, decode)
         if isinstance(request, Undecodable):
             raise RequestError(request.status_message())
         yield request
 
 
-def _guarded_bidi(behaviour: StreamBehaviour, decode: Decode) -> StreamBehaviour:
+def _guarded_bidi(behaviour: StreamBehaviour) -> StreamBehaviour:
     async def handle(requests: AsyncIterator[object], context: Context) -> AsyncIterator[Any]:
         try:
-            async for response in behaviour(_decoded(requests, decode), context):
+            async for response in behaviour(_decoded(requests), context):
                 yield response
         except TooljailError as exc:
             await context.abort(status_for(exc), status_message(exc))
@@ -160,17 +172,20 @@ def _guarded_bidi(behaviour: StreamBehaviour, decode: Decode) -> StreamBehaviour
 
 
 def _handler(
-    servicer: object, method: MethodDescriptor, converter: Converter | None
+    servicer: object,
+    method: MethodDescriptor,
+    converter: Converter | None,
+    limit: asyncio.Semaphore,
 ) -> grpc.RpcMethodHandler[Any, Any]:
     request_class = GetMessageClass(method.input_type)
     response_class = GetMessageClass(method.output_type)
     behaviour = getattr(servicer, method.name)
     decode = _decoder(request_class, converter)
-    deserializer = _deserializer(decode)
+    deserializer = _deserializer(decode, converter is not None, limit)
     serializer = response_class.SerializeToString
     if method.client_streaming and method.server_streaming:
         return grpc.stream_stream_rpc_method_handler(
-            _guarded_bidi(behaviour, decode),
+            _guarded_bidi(behaviour),
             request_deserializer=deserializer,
             response_serializer=serializer,
         )
@@ -178,12 +193,12 @@ def _handler(
         raise TypeError(f"{method.full_name}: client streaming alone is not supported by tooljail")
     if method.server_streaming:
         return grpc.unary_stream_rpc_method_handler(
-            _guarded_stream(behaviour, decode),
+            _guarded_stream(behaviour),
             request_deserializer=deserializer,
             response_serializer=serializer,
         )
     return grpc.unary_unary_rpc_method_handler(
-        _guarded_unary(behaviour, decode),
+        _guarded_unary(behaviour),
         request_deserializer=deserializer,
         response_serializer=serializer,
     )
@@ -196,13 +211,14 @@ def add_service(
     converters: Mapping[str, Converter] | None = None,
 ) -> None:
     """Register every method of ``service`` on ``server``, implemented by ``servicer``; a method
-    named in ``converters`` is handed its request converted, as ``Decoded``."""
+    named in ``converters`` is handed its request as ``Decoded``."""
     converters = converters or {}
+    limit = asyncio.Semaphore(LARGE_DECODES_AT_ONCE)
     unknown = set(converters) - {method.name for method in service.methods}
     if unknown:
         raise TypeError(f"{service.full_name} has no methods {sorted(unknown)}")
     handlers = {
-        method.name: _handler(servicer, method, converters.get(method.name))
+        method.name: _handler(servicer, method, converters.get(method.name), limit)
         for method in service.methods
     }
     server.add_generic_rpc_handlers(

@@ -83,7 +83,7 @@ class ExecutorService:
 
     async def Execute(self, request: Decoded[CallRequest], context: Context) -> pb.ExecuteResponse:
         caller = self._admit(context)
-        call = request.get()
+        call = await request.get()
         with self._counting_cancel(call.tool_use.name, context):
             outcome = await self._scheduler.execute(call, caller)
         return convert.outcome_to_proto(outcome)
@@ -105,7 +105,7 @@ class ExecutorService:
         self, request: Decoded[list[CallRequest]], context: Context
     ) -> AsyncIterator[pb.ExecuteResponse]:
         caller = self._admit(context)
-        calls = request.get()
+        calls = await request.get()
         async for outcome in self._scheduler.execute_batch(calls, caller):
             yield convert.outcome_to_proto(outcome)
 
@@ -113,7 +113,7 @@ class ExecutorService:
         self, request: Decoded[CallRequest], context: Context
     ) -> AsyncIterator[pb.ExecuteEvent]:
         caller = self._admit(context)
-        call = request.get()
+        call = await request.get()
         relay = ProgressRelay()
         call = dataclasses.replace(call, progress=relay.sink(call.tool_use.id))
 
@@ -133,7 +133,7 @@ class ExecutorService:
         relay = ProgressRelay(max_items=256)
         calls = [
             dataclasses.replace(call, progress=relay.sink(call.tool_use.id))
-            for call in request.get()
+            for call in await request.get()
         ]
         with self._turns.slot(caller.principal):
             async for event in _interleaved(self._scheduler.execute_batch(calls, caller), relay):
@@ -229,7 +229,7 @@ async def _feed(
     seen: set[str] = set()
     try:
         async for message in messages:
-            part = message.get()
+            part = await message.get()
             if isinstance(part, convert.TurnEnd):
                 break
             if isinstance(part, convert.TurnStart):

@@ -1,11 +1,14 @@
 """Request decoding at the gRPC edge: a method's converter runs on the event loop for a small
-request and in a worker thread for a large one (a Struct of a million values takes a second to
-convert), and what it refuses is INVALID_ARGUMENT either way, raised only once the servicer asks."""
+request; a large one (a Struct of a million values takes a second to convert) is converted in a
+worker thread, only once the servicer has admitted the caller, and only a few at a time. What a
+converter refuses is INVALID_ARGUMENT either way."""
 
 from __future__ import annotations
 
+import asyncio
 import threading
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
@@ -15,21 +18,27 @@ import pytest
 from daemon._generated.tooljail.v1 import executor_pb2 as pb
 from daemon._generated.tooljail.v1 import executor_pb2_grpc as pb_grpc
 from daemon.calls.pipeline import CallRequest
+from daemon.errors import Unauthenticated
 from daemon.server import convert
-from daemon.server.decoding import LARGE_REQUEST_BYTES, Decoded, add_service
+from daemon.server.decoding import LARGE_DECODES_AT_ONCE, LARGE_REQUEST_BYTES, Decoded, add_service
 
 EXECUTOR = pb.DESCRIPTOR.services_by_name["Executor"]
+LARGE = "x" * LARGE_REQUEST_BYTES
 
 
 class Echo:
-    """Answers Execute with the converted request's tool_use id (after "admitting" the caller)."""
+    """Answers Execute with the converted request's tool_use id; when `refused` says so, refuses
+    the caller before it asks for the request, as the real servicer admits callers first."""
 
-    def __init__(self) -> None:
+    def __init__(self, refused: Callable[[], bool] = lambda: False) -> None:
         self.admitted = 0
+        self._refused = refused
 
     async def Execute(self, request: Decoded[CallRequest], context: Any) -> pb.ExecuteResponse:
+        if self._refused():
+            raise Unauthenticated("not you")
         self.admitted += 1
-        call = request.get()
+        call = await request.get()
         return pb.ExecuteResponse(result=pb.ToolResult(tool_use_id=call.tool_use.id))
 
     def __getattr__(self, name: str) -> Any:
@@ -46,31 +55,42 @@ def _request(tool_use_id: str, text: str) -> pb.ExecuteRequest:
     return request
 
 
-async def test_only_a_large_request_is_converted_in_a_worker_thread(tmp_path: Path) -> None:
-    threads: list[int] = []
-
-    def converting(message: pb.ExecuteRequest) -> CallRequest:
-        threads.append(threading.get_ident())
-        return convert.call_request_from_proto(message)
-
-    servicer = Echo()
+@asynccontextmanager
+async def serving(
+    tmp_path: Path, servicer: Echo, converter: Callable[[pb.ExecuteRequest], CallRequest]
+) -> AsyncIterator[grpc.aio.Channel]:
     server = grpc.aio.server()
-    add_service(server, EXECUTOR, servicer, {"Execute": converting})
+    add_service(server, EXECUTOR, servicer, {"Execute": converter})
     target = f"unix://{tmp_path / 'd.sock'}"
     server.add_insecure_port(target)
     await server.start()
     try:
         async with grpc.aio.insecure_channel(target) as channel:
-            stub = pb_grpc.ExecutorStub(channel)
-            small = await stub.Execute(_request("toolu_small", "x"))
-            large = await stub.Execute(_request("toolu_large", "x" * LARGE_REQUEST_BYTES))
-            refusals = []
-            for text in ("x", "x" * LARGE_REQUEST_BYTES):
-                with pytest.raises(grpc.aio.AioRpcError) as raised:
-                    await stub.Execute(_request("", text))
-                refusals.append((raised.value.code(), raised.value.details()))
+            yield channel
     finally:
         await server.stop(None)
+
+
+def spy(threads: list[int]) -> Callable[[pb.ExecuteRequest], CallRequest]:
+    def converting(message: pb.ExecuteRequest) -> CallRequest:
+        threads.append(threading.get_ident())
+        return convert.call_request_from_proto(message)
+
+    return converting
+
+
+async def test_only_a_large_request_is_converted_in_a_worker_thread(tmp_path: Path) -> None:
+    threads: list[int] = []
+    servicer = Echo()
+    async with serving(tmp_path, servicer, spy(threads)) as channel:
+        stub = pb_grpc.ExecutorStub(channel)
+        small = await stub.Execute(_request("toolu_small", "x"))
+        large = await stub.Execute(_request("toolu_large", LARGE))
+        refusals = []
+        for text in ("x", LARGE):
+            with pytest.raises(grpc.aio.AioRpcError) as raised:
+                await stub.Execute(_request("", text))
+            refusals.append((raised.value.code(), raised.value.details()))
     loop_thread = threading.get_ident()
     assert (small.result.tool_use_id, large.result.tool_use_id) == ("toolu_small", "toolu_large")
     assert threads[0] == loop_thread and threads[1] != loop_thread
@@ -78,6 +98,55 @@ async def test_only_a_large_request_is_converted_in_a_worker_thread(tmp_path: Pa
                 "the id the model gave it")  # fmt: skip
     assert refusals == [expected, expected]
     assert servicer.admitted == 4, "a refused request must still reach the servicer's admission"
+
+
+async def test_a_large_request_of_a_refused_caller_is_never_converted(tmp_path: Path) -> None:
+    threads: list[int] = []
+    async with serving(tmp_path, Echo(refused=lambda: True), spy(threads)) as channel:
+        with pytest.raises(grpc.aio.AioRpcError) as raised:
+            await pb_grpc.ExecutorStub(channel).Execute(_request("toolu_large", LARGE))
+    assert raised.value.code() == grpc.StatusCode.UNAUTHENTICATED
+    assert threads == []
+
+
+async def test_a_large_request_that_is_not_protobuf_is_invalid_argument(tmp_path: Path) -> None:
+    async with serving(tmp_path, Echo(), spy([])) as channel:
+        raw = channel.unary_unary("/tooljail.v1.Executor/Execute", request_serializer=None)
+        with pytest.raises(grpc.aio.AioRpcError) as raised:
+            await raw(b"\x0a\xff\xff\xff\xff\x0f" + b"x" * LARGE_REQUEST_BYTES)
+    assert raised.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert "not a valid tooljail.v1.ExecuteRequest message" in raised.value.details()
+
+
+async def test_large_requests_are_converted_a_few_at_a_time(tmp_path: Path) -> None:
+    inside = 0
+    most = 0
+    lock = threading.Lock()
+    release = threading.Event()
+
+    def slow(message: pb.ExecuteRequest) -> CallRequest:
+        nonlocal inside, most
+        with lock:
+            inside += 1
+            most = max(most, inside)
+        release.wait(30)
+        with lock:
+            inside -= 1
+        return convert.call_request_from_proto(message)
+
+    async with serving(tmp_path, Echo(), slow) as channel:
+        stub = pb_grpc.ExecutorStub(channel)
+        calls = [
+            asyncio.ensure_future(stub.Execute(_request(f"toolu_{i}", LARGE)))
+            for i in range(LARGE_DECODES_AT_ONCE + 2)
+        ]
+        while most < LARGE_DECODES_AT_ONCE:
+            await asyncio.sleep(0.01)
+        await asyncio.sleep(0.3)  # time for a conversion past the limit to start, if it could
+        release.set()
+        answers = await asyncio.gather(*calls)
+    assert most == LARGE_DECODES_AT_ONCE
+    assert [a.result.tool_use_id for a in answers] == [f"toolu_{i}" for i in range(len(calls))]
 
 
 async def test_a_converter_for_a_method_the_service_lacks_is_refused() -> None:
