@@ -228,3 +228,21 @@ async def test_a_notebook_that_cannot_be_written_back_as_it_was_read_is_refused(
     )
     assert output.is_error and message in text_of(output), text_of(output)
     assert path.read_bytes() == before
+
+
+async def test_a_notebook_holding_a_lone_surrogate_is_edited_and_keeps_it(tmp_path: Path) -> None:
+    # JSON may escape half of a surrogate pair; Python reads it as a lone surrogate, which has
+    # no UTF-8 form: the notebook is written back with that one escaped as it was.
+    path = (tmp_path / "s.ipynb").resolve()
+    path.write_text(_notebook_with('"caf\\udce9 é"'))
+    context = make_context(tmp_path)
+    assert not (await run_tool(ReadTool(), {"file_path": str(path)}, context)).is_error
+    output = await run_tool(
+        NotebookEditTool(),
+        {"notebook_path": str(path), "cell_id": "c1", "new_source": "ü"},
+        context,
+    )
+    assert not output.is_error, text_of(output)
+    written = json.loads(path.read_bytes().decode("utf-8"))
+    assert written["metadata"]["x"] == "caf\udce9 é"
+    assert written["cells"][0]["source"] == "ü"

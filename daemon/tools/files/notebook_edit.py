@@ -204,11 +204,16 @@ def _dumped(document: dict[str, Any]) -> str:
     try:
         # No NaN or Infinity (a number too large for a float reads as one): not JSON.
         text = json.dumps(document, indent=1, ensure_ascii=False, allow_nan=False) + "\n"
+        try:
+            size = len(text.encode("utf-8"))
+        except UnicodeEncodeError:
+            # Half a surrogate pair, which JSON may escape, has no UTF-8 form: escaped again.
+            text = json.dumps(document, indent=1, allow_nan=False) + "\n"
+            size = len(text)
     except ValueError as exc:
         raise ToolError(
             f"The notebook holds a number JSON cannot write back ({exc}); change it with Edit."
         ) from None
-    size = len(text.encode("utf-8", "surrogatepass"))
     if size > MAX_EDITED_BYTES:
         raise ToolError(
             f"The notebook would be {size} bytes long once changed (numbers and indentation are "
