@@ -96,6 +96,9 @@ class _Masking:
             # Past the budget a whole container is one line: the audit must not grow with the
             # number of values a hostile input holds (the call's input_sha256 still binds it).
             return f"… [{len(value)} items not logged]"
+        if isinstance(value, dict | list | tuple):
+            # Even an empty one: a million `{}` must not be logged whole.
+            self._budget -= 8
         if isinstance(value, dict):
             masked: dict[str, Any] = {}
             for index, (key, item) in enumerate(value.items()):

@@ -432,3 +432,16 @@ def test_what_the_audit_keeps_of_a_huge_structured_input_stays_bounded() -> None
     logged = json.dumps(mask.apply(many))
     assert len(logged) < 4 * MAX_SCANNED_CHARS
     assert "more items not logged" in logged and "more keys not logged" in logged
+
+
+@pytest.mark.parametrize("empty", [{}, []], ids=["empty objects", "empty arrays"])
+def test_empty_containers_count_against_what_the_audit_keeps(empty: object) -> None:
+    """Three million empty objects used to be logged whole: an 11 MB audit line per call."""
+    import json
+
+    from daemon.policy.mask import MAX_SCANNED_CHARS, AuditMask
+
+    mask = AuditMask.parse([], [])
+    logged = json.dumps(mask.apply({"file_path": [empty] * 1_000_000, "deep": [[[empty]]] * 1000}))
+    assert len(logged) < 4 * MAX_SCANNED_CHARS
+    assert "more items not logged" in logged
