@@ -3,6 +3,9 @@
 A query may take the configured timeout plus the time OPA takes to read the document at a
 conservative rate: a 14 MB Write's document is read in about 0.2 s, so a fixed half-second
 timeout would deny large calls whenever the host is busy, while small ones keep a tight bound.
+OPA is asked about one large document at a time (the others wait, within their own time
+limit): a policy may spend seconds on one (a 4 MB Bash command split into words took 6 CPU
+seconds), and several at once would leave OPA no time for every other caller's small ones.
 """
 
 from __future__ import annotations
@@ -27,6 +30,8 @@ PACKAGE = "tooljail.authz"
 OPA_READS_BYTES_PER_S = 8_000_000
 """The slowest rate OPA is expected to read a policy document at: measured 45–85 MB/s on a
 2-core machine for 1 to 44 MB documents; a busy host reads several times slower."""
+LARGE_DOCUMENT_BYTES = 64 * 1024
+"""Documents from this size on are sent to OPA one at a time."""
 
 
 class OpaPolicyEngine(PolicyEngine):
@@ -49,6 +54,7 @@ class OpaPolicyEngine(PolicyEngine):
         self._timeout_s = timeout_s
         # No session-wide timeout: each query has its own, which grows with its document.
         self._client = client_for(url, None, token)
+        self._large_documents = asyncio.Semaphore(1)
         self._base_limits = base_limits
         self._revision = revision
         self._open = False
@@ -125,8 +131,14 @@ class OpaPolicyEngine(PolicyEngine):
         return await self._send(await encoded(document), rule)
 
     async def _send(self, document: EncodedDocument, rule: str) -> dict[str, Any]:
-        async with asyncio.timeout(self._timeout_s + len(document.body) / OPA_READS_BYTES_PER_S):
-            response = await self._client.query_rule(document, PACKAGE, rule)
+        size = len(document.body)
+        async with asyncio.timeout(self._timeout_s + size / OPA_READS_BYTES_PER_S):
+            if size < LARGE_DOCUMENT_BYTES:
+                response = await self._client.query_rule(document, PACKAGE, rule)
+            else:
+                # Leaving on a timeout closes the connection, and OPA stops evaluating.
+                async with self._large_documents:
+                    response = await self._client.query_rule(document, PACKAGE, rule)
         if not isinstance(response, dict):
             raise TypeError(f"OPA answered {type(response).__name__}, not an object")
         return response

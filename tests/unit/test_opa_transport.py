@@ -17,7 +17,7 @@ from aiohttp import web
 from daemon.models import Outcome
 from daemon.policy import document_body
 from daemon.policy.document_body import LargeDocument, encode_document, encoded
-from daemon.policy.opa_engine import OPA_READS_BYTES_PER_S, OpaPolicyEngine
+from daemon.policy.opa_engine import LARGE_DOCUMENT_BYTES, OPA_READS_BYTES_PER_S, OpaPolicyEngine
 from sandbox.backend import SandboxLimits
 
 SANDBOX = {"timeout_ms": 5000, "memory_mb": 256, "cpus": 1, "pids": 64, "network": "none"}
@@ -67,13 +67,20 @@ class SlowOpa:
     delay_s: float
     bodies: list[bytes] = field(default_factory=list)
     headers: list[dict[str, str]] = field(default_factory=list)
+    at_once: int = 0
+    most_at_once: int = 0
 
     async def answer(self, request: web.Request) -> web.Response:
         if request.match_info["rule"] != "decision":
             return web.json_response({"result": []})
         self.bodies.append(await request.read())
         self.headers.append(dict(request.headers))
-        await asyncio.sleep(self.delay_s)
+        self.at_once += 1
+        self.most_at_once = max(self.most_at_once, self.at_once)
+        try:
+            await asyncio.sleep(self.delay_s)
+        finally:
+            self.at_once -= 1
         return web.json_response(ALLOW)
 
 
@@ -120,3 +127,24 @@ async def test_a_query_may_take_longer_the_larger_its_document(
     assert len(sent) / OPA_READS_BYTES_PER_S > 1.0
     assert json.loads(sent) == {"input": {"input": {"content": content}}}
     assert opa.headers[-1]["Authorization"] == "Bearer t0ken"
+
+
+@pytest.mark.filterwarnings("ignore:Sending a large body:ResourceWarning")
+async def test_large_documents_go_to_opa_one_at_a_time_and_small_ones_pass_them(
+    slow_opa: tuple[SlowOpa, str],
+) -> None:
+    """A policy may spend seconds on one large document: several at once would leave OPA no
+    time for other callers' small ones (attacker round 55)."""
+    opa, url = slow_opa
+    opa.delay_s = 0.3
+    engine = await _engine(url, timeout_s=5.0)
+    try:
+        large = LargeDocument(input={"content": "x" * LARGE_DOCUMENT_BYTES})
+        decisions = [asyncio.ensure_future(engine.decide(large)) for _ in range(3)]
+        await asyncio.sleep(0.1)
+        small = await engine.decide({"input": {"file_path": "a"}})
+        verdicts = await asyncio.gather(*decisions)
+    finally:
+        await engine.close()
+    assert all(v.outcome is Outcome.ALLOW for v in [small, *verdicts])
+    assert opa.most_at_once == 2, "the small one beside one large one, never two large ones"
