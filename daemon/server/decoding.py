@@ -8,11 +8,11 @@ protobuf allows) the generated handlers let the DecodeError escape and the calle
 ``Undecodable`` marker instead, and the handler answers INVALID_ARGUMENT saying what was wrong.
 
 A method may also name a converter (daemon.server.convert) from its message to what the
-servicer works with; the servicer is then handed a ``Decoded`` and awaits its value once it has
-admitted the caller. A small request is decoded and converted at once, where the deserializer
-runs, on the event loop. A large one is only kept as bytes until then, and decoded and converted
-in a worker thread, a few at a time: a Struct of a million values takes a second to convert, which
-would hold every other caller on the loop, and a flood of them would take every worker thread.
+servicer works with; the servicer is then handed a ``Decoded``, the request's bytes, and awaits
+its value once it has admitted the caller (a caller without credentials costs no conversion). A
+small request is decoded and converted then on the event loop; a large one in a worker thread, a
+few at a time: a Struct of a million values takes a second to convert, which would hold every
+other caller on the loop, and a flood of them would take every worker thread.
 """
 
 from __future__ import annotations
@@ -50,9 +50,10 @@ class Undecodable:
         )
 
 
-LARGE_REQUEST_BYTES = 64 * 1024
-"""Requests from this size on are decoded and converted in a worker thread (below, the thread
-costs more than the work)."""
+LARGE_REQUEST_BYTES = 8 * 1024
+"""Requests from this size on are decoded and converted in a worker thread. Bytes bound the work
+loosely (a Struct value can take 2 bytes on the wire and 2 µs to convert): 8 KB, at most about
+8 ms on the loop."""
 LARGE_DECODES_AT_ONCE = 2
 """Large requests decoded at the same time (the others wait): the worker threads are shared with
 every call's own off-loop work."""
@@ -63,30 +64,21 @@ Converter = Callable[[Any], object]
 Decode = Callable[[bytes], object]
 
 
-@dataclasses.dataclass(frozen=True)
-class _Later:
-    """A large request's bytes, decoded in a worker thread when the servicer asks."""
-
-    data: bytes
-    decode: Decode
-    limit: asyncio.Semaphore
-
-
 class Decoded(Generic[T]):
-    """A request for a method with a converter: its converted value, or why there is none."""
+    """A request for a method with a converter, decoded and converted when the servicer asks."""
 
-    def __init__(self, outcome: object = None, later: _Later | None = None) -> None:
-        self._outcome = outcome
-        self._later = later
+    def __init__(self, data: bytes, decode: Decode, large: asyncio.Semaphore) -> None:
+        self._data = data
+        self._decode = decode
+        self._large = large
 
     async def get(self) -> T:
         """The converted request; RequestError when it is not valid."""
-        if self._later is not None:
-            later = self._later
-            async with later.limit:
-                self._outcome = await asyncio.to_thread(later.decode, later.data)
-            self._later = None
-        outcome = self._outcome
+        if len(self._data) < LARGE_REQUEST_BYTES:
+            outcome = self._decode(self._data)
+        else:
+            async with self._large:
+                outcome = await asyncio.to_thread(self._decode, self._data)
         if isinstance(outcome, Undecodable):
             raise RequestError(outcome.status_message())
         if isinstance(outcome, RequestError):
@@ -114,15 +106,9 @@ def _decoder(message_class: type[protobuf_message.Message], converter: Converter
     return decode
 
 
-def _deserializer(decode: Decode, converted: bool, limit: asyncio.Semaphore) -> Decode:
+def _deserializer(decode: Decode, converted: bool, large: asyncio.Semaphore) -> Decode:
     def deserialize(data: bytes) -> object:
-        if not converted:
-            return decode(data)
-        if len(data) >= LARGE_REQUEST_BYTES:
-            return Decoded[Any](later=_Later(data, decode, limit))
-        outcome = decode(data)
-        # Not a message at all: refused before the servicer, as for any method.
-        return outcome if isinstance(outcome, Undecodable) else Decoded[Any](outcome)
+        return Decoded[Any](data, decode, large) if converted else decode(data)
 
     return deserialize
 
@@ -175,13 +161,13 @@ def _handler(
     servicer: object,
     method: MethodDescriptor,
     converter: Converter | None,
-    limit: asyncio.Semaphore,
+    large: asyncio.Semaphore,
 ) -> grpc.RpcMethodHandler[Any, Any]:
     request_class = GetMessageClass(method.input_type)
     response_class = GetMessageClass(method.output_type)
     behaviour = getattr(servicer, method.name)
     decode = _decoder(request_class, converter)
-    deserializer = _deserializer(decode, converter is not None, limit)
+    deserializer = _deserializer(decode, converter is not None, large)
     serializer = response_class.SerializeToString
     if method.client_streaming and method.server_streaming:
         return grpc.stream_stream_rpc_method_handler(
@@ -213,12 +199,12 @@ def add_service(
     """Register every method of ``service`` on ``server``, implemented by ``servicer``; a method
     named in ``converters`` is handed its request as ``Decoded``."""
     converters = converters or {}
-    limit = asyncio.Semaphore(LARGE_DECODES_AT_ONCE)
+    large = asyncio.Semaphore(LARGE_DECODES_AT_ONCE)
     unknown = set(converters) - {method.name for method in service.methods}
     if unknown:
         raise TypeError(f"{service.full_name} has no methods {sorted(unknown)}")
     handlers = {
-        method.name: _handler(servicer, method, converters.get(method.name), limit)
+        method.name: _handler(servicer, method, converters.get(method.name), large)
         for method in service.methods
     }
     server.add_generic_rpc_handlers(

@@ -1,7 +1,7 @@
-"""Request decoding at the gRPC edge: a method's converter runs on the event loop for a small
-request; a large one (a Struct of a million values takes a second to convert) is converted in a
-worker thread, only once the servicer has admitted the caller, and only a few at a time. What a
-converter refuses is INVALID_ARGUMENT either way."""
+"""Request decoding at the gRPC edge: a method's converter runs only once the servicer has
+admitted the caller; on the event loop for a small request, in a worker thread for a large one (a
+Struct of a million values takes a second to convert), only a few at a time. What a converter
+refuses is INVALID_ARGUMENT either way."""
 
 from __future__ import annotations
 
@@ -100,11 +100,14 @@ async def test_only_a_large_request_is_converted_in_a_worker_thread(tmp_path: Pa
     assert servicer.admitted == 4, "a refused request must still reach the servicer's admission"
 
 
-async def test_a_large_request_of_a_refused_caller_is_never_converted(tmp_path: Path) -> None:
+@pytest.mark.parametrize("text", ["x", LARGE], ids=["small", "large"])
+async def test_the_request_of_a_refused_caller_is_never_converted(
+    tmp_path: Path, text: str
+) -> None:
     threads: list[int] = []
     async with serving(tmp_path, Echo(refused=lambda: True), spy(threads)) as channel:
         with pytest.raises(grpc.aio.AioRpcError) as raised:
-            await pb_grpc.ExecutorStub(channel).Execute(_request("toolu_large", LARGE))
+            await pb_grpc.ExecutorStub(channel).Execute(_request("toolu_refused", text))
     assert raised.value.code() == grpc.StatusCode.UNAUTHENTICATED
     assert threads == []
 
