@@ -398,6 +398,16 @@ class Pipeline:
             summary = f"{tool_use.name}: the workspace was moved"
             result = _error(tool_use.id, str(exc))
             return self._finish(prepared, trace, caller, None, result, summary=summary)
+        if prepared.call.analysed_in != prepared.session.cwd:
+            # A call before it (a `cd` earlier in its batch) moved the session since this one
+            # was analysed: it is analysed again where it will run, and that is what is judged.
+            try:
+                again = prepared.call.with_input(tool_use.input)
+            except ToolError as exc:
+                summary = f"{tool_use.name}: invalid input"
+                result = _error(tool_use.id, str(exc))
+                return self._finish(prepared, trace, caller, None, result, summary=summary)
+            prepared = dataclasses.replace(prepared, call=again)
         try:
             hooked = await self._hooks.before(prepared.call)
         except ToolError as exc:

@@ -19,6 +19,7 @@ import functools
 import logging
 import uuid
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from daemon.errors import SandboxError, ToolError
@@ -44,6 +45,9 @@ class ToolCall:
     """The validated (possibly normalised) input: an instance of the tool's input model."""
     session: Session
     facts: CallFacts
+    analysed_in: Path | None = None
+    """The session's working directory when the call was analysed: what a relative path in the
+    input meant (the session's `cwd`, None for its workspace root)."""
 
     @classmethod
     def prepare(
@@ -51,9 +55,10 @@ class ToolCall:
     ) -> ToolCall:
         """Validate `raw_input` (schema, then semantics) and analyse the call; raises
         ToolInputError saying what is wrong, or PrepareFailed when the tool itself failed."""
+        analysed_in = session.cwd
         try:
             args = tool.validate(parse_input(tool, raw_input), session)
-            return cls(tool_use_id, tool, args, session, tool.analyse(args, session))
+            return cls(tool_use_id, tool, args, session, tool.analyse(args, session), analysed_in)
         except ToolError:
             raise
         except Exception as exc:

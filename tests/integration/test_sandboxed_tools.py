@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import time
 from pathlib import Path
 
@@ -10,7 +11,7 @@ import pytest
 
 from daemon._generated.tooljail.v1 import executor_pb2 as pb
 from tests.integration.conftest import OWNER_GID, OWNER_UID, wait_no_containers
-from tests.integration.harness import RunningDaemon, text_of
+from tests.integration.harness import RunningDaemon, running_daemon, text_of
 
 pytestmark = [pytest.mark.integration, pytest.mark.docker]
 
@@ -164,3 +165,33 @@ def test_client_cancel_kills_the_container(sandbox_daemon: RunningDaemon) -> Non
         future.result()
     keep = sandbox_daemon.settings.sandbox.pool_size
     assert wait_no_containers(sandbox_daemon.daemon.instance_id, keep=keep) <= keep
+
+
+@pytest.mark.docker
+def test_a_cd_earlier_in_a_batch_moves_where_a_later_call_is_judged(short_tmp: Path) -> None:
+    """Attacker round 55: from a/b, the batch [cd a, rm -rf ../../<workspace>] was judged where
+    the session stood when the batch arrived (a/b, where the path is a missing subfolder) and
+    allowed; it ran from a and deleted the whole workspace."""
+    workspace = short_tmp / "ws-cd"
+    (workspace / "a" / "b").mkdir(parents=True)
+    (workspace / "keep.txt").write_text("kept\n")
+    for path in (workspace, workspace / "a", workspace / "a" / "b", workspace / "keep.txt"):
+        os.chown(path, OWNER_UID, OWNER_GID)
+    with running_daemon(
+        workspace, short_tmp / "cd.sock", sandbox={"pool_size": 1, "ceilings": {"pids": 128}}
+    ) as daemon:
+        if daemon.daemon.sandbox is None or daemon.daemon.sandbox.stats() is None:
+            pytest.skip("the daemon found no Docker engine")
+        moved = daemon.execute("Bash", {"command": f"cd {workspace}/a/b"})
+        assert not moved.result.is_error, text_of(moved)
+        uses = [
+            pb.ToolUse(id="toolu_cd_up", name="Bash"),
+            pb.ToolUse(id="toolu_rm_root", name="Bash"),
+        ]
+        uses[0].input.update({"command": f"cd {workspace}/a"})
+        uses[1].input.update({"command": f"rm -rf ../../{workspace.name}"})
+        answers = list(daemon.stub.ExecuteBatch(pb.ExecuteBatchRequest(tool_uses=uses)))
+    assert answers[0].decision.outcome == pb.ALLOW, text_of(answers[0])
+    assert answers[1].decision.outcome == pb.ASK, text_of(answers[1])
+    assert "recursively deletes the workspace root" in text_of(answers[1])
+    assert (workspace / "keep.txt").read_text() == "kept\n"
