@@ -347,6 +347,20 @@ class Redirect(_Part):
     target: str = Field(description="The target word as written.")
 
 
+class WrittenFile(_Part):
+    """An output redirection's target, as the files it may name."""
+
+    target: str = Field(description="The target as written.")
+    paths: list[str] = Field(
+        description="Full paths with links on disk followed: from the directory the line starts "
+        "in (the session's cwd) and from each directory a `cd` in it is followed to."
+    )
+    known: bool = Field(
+        description="False when where it writes cannot be told: an expansion in the target, a "
+        "`cd` that cannot be followed, too many paths to resolve. `paths` is then incomplete."
+    )
+
+
 class Command(_Part):
     """Bash only: the command line parsed without running anything. Every simple command found
     anywhere in it (pipelines, lists, subshells, groups, command and process substitutions,
@@ -374,6 +388,11 @@ class Command(_Part):
     written_paths: list[str] = Field(
         description="Targets of the output redirections, as written (paths a program writes by "
         "itself are not guessed)."
+    )
+    written_files: list[WrittenFile] = Field(
+        default=[],
+        description="Each output redirection's target as the files it may be, one per "
+        "directory the line may be in when it writes.",
     )
 
 

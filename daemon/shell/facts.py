@@ -134,3 +134,31 @@ def _after_cd(command: SimpleCommand, current: str) -> str:
     if len(words) != 1 or words[0].dynamic or words[0].text == "-":
         return ""  # `cd` alone goes home, `cd -` back: neither is known here
     return words[0].path
+
+
+_RUN_TIME_CHARACTERS = frozenset("$`*?[{~")
+"""A redirect target holding one of these names a file only known at run time."""
+
+
+def written_files(line: ParsedCommand, directories: list[str]) -> list[dict[str, Any]]:
+    """Each output redirection's target as the files it may be: from every directory the line
+    may be in when it writes (`directories`: where it starts and each `cd` it follows), with
+    links on disk followed. `known` is false when a target's place cannot be told (an expansion
+    in it, a `cd` that cannot be followed, or past the resolving budget)."""
+    places = list(dict.fromkeys(directories))
+    budget = _MAX_RESOLVED
+    files = []
+    for target in line.written_paths:
+        paths: list[str] = []
+        known = not _RUN_TIME_CHARACTERS.intersection(target)
+        bases = ["/"] if target.startswith("/") else places
+        for base in bases if known else []:
+            path = normalised(base, target)
+            if not path or budget <= 0:
+                known = False
+                continue
+            budget -= 1
+            # Only names the disk holds are followed; nothing is opened.
+            paths.append(os.path.realpath(path))
+        files.append({"target": target, "paths": list(dict.fromkeys(paths)), "known": known})
+    return files

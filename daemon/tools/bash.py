@@ -21,7 +21,7 @@ from daemon.errors import ToolError, ToolInputError
 from daemon.host.confine import is_inside
 from daemon.models import TextContent
 from daemon.sessions.session import Session
-from daemon.shell.facts import command_facts, hidden_code
+from daemon.shell.facts import command_facts, hidden_code, written_files
 from daemon.shell.model import ParsedCommand
 from daemon.shell.parse import parse_command
 from daemon.shell.readonly import is_read_only
@@ -164,6 +164,8 @@ class BashTool(Tool[BashInput, BashRun]):
     def analyse(self, args: BashInput, session: Session) -> CallFacts:
         line = parse_command(args.command)
         cwd = session.cwd or session.workspace
+        commands = command_facts(line, str(cwd))
+        directories = [str(cwd), *(command["cwd"] for command in commands)]
         return self.facts(
             # A line that only reads may run beside other safe calls (and a failure then
             # cancels them).
@@ -173,7 +175,8 @@ class BashTool(Tool[BashInput, BashRun]):
                 "command": {
                     **line.to_policy(),
                     "cwd": str(cwd),
-                    "simple_commands": command_facts(line, str(cwd)),
+                    "simple_commands": commands,
+                    "written_files": written_files(line, directories),
                     "hidden_code": hidden_code(line),
                 }
             },

@@ -195,3 +195,31 @@ def test_a_cd_earlier_in_a_batch_moves_where_a_later_call_is_judged(short_tmp: P
     assert answers[1].decision.outcome == pb.ASK, text_of(answers[1])
     assert "recursively deletes the workspace root" in text_of(answers[1])
     assert (workspace / "keep.txt").read_text() == "kept\n"
+
+
+@pytest.mark.docker
+def test_writing_git_hooks_or_config_from_inside_dot_git_asks(short_tmp: Path) -> None:
+    """Attacker round 55: redirect targets were judged as written, so `hooks/pre-commit` after
+    a `cd` into .git (in the line, or by an earlier call) was written without asking."""
+    workspace = short_tmp / "ws-git"
+    (workspace / ".git" / "hooks").mkdir(parents=True)
+    (workspace / ".git" / "config").write_text("[core]\n")
+    for path in (workspace, workspace / ".git", workspace / ".git" / "hooks"):
+        os.chown(path, OWNER_UID, OWNER_GID)
+    os.chown(workspace / ".git" / "config", OWNER_UID, OWNER_GID)
+    with running_daemon(
+        workspace, short_tmp / "git.sock", sandbox={"pool_size": 1, "ceilings": {"pids": 128}}
+    ) as daemon:
+        if daemon.daemon.sandbox is None or daemon.daemon.sandbox.stats() is None:
+            pytest.skip("the daemon found no Docker engine")
+        in_line = daemon.execute(
+            "Bash", {"command": f"cd {workspace}/.git && printf 'touch x' > hooks/pre-commit"}
+        )
+        moved = daemon.execute("Bash", {"command": f"cd {workspace}/.git"})
+        later = daemon.execute("Bash", {"command": "printf '[alias]\\n' >> config"})
+    assert in_line.decision.outcome == pb.ASK, text_of(in_line)
+    assert f"{workspace}/.git/hooks/pre-commit" in text_of(in_line)
+    assert moved.decision.outcome == pb.ALLOW, text_of(moved)
+    assert later.decision.outcome == pb.ASK, text_of(later)
+    assert not (workspace / ".git" / "hooks" / "pre-commit").exists()
+    assert (workspace / ".git" / "config").read_text() == "[core]\n"

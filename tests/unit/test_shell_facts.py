@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from daemon.shell.facts import command_facts, hidden_code
+from daemon.shell.facts import command_facts, hidden_code, written_files
 from daemon.shell.git import parse_git
 from daemon.shell.parse import parse_command
 
@@ -138,3 +138,38 @@ def test_code_hidden_in_a_subscript_is_found(line: str) -> None:
 @pytest.mark.parametrize("line", ['[ -n "$(ls)" ]', "echo $((1 + 2))", "arr[$i]=1", "ls"])
 def test_ordinary_lines_hide_no_code(line: str) -> None:
     assert not hidden_code(parse_command(line))
+
+
+def _written(line: str, cwd: str) -> list[dict[str, Any]]:
+    parsed = parse_command(line)
+    directories = [cwd, *(c["cwd"] for c in command_facts(parsed, cwd))]
+    return written_files(parsed, directories)
+
+
+def test_a_redirect_is_resolved_from_every_directory_the_line_writes_from(tmp_path: Path) -> None:
+    ws = str(tmp_path)
+    [hook] = _written(f"cd {ws}/.git && printf x > hooks/pre-commit", ws)
+    assert hook == {
+        "target": "hooks/pre-commit",
+        "paths": [f"{ws}/hooks/pre-commit", f"{ws}/.git/hooks/pre-commit"],
+        "known": True,
+    }
+    [absolute] = _written("echo x > /srv/ws/.git/config", ws)
+    assert absolute["paths"] == ["/srv/ws/.git/config"] and absolute["known"]
+
+
+def test_a_link_on_disk_is_followed(tmp_path: Path) -> None:
+    (tmp_path / ".git" / "hooks").mkdir(parents=True)
+    (tmp_path / "h").symlink_to(tmp_path / ".git" / "hooks")
+    [through] = _written("echo x > h/pre-commit", str(tmp_path))
+    assert through["paths"] == [f"{tmp_path}/.git/hooks/pre-commit"]
+
+
+@pytest.mark.parametrize(
+    "line",
+    ['cd "$D" && echo x > config', "cd x; echo x > config", "echo x > $HOME/config"],
+    ids=["cd to an expansion", "cd that may fail", "expansion in the target"],
+)
+def test_a_place_that_cannot_be_told_is_not_known(tmp_path: Path, line: str) -> None:
+    [written] = _written(line, str(tmp_path))
+    assert not written["known"]

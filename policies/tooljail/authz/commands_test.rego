@@ -952,6 +952,22 @@ test_writing_git_control_files_asks if {
 	decides(hook, "ask", ".git/hooks/pre-commit")
 }
 
+test_writing_git_control_files_from_inside_git_asks if {
+	line := "cd /srv/ws/.git && printf x > hooks/pre-commit"
+	written := {"target": "hooks/pre-commit", "paths": ["/srv/ws/hooks/pre-commit", "/srv/ws/.git/hooks/pre-commit"], "known": true}
+	doc := object.union(bash_line(line, [simple(["cd", "/srv/ws/.git"]), simple(["printf", "x"])]), {"command": {"written_paths": ["hooks/pre-commit"], "written_files": [written]}})
+	decides(doc, "ask", "/srv/ws/.git/hooks/pre-commit")
+}
+
+test_a_git_like_target_in_a_place_unknown_asks_and_others_do_not if {
+	unknown := {"target": "./config", "paths": [], "known": false}
+	doc := object.union(bash_line("cd \"$D\" && echo x > ./config", [simple(["echo", "x"])]), {"command": {"written_paths": ["./config"], "written_files": [unknown]}})
+	decides(doc, "ask", "it writes ./config")
+	other := {"target": "notes.txt", "paths": [], "known": false}
+	plain := object.union(bash_line("cd \"$D\" && echo x > notes.txt", [simple(["echo", "x"])]), {"command": {"written_paths": ["notes.txt"], "written_files": [other]}})
+	count(data.tooljail.authz.git_control_writes) == 0 with input as plain
+}
+
 attack_lines := {
 	"tar --remove-files -cf /dev/null .": [simple(["tar", "--remove-files", "-cf", "/dev/null", "."])],
 	"rsync -a --delete empty/ ./": [simple(["rsync", "-a", "--delete", "empty/", "./"])],

@@ -81,6 +81,22 @@ git_control_writes contains target if {
 	git_control_path(target)
 }
 
+# The redirect's target from the directory the command is in (the session's, or one a `cd` in the
+# line moved to): `cd .git && echo x > hooks/pre-commit`.
+git_control_writes contains path if {
+	some written in object.get(input, ["command", "written_files"], [])
+	some path in written.paths
+	git_control_path(path)
+}
+
+# Where it writes cannot be told: a target named as git's own files are, inside .git, is taken
+# to be one.
+git_control_writes contains written.target if {
+	some written in object.get(input, ["command", "written_files"], [])
+	not written.known
+	regex.match(`^(\./)*(config|hooks(/|$)|info/attributes)`, written.target)
+}
+
 git_control_path(path) if regex.match(`(^|/)\.git/(config|hooks(/|$)|info/attributes)`, path)
 
 git_control_path(path) if regex.match(`(^|/)\.gitattributes$|(^|/)\.gitmodules$`, path)
