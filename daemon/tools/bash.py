@@ -21,9 +21,9 @@ from daemon.errors import ToolError, ToolInputError
 from daemon.host.confine import is_inside
 from daemon.models import TextContent
 from daemon.sessions.session import Session
+from daemon.shell.bounded import parse_bounded
 from daemon.shell.facts import command_facts, hidden_code, written_files
 from daemon.shell.model import ParsedCommand
-from daemon.shell.parse import parse_command
 from daemon.shell.readonly import is_read_only
 from daemon.shell.status import benign_meaning
 from daemon.tools.contract import (
@@ -162,7 +162,7 @@ class BashTool(Tool[BashInput, BashRun]):
         return args
 
     def analyse(self, args: BashInput, session: Session) -> CallFacts:
-        line = parse_command(args.command)
+        line = parse_bounded(args.command)
         cwd = session.cwd or session.workspace
         commands = command_facts(line, str(cwd))
         directories = [str(cwd), *(command["cwd"] for command in commands)]
