@@ -48,7 +48,32 @@ def tool_use_from_proto(message: pb.ToolUse, where: str = "tool_use") -> ToolUse
         raw = json_format.MessageToDict(message.input) if message.HasField("input") else {}
     except ValueError as exc:  # NaN or an infinite number: not JSON, so not a tool input
         raise RequestError(f"{where}.input is not valid JSON: {exc}") from exc
+    if _more_values_than(raw, MAX_INPUT_VALUES):
+        raise RequestError(
+            f"{where}.input holds more than {MAX_INPUT_VALUES} values (objects, arrays, numbers, "
+            "texts); no tool takes that many: send the data as text, or in several calls"
+        )
     return ToolUse(id=message.id, name=message.name, input=raw)
+
+
+MAX_INPUT_VALUES = 100_000
+"""Values one tool input may hold. Each costs about 70 bytes once decoded, whatever it cost on
+the wire (`{}` costs 2): 15 MB of them took 270 MB, held while their turn lasts."""
+
+
+def _more_values_than(value: object, limit: int) -> bool:
+    count = 0
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        count += 1
+        if count > limit:
+            return True
+        if isinstance(item, dict):
+            stack.extend(item.values())
+        elif isinstance(item, list):
+            stack.extend(item)
+    return False
 
 
 def call_request_from_proto(message: pb.ExecuteRequest) -> CallRequest:

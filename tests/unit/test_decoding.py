@@ -18,7 +18,7 @@ import pytest
 from daemon._generated.tooljail.v1 import executor_pb2 as pb
 from daemon._generated.tooljail.v1 import executor_pb2_grpc as pb_grpc
 from daemon.calls.pipeline import CallRequest
-from daemon.errors import Unauthenticated
+from daemon.errors import RequestError, Unauthenticated
 from daemon.server import convert
 from daemon.server.decoding import LARGE_DECODES_AT_ONCE, LARGE_REQUEST_BYTES, Decoded, add_service
 
@@ -156,3 +156,14 @@ async def test_a_converter_for_a_method_the_service_lacks_is_refused() -> None:
     server = grpc.aio.server()
     with pytest.raises(TypeError, match="has no methods"):
         add_service(server, EXECUTOR, Echo(), {"Exceute": convert.call_request_from_proto})
+
+
+def test_an_input_of_too_many_values_is_refused_whatever_its_size_on_the_wire() -> None:
+    """`{}` costs 2 bytes on the wire and about 70 once decoded, held while its turn lasts."""
+    request = _request("toolu_many", "x")
+    request.tool_use.input.update({"flags": [{}] * convert.MAX_INPUT_VALUES})
+    with pytest.raises(RequestError, match="holds more than 100000 values"):
+        convert.call_request_from_proto(request)
+    fewer = _request("toolu_fewer", "x")
+    fewer.tool_use.input.update({"flags": [{}] * (convert.MAX_INPUT_VALUES - 10)})
+    assert len(convert.call_request_from_proto(fewer).tool_use.input["flags"]) > 0
