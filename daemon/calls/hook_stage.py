@@ -77,7 +77,8 @@ class HookStage:
             return AfterPreHooks(call, NO_HOOKS)
         outcome = await self._engine.pre_tool_use(_hook_call(call))
         if outcome.updated_input is not None:
-            call = call.with_input(outcome.updated_input)
+            # Checked and analysed again, which may block (a long Bash line's parse).
+            call = await asyncio.to_thread(call.with_input, outcome.updated_input)
         return AfterPreHooks(call, outcome)
 
     @staticmethod

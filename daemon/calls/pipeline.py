@@ -402,7 +402,7 @@ class Pipeline:
             # A call before it (a `cd` earlier in its batch) moved the session since this one
             # was analysed: it is analysed again where it will run, and that is what is judged.
             try:
-                again = prepared.call.with_input(tool_use.input)
+                again = await asyncio.to_thread(prepared.call.with_input, tool_use.input)
             except ToolError as exc:
                 summary = f"{tool_use.name}: invalid input"
                 result = _error(tool_use.id, str(exc))

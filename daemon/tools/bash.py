@@ -117,6 +117,7 @@ class BashTool(Tool[BashInput, BashRun]):
     """Shell commands in the sandbox."""
 
     name: ClassVar[str] = "Bash"
+    prepares_off_loop = True  # a long line waits for the parser's child process
     description: ClassVar[str] = (
         "Runs a bash command in a disposable, isolated container and returns its output "
         "(stdout and stderr merged).\n"
