@@ -398,9 +398,10 @@ class Pipeline:
             summary = f"{tool_use.name}: the workspace was moved"
             result = _error(tool_use.id, str(exc))
             return self._finish(prepared, trace, caller, None, result, summary=summary)
-        if prepared.call.analysed_in != prepared.session.cwd:
-            # A call before it (a `cd` earlier in its batch) moved the session since this one
-            # was analysed: it is analysed again where it will run, and that is what is judged.
+        if prepared.call.stale:
+            # A call before it (a `cd`, a link made earlier in its batch or while it waited for
+            # the session) changed what its paths name: it is analysed again now, under the
+            # session's lock, and that is what is judged.
             try:
                 again = await asyncio.to_thread(prepared.call.with_input, tool_use.input)
             except ToolError as exc:
@@ -523,6 +524,9 @@ class Pipeline:
                     call, functools.partial(self._audit_interrupted, prepared, caller, verdict)
                 )
                 raise
+            finally:
+                if not call.facts.read_only:
+                    call.session.changes += 1
         trace.timings["exec_s"] = time.monotonic() - exec_started
         timeline.mark("tool_end")
         output = ran.output

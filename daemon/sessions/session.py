@@ -81,6 +81,9 @@ class Session:
     reads: dict[Path, ReadRecord] = field(default_factory=dict)
     cwd: Path | None = None
     """Working directory Bash starts in (the workspace until a command changes it)."""
+    changes: int = 0
+    """Calls that may have changed the workspace (not read-only) ended so far: a call analysed
+    before one more ended is analysed again before it is judged (a link made meanwhile)."""
     root: PinnedDirectory | None = None
     """The workspace held by descriptor (pinned when the session was opened, or on first use)."""
     sandbox_as: tuple[int, int] | None = None

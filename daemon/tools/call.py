@@ -48,6 +48,8 @@ class ToolCall:
     analysed_in: Path | None = None
     """The session's working directory when the call was analysed: what a relative path in the
     input meant (the session's `cwd`, None for its workspace root)."""
+    analysed_after: int = 0
+    """How many changing calls of the session had ended when it was analysed (`changes`)."""
 
     @classmethod
     def prepare(
@@ -55,10 +57,11 @@ class ToolCall:
     ) -> ToolCall:
         """Validate `raw_input` (schema, then semantics) and analyse the call; raises
         ToolInputError saying what is wrong, or PrepareFailed when the tool itself failed."""
-        analysed_in = session.cwd
+        analysed_in, analysed_after = session.cwd, session.changes
         try:
             args = tool.validate(parse_input(tool, raw_input), session)
-            return cls(tool_use_id, tool, args, session, tool.analyse(args, session), analysed_in)
+            facts = tool.analyse(args, session)
+            return cls(tool_use_id, tool, args, session, facts, analysed_in, analysed_after)
         except ToolError:
             raise
         except Exception as exc:
@@ -81,6 +84,12 @@ class ToolCall:
         """The validated input as JSON (policy input, approval binding, hooks)."""
         dumped: dict[str, Any] = self.args.model_dump(mode="json", by_alias=True)
         return dumped
+
+    @property
+    def stale(self) -> bool:
+        """The session moved, or a call that may have changed the workspace ended, since this
+        call was analysed: what its paths name may have changed (a `cd`, a link)."""
+        return self.analysed_in != self.session.cwd or self.analysed_after != self.session.changes
 
     @functools.cached_property
     def input_hash(self) -> str:

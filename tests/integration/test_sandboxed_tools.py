@@ -223,3 +223,31 @@ def test_writing_git_hooks_or_config_from_inside_dot_git_asks(short_tmp: Path) -
     assert later.decision.outcome == pb.ASK, text_of(later)
     assert not (workspace / ".git" / "hooks" / "pre-commit").exists()
     assert (workspace / ".git" / "config").read_text() == "[core]\n"
+
+
+@pytest.mark.docker
+def test_a_link_made_earlier_in_a_batch_is_seen_by_a_later_calls_judgement(
+    short_tmp: Path,
+) -> None:
+    """Attacker round 56: [ln -sfn <workspace> L, rm -rf L/] in one batch was judged before the
+    link existed; both were allowed and the workspace was emptied."""
+    workspace = short_tmp / "ws-ln"
+    workspace.mkdir()
+    (workspace / "keep.txt").write_text("kept\n")
+    for path in (workspace, workspace / "keep.txt"):
+        os.chown(path, OWNER_UID, OWNER_GID)
+    with running_daemon(
+        workspace, short_tmp / "ln.sock", sandbox={"pool_size": 1, "ceilings": {"pids": 128}}
+    ) as daemon:
+        if daemon.daemon.sandbox is None or daemon.daemon.sandbox.stats() is None:
+            pytest.skip("the daemon found no Docker engine")
+        # A first command settles the session's working directory, so the batch moves nothing.
+        assert not daemon.execute("Bash", {"command": "true"}).result.is_error
+        uses = [pb.ToolUse(id="toolu_ln", name="Bash"), pb.ToolUse(id="toolu_rm_link", name="Bash")]
+        uses[0].input.update({"command": f"ln -sfn {workspace} L"})
+        uses[1].input.update({"command": "rm -rf L/"})
+        answers = list(daemon.stub.ExecuteBatch(pb.ExecuteBatchRequest(tool_uses=uses)))
+    assert answers[0].decision.outcome == pb.ALLOW, text_of(answers[0])
+    assert answers[1].decision.outcome == pb.ASK, text_of(answers[1])
+    assert "recursively deletes the workspace root" in text_of(answers[1])
+    assert (workspace / "keep.txt").read_text() == "kept\n"
