@@ -18,6 +18,7 @@ from __future__ import annotations
 import tree_sitter
 import tree_sitter_bash
 
+from daemon.shell.bounded import IN_THREAD_CHARS
 from daemon.shell.parse import parse_command
 
 _PARSER = tree_sitter.Parser(tree_sitter.Language(tree_sitter_bash.language()))
@@ -34,7 +35,9 @@ _HARMLESS_TARGETS = frozenset({"/dev/null"})
 def benign_meaning(raw: str, exit_code: int) -> str:
     """What exit `exit_code` of the line `raw` says when it is an answer ("no match found"),
     "" when it is a failure."""
-    if exit_code != 1 or "pipefail" in raw:
+    if exit_code != 1 or "pipefail" in raw or len(raw) > IN_THREAD_CHARS:
+        # A longer line may take tree-sitter seconds, holding the GIL (daemon.shell.bounded);
+        # its failure is then shown as it is.
         return ""
     tree = _PARSER.parse(raw.encode("utf-8", "surrogateescape"))
     if tree.root_node.has_error:

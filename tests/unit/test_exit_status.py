@@ -3,8 +3,11 @@ only of the command whose status is the line's, only where that is certain."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
+from daemon.shell import status
 from daemon.shell.status import benign_meaning
 
 
@@ -87,3 +90,25 @@ def test_anything_less_certain_stays_a_failure(line: str) -> None:
 def test_only_exit_1_is_an_answer() -> None:
     assert benign_meaning("grep needle missing.txt", 2) == ""  # 2: grep could not read
     assert benign_meaning("diff a b", 0) == ""
+
+
+def test_a_long_line_is_not_parsed_again_for_its_meaning(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Attacker round 56: a 75 KB line that exits 1 was parsed again on the event loop after it
+    ran, 1.5 s of tree-sitter holding the GIL."""
+    parsed: list[str] = []
+    real = status._PARSER.parse
+    monkeypatch.setattr(status, "_PARSER", _Spy(real, parsed))
+    status.benign_meaning("grep -q x f", 1)
+    assert parsed == ["grep -q x f"]
+    parsed.clear()
+    assert status.benign_meaning("for a do :; done; " + "true|" * 3000 + "false", 1) == ""
+    assert parsed == []
+
+
+class _Spy:
+    def __init__(self, real: Any, seen: list[str]) -> None:
+        self._real, self._seen = real, seen
+
+    def parse(self, data: bytes) -> Any:
+        self._seen.append(data.decode())
+        return self._real(data)
