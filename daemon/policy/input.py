@@ -351,13 +351,18 @@ class WrittenFile(_Part):
     """An output redirection's target, as the files it may name."""
 
     target: str = Field(description="The target as written.")
+    normal: str = Field(
+        default="",
+        description="The target with `.`, `..` and repeated slashes resolved lexically.",
+    )
     paths: list[str] = Field(
         description="Full paths with links on disk followed: from the directory the line starts "
         "in (the session's cwd) and from each directory a `cd` in it is followed to."
     )
     known: bool = Field(
         description="False when where it writes cannot be told: an expansion in the target, a "
-        "`cd` that cannot be followed, too many paths to resolve. `paths` is then incomplete."
+        "`cd` that cannot be followed, a link the line makes, too many paths to resolve. "
+        "`paths` is then incomplete."
     )
 
 

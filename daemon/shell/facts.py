@@ -94,8 +94,13 @@ def command_facts(line: ParsedCommand, cwd: str) -> list[dict[str, Any]]:
     `cd` failed, in the old directory); otherwise the directory is unknown ("")."""
     current, moved = cwd, False
     linked = False
-    # CDPATH makes a relative `cd` go anywhere: no `cd` of such a line is followed.
-    cdpath = "CDPATH" in line.raw
+    # No `cd` of such a line is followed: CDPATH makes a relative one go anywhere, and
+    # `set -o physical` (`set -P`) makes each go through links, which lexical paths do not.
+    unfollowed = (
+        "CDPATH" in line.raw
+        or "physical" in line.raw
+        or re.search(r"\bset\s+-\w*P", line.raw) is not None
+    )
     resolved = 0
     facts = []
     for command in line.simple_commands:
@@ -113,7 +118,7 @@ def command_facts(line: ParsedCommand, cwd: str) -> list[dict[str, Any]]:
             entry["git"] = git.to_policy()
         facts.append(entry)
         if command.name in _CHANGES_DIRECTORY:
-            current, moved = ("" if cdpath else _after_cd(command, current)), True
+            current, moved = ("" if unfollowed else _after_cd(command, current)), True
         elif moved and not command.then_and:
             current = ""
         linked = linked or command.name in _LINKERS
@@ -130,7 +135,9 @@ def _after_cd(command: SimpleCommand, current: str) -> str:
         or not command.then_and
     ):
         return ""  # in a subshell or a loop it stays local; before `;` or `||`, it may fail
-    words = [w for w in word_facts(command, current) if w.text not in ("-L", "-P", "-e", "--")]
+    if any(arg.startswith("-") and "P" in arg for arg in command.argv[1:]):
+        return ""  # the physical directory: through links, which lexical paths do not follow
+    words = [w for w in word_facts(command, current) if w.text not in ("-L", "-e", "--")]
     if len(words) != 1 or words[0].dynamic or words[0].text == "-":
         return ""  # `cd` alone goes home, `cd -` back: neither is known here
     return words[0].path
@@ -144,8 +151,10 @@ def written_files(line: ParsedCommand, directories: list[str]) -> list[dict[str,
     """Each output redirection's target as the files it may be: from every directory the line
     may be in when it writes (`directories`: where it starts and each `cd` it follows), with
     links on disk followed. `known` is false when a target's place cannot be told (an expansion
-    in it, a `cd` that cannot be followed, or past the resolving budget)."""
+    in it, a `cd` that cannot be followed, a link the line makes, or past the resolving
+    budget)."""
     places = list(dict.fromkeys(directories))
+    linked = any(command.name in _LINKERS for command in line.simple_commands)
     budget = _MAX_RESOLVED
     files = []
     for target in line.written_paths:
@@ -160,5 +169,13 @@ def written_files(line: ParsedCommand, directories: list[str]) -> list[dict[str,
             budget -= 1
             # Only names the disk holds are followed; nothing is opened.
             paths.append(os.path.realpath(path))
-        files.append({"target": target, "paths": list(dict.fromkeys(paths)), "known": known})
+        files.append(
+            {
+                "target": target,
+                # Lexically: `.//config` and `objects/../config` are `config`.
+                "normal": os.path.normpath(target) if target else "",
+                "paths": list(dict.fromkeys(paths)),
+                "known": known and not linked,
+            }
+        )
     return files

@@ -251,3 +251,32 @@ def test_a_link_made_earlier_in_a_batch_is_seen_by_a_later_calls_judgement(
     assert answers[1].decision.outcome == pb.ASK, text_of(answers[1])
     assert "recursively deletes the workspace root" in text_of(answers[1])
     assert (workspace / "keep.txt").read_text() == "kept\n"
+
+
+@pytest.mark.docker
+def test_git_hooks_and_config_written_round_about_ways_ask(short_tmp: Path) -> None:
+    """Attacker round 56 wrote git's hooks and config from Bash without an ASK, each way here."""
+    workspace = short_tmp / "ws-git2"
+    (workspace / "repo" / ".git" / "hooks").mkdir(parents=True)
+    (workspace / "repo" / ".git" / "config").write_text("[core]\n")
+    for folder, _, files in os.walk(workspace):
+        for name in [folder, *(os.path.join(folder, f) for f in files)]:
+            os.chown(name, OWNER_UID, OWNER_GID)
+    lines = [
+        "cd repo/.git; echo '#!/bin/sh' > .//hooks/pre-push; echo '[alias] x=!id' >> .//config",
+        "ln -s repo/.git G && echo '[core] fsmonitor = touch /tmp/x' >> G/config",
+        "mv repo/.git repo/g2 && echo 'echo pwned' > repo/g2/hooks/pre-commit && mv repo/g2 "
+        "repo/.git",
+        "ln -sfn repo/.git/hooks H",
+        "cd -P H/.. && echo '#!/bin/sh' > objects/../hooks/post-merge",
+    ]
+    with running_daemon(
+        workspace, short_tmp / "git2.sock", sandbox={"pool_size": 1, "ceilings": {"pids": 128}}
+    ) as daemon:
+        if daemon.daemon.sandbox is None or daemon.daemon.sandbox.stats() is None:
+            pytest.skip("the daemon found no Docker engine")
+        answers = [daemon.execute("Bash", {"command": line}) for line in lines]
+    for line, answer in zip(lines, answers, strict=True):
+        assert answer.decision.outcome == pb.ASK, (line, text_of(answer))
+    assert sorted(os.listdir(workspace / "repo" / ".git" / "hooks")) == []
+    assert (workspace / "repo" / ".git" / "config").read_text() == "[core]\n"

@@ -151,6 +151,7 @@ def test_a_redirect_is_resolved_from_every_directory_the_line_writes_from(tmp_pa
     [hook] = _written(f"cd {ws}/.git && printf x > hooks/pre-commit", ws)
     assert hook == {
         "target": "hooks/pre-commit",
+        "normal": "hooks/pre-commit",
         "paths": [f"{ws}/hooks/pre-commit", f"{ws}/.git/hooks/pre-commit"],
         "known": True,
     }
@@ -173,3 +174,10 @@ def test_a_link_on_disk_is_followed(tmp_path: Path) -> None:
 def test_a_place_that_cannot_be_told_is_not_known(tmp_path: Path, line: str) -> None:
     [written] = _written(line, str(tmp_path))
     assert not written["known"]
+
+
+def test_a_link_made_by_the_line_or_a_physical_cd_leaves_the_place_unknown(tmp_path: Path) -> None:
+    [linked] = _written("ln -s repo/.git G && echo x >> G/config", str(tmp_path))
+    assert not linked["known"]
+    [physical] = _written("cd -P H/.. && echo x > objects/../hooks/post-merge", str(tmp_path))
+    assert not physical["known"] and physical["normal"] == "hooks/post-merge"

@@ -968,6 +968,19 @@ test_a_git_like_target_in_a_place_unknown_asks_and_others_do_not if {
 	count(data.tooljail.authz.git_control_writes) == 0 with input as plain
 }
 
+test_moving_or_linking_git_files_asks if {
+	moved := {"name": "mv", "argv": ["mv", "repo/.git", "repo/g2"], "words": [{"text": "repo/.git", "dynamic": false, "path": "/srv/ws/repo/.git"}, {"text": "repo/g2", "dynamic": false, "path": "/srv/ws/repo/g2"}]}
+	decides(bash_line("mv repo/.git repo/g2", [object.union(simple(["mv", "repo/.git", "repo/g2"]), moved)]), "ask", "moves, copies or links repo/.git")
+	linked := {"words": [{"text": "-s", "dynamic": false, "path": ""}, {"text": "repo/.git", "dynamic": false, "path": "/srv/ws/repo/.git"}, {"text": "G", "dynamic": false, "path": "/srv/ws/G"}]}
+	decides(bash_line("ln -s repo/.git G", [object.union(simple(["ln", "-s", "repo/.git", "G"]), linked)]), "ask", "git's own files")
+}
+
+test_a_target_in_a_place_unknown_is_judged_by_its_normal_form if {
+	written := {"target": "objects/../config", "normal": "config", "paths": [], "known": false}
+	doc := object.union(bash_line("cd x; echo a >> objects/../config", [simple(["echo", "a"])]), {"command": {"written_paths": ["objects/../config"], "written_files": [written]}})
+	decides(doc, "ask", "objects/../config")
+}
+
 attack_lines := {
 	"tar --remove-files -cf /dev/null .": [simple(["tar", "--remove-files", "-cf", "/dev/null", "."])],
 	"rsync -a --delete empty/ ./": [simple(["rsync", "-a", "--delete", "empty/", "./"])],

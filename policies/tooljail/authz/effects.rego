@@ -89,13 +89,31 @@ git_control_writes contains path if {
 	git_control_path(path)
 }
 
-# Where it writes cannot be told: a target named as git's own files are, inside .git, is taken
-# to be one.
+# Where it writes cannot be told: a target ending as git's own files do inside .git is taken
+# to be one (`.//config`, `x/../hooks/pre-push`, `G/config` through a link the line made).
 git_control_writes contains written.target if {
 	some written in object.get(input, ["command", "written_files"], [])
 	not written.known
-	regex.match(`^(\./)*(config|hooks(/|$)|info/attributes)`, written.target)
+	regex.match(`(^|/)(config|hooks/[^/]+|info/attributes)$`, object.get(written, "normal", written.target))
 }
+
+# Moving, copying or linking git's directory or files puts them where a later write is not seen
+# as one: `mv .git g && echo x > g/hooks/pre-commit && mv g .git`, `ln -s .git G`.
+needs_approval contains sprintf(
+	"%s: `%s` moves, copies or links %s, git's own files, after which writes to them are not recognised; a person must approve it before it runs.",
+	[tool_name, shown(cmd), word.text],
+) if {
+	some cmd in object.get(input, ["command", "simple_commands"], [])
+	basename(cmd.name) in git_file_movers
+	some word in object.get(cmd, "words", [])
+	git_files_word(word)
+}
+
+git_file_movers := {"mv", "cp", "ln", "link", "symlink", "rsync", "install", "rename"}
+
+git_files_word(word) if regex.match(`(^|/)\.git(/|$)|(^|/)\.git(attributes|modules)$`, word.path)
+
+git_files_word(word) if regex.match(`(^|/)\.git(/|$)|(^|/)\.git(attributes|modules)$`, word.text)
 
 git_control_path(path) if regex.match(`(^|/)\.git/(config|hooks(/|$)|info/attributes)`, path)
 
