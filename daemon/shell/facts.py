@@ -82,7 +82,7 @@ def word_facts(command: SimpleCommand, cwd: str, resolve: bool = False) -> list[
         if resolve and path and path != "/":
             # Lexically `L/` is a folder in the workspace; if L is a link to `.` it is the
             # workspace itself. Only names the disk holds are followed; nothing is opened.
-            path = os.path.realpath(path)
+            path = _followed(path) or path  # a link it may not read: lexically, as written
         facts.append(WordFact(text, unknown, path))
     return facts
 
@@ -167,8 +167,11 @@ def written_files(line: ParsedCommand, directories: list[str]) -> list[dict[str,
                 known = False
                 continue
             budget -= 1
-            # Only names the disk holds are followed; nothing is opened.
-            paths.append(os.path.realpath(path))
+            followed = _followed(path)
+            if not followed:
+                known = False
+                continue
+            paths.append(followed)
         files.append(
             {
                 "target": target,
@@ -179,3 +182,12 @@ def written_files(line: ParsedCommand, directories: list[str]) -> list[dict[str,
             }
         )
     return files
+
+
+def _followed(path: str) -> str | None:
+    """`path` with the links the disk holds followed (nothing is opened); None when a link
+    cannot be read (`/proc/1/fd/1` of another user's process): where it leads is unknown."""
+    try:
+        return os.path.realpath(path)
+    except OSError:
+        return None

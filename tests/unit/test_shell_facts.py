@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 
+from daemon.shell import facts as facts_module
 from daemon.shell.facts import command_facts, hidden_code, written_files
 from daemon.shell.git import parse_git
 from daemon.shell.parse import parse_command
@@ -181,3 +182,19 @@ def test_a_link_made_by_the_line_or_a_physical_cd_leaves_the_place_unknown(tmp_p
     assert not linked["known"]
     [physical] = _written("cd -P H/.. && echo x > objects/../hooks/post-merge", str(tmp_path))
     assert not physical["known"] and physical["normal"] == "hooks/post-merge"
+
+
+def test_a_link_that_cannot_be_read_is_unknown_not_a_failure(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`> /proc/1/fd/1` as a user that may not read PID 1's links: realpath raised, and the
+    Bash call failed with an internal error instead of being judged."""
+
+    def refused(path: str) -> str:
+        raise PermissionError(13, "Permission denied", path)
+
+    monkeypatch.setattr(facts_module.os.path, "realpath", refused)
+    [written] = _written("echo x > /proc/1/fd/1", str(tmp_path))
+    assert not written["known"] and written["paths"] == []
+    [cat] = command_facts(parse_command("cat /proc/1/fd/1"), str(tmp_path))
+    assert cat["words"][0]["path"] == "/proc/1/fd/1"  # lexically, as before links were followed
