@@ -6,12 +6,14 @@ a grammar upgrade fixes one, its test fails and names the workaround that can go
 2. A backslash-newline inside a word splits it (`r\\<newline>m` is two words; bash reads `rm`).
 3. `time`, `coproc` and `!` before a compound command make that command's words arguments.
 4. Inside `...` bash removes the backslashes before $ ` \\ first and parses the rest again.
-5. Words after a redirection target (`echo > f x`) hang on the redirection; bash gives them to
-   the command.
+5. Words after a redirection target (`echo > f x`) or a heredoc's delimiter (`rm <<E -rf x`) hang
+   on the redirection; bash gives them to the command.
 6. A trailing redirection of a pipeline or list is attached to the whole statement; bash binds it
    to the last simple command.
 7. Some command substitutions are not made nodes (inside `${x/pat/rep}`): found by scanning.
 8. A reserved word where a command should be means the structure was misread.
+9. A newline can be read as a space between two words of one command (`a | b | c<newline>rm x
+   && y` is the command `c rm x`, with no error): a `;` is put before it and the line parsed again.
 """
 
 from __future__ import annotations
@@ -140,6 +142,43 @@ def blank_keyword_prefixes(root: tree_sitter.Node, data: bytes) -> bytes:
     return bytes(out)
 
 
+#: Nodes whose children are the words (and redirections) of one command.
+_WORD_LISTS = frozenset({"command", "declaration_command", "unset_command"})
+
+
+def newlines_between_words(root: tree_sitter.Node, data: bytes) -> list[int] | None:
+    """Offsets of the newlines the grammar read as a space between two words of one command
+    (quirk 9), in order; None when such a gap holds anything but blanks, which is not guessed."""
+    found: list[int] = []
+    stack = [root]
+    while stack:
+        node = stack.pop()
+        stack.extend(node.children)
+        if node.type not in _WORD_LISTS:
+            continue
+        for before, after in zip(node.children, node.children[1:], strict=False):
+            gap = data[before.end_byte : after.start_byte]
+            if b"\n" not in gap:
+                continue
+            if gap.strip(b" \t\n"):
+                return None
+            if before.type == "comment":  # a `;` after its `#` would be part of the comment
+                found.append(before.start_byte)
+            else:
+                found.append(before.end_byte + gap.index(b"\n"))
+    return sorted(found)
+
+
+def end_commands_at(data: bytes, newlines: list[int]) -> bytes:
+    """The line with `;` put before each of the given newlines, which bash reads the same way."""
+    out = bytearray()
+    pos = 0
+    for at in newlines:
+        out += data[pos:at] + b";"
+        pos = at
+    return bytes(out + data[pos:])
+
+
 def backquoted_body(text: str) -> str | None:
     """The command bash parses inside a backquoted substitution whose text has backslashes
     (quirk 4); None when the grammar's own reading is right."""
@@ -150,7 +189,10 @@ def backquoted_body(text: str) -> str | None:
 
 
 def words_after_target(redirect: tree_sitter.Node) -> list[tree_sitter.Node]:
-    """Words the grammar hangs on a file redirection after its target (quirk 5)."""
+    """Words the grammar hangs on a file redirection after its target, or on a heredoc after its
+    delimiter (quirk 5)."""
+    if redirect.type == "heredoc_redirect":
+        return list(redirect.children_by_field_name("argument"))
     return list(redirect.children_by_field_name("destination")[1:])
 
 

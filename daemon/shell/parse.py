@@ -186,6 +186,20 @@ class _Analyser:
             tree = self._parse(data, where)
         if tree is None:
             return
+        newlines = grammar.newlines_between_words(tree.root_node, data)
+        for _ in range(3):  # a round's `;` can show a command the grammar ran on the same way
+            if not newlines:
+                break
+            data = grammar.end_commands_at(data, newlines)
+            tree = self._parse(data, where)
+            if tree is None:
+                return
+            newlines = grammar.newlines_between_words(tree.root_node, data)
+        if newlines != []:
+            self.error(
+                f"{where}A command's words run over a line break where the parser cannot tell "
+                "where the command ends; end each command with ';' or put it on its own line."
+            )
         root = tree.root_node
         if root.has_error:
             bad = _first_error(root)
@@ -329,7 +343,7 @@ class _Analyser:
         for redirect in node.children_by_field_name("redirect"):
             inner = [redirect, *redirect.named_children]
             for sub in inner:
-                if sub.type == "file_redirect":
+                if sub.type in ("file_redirect", "heredoc_redirect"):
                     extras += grammar.words_after_target(sub)
             if redirect.type == "herestring_redirect" and redirect.named_children:
                 scripts.append(render_word(redirect.named_children[-1], line.data).text)
@@ -393,6 +407,7 @@ class _Analyser:
             elif child.type == "herestring_redirect" and child.named_children:
                 scripts.append(render_word(child.named_children[-1], data).text)
             elif child.type == "heredoc_redirect":
+                words += [render_word(d, data) for d in grammar.words_after_target(child)]
                 scripts += [node_text(c, data) for c in child.children if c.type == "heredoc_body"]
         words += [render_word(d, data) for d in line.extras.pop(node.id, [])]
         scripts += line.stdin.pop(node.id, [])

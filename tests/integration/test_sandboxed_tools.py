@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import tempfile
 import time
 from pathlib import Path
 
@@ -194,6 +195,36 @@ def test_a_cd_earlier_in_a_batch_moves_where_a_later_call_is_judged(short_tmp: P
     assert answers[0].decision.outcome == pb.ALLOW, text_of(answers[0])
     assert answers[1].decision.outcome == pb.ASK, text_of(answers[1])
     assert "recursively deletes the workspace root" in text_of(answers[1])
+    assert (workspace / "keep.txt").read_text() == "kept\n"
+
+
+@pytest.mark.docker
+@pytest.mark.parametrize(
+    "line",
+    ["echo | cat | cat\nrm -rf ../../{name} && true", "rm <<EOF -rf ../../{name}\nEOF\n"],
+    ids=["newline-after-a-pipeline", "words-after-a-heredoc"],
+)
+def test_a_command_the_grammar_runs_into_another_is_still_judged(
+    short_tmp: Path, line: str
+) -> None:
+    """Found by hypothesis in CI, then by reading the grammar: tree-sitter-bash read the rm as
+    arguments of `cat` (or dropped its arguments), so the policy never saw it and allowed the
+    line, which deleted the workspace."""
+    workspace = Path(tempfile.mkdtemp(prefix="ws-", dir=short_tmp))
+    (workspace / "sub").mkdir()
+    (workspace / "keep.txt").write_text("kept\n")
+    for path in (workspace, workspace / "sub", workspace / "keep.txt"):
+        os.chown(path, OWNER_UID, OWNER_GID)
+    with running_daemon(
+        workspace, short_tmp / "hid.sock", sandbox={"pool_size": 1, "ceilings": {"pids": 128}}
+    ) as daemon:
+        if daemon.daemon.sandbox is None or daemon.daemon.sandbox.stats() is None:
+            pytest.skip("the daemon found no Docker engine")
+        moved = daemon.execute("Bash", {"command": f"cd {workspace}/sub"})
+        assert not moved.result.is_error, text_of(moved)
+        answer = daemon.execute("Bash", {"command": line.format(name=workspace.name)})
+    assert answer.decision.outcome == pb.ASK, text_of(answer)
+    assert "recursively deletes the workspace root" in text_of(answer)
     assert (workspace / "keep.txt").read_text() == "kept\n"
 
 

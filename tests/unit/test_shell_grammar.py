@@ -95,3 +95,23 @@ def test_grammar_still_makes_a_reserved_word_a_command(line: str) -> None:
     assert "(command name: (command_name (word)))" in tree(line.encode()), "RESERVED can go"
     parsed = parse_command(line)
     assert not parsed.parsed and "reserved word" in parsed.parse_error
+
+
+def test_grammar_still_reads_a_newline_as_a_space_after_a_pipeline() -> None:
+    """Quirk 9 (grammar.newlines_between_words): bash runs `c`, then `rm x && y`. Found by
+    hypothesis in CI: the rm was invisible to the policy."""
+    reading = tree(b"a | b | c\nrm x && y")
+    assert "argument: (word) argument: (word)" in reading, "newlines_between_words can go"
+    assert argvs("a | b | c\nrm x && y") == [["a"], ["b"], ["c"], ["rm", "x"], ["y"]]
+
+
+def test_grammar_still_hangs_words_after_a_heredoc_delimiter_on_the_heredoc() -> None:
+    """Quirk 5 again (grammar.words_after_target): bash runs `rm -rf /ws` with the heredoc as its
+    input; the policy saw a bare `rm`."""
+    reading = tree(b"rm <<EOF -rf /ws\nEOF\n")
+    assert "(heredoc_start) argument: (word) argument: (word)" in reading, (
+        "words_after_target's heredoc case can go"
+    )
+    assert argvs("rm <<EOF -rf /ws\nEOF\n") == [["rm", "-rf", "/ws"]]
+    assert argvs("cat <<EOF | sort\nx\nEOF\n") == [["cat"], ["sort"]]
+    assert argvs("sudo rm <<EOF -rf /ws\nEOF\n") == [["rm", "-rf", "/ws"]]

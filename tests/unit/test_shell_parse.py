@@ -515,3 +515,66 @@ def test_any_chain_of_wrappers_still_exposes_rm(chain: list[tuple[str, str]], sh
     doc = policy(line)
     assert cmds(doc) == [(["rm", "-rf", "/"], expected)]
     assert doc["simple_commands"][0]["name"] == "rm"
+
+
+@pytest.mark.parametrize(
+    ("line", "expected"),
+    [
+        (
+            "echo | cat | cat\nrm -rf x && true",
+            [["echo"], ["cat"], ["cat"], ["rm", "-rf", "x"], ["true"]],
+        ),
+        ("a | b | c d\nrm -rf / && ls", [["a"], ["b"], ["c", "d"], ["rm", "-rf", "/"], ["ls"]]),
+        (
+            "if x; then a | b | c\nrm y && z; fi",
+            [["x"], ["a"], ["b"], ["c"], ["rm", "y"], ["z"]],
+        ),
+        (
+            "cat <<EOF | a | b\nrm -rf q\nEOF\nrm -rf w && ls",
+            [["cat"], ["a"], ["b"], ["rm", "-rf", "w"], ["ls"]],
+        ),
+        ("bash -c 'a | b | c\nrm -rf x && true'", None),
+    ],
+)
+def test_a_newline_ends_a_command_even_where_tree_sitter_runs_two_lines_together(
+    line: str, expected: list[list[str]] | None
+) -> None:
+    # tree-sitter-bash 0.25.1 reads `a | b | c<newline>rm -rf x && true` as the one command
+    # `c rm -rf x`, without an error: the rm was invisible to the policy (found by hypothesis in
+    # CI). A newline between two words of a command always ends it in bash.
+    doc = policy(line)
+    argvs = [c["argv"] for c in doc["simple_commands"]]
+    assert doc["parsed"] is True, doc["parse_error"]
+    if expected is None:
+        assert ["rm", "-rf", "x"] in argvs
+    else:
+        assert argvs == expected
+
+
+_PIECES = ["a", "b -x", "c y z", "-x", "d"]
+
+
+@settings(max_examples=400, deadline=None)
+@given(
+    lines=st.lists(
+        st.lists(
+            st.tuples(st.sampled_from(_PIECES), st.sampled_from([" | ", " && ", " || ", " |& "])),
+            min_size=1,
+            max_size=5,
+        ),
+        min_size=2,
+        max_size=4,
+    ),
+    ends=st.lists(st.sampled_from(["\n", "\n\n", ";\n", " ;\n", "\n "]), min_size=4, max_size=4),
+)
+def test_every_line_of_a_script_of_lists_and_pipelines_is_its_own_commands(
+    lines: list[list[tuple[str, str]]], ends: list[str]
+) -> None:
+    texts = ["".join(piece + op for piece, op in line[:-1]) + line[-1][0] for line in lines]
+    script = texts[0]
+    for end, text in zip(ends, texts[1:], strict=False):
+        script += end + text
+    expected = sorted(piece.split() for line in lines for piece, _ in line)
+    doc = policy(script)
+    assert doc["parsed"] is True, (script, doc["parse_error"])
+    assert sorted(c["argv"] for c in doc["simple_commands"]) == expected, script
