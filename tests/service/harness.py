@@ -327,6 +327,14 @@ def wait_for(what: str, check: Callable[[], Any], timeout_s: float, every_s: flo
 
 
 # --- the machine's life ---------------------------------------------------------------------------
+def _booted_state(machine: Machine) -> str:
+    """The state systemd ended its boot in; "" while it has not yet started to boot."""
+    state = machine.run(
+        "systemctl", "is-system-running", "--wait", check=False, timeout=180
+    ).stdout.strip()
+    return "" if state == "offline" else state
+
+
 def boot(image: str) -> Machine:
     """Starts the systemd container (detached, a unique name) and waits for the boot to end."""
     name = f"tjsvc-{secrets.token_hex(4)}"
@@ -353,12 +361,11 @@ def boot(image: str) -> Machine:
         image,
     )  # fmt: skip
     try:
-        # Until systemd's private socket is up, systemctl prints nothing and fails at once.
+        # Until systemd's private socket is up, systemctl prints nothing and fails at once; until
+        # it has made /run/systemd/system (a fresh tmpfs here), it prints "offline" (CI, loaded).
         state = wait_for(
             "systemd to answer systemctl",
-            lambda: machine.run(
-                "systemctl", "is-system-running", "--wait", check=False, timeout=180
-            ).stdout.strip(),
+            lambda: _booted_state(machine),
             180,
         )
         machine.boot_state = state
