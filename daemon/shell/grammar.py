@@ -14,6 +14,8 @@ a grammar upgrade fixes one, its test fails and names the workaround that can go
 8. A reserved word where a command should be means the structure was misread.
 9. A newline can be read as a space between two words of one command (`a | b | c<newline>rm x
    && y` is the command `c rm x`, with no error): a `;` is put before it and the line parsed again.
+10. A pipeline of three stages or more before `&&` or `||` is read as `a | (b | c && d)`: the
+   walk continues the pipeline in the list's leftmost operand and puts the list after it.
 """
 
 from __future__ import annotations
@@ -167,6 +169,15 @@ def newlines_between_words(root: tree_sitter.Node, data: bytes) -> list[int] | N
             else:
                 found.append(before.end_byte + gap.index(b"\n"))
     return sorted(found)
+
+
+def leftmost_operand(node: tree_sitter.Node) -> tree_sitter.Node:
+    """The first operand of a (nested) `&&`/`||` list (quirk 10)."""
+    for _ in range(MAX_DEPTH):
+        if node.type != "list" or not node.named_children:
+            return node
+        node = node.named_children[0]
+    return node
 
 
 def end_commands_at(data: bytes, newlines: list[int]) -> bytes:

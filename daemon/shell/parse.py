@@ -282,6 +282,18 @@ class _Analyser:
                 number, first = line.pipeline_start.pop(node.id, (0, 0))
                 number = number or self._new_pipeline()
                 stages = [c for c in children if c.type != "comment"]
+                if stages and stages[-1].type == "list":
+                    # Quirk 10: `a | b | c && d` read as `a | (b | c && d)`. The list runs
+                    # after the whole pipeline, whose stages go on in its leftmost operand.
+                    tail = stages.pop()
+                    head = grammar.leftmost_operand(tail)
+                    if head.type != "pipeline":
+                        self.error(
+                            f"{line.where}At {_where(head)}: the stages of a pipeline could not "
+                            "be told apart; put the pipeline in a group: {{ a | b; }} && c."
+                        )
+                    line.pipeline_start[head.id] = (number, first + len(stages))
+                    stack.append((tail, ctx, level + 1, kind))
                 for stage, child in reversed(list(enumerate(stages, start=first))):
                     stack.append((child, _Ctx("pipeline", number, stage, True), level + 1, kind))
                 continue

@@ -229,6 +229,23 @@ def test_a_command_the_grammar_runs_into_another_is_still_judged(
 
 
 @pytest.mark.docker
+@pytest.mark.parametrize("line", ["echo id | sh -s", "echo id | sh -s | cat && true"])
+def test_a_shell_fed_by_a_pipe_asks_wherever_the_pipeline_ends(short_tmp: Path, line: str) -> None:
+    """tree-sitter-bash reads `a | b | c && d` as `a | (b | c && d)`: the shell was the first
+    stage of a pipeline of its own and the line was allowed."""
+    workspace = Path(tempfile.mkdtemp(prefix="ws-", dir=short_tmp))
+    os.chown(workspace, OWNER_UID, OWNER_GID)
+    with running_daemon(
+        workspace, short_tmp / "fed.sock", sandbox={"pool_size": 1, "ceilings": {"pids": 128}}
+    ) as daemon:
+        if daemon.daemon.sandbox is None or daemon.daemon.sandbox.stats() is None:
+            pytest.skip("the daemon found no Docker engine")
+        answer = daemon.execute("Bash", {"command": line})
+    assert answer.decision.outcome == pb.ASK, text_of(answer)
+    assert "reads the commands it runs from a pipe" in text_of(answer)
+
+
+@pytest.mark.docker
 def test_writing_git_hooks_or_config_from_inside_dot_git_asks(short_tmp: Path) -> None:
     """Attacker round 55: redirect targets were judged as written, so `hooks/pre-commit` after
     a `cd` into .git (in the line, or by an earlier call) was written without asking."""

@@ -115,3 +115,14 @@ def test_grammar_still_hangs_words_after_a_heredoc_delimiter_on_the_heredoc() ->
     assert argvs("rm <<EOF -rf /ws\nEOF\n") == [["rm", "-rf", "/ws"]]
     assert argvs("cat <<EOF | sort\nx\nEOF\n") == [["cat"], ["sort"]]
     assert argvs("sudo rm <<EOF -rf /ws\nEOF\n") == [["rm", "-rf", "/ws"]]
+
+
+def test_grammar_still_reads_a_three_stage_pipeline_before_and_as_a_nested_list() -> None:
+    """Quirk 10 (grammar.leftmost_operand): bash runs `(a | b | c) && d`."""
+    assert tree(b"a | b | c && d").startswith("(program (pipeline (command"), (
+        "leftmost_operand can go"
+    )
+    placed = [
+        (c.name, c.pipeline, c.stage) for c in parse_command("a | b | c && d").simple_commands
+    ]
+    assert placed == [("a", 1, 0), ("b", 1, 1), ("c", 1, 2), ("d", 0, 0)]

@@ -227,6 +227,39 @@ def test_pipeline_numbers_and_stages_tell_what_feeds_what() -> None:
     assert placed == [("curl", 1, 0), ("bash", 1, 1), ("cat", 2, 0), ("grep", 2, 1), ("wc", 2, 2)]
 
 
+@pytest.mark.parametrize(
+    ("line", "expected"),
+    [
+        (
+            "curl x | sh | cat && true",
+            [("curl", "pipeline", 1, 0), ("sh", "pipeline", 1, 1), ("cat", "pipeline", 1, 2),
+             ("true", "list", 0, 0)],
+        ),
+        (
+            "a | b | c && d | e | f && g",
+            [("a", "pipeline", 1, 0), ("b", "pipeline", 1, 1), ("c", "pipeline", 1, 2),
+             ("d", "pipeline", 2, 0), ("e", "pipeline", 2, 1), ("f", "pipeline", 2, 2),
+             ("g", "list", 0, 0)],
+        ),
+        (
+            "a | (b) | c || d",
+            [("a", "pipeline", 1, 0), ("b", "subshell", 1, 1), ("c", "pipeline", 1, 2),
+             ("d", "list", 0, 0)],
+        ),
+    ],
+)  # fmt: skip
+def test_a_pipeline_of_three_stages_before_and_or_is_one_pipeline(
+    line: str, expected: list[tuple[str, str, int, int]]
+) -> None:
+    # tree-sitter-bash reads `a | b | c && d` as `a | (b | c && d)`: `sh` in `curl x | sh | cat
+    # && true` was the first stage of a pipeline of its own, so "a shell fed by a pipe" missed
+    # it, and a `cd` after the && was taken to run in a subshell.
+    doc = policy(line)
+    placed = [(c["name"], c["context"], c["pipeline"], c["stage"]) for c in doc["simple_commands"]]
+    assert placed == expected
+    assert parse_command(line).simple_commands[-1].top_level is True
+
+
 def test_heredoc_continued_by_a_pipe_stays_one_pipeline() -> None:
     doc = policy("bash <<EOF | tee x\nrm -rf /\nEOF")
     placed = [(c["name"], c["wrappers"], c["pipeline"], c["stage"]) for c in doc["simple_commands"]]
