@@ -163,7 +163,7 @@ class BashTool(Tool[BashInput, BashRun]):
         return args
 
     def analyse(self, args: BashInput, session: Session) -> CallFacts:
-        line = parse_bounded(args.command)
+        line = parse_bounded(args.command, session.owner)
         cwd = session.cwd or session.workspace
         commands = command_facts(line, str(cwd))
         directories = [str(cwd), *(command["cwd"] for command in commands)]
