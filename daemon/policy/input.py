@@ -302,6 +302,11 @@ class SimpleCommand(_Part):
     words: list[WordFact] = Field(
         default=[], description="argv after the program, each with what is known of it."
     )
+    reads_only: bool = Field(
+        default=False,
+        description="A known reader used only with options known to only read (as a read-only "
+        "line is told apart).",
+    )
     git: GitFact | None = Field(default=None, description="For git: the line as git reads it.")
 
 
@@ -315,6 +320,16 @@ class WordFact(_Part):
     path: str = Field(
         description="For a static word that is not an option: the absolute normalised path it "
         "would name from `cwd` (whether it is one depends on the program); empty when unknown."
+    )
+    basename: str = Field(
+        default="",
+        description="A dynamic word only: the end of the file name it may name, as far as it is "
+        "known before it runs (the text after its last `/` or run-time piece).",
+    )
+    basename_whole: bool = Field(
+        default=False,
+        description="A dynamic word only: `basename` is the whole name (`$D/config`), not only "
+        "its end (`conf?g`: `g`).",
     )
 
 
@@ -361,8 +376,17 @@ class WrittenFile(_Part):
     )
     known: bool = Field(
         description="False when where it writes cannot be told: an expansion in the target, a "
-        "`cd` that cannot be followed, a link the line makes, too many paths to resolve. "
+        "`cd` that cannot be followed, a program in the line that may make links or move names "
+        "(any but known readers and a few plain writers), too many paths to resolve. "
         "`paths` is then incomplete."
+    )
+    basename: str = Field(
+        default="",
+        description="The end of the file name it names, as far as it is known before the line "
+        "runs: after its last `/` or run-time piece.",
+    )
+    basename_whole: bool = Field(
+        default=True, description="`basename` is the whole name, not only its end (`conf?g`)."
     )
 
 

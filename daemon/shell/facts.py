@@ -20,6 +20,7 @@ from typing import Any
 from daemon.shell.git import GitInvocation, parse_git
 from daemon.shell.model import ParsedCommand, SimpleCommand
 from daemon.shell.paths import normalised
+from daemon.shell.readonly import command_reads_only
 
 _CHANGES_DIRECTORY = frozenset({"cd", "pushd", "popd"})
 
@@ -36,33 +37,48 @@ class WordFact:
     from the command's working directory; empty when unknown or not applicable."""
 
     def to_policy(self) -> dict[str, Any]:
-        return {"text": self.text, "dynamic": self.dynamic, "path": self.path}
+        fact: dict[str, Any] = {"text": self.text, "dynamic": self.dynamic, "path": self.path}
+        if self.dynamic:
+            fact.update(name_end(self.text))
+        return fact
 
 
 #: Words whose paths are looked up on the disk per line (links already in the workspace).
 _MAX_RESOLVED = 200
-#: Programs that make links: after one, a path may run through a link the line made.
-_LINKERS = frozenset({"ln", "link", "cp", "symlink"})
-#: A `[` followed, in the same word, by code bash runs when it evaluates the subscript
-#: (printf -v, test -v, [[ -v ]], declare, read, unset, arithmetic on a variable holding it).
-_SUBSCRIPT_CODE = re.compile(r"\[[^\]]*(\$\(|`|\$\{)")
-#: The same inside a quoted string anywhere in the line (an assignment bash keeps as text until
-#: an arithmetic context evaluates it).
-_QUOTED_SUBSCRIPT_CODE = re.compile(r"'[^']*\[[^'\]]*(\$\(|`)[^']*'|\"[^\"]*\[[^\"\]]*(\$\(|`)")
+#: Programs that never make a link nor move a name, beside the reading forms (readonly.py):
+#: after any other (`mv lnk d`, `tar x`, `python3 -c 'os.symlink(...)'`, `git checkout`), a path
+#: may run through a link the line made.
+_KEEP_NAMES = frozenset({"cd", "pushd", "popd", "echo", "printf", "true", "false", ":", "test"})
+_KEEP_NAMES |= {"[", "sleep", "mkdir", "rmdir", "touch", "rm", "chmod", "export", "unset", "pwd"}
+#: Characters that make a word's value known only at run time.
+_RUN_TIME = re.compile(r"[$`*?\[{~]")
+#: Up to what closes a run-time piece (`${X}`, `$(x)`, `[ab]`, a backquote), in its component.
+_PIECE_CLOSED = re.compile(r"^[^/]*[})\]`]")
+#: A variable's name after `$`.
+_NAME = re.compile(r"^[A-Za-z0-9_]+")
 
 
-def hidden_code(line: ParsedCommand) -> list[str]:
-    """Words holding code bash runs although it looks like data to a parser: a command
-    substitution inside an array subscript, which bash evaluates in printf -v, test -v,
-    declare, read, unset and arithmetic contexts."""
-    found = [
-        word
-        for command in line.simple_commands
-        for word in (*command.argv, *command.assignments)
-        if _SUBSCRIPT_CODE.search(word)
-    ]
-    found += [m.group(0) for m in _QUOTED_SUBSCRIPT_CODE.finditer(line.raw)]
-    return list(dict.fromkeys(found))[:20]
+def may_relink(command: SimpleCommand) -> bool:
+    """Whether the command may make a link or move a name, as far as its name tells."""
+    if command.dynamic:
+        return True
+    return command.name not in _KEEP_NAMES and not command_reads_only(command)
+
+
+def name_end(text: str) -> dict[str, Any]:
+    """The end of the file name `text` names, as far as it is known before it runs:
+    `basename` is the text after the last `/` or run-time piece, and `basename_whole` says
+    whether that is the whole name (`x/$D/config`) or only its end (`conf?g`: `g`)."""
+    pieces = list(_RUN_TIME.finditer(text))
+    if not pieces:
+        return {"basename": text.rstrip("/").rsplit("/", 1)[-1], "basename_whole": True}
+    tail = text[pieces[-1].end() :]
+    closed = _PIECE_CLOSED.match(tail)
+    if closed:
+        tail = tail[closed.end() :]
+    elif pieces[-1].group() == "$":
+        tail = _NAME.sub("", tail, count=1)
+    return {"basename": tail.rsplit("/", 1)[-1], "basename_whole": "/" in tail}
 
 
 def word_facts(command: SimpleCommand, cwd: str, resolve: bool = False) -> list[WordFact]:
@@ -113,6 +129,7 @@ def command_facts(line: ParsedCommand, cwd: str) -> list[dict[str, Any]]:
             # A link made earlier in the line may stand anywhere in these paths.
             words = [WordFact(w.text, w.dynamic, "") if w.path else w for w in words]
         entry["words"] = [w.to_policy() for w in words]
+        entry["reads_only"] = command_reads_only(command)
         if command.name == "git" and not command.dynamic:
             git: GitInvocation = parse_git(command.argv, command.dynamic_words, current)
             entry["git"] = git.to_policy()
@@ -121,7 +138,7 @@ def command_facts(line: ParsedCommand, cwd: str) -> list[dict[str, Any]]:
             current, moved = ("" if unfollowed else _after_cd(command, current)), True
         elif moved and not command.then_and:
             current = ""
-        linked = linked or command.name in _LINKERS
+        linked = linked or may_relink(command)
     return facts
 
 
@@ -154,7 +171,7 @@ def written_files(line: ParsedCommand, directories: list[str]) -> list[dict[str,
     in it, a `cd` that cannot be followed, a link the line makes, or past the resolving
     budget)."""
     places = list(dict.fromkeys(directories))
-    linked = any(command.name in _LINKERS for command in line.simple_commands)
+    linked = any(may_relink(command) for command in line.simple_commands)
     budget = _MAX_RESOLVED
     files = []
     for target in line.written_paths:
@@ -172,13 +189,15 @@ def written_files(line: ParsedCommand, directories: list[str]) -> list[dict[str,
                 known = False
                 continue
             paths.append(followed)
+        # Lexically: `.//config` and `objects/../config` are `config`.
+        normal = os.path.normpath(target) if target else ""
         files.append(
             {
                 "target": target,
-                # Lexically: `.//config` and `objects/../config` are `config`.
-                "normal": os.path.normpath(target) if target else "",
+                "normal": normal,
                 "paths": list(dict.fromkeys(paths)),
                 "known": known and not linked,
+                **name_end(normal),
             }
         )
     return files

@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
-from daemon.shell.facts import hidden_code
+from daemon.shell.hidden import hidden_code
 from daemon.shell.model import ParsedCommand, SimpleCommand
 
 
@@ -239,7 +239,8 @@ def _find_read_only(words: Sequence[str], dynamic: Sequence[bool]) -> bool:
     return True
 
 
-def _command_reads_only(command: SimpleCommand) -> bool:
+def command_reads_only(command: SimpleCommand) -> bool:
+    """True when this one simple command only reads (see the module's docstring)."""
     if command.wrappers or command.assignments or command.dynamic:
         return False
     words = command.argv[1:]
@@ -265,4 +266,4 @@ def is_read_only(line: ParsedCommand) -> bool:
     # Arithmetic evaluates variables as expressions, subscripts and all: code can hide there.
     if "((" in line.raw or hidden_code(line):
         return False
-    return all(_command_reads_only(c) for c in line.simple_commands)
+    return all(command_reads_only(c) for c in line.simple_commands)

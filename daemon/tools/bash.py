@@ -22,7 +22,8 @@ from daemon.host.confine import is_inside
 from daemon.models import TextContent
 from daemon.sessions.session import Session
 from daemon.shell.bounded import parse_bounded
-from daemon.shell.facts import command_facts, hidden_code, written_files
+from daemon.shell.facts import command_facts, written_files
+from daemon.shell.hidden import hidden_code
 from daemon.shell.model import ParsedCommand
 from daemon.shell.readonly import is_read_only
 from daemon.shell.status import benign_meaning

@@ -55,6 +55,15 @@ ASKS = [
     "echo x >> .git/config", "git checkout -- .", "git rm -r -f -q .",
     "chmod -R o+u .", "chmod -R 7 src", "chmod -R --reference=/tmp src",
     "find . -exec chmod 777 {} +", "chmod -R o-x+w src",
+    # Attacker round 57: git's hooks and configuration reached round about ways, and a link the
+    # line itself makes by a program that is not a linker.
+    "echo x > .gi${Z}t/hook${Z}s/pre-commit", "echo x >> .git/conf?g", "printf x > $HOOK",
+    "ln -s .gi${Z}t/hooks G && echo x > G/pre-push",
+    "python3 -c 'import os; os.symlink(\".git/hooks\", \"H\")' && echo x > H/post-checkout",
+    "git config core.editor 'touch /tmp/m'", "sed -i '$a [alias]' .git/config",
+    "tee -a .git/hooks/pre-commit < x", "sed -i s/a/b/ .gi${Z}t/conf?g",
+    "git init --template=tpl", "git clone --template tpl x y", "GIT_TEMPLATE_DIR=tpl git init",
+    "mv d e && mv lnk d && rm -rf d/", "tar xf links.tar && rm -rf d/",
 ]  # fmt: skip
 
 ALLOWS = [
@@ -67,6 +76,8 @@ ALLOWS = [
     "ls -la", "echo rm -rf .", "git config user.name bot", "git config --get user.email",
     "chmod -R 755 src", "chmod 640 notes.txt", "[ -n \"$(git status --porcelain)\" ]",
     "echo $((1 + 2))", "git checkout main", "git rm --cached a.txt",
+    "for f in *.md; do cat $f > $f.bak; done", "echo x > out_$i.txt", "npm test > out.txt",
+    "git init", "sed -i s/a/b/ src/main.py", "mkdir -p d && rm -rf d/x", "cat .git/config",
 ]  # fmt: skip
 
 

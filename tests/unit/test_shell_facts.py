@@ -10,8 +10,9 @@ from typing import Any
 import pytest
 
 from daemon.shell import facts as facts_module
-from daemon.shell.facts import command_facts, hidden_code, written_files
+from daemon.shell.facts import command_facts, written_files
 from daemon.shell.git import parse_git
+from daemon.shell.hidden import hidden_code
 from daemon.shell.parse import parse_command
 
 CWD = "/srv/ws/app"
@@ -155,6 +156,8 @@ def test_a_redirect_is_resolved_from_every_directory_the_line_writes_from(tmp_pa
         "normal": "hooks/pre-commit",
         "paths": [f"{ws}/hooks/pre-commit", f"{ws}/.git/hooks/pre-commit"],
         "known": True,
+        "basename": "pre-commit",
+        "basename_whole": True,
     }
     [absolute] = _written("echo x > /srv/ws/.git/config", ws)
     assert absolute["paths"] == ["/srv/ws/.git/config"] and absolute["known"]
@@ -198,3 +201,43 @@ def test_a_link_that_cannot_be_read_is_unknown_not_a_failure(
     assert not written["known"] and written["paths"] == []
     [cat] = command_facts(parse_command("cat /proc/1/fd/1"), str(tmp_path))
     assert cat["words"][0]["path"] == "/proc/1/fd/1"  # lexically, as before links were followed
+
+
+@pytest.mark.parametrize(
+    ("text", "end", "whole"),
+    [
+        (".gi${Z}t/hook${Z}s/pre-commit", "pre-commit", True),
+        (".git/conf?g", "g", False),
+        ("$HOOK", "", False),
+        ("out_$i.txt", ".txt", False),
+        ("${a:-${b}}config", "config", False),
+        ("$(pwd)/config", "config", True),
+        ("conf[ab]g", "g", False),
+        ("G/pre-push", "pre-push", True),
+    ],
+)
+def test_the_end_of_a_name_is_known_as_far_as_it_is_written(
+    text: str, end: str, whole: bool
+) -> None:
+    assert facts_module.name_end(text) == {"basename": end, "basename_whole": whole}
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        "mv d e && mv lnk d && echo x > d/notes.txt",
+        "python3 -c 'import os; os.symlink(\"a\", \"d\")' && echo x > d/notes.txt",
+        "$TOOL x && echo x > d/notes.txt",
+    ],
+)
+def test_after_a_program_that_may_make_links_no_place_is_known(tmp_path: Path, line: str) -> None:
+    """Attacker round 57: `mv lnk d` made d a link; only ln, link, cp and symlink counted."""
+    [written] = _written(line, str(tmp_path))
+    assert not written["known"]
+    command = command_facts(parse_command(line), str(tmp_path))[-1]
+    assert command["words"] == [{"text": "x", "dynamic": False, "path": ""}]
+
+
+def test_a_line_of_readers_and_plain_writers_keeps_its_places(tmp_path: Path) -> None:
+    [written] = _written("mkdir -p d && grep -n x a.txt && echo x > d/notes.txt", str(tmp_path))
+    assert written["known"] and written["paths"] == [f"{tmp_path}/d/notes.txt"]

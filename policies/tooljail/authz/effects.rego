@@ -89,12 +89,85 @@ git_control_writes contains path if {
 	git_control_path(path)
 }
 
-# Where it writes cannot be told: a target ending as git's own files do inside .git is taken
-# to be one (`.//config`, `x/../hooks/pre-push`, `G/config` through a link the line made).
+# Where it writes cannot be told: a target whose name is, or may be, one of git's own files is
+# taken to be one (`.//config`, `G/pre-push` through a link the line made, `.git/conf?g`, `$F`).
 git_control_writes contains written.target if {
 	some written in object.get(input, ["command", "written_files"], [])
 	not written.known
+	may_name_git_control(written)
+}
+
+# Inputs of a daemon that did not give the name's end: by the lexical form.
+git_control_writes contains written.target if {
+	some written in object.get(input, ["command", "written_files"], [])
+	not written.known
+	not "basename" in object.keys(written)
 	regex.match(`(^|/)(config|hooks/[^/]+|info/attributes)$`, object.get(written, "normal", written.target))
+}
+
+# A program that is not a known reader, given one of git's files (`sed -i .. .git/config`,
+# `tee .git/hooks/pre-commit`, `dd of=.git/config`, `.gi${Z}t/conf?g`): it may write it.
+needs_approval contains sprintf(
+	"%s: `%s` may write %s, one of git's own files from which it takes programs to run; a person must approve it before it runs.",
+	[tool_name, shown(cmd), word.text],
+) if {
+	some cmd in simple_commands
+	not object.get(cmd, "reads_only", false)
+	not basename(cmd.name) in operands_never_written
+	some word in object.get(cmd, "words", [])
+	names_git_control(word)
+}
+
+# git's own commands are judged by what they do (git_effect); these never write what they name.
+operands_never_written := {"git", "echo", "printf", "test", "[", "cd", "pushd", "export", "unset", "true", "false", ":"}
+
+names_git_control(word) if git_control_path(word.path)
+
+names_git_control(word) if regex.match(`(^|[/=])\.git/(config|hooks/|info/attributes)`, word.text)
+
+names_git_control(word) if {
+	word.dynamic == true
+	object.get(word, "basename", "") != ""
+	may_name_git_control(word)
+}
+
+# A name known whole is one of them, or its known end ends one of them.
+may_name_git_control(fact) if {
+	object.get(fact, "basename_whole", true) == true
+	fact.basename in git_control_names
+}
+
+may_name_git_control(fact) if {
+	fact.basename_whole == false
+	some name in git_control_names
+	endswith(name, fact.basename)
+}
+
+# git's files from which it takes programs: configuration, attributes, and the hooks it runs
+# (githooks(5); a file of another name in hooks/ is never run).
+git_control_names := {
+	"config", "attributes", ".gitattributes", ".gitmodules", "applypatch-msg", "pre-applypatch",
+	"post-applypatch", "pre-commit", "pre-merge-commit", "prepare-commit-msg", "commit-msg",
+	"post-commit", "pre-rebase", "post-checkout", "post-merge", "pre-push", "pre-receive", "update",
+	"proc-receive", "post-receive", "post-update", "reference-transaction", "push-to-checkout",
+	"pre-auto-gc", "post-rewrite", "sendemail-validate", "fsmonitor-watchman", "p4-changelist",
+	"p4-prepare-changelist", "p4-post-changelist", "p4-pre-submit", "post-index-change",
+}
+
+# A template directory puts its hooks and configuration into the new repository.
+git_effect contains [i, "installs hooks and configuration from a template directory"] if {
+	some i, git in git_lines
+	git.subcommand in {"init", "clone"}
+	has_long_flag(git.options, "--template")
+}
+
+needs_approval contains sprintf(
+	"%s: `%s` sets GIT_TEMPLATE_DIR, from which git init and clone install hooks and configuration; a person must approve it before it runs.",
+	[tool_name, shown(cmd)],
+) if {
+	some cmd in simple_commands
+	some word in array.concat(object.get(cmd, "assignments", []), object.get(cmd, "argv", []))
+	startswith(word, "GIT_TEMPLATE_DIR=")
 }
 
 # Moving, copying or linking git's directory or files puts them where a later write is not seen
@@ -403,7 +476,7 @@ git_config_key(git) := git.operands[1] if {
 else := "(unknown)"
 
 git_config_harmless(key) if {
-	lower(key) in {"user.name", "user.email", "core.autocrlf", "init.defaultbranch", "pull.rebase", "color.ui", "core.editor", "commit.gpgsign", "advice.detachedhead"}
+	lower(key) in {"user.name", "user.email", "core.autocrlf", "init.defaultbranch", "pull.rebase", "color.ui", "commit.gpgsign", "advice.detachedhead"}
 }
 
 git_force_push(git) if has_short_flag(git.options, "f")
