@@ -97,8 +97,9 @@ def word_facts(command: SimpleCommand, cwd: str, resolve: bool = False) -> list[
         path = "" if unknown or option or not text else normalised(cwd, text)
         if resolve and path and path != "/":
             # Lexically `L/` is a folder in the workspace; if L is a link to `.` it is the
-            # workspace itself. Only names the disk holds are followed; nothing is opened.
-            path = _followed(path) or path  # a link it may not read: lexically, as written
+            # workspace itself, and `L/..` what holds the workspace. Only names the disk holds
+            # are followed; nothing is opened.
+            path = _followed(_joined(cwd, text)) or path  # a link it may not read: as written
         facts.append(WordFact(text, unknown, path))
     return facts
 
@@ -125,8 +126,9 @@ def command_facts(line: ParsedCommand, cwd: str) -> list[dict[str, Any]]:
         resolve = resolved < _MAX_RESOLVED
         words = word_facts(command, current, resolve=resolve)
         resolved += len(words)
-        if linked:
-            # A link made earlier in the line may stand anywhere in these paths.
+        if linked or not resolve:
+            # A link made earlier in the line, or one not looked up, may stand anywhere in these
+            # paths.
             words = [WordFact(w.text, w.dynamic, "") if w.path else w for w in words]
         entry["words"] = [w.to_policy() for w in words]
         entry["reads_only"] = command_reads_only(command)
@@ -179,12 +181,11 @@ def written_files(line: ParsedCommand, directories: list[str]) -> list[dict[str,
         known = not _RUN_TIME_CHARACTERS.intersection(target)
         bases = ["/"] if target.startswith("/") else places
         for base in bases if known else []:
-            path = normalised(base, target)
-            if not path or budget <= 0:
+            if not normalised(base, target) or budget <= 0:
                 known = False
                 continue
             budget -= 1
-            followed = _followed(path)
+            followed = _followed(_joined(base, target))
             if not followed:
                 known = False
                 continue
@@ -201,6 +202,12 @@ def written_files(line: ParsedCommand, directories: list[str]) -> list[dict[str,
             }
         )
     return files
+
+
+def _joined(base: str, word: str) -> str:
+    """`word` from the directory `base`, `..` and all: the kernel takes `L/..` after following
+    L, which `os.path.realpath` does too, and a lexical normalisation does not."""
+    return word if word.startswith("/") else f"{base}/{word}"
 
 
 def _followed(path: str) -> str | None:

@@ -241,3 +241,28 @@ def test_after_a_program_that_may_make_links_no_place_is_known(tmp_path: Path, l
 def test_a_line_of_readers_and_plain_writers_keeps_its_places(tmp_path: Path) -> None:
     [written] = _written("mkdir -p d && grep -n x a.txt && echo x > d/notes.txt", str(tmp_path))
     assert written["known"] and written["paths"] == [f"{tmp_path}/d/notes.txt"]
+
+
+@pytest.mark.parametrize(
+    "line", ["find x/L/.. -delete", "cd x/L && find .. -delete", "echo y > x/L/../.git/config"]
+)
+def test_dot_dot_after_a_link_goes_where_the_kernel_goes(tmp_path: Path, line: str) -> None:
+    """Attacker round 57: with x/L a link to ../a, `x/L/..` is the workspace, not x; the paths
+    were collapsed lexically before the link was followed, and the workspace was emptied."""
+    (tmp_path / "x").mkdir()
+    (tmp_path / "a").mkdir()
+    (tmp_path / "x" / "L").symlink_to("../a")
+    last = command_facts(parse_command(line), str(tmp_path))[-1]
+    paths = [w["path"] for w in last["words"]]
+    written = _written(line, str(tmp_path))
+    if written:
+        assert written[0]["paths"] == [f"{tmp_path}/.git/config"]
+    else:
+        assert paths[0] == str(tmp_path), paths
+
+
+def test_words_past_the_resolving_budget_have_no_known_place(tmp_path: Path) -> None:
+    (tmp_path / "L").symlink_to(".")
+    line = "touch " + " ".join(f"f{i}" for i in range(250)) + " && rm -rf L/"
+    last = command_facts(parse_command(line), str(tmp_path))[-1]
+    assert [w["path"] for w in last["words"]] == ["", ""]
