@@ -7,7 +7,7 @@ import time
 from collections import deque
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Literal, get_args
+from typing import Literal, Protocol, get_args
 
 from daemon.errors import ToolError
 from daemon.host.pinned import PinnedDirectory
@@ -54,6 +54,13 @@ class SessionGrant:
         return {"tool": self.tool, "pattern": self.pattern, "words": list(self.words)}
 
 
+class Ongoing(Protocol):
+    """A command that goes on after its call ended (a background shell)."""
+
+    @property
+    def done(self) -> bool: ...
+
+
 @dataclass
 class Session:
     """State shared by the calls of one session."""
@@ -84,6 +91,9 @@ class Session:
     changes: int = 0
     """Calls that may have changed the workspace (not read-only) ended so far: a call analysed
     before one more ended is analysed again before it is judged (a link made meanwhile)."""
+    ongoing: list[Ongoing] = field(default_factory=list)
+    """Its commands that may still change files after their call ended (background shells):
+    while one runs, what a path names on the disk may change at any time."""
     root: PinnedDirectory | None = None
     """The workspace held by descriptor (pinned when the session was opened, or on first use)."""
     sandbox_as: tuple[int, int] | None = None
@@ -100,6 +110,15 @@ class Session:
     )
     """Its calls the policy denied or asked about: (monotonic time, tool, outcome, the call's
     input hash)."""
+
+    def changing_in_background(self) -> bool:
+        """Whether one of its commands may be changing files now, its call ended (safe from a
+        worker thread: it only reads)."""
+        return any(not command.done for command in tuple(self.ongoing))
+
+    def goes_on(self, command: Ongoing) -> None:
+        """Note a command that goes on after its call (on the event loop)."""
+        self.ongoing[:] = [*(c for c in self.ongoing if not c.done), command]
 
     def pinned_root(self) -> PinnedDirectory:
         """The pinned workspace (pinned now if it was not yet)."""

@@ -104,13 +104,14 @@ def word_facts(command: SimpleCommand, cwd: str, resolve: bool = False) -> list[
     return facts
 
 
-def command_facts(line: ParsedCommand, cwd: str) -> list[dict[str, Any]]:
+def command_facts(line: ParsedCommand, cwd: str, settled: bool = True) -> list[dict[str, Any]]:
     """The policy's view of each simple command (its `to_policy()` plus `cwd`, `words` and,
     for git, `git`). A `cd` is followed only while it is certain: at the top level of the line
     and with `&&` from it up to the command (after `;` or `||` the command also runs when the
-    `cd` failed, in the old directory); otherwise the directory is unknown ("")."""
+    `cd` failed, in the old directory); otherwise the directory is unknown (""). Unless the
+    disk is `settled` (no command of the session changes it meanwhile), no path is known."""
     current, moved = cwd, False
-    linked = False
+    linked = not settled
     # No `cd` of such a line is followed: CDPATH makes a relative one go anywhere, and
     # `set -o physical` (`set -P`) makes each go through links, which lexical paths do not.
     unfollowed = (
@@ -166,14 +167,16 @@ _RUN_TIME_CHARACTERS = frozenset("$`*?[{~")
 """A redirect target holding one of these names a file only known at run time."""
 
 
-def written_files(line: ParsedCommand, directories: list[str]) -> list[dict[str, Any]]:
+def written_files(
+    line: ParsedCommand, directories: list[str], settled: bool = True
+) -> list[dict[str, Any]]:
     """Each output redirection's target as the files it may be: from every directory the line
     may be in when it writes (`directories`: where it starts and each `cd` it follows), with
     links on disk followed. `known` is false when a target's place cannot be told (an expansion
-    in it, a `cd` that cannot be followed, a link the line makes, or past the resolving
-    budget)."""
+    in it, a `cd` that cannot be followed, a link the line may make, the disk not `settled`, or
+    past the resolving budget)."""
     places = list(dict.fromkeys(directories))
-    linked = any(may_relink(command) for command in line.simple_commands)
+    linked = not settled or any(may_relink(command) for command in line.simple_commands)
     budget = _MAX_RESOLVED
     files = []
     for target in line.written_paths:

@@ -166,7 +166,10 @@ class BashTool(Tool[BashInput, BashRun]):
     def analyse(self, args: BashInput, session: Session) -> CallFacts:
         line = parse_bounded(args.command, session.owner)
         cwd = session.cwd or session.workspace
-        commands = command_facts(line, str(cwd))
+        # A background command runs on while others change the disk, and beside one the disk
+        # may change between this judgement and the run: no path is known then.
+        settled = not args.run_in_background and not session.changing_in_background()
+        commands = command_facts(line, str(cwd), settled)
         directories = [str(cwd), *(command["cwd"] for command in commands)]
         return self.facts(
             # A line that only reads may run beside other safe calls (and a failure then
@@ -178,7 +181,7 @@ class BashTool(Tool[BashInput, BashRun]):
                     **line.to_policy(),
                     "cwd": str(cwd),
                     "simple_commands": commands,
-                    "written_files": written_files(line, directories),
+                    "written_files": written_files(line, directories, settled),
                     "hidden_code": hidden_code(line),
                 }
             },
@@ -362,6 +365,7 @@ def _started_in_background(
         tool_use_id=ctx.tool_use_id,
         background=True,
     )
+    ctx.session.goes_on(shell)
     return BashRun(
         result=SandboxResult(),
         timeout_ms=lifetime_ms,
@@ -415,6 +419,7 @@ async def _run_movable(
         await shells.discard(shell, "its foreground timeout")
         killed = SandboxResult(exit_code=137, timed_out=True, output=so_far)
         return replace(run, result=killed, refused_background=refused)
+    ctx.session.goes_on(shell)
     so_far, _ = shell.take()
     return replace(
         run,

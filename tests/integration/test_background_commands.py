@@ -217,3 +217,27 @@ def test_a_close_cut_short_by_its_deadline_still_closes_everything(
         assert until(lambda opened=opened: session_containers(daemon, opened) == [])
     shells = daemon.daemon.sandbox.shells if daemon.daemon.sandbox else None
     assert shells is not None and shells.running(owner="local") == 0
+
+
+def test_a_delete_beside_or_in_a_background_command_asks(
+    daemon: RunningDaemon, session: pb.Session
+) -> None:
+    """Attacker round 57: a background shell swapped d for a link to the workspace after a
+    foreground `rm -rf d/` was judged (or a background `sleep; rm -rf d/` was judged before a
+    later call swapped it), and the workspace was emptied: both were allowed."""
+    workspace = Path(session.workspace)
+    keep = workspace / "keep.txt"
+    keep.write_text("kept\n")
+    gate = workspace / "gate"
+    shell_id = start(daemon, session, f"mkdir d; while [ ! -e {gate} ]; do sleep 0.1; done")
+    beside = daemon.execute("Bash", {"command": "rm -rf d/"}, session_id=session.id)
+    assert beside.decision.outcome == pb.ASK, text_of(beside)
+    gate.write_text("")
+    read_until(daemon, session, shell_id, "completed")
+    settled = daemon.execute("Bash", {"command": "rm -rf d/"}, session_id=session.id)
+    assert settled.decision.outcome == pb.ALLOW, text_of(settled)
+    itself = daemon.execute(
+        "Bash", {"command": "sleep 2; rm -rf d/", "run_in_background": True}, session_id=session.id
+    )
+    assert itself.decision.outcome == pb.ASK, text_of(itself)
+    assert keep.read_text() == "kept\n"

@@ -144,3 +144,24 @@ def test_the_reason_names_the_effect_and_its_target(
     outcomes: dict[str, tuple[str, list[str]]], line: str, phrase: str
 ) -> None:
     assert any(phrase in reason for reason in outcomes[line][1]), outcomes[line]
+
+
+class _StillRunning:
+    done = False
+
+
+@pytest.mark.parametrize("background", [False, True], ids=["beside-a-background-shell", "itself"])
+def test_a_line_beside_or_in_the_background_has_no_known_place(background: bool) -> None:
+    """Attacker round 57: a background shell keeps changing files after its call ended (a link
+    swapped in after the delete was judged), so a delete judged beside one, or run as one, was
+    judged on the disk as it happened to be and emptied the workspace."""
+    session = Session(id="s", workspace=Path(WORKSPACE), owner="local")
+    session.cwd = Path(CWD)
+    if not background:
+        session.ongoing.append(_StillRunning())
+    args = BashInput(command="sleep 4; rm -rf d/", run_in_background=background)
+    facts = BashTool().analyse(args, session).policy["command"]
+    assert facts["simple_commands"][-1]["words"][-1]["path"] == ""
+    session.ongoing.clear()
+    settled = BashTool().analyse(BashInput(command="sleep 4; rm -rf d/"), session)
+    assert settled.policy["command"]["simple_commands"][-1]["words"][-1]["path"] == f"{CWD}/d"

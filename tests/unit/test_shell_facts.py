@@ -226,7 +226,7 @@ def test_the_end_of_a_name_is_known_as_far_as_it_is_written(
     "line",
     [
         "mv d e && mv lnk d && echo x > d/notes.txt",
-        "python3 -c 'import os; os.symlink(\"a\", \"d\")' && echo x > d/notes.txt",
+        'python3 -c \'import os; os.symlink("a", "d")\' && echo x > d/notes.txt',
         "$TOOL x && echo x > d/notes.txt",
     ],
 )
