@@ -27,7 +27,7 @@ import re
 import secrets
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from enum import StrEnum
@@ -140,6 +140,8 @@ class Grant:
     scope: Scope = "once"
     """This call only, or similar calls for the rest of the session: fixed by the approver
     when one approved, else what the retry asked for (and the policy sees it)."""
+    reasons: str = ""
+    """`reasons_digest` of the asks the approver was shown: an approval covers those only."""
 
     def policy_input(self) -> dict[str, Any]:
         """The value of ``input.approval`` in the policy input document."""
@@ -212,9 +214,11 @@ class ApprovalAuthority:
         input_hash: str,
         principal: str,
         tool_name: str,
+        reasons: Sequence[str] = (),
         now: float | None = None,
     ) -> IssuedToken:
-        """Sign a token approving exactly this call, valid for ``ttl_s`` from ``now``."""
+        """Sign a token approving exactly this call for the asks `reasons`, valid for ``ttl_s``
+        from ``now``."""
         issued_at = int(self._now(now))
         expires_at = issued_at + self._ttl_s
         # Hex: an id is typed on command lines, where one starting with "-" reads as an option.
@@ -225,6 +229,7 @@ class ApprovalAuthority:
             "ep": self._epoch,
             "iat": issued_at,
             "exp": expires_at,
+            "rs": reasons_digest(reasons),
             **self._bound(session_id, tool_use_id, input_hash, principal, tool_name),
         }
         body = _b64encode(json.dumps(payload, separators=(",", ":"), sort_keys=True).encode())
@@ -290,6 +295,7 @@ class ApprovalAuthority:
             approved_by=principal,
             issued_at=claims["iat"],
             expires_at=claims["exp"],
+            reasons=claims["rs"],
         )
 
     def consume(self, grant: Grant, *, now: float | None = None) -> None:
@@ -403,7 +409,7 @@ def _claims(payload: bytes) -> dict[str, Any]:
         raise _malformed("its payload is not JSON") from None
     if not isinstance(claims, dict) or claims.get("v") != 1:
         raise _malformed("its payload has an unknown layout")
-    for key in ("jti", "ep", *_BOUND_FIELDS):
+    for key in ("jti", "ep", "rs", *_BOUND_FIELDS):
         if not isinstance(claims.get(key), str):
             raise _malformed(f"its payload lacks the text field {key!r}")
     for key in ("iat", "exp"):
@@ -411,6 +417,12 @@ def _claims(payload: bytes) -> dict[str, Any]:
         if not isinstance(value, int) or isinstance(value, bool):
             raise _malformed(f"its payload lacks the time field {key!r}")
     return claims
+
+
+def reasons_digest(reasons: Sequence[str]) -> str:
+    """What a token holds of the asks its approver was shown (in any order)."""
+    text = json.dumps(sorted(reasons), ensure_ascii=False)
+    return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
 
 
 def _malformed(why: str) -> ApprovalError:

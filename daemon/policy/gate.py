@@ -20,7 +20,7 @@ from typing import Any, Literal
 
 from daemon.errors import NotFound, RequestError
 from daemon.models import Caller, Outcome
-from daemon.policy.approval import ApprovalAuthority, ApprovalError, Grant
+from daemon.policy.approval import ApprovalAuthority, ApprovalError, Grant, reasons_digest
 from daemon.policy.engine import PolicyEngine
 from daemon.policy.input import call_document
 from daemon.policy.pending import MAX_REVIEW_CHARS, AskState, PendingApprovals, PendingAsk
@@ -97,6 +97,16 @@ class PolicyGate:
             if refusal:
                 return GateDecision(Verdict.deny(refusal))
 
+        if grant is not None:
+            # An approval covers the asks its approver was shown, not others the call came to
+            # raise since (analysed again after a link was swapped in, a hook's rewrite).
+            unapproved = await self._engine.decide(call_document(call, caller, None, hooks or []))
+            if (
+                unapproved.outcome is Outcome.ASK
+                and reasons_digest(unapproved.reasons) != grant.reasons
+            ):
+                return await self._ask(call, caller, unapproved, changed=True)
+
         document = call_document(call, caller, grant, hooks or [])
         verdict = await self._engine.decide(document)
 
@@ -109,28 +119,7 @@ class PolicyGate:
                         verdict.decision_id,
                     )
                 )
-            if self._approvals is None:
-                return GateDecision(verdict)
-            review = (
-                await asyncio.to_thread(_for_review, call.input_json)
-                if call.large_input
-                else _for_review(call.input_json)
-            )
-            issued = self._approvals.issue(**_binding(call, caller))
-            self._pending.add(
-                PendingAsk(
-                    approval_id=issued.token_id,
-                    principal=caller.principal,
-                    session_id=call.session.id,
-                    tool_use_id=call.tool_use_id,
-                    tool=call.tool.name,
-                    **review,
-                    reasons=verdict.reasons,
-                    asked_at=issued.issued_at,
-                    expires_at=issued.expires_at,
-                )
-            )
-            return GateDecision(verdict, issued.token, approval_id=issued.token_id)
+            return await self._ask(call, caller, verdict)
         if verdict.outcome is Outcome.ALLOW and grant is not None:
             assert self._approvals is not None
             try:
@@ -144,6 +133,43 @@ class PolicyGate:
                 _grant_for_session(call, grant)
             return GateDecision(verdict, approved_by=grant.approved_by)
         return GateDecision(verdict)
+
+    async def _ask(
+        self, call: ToolCall, caller: Caller, verdict: Verdict, changed: bool = False
+    ) -> GateDecision:
+        """The ask for a person, with a token for exactly this call and these asks."""
+        asks = verdict.reasons
+        if changed:
+            verdict = replace(
+                verdict,
+                reasons=(
+                    "This call now asks for more than was approved (it was analysed again and "
+                    "what it does changed), so the approval does not cover it; it asks again:",
+                    *verdict.reasons,
+                ),
+            )
+        if self._approvals is None:
+            return GateDecision(verdict)
+        review = (
+            await asyncio.to_thread(_for_review, call.input_json)
+            if call.large_input
+            else _for_review(call.input_json)
+        )
+        issued = self._approvals.issue(**_binding(call, caller), reasons=asks)
+        self._pending.add(
+            PendingAsk(
+                approval_id=issued.token_id,
+                principal=caller.principal,
+                session_id=call.session.id,
+                tool_use_id=call.tool_use_id,
+                tool=call.tool.name,
+                **review,
+                reasons=verdict.reasons,
+                asked_at=issued.issued_at,
+                expires_at=issued.expires_at,
+            )
+        )
+        return GateDecision(verdict, issued.token, approval_id=issued.token_id)
 
     async def decide_hook_approval(
         self,

@@ -246,6 +246,40 @@ def test_a_shell_fed_by_a_pipe_asks_wherever_the_pipeline_ends(short_tmp: Path, 
 
 
 @pytest.mark.docker
+def test_an_approval_covers_only_the_risks_the_approver_was_shown(short_tmp: Path) -> None:
+    """Attacker round 57: `git push --force origin main; rm -rf d/` asked about the push only
+    (here a chmod: git now makes every later path uncertain). Once approved, d was swapped for a
+    link to the workspace and the call resent with the token: it was analysed again (deleting
+    the workspace root now), allowed, and emptied the workspace."""
+    workspace = Path(tempfile.mkdtemp(prefix="ws-", dir=short_tmp))
+    (workspace / "d").mkdir()
+    (workspace / "sub").mkdir()
+    (workspace / "keep.txt").write_text("kept\n")
+    for path in (workspace, workspace / "d", workspace / "sub", workspace / "keep.txt"):
+        os.chown(path, OWNER_UID, OWNER_GID)
+    with running_daemon(
+        workspace, short_tmp / "appr.sock", sandbox={"pool_size": 1, "ceilings": {"pids": 128}}
+    ) as daemon:
+        if daemon.daemon.sandbox is None or daemon.daemon.sandbox.stats() is None:
+            pytest.skip("the daemon found no Docker engine")
+        use = pb.ToolUse(id="toolu_swap", name="Bash")
+        use.input.update({"command": f"chmod -R 777 {workspace}/sub; rm -rf {workspace}/d/"})
+        asked = daemon.stub.Execute(pb.ExecuteRequest(tool_use=use), timeout=120)
+        assert asked.decision.outcome == pb.ASK, text_of(asked)
+        assert not any("workspace root" in r for r in asked.decision.reasons)
+        (workspace / "d").rmdir()
+        (workspace / "d").symlink_to(workspace)
+        token = asked.decision.approval_token
+        retried = daemon.stub.Execute(
+            pb.ExecuteRequest(tool_use=use, approval_token=token), timeout=120
+        )
+        assert retried.decision.outcome == pb.ASK, text_of(retried)
+        assert any("workspace root" in r for r in retried.decision.reasons)
+        assert retried.decision.approval_token not in ("", token)
+    assert (workspace / "keep.txt").read_text() == "kept\n"
+
+
+@pytest.mark.docker
 def test_writing_git_hooks_or_config_from_inside_dot_git_asks(short_tmp: Path) -> None:
     """Attacker round 55: redirect targets were judged as written, so `hooks/pre-commit` after
     a `cd` into .git (in the line, or by an earlier call) was written without asking."""

@@ -21,6 +21,7 @@ from daemon.policy.approval import (
     ApprovalAuthority,
     ApprovalError,
     ApprovalFailure,
+    reasons_digest,
 )
 from daemon.policy.keys import KeyMaterialError, load_key, load_or_create_key, parse_key
 
@@ -107,6 +108,16 @@ def test_round_trip_grants_exactly_the_issued_call() -> None:
     }
     auth.consume(grant, now=T0 + 599)
     assert auth.used_count == 1
+
+
+def test_a_token_holds_which_asks_were_shown_in_any_order() -> None:
+    auth = authority()
+    shown = ["Bash: `chmod -R 777 sub` lets every user write to sub;", "Bash: another ask"]
+    issued = auth.issue(**CALL, reasons=shown, now=T0)
+    grant = auth.verify(issued.token, **CALL, now=T0 + 1)
+    assert grant.reasons == reasons_digest(list(reversed(shown)))
+    assert grant.reasons != reasons_digest([*shown, "Bash: recursively deletes the workspace"])
+    assert grant.reasons != reasons_digest(shown[:1])
 
 
 def test_approval_ids_can_be_typed_as_command_line_arguments() -> None:
