@@ -16,6 +16,16 @@ a grammar upgrade fixes one, its test fails and names the workaround that can go
    && y` is the command `c rm x`, with no error): a `;` is put before it and the line parsed again.
 10. A pipeline of three stages or more before `&&` or `||` is read as `a | (b | c && d)`: the
    walk continues the pipeline in the list's leftmost operand and puts the list after it.
+11. A word can start with the newline before it (`echo hi<newline>\\rm x` is one command): a `;`
+   is put before it, as in quirk 9.
+12. A heredoc's delimiter is taken as written (`<<E"x"` is `Ex` to bash, `<<S|` is `S` and a
+   pipe), and a body without its end line swallows what follows: a heredoc whose delimiter is not
+   a plain or wholly quoted word, or whose end line is not that delimiter, is not trusted.
+13. A descriptor before a redirection at the start of a command (`0<f rm x`, `{fd}>f rm x`) is
+   read as the command's name (not trusted), and `>&-` takes the next words as its target (they
+   are the command's).
+14. Some words are dropped from the tree altogether (the `-` of `python3 - <<PY`, which is
+   quoted and the line parsed again): a line with other text no node covers is not trusted.
 """
 
 from __future__ import annotations
@@ -159,6 +169,9 @@ def newlines_between_words(root: tree_sitter.Node, data: bytes) -> list[int] | N
         if node.type not in _WORD_LISTS:
             continue
         for before, after in zip(node.children, node.children[1:], strict=False):
+            if data[after.start_byte : after.start_byte + 1] == b"\n":  # quirk 11
+                found.append(after.start_byte)
+                continue
             gap = data[before.end_byte : after.start_byte]
             if b"\n" not in gap:
                 continue
@@ -178,6 +191,34 @@ def leftmost_operand(node: tree_sitter.Node) -> tree_sitter.Node:
             return node
         node = node.named_children[0]
     return node
+
+
+def uncovered(root: tree_sitter.Node, data: bytes) -> int | None:
+    """The offset of the first text (not a blank) that no token of the tree holds, where the
+    grammar dropped a word (quirk 14); None when all of it is held."""
+    held = bytearray(len(data))
+    stack = [root]
+    while stack:
+        node = stack.pop()
+        if node.child_count == 0 or node.type == "heredoc_body":  # a body's text is its own
+            held[node.start_byte : node.end_byte] = b"\x01" * (node.end_byte - node.start_byte)
+        else:
+            stack.extend(node.children)
+    for pos, byte in enumerate(data):
+        if not held[pos] and byte not in b" \t\n\r":
+            return pos
+    return None
+
+
+_DASH_BEFORE_HEREDOC = re.compile(rb"-[ \t]+<<")
+
+
+def quote_dropped_dash(data: bytes, pos: int) -> bytes | None:
+    """The line with the `-` the grammar dropped before a heredoc (`python3 - <<PY`) quoted,
+    which bash reads the same (quirk 14); None when the dropped text is something else."""
+    if _DASH_BEFORE_HEREDOC.match(data, pos) is None:
+        return None
+    return data[:pos] + b"'-'" + data[pos + 1 :]
 
 
 def end_commands_at(data: bytes, newlines: list[int]) -> bytes:
@@ -201,10 +242,47 @@ def backquoted_body(text: str) -> str | None:
 
 def words_after_target(redirect: tree_sitter.Node) -> list[tree_sitter.Node]:
     """Words the grammar hangs on a file redirection after its target, or on a heredoc after its
-    delimiter (quirk 5)."""
+    delimiter (quirk 5); after `>&-`, which has no target, every one (quirk 13)."""
     if redirect.type == "heredoc_redirect":
         return list(redirect.children_by_field_name("argument"))
-    return list(redirect.children_by_field_name("destination")[1:])
+    destinations = redirect.children_by_field_name("destination")
+    return list(destinations if closes_descriptor(redirect) else destinations[1:])
+
+
+def closes_descriptor(redirect: tree_sitter.Node) -> bool:
+    """`>&-` or `<&-`: a redirection without a target (quirk 13)."""
+    return any(not c.is_named and c.type.endswith("&-") for c in redirect.children)
+
+
+#: A heredoc delimiter read the same by bash and the grammar: a plain word, or one wholly quoted.
+_PLAIN_DELIMITER = re.compile(
+    rb"""([\w.,:@%+/=-]+)|'([\w.,:@%+/= -]*)'|"([\w.,:@%+/= -]*)"|\\([\w.,:@%+/=-]+)"""
+)
+
+
+def heredoc_trusted(heredoc: tree_sitter.Node, data: bytes) -> bool:
+    """Whether the grammar read the heredoc as bash does (quirk 12): a plain delimiter, and an
+    end line that is exactly it."""
+    start = next((c for c in heredoc.children if c.type == "heredoc_start"), None)
+    end = next((c for c in heredoc.children if c.type == "heredoc_end"), None)
+    if start is None or end is None:
+        return False
+    plain = _PLAIN_DELIMITER.fullmatch(node_text(start, data).encode())
+    if plain is None:
+        return False
+    delimiter = next(group for group in plain.groups() if group is not None)
+    return data[end.start_byte : end.end_byte].strip(b"\t\n") == delimiter
+
+
+#: A command name that is a file descriptor of a redirection written against it (quirk 13).
+_DESCRIPTOR_NAME = re.compile(r"[0-9]+|\{[A-Za-z_][A-Za-z0-9_]*\}")
+
+
+def descriptor_as_name(name: tree_sitter.Node, data: bytes) -> bool:
+    """`0` in `0<f rm x`, `{fd}` in `{fd}>f rm x`: the grammar's command name is a descriptor."""
+    return data[name.end_byte : name.end_byte + 1] in (b"<", b">") and bool(
+        _DESCRIPTOR_NAME.fullmatch(node_text(name, data))
+    )
 
 
 def last_command(node: tree_sitter.Node | None) -> tree_sitter.Node | None:

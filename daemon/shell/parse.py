@@ -200,7 +200,25 @@ class _Analyser:
                 f"{where}A command's words run over a line break where the parser cannot tell "
                 "where the command ends; end each command with ';' or put it on its own line."
             )
+        dropped = None if tree.root_node.has_error else grammar.uncovered(tree.root_node, data)
+        for _ in range(3):  # each round quotes one dropped `-` before a heredoc
+            quoted = None if dropped is None else grammar.quote_dropped_dash(data, dropped)
+            if quoted is None:
+                break
+            data = quoted
+            tree = self._parse(data, where)
+            if tree is None:
+                return
+            dropped = None if tree.root_node.has_error else grammar.uncovered(tree.root_node, data)
         root = tree.root_node
+        if dropped is not None:
+            row = data.count(b"\n", 0, dropped)
+            column = dropped - (data.rfind(b"\n", 0, dropped) + 1)
+            self.error(
+                f"{where}At line {row + 1}, column {column + 1}: text the parser dropped "
+                f"({data[dropped : dropped + 20].decode('utf-8', 'replace')!r}); write that "
+                "part of the command another way, or split the command."
+            )
         if root.has_error:
             bad = _first_error(root)
             if bad.is_missing:
@@ -324,6 +342,12 @@ class _Analyser:
                     stack.append((child, use, level + 1, kind))
                 continue
             elif kind == "heredoc_redirect":
+                if not grammar.heredoc_trusted(node, line.data):
+                    self.error(
+                        f"{line.where}At {_where(node)}: a heredoc whose delimiter or end line "
+                        "could not be read reliably; use a plain delimiter such as EOF, alone on "
+                        "its end line."
+                    )
                 if grammar.heredoc_is_quoted(node, line.data):
                     line.skipped += [
                         (c.start_byte, c.end_byte) for c in children if c.type == "heredoc_body"
@@ -402,6 +426,12 @@ class _Analyser:
             return
         for index, child in enumerate(node.children):
             role = node.field_name_for_child(index)
+            if role == "name" and grammar.descriptor_as_name(child, data):
+                self.error(
+                    f"{line.where}At {_where(child)}: a file descriptor written before a "
+                    "redirection at the start of a command could not be told from the command; "
+                    "put the redirection after the command."
+                )
             if role == "name" and node_text(child, data) in grammar.RESERVED:
                 self.error(
                     f"{line.where}At {_where(child)}: the reserved word {node_text(child, data)!r} "
@@ -524,6 +554,8 @@ class _Analyser:
         descriptor = next((c for c in node.children if c.type == "file_descriptor"), None)
         operator = next((c for c in node.children if not c.is_named), None)
         destinations = node.children_by_field_name("destination")
+        if grammar.closes_descriptor(node):
+            destinations = []  # `>&-` has no target: the words after it are the command's
         target = render_word(destinations[0], data).text if destinations else ""
         op = node_text(operator, data) if operator is not None else ""
         writes = bool(target) and (

@@ -295,14 +295,15 @@ PEELERS: dict[str, _Peeler] = {
     "command": _command,
     "builtin": _simple(_NO_OPTS),
     "exec": _simple(_Opts(short_arg="a")),
-    "time": _simple(
+    # Keywords, after which assignments are the command's (`time V=1 rm x`).
+    "time": _sudo_like(
         _Opts(
             short_arg="fo",
             long_arg=frozenset({"format", "output"}),
             long_flag=frozenset({"append", "portability", "verbose", "quiet", "help", "version"}),
         )
     ),
-    "coproc": _simple(_NO_OPTS),
+    "coproc": _sudo_like(_NO_OPTS),
     "setsid": _simple(_NO_OPTS),
     "ionice": _simple(
         _Opts(short_arg="cnpPu", long_arg=frozenset({"class", "classdata", "pid", "pgid", "uid"}))

@@ -64,6 +64,12 @@ ASKS = [
     "tee -a .git/hooks/pre-commit < x", "sed -i s/a/b/ .gi${Z}t/conf?g",
     "git init --template=tpl", "git clone --template tpl x y", "GIT_TEMPLATE_DIR=tpl git init",
     "mv d e && mv lnk d && rm -rf d/", "tar xf links.tar && rm -rf d/",
+    # Differential fuzzing against bash: each runs `rm -rf /x` (a line bash reads otherwise than
+    # the grammar, or code bash finds in text).
+    "echo hi\n\\rm -rf /x", 'cat <<S|\nx\nS\nrm -rf "$x" /x', "0</dev/null rm -rf /x",
+    "time V=1 rm -rf /x", "bash -c >&- 'rm -rf /x'", "typeset -a b; b['$(rm -rf /x)']=1",
+    "x='$(rm -rf /x)'; echo ${x@P}", "PS4='$(rm -rf /x)'; set -x; :",
+    "[[ 'a[$(rm -rf /x)]' -eq 0 ]]",
 ]  # fmt: skip
 
 ALLOWS = [
@@ -78,6 +84,7 @@ ALLOWS = [
     "echo $((1 + 2))", "git checkout main", "git rm --cached a.txt",
     "for f in *.md; do cat $f > $f.bak; done", "echo x > out_$i.txt", "npm test > out.txt",
     "git init", "sed -i s/a/b/ src/main.py", "mkdir -p d && rm -rf d/x", "cat .git/config",
+    "python3 - <<'PY'\nprint(1)\nPY", "cat <<EOF\nhello $USER\nEOF", "b[1]=2; echo ${b[1]}",
 ]  # fmt: skip
 
 

@@ -126,3 +126,35 @@ def test_grammar_still_reads_a_three_stage_pipeline_before_and_as_a_nested_list(
         (c.name, c.pipeline, c.stage) for c in parse_command("a | b | c && d").simple_commands
     ]
     assert placed == [("a", 1, 0), ("b", 1, 1), ("c", 1, 2), ("d", 0, 0)]
+
+
+def test_grammar_still_starts_a_word_with_the_newline_before_it() -> None:
+    """Quirk 11 (grammar.newlines_between_words): bash runs `echo hi`, then `rm -rf /x`."""
+    assert tree(b"echo hi\n\\rm -rf /x").count("(command ") == 1, "the word-start check can go"
+    assert argvs("echo hi\n\\rm -rf /x") == [["echo", "hi"], ["rm", "-rf", "/x"]]
+
+
+def test_grammar_still_takes_a_heredoc_delimiter_as_written() -> None:
+    """Quirk 12 (grammar.heredoc_trusted): to bash the delimiter is `Ex`, so rm runs."""
+    line = 'cat <<E"x"\nEx\nrm -rf /x\nE"x"'
+    assert tree(line.encode()).count("(command ") == 1, "heredoc_trusted can go"
+    parsed = parse_command(line)
+    assert not parsed.parsed and "heredoc" in parsed.parse_error
+
+
+def test_grammar_still_reads_a_descriptor_as_the_command_name() -> None:
+    """Quirk 13 (grammar.descriptor_as_name, closes_descriptor): bash runs `rm -rf /x`."""
+    assert "(command name: (command_name (number)))" in tree(b"0</dev/null rm -rf /x"), (
+        "descriptor_as_name can go"
+    )
+    assert not parse_command("0</dev/null rm -rf /x").parsed
+    assert "destination: (raw_string)" in tree(b"bash -c >&- 'rm -rf /x'"), (
+        "closes_descriptor can go"
+    )
+    assert argvs("bash -c >&- 'rm -rf /x'") == [["rm", "-rf", "/x"]]
+
+
+def test_grammar_still_drops_a_dash_before_a_heredoc() -> None:
+    """Quirk 14 (grammar.uncovered, quote_dropped_dash): the `-` is in no node."""
+    assert tree(b"python3 - <<PY\nx\nPY\n").count("(word)") == 1, "quote_dropped_dash can go"
+    assert argvs("python3 - <<PY\nx\nPY\n") == [["python3", "-"]]

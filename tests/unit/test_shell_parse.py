@@ -611,3 +611,38 @@ def test_every_line_of_a_script_of_lists_and_pipelines_is_its_own_commands(
     doc = policy(script)
     assert doc["parsed"] is True, (script, doc["parse_error"])
     assert sorted(c["argv"] for c in doc["simple_commands"]) == expected, script
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        "echo hi\n\\rm -rf /x",
+        'cat <<S|\nx\nS\nrm -rf "$x" /x',
+        "cat <<S|\nx\nS\nrm -rf $(true) /x > /etc/passwd",
+        "bash <<E\n$x\nrm -rf /x > /etc/passwd\n",
+        'cat <<E"x"\nEx\nrm -rf /x\nE"x"',
+        "cat <<$'E'\nE\nrm -rf /x\n$'E'",
+        "0</dev/null rm -rf /x",
+        "x=1 {fd}>f rm -rf /x",
+        "time V=1 rm -rf /x",
+        "coproc V=1 rm -rf /x",
+        "bash -c >&- 'rm -rf /x'",
+        "eval >&- 'rm -rf /x'",
+    ],
+)
+def test_lines_bash_reads_otherwise_than_the_grammar_are_never_parsed_without_the_rm(
+    line: str,
+) -> None:
+    """Found by differential fuzzing against bash (each line runs `rm -rf /x` in bash): the
+    analyser said parsed, with the rm hidden as an argument, in a heredoc, or dropped."""
+    parsed = parse_command(line)
+    argvs = [list(c.argv) for c in parsed.simple_commands]
+    assert not parsed.parsed or ["rm", "-rf", "/x"] in argvs, (argvs, parsed.redirects)
+    if "/etc/passwd" in line:
+        assert not parsed.parsed or "/etc/passwd" in parsed.written_paths
+
+
+def test_a_closed_descriptor_takes_no_target() -> None:
+    parsed = parse_command("rm -rf >&- /important")
+    assert [list(c.argv) for c in parsed.simple_commands] == [["rm", "-rf", "/important"]]
+    assert parsed.written_paths == ()
