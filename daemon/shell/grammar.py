@@ -155,7 +155,8 @@ def blank_keyword_prefixes(root: tree_sitter.Node, data: bytes) -> bytes:
 
 
 #: Nodes whose children are the words (and redirections) of one command.
-_WORD_LISTS = frozenset({"command", "declaration_command", "unset_command"})
+_WORD_LISTS = frozenset({"command", "declaration_command", "unset_command", "file_redirect"})
+_WORD_LISTS |= {"redirected_statement"}
 
 
 def newlines_between_words(root: tree_sitter.Node, data: bytes) -> list[int] | None:

@@ -438,6 +438,8 @@ class _Analyser:
                     "where a command should be; the structure could not be parsed reliably. "
                     "Check the braces and keywords, or split the command."
                 )
+            if role == "argument" and grammar.descriptor_as_name(child, data):
+                continue  # `c 0<f x`: the 0 is the redirection's, not an argument
             if role in ("name", "argument"):
                 word = render_word(child, data)
                 if word.text or not child.has_error:  # not a word tree-sitter made up

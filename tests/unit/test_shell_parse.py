@@ -646,3 +646,22 @@ def test_a_closed_descriptor_takes_no_target() -> None:
     parsed = parse_command("rm -rf >&- /important")
     assert [list(c.argv) for c in parsed.simple_commands] == [["rm", "-rf", "/important"]]
     assert parsed.written_paths == ()
+
+
+@pytest.mark.parametrize(
+    ("line", "expected"),
+    [
+        ('c1 "a" 2>> f1\n\\rm -rf /x\n', [["c1", "a"], ["rm", "-rf", "/x"]]),
+        ('"c3" "a"\n\n10>\tf2 rm 3>\tf3 -rf /x', [["c3", "a"], ["rm", "-rf", "/x"]]),
+        ("c3 0</dev/null a", [["c3", "a"]]),
+        ("c6 {fd}>  f2 a", [["c6", "a"]]),
+    ],
+)
+def test_redirections_neither_swallow_the_next_line_nor_give_their_descriptor_as_a_word(
+    line: str, expected: list[list[str]]
+) -> None:
+    """Differential fuzzing against bash, a second round: a newline after a redirection's target
+    and a descriptor written against a redirection in the middle of a command."""
+    parsed = parse_command(line)
+    assert parsed.parsed, parsed.parse_error
+    assert [list(c.argv) for c in parsed.simple_commands] == expected
