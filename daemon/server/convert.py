@@ -44,36 +44,44 @@ def tool_use_from_proto(message: pb.ToolUse, where: str = "tool_use") -> ToolUse
         raise RequestError(f"{where}.id is empty: every tool_use needs the id the model gave it")
     if not message.name:
         raise RequestError(f"{where}.name is empty: name the tool to call")
+    # Counted on the message, before anything is converted: each value costs about 70 bytes
+    # converted, whatever it cost on the wire.
+    if values_in(message.input, MAX_INPUT_VALUES) is None:
+        raise RequestError(
+            f"{where}.input holds more than {MAX_INPUT_VALUES} values (objects, arrays, "
+            "numbers, texts); no tool takes that many: send the data as text, or in several calls"
+        )
     try:
         raw = json_format.MessageToDict(message.input) if message.HasField("input") else {}
     except ValueError as exc:  # NaN or an infinite number: not JSON, so not a tool input
         raise RequestError(f"{where}.input is not valid JSON: {exc}") from exc
-    if _more_values_than(raw, MAX_INPUT_VALUES):
-        raise RequestError(
-            f"{where}.input holds more than {MAX_INPUT_VALUES} values (objects, arrays, numbers, "
-            "texts); no tool takes that many: send the data as text, or in several calls"
-        )
     return ToolUse(id=message.id, name=message.name, input=raw)
 
 
 MAX_INPUT_VALUES = 100_000
 """Values one tool input may hold. Each costs about 70 bytes once decoded, whatever it cost on
 the wire (`{}` costs 2): 15 MB of them took 270 MB, held while their turn lasts."""
+MAX_REQUEST_VALUES = 2 * MAX_INPUT_VALUES
+"""Values the tool inputs of one batch may hold together."""
 
 
-def _more_values_than(value: object, limit: int) -> bool:
+def values_in(struct: struct_pb2.Struct, limit: int) -> int | None:
+    """How many values `struct` holds, or None past `limit` (counting stops there)."""
     count = 0
-    stack = [value]
+    stack: list[struct_pb2.Struct | struct_pb2.ListValue] = [struct]
     while stack:
         item = stack.pop()
-        count += 1
-        if count > limit:
-            return True
-        if isinstance(item, dict):
-            stack.extend(item.values())
-        elif isinstance(item, list):
-            stack.extend(item)
-    return False
+        values = item.fields.values() if isinstance(item, struct_pb2.Struct) else item.values
+        for value in values:
+            count += 1
+            if count > limit:
+                return None
+            kind = value.WhichOneof("kind")
+            if kind == "struct_value":
+                stack.append(value.struct_value)
+            elif kind == "list_value":
+                stack.append(value.list_value)
+    return count
 
 
 def call_request_from_proto(message: pb.ExecuteRequest) -> CallRequest:
@@ -110,6 +118,16 @@ def batch_from_proto(message: pb.ExecuteBatchRequest) -> list[CallRequest]:
             f"ExecuteBatchRequest.tool_uses holds {len(message.tool_uses)} tool_use blocks, more "
             f"than the {MAX_BATCH_CALLS} a batch may hold; split it into several batches"
         )
+    room = MAX_REQUEST_VALUES  # counted before anything is converted
+    for use in message.tool_uses:
+        used = values_in(use.input, room)
+        if used is None:
+            raise RequestError(
+                f"ExecuteBatchRequest: the batch's tool inputs hold more than "
+                f"{MAX_REQUEST_VALUES} values together; send fewer tool_use blocks per batch, or "
+                "their data as text"
+            )
+        room -= used
     requests = [
         CallRequest(
             tool_use=tool_use_from_proto(t, f"tool_uses[{i}]"), session_id=message.session_id

@@ -167,3 +167,34 @@ def test_an_input_of_too_many_values_is_refused_whatever_its_size_on_the_wire() 
     fewer = _request("toolu_fewer", "x")
     fewer.tool_use.input.update({"flags": [{}] * (convert.MAX_INPUT_VALUES - 10)})
     assert len(convert.call_request_from_proto(fewer).tool_use.input["flags"]) > 0
+
+
+def test_too_many_values_are_refused_before_they_are_converted(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Attacker round 57: the count ran on the converted dict, so a 15 MB input of `{}` took
+    hundreds of MB before it was refused."""
+    converted: list[int] = []
+    original = convert.json_format.MessageToDict
+    monkeypatch.setattr(
+        convert.json_format,
+        "MessageToDict",
+        lambda message, **kw: converted.append(1) or original(message, **kw),
+    )
+    request = _request("toolu_many", "x")
+    request.tool_use.input.update({"flags": [{}] * (convert.MAX_INPUT_VALUES * 3)})
+    with pytest.raises(RequestError, match="holds more than 100000 values"):
+        convert.call_request_from_proto(request)
+    assert converted == []
+
+
+def test_a_batch_holds_at_most_twice_one_inputs_values() -> None:
+    """Attacker round 57: 40 tool_uses of 99,990 values each passed the per-input cap."""
+    batch = pb.ExecuteBatchRequest()
+    for i in range(3):
+        use = batch.tool_uses.add(id=f"toolu_{i}", name="x")
+        use.input.update({"flags": [{}] * (convert.MAX_INPUT_VALUES - 10)})
+    with pytest.raises(RequestError, match="the batch's tool inputs hold more than"):
+        convert.batch_from_proto(batch)
+    batch.tool_uses.pop()
+    assert len(convert.batch_from_proto(batch)) == 2
