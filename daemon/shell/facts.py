@@ -50,8 +50,9 @@ _MAX_RESOLVED = 200
 #: may run through a link the line made.
 _KEEP_NAMES = frozenset({"cd", "pushd", "popd", "echo", "printf", "true", "false", ":", "test"})
 _KEEP_NAMES |= {"[", "sleep", "mkdir", "rmdir", "touch", "rm", "chmod", "export", "unset", "pwd"}
-#: Characters that make a word's value known only at run time.
-_RUN_TIME = re.compile(r"[$`*?\[{~]")
+#: Characters that make a word's value known only at run time (expansions, globs, braces, ~).
+_RUN_TIME_CHARACTERS = frozenset("$`*?[{~")
+_RUN_TIME = re.compile(f"[{re.escape(''.join(sorted(_RUN_TIME_CHARACTERS)))}]")
 #: Up to what closes a run-time piece (`${X}`, `$(x)`, `[ab]`, a backquote), in its component.
 _PIECE_CLOSED = re.compile(r"^[^/]*[})\]`]")
 #: A variable's name after `$`.
@@ -163,8 +164,6 @@ def _after_cd(command: SimpleCommand, current: str) -> str:
     return words[0].path
 
 
-_RUN_TIME_CHARACTERS = frozenset("$`*?[{~")
-"""A redirect target holding one of these names a file only known at run time."""
 
 
 def written_files(

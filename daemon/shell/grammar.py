@@ -214,16 +214,21 @@ def uncovered(root: tree_sitter.Node, data: bytes) -> int | None:
 _DASH_BEFORE_HEREDOC = re.compile(rb"-[ \t]+<<")
 
 
-def quote_dropped_dash(data: bytes, pos: int) -> bytes | None:
+def quote_dropped_dash(root: tree_sitter.Node, data: bytes) -> bytes | None:
     """The line with the `-` the grammar dropped before a heredoc (`python3 - <<PY`) quoted,
-    which bash reads the same (quirk 14); None when the dropped text is something else."""
-    if _DASH_BEFORE_HEREDOC.match(data, pos) is None:
+    which bash reads the same (quirk 14); None when nothing or something else was dropped."""
+    pos = None if root.has_error else uncovered(root, data)
+    if pos is None or _DASH_BEFORE_HEREDOC.match(data, pos) is None:
         return None
     return data[:pos] + b"'-'" + data[pos + 1 :]
 
 
-def end_commands_at(data: bytes, newlines: list[int]) -> bytes:
-    """The line with `;` put before each of the given newlines, which bash reads the same way."""
+def end_run_together_commands(root: tree_sitter.Node, data: bytes) -> bytes | None:
+    """The line with `;` put before each newline the grammar read as a space between two words
+    (quirks 9 and 11), which bash reads the same way; None when that cannot be told."""
+    newlines = newlines_between_words(root, data)
+    if not newlines:
+        return None
     out = bytearray()
     pos = 0
     for at in newlines:

@@ -101,6 +101,14 @@ def parse_command(raw: str) -> ParsedCommand:
     )
 
 
+_REWRITES = (
+    grammar.blank_keyword_prefixes,
+    grammar.end_run_together_commands,
+    grammar.quote_dropped_dash,
+)
+"""Rewrites of a line bash reads the same, after which the grammar reads it as bash does."""
+
+
 @dataclass(frozen=True)
 class _Ctx:
     context: str
@@ -170,47 +178,17 @@ class _Analyser:
         self, data: bytes, wrappers: tuple[str, ...], depth: int, ctx: _Ctx, where: str
     ) -> None:
         """Parse one line (or nested command string) and walk it."""
-        tree = self._parse(data, where)
-        if tree is not None and b"\\\n" in data:
-            joined = grammar.join_continuations(data, tree.root_node)
-            if joined != data:
-                data = joined
-                tree = self._parse(data, where)
-        for _ in range(3):  # each round can reveal a `time {` nested in the one blanked before
-            if tree is None:
-                return
-            blanked = grammar.blank_keyword_prefixes(tree.root_node, data)
-            if blanked == data:
-                break
-            data = blanked
-            tree = self._parse(data, where)
-        if tree is None:
+        repaired = self._repaired(data, where)
+        if repaired is None:
             return
-        newlines = grammar.newlines_between_words(tree.root_node, data)
-        for _ in range(3):  # a round's `;` can show a command the grammar ran on the same way
-            if not newlines:
-                break
-            data = grammar.end_commands_at(data, newlines)
-            tree = self._parse(data, where)
-            if tree is None:
-                return
-            newlines = grammar.newlines_between_words(tree.root_node, data)
-        if newlines != []:
+        tree, data = repaired
+        root = tree.root_node
+        if grammar.newlines_between_words(root, data) != []:
             self.error(
                 f"{where}A command's words run over a line break where the parser cannot tell "
                 "where the command ends; end each command with ';' or put it on its own line."
             )
-        dropped = None if tree.root_node.has_error else grammar.uncovered(tree.root_node, data)
-        for _ in range(3):  # each round quotes one dropped `-` before a heredoc
-            quoted = None if dropped is None else grammar.quote_dropped_dash(data, dropped)
-            if quoted is None:
-                break
-            data = quoted
-            tree = self._parse(data, where)
-            if tree is None:
-                return
-            dropped = None if tree.root_node.has_error else grammar.uncovered(tree.root_node, data)
-        root = tree.root_node
+        dropped = None if root.has_error else grammar.uncovered(root, data)
         if dropped is not None:
             row = data.count(b"\n", 0, dropped)
             column = dropped - (data.rfind(b"\n", 0, dropped) + 1)
@@ -236,6 +214,27 @@ class _Analyser:
         self._walk(root, line, wrappers, depth, ctx)
         if line.complete:
             self._check_substitutions(line)
+
+    def _repaired(self, data: bytes, where: str) -> tuple[tree_sitter.Tree, bytes] | None:
+        """The line parsed after the rewrites that make up for the grammar's misreadings
+        (quirks 2, 3, 9, 11 and 14), each round on the tree of the one before; None when
+        parsing was stopped."""
+        tree = self._parse(data, where)
+        if tree is not None and b"\\\n" in data:
+            joined = grammar.join_continuations(data, tree.root_node)
+            if joined != data:
+                data = joined
+                tree = self._parse(data, where)
+        for rewrite in _REWRITES:
+            for _ in range(3):  # a round can reveal what the one before hid
+                if tree is None:
+                    return None
+                rewritten = rewrite(tree.root_node, data)
+                if rewritten is None or rewritten == data:
+                    break
+                data = rewritten
+                tree = self._parse(data, where)
+        return None if tree is None else (tree, data)
 
     def _parse(self, data: bytes, where: str) -> tree_sitter.Tree | None:
         # A fresh parser per call: a tree_sitter.Parser must not be shared between threads.
