@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import grpc
@@ -168,21 +170,34 @@ def test_client_cancel_kills_the_container(sandbox_daemon: RunningDaemon) -> Non
     assert wait_no_containers(sandbox_daemon.daemon.instance_id, keep=keep) <= keep
 
 
+@contextlib.contextmanager
+def _own_workspace(
+    short_tmp: Path, folders: tuple[str, ...] = ()
+) -> Iterator[tuple[Path, RunningDaemon]]:
+    """A fresh workspace owned by the sandbox user, holding `folders` and keep.txt, with a
+    daemon of its own (one warm container); skips without a Docker engine."""
+    workspace = Path(tempfile.mkdtemp(prefix="ws-", dir=short_tmp))
+    for folder in folders:
+        (workspace / folder).mkdir(parents=True)
+    (workspace / "keep.txt").write_text("kept\n")
+    for path in (workspace, *workspace.rglob("*")):
+        os.chown(path, OWNER_UID, OWNER_GID)
+    with running_daemon(
+        workspace,
+        workspace.with_suffix(".sock"),
+        sandbox={"pool_size": 1, "ceilings": {"pids": 128}},
+    ) as daemon:
+        if daemon.daemon.sandbox is None or daemon.daemon.sandbox.stats() is None:
+            pytest.skip("the daemon found no Docker engine")
+        yield workspace, daemon
+
+
 @pytest.mark.docker
 def test_a_cd_earlier_in_a_batch_moves_where_a_later_call_is_judged(short_tmp: Path) -> None:
     """Attacker round 55: from a/b, the batch [cd a, rm -rf ../../<workspace>] was judged where
     the session stood when the batch arrived (a/b, where the path is a missing subfolder) and
     allowed; it ran from a and deleted the whole workspace."""
-    workspace = short_tmp / "ws-cd"
-    (workspace / "a" / "b").mkdir(parents=True)
-    (workspace / "keep.txt").write_text("kept\n")
-    for path in (workspace, workspace / "a", workspace / "a" / "b", workspace / "keep.txt"):
-        os.chown(path, OWNER_UID, OWNER_GID)
-    with running_daemon(
-        workspace, short_tmp / "cd.sock", sandbox={"pool_size": 1, "ceilings": {"pids": 128}}
-    ) as daemon:
-        if daemon.daemon.sandbox is None or daemon.daemon.sandbox.stats() is None:
-            pytest.skip("the daemon found no Docker engine")
+    with _own_workspace(short_tmp, ("a/b",)) as (workspace, daemon):
         moved = daemon.execute("Bash", {"command": f"cd {workspace}/a/b"})
         assert not moved.result.is_error, text_of(moved)
         uses = [
@@ -210,16 +225,7 @@ def test_a_command_the_grammar_runs_into_another_is_still_judged(
     """Found by hypothesis in CI, then by reading the grammar: tree-sitter-bash read the rm as
     arguments of `cat` (or dropped its arguments), so the policy never saw it and allowed the
     line, which deleted the workspace."""
-    workspace = Path(tempfile.mkdtemp(prefix="ws-", dir=short_tmp))
-    (workspace / "sub").mkdir()
-    (workspace / "keep.txt").write_text("kept\n")
-    for path in (workspace, workspace / "sub", workspace / "keep.txt"):
-        os.chown(path, OWNER_UID, OWNER_GID)
-    with running_daemon(
-        workspace, short_tmp / "hid.sock", sandbox={"pool_size": 1, "ceilings": {"pids": 128}}
-    ) as daemon:
-        if daemon.daemon.sandbox is None or daemon.daemon.sandbox.stats() is None:
-            pytest.skip("the daemon found no Docker engine")
+    with _own_workspace(short_tmp, ("sub",)) as (workspace, daemon):
         moved = daemon.execute("Bash", {"command": f"cd {workspace}/sub"})
         assert not moved.result.is_error, text_of(moved)
         answer = daemon.execute("Bash", {"command": line.format(name=workspace.name)})
@@ -233,13 +239,7 @@ def test_a_command_the_grammar_runs_into_another_is_still_judged(
 def test_a_shell_fed_by_a_pipe_asks_wherever_the_pipeline_ends(short_tmp: Path, line: str) -> None:
     """tree-sitter-bash reads `a | b | c && d` as `a | (b | c && d)`: the shell was the first
     stage of a pipeline of its own and the line was allowed."""
-    workspace = Path(tempfile.mkdtemp(prefix="ws-", dir=short_tmp))
-    os.chown(workspace, OWNER_UID, OWNER_GID)
-    with running_daemon(
-        workspace, short_tmp / "fed.sock", sandbox={"pool_size": 1, "ceilings": {"pids": 128}}
-    ) as daemon:
-        if daemon.daemon.sandbox is None or daemon.daemon.sandbox.stats() is None:
-            pytest.skip("the daemon found no Docker engine")
+    with _own_workspace(short_tmp) as (_, daemon):
         answer = daemon.execute("Bash", {"command": line})
     assert answer.decision.outcome == pb.ASK, text_of(answer)
     assert "reads the commands it runs from a pipe" in text_of(answer)
@@ -251,17 +251,7 @@ def test_an_approval_covers_only_the_risks_the_approver_was_shown(short_tmp: Pat
     (here a chmod: git now makes every later path uncertain). Once approved, d was swapped for a
     link to the workspace and the call resent with the token: it was analysed again (deleting
     the workspace root now), allowed, and emptied the workspace."""
-    workspace = Path(tempfile.mkdtemp(prefix="ws-", dir=short_tmp))
-    (workspace / "d").mkdir()
-    (workspace / "sub").mkdir()
-    (workspace / "keep.txt").write_text("kept\n")
-    for path in (workspace, workspace / "d", workspace / "sub", workspace / "keep.txt"):
-        os.chown(path, OWNER_UID, OWNER_GID)
-    with running_daemon(
-        workspace, short_tmp / "appr.sock", sandbox={"pool_size": 1, "ceilings": {"pids": 128}}
-    ) as daemon:
-        if daemon.daemon.sandbox is None or daemon.daemon.sandbox.stats() is None:
-            pytest.skip("the daemon found no Docker engine")
+    with _own_workspace(short_tmp, ("d", "sub")) as (workspace, daemon):
         use = pb.ToolUse(id="toolu_swap", name="Bash")
         use.input.update({"command": f"chmod -R 777 {workspace}/sub; rm -rf {workspace}/d/"})
         asked = daemon.stub.Execute(pb.ExecuteRequest(tool_use=use), timeout=120)
