@@ -553,6 +553,13 @@ class _Analyser:
             )
             return
         descriptor = next((c for c in node.children if c.type == "file_descriptor"), None)
+        if descriptor is not None and not node_text(descriptor, data).isdigit():
+            # `-2>&1`: bash gives `-2` to the command; the grammar made it the descriptor.
+            self.error(
+                f"{where}At {_where(descriptor)}: {node_text(descriptor, data)!r} before a "
+                "redirection is not a file descriptor; put a space between the word and the "
+                "redirection."
+            )
         operator = next((c for c in node.children if not c.is_named), None)
         destinations = node.children_by_field_name("destination")
         if grammar.closes_descriptor(node):

@@ -70,6 +70,10 @@ ASKS = [
     "time V=1 rm -rf /x", "bash -c >&- 'rm -rf /x'", "typeset -a b; b['$(rm -rf /x)']=1",
     "x='$(rm -rf /x)'; echo ${x@P}", "PS4='$(rm -rf /x)'; set -x; :",
     "[[ 'a[$(rm -rf /x)]' -eq 0 ]]",
+    # Attacker round 58: git's files of a submodule, a work tree or a separate git directory.
+    "printf x > .git/modules/sub/config", "printf x > .git/modules/sub/hooks/pre-commit",
+    "echo x >> .git/worktrees/w/config.worktree", "git init -q --separate-git-dir=g sub",
+    "echo 'gitdir: ../g' > sub/.git", "rm -rf y -2>&1",
 ]  # fmt: skip
 
 ALLOWS = [

@@ -665,3 +665,10 @@ def test_redirections_neither_swallow_the_next_line_nor_give_their_descriptor_as
     parsed = parse_command(line)
     assert parsed.parsed, parsed.parse_error
     assert [list(c.argv) for c in parsed.simple_commands] == expected
+
+
+@pytest.mark.parametrize("line", ["rm -rf y -2>&1", "find . -2>&1 -delete", "a -12>f"])
+def test_a_descriptor_that_is_not_a_number_is_not_trusted(line: str) -> None:
+    """Attacker round 58: bash gives `-2` to the command; the grammar made it the descriptor of
+    the redirection, so the word was dropped from what the policy saw."""
+    assert not parse_command(line).parsed

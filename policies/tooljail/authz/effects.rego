@@ -146,7 +146,7 @@ may_name_git_control(fact) if {
 # git's files from which it takes programs: configuration, attributes, and the hooks it runs
 # (githooks(5); a file of another name in hooks/ is never run).
 git_control_names := {
-	"config", "attributes", ".gitattributes", ".gitmodules", "applypatch-msg", "pre-applypatch",
+	"config", "config.worktree", "attributes", ".gitattributes", ".gitmodules", "applypatch-msg", "pre-applypatch",
 	"post-applypatch", "pre-commit", "pre-merge-commit", "prepare-commit-msg", "commit-msg",
 	"post-commit", "pre-rebase", "post-checkout", "post-merge", "pre-push", "pre-receive", "update",
 	"proc-receive", "post-receive", "post-update", "reference-transaction", "push-to-checkout",
@@ -159,6 +159,14 @@ git_effect contains [i, "installs hooks and configuration from a template direct
 	some i, git in git_lines
 	git.subcommand in {"init", "clone"}
 	has_long_flag(git.options, "--template")
+}
+
+# A git directory elsewhere (`--separate-git-dir=g`) holds hooks and configuration where a
+# write to them is not recognised as one.
+git_effect contains [i, "puts the repository's git directory, with its hooks and configuration, outside .git"] if {
+	some i, git in git_lines
+	git.subcommand in {"init", "clone"}
+	has_long_flag(git.options, "--separate-git-dir")
 }
 
 needs_approval contains sprintf(
@@ -188,7 +196,11 @@ git_files_word(word) if regex.match(`(^|/)\.git(/|$)|(^|/)\.git(attributes|modul
 
 git_files_word(word) if regex.match(`(^|/)\.git(/|$)|(^|/)\.git(attributes|modules)$`, word.text)
 
-git_control_path(path) if regex.match(`(^|/)\.git/(config|hooks(/|$)|info/attributes)`, path)
+# In any git directory below .git (a submodule's .git/modules/x, a work tree's .git/worktrees/x),
+# and a `.git` file itself, which names the git directory to use (`gitdir: ...`).
+git_control_path(path) if regex.match(`(^|/)\.git/(.+/)?(config(\.worktree)?$|hooks(/|$)|info/attributes$)`, path)
+
+git_control_path(path) if regex.match(`(^|/)\.git$`, path)
 
 git_control_path(path) if regex.match(`(^|/)\.gitattributes$|(^|/)\.gitmodules$`, path)
 
