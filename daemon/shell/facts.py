@@ -164,8 +164,6 @@ def _after_cd(command: SimpleCommand, current: str) -> str:
     return words[0].path
 
 
-
-
 def written_files(
     line: ParsedCommand, directories: list[str], settled: bool = True
 ) -> list[dict[str, Any]]:
