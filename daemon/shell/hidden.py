@@ -16,61 +16,56 @@ _SUBSTITUTIONS = ("$(", "`")
 #: What a subscript runs when bash evaluates it (printf -v, test -v, [[ -v ]], declare, read,
 #: unset, arithmetic on a variable holding it).
 _SUBSCRIPT_CODE = (*_SUBSTITUTIONS, "${")
-_WORD_THEN_BRACKET = re.compile(r"\w\[")
-_PROMPT = re.compile(r"\b(?:PS[0-4]|PROMPT_COMMAND)=")
+#: A prompt bash expands (PS4 with `set -x`), however it is set (`PS4=`, `PS4+=`, `read PS4`,
+#: `printf -v PS4`) and whatever it is set from (a file the line reads).
+_PROMPT = re.compile(r"\b(?:PS[0-4]|PROMPT_COMMAND)\b")
 MAX_SHOWN = 20
 
 
 def hidden_code(line: ParsedCommand) -> list[str]:
     """Text holding code bash runs although it looks like data to a parser: a command
-    substitution inside an array subscript, which bash evaluates in printf -v, test -v, declare,
-    read, unset and arithmetic contexts (in a word, or in a quoted string an assignment keeps
-    until arithmetic evaluates it); a quoted subscript of an array assignment (`b['$(x)']=1`);
-    a variable's prompt expansion (`${v@P}`); a prompt or PROMPT_COMMAND holding a substitution
-    (`PS4='$(x)'; set -x`)."""
+    substitution inside an array subscript, nested or not, which bash evaluates in printf -v,
+    test -v, declare, read, unset and arithmetic contexts (in a word, in a quoted string an
+    assignment keeps until arithmetic evaluates it, or after a name: `b['$(x)']=1`); a
+    variable's prompt expansion (`${v@P}`); a prompt or PROMPT_COMMAND set at all."""
     # A longer line is never parsed (the policy does not let it run unasked): not scanned.
     raw = line.raw if len(line.raw) <= MAX_COMMAND_BYTES else ""
     found = [
         word
         for command in line.simple_commands
         for word in (*command.argv, *command.assignments)
-        if _subscripts_with(word, _SUBSCRIPT_CODE)
+        if _subscript_code(word, _SUBSCRIPT_CODE, named=False)
     ]
     for quote in "'\"":
         for piece in raw.split(quote)[1:]:
-            found += [f"{quote}{s}" for s in _subscripts_with(piece, _SUBSTITUTIONS)]
-    found += _quoted_subscripts(raw)
+            found += _subscript_code(piece, _SUBSTITUTIONS, named=False)
+    found += _subscript_code(raw, _SUBSTITUTIONS, named=True)
     found += [
         f"{piece[piece.rfind('${') :]}}}" for piece in raw.split("}") if _prompt_expansion(piece)
     ]
     prompt = _PROMPT.search(raw)
-    if prompt is not None and any(s in raw[prompt.end() :] for s in _SUBSTITUTIONS):
+    if prompt is not None:
         found.append(raw[prompt.start() : prompt.start() + 80])
     return list(dict.fromkeys(found))[:MAX_SHOWN]
 
 
-def _subscripts_with(text: str, code: tuple[str, ...]) -> list[str]:
-    """Each `[` up to the next `]` (or the end) holding one of `code`."""
-    subscripts = []
-    for piece in text.split("]"):
-        start = piece.find("[")
-        if start >= 0 and any(c in piece[start:] for c in code):
-            subscripts.append(piece[start:] + "]")
-    return subscripts
-
-
-def _quoted_subscripts(raw: str) -> list[str]:
-    """`b['$(x)']`: a name's subscript holding a quote and then a substitution."""
-    found = []
-    for piece in raw.split("]"):
-        opened = _WORD_THEN_BRACKET.search(piece)
-        if opened is None:
-            continue
-        inside = piece[opened.end() :]
-        quoted = min((i for i in (inside.find("'"), inside.find('"')) if i >= 0), default=-1)
-        if quoted >= 0 and any(s in inside[quoted:] for s in _SUBSTITUTIONS):
-            found.append(piece[opened.start() :] + "]")
-    return found
+def _subscript_code(text: str, code: tuple[str, ...], named: bool) -> list[str]:
+    """The first subscript (`[`, nested ones matched as bash matches them) holding one of
+    `code`, as a list of at most one. `named`: only a `[` right after a name's character opens
+    one (`a[`, not the test `[ -n "$(x)" ]`); inside one, every `[` nests. One pass: linear."""
+    depth = 0
+    opened = 0
+    for at, char in enumerate(text):
+        if char == "[" and (
+            depth or not named or (at and (text[at - 1].isalnum() or text[at - 1] == "_"))
+        ):
+            opened = at if depth == 0 else opened
+            depth += 1
+        elif char == "]" and depth:
+            depth -= 1
+        elif depth and char in "$`" and any(text.startswith(c, at) for c in code):
+            return [text[opened : opened + 80]]
+    return []
 
 
 def _prompt_expansion(piece: str) -> bool:

@@ -74,6 +74,9 @@ ASKS = [
     "printf x > .git/modules/sub/config", "printf x > .git/modules/sub/hooks/pre-commit",
     "echo x >> .git/worktrees/w/config.worktree", "git init -q --separate-git-dir=g sub",
     "echo 'gitdir: ../g' > sub/.git", "rm -rf y -2>&1",
+    # Attacker round 59: a prompt set another way, a substitution in a nested subscript.
+    "PS4+='$(rm -rf ws)'; set -x; :", "read -r PS4 <<< '$(rm -rf ws)'; set -x; :",
+    "read -r PS4 < notes.txt; set -x; :", "x='a[b[0]+$(rm -rf ws)]'; echo $((x))",
 ]  # fmt: skip
 
 ALLOWS = [
