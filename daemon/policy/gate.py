@@ -97,15 +97,15 @@ class PolicyGate:
             if refusal:
                 return GateDecision(Verdict.deny(refusal))
 
+        approved_asks: tuple[str, ...] = ()
         if grant is not None:
             # An approval covers the asks its approver was shown, not others the call came to
             # raise since (analysed again after a link was swapped in, a hook's rewrite).
             unapproved = await self._engine.decide(call_document(call, caller, None, hooks or []))
-            if (
-                unapproved.outcome is Outcome.ASK
-                and reasons_digest(unapproved.reasons) != grant.reasons
-            ):
-                return await self._ask(call, caller, unapproved, changed=True)
+            if unapproved.outcome is Outcome.ASK:
+                if reasons_digest(unapproved.reasons) != grant.reasons:
+                    return await self._ask(call, caller, unapproved, changed=True)
+                approved_asks = unapproved.reasons
 
         document = call_document(call, caller, grant, hooks or [])
         verdict = await self._engine.decide(document)
@@ -130,7 +130,7 @@ class PolicyGate:
                 )
             self._pending.used(grant.token_id)
             if grant.scope == "session":
-                _grant_for_session(call, grant)
+                _grant_for_session(call, grant, approved_asks)
             return GateDecision(verdict, approved_by=grant.approved_by)
         return GateDecision(verdict)
 
@@ -254,13 +254,17 @@ def _for_review(tool_input: dict[str, Any]) -> dict[str, Any]:
     return {"input_json": shown, "input_chars": len(text)}
 
 
-def _grant_for_session(call: ToolCall, grant: Grant) -> None:
-    """Remember the approval for the rest of the session (the policy sees it as a grant)."""
+def _grant_for_session(call: ToolCall, grant: Grant, asks: tuple[str, ...]) -> None:
+    """Remember the approval for the rest of the session (the policy sees it as a grant that
+    lifts the approved `asks` only)."""
     covered = call.facts.grant
     if covered is None:
         return
     session = call.session
-    if any(g.tool == call.tool.name and g.pattern == covered.pattern for g in session.grants):
+    if any(
+        g.tool == call.tool.name and g.pattern == covered.pattern and g.reasons == asks
+        for g in session.grants
+    ):
         return
     session.grants.append(
         SessionGrant(
@@ -269,5 +273,6 @@ def _grant_for_session(call: ToolCall, grant: Grant) -> None:
             words=covered.words,
             approved_by=grant.approved_by,
             granted_at=time.time(),
+            reasons=asks,
         )
     )

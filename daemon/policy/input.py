@@ -126,6 +126,11 @@ class Grant(_Part):
         description="Bash: the command prefix as argv words (what the policy matches); empty for "
         "file tools. A Bash grant without words, or with an empty word, covers nothing."
     )
+    reasons: list[str] = Field(
+        default=[],
+        description="The asks the person was shown when approving: the grant lifts a call's asks "
+        "only when each is one of these.",
+    )
 
 
 class RefusalCounts(TypedDict):
@@ -172,7 +177,9 @@ class SessionFacts(_Part):
             workspace=str(session.workspace),
             mode=session.mode,
             grants=[
-                Grant.model_construct(tool=g.tool, pattern=g.pattern, words=list(g.words))
+                Grant.model_construct(
+                    tool=g.tool, pattern=g.pattern, words=list(g.words), reasons=list(g.reasons)
+                )
                 for g in session.grants
             ],
             kept_outputs=str(session.kept_outputs or ""),

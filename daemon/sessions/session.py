@@ -48,10 +48,17 @@ class SessionGrant:
     """Bash: the prefix as words, for exact matching by the policy."""
     approved_by: str
     granted_at: float
+    reasons: tuple[str, ...] = ()
+    """The asks the person was shown: the grant lifts those only."""
 
     def to_policy(self) -> dict[str, object]:
         """As the policy input shows it."""
-        return {"tool": self.tool, "pattern": self.pattern, "words": list(self.words)}
+        return {
+            "tool": self.tool,
+            "pattern": self.pattern,
+            "words": list(self.words),
+            "reasons": list(self.reasons),
+        }
 
 
 class Ongoing(Protocol):

@@ -138,3 +138,31 @@ def test_session_approval_stops_asking_for_the_same_command_only(
     elsewhere = opened(sandbox_daemon, "default")
     fresh = call(sandbox_daemon, elsewhere, "Bash", {"command": "git push -f origin topic"})
     assert fresh.decision.outcome == pb.ASK, "grants die with their session"
+
+
+def test_a_session_approval_does_not_cover_other_kinds_of_ask(
+    sandbox_daemon: RunningDaemon,
+) -> None:
+    """Attacker round 59: a force push approved for the session let `git push origin --delete
+    main` and `git push --mirror` run unasked: the grant lifted every ask of a `git push`."""
+    session = opened(sandbox_daemon, "default")
+    use = pb.ToolUse(id="toolu_grant_kind", name="Bash")
+    use.input.update({"command": "git push --force origin main"})
+    asked = sandbox_daemon.stub.Execute(
+        pb.ExecuteRequest(session_id=session.id, tool_use=use), timeout=120
+    )
+    approved = sandbox_daemon.stub.Execute(
+        pb.ExecuteRequest(
+            session_id=session.id,
+            tool_use=use,
+            approval_token=asked.decision.approval_token,
+            approval_scope="session",
+        ),
+        timeout=120,
+    )
+    assert approved.decision.outcome == pb.ALLOW, text_of(approved)
+    for command in ("git push origin --delete main", "git push --mirror backup"):
+        other = call(sandbox_daemon, session, "Bash", {"command": command})
+        assert other.decision.outcome == pb.ASK, (command, text_of(other))
+    same = call(sandbox_daemon, session, "Bash", {"command": "git push -f origin topic"})
+    assert same.decision.outcome == pb.ALLOW, text_of(same)

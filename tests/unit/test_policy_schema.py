@@ -338,7 +338,7 @@ def test_daemon_file_grants_are_directories_the_policy_accepts() -> None:
         approved_by="local",
         granted_at=0.0,
     ).to_policy()
-    assert grant == {"tool": "Edit", "pattern": "/srv/ws/src/pkg/", "words": []}
+    assert grant == {"tool": "Edit", "pattern": "/srv/ws/src/pkg/", "words": [], "reasons": []}
     assert violations(grant, "grant") == []
 
 

