@@ -106,18 +106,15 @@ def test_mode_can_be_changed_by_an_admin(sandbox_daemon: RunningDaemon) -> None:
     assert bad.value.code() == grpc.StatusCode.INVALID_ARGUMENT
 
 
-def test_session_approval_stops_asking_for_the_same_command_only(
-    sandbox_daemon: RunningDaemon,
+def approve_for_session(
+    daemon: RunningDaemon, session: pb.Session, command: str, tool_use_id: str
 ) -> None:
-    session = opened(sandbox_daemon, "default")
-    first_input = {"command": "git push --force origin main"}
-    use = pb.ToolUse(id="toolu_grant_1", name="Bash")
-    use.input.update(first_input)
-    asked = sandbox_daemon.stub.Execute(
-        pb.ExecuteRequest(session_id=session.id, tool_use=use), timeout=120
-    )
-    assert asked.decision.outcome == pb.ASK
-    approved = sandbox_daemon.stub.Execute(
+    """Ask for the Bash command, then send it back with its token for the session scope."""
+    use = pb.ToolUse(id=tool_use_id, name="Bash")
+    use.input.update({"command": command})
+    asked = daemon.stub.Execute(pb.ExecuteRequest(session_id=session.id, tool_use=use), timeout=120)
+    assert asked.decision.outcome == pb.ASK, text_of(asked)
+    approved = daemon.stub.Execute(
         pb.ExecuteRequest(
             session_id=session.id,
             tool_use=use,
@@ -127,6 +124,13 @@ def test_session_approval_stops_asking_for_the_same_command_only(
         timeout=120,
     )
     assert approved.decision.outcome == pb.ALLOW, text_of(approved)
+
+
+def test_session_approval_stops_asking_for_the_same_command_only(
+    sandbox_daemon: RunningDaemon,
+) -> None:
+    session = opened(sandbox_daemon, "default")
+    approve_for_session(sandbox_daemon, session, "git push --force origin main", "toolu_grant_1")
     grants = pb_grpc.AdminStub(sandbox_daemon.channel).ListGrants(
         pb.ListGrantsRequest(session_id=session.id), timeout=30
     )
@@ -146,21 +150,7 @@ def test_a_session_approval_does_not_cover_other_kinds_of_ask(
     """Attacker round 59: a force push approved for the session let `git push origin --delete
     main` and `git push --mirror` run unasked: the grant lifted every ask of a `git push`."""
     session = opened(sandbox_daemon, "default")
-    use = pb.ToolUse(id="toolu_grant_kind", name="Bash")
-    use.input.update({"command": "git push --force origin main"})
-    asked = sandbox_daemon.stub.Execute(
-        pb.ExecuteRequest(session_id=session.id, tool_use=use), timeout=120
-    )
-    approved = sandbox_daemon.stub.Execute(
-        pb.ExecuteRequest(
-            session_id=session.id,
-            tool_use=use,
-            approval_token=asked.decision.approval_token,
-            approval_scope="session",
-        ),
-        timeout=120,
-    )
-    assert approved.decision.outcome == pb.ALLOW, text_of(approved)
+    approve_for_session(sandbox_daemon, session, "git push --force origin main", "toolu_grant_k")
     for command in ("git push origin --delete main", "git push --mirror backup"):
         other = call(sandbox_daemon, session, "Bash", {"command": command})
         assert other.decision.outcome == pb.ASK, (command, text_of(other))
