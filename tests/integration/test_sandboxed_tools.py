@@ -192,6 +192,14 @@ def _own_workspace(
         yield workspace, daemon
 
 
+def _bash_batch(daemon: RunningDaemon, *commands: str) -> list[pb.ExecuteResponse]:
+    """One ExecuteBatch of Bash calls, its answers in order."""
+    uses = [pb.ToolUse(id=f"toolu_batch_{i}", name="Bash") for i in range(len(commands))]
+    for use, command in zip(uses, commands, strict=True):
+        use.input.update({"command": command})
+    return list(daemon.stub.ExecuteBatch(pb.ExecuteBatchRequest(tool_uses=uses)))
+
+
 @pytest.mark.docker
 def test_a_cd_earlier_in_a_batch_moves_where_a_later_call_is_judged(short_tmp: Path) -> None:
     """Attacker round 55: from a/b, the batch [cd a, rm -rf ../../<workspace>] was judged where
@@ -200,13 +208,7 @@ def test_a_cd_earlier_in_a_batch_moves_where_a_later_call_is_judged(short_tmp: P
     with _own_workspace(short_tmp, ("a/b",)) as (workspace, daemon):
         moved = daemon.execute("Bash", {"command": f"cd {workspace}/a/b"})
         assert not moved.result.is_error, text_of(moved)
-        uses = [
-            pb.ToolUse(id="toolu_cd_up", name="Bash"),
-            pb.ToolUse(id="toolu_rm_root", name="Bash"),
-        ]
-        uses[0].input.update({"command": f"cd {workspace}/a"})
-        uses[1].input.update({"command": f"rm -rf ../../{workspace.name}"})
-        answers = list(daemon.stub.ExecuteBatch(pb.ExecuteBatchRequest(tool_uses=uses)))
+        answers = _bash_batch(daemon, f"cd {workspace}/a", f"rm -rf ../../{workspace.name}")
     assert answers[0].decision.outcome == pb.ALLOW, text_of(answers[0])
     assert answers[1].decision.outcome == pb.ASK, text_of(answers[1])
     assert "recursively deletes the workspace root" in text_of(answers[1])
@@ -303,22 +305,10 @@ def test_a_link_made_earlier_in_a_batch_is_seen_by_a_later_calls_judgement(
 ) -> None:
     """Attacker round 56: [ln -sfn <workspace> L, rm -rf L/] in one batch was judged before the
     link existed; both were allowed and the workspace was emptied."""
-    workspace = short_tmp / "ws-ln"
-    workspace.mkdir()
-    (workspace / "keep.txt").write_text("kept\n")
-    for path in (workspace, workspace / "keep.txt"):
-        os.chown(path, OWNER_UID, OWNER_GID)
-    with running_daemon(
-        workspace, short_tmp / "ln.sock", sandbox={"pool_size": 1, "ceilings": {"pids": 128}}
-    ) as daemon:
-        if daemon.daemon.sandbox is None or daemon.daemon.sandbox.stats() is None:
-            pytest.skip("the daemon found no Docker engine")
+    with _own_workspace(short_tmp) as (workspace, daemon):
         # A first command settles the session's working directory, so the batch moves nothing.
         assert not daemon.execute("Bash", {"command": "true"}).result.is_error
-        uses = [pb.ToolUse(id="toolu_ln", name="Bash"), pb.ToolUse(id="toolu_rm_link", name="Bash")]
-        uses[0].input.update({"command": f"ln -sfn {workspace} L"})
-        uses[1].input.update({"command": "rm -rf L/"})
-        answers = list(daemon.stub.ExecuteBatch(pb.ExecuteBatchRequest(tool_uses=uses)))
+        answers = _bash_batch(daemon, f"ln -sfn {workspace} L", "rm -rf L/")
     assert answers[0].decision.outcome == pb.ALLOW, text_of(answers[0])
     assert answers[1].decision.outcome == pb.ASK, text_of(answers[1])
     assert "recursively deletes the workspace root" in text_of(answers[1])
