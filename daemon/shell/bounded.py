@@ -16,6 +16,7 @@ from __future__ import annotations
 import multiprocessing
 import threading
 from collections import deque
+from collections.abc import Callable
 from multiprocessing.connection import Connection
 from multiprocessing.process import BaseProcess
 
@@ -86,7 +87,9 @@ class _Turns:
 
 
 class _Child:
-    def __init__(self) -> None:
+    def __init__(self, serve: Callable[[Connection], None] = _serve) -> None:
+        self._serve = serve
+        """What the child runs (a module-level function: the spawned child imports it)."""
         self._turns = _Turns()
         self._process: BaseProcess | None = None
         self._connection: Connection | None = None
@@ -121,7 +124,7 @@ class _Child:
         # spawn: a fork of a threaded daemon could copy a lock some thread holds.
         context = multiprocessing.get_context("spawn")
         ours, theirs = context.Pipe()
-        process = context.Process(target=_serve, args=(theirs,), daemon=True)
+        process = context.Process(target=self._serve, args=(theirs,), daemon=True)
         process.start()
         theirs.close()
         if not ours.poll(START_S):
