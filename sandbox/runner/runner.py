@@ -58,6 +58,8 @@ REQUEST_READ_TIMEOUT_S = 60.0
 #: After the shell exited (or was killed), how long to keep reading output that its leftovers, if
 #: any escaped the process group, still write; the container is destroyed right after anyway.
 DRAIN_GRACE_S = 0.25
+#: After answering, how long to wait for the host to hang up before exiting anyway.
+HANG_UP_WAIT_S = 1.0
 #: The descriptor the shell's EXIT trap writes its final directory to (see bash_env.sh): a high
 #: number so it does not collide with scripts that use 3-9 themselves; below 63, which bash uses
 #: for process substitution.
@@ -951,6 +953,12 @@ def main(argv: list[str] | None = None) -> int:
         default=None,
         help="exit quietly when no request arrived within this many seconds",
     )
+    parser.add_argument(
+        "--hang-up-wait-s",
+        type=float,
+        default=HANG_UP_WAIT_S,
+        help="after answering, wait at most this long for the host to close stdin",
+    )
     parser.add_argument("--run-as", default=None, help="uid:gid the command runs as (not root)")
     parser.add_argument(
         "--egress-socket",
@@ -985,7 +993,23 @@ def main(argv: list[str] | None = None) -> int:
     # between its own marks (sandbox/timeline.py).
     marks = [["received", received], *result.pop("timeline", []), ["answered", time.monotonic()]]
     write_message(1, {"type": "result", "v": PROTOCOL_VERSION, **result, "timeline": marks})
+    wait_for_hang_up(0, args.hang_up_wait_s)
     return 0
+
+
+def wait_for_hang_up(stdin: int, timeout_s: float) -> None:
+    """Return once the host closed `stdin` (or after `timeout_s`): exiting as soon as the answer
+    is written tears the container down while the answer is still on its way, and on a 2-core
+    machine that teardown delayed the answer by 1-7 ms (2.7 ms mean, against 0.7 ms waiting)."""
+    deadline = time.monotonic() + timeout_s
+    while (remaining := deadline - time.monotonic()) > 0:
+        if not select.select([stdin], [], [], remaining)[0]:
+            return
+        try:
+            if not os.read(stdin, 65536):
+                return
+        except OSError:
+            return
 
 
 if __name__ == "__main__":

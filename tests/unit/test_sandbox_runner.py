@@ -594,3 +594,38 @@ def test_the_warm_up_leaves_the_request_to_the_runner(tmp_path: Path) -> None:
         messages = list(FrameDecoder(1 << 20).feed(proc.stdout.read()))
     assert [m["type"] for m in messages] == ["result"]
     assert messages[0]["output"] == "real\n"
+
+
+def test_the_runner_answers_then_stays_until_the_host_hangs_up(tmp_path: Path) -> None:
+    """Exiting as soon as the answer is written tore the container down while the answer was on
+    its way through the engine, which delayed it by 1-7 ms on a 2-core machine."""
+    request = {**owned_by_the_identity(tmp_path), **bash_request("echo hi", tmp_path)}
+    with subprocess.Popen(
+        runner_argv("--hang-up-wait-s", "600"),
+        cwd=tmp_path,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+    ) as proc:
+        assert proc.stdin is not None and proc.stdout is not None
+        proc.stdin.write(encode_frame(request))
+        proc.stdin.flush()
+        decoder = FrameDecoder(1 << 20)
+        messages: list[dict[str, Any]] = []
+        while not messages:
+            data = os.read(proc.stdout.fileno(), 1 << 16)
+            assert data, "the runner ended without a result"
+            messages += decoder.feed(data)
+        assert messages[-1]["type"] == "result" and messages[-1]["output"] == "hi\n"
+        assert proc.poll() is None, "the runner exited before the host hung up"
+        proc.stdin.close()
+        assert proc.wait(30) == 0  # hung up: it goes (not after its 600 s)
+
+
+def test_a_host_that_never_hangs_up_is_waited_for_a_bounded_time() -> None:
+    read_end, write_end = os.pipe()
+    try:
+        os.write(write_end, b"bytes after the answer are ignored")
+        runner_module.wait_for_hang_up(read_end, 0.05)  # returns although the pipe stays open
+    finally:
+        os.close(read_end)
+        os.close(write_end)
