@@ -12,6 +12,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from bench.phases import warm_floor_ms
 from bench.stats import ratio
 
 Parts = Mapping[str, Any]
@@ -184,6 +185,8 @@ def sandbox_metrics(parts: Parts) -> list[Metric]:
     docker_run = _get(parts, "sandbox", "docker_run")
     cold, cold_run = _get(parts, "cold", "cold"), _get(parts, "cold", "docker_run")
     warm_text = f"warm p50 {_fmt(_ms(warm))}, p95 {_fmt(_ms(warm, 'p95_ms'))}"
+    floor = warm_floor_ms(_get(parts, "sandbox", "phases"), _ms(_get(parts, "decision", "opa")))
+    floor_ratio = None if floor is None else ratio(sum(floor), _ms(docker_run))
     rows = [
         _row(
             "sandbox.warm_ratio",
@@ -193,7 +196,20 @@ def sandbox_metrics(parts: Parts) -> list[Metric]:
             "<=",
             0.03,
             detail=f"{warm_text}; docker run p50 {_fmt(_ms(docker_run))}",
-        )
+        ),
+        _info(
+            "sandbox.warm_floor_ratio",
+            "sandboxed latency, warm pool: its floor / docker run p50 (same run)",
+            floor_ratio,
+            "×",
+            "not measured (needs the decision and sandbox parts)"
+            if floor is None
+            else f"floor {_fmt(sum(floor))}: a health Check's round trip started as the calls "
+            f"are {_fmt(floor[0])} + an OPA decision p50 {_fmt(floor[1])} (a Read's; a Bash "
+            f"command's takes longer) + the container's own phases {_fmt(floor[2])} (request in, "
+            "bash spawned, run and ended, result out; means); a goal under this ratio is past "
+            "the floor of a fresh container per call decided by OPA",
+        ),
     ]
     for key, label, why in (
         ("docker_exec", "`docker exec` into a running container", "one container for every call"),

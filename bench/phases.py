@@ -29,6 +29,16 @@ PHASES: tuple[tuple[str, str], ...] = (
     ("answer", "PostToolUse hooks, fitting to the budget, the report"),
     ("audit_answer", "audit line of the answer"),
 )
+#: The phases a warm call spends in the container and on the way to and from it: its floor as
+#: long as every call gets a fresh container reached through the engine's attach stream.
+CONTAINER_PHASES = (
+    "sent",
+    "runner_received",
+    "runner_spawned",
+    "runner_exited",
+    "runner_answered",
+    "result",
+)
 _SAMPLE = re.compile(
     r'^tooljail_call_phase_seconds_(sum|count)\{phase="([^"]+)",tool="([^"]+)"\} (\S+)$'
 )
@@ -77,3 +87,18 @@ def breakdown(
         "outside_daemon_ms": None if client_mean_ms is None else client_mean_ms - inside,
         "outside_floor_ms": outside_floor_ms,
     }
+
+
+def warm_floor_ms(
+    found: Mapping[str, Any] | None, opa_ms: float | None
+) -> tuple[float, float, float] | None:
+    """What no warm sandboxed call can go under here: (a health Check's round trip started as the
+    calls are, one OPA decision, the container's own phases), from one breakdown and an OPA p50
+    of the same run; None when one is missing."""
+    if not found or opa_ms is None or found.get("outside_floor_ms") is None:
+        return None
+    phases_ms = found.get("phases_ms") or {}
+    if not all(phase in phases_ms for phase in CONTAINER_PHASES):
+        return None
+    container = sum(phases_ms[phase] for phase in CONTAINER_PHASES)
+    return float(found["outside_floor_ms"]), opa_ms, container

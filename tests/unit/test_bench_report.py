@@ -156,6 +156,19 @@ def test_every_goal_met() -> None:
     assert metrics["cpu.readonly_ms"].met is None
 
 
+def test_the_warm_floor_adds_a_round_trip_a_decision_and_the_containers_own_phases() -> None:
+    parts = parts_meeting_every_goal()
+    container = dict.fromkeys(phases.CONTAINER_PHASES, 0.5)  # 3 ms in all
+    parts["sandbox"]["phases"]["phases_ms"] = {"decision": 2.0, **container}
+    floor = by_id(parts)["sandbox.warm_floor_ratio"]
+    assert floor.value == pytest.approx((0.6 + 0.5 + 3.0) / 600)
+    assert floor.met is None and "4.1 ms" in floor.detail
+    del parts["sandbox"]["phases"]["phases_ms"]["result"]  # a phase missing: no floor guessed
+    assert by_id(parts)["sandbox.warm_floor_ratio"].value is None
+    del parts["decision"]
+    assert "not measured" in by_id(parts)["sandbox.warm_floor_ratio"].detail
+
+
 @pytest.mark.parametrize(
     ("path", "value", "metric_id"),
     [
