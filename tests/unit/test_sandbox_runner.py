@@ -629,3 +629,4 @@ def test_a_host_that_never_hangs_up_is_waited_for_a_bounded_time() -> None:
     finally:
         os.close(read_end)
         os.close(write_end)
+    runner_module.wait_for_hang_up(read_end, 5)  # closed: returns at once, raises nothing
