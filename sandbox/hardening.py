@@ -147,6 +147,7 @@ def container_recipe(
             RUNNER_PATH,
             "--idle-exit-s",
             str(idle_exit_s),
+            "--end-leftovers",
             "--run-as",
             run_as,
             *(["--egress-socket", f"{EGRESS_DIR}/{EGRESS_SOCKET_NAME}"] if egress else []),

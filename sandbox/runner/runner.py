@@ -959,6 +959,12 @@ def main(argv: list[str] | None = None) -> int:
         default=HANG_UP_WAIT_S,
         help="after answering, wait at most this long for the host to close stdin",
     )
+    parser.add_argument(
+        "--end-leftovers",
+        action="store_true",
+        help="before answering, kill every other process of the container (its own PID "
+        "namespace) but its init: only where the runner is the container's root",
+    )
     parser.add_argument("--run-as", default=None, help="uid:gid the command runs as (not root)")
     parser.add_argument(
         "--egress-socket",
@@ -989,12 +995,25 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     received = time.monotonic()
     result = handle(request, identity, _progress_writer())
+    if args.end_leftovers:
+        end_leftovers()
     # The host's clock: containers share its monotonic clock, so the daemon can place these
     # between its own marks (sandbox/timeline.py).
     marks = [["received", received], *result.pop("timeline", []), ["answered", time.monotonic()]]
     write_message(1, {"type": "result", "v": PROTOCOL_VERSION, **result, "timeline": marks})
     wait_for_hang_up(0, args.hang_up_wait_s)
     return 0
+
+
+def end_leftovers() -> None:
+    """Kill what the call left running (processes that left its process group, the egress
+    forwarder) before it is answered, so that nothing of it writes into the workspace once the
+    daemon has said it is over (attacker round 60 saw a `setsid -f` loop go on appending for
+    50 ms after the answer, until the container was torn down). kill(-1) from the runner, root
+    with CAP_KILL, reaches every process of the container's PID namespace but its init and
+    the runner itself; never use it where that namespace is the host's."""
+    with contextlib.suppress(OSError):
+        os.kill(-1, signal.SIGKILL)
 
 
 def wait_for_hang_up(stdin: int, timeout_s: float) -> None:

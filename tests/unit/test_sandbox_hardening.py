@@ -56,6 +56,13 @@ def test_the_runner_is_root_in_the_workspace_and_runs_commands_as_run_as() -> No
     assert create["stdin_open"] is True and create["tty"] is False
 
 
+def test_the_runner_ends_the_calls_leftovers_in_a_pid_namespace_of_its_own() -> None:
+    """--end-leftovers kills every process of the runner's PID namespace: the container's own,
+    never the host's."""
+    assert "--end-leftovers" in recipe_for().create_kwargs["command"]
+    assert "PidMode" not in host_config()
+
+
 def test_environment_is_exactly_the_safe_set(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "leak")
     monkeypatch.setenv("HTTP_PROXY", "http://proxy")
