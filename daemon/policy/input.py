@@ -330,13 +330,14 @@ class WordFact(_Part):
     )
     basename: str = Field(
         default="",
-        description="A dynamic word only: the end of the file name it may name, as far as it is "
-        "known before it runs (the text after its last `/` or run-time piece).",
+        description="A word without a `path` only (dynamic, or where it is cannot be told): the "
+        "end of the file name it may name, as far as it is known before it runs (the text after "
+        "its last `/` or run-time piece).",
     )
     basename_whole: bool = Field(
         default=False,
-        description="A dynamic word only: `basename` is the whole name (`$D/config`), not only "
-        "its end (`conf?g`: `g`).",
+        description="A word without a `path` only: `basename` is the whole name (`$D/config`, "
+        "`pre-commit`), not only its end (`conf?g`: `g`).",
     )
 
 

@@ -38,7 +38,9 @@ class WordFact:
 
     def to_policy(self) -> dict[str, Any]:
         fact: dict[str, Any] = {"text": self.text, "dynamic": self.dynamic, "path": self.path}
-        if self.dynamic:
+        if not self.path:
+            # Where it is cannot be told (a dynamic word, a `cd` that may fail, a link the line
+            # made), but its name can, as far as it is known: `cd .git/hooks; cp h pre-commit`.
             fact.update(name_end(self.text))
         return fact
 

@@ -342,3 +342,48 @@ def test_git_hooks_and_config_written_round_about_ways_ask(short_tmp: Path) -> N
         assert answer.decision.outcome == pb.ASK, (line, text_of(answer))
     assert sorted(os.listdir(workspace / "repo" / ".git" / "hooks")) == []
     assert (workspace / "repo" / ".git" / "config").read_text() == "[core]\n"
+
+
+@pytest.mark.docker
+def test_nothing_the_command_started_writes_after_its_answer(short_tmp: Path) -> None:
+    """Attacker round 60: a process that left the command's process group (`setsid -f`) went on
+    appending to a workspace file for tens of milliseconds after the call was answered (and
+    after a Read of that file had returned), until the container was torn down."""
+    with _own_workspace(short_tmp) as (workspace, daemon):
+        writer = "while :; do echo x >> late.txt; done"
+        answer = daemon.execute(
+            "Bash",
+            {"command": f"setsid -f bash -c '{writer}' </dev/null >/dev/null 2>&1; sleep 0.2"},
+        )
+        assert not answer.result.is_error, text_of(answer)
+        at_answer = (workspace / "late.txt").stat().st_size
+        time.sleep(0.5)
+        assert at_answer > 0 and (workspace / "late.txt").stat().st_size == at_answer
+
+
+@pytest.mark.docker
+def test_git_files_and_the_workspace_moved_or_written_from_an_unknown_directory_ask(
+    short_tmp: Path,
+) -> None:
+    """Attacker round 60: after `cd` and `;` (or in a subshell) the directory is unknown, and
+    words there had no path and no name the policy looked at: hooks and config were copied in
+    unasked; a glob named `.git` and every file of the workspace moved out of it unasked."""
+    lines = [
+        "printf '#!/bin/sh\\necho pwned\\n' > h; chmod +x h; cd .git/hooks; cp ../../h pre-commit",
+        "printf '#!/bin/sh\\n' > h; chmod +x h; (cd .git/hooks; cp ../../h pre-commit)",
+        "printf '[core]\\n\\tfsmonitor = id\\n' > c; (cd .git; cp ../c config)",
+        "mv .gi? /tmp/",
+        "mv -- * .[!.]* /tmp/",
+    ]
+    with _own_workspace(short_tmp, (".git/hooks",)) as (workspace, daemon):
+        (workspace / ".git" / "config").write_text("[core]\n")
+        os.chown(workspace / ".git" / "config", OWNER_UID, OWNER_GID)
+        answers = []
+        for line in lines:
+            answers.append(daemon.execute("Bash", {"command": line}))
+            daemon.execute("Bash", {"command": f"cd {workspace}"})
+    for line, answer in zip(lines, answers, strict=True):
+        assert answer.decision.outcome == pb.ASK, (line, text_of(answer))
+    assert os.listdir(workspace / ".git" / "hooks") == []
+    assert (workspace / ".git" / "config").read_text() == "[core]\n"
+    assert (workspace / "keep.txt").read_text() == "kept\n"

@@ -77,6 +77,12 @@ ASKS = [
     # Attacker round 59: a prompt set another way, a substitution in a nested subscript.
     "PS4+='$(rm -rf ws)'; set -x; :", "read -r PS4 <<< '$(rm -rf ws)'; set -x; :",
     "read -r PS4 < notes.txt; set -x; :", "x='a[b[0]+$(rm -rf ws)]'; echo $((x))",
+    # Attacker round 60: git's files named where the directory is not certain, a name only known
+    # when it runs that may be .git, the workspace moved out of itself.
+    "cd .git/hooks; cp ../../h pre-commit", "(cd .git/hooks; cp ../../h pre-commit)",
+    "(cd .git; cp ../c config)", "cd sub; mv x post-merge", "mv .gi? /tmp/", "mv -- * /tmp/",
+    "mv -- * .[!.]* /tmp/", "cp -r x/* $D", "mv -t /tmp .", "mv . ../../elsewhere",
+    "mv /srv/ws /tmp/", "mv g .gi?", "ln -s evil $H", "rename 's/x/y/' h",
 ]  # fmt: skip
 
 ALLOWS = [
@@ -92,6 +98,9 @@ ALLOWS = [
     "for f in *.md; do cat $f > $f.bak; done", "echo x > out_$i.txt", "npm test > out.txt",
     "git init", "sed -i s/a/b/ src/main.py", "mkdir -p d && rm -rf d/x", "cat .git/config",
     "python3 - <<'PY'\nprint(1)\nPY", "cat <<EOF\nhello $USER\nEOF", "b[1]=2; echo ${b[1]}",
+    "mv a.txt b.txt", "mv *.py src/", "mv a.txt /tmp/", "cp $SRC backup/", "cp *.txt /tmp/",
+    "(cd sub; cp a.txt b.txt)", "cd sub; make", "mv build/* dist/", "cp -r src/hooks dist/",
+    "mv * sub/", "ln -s $D G",
 ]  # fmt: skip
 
 

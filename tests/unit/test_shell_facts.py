@@ -235,7 +235,24 @@ def test_after_a_program_that_may_make_links_no_place_is_known(tmp_path: Path, l
     [written] = _written(line, str(tmp_path))
     assert not written["known"]
     command = command_facts(parse_command(line), str(tmp_path))[-1]
-    assert command["words"] == [{"text": "x", "dynamic": False, "path": ""}]
+    # Where it is cannot be told, but its name can (attacker round 60).
+    assert command["words"] == [
+        {"text": "x", "dynamic": False, "path": "", "basename": "x", "basename_whole": True}
+    ]
+
+
+@pytest.mark.parametrize(
+    "line", ["cd .git/hooks; cp ../../h pre-commit", "(cd .git/hooks && cp ../../h pre-commit)"]
+)
+def test_a_word_where_the_directory_is_not_certain_keeps_its_name(line: str) -> None:
+    """Attacker round 60: after a `cd` that may fail, or in a subshell, the words had no path
+    and no name, so the policy saw nothing of `pre-commit`."""
+    copy = command_facts(parse_command(line), "/srv/ws")[-1]
+    assert copy["cwd"] == ""
+    assert [(w["path"], w["basename"], w["basename_whole"]) for w in copy["words"]] == [
+        ("", "h", True),
+        ("", "pre-commit", True),
+    ]
 
 
 def test_a_line_of_readers_and_plain_writers_keeps_its_places(tmp_path: Path) -> None:

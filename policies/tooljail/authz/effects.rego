@@ -125,8 +125,10 @@ names_git_control(word) if git_control_path(word.path)
 
 names_git_control(word) if regex.match(`(^|[/=])\.git/(config|hooks/|info/attributes)`, word.text)
 
+# A word whose place cannot be told (dynamic, or after a `cd` that may fail or in a subshell:
+# `cd .git/hooks; cp ../../h pre-commit`), by the name it gives.
 names_git_control(word) if {
-	word.dynamic == true
+	word.path == ""
 	object.get(word, "basename", "") != ""
 	may_name_git_control(word)
 }
@@ -190,7 +192,94 @@ needs_approval contains sprintf(
 	git_files_word(word)
 }
 
+# A name only known when it runs may be `.git` (`cp -r x/* $D`, `ln -s evil $H`, `mv g .gi?`):
+# where a mover, copier or linker puts what it is given. Sources taken out of the workspace are
+# judged as deletes below; one moved inside it stays git's directory for the path checks.
+needs_approval contains sprintf(
+	"%s: `%s` moves, copies or links to `%s`, a name only known when it runs, which may be git's own files; a person must approve it before it runs.",
+	[tool_name, shown(cmd), word.text],
+) if {
+	some cmd in simple_commands
+	basename(cmd.name) in git_file_movers
+	some word in mover_destinations(cmd)
+	may_name_git_directory(word)
+}
+
+# `rename` computes each new name with an expression (perl's) or a substitution: any name.
+needs_approval contains sprintf(
+	"%s: `%s` renames files to names computed when it runs, which may be git's own files; a person must approve it before it runs. Use mv with the exact names instead.",
+	[tool_name, shown(cmd)],
+) if {
+	some cmd in simple_commands
+	basename(cmd.name) in {"rename", "rename.ul", "prename", "file-rename"}
+}
+
 git_file_movers := {"mv", "cp", "ln", "link", "symlink", "rsync", "install", "rename"}
+
+# The destination: the last operand, or with -t (which names it) every operand.
+mover_destinations(cmd) := operand_words(cmd) if target_directory_option(cmd)
+
+else := [last] if {
+	operands := operand_words(cmd)
+	count(operands) > 0
+	last := operands[count(operands) - 1]
+} else := []
+
+target_directory_option(cmd) if {
+	some opt in options(command_args(cmd))
+	regex.match(`^-[A-Za-z0-9]*t|^--target`, opt)
+}
+
+may_name_git_directory(word) if {
+	word.dynamic == true
+	object.get(word, "basename", "") == ""
+}
+
+may_name_git_directory(word) if {
+	word.dynamic == true
+	word.basename_whole == false
+	endswith(".git", word.basename)
+}
+
+may_name_git_directory(word) if {
+	word.dynamic == true
+	object.get(word, "basename_whole", true) == true
+	word.basename == ".git"
+}
+
+# Moving names out of the workspace deletes them from it: `mv * /tmp/` empties it as `rm -rf *`
+# does, and is judged the same way (a name only known when it runs, the workspace, its
+# directory); a move to a known place inside the workspace deletes nothing.
+needs_approval contains concat(" ", [
+	sprintf("%s: `%s` moves %s to %s, which deletes it from the workspace;", [tool_name, shown(cmd), what, where]),
+	"a person must approve it before it runs. To move less, name the exact files or subdirectories inside the workspace.",
+]) if {
+	some cmd in simple_commands
+	basename(cmd.name) == "mv"
+	where := move_destination_outside(cmd)
+	some source in move_sources(cmd)
+	what := risky_target(cmd, source)
+}
+
+move_sources(cmd) := operand_words(cmd) if target_directory_option(cmd)
+
+else := array.slice(operand_words(cmd), 0, count(operand_words(cmd)) - 1)
+
+move_destination_outside(cmd) := "a place the policy cannot tell (given with -t)" if {
+	target_directory_option(cmd)
+} else := where if {
+	operands := operand_words(cmd)
+	count(operands) > 1
+	destination := operands[count(operands) - 1]
+	where := leaves_workspace(destination)
+}
+
+leaves_workspace(word) := sprintf("`%s`, a place only known when it runs", [word.text]) if {
+	word.path == ""
+} else := sprintf("%s, outside the workspace %s", [word.path, workspace]) if {
+	word.path != trim_right(workspace, "/")
+	not inside_workspace(word.path)
+}
 
 git_files_word(word) if regex.match(`(^|/)\.git(/|$)|(^|/)\.git(attributes|modules)$`, word.path)
 
