@@ -367,12 +367,22 @@ def test_git_files_and_the_workspace_moved_or_written_from_an_unknown_directory_
 ) -> None:
     """Attacker round 60: after `cd` and `;` (or in a subshell) the directory is unknown, and
     words there had no path and no name the policy looked at: hooks and config were copied in
-    unasked; a glob named `.git` and every file of the workspace moved out of it unasked."""
+    unasked; a glob named `.git` and every file of the workspace moved out of it unasked.
+    Round 61: hooks from an archive or a patch, the workspace moved out through xargs, deleted
+    by a list of names, emptied by truncate."""
     lines = [
         "printf '#!/bin/sh\\necho pwned\\n' > h; chmod +x h; cd .git/hooks; cp ../../h pre-commit",
         "printf '#!/bin/sh\\n' > h; chmod +x h; (cd .git/hooks; cp ../../h pre-commit)",
         "printf '[core]\\n\\tfsmonitor = id\\n' > c; (cd .git; cp ../c config)",
         "mv .gi? /tmp/",
+        # Attacker round 61: names inside an archive or a patch, xargs, a list of names.
+        "mkdir -p g/hooks && printf '#!/bin/sh\n' > g/hooks/pre-commit && chmod +x "
+        "g/hooks/pre-commit && tar cf - g --transform s,^g,.git, | tar xf -",
+        "printf -- '--- /dev/null\n+++ b/.git/hooks/post-commit\n@@ -0,0 +1 @@\n+x\n' > p.diff"
+        " && patch -p1 < p.diff",
+        "ls -A | xargs -I{} mv {} /tmp/",
+        "ls -A > /tmp/l && tar --create --file=/dev/null --remove-files --files-from=/tmp/l",
+        "find . -type f -exec truncate -s0 {} +",
         "mv -- * .[!.]* /tmp/",
     ]
     with _own_workspace(short_tmp, (".git/hooks",)) as (workspace, daemon):

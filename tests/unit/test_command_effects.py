@@ -83,6 +83,13 @@ ASKS = [
     "(cd .git; cp ../c config)", "cd sub; mv x post-merge", "mv .gi? /tmp/", "mv -- * /tmp/",
     "mv -- * .[!.]* /tmp/", "cp -r x/* $D", "mv -t /tmp .", "mv . ../../elsewhere",
     "mv /srv/ws /tmp/", "mv g .gi?", "ln -s evil $H", "rename 's/x/y/' h",
+    # Attacker round 61: names inside an archive or a patch, a pipe's `.git`, lists and xargs.
+    "tar cf - g --transform s,^g,.git, | tar xf -", "patch -p1 < p.diff", "tar xzf a.tgz",
+    "tar -xf a.tar -C d", "tar --extract -f a.tar", "unzip a.zip", "cpio -i < a.cpio",
+    "tar c -C g hooks | tar x -C .git", "ls -A | xargs -I{} mv {} /tmp/", "ls | xargs mv -t d",
+    "tar --create --file=/dev/null --remove-files --files-from=/tmp/l",
+    "rsync -a --remove-source-files --files-from=l . /tmp/", "ls | zip -m -@ /tmp/x.zip",
+    "find . -type f -exec truncate -s0 {} +", "truncate -s0 *",
 ]  # fmt: skip
 
 ALLOWS = [
@@ -100,7 +107,8 @@ ALLOWS = [
     "python3 - <<'PY'\nprint(1)\nPY", "cat <<EOF\nhello $USER\nEOF", "b[1]=2; echo ${b[1]}",
     "mv a.txt b.txt", "mv *.py src/", "mv a.txt /tmp/", "cp $SRC backup/", "cp *.txt /tmp/",
     "(cd sub; cp a.txt b.txt)", "cd sub; make", "mv build/* dist/", "cp -r src/hooks dist/",
-    "mv * sub/", "ln -s $D G",
+    "mv * sub/", "ln -s $D G", "tar czf out.tgz src", "tar -czf out.tgz src", "tar tzf a.tgz",
+    "zip -r out.zip src", "truncate -s0 log.txt", "cd .git; ls",
 ]  # fmt: skip
 
 

@@ -148,7 +148,7 @@ may_name_git_control(fact) if {
 # git's files from which it takes programs: configuration, attributes, and the hooks it runs
 # (githooks(5); a file of another name in hooks/ is never run).
 git_control_names := {
-	"config", "config.worktree", "attributes", ".gitattributes", ".gitmodules", "applypatch-msg", "pre-applypatch",
+	".git", "config", "config.worktree", "attributes", ".gitattributes", ".gitmodules", "applypatch-msg", "pre-applypatch",
 	"post-applypatch", "pre-commit", "pre-merge-commit", "prepare-commit-msg", "commit-msg",
 	"post-commit", "pre-rebase", "post-checkout", "post-merge", "pre-push", "pre-receive", "update",
 	"proc-receive", "post-receive", "post-update", "reference-transaction", "push-to-checkout",
@@ -203,6 +203,40 @@ needs_approval contains sprintf(
 	basename(cmd.name) in git_file_movers
 	some word in mover_destinations(cmd)
 	may_name_git_directory(word)
+}
+
+# Programs that write files named by their input, not by their words (an archive, a patch):
+# any of them may be git's own (`tar cf - g --transform s,^g,.git, | tar xf -`).
+needs_approval contains sprintf(
+	"%s: `%s` writes files named inside %s, which may be git's own files (its hooks and configuration); a person must approve it before it runs.",
+	[tool_name, shown(cmd), what],
+) if {
+	some cmd in simple_commands
+	what := writes_named_by_input(cmd)
+}
+
+writes_named_by_input(cmd) := "the archive it extracts" if {
+	basename(cmd.name) in {"tar", "bsdtar"}
+	tar_extracts(cmd)
+} else := "its input (an archive, a patch)" if {
+	basename(cmd.name) in input_named_writers
+}
+
+input_named_writers := {
+	"unzip", "funzip", "7z", "7za", "7zr", "ar", "pax", "cpio", "bsdcpio", "unsquashfs", "jar",
+	"patch", "busybox", "dpkg-deb", "rpm2archive",
+}
+
+tar_extracts(cmd) if {
+	some opt in options(command_args(cmd))
+	regex.match(`^-[A-Za-z0-9]*x|^--(extract|get)`, opt)
+}
+
+# The old style: the first word is the letters without a dash (`tar xzf a.tgz`).
+tar_extracts(cmd) if {
+	first := command_args(cmd)[0]
+	not startswith(first, "-")
+	regex.match(`^[A-Za-z]*x[A-Za-z]*$`, first)
 }
 
 # `rename` computes each new name with an expression (perl's) or a substitution: any name.
@@ -261,12 +295,14 @@ needs_approval contains concat(" ", [
 	what := risky_target(cmd, source)
 }
 
-move_sources(cmd) := operand_words(cmd) if target_directory_option(cmd)
+move_sources(cmd) := array.concat(operand_words(cmd), fed_operands(cmd)) if target_directory_option(cmd)
 
-else := array.slice(operand_words(cmd), 0, count(operand_words(cmd)) - 1)
+else := array.concat(array.slice(operand_words(cmd), 0, count(operand_words(cmd)) - 1), fed_operands(cmd))
 
 move_destination_outside(cmd) := "a place the policy cannot tell (given with -t)" if {
 	target_directory_option(cmd)
+} else := "a place the policy cannot tell (xargs or find hands over names)" if {
+	count(fed_operands(cmd)) > 0
 } else := where if {
 	operands := operand_words(cmd)
 	count(operands) > 1
@@ -358,18 +394,29 @@ fed_operands(cmd) := [{"text": "(the names xargs or find hands over)", "dynamic"
 	wrapper in {"xargs", "find -exec", "find -execdir", "find -ok", "find -okdir", "parallel"}
 } else := []
 
-recursive_delete_targets(cmd) := array.concat(operand_words(cmd), fed_operands(cmd)) if {
+recursive_delete_targets(cmd) := array.concat(array.concat(operand_words(cmd), fed_operands(cmd)), listed_operands(cmd)) if {
 	basename(cmd.name) in {"tar", "bsdtar"}
 	has_long_flag(options(command_args(cmd)), "--remove-files")
 }
 
+# Names a list gives (`--files-from=F`, tar's `-T F`, zip's `-@`): unknown here.
+listed_operands(cmd) := [{"text": "(the names a list file or standard input gives)", "dynamic": true, "path": ""}] if {
+	some opt in options(command_args(cmd))
+	regex.match(`^--files-from|^--names-stdin|^-[A-Za-z0-9]*[T@]`, opt)
+} else := []
+
+# Emptying files deletes what they hold: `find . -exec truncate -s0 {} +`, `truncate -s0 *`.
 recursive_delete_targets(cmd) := array.concat(operand_words(cmd), fed_operands(cmd)) if {
+	basename(cmd.name) == "truncate"
+}
+
+recursive_delete_targets(cmd) := array.concat(array.concat(operand_words(cmd), fed_operands(cmd)), listed_operands(cmd)) if {
 	basename(cmd.name) == "rsync"
 	some long in {"--delete", "--delete-before", "--delete-during", "--delete-after", "--delete-excluded", "--remove-source-files", "--del"}
 	has_long_flag(options(command_args(cmd)), long)
 }
 
-recursive_delete_targets(cmd) := array.concat(operand_words(cmd), fed_operands(cmd)) if {
+recursive_delete_targets(cmd) := array.concat(array.concat(operand_words(cmd), fed_operands(cmd)), listed_operands(cmd)) if {
 	basename(cmd.name) == "zip"
 	some opt in options(command_args(cmd))
 	regex.match(`^-[A-Za-z0-9]*m|^--move$`, opt)
@@ -381,7 +428,7 @@ find_deletes(cmd) if "-delete" in command_args(cmd)
 find_deletes(cmd) if {
 	some i, word in command_args(cmd)
 	word in {"-exec", "-execdir", "-ok", "-okdir"}
-	basename(command_args(cmd)[i + 1]) in {"rm", "rmdir", "unlink", "shred"}
+	basename(command_args(cmd)[i + 1]) in {"rm", "rmdir", "unlink", "shred", "truncate"}
 }
 
 # Where find starts: its words before the first expression word (`.` when there are none).
