@@ -169,6 +169,10 @@ def test_the_same_programs_on_safe_targets_run(outcomes: dict[str, tuple[str, li
         ("rm -rf /etc", "/etc, outside the workspace"),
         ("git push --forc origin main", "rewrites the remote's history"),
         ("git -c alias.p='push -f' p", "configuration overrides (alias.p=push -f)"),
+        ("truncate -s0 *", "empties the files of `*`"),
+        ("mv -- * /tmp/", "which deletes it from the workspace"),
+        ("cd .git/hooks; cp ../../h pre-commit", "may write pre-commit, one of git's own files"),
+        ("tar xzf a.tgz", "writes files named inside the archive it extracts"),
     ],
 )
 def test_the_reason_names_the_effect_and_its_target(

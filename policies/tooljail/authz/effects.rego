@@ -405,9 +405,26 @@ listed_operands(cmd) := [{"text": "(the names a list file or standard input give
 	regex.match(`^--files-from|^--names-stdin|^-[A-Za-z0-9]*[T@]`, opt)
 } else := []
 
-# Emptying files deletes what they hold: `find . -exec truncate -s0 {} +`, `truncate -s0 *`.
-recursive_delete_targets(cmd) := array.concat(operand_words(cmd), fed_operands(cmd)) if {
+# Emptying files deletes what they hold: `find . -exec truncate -s0 {} +`, `truncate -s0 *`,
+# judged on the same targets as a recursive delete.
+needs_approval contains concat(" ", [
+	sprintf("%s: `%s` empties the files of %s;", [tool_name, shown(cmd), what]),
+	"a person must approve it before it runs. To empty less, name the exact files inside the workspace.",
+]) if {
+	some cmd in simple_commands
+	some target in emptied_targets(cmd)
+	what := risky_target(cmd, target)
+}
+
+emptied_targets(cmd) := array.concat(operand_words(cmd), fed_operands(cmd)) if {
 	basename(cmd.name) == "truncate"
+}
+
+emptied_targets(cmd) := find_start_words(cmd) if {
+	basename(cmd.name) == "find"
+	some i, word in command_args(cmd)
+	word in {"-exec", "-execdir", "-ok", "-okdir"}
+	basename(command_args(cmd)[i + 1]) == "truncate"
 }
 
 recursive_delete_targets(cmd) := array.concat(array.concat(operand_words(cmd), fed_operands(cmd)), listed_operands(cmd)) if {
@@ -428,7 +445,7 @@ find_deletes(cmd) if "-delete" in command_args(cmd)
 find_deletes(cmd) if {
 	some i, word in command_args(cmd)
 	word in {"-exec", "-execdir", "-ok", "-okdir"}
-	basename(command_args(cmd)[i + 1]) in {"rm", "rmdir", "unlink", "shred", "truncate"}
+	basename(command_args(cmd)[i + 1]) in {"rm", "rmdir", "unlink", "shred"}
 }
 
 # Where find starts: its words before the first expression word (`.` when there are none).
