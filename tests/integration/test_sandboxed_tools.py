@@ -369,7 +369,8 @@ def test_git_files_and_the_workspace_moved_or_written_from_an_unknown_directory_
     words there had no path and no name the policy looked at: hooks and config were copied in
     unasked; a glob named `.git` and every file of the workspace moved out of it unasked.
     Round 61: hooks from an archive or a patch, the workspace moved out through xargs, deleted
-    by a list of names, emptied by truncate."""
+    by a list of names, emptied by truncate. Round 62: shell code in git's environment, git's
+    --output onto its configuration, git's history deleted piece by piece."""
     lines = [
         "printf '#!/bin/sh\\necho pwned\\n' > h; chmod +x h; cd .git/hooks; cp ../../h pre-commit",
         "printf '#!/bin/sh\\n' > h; chmod +x h; (cd .git/hooks; cp ../../h pre-commit)",
@@ -383,6 +384,11 @@ def test_git_files_and_the_workspace_moved_or_written_from_an_unknown_directory_
         "ls -A | xargs -I{} mv {} /tmp/",
         "ls -A > /tmp/l && tar --create --file=/dev/null --remove-files --files-from=/tmp/l",
         "find . -type f -exec truncate -s0 {} +",
+        # Attacker round 62: git's environment, its --output, deletes inside .git.
+        "GIT_CONFIG_COUNT=1 GIT_CONFIG_KEY_0=core.fsmonitor GIT_CONFIG_VALUE_0='printf "
+        '"[core]\\n\\tfsmonitor = id\\n" >> .git/config\' git status -s',
+        "git log -1 --format='[core]%n%x09fsmonitor = id' --output=.git/config",
+        "rm -rf .git/objects .git/refs .git/logs .git/index",
         "mv -- * .[!.]* /tmp/",
     ]
     with _own_workspace(short_tmp, (".git/hooks",)) as (workspace, daemon):

@@ -90,6 +90,17 @@ ASKS = [
     "tar --create --file=/dev/null --remove-files --files-from=/tmp/l",
     "rsync -a --remove-source-files --files-from=l . /tmp/", "ls | zip -m -@ /tmp/x.zip",
     "find . -type f -exec truncate -s0 {} +", "truncate -s0 *",
+    # Attacker round 62: git's environment (configuration and programs), its --output, a whole
+    # tree's pathspec spelled otherwise, deletes inside .git.
+    "GIT_CONFIG_COUNT=1 GIT_CONFIG_KEY_0=core.fsmonitor GIT_CONFIG_VALUE_0='rm -rf .' git status",
+    "GIT_CONFIG_PARAMETERS=\"'core.fsmonitor'='x'\" git status", "GIT_EDITOR='x; :' git commit",
+    "env GIT_CONFIG_COUNT=1 git status", "export GIT_CONFIG_COUNT=1; git status",
+    "GIT_DIR=x; git status", "for GIT_DIR in x; do git status; done",
+    "EDITOR='rm -rf .' git commit",
+    "export ${P}_DIR=x; git status", "GIT_TRACE=.git/config git status",
+    "git log -1 --format=x --output=.git/config", "git diff --outp=x", "git format-patch -o o HEAD",
+    "git config -f .git/hooks/x user.name y", "git rm -rq ./", "git rm -r :/", "git rm -r '*.py'",
+    "rm -rf .git/objects .git/refs", "rm .git/index", "find .git -delete",
 ]  # fmt: skip
 
 ALLOWS = [
@@ -109,6 +120,8 @@ ALLOWS = [
     "(cd sub; cp a.txt b.txt)", "cd sub; make", "mv build/* dist/", "cp -r src/hooks dist/",
     "mv * sub/", "ln -s $D G", "tar czf out.tgz src", "tar -czf out.tgz src", "tar tzf a.tgz",
     "zip -r out.zip src", "truncate -s0 log.txt", "cd .git; ls",
+    "GIT_AUTHOR_NAME=a GIT_AUTHOR_EMAIL=a@b GIT_COMMITTER_NAME=a git commit -qm x",
+    "git rm -r build", "export PATH=$PATH:/x", "rm -f .gitignore", "rm -rf .github",
 ]  # fmt: skip
 
 

@@ -171,13 +171,55 @@ git_effect contains [i, "puts the repository's git directory, with its hooks and
 	has_long_flag(git.options, "--separate-git-dir")
 }
 
+# git's environment holds configuration (GIT_CONFIG_COUNT/KEY_n/VALUE_n, GIT_CONFIG_PARAMETERS:
+# core.fsmonitor runs shell code), programs it runs (GIT_EDITOR, GIT_SSH_COMMAND, EDITOR), other
+# repositories (GIT_DIR) and files it writes (GIT_TRACE=path), as `git -c` does: set in any way
+# (an assignment, env, export, declare, read, printf -v), it asks but for a few that only name
+# people and dates.
 needs_approval contains sprintf(
-	"%s: `%s` sets GIT_TEMPLATE_DIR, from which git init and clone install hooks and configuration; a person must approve it before it runs.",
-	[tool_name, shown(cmd)],
+	"%s: `%s` sets %s, from which git takes configuration, programs to run, another repository or a file to write; a person must approve it before it runs.",
+	[tool_name, shown(cmd), name],
 ) if {
 	some cmd in simple_commands
 	some word in array.concat(object.get(cmd, "assignments", []), object.get(cmd, "argv", []))
-	startswith(word, "GIT_TEMPLATE_DIR=")
+	name := git_environment_name(word)
+	not name in harmless_git_environment
+}
+
+git_environment_name(word) := name if {
+	regex.match(`^(GIT_[A-Za-z0-9_]*|EDITOR|VISUAL)(\+?=|$)`, word)
+	name := trim_suffix(split(word, "=")[0], "+")
+}
+
+# Named anywhere in the line (a bare `GIT_DIR=x;`, `for GIT_DIR in`, `declare -n r=GIT_DIR`): the
+# words of commands do not show every way a variable is set.
+needs_approval contains sprintf(
+	"%s: the command names %s, from which git takes configuration, programs to run, another repository or a file to write; a person must approve it before it runs.",
+	[tool_name, name],
+) if {
+	command_tool
+	some found in regex.find_all_string_submatch_n(`(?:^|[^A-Za-z0-9_])(GIT_[A-Za-z0-9_]+|(?:EDITOR|VISUAL)\+?=)`, object.get(input, ["input", "command"], ""), 20)
+	name := trim_suffix(trim_suffix(found[1], "="), "+")
+	not name in harmless_git_environment
+}
+
+# A variable's name built when it runs: `export ${P}_DIR=x`, `env "$N=x" git status`.
+needs_approval contains sprintf(
+	"%s: `%s` sets a variable whose name is only known when it runs (it may be one git takes configuration or programs from); a person must approve it before it runs.",
+	[tool_name, shown(cmd)],
+) if {
+	some cmd in simple_commands
+	basename(cmd.name) in {"export", "declare", "typeset", "local", "readonly", "env"}
+	some word in cmd_words(cmd)
+	word.dynamic == true
+	not startswith(word.text, "-")
+	name_part := split(word.text, "=")[0]
+	regex.match("[$`]", name_part)
+}
+
+harmless_git_environment := {
+	"GIT_AUTHOR_NAME", "GIT_AUTHOR_EMAIL", "GIT_AUTHOR_DATE", "GIT_COMMITTER_NAME",
+	"GIT_COMMITTER_EMAIL", "GIT_COMMITTER_DATE", "GIT_TERMINAL_PROMPT", "GIT_OPTIONAL_LOCKS",
 }
 
 # Moving, copying or linking git's directory or files puts them where a later write is not seen
@@ -353,6 +395,8 @@ cmd_cwd(cmd) := cmd.cwd if is_string(cmd.cwd)
 # Why a target is risky (a phrase for the reason); undefined when it is not.
 risky_target(cmd, word) := sprintf("`%s`, a path only known when the command runs", [word.text]) if {
 	word.dynamic == true
+} else := sprintf("%s, inside git's own directory (the repository's history)", [word.text]) if {
+	inside_git_directory(word)
 } else := sprintf("`%s`, relative to a directory that is not certain (after a `cd` that may fail or stay in a subshell)", [word.text]) if {
 	word.path == ""
 } else := sprintf("the workspace root %s", [word.path]) if {
@@ -366,6 +410,21 @@ risky_target(cmd, word) := sprintf("`%s`, a path only known when the command run
 } else := sprintf("%s, outside the workspace %s", [word.path, workspace]) if {
 	not inside_workspace(word.path)
 }
+
+# Deleting any of git's directory loses history: `rm -rf .git/objects`, `rm .git/index`.
+needs_approval contains sprintf(
+	"%s: `%s` deletes %s, inside git's own directory (the repository's history); a person must approve it before it runs.",
+	[tool_name, shown(cmd), word.text],
+) if {
+	some cmd in simple_commands
+	basename(cmd.name) in {"rm", "unlink", "shred", "rmdir"}
+	some word in operand_words(cmd)
+	inside_git_directory(word)
+}
+
+inside_git_directory(word) if regex.match(`(^|/)\.git(/|$)`, word.path)
+
+inside_git_directory(word) if regex.match(`(^|/)\.git(/|$)`, word.text)
 
 holds_workspace(path) if path == "/"
 
@@ -613,9 +672,42 @@ git_effect contains [i, "deletes tracked files of the whole tree"] if {
 	some i, git in git_lines
 	git.subcommand == "rm"
 	not has_long_flag(git.options, "--cached")
-	"-r" in git.options
+	has_short_flag(git.options, "r")
 	some target in git.operands
-	target in {".", "*", ":/"}
+	whole_tree_pathspec(target)
+}
+
+# A pathspec that may be the whole tree (or more than the names it shows): `.`, `./`, `..`, a
+# glob, magic (`:/`, `:!x`), an absolute path.
+whole_tree_pathspec(target) if regex.match(`^(\.+/*)+$`, target)
+
+whole_tree_pathspec(target) if regex.match(`[*?\[]`, target)
+
+whole_tree_pathspec(target) if startswith(target, ":")
+
+whole_tree_pathspec(target) if startswith(target, "/")
+
+whole_tree_pathspec(target) if startswith(target, "../")
+
+# Options that name a file git writes its output to (`git log --output=.git/config`).
+git_effect contains [i, "writes its output to a file an option names (--output, --output-directory, -o)"] if {
+	some i, git in git_lines
+	some long in {"--output", "--output-directory"}
+	has_long_flag(git.options, long)
+}
+
+git_effect contains [i, "writes its output to a file an option names (--output, --output-directory, -o)"] if {
+	some i, git in git_lines
+	git.subcommand in {"format-patch", "archive"}
+	has_short_flag(git.options, "o")
+}
+
+# `git config --file F` writes a file of its choosing.
+git_effect contains [i, "writes configuration to a file an option names (--file, -f)"] if {
+	some i, git in git_lines
+	git.subcommand == "config"
+	some opt in git.options
+	regex.match(`^(--file|--fil|--fi|-f)(=|$)|^-[A-Za-z]*f`, opt)
 }
 
 # The key a `git config` line sets (undefined when it only reads): `git config KEY VALUE`,
