@@ -314,6 +314,11 @@ class SimpleCommand(_Part):
         description="A known reader used only with options known to only read (as a read-only "
         "line is told apart).",
     )
+    program_reads_only: bool = Field(
+        default=False,
+        description="The same for the program and its words alone, whatever runs it (xargs, "
+        "find -exec): what it is handed is not looked at.",
+    )
     git: GitFact | None = Field(default=None, description="For git: the line as git reads it.")
 
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import os
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from daemon.shell.git import GitInvocation, parse_git
@@ -136,6 +136,7 @@ def command_facts(line: ParsedCommand, cwd: str, settled: bool = True) -> list[d
             words = [WordFact(w.text, w.dynamic, "") if w.path else w for w in words]
         entry["words"] = [w.to_policy() for w in words]
         entry["reads_only"] = command_reads_only(command)
+        entry["program_reads_only"] = command_reads_only(replace(command, wrappers=()))
         if command.name == "git" and not command.dynamic:
             git: GitInvocation = parse_git(command.argv, command.dynamic_words, current)
             entry["git"] = git.to_policy()

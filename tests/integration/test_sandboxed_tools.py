@@ -370,7 +370,8 @@ def test_git_files_and_the_workspace_moved_or_written_from_an_unknown_directory_
     unasked; a glob named `.git` and every file of the workspace moved out of it unasked.
     Round 61: hooks from an archive or a patch, the workspace moved out through xargs, deleted
     by a list of names, emptied by truncate. Round 62: shell code in git's environment, git's
-    --output onto its configuration, git's history deleted piece by piece."""
+    --output onto its configuration, git's history deleted piece by piece. Round 63: a patch
+    applied inside .git, names xargs hands sed, sed's `w`, every file emptied by find."""
     lines = [
         "printf '#!/bin/sh\\necho pwned\\n' > h; chmod +x h; cd .git/hooks; cp ../../h pre-commit",
         "printf '#!/bin/sh\\n' > h; chmod +x h; (cd .git/hooks; cp ../../h pre-commit)",
@@ -389,6 +390,12 @@ def test_git_files_and_the_workspace_moved_or_written_from_an_unknown_directory_
         '"[core]\\n\\tfsmonitor = id\\n" >> .git/config\' git status -s',
         "git log -1 --format='[core]%n%x09fsmonitor = id' --output=.git/config",
         "rm -rf .git/objects .git/refs .git/logs .git/index",
+        # Attacker round 63: git inside .git, names xargs hands a writer, sed writing a file.
+        "printf 'diff --git a/pre-commit b/pre-commit\\nnew file mode 100755\\n--- /dev/null\\n"
+        "+++ b/pre-commit\\n@@ -0,0 +1 @@\\n+#!/bin/sh\\n' | git -C .git/hooks apply",
+        "echo .git/config | xargs sed -i '$a [alias]'",
+        "printf '[core]\\n\\tfsmonitor = id\\n' | sed -n 'w .git/config'",
+        "find . -type f -exec sed -i d {} +",
         "mv -- * .[!.]* /tmp/",
     ]
     with _own_workspace(short_tmp, (".git/hooks",)) as (workspace, daemon):

@@ -101,6 +101,14 @@ ASKS = [
     "git log -1 --format=x --output=.git/config", "git diff --outp=x", "git format-patch -o o HEAD",
     "git config -f .git/hooks/x user.name y", "git rm -rq ./", "git rm -r :/", "git rm -r '*.py'",
     "rm -rf .git/objects .git/refs", "rm .git/index", "find .git -delete",
+    # Attacker round 63: git inside .git or applying unsafe paths, names xargs or find hands a
+    # writer, sed and awk programs that write or run commands, code writing files, `d/..`.
+    "printf x | git -C .git/hooks apply", "git apply --unsafe-paths --directory=.git/hooks",
+    "echo .git/config | xargs sed -i '$a x'", "echo .git/hooks/post-checkout | xargs cp h",
+    "printf x | sed -n 'w .git/config'", "printf x | awk '{print > \".git/config\"}'",
+    "python3 -c \"open('.git/con'+'fig','a').write('x')\"", "sed -n '1e rm -rf .git' a.txt",
+    "awk 'BEGIN{system(\"rm -rf .git\")}'", "find . -type f -exec sed -i d {} +",
+    "find . -type f -exec dd if=/dev/null of={} \\;", "git rm -r -q d/..", "sed -e 's/x/y/w out' a",
 ]  # fmt: skip
 
 ALLOWS = [
@@ -122,6 +130,10 @@ ALLOWS = [
     "zip -r out.zip src", "truncate -s0 log.txt", "cd .git; ls",
     "GIT_AUTHOR_NAME=a GIT_AUTHOR_EMAIL=a@b GIT_COMMITTER_NAME=a git commit -qm x",
     "git rm -r build", "export PATH=$PATH:/x", "rm -f .gitignore", "rm -rf .github",
+    "sed -i s/a/b/g src/x.py", "sed -n 1,5p a.txt", "awk '{print $1}' a.txt", "awk '$1 > 5' a.txt",
+    "python3 -c 'import json; print(json.load(open(\"a.json\")))'", "git -C sub status",
+    "find . -name '*.py' | xargs grep -n x", "find . -exec grep -l x {} +",
+    "sed 's/foo/bar/' a.txt > b.txt",
 ]  # fmt: skip
 
 

@@ -464,6 +464,63 @@ listed_operands(cmd) := [{"text": "(the names a list file or standard input give
 	regex.match(`^--files-from|^--names-stdin|^-[A-Za-z0-9]*[T@]`, opt)
 } else := []
 
+# Names xargs hands a program that may write: any of the workspace's files, git's own among them
+# (`echo .git/config | xargs sed -i ...`).
+needs_approval contains sprintf(
+	"%s: `%s` changes files whose names xargs hands over, which may be any of the workspace's, git's own among them; a person must approve it before it runs. Name the files, or run it on a list you checked.",
+	[tool_name, shown(cmd)],
+) if {
+	some cmd in simple_commands
+	some wrapper in cmd.wrappers
+	wrapper in {"xargs", "parallel"}
+	not object.get(cmd, "program_reads_only", false)
+	not basename(cmd.name) in operands_never_written
+}
+
+# find running a program that may write on what it finds, from a risky start (`find . -exec
+# sed -i d {} +` emptied every file, git's included): judged as a recursive delete is.
+needs_approval contains concat(" ", [
+	sprintf("%s: `%s` runs %s on every file it finds in %s;", [tool_name, shown(cmd), program, what]),
+	"a person must approve it before it runs. Start it in the exact subdirectory inside the workspace.",
+]) if {
+	some cmd in simple_commands
+	basename(cmd.name) == "find"
+	some i, word in command_args(cmd)
+	word in {"-exec", "-execdir", "-ok", "-okdir"}
+	program := basename(command_args(cmd)[i + 1])
+	not program in find_exec_readers
+	some target in find_start_words(cmd)
+	what := risky_target(cmd, target)
+}
+
+find_exec_readers := {
+	"grep", "egrep", "fgrep", "rg", "cat", "head", "tail", "wc", "ls", "file", "stat", "du",
+	"md5sum", "sha1sum", "sha256sum", "cmp", "diff", "echo", "printf", "test", "[", "basename",
+	"dirname", "realpath", "readlink", "strings", "od", "xxd", "hexdump", "jq",
+}
+
+# sed and awk programs that write files or run commands (sed's `w`, `W` and `e`, awk's
+# `print > f`, `system()`, pipes): code the policy does not follow.
+needs_approval contains sprintf(
+	"%s: `%s` runs a %s program that can write files or run commands; a person must approve it before it runs.",
+	[tool_name, shown(cmd), basename(cmd.name)],
+) if {
+	some cmd in simple_commands
+	basename(cmd.name) in {"sed", "gsed"}
+	some word in command_args(cmd)
+	regex.match(`(^|[;{}/0-9$\s])[ewW](\s|$)|/[gpIiMm0-9]*[ewW]`, word)
+}
+
+needs_approval contains sprintf(
+	"%s: `%s` runs a %s program that can write files or run commands; a person must approve it before it runs.",
+	[tool_name, shown(cmd), basename(cmd.name)],
+) if {
+	some cmd in simple_commands
+	basename(cmd.name) in {"awk", "gawk", "mawk", "nawk", "busybox"}
+	some word in command_args(cmd)
+	regex.match(`system|getline|\||(print|printf)[^;}]*>|fflush|close\(`, word)
+}
+
 # Emptying files deletes what they hold: `find . -exec truncate -s0 {} +`, `truncate -s0 *`,
 # judged on the same targets as a recursive delete.
 needs_approval contains concat(" ", [
@@ -687,7 +744,21 @@ whole_tree_pathspec(target) if startswith(target, ":")
 
 whole_tree_pathspec(target) if startswith(target, "/")
 
-whole_tree_pathspec(target) if startswith(target, "../")
+whole_tree_pathspec(target) if regex.match(`(^|/)\.\.(/|$)`, target)
+
+# git working in its own directory (`git -C .git/hooks apply`), or applying patches to paths
+# it would otherwise refuse (`--unsafe-paths`) or below a directory of the patch's choosing.
+git_effect contains [i, "works inside git's own directory, where it keeps its hooks and configuration"] if {
+	some i, git in git_lines
+	regex.match(`(^|/)\.git(/|$)`, git.directory)
+}
+
+git_effect contains [i, "applies a patch outside the work tree's checks (--unsafe-paths, --directory)"] if {
+	some i, git in git_lines
+	git.subcommand in {"apply", "am"}
+	some long in {"--unsafe-paths", "--directory"}
+	has_long_flag(git.options, long)
+}
 
 # Options that name a file git writes its output to (`git log --output=.git/config`).
 git_effect contains [i, "writes its output to a file an option names (--output, --output-directory, -o)"] if {
@@ -871,6 +942,7 @@ inline_code_runner(name) if name in {"python", "python2", "python3", "perl", "ru
 inline_code_runner(name) if regex.match(`^python3\.[0-9]+$`, name)
 
 default code_effects := {
+	"write files": `\.write|write_text|write_bytes|writeFile|appendFile|open\([^)]*,\s*(mode\s*=\s*)?['"][^'"]*[wax+]|copyfile|copy2|copytree|\brename|\breplace\(|symlink|\blink\(|fopen|File\.open|IO\.write|>\s*["']`,
 	"delete files": `rmtree|unlink|remove|rmdir|truncate|\brm\b|shutil|fs\.rm|rimraf|File\.delete|delete_file|os\.remove|\bdel\b`,
 	"run other programs": `system|popen|subprocess|spawn|exec|\beval\b|fork|child_process|pty|__import__|importlib|getattr|compile|\bopen3\b|backtick|Kernel|%x|qx`,
 }
