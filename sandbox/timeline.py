@@ -28,11 +28,14 @@ class Timeline:
         self._last = origin
 
     def mark(self, name: str, at: float | None = None) -> None:
-        """End the phase `name` now (or at `at`, a monotonic time not before the last mark;
-        anything else is ignored, so a clock from elsewhere cannot make a phase negative)."""
+        """End the phase `name` now (or at `at`, a monotonic time). One before the last mark ends
+        the phase with no length (the runner's first mark can come before the daemon's `sent`
+        on another core); one before the call, in the future or not a number is ignored: a clock
+        from elsewhere cannot make a phase negative."""
         now = time.monotonic() if at is None else at
-        if len(self._marks) >= MAX_MARKS or not self._last <= now <= time.monotonic():
+        if len(self._marks) >= MAX_MARKS or not self.origin <= now <= time.monotonic():
             return
+        now = max(now, self._last)
         self._marks.append((name, now - self._last))
         self._last = now
 

@@ -32,14 +32,17 @@ def test_marks_outside_a_recorded_call_go_nowhere() -> None:
     assert recorded.phases() == []
 
 
-def test_a_time_before_the_last_mark_or_in_the_future_is_ignored() -> None:
+def test_a_time_in_the_future_is_ignored_and_one_before_the_last_mark_has_no_length() -> None:
+    """The CI saw a phase of a sandboxed call missing: the runner's mark can come before the
+    daemon's `sent` on another core, and was dropped."""
     origin = time.monotonic() - 1
     with timeline.recording(origin) as recorded:
         timeline.mark("first", origin + 0.001)
         timeline.mark("backwards", origin)
         timeline.mark("future", time.monotonic() + 60)
         timeline.mark("nan", float("nan"))
-    assert [name for name, _ in recorded.phases()] == ["first"]
+    assert [name for name, _ in recorded.phases()] == ["first", "backwards"]
+    assert recorded.phases()[1][1] == 0
 
 
 def test_a_timeline_keeps_a_bounded_number_of_marks() -> None:
