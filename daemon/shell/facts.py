@@ -136,7 +136,11 @@ def command_facts(line: ParsedCommand, cwd: str, settled: bool = True) -> list[d
             words = [WordFact(w.text, w.dynamic, "") if w.path else w for w in words]
         entry["words"] = [w.to_policy() for w in words]
         entry["reads_only"] = command_reads_only(command)
-        entry["program_reads_only"] = command_reads_only(replace(command, wrappers=()))
+        entry["program_reads_only"] = (
+            command_reads_only(replace(command, wrappers=()))
+            if command.wrappers
+            else entry["reads_only"]
+        )
         if command.name == "git" and not command.dynamic:
             git: GitInvocation = parse_git(command.argv, command.dynamic_words, current)
             entry["git"] = git.to_policy()

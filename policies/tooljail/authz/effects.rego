@@ -422,9 +422,11 @@ needs_approval contains sprintf(
 	inside_git_directory(word)
 }
 
-inside_git_directory(word) if regex.match(`(^|/)\.git(/|$)`, word.path)
+inside_git_directory(word) if in_git_directory(word.path)
 
-inside_git_directory(word) if regex.match(`(^|/)\.git(/|$)`, word.text)
+inside_git_directory(word) if in_git_directory(word.text)
+
+in_git_directory(path) if regex.match(`(^|/)\.git(/|$)`, path)
 
 holds_workspace(path) if path == "/"
 
@@ -506,19 +508,17 @@ needs_approval contains sprintf(
 	[tool_name, shown(cmd), basename(cmd.name)],
 ) if {
 	some cmd in simple_commands
-	basename(cmd.name) in {"sed", "gsed"}
 	some word in command_args(cmd)
-	regex.match(`(^|[;{}/0-9$\s])[ewW](\s|$)|/[gpIiMm0-9]*[ewW]`, word)
+	regex.match(script_writing[basename(cmd.name)], word)
 }
 
-needs_approval contains sprintf(
-	"%s: `%s` runs a %s program that can write files or run commands; a person must approve it before it runs.",
-	[tool_name, shown(cmd), basename(cmd.name)],
-) if {
-	some cmd in simple_commands
-	basename(cmd.name) in {"awk", "gawk", "mawk", "nawk", "busybox"}
-	some word in command_args(cmd)
-	regex.match(`system|getline|\||(print|printf)[^;}]*>|fflush|close\(`, word)
+sed_writing := `(^|[;{}/0-9$\s])[ewW](\s|$)|/[gpIiMm0-9]*[ewW]`
+
+awk_writing := `system|getline|\||(print|printf)[^;}]*>|fflush|close\(`
+
+script_writing := {
+	"sed": sed_writing, "gsed": sed_writing,
+	"awk": awk_writing, "gawk": awk_writing, "mawk": awk_writing, "nawk": awk_writing, "busybox": awk_writing,
 }
 
 # Emptying files deletes what they hold: `find . -exec truncate -s0 {} +`, `truncate -s0 *`,
@@ -750,7 +750,7 @@ whole_tree_pathspec(target) if regex.match(`(^|/)\.\.(/|$)`, target)
 # it would otherwise refuse (`--unsafe-paths`) or below a directory of the patch's choosing.
 git_effect contains [i, "works inside git's own directory, where it keeps its hooks and configuration"] if {
 	some i, git in git_lines
-	regex.match(`(^|/)\.git(/|$)`, git.directory)
+	in_git_directory(git.directory)
 }
 
 git_effect contains [i, "applies a patch outside the work tree's checks (--unsafe-paths, --directory)"] if {
@@ -763,12 +763,15 @@ git_effect contains [i, "applies a patch outside the work tree's checks (--unsaf
 # Options that name a file git writes its output to (`git log --output=.git/config`).
 git_effect contains [i, "writes its output to a file an option names (--output, --output-directory, -o)"] if {
 	some i, git in git_lines
+	names_output_file(git)
+}
+
+names_output_file(git) if {
 	some long in {"--output", "--output-directory"}
 	has_long_flag(git.options, long)
 }
 
-git_effect contains [i, "writes its output to a file an option names (--output, --output-directory, -o)"] if {
-	some i, git in git_lines
+names_output_file(git) if {
 	git.subcommand in {"format-patch", "archive"}
 	has_short_flag(git.options, "o")
 }
