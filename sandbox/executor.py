@@ -18,7 +18,7 @@ import os.path
 import time
 import weakref
 from collections import OrderedDict
-from collections.abc import Hashable, Iterable
+from collections.abc import Callable, Hashable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -183,18 +183,22 @@ class SandboxExecutor:
         tool_use_id: str = "",
         on_output: OutputCallback | None = None,
         egress: EgressGate | None = None,
+        on_start: Callable[[], None] | None = None,
     ) -> SandboxResult:
         """Run one request in a fresh container and return its result.
 
         `on_output` gets a Bash command's output in chunks while it runs; it must not block.
         `egress` serves the container's connections while it runs (egress network only; without
-        it, every connection the command tries ends at once).
+        it, every connection the command tries ends at once). `on_start` is told each time the
+        request goes to a container (a warm one that turns out dead is followed by a cold one).
 
         Raises:
             SandboxStartError: No container could be started; nothing ran.
             asyncio.CancelledError: The call was cancelled; its container is already removed.
         """
-        _, result = await self._run(spec, request, tool_use_id, on_output, egress, keep=False)
+        _, result = await self._run(
+            spec, request, tool_use_id, on_output, egress, keep=False, on_start=on_start
+        )
         return result
 
     async def open(
@@ -245,6 +249,7 @@ class SandboxExecutor:
         egress: EgressGate | None,
         *,
         keep: bool,
+        on_start: Callable[[], None] | None = None,
     ) -> tuple[Sandbox | None, SandboxResult]:
         self._ensure_open()
         timeline.mark("tool")
@@ -257,6 +262,8 @@ class SandboxExecutor:
             sandbox = self._pool.take(key)
             if sandbox is not None:
                 timeline.mark("pool_take")
+                if on_start is not None:
+                    on_start()
                 try:
                     result = await self._run_on(sandbox, request, on_output, egress, keep=keep)
                 except SandboxNotDelivered as exc:
@@ -268,6 +275,8 @@ class SandboxExecutor:
             self._counts["pool_misses"] += 1
             sandbox = await self._start(spec, tool_use_id)
             timeline.mark("cold_start")
+            if on_start is not None:
+                on_start()
             try:
                 result = await self._run_on(sandbox, request, on_output, egress, keep=keep)
             except SandboxNotDelivered as exc:

@@ -66,6 +66,7 @@ class _SessionRunner(SandboxRunner):
         *,
         image: str = "",
         read_only_workspace: bool = False,
+        on_start: Callable[[], None] | None = None,
     ) -> SandboxResult:
         spec = _spec(self._session, limits).model_copy(
             update={"image": image, "read_only_workspace": read_only_workspace}
@@ -76,6 +77,7 @@ class _SessionRunner(SandboxRunner):
             tool_use_id=self._tool_use_id,
             on_output=on_output,
             egress=self._egress,
+            on_start=on_start,
         )
 
     async def converse(

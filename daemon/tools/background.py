@@ -79,6 +79,8 @@ class BackgroundShell:
     _unread: deque[str] = field(default_factory=deque, init=False)
     _unread_chars: int = field(default=0, init=False)
     _ended: asyncio.Event = field(default_factory=asyncio.Event, init=False)
+    _begun: asyncio.Event = field(default_factory=asyncio.Event, init=False)
+    """Set when the command went to its container, or ended without getting there."""
 
     def add(self, chunk: str) -> None:
         """New output (called for each chunk while the command runs)."""
@@ -128,6 +130,16 @@ class BackgroundShell:
                 await self._ended.wait()
         return self.done
 
+    def begin(self) -> None:
+        """Its command went to its container: the command's own time runs from now."""
+        self._begun.set()
+
+    async def run_for(self, timeout_s: float) -> bool:
+        """Wait for the command to end, at most `timeout_s` of its own time: however long its
+        container took to start, the command gets all of it. Whether it ended."""
+        await self._begun.wait()
+        return await self.wait(timeout_s)
+
     @property
     def state(self) -> ShellState:
         result = self.result
@@ -143,6 +155,7 @@ class BackgroundShell:
 
     def finish(self, result: SandboxResult) -> None:
         self.result = result
+        self._begun.set()
         self._ended.set()
 
 
@@ -329,8 +342,11 @@ class BackgroundShells:
             if shell.total_chars == 0 and result.output:
                 # It ended before its first progress was due: the output came with the result.
                 shell.add(result.output)
-            # The output is in the buffer now: the result keeps only how the command ended.
-            shell.finish(result.model_copy(update={"output": ""}))
+            if shell.background:
+                # The output is in the buffer now: the result keeps only how the command ended.
+                result = result.model_copy(update={"output": ""})
+            # A foreground command's result is its call's answer, output and all.
+            shell.finish(result)
         if shell.background and self._on_end is not None:
             self._on_end(_end_record(shell))
         self._forget_finished(shell.session_id)
@@ -377,7 +393,7 @@ async def _run(
     relay: _Relay,
 ) -> SandboxResult:
     try:
-        return await runner.run(request, limits, relay)
+        return await runner.run(request, limits, relay, on_start=relay.shell.begin)
     except SandboxError as exc:
         return SandboxResult(exit_code=-1, error=f"the sandbox could not run it: {exc}")
     except Exception:

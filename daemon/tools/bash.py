@@ -406,7 +406,7 @@ async def _run_movable(
         background=False,
     )
     try:
-        ended = await shell.wait(request.timeout_ms / 1000)
+        ended = await shell.run_for(request.timeout_ms / 1000)
     except asyncio.CancelledError:
         await shells.discard(shell, "its call was interrupted")
         raise

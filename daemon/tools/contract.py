@@ -193,12 +193,15 @@ class SandboxRunner(abc.ABC):
         *,
         image: str = "",
         read_only_workspace: bool = False,
+        on_start: Callable[[], None] | None = None,
     ) -> SandboxResult:
         """Run one request in a fresh container of the call's workspace and limits.
 
         `on_output` gets a command's output in chunks while it runs; it must not block.
         `image`: a local image instead of the sandbox image; `read_only_workspace`: the
-        workspace is mounted read-only.
+        workspace is mounted read-only. `on_start` is told when the request goes to its
+        container, which may be long after the call when none was warm (again should that
+        container fail to take it and another be started).
         """
 
     @abc.abstractmethod

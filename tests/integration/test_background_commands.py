@@ -192,6 +192,15 @@ def test_a_foreground_command_moves_to_the_background_at_its_timeout(
     assert "finished" in later and "begun" not in later
 
 
+def test_a_command_that_could_have_moved_but_ended_in_time_answers_with_its_output(
+    daemon: RunningDaemon, session: pb.Session
+) -> None:
+    # 3 s before moving (under the grant's lifetime), counted once the command is in its
+    # container: the cold start of this pool-less daemon does not eat into it.
+    text = call(daemon, session, "Bash", command="echo one; sleep 0.2; echo two", timeout=3000)
+    assert text == "one\ntwo\n"
+
+
 def test_bash_output_and_kill_shell_are_listed(daemon: RunningDaemon, session: pb.Session) -> None:
     listed = daemon.stub.ListTools(pb.ListToolsRequest(session_id=session.id), timeout=30)
     names = [tool.name for tool in listed.tools]

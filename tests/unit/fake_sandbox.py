@@ -64,6 +64,8 @@ class FakeSandbox(SandboxRunner):
         self._count = 0
         self.placements: list[tuple[str, bool]] = []
         """The image and read-only flag of each request."""
+        self.start_delay_s = 0.0
+        """How long each request waits for its "container" before it runs (a cold start)."""
 
     @property
     def requests(self) -> list[SandboxRequest]:
@@ -77,11 +79,15 @@ class FakeSandbox(SandboxRunner):
         *,
         image: str = "",
         read_only_workspace: bool = False,
+        on_start: Callable[[], None] | None = None,
     ) -> SandboxResult:
         self.calls.append((request, limits))
         self.placements.append((image, read_only_workspace))
         self._count += 1
         sandbox_id = f"fake-{self._count}"
+        await asyncio.sleep(self.start_delay_s)
+        if on_start is not None:
+            on_start()
         if self.canned:
             return self.canned.popleft()
         if isinstance(request, WriteFileRequest):

@@ -273,11 +273,25 @@ async def test_a_foreground_command_moves_to_the_background_at_its_timeout(
     assert "finished" in later and "started" not in later
 
 
+async def test_the_timeout_before_moving_counts_from_the_commands_start_not_its_containers(
+    workspace: Path, shells: BackgroundShells
+) -> None:
+    ctx = context(workspace, shells, dataclasses.replace(GRANT, on_timeout=True))
+    fake(ctx).start_delay_s = 0.6  # a cold container start, longer than the timeout
+    output = await run_tool(
+        BashTool(), {"command": "echo started; sleep 0.05; echo finished", "timeout": 400}, ctx
+    )
+    assert not output.is_error, text_of(output)
+    assert text_of(output) == "started\nfinished\n"
+    assert shells.running() == 0
+
+
 async def test_a_quick_foreground_command_is_not_kept_when_moving_is_allowed(
     workspace: Path, shells: BackgroundShells
 ) -> None:
     ctx = context(workspace, shells, dataclasses.replace(GRANT, on_timeout=True))
-    output = await run_tool(BashTool(), {"command": "echo quick; exit 1"}, ctx)
+    # A timeout under the grant's lifetime: only such a command may move.
+    output = await run_tool(BashTool(), {"command": "echo quick; exit 1", "timeout": 5000}, ctx)
     assert output.is_error and text_of(output) == "Exit code 1\nquick\n"
     assert shells.running() == 0
     missing = await read(ctx, "bash_00000000")

@@ -191,6 +191,21 @@ async def test_pool_size_zero_is_always_cold(
     assert len(backend.started) == 3
 
 
+async def test_the_caller_is_told_when_its_request_goes_to_a_container(
+    backend: FakeBackend, make_executor: Callable[..., SandboxExecutor]
+) -> None:
+    executor = make_executor(pool_size=1)
+    told: list[tuple[int, int]] = []
+
+    def on_start() -> None:  # containers started, requests run so far
+        told.append((len(backend.started), sum(sandbox.runs for sandbox in backend.started)))
+
+    await executor.run(spec(), REQUEST, on_start=on_start)  # cold
+    await until(lambda: executor.stats().pooled == 1)
+    await executor.run(spec(), REQUEST, on_start=on_start)  # warm
+    assert told == [(1, 0), (2, 1)]
+
+
 async def test_cancel_destroys_the_container_before_propagating(
     backend: FakeBackend, make_executor: Callable[..., SandboxExecutor]
 ) -> None:
