@@ -54,6 +54,22 @@ class NetworkMode(StrEnum):
     """The engine's default bridge: everything the host reaches (the unsafe one)."""
 
 
+GIT_DIR_NAME = ".git"
+"""The workspace's own repository, which `GitAccess` is about."""
+
+
+class GitAccess(StrEnum):
+    """What a container may do to the workspace's own repository (its `.git`)."""
+
+    READ_ONLY = "read_only"
+    """`.git` is mounted read-only and cannot be renamed or replaced: git reads (status, diff,
+    log) work, commits fail, and no hook or configuration the host's git would run can be
+    planted. The default."""
+    WRITABLE = "writable"
+    """`.git` is writable like the rest of the workspace (the policy's command rules are all
+    that stands between the model and its hooks and configuration)."""
+
+
 class SandboxLimits(_Frozen):
     """Resource limits of one container (already clamped to the daemon's ceilings)."""
 
@@ -71,6 +87,13 @@ class SandboxLimits(_Frozen):
     """RLIMIT_FSIZE for processes in the container."""
     tmpfs_mb: int = Field(default=64, gt=0)
     """Size of the writable /tmp."""
+    git: GitAccess = GitAccess.READ_ONLY
+    """Whether the workspace's `.git` is writable, as the policy grants."""
+
+
+_Identity = tuple[int, int]
+#: workspace, its identity, run_as, limits, image, read-only workspace, identity of its `.git`
+ProfileKey = tuple[str, _Identity, _Identity | None, SandboxLimits, str, bool, _Identity | None]
 
 
 class SandboxSpec(_Frozen):
@@ -95,10 +118,12 @@ class SandboxSpec(_Frozen):
     pool_owner: str = ""
     """Whose share of the warm pool containers pre-started for this spec count against (the
     principal): one principal's many sessions cannot take every warm container."""
+    git_dir_id: tuple[int, int] | None = None
+    """Device and inode of the workspace's `.git` (a directory, or a file naming one), mounted
+    read-only over itself: the runner refuses any request unless what is mounted at
+    `workspace/.git` is this one and read-only. None: no `.git` is kept read-only."""
 
-    def profile_key(
-        self,
-    ) -> tuple[str, tuple[int, int], tuple[int, int] | None, SandboxLimits, str, bool]:
+    def profile_key(self) -> ProfileKey:
         """Containers are interchangeable exactly when this key is equal (warm pool key)."""
         return (
             str(self.workspace),
@@ -107,6 +132,7 @@ class SandboxSpec(_Frozen):
             self.limits,
             self.image,
             self.read_only_workspace,
+            self.git_dir_id,
         )
 
 

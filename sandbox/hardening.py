@@ -13,6 +13,7 @@ from typing import Any
 from docker.types import LogConfig, Mount, Ulimit
 
 from sandbox.backend import (
+    GIT_DIR_NAME,
     LABEL_INSTANCE,
     LABEL_MANAGED,
     LABEL_SESSION,
@@ -171,6 +172,7 @@ def container_recipe(
             Mount(
                 target=workspace, source=workspace, type="bind", read_only=spec.read_only_workspace
             ),
+            *_git_dir_mounts(spec),
             Mount(target=RUNNER_DIR, source=str(runner_source), type="bind", read_only=True),
             *_egress_mounts(egress),
         ],
@@ -210,6 +212,16 @@ def _egress_environment(egress: EgressMounts | None) -> dict[str, str]:
     if egress.ca_bundle is not None:
         env.update(dict.fromkeys(CA_BUNDLE_VARIABLES, CA_BUNDLE_TARGET))
     return env
+
+
+def _git_dir_mounts(spec: SandboxSpec) -> list[Mount]:
+    """The workspace's `.git` over itself, read-only: nothing in it can be written, and, a mount
+    point, it cannot be renamed or replaced either. The engine follows a symbolic link swapped
+    in meanwhile; the runner then finds another object there than `git_dir_id` and refuses."""
+    if spec.git_dir_id is None:
+        return []
+    git_dir = str(spec.workspace / GIT_DIR_NAME)
+    return [Mount(target=git_dir, source=git_dir, type="bind", read_only=True)]
 
 
 def _egress_mounts(egress: EgressMounts | None) -> list[Mount]:

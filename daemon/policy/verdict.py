@@ -19,7 +19,7 @@ from pydantic import (
 
 from daemon.models import Outcome
 from daemon.tools.contract import BackgroundGrant
-from sandbox.backend import NetworkMode, SandboxLimits
+from sandbox.backend import GitAccess, NetworkMode, SandboxLimits
 
 
 class _RawSandbox(BaseModel):
@@ -30,6 +30,7 @@ class _RawSandbox(BaseModel):
     cpus: StrictFloat | StrictInt = Field(gt=0)
     pids: StrictInt = Field(gt=0)
     network: Literal["none", "egress", "bridge"]
+    git: Literal["read_only", "writable"] = "read_only"
 
 
 class _RawBackground(BaseModel):
@@ -118,6 +119,7 @@ def parse_verdict(response: dict[str, Any], base_limits: SandboxLimits) -> Verdi
             "cpus": float(raw.sandbox.cpus),
             "pids": raw.sandbox.pids,
             "network": NetworkMode(raw.sandbox.network),
+            "git": GitAccess(raw.sandbox.git),
         }
     )
     reasons = tuple(dict.fromkeys(raw.reasons))

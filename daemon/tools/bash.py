@@ -42,10 +42,11 @@ from daemon.tools.contract import (
 )
 from daemon.tools.schema import LaxInt
 from daemon.tools.summaries import failed, one_line, seconds
-from sandbox.backend import BashRequest, SandboxResult
+from sandbox.backend import GIT_DIR_NAME, BashRequest, GitAccess, SandboxResult
 
 #: What a program prints when a write fails with EDQUOT.
 _QUOTA_EXCEEDED = "Disk quota exceeded"
+_READ_ONLY_FS = "Read-only file system"
 DEFAULT_TIMEOUT_MS = 120_000
 MAX_TIMEOUT_MS = 600_000
 #: Output the runner keeps in memory (head and tail); the rest is only counted.
@@ -225,6 +226,16 @@ class BashTool(Tool[BashInput, BashRun]):
                 f"[The workspace reached its disk budget of {ctx.session.disk_budget_mb} MiB, so "
                 "writes failed with 'Disk quota exceeded'. Delete files that are not needed, or "
                 "write less; the budget is set by the operator (workspaces.budget_mb).]"
+            )
+        if (
+            ctx.limits.git is GitAccess.READ_ONLY
+            and _READ_ONLY_FS in result.output
+            and GIT_DIR_NAME in result.output
+        ):
+            notes.append(
+                f"[The repository's {GIT_DIR_NAME} is read-only in the sandbox: git can read it "
+                "(status, diff, log) but not commit, stage, check out or configure. Leave those "
+                "to the user, or ask the operator to grant git writes (the policy's sandbox.git).]"
             )
         finished = not (result.error or result.timed_out or result.oom_killed or result.cancelled)
         return replace(

@@ -18,8 +18,9 @@ Before it reads a request the runner confines itself (``confine.py``: a seccomp 
 setuid/setgid files and device nodes, non-dumpable). The command runs as ``--run-as`` (never
 root), the runner itself stays the container's root: the command can neither write the runner's
 answer nor signal or inspect it. Every request names the workspace it expects (``workspace``,
-``workspace_id``: device and inode); a container whose mounted workspace is another directory
-refuses to do anything.
+``workspace_id``: device and inode), and the read-only ``.git`` it expects there if any
+(``git_dir_id``); a container whose mounted workspace or ``.git`` is another one, or whose ``.git``
+is writable, refuses to do anything.
 """
 
 from __future__ import annotations
@@ -877,6 +878,31 @@ def workspace_mismatch(request: dict[str, Any]) -> str:
             f"the directory mounted at {workspace} is not the session's workspace (it was moved "
             "or replaced after the session was opened); nothing ran"
         )
+    return git_dir_mismatch(workspace, request.get("git_dir_id"))
+
+
+def git_dir_mismatch(workspace: str, expected: object) -> str:
+    """Why the workspace's `.git` is not the read-only one the request expects ("" when it is,
+    or when none is expected). Both are checked: the object (the engine follows a symbolic link
+    swapped in for the mount's source) and that writes there fail (only the mount says so: the
+    workspace's own mount shows the same object, writable)."""
+    if expected is None:
+        return ""
+    if not isinstance(expected, list) or len(expected) != 2:
+        return "the request names its .git wrongly"
+    git_dir = Path(workspace) / ".git"
+    try:
+        info = git_dir.lstat()
+        read_only = bool(os.statvfs(git_dir).f_flag & os.ST_RDONLY)
+    except OSError as exc:
+        return f"the workspace's .git is not mounted here ({exc.strerror}); nothing ran"
+    if [info.st_dev, info.st_ino] != expected:
+        return (
+            "the .git mounted in the workspace is not the repository's (it was moved or "
+            "replaced after the call was decided); nothing ran"
+        )
+    if not read_only:
+        return "the workspace's .git is not read-only here; nothing ran"
     return ""
 
 

@@ -9,7 +9,7 @@ import pytest
 from daemon.models import Outcome
 from daemon.policy.verdict import parse_verdict
 from daemon.tools.contract import BackgroundGrant
-from sandbox.backend import NetworkMode, SandboxLimits
+from sandbox.backend import GitAccess, NetworkMode, SandboxLimits
 
 SANDBOX = {"timeout_ms": 5000, "memory_mb": 256, "cpus": 1, "pids": 64, "network": "none"}
 
@@ -57,6 +57,14 @@ def test_background_commands_are_none_unless_the_policy_grants_them() -> None:
     assert granted.background == BackgroundGrant(shells=3, timeout_ms=60000, on_timeout=True)
 
 
+def test_the_repository_is_read_only_unless_the_policy_grants_git_writes() -> None:
+    writable = SandboxLimits(git=GitAccess.WRITABLE)  # what it was before: not carried over
+    limits = parse_verdict(decision(), writable).limits
+    assert limits is not None and limits.git is GitAccess.READ_ONLY
+    granted = parse_verdict(decision(sandbox={**SANDBOX, "git": "writable"}), SandboxLimits())
+    assert granted.limits is not None and granted.limits.git is GitAccess.WRITABLE
+
+
 def test_undefined_decision_is_a_deny() -> None:
     verdict = parse_verdict({}, SandboxLimits())
     assert verdict.outcome is Outcome.DENY
@@ -72,6 +80,8 @@ def test_undefined_decision_is_a_deny() -> None:
         ({"reasons": [1]}, "reasons"),
         ({"sandbox": {**SANDBOX, "timeout_ms": "5000"}}, "sandbox.timeout_ms"),
         ({"sandbox": {**SANDBOX, "network": "host"}}, "sandbox.network"),
+        ({"sandbox": {**SANDBOX, "git": "yes"}}, "sandbox.git"),
+        ({"sandbox": {**SANDBOX, "git": True}}, "sandbox.git"),
         ({"sandbox": {k: v for k, v in SANDBOX.items() if k != "pids"}}, "sandbox.pids"),
         ({"result_budget_chars": -1}, "result_budget_chars"),
         ({"result_budget_chars": 1.5}, "result_budget_chars"),

@@ -76,6 +76,7 @@ sandbox := {
 	"cpus": 1,
 	"pids": 256,
 	"network": network,
+	"git": git,
 }
 
 # Network off, unless data.json grants a principal the egress network (each connection then
@@ -85,6 +86,14 @@ default network := "none"
 network := "bridge" if principal_config.network == "bridge"
 
 network := "egress" if principal_config.network == "egress"
+
+# The workspace's .git is mounted read-only in the container: git can read the repository there
+# but no command, script or build can plant a hook or configuration the host's git would run.
+# A principal whose data.json says "git": "writable" gets it writable (committing in the sandbox);
+# the command rules in effects.rego are then all that guard it.
+default git := "read_only"
+
+git := "writable" if principal_config.git == "writable"
 
 default timeout_ms := 120000
 

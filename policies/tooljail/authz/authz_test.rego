@@ -102,7 +102,10 @@ list_tools_input := {
 
 # --- Helpers ---------------------------------------------------------------------------------
 
-default_sandbox := {"timeout_ms": 120000, "memory_mb": 512, "cpus": 1, "pids": 256, "network": "none"}
+default_sandbox := {
+	"timeout_ms": 120000, "memory_mb": 512, "cpus": 1, "pids": 256, "network": "none",
+	"git": "read_only",
+}
 
 as_principal(doc, principal) := object.union(doc, {"caller": {"principal": principal}})
 
@@ -606,6 +609,16 @@ test_principal_granted_another_network_mode_stays_offline if {
 	d := authz.decision with input as as_principal(bash_input, "tinkerer")
 		with data.tooljail.principals as principals
 	d.sandbox.network == "none"
+}
+
+test_the_repository_is_read_only_unless_the_principal_is_granted_git_writes if {
+	authz.decision.sandbox.git == "read_only" with input as bash_input
+	writable := authz.decision with input as as_principal(bash_input, "committer")
+		with data.tooljail.principals as {"committer": {"git": "writable"}}
+	writable.sandbox.git == "writable"
+	other := authz.decision with input as as_principal(bash_input, "committer")
+		with data.tooljail.principals as {"committer": {"git": "yes"}}
+	other.sandbox.git == "read_only"
 }
 
 test_readonly_bot_has_no_network if {

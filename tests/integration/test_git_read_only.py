@@ -1,0 +1,123 @@
+"""The policy's sandbox.git through the daemon, decided by the real OPA and run in real
+containers: by default a script the model wrote cannot plant a hook or configuration in the
+workspace's repository, git's refusals come with a note saying why, a principal granted git
+writes commits, and a .git that is a link is refused rather than followed."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shutil
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from daemon._generated.tooljail.v1 import executor_pb2 as pb
+from tests.integration.conftest import OWNER_GID, OWNER_UID
+from tests.integration.harness import PROJECT_ROOT, RunningDaemon, running_daemon, text_of
+
+pytestmark = [pytest.mark.integration, pytest.mark.docker]
+
+#: What a model can run past every command rule: a script it wrote, run by name.
+SCRIPT = (
+    "printf '#!/bin/sh\\necho hooked\\n' > .git/hooks/post-checkout && echo WROTE-hook\n"
+    "git config core.fsmonitor 'echo pwned' && echo WROTE-config\n"
+    "git -c user.name=m -c user.email=m@m commit -qam change && echo COMMITTED\n"
+)
+
+
+def repository(workspace: Path) -> None:
+    """A committed repository at the workspace's root; all of it the workspace owner's."""
+    env = {**os.environ, "GIT_CONFIG_NOSYSTEM": "1", "HOME": str(workspace.parent)}
+    (workspace / "a.txt").write_text("a\n")
+    for argv in (
+        ["init", "-q", "."],
+        ["add", "a.txt"],
+        ["-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "a"],
+    ):
+        subprocess.run(["git", "-c", "safe.directory=*", *argv], cwd=workspace, env=env, check=True)
+    for path in [workspace, *workspace.rglob("*")]:
+        os.lchown(path, OWNER_UID, OWNER_GID)
+
+
+def git_files(workspace: Path) -> dict[str, bytes]:
+    git_dir = workspace / ".git"
+    return {
+        str(path.relative_to(git_dir)): path.read_bytes()
+        for path in git_dir.rglob("*")
+        if path.is_file()
+    }
+
+
+@contextlib.contextmanager
+def daemon_for(root: Path, local: dict[str, Any]) -> Iterator[tuple[RunningDaemon, Path]]:
+    """A daemon whose caller (the principal "local") has `local` in data.json, over a workspace
+    holding a committed repository."""
+    policies = root / "policies"
+    shutil.copytree(PROJECT_ROOT / "policies", policies)
+    data = json.loads((policies / "data.json").read_text())
+    data["tooljail"]["principals"]["local"] = local
+    (policies / "data.json").write_text(json.dumps(data))
+    workspace = root / "ws"
+    workspace.mkdir()
+    repository(workspace)
+    with running_daemon(
+        workspace,
+        root / "d.sock",
+        opa={"policies_dir": str(policies)},
+        sandbox={"pool_size": 0},
+    ) as running:
+        if running.daemon.sandbox is None or running.daemon.sandbox.stats() is None:
+            pytest.skip("no Docker engine answers")
+        yield running, workspace
+
+
+def run_script(daemon: RunningDaemon, workspace: Path) -> str:
+    """Write SCRIPT with Write and run it with Bash; Bash's answer."""
+    wrote = daemon.execute("Write", {"file_path": str(workspace / "x.sh"), "content": SCRIPT})
+    assert not wrote.result.is_error, text_of(wrote)
+    (workspace / "a.txt").write_text("changed\n")
+    ran = daemon.execute("Bash", {"command": "bash x.sh"})
+    assert ran.decision.outcome == pb.ALLOW, text_of(ran)  # no command rule sees into the script
+    return text_of(ran)
+
+
+def test_a_script_cannot_plant_hooks_or_configuration_and_is_told_why(short_tmp: Path) -> None:
+    root = short_tmp / "git-ro"
+    root.mkdir()
+    with daemon_for(root, {}) as (daemon, workspace):
+        before = git_files(workspace)
+        text = run_script(daemon, workspace)
+        assert "WROTE" not in text and "COMMITTED" not in text
+        assert "Read-only file system" in text
+        assert "[The repository's .git is read-only in the sandbox" in text
+        assert git_files(workspace) == before
+        status = daemon.execute("Bash", {"command": "git status --short"})
+        assert not status.result.is_error, text_of(status)
+        assert "a.txt" in text_of(status)
+
+
+def test_a_principal_granted_git_writes_commits_in_the_sandbox(short_tmp: Path) -> None:
+    root = short_tmp / "git-rw"
+    root.mkdir()
+    with daemon_for(root, {"git": "writable"}) as (daemon, workspace):
+        text = run_script(daemon, workspace)
+        assert "WROTE-hook" in text and "COMMITTED" in text
+        assert "read-only in the sandbox" not in text
+        assert (workspace / ".git" / "hooks" / "post-checkout").exists()
+
+
+def test_a_git_that_is_a_link_is_refused_and_nothing_runs(short_tmp: Path) -> None:
+    root = short_tmp / "git-link"
+    root.mkdir()
+    with daemon_for(root, {}) as (daemon, workspace):
+        os.rename(workspace / ".git", workspace / "real-git")
+        (workspace / ".git").symlink_to("real-git")
+        refused = daemon.execute("Bash", {"command": "touch ran"})
+        assert refused.result.is_error
+        assert "is a symbolic link" in text_of(refused) and "Nothing ran" in text_of(refused)
+        assert not (workspace / "ran").exists()

@@ -1,0 +1,116 @@
+"""The workspace's .git read-only in a real container: git reads work, nothing in .git can be
+written, renamed or replaced, and a container whose mounted .git is not the recorded one (a link
+swapped in before the engine mounted it) refuses to run anything."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from sandbox.backend import BashRequest
+from sandbox.executor import SandboxExecutor
+from tests.integration import sandbox_fixtures
+from tests.integration.sandbox_fixtures import WORKSPACE_GID, WORKSPACE_UID, spec_for
+
+pytestmark = pytest.mark.docker
+
+docker_client = sandbox_fixtures.docker_client
+sandbox_image = sandbox_fixtures.sandbox_image
+owned_root = sandbox_fixtures.owned_root
+workspace = sandbox_fixtures.workspace
+instance_id = sandbox_fixtures.instance_id
+backend = sandbox_fixtures.backend
+executor = sandbox_fixtures.executor
+
+#: Every way a command could leave something the host's git runs (or stop the repository being
+#: the one at .git); each prints what it managed to do.
+PLANTING = textwrap.dedent(
+    """
+    printf '#!/bin/sh\\ntouch /tmp/pwned\\n' > .git/hooks/post-checkout && echo WROTE-hook
+    printf '[core]\\n\\tfsmonitor = touch /tmp/pwned\\n' >> .git/config && echo WROTE-config
+    git config core.hooksPath /tmp 2>/dev/null && echo WROTE-hooksPath
+    echo ../elsewhere > .git/commondir && echo WROTE-commondir
+    touch .git/config.worktree && echo WROTE-config.worktree
+    mkdir .git/info/x 2>/dev/null && echo WROTE-info
+    mv .git .git-old 2>/dev/null && echo MOVED-git
+    rm -rf .git 2>/dev/null; test -e .git/HEAD || echo REMOVED-git
+    git status --short && echo STATUS-ok
+    git log --oneline | wc -l
+    """
+)
+
+
+def repository(workspace: Path) -> dict[str, bytes]:
+    """A committed repository at the workspace's root, owned like the workspace; every file of
+    its .git with its content."""
+    env = {**os.environ, "GIT_CONFIG_NOSYSTEM": "1", "HOME": str(workspace.parent)}
+    (workspace / "a.txt").write_text("a\n")
+    for argv in (
+        ["init", "-q", "."],
+        ["add", "a.txt"],
+        ["-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "a"],
+    ):
+        git = ["git", "-c", "safe.directory=*", *argv]
+        subprocess.run(git, cwd=workspace, env=env, check=True)
+    for path in [workspace, *workspace.rglob("*")]:
+        if os.geteuid() == 0:
+            os.lchown(path, WORKSPACE_UID, WORKSPACE_GID)
+    return snapshot(workspace / ".git")
+
+
+def snapshot(git_dir: Path) -> dict[str, bytes]:
+    return {
+        str(path.relative_to(git_dir)): path.read_bytes() if path.is_file() else b"<dir>"
+        for path in git_dir.rglob("*")
+    }
+
+
+def bash(workspace: Path, command: str) -> BashRequest:
+    return BashRequest(command=command, cwd=str(workspace), timeout_ms=30_000)
+
+
+async def test_nothing_in_a_read_only_git_can_be_written_moved_or_removed(
+    executor: SandboxExecutor, workspace: Path
+) -> None:
+    before = repository(workspace)
+    git = (workspace / ".git").stat()
+    spec = spec_for(workspace, git_dir_id=(git.st_dev, git.st_ino))
+    result = await executor.run(spec, bash(workspace, PLANTING))
+    assert result.error == ""
+    outcomes = re.findall(r"^(?:WROTE|MOVED|REMOVED|STATUS)-\S+", result.output, re.MULTILINE)
+    assert outcomes == ["STATUS-ok"], result.output
+    assert result.output.split()[-1] == "1"  # the history is there to read
+    assert snapshot(workspace / ".git") == before
+    assert not (workspace / ".git-old").exists()
+
+
+async def test_without_the_guard_the_same_commands_do_plant(
+    executor: SandboxExecutor, workspace: Path
+) -> None:
+    # The control: what the read-only mount stops is really possible otherwise.
+    repository(workspace)
+    result = await executor.run(spec_for(workspace), bash(workspace, PLANTING))
+    assert "WROTE-hook" in result.output and "WROTE-commondir" in result.output
+    assert (workspace / ".git-old" / "hooks" / "post-checkout").exists()
+
+
+async def test_a_container_whose_git_is_not_the_recorded_one_runs_nothing(
+    executor: SandboxExecutor, workspace: Path, tmp_path: Path
+) -> None:
+    repository(workspace)
+    git = (workspace / ".git").stat()
+    spec = spec_for(workspace, git_dir_id=(git.st_dev, git.st_ino))
+    # Recorded, then replaced by a link before any container was made: the engine follows it.
+    os.rename(workspace / ".git", workspace / ".git-real")
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (workspace / ".git").symlink_to(elsewhere)
+    result = await executor.run(spec, bash(workspace, "touch ran"))
+    assert "is not the repository's" in result.error and "nothing ran" in result.error
+    assert not (workspace / "ran").exists()
+    assert list(elsewhere.iterdir()) == []
