@@ -184,6 +184,27 @@ def git(repo: Path, *args: str) -> str:
     return done.stdout.strip()
 
 
+def committed_repository(workspace: Path, owner: tuple[int, int]) -> None:
+    """A repository at `workspace` with one commit (of a.txt), all of it `owner`'s (as a
+    workspace is; root's git is told to trust it)."""
+    (workspace / "a.txt").write_text("a\n")
+    for step in (["init", "-q", "."], ["add", "a.txt"], ["commit", "-qm", "a"]):
+        git(workspace, "-c", "safe.directory=*", *step)
+    for path in [workspace, *workspace.rglob("*")]:
+        os.lchown(path, *owner)
+
+
+def policies_for(folder: Path, local: dict[str, Any]) -> Path:
+    """A copy of the project's policies/ in `folder` whose data.json gives the principal "local"
+    (every test daemon's caller) the settings `local`; its path."""
+    policies = folder / "policies"
+    shutil.copytree(PROJECT_ROOT / "policies", policies)
+    data = json.loads((policies / "data.json").read_text())
+    data["tooljail"]["principals"]["local"] = local
+    (policies / "data.json").write_text(json.dumps(data))
+    return policies
+
+
 def policy_repo(repo: Path) -> Path:
     """A git repository holding a copy of the project's policies/, committed once ("v1")."""
     shutil.copytree(PROJECT_ROOT / "policies", repo / "policies")

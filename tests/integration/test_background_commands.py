@@ -9,7 +9,6 @@ import contextlib
 import json
 import os
 import re
-import shutil
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -24,7 +23,7 @@ from pydantic import TypeAdapter
 from daemon._generated.tooljail.v1 import executor_pb2 as pb
 from sandbox.backend import LABEL_INSTANCE, LABEL_SESSION
 from tests.integration.conftest import OWNER_GID, OWNER_UID, containers_of
-from tests.integration.harness import PROJECT_ROOT, RunningDaemon, running_daemon, text_of
+from tests.integration.harness import RunningDaemon, policies_for, running_daemon, text_of
 
 pytestmark = [pytest.mark.integration, pytest.mark.docker]
 
@@ -35,11 +34,7 @@ LOCAL = {"background_shells": 2, "background_timeout_ms": 120_000, "background_o
 def daemon(short_tmp: Path) -> Iterator[RunningDaemon]:
     root = short_tmp / "background"
     root.mkdir()
-    policies = root / "policies"
-    shutil.copytree(PROJECT_ROOT / "policies", policies)
-    data = json.loads((policies / "data.json").read_text())
-    data["tooljail"]["principals"]["local"] = LOCAL
-    (policies / "data.json").write_text(json.dumps(data))
+    policies = policies_for(root, LOCAL)
     workspace = root / "ws"
     workspace.mkdir()
     os.chown(workspace, OWNER_UID, OWNER_GID)

@@ -6,10 +6,7 @@ writes commits, and a .git that is a link is refused rather than followed."""
 from __future__ import annotations
 
 import contextlib
-import json
 import os
-import shutil
-import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -18,7 +15,13 @@ import pytest
 
 from daemon._generated.tooljail.v1 import executor_pb2 as pb
 from tests.integration.conftest import OWNER_GID, OWNER_UID
-from tests.integration.harness import PROJECT_ROOT, RunningDaemon, running_daemon, text_of
+from tests.integration.harness import (
+    RunningDaemon,
+    committed_repository,
+    policies_for,
+    running_daemon,
+    text_of,
+)
 
 pytestmark = [pytest.mark.integration, pytest.mark.docker]
 
@@ -28,20 +31,6 @@ SCRIPT = (
     "git config core.fsmonitor 'echo pwned' && echo WROTE-config\n"
     "git -c user.name=m -c user.email=m@m commit -qam change && echo COMMITTED\n"
 )
-
-
-def repository(workspace: Path) -> None:
-    """A committed repository at the workspace's root; all of it the workspace owner's."""
-    env = {**os.environ, "GIT_CONFIG_NOSYSTEM": "1", "HOME": str(workspace.parent)}
-    (workspace / "a.txt").write_text("a\n")
-    for argv in (
-        ["init", "-q", "."],
-        ["add", "a.txt"],
-        ["-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "a"],
-    ):
-        subprocess.run(["git", "-c", "safe.directory=*", *argv], cwd=workspace, env=env, check=True)
-    for path in [workspace, *workspace.rglob("*")]:
-        os.lchown(path, OWNER_UID, OWNER_GID)
 
 
 def git_files(workspace: Path) -> dict[str, bytes]:
@@ -57,14 +46,10 @@ def git_files(workspace: Path) -> dict[str, bytes]:
 def daemon_for(root: Path, local: dict[str, Any]) -> Iterator[tuple[RunningDaemon, Path]]:
     """A daemon whose caller (the principal "local") has `local` in data.json, over a workspace
     holding a committed repository."""
-    policies = root / "policies"
-    shutil.copytree(PROJECT_ROOT / "policies", policies)
-    data = json.loads((policies / "data.json").read_text())
-    data["tooljail"]["principals"]["local"] = local
-    (policies / "data.json").write_text(json.dumps(data))
+    policies = policies_for(root, local)
     workspace = root / "ws"
     workspace.mkdir()
-    repository(workspace)
+    committed_repository(workspace, (OWNER_UID, OWNER_GID))
     with running_daemon(
         workspace,
         root / "d.sock",

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import sys
 import textwrap
 import time
@@ -23,7 +22,7 @@ from pydantic import TypeAdapter
 from daemon._generated.tooljail.v1 import executor_pb2 as pb
 from daemon._generated.tooljail.v1 import executor_pb2_grpc as pb_grpc
 from tests.integration.conftest import OWNER_GID, OWNER_UID
-from tests.integration.harness import PROJECT_ROOT, RunningDaemon, running_daemon, text_of
+from tests.integration.harness import RunningDaemon, policies_for, running_daemon, text_of
 from tests.integration.test_scheduling import tool_use
 
 pytestmark = [pytest.mark.integration, pytest.mark.docker]
@@ -106,11 +105,7 @@ def daemon(short_tmp: Path) -> Iterator[RunningDaemon]:
     workspace = root / "ws"
     workspace.mkdir()
     os.chown(workspace, OWNER_UID, OWNER_GID)
-    policies = root / "policies"
-    shutil.copytree(PROJECT_ROOT / "policies", policies)
-    data = json.loads((policies / "data.json").read_text())
-    data["tooljail"]["principals"]["local"] = {"ask_tools": ["Write"], "network": "egress"}
-    (policies / "data.json").write_text(json.dumps(data))
+    policies = policies_for(root, {"ask_tools": ["Write"], "network": "egress"})
     interrupts = root / "interrupt.json"
     hooks = [
         {"event": "PostToolUse", "matcher": "Bash", "name": "redact", "redacts": True,
@@ -369,11 +364,7 @@ def test_a_principal_refusing_hook_approvals_still_gets_asked(short_tmp: Path) -
     workspace = root / "ws"
     workspace.mkdir()
     os.chown(workspace, OWNER_UID, OWNER_GID)
-    policies = root / "policies"
-    shutil.copytree(PROJECT_ROOT / "policies", policies)
-    data = json.loads((policies / "data.json").read_text())
-    data["tooljail"]["principals"]["local"] = {"ask_tools": ["Write"], "hook_approvals": False}
-    (policies / "data.json").write_text(json.dumps(data))
+    policies = policies_for(root, {"ask_tools": ["Write"], "hook_approvals": False})
     hooks = [{"event": "PermissionRequest", "matcher": "Write", "name": "auto",
               "command": script(hooks_dir, "permission.py", PERMISSION)}]  # fmt: skip
     with running_daemon(

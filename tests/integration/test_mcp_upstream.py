@@ -19,7 +19,7 @@ import pytest
 
 from daemon._generated.tooljail.v1 import executor_pb2 as pb
 from daemon.config import PROJECT_ROOT
-from tests.integration.harness import RunningDaemon, running_daemon, text_of
+from tests.integration.harness import RunningDaemon, policies_for, running_daemon, text_of
 from tests.integration.mcp_flooder import Flooder
 from tests.integration.test_mcp_bridge import bridge
 from tests.integration.test_mcp_bridge import text_of as bridge_text
@@ -65,18 +65,8 @@ class Upstream:
 def _policies(
     folder: Path, servers: tuple[str, ...] = ("up", "upjson"), **principal: list[str]
 ) -> Path:
-    import shutil
-
-    policies = folder / "policies"
-    shutil.copytree(PROJECT_ROOT / "policies", policies)
-    data = json.loads((policies / "data.json").read_text())
-    data["tooljail"]["principals"]["local"] = {
-        "mcp_servers": list(servers),
-        "ask_tools": ["mcp__up__shout"],
-        **principal,
-    }
-    (policies / "data.json").write_text(json.dumps(data))
-    return policies
+    local = {"mcp_servers": list(servers), "ask_tools": ["mcp__up__shout"], **principal}
+    return policies_for(folder, local)
 
 
 @pytest.fixture(scope="module")

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import os
 import re
-import subprocess
 import textwrap
 from pathlib import Path
 
@@ -15,6 +14,7 @@ import pytest
 from sandbox.backend import BashRequest
 from sandbox.executor import SandboxExecutor
 from tests.integration import sandbox_fixtures
+from tests.integration.harness import committed_repository
 from tests.integration.sandbox_fixtures import WORKSPACE_GID, WORKSPACE_UID, spec_for
 
 pytestmark = pytest.mark.docker
@@ -46,20 +46,8 @@ PLANTING = textwrap.dedent(
 
 
 def repository(workspace: Path) -> dict[str, bytes]:
-    """A committed repository at the workspace's root, owned like the workspace; every file of
-    its .git with its content."""
-    env = {**os.environ, "GIT_CONFIG_NOSYSTEM": "1", "HOME": str(workspace.parent)}
-    (workspace / "a.txt").write_text("a\n")
-    for argv in (
-        ["init", "-q", "."],
-        ["add", "a.txt"],
-        ["-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "a"],
-    ):
-        git = ["git", "-c", "safe.directory=*", *argv]
-        subprocess.run(git, cwd=workspace, env=env, check=True)
-    for path in [workspace, *workspace.rglob("*")]:
-        if os.geteuid() == 0:
-            os.lchown(path, WORKSPACE_UID, WORKSPACE_GID)
+    """A committed repository at the workspace's root; every file of its .git and its content."""
+    committed_repository(workspace, (WORKSPACE_UID, WORKSPACE_GID))
     return snapshot(workspace / ".git")
 
 
