@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import time
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal, Protocol, get_args
@@ -101,6 +102,8 @@ class Session:
     ongoing: list[Ongoing] = field(default_factory=list)
     """Its commands that may still change files after their call ended (background shells):
     while one runs, what a path names on the disk may change at any time."""
+    shared: Callable[[], bool] = field(default=lambda: False, repr=False)
+    """Whether another open session's workspace overlaps this one's (the session store says)."""
     root: PinnedDirectory | None = None
     """The workspace held by descriptor (pinned when the session was opened, or on first use)."""
     sandbox_as: tuple[int, int] | None = None
@@ -118,10 +121,12 @@ class Session:
     """Its calls the policy denied or asked about: (monotonic time, tool, outcome, the call's
     input hash)."""
 
-    def changing_in_background(self) -> bool:
-        """Whether one of its commands may be changing files now, its call ended (safe from a
-        worker thread: it only reads)."""
-        return any(not command.done for command in tuple(self.ongoing))
+    def disk_may_change(self) -> bool:
+        """Whether files of its workspace may change while one of its calls is judged and runs:
+        one of its commands goes on after its call, or another open session's workspace overlaps
+        this one (that session's commands run whenever it likes). Safe from a worker thread: it
+        only reads."""
+        return any(not command.done for command in tuple(self.ongoing)) or self.shared()
 
     def goes_on(self, command: Ongoing) -> None:
         """Note a command that goes on after its call (on the event loop)."""

@@ -10,6 +10,7 @@ about the session or its workspace.
 
 from __future__ import annotations
 
+import functools
 import os
 import secrets
 import shutil
@@ -72,6 +73,9 @@ class SessionStore:
                 "make sure only root and the daemon's account can write its parent folder"
             )
         self._default_identity = self._identity(self._default_root)
+        self._generation = 0
+        """Bumped whenever a session opens or closes: what overlaps what is worked out again."""
+        self._overlapped: dict[str, tuple[int, bool]] = {}
         self._defaults: dict[str, Session] = {}
         self._private: dict[str, PinnedDirectory] = {}
         """Folders of the daemon's own (private_session): no session may overlap them."""
@@ -140,7 +144,9 @@ class SessionStore:
                 root=self._default_root,
                 sandbox_as=self._default_identity,
             )
+            session.shared = functools.partial(self.overlapped, session)
             self._defaults[principal] = session
+            self._generation += 1
         return session
 
     def get(self, session_id: str, principal: str, *, admin: bool = False) -> Session:
@@ -258,7 +264,9 @@ class SessionStore:
             sandbox_as=identity,
             disk_budget_mb=disk_budget_mb,
         )
+        session.shared = functools.partial(self.overlapped, session)
         self._sessions[session_id] = session
+        self._generation += 1
         return session
 
     def closable(
@@ -282,9 +290,30 @@ class SessionStore:
     def close(self, session: Session) -> None:
         """Forget a session `closable` returned; its workspace is left to the caller."""
         self._sessions.pop(session.id, None)
+        self._overlapped.pop(session.id, None)
+        self._generation += 1
         session.closed = True
         if session.root is not None:
             session.root.close()
+
+    def overlapped(self, session: Session) -> bool:
+        """Whether another open session's workspace overlaps `session`'s (the same folder, one
+        inside it or around it, every principal's default session included): its commands may
+        change files there at any time. Safe from a worker thread: it only reads, copying the
+        registries before looking through them."""
+        generation = self._generation
+        known = self._overlapped.get(session.id)
+        if known is not None and known[0] == generation:
+            return known[1]
+        root = session.root
+        others = {
+            other.id: other.root
+            for other in (*tuple(self._sessions.values()), *tuple(self._defaults.values()))
+            if other is not session and other.root is not None
+        }
+        found = root is not None and bool(overlaps_of(root, others))
+        self._overlapped[session.id] = (generation, found)
+        return found
 
     def idle(self, now: float | None = None) -> list[Session]:
         """Opened sessions that have been idle longer than their TTL."""

@@ -167,9 +167,10 @@ class BashTool(Tool[BashInput, BashRun]):
     def analyse(self, args: BashInput, session: Session) -> CallFacts:
         line = parse_bounded(args.command, session.owner)
         cwd = session.cwd or session.workspace
-        # A background command runs on while others change the disk, and beside one the disk
-        # may change between this judgement and the run: no path is known then.
-        settled = not args.run_in_background and not session.changing_in_background()
+        # A background command runs on while others change the disk, and beside one (or in a
+        # workspace another session shares) the disk may change between this judgement and the
+        # run: no path is known then.
+        settled = not args.run_in_background and not session.disk_may_change()
         commands = command_facts(line, str(cwd), settled)
         directories = [str(cwd), *(command["cwd"] for command in commands)]
         return self.facts(

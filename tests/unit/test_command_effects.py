@@ -210,6 +210,19 @@ class _StillRunning:
     done = False
 
 
+def test_a_line_in_a_workspace_another_session_shares_has_no_known_place() -> None:
+    """Another open session over the same workspace runs its commands whenever it likes (a link
+    swapped in between this judgement and the run), as a background shell does."""
+    session = Session(id="s", workspace=Path(WORKSPACE), owner="local")
+    session.cwd = Path(CWD)
+    line = BashInput(command="rm -rf d/")
+    known = BashTool().analyse(line, session).policy["command"]["simple_commands"][0]
+    assert known["words"][-1]["path"] == f"{CWD}/d"
+    session.shared = lambda: True
+    shared = BashTool().analyse(line, session).policy["command"]["simple_commands"][0]
+    assert shared["words"][-1]["path"] == ""
+
+
 @pytest.mark.parametrize("background", [False, True], ids=["beside-a-background-shell", "itself"])
 def test_a_line_beside_or_in_the_background_has_no_known_place(background: bool) -> None:
     """Attacker round 57: a background shell keeps changing files after its call ended (a link

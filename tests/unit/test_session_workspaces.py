@@ -216,3 +216,29 @@ def test_no_caller_can_write_the_private_folder_or_open_a_session_over_it(
     for asked in (folder, folder.parent):
         with pytest.raises(RequestError, match="the daemon's own"):
             store.prepare(str(asked), "local")
+
+
+def test_a_session_knows_when_another_open_session_shares_its_workspace(
+    tmp_path: Path, rule: IdentityRule
+) -> None:
+    """A session over the same folder (or one inside or around it) can change the files at any
+    time: Bash then judges no path as known (tests/unit/test_command_effects.py)."""
+    from daemon.sessions.store import SessionStore
+
+    store = SessionStore(tmp_path / "default", tmp_path / "sessions", rule)
+    for name in ("ws", "apart"):
+        (tmp_path / name / "sub").mkdir(parents=True)
+        os.chown(tmp_path / name, 1000, 1000)
+        os.chown(tmp_path / name / "sub", 1000, 1000)
+    alone = store.open(store.prepare(str(tmp_path / "apart"), "alice")[0], None, owner="alice")
+    first = store.open(store.prepare(str(tmp_path / "ws"), "alice")[0], None, owner="alice")
+    assert not first.disk_may_change() and not alone.disk_may_change()
+    inner = store.open(store.prepare(str(tmp_path / "ws" / "sub"), "bob")[0], None, owner="bob")
+    assert first.disk_may_change() and inner.disk_may_change()
+    assert not alone.disk_may_change()
+    store.close(inner)
+    assert not first.disk_may_change()
+    # Every principal's default session is over the one default workspace.
+    assert not store.default_for("alice").disk_may_change()
+    store.default_for("bob")
+    assert store.default_for("alice").disk_may_change()
