@@ -109,6 +109,13 @@ ASKS = [
     "python3 -c \"open('.git/con'+'fig','a').write('x')\"", "sed -n '1e rm -rf .git' a.txt",
     "awk 'BEGIN{system(\"rm -rf .git\")}'", "find . -type f -exec sed -i d {} +",
     "find . -type f -exec dd if=/dev/null of={} \\;", "git rm -r -q d/..", "sed -e 's/x/y/w out' a",
+    # Attacker round 64: a clone configured on the way (a nested repository whose fsmonitor runs
+    # on the host), and discards or branch moves that dodged the rules.
+    "git clone -q -c core.fsmonitor='touch x' . nested", "git clone --config core.x=y . n",
+    "git restore --staged --worktree :/", "git restore -SW .", "git restore -W -S .",
+    "git checkout HEAD a.txt", "git checkout -B x main a.txt", "git branch -M side main",
+    "git branch -C side main", "git branch -f main side",
+    "git update-ref refs/heads/main refs/heads/side",
 ]  # fmt: skip
 
 ALLOWS = [
@@ -133,7 +140,8 @@ ALLOWS = [
     "sed -i s/a/b/g src/x.py", "sed -n 1,5p a.txt", "awk '{print $1}' a.txt", "awk '$1 > 5' a.txt",
     "python3 -c 'import json; print(json.load(open(\"a.json\")))'", "git -C sub status",
     "find . -name '*.py' | xargs grep -n x", "find . -exec grep -l x {} +",
-    "sed 's/foo/bar/' a.txt > b.txt",
+    "sed 's/foo/bar/' a.txt > b.txt", "git checkout -b feature origin/main", "git branch -m a b",
+    "git clone -q . copy",
 ]  # fmt: skip
 
 

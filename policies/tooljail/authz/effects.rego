@@ -654,9 +654,53 @@ git_effect contains [i, "throws away uncommitted changes in the work tree"] if {
 git_effect contains [i, "throws away uncommitted changes in the work tree"] if {
 	some i, git in git_lines
 	git.subcommand == "restore"
+	git_restores_work_tree(git)
+}
+
+# restore puts back the work tree unless told the index alone (`--staged` without `--worktree`).
+git_restores_work_tree(git) if {
 	not has_long_flag(git.options, "--staged")
 	not "-S" in git.options
 }
+
+git_restores_work_tree(git) if "-W" in git.options
+
+git_restores_work_tree(git) if has_long_flag(git.options, "--worktree")
+
+# `git checkout <tree-ish> <path>...` (no `--` needed) overwrites those files; a new branch's
+# name and start point are its only operands.
+git_effect contains [i, "throws away uncommitted changes in the work tree"] if {
+	some i, git in git_lines
+	git.subcommand == "checkout"
+	count(git.operands) > count({opt | some opt in git.options; opt in {"-b", "-B", "--orphan"}}) + 1
+}
+
+git_effect contains [i, "moves or overwrites a branch by force (the commits it held are then only in the reflog)"] if {
+	some i, git in git_lines
+	git.subcommand == "branch"
+	git_branch_overwrite(git)
+}
+
+git_branch_overwrite(git) if {
+	some opt in git.options
+	opt in {"-M", "-C"}
+}
+
+git_branch_overwrite(git) if {
+	git_forced(git)
+	not git_deletes_branch(git)
+}
+
+# `clone -c key=value` writes configuration into the new repository, as `git config` would.
+git_effect contains [i, "writes configuration into the repository it makes (clone -c/--config), where git takes programs to run"] if {
+	some i, git in git_lines
+	git.subcommand == "clone"
+	git_clone_configures(git)
+}
+
+git_clone_configures(git) if "-c" in git.options
+
+git_clone_configures(git) if has_long_flag(git.options, "--config")
 
 git_effect contains [i, "deletes stashed changes for good"] if {
 	some i, git in git_lines
@@ -677,11 +721,9 @@ git_effect contains [i, "deletes history the reflog kept for recovery"] if {
 	git.operands[0] in {"expire", "delete"}
 }
 
-git_effect contains [i, "deletes a ref directly"] if {
+git_effect contains [i, "deletes or moves a ref directly (what it pointed to is then only in the reflog)"] if {
 	some i, git in git_lines
 	git.subcommand == "update-ref"
-	some opt in git.options
-	opt in {"-d", "--stdin"}
 }
 
 git_effect contains [i, "prunes unreachable objects at once, so nothing lost can be recovered"] if {
