@@ -91,9 +91,21 @@ class SandboxLimits(_Frozen):
     """Whether the workspace's `.git` is writable, as the policy grants."""
 
 
+class PathPin(_Frozen):
+    """A path of the workspace mounted over itself in the container: a mount point, it cannot be
+    renamed, removed or replaced there; `read_only`, nothing in it can be written either."""
+
+    path: str
+    """Absolute, inside the workspace."""
+    identity: tuple[int, int]
+    """Device and inode the daemon found there: the runner refuses any request unless the same
+    object is mounted at `path` (the engine follows a link swapped in for a mount's source)."""
+    read_only: bool
+
+
 _Identity = tuple[int, int]
-#: workspace, its identity, run_as, limits, image, read-only workspace, identity of its `.git`
-ProfileKey = tuple[str, _Identity, _Identity | None, SandboxLimits, str, bool, _Identity | None]
+#: workspace, its identity, run_as, limits, image, read-only workspace, its repository's pins
+ProfileKey = tuple[str, _Identity, _Identity | None, SandboxLimits, str, bool, tuple[PathPin, ...]]
 
 
 class SandboxSpec(_Frozen):
@@ -118,10 +130,9 @@ class SandboxSpec(_Frozen):
     pool_owner: str = ""
     """Whose share of the warm pool containers pre-started for this spec count against (the
     principal): one principal's many sessions cannot take every warm container."""
-    git_dir_id: tuple[int, int] | None = None
-    """Device and inode of the workspace's `.git` (a directory, or a file naming one), mounted
-    read-only over itself: the runner refuses any request unless what is mounted at
-    `workspace/.git` is this one and read-only. None: no `.git` is kept read-only."""
+    git_pins: tuple[PathPin, ...] = ()
+    """The workspace's repository (its `.git` and what that names inside the workspace) held
+    read-only, each checked by the runner before any request runs; () when none is."""
 
     def profile_key(self) -> ProfileKey:
         """Containers are interchangeable exactly when this key is equal (warm pool key)."""
@@ -132,7 +143,7 @@ class SandboxSpec(_Frozen):
             self.limits,
             self.image,
             self.read_only_workspace,
-            self.git_dir_id,
+            self.git_pins,
         )
 
 

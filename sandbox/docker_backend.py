@@ -410,7 +410,7 @@ class DockerSandbox(Sandbox):
         self._workspace = {
             "workspace": str(spec.workspace),
             "workspace_id": list(spec.workspace_id),
-            "git_dir_id": None if spec.git_dir_id is None else list(spec.git_dir_id),
+            "pins": [pin.model_dump(mode="json") for pin in spec.git_pins],
         }
         self._used = False
         self._open = False

@@ -13,7 +13,6 @@ from typing import Any
 from docker.types import LogConfig, Mount, Ulimit
 
 from sandbox.backend import (
-    GIT_DIR_NAME,
     LABEL_INSTANCE,
     LABEL_MANAGED,
     LABEL_SESSION,
@@ -172,7 +171,7 @@ def container_recipe(
             Mount(
                 target=workspace, source=workspace, type="bind", read_only=spec.read_only_workspace
             ),
-            *_git_dir_mounts(spec),
+            *_pinned_mounts(spec),
             Mount(target=RUNNER_DIR, source=str(runner_source), type="bind", read_only=True),
             *_egress_mounts(egress),
         ],
@@ -214,14 +213,14 @@ def _egress_environment(egress: EgressMounts | None) -> dict[str, str]:
     return env
 
 
-def _git_dir_mounts(spec: SandboxSpec) -> list[Mount]:
-    """The workspace's `.git` over itself, read-only: nothing in it can be written, and, a mount
-    point, it cannot be renamed or replaced either. The engine follows a symbolic link swapped
-    in meanwhile; the runner then finds another object there than `git_dir_id` and refuses."""
-    if spec.git_dir_id is None:
-        return []
-    git_dir = str(spec.workspace / GIT_DIR_NAME)
-    return [Mount(target=git_dir, source=git_dir, type="bind", read_only=True)]
+def _pinned_mounts(spec: SandboxSpec) -> list[Mount]:
+    """Each pinned path over itself: a mount point, it cannot be renamed or replaced; read-only,
+    nothing in it can be written. The engine follows a symbolic link swapped in meanwhile; the
+    runner then finds another object there than the pin's and refuses."""
+    return [
+        Mount(target=pin.path, source=pin.path, type="bind", read_only=pin.read_only)
+        for pin in spec.git_pins
+    ]
 
 
 def _egress_mounts(egress: EgressMounts | None) -> list[Mount]:

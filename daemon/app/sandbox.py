@@ -8,8 +8,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import os
-import stat
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -18,12 +16,11 @@ from daemon.calls.audit import AuditLog
 from daemon.config import Settings
 from daemon.egress.proxy import CallEgress, EgressCall, EgressProxy
 from daemon.errors import ToolError
-from daemon.host.pinned import PinnedDirectory
+from daemon.host.git_pins import git_pins
 from daemon.sessions.session import Session
 from daemon.tools.background import BackgroundShells
 from daemon.tools.contract import SandboxRunner
 from sandbox.backend import (
-    GIT_DIR_NAME,
     GitAccess,
     McpSessionCall,
     McpSessionRequest,
@@ -113,7 +110,7 @@ def _spec(session: Session, limits: SandboxLimits, *, bound: bool = True) -> San
     """A container for the session's pinned workspace and identity (`bound`: labelled with it).
 
     Raises:
-        ToolError: The workspace's `.git` is to be read-only and cannot be (see `git_dir_id`).
+        ToolError: The workspace's repository is to be read-only and cannot be (`git_pins`).
     """
     root = session.pinned_root()
     return SandboxSpec(
@@ -123,35 +120,8 @@ def _spec(session: Session, limits: SandboxLimits, *, bound: bool = True) -> San
         limits=limits,
         session_id=session.id if bound else "",
         pool_owner=session.owner,
-        git_dir_id=git_dir_id(root) if limits.git is GitAccess.READ_ONLY else None,
+        git_pins=git_pins(root) if limits.git is GitAccess.READ_ONLY else (),
     )
-
-
-def git_dir_id(root: PinnedDirectory) -> tuple[int, int] | None:
-    """Device and inode of the workspace's `.git`, looked at through the pinned workspace without
-    following a link; None when there is none (a repository made in the sandbox is the model's
-    own).
-
-    Raises:
-        ToolError: `.git` is a symbolic link or something else git might follow elsewhere.
-    """
-    try:
-        info = os.stat(GIT_DIR_NAME, dir_fd=root.fd, follow_symlinks=False)
-    except FileNotFoundError:
-        return None
-    except OSError as exc:
-        raise ToolError(
-            f"The workspace's {GIT_DIR_NAME} cannot be looked at ({exc.strerror}), so it cannot "
-            "be kept read-only in the sandbox. Nothing ran; tell the user."
-        ) from exc
-    if not (stat.S_ISDIR(info.st_mode) or stat.S_ISREG(info.st_mode)):
-        raise ToolError(
-            f"The workspace's {GIT_DIR_NAME} is a symbolic link (or neither a directory nor a "
-            "file), and the sandbox keeps a repository's .git read-only only where it is. "
-            f"Nothing ran. Ask the user to replace {GIT_DIR_NAME} with what it points to, or to "
-            "have the policy grant git writes (sandbox.git: writable)."
-        )
-    return info.st_dev, info.st_ino
 
 
 ENGINE_RETRY_S = 5.0

@@ -18,9 +18,9 @@ Before it reads a request the runner confines itself (``confine.py``: a seccomp 
 setuid/setgid files and device nodes, non-dumpable). The command runs as ``--run-as`` (never
 root), the runner itself stays the container's root: the command can neither write the runner's
 answer nor signal or inspect it. Every request names the workspace it expects (``workspace``,
-``workspace_id``: device and inode), and the read-only ``.git`` it expects there if any
-(``git_dir_id``); a container whose mounted workspace or ``.git`` is another one, or whose ``.git``
-is writable, refuses to do anything.
+``workspace_id``: device and inode) and how its repository is held (``pins``: paths mounted over
+themselves, the repository's own read-only); a container whose mounted workspace or repository is
+another one, or whose repository is not held so, refuses to do anything.
 """
 
 from __future__ import annotations
@@ -33,6 +33,7 @@ import functools
 import hashlib
 import json
 import os
+import re
 import select
 import signal
 import struct
@@ -878,32 +879,56 @@ def workspace_mismatch(request: dict[str, Any]) -> str:
             f"the directory mounted at {workspace} is not the session's workspace (it was moved "
             "or replaced after the session was opened); nothing ran"
         )
-    return git_dir_mismatch(workspace, request.get("git_dir_id"))
+    return pins_mismatch(workspace, request.get("pins"))
 
 
-def git_dir_mismatch(workspace: str, expected: object) -> str:
-    """Why the workspace's `.git` is not the read-only one the request expects ("" when it is,
-    or when none is expected). Both are checked: the object (the engine follows a symbolic link
-    swapped in for the mount's source) and that writes there fail (only the mount says so: the
-    workspace's own mount shows the same object, writable)."""
-    if expected is None:
-        return ""
-    if not isinstance(expected, list) or len(expected) != 2:
-        return "the request names its .git wrongly"
-    git_dir = Path(workspace) / ".git"
-    try:
-        info = git_dir.lstat()
-        read_only = bool(os.statvfs(git_dir).f_flag & os.ST_RDONLY)
-    except OSError as exc:
-        return f"the workspace's .git is not mounted here ({exc.strerror}); nothing ran"
-    if [info.st_dev, info.st_ino] != expected:
-        return (
-            "the .git mounted in the workspace is not the repository's (it was moved or "
-            "replaced after the call was decided); nothing ran"
-        )
-    if not read_only:
-        return "the workspace's .git is not read-only here; nothing ran"
+def pins_mismatch(workspace: str, pins: object) -> str:
+    """Why the pinned paths of the workspace's repository are not what the request expects ("" when
+    they are). Each must be the object the daemon found (the engine follows a symbolic link
+    swapped in for a mount's source), a mount point (so that it cannot be renamed or replaced
+    here), and, if read-only, read-only (only the mount says so: the workspace's own mount shows
+    the same object, writable)."""
+    if not isinstance(pins, list):
+        return "the request does not name the repository's pinned paths"
+    mount_points: set[str] | None = None
+    for pin in pins:
+        if not (
+            isinstance(pin, dict)
+            and isinstance(pin.get("path"), str)
+            and isinstance(pin.get("identity"), list)
+            and isinstance(pin.get("read_only"), bool)
+            and pin["path"].startswith(workspace.rstrip("/") + "/")
+        ):
+            return "the request names the repository's pinned paths wrongly"
+        path = pin["path"]
+        try:
+            info = os.lstat(path)
+            read_only = bool(os.statvfs(path).f_flag & os.ST_RDONLY)
+        except OSError as exc:
+            return f"{path} of the repository is not mounted here ({exc.strerror}); nothing ran"
+        if [info.st_dev, info.st_ino] != pin["identity"]:
+            return (
+                f"{path} mounted here is not the repository's (it was moved or replaced after "
+                "the call was decided); nothing ran"
+            )
+        if pin["read_only"] and not read_only:
+            return f"{path} of the repository is not read-only here; nothing ran"
+        if mount_points is None:
+            mount_points = _mount_points()
+        if path not in mount_points:
+            return f"{path} of the repository is not mounted over itself here; nothing ran"
     return ""
+
+
+def _mount_points() -> set[str]:
+    """Where something is mounted in this container (mountinfo escapes blanks and backslashes
+    as octal)."""
+    with Path("/proc/self/mountinfo").open(encoding="utf-8", errors="surrogateescape") as table:
+        return {
+            re.sub(r"\\([0-7]{3})", lambda code: chr(int(code.group(1), 8)), line.split(" ")[4])
+            for line in table
+            if line.count(" ") >= 4
+        }
 
 
 def handle(

@@ -104,5 +104,5 @@ def test_a_git_that_is_a_link_is_refused_and_nothing_runs(short_tmp: Path) -> No
         (workspace / ".git").symlink_to("real-git")
         refused = daemon.execute("Bash", {"command": "touch ran"})
         assert refused.result.is_error
-        assert "is a symbolic link" in text_of(refused) and "Nothing ran" in text_of(refused)
+        assert "is a symbolic link" in text_of(refused) and "nothing ran" in text_of(refused)
         assert not (workspace / "ran").exists()

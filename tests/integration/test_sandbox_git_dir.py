@@ -11,10 +11,12 @@ from pathlib import Path
 
 import pytest
 
-from sandbox.backend import BashRequest
+from daemon.host.git_pins import git_pins
+from daemon.host.pinned import PinnedDirectory
+from sandbox.backend import BashRequest, SandboxSpec
 from sandbox.executor import SandboxExecutor
 from tests.integration import sandbox_fixtures
-from tests.integration.harness import committed_repository
+from tests.integration.harness import committed_repository, git
 from tests.integration.sandbox_fixtures import WORKSPACE_GID, WORKSPACE_UID, spec_for
 
 pytestmark = pytest.mark.docker
@@ -58,6 +60,15 @@ def snapshot(git_dir: Path) -> dict[str, bytes]:
     }
 
 
+def pinned_spec(workspace: Path) -> SandboxSpec:
+    """A container spec holding the workspace's repository read-only, as the daemon makes it."""
+    root = PinnedDirectory.pin(workspace)
+    try:
+        return spec_for(workspace, git_pins=git_pins(root))
+    finally:
+        root.close()
+
+
 def bash(workspace: Path, command: str) -> BashRequest:
     return BashRequest(command=command, cwd=str(workspace), timeout_ms=30_000)
 
@@ -66,9 +77,7 @@ async def test_nothing_in_a_read_only_git_can_be_written_moved_or_removed(
     executor: SandboxExecutor, workspace: Path
 ) -> None:
     before = repository(workspace)
-    git = (workspace / ".git").stat()
-    spec = spec_for(workspace, git_dir_id=(git.st_dev, git.st_ino))
-    result = await executor.run(spec, bash(workspace, PLANTING))
+    result = await executor.run(pinned_spec(workspace), bash(workspace, PLANTING))
     assert result.error == ""
     outcomes = re.findall(r"^(?:WROTE|MOVED|REMOVED|STATUS)-\S+", result.output, re.MULTILINE)
     assert outcomes == ["STATUS-ok"], result.output
@@ -91,8 +100,7 @@ async def test_a_container_whose_git_is_not_the_recorded_one_runs_nothing(
     executor: SandboxExecutor, workspace: Path, tmp_path: Path
 ) -> None:
     repository(workspace)
-    git = (workspace / ".git").stat()
-    spec = spec_for(workspace, git_dir_id=(git.st_dev, git.st_ino))
+    spec = pinned_spec(workspace)
     # Recorded, then replaced by a link before any container was made: the engine follows it.
     os.rename(workspace / ".git", workspace / ".git-real")
     elsewhere = tmp_path / "elsewhere"
@@ -102,3 +110,32 @@ async def test_a_container_whose_git_is_not_the_recorded_one_runs_nothing(
     assert "is not the repository's" in result.error and "nothing ran" in result.error
     assert not (workspace / "ran").exists()
     assert list(elsewhere.iterdir()) == []
+
+
+async def test_a_repository_kept_elsewhere_in_the_workspace_is_read_only_too(
+    executor: SandboxExecutor, workspace: Path
+) -> None:
+    """Attacker round 64: with `.git` a file naming `a/repo` (git init --separate-git-dir),
+    only the file was read-only; a line appending core.fsmonitor to a/repo/config ran on the
+    host. Moving `a` aside to put another repository there is refused too."""
+    (workspace / "a.txt").write_text("a\n")
+    (workspace / "a").mkdir()
+    git(workspace, "-c", "safe.directory=*", "init", "-q", "--separate-git-dir=a/repo", ".")
+    git(workspace, "-c", "safe.directory=*", "add", "a.txt")
+    git(workspace, "-c", "safe.directory=*", "commit", "-qm", "a")
+    for path in [workspace, *workspace.rglob("*")]:
+        os.lchown(path, WORKSPACE_UID, WORKSPACE_GID)
+    before = snapshot(workspace / "a" / "repo")
+    command = textwrap.dedent(
+        """
+        printf '[core]\\n\\tfsmonitor = touch /tmp/pwned\\n' >> a/repo/config && echo WROTE-config
+        printf 'x' > a/repo/hooks/pre-commit && echo WROTE-hook
+        mv a a-old 2>/dev/null && echo MOVED-a
+        mv a/repo a/repo-old 2>/dev/null && echo MOVED-repo
+        git status --short && echo STATUS-ok
+        """
+    )
+    result = await executor.run(pinned_spec(workspace), bash(workspace, command))
+    outcomes = re.findall(r"^(?:WROTE|MOVED|STATUS)-\S+", result.output, re.MULTILINE)
+    assert outcomes == ["STATUS-ok"], result.output
+    assert snapshot(workspace / "a" / "repo") == before

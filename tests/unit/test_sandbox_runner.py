@@ -69,7 +69,7 @@ def owned_by_the_identity(workspace: Path) -> dict[str, Any]:
         for path in [workspace, *workspace.rglob("*")]:
             os.lchown(path, *IDENTITY)
     info = workspace.stat()
-    return {"workspace": str(workspace), "workspace_id": [info.st_dev, info.st_ino]}
+    return {"workspace": str(workspace), "workspace_id": [info.st_dev, info.st_ino], "pins": []}
 
 
 def runner_messages(

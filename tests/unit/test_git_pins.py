@@ -1,0 +1,159 @@
+"""The workspace's repository kept read-only in the sandbox: which paths the daemon pins, the
+mounts the container gets, and the runner refusing a request unless each pinned path is the
+object recorded, mounted over itself and (the repository's own) read-only. The mounts themselves
+are tested against the real engine in tests/integration."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from daemon.errors import ToolError
+from daemon.host.git_pins import git_pins
+from daemon.host.pinned import PinnedDirectory
+from sandbox.backend import PathPin, SandboxSpec
+from sandbox.executor import pool_key
+from sandbox.hardening import container_recipe
+from sandbox.runner import runner as runner_module
+
+
+@pytest.fixture
+def workspace(tmp_path: Path) -> Path:
+    root = (tmp_path / "ws").resolve()
+    root.mkdir()
+    return root
+
+
+def pin(path: Path, *, read_only: bool = True) -> PathPin:
+    info = path.lstat()
+    return PathPin(path=str(path), identity=(info.st_dev, info.st_ino), read_only=read_only)
+
+
+def pins_of(workspace: Path) -> tuple[PathPin, ...]:
+    root = PinnedDirectory.pin(workspace)
+    try:
+        return git_pins(root)
+    finally:
+        root.close()
+
+
+def test_a_git_directory_is_pinned_read_only_and_no_git_pins_nothing(workspace: Path) -> None:
+    assert pins_of(workspace) == ()
+    (workspace / ".git").mkdir()
+    assert pins_of(workspace) == (pin(workspace / ".git"),)
+
+
+def test_a_git_file_naming_a_directory_outside_pins_the_file_alone(
+    workspace: Path, tmp_path: Path
+) -> None:
+    (workspace / ".git").write_text(f"gitdir: {tmp_path}/main/.git/worktrees/ws\n")
+    assert pins_of(workspace) == (pin(workspace / ".git"),)
+    (workspace / ".git").write_text("gitdir: ../elsewhere\n")
+    assert pins_of(workspace) == (pin(workspace / ".git"),)
+
+
+def test_a_git_directory_named_inside_the_workspace_is_pinned_with_its_way_there(
+    workspace: Path,
+) -> None:
+    """Attacker round 64: with `git init --separate-git-dir=.repo`, only the `.git` file was
+    read-only, and a line appending core.fsmonitor to .repo/config ran on the host."""
+    (workspace / "a" / "b" / "repo").mkdir(parents=True)
+    (workspace / "common").mkdir()
+    (workspace / "a" / "b" / "repo" / "commondir").write_text("../../../common\n")
+    (workspace / ".git").write_text("gitdir: a/b/repo\n")
+    assert pins_of(workspace) == (
+        pin(workspace / ".git"),
+        pin(workspace / "a", read_only=False),
+        pin(workspace / "a" / "b", read_only=False),
+        pin(workspace / "a" / "b" / "repo"),
+        pin(workspace / "common"),
+    )
+    (workspace / ".git").write_text(f"gitdir: {workspace}/a/b/repo\n")  # absolute: the same
+    assert len(pins_of(workspace)) == 5
+
+
+@pytest.mark.parametrize(
+    ("make", "why"),
+    [
+        (lambda ws, out: (ws / ".git").symlink_to(out), "symbolic link"),
+        (lambda ws, out: os.mkfifo(ws / ".git"), "neither a directory nor a file"),
+        (lambda ws, out: (ws / ".git").write_text("gitdir: missing\n"), "missing"),
+        (
+            lambda ws, out: ((ws / "l").symlink_to(out), (ws / ".git").write_text("gitdir: l\n")),
+            "l is a symbolic link",
+        ),
+        (
+            lambda ws, out: ((ws / "f").write_text(""), (ws / ".git").write_text("gitdir: f\n")),
+            "not a directory",
+        ),
+        (lambda ws, out: (ws / ".git").write_text("gitdir: x\n" * 500), "larger than"),
+    ],
+)
+def test_what_cannot_be_held_read_only_is_refused_not_followed(
+    workspace: Path, tmp_path: Path, make: object, why: str
+) -> None:
+    (tmp_path / "out").mkdir()
+    make(workspace, tmp_path / "out")  # type: ignore[operator]
+    with pytest.raises(ToolError, match=why) as refused:
+        pins_of(workspace)
+    assert "nothing ran" in str(refused.value)
+
+
+def test_the_container_gets_each_pin_over_itself_and_the_pool_keeps_them_apart(
+    workspace: Path,
+) -> None:
+    def mounts(spec: SandboxSpec) -> list[tuple[str, str, bool]]:
+        recipe = container_recipe(spec, image="img", runner_source=Path("/opt/r"), instance_id="i")
+        return [
+            (m["Target"], m["Source"], m["ReadOnly"]) for m in recipe.host_config_kwargs["mounts"]
+        ]
+
+    git = str(workspace / ".git")
+    plain = SandboxSpec(workspace=workspace, run_as=(1001, 1001))
+    pinned = plain.model_copy(
+        update={"git_pins": (PathPin(path=git, identity=(1, 2), read_only=True),)}
+    )
+    assert (git, git, True) in mounts(pinned)
+    assert not any(target == git for target, _, _ in mounts(plain))
+    other = plain.model_copy(
+        update={"git_pins": (PathPin(path=git, identity=(1, 3), read_only=True),)}
+    )
+    assert len({pool_key(plain), pool_key(pinned), pool_key(other)}) == 3
+
+
+def test_the_runner_refuses_unless_each_pin_is_there_mounted_and_read_only(
+    workspace: Path,
+) -> None:
+    check = runner_module.pins_mismatch
+    ws = str(workspace)
+    assert check(ws, []) == ""
+    assert "does not name" in check(ws, None)
+    outside = {"path": "/etc", "identity": [1, 2], "read_only": True}
+    assert "wrongly" in check(ws, [outside])
+    missing = {"path": f"{ws}/.git", "identity": [1, 2], "read_only": True}
+    assert "not mounted here" in check(ws, [missing])
+    (workspace / ".git").mkdir()
+    right = pin(workspace / ".git").model_dump(mode="json")
+    moved = {**right, "identity": [right["identity"][0], right["identity"][1] + 1]}
+    assert "is not the repository's" in check(ws, [moved])
+    # The right object, seen through the workspace's own (writable) mount: refused.
+    assert "not read-only here" in check(ws, [right])
+    assert "not mounted over itself" in check(ws, [{**right, "read_only": False}])
+
+
+def test_the_runner_checks_the_pins_before_any_request_runs(workspace: Path) -> None:
+    info = workspace.stat()
+    request = {
+        "kind": "bash",
+        "command": "touch ran",
+        "cwd": str(workspace),
+        "timeout_ms": 5000,
+        "workspace": str(workspace),
+        "workspace_id": [info.st_dev, info.st_ino],
+        "pins": [{"path": f"{workspace}/.git", "identity": [0, 0], "read_only": True}],
+    }
+    result = runner_module.handle(request, None)
+    assert result["exit_code"] == -1 and "not mounted here" in result["error"]
+    assert not (workspace / "ran").exists()
