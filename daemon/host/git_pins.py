@@ -2,16 +2,22 @@
 themselves (the policy's `sandbox.git: read_only`).
 
 The repository is what the owner's git on the host reads when run at the workspace's root:
-`.git` (a directory, or a file naming the directory git uses), the directory such a file names
-when it lies inside the workspace, and the common directory that one names in turn (a linked
-worktree's). A directory deeper than the root's children also gets each directory on its way
-pinned (mounted over itself, writable): a mount point cannot be renamed, so no ancestor can be
-moved aside and replaced with one holding another repository.
+- `.git` (a directory, or a file naming the directory git uses), the directory such a file names
+  when it lies inside the workspace, and the common directory that one names in turn (a linked
+  worktree's);
+- each submodule the index records, since `git status` at the root runs git in every one that
+  has a `.git`: a checked-out submodule's `.git` (and the directory it names, when outside the
+  repository already held), and an empty submodule's directory itself, read-only, so that no
+  `.git` can be put there; recursively, through each submodule's own index.
+A pinned directory deeper than the root's children gets each directory on its way pinned too
+(mounted over itself, writable): a mount point cannot be renamed, so no ancestor can be moved
+aside and replaced with one holding another repository.
 
 Everything is looked at through the pinned workspace, never following a symbolic link (the
 kernel's RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS); what cannot be looked at that way is refused,
 not guessed: a `.git` that is a link, a named directory reached through one, or one that does
-not exist (the model could make it).
+not exist (the model could make it), an index that does not parse, a submodule whose directory
+is missing.
 """
 
 from __future__ import annotations
@@ -19,15 +25,29 @@ from __future__ import annotations
 import errno
 import os
 import posixpath
+import re
 import stat
+from collections.abc import Callable
 
 from daemon.errors import ToolError
+from daemon.host.git_index import GitIndex, UnreadableIndex, read_index
 from daemon.host.pinned import PinnedDirectory
 from sandbox.backend import GIT_DIR_NAME, PathPin
 
 GIT_FILE_MAX_BYTES = 4096
 """A `.git` file or `commondir` longer than this is not one git wrote."""
+CONFIG_MAX_BYTES = 1 << 20
+INDEX_MAX_BYTES = 512 << 20
+MAX_PINS = 256
+"""Past this many pinned paths (submodules), the repository is refused, not half held."""
+MAX_SUBMODULE_DEPTH = 8
 _GITDIR_PREFIX = "gitdir: "
+_SHA256 = re.compile(r"(?im)^\s*objectformat\s*=\s*sha256\s*$")
+
+#: Parsed indexes by (device, inode, size, mtime): an index changes only when git writes it.
+_IndexKey = tuple[int, int, int, int]
+_index_cache: dict[_IndexKey, GitIndex] = {}
+_INDEX_CACHE_KEPT = 64
 
 
 def git_pins(root: PinnedDirectory) -> tuple[PathPin, ...]:
@@ -35,36 +55,171 @@ def git_pins(root: PinnedDirectory) -> tuple[PathPin, ...]:
     repository made in the sandbox is the model's own).
 
     Raises:
-        ToolError: Part of the repository is a link, missing, or cannot be looked at: nothing
-            may run, since the sandbox could not hold it read-only.
+        ToolError: Part of the repository is a link, missing, or cannot be read: nothing may
+            run, since the sandbox could not hold it read-only.
     """
-    info = _lstat(root, GIT_DIR_NAME)
-    if info is None:
-        return ()
-    pins = [_pin(root, GIT_DIR_NAME, info, read_only=True)]
-    if stat.S_ISDIR(info.st_mode):
-        return tuple(pins)
-    if not stat.S_ISREG(info.st_mode):
-        raise _refused(
-            f"The workspace's {GIT_DIR_NAME} is a symbolic link (or neither a directory nor a "
-            "file), and the sandbox keeps a repository read-only only where it is."
+    pins = _Pins(root)
+    pins.repository("", depth=0)
+    return pins.done()
+
+
+class _Pins:
+    """The pins found so far, by path (a path pinned read-only stays so)."""
+
+    def __init__(self, root: PinnedDirectory) -> None:
+        self._root = root
+        self._pins: dict[str, PathPin] = {}
+        self._read_only_dirs: list[str] = []
+        """Workspace-relative directories already held read-only as a whole."""
+
+    def done(self) -> tuple[PathPin, ...]:
+        return tuple(self._pins.values())
+
+    def repository(self, work_tree: str, *, depth: int) -> None:
+        """Hold the repository whose work tree is `work_tree` ("" for the workspace's root)."""
+        dot_git = _join(work_tree, GIT_DIR_NAME)
+        info = _lstat(self._root, dot_git)
+        if info is None:
+            if work_tree:  # an empty submodule: nothing may become its .git
+                self._add_way(work_tree, read_only=True)
+            return
+        if work_tree:
+            self._add_way(work_tree, read_only=False)
+        if stat.S_ISDIR(info.st_mode):
+            self._add(dot_git, info, read_only=True)
+            self._submodules(work_tree, dot_git, depth)
+            return
+        if not stat.S_ISREG(info.st_mode):
+            raise _refused(
+                f"The workspace's {dot_git} is a symbolic link (or neither a directory nor a "
+                "file), and the sandbox keeps a repository read-only only where it is."
+            )
+        self._add(dot_git, info, read_only=True)
+        git_dir = _named_inside(self._root, _read(self._root, dot_git), work_tree, gitfile=True)
+        if git_dir is None:
+            return  # outside the workspace: in no container
+        if not self._held(git_dir):
+            self._add_way(git_dir, read_only=True)
+        common_text = _read(self._root, _join(git_dir, "commondir"))
+        common = _named_inside(self._root, common_text, git_dir, gitfile=False)
+        if common is not None and not self._held(common):
+            self._add_way(common, read_only=True)
+        self._submodules(work_tree, git_dir, depth)
+
+    def _submodules(self, work_tree: str, git_dir: str, depth: int) -> None:
+        if depth >= MAX_SUBMODULE_DEPTH:
+            raise _refused(f"Submodules are nested more than {MAX_SUBMODULE_DEPTH} deep.")
+        for path in _gitlinks(self._root, git_dir):
+            parts = path.split("/")
+            if path.startswith("/") or any(p in ("", ".", "..", GIT_DIR_NAME) for p in parts):
+                raise _refused(f"The index of {git_dir} records a submodule at {path!r}.")
+            self.repository(_join(work_tree, path), depth=depth + 1)
+
+    def _held(self, relative: str) -> bool:
+        """Whether `relative` lies in a directory already held read-only as a whole."""
+        return any(relative == d or relative.startswith(d + "/") for d in self._read_only_dirs)
+
+    def _add_way(self, relative: str, *, read_only: bool) -> None:
+        """Each directory on the way to `relative` pinned writable, `relative` as asked."""
+        parts = relative.split("/")
+        for depth in range(1, len(parts) + 1):
+            here = "/".join(parts[:depth])
+            info = _lstat(self._root, here)
+            if info is None or not stat.S_ISDIR(info.st_mode):
+                what = (
+                    "missing (the model could make it)"
+                    if info is None
+                    else "a symbolic link"
+                    if stat.S_ISLNK(info.st_mode)
+                    else "not a directory"
+                )
+                raise _refused(f"The repository needs {relative} held, and {here} is {what}.")
+            self._add(here, info, read_only=read_only and depth == len(parts))
+
+    def _add(self, relative: str, info: os.stat_result, *, read_only: bool) -> None:
+        known = self._pins.get(relative)
+        if known is not None and (known.read_only or not read_only):
+            return
+        if len(self._pins) >= MAX_PINS:
+            raise _refused(f"The repository needs more than {MAX_PINS} paths held.")
+        self._pins[relative] = PathPin(
+            path=str(self._root.path / relative),
+            identity=(info.st_dev, info.st_ino),
+            read_only=read_only,
         )
-    git_dir = _named_inside(root, _read(root, GIT_DIR_NAME), "", GIT_DIR_NAME)
-    if git_dir is None:
-        return tuple(pins)
-    pins += _pins_to(root, git_dir)
-    common = _named_inside(root, _read(root, f"{git_dir}/commondir"), git_dir, "commondir")
-    if common is not None and common != git_dir:
-        pins += _pins_to(root, common)
-    return tuple(dict.fromkeys(pins))
+        if read_only and stat.S_ISDIR(info.st_mode):
+            self._read_only_dirs.append(relative)
 
 
-def _named_inside(root: PinnedDirectory, text: str | None, base: str, what: str) -> str | None:
-    """The workspace-relative directory a `.git` file or `commondir` names (relative to `base`),
-    or None when it names nothing or a place outside the workspace (not in any container)."""
+def _gitlinks(root: PinnedDirectory, git_dir: str) -> tuple[str, ...]:
+    """The submodule paths the index of `git_dir` records (its shared part's too)."""
+    config = _read(root, _join(git_dir, "config"), CONFIG_MAX_BYTES) or ""
+    hash_bytes = 32 if _SHA256.search(config) else 20
+    index = _parsed(root, _join(git_dir, "index"), hash_bytes)
+    if index is None:
+        return ()
+    links = index.gitlinks
+    if index.shared:
+        shared = _parsed(root, _join(git_dir, f"sharedindex.{index.shared}"), hash_bytes)
+        if shared is None:
+            raise _refused(f"The split index of {git_dir} names a shared part that is missing.")
+        links = (*links, *shared.gitlinks)
+    return tuple(dict.fromkeys(links))
+
+
+def _parsed(root: PinnedDirectory, relative: str, hash_bytes: int) -> GitIndex | None:
+    def parse(data: bytes) -> GitIndex:
+        try:
+            return read_index(data, hash_bytes)
+        except UnreadableIndex as exc:
+            why = f"The workspace's {relative} cannot be read as an index ({exc})."
+            raise _refused(why) from exc
+
+    return _cached_read(root, relative, parse)
+
+
+def _cached_read(
+    root: PinnedDirectory, relative: str, parse: Callable[[bytes], GitIndex]
+) -> GitIndex | None:
+    fd = _open(root, relative)
+    if fd is None:
+        return None
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode) or info.st_size > INDEX_MAX_BYTES:
+            raise _refused(f"The workspace's {relative} is not an index git could have written.")
+        key = (info.st_dev, info.st_ino, info.st_size, info.st_mtime_ns)
+        found = _index_cache.get(key)
+        if found is None:
+            found = parse(_read_all(fd, info.st_size))
+            while len(_index_cache) >= _INDEX_CACHE_KEPT:
+                del _index_cache[next(iter(_index_cache))]
+            _index_cache[key] = found
+        return found
+    finally:
+        os.close(fd)
+
+
+def _read_all(fd: int, size: int) -> bytes:
+    chunks = []
+    left = size
+    while left > 0:
+        chunk = os.read(fd, min(left, 1 << 20))
+        if not chunk:
+            break
+        chunks.append(chunk)
+        left -= len(chunk)
+    return b"".join(chunks)
+
+
+def _named_inside(
+    root: PinnedDirectory, text: str | None, base: str, *, gitfile: bool
+) -> str | None:
+    """The workspace-relative directory a `.git` file (`gitfile`) or `commondir` names, relative
+    to `base`; None when it names nothing or a place outside the workspace (in no container)."""
     if text is None:
         return None
-    if what == GIT_DIR_NAME:
+    if gitfile:
         if not text.startswith(_GITDIR_PREFIX):
             return None  # not a git file: git refuses it too
         text = text[len(_GITDIR_PREFIX) :]
@@ -75,38 +230,13 @@ def _named_inside(root: PinnedDirectory, text: str | None, base: str, what: str)
         named if posixpath.isabs(named) else posixpath.join(str(root.path), base, named)
     )
     inside = posixpath.relpath(where, str(root.path))
-    if inside == "." or inside.startswith("../") or inside == "..":
+    if inside in (".", "..") or inside.startswith("../"):
         return None
     return inside
 
 
-def _pins_to(root: PinnedDirectory, relative: str) -> list[PathPin]:
-    """Each directory on the way to `relative` pinned writable, `relative` itself read-only."""
-    parts = relative.split("/")
-    pins = []
-    for depth in range(1, len(parts) + 1):
-        here = "/".join(parts[:depth])
-        info = _lstat(root, here)
-        if info is None or not stat.S_ISDIR(info.st_mode):
-            what = (
-                "missing (the model could make it)"
-                if info is None
-                else "a symbolic link"
-                if stat.S_ISLNK(info.st_mode)
-                else "not a directory"
-            )
-            raise _refused(
-                f"The workspace's {GIT_DIR_NAME} names its repository at {relative}, and "
-                f"{here} is {what}."
-            )
-        pins.append(_pin(root, here, info, read_only=depth == len(parts)))
-    return pins
-
-
-def _pin(root: PinnedDirectory, relative: str, info: os.stat_result, *, read_only: bool) -> PathPin:
-    return PathPin(
-        path=str(root.path / relative), identity=(info.st_dev, info.st_ino), read_only=read_only
-    )
+def _join(base: str, name: str) -> str:
+    return f"{base}/{name}" if base else name
 
 
 def _lstat(root: PinnedDirectory, relative: str) -> os.stat_result | None:
@@ -128,21 +258,28 @@ def _lstat(root: PinnedDirectory, relative: str) -> os.stat_result | None:
         os.close(fd)
 
 
-def _read(root: PinnedDirectory, relative: str) -> str | None:
-    """A small text file of the repository (None: it does not exist)."""
+def _open(root: PinnedDirectory, relative: str) -> int | None:
+    """A file of the repository open for reading (None: it does not exist)."""
     try:
-        fd = root.open_beneath(relative, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+        return root.open_beneath(relative, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
     except FileNotFoundError:
         return None
     except OSError as exc:
         raise _refused(_why(relative, exc)) from exc
+
+
+def _read(root: PinnedDirectory, relative: str, limit: int = GIT_FILE_MAX_BYTES) -> str | None:
+    """A small text file of the repository (None: it does not exist)."""
+    fd = _open(root, relative)
+    if fd is None:
+        return None
     try:
         if not stat.S_ISREG(os.fstat(fd).st_mode):
             raise _refused(f"The workspace's {relative} is not a regular file.")
-        data = os.read(fd, GIT_FILE_MAX_BYTES + 1)
+        data = _read_all(fd, limit + 1)
     finally:
         os.close(fd)
-    if len(data) > GIT_FILE_MAX_BYTES:
+    if len(data) > limit:
         raise _refused(f"The workspace's {relative} is larger than git ever writes one.")
     return data.decode("utf-8", "replace")
 

@@ -139,3 +139,41 @@ async def test_a_repository_kept_elsewhere_in_the_workspace_is_read_only_too(
     outcomes = re.findall(r"^(?:WROTE|MOVED|STATUS)-\S+", result.output, re.MULTILINE)
     assert outcomes == ["STATUS-ok"], result.output
     assert snapshot(workspace / "a" / "repo") == before
+
+
+async def test_no_submodule_can_be_pointed_at_a_repository_of_the_models(
+    executor: SandboxExecutor, workspace: Path, tmp_path: Path
+) -> None:
+    """Attacker round 64: `git status` at the root runs git in every submodule that has a .git;
+    a script repointed a submodule's .git (or gave an empty one a .git) at a repository of its
+    own whose core.fsmonitor then ran on the host."""
+    lib = tmp_path / "lib"
+    lib.mkdir()
+    git(lib, "init", "-q")
+    git(lib, "commit", "-q", "--allow-empty", "-m", "lib")
+    git(workspace, "-c", "safe.directory=*", "init", "-q")
+    for name in ("vendor/lib", "empty"):
+        git(workspace, "-c", "safe.directory=*", "-c", "protocol.file.allow=always",
+            "submodule", "add", "-q", str(lib), name)  # fmt: skip
+    git(workspace, "-c", "safe.directory=*", "commit", "-qm", "main")
+    git(workspace, "-c", "safe.directory=*", "submodule", "deinit", "-q", "empty")
+    for path in [workspace, *workspace.rglob("*")]:
+        os.lchown(path, WORKSPACE_UID, WORKSPACE_GID)
+    marker = tmp_path / "ran"
+    command = textwrap.dedent(
+        f"""
+        git init -q /tmp/evil && git -C /tmp/evil config core.fsmonitor 'touch {marker}'
+        cp -r /tmp/evil/.git mine && git config -f mine/config core.fsmonitor 'touch {marker}'
+        echo "gitdir: ../../mine" > vendor/lib/.git && echo WROTE-lib
+        echo "gitdir: ../mine" > empty/.git && echo WROTE-empty
+        mv vendor vendor-old 2>/dev/null && echo MOVED-vendor
+        mv vendor/lib vendor/lib-old 2>/dev/null && echo MOVED-lib
+        rm -f vendor/lib/.git 2>/dev/null; test -e vendor/lib/.git || echo REMOVED-lib
+        git status --short >/dev/null && echo STATUS-ok
+        """
+    )
+    result = await executor.run(pinned_spec(workspace), bash(workspace, command))
+    outcomes = re.findall(r"^(?:WROTE|MOVED|REMOVED|STATUS)-\S+", result.output, re.MULTILINE)
+    assert outcomes == ["STATUS-ok"], result.output
+    git(workspace, "-c", "safe.directory=*", "status", "--short")  # the owner's git, afterwards
+    assert not marker.exists()

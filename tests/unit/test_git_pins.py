@@ -6,6 +6,7 @@ are tested against the real engine in tests/integration."""
 from __future__ import annotations
 
 import os
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -157,3 +158,73 @@ def test_the_runner_checks_the_pins_before_any_request_runs(workspace: Path) -> 
     result = runner_module.handle(request, None)
     assert result["exit_code"] == -1 and "not mounted here" in result["error"]
     assert not (workspace / "ran").exists()
+
+
+def run_git(repo: Path, *args: str) -> None:
+    subprocess.run(
+        ["git", "-C", str(repo), "-c", "user.name=t", "-c", "user.email=t@t",
+         "-c", "protocol.file.allow=always", *args],
+        capture_output=True, check=True,
+    )  # fmt: skip
+
+
+@pytest.fixture
+def with_submodules(workspace: Path, tmp_path: Path) -> Path:
+    """The workspace: a repository with a checked-out submodule `vendor/lib` (which has one of
+    its own, `inner`) and one never checked out, `empty`."""
+    inner = tmp_path / "inner"
+    inner.mkdir()
+    run_git(inner, "init", "-q")
+    run_git(inner, "commit", "-q", "--allow-empty", "-m", "inner")
+    lib = tmp_path / "lib"
+    lib.mkdir()
+    run_git(lib, "init", "-q")
+    run_git(lib, "submodule", "add", "-q", str(inner), "inner")
+    run_git(lib, "commit", "-qm", "lib")
+    run_git(workspace, "init", "-q")
+    run_git(workspace, "submodule", "add", "-q", str(lib), "vendor/lib")
+    run_git(workspace, "submodule", "add", "-q", str(inner), "empty")
+    run_git(workspace, "commit", "-qm", "main")
+    run_git(workspace, "submodule", "update", "-q", "--init", "--recursive")
+    run_git(workspace, "submodule", "deinit", "-q", "empty")
+    return workspace
+
+
+def test_submodules_are_held_so_that_the_roots_git_status_runs_nothing_of_the_models(
+    with_submodules: Path,
+) -> None:
+    """Attacker round 64: `git status` at the root runs git in each submodule that has a .git;
+    a submodule's .git (or an empty submodule given one) pointed at a repository of the model's
+    own ran its core.fsmonitor on the host."""
+    ws = with_submodules
+    pins = {Path(p.path).relative_to(ws).as_posix(): p.read_only for p in pins_of(ws)}
+    assert pins == {
+        ".git": True,
+        "vendor": False,
+        "vendor/lib": False,
+        "vendor/lib/.git": True,  # names .git/modules/vendor/lib, held with .git
+        "vendor/lib/inner": False,
+        "vendor/lib/inner/.git": True,
+        "empty": True,  # no .git may appear there
+    }
+
+
+def test_a_submodule_whose_directory_is_missing_is_refused(with_submodules: Path) -> None:
+    (with_submodules / "empty").rmdir()
+    with pytest.raises(ToolError, match="empty is missing"):
+        pins_of(with_submodules)
+
+
+def test_a_submodule_reached_through_a_link_is_refused(
+    with_submodules: Path, tmp_path: Path
+) -> None:
+    (with_submodules / "vendor").rename(tmp_path / "vendor-real")
+    (with_submodules / "vendor").symlink_to(tmp_path / "vendor-real")
+    with pytest.raises(ToolError, match="symbolic link"):
+        pins_of(with_submodules)
+
+
+def test_an_index_that_does_not_parse_is_refused(with_submodules: Path) -> None:
+    (with_submodules / ".git" / "index").write_bytes(b"DIRC\0\0\0\2\0\0\0\7")
+    with pytest.raises(ToolError, match="cannot be read as an index"):
+        pins_of(with_submodules)

@@ -1,0 +1,111 @@
+"""The submodules a git index records: the paths of its gitlink entries (mode 160000), which
+`git status` run at the repository's root descends into.
+
+Read from the bytes of `.git/index` as git's index format documents it (versions 2 to 4; entry
+names padded in 2 and 3, prefix-compressed in 4); a split index names its shared part, whose
+entries count too (`SplitIndex.shared`). Anything that does not parse is an error, never a guess.
+"""
+
+from __future__ import annotations
+
+import struct
+from dataclasses import dataclass
+
+GITLINK_MODE = 0o160000
+_TYPE_MASK = 0o170000
+_HEADER = struct.Struct(">4sII")
+_STAT_BYTES = 40  # ctime, mtime (seconds and nanoseconds), dev, ino, mode, uid, gid, size
+_MODE_OFFSET = 24
+_EXTENDED = 0x4000
+_NAME_MASK = 0x0FFF
+
+
+class UnreadableIndex(ValueError):
+    """The bytes are not a git index this reader understands."""
+
+
+@dataclass(frozen=True)
+class GitIndex:
+    """What the reader takes from one index file."""
+
+    gitlinks: tuple[str, ...]
+    """Paths of the submodules it records, relative to its work tree."""
+    shared: str = ""
+    """A split index: the hex name of its shared part (`sharedindex.<name>` beside it)."""
+
+
+def read_index(data: bytes, hash_bytes: int = 20) -> GitIndex:
+    """Parse an index; `hash_bytes` is 20 for SHA-1 repositories, 32 for SHA-256 ones.
+
+    Raises:
+        UnreadableIndex: Not an index of version 2, 3 or 4, or cut short.
+    """
+    if len(data) < _HEADER.size:
+        raise UnreadableIndex("too short for an index header")
+    signature, version, count = _HEADER.unpack_from(data)
+    if signature != b"DIRC" or version not in (2, 3, 4):
+        raise UnreadableIndex(f"not a git index of version 2 to 4 (signature {signature!r})")
+    offset = _HEADER.size
+    gitlinks = []
+    previous = b""
+    fixed = _STAT_BYTES + hash_bytes + 2
+    for _ in range(count):
+        start = offset
+        if offset + fixed > len(data):
+            raise UnreadableIndex("an entry is cut short")
+        (mode,) = struct.unpack_from(">I", data, offset + _MODE_OFFSET)
+        (flags,) = struct.unpack_from(">H", data, offset + _STAT_BYTES + hash_bytes)
+        offset += fixed
+        if flags & _EXTENDED:
+            if version < 3:
+                raise UnreadableIndex("an extended entry in a version 2 index")
+            offset += 2
+        if version == 4:
+            strip, offset = _varint(data, offset)
+            end = data.find(b"\0", offset)
+            if end < 0 or strip > len(previous):
+                raise UnreadableIndex("an entry's name is cut short")
+            name = previous[: len(previous) - strip] + data[offset:end]
+            offset = end + 1
+        else:
+            end = data.find(b"\0", offset)
+            if end < 0:
+                raise UnreadableIndex("an entry's name is cut short")
+            name = data[offset:end]
+            if flags & _NAME_MASK != _NAME_MASK and len(name) != flags & _NAME_MASK:
+                raise UnreadableIndex("an entry's name does not have its recorded length")
+            offset = start + ((end - start) // 8 + 1) * 8  # NUL padding to a multiple of 8
+        previous = name
+        if mode & _TYPE_MASK == GITLINK_MODE:
+            gitlinks.append(name.decode("utf-8", "surrogateescape"))
+    return GitIndex(tuple(gitlinks), _shared_name(data, offset, hash_bytes))
+
+
+def _varint(data: bytes, offset: int) -> tuple[int, int]:
+    """git's offset varint (each continuation adds one before shifting)."""
+    if offset >= len(data):
+        raise UnreadableIndex("a name's prefix length is cut short")
+    byte = data[offset]
+    value = byte & 0x7F
+    while byte & 0x80:
+        offset += 1
+        if offset >= len(data) or value > 1 << 32:
+            raise UnreadableIndex("a name's prefix length is cut short")
+        byte = data[offset]
+        value = ((value + 1) << 7) | (byte & 0x7F)
+    return value, offset + 1
+
+
+def _shared_name(data: bytes, offset: int, hash_bytes: int) -> str:
+    """The shared index a `link` extension names ("" for none): the extensions follow the
+    entries, each a signature, a length and its data, and the file's checksum ends it."""
+    end = len(data) - hash_bytes
+    while offset + 8 <= end:
+        signature, size = struct.unpack_from(">4sI", data, offset)
+        if signature == b"link":
+            if size < hash_bytes or offset + 8 + hash_bytes > end:
+                raise UnreadableIndex("a split index names its shared part wrongly")
+            shared = data[offset + 8 : offset + 8 + hash_bytes]
+            return "" if not any(shared) else shared.hex()
+        offset += 8 + size
+    return ""

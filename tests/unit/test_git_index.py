@@ -1,0 +1,98 @@
+"""The gitlinks of real indexes git wrote, in every version and form the reader takes, and what
+it refuses (the host's git makes the repositories)."""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from daemon.host.git_index import UnreadableIndex, read_index
+
+
+def git(repo: Path, *args: str) -> str:
+    done = subprocess.run(
+        ["git", "-C", str(repo), "-c", "user.name=t", "-c", "user.email=t@t",
+         "-c", "protocol.file.allow=always", *args],
+        capture_output=True, text=True, check=True,
+    )  # fmt: skip
+    return done.stdout
+
+
+@pytest.fixture
+def repo(tmp_path: Path) -> Path:
+    """A repository with two submodules (one deep) among ordinary files."""
+    lib = tmp_path / "lib"
+    lib.mkdir()
+    git(lib, "init", "-q")
+    git(lib, "commit", "-q", "--allow-empty", "-m", "lib")
+    main = tmp_path / "main"
+    (main / "src").mkdir(parents=True)
+    git(main, "init", "-q")
+    for name in ("a.txt", "src/b.py", "src/very-long-name-" + "x" * 80 + ".txt"):
+        (main / name).write_text(name)
+    git(main, "add", ".")
+    git(main, "submodule", "add", "-q", str(lib), "vendor/lib")
+    git(main, "submodule", "add", "-q", str(lib), "z")
+    git(main, "commit", "-qm", "main")
+    return main
+
+
+def gitlinks(repo: Path) -> tuple[str, ...]:
+    return read_index((repo / ".git" / "index").read_bytes()).gitlinks
+
+
+def test_version_2_names_the_submodules(repo: Path) -> None:
+    assert (repo / ".git" / "index").read_bytes()[4:8] == b"\0\0\0\2"
+    assert gitlinks(repo) == ("vendor/lib", "z")
+
+
+def test_version_3_with_extended_entries(repo: Path) -> None:
+    (repo / "new.txt").write_text("new")
+    git(repo, "add", "-N", "new.txt")  # intent to add: an extended flag, so version 3
+    assert (repo / ".git" / "index").read_bytes()[4:8] == b"\0\0\0\3"
+    assert gitlinks(repo) == ("vendor/lib", "z")
+
+
+def test_version_4_with_compressed_names(repo: Path) -> None:
+    git(repo, "update-index", "--index-version", "4")
+    assert (repo / ".git" / "index").read_bytes()[4:8] == b"\0\0\0\4"
+    assert gitlinks(repo) == ("vendor/lib", "z")
+
+
+def test_a_split_index_names_its_shared_part(repo: Path) -> None:
+    git(repo, "update-index", "--split-index")
+    index = read_index((repo / ".git" / "index").read_bytes())
+    shared = repo / ".git" / f"sharedindex.{index.shared}"
+    assert index.shared and shared.exists()
+    both = (*index.gitlinks, *read_index(shared.read_bytes()).gitlinks)
+    assert set(both) == {"vendor/lib", "z"}
+
+
+def test_a_sha256_repository(tmp_path: Path) -> None:
+    git(tmp_path, "init", "-q", "--object-format=sha256", "r")
+    (tmp_path / "r" / "a").write_text("a")
+    git(tmp_path / "r", "add", "a")
+    git(tmp_path / "r", "update-index", "--add", "--cacheinfo", f"160000,{'1' * 64},sub")
+    data = (tmp_path / "r" / ".git" / "index").read_bytes()
+    assert read_index(data, 32).gitlinks == ("sub",)
+    with pytest.raises(UnreadableIndex):
+        read_index(data, 20)
+
+
+@pytest.mark.parametrize(
+    "data",
+    [b"", b"DIRC", b"XXXX\0\0\0\2\0\0\0\0", b"DIRC\0\0\0\5\0\0\0\0", b"DIRC\0\0\0\2\0\0\0\1"],
+)
+def test_what_is_not_an_index_is_refused(data: bytes) -> None:
+    with pytest.raises(UnreadableIndex):
+        read_index(data)
+
+
+def test_a_cut_index_is_refused_wherever_it_is_cut(repo: Path) -> None:
+    data = (repo / ".git" / "index").read_bytes()
+    entries_end = 12 + 3 * 70  # somewhere inside the entries
+    for cut in range(13, entries_end, 7):
+        with pytest.raises(UnreadableIndex):
+            read_index(data[:cut])
