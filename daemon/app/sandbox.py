@@ -24,6 +24,7 @@ from sandbox.backend import (
     GitAccess,
     McpSessionCall,
     McpSessionRequest,
+    PathPin,
     SandboxError,
     SandboxLimits,
     SandboxRequest,
@@ -50,12 +51,14 @@ class _SessionRunner(SandboxRunner):
         session: Session,
         tool_use_id: str,
         egress: CallEgress | None,
+        audit: AuditLog | None = None,
     ) -> None:
         self._executor = executor
         self._kept = kept
         self._session = session
         self._tool_use_id = tool_use_id
         self._egress = egress
+        self._audit = audit
 
     def notes(self) -> list[str]:
         note = self._egress.note() if self._egress is not None else ""
@@ -74,14 +77,17 @@ class _SessionRunner(SandboxRunner):
         spec = _spec(self._session, limits).model_copy(
             update={"image": image, "read_only_workspace": read_only_workspace}
         )
-        return await self._executor.run(
-            spec,
-            request,
-            tool_use_id=self._tool_use_id,
-            on_output=on_output,
-            egress=self._egress,
-            on_start=on_start,
-        )
+        try:
+            return await self._executor.run(
+                spec,
+                request,
+                tool_use_id=self._tool_use_id,
+                on_output=on_output,
+                egress=self._egress,
+                on_start=on_start,
+            )
+        finally:
+            self._check_repository(spec)
 
     async def converse(
         self,
@@ -94,16 +100,56 @@ class _SessionRunner(SandboxRunner):
         image: str = "",
     ) -> SandboxResult:
         spec = _spec(self._session, limits).model_copy(update={"image": image})
-        return await self._kept.call(
-            spec,
-            server,
-            opening,
-            call,
-            tool_use_id=self._tool_use_id,
-            egress=self._egress,
-            on_output=on_output,
-            owner=self._session.owner,
+        try:
+            return await self._kept.call(
+                spec,
+                server,
+                opening,
+                call,
+                tool_use_id=self._tool_use_id,
+                egress=self._egress,
+                on_output=on_output,
+                owner=self._session.owner,
+            )
+        finally:
+            self._check_repository(spec)
+
+    def _check_repository(self, spec: SandboxSpec) -> None:
+        """After a container ran over a read-only repository: one replaced on the host meanwhile
+        (renamed, deleted, made again) detached the container's read-only mount, so the command
+        may have written the new one. Nothing can undo that; the owner is told, in the audit."""
+        if not spec.git_pins:
+            return
+        try:
+            now: tuple[PathPin, ...] | str = git_pins(self._session.pinned_root())
+        except ToolError as exc:
+            now = str(exc)
+        if now == spec.git_pins:
+            return
+        log.warning(
+            "the repository of workspace %s changed while call %s ran in a container; check its "
+            "hooks and configuration before running git there",
+            spec.workspace,
+            self._tool_use_id,
         )
+        if self._audit is not None:
+            self._audit.write(
+                {
+                    "event": "repository_replaced",
+                    "session": self._session.id,
+                    "principal": self._session.owner,
+                    "tool_use_id": self._tool_use_id,
+                    "workspace": str(spec.workspace),
+                    "note": REPLACED_NOTE,
+                }
+            )
+
+
+REPLACED_NOTE = (
+    "The workspace's repository was replaced or made again on the host while a sandboxed command "
+    "ran, which ends that command's read-only view of it: it may have written the new one. Look "
+    "at .git/hooks and .git/config (and the submodules') before running git there."
+)
 
 
 def _spec(session: Session, limits: SandboxLimits, *, bound: bool = True) -> SandboxSpec:
@@ -283,7 +329,14 @@ class Sandbox:
         call_egress = None
         if self._egress is not None and egress is not None:
             call_egress = self._egress.for_call(egress)
-        return _SessionRunner(self._executor, self._kept, session, tool_use_id, call_egress)
+        return _SessionRunner(
+            self._executor,
+            self._kept,
+            session,
+            tool_use_id,
+            call_egress,
+            self._settings.audit if self._settings is not None else None,
+        )
 
     def stats(self) -> ExecutorStats | None:
         """The executor's counters (None without a sandbox)."""

@@ -5,8 +5,10 @@ writes commits, and a .git that is a link is refused rather than followed."""
 
 from __future__ import annotations
 
+import concurrent.futures
 import contextlib
 import os
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -106,3 +108,33 @@ def test_a_git_that_is_a_link_is_refused_and_nothing_runs(short_tmp: Path) -> No
         assert refused.result.is_error
         assert "is a symbolic link" in text_of(refused) and "nothing ran" in text_of(refused)
         assert not (workspace / "ran").exists()
+
+
+def test_a_repository_replaced_on_the_host_under_a_running_command_is_audited(
+    short_tmp: Path,
+) -> None:
+    """Attacker round 64: renaming .git on the host detaches a running container's read-only
+    mount, and a command still running wrote the new repository's hooks. Nothing can prevent
+    that from inside; the owner is told in the audit."""
+    root = short_tmp / "git-replaced"
+    root.mkdir()
+    with daemon_for(root, {}) as (daemon, workspace):
+        command = "touch started; while [ ! -e gate ]; do sleep 0.05; done; echo done"
+        with concurrent.futures.ThreadPoolExecutor(1) as pool:
+            running = pool.submit(daemon.execute, "Bash", {"command": command})
+            deadline = time.monotonic() + 120
+            while not (workspace / "started").exists():
+                assert time.monotonic() < deadline, "the command never started"
+                time.sleep(0.05)
+            os.rename(workspace / ".git", workspace / ".git-old")
+            (workspace / ".git").mkdir()
+            (workspace / "gate").touch()
+            answer = running.result(timeout=120)
+        assert text_of(answer) == "done\n"
+        replaced = daemon.audit_lines("repository_replaced")
+        assert len(replaced) == 1
+        assert replaced[0]["tool_use_id"] == answer.result.tool_use_id
+        assert "Look at .git/hooks and .git/config" in replaced[0]["note"]
+        quiet = daemon.execute("Bash", {"command": "true"})
+        assert not quiet.result.is_error
+        assert len(daemon.audit_lines("repository_replaced")) == 1  # nothing changed this time
