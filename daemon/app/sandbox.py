@@ -16,7 +16,7 @@ from daemon.calls.audit import AuditLog
 from daemon.config import Settings
 from daemon.egress.proxy import CallEgress, EgressCall, EgressProxy
 from daemon.errors import ToolError
-from daemon.host.git_pins import git_pins
+from daemon.host.git_pins import git_pins, pins_hold
 from daemon.sessions.session import Session
 from daemon.tools.background import BackgroundShells
 from daemon.tools.contract import SandboxRunner
@@ -24,7 +24,6 @@ from sandbox.backend import (
     GitAccess,
     McpSessionCall,
     McpSessionRequest,
-    PathPin,
     SandboxError,
     SandboxLimits,
     SandboxRequest,
@@ -74,7 +73,7 @@ class _SessionRunner(SandboxRunner):
         read_only_workspace: bool = False,
         on_start: Callable[[], None] | None = None,
     ) -> SandboxResult:
-        spec = _spec(self._session, limits).model_copy(
+        spec = (await _spec(self._session, limits)).model_copy(
             update={"image": image, "read_only_workspace": read_only_workspace}
         )
         try:
@@ -99,7 +98,7 @@ class _SessionRunner(SandboxRunner):
         *,
         image: str = "",
     ) -> SandboxResult:
-        spec = _spec(self._session, limits).model_copy(update={"image": image})
+        spec = (await _spec(self._session, limits)).model_copy(update={"image": image})
         try:
             return await self._kept.call(
                 spec,
@@ -121,10 +120,9 @@ class _SessionRunner(SandboxRunner):
         if not spec.git_pins:
             return
         try:
-            now: tuple[PathPin, ...] | str = git_pins(self._session.pinned_root())
-        except ToolError as exc:
-            now = str(exc)
-        if now == spec.git_pins:
+            if pins_hold(self._session.pinned_root(), spec.git_pins):
+                return
+        except ToolError:  # the session closed meanwhile, its workspace released
             return
         log.warning(
             "the repository of workspace %s changed while call %s ran in a container; check its "
@@ -152,13 +150,16 @@ REPLACED_NOTE = (
 )
 
 
-def _spec(session: Session, limits: SandboxLimits, *, bound: bool = True) -> SandboxSpec:
+async def _spec(session: Session, limits: SandboxLimits, *, bound: bool = True) -> SandboxSpec:
     """A container for the session's pinned workspace and identity (`bound`: labelled with it).
+    Its repository is looked at in a worker thread: a large index is read once per change, and
+    the other calls go on meanwhile.
 
     Raises:
         ToolError: The workspace's repository is to be read-only and cannot be (`git_pins`).
     """
     root = session.pinned_root()
+    read_only = limits.git is GitAccess.READ_ONLY
     return SandboxSpec(
         workspace=root.path,
         workspace_id=root.identity,
@@ -166,7 +167,7 @@ def _spec(session: Session, limits: SandboxLimits, *, bound: bool = True) -> San
         limits=limits,
         session_id=session.id if bound else "",
         pool_owner=session.owner,
-        git_pins=git_pins(root) if limits.git is GitAccess.READ_ONLY else (),
+        git_pins=await asyncio.to_thread(git_pins, root) if read_only else (),
     )
 
 
@@ -300,15 +301,17 @@ class Sandbox:
         pay a cold start)."""
         if self._executor is None or self._warm_limits is None:
             return
+        self._warming = asyncio.create_task(
+            self._warm(session, self._warm_limits), name="sandbox-warm"
+        )
+
+    async def _warm(self, session: Session, limits: SandboxLimits) -> None:
+        assert self._executor is not None
         try:
-            spec = _spec(session, self._warm_limits, bound=False)
+            spec = await _spec(session, limits, bound=False)
         except ToolError as exc:
             log.warning("not pre-starting containers for session %s: %s", session.id, exc)
             return
-        self._warming = asyncio.create_task(self._warm(spec), name="sandbox-warm")
-
-    async def _warm(self, spec: SandboxSpec) -> None:
-        assert self._executor is not None
         try:
             await self._executor.warm(spec)
         except SandboxError as exc:

@@ -18,6 +18,9 @@ _STAT_BYTES = 40  # ctime, mtime (seconds and nanoseconds), dev, ino, mode, uid,
 _MODE_OFFSET = 24
 _EXTENDED = 0x4000
 _NAME_MASK = 0x0FFF
+MAX_NAME_BYTES = 4096
+"""Longer than any path Linux opens: an index naming one is not git's (and prefix-compressed
+names growing without bound would make reading it quadratic)."""
 
 
 class UnreadableIndex(ValueError):
@@ -62,15 +65,17 @@ def read_index(data: bytes, hash_bytes: int = 20) -> GitIndex:
             offset += 2
         if version == 4:
             strip, offset = _varint(data, offset)
-            end = data.find(b"\0", offset)
+            end = data.find(b"\0", offset, offset + MAX_NAME_BYTES + 1)
             if end < 0 or strip > len(previous):
-                raise UnreadableIndex("an entry's name is cut short")
+                raise UnreadableIndex("an entry's name is cut short or longer than any path")
+            if end - offset + len(previous) - strip > MAX_NAME_BYTES:
+                raise UnreadableIndex("an entry's name is longer than any path")
             name = previous[: len(previous) - strip] + data[offset:end]
             offset = end + 1
         else:
-            end = data.find(b"\0", offset)
+            end = data.find(b"\0", offset, offset + MAX_NAME_BYTES + 1)
             if end < 0:
-                raise UnreadableIndex("an entry's name is cut short")
+                raise UnreadableIndex("an entry's name is cut short or longer than any path")
             name = data[offset:end]
             if flags & _NAME_MASK != _NAME_MASK and len(name) != flags & _NAME_MASK:
                 raise UnreadableIndex("an entry's name does not have its recorded length")

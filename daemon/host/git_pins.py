@@ -27,6 +27,7 @@ import os
 import posixpath
 import re
 import stat
+import threading
 from collections.abc import Callable
 
 from daemon.errors import ToolError
@@ -37,7 +38,8 @@ from sandbox.backend import GIT_DIR_NAME, PathPin
 GIT_FILE_MAX_BYTES = 4096
 """A `.git` file or `commondir` longer than this is not one git wrote."""
 CONFIG_MAX_BYTES = 1 << 20
-INDEX_MAX_BYTES = 512 << 20
+INDEX_MAX_BYTES = 128 << 20
+"""About a million files' worth; a larger index is refused (it is read whole, once per change)."""
 MAX_PINS = 256
 """Past this many pinned paths (submodules), the repository is refused, not half held."""
 MAX_SUBMODULE_DEPTH = 8
@@ -47,6 +49,7 @@ _SHA256 = re.compile(r"(?im)^\s*objectformat\s*=\s*sha256\s*$")
 #: Parsed indexes by (device, inode, size, mtime): an index changes only when git writes it.
 _IndexKey = tuple[int, int, int, int]
 _index_cache: dict[_IndexKey, GitIndex] = {}
+_index_cache_lock = threading.Lock()
 _INDEX_CACHE_KEPT = 64
 
 
@@ -61,6 +64,20 @@ def git_pins(root: PinnedDirectory) -> tuple[PathPin, ...]:
     pins = _Pins(root)
     pins.repository("", depth=0)
     return pins.done()
+
+
+def pins_hold(root: PinnedDirectory, pins: tuple[PathPin, ...]) -> bool:
+    """Whether each pinned path is still the object it was (none renamed, removed or replaced
+    on the host since the pins were taken)."""
+    for pin in pins:
+        relative = posixpath.relpath(pin.path, str(root.path))
+        try:
+            info = _lstat(root, relative)
+        except ToolError:
+            return False
+        if info is None or (info.st_dev, info.st_ino) != pin.identity:
+            return False
+    return True
 
 
 class _Pins:
@@ -189,12 +206,14 @@ def _cached_read(
         if not stat.S_ISREG(info.st_mode) or info.st_size > INDEX_MAX_BYTES:
             raise _refused(f"The workspace's {relative} is not an index git could have written.")
         key = (info.st_dev, info.st_ino, info.st_size, info.st_mtime_ns)
-        found = _index_cache.get(key)
+        with _index_cache_lock:
+            found = _index_cache.get(key)
         if found is None:
             found = parse(_read_all(fd, info.st_size))
-            while len(_index_cache) >= _INDEX_CACHE_KEPT:
-                del _index_cache[next(iter(_index_cache))]
-            _index_cache[key] = found
+            with _index_cache_lock:
+                while len(_index_cache) >= _INDEX_CACHE_KEPT:
+                    del _index_cache[next(iter(_index_cache))]
+                _index_cache[key] = found
         return found
     finally:
         os.close(fd)

@@ -3,6 +3,7 @@ it refuses (the host's git makes the repositories)."""
 
 from __future__ import annotations
 
+import struct
 import subprocess
 from pathlib import Path
 
@@ -96,3 +97,36 @@ def test_a_cut_index_is_refused_wherever_it_is_cut(repo: Path) -> None:
     for cut in range(13, entries_end, 7):
         with pytest.raises(UnreadableIndex):
             read_index(data[:cut])
+
+
+def entry(name: bytes, *, mode: int = 0o100644, strip: int | None = None) -> bytes:
+    """One hand-made entry: version 4 (`strip` given, prefix-compressed) or 2 (padded)."""
+    fixed = b"\0" * 24 + struct.pack(">I", mode) + b"\0" * 12 + b"\1" * 20
+    flags = struct.pack(">H", min(len(name), 0xFFF))
+    if strip is not None:
+        return fixed + flags + bytes([strip]) + name + b"\0"
+    body = fixed + flags + name
+    return body + b"\0" * (8 - len(body) % 8)
+
+
+def index(version: int, *entries: bytes) -> bytes:
+    return b"DIRC" + struct.pack(">II", version, len(entries)) + b"".join(entries) + b"\0" * 20
+
+
+def test_hand_made_entries_read_as_git_writes_them() -> None:
+    gitlink = 0o160000
+    two = index(2, entry(b"a.txt"), entry(b"sub", mode=gitlink))
+    assert read_index(two).gitlinks == ("sub",)
+    four = index(4, entry(b"lib/one", strip=0), entry(b"two", mode=gitlink, strip=3))
+    assert read_index(four).gitlinks == ("lib/two",)
+
+
+def test_names_longer_than_any_path_are_refused_not_built() -> None:
+    """A crafted version 4 index whose every entry grows the name by a little would make
+    reading it quadratic; a name past any path's length ends the read at once."""
+    growing = index(4, entry(b"x" * 200, strip=0), *(entry(b"y" * 100, strip=0) for _ in range(40)))
+    with pytest.raises(UnreadableIndex, match="longer than any path"):
+        read_index(growing)
+    without_end = b"DIRC" + struct.pack(">II", 2, 1) + entry(b"a")[:62] + b"n" * 10_000
+    with pytest.raises(UnreadableIndex, match="longer than any path"):
+        read_index(without_end)
