@@ -116,6 +116,9 @@ ASKS = [
     "git checkout HEAD a.txt", "git checkout -B x main a.txt", "git branch -M side main",
     "git branch -C side main", "git branch -f main side",
     "git update-ref refs/heads/main refs/heads/side",
+    # Attacker round 65: a branch reset by checkout/switch, tags deleted, objects pruned.
+    "git checkout -B main HEAD~1", "git switch -C main HEAD~1", "git switch --force-create=m x",
+    "git tag -d v1", "git prune",
 ]  # fmt: skip
 
 ALLOWS = [
@@ -141,7 +144,7 @@ ALLOWS = [
     "python3 -c 'import json; print(json.load(open(\"a.json\")))'", "git -C sub status",
     "find . -name '*.py' | xargs grep -n x", "find . -exec grep -l x {} +",
     "sed 's/foo/bar/' a.txt > b.txt", "git checkout -b feature origin/main", "git branch -m a b",
-    "git clone -q . copy",
+    "git clone -q . copy", "git switch -c new", "git prune -n", "git tag v2", "git gc",
 ]  # fmt: skip
 
 

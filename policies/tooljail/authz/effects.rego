@@ -668,11 +668,11 @@ git_restores_work_tree(git) if "-W" in git.options
 git_restores_work_tree(git) if has_long_flag(git.options, "--worktree")
 
 # `git checkout <tree-ish> <path>...` (no `--` needed) overwrites those files; a new branch's
-# name and start point are its only operands.
+# name is its option's value (`-b=x`), its start point the only operand.
 git_effect contains [i, "throws away uncommitted changes in the work tree"] if {
 	some i, git in git_lines
 	git.subcommand == "checkout"
-	count(git.operands) > count({opt | some opt in git.options; opt in {"-b", "-B", "--orphan"}}) + 1
+	count(git.operands) > 1
 }
 
 git_effect contains [i, "moves or overwrites a branch by force (the commits it held are then only in the reflog)"] if {
@@ -684,6 +684,14 @@ git_effect contains [i, "moves or overwrites a branch by force (the commits it h
 git_branch_overwrite(git) if {
 	some opt in git.options
 	opt in {"-M", "-C"}
+}
+
+# `checkout -B`/`switch -C`: create the branch, or reset it if it exists.
+git_effect contains [i, "moves or overwrites a branch by force (the commits it held are then only in the reflog)"] if {
+	some i, git in git_lines
+	git.subcommand in {"checkout", "switch"}
+	some opt in git.options
+	regex.match(`^(-B|-C|--force-create)(=|$)`, opt)
 }
 
 git_branch_overwrite(git) if {
@@ -731,6 +739,21 @@ git_effect contains [i, "prunes unreachable objects at once, so nothing lost can
 	git.subcommand in {"gc", "prune"}
 	some opt in git.options
 	regex.match(`^--prune(=(now|all))?$|^--expire(=now)?$`, opt)
+}
+
+# `git prune` itself keeps no grace period (gc's two weeks are gc's): every unreachable object
+# goes unless it only shows what it would do.
+git_effect contains [i, "prunes unreachable objects at once, so nothing lost can be recovered"] if {
+	some i, git in git_lines
+	git.subcommand == "prune"
+	not has_short_flag(git.options, "n")
+}
+
+git_effect contains [i, "deletes tags"] if {
+	some i, git in git_lines
+	git.subcommand == "tag"
+	some opt in git.options
+	opt in {"-d", "--delete"}
 }
 
 has_git_facts(cmd) if is_object(cmd.git)
