@@ -16,7 +16,8 @@ from daemon.calls.audit import AuditLog
 from daemon.config import Settings
 from daemon.egress.proxy import CallEgress, EgressCall, EgressProxy
 from daemon.errors import ToolError
-from daemon.host.git_pins import git_pins, pins_hold
+from daemon.host.git_pins import git_pins
+from daemon.host.pinned import PinnedDirectory
 from daemon.sessions.session import Session
 from daemon.tools.background import BackgroundShells
 from daemon.tools.contract import SandboxRunner
@@ -114,16 +115,27 @@ class _SessionRunner(SandboxRunner):
             self._check_repository(spec)
 
     def _check_repository(self, spec: SandboxSpec) -> None:
-        """After a container ran over a read-only repository: one replaced on the host meanwhile
-        (renamed, deleted, made again) detached the container's read-only mount, so the command
-        may have written the new one. Nothing can undo that; the owner is told, in the audit."""
+        """After a container ran over a read-only repository, look again (in the background,
+        off the event loop): what changed on the host meanwhile was not held for that container
+        (a re-created `.git` detached its read-only mount; a submodule added or checked out was
+        never pinned), so the command may have written it. Nothing can undo that; the owner is
+        told, in the audit."""
         if not spec.git_pins:
             return
         try:
-            if pins_hold(self._session.pinned_root(), spec.git_pins):
-                return
+            root = self._session.pinned_root()
         except ToolError:  # the session closed meanwhile, its workspace released
             return
+        check = asyncio.get_running_loop().create_task(self._audit_if_changed(spec, root))
+        _checks.add(check)
+        check.add_done_callback(_checks.discard)
+
+    async def _audit_if_changed(self, spec: SandboxSpec, root: PinnedDirectory) -> None:
+        try:
+            if await asyncio.to_thread(git_pins, root) == spec.git_pins:
+                return
+        except ToolError:
+            pass  # unreadable now: changed as well
         log.warning(
             "the repository of workspace %s changed while call %s ran in a container; check its "
             "hooks and configuration before running git there",
@@ -133,19 +145,23 @@ class _SessionRunner(SandboxRunner):
         if self._audit is not None:
             self._audit.write(
                 {
-                    "event": "repository_replaced",
+                    "event": "repository_changed",
                     "session": self._session.id,
                     "principal": self._session.owner,
                     "tool_use_id": self._tool_use_id,
                     "workspace": str(spec.workspace),
-                    "note": REPLACED_NOTE,
+                    "note": CHANGED_NOTE,
                 }
             )
 
 
-REPLACED_NOTE = (
-    "The workspace's repository was replaced or made again on the host while a sandboxed command "
-    "ran, which ends that command's read-only view of it: it may have written the new one. Look "
+_checks: set[asyncio.Task[None]] = set()
+"""Repository checks under way (held so that they are not collected before they end)."""
+
+CHANGED_NOTE = (
+    "The workspace's repository changed on the host while a sandboxed command ran (made again, or "
+    "a submodule added or checked out), and what changed was not held read-only for that command: "
+    "it may have written it. Look "
     "at .git/hooks and .git/config (and the submodules') before running git there."
 )
 

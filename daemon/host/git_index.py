@@ -19,8 +19,10 @@ _MODE_OFFSET = 24
 _EXTENDED = 0x4000
 _NAME_MASK = 0x0FFF
 MAX_NAME_BYTES = 4096
-"""Longer than any path Linux opens: an index naming one is not git's (and prefix-compressed
-names growing without bound would make reading it quadratic)."""
+"""Longer than any path Linux opens: an index naming one is not git's."""
+MAX_GITLINKS = 4096
+"""More submodules than any repository has: an index recording more is refused (each would be
+held by a mount)."""
 
 
 class UnreadableIndex(ValueError):
@@ -38,7 +40,9 @@ class GitIndex:
 
 
 def read_index(data: bytes, hash_bytes: int = 20) -> GitIndex:
-    """Parse an index; `hash_bytes` is 20 for SHA-1 repositories, 32 for SHA-256 ones.
+    """Parse an index; `hash_bytes` is 20 for SHA-1 repositories, 32 for SHA-256 ones. Linear in
+    its size: a prefix-compressed name is rebuilt in place (cutting the previous one's tail and
+    adding the new part), never copied whole per entry.
 
     Raises:
         UnreadableIndex: Not an index of version 2, 3 or 4, or cut short.
@@ -47,10 +51,10 @@ def read_index(data: bytes, hash_bytes: int = 20) -> GitIndex:
         raise UnreadableIndex("too short for an index header")
     signature, version, count = _HEADER.unpack_from(data)
     if signature != b"DIRC" or version not in (2, 3, 4):
-        raise UnreadableIndex(f"not a git index of version 2 to 4 (signature {signature!r})")
+        raise UnreadableIndex("not a git index of version 2 to 4")
     offset = _HEADER.size
-    gitlinks = []
-    previous = b""
+    gitlinks: list[str] = []
+    name = bytearray()
     fixed = _STAT_BYTES + hash_bytes + 2
     for _ in range(count):
         start = offset
@@ -66,23 +70,26 @@ def read_index(data: bytes, hash_bytes: int = 20) -> GitIndex:
         if version == 4:
             strip, offset = _varint(data, offset)
             end = data.find(b"\0", offset, offset + MAX_NAME_BYTES + 1)
-            if end < 0 or strip > len(previous):
+            if end < 0 or strip > len(name):
                 raise UnreadableIndex("an entry's name is cut short or longer than any path")
-            if end - offset + len(previous) - strip > MAX_NAME_BYTES:
+            del name[len(name) - strip :]
+            name += data[offset:end]
+            if len(name) > MAX_NAME_BYTES:
                 raise UnreadableIndex("an entry's name is longer than any path")
-            name = previous[: len(previous) - strip] + data[offset:end]
             offset = end + 1
         else:
             end = data.find(b"\0", offset, offset + MAX_NAME_BYTES + 1)
             if end < 0:
                 raise UnreadableIndex("an entry's name is cut short or longer than any path")
-            name = data[offset:end]
-            if flags & _NAME_MASK != _NAME_MASK and len(name) != flags & _NAME_MASK:
+            if flags & _NAME_MASK != _NAME_MASK and end - offset != flags & _NAME_MASK:
                 raise UnreadableIndex("an entry's name does not have its recorded length")
+            if mode & _TYPE_MASK == GITLINK_MODE:
+                name[:] = data[offset:end]  # only a submodule's name is needed
             offset = start + ((end - start) // 8 + 1) * 8  # NUL padding to a multiple of 8
-        previous = name
         if mode & _TYPE_MASK == GITLINK_MODE:
-            gitlinks.append(name.decode("utf-8", "surrogateescape"))
+            if len(gitlinks) >= MAX_GITLINKS:
+                raise UnreadableIndex(f"it records more than {MAX_GITLINKS} submodules")
+            gitlinks.append(bytes(name).decode("utf-8", "surrogateescape"))
     return GitIndex(tuple(gitlinks), _shared_name(data, offset, hash_bytes))
 
 

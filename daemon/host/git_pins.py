@@ -28,18 +28,24 @@ import posixpath
 import re
 import stat
 import threading
-from collections.abc import Callable
 
 from daemon.errors import ToolError
 from daemon.host.git_index import GitIndex, UnreadableIndex, read_index
-from daemon.host.pinned import PinnedDirectory
+from daemon.host.pinned import (
+    AT_FDCWD,
+    RESOLVE_NO_MAGICLINKS,
+    RESOLVE_NO_SYMLINKS,
+    PinnedDirectory,
+    openat2,
+)
 from sandbox.backend import GIT_DIR_NAME, PathPin
 
 GIT_FILE_MAX_BYTES = 4096
 """A `.git` file or `commondir` longer than this is not one git wrote."""
 CONFIG_MAX_BYTES = 1 << 20
-INDEX_MAX_BYTES = 128 << 20
-"""About a million files' worth; a larger index is refused (it is read whole, once per change)."""
+INDEX_MAX_BYTES = 64 << 20
+"""About 800,000 files' worth (read whole, once per change, in about half a second); a larger
+index is refused."""
 MAX_PINS = 256
 """Past this many pinned paths (submodules), the repository is refused, not half held."""
 MAX_SUBMODULE_DEPTH = 8
@@ -64,20 +70,6 @@ def git_pins(root: PinnedDirectory) -> tuple[PathPin, ...]:
     pins = _Pins(root)
     pins.repository("", depth=0)
     return pins.done()
-
-
-def pins_hold(root: PinnedDirectory, pins: tuple[PathPin, ...]) -> bool:
-    """Whether each pinned path is still the object it was (none renamed, removed or replaced
-    on the host since the pins were taken)."""
-    for pin in pins:
-        relative = posixpath.relpath(pin.path, str(root.path))
-        try:
-            info = _lstat(root, relative)
-        except ToolError:
-            return False
-        if info is None or (info.st_dev, info.st_ino) != pin.identity:
-            return False
-    return True
 
 
 class _Pins:
@@ -112,21 +104,29 @@ class _Pins:
                 "file), and the sandbox keeps a repository read-only only where it is."
             )
         self._add(dot_git, info, read_only=True)
-        git_dir = _named_inside(self._root, _read(self._root, dot_git), work_tree, gitfile=True)
+        git_dir = _named(self._root, self._read(dot_git), work_tree, gitfile=True)
         if git_dir is None:
-            return  # outside the workspace: in no container
-        if not self._held(git_dir):
-            self._add_way(git_dir, read_only=True)
-        common_text = _read(self._root, _join(git_dir, "commondir"))
-        common = _named_inside(self._root, common_text, git_dir, gitfile=False)
-        if common is not None and not self._held(common):
-            self._add_way(common, read_only=True)
+            return
+        self._hold(git_dir)
+        common = self._common_dir(git_dir)
+        if common is not None:
+            self._hold(common)
         self._submodules(work_tree, git_dir, depth)
+
+    def _common_dir(self, git_dir: str) -> str | None:
+        """The directory `git_dir/commondir` names (a linked worktree's main git directory)."""
+        return _named(self._root, self._read(_join(git_dir, "commondir")), git_dir, gitfile=False)
+
+    def _hold(self, git_dir: str) -> None:
+        """A directory a `.git` file or `commondir` names, held read-only when inside the
+        workspace (outside, it is in no container)."""
+        if not git_dir.startswith("/") and not self._held(git_dir):
+            self._add_way(git_dir, read_only=True)
 
     def _submodules(self, work_tree: str, git_dir: str, depth: int) -> None:
         if depth >= MAX_SUBMODULE_DEPTH:
             raise _refused(f"Submodules are nested more than {MAX_SUBMODULE_DEPTH} deep.")
-        for path in _gitlinks(self._root, git_dir):
+        for path in self._gitlinks(git_dir):
             parts = path.split("/")
             if path.startswith("/") or any(p in ("", ".", "..", GIT_DIR_NAME) for p in parts):
                 raise _refused(f"The index of {git_dir} records a submodule at {path!r}.")
@@ -167,56 +167,83 @@ class _Pins:
         if read_only and stat.S_ISDIR(info.st_mode):
             self._read_only_dirs.append(relative)
 
+    def _gitlinks(self, git_dir: str) -> tuple[str, ...]:
+        """The submodule paths the index of `git_dir` records (its shared part's too)."""
+        config = self._read(_join(git_dir, "config"), CONFIG_MAX_BYTES)
+        if config is None:  # a linked worktree's configuration is its common directory's
+            common = self._common_dir(git_dir)
+            config = self._read(_join(common, "config"), CONFIG_MAX_BYTES) if common else None
+        hash_bytes = 32 if _SHA256.search(config or "") else 20
+        index = self._index(_join(git_dir, "index"), hash_bytes)
+        if index is None:
+            return ()
+        links = index.gitlinks
+        if index.shared:
+            shared = self._index(_join(git_dir, f"sharedindex.{index.shared}"), hash_bytes)
+            if shared is None:
+                raise _refused(f"The split index of {git_dir} names a shared part that is missing.")
+            links = (*links, *shared.gitlinks)
+        return tuple(dict.fromkeys(links))
 
-def _gitlinks(root: PinnedDirectory, git_dir: str) -> tuple[str, ...]:
-    """The submodule paths the index of `git_dir` records (its shared part's too)."""
-    config = _read(root, _join(git_dir, "config"), CONFIG_MAX_BYTES) or ""
-    hash_bytes = 32 if _SHA256.search(config) else 20
-    index = _parsed(root, _join(git_dir, "index"), hash_bytes)
-    if index is None:
-        return ()
-    links = index.gitlinks
-    if index.shared:
-        shared = _parsed(root, _join(git_dir, f"sharedindex.{index.shared}"), hash_bytes)
-        if shared is None:
-            raise _refused(f"The split index of {git_dir} names a shared part that is missing.")
-        links = (*links, *shared.gitlinks)
-    return tuple(dict.fromkeys(links))
-
-
-def _parsed(root: PinnedDirectory, relative: str, hash_bytes: int) -> GitIndex | None:
-    def parse(data: bytes) -> GitIndex:
+    def _index(self, path: str, hash_bytes: int) -> GitIndex | None:
+        """An index, parsed (once per change: cached by device, inode, size and mtime)."""
+        fd = self._open(path)
+        if fd is None:
+            return None
         try:
-            return read_index(data, hash_bytes)
-        except UnreadableIndex as exc:
-            why = f"The workspace's {relative} cannot be read as an index ({exc})."
-            raise _refused(why) from exc
-
-    return _cached_read(root, relative, parse)
-
-
-def _cached_read(
-    root: PinnedDirectory, relative: str, parse: Callable[[bytes], GitIndex]
-) -> GitIndex | None:
-    fd = _open(root, relative)
-    if fd is None:
-        return None
-    try:
-        info = os.fstat(fd)
-        if not stat.S_ISREG(info.st_mode) or info.st_size > INDEX_MAX_BYTES:
-            raise _refused(f"The workspace's {relative} is not an index git could have written.")
-        key = (info.st_dev, info.st_ino, info.st_size, info.st_mtime_ns)
-        with _index_cache_lock:
-            found = _index_cache.get(key)
-        if found is None:
-            found = parse(_read_all(fd, info.st_size))
+            info = os.fstat(fd)
+            if not stat.S_ISREG(info.st_mode) or info.st_size > INDEX_MAX_BYTES:
+                raise _refused(f"{_name(path)} is not an index git could have written.")
+            key = (info.st_dev, info.st_ino, info.st_size, info.st_mtime_ns)
             with _index_cache_lock:
-                while len(_index_cache) >= _INDEX_CACHE_KEPT:
-                    del _index_cache[next(iter(_index_cache))]
-                _index_cache[key] = found
-        return found
-    finally:
-        os.close(fd)
+                found = _index_cache.get(key)
+            if found is None:
+                try:
+                    found = read_index(_read_all(fd, info.st_size), hash_bytes)
+                except UnreadableIndex as exc:
+                    why = f"{_name(path)} cannot be read as an index ({exc})."
+                    raise _refused(why) from exc
+                with _index_cache_lock:
+                    while len(_index_cache) >= _INDEX_CACHE_KEPT:
+                        del _index_cache[next(iter(_index_cache))]
+                    _index_cache[key] = found
+            return found
+        finally:
+            os.close(fd)
+
+    def _read(self, path: str, limit: int = GIT_FILE_MAX_BYTES) -> str | None:
+        """A small text file of a repository (None: it does not exist)."""
+        fd = self._open(path)
+        if fd is None:
+            return None
+        try:
+            if not stat.S_ISREG(os.fstat(fd).st_mode):
+                raise _refused(f"{_name(path)} is not a regular file.")
+            data = _read_all(fd, limit + 1)
+        finally:
+            os.close(fd)
+        if len(data) > limit:
+            raise _refused(f"{_name(path)} is larger than git ever writes one.")
+        return data.decode("utf-8", "replace")
+
+    def _open(self, path: str) -> int | None:
+        """A file of a repository open for reading (None: it does not exist): a
+        workspace-relative one beneath the pinned workspace; an absolute one (a git directory
+        elsewhere, a linked worktree's) without a link on the way, and only the workspace
+        owner's (it names what git reads for them)."""
+        flags = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK
+        try:
+            if not path.startswith("/"):
+                return self._root.open_beneath(path, flags)
+            fd = openat2(AT_FDCWD, path, flags, RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS)
+        except FileNotFoundError:
+            return None
+        except OSError as exc:
+            raise _refused(_why(path, exc)) from exc
+        if os.fstat(fd).st_uid != self._root.uid:
+            os.close(fd)
+            raise _refused(f"{path} is not the workspace owner's.")
+        return fd
 
 
 def _read_all(fd: int, size: int) -> bytes:
@@ -231,11 +258,9 @@ def _read_all(fd: int, size: int) -> bytes:
     return b"".join(chunks)
 
 
-def _named_inside(
-    root: PinnedDirectory, text: str | None, base: str, *, gitfile: bool
-) -> str | None:
-    """The workspace-relative directory a `.git` file (`gitfile`) or `commondir` names, relative
-    to `base`; None when it names nothing or a place outside the workspace (in no container)."""
+def _named(root: PinnedDirectory, text: str | None, base: str, *, gitfile: bool) -> str | None:
+    """The directory a `.git` file (`gitfile`) or `commondir` names, relative to `base`:
+    workspace-relative when inside the workspace, else absolute; None when it names nothing."""
     if text is None:
         return None
     if gitfile:
@@ -249,9 +274,9 @@ def _named_inside(
         named if posixpath.isabs(named) else posixpath.join(str(root.path), base, named)
     )
     inside = posixpath.relpath(where, str(root.path))
-    if inside in (".", "..") or inside.startswith("../"):
-        return None
-    return inside
+    if inside == ".":
+        return None  # the work tree itself: not a git directory git accepts
+    return where if inside == ".." or inside.startswith("../") else inside
 
 
 def _join(base: str, name: str) -> str:
@@ -277,36 +302,14 @@ def _lstat(root: PinnedDirectory, relative: str) -> os.stat_result | None:
         os.close(fd)
 
 
-def _open(root: PinnedDirectory, relative: str) -> int | None:
-    """A file of the repository open for reading (None: it does not exist)."""
-    try:
-        return root.open_beneath(relative, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
-    except FileNotFoundError:
-        return None
-    except OSError as exc:
-        raise _refused(_why(relative, exc)) from exc
+def _name(path: str) -> str:
+    return path if path.startswith("/") else f"The workspace's {path}"
 
 
-def _read(root: PinnedDirectory, relative: str, limit: int = GIT_FILE_MAX_BYTES) -> str | None:
-    """A small text file of the repository (None: it does not exist)."""
-    fd = _open(root, relative)
-    if fd is None:
-        return None
-    try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            raise _refused(f"The workspace's {relative} is not a regular file.")
-        data = _read_all(fd, limit + 1)
-    finally:
-        os.close(fd)
-    if len(data) > limit:
-        raise _refused(f"The workspace's {relative} is larger than git ever writes one.")
-    return data.decode("utf-8", "replace")
-
-
-def _why(relative: str, exc: OSError) -> str:
+def _why(path: str, exc: OSError) -> str:
     if exc.errno in (errno.ELOOP, errno.EXDEV):
-        return f"The workspace's {relative} is reached through a symbolic link."
-    return f"The workspace's {relative} cannot be looked at ({exc.strerror})."
+        return f"{_name(path)} is reached through a symbolic link."
+    return f"{_name(path)} cannot be looked at ({exc.strerror})."
 
 
 def _refused(why: str) -> ToolError:

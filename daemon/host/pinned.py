@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 _SYS_OPENAT2 = 437  # the same number on every Linux architecture
-_AT_FDCWD = -100
+AT_FDCWD = -100
 RESOLVE_NO_MAGICLINKS = 0x02
 RESOLVE_NO_SYMLINKS = 0x04
 RESOLVE_BENEATH = 0x08
@@ -83,7 +83,7 @@ class PinnedDirectory:
             raise NotPinnable(errno.EINVAL, "not an absolute, normalised path", str(path))
         try:
             fd = openat2(
-                _AT_FDCWD,
+                AT_FDCWD,
                 str(path),
                 os.O_PATH | os.O_DIRECTORY,
                 RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS,
@@ -124,7 +124,7 @@ class PinnedDirectory:
             raise WorkspaceMoved(errno.ESTALE, "it was released", str(self.path))
         try:
             fd = openat2(
-                _AT_FDCWD,
+                AT_FDCWD,
                 str(self.path),
                 os.O_PATH | os.O_DIRECTORY,
                 RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS,

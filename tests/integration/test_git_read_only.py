@@ -110,7 +110,7 @@ def test_a_git_that_is_a_link_is_refused_and_nothing_runs(short_tmp: Path) -> No
         assert not (workspace / "ran").exists()
 
 
-def test_a_repository_replaced_on_the_host_under_a_running_command_is_audited(
+def test_a_repository_made_again_on_the_host_under_a_running_command_is_audited(
     short_tmp: Path,
 ) -> None:
     """Attacker round 64: renaming .git on the host detaches a running container's read-only
@@ -131,10 +131,10 @@ def test_a_repository_replaced_on_the_host_under_a_running_command_is_audited(
             (workspace / "gate").touch()
             answer = running.result(timeout=120)
         assert text_of(answer) == "done\n"
-        replaced = daemon.audit_lines("repository_replaced")
-        assert len(replaced) == 1
-        assert replaced[0]["tool_use_id"] == answer.result.tool_use_id
-        assert "Look at .git/hooks and .git/config" in replaced[0]["note"]
-        quiet = daemon.execute("Bash", {"command": "true"})
-        assert not quiet.result.is_error
-        assert len(daemon.audit_lines("repository_replaced")) == 1  # nothing changed this time
+        deadline = time.monotonic() + 60  # the check runs after the answer
+        while not (changed := daemon.audit_lines("repository_changed")):
+            assert time.monotonic() < deadline, "no repository_changed record"
+            time.sleep(0.05)
+        assert len(changed) == 1
+        assert changed[0]["tool_use_id"] == answer.result.tool_use_id
+        assert "Look at .git/hooks and .git/config" in changed[0]["note"]

@@ -228,3 +228,57 @@ def test_an_index_that_does_not_parse_is_refused(with_submodules: Path) -> None:
     (with_submodules / ".git" / "index").write_bytes(b"DIRC\0\0\0\2\0\0\0\7")
     with pytest.raises(ToolError, match="cannot be read as an index"):
         pins_of(with_submodules)
+
+
+def test_a_linked_worktrees_submodules_are_held_though_its_git_directory_is_elsewhere(
+    tmp_path: Path,
+) -> None:
+    """Attacker round 65: with the git directory outside the workspace (a linked worktree),
+    its index was never read, so no submodule was held; a script gave one a repository of its
+    own whose core.fsmonitor ran on the host."""
+    lib = tmp_path / "lib"
+    lib.mkdir()
+    run_git(lib, "init", "-q")
+    run_git(lib, "commit", "-q", "--allow-empty", "-m", "lib")
+    main = tmp_path / "main"
+    main.mkdir()
+    run_git(main, "init", "-q")
+    run_git(main, "submodule", "add", "-q", str(lib), "vendor/lib")
+    run_git(main, "commit", "-qm", "main")
+    run_git(main, "worktree", "add", "-q", str(tmp_path / "wt"))
+    workspace = (tmp_path / "wt").resolve()
+    run_git(workspace, "submodule", "update", "-q", "--init")
+    pins = {Path(p.path).relative_to(workspace).as_posix(): p.read_only for p in pins_of(workspace)}
+    assert pins == {".git": True, "vendor": False, "vendor/lib": False, "vendor/lib/.git": True}
+    # What lies outside is only read when it is the workspace owner's.
+    os.chown(main / ".git" / "worktrees" / "wt" / "index", 4321, 4321)
+    with pytest.raises(ToolError, match="is not the workspace owner's"):
+        pins_of(workspace)
+
+
+async def test_a_repository_that_changed_under_a_container_is_audited_and_one_that_did_not_is_not(
+    workspace: Path,
+) -> None:
+    from daemon.app.sandbox import _SessionRunner
+    from daemon.sessions.session import Session
+
+    (workspace / ".git").mkdir()
+    root = PinnedDirectory.pin(workspace)
+    session = Session(id="s1", workspace=workspace, owner="alice", root=root)
+    records: list[dict[str, object]] = []
+
+    class Audit:
+        def write(self, record: dict[str, object]) -> None:
+            records.append(record)
+
+    runner = _SessionRunner(None, None, session, "toolu_1", None, Audit())  # type: ignore[arg-type]
+    spec = SandboxSpec(workspace=workspace, git_pins=git_pins(root))
+    await runner._audit_if_changed(spec, root)
+    assert records == []
+    (workspace / ".git").rename(workspace / "old")
+    (workspace / ".git").mkdir()
+    await runner._audit_if_changed(spec, root)
+    assert [(r["event"], r["tool_use_id"], r["session"]) for r in records] == [
+        ("repository_changed", "toolu_1", "s1")
+    ]
+    root.close()
