@@ -128,7 +128,11 @@ class _Pins:
             raise _refused(f"Submodules are nested more than {MAX_SUBMODULE_DEPTH} deep.")
         for path in self._gitlinks(git_dir):
             parts = path.split("/")
-            if path.startswith("/") or any(p in ("", ".", "..", GIT_DIR_NAME) for p in parts):
+            if (
+                path.startswith("/")
+                or any(p in ("", ".", "..", GIT_DIR_NAME) for p in parts)
+                or not path.isprintable()  # also bytes that are not UTF-8 (no mount names them)
+            ):
                 raise _refused(f"The index of {git_dir} records a submodule at {path!r}.")
             self.repository(_join(work_tree, path), depth=depth + 1)
 

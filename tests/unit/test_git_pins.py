@@ -282,3 +282,15 @@ async def test_a_repository_that_changed_under_a_container_is_audited_and_one_th
         ("repository_changed", "toolu_1", "s1")
     ]
     root.close()
+
+
+def test_a_submodule_path_no_mount_can_name_is_refused(workspace: Path) -> None:
+    run_git(workspace, "init", "-q")
+    odd = os.fsdecode(b"sub\xff")
+    subprocess.run(
+        ["git", "-C", str(workspace), "update-index", "--add", "--cacheinfo",
+         os.fsencode(f"160000,{'1' * 40},") + os.fsencode(odd)],
+        check=True, capture_output=True,
+    )  # fmt: skip
+    with pytest.raises(ToolError, match="records a submodule at"):
+        pins_of(workspace)
