@@ -17,7 +17,10 @@ Everything is looked at through the pinned workspace, never following a symbolic
 kernel's RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS); what cannot be looked at that way is refused,
 not guessed: a `.git` that is a link, a named directory reached through one, or one that does
 not exist (the model could make it), an index that does not parse, a submodule whose directory
-is missing.
+is missing. A git directory outside the workspace (a linked worktree's) is in no container and
+is not pinned, but its index and configuration are read for its submodules: only files of the
+workspace's owner, reached without any symbolic link, and nothing of them is shown but whether
+they could be read.
 """
 
 from __future__ import annotations
