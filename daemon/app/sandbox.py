@@ -9,6 +9,7 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 from daemon.app.egress import Egress
@@ -25,6 +26,7 @@ from sandbox.backend import (
     GitAccess,
     McpSessionCall,
     McpSessionRequest,
+    PathPin,
     SandboxError,
     SandboxLimits,
     SandboxRequest,
@@ -132,7 +134,7 @@ class _SessionRunner(SandboxRunner):
 
     async def _audit_if_changed(self, spec: SandboxSpec, root: PinnedDirectory) -> None:
         try:
-            if await asyncio.to_thread(git_pins, root) == spec.git_pins:
+            if await _pins_of(root) == spec.git_pins:
                 return
         except ToolError:
             pass  # unreadable now: changed as well
@@ -166,6 +168,17 @@ CHANGED_NOTE = (
 )
 
 
+_REPOSITORY_THREADS = ThreadPoolExecutor(max_workers=2, thread_name_prefix="git-pins")
+"""Where repositories are looked at: threads of their own, so that a session whose large index
+keeps changing (each change parsed again) holds these and not the ones file edits and request
+decoding share."""
+
+
+async def _pins_of(root: PinnedDirectory) -> tuple[PathPin, ...]:
+    """`git_pins`, in a thread of `_REPOSITORY_THREADS`."""
+    return await asyncio.get_running_loop().run_in_executor(_REPOSITORY_THREADS, git_pins, root)
+
+
 async def _spec(session: Session, limits: SandboxLimits, *, bound: bool = True) -> SandboxSpec:
     """A container for the session's pinned workspace and identity (`bound`: labelled with it).
     Its repository is looked at in a worker thread: a large index is read once per change, and
@@ -183,7 +196,7 @@ async def _spec(session: Session, limits: SandboxLimits, *, bound: bool = True) 
         limits=limits,
         session_id=session.id if bound else "",
         pool_owner=session.owner,
-        git_pins=await asyncio.to_thread(git_pins, root) if read_only else (),
+        git_pins=await _pins_of(root) if read_only else (),
     )
 
 

@@ -18,9 +18,15 @@ kernel's RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS); what cannot be looked at that w
 not guessed: a `.git` that is a link, a named directory reached through one, or one that does
 not exist (the model could make it), an index that does not parse, a submodule whose directory
 is missing. A git directory outside the workspace (a linked worktree's) is in no container and
-is not pinned, but its index and configuration are read for its submodules: only files of the
-workspace's owner, reached without any symbolic link, and nothing of them is shown but whether
-they could be read.
+is not pinned, but its index and configuration are read for its submodules, once it has shown
+that it belongs to this work tree: its `gitdir` file (a linked worktree's) or its
+`core.worktree` (a submodule's, a separate git directory's) names it back. Until then a `.git`
+file could be the model's, naming any host path, so nothing there is told apart: whether missing,
+a link, another user's or another tenant's repository, the refusal is the same. Only files of the
+workspace's owner are read outside, reached without any symbolic link.
+
+An index is parsed by one thread at a time (a parse holds the interpreter: several at once would
+starve the event loop), and what parsing found is kept, within a budget, until the file changes.
 """
 
 from __future__ import annotations
@@ -31,6 +37,7 @@ import posixpath
 import re
 import stat
 import threading
+from pathlib import Path
 
 from daemon.errors import ToolError
 from daemon.host.git_index import GitIndex, UnreadableIndex, read_index
@@ -55,11 +62,41 @@ MAX_SUBMODULE_DEPTH = 8
 _GITDIR_PREFIX = "gitdir: "
 _SHA256 = re.compile(r"(?im)^\s*objectformat\s*=\s*sha256\s*$")
 
-#: Parsed indexes by (device, inode, size, mtime): an index changes only when git writes it.
+_WORKTREE = re.compile(r"^\s*worktree\s*=\s*(.*?)\s*$", re.IGNORECASE)
+_SECTION = re.compile(r"^\s*\[\s*([^\]\s]+)[^\]]*\]")
+INDEX_CACHE_BYTES = 16 << 20
+"""What the submodule paths of cached indexes may take, at most."""
+
 _IndexKey = tuple[int, int, int, int]
-_index_cache: dict[_IndexKey, GitIndex] = {}
-_index_cache_lock = threading.Lock()
-_INDEX_CACHE_KEPT = 64
+
+
+class _IndexCache:
+    """Parsed indexes by (device, inode, size, mtime): an index changes only when git writes it.
+    The oldest go first once the paths kept pass `INDEX_CACHE_BYTES`."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._kept: dict[_IndexKey, tuple[GitIndex, int]] = {}
+        self._bytes = 0
+
+    def get(self, key: _IndexKey) -> GitIndex | None:
+        with self._lock:
+            found = self._kept.get(key)
+        return None if found is None else found[0]
+
+    def put(self, key: _IndexKey, index: GitIndex) -> None:
+        cost = 64 + sum(64 + len(link) for link in index.gitlinks)
+        with self._lock:
+            if key in self._kept or cost > INDEX_CACHE_BYTES:
+                return
+            while self._kept and self._bytes + cost > INDEX_CACHE_BYTES:
+                self._bytes -= self._kept.pop(next(iter(self._kept)))[1]
+            self._kept[key] = (index, cost)
+            self._bytes += cost
+
+
+_index_cache = _IndexCache()
+_parse_lock = threading.Lock()
 
 
 def git_pins(root: PinnedDirectory) -> tuple[PathPin, ...]:
@@ -110,15 +147,42 @@ class _Pins:
         git_dir = _named(self._root, self._read(dot_git), work_tree, gitfile=True)
         if git_dir is None:
             return
+        if git_dir.startswith("/") and not self._names_back(git_dir, work_tree, info):
+            raise _refused(_NOT_BACK.format(dot_git=dot_git))
         self._hold(git_dir)
         common = self._common_dir(git_dir)
         if common is not None:
             self._hold(common)
         self._submodules(work_tree, git_dir, depth)
 
+    def _names_back(self, git_dir: str, work_tree: str, dot_git: os.stat_result) -> bool:
+        """Whether the git directory outside, `git_dir`, is this work tree's: its `gitdir` file
+        names the work tree's `.git`, or its `core.worktree` the work tree. False too when
+        anything on the way cannot be read: why is not told (it would tell what the host
+        holds)."""
+        try:
+            back = self._read(_join(git_dir, "gitdir"))
+            if back is not None:
+                return _is(posixpath.join(git_dir, back.strip()), dot_git)
+            config = self._read(_join(git_dir, "config"), CONFIG_MAX_BYTES)
+            named = _core_worktree(config or "")
+            tree = _lstat(self._root, work_tree) if work_tree else os.fstat(self._root.fd)
+            return (
+                named is not None and tree is not None and _is(posixpath.join(git_dir, named), tree)
+            )
+        except ToolError:
+            return False
+
     def _common_dir(self, git_dir: str) -> str | None:
-        """The directory `git_dir/commondir` names (a linked worktree's main git directory)."""
-        return _named(self._root, self._read(_join(git_dir, "commondir")), git_dir, gitfile=False)
+        """The directory `git_dir/commondir` names (a linked worktree's main git directory).
+        One outside the workspace is taken only as the one a git directory outside already
+        lies in (a linked worktree's lies in its common directory's `worktrees`): a git
+        directory inside could be the model's, naming any host path."""
+        common = _named(self._root, self._read(_join(git_dir, "commondir")), git_dir, gitfile=False)
+        outside = common is not None and common.startswith("/")
+        if outside and not (git_dir.startswith("/") and git_dir.startswith(f"{common}/")):
+            raise _refused(_NOT_BACK.format(dot_git=_join(git_dir, "commondir")))
+        return common
 
     def _hold(self, git_dir: str) -> None:
         """A directory a `.git` file or `commondir` names, held read-only when inside the
@@ -202,18 +266,18 @@ class _Pins:
             if not stat.S_ISREG(info.st_mode) or info.st_size > INDEX_MAX_BYTES:
                 raise _refused(f"{_name(path)} is not an index git could have written.")
             key = (info.st_dev, info.st_ino, info.st_size, info.st_mtime_ns)
-            with _index_cache_lock:
-                found = _index_cache.get(key)
-            if found is None:
-                try:
-                    found = read_index(_read_all(fd, info.st_size), hash_bytes)
-                except UnreadableIndex as exc:
-                    why = f"{_name(path)} cannot be read as an index ({exc})."
-                    raise _refused(why) from exc
-                with _index_cache_lock:
-                    while len(_index_cache) >= _INDEX_CACHE_KEPT:
-                        del _index_cache[next(iter(_index_cache))]
-                    _index_cache[key] = found
+            found = _index_cache.get(key)
+            if found is not None:
+                return found
+            with _parse_lock:
+                found = _index_cache.get(key)  # parsed by another thread meanwhile
+                if found is None:
+                    try:
+                        found = read_index(_read_all(fd, info.st_size), hash_bytes)
+                    except UnreadableIndex as exc:
+                        why = f"{_name(path)} cannot be read as an index ({exc})."
+                        raise _refused(why) from exc
+                    _index_cache.put(key, found)
             return found
         finally:
             os.close(fd)
@@ -286,6 +350,32 @@ def _named(root: PinnedDirectory, text: str | None, base: str, *, gitfile: bool)
     return where if inside == ".." or inside.startswith("../") else inside
 
 
+def _core_worktree(config: str) -> str | None:
+    """The last `worktree` of the `[core]` section of a git configuration (git's own choice
+    among several); None when there is none."""
+    named = None
+    section = ""
+    for line in config.splitlines():
+        header = _SECTION.match(line)
+        if header:
+            section = header.group(1).lower()
+            continue
+        value = _WORKTREE.match(line) if section == "core" else None
+        if value:
+            named = value.group(1).strip('"')
+    return named or None
+
+
+def _is(path: str, info: os.stat_result) -> bool:
+    """Whether `path` (a repository's own words, so followed as git follows them) names the
+    object `info` describes."""
+    try:
+        there = Path(path).stat()
+    except (OSError, ValueError):
+        return False
+    return (there.st_dev, there.st_ino) == (info.st_dev, info.st_ino)
+
+
 def _join(base: str, name: str) -> str:
     return f"{base}/{name}" if base else name
 
@@ -317,6 +407,15 @@ def _why(path: str, exc: OSError) -> str:
     if exc.errno in (errno.ELOOP, errno.EXDEV):
         return f"{_name(path)} is reached through a symbolic link."
     return f"{_name(path)} cannot be looked at ({exc.strerror})."
+
+
+_NOT_BACK = (
+    "The workspace's {dot_git} names a git directory outside the workspace that does not name "
+    "this work tree back, or that cannot be read (only the workspace owner's files, reached "
+    "without a symbolic link, are). A linked worktree's git directory names it in its gitdir "
+    "file (`git worktree repair` mends it); a separate git directory needs core.worktree "
+    "(`git config core.worktree <work tree>`)."
+)
 
 
 def _refused(why: str) -> ToolError:

@@ -8,6 +8,7 @@ from __future__ import annotations
 import concurrent.futures
 import contextlib
 import os
+import shutil
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -108,6 +109,33 @@ def test_a_git_that_is_a_link_is_refused_and_nothing_runs(short_tmp: Path) -> No
         assert refused.result.is_error
         assert "is a symbolic link" in text_of(refused) and "nothing ran" in text_of(refused)
         assert not (workspace / "ran").exists()
+
+
+def test_a_git_file_the_model_wrote_naming_host_paths_tells_nothing_of_them(
+    short_tmp: Path,
+) -> None:
+    """Attacker round 66: in a workspace without a repository, the model wrote a `.git` file
+    naming a host path, and the next call's refusal carried that path's errno: which host paths
+    exist, are directories or links. Every such refusal now reads the same."""
+    root = short_tmp / "git-oracle"
+    root.mkdir()
+    with daemon_for(root, {}) as (daemon, workspace):
+        shutil.rmtree(workspace / ".git")
+        script = 'printf \'gitdir: %s\\n\' "$1" > .g""it\n'
+        wrote = daemon.execute("Write", {"file_path": str(workspace / "x.sh"), "content": script})
+        assert not wrote.result.is_error, text_of(wrote)
+        refusals = set()
+        for named in ("/etc", "/etc/shadow", "/proc/1", "/nonexistent", str(root)):
+            wrote = daemon.execute("Bash", {"command": f"bash x.sh {named}"})
+            assert not wrote.result.is_error, text_of(wrote)
+            refused = daemon.execute("Bash", {"command": "touch ran"})
+            assert refused.result.is_error
+            refusals.add(text_of(refused))
+            assert not (workspace / "ran").exists()
+            (workspace / ".git").unlink()  # the owner removes it: calls run again
+        (refusal,) = refusals
+        assert "names a git directory outside the workspace" in refusal and "/etc" not in refusal
+        assert not daemon.execute("Bash", {"command": "true"}).result.is_error
 
 
 def test_a_repository_made_again_on_the_host_under_a_running_command_is_audited(

@@ -118,7 +118,7 @@ async def test_the_filter_keeps_matching_lines_and_a_bad_one_consumes_nothing(
     ctx = context(workspace, shells)
     shell_id = await start(ctx, "printf 'ok 1\\nerror: disk\\nok 2\\nerror: net\\n'")
     shell = shells.find("s1", shell_id)
-    await shell.wait(10)
+    assert await shell.wait(120)
     bad = await read(ctx, shell_id, filter="error(")
     assert bad.is_error
     assert "not a valid regular expression" in text_of(bad)
@@ -346,7 +346,7 @@ async def test_a_close_cancelled_halfway_still_stops_every_command(
     for shell_id in ids:
         shell = shells.find("s1", shell_id) if "s1" in shells._shells else None
         if shell is not None:
-            await shell.wait(5)
+            await shell.wait(120)
             assert shell.done and shell.killed_by == "session closed"
     assert shells.running(owner="alice") == 0
 
@@ -360,7 +360,7 @@ async def test_finished_shells_are_bounded_per_principal_and_keep_no_second_copy
         ctx = context(workspace, shells, session=f"s{n}")
         for _ in range(2):
             shell = shells.find(f"s{n}", await start(ctx, "echo out"))
-            await shell.wait(10)
+            assert await shell.wait(120)
             assert shell.result is not None and shell.result.output == ""
     kept = [s for mine in shells._shells.values() for s in mine.values() if s.done]
     assert len(kept) == 3

@@ -46,12 +46,67 @@ def test_a_git_directory_is_pinned_read_only_and_no_git_pins_nothing(workspace: 
     assert pins_of(workspace) == (pin(workspace / ".git"),)
 
 
-def test_a_git_file_naming_a_directory_outside_pins_the_file_alone(
+def test_a_git_file_naming_anything_outside_but_this_work_trees_own_is_refused_alike(
     workspace: Path, tmp_path: Path
 ) -> None:
-    (workspace / ".git").write_text(f"gitdir: {tmp_path}/main/.git/worktrees/ws\n")
-    assert pins_of(workspace) == (pin(workspace / ".git"),)
-    (workspace / ".git").write_text("gitdir: ../elsewhere\n")
+    """Attacker round 66: a `.git` file the model wrote naming a host path answered with that
+    path's errno (missing, not a directory, a link): an oracle on what exists on the host. A git
+    directory outside is followed only when it names this work tree back; anything else is
+    refused in the same words, which say nothing of what is there."""
+    (tmp_path / "plain").mkdir()
+    (tmp_path / "link").symlink_to(tmp_path / "plain")
+    (tmp_path / "file").write_text("x")
+    named = ["/etc/shadow", "/etc", "/proc/1", "/nonexistent/x", *(
+        f"{tmp_path}/{name}" for name in ("plain", "link", "file", "missing")
+    ), "../plain"]  # fmt: skip
+    messages = set()
+    for path in named:
+        (workspace / ".git").write_text(f"gitdir: {path}\n")
+        with pytest.raises(ToolError) as refused:
+            pins_of(workspace)
+        messages.add(str(refused.value))
+    (message,) = messages
+    assert message.startswith("The workspace's .git names a git directory outside the workspace")
+    assert "/etc" not in message and "/proc" not in message and str(tmp_path) not in message
+
+
+def test_a_common_directory_outside_is_taken_only_around_a_git_directory_outside(
+    workspace: Path, tmp_path: Path
+) -> None:
+    """A git directory inside the workspace could be the model's: its `commondir` naming a host
+    path would be the same oracle (a linked worktree's git directory lies in its common one)."""
+    (workspace / "repo").mkdir()
+    (workspace / ".git").write_text("gitdir: repo\n")
+    for common in ("/etc", f"{tmp_path}/missing"):
+        (workspace / "repo" / "commondir").write_text(f"{common}\n")
+        with pytest.raises(ToolError, match="repo/commondir names a git directory outside") as no:
+            pins_of(workspace)
+        assert common not in str(no.value)
+
+
+def test_another_work_trees_git_directory_is_not_read(workspace: Path, tmp_path: Path) -> None:
+    """Attacker round 66: a `.git` file naming another tenant's linked worktree (the same owner
+    uid) had the victim's index read, its submodule paths named in refusals and held in the
+    attacker's workspace."""
+    victim = tmp_path / "victim"
+    victim.mkdir()
+    run_git(victim, "init", "-q")
+    run_git(victim, "commit", "-q", "--allow-empty", "-m", "v")
+    run_git(victim, "worktree", "add", "-q", str(tmp_path / "victim-wt"))
+    (workspace / ".git").write_text(f"gitdir: {victim}/.git/worktrees/victim-wt\n")
+    with pytest.raises(ToolError, match="does not name this work tree back"):
+        pins_of(workspace)
+
+
+def test_a_separate_git_directory_outside_is_followed_once_it_names_the_work_tree(
+    workspace: Path, tmp_path: Path
+) -> None:
+    """`git init --separate-git-dir` elsewhere leaves no way back from the git directory to the
+    work tree; `core.worktree` gives one (git reads it too)."""
+    run_git(workspace, "init", "-q", f"--separate-git-dir={tmp_path}/sep.git")
+    with pytest.raises(ToolError, match=r"core\.worktree"):
+        pins_of(workspace)
+    run_git(workspace, "config", "core.worktree", str(workspace))
     assert pins_of(workspace) == (pin(workspace / ".git"),)
 
 
@@ -294,3 +349,70 @@ def test_a_submodule_path_no_mount_can_name_is_refused(workspace: Path) -> None:
     )  # fmt: skip
     with pytest.raises(ToolError, match="records a submodule at"):
         pins_of(workspace)
+
+
+def test_one_index_is_parsed_at_a_time(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Attacker round 66: sessions rewriting large indexes had them parsed by several threads at
+    once, each holding the interpreter, and every other tenant's call slowed to a crawl."""
+    import threading
+    import time
+
+    from daemon.host.git_index import read_index as real
+
+    parsing = 0
+    most = 0
+    parsed = 0
+    count = threading.Lock()
+
+    def read_index(data: bytes, hash_bytes: int = 20) -> object:
+        nonlocal parsing, most, parsed
+        with count:
+            parsing += 1
+            most = max(most, parsing)
+        time.sleep(0.05)
+        with count:
+            parsing -= 1
+            parsed += 1
+        return real(data, hash_bytes)
+
+    monkeypatch.setattr("daemon.host.git_pins.read_index", read_index)
+    workspaces = []
+    for n in range(3):
+        ws = tmp_path / f"ws{n}"
+        (ws / ".git").mkdir(parents=True)
+        (ws / ".git" / "index").write_bytes(b"DIRC\0\0\0\2\0\0\0\0" + bytes([n]) * 20)
+        workspaces.append(ws)
+    threads = [threading.Thread(target=pins_of, args=(ws,)) for ws in workspaces]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert (parsed, most) == (3, 1)
+
+
+async def test_the_repository_is_looked_at_on_threads_of_its_own(workspace: Path) -> None:
+    """Attacker round 66: repository checks took the default worker threads, which file edits
+    and request decoding share; a session re-parsing large indexes starved them."""
+    import threading
+
+    from daemon.app import sandbox as module
+    from daemon.sessions.session import Session
+    from sandbox.backend import SandboxLimits
+
+    (workspace / ".git").mkdir()
+    root = PinnedDirectory.pin(workspace)
+    session = Session(id="s1", workspace=workspace, owner="alice", root=root)
+    names: list[str] = []
+
+    def recorded(pinned: PinnedDirectory) -> tuple[PathPin, ...]:
+        names.append(threading.current_thread().name)
+        return git_pins(pinned)
+
+    try:
+        with pytest.MonkeyPatch.context() as patch:
+            patch.setattr("daemon.app.sandbox.git_pins", recorded)
+            spec = await module._spec(session, SandboxLimits())
+    finally:
+        root.close()
+    assert spec.git_pins == (pin(workspace / ".git"),)
+    assert len(names) == 1 and names[0].startswith("git-pins")
