@@ -39,7 +39,7 @@ import signal
 import struct
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -714,7 +714,7 @@ def run_mcp_session(
                 return {"exit_code": -1, "error": f"bad request: {exc}"}
             if call is None:
                 return {"exit_code": 0}
-            refused = workspace_mismatch(call) or (
+            refused = workspace_mismatch(call, identity) or (
                 "" if call.get("kind") == "mcp_call" else "a server's session takes mcp_call only"
             )
             if refused:
@@ -865,8 +865,9 @@ _HANDLERS: dict[
 }
 
 
-def workspace_mismatch(request: dict[str, Any]) -> str:
-    """Why the workspace mounted here is not the one the request expects; "" when it is."""
+def workspace_mismatch(request: dict[str, Any], identity: tuple[int, int] | None) -> str:
+    """Why the workspace mounted here is not the one the request expects; "" when it is. What
+    lies inside it is looked at as `identity` (`pins_mismatch`)."""
     workspace, expected = request.get("workspace"), request.get("workspace_id")
     if not isinstance(workspace, str) or not isinstance(expected, list) or len(expected) != 2:
         return "the request does not name the workspace it expects"
@@ -879,15 +880,17 @@ def workspace_mismatch(request: dict[str, Any]) -> str:
             f"the directory mounted at {workspace} is not the session's workspace (it was moved "
             "or replaced after the session was opened); nothing ran"
         )
-    return pins_mismatch(workspace, request.get("pins"))
+    return pins_mismatch(workspace, request.get("pins"), identity)
 
 
-def pins_mismatch(workspace: str, pins: object) -> str:
+def pins_mismatch(workspace: str, pins: object, identity: tuple[int, int] | None = None) -> str:
     """Why the pinned paths of the workspace's repository are not what the request expects ("" when
     they are). Each must be the object the daemon found (the engine follows a symbolic link
     swapped in for a mount's source), a mount point (so that it cannot be renamed or replaced
     here), and, if read-only, read-only (only the mount says so: the workspace's own mount shows
-    the same object, writable)."""
+    the same object, writable). The paths are looked at as `identity`, the command's: the runner
+    is root without the capabilities that pass file permissions, and a fresh workspace is the
+    sandbox account's alone (mode 0750)."""
     if not isinstance(pins, list):
         return "the request does not name the repository's pinned paths"
     mount_points: set[str] | None = None
@@ -902,8 +905,9 @@ def pins_mismatch(workspace: str, pins: object) -> str:
             return "the request names the repository's pinned paths wrongly"
         path = pin["path"]
         try:
-            info = os.lstat(path)
-            read_only = bool(os.statvfs(path).f_flag & os.ST_RDONLY)
+            with _looking_as(identity):
+                info = os.lstat(path)
+                read_only = bool(os.statvfs(path).f_flag & os.ST_RDONLY)
         except OSError as exc:
             return f"{path} of the repository is not mounted here ({exc.strerror}); nothing ran"
         if [info.st_dev, info.st_ino] != pin["identity"]:
@@ -918,6 +922,22 @@ def pins_mismatch(workspace: str, pins: object) -> str:
         if path not in mount_points:
             return f"{path} of the repository is not mounted over itself here; nothing ran"
     return ""
+
+
+@contextlib.contextmanager
+def _looking_as(identity: tuple[int, int] | None) -> Iterator[None]:
+    """The runner's effective ids switched to `identity` for a look at the workspace, then back
+    (root keeps its permitted capabilities while only its effective id changes)."""
+    if identity is None or os.geteuid() != 0:
+        yield
+        return
+    os.setegid(identity[1])
+    os.seteuid(identity[0])
+    try:
+        yield
+    finally:
+        os.seteuid(0)
+        os.setegid(0)
 
 
 def _mount_points() -> set[str]:
@@ -940,7 +960,7 @@ def handle(
     handler = _HANDLERS.get(str(kind))
     if handler is None:
         return {"exit_code": -1, "error": f"unknown request kind {kind!r}"}
-    mismatch = workspace_mismatch(request)
+    mismatch = workspace_mismatch(request, identity)
     if mismatch:
         return {"exit_code": -1, "error": mismatch}
     try:

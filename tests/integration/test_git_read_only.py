@@ -138,6 +138,25 @@ def test_a_git_file_the_model_wrote_naming_host_paths_tells_nothing_of_them(
         assert not daemon.execute("Bash", {"command": "true"}).result.is_error
 
 
+def test_a_repository_made_in_a_fresh_session_workspace_does_not_stop_its_calls(
+    short_tmp: Path,
+) -> None:
+    """Attacker round 67: a fresh session's workspace is the sandbox account's, mode 0750, and
+    the runner (root without DAC capabilities) could not look at the `.git` made there, so every
+    later call of the session was refused."""
+    root = short_tmp / "git-fresh"
+    root.mkdir()
+    with daemon_for(root, {}) as (daemon, _):
+        opened = daemon.stub.OpenSession(pb.OpenSessionRequest(), timeout=60)
+        made = daemon.execute("Bash", {"command": "git init -q . && echo made"}, session_id=opened.id)
+        assert text_of(made) == "made\n", text_of(made)
+        after = daemon.execute(
+            "Bash", {"command": "git status --short; touch .git/x"}, session_id=opened.id
+        )
+        assert "Exit code 1\ntouch: cannot touch '.git/x': Read-only file system" in text_of(after)
+        daemon.stub.CloseSession(pb.CloseSessionRequest(session_id=opened.id), timeout=60)
+
+
 def test_a_repository_made_again_on_the_host_under_a_running_command_is_audited(
     short_tmp: Path,
 ) -> None:
