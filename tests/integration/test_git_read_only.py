@@ -148,7 +148,9 @@ def test_a_repository_made_in_a_fresh_session_workspace_does_not_stop_its_calls(
     root.mkdir()
     with daemon_for(root, {}) as (daemon, _):
         opened = daemon.stub.OpenSession(pb.OpenSessionRequest(), timeout=60)
-        made = daemon.execute("Bash", {"command": "git init -q . && echo made"}, session_id=opened.id)
+        made = daemon.execute(
+            "Bash", {"command": "git init -q . && echo made"}, session_id=opened.id
+        )
         assert text_of(made) == "made\n", text_of(made)
         after = daemon.execute(
             "Bash", {"command": "git status --short; touch .git/x"}, session_id=opened.id
