@@ -134,7 +134,7 @@ class _SessionRunner(SandboxRunner):
 
     async def _audit_if_changed(self, spec: SandboxSpec, root: PinnedDirectory) -> None:
         try:
-            if await _pins_of(root) == spec.git_pins:
+            if await _pins_of(root, self._session.owner) == spec.git_pins:
                 return
         except ToolError:
             pass  # unreadable now: changed as well
@@ -174,9 +174,35 @@ keeps changing (each change parsed again) holds these and not the ones file edit
 decoding share."""
 
 
-async def _pins_of(root: PinnedDirectory) -> tuple[PathPin, ...]:
-    """`git_pins`, in a thread of `_REPOSITORY_THREADS`."""
-    return await asyncio.get_running_loop().run_in_executor(_REPOSITORY_THREADS, git_pins, root)
+class _OnePerPrincipal:
+    """A principal's repository looks run one at a time: however many sessions it has whose
+    indexes keep changing, it holds at most one of `_REPOSITORY_THREADS` (attacker round 67:
+    eight sessions re-parsing large indexes queued every other tenant's calls behind them)."""
+
+    def __init__(self) -> None:
+        self._turns: dict[str, tuple[asyncio.Lock, int]] = {}
+
+    async def pins(self, root: PinnedDirectory, owner: str) -> tuple[PathPin, ...]:
+        lock, waiting = self._turns.get(owner, (asyncio.Lock(), 0))
+        self._turns[owner] = (lock, waiting + 1)
+        try:
+            async with lock:
+                loop = asyncio.get_running_loop()
+                return await loop.run_in_executor(_REPOSITORY_THREADS, git_pins, root)
+        finally:
+            lock, waiting = self._turns[owner]
+            if waiting == 1:
+                del self._turns[owner]
+            else:
+                self._turns[owner] = (lock, waiting - 1)
+
+
+_turns = _OnePerPrincipal()
+
+
+async def _pins_of(root: PinnedDirectory, owner: str) -> tuple[PathPin, ...]:
+    """`git_pins`, in a thread of `_REPOSITORY_THREADS`, in `owner`'s turn."""
+    return await _turns.pins(root, owner)
 
 
 async def _spec(session: Session, limits: SandboxLimits, *, bound: bool = True) -> SandboxSpec:
@@ -196,7 +222,7 @@ async def _spec(session: Session, limits: SandboxLimits, *, bound: bool = True) 
         limits=limits,
         session_id=session.id if bound else "",
         pool_owner=session.owner,
-        git_pins=await _pins_of(root) if read_only else (),
+        git_pins=await _pins_of(root, session.owner) if read_only else (),
     )
 
 

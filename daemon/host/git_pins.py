@@ -148,7 +148,7 @@ class _Pins:
         if git_dir is None:
             return
         if git_dir.startswith("/") and not self._names_back(git_dir, work_tree, info):
-            raise _refused(_NOT_BACK.format(dot_git=dot_git))
+            raise _refused(_NOT_BACK.format(what=_name(dot_git)))
         self._hold(git_dir)
         common = self._common_dir(git_dir)
         if common is not None:
@@ -175,13 +175,15 @@ class _Pins:
 
     def _common_dir(self, git_dir: str) -> str | None:
         """The directory `git_dir/commondir` names (a linked worktree's main git directory).
-        One outside the workspace is taken only as the one a git directory outside already
-        lies in (a linked worktree's lies in its common directory's `worktrees`): a git
-        directory inside could be the model's, naming any host path."""
+        One outside the workspace is taken only as the one a linked worktree's git directory
+        lies in (`<common>/worktrees/<name>`): any git directory could be the model's (one
+        outside in a workspace of another of its sessions), naming any host path."""
         common = _named(self._root, self._read(_join(git_dir, "commondir")), git_dir, gitfile=False)
         outside = common is not None and common.startswith("/")
-        if outside and not (git_dir.startswith("/") and git_dir.startswith(f"{common}/")):
-            raise _refused(_NOT_BACK.format(dot_git=_join(git_dir, "commondir")))
+        if outside and not (
+            git_dir.startswith("/") and posixpath.dirname(git_dir) == f"{common}/worktrees"
+        ):
+            raise _refused(_NOT_BACK.format(what=_name(_join(git_dir, "commondir"))))
         return common
 
     def _hold(self, git_dir: str) -> None:
@@ -289,7 +291,10 @@ class _Pins:
             return None
         try:
             if not stat.S_ISREG(os.fstat(fd).st_mode):
-                raise _refused(f"{_name(path)} is not a regular file.")
+                outside = path.startswith("/")
+                raise _refused(
+                    _OUTSIDE_UNREADABLE if outside else f"{_name(path)} is not a regular file."
+                )
             data = _read_all(fd, limit + 1)
         finally:
             os.close(fd)
@@ -302,7 +307,7 @@ class _Pins:
         workspace-relative one beneath the pinned workspace; an absolute one (a git directory
         elsewhere, a linked worktree's) without a link on the way, and only the workspace
         owner's (it names what git reads for them)."""
-        flags = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK
+        flags = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_NOCTTY
         try:
             if not path.startswith("/"):
                 return self._root.open_beneath(path, flags)
@@ -313,7 +318,7 @@ class _Pins:
             raise _refused(_why(path, exc)) from exc
         if os.fstat(fd).st_uid != self._root.uid:
             os.close(fd)
-            raise _refused(f"{path} is not the workspace owner's.")
+            raise _refused(_OUTSIDE_UNREADABLE)
         return fd
 
 
@@ -400,17 +405,27 @@ def _lstat(root: PinnedDirectory, relative: str) -> os.stat_result | None:
 
 
 def _name(path: str) -> str:
-    return path if path.startswith("/") else f"The workspace's {path}"
+    """How a refusal names a file: one outside the workspace is not named (what is there, or
+    where, is the host's)."""
+    return (
+        "A file of the git directory outside" if path.startswith("/") else f"The workspace's {path}"
+    )
 
 
 def _why(path: str, exc: OSError) -> str:
+    if path.startswith("/"):
+        return _OUTSIDE_UNREADABLE
     if exc.errno in (errno.ELOOP, errno.EXDEV):
         return f"{_name(path)} is reached through a symbolic link."
     return f"{_name(path)} cannot be looked at ({exc.strerror})."
 
 
+_OUTSIDE_UNREADABLE = (
+    "A file of the repository's git directory outside the workspace cannot be read (only the "
+    "workspace owner's regular files, reached without a symbolic link, are)."
+)
 _NOT_BACK = (
-    "The workspace's {dot_git} names a git directory outside the workspace that does not name "
+    "{what} names a git directory outside the workspace that does not name "
     "this work tree back, or that cannot be read (only the workspace owner's files, reached "
     "without a symbolic link, are). A linked worktree's git directory names it in its gitdir "
     "file (`git worktree repair` mends it); a separate git directory needs core.worktree "

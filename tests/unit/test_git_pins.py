@@ -84,6 +84,34 @@ def test_a_common_directory_outside_is_taken_only_around_a_git_directory_outside
         assert common not in str(no.value)
 
 
+def test_a_git_directory_of_the_models_outside_names_no_common_directory_above_it(
+    workspace: Path, tmp_path: Path
+) -> None:
+    """Attacker round 67: a git directory outside that the model can write (in another of its
+    sessions' workspaces) names this work tree back, and its `commondir` named a folder above
+    it, whose `config` the daemon then opened: its errno and owner came back. A common
+    directory outside must be the one a linked worktree's git directory lies in
+    (`<common>/worktrees/<name>`), and nothing outside is told apart in refusals."""
+    other = tmp_path / "other"
+    (other / "g").mkdir(parents=True)
+    (other / "g" / "gitdir").write_text(f"{workspace}/.git\n")
+    (workspace / ".git").write_text(f"gitdir: {other}/g\n")
+    (tmp_path / "config").write_text("[core]\n")
+    os.chown(tmp_path / "config", 4321, 4321)
+    for common in ("../..", "..", "../../..", ".."):
+        (other / "g" / "commondir").write_text(f"{common}\n")
+        with pytest.raises(ToolError, match="names a git directory outside") as refused:
+            pins_of(workspace)
+        assert str(tmp_path) not in str(refused.value)
+    (other / "g" / "commondir").unlink()
+    (other / "g" / "index").write_bytes(b"DIRC\0\0\0\2\0\0\0\0" + bytes(20))
+    assert pins_of(workspace) == (pin(workspace / ".git"),)
+    os.chown(other / "g" / "index", 4321, 4321)
+    with pytest.raises(ToolError) as refused:
+        pins_of(workspace)
+    assert str(tmp_path) not in str(refused.value) and "owner" in str(refused.value)
+
+
 def test_another_work_trees_git_directory_is_not_read(workspace: Path, tmp_path: Path) -> None:
     """Attacker round 66: a `.git` file naming another tenant's linked worktree (the same owner
     uid) had the victim's index read, its submodule paths named in refusals and held in the
@@ -307,8 +335,9 @@ def test_a_linked_worktrees_submodules_are_held_though_its_git_directory_is_else
     assert pins == {".git": True, "vendor": False, "vendor/lib": False, "vendor/lib/.git": True}
     # What lies outside is only read when it is the workspace owner's.
     os.chown(main / ".git" / "worktrees" / "wt" / "index", 4321, 4321)
-    with pytest.raises(ToolError, match="is not the workspace owner's"):
+    with pytest.raises(ToolError, match=r"cannot be read \(only the workspace owner's") as no:
         pins_of(workspace)
+    assert str(tmp_path) not in str(no.value)
 
 
 async def test_a_repository_that_changed_under_a_container_is_audited_and_one_that_did_not_is_not(
@@ -416,3 +445,54 @@ async def test_the_repository_is_looked_at_on_threads_of_its_own(workspace: Path
         root.close()
     assert spec.git_pins == (pin(workspace / ".git"),)
     assert len(names) == 1 and names[0].startswith("git-pins")
+
+
+async def test_a_principal_takes_one_repository_thread_however_many_sessions_it_has(
+    tmp_path: Path,
+) -> None:
+    """Attacker round 67: eight sessions of one principal, their indexes re-parsed on every
+    call, held both repository threads, and another tenant's call over a small repository waited
+    behind them for seconds. A principal's looks now run one at a time."""
+    import asyncio
+    import threading
+
+    from daemon.app import sandbox as module
+    from daemon.sessions.session import Session
+    from sandbox.backend import SandboxLimits
+
+    release = threading.Event()
+    running: dict[str, int] = {"mallory": 0}
+    most = 0
+
+    def slow_for_mallory(pinned: PinnedDirectory) -> tuple[PathPin, ...]:
+        nonlocal most
+        if pinned.path.name.startswith("mallory"):
+            running["mallory"] += 1
+            most = max(most, running["mallory"])
+            release.wait(60)
+            running["mallory"] -= 1
+        return git_pins(pinned)
+
+    sessions = []
+    for name in ("mallory1", "mallory2", "mallory3", "alice"):
+        ws = tmp_path / name
+        (ws / ".git").mkdir(parents=True)
+        owner = name.rstrip("123")
+        sessions.append(Session(id=name, workspace=ws, owner=owner, root=PinnedDirectory.pin(ws)))
+    try:
+        with pytest.MonkeyPatch.context() as patch:
+            patch.setattr("daemon.app.sandbox.git_pins", slow_for_mallory)
+            mallory = [asyncio.create_task(module._spec(s, SandboxLimits())) for s in sessions[:3]]
+            await asyncio.sleep(0.2)
+            alice = await asyncio.wait_for(module._spec(sessions[3], SandboxLimits()), 30)
+            assert alice.git_pins == (pin(tmp_path / "alice" / ".git"),)
+            assert not any(task.done() for task in mallory)
+            release.set()
+            done = await asyncio.wait_for(asyncio.gather(*mallory), 30)
+    finally:
+        release.set()
+        for session in sessions:
+            assert session.root is not None
+            session.root.close()
+    assert [len(spec.git_pins) for spec in done] == [1, 1, 1]
+    assert most == 1
