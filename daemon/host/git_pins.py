@@ -8,7 +8,14 @@ The repository is what the owner's git on the host reads when run at the workspa
 - each submodule the index records, since `git status` at the root runs git in every one that
   has a `.git`: a checked-out submodule's `.git` (and the directory it names, when outside the
   repository already held), and an empty submodule's directory itself, read-only, so that no
-  `.git` can be put there; recursively, through each submodule's own index.
+  `.git` can be put there; recursively, through each submodule's own index;
+- what each repository's configuration names in the workspace that git runs or reads as
+  configuration (attacker round 67: husky's `core.hooksPath = .husky/_`, a shared
+  `include.path = ../.gitconfig`): the hooks directory and each included file (recursively)
+  read-only, and each file a configured command names by a path (`filter.x.clean = tools/clean
+  %f`, `alias.t = !scripts/t`); one that is missing is refused (the model could make it). What
+  such a program reads in turn (its modules, other scripts) is not known here, nor what the
+  global and system configuration of whoever runs git names.
 A pinned directory deeper than the root's children gets each directory on its way pinned too
 (mounted over itself, writable): a mount point cannot be renamed, so no ancestor can be moved
 aside and replaced with one holding another repository.
@@ -40,6 +47,7 @@ import threading
 from pathlib import Path
 
 from daemon.errors import ToolError
+from daemon.host.git_config import UnreadableConfig, config_entries
 from daemon.host.git_index import GitIndex, UnreadableIndex, read_index
 from daemon.host.pinned import (
     AT_FDCWD,
@@ -59,11 +67,20 @@ index is refused."""
 MAX_PINS = 256
 """Past this many pinned paths (submodules), the repository is refused, not half held."""
 MAX_SUBMODULE_DEPTH = 8
+MAX_INCLUDE_DEPTH = 10
+"""git's own limit on nested includes."""
 _GITDIR_PREFIX = "gitdir: "
-_SHA256 = re.compile(r"(?im)^\s*objectformat\s*=\s*sha256\s*$")
-
-_WORKTREE = re.compile(r"^\s*worktree\s*=\s*(.*?)\s*$", re.IGNORECASE)
-_SECTION = re.compile(r"^\s*\[\s*([^\]\s]+)[^\]]*\]")
+_COMMAND_NAMES = frozenset(
+    {
+        "fsmonitor", "pager", "editor", "sshcommand", "askpass", "command", "textconv", "clean",
+        "smudge", "process", "driver", "helper", "program", "cmd", "path", "difffilter",
+        "packobjectshook", "gitproxy", "sendmailcmd", "smtpserver", "receivepack", "uploadpack",
+        "alternaterefscommand",
+    }
+)  # fmt: skip
+"""Names of configuration variables whose value git runs (or runs a program at): a path of
+the work tree one names must exist, and is held read-only."""
+_WORDS = re.compile(r"""[\s;|&()<>`'"]+""")
 INDEX_CACHE_BYTES = 16 << 20
 """What the submodule paths of cached indexes may take, at most."""
 
@@ -136,6 +153,7 @@ class _Pins:
             self._add_way(work_tree, read_only=False)
         if stat.S_ISDIR(info.st_mode):
             self._add(dot_git, info, read_only=True)
+            self._configured(work_tree, dot_git)
             self._submodules(work_tree, dot_git, depth)
             return
         if not stat.S_ISREG(info.st_mode):
@@ -153,7 +171,94 @@ class _Pins:
         common = self._common_dir(git_dir)
         if common is not None:
             self._hold(common)
+        self._configured(work_tree, git_dir)
         self._submodules(work_tree, git_dir, depth)
+
+    def _configured(self, work_tree: str, git_dir: str) -> None:
+        """Hold what the configuration of the repository whose git directory is `git_dir` names
+        in the workspace: git runs it, or reads it as configuration."""
+        common = self._common_dir(git_dir)
+        for place in dict.fromkeys((git_dir,) if common is None else (common, git_dir)):
+            for name in ("config", "config.worktree"):
+                self._configuration(_join(place, name), work_tree, depth=0)
+
+    def _configuration(self, path: str, work_tree: str, *, depth: int) -> None:
+        for key, value in self._entries(path):
+            section, name = key.partition(".")[0], key.rpartition(".")[2]
+            if section in ("include", "includeif") and name == "path":
+                self._included(path, value, work_tree, depth)
+            elif key == "core.hookspath":
+                self._hooks(work_tree, value)
+            else:
+                self._commands(work_tree, key, value)
+
+    def _entries(self, path: str) -> list[tuple[str, str]]:
+        """The entries of a configuration file ([] when it does not exist)."""
+        text = self._read(path, CONFIG_MAX_BYTES)
+        try:
+            return config_entries(text) if text is not None else []
+        except UnreadableConfig as exc:
+            why = f"{_name(path)} is not a configuration git can read ({exc})."
+            raise _refused(why) from exc
+
+    def _included(self, path: str, value: str, work_tree: str, depth: int) -> None:
+        """A file `path` includes, held read-only and read in turn when it is in the workspace
+        (git skips one that is missing: the model could make it, so that is refused)."""
+        target = _resolved(self._root, posixpath.dirname(path), value)
+        if target is None or target.startswith("/"):
+            return  # the owner's home, or elsewhere: in no container
+        if depth >= MAX_INCLUDE_DEPTH:
+            raise _refused(f"{_name(path)} includes files more than {MAX_INCLUDE_DEPTH} deep.")
+        if not self._held(target):
+            self._add_file(target, f"{_name(path)} includes {target}")
+        self._configuration(target, work_tree, depth=depth + 1)
+
+    def _hooks(self, work_tree: str, value: str) -> None:
+        """The hooks directory `core.hooksPath` names, relative to the work tree: read-only
+        when in the workspace."""
+        target = _resolved(self._root, work_tree, value)
+        if target is None or target.startswith("/"):
+            return
+        if target == "":
+            raise _refused("The repository's core.hooksPath is the workspace itself.")
+        if not self._held(target):
+            self._add_way(target, read_only=True)
+
+    def _commands(self, work_tree: str, key: str, value: str) -> None:
+        """Each file of the workspace a configured value names by a path, read-only; for a
+        value git runs, one that is missing or a link is refused."""
+        section, name = key.partition(".")[0], key.rpartition(".")[2]
+        runs = {
+            "pager": True,  # pager.<command> = the pager to run
+            "alias": value.startswith("!"),  # a shell command; otherwise git's own
+            "submodule": name == "update" and value.startswith("!"),
+        }.get(section, name in _COMMAND_NAMES)
+        for word in _path_words(value):
+            target = _resolved(self._root, work_tree, word)
+            if not target or target.startswith("/") or self._held(target):
+                continue
+            try:
+                info = _lstat(self._root, target)
+            except ToolError:  # a component is a file or a link: nothing of the workspace's
+                if runs:
+                    raise
+                continue
+            if info is not None and stat.S_ISREG(info.st_mode):
+                self._add_file(target, f"The repository's {key}")
+            elif runs and (info is None or stat.S_ISLNK(info.st_mode)):
+                what = "missing (the model could make it)" if info is None else "a symbolic link"
+                raise _refused(f"The repository's {key} runs {target}, which is {what}.")
+
+    def _add_file(self, relative: str, named_by: str) -> None:
+        """A file held read-only, each directory on its way pinned writable."""
+        parent = posixpath.dirname(relative)
+        if parent:
+            self._add_way(parent, read_only=False)
+        info = _lstat(self._root, relative)
+        if info is None or not stat.S_ISREG(info.st_mode):
+            what = "missing (the model could make it)" if info is None else "not a regular file"
+            raise _refused(f"{named_by} names {relative}, which is {what}.")
+        self._add(relative, info, read_only=True)
 
     def _names_back(self, git_dir: str, work_tree: str, dot_git: os.stat_result) -> bool:
         """Whether the git directory outside, `git_dir`, is this work tree's: its `gitdir` file
@@ -164,8 +269,7 @@ class _Pins:
             back = self._read(_join(git_dir, "gitdir"))
             if back is not None:
                 return _is(posixpath.join(git_dir, back.strip()), dot_git)
-            config = self._read(_join(git_dir, "config"), CONFIG_MAX_BYTES)
-            named = _core_worktree(config or "")
+            named = dict(self._entries(_join(git_dir, "config"))).get("core.worktree")
             tree = _lstat(self._root, work_tree) if work_tree else os.fstat(self._root.fd)
             return (
                 named is not None and tree is not None and _is(posixpath.join(git_dir, named), tree)
@@ -242,11 +346,11 @@ class _Pins:
 
     def _gitlinks(self, git_dir: str) -> tuple[str, ...]:
         """The submodule paths the index of `git_dir` records (its shared part's too)."""
-        config = self._read(_join(git_dir, "config"), CONFIG_MAX_BYTES)
-        if config is None:  # a linked worktree's configuration is its common directory's
-            common = self._common_dir(git_dir)
-            config = self._read(_join(common, "config"), CONFIG_MAX_BYTES) if common else None
-        hash_bytes = 32 if _SHA256.search(config or "") else 20
+        config = dict(self._entries(_join(git_dir, "config")))
+        common = self._common_dir(git_dir)
+        if not config and common:  # a linked worktree's configuration is its common directory's
+            config = dict(self._entries(_join(common, "config")))
+        hash_bytes = 32 if config.get("extensions.objectformat", "").lower() == "sha256" else 20
         index = self._index(_join(git_dir, "index"), hash_bytes)
         if index is None:
             return ()
@@ -346,29 +450,40 @@ def _named(root: PinnedDirectory, text: str | None, base: str, *, gitfile: bool)
     named = text.rstrip("\r\n\t ")
     if not named or "\0" in named:
         return None
+    # "": the work tree itself, not a git directory git accepts
+    return _placed(root, base, named) or None
+
+
+def _resolved(root: PinnedDirectory, base: str, named: str) -> str | None:
+    """`named`, relative to `base` (workspace-relative, or absolute outside): workspace-relative
+    when inside the workspace ("" for its root), else absolute; None for what cannot be known
+    here (a path in someone's home, one with a variable or a NUL)."""
+    if not named or named.startswith("~") or "$" in named or "\0" in named:
+        return None
+    return _placed(root, base, named)
+
+
+def _placed(root: PinnedDirectory, base: str, named: str) -> str:
+    """`named` relative to `base`: workspace-relative when inside the workspace ("" for its
+    root), else absolute."""
     where = posixpath.normpath(
         named if posixpath.isabs(named) else posixpath.join(str(root.path), base, named)
     )
     inside = posixpath.relpath(where, str(root.path))
     if inside == ".":
-        return None  # the work tree itself: not a git directory git accepts
+        return ""
     return where if inside == ".." or inside.startswith("../") else inside
 
 
-def _core_worktree(config: str) -> str | None:
-    """The last `worktree` of the `[core]` section of a git configuration (git's own choice
-    among several); None when there is none."""
-    named = None
-    section = ""
-    for line in config.splitlines():
-        header = _SECTION.match(line)
-        if header:
-            section = header.group(1).lower()
-            continue
-        value = _WORKTREE.match(line) if section == "core" else None
-        if value:
-            named = value.group(1).strip('"')
-    return named or None
+def _path_words(value: str) -> list[str]:
+    """The words of a configured value that are paths (with a slash): a command's program and
+    arguments, an option's value (`--file=tools/x`)."""
+    words = []
+    for word in _WORDS.split(value):
+        word = word.lstrip("!").rpartition("=")[2] if word.startswith(("!", "-")) else word
+        if "/" in word:
+            words.append(word)
+    return words
 
 
 def _is(path: str, info: os.stat_result) -> bool:

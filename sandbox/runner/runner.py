@@ -733,13 +733,18 @@ def run_mcp_session(
 
 # --- write_file --------------------------------------------------------------------------------
 
+_KEPT_READ_ONLY = (
+    "part of the workspace's repository, which is kept read-only (its .git, hooks and the files "
+    "its configuration names; the policy's sandbox.git): leave such changes to the user"
+)
 _ERRNO_ADVICE = {
     errno.ENOSPC: "no space left on the device",
     errno.EDQUOT: "the workspace's disk budget is used up (disk quota exceeded); delete files "
     "that are not needed, or write less",
     errno.EACCES: "permission denied (the sandbox's identity may not write there)",
     errno.EPERM: "operation not permitted",
-    errno.EROFS: "read-only file system: only files inside the workspace can be written",
+    errno.EROFS: f"read-only file system: it is outside the workspace, or {_KEPT_READ_ONLY}",
+    errno.EBUSY: f"it is held in place (a mount point): {_KEPT_READ_ONLY}",
     errno.EFBIG: "file too large for the sandbox's file-size limit",
     errno.EISDIR: "it is a directory, not a file",
     errno.ENOTDIR: "a parent of it is not a directory",

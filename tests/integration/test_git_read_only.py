@@ -21,6 +21,7 @@ from tests.integration.conftest import OWNER_GID, OWNER_UID
 from tests.integration.harness import (
     RunningDaemon,
     committed_repository,
+    git,
     policies_for,
     running_daemon,
     text_of,
@@ -136,6 +137,42 @@ def test_a_git_file_the_model_wrote_naming_host_paths_tells_nothing_of_them(
         (refusal,) = refusals
         assert "names a git directory outside the workspace" in refusal and "/etc" not in refusal
         assert not daemon.execute("Bash", {"command": "true"}).result.is_error
+
+
+def test_hooks_and_configuration_kept_in_the_work_tree_stay_the_owners(short_tmp: Path) -> None:
+    """Attacker round 67: with `core.hooksPath = .githooks` and `include.path = ../.gitconfig`
+    (what git runs, kept in the work tree), a Write of the model's there ran as root at the
+    owner's next `git status` and `git commit`."""
+    root = short_tmp / "git-hooks-path"
+    root.mkdir()
+    with daemon_for(root, {}) as (daemon, workspace):
+        (workspace / ".githooks").mkdir()
+        (workspace / ".githooks" / "pre-commit").write_text("#!/bin/sh\nexit 0\n")
+        (workspace / ".gitconfig").write_text("[diff]\n\tnoprefix = true\n")
+        git(workspace, "-c", "safe.directory=*", "config", "core.hooksPath", ".githooks")
+        git(workspace, "-c", "safe.directory=*", "config", "include.path", "../.gitconfig")
+        for path in (workspace / ".githooks", workspace / ".githooks" / "pre-commit",
+                     workspace / ".gitconfig"):  # fmt: skip
+            os.chown(path, OWNER_UID, OWNER_GID)
+        marker = root / "ran"
+        planted = {
+            ".githooks/pre-commit": f"#!/bin/sh\ntouch {marker}\n",
+            ".gitconfig": f'[core]\n\tfsmonitor = "touch {marker}; echo"\n',
+        }
+        for name, content in planted.items():
+            read = daemon.execute("Read", {"file_path": str(workspace / name)})
+            assert not read.result.is_error, text_of(read)
+            wrote = daemon.execute(
+                "Write", {"file_path": str(workspace / name), "content": content}
+            )
+            assert wrote.result.is_error and "kept read-only" in text_of(wrote), text_of(wrote)
+        ran = daemon.execute("Bash", {"command": "bash -c 'echo x >> .githooks/pre-commit'"})
+        assert "Read-only file system" in text_of(ran)
+        (workspace / "a.txt").write_text("changed\n")
+        git(workspace, "-c", "safe.directory=*", "status", "--short")
+        git(workspace, "-c", "safe.directory=*", "-c", "user.name=o", "-c", "user.email=o@o",
+            "commit", "-qam", "owner")  # fmt: skip
+        assert not marker.exists()
 
 
 def test_a_repository_made_in_a_fresh_session_workspace_does_not_stop_its_calls(

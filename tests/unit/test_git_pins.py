@@ -496,3 +496,68 @@ async def test_a_principal_takes_one_repository_thread_however_many_sessions_it_
             session.root.close()
     assert [len(spec.git_pins) for spec in done] == [1, 1, 1]
     assert most == 1
+
+
+def configured(workspace: Path, *settings: tuple[str, str]) -> None:
+    run_git(workspace, "init", "-q")
+    for key, value in settings:
+        run_git(workspace, "config", key, value)
+
+
+def test_what_the_configuration_names_in_the_work_tree_is_held_too(workspace: Path) -> None:
+    """Attacker round 67: `core.hooksPath = .githooks` (husky's way) and `include.path =
+    ../.gitconfig` keep what git runs in the work tree, outside `.git`: a Write of the model's
+    there ran on the host at the owner's next commit or status."""
+    (workspace / ".githooks").mkdir()
+    (workspace / ".githooks" / "pre-commit").write_text("#!/bin/sh\n")
+    (workspace / "conf").mkdir()
+    (workspace / "conf" / "more").write_text("[diff]\n\tnoprefix\n")
+    (workspace / ".gitconfig").write_text("[include]\n\tpath = conf/more\n")
+    (workspace / "tools").mkdir()
+    (workspace / "tools" / "clean.sh").write_text("#!/bin/sh\n")
+    configured(
+        workspace,
+        ("core.hooksPath", ".githooks"),
+        ("include.path", "../.gitconfig"),
+        ("filter.x.clean", "sh tools/clean.sh %f"),
+        ("remote.origin.fetch", "+refs/heads/*:refs/remotes/origin/*"),  # no such path: left
+        ("core.hooksPath", "/elsewhere/hooks"),  # outside: in no container (the last one wins)
+        ("core.hooksPath", ".githooks"),
+    )
+    pins = {Path(p.path).relative_to(workspace).as_posix(): p.read_only for p in pins_of(workspace)}
+    assert pins == {
+        ".git": True,
+        ".githooks": True,
+        ".gitconfig": True,
+        "conf": False,
+        "conf/more": True,
+        "tools": False,
+        "tools/clean.sh": True,
+    }
+
+
+@pytest.mark.parametrize(
+    ("key", "value", "missing"),
+    [
+        ("core.hooksPath", ".githooks", ".githooks"),
+        ("include.path", "../.gitconfig", ".gitconfig"),
+        ("includeIf.gitdir:/.path", "../conf/x", "conf"),
+        ("core.fsmonitor", "./fsmon", "fsmon"),
+        ("alias.t", "!tools/t", "tools"),
+    ],
+)
+def test_a_path_the_configuration_runs_or_reads_that_is_missing_is_refused(
+    workspace: Path, key: str, value: str, missing: str
+) -> None:
+    """Missing, the model could make it (git skips an include that is not there)."""
+    configured(workspace, (key, value))
+    with pytest.raises(ToolError, match=missing):
+        pins_of(workspace)
+
+
+def test_a_configuration_git_cannot_read_is_refused(workspace: Path) -> None:
+    run_git(workspace, "init", "-q")
+    with (workspace / ".git" / "config").open("a") as config:
+        config.write('[core]\n\thooksPath = "open\n')
+    with pytest.raises(ToolError, match="configuration"):
+        pins_of(workspace)
