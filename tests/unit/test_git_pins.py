@@ -116,10 +116,7 @@ def test_another_work_trees_git_directory_is_not_read(workspace: Path, tmp_path:
     """Attacker round 66: a `.git` file naming another tenant's linked worktree (the same owner
     uid) had the victim's index read, its submodule paths named in refusals and held in the
     attacker's workspace."""
-    victim = tmp_path / "victim"
-    victim.mkdir()
-    run_git(victim, "init", "-q")
-    run_git(victim, "commit", "-q", "--allow-empty", "-m", "v")
+    victim = empty_repository(tmp_path / "victim")
     run_git(victim, "worktree", "add", "-q", str(tmp_path / "victim-wt"))
     (workspace / ".git").write_text(f"gitdir: {victim}/.git/worktrees/victim-wt\n")
     with pytest.raises(ToolError, match="does not name this work tree back"):
@@ -251,14 +248,19 @@ def run_git(repo: Path, *args: str) -> None:
     )  # fmt: skip
 
 
+def empty_repository(path: Path) -> Path:
+    """A repository at `path` with one empty commit."""
+    path.mkdir()
+    run_git(path, "init", "-q")
+    run_git(path, "commit", "-q", "--allow-empty", "-m", path.name)
+    return path
+
+
 @pytest.fixture
 def with_submodules(workspace: Path, tmp_path: Path) -> Path:
     """The workspace: a repository with a checked-out submodule `vendor/lib` (which has one of
     its own, `inner`) and one never checked out, `empty`."""
-    inner = tmp_path / "inner"
-    inner.mkdir()
-    run_git(inner, "init", "-q")
-    run_git(inner, "commit", "-q", "--allow-empty", "-m", "inner")
+    inner = empty_repository(tmp_path / "inner")
     lib = tmp_path / "lib"
     lib.mkdir()
     run_git(lib, "init", "-q")
@@ -319,10 +321,7 @@ def test_a_linked_worktrees_submodules_are_held_though_its_git_directory_is_else
     """Attacker round 65: with the git directory outside the workspace (a linked worktree),
     its index was never read, so no submodule was held; a script gave one a repository of its
     own whose core.fsmonitor ran on the host."""
-    lib = tmp_path / "lib"
-    lib.mkdir()
-    run_git(lib, "init", "-q")
-    run_git(lib, "commit", "-q", "--allow-empty", "-m", "lib")
+    lib = empty_repository(tmp_path / "lib")
     main = tmp_path / "main"
     main.mkdir()
     run_git(main, "init", "-q")
