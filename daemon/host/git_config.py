@@ -14,6 +14,7 @@ import re
 
 _NAME = re.compile(r"[A-Za-z][A-Za-z0-9-]*")
 _SECTION = re.compile(r"[A-Za-z0-9.-]+")
+_SPECIAL = re.compile(r'["\\#;]')
 _ESCAPES = {"n": "\n", "t": "\t", "b": "\b", '"': '"', "\\": "\\"}
 
 
@@ -88,6 +89,8 @@ def _header(line: str) -> tuple[str, str]:
 def _value(text: str, following: list[str]) -> tuple[str, int]:
     """A value from `text` (after its '='), continued over `following` lines when a line ends
     with a backslash; and how many of those it took."""
+    if not _SPECIAL.search(text):  # most values: no quote, escape or comment
+        return text.strip(" \t\r"), 0
     out: list[str] = []
     pending_space = ""
     quoted = False

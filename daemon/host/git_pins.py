@@ -137,6 +137,9 @@ class _Pins:
         self._pins: dict[str, PathPin] = {}
         self._read_only_dirs: list[str] = []
         """Workspace-relative directories already held read-only as a whole."""
+        self._configs: dict[str, list[tuple[str, str]]] = {}
+        self._commons: dict[str, str | None] = {}
+        """What this look already read, by path (each is needed more than once)."""
 
     def done(self) -> tuple[PathPin, ...]:
         return tuple(self._pins.values())
@@ -194,12 +197,17 @@ class _Pins:
 
     def _entries(self, path: str) -> list[tuple[str, str]]:
         """The entries of a configuration file ([] when it does not exist)."""
+        known = self._configs.get(path)
+        if known is not None:
+            return known
         text = self._read(path, CONFIG_MAX_BYTES)
         try:
-            return config_entries(text) if text is not None else []
+            entries = config_entries(text) if text is not None else []
         except UnreadableConfig as exc:
             why = f"{_name(path)} is not a configuration git can read ({exc})."
             raise _refused(why) from exc
+        self._configs[path] = entries
+        return entries
 
     def _included(self, path: str, value: str, work_tree: str, depth: int) -> None:
         """A file `path` includes, held read-only and read in turn when it is in the workspace
@@ -282,12 +290,15 @@ class _Pins:
         One outside the workspace is taken only as the one a linked worktree's git directory
         lies in (`<common>/worktrees/<name>`): any git directory could be the model's (one
         outside in a workspace of another of its sessions), naming any host path."""
+        if git_dir in self._commons:
+            return self._commons[git_dir]
         common = _named(self._root, self._read(_join(git_dir, "commondir")), git_dir, gitfile=False)
         outside = common is not None and common.startswith("/")
         if outside and not (
             git_dir.startswith("/") and posixpath.dirname(git_dir) == f"{common}/worktrees"
         ):
             raise _refused(_NOT_BACK.format(what=_name(_join(git_dir, "commondir"))))
+        self._commons[git_dir] = common
         return common
 
     def _hold(self, git_dir: str) -> None:
