@@ -177,24 +177,36 @@ decoding share."""
 class _OnePerPrincipal:
     """A principal's repository looks run one at a time: however many sessions it has whose
     indexes keep changing, it holds at most one of `_REPOSITORY_THREADS` (attacker round 67:
-    eight sessions re-parsing large indexes queued every other tenant's calls behind them)."""
+    eight sessions re-parsing large indexes queued every other tenant's calls behind them). A
+    turn ends when its look does, not when its call is cancelled (a thread cannot be stopped;
+    round 68: a deadline freed the turn while the look went on)."""
 
     def __init__(self) -> None:
         self._turns: dict[str, tuple[asyncio.Lock, int]] = {}
 
     async def pins(self, root: PinnedDirectory, owner: str) -> tuple[PathPin, ...]:
-        lock, waiting = self._turns.get(owner, (asyncio.Lock(), 0))
-        self._turns[owner] = (lock, waiting + 1)
+        lock, users = self._turns.get(owner, (asyncio.Lock(), 0))
+        self._turns[owner] = (lock, users + 1)
         try:
-            async with lock:
-                loop = asyncio.get_running_loop()
-                return await loop.run_in_executor(_REPOSITORY_THREADS, git_pins, root)
-        finally:
-            lock, waiting = self._turns[owner]
-            if waiting == 1:
-                del self._turns[owner]
-            else:
-                self._turns[owner] = (lock, waiting - 1)
+            await lock.acquire()
+        except BaseException:
+            self._leave(owner)
+            raise
+        loop = asyncio.get_running_loop()
+        look = loop.run_in_executor(_REPOSITORY_THREADS, git_pins, root)
+        look.add_done_callback(lambda _: self._end_turn(owner, lock))
+        return await asyncio.shield(look)
+
+    def _end_turn(self, owner: str, lock: asyncio.Lock) -> None:
+        lock.release()
+        self._leave(owner)
+
+    def _leave(self, owner: str) -> None:
+        lock, users = self._turns[owner]
+        if users == 1:
+            del self._turns[owner]
+        else:
+            self._turns[owner] = (lock, users - 1)
 
 
 _turns = _OnePerPrincipal()

@@ -38,13 +38,13 @@ starve the event loop), and what parsing found is kept, within a budget, until t
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import os
 import posixpath
 import re
 import stat
 import threading
-from pathlib import Path
 
 from daemon.errors import ToolError
 from daemon.host.git_config import UnreadableConfig, config_entries
@@ -70,17 +70,29 @@ MAX_SUBMODULE_DEPTH = 8
 MAX_INCLUDE_DEPTH = 10
 """git's own limit on nested includes."""
 _GITDIR_PREFIX = "gitdir: "
+MAX_CONFIG_FILES = 64
+"""Configuration files one look reads (each once), at most: past that it is refused."""
 _COMMAND_NAMES = frozenset(
     {
-        "fsmonitor", "pager", "editor", "sshcommand", "askpass", "command", "textconv", "clean",
-        "smudge", "process", "driver", "helper", "program", "cmd", "path", "difffilter",
-        "packobjectshook", "gitproxy", "sendmailcmd", "smtpserver", "receivepack", "uploadpack",
-        "alternaterefscommand",
+        "fsmonitor", "pager", "editor", "sshcommand", "askpass", "textconv", "clean", "smudge",
+        "process", "driver", "helper", "program", "path", "difffilter", "packobjectshook",
+        "gitproxy", "smtpserver", "receivepack", "uploadpack", "external", "tunnel",
     }
 )  # fmt: skip
-"""Names of configuration variables whose value git runs (or runs a program at): a path of
-the work tree one names must exist, and is held read-only."""
-_WORDS = re.compile(r"""[\s;|&()<>`'"]+""")
+"""Names of configuration variables whose value git runs (as do those ending in `cmd` or
+`command`): each file of the work tree such a command names is held read-only, and one it would
+run that is missing is refused."""
+_INTERPRETERS = frozenset(
+    {
+        "sh", "bash", "dash", "zsh", "ksh", "fish", "python", "python2", "python3", "node",
+        "nodejs", "perl", "ruby", "php", "deno", "bun", "lua", "tclsh", "Rscript", "pwsh",
+    }
+)  # fmt: skip
+"""Programs whose first argument that is not an option is a script they run."""
+_NO_SCRIPT_OPTIONS = frozenset({"-c", "-m", "-e", "-E", "-r", "--eval", "--command"})
+"""Options after which an interpreter runs no script file (code or a module follows)."""
+_WORDS = re.compile(r"""[\s;|&()<>{}'"]+""")
+_COMPUTED = re.compile(r"[$`]")
 INDEX_CACHE_BYTES = 16 << 20
 """What the submodule paths of cached indexes may take, at most."""
 
@@ -140,6 +152,8 @@ class _Pins:
         self._configs: dict[str, list[tuple[str, str]]] = {}
         self._commons: dict[str, str | None] = {}
         """What this look already read, by path (each is needed more than once)."""
+        self._configured_files: set[tuple[str, str]] = set()
+        """Configuration files already gone through, with the work tree they were for."""
 
     def done(self) -> tuple[PathPin, ...]:
         return tuple(self._pins.values())
@@ -156,8 +170,7 @@ class _Pins:
             self._add_way(work_tree, read_only=False)
         if stat.S_ISDIR(info.st_mode):
             self._add(dot_git, info, read_only=True)
-            self._configured(work_tree, dot_git)
-            self._submodules(work_tree, dot_git, depth)
+            self._git_directory(work_tree, dot_git, depth)
             return
         if not stat.S_ISREG(info.st_mode):
             raise _refused(
@@ -168,9 +181,15 @@ class _Pins:
         git_dir = _named(self._root, self._read(dot_git), work_tree, gitfile=True)
         if git_dir is None:
             return
-        if git_dir.startswith("/") and not self._names_back(git_dir, work_tree, info):
+        if git_dir.startswith("/") and not self._names_back(git_dir, work_tree):
             raise _refused(_NOT_BACK.format(what=_name(dot_git)))
         self._hold(git_dir)
+        self._git_directory(work_tree, git_dir, depth)
+
+    def _git_directory(self, work_tree: str, git_dir: str, depth: int) -> None:
+        """Hold what the repository whose git directory is `git_dir` takes from elsewhere: its
+        common directory (git reads `commondir` in any git directory), what its configuration
+        names, its submodules."""
         common = self._common_dir(git_dir)
         if common is not None:
             self._hold(common)
@@ -186,6 +205,9 @@ class _Pins:
                 self._configuration(_join(place, name), work_tree, depth=0)
 
     def _configuration(self, path: str, work_tree: str, *, depth: int) -> None:
+        if (path, work_tree) in self._configured_files:
+            return  # included again: once is enough (attacker round 68: 20^9 includes)
+        self._configured_files.add((path, work_tree))
         for key, value in self._entries(path):
             section, name = key.partition(".")[0], key.rpartition(".")[2]
             if section in ("include", "includeif") and name == "path":
@@ -200,6 +222,8 @@ class _Pins:
         known = self._configs.get(path)
         if known is not None:
             return known
+        if len(self._configs) >= MAX_CONFIG_FILES:
+            raise _refused(f"The repository has more than {MAX_CONFIG_FILES} configuration files.")
         text = self._read(path, CONFIG_MAX_BYTES)
         try:
             entries = config_entries(text) if text is not None else []
@@ -212,7 +236,7 @@ class _Pins:
     def _included(self, path: str, value: str, work_tree: str, depth: int) -> None:
         """A file `path` includes, held read-only and read in turn when it is in the workspace
         (git skips one that is missing: the model could make it, so that is refused)."""
-        target = _resolved(self._root, posixpath.dirname(path), value)
+        target = _pathname(self._root, posixpath.dirname(path), value)
         if target is None or target.startswith("/"):
             return  # the owner's home, or elsewhere: in no container
         if depth >= MAX_INCLUDE_DEPTH:
@@ -224,7 +248,7 @@ class _Pins:
     def _hooks(self, work_tree: str, value: str) -> None:
         """The hooks directory `core.hooksPath` names, relative to the work tree: read-only
         when in the workspace."""
-        target = _resolved(self._root, work_tree, value)
+        target = _pathname(self._root, work_tree, value)
         if target is None or target.startswith("/"):
             return
         if target == "":
@@ -233,27 +257,33 @@ class _Pins:
             self._add_way(target, read_only=True)
 
     def _commands(self, work_tree: str, key: str, value: str) -> None:
-        """Each file of the workspace a configured value names by a path, read-only; for a
-        value git runs, one that is missing or a link is refused."""
-        section, name = key.partition(".")[0], key.rpartition(".")[2]
-        runs = {
-            "pager": True,  # pager.<command> = the pager to run
-            "alias": value.startswith("!"),  # a shell command; otherwise git's own
-            "submodule": name == "update" and value.startswith("!"),
-        }.get(section, name in _COMMAND_NAMES)
-        for word in _path_words(value):
+        """Each file of the work tree a configured value names, read-only. For a value git runs
+        (from the top of the work tree): one whose words are computed when it runs is refused,
+        as is a script it would run that is missing or a link (the model could make it)."""
+        if not _runs(key, value):
+            for word in _path_words(value):
+                target = _resolved(self._root, work_tree, word)
+                if target and not target.startswith("/") and not self._held(target):
+                    with contextlib.suppress(ToolError):  # not a path of the work tree
+                        info = _lstat(self._root, target)
+                        if info is not None and stat.S_ISREG(info.st_mode):
+                            self._add_file(target, f"The repository's {key}")
+            return
+        if _COMPUTED.search(value):
+            raise _refused(
+                f"The repository's {key} computes what it runs when it runs ($, `): which files "
+                "of the workspace it runs cannot be known."
+            )
+        for word, script in _command_words(value):
             target = _resolved(self._root, work_tree, word)
-            if not target or target.startswith("/") or self._held(target):
+            if target is None or target == "" or target.startswith("/") or self._held(target):
                 continue
-            try:
-                info = _lstat(self._root, target)
-            except ToolError:  # a component is a file or a link: nothing of the workspace's
-                if runs:
-                    raise
-                continue
+            info = _lstat(self._root, target)
             if info is not None and stat.S_ISREG(info.st_mode):
                 self._add_file(target, f"The repository's {key}")
-            elif runs and (info is None or stat.S_ISLNK(info.st_mode)):
+            elif (info is None and (script or "/" in word)) or (
+                info is not None and stat.S_ISLNK(info.st_mode)
+            ):
                 what = "missing (the model could make it)" if info is None else "a symbolic link"
                 raise _refused(f"The repository's {key} runs {target}, which is {what}.")
 
@@ -268,22 +298,23 @@ class _Pins:
             raise _refused(f"{named_by} names {relative}, which is {what}.")
         self._add(relative, info, read_only=True)
 
-    def _names_back(self, git_dir: str, work_tree: str, dot_git: os.stat_result) -> bool:
+    def _names_back(self, git_dir: str, work_tree: str) -> bool:
         """Whether the git directory outside, `git_dir`, is this work tree's: its `gitdir` file
-        names the work tree's `.git`, or its `core.worktree` the work tree. False too when
-        anything on the way cannot be read: why is not told (it would tell what the host
-        holds)."""
+        names the work tree's `.git`, or its `core.worktree` the work tree, in so many words
+        (compared as text: resolving them would look at the folders they pass through, as root,
+        and tell whether those exist; the workspace's path has no link, and git writes real
+        paths). False too when anything on the way cannot be read: why is not told."""
+        tree = posixpath.normpath(posixpath.join(str(self._root.path), work_tree))
         try:
             back = self._read(_join(git_dir, "gitdir"))
             if back is not None:
-                return _is(posixpath.join(git_dir, back.strip()), dot_git)
-            named = dict(self._entries(_join(git_dir, "config"))).get("core.worktree")
-            tree = _lstat(self._root, work_tree) if work_tree else os.fstat(self._root.fd)
-            return (
-                named is not None and tree is not None and _is(posixpath.join(git_dir, named), tree)
-            )
+                named, expected = back.strip(), posixpath.join(tree, GIT_DIR_NAME)
+            else:
+                named = dict(self._entries(_join(git_dir, "config"))).get("core.worktree", "")
+                expected = tree
         except ToolError:
             return False
+        return bool(named) and posixpath.normpath(posixpath.join(git_dir, named)) == expected
 
     def _common_dir(self, git_dir: str) -> str | None:
         """The directory `git_dir/commondir` names (a linked worktree's main git directory).
@@ -486,6 +517,43 @@ def _placed(root: PinnedDirectory, base: str, named: str) -> str:
     return where if inside == ".." or inside.startswith("../") else inside
 
 
+def _pathname(root: PinnedDirectory, base: str, named: str) -> str | None:
+    """A path-valued setting (core.hooksPath, include.path) as git takes it: `~` and
+    `%(prefix)/` lead elsewhere; anything else, `$` included, is a plain path."""
+    if not named or named.startswith(("~", "%(prefix)/")) or "\0" in named:
+        return None
+    return _placed(root, base, named)
+
+
+def _runs(key: str, value: str) -> bool:
+    """Whether git runs the value of `key` as a command (or a program at that path)."""
+    section, name = key.partition(".")[0], key.rpartition(".")[2]
+    return {
+        "pager": True,  # pager.<command> = the pager to run
+        "alias": value.startswith("!"),  # a shell command; otherwise git's own
+        "submodule": name == "update" and value.startswith("!"),
+    }.get(section, name in _COMMAND_NAMES or name.endswith(("cmd", "command")))
+
+
+def _command_words(value: str) -> list[tuple[str, bool]]:
+    """The words of a command that may name files of the work tree, each with whether it is a
+    script an interpreter runs (`sh strip.sh`, `python3 -u conv.py`): the program (a path, or a
+    bare name found on PATH), an option's value (`--file=x`) and every argument."""
+    words: list[tuple[str, bool]] = []
+    script_next = False
+    for raw in _WORDS.split(value.lstrip("!")):
+        if not raw:
+            continue
+        if raw.startswith("-"):
+            script_next = script_next and raw not in _NO_SCRIPT_OPTIONS
+            if "=" in raw:
+                words.append((raw.partition("=")[2], False))
+            continue
+        words.append((raw, script_next))
+        script_next = posixpath.basename(raw) in _INTERPRETERS
+    return words
+
+
 def _path_words(value: str) -> list[str]:
     """The words of a configured value that are paths (with a slash): a command's program and
     arguments, an option's value (`--file=tools/x`)."""
@@ -495,16 +563,6 @@ def _path_words(value: str) -> list[str]:
         if "/" in word:
             words.append(word)
     return words
-
-
-def _is(path: str, info: os.stat_result) -> bool:
-    """Whether `path` (a repository's own words, so followed as git follows them) names the
-    object `info` describes."""
-    try:
-        there = Path(path).stat()
-    except (OSError, ValueError):
-        return False
-    return (there.st_dev, there.st_ino) == (info.st_dev, info.st_ino)
 
 
 def _join(base: str, name: str) -> str:

@@ -142,22 +142,27 @@ def test_a_git_file_the_model_wrote_naming_host_paths_tells_nothing_of_them(
 def test_hooks_and_configuration_kept_in_the_work_tree_stay_the_owners(short_tmp: Path) -> None:
     """Attacker round 67: with `core.hooksPath = .githooks` and `include.path = ../.gitconfig`
     (what git runs, kept in the work tree), a Write of the model's there ran as root at the
-    owner's next `git status` and `git commit`."""
+    owner's next `git status` and `git commit`; round 68: a filter `sh strip.sh` too."""
     root = short_tmp / "git-hooks-path"
     root.mkdir()
     with daemon_for(root, {}) as (daemon, workspace):
         (workspace / ".githooks").mkdir()
         (workspace / ".githooks" / "pre-commit").write_text("#!/bin/sh\nexit 0\n")
         (workspace / ".gitconfig").write_text("[diff]\n\tnoprefix = true\n")
-        git(workspace, "-c", "safe.directory=*", "config", "core.hooksPath", ".githooks")
-        git(workspace, "-c", "safe.directory=*", "config", "include.path", "../.gitconfig")
+        (workspace / "strip.sh").write_text("cat\n")
+        (workspace / ".gitattributes").write_text("*.txt filter=strip\n")
+        for key, value in (("core.hooksPath", ".githooks"), ("include.path", "../.gitconfig"),
+                           ("filter.strip.clean", "sh strip.sh")):  # fmt: skip
+            git(workspace, "-c", "safe.directory=*", "config", key, value)
         for path in (workspace / ".githooks", workspace / ".githooks" / "pre-commit",
-                     workspace / ".gitconfig"):  # fmt: skip
+                     workspace / ".gitconfig", workspace / "strip.sh",
+                     workspace / ".gitattributes"):  # fmt: skip
             os.chown(path, OWNER_UID, OWNER_GID)
         marker = root / "ran"
         planted = {
             ".githooks/pre-commit": f"#!/bin/sh\ntouch {marker}\n",
             ".gitconfig": f'[core]\n\tfsmonitor = "touch {marker}; echo"\n',
+            "strip.sh": f"touch {marker}; cat\n",  # attacker round 68: `sh strip.sh`
         }
         for name, content in planted.items():
             read = daemon.execute("Read", {"file_path": str(workspace / name)})
@@ -170,6 +175,7 @@ def test_hooks_and_configuration_kept_in_the_work_tree_stay_the_owners(short_tmp
         assert "Read-only file system" in text_of(ran)
         (workspace / "a.txt").write_text("changed\n")
         git(workspace, "-c", "safe.directory=*", "status", "--short")
+        git(workspace, "-c", "safe.directory=*", "diff", "--stat")
         git(workspace, "-c", "safe.directory=*", "-c", "user.name=o", "-c", "user.email=o@o",
             "commit", "-qam", "owner")  # fmt: skip
         assert not marker.exists()

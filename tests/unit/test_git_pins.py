@@ -560,3 +560,147 @@ def test_a_configuration_git_cannot_read_is_refused(workspace: Path) -> None:
         config.write('[core]\n\thooksPath = "open\n')
     with pytest.raises(ToolError, match="configuration"):
         pins_of(workspace)
+
+
+def test_includes_are_read_once_each_however_often_they_are_included(workspace: Path) -> None:
+    """Attacker round 68: each of nine files including the next twenty times had the daemon
+    parse 20^9 files: both repository threads spun for ever, and every tenant's sandboxed calls
+    waited. Each file is read once per look, and a look reads a bounded amount."""
+    import threading
+
+    run_git(workspace, "init", "-q")
+    with (workspace / ".git" / "config").open("a") as config:
+        config.write("[include]\n" + "\tpath = ../i0\n" * 20)
+    for n in range(8):
+        (workspace / f"i{n}").write_text("[include]\n" + f"\tpath = i{n + 1}\n" * 20)
+    (workspace / "i8").write_text("[diff]\n\tnoprefix\n")
+    found: list[object] = []
+    look = threading.Thread(target=lambda: found.append(pins_of(workspace)), daemon=True)
+    look.start()
+    look.join(120)
+    assert not look.is_alive(), "the look did not end"
+    pinned = {Path(p.path).name for p in found[0]}  # type: ignore[attr-defined]
+    assert pinned == {".git", *(f"i{n}" for n in range(9))}
+
+
+def test_too_much_configuration_is_refused(workspace: Path) -> None:
+    run_git(workspace, "init", "-q")
+    with (workspace / ".git" / "config").open("a") as config:
+        config.write("[include]\n" + "".join(f"\tpath = ../c{n}\n" for n in range(100)))
+    for n in range(100):
+        (workspace / f"c{n}").write_text("[diff]\n\tnoprefix\n")
+    with pytest.raises(ToolError, match="configuration files"):
+        pins_of(workspace)
+
+
+@pytest.mark.parametrize(
+    ("key", "value", "script"),
+    [
+        ("filter.strip.clean", "sh strip.sh", "strip.sh"),
+        ("diff.conv.textconv", "python3 -u conv.py", "conv.py"),
+        ("alias.lint", "!node lint.js --fix", "lint.js"),
+        ("diff.external", "tools/d", "tools/d"),
+        ("sendemail.tocmd", "./to", "to"),
+    ],
+)
+def test_a_script_a_configured_command_runs_is_held_or_refused(
+    workspace: Path, key: str, value: str, script: str
+) -> None:
+    """Attacker round 68: `sh strip.sh` (no slash) named a work-tree script that was neither
+    held nor refused, and git ran the model's version at the owner's next diff."""
+    configured(workspace, (key, value))
+    with pytest.raises(ToolError, match=script.rpartition("/")[2]):
+        pins_of(workspace)  # missing: the model could make it
+    (workspace / script).parent.mkdir(exist_ok=True)
+    (workspace / script).write_text("#!/bin/sh\n")
+    assert pin(workspace / script) in pins_of(workspace)
+
+
+@pytest.mark.parametrize(
+    ("key", "value"),
+    [
+        ("alias.release", '!"$(git rev-parse --show-toplevel)/scripts/release.sh"'),
+        ("filter.x.smudge", "sh $PWD/x.sh"),
+        ("core.pager", "`cat p`"),
+    ],
+)
+def test_a_configured_command_whose_words_are_computed_is_refused(
+    workspace: Path, key: str, value: str
+) -> None:
+    configured(workspace, (key, value))
+    with pytest.raises(ToolError, match="computes"):
+        pins_of(workspace)
+
+
+def test_a_hooks_path_with_a_dollar_is_a_folder_of_the_work_tree(workspace: Path) -> None:
+    """git does not expand variables in core.hooksPath: `$HOME/hooks` is a folder the model
+    could make."""
+    configured(workspace, ("core.hooksPath", "$HOME/hooks"))
+    with pytest.raises(ToolError, match=r"\$HOME"):
+        pins_of(workspace)
+
+
+def test_a_back_reference_tells_nothing_of_the_folders_it_passes(
+    workspace: Path, tmp_path: Path
+) -> None:
+    """Attacker round 68: a `gitdir` back-reference through `<probe>/..` was resolved by the
+    kernel, as root: the call ran only when the probed folder existed."""
+    other = tmp_path / "other"
+    (other / "g").mkdir(parents=True)
+    (tmp_path / "probe").mkdir()
+    (workspace / ".git").write_text(f"gitdir: {other}/g\n")
+    outcomes = []
+    for probe in ("probe", "missing"):
+        (other / "g" / "gitdir").write_text(f"{tmp_path}/{probe}/../{workspace.name}/.git\n")
+        try:
+            outcomes.append(repr(pins_of(workspace)))
+        except ToolError as exc:
+            outcomes.append(str(exc))
+    assert outcomes[0] == outcomes[1]
+
+
+async def test_a_cancelled_call_keeps_its_principals_turn_until_its_look_ends(
+    tmp_path: Path,
+) -> None:
+    """Attacker round 68: a call cancelled by its deadline gave up its principal's turn while
+    its look still ran, so the principal's next call took the second repository thread."""
+    import asyncio
+    import threading
+
+    from daemon.app import sandbox as module
+    from daemon.sessions.session import Session
+    from sandbox.backend import SandboxLimits
+
+    release = threading.Event()
+    looking = 0
+    most = 0
+
+    def slow(pinned: PinnedDirectory) -> tuple[PathPin, ...]:
+        nonlocal looking, most
+        looking += 1
+        most = max(most, looking)
+        release.wait(60)
+        looking -= 1
+        return git_pins(pinned)
+
+    ws = tmp_path / "ws"
+    (ws / ".git").mkdir(parents=True)
+    session = Session(id="s", workspace=ws, owner="mallory", root=PinnedDirectory.pin(ws))
+    try:
+        with pytest.MonkeyPatch.context() as patch:
+            patch.setattr("daemon.app.sandbox.git_pins", slow)
+            first = asyncio.create_task(module._spec(session, SandboxLimits()))
+            await asyncio.sleep(0.2)
+            first.cancel()
+            await asyncio.gather(first, return_exceptions=True)
+            second = asyncio.create_task(module._spec(session, SandboxLimits()))
+            await asyncio.sleep(0.3)
+            assert most == 1 and not second.done()
+            release.set()
+            spec = await asyncio.wait_for(second, 30)
+    finally:
+        release.set()
+        assert session.root is not None
+        session.root.close()
+    assert spec.git_pins == (pin(ws / ".git"),)
+    assert most == 1
