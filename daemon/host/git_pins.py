@@ -40,6 +40,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import itertools
 import os
 import posixpath
 import re
@@ -82,15 +83,18 @@ _COMMAND_NAMES = frozenset(
 """Names of configuration variables whose value git runs (as do those ending in `cmd` or
 `command`): each file of the work tree such a command names is held read-only, and one it would
 run that is missing is refused."""
-_INTERPRETERS = frozenset(
-    {
-        "sh", "bash", "dash", "zsh", "ksh", "fish", "python", "python2", "python3", "node",
-        "nodejs", "perl", "ruby", "php", "deno", "bun", "lua", "tclsh", "Rscript", "pwsh",
-    }
-)  # fmt: skip
-"""Programs whose first argument that is not an option is a script they run."""
-_NO_SCRIPT_OPTIONS = frozenset({"-c", "-m", "-e", "-E", "-r", "--eval", "--command"})
-"""Options after which an interpreter runs no script file (code or a module follows)."""
+_INTERPRETER = re.compile(
+    r"(?:sh|bash|dash|zsh|ksh|fish|pwsh|tclsh|Rscript|deno|bun|tsx|ts-node"
+    r"|python|node|nodejs|perl|ruby|php|lua)[0-9.]*"
+)
+"""Programs whose first argument that is not an option is a script they run (a version in the
+name included: python3.11, node20)."""
+_CODE_OPTIONS = {"-c": None, "-m": None, "--eval": None, "--command": None, "-e": "nodeperlruby"}
+"""Options after which an interpreter runs code or a module, not a script file (`-e` only for
+those named: for a shell it means "stop at the first error")."""
+_VALUE_OPTIONS = frozenset({"-X", "-W", "-r", "--require", "-I", "--import", "--loader", "-f"})
+"""Options that take the next word as their value (a module, a file), not a script."""
+MAX_HOOK_ENTRIES = 4096
 _WORDS = re.compile(r"""[\s;|&()<>{}'"]+""")
 _COMPUTED = re.compile(r"[$`]")
 INDEX_CACHE_BYTES = 16 << 20
@@ -193,6 +197,9 @@ class _Pins:
         common = self._common_dir(git_dir)
         if common is not None:
             self._hold(common)
+        hooks = _join(common or git_dir, "hooks")
+        if not hooks.startswith("/"):
+            self._hook_directory(hooks)
         self._configured(work_tree, git_dir)
         self._submodules(work_tree, git_dir, depth)
 
@@ -209,13 +216,17 @@ class _Pins:
             return  # included again: once is enough (attacker round 68: 20^9 includes)
         self._configured_files.add((path, work_tree))
         for key, value in self._entries(path):
-            section, name = key.partition(".")[0], key.rpartition(".")[2]
-            if section in ("include", "includeif") and name == "path":
-                self._included(path, value, work_tree, depth)
-            elif key == "core.hookspath":
-                self._hooks(work_tree, value)
-            else:
-                self._commands(work_tree, key, value)
+            self._entry(posixpath.dirname(path), work_tree, key, value, depth=depth)
+
+    def _entry(self, base: str, work_tree: str, key: str, value: str, *, depth: int) -> None:
+        """One configuration entry, of a file in `base` (where its includes are relative to)."""
+        section, name = key.partition(".")[0], key.rpartition(".")[2]
+        if section in ("include", "includeif") and name == "path":
+            self._included(base, value, work_tree, depth)
+        elif key == "core.hookspath":
+            self._hooks(work_tree, value)
+        else:
+            self._commands(work_tree, key, value)
 
     def _entries(self, path: str) -> list[tuple[str, str]]:
         """The entries of a configuration file ([] when it does not exist)."""
@@ -233,16 +244,18 @@ class _Pins:
         self._configs[path] = entries
         return entries
 
-    def _included(self, path: str, value: str, work_tree: str, depth: int) -> None:
-        """A file `path` includes, held read-only and read in turn when it is in the workspace
-        (git skips one that is missing: the model could make it, so that is refused)."""
-        target = _pathname(self._root, posixpath.dirname(path), value)
+    def _included(self, base: str, value: str, work_tree: str, depth: int) -> None:
+        """A file a configuration in `base` includes, held read-only and read in turn when it
+        is in the workspace (git skips one that is missing: the model could make it, so that is
+        refused)."""
+        target = _pathname(self._root, base, value)
         if target is None or target.startswith("/"):
             return  # the owner's home, or elsewhere: in no container
         if depth >= MAX_INCLUDE_DEPTH:
-            raise _refused(f"{_name(path)} includes files more than {MAX_INCLUDE_DEPTH} deep.")
-        if not self._held(target):
-            self._add_file(target, f"{_name(path)} includes {target}")
+            raise _refused(
+                f"Configuration files include others more than {MAX_INCLUDE_DEPTH} deep."
+            )
+        self._add_file(target, f"The repository's configuration (include.path {value})")
         self._configuration(target, work_tree, depth=depth + 1)
 
     def _hooks(self, work_tree: str, value: str) -> None:
@@ -253,13 +266,15 @@ class _Pins:
             return
         if target == "":
             raise _refused("The repository's core.hooksPath is the workspace itself.")
-        if not self._held(target):
-            self._add_way(target, read_only=True)
+        self._hook_directory(target)
 
     def _commands(self, work_tree: str, key: str, value: str) -> None:
         """Each file of the work tree a configured value names, read-only. For a value git runs
         (from the top of the work tree): one whose words are computed when it runs is refused,
-        as is a script it would run that is missing or a link (the model could make it)."""
+        as is a script it would run that is missing or a link (the model could make it). What
+        it gives git with `-c key=value` is configuration too."""
+        for option_key, option_value in _git_options(value):
+            self._entry(work_tree, work_tree, option_key, option_value, depth=0)
         if not _runs(key, value):
             for word in _path_words(value):
                 target = _resolved(self._root, work_tree, word)
@@ -276,9 +291,9 @@ class _Pins:
             )
         for word, script in _command_words(value):
             target = _resolved(self._root, work_tree, word)
-            if target is None or target == "" or target.startswith("/") or self._held(target):
+            if target is None or target == "" or target.startswith("/"):
                 continue
-            info = _lstat(self._root, target)
+            info = _lstat(self._root, target)  # a link on the way is refused, held or not
             if info is not None and stat.S_ISREG(info.st_mode):
                 self._add_file(target, f"The repository's {key}")
             elif (info is None and (script or "/" in word)) or (
@@ -288,15 +303,49 @@ class _Pins:
                 raise _refused(f"The repository's {key} runs {target}, which is {what}.")
 
     def _add_file(self, relative: str, named_by: str) -> None:
-        """A file held read-only, each directory on its way pinned writable."""
-        parent = posixpath.dirname(relative)
-        if parent:
-            self._add_way(parent, read_only=False)
+        """A file held read-only, each directory on its way pinned writable (already held when
+        it lies in a directory held read-only; a link on its way is refused either way)."""
         info = _lstat(self._root, relative)
         if info is None or not stat.S_ISREG(info.st_mode):
             what = "missing (the model could make it)" if info is None else "not a regular file"
             raise _refused(f"{named_by} names {relative}, which is {what}.")
+        if self._held(relative):
+            return
+        parent = posixpath.dirname(relative)
+        if parent:
+            self._add_way(parent, read_only=False)
         self._add(relative, info, read_only=True)
+
+    def _hook_directory(self, hooks: str, *, links: int = 0) -> None:
+        """A hooks directory of the workspace held read-only, and what git would follow from
+        it: the directory itself a link (`.git/hooks -> ../githooks`), or hooks that are links
+        (`pre-commit -> ../../scripts/pre-commit.sh`), their targets in the workspace held
+        read-only too; one missing is refused (attacker round 69)."""
+        link = _link_text(self._root, hooks)
+        if link is not None:
+            target = _placed(self._root, posixpath.dirname(hooks), link)
+            if target.startswith("/"):
+                return  # elsewhere: in no container
+            if links >= 8 or target == "":
+                raise _refused(
+                    f"The repository's hooks directory {hooks} is a link git cannot use."
+                )
+            self._hook_directory(target, links=links + 1)
+            return
+        info = _lstat(self._root, hooks)
+        if info is None or not stat.S_ISDIR(info.st_mode):
+            if info is not None or self._held(hooks):
+                return  # not a directory git runs anything from, or none can be made there
+            raise _refused(
+                f"The repository's hooks directory {hooks} is missing (the model could make it)."
+            )
+        if not self._held(hooks):
+            self._add_way(hooks, read_only=True)
+        for name in _linked_entries(self._root, hooks):
+            entry = _join(hooks, name)
+            target = _placed(self._root, hooks, _link_text(self._root, entry) or "")
+            if not target.startswith("/"):
+                self._add_file(target, f"The hook {entry} (a link)")
 
     def _names_back(self, git_dir: str, work_tree: str) -> bool:
         """Whether the git directory outside, `git_dir`, is this work tree's: its `gitdir` file
@@ -538,20 +587,48 @@ def _runs(key: str, value: str) -> bool:
 def _command_words(value: str) -> list[tuple[str, bool]]:
     """The words of a command that may name files of the work tree, each with whether it is a
     script an interpreter runs (`sh strip.sh`, `python3 -u conv.py`): the program (a path, or a
-    bare name found on PATH), an option's value (`--file=x`) and every argument."""
+    bare name found on PATH), an option's value (`--file=x`, `-fx`, `-I x`) and every
+    argument."""
     words: list[tuple[str, bool]] = []
-    script_next = False
+    interpreter = ""
+    value_next = False
     for raw in _WORDS.split(value.lstrip("!")):
         if not raw:
             continue
-        if raw.startswith("-"):
-            script_next = script_next and raw not in _NO_SCRIPT_OPTIONS
+        if value_next:
+            words.append((raw, False))
+            value_next = False
+            continue
+        if raw.startswith("-") and len(raw) > 1:
+            code = _CODE_OPTIONS.get(raw, "")
+            if code is None or (code and interpreter.rstrip("0123456789.") in code):
+                interpreter = ""  # code or a module follows: no script
+            value_next = raw in _VALUE_OPTIONS
             if "=" in raw:
                 words.append((raw.partition("=")[2], False))
+            elif not raw.startswith("--") and len(raw) > 2:
+                words.append((raw[2:], False))  # a value attached to its option: -fci.mk
             continue
-        words.append((raw, script_next))
-        script_next = posixpath.basename(raw) in _INTERPRETERS
+        words.append((raw, bool(interpreter)))
+        program = posixpath.basename(raw)
+        interpreter = program if _INTERPRETER.fullmatch(program) else ""
     return words
+
+
+def _git_options(value: str) -> list[tuple[str, str]]:
+    """The `-c key=value` settings a command gives git (an alias's own, or `!git -c ...`): git
+    takes them as configuration of its own."""
+    words = [w for w in _WORDS.split(value) if w]
+    found = []
+    for option, setting in itertools.pairwise(words):
+        key, equals, setting_value = setting.partition("=")
+        if option == "-c" and equals and "." in key:
+            section, _, rest = key.partition(".")
+            middle, _, name = rest.rpartition(".")
+            found.append(
+                (".".join(p for p in (section.lower(), middle, name.lower()) if p), setting_value)
+            )
+    return found
 
 
 def _path_words(value: str) -> list[str]:
@@ -584,6 +661,41 @@ def _lstat(root: PinnedDirectory, relative: str) -> os.stat_result | None:
         return None
     except OSError as exc:
         raise _refused(_why(relative, exc)) from exc
+    finally:
+        os.close(fd)
+
+
+def _link_text(root: PinnedDirectory, relative: str) -> str | None:
+    """What the link at `relative` says (None: it is not a link, or is missing)."""
+    parent, _, name = relative.rpartition("/")
+    try:
+        fd = root.open_beneath(parent, os.O_PATH | os.O_DIRECTORY)
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        raise _refused(_why(relative, exc)) from exc
+    try:
+        return os.readlink(name, dir_fd=fd)
+    except OSError as exc:
+        if exc.errno in (errno.EINVAL, errno.ENOENT):
+            return None
+        raise _refused(_why(relative, exc)) from exc
+    finally:
+        os.close(fd)
+
+
+def _linked_entries(root: PinnedDirectory, directory: str) -> list[str]:
+    """The names of the links in a directory of the workspace."""
+    fd = root.open_beneath(directory, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        with os.scandir(fd) as entries:
+            names = []
+            for count, entry in enumerate(entries):
+                if count >= MAX_HOOK_ENTRIES:
+                    raise _refused(f"{directory} holds more than {MAX_HOOK_ENTRIES} entries.")
+                if entry.is_symlink():
+                    names.append(entry.name)
+            return names
     finally:
         os.close(fd)
 

@@ -6,6 +6,7 @@ are tested against the real engine in tests/integration."""
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 from pathlib import Path
 
@@ -704,3 +705,69 @@ async def test_a_cancelled_call_keeps_its_principals_turn_until_its_look_ends(
         session.root.close()
     assert spec.git_pins == (pin(ws / ".git"),)
     assert most == 1
+
+
+def test_a_hook_that_is_a_link_into_the_work_tree_holds_its_target(workspace: Path) -> None:
+    """Attacker round 69: `.git/hooks/pre-commit -> ../../scripts/pre-commit.sh` (a common way
+    to share hooks) ran a work-tree file git followed the link to, which the model rewrote."""
+    run_git(workspace, "init", "-q")
+    (workspace / "scripts").mkdir()
+    (workspace / "scripts" / "pre-commit.sh").write_text("#!/bin/sh\n")
+    (workspace / ".git" / "hooks" / "pre-commit").symlink_to("../../scripts/pre-commit.sh")
+    (workspace / ".git" / "hooks" / "outside").symlink_to("/usr/bin/true")
+    pins = {Path(p.path).relative_to(workspace).as_posix(): p.read_only for p in pins_of(workspace)}
+    assert pins == {".git": True, "scripts": False, "scripts/pre-commit.sh": True}
+    (workspace / ".git" / "hooks" / "post-checkout").symlink_to("../../scripts/missing")
+    with pytest.raises(ToolError, match="scripts/missing"):
+        pins_of(workspace)
+
+
+def test_a_hooks_directory_that_is_a_link_into_the_work_tree_is_held(workspace: Path) -> None:
+    """Attacker round 69: `.git/hooks -> ../githooks`: the model rewrote and added hooks."""
+    run_git(workspace, "init", "-q")
+    shutil.rmtree(workspace / ".git" / "hooks")
+    (workspace / "githooks").mkdir()
+    (workspace / ".git" / "hooks").symlink_to("../githooks")
+    pins = {Path(p.path).relative_to(workspace).as_posix(): p.read_only for p in pins_of(workspace)}
+    assert pins == {".git": True, "githooks": True}
+
+
+def test_a_command_naming_a_path_through_a_link_in_the_repository_is_refused(
+    workspace: Path,
+) -> None:
+    """Attacker round 69: `!.git/tools/t.sh` with `.git/tools -> ../tools` was skipped as held."""
+    configured(workspace, ("alias.t", "!.git/tools/t.sh"))
+    (workspace / "tools").mkdir()
+    (workspace / "tools" / "t.sh").write_text("#!/bin/sh\n")
+    (workspace / ".git" / "tools").symlink_to("../tools")
+    with pytest.raises(ToolError, match="symbolic link"):
+        pins_of(workspace)
+
+
+@pytest.mark.parametrize(
+    ("key", "value", "script"),
+    [
+        ("alias.dft", "-c diff.external=tools/difft diff", "tools/difft"),
+        ("alias.ci", "-c core.hooksPath=githooks commit", "githooks"),
+        ("alias.fmt", "!sh -e format.sh", "format.sh"),
+        ("alias.ci2", "!make -fci.mk", "ci.mk"),
+        ("alias.py", "!python3.11 -X dev tool.py", "tool.py"),
+        ("alias.rb", "!env FOO=1 ruby run.rb", "run.rb"),
+    ],
+)
+def test_what_a_command_runs_is_found_in_forms_the_splitter_missed(
+    workspace: Path, key: str, value: str, script: str
+) -> None:
+    """Attacker round 69: git's own `-c key=value` in an alias, `sh -e x.sh` (-e is not code
+    for sh), an option's attached value (`-fci.mk`) and interpreters with a version."""
+    configured(workspace, (key, value))
+    if script != "ci.mk":  # an attached value is held when it exists, like any argument
+        with pytest.raises(ToolError, match=script):
+            pins_of(workspace)
+    path = workspace / script
+    if script == "githooks":
+        path.mkdir()
+    else:
+        path.parent.mkdir(exist_ok=True)
+        path.write_text("#!/bin/sh\n")
+    assert pin(path) in pins_of(workspace)
