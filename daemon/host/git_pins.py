@@ -46,6 +46,7 @@ import posixpath
 import re
 import stat
 import threading
+from pathlib import Path
 
 from daemon.errors import ToolError
 from daemon.host.git_config import UnreadableConfig, config_entries
@@ -141,8 +142,26 @@ def git_pins(root: PinnedDirectory) -> tuple[PathPin, ...]:
             run, since the sandbox could not hold it read-only.
     """
     pins = _Pins(root)
+    enclosing = _enclosing_work_tree(root)
+    if enclosing is not None:
+        pins.enclosing(enclosing)
     pins.repository("", depth=0)
     return pins.done()
+
+
+def _enclosing_work_tree(root: PinnedDirectory) -> str | None:
+    """The nearest folder above the workspace with a `.git`: the repository git run in the
+    workspace finds when the workspace has none (and whose configuration still applies to the
+    workspace's files when it has one)."""
+    here = str(root.path)
+    while here != "/":
+        here = posixpath.dirname(here)
+        try:
+            os.lstat(posixpath.join(here, GIT_DIR_NAME))
+        except OSError:
+            continue
+        return here
+    return None
 
 
 class _Pins:
@@ -158,6 +177,9 @@ class _Pins:
         """What this look already read, by path (each is needed more than once)."""
         self._configured_files: set[tuple[str, str]] = set()
         """Configuration files already gone through, with the work tree they were for."""
+        self._trusted: list[str] = []
+        """Git directories outside whose files are read whoever owns them: found above the
+        workspace, not named by anything the model could write."""
 
     def done(self) -> tuple[PathPin, ...]:
         return tuple(self._pins.values())
@@ -190,6 +212,21 @@ class _Pins:
         self._hold(git_dir)
         self._git_directory(work_tree, git_dir, depth)
 
+    def enclosing(self, work_tree: str) -> None:
+        """Hold what the repository whose work tree `work_tree` lies above the workspace names
+        inside it: its configuration's hooks, includes and scripts, its hooks' links, its
+        submodules (attacker round 69: a session on a folder of a repository wrote the script
+        the repository's alias runs). Only a `.git` directory is followed there."""
+        dot_git = posixpath.join(work_tree, GIT_DIR_NAME)
+        if not stat.S_ISDIR(os.lstat(dot_git).st_mode):
+            raise _refused(
+                f"The workspace lies inside a repository ({work_tree}) whose .git is not a "
+                "directory (a linked worktree's, a submodule's), which the daemon does not "
+                "follow. Open the session at that repository's root."
+            )
+        self._trusted.append(dot_git)
+        self._git_directory(work_tree, dot_git, depth=0)
+
     def _git_directory(self, work_tree: str, git_dir: str, depth: int) -> None:
         """Hold what the repository whose git directory is `git_dir` takes from elsewhere: its
         common directory (git reads `commondir` in any git directory), what its configuration
@@ -198,7 +235,9 @@ class _Pins:
         if common is not None:
             self._hold(common)
         hooks = _join(common or git_dir, "hooks")
-        if not hooks.startswith("/"):
+        if hooks.startswith("/"):
+            self._outside_hooks(hooks)
+        else:
             self._hook_directory(hooks)
         self._configured(work_tree, git_dir)
         self._submodules(work_tree, git_dir, depth)
@@ -347,6 +386,36 @@ class _Pins:
             if not target.startswith("/"):
                 self._add_file(target, f"The hook {entry} (a link)")
 
+    def _outside_hooks(self, hooks: str) -> None:
+        """A hooks directory outside the workspace is in no container, but a link there (or
+        the directory itself a link) may lead git into the workspace: what it leads to there is
+        held."""
+        try:
+            target: str | None = str(Path(hooks).readlink())
+        except OSError:
+            target = None
+        if target is not None:
+            inside = _placed(self._root, posixpath.dirname(hooks), target)
+            if not inside.startswith("/"):
+                self._hook_directory(inside)
+            return
+        try:
+            fd = openat2(
+                AT_FDCWD,
+                hooks,
+                os.O_RDONLY | os.O_DIRECTORY,
+                RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS,
+            )
+        except OSError:
+            return  # none (or not reachable without a link): git runs nothing from there
+        try:
+            for name in _links_at(fd, hooks):
+                inside = _placed(self._root, hooks, os.readlink(name, dir_fd=fd))
+                if not inside.startswith("/"):
+                    self._add_file(inside, f"The hook {hooks}/{name} (a link)")
+        finally:
+            os.close(fd)
+
     def _names_back(self, git_dir: str, work_tree: str) -> bool:
         """Whether the git directory outside, `git_dir`, is this work tree's: its `gitdir` file
         names the work tree's `.git`, or its `core.worktree` the work tree, in so many words
@@ -398,7 +467,11 @@ class _Pins:
                 or not path.isprintable()  # also bytes that are not UTF-8 (no mount names them)
             ):
                 raise _refused(f"The index of {git_dir} records a submodule at {path!r}.")
-            self.repository(_join(work_tree, path), depth=depth + 1)
+            inside = _placed(self._root, work_tree, path) if work_tree.startswith("/") else None
+            if inside is None:
+                self.repository(_join(work_tree, path), depth=depth + 1)
+            elif inside and not inside.startswith("/"):  # a repository above's, in here
+                self.repository(inside, depth=depth + 1)
 
     def _held(self, relative: str) -> bool:
         """Whether `relative` lies in a directory already held read-only as a whole."""
@@ -511,7 +584,8 @@ class _Pins:
             return None
         except OSError as exc:
             raise _refused(_why(path, exc)) from exc
-        if os.fstat(fd).st_uid != self._root.uid:
+        trusted = any(path.startswith(f"{place}/") for place in self._trusted)
+        if os.fstat(fd).st_uid != self._root.uid and not trusted:
             os.close(fd)
             raise _refused(_OUTSIDE_UNREADABLE)
         return fd
@@ -688,16 +762,21 @@ def _linked_entries(root: PinnedDirectory, directory: str) -> list[str]:
     """The names of the links in a directory of the workspace."""
     fd = root.open_beneath(directory, os.O_RDONLY | os.O_DIRECTORY)
     try:
-        with os.scandir(fd) as entries:
-            names = []
-            for count, entry in enumerate(entries):
-                if count >= MAX_HOOK_ENTRIES:
-                    raise _refused(f"{directory} holds more than {MAX_HOOK_ENTRIES} entries.")
-                if entry.is_symlink():
-                    names.append(entry.name)
-            return names
+        return _links_at(fd, directory)
     finally:
         os.close(fd)
+
+
+def _links_at(fd: int, directory: str) -> list[str]:
+    """The names of the links in the directory open as `fd`."""
+    with os.scandir(fd) as entries:
+        names = []
+        for count, entry in enumerate(entries):
+            if count >= MAX_HOOK_ENTRIES:
+                raise _refused(f"{_name(directory)} holds more than {MAX_HOOK_ENTRIES} entries.")
+            if entry.is_symlink():
+                names.append(entry.name)
+        return names
 
 
 def _name(path: str) -> str:

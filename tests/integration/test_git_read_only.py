@@ -181,6 +181,53 @@ def test_hooks_and_configuration_kept_in_the_work_tree_stay_the_owners(short_tmp
         assert not marker.exists()
 
 
+def test_a_workspace_inside_a_repository_cannot_rewrite_what_that_repository_runs(
+    short_tmp: Path,
+) -> None:
+    """Attacker round 69: a session on a folder of a repository wrote the script that
+    repository's alias runs (git run there finds the repository above); and a hook that is a
+    link into the work tree ran the model's rewrite of its target."""
+    root = short_tmp / "git-enclosing"
+    root.mkdir()
+    outer = root / "outer"
+    outer.mkdir()
+    committed_repository(outer, (0, 0))
+    workspace = outer / "inner"
+    workspace.mkdir()
+    marker = root / "ran"
+    for name in ("t.sh", "hook.sh"):
+        (workspace / name).write_text("exit 0\n")
+    git(outer, "config", "alias.t", "!sh inner/t.sh")
+    (outer / ".git" / "hooks" / "pre-commit").symlink_to("../../inner/hook.sh")
+    for path in (workspace, workspace / "t.sh", workspace / "hook.sh"):
+        os.chown(path, OWNER_UID, OWNER_GID)
+    with running_daemon(
+        workspace, root / "d.sock", opa={"policies_dir": str(policies_for(root, {}))}
+    ) as daemon:
+        if daemon.daemon.sandbox is None or daemon.daemon.sandbox.stats() is None:
+            pytest.skip("no Docker engine answers")
+        for name in ("t.sh", "hook.sh"):
+            path = str(workspace / name)
+            assert not daemon.execute("Read", {"file_path": path}).result.is_error
+            wrote = daemon.execute("Write", {"file_path": path, "content": f"touch {marker}\n"})
+            assert wrote.result.is_error and "kept read-only" in text_of(wrote), text_of(wrote)
+    git(outer, "t")
+    os.chmod(workspace / "hook.sh", 0o755)
+    git(
+        outer,
+        "-c",
+        "user.name=o",
+        "-c",
+        "user.email=o@o",
+        "commit",
+        "-q",
+        "--allow-empty",
+        "-m",
+        "o",
+    )
+    assert not marker.exists()
+
+
 def test_a_repository_made_in_a_fresh_session_workspace_does_not_stop_its_calls(
     short_tmp: Path,
 ) -> None:

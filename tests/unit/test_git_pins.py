@@ -771,3 +771,51 @@ def test_what_a_command_runs_is_found_in_forms_the_splitter_missed(
         path.parent.mkdir(exist_ok=True)
         path.write_text("#!/bin/sh\n")
     assert pin(path) in pins_of(workspace)
+
+
+def test_a_workspace_inside_a_repository_holds_what_that_repository_names_in_it(
+    tmp_path: Path,
+) -> None:
+    """Attacker round 69: a session opened on a folder of a repository (`ws2/tools`) wrote the
+    script the repository's alias runs (`!tools/t.sh`): git run there finds the repository
+    above, and the daemon only looked for a `.git` in the workspace itself."""
+    outer = tmp_path / "outer"
+    outer.mkdir()
+    run_git(outer, "init", "-q")
+    run_git(outer, "config", "alias.t", "!tools/t.sh")
+    run_git(outer, "config", "alias.u", "!other/u.sh")  # outside the workspace: in no container
+    workspace = outer / "tools"
+    workspace.mkdir()
+    with pytest.raises(ToolError, match=r"t\.sh"):
+        pins_of(workspace)  # missing: the model could make it
+    (workspace / "t.sh").write_text("#!/bin/sh\n")
+    assert pins_of(workspace) == (pin(workspace / "t.sh"),)
+    # A repository the model makes in the workspace is held too, with the one above.
+    (workspace / ".git").mkdir()
+    assert set(pins_of(workspace)) == {pin(workspace / "t.sh"), pin(workspace / ".git")}
+
+
+def test_a_workspace_inside_a_repository_holds_its_submodules_and_hook_links(
+    with_submodules: Path,
+) -> None:
+    (with_submodules / "scripts").mkdir()
+    (with_submodules / "vendor" / "hook.sh").write_text("#!/bin/sh\n")
+    (with_submodules / ".git" / "hooks" / "pre-push").symlink_to("../../vendor/hook.sh")
+    workspace = with_submodules / "vendor"
+    pins = {Path(p.path).relative_to(workspace).as_posix(): p.read_only for p in pins_of(workspace)}
+    assert pins == {
+        "lib": False,
+        "lib/.git": True,
+        "lib/inner": False,
+        "lib/inner/.git": True,
+        "hook.sh": True,
+    }
+
+
+def test_an_enclosing_repository_whose_git_is_a_file_is_refused(tmp_path: Path) -> None:
+    """A `.git` file above the workspace names a git directory anywhere: not followed."""
+    outer = tmp_path / "outer"
+    (outer / "ws").mkdir(parents=True)
+    (outer / ".git").write_text(f"gitdir: {tmp_path}/elsewhere\n")
+    with pytest.raises(ToolError, match="lies inside a repository"):
+        pins_of(outer / "ws")
