@@ -11,11 +11,18 @@ The repository is what the owner's git on the host reads when run at the workspa
   `.git` can be put there; recursively, through each submodule's own index;
 - what each repository's configuration names in the workspace that git runs or reads as
   configuration (attacker round 67: husky's `core.hooksPath = .husky/_`, a shared
-  `include.path = ../.gitconfig`): the hooks directory and each included file (recursively)
-  read-only, and each file a configured command names by a path (`filter.x.clean = tools/clean
-  %f`, `alias.t = !scripts/t`); one that is missing is refused (the model could make it). What
-  such a program reads in turn (its modules, other scripts) is not known here, nor what the
-  global and system configuration of whoever runs git names.
+  `include.path = ../.gitconfig`): the hooks directory and each included file (recursively, each
+  once) read-only, and each file a configured command names (`filter.x.clean = tools/clean %f`,
+  `alias.t = !scripts/t`, the script of `sh strip.sh`, git's own `-c key=value`); one it would
+  run that is missing is refused (the model could make it), as is a command that computes its
+  words when it runs (`$(...)`, `$VAR`). What such a program reads in turn (its modules, other
+  scripts) is not known here, nor what the global and system configuration of whoever runs git
+  names;
+- what git follows through links from a hooks directory (round 69): a hook linked to a
+  work-tree script, `.git/hooks` itself a link to a work-tree folder;
+- when the workspace is a folder of a larger repository (git run there finds the repository
+  above), what that repository names inside the workspace, the same way; its `.git` must be a
+  directory, whose files are read whoever owns them (nothing the model writes named them).
 A pinned directory deeper than the root's children gets each directory on its way pinned too
 (mounted over itself, writable): a mount point cannot be renamed, so no ancestor can be moved
 aside and replaced with one holding another repository.
