@@ -51,9 +51,9 @@ import itertools
 import os
 import posixpath
 import re
+import shlex
 import stat
 import threading
-from pathlib import Path
 
 from daemon.errors import ToolError
 from daemon.host.git_config import UnreadableConfig, config_entries
@@ -105,6 +105,7 @@ _VALUE_OPTIONS = frozenset({"-X", "-W", "-r", "--require", "-I", "--import", "--
 MAX_HOOK_ENTRIES = 4096
 _WORDS = re.compile(r"""[\s;|&()<>{}'"]+""")
 _COMPUTED = re.compile(r"[$`]")
+_OPERATORS = "();<>|&"
 INDEX_CACHE_BYTES = 16 << 20
 """What the submodule paths of cached indexes may take, at most."""
 
@@ -159,15 +160,17 @@ def git_pins(root: PinnedDirectory) -> tuple[PathPin, ...]:
 def _enclosing_work_tree(root: PinnedDirectory) -> str | None:
     """The nearest folder above the workspace with a `.git`: the repository git run in the
     workspace finds when the workspace has none (and whose configuration still applies to the
-    workspace's files when it has one)."""
+    workspace's files when it has one). Only a `.git` of root's or the workspace owner's
+    counts: another user's (in a folder anyone may write, such as /tmp) is one git refuses too."""
     here = str(root.path)
     while here != "/":
         here = posixpath.dirname(here)
         try:
-            os.lstat(posixpath.join(here, GIT_DIR_NAME))
+            info = os.lstat(posixpath.join(here, GIT_DIR_NAME))
         except OSError:
             continue
-        return here
+        if info.st_uid in (0, root.uid):  # git refuses another owner's too (round 70)
+            return here
     return None
 
 
@@ -184,6 +187,8 @@ class _Pins:
         """What this look already read, by path (each is needed more than once)."""
         self._configured_files: set[tuple[str, str]] = set()
         """Configuration files already gone through, with the work tree they were for."""
+        self._hook_dirs: set[str] = set()
+        """Hooks directories already gone through (links between them may loop)."""
         self._trusted: list[str] = []
         """Git directories outside whose files are read whoever owns them: found above the
         workspace, not named by anything the model could write."""
@@ -308,20 +313,25 @@ class _Pins:
         """The hooks directory `core.hooksPath` names, relative to the work tree: read-only
         when in the workspace."""
         target = _pathname(self._root, work_tree, value)
-        if target is None or target.startswith("/"):
+        if target is None:
             return
         if target == "":
             raise _refused("The repository's core.hooksPath is the workspace itself.")
-        self._hook_directory(target)
+        if target.startswith("/"):
+            self._outside_hooks(target)
+        else:
+            self._hook_directory(target)
 
     def _commands(self, work_tree: str, key: str, value: str) -> None:
         """Each file of the work tree a configured value names, read-only. For a value git runs
         (from the top of the work tree): one whose words are computed when it runs is refused,
         as is a script it would run that is missing or a link (the model could make it). What
         it gives git with `-c key=value` is configuration too."""
-        for option_key, option_value in _git_options(value):
-            self._entry(work_tree, work_tree, option_key, option_value, depth=0)
-        if not _runs(key, value):
+        runs = _runs(key, value)
+        if runs or key.startswith("alias."):  # git's own arguments, or a command
+            for option_key, option_value in _git_options(value):
+                self._entry(work_tree, work_tree, option_key, option_value, depth=0)
+        if not runs:
             for word in _path_words(value):
                 target = _resolved(self._root, work_tree, word)
                 if target and not target.startswith("/") and not self._held(target):
@@ -367,11 +377,15 @@ class _Pins:
         it: the directory itself a link (`.git/hooks -> ../githooks`), or hooks that are links
         (`pre-commit -> ../../scripts/pre-commit.sh`), their targets in the workspace held
         read-only too; one missing is refused (attacker round 69)."""
+        if hooks in self._hook_dirs:
+            return
+        self._hook_dirs.add(hooks)
         link = _link_text(self._root, hooks)
         if link is not None:
             target = _placed(self._root, posixpath.dirname(hooks), link)
             if target.startswith("/"):
-                return  # elsewhere: in no container
+                self._outside_hooks(target)  # elsewhere, but its links may lead back in
+                return
             if links >= 8 or target == "":
                 raise _refused(
                     f"The repository's hooks directory {hooks} is a link git cannot use."
@@ -394,34 +408,45 @@ class _Pins:
                 self._add_file(target, f"The hook {entry} (a link)")
 
     def _outside_hooks(self, hooks: str) -> None:
-        """A hooks directory outside the workspace is in no container, but a link there (or
-        the directory itself a link) may lead git into the workspace: what it leads to there is
-        held."""
-        try:
-            target: str | None = str(Path(hooks).readlink())
-        except OSError:
-            target = None
-        if target is not None:
-            inside = _placed(self._root, posixpath.dirname(hooks), target)
-            if not inside.startswith("/"):
-                self._hook_directory(inside)
+        """A hooks directory outside the workspace is in no container, but git follows links
+        from it (the directory itself a link, hooks that are links), which may lead into the
+        workspace: where they lead there is held (round 70: a monorepo's `.githooks` linking to
+        a script of the folder a session was opened on)."""
+        where = self._followed(hooks)
+        if not where.startswith("/"):
+            if where:
+                self._hook_directory(where)
             return
+        if where in self._hook_dirs:
+            return
+        self._hook_dirs.add(where)
         try:
-            fd = openat2(
-                AT_FDCWD,
-                hooks,
-                os.O_RDONLY | os.O_DIRECTORY,
-                RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS,
-            )
+            fd = os.open(where, os.O_RDONLY | os.O_DIRECTORY | os.O_NOCTTY)
         except OSError:
-            return  # none (or not reachable without a link): git runs nothing from there
+            return  # none: git runs nothing from there
         try:
-            for name in _links_at(fd, hooks):
-                inside = _placed(self._root, hooks, os.readlink(name, dir_fd=fd))
-                if not inside.startswith("/"):
-                    self._add_file(inside, f"The hook {hooks}/{name} (a link)")
+            names = _links_at(fd, where)
         finally:
             os.close(fd)
+        for name in names:
+            target = self._followed(posixpath.join(where, name))
+            if target and not target.startswith("/"):
+                self._add_file(target, f"A hook outside the workspace ({name}, a link)")
+
+    def _followed(self, path: str) -> str:
+        """Where the links at `path` (outside the workspace) lead, one at a time, as far as
+        the first path inside the workspace (workspace-relative: what is there is for the
+        caller to hold or refuse, links included) or the first one outside that is no link
+        (absolute)."""
+        for _ in range(8):
+            try:
+                link = os.readlink(path)  # noqa: PTH115 (a path outside, a link's own text)
+            except OSError:
+                return path
+            path = _placed(self._root, posixpath.dirname(path), link)
+            if not path.startswith("/"):
+                return path
+        return path
 
     def _names_back(self, git_dir: str, work_tree: str) -> bool:
         """Whether the git directory outside, `git_dir`, is this work tree's: its `gitdir` file
@@ -479,6 +504,13 @@ class _Pins:
                 self.repository(_join(work_tree, path), depth=depth + 1)
             elif inside and not inside.startswith("/"):  # a repository above's, in here
                 self.repository(inside, depth=depth + 1)
+            elif inside == "" and _lstat(self._root, GIT_DIR_NAME) is None:
+                raise _refused(
+                    f"The workspace is a submodule of the repository above ({work_tree}) that is "
+                    "not checked out: no .git can be kept from being made here, and that "
+                    "repository's git status would run one (attacker round 70). Check it out "
+                    "(git submodule update --init), or open the session at the repository's root."
+                )
 
     def _held(self, relative: str) -> bool:
         """Whether `relative` lies in a directory already held read-only as a whole."""
@@ -673,9 +705,7 @@ def _command_words(value: str) -> list[tuple[str, bool]]:
     words: list[tuple[str, bool]] = []
     interpreter = ""
     value_next = False
-    for raw in _WORDS.split(value.lstrip("!")):
-        if not raw:
-            continue
+    for raw in _shell_words(value):
         if value_next:
             words.append((raw, False))
             value_next = False
@@ -696,10 +726,25 @@ def _command_words(value: str) -> list[tuple[str, bool]]:
     return words
 
 
+def _shell_words(value: str) -> list[str]:
+    """The words of a command as the shell (or git, splitting an alias) takes them: quotes
+    keep a word whole (`-c "diff.external=sh difft.sh"`, round 70), operators stand apart.
+
+    Raises:
+        ToolError: Quotes that do not end: neither git nor the shell would run it.
+    """
+    lexer = shlex.shlex(value.lstrip("!"), posix=True, punctuation_chars=True)
+    lexer.whitespace_split = True
+    try:
+        return [word for word in lexer if word.strip(_OPERATORS)]
+    except ValueError as exc:
+        raise _refused(f"A configured command cannot be split into words ({exc}).") from exc
+
+
 def _git_options(value: str) -> list[tuple[str, str]]:
     """The `-c key=value` settings a command gives git (an alias's own, or `!git -c ...`): git
     takes them as configuration of its own."""
-    words = [w for w in _WORDS.split(value) if w]
+    words = _shell_words(value)
     found = []
     for option, setting in itertools.pairwise(words):
         key, equals, setting_value = setting.partition("=")

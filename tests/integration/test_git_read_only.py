@@ -185,8 +185,9 @@ def test_a_workspace_inside_a_repository_cannot_rewrite_what_that_repository_run
     short_tmp: Path,
 ) -> None:
     """Attacker round 69: a session on a folder of a repository wrote the script that
-    repository's alias runs (git run there finds the repository above); and a hook that is a
-    link into the work tree ran the model's rewrite of its target."""
+    repository's alias runs (git run there finds the repository above); round 70: a hook of the
+    repository's hooks folder (outside the workspace) linking into the workspace ran the
+    model's rewrite of its target."""
     root = short_tmp / "git-enclosing"
     root.mkdir()
     outer = root / "outer"
@@ -198,7 +199,9 @@ def test_a_workspace_inside_a_repository_cannot_rewrite_what_that_repository_run
     for name in ("t.sh", "hook.sh"):
         (workspace / name).write_text("exit 0\n")
     git(outer, "config", "alias.t", "!sh inner/t.sh")
-    (outer / ".git" / "hooks" / "pre-commit").symlink_to("../../inner/hook.sh")
+    git(outer, "config", "core.hooksPath", ".githooks")  # round 70: a folder outside, linking in
+    (outer / ".githooks").mkdir()
+    (outer / ".githooks" / "pre-commit").symlink_to("../inner/hook.sh")
     for path in (workspace, workspace / "t.sh", workspace / "hook.sh"):
         os.chown(path, OWNER_UID, OWNER_GID)
     with running_daemon(

@@ -819,3 +819,64 @@ def test_an_enclosing_repository_whose_git_is_a_file_is_refused(tmp_path: Path) 
     (outer / ".git").write_text(f"gitdir: {tmp_path}/elsewhere\n")
     with pytest.raises(ToolError, match="lies inside a repository"):
         pins_of(outer / "ws")
+
+
+def test_links_from_a_hooks_folder_outside_that_lead_into_the_workspace_are_held(
+    tmp_path: Path,
+) -> None:
+    """Attacker round 70: a monorepo's `core.hooksPath = .githooks` (outside a session opened on
+    `app`) linking `pre-commit -> ../app/hooks/pre-commit.sh`: the script was never held."""
+    mono = tmp_path / "mono"
+    mono.mkdir()
+    run_git(mono, "init", "-q")
+    run_git(mono, "config", "core.hooksPath", ".githooks")
+    (mono / ".githooks").mkdir()
+    (mono / "app" / "hooks").mkdir(parents=True)
+    (mono / "app" / "hooks" / "pre-commit.sh").write_text("#!/bin/sh\n")
+    (mono / ".githooks" / "pre-commit").symlink_to("../app/hooks/pre-commit.sh")
+    workspace = mono / "app"
+    assert pin(workspace / "hooks" / "pre-commit.sh") in pins_of(workspace)
+    # .git/hooks a link to another folder outside, whose links lead in: followed to the end.
+    run_git(mono, "config", "--unset", "core.hooksPath")
+    shutil.rmtree(mono / ".git" / "hooks")
+    (mono / ".git" / "hooks").symlink_to("../.githooks")
+    assert pin(workspace / "hooks" / "pre-commit.sh") in pins_of(workspace)
+
+
+def test_a_workspace_that_is_an_empty_submodule_of_the_repository_above_is_refused(
+    with_submodules: Path,
+) -> None:
+    """Attacker round 70: a session on the repository's empty submodule `empty` gave it a
+    `.git` whose configuration the superproject's `git status` ran."""
+    with pytest.raises(ToolError, match="submodule of the repository above"):
+        pins_of(with_submodules / "empty")
+
+
+def test_a_quoted_git_option_keeps_its_command_whole(workspace: Path) -> None:
+    """Attacker round 70: `-c "diff.external=sh difft.sh" diff` was split at the space, and
+    the script `difft.sh` was neither held nor refused."""
+    configured(
+        workspace,
+        ("alias.dft", '-c "diff.external=sh difft.sh" diff'),
+        ("alias.pg", "!git -c 'core.pager=python3 pager.py' log"),
+    )
+    with pytest.raises(ToolError, match=r"difft\.sh"):
+        pins_of(workspace)
+    (workspace / "difft.sh").write_text("cat\n")
+    with pytest.raises(ToolError, match=r"pager\.py"):
+        pins_of(workspace)
+    (workspace / "pager.py").write_text("\n")
+    assert {pin(workspace / "difft.sh"), pin(workspace / "pager.py")} <= set(pins_of(workspace))
+
+
+def test_a_git_above_the_workspace_that_neither_root_nor_its_owner_made_is_ignored(
+    tmp_path: Path,
+) -> None:
+    """Attacker round 70: another local user's `.git` in a folder anyone can write (/tmp)
+    above a workspace stopped every call of its session (git itself refuses a repository of
+    another owner)."""
+    public = tmp_path / "public"
+    (public / "ws").mkdir(parents=True)
+    (public / ".git").write_text("gitdir: /nonexistent\n")
+    os.lchown(public / ".git", 4321, 4321)
+    assert pins_of(public / "ws") == ()
