@@ -54,6 +54,8 @@ import re
 import shlex
 import stat
 import threading
+from collections.abc import Callable
+from typing import TypeVar
 
 from daemon.errors import ToolError
 from daemon.host.git_config import UnreadableConfig, config_entries
@@ -110,6 +112,7 @@ INDEX_CACHE_BYTES = 16 << 20
 """What the submodule paths of cached indexes may take, at most."""
 
 _IndexKey = tuple[int, int, int, int]
+_Found = TypeVar("_Found")
 
 
 class _IndexCache:
@@ -774,25 +777,26 @@ def _join(base: str, name: str) -> str:
 
 def _lstat(root: PinnedDirectory, relative: str) -> os.stat_result | None:
     """What `relative` is, reached without a link (None: it does not exist)."""
-    parent, _, name = relative.rpartition("/")
-    try:
-        fd = root.open_beneath(parent, os.O_PATH | os.O_DIRECTORY)
-    except FileNotFoundError:
-        return None
-    except OSError as exc:
-        raise _refused(_why(relative, exc)) from exc
-    try:
-        return os.stat(name, dir_fd=fd, follow_symlinks=False)
-    except FileNotFoundError:
-        return None
-    except OSError as exc:
-        raise _refused(_why(relative, exc)) from exc
-    finally:
-        os.close(fd)
+    return _in_parent(
+        root, relative, lambda name, fd: os.stat(name, dir_fd=fd, follow_symlinks=False)
+    )
 
 
 def _link_text(root: PinnedDirectory, relative: str) -> str | None:
     """What the link at `relative` says (None: it is not a link, or is missing)."""
+    return _in_parent(
+        root, relative, lambda name, fd: os.readlink(name, dir_fd=fd), absent=(errno.EINVAL,)
+    )
+
+
+def _in_parent(
+    root: PinnedDirectory,
+    relative: str,
+    look: Callable[[str, int], _Found],
+    absent: tuple[int, ...] = (),
+) -> _Found | None:
+    """`look` at the last part of `relative`, in its directory reached without a link (None:
+    it does not exist, or fails with an errno of `absent`); anything else is refused."""
     parent, _, name = relative.rpartition("/")
     try:
         fd = root.open_beneath(parent, os.O_PATH | os.O_DIRECTORY)
@@ -801,9 +805,9 @@ def _link_text(root: PinnedDirectory, relative: str) -> str | None:
     except OSError as exc:
         raise _refused(_why(relative, exc)) from exc
     try:
-        return os.readlink(name, dir_fd=fd)
+        return look(name, fd)
     except OSError as exc:
-        if exc.errno in (errno.EINVAL, errno.ENOENT):
+        if exc.errno == errno.ENOENT or exc.errno in absent:
             return None
         raise _refused(_why(relative, exc)) from exc
     finally:
