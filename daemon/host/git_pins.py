@@ -145,8 +145,9 @@ _parse_lock = threading.Lock()
 
 
 def git_pins(root: PinnedDirectory) -> tuple[PathPin, ...]:
-    """The pins that keep the workspace's repository read-only; () when it has no `.git` (a
-    repository made in the sandbox is the model's own).
+    """The pins that keep the workspace's repository read-only, and what a repository above it
+    names inside it; () when neither it nor a folder above has a `.git` (a repository made in
+    the sandbox is the model's own).
 
     Raises:
         ToolError: Part of the repository is a link, missing, or cannot be read: nothing may
