@@ -35,6 +35,7 @@ from daemon.config import PROJECT_ROOT, Settings
 from daemon.errors import RequestError, TooljailError
 from daemon.hooks.engine import HookEngine
 from daemon.models import StatusSnapshot
+from daemon.ops import heap
 from daemon.ops.metrics import Metrics
 from daemon.ops.notify import Notifier, start_watchdog
 from daemon.policy.approval import ApprovalAuthority
@@ -445,6 +446,7 @@ class Daemon:
         for signum in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(signum, on_terminate)
         await self.start()
+        heap.settle()
         notifier.ready(f"listening on {self.settings.listen}")
         watchdog = start_watchdog(notifier, lambda: True)
         await stop.wait()

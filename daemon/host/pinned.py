@@ -20,6 +20,7 @@ from pathlib import Path
 
 _SYS_OPENAT2 = 437  # the same number on every Linux architecture
 AT_FDCWD = -100
+RESOLVE_NO_XDEV = 0x01
 RESOLVE_NO_MAGICLINKS = 0x02
 RESOLVE_NO_SYMLINKS = 0x04
 RESOLVE_BENEATH = 0x08
@@ -138,14 +139,18 @@ class PinnedDirectory:
         if (info.st_dev, info.st_ino) != self.identity:
             raise WorkspaceMoved(errno.ESTALE, "another directory is there now", str(self.path))
 
-    def open_beneath(self, relative: str, flags: int) -> int:
+    def open_beneath(self, relative: str, flags: int, *, same_mount: bool = False) -> int:
         """Open `relative` (no leading '/') beneath the pinned directory: never outside it, never
-        through a symbolic link, whatever changes meanwhile (EXDEV or ELOOP otherwise)."""
+        through a symbolic link, whatever changes meanwhile (EXDEV or ELOOP otherwise); with
+        `same_mount`, never onto another mount either (EXDEV)."""
         return openat2(
             self.fd,
             relative or ".",
             flags,
-            RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS,
+            RESOLVE_BENEATH
+            | RESOLVE_NO_SYMLINKS
+            | RESOLVE_NO_MAGICLINKS
+            | (RESOLVE_NO_XDEV if same_mount else 0),
         )
 
     def close(self) -> None:

@@ -82,3 +82,18 @@ def test_dotdot_cannot_leave_the_pinned_directory(tree: Path) -> None:
         assert escaped.value.errno == errno.EXDEV
     finally:
         pinned.close()
+
+
+def test_same_mount_opens_refuse_to_cross_onto_another_mount() -> None:
+    proc = Path("/proc")
+    if not os.path.ismount(proc) or os.stat("/").st_dev == proc.stat().st_dev:
+        pytest.skip("needs /proc mounted apart from /")
+    root = PinnedDirectory.pin(Path("/"))
+    try:
+        os.close(root.open_beneath("proc", os.O_RDONLY | os.O_DIRECTORY))
+        with pytest.raises(OSError) as refused:
+            root.open_beneath("proc", os.O_RDONLY | os.O_DIRECTORY, same_mount=True)
+        assert refused.value.errno == errno.EXDEV
+        os.close(root.open_beneath("etc", os.O_RDONLY | os.O_DIRECTORY, same_mount=True))
+    finally:
+        root.close()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import errno
 import itertools
 import os
 import stat
@@ -19,16 +20,20 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from daemon.errors import ConfinementError, ToolError, ToolInputError
+from daemon.host.pinned import PinnedDirectory
 from daemon.models import TextContent
 from daemon.tools.contract import ToolOutput
 from daemon.tools.glob import engine
 from daemon.tools.glob.braces import MAX_PATTERNS, expand_braces
 from daemon.tools.glob.engine import MAX_PATTERN_CHARS, MAX_RESULTS, MAX_SCANNED, PROGRESS_EVERY
-from daemon.tools.glob.tool import GlobTool
+from daemon.tools.glob.tool import FIRST_SLICE_ENTRIES, FIRST_SLICE_PATTERN_CHARS, GlobTool
 from tests.unit.conftest import CallTool
 from tests.unit.fake_sandbox import listen, make_context, run_summarized, run_tool
 
 TOOL = GlobTool()
+STUCK_AT = FIRST_SLICE_ENTRIES
+"""Fake listings block past the first slice's entries: in the walker thread, where a listing
+stuck in the kernel (on another mount) would be."""
 
 
 def make(root: Path, rel: str, mtime: int) -> Path:
@@ -334,7 +339,8 @@ async def test_a_huge_directory_is_listed_only_as_far_as_the_budget(
     huge = FakeDirectory(workspace / "huge", 2 * MAX_SCANNED).install(monkeypatch)
     output = await run_tool(TOOL, {"pattern": "huge/*.txt"}, make_context(workspace))
     assert f"the search stopped after {MAX_SCANNED} directory entries" in text_of(output)
-    assert huge.pulled <= MAX_SCANNED, "entries past the budget were listed"
+    # The first slice on the event loop, then the walk again in a thread.
+    assert huge.pulled <= FIRST_SLICE_ENTRIES + MAX_SCANNED, "entries past the budget were listed"
     assert huge.closed.is_set()
 
 
@@ -366,8 +372,11 @@ async def test_a_walk_stuck_in_the_file_system_still_answers_at_the_deadline(
 ) -> None:
     release = threading.Event()
 
+    pulled_when_stuck: list[int] = []
+
     def three_then_stuck(index: int) -> None:
-        if index == 3:
+        if index == STUCK_AT + 3:
+            pulled_when_stuck.append(stuck.pulled)
             release.wait(60)  # as a listing blocked in the kernel (a hung network mount)
 
     (workspace / "nfs").mkdir()
@@ -381,10 +390,13 @@ async def test_a_walk_stuck_in_the_file_system_still_answers_at_the_deadline(
     finally:
         release.set()
     lines = text_of(output).split("\n")
-    assert lines[:3] == [f"{workspace}/nfs/f{index:07}.txt" for index in (2, 1, 0)]
-    assert lines[3].startswith("(The search stopped at its time limit of 0.1 s")
+    newest = (STUCK_AT + 2, STUCK_AT + 1, STUCK_AT)
+    assert lines[:3] == [f"{workspace}/nfs/f{index:07}.txt" for index in newest]
+    assert lines[-1].startswith("(The search stopped at its time limit of 0.1 s")
     await asyncio.to_thread(stuck.closed.wait, 60)
-    assert stuck.closed.is_set() and stuck.pulled == 4, "the walk went on after its deadline"
+    assert stuck.closed.is_set() and [stuck.pulled - 1] == pulled_when_stuck, (
+        "the walk went on after its deadline"
+    )
 
 
 async def test_cancelling_a_glob_stops_its_walk(
@@ -393,8 +405,11 @@ async def test_cancelling_a_glob_stops_its_walk(
     reached = threading.Event()
     release = threading.Event()
 
+    pulled_when_blocked: list[int] = []
+
     def block_at_fifty(index: int) -> None:
-        if index == 50:
+        if index == STUCK_AT + 50:
+            pulled_when_blocked.append(slow.pulled)
             reached.set()
             release.wait(60)
 
@@ -410,7 +425,9 @@ async def test_cancelling_a_glob_stops_its_walk(
         release.set()
     # The walking thread gets the entry it was blocked on, then sees the cancellation.
     assert await asyncio.to_thread(slow.closed.wait, 60)
-    assert slow.pulled == 51, "the walk went on listing after the call was cancelled"
+    assert [slow.pulled - 1] == pulled_when_blocked, (
+        "the walk went on listing after the call was cancelled"
+    )
 
 
 def test_deeply_nested_braces_are_refused_without_recursion() -> None:
@@ -483,9 +500,8 @@ async def test_alternatives_too_long_in_all_are_refused(call_tool: CallTool) -> 
     )
 
 
-async def test_patterns_are_compiled_by_the_walking_thread(
-    tree: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def _spy_on_compiling(monkeypatch: pytest.MonkeyPatch) -> list[threading.Thread]:
+    """The threads Glob's patterns are compiled on (each walk compiles them once)."""
     threads: list[threading.Thread] = []
     real = engine._compile
 
@@ -494,6 +510,72 @@ async def test_patterns_are_compiled_by_the_walking_thread(
         return real(patterns)
 
     monkeypatch.setattr(engine, "_compile", spy)
-    output = await run_tool(TOOL, {"pattern": "src/*.{py,txt}"}, make_context(tree))
+    return threads
+
+
+async def test_long_patterns_are_compiled_by_the_walking_thread(
+    tree: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    threads = _spy_on_compiling(monkeypatch)
+    others = ",".join(f"{'x' * 20}{n}" for n in range(FIRST_SLICE_PATTERN_CHARS // 20))
+    long = "src/*.{py,txt," + others + "}"  # alternatives of "src/*.xx…xN" past the limit in all
+    output = await run_tool(TOOL, {"pattern": long}, make_context(tree))
     assert text_of(output) == f"{tree}/src/d.txt\n{tree}/src/b.py"
     assert threads and threading.current_thread() not in threads
+
+
+async def test_a_small_walk_stays_on_the_event_loop(
+    tree: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    threads = _spy_on_compiling(monkeypatch)
+    output = await run_tool(TOOL, {"pattern": "src/*.{py,txt}"}, make_context(tree))
+    assert text_of(output) == f"{tree}/src/d.txt\n{tree}/src/b.py"
+    assert threads == [threading.current_thread()], "a walk of a few entries went to a thread"
+
+
+async def test_a_walk_past_the_first_slice_finds_every_file_once(
+    workspace: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    count = FIRST_SLICE_ENTRIES + 40
+    for index in range(count):
+        make(workspace, f"many/f{index:04}.txt", 1_000 + index)
+    threads = _spy_on_compiling(monkeypatch)
+    output, summary = await run_summarized(TOOL, {"pattern": "**/*.txt"}, make_context(workspace))
+    assert summary == f"Glob '**/*.txt': {count} files ({MAX_RESULTS} shown)"
+    newest = [f"{workspace}/many/f{index:04}.txt" for index in range(count - 1, -1, -1)]
+    assert text_of(output).split("\n")[:MAX_RESULTS] == newest[:MAX_RESULTS]
+    assert threads[0] is threading.current_thread() and threads[-1] is not threads[0]
+
+
+async def test_a_directory_on_another_mount_is_walked_in_a_thread(
+    tree: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The kernel refuses (EXDEV) to cross onto another mount with RESOLVE_NO_XDEV: "src/deep" is
+    # taken for one, as a hung network mount would be.
+    real = PinnedDirectory.open_beneath
+    opened: list[tuple[str, bool, threading.Thread]] = []
+
+    def open_beneath(self: PinnedDirectory, relative: str, flags: int, **options: bool) -> int:
+        same_mount = options.get("same_mount", False)
+        opened.append((relative, same_mount, threading.current_thread()))
+        if relative == "src/deep" and same_mount:
+            raise OSError(errno.EXDEV, os.strerror(errno.EXDEV), relative)
+        return real(self, relative, flags, **options)
+
+    monkeypatch.setattr(PinnedDirectory, "open_beneath", open_beneath)
+    output = await run_tool(TOOL, {"pattern": "src/**/*.py"}, make_context(tree))
+    assert text_of(output) == f"{tree}/src/b.py\n{tree}/src/deep/er/c.py"
+    loop_thread = threading.current_thread()
+    on_the_loop = [(relative, same) for relative, same, thread in opened if thread is loop_thread]
+    assert ("src/deep", True) in on_the_loop and ("src/deep/er", True) not in on_the_loop
+    assert ("src/deep/er", False) in [(r, s) for r, s, t in opened if t is not loop_thread]
+
+
+async def test_a_matching_symbolic_link_is_followed_in_a_thread(
+    tree: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    (tree / "link.txt").symlink_to(tree / "src" / "d.txt")
+    threads = _spy_on_compiling(monkeypatch)
+    output = await run_tool(TOOL, {"pattern": "*.txt"}, make_context(tree))
+    assert text_of(output) == f"{tree}/link.txt"
+    assert len(threads) == 2 and threads[1] is not threading.current_thread()

@@ -20,6 +20,7 @@ cancelled, keeping what it found so far.
 from __future__ import annotations
 
 import contextlib
+import errno
 import fnmatch
 import functools
 import heapq
@@ -153,6 +154,9 @@ class Stop(StrEnum):
     """MAX_SCANNED entries were looked at."""
     DEADLINE = "deadline"
     """The call's time was up."""
+    SLICE = "slice"
+    """A first slice's walk (`Walk.first_slice`) reached its end: its budget, another mount or
+    a symbolic link to a file; the walk starts again in a thread."""
     CANCELLED = "cancelled"
     """The call was cancelled (its result is not used)."""
 
@@ -189,6 +193,11 @@ class Walk:
     report: Callable[[int], None] | None = None
     """Gets the running count of entries every PROGRESS_EVERY; called from the walking thread,
     so it must hand over safely."""
+    first_slice: bool = False
+    """The walk runs on the event loop: it ends (Stop.SLICE) rather than look at more than its
+    budget, open a directory on another mount (a hung network mount would hold every caller)
+    or follow a symbolic link; the files it stats are on the mount the call's validation
+    already looked at."""
     scanned: int = field(default=0, init=False)
     """Entries looked at so far (written by the walking thread only)."""
     _stopped: Stop | None = field(default=None, init=False)
@@ -213,7 +222,7 @@ class Walk:
         if self._stopped is not None:
             return False
         if self.scanned >= self.budget:
-            self.stop(Stop.BUDGET)
+            self.stop(Stop.SLICE if self.first_slice else Stop.BUDGET)
             return False
         if self.clock() >= self.deadline:
             self.stop(Stop.DEADLINE)
@@ -258,10 +267,13 @@ def _closure(patterns: tuple[_Pattern, ...], states: frozenset[_State]) -> list[
     return sorted(result)
 
 
-def _file_mtime(workspace: Path, entry: os.DirEntry[str], full: Path) -> int | None:
+def _file_mtime(walk: Walk, workspace: Path, entry: os.DirEntry[str], full: Path) -> int | None:
     """mtime of a matching regular file, or None if it is not one (or leads outside)."""
     try:
         if entry.is_symlink():
+            if walk.first_slice:  # it may lead onto another mount
+                walk.stop(Stop.SLICE)
+                return None
             real = Path(os.path.realpath(full))
             if not is_inside(workspace, real):
                 return None
@@ -294,7 +306,7 @@ class _Walker:
             if directory == base:
                 children = self._visit(base_fd, directory, states)
             else:
-                fd = _open_below(self.root, directory)
+                fd = _open_below(self.walk, self.root, directory)
                 if fd is None:
                     continue
                 try:
@@ -343,18 +355,21 @@ class _Walker:
                     children.setdefault(entry.name, set()).add((alternative, next_state))
             elif index == last:
                 full = directory / entry.name
-                mtime = _file_mtime(self.root.path, entry, full)
+                mtime = _file_mtime(self.walk, self.root.path, entry, full)
                 if mtime is not None:
                     self.walk.found(str(full), mtime)
 
 
-def _open_below(root: PinnedDirectory, directory: Path) -> int | None:
+def _open_below(walk: Walk, root: PinnedDirectory, directory: Path) -> int | None:
     """A subdirectory, resolved by the kernel beneath the pinned workspace with no symlink on the
-    way; None when it vanished, is unreadable, or was replaced by a symlink since it was listed."""
+    way; None when it vanished, is unreadable, or was replaced by a symlink since it was listed.
+    A first slice's walk ends at a directory on another mount (EXDEV) instead."""
     relative = str(directory)[len(str(root.path)) :].lstrip("/")
     try:
-        return root.open_beneath(relative, _DIR_FLAGS)
-    except OSError:
+        return root.open_beneath(relative, _DIR_FLAGS, same_mount=walk.first_slice)
+    except OSError as exc:
+        if walk.first_slice and exc.errno == errno.EXDEV:
+            walk.stop(Stop.SLICE)
         return None
 
 
