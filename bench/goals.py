@@ -174,8 +174,44 @@ def readonly_metrics(parts: Parts) -> list[Metric]:
             detail=f"read-only {_fmt(part.get('calls_per_s'), 'calls/s')}, floor "
             f"{_fmt(_get(parts, 'floor', 'calls_per_s'), 'calls/s')}",
         ),
+        _readonly_ceiling(parts),
         _row("readonly.errors", "read-only errors", part.get("errors"), "calls", "==", 0),
     ]
+
+
+def _readonly_ceiling(parts: Parts) -> Metric:
+    """What the read-only mix could reach on this machine if the daemon's own work per call cost
+    no more than a health Check's: the cores spent on everything else a call needs (ripgrep's
+    processes, the client, OPA) and on that Check, against the gRPC floor of the same run."""
+    label = "read-only throughput: its ceiling / the gRPC floor (same run)"
+    part, floor = _get(parts, "readonly"), _get(parts, "floor")
+    if not (
+        isinstance(part, Mapping)
+        and isinstance(floor, Mapping)
+        and part.get("calls")
+        and part.get("cpus")
+        and floor.get("calls")
+        and floor.get("daemon_cpu_s") is not None
+    ):
+        return _info("readonly.ceiling_ratio", label, None, "×", "not measured")
+    calls = part["calls"]
+    others_ms = {
+        "ripgrep": (part.get("daemon_children_cpu_s") or 0.0) * 1000 / calls,
+        "the client": (part.get("client_cpu_s") or 0.0) * 1000 / calls,
+        "OPA": (part.get("opa_cpu_s") or 0.0) * 1000 / calls,
+        "a health Check in the daemon": floor["daemon_cpu_s"] * 1000 / floor["calls"],
+    }
+    ceiling = part["cpus"] * 1000 / sum(others_ms.values())
+    return _info(
+        "readonly.ceiling_ratio",
+        label,
+        ratio(ceiling, floor.get("calls_per_s")),
+        "×",
+        f"ceiling {_fmt(ceiling, 'calls/s')}: {part['cpus']} CPUs over "
+        + " + ".join(f"{name} {ms:.2f} ms" for name, ms in others_ms.items())
+        + " per call; a throughput goal over this ratio is past what the machine allows with "
+        "ripgrep a process per Grep",
+    )
 
 
 def sandbox_metrics(parts: Parts) -> list[Metric]:

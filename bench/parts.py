@@ -3,6 +3,7 @@ raw samples into the numbers the goals are judged on."""
 
 from __future__ import annotations
 
+import os
 import shutil
 import statistics
 import subprocess
@@ -100,6 +101,7 @@ def measure_load(
         "daemon_children_cpu_s": raw["daemon_children_cpu_s"],
         "client_cpu_s": raw["client_cpu_s"],
         "opa_cpu_s": raw["opa_cpu_s"],
+        "cpus": len(os.sched_getaffinity(0)),
     }
 
 

@@ -156,6 +156,18 @@ def test_every_goal_met() -> None:
     assert metrics["cpu.readonly_ms"].met is None
 
 
+def test_the_read_only_ceiling_charges_the_daemon_a_health_check_per_call() -> None:
+    parts = parts_meeting_every_goal()
+    parts["readonly"].update(cpus=2, client_cpu_s=30.0, opa_cpu_s=6.0)  # 0.5 and 0.1 ms per call
+    ceiling = by_id(parts)["readonly.ceiling_ratio"]
+    # ripgrep 4 s / 60,000 calls, client 0.5 ms, OPA 0.1 ms, a Check 9 s / 30,000 calls.
+    per_call_ms = 4000 / 60_000 + 0.5 + 0.1 + 0.3
+    assert ceiling.value == pytest.approx(2 * 1000 / per_call_ms / 2900)
+    assert ceiling.met is None and "2 CPUs" in ceiling.detail
+    del parts["readonly"]["cpus"]
+    assert by_id(parts)["readonly.ceiling_ratio"].value is None
+
+
 def test_the_warm_floor_adds_a_round_trip_a_decision_and_the_containers_own_phases() -> None:
     parts = parts_meeting_every_goal()
     container = dict.fromkeys(phases.CONTAINER_PHASES, 0.5)  # 3 ms in all
