@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import hashlib
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from daemon.errors import TooljailError
@@ -29,6 +29,9 @@ MAX_FIELD_CHARS = 8192
 KEPT_CHARS = 1024
 MAX_SCANNED_CHARS = 8 * 1024
 """Text the patterns scan per value masked; beyond it texts are kept as length and digest."""
+CLEAN_TEXTS = 4096
+CLEAN_TEXT_CHARS = 256
+"""Texts found clean are remembered up to this length, and this many (AuditMask._clean)."""
 
 
 class MaskError(TooljailError):
@@ -41,6 +44,10 @@ class AuditMask:
 
     fields: frozenset[str] = frozenset()
     patterns: tuple[re.Pattern[str], ...] = ()
+    _clean: set[str] = field(default_factory=set, init=False, compare=False, repr=False)
+    """Short texts every pattern was run over without hiding anything: calls repeat the same
+    keys, tool names and paths, and each text costs one scan per pattern. Only texts with
+    nothing to hide are kept (no secret outlives its call here), at most CLEAN_TEXTS of them."""
 
     @classmethod
     def parse(cls, fields: object, patterns: object) -> AuditMask:
@@ -79,9 +86,16 @@ class AuditMask:
 
     def hide_secrets(self, text: str) -> str:
         """The text with every pattern's secret replaced."""
+        if text in self._clean:
+            return text
+        shown = text
         for pattern in self.patterns:
-            text = pattern.sub(_hider, text)
-        return text
+            shown = pattern.sub(_hider, shown)
+        if shown == text and len(text) <= CLEAN_TEXT_CHARS:
+            if len(self._clean) >= CLEAN_TEXTS:
+                self._clean.clear()
+            self._clean.add(text)
+        return shown
 
 
 class _Masking:
@@ -92,14 +106,12 @@ class _Masking:
         self._budget = MAX_SCANNED_CHARS
 
     def value(self, value: Any) -> Any:
-        if self._budget <= 0 and isinstance(value, dict | list | tuple):
-            # Past the budget a whole container is one line: the audit must not grow with the
-            # number of values a hostile input holds (the call's input_sha256 still binds it).
-            return f"… [{len(value)} items not logged]"
-        if isinstance(value, dict | list | tuple):
-            # Even an empty one: a million `{}` must not be logged whole.
-            self._budget -= 8
+        if isinstance(value, str):  # the most common value first: this runs on every call
+            return self.text(value)
         if isinstance(value, dict):
+            if self._budget <= 0:
+                return _not_logged(value)
+            self._budget -= 8  # even an empty one: a million `{}` must not be logged whole
             masked: dict[str, Any] = {}
             for index, (key, item) in enumerate(value.items()):
                 if self._budget <= 0:
@@ -110,6 +122,9 @@ class _Masking:
                 )
             return masked
         if isinstance(value, list | tuple):
+            if self._budget <= 0:
+                return _not_logged(value)
+            self._budget -= 8
             items: list[Any] = []
             for index, item in enumerate(value):
                 if self._budget <= 0:
@@ -117,8 +132,6 @@ class _Masking:
                     break
                 items.append(self.value(item))
             return items
-        if isinstance(value, str):
-            return self.text(value)
         self._budget -= 8
         return value
 
@@ -129,6 +142,12 @@ class _Masking:
         self._budget -= max(len(kept), 8)
         shown = self._mask.hide_secrets(kept) if self._mask.patterns else kept
         return shown if kept is text else _described(text, shown)
+
+
+def _not_logged(container: dict[Any, Any] | list[Any] | tuple[Any, ...]) -> str:
+    """Past the budget a whole container is one line: the audit must not grow with the number of
+    values a hostile input holds (the call's input_sha256 still binds it)."""
+    return f"… [{len(container)} items not logged]"
 
 
 def _described(text: str, start: str) -> str:

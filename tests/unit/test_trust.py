@@ -6,9 +6,10 @@ from __future__ import annotations
 import io
 import json
 import os
+import re
 import stat
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import pytest
 
@@ -17,6 +18,8 @@ from daemon.config import AuthSettings, TcpListenerSettings
 from daemon.errors import NotFound, RequestError, TooljailError, Unauthenticated
 from daemon.policy.approval import ApprovalAuthority, ApprovalError, ApprovalFailure
 from daemon.policy.mask import (
+    CLEAN_TEXT_CHARS,
+    CLEAN_TEXTS,
     MASKED,
     MAX_FIELD_CHARS,
     MAX_SCANNED_CHARS,
@@ -315,6 +318,35 @@ def test_the_mask_scans_a_bounded_amount_of_text_whatever_the_input() -> None:
     assert max(seen) <= MAX_FIELD_CHARS and sum(seen) <= MAX_SCANNED_CHARS + MAX_FIELD_CHARS
     assert "5000000 characters, sha256" in shown["command"]
     assert all(len(key) <= MAX_FIELD_CHARS for key in shown)
+
+
+class _CountingPattern:
+    """A pattern that records every text it is run over."""
+
+    def __init__(self, pattern: str) -> None:
+        self._pattern = re.compile(pattern)
+        self.scanned: list[str] = []
+
+    def sub(self, replace: Any, text: str) -> str:
+        self.scanned.append(text)
+        return self._pattern.sub(replace, text)
+
+
+def test_clean_texts_are_scanned_once_and_texts_with_secrets_every_time() -> None:
+    counting = _CountingPattern(r"--token (?P<secret>\S+)")
+    mask = AuditMask(frozenset(), (cast(re.Pattern[str], counting),))
+    assert [mask.hide_secrets("git status") for _ in range(3)] == ["git status"] * 3
+    assert counting.scanned == ["git status"]
+    secret = "gh --token abc123"
+    assert [mask.hide_secrets(secret) for _ in range(3)] == [f"gh --token {MASKED}"] * 3
+    assert counting.scanned.count(secret) == 3
+    long = "y" * (CLEAN_TEXT_CHARS + 1)
+    mask.hide_secrets(long)
+    mask.hide_secrets(long)
+    assert counting.scanned.count(long) == 2, "long texts are not remembered"
+    for index in range(CLEAN_TEXTS + 10):
+        assert mask.hide_secrets(f"clean {index}") == f"clean {index}"
+    assert len(mask._clean) <= CLEAN_TEXTS  # its bound is the point
 
 
 @pytest.mark.parametrize(
