@@ -24,8 +24,10 @@ from daemon.host.pinned import PinnedDirectory
 from daemon.models import TextContent
 from daemon.tools.contract import ToolOutput
 from daemon.tools.glob import engine
+from daemon.tools.glob import tool as glob_tool
 from daemon.tools.glob.braces import MAX_PATTERNS, expand_braces
 from daemon.tools.glob.engine import MAX_PATTERN_CHARS, MAX_RESULTS, MAX_SCANNED, PROGRESS_EVERY
+from daemon.tools.glob.on_loop import MAX_DIRECTORY_BYTES
 from daemon.tools.glob.tool import FIRST_SLICE_ENTRIES, FIRST_SLICE_PATTERN_CHARS, GlobTool
 from tests.unit.conftest import CallTool
 from tests.unit.fake_sandbox import listen, make_context, run_summarized, run_tool
@@ -269,6 +271,13 @@ class FakeDirectory:
         self.closed = threading.Event()
         """Set when a walk closes the listing (it is done with this directory)."""
 
+    def make_real(self, directory: Path, count: int) -> None:
+        """Make the first `count` made-up files on disk too, with the same mtimes."""
+        for index in range(count):
+            path = directory / f"f{index:07}{self.suffix}"
+            path.touch()
+            os.utime(path, ns=(_fake_mtime_ns(index), _fake_mtime_ns(index)))
+
     def install(self, monkeypatch: pytest.MonkeyPatch) -> FakeDirectory:
         real = os.scandir
 
@@ -307,7 +316,11 @@ class _FakeListing:
             directory.before(index)
         self._next += 1
         directory.pulled += 1
-        return _FakeEntry(f"f{index:07}{directory.suffix}", 1_000_000_000 * (index + 1))
+        return _FakeEntry(f"f{index:07}{directory.suffix}", _fake_mtime_ns(index))
+
+
+def _fake_mtime_ns(index: int) -> int:
+    return 1_000_000_000 * (index + 1)
 
 
 def text_of(output: ToolOutput) -> str:
@@ -354,7 +367,9 @@ async def test_the_deadline_ends_the_walk_with_a_partial_result_saying_so(
             now[0] += 60.0
 
     (workspace / "big").mkdir()
-    big = FakeDirectory(workspace / "big", 10_000, ".txt", five_then_late).install(monkeypatch)
+    big = FakeDirectory(workspace / "big", 10_000, ".txt", five_then_late)
+    big.make_real(workspace / "big", 10)  # the first slice stats files on disk
+    big.install(monkeypatch)
     tool = GlobTool(deadline_s=30.0, clock=lambda: now[0])
     output, summary = await run_summarized(tool, {"pattern": "big/*.txt"}, make_context(workspace))
     lines = text_of(output).split("\n")
@@ -377,6 +392,7 @@ async def test_a_walk_stuck_in_the_file_system_still_answers_at_the_deadline(
     def three_then_stuck(index: int) -> None:
         if index == STUCK_AT + 3:
             pulled_when_stuck.append(stuck.pulled)
+            stuck.closed.clear()  # the first slice's listing was closed: wait for this one
             release.wait(60)  # as a listing blocked in the kernel (a hung network mount)
 
     (workspace / "nfs").mkdir()
@@ -410,6 +426,7 @@ async def test_cancelling_a_glob_stops_its_walk(
     def block_at_fifty(index: int) -> None:
         if index == STUCK_AT + 50:
             pulled_when_blocked.append(slow.pulled)
+            slow.closed.clear()  # the first slice's listing was closed: wait for this one
             reached.set()
             release.wait(60)
 
@@ -524,6 +541,21 @@ async def test_long_patterns_are_compiled_by_the_walking_thread(
     assert threads and threading.current_thread() not in threads
 
 
+@pytest.fixture
+def roomy_slice(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A first slice with time to spare, however slow the machine: these tests are about what
+    else ends it."""
+    monkeypatch.setattr(glob_tool, "FIRST_SLICE_S", 60.0)
+
+
+def _walked_in_a_thread(threads: list[threading.Thread]) -> bool:
+    """The patterns were compiled for a first slice on the event loop, then again by a walker
+    thread: the slice handed the walk over."""
+    loop_thread = threading.current_thread()
+    return len(threads) == 2 and threads[0] is loop_thread and threads[1] is not loop_thread
+
+
+@pytest.mark.usefixtures("roomy_slice")
 async def test_a_small_walk_stays_on_the_event_loop(
     tree: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -533,6 +565,7 @@ async def test_a_small_walk_stays_on_the_event_loop(
     assert threads == [threading.current_thread()], "a walk of a few entries went to a thread"
 
 
+@pytest.mark.usefixtures("roomy_slice")
 async def test_a_walk_past_the_first_slice_finds_every_file_once(
     workspace: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -544,25 +577,44 @@ async def test_a_walk_past_the_first_slice_finds_every_file_once(
     assert summary == f"Glob '**/*.txt': {count} files ({MAX_RESULTS} shown)"
     newest = [f"{workspace}/many/f{index:04}.txt" for index in range(count - 1, -1, -1)]
     assert text_of(output).split("\n")[:MAX_RESULTS] == newest[:MAX_RESULTS]
-    assert threads[0] is threading.current_thread() and threads[-1] is not threads[0]
+    assert _walked_in_a_thread(threads)
 
 
-async def test_a_directory_on_another_mount_is_walked_in_a_thread(
+async def test_a_slice_out_of_time_hands_the_walk_over(
     tree: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    # The kernel refuses (EXDEV) to cross onto another mount with RESOLVE_NO_XDEV: "src/deep" is
-    # taken for one, as a hung network mount would be.
+    # Round 71: 64 alternatives against long names cost the event loop 160 ms in 256 entries.
+    monkeypatch.setattr(glob_tool, "FIRST_SLICE_S", 0.0)
+    threads = _spy_on_compiling(monkeypatch)
+    output = await run_tool(TOOL, {"pattern": "src/*.{py,txt}"}, make_context(tree))
+    assert text_of(output) == f"{tree}/src/d.txt\n{tree}/src/b.py"
+    assert _walked_in_a_thread(threads)
+
+
+def _exdev_for(
+    monkeypatch: pytest.MonkeyPatch, mounted: str
+) -> list[tuple[str, bool, threading.Thread]]:
+    """open_beneath as if `mounted` (relative to the workspace) were another mount: the kernel
+    refuses (EXDEV) to cross onto it with RESOLVE_NO_XDEV. Returns the opens made."""
     real = PinnedDirectory.open_beneath
     opened: list[tuple[str, bool, threading.Thread]] = []
 
     def open_beneath(self: PinnedDirectory, relative: str, flags: int, **options: bool) -> int:
         same_mount = options.get("same_mount", False)
         opened.append((relative, same_mount, threading.current_thread()))
-        if relative == "src/deep" and same_mount:
+        if relative == mounted and same_mount:
             raise OSError(errno.EXDEV, os.strerror(errno.EXDEV), relative)
         return real(self, relative, flags, **options)
 
     monkeypatch.setattr(PinnedDirectory, "open_beneath", open_beneath)
+    return opened
+
+
+@pytest.mark.usefixtures("roomy_slice")
+async def test_a_directory_on_another_mount_is_walked_in_a_thread(
+    tree: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    opened = _exdev_for(monkeypatch, "src/deep")  # as a hung network mount would be
     output = await run_tool(TOOL, {"pattern": "src/**/*.py"}, make_context(tree))
     assert text_of(output) == f"{tree}/src/b.py\n{tree}/src/deep/er/c.py"
     loop_thread = threading.current_thread()
@@ -571,6 +623,66 @@ async def test_a_directory_on_another_mount_is_walked_in_a_thread(
     assert ("src/deep/er", False) in [(r, s) for r, s, t in opened if t is not loop_thread]
 
 
+@pytest.mark.usefixtures("roomy_slice")
+async def test_a_base_directory_on_another_mount_is_walked_in_a_thread(
+    tree: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Round 71: a path that is a mount point (a FUSE mount answering in 25 s) was listed on the
+    # event loop, which held every caller for as long.
+    opened = _exdev_for(monkeypatch, "src")
+    threads = _spy_on_compiling(monkeypatch)
+    output = await run_tool(TOOL, {"pattern": "*", "path": str(tree / "src")}, make_context(tree))
+    assert text_of(output) == f"{tree}/src/d.txt\n{tree}/src/b.py"
+    assert ("src", True) in [(r, s) for r, s, _ in opened]
+    assert len(threads) == 1 and threads[0] is not threading.current_thread(), (
+        "the base's listing ran on the event loop"
+    )
+
+
+@pytest.mark.usefixtures("roomy_slice")
+async def test_a_file_mounted_over_another_is_stat_in_a_thread(
+    tree: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Round 71: stat on a file bind-mounted from a slow FUSE mount held the loop 2 s per file.
+    if os.geteuid() != 0:
+        pytest.skip("bind mounts need root")
+    elsewhere = tree / "elsewhere.bin"
+    elsewhere.write_text("x")
+    target = tree / "src" / "d.txt"
+    if subprocess.run(["mount", "--bind", str(elsewhere), str(target)], check=False).returncode:
+        pytest.skip("cannot bind-mount here")
+    try:
+        threads = _spy_on_compiling(monkeypatch)
+        output = await run_tool(TOOL, {"pattern": "src/*.txt"}, make_context(tree))
+        assert text_of(output) == f"{tree}/src/d.txt"
+        assert _walked_in_a_thread(threads)
+    finally:
+        subprocess.run(["umount", str(target)], check=True)
+
+
+@pytest.mark.usefixtures("roomy_slice")
+async def test_an_emptied_huge_directory_is_listed_in_a_thread(
+    workspace: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Round 71: an ext4 directory keeps its blocks when emptied; listing its empty slots took
+    # seconds on the event loop without a single entry counted against the slice's budget.
+    big = workspace / "big"
+    big.mkdir()
+    names = [big / f"{index:05}{'n' * 200}" for index in range(1_000)]
+    for name in names:
+        name.touch()
+    for name in names:
+        name.unlink()
+    if big.stat().st_size <= MAX_DIRECTORY_BYTES:
+        pytest.skip("this filesystem shrinks emptied directories")
+    make(workspace, "big/kept.txt", 1_000)
+    threads = _spy_on_compiling(monkeypatch)
+    output = await run_tool(TOOL, {"pattern": "big/*"}, make_context(workspace))
+    assert text_of(output) == f"{workspace}/big/kept.txt"
+    assert _walked_in_a_thread(threads)
+
+
+@pytest.mark.usefixtures("roomy_slice")
 async def test_a_matching_symbolic_link_is_followed_in_a_thread(
     tree: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -578,4 +690,27 @@ async def test_a_matching_symbolic_link_is_followed_in_a_thread(
     threads = _spy_on_compiling(monkeypatch)
     output = await run_tool(TOOL, {"pattern": "*.txt"}, make_context(tree))
     assert text_of(output) == f"{tree}/link.txt"
-    assert len(threads) == 2 and threads[1] is not threading.current_thread()
+    assert _walked_in_a_thread(threads)
+
+
+async def test_a_link_resolved_inside_then_swapped_to_outside_tells_nothing(
+    workspace: Path, tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Round 71: the link was resolved (inside), a directory on its way then swapped for a link
+    # to outside, and the stat that followed told the outside file's existence and mtime.
+    outside = tmp_path_factory.mktemp("outside").resolve()
+    make(outside, "f", 2_000_000_000)
+    (workspace / "A").mkdir()
+    (workspace / "l").symlink_to(workspace / "A" / "f")
+    (workspace / "B").symlink_to(outside)  # A and B after the swap
+    resolved_before_the_swap = str(workspace / "B" / "f")
+    real_realpath = os.path.realpath
+
+    def realpath(path: Any, **kwargs: Any) -> str:
+        if str(path) == str(workspace / "l"):
+            return resolved_before_the_swap
+        return real_realpath(path, **kwargs)
+
+    monkeypatch.setattr(os.path, "realpath", realpath)
+    output = await run_tool(TOOL, {"pattern": "*"}, make_context(workspace))
+    assert text_of(output) == "No files found"

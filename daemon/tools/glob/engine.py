@@ -24,19 +24,30 @@ import errno
 import fnmatch
 import functools
 import heapq
+import math
 import os
 import re
 import stat
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from enum import StrEnum
 from pathlib import Path
 
 from daemon.errors import ToolError, ToolInputError
-from daemon.host.confine import is_inside, open_confined, resolve_path
+from daemon.host.confine import is_inside, open_confined, require_inside, resolve_path
 from daemon.host.pinned import PinnedDirectory
 from daemon.tools.glob.braces import expand_braces
+from daemon.tools.glob.on_loop import (
+    MAX_DIRECTORY_BYTES,
+    MAX_LISTED_BYTES,
+    TYPED_LISTINGS,
+    OtherMount,
+    directory_bytes,
+    filesystem_type,
+    mtime_here,
+)
 from daemon.tools.summaries import quoted
 
 MAX_RESULTS = 100
@@ -194,10 +205,12 @@ class Walk:
     """Gets the running count of entries every PROGRESS_EVERY; called from the walking thread,
     so it must hand over safely."""
     first_slice: bool = False
-    """The walk runs on the event loop: it ends (Stop.SLICE) rather than look at more than its
-    budget, open a directory on another mount (a hung network mount would hold every caller)
-    or follow a symbolic link; the files it stats are on the mount the call's validation
-    already looked at."""
+    """The walk runs on the event loop: it ends (Stop.SLICE) rather than go past its budget or
+    `slice_ends`, or touch what daemon.tools.glob.on_loop keeps it from."""
+    slice_ends: float = math.inf
+    """A first slice's end on the monotonic clock (not `clock`: it bounds the event loop)."""
+    listed_bytes: int = field(default=0, init=False)
+    """The sizes of the directories a first slice listed, together."""
     scanned: int = field(default=0, init=False)
     """Entries looked at so far (written by the walking thread only)."""
     _stopped: Stop | None = field(default=None, init=False)
@@ -224,12 +237,30 @@ class Walk:
         if self.scanned >= self.budget:
             self.stop(Stop.SLICE if self.first_slice else Stop.BUDGET)
             return False
+        if self.first_slice and time.monotonic() >= self.slice_ends:
+            self.stop(Stop.SLICE)
+            return False
         if self.clock() >= self.deadline:
             self.stop(Stop.DEADLINE)
             return False
         self.scanned += 1
         if self.report is not None and self.scanned % PROGRESS_EVERY == 0:
             self.report(self.scanned)
+        return True
+
+    def may_list(self, fd: int) -> bool:
+        """Whether the open directory may be listed; a first slice ends (Stop.SLICE) instead at
+        one too large for the event loop (daemon.tools.glob.on_loop)."""
+        if not self.first_slice:
+            return True
+        try:
+            size = directory_bytes(fd)
+        except OSError:
+            size = MAX_LISTED_BYTES + 1
+        self.listed_bytes += size
+        if size > MAX_DIRECTORY_BYTES or self.listed_bytes > MAX_LISTED_BYTES:
+            self.stop(Stop.SLICE)
+            return False
         return True
 
     def found(self, path: str, mtime_ns: int) -> None:
@@ -267,23 +298,45 @@ def _closure(patterns: tuple[_Pattern, ...], states: frozenset[_State]) -> list[
     return sorted(result)
 
 
-def _file_mtime(walk: Walk, workspace: Path, entry: os.DirEntry[str], full: Path) -> int | None:
+def _file_mtime(
+    walk: Walk, root: PinnedDirectory, dir_fd: int, entry: os.DirEntry[str], full: Path
+) -> int | None:
     """mtime of a matching regular file, or None if it is not one (or leads outside)."""
     try:
         if entry.is_symlink():
             if walk.first_slice:  # it may lead onto another mount
                 walk.stop(Stop.SLICE)
                 return None
-            real = Path(os.path.realpath(full))
-            if not is_inside(workspace, real):
-                return None
-            info = real.stat()
-            return info.st_mtime_ns if stat.S_ISREG(info.st_mode) else None
+            return _link_mtime(root, full)
         if not entry.is_file(follow_symlinks=False):
             return None
+        if walk.first_slice:
+            return mtime_here(dir_fd, entry.name)
         return entry.stat(follow_symlinks=False).st_mtime_ns
+    except OtherMount:
+        walk.stop(Stop.SLICE)
+        return None
     except OSError:
         return None
+
+
+def _link_mtime(root: PinnedDirectory, link: Path) -> int | None:
+    """mtime of the regular file a symbolic link leads to inside the workspace, or None. The
+    file is stat'ed through a descriptor opened beneath the workspace along the resolved path,
+    with no link on the way: a directory swapped for a link to outside after the resolution
+    makes the open fail, and cannot make the stat tell about a file outside."""
+    real = Path(os.path.realpath(link))
+    if not is_inside(root.path, real):
+        return None
+    relative = str(real)[len(str(root.path)) :].lstrip("/")
+    if not relative:
+        return None
+    fd = root.open_beneath(relative, os.O_PATH)
+    try:
+        info = os.fstat(fd)
+    finally:
+        os.close(fd)
+    return info.st_mtime_ns if stat.S_ISREG(info.st_mode) else None
 
 
 @dataclass(frozen=True)
@@ -320,12 +373,14 @@ class _Walker:
         visit, in name order (only those some alternative goes on into are kept)."""
         expanded = _closure(self.patterns, states)
         children: dict[str, set[_State]] = {}
+        if not self.walk.may_list(fd):
+            return []
         try:
             with os.scandir(fd) as listing:
                 for entry in listing:
                     if not self.walk.admit():
                         break
-                    self._match(entry, directory, expanded, children)
+                    self._match(entry, directory, expanded, children, fd)
         except OSError:
             pass  # unreadable, or gone while it was read: what was matched so far stands
         return [(directory / name, frozenset(children[name])) for name in sorted(children)]
@@ -336,6 +391,7 @@ class _Walker:
         directory: Path,
         states: list[_State],
         children: dict[str, set[_State]],
+        dir_fd: int,
     ) -> None:
         try:
             is_dir = entry.is_dir(follow_symlinks=False)
@@ -355,7 +411,7 @@ class _Walker:
                     children.setdefault(entry.name, set()).add((alternative, next_state))
             elif index == last:
                 full = directory / entry.name
-                mtime = _file_mtime(self.walk, self.root.path, entry, full)
+                mtime = _file_mtime(self.walk, self.root, dir_fd, entry, full)
                 if mtime is not None:
                     self.walk.found(str(full), mtime)
 
@@ -374,7 +430,10 @@ def _open_below(walk: Walk, root: PinnedDirectory, directory: Path) -> int | Non
 
 
 def glob_files(root: PinnedDirectory, plan: GlobPlan, walk: Walk) -> GlobResult:
-    """Walk the plan's base directory within `walk`'s limits (blocking: run it in a thread)."""
+    """Walk the plan's base directory within `walk`'s limits (blocking: run it in a thread,
+    unless `walk` is a first slice)."""
+    if walk.first_slice:
+        return _first_slice(root, plan, walk)
     with contextlib.suppress(OSError):
         if not stat.S_ISDIR(plan.base.lstat().st_mode):
             raise ToolError(
@@ -392,6 +451,29 @@ def glob_files(root: PinnedDirectory, plan: GlobPlan, walk: Walk) -> GlobResult:
         raise ToolError(f"Directory {plan.raw_base} cannot be read: permission denied.") from exc
     try:
         _Walker(walk, root, _compile(plan.patterns)).run(fd, plan.base)
+    finally:
+        os.close(fd)
+    return walk.result()
+
+
+def _first_slice(root: PinnedDirectory, plan: GlobPlan, walk: Walk) -> GlobResult:
+    """`glob_files` on the event loop: the base opened without leaving its mount, on a
+    filesystem whose listings name entry types; anything unusual (a missing or unreadable base
+    included) ends the slice, and the walk in a thread answers for it."""
+    require_inside(root.path, plan.base, plan.raw_base)
+    relative = str(plan.base)[len(str(root.path)) :].lstrip("/")
+    try:
+        fd = root.open_beneath(relative, _DIR_FLAGS | os.O_NONBLOCK, same_mount=True)
+    except OSError:
+        walk.stop(Stop.SLICE)
+        return walk.result()
+    try:
+        if filesystem_type(fd) not in TYPED_LISTINGS:
+            walk.stop(Stop.SLICE)
+            return walk.result()
+        _Walker(walk, root, _compile(plan.patterns)).run(fd, plan.base)
+    except OSError:
+        walk.stop(Stop.SLICE)
     finally:
         os.close(fd)
     return walk.result()

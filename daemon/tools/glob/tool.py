@@ -57,6 +57,9 @@ trees a model globs are small, and handing a walk of a few dozen entries to a th
 than the walk (the hand-over, then both threads taking turns on the GIL at every system call).
 A walk that needs more starts again in a walker thread (the entries looked at twice are a
 bounded waste)."""
+FIRST_SLICE_S = 0.003
+"""... and for at most this long (checked at each entry): matching many alternatives against
+long names costs time the entry budget does not bound."""
 FIRST_SLICE_PATTERN_CHARS = 256
 """Patterns longer than this (all alternatives together) are compiled and walked in a thread
 only: compiling them alone can take milliseconds (about 2 ms for 256 characters of `*a*a…`)."""
@@ -174,6 +177,7 @@ def _first_slice(root: PinnedDirectory, plan: GlobPlan, walk: Walk) -> GlobResul
         clock=walk.clock,
         budget=min(FIRST_SLICE_ENTRIES, walk.budget),
         first_slice=True,
+        slice_ends=time.monotonic() + FIRST_SLICE_S,
     )
     result = glob_files(root, plan, first)
     return None if result.stopped is Stop.SLICE else result
