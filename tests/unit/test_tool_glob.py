@@ -23,7 +23,7 @@ from daemon.errors import ConfinementError, ToolError, ToolInputError
 from daemon.host.pinned import PinnedDirectory
 from daemon.models import TextContent
 from daemon.tools.contract import ToolOutput
-from daemon.tools.glob import engine
+from daemon.tools.glob import engine, on_loop
 from daemon.tools.glob import tool as glob_tool
 from daemon.tools.glob.braces import MAX_PATTERNS, expand_braces
 from daemon.tools.glob.engine import MAX_PATTERN_CHARS, MAX_RESULTS, MAX_SCANNED, PROGRESS_EVERY
@@ -542,10 +542,22 @@ async def test_long_patterns_are_compiled_by_the_walking_thread(
 
 
 @pytest.fixture
-def roomy_slice(monkeypatch: pytest.MonkeyPatch) -> None:
-    """A first slice with time to spare, however slow the machine: these tests are about what
-    else ends it."""
+def roomy_slice(workspace: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A first slice with time to spare, however slow the machine, on a workspace filesystem
+    already looked at from a thread: these tests are about what else ends it."""
     monkeypatch.setattr(glob_tool, "FIRST_SLICE_S", 60.0)
+    fd = os.open(workspace, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        on_loop.learn_filesystem(os.fstat(fd).st_dev, fd)
+    finally:
+        os.close(fd)
+    assert on_loop.may_walk_on_loop(os.stat(workspace).st_dev), "tests need a typed filesystem"
+
+
+@pytest.fixture
+def unknown_filesystems(monkeypatch: pytest.MonkeyPatch) -> None:
+    """No filesystem looked at yet (as when the daemon starts)."""
+    monkeypatch.setattr(on_loop, "_typed_filesystems", {})
 
 
 def _walked_in_a_thread(threads: list[threading.Thread]) -> bool:
@@ -580,6 +592,7 @@ async def test_a_walk_past_the_first_slice_finds_every_file_once(
     assert _walked_in_a_thread(threads)
 
 
+@pytest.mark.usefixtures("roomy_slice")
 async def test_a_slice_out_of_time_hands_the_walk_over(
     tree: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -714,3 +727,78 @@ async def test_a_link_resolved_inside_then_swapped_to_outside_tells_nothing(
     monkeypatch.setattr(os.path, "realpath", realpath)
     output = await run_tool(TOOL, {"pattern": "*"}, make_context(workspace))
     assert text_of(output) == "No files found"
+
+
+@pytest.mark.usefixtures("unknown_filesystems")
+async def test_a_filesystem_is_looked_at_from_a_thread_before_any_walk_on_the_loop(
+    tree: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Round 72: on a FUSE workspace, the slice's own open and statfs of the base waited 3 s each
+    # on the event loop before it could tell the filesystem was not one to walk there.
+    opened = _exdev_for(monkeypatch, "nothing")
+    threads = _spy_on_compiling(monkeypatch)
+    output = await run_tool(TOOL, {"pattern": "src/*.txt"}, make_context(tree))
+    assert text_of(output) == f"{tree}/src/d.txt"
+    loop_thread = threading.current_thread()
+    assert not [r for r, _, t in opened if t is loop_thread], "the loop opened before it knew"
+    assert len(threads) == 1 and threads[0] is not loop_thread
+    monkeypatch.setattr(glob_tool, "FIRST_SLICE_S", 60.0)
+    assert await run_tool(TOOL, {"pattern": "src/*.txt"}, make_context(tree)) == output
+    assert threads[1:] == [loop_thread], "the second walk, on a known filesystem, was not inline"
+
+
+@pytest.mark.usefixtures("unknown_filesystems")
+@pytest.mark.parametrize(
+    ("statfs_type", "listing_has_types"),
+    [(0x65735546, True), (0xEF53, False)],  # FUSE; ext4 made without `filetype`
+)
+async def test_filesystems_unfit_for_the_loop_are_walked_in_threads(
+    tree: Path, monkeypatch: pytest.MonkeyPatch, statfs_type: int, listing_has_types: bool
+) -> None:
+    # Round 72: on ext4 without `filetype` every entry's type took a stat, on the loop, and the
+    # stat crossed into a FUSE mount on a subdirectory (3 s).
+    monkeypatch.setattr(on_loop, "filesystem_type", lambda fd: statfs_type)
+    monkeypatch.setattr(on_loop, "_lists_types", lambda fd: listing_has_types)
+    monkeypatch.setattr(glob_tool, "FIRST_SLICE_S", 60.0)
+    threads = _spy_on_compiling(monkeypatch)
+    for _ in range(2):
+        output = await run_tool(TOOL, {"pattern": "src/*.txt"}, make_context(tree))
+        assert text_of(output) == f"{tree}/src/d.txt"
+    assert threading.current_thread() not in threads
+
+
+def test_the_listing_of_this_filesystem_carries_entry_types(workspace: Path) -> None:
+    fd = os.open(workspace, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        assert on_loop._lists_types(fd)  # ext4, btrfs and tmpfs here all do
+    finally:
+        os.close(fd)
+
+
+@pytest.mark.parametrize(
+    "target",
+    [
+        "/etc/hostname/../..{workspace}/a.py",  # outside, then back in: as text only
+        "/proc/self/cwd/../..{workspace}/a.py",  # through a magic link
+        "{up}{workspace}/a.py",  # up to / through the workspace's parents, then back in
+        "{workspace}/src/missing/../../a.py",  # a path the kernel cannot walk
+    ],
+)
+async def test_links_are_followed_by_the_kernel_beneath_the_workspace_only(
+    tree: Path, target: str
+) -> None:
+    # Round 72: realpath resolved these as text or through outside links: whether they were
+    # listed told which outside paths were links, and another process's working directory.
+    (tree / "lk").mkdir()
+    up = "../" * len(tree.parts)  # from lk/ to / (one more than needed: / has no parent)
+    (tree / "lk" / "x.py").symlink_to(target.format(workspace=tree, up=up[:-1]))
+    output = await run_tool(TOOL, {"pattern": "lk/*.py"}, make_context(tree))
+    assert text_of(output) == "No files found"
+
+
+async def test_links_inside_the_workspace_are_listed_relative_or_absolute(tree: Path) -> None:
+    (tree / "lk").mkdir()
+    (tree / "lk" / "relative.py").symlink_to("../src/b.py")
+    (tree / "lk" / "absolute.py").symlink_to(tree / "src" / "deep" / "er" / "c.py")
+    output = await run_tool(TOOL, {"pattern": "lk/*.py"}, make_context(tree))
+    assert text_of(output) == f"{tree}/lk/relative.py\n{tree}/lk/absolute.py"

@@ -37,15 +37,20 @@ from pathlib import Path
 
 from daemon.errors import ToolError, ToolInputError
 from daemon.host.confine import is_inside, open_confined, require_inside, resolve_path
-from daemon.host.pinned import PinnedDirectory
+from daemon.host.pinned import (
+    RESOLVE_BENEATH,
+    RESOLVE_NO_MAGICLINKS,
+    PinnedDirectory,
+    openat2,
+)
 from daemon.tools.glob.braces import expand_braces
 from daemon.tools.glob.on_loop import (
     MAX_DIRECTORY_BYTES,
     MAX_LISTED_BYTES,
-    TYPED_LISTINGS,
     OtherMount,
     directory_bytes,
-    filesystem_type,
+    learn_filesystem,
+    may_walk_on_loop,
     mtime_here,
 )
 from daemon.tools.summaries import quoted
@@ -307,7 +312,7 @@ def _file_mtime(
             if walk.first_slice:  # it may lead onto another mount
                 walk.stop(Stop.SLICE)
                 return None
-            return _link_mtime(root, full)
+            return _link_mtime(root, dir_fd, entry.name, full)
         if not entry.is_file(follow_symlinks=False):
             return None
         if walk.first_slice:
@@ -320,23 +325,32 @@ def _file_mtime(
         return None
 
 
-def _link_mtime(root: PinnedDirectory, link: Path) -> int | None:
+def _link_mtime(root: PinnedDirectory, dir_fd: int, name: str, link: Path) -> int | None:
     """mtime of the regular file a symbolic link leads to inside the workspace, or None. The
-    file is stat'ed through a descriptor opened beneath the workspace along the resolved path,
-    with no link on the way: a directory swapped for a link to outside after the resolution
-    makes the open fail, and cannot make the stat tell about a file outside."""
-    real = Path(os.path.realpath(link))
-    if not is_inside(root.path, real):
-        return None
-    relative = str(real)[len(str(root.path)) :].lstrip("/")
-    if not relative:
-        return None
-    fd = root.open_beneath(relative, os.O_PATH)
+    kernel follows the link beneath the workspace (RESOLVE_BENEATH): nothing outside is ever
+    looked at, not even on the way (a path resolved as text told, by being listed or not, whether
+    outside paths were links, and how deep another process's working directory was). A link to
+    an absolute path inside the workspace is followed from there, once more beneath it."""
+    resolve = RESOLVE_BENEATH | RESOLVE_NO_MAGICLINKS
+    try:
+        fd = openat2(root.fd, _below(root, link), os.O_PATH, resolve)
+    except OSError as exc:
+        if exc.errno != errno.EXDEV:
+            return None
+        target = os.readlink(name, dir_fd=dir_fd)
+        if not target.startswith("/") or not is_inside(root.path, Path(target)):
+            return None
+        fd = openat2(root.fd, _below(root, Path(target)), os.O_PATH, resolve)
     try:
         info = os.fstat(fd)
     finally:
         os.close(fd)
     return info.st_mtime_ns if stat.S_ISREG(info.st_mode) else None
+
+
+def _below(root: PinnedDirectory, path: Path) -> str:
+    """`path` (inside the workspace) relative to it."""
+    return str(path)[len(str(root.path)) :].lstrip("/") or "."
 
 
 @dataclass(frozen=True)
@@ -433,7 +447,7 @@ def glob_files(root: PinnedDirectory, plan: GlobPlan, walk: Walk) -> GlobResult:
     """Walk the plan's base directory within `walk`'s limits (blocking: run it in a thread,
     unless `walk` is a first slice)."""
     if walk.first_slice:
-        return _first_slice(root, plan, walk)
+        return _walk_first_slice(root, plan, walk)
     with contextlib.suppress(OSError):
         if not stat.S_ISDIR(plan.base.lstat().st_mode):
             raise ToolError(
@@ -450,17 +464,22 @@ def glob_files(root: PinnedDirectory, plan: GlobPlan, walk: Walk) -> GlobResult:
     except PermissionError as exc:
         raise ToolError(f"Directory {plan.raw_base} cannot be read: permission denied.") from exc
     try:
+        learn_filesystem(os.fstat(fd).st_dev, fd)
         _Walker(walk, root, _compile(plan.patterns)).run(fd, plan.base)
     finally:
         os.close(fd)
     return walk.result()
 
 
-def _first_slice(root: PinnedDirectory, plan: GlobPlan, walk: Walk) -> GlobResult:
-    """`glob_files` on the event loop: the base opened without leaving its mount, on a
-    filesystem whose listings name entry types; anything unusual (a missing or unreadable base
-    included) ends the slice, and the walk in a thread answers for it."""
+def _walk_first_slice(root: PinnedDirectory, plan: GlobPlan, walk: Walk) -> GlobResult:
+    """`glob_files` on the event loop, on a workspace filesystem a walker thread found fit
+    (daemon.tools.glob.on_loop), the base opened without leaving the workspace's mount; anything
+    unusual (a missing or unreadable base included) ends the slice, and the walk in a thread
+    answers for it."""
     require_inside(root.path, plan.base, plan.raw_base)
+    if not may_walk_on_loop(root.device):
+        walk.stop(Stop.SLICE)
+        return walk.result()
     relative = str(plan.base)[len(str(root.path)) :].lstrip("/")
     try:
         fd = root.open_beneath(relative, _DIR_FLAGS | os.O_NONBLOCK, same_mount=True)
@@ -468,9 +487,6 @@ def _first_slice(root: PinnedDirectory, plan: GlobPlan, walk: Walk) -> GlobResul
         walk.stop(Stop.SLICE)
         return walk.result()
     try:
-        if filesystem_type(fd) not in TYPED_LISTINGS:
-            walk.stop(Stop.SLICE)
-            return walk.result()
         _Walker(walk, root, _compile(plan.patterns)).run(fd, plan.base)
     except OSError:
         walk.stop(Stop.SLICE)

@@ -4,9 +4,13 @@ The event loop serves every caller, so a walk there must not wait on anything wh
 cannot bound: it stays on the filesystem of the directory it starts in (a hung network or FUSE
 mount under it would hold everyone), lists only directories whose size bounds the kernel's work
 (an emptied ext4 directory keeps its blocks, and listing its millions of empty slots takes
-seconds without returning a single entry), and starts only on filesystems that name each entry's
-type in the listing (elsewhere telling a directory from a file takes a stat, which would cross
-onto a mount). Anything else ends the slice, and the walk starts again in a thread.
+seconds without returning a single entry), and runs only on a filesystem a walker thread has
+found to be local and to name each entry's type in its listings (elsewhere telling a directory
+from a file takes a stat, which would cross onto a mount; ext4 made without `filetype` names
+none). Anything else ends the slice, and the walk starts again in a thread.
+
+What it does not bound: one read from the disk when the directory is not in the page cache (a
+Read of a small file on the event loop has the same exposure).
 """
 
 from __future__ import annotations
@@ -15,6 +19,7 @@ import ctypes
 import errno
 import os
 import stat
+import sys
 
 from daemon.host.pinned import (
     RESOLVE_BENEATH,
@@ -38,7 +43,56 @@ MAX_DIRECTORY_BYTES = 64 * 1024
 MAX_LISTED_BYTES = 256 * 1024
 """The directories one slice lists may be this large together."""
 
+MAX_KNOWN_FILESYSTEMS = 256
+"""Filesystems whose verdict is remembered (they are forgotten all at once past this)."""
+_SYS_GETDENTS64 = 217 if os.uname().machine == "x86_64" else 61  # 61: aarch64 and riscv64
+_DT_UNKNOWN = 0
+_ENTRY_TYPE_AT = 18  # struct linux_dirent64: d_ino (8), d_off (8), d_reclen (2), d_type (1)
+
 _libc = ctypes.CDLL(None, use_errno=True)
+_libc.syscall.restype = ctypes.c_long
+_typed_filesystems: dict[int, bool] = {}
+"""st_dev -> whether a first slice may walk there (`learn_filesystem`)."""
+
+
+def may_walk_on_loop(device: int) -> bool:
+    """Whether the filesystem `device` was found fit for a first slice (False until it was
+    looked at, from a thread)."""
+    return _typed_filesystems.get(device, False)
+
+
+def learn_filesystem(device: int, directory_fd: int) -> None:
+    """Look at the filesystem of an open directory (blocking: from a walker thread) and remember
+    whether a first slice may walk there: one of TYPED_LISTINGS, and its listing of the
+    directory names entry types."""
+    if device in _typed_filesystems:
+        return
+    try:
+        fit = filesystem_type(directory_fd) in TYPED_LISTINGS and _lists_types(directory_fd)
+    except OSError:
+        fit = False
+    if len(_typed_filesystems) >= MAX_KNOWN_FILESYSTEMS:
+        _typed_filesystems.clear()
+    _typed_filesystems[device] = fit
+
+
+def _lists_types(directory_fd: int) -> bool:
+    """Whether the first entries the kernel lists for the directory ("." and ".." at least)
+    carry their type; read through a descriptor of its own, so the caller's offset stays."""
+    fd = os.open(".", os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC, dir_fd=directory_fd)
+    try:
+        buffer = ctypes.create_string_buffer(4096)
+        size = _libc.syscall(_SYS_GETDENTS64, fd, buffer, len(buffer))
+        if size <= 0:
+            return False
+        raw, offset, types = buffer.raw[:size], 0, []
+        while offset < size:
+            length = int.from_bytes(raw[offset + 16 : offset + 18], sys.byteorder)
+            types.append(raw[offset + _ENTRY_TYPE_AT])
+            offset += max(length, 1)
+        return bool(types) and _DT_UNKNOWN not in types
+    finally:
+        os.close(fd)
 
 
 class OtherMount(OSError):
