@@ -171,8 +171,8 @@ class Stop(StrEnum):
     DEADLINE = "deadline"
     """The call's time was up."""
     SLICE = "slice"
-    """A first slice's walk (`Walk.first_slice`) reached its end: its budget, another mount or
-    a symbolic link to a file; the walk starts again in a thread."""
+    """A first slice's walk (`Walk.first_slice`) reached its end: its entries or time, or
+    something daemon.tools.glob.on_loop keeps it from; the walk starts again in a thread."""
     CANCELLED = "cancelled"
     """The call was cancelled (its result is not used)."""
 
@@ -434,9 +434,8 @@ def _open_below(walk: Walk, root: PinnedDirectory, directory: Path) -> int | Non
     """A subdirectory, resolved by the kernel beneath the pinned workspace with no symlink on the
     way; None when it vanished, is unreadable, or was replaced by a symlink since it was listed.
     A first slice's walk ends at a directory on another mount (EXDEV) instead."""
-    relative = str(directory)[len(str(root.path)) :].lstrip("/")
     try:
-        return root.open_beneath(relative, _DIR_FLAGS, same_mount=walk.first_slice)
+        return root.open_beneath(_below(root, directory), _DIR_FLAGS, same_mount=walk.first_slice)
     except OSError as exc:
         if walk.first_slice and exc.errno == errno.EXDEV:
             walk.stop(Stop.SLICE)
@@ -480,9 +479,8 @@ def _walk_first_slice(root: PinnedDirectory, plan: GlobPlan, walk: Walk) -> Glob
     if not may_walk_on_loop(root.device):
         walk.stop(Stop.SLICE)
         return walk.result()
-    relative = str(plan.base)[len(str(root.path)) :].lstrip("/")
     try:
-        fd = root.open_beneath(relative, _DIR_FLAGS | os.O_NONBLOCK, same_mount=True)
+        fd = root.open_beneath(_below(root, plan.base), _DIR_FLAGS | os.O_NONBLOCK, same_mount=True)
     except OSError:
         walk.stop(Stop.SLICE)
         return walk.result()
