@@ -706,26 +706,28 @@ async def test_a_matching_symbolic_link_is_followed_in_a_thread(
     assert _walked_in_a_thread(threads)
 
 
-async def test_a_link_resolved_inside_then_swapped_to_outside_tells_nothing(
+async def test_a_link_swapped_to_outside_while_it_is_followed_tells_nothing(
     workspace: Path, tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    # Round 71: the link was resolved (inside), a directory on its way then swapped for a link
-    # to outside, and the stat that followed told the outside file's existence and mtime.
+    # Round 71: a link was resolved inside, a directory on its way was then swapped for a link to
+    # outside, and the stat that followed told the outside file's existence and mtime. Here the
+    # swap comes between reading the link and following its target (the last step left).
     outside = tmp_path_factory.mktemp("outside").resolve()
     make(outside, "f", 2_000_000_000)
     (workspace / "A").mkdir()
-    (workspace / "l").symlink_to(workspace / "A" / "f")
-    (workspace / "B").symlink_to(outside)  # A and B after the swap
-    resolved_before_the_swap = str(workspace / "B" / "f")
-    real_realpath = os.path.realpath
+    (workspace / "l").symlink_to(workspace / "A" / "f")  # absolute: read, then followed
+    real_readlink = os.readlink
 
-    def realpath(path: Any, **kwargs: Any) -> str:
-        if str(path) == str(workspace / "l"):
-            return resolved_before_the_swap
-        return real_realpath(path, **kwargs)
+    def readlink(path: Any, **kwargs: Any) -> str:
+        target = real_readlink(path, **kwargs)
+        if str(path) == "l":
+            (workspace / "A").rename(workspace / "A.was")
+            (workspace / "A").symlink_to(outside)
+        return target
 
-    monkeypatch.setattr(os.path, "realpath", realpath)
-    output = await run_tool(TOOL, {"pattern": "*"}, make_context(workspace))
+    monkeypatch.setattr(os, "readlink", readlink)
+    output = await run_tool(TOOL, {"pattern": "l"}, make_context(workspace))
+    assert (workspace / "A").is_symlink(), "the swap did not happen"
     assert text_of(output) == "No files found"
 
 
