@@ -546,18 +546,21 @@ def roomy_slice(workspace: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """A first slice with time to spare, however slow the machine, on a workspace filesystem
     already looked at from a thread: these tests are about what else ends it."""
     monkeypatch.setattr(glob_tool, "FIRST_SLICE_S", 60.0)
-    fd = os.open(workspace, os.O_RDONLY | os.O_DIRECTORY)
+    root = PinnedDirectory.pin(workspace)
+    fd = root.open_beneath(".", os.O_RDONLY | os.O_DIRECTORY)
     try:
-        on_loop.learn_filesystem(os.fstat(fd).st_dev, fd)
+        on_loop.learn_filesystem(root, fd)
+        assert on_loop.may_walk_on_loop(root), "these tests need a filesystem with typed listings"
     finally:
         os.close(fd)
-    assert on_loop.may_walk_on_loop(os.stat(workspace).st_dev), "tests need a typed filesystem"
+        root.close()
+    monkeypatch.setattr(engine, "may_walk_on_loop", lambda root: True)
 
 
 @pytest.fixture
 def unknown_filesystems(monkeypatch: pytest.MonkeyPatch) -> None:
     """No filesystem looked at yet (as when the daemon starts)."""
-    monkeypatch.setattr(on_loop, "_typed_filesystems", {})
+    monkeypatch.setattr(on_loop, "_verdicts", {})
 
 
 def _walked_in_a_thread(threads: list[threading.Thread]) -> bool:
@@ -720,7 +723,7 @@ async def test_a_link_swapped_to_outside_while_it_is_followed_tells_nothing(
 
     def readlink(path: Any, **kwargs: Any) -> str:
         target = real_readlink(path, **kwargs)
-        if str(path) == "l":
+        if target == str(workspace / "A" / "f") and not (workspace / "A.was").exists():
             (workspace / "A").rename(workspace / "A.was")
             (workspace / "A").symlink_to(outside)
         return target
@@ -739,14 +742,40 @@ async def test_a_filesystem_is_looked_at_from_a_thread_before_any_walk_on_the_lo
     # on the event loop before it could tell the filesystem was not one to walk there.
     opened = _exdev_for(monkeypatch, "nothing")
     threads = _spy_on_compiling(monkeypatch)
-    output = await run_tool(TOOL, {"pattern": "src/*.txt"}, make_context(tree))
+    ctx = make_context(tree)
+    output = await run_tool(TOOL, {"pattern": "src/*.txt"}, ctx)
     assert text_of(output) == f"{tree}/src/d.txt"
     loop_thread = threading.current_thread()
     assert not [r for r, _, t in opened if t is loop_thread], "the loop opened before it knew"
     assert len(threads) == 1 and threads[0] is not loop_thread
     monkeypatch.setattr(glob_tool, "FIRST_SLICE_S", 60.0)
-    assert await run_tool(TOOL, {"pattern": "src/*.txt"}, make_context(tree)) == output
+    assert await run_tool(TOOL, {"pattern": "src/*.txt"}, ctx) == output
     assert threads[1:] == [loop_thread], "the second walk, on a known filesystem, was not inline"
+    # Another session's workspace is looked at again, even on the same device number: round 73
+    # had a FUSE mount take the number of an unmounted tmpfs the daemon had found fit.
+    await run_tool(TOOL, {"pattern": "src/*.txt"}, make_context(tree))
+    assert threads[2] is not loop_thread
+
+
+@pytest.mark.usefixtures("unknown_filesystems")
+async def test_a_mount_inside_the_workspace_teaches_nothing_about_the_workspaces_own(
+    tree: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    if os.geteuid() != 0:
+        pytest.skip("mounting needs root")
+    (tree / "m").mkdir()
+    if subprocess.run(["mount", "-t", "tmpfs", "tmpfs", str(tree / "m")], check=False).returncode:
+        pytest.skip("cannot mount a tmpfs here")
+    try:
+        make(tree, "m/x.txt", 1_000)
+        threads = _spy_on_compiling(monkeypatch)
+        ctx = make_context(tree)
+        await run_tool(TOOL, {"pattern": "*.txt", "path": str(tree / "m")}, ctx)
+        output = await run_tool(TOOL, {"pattern": "src/*.txt"}, ctx)
+        assert text_of(output) == f"{tree}/src/d.txt"
+        assert threading.current_thread() not in threads, "the tmpfs vouched for the workspace"
+    finally:
+        subprocess.run(["umount", str(tree / "m")], check=True)
 
 
 @pytest.mark.usefixtures("unknown_filesystems")
@@ -763,8 +792,9 @@ async def test_filesystems_unfit_for_the_loop_are_walked_in_threads(
     monkeypatch.setattr(on_loop, "_lists_types", lambda fd: listing_has_types)
     monkeypatch.setattr(glob_tool, "FIRST_SLICE_S", 60.0)
     threads = _spy_on_compiling(monkeypatch)
+    ctx = make_context(tree)
     for _ in range(2):
-        output = await run_tool(TOOL, {"pattern": "src/*.txt"}, make_context(tree))
+        output = await run_tool(TOOL, {"pattern": "src/*.txt"}, ctx)
         assert text_of(output) == f"{tree}/src/d.txt"
     assert threading.current_thread() not in threads
 
@@ -804,3 +834,23 @@ async def test_links_inside_the_workspace_are_listed_relative_or_absolute(tree: 
     (tree / "lk" / "absolute.py").symlink_to(tree / "src" / "deep" / "er" / "c.py")
     output = await run_tool(TOOL, {"pattern": "lk/*.py"}, make_context(tree))
     assert text_of(output) == f"{tree}/lk/relative.py\n{tree}/lk/absolute.py"
+
+
+async def test_chains_of_links_inside_the_workspace_are_followed_a_link_at_a_time(
+    tree: Path,
+) -> None:
+    # Round 73: an absolute link to an absolute link, and a relative one to an absolute one,
+    # were not listed though they lead to files of the workspace.
+    (tree / "lk").mkdir()
+    (tree / "lk" / "to_absolute").symlink_to(tree / "src" / "b.py")
+    (tree / "lk" / "abs_to_abs.py").symlink_to(tree / "lk" / "to_absolute")
+    (tree / "lk" / "rel_to_abs.py").symlink_to("to_absolute")
+    (tree / "lk" / "loop_a.py").symlink_to(tree / "lk" / "loop_b.py")
+    (tree / "lk" / "loop_b.py").symlink_to(tree / "lk" / "loop_a.py")
+    (tree / "lk" / "out.py").symlink_to(tree / "lk" / "to_outside")
+    (tree / "lk" / "to_outside").symlink_to("/etc/hostname")
+    output = await run_tool(TOOL, {"pattern": "lk/*.py"}, make_context(tree))
+    assert sorted(text_of(output).split("\n")) == [
+        f"{tree}/lk/abs_to_abs.py",
+        f"{tree}/lk/rel_to_abs.py",
+    ]

@@ -55,6 +55,9 @@ from daemon.tools.glob.on_loop import (
 )
 from daemon.tools.summaries import quoted
 
+MAX_LINK_HOPS = 8
+"""Links followed one at a time for a matching link whose chain holds absolute links."""
+_LINKS_BENEATH = RESOLVE_BENEATH | RESOLVE_NO_MAGICLINKS
 MAX_RESULTS = 100
 """Files listed; the rest are counted."""
 MAX_SCANNED = 200_000
@@ -312,7 +315,7 @@ def _file_mtime(
             if walk.first_slice:  # it may lead onto another mount
                 walk.stop(Stop.SLICE)
                 return None
-            return _link_mtime(root, dir_fd, entry.name, full)
+            return _link_mtime(root, full)
         if not entry.is_file(follow_symlinks=False):
             return None
         if walk.first_slice:
@@ -325,27 +328,52 @@ def _file_mtime(
         return None
 
 
-def _link_mtime(root: PinnedDirectory, dir_fd: int, name: str, link: Path) -> int | None:
+def _link_mtime(root: PinnedDirectory, link: Path) -> int | None:
     """mtime of the regular file a symbolic link leads to inside the workspace, or None. The
     kernel follows the link beneath the workspace (RESOLVE_BENEATH): nothing outside is ever
     looked at, not even on the way (a path resolved as text told, by being listed or not, whether
-    outside paths were links, and how deep another process's working directory was). A link to
-    an absolute path inside the workspace is followed from there, once more beneath it."""
-    resolve = RESOLVE_BENEATH | RESOLVE_NO_MAGICLINKS
+    outside paths were links, and how deep another process's working directory was). The kernel
+    refuses links to absolute paths there; one whose chain ends in such links to paths inside the
+    workspace is followed a link at a time (at most MAX_LINK_HOPS), each from the workspace."""
+    path = _below(root, link)
+    for _ in range(MAX_LINK_HOPS):
+        try:
+            fd = openat2(root.fd, path, os.O_PATH, _LINKS_BENEATH)
+        except OSError as exc:
+            if exc.errno != errno.EXDEV:
+                return None
+            hop = _next_hop(root, path)
+            if hop is None:
+                return None
+            path = hop
+            continue
+        try:
+            info = os.fstat(fd)
+        finally:
+            os.close(fd)
+        return info.st_mtime_ns if stat.S_ISREG(info.st_mode) else None
+    return None
+
+
+def _next_hop(root: PinnedDirectory, path: str) -> str | None:
+    """Where the link at `path` (reached beneath the workspace) leads, relative to the workspace;
+    None when `path` is no link (an absolute link on its way) or leads to an absolute path
+    outside. A relative target is joined as text: the kernel resolves its `..` beneath."""
     try:
-        fd = openat2(root.fd, _below(root, link), os.O_PATH, resolve)
-    except OSError as exc:
-        if exc.errno != errno.EXDEV:
-            return None
-        target = os.readlink(name, dir_fd=dir_fd)
-        if not target.startswith("/") or not is_inside(root.path, Path(target)):
-            return None
-        fd = openat2(root.fd, _below(root, Path(target)), os.O_PATH, resolve)
+        fd = openat2(root.fd, path, os.O_PATH | os.O_NOFOLLOW, _LINKS_BENEATH)
+    except OSError:
+        return None
     try:
-        info = os.fstat(fd)
+        target = os.readlink("", dir_fd=fd)
+    except OSError:
+        return None
     finally:
         os.close(fd)
-    return info.st_mtime_ns if stat.S_ISREG(info.st_mode) else None
+    if not target.startswith("/"):
+        return str(Path(path).parent / target)
+    if not is_inside(root.path, Path(target)):
+        return None
+    return _below(root, Path(target))
 
 
 def _below(root: PinnedDirectory, path: Path) -> str:
@@ -463,7 +491,7 @@ def glob_files(root: PinnedDirectory, plan: GlobPlan, walk: Walk) -> GlobResult:
     except PermissionError as exc:
         raise ToolError(f"Directory {plan.raw_base} cannot be read: permission denied.") from exc
     try:
-        learn_filesystem(os.fstat(fd).st_dev, fd)
+        learn_filesystem(root, fd)
         _Walker(walk, root, _compile(plan.patterns)).run(fd, plan.base)
     finally:
         os.close(fd)
@@ -476,7 +504,7 @@ def _walk_first_slice(root: PinnedDirectory, plan: GlobPlan, walk: Walk) -> Glob
     unusual (a missing or unreadable base included) ends the slice, and the walk in a thread
     answers for it."""
     require_inside(root.path, plan.base, plan.raw_base)
-    if not may_walk_on_loop(root.device):
+    if not may_walk_on_loop(root):
         walk.stop(Stop.SLICE)
         return walk.result()
     try:

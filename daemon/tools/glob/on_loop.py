@@ -20,12 +20,14 @@ import errno
 import os
 import stat
 import sys
+import weakref
 
 from daemon.host.pinned import (
     RESOLVE_BENEATH,
     RESOLVE_NO_MAGICLINKS,
     RESOLVE_NO_SYMLINKS,
     RESOLVE_NO_XDEV,
+    PinnedDirectory,
     openat2,
 )
 
@@ -43,37 +45,42 @@ MAX_DIRECTORY_BYTES = 64 * 1024
 MAX_LISTED_BYTES = 256 * 1024
 """The directories one slice lists may be this large together."""
 
-MAX_KNOWN_FILESYSTEMS = 256
-"""Filesystems whose verdict is remembered (they are forgotten all at once past this)."""
 _SYS_GETDENTS64 = 217 if os.uname().machine == "x86_64" else 61  # 61: aarch64 and riscv64
 _DT_UNKNOWN = 0
 _ENTRY_TYPE_AT = 18  # struct linux_dirent64: d_ino (8), d_off (8), d_reclen (2), d_type (1)
 
 _libc = ctypes.CDLL(None, use_errno=True)
 _libc.syscall.restype = ctypes.c_long
-_typed_filesystems: dict[int, bool] = {}
-"""st_dev -> whether a first slice may walk there (`learn_filesystem`)."""
+_verdicts: dict[int, bool] = {}
+"""id(pinned workspace) -> whether a first slice may walk on its filesystem (`learn_filesystem`);
+an entry goes with its workspace object."""
 
 
-def may_walk_on_loop(device: int) -> bool:
-    """Whether the filesystem `device` was found fit for a first slice (False until it was
-    looked at, from a thread)."""
-    return _typed_filesystems.get(device, False)
+def may_walk_on_loop(root: PinnedDirectory) -> bool:
+    """Whether the filesystem of the pinned workspace `root` was found fit for a first slice
+    (False until a walker thread looked at it)."""
+    return _verdicts.get(id(root), False)
 
 
-def learn_filesystem(device: int, directory_fd: int) -> None:
-    """Look at the filesystem of an open directory (blocking: from a walker thread) and remember
-    whether a first slice may walk there: one of TYPED_LISTINGS, and its listing of the
-    directory names entry types."""
-    if device in _typed_filesystems:
+def learn_filesystem(root: PinnedDirectory, directory_fd: int) -> None:
+    """Look at the filesystem of an open directory of the workspace (blocking: from a walker
+    thread) and remember, for `root`, whether a first slice may walk there: one of
+    TYPED_LISTINGS, and its listing of the directory names entry types. Only a directory on the
+    root's own filesystem tells: the root's descriptor keeps that filesystem mounted (even
+    unmounted lazily), so no other can take its device number while the verdict is used (a
+    verdict kept by device number alone outlived its filesystem: round 73 had a FUSE mount take
+    an unmounted tmpfs's number and be listed on the event loop)."""
+    key = id(root)
+    if key in _verdicts:
         return
     try:
+        if os.fstat(directory_fd).st_dev != root.device:
+            return  # another filesystem inside the workspace: the root's own stays unknown
         fit = filesystem_type(directory_fd) in TYPED_LISTINGS and _lists_types(directory_fd)
     except OSError:
         fit = False
-    if len(_typed_filesystems) >= MAX_KNOWN_FILESYSTEMS:
-        _typed_filesystems.clear()
-    _typed_filesystems[device] = fit
+    _verdicts[key] = fit
+    weakref.finalize(root, _verdicts.pop, key, None)
 
 
 def _lists_types(directory_fd: int) -> bool:
