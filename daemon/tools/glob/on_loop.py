@@ -45,7 +45,8 @@ MAX_DIRECTORY_BYTES = 64 * 1024
 MAX_LISTED_BYTES = 256 * 1024
 """The directories one slice lists may be this large together."""
 
-_SYS_GETDENTS64 = 217 if os.uname().machine == "x86_64" else 61  # 61: aarch64 and riscv64
+_SYS_GETDENTS64 = {"x86_64": 217, "aarch64": 61, "riscv64": 61}.get(os.uname().machine)
+"""None elsewhere: no listing is then taken to carry types (no guessed system call number)."""
 _DT_UNKNOWN = 0
 _ENTRY_TYPE_AT = 18  # struct linux_dirent64: d_ino (8), d_off (8), d_reclen (2), d_type (1)
 
@@ -86,6 +87,8 @@ def learn_filesystem(root: PinnedDirectory, directory_fd: int) -> None:
 def _lists_types(directory_fd: int) -> bool:
     """Whether the first entries the kernel lists for the directory ("." and ".." at least)
     carry their type; read through a descriptor of its own, so the caller's offset stays."""
+    if _SYS_GETDENTS64 is None:
+        return False
     fd = os.open(".", os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC, dir_fd=directory_fd)
     try:
         buffer = ctypes.create_string_buffer(4096)
