@@ -849,6 +849,11 @@ async def test_chains_of_links_inside_the_workspace_are_followed_a_link_at_a_tim
     (tree / "lk" / "loop_b.py").symlink_to(tree / "lk" / "loop_a.py")
     (tree / "lk" / "out.py").symlink_to(tree / "lk" / "to_outside")
     (tree / "lk" / "to_outside").symlink_to("/etc/hostname")
+    # Round 74: a trailing "/" or "/." asks for a directory; the kernel cannot open these.
+    (tree / "lk" / "abs_slash.py").symlink_to(f"{tree}/src/b.py/")
+    (tree / "lk" / "abs_dot.py").symlink_to(f"{tree}/src/b.py/.")
+    (tree / "lk" / "rel_slash.py").symlink_to("to_absolute/")
+    (tree / "lk" / "rel_dot.py").symlink_to("to_absolute/.")
     output = await run_tool(TOOL, {"pattern": "lk/*.py"}, make_context(tree))
     assert sorted(text_of(output).split("\n")) == [
         f"{tree}/lk/abs_to_abs.py",

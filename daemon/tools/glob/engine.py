@@ -369,11 +369,13 @@ def _next_hop(root: PinnedDirectory, path: str) -> str | None:
         return None
     finally:
         os.close(fd)
+    # Joined as text, never normalised: a trailing "/" or "/." asks the kernel for a directory.
     if not target.startswith("/"):
-        return str(Path(path).parent / target)
+        folder = path.rpartition("/")[0]
+        return f"{folder}/{target}" if folder else target
     if not is_inside(root.path, Path(target)):
         return None
-    return _below(root, Path(target))
+    return target[len(str(root.path)) :].lstrip("/") or "."
 
 
 def _below(root: PinnedDirectory, path: Path) -> str:
