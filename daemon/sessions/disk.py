@@ -23,11 +23,11 @@ from typing import Protocol
 
 from daemon.errors import RequestError
 from daemon.host.child import run_child
+from daemon.host.statfs import BTRFS_MAGIC, filesystem_type
 from daemon.sessions.workspaces import give_to, make_workspace
 
 log = logging.getLogger(__name__)
 
-_BTRFS_MAGIC = 0x9123683E
 _COMMAND_TIMEOUT_S = 60.0
 _OUTPUT_CAP = 16 * 1024
 
@@ -80,20 +80,15 @@ async def _run(*argv: str) -> str:
 
 def _is_btrfs(path: Path) -> bool:
     try:
-        return _fs_magic(path) == _BTRFS_MAGIC
+        fd = os.open(path, os.O_PATH | os.O_CLOEXEC)
     except OSError:
         return False
-
-
-def _fs_magic(path: Path) -> int:
-    """The filesystem type (statfs f_type) of `path`."""
-    import ctypes  # only here: statvfs has no f_type
-
-    buf = ctypes.create_string_buffer(120)
-    libc = ctypes.CDLL(None, use_errno=True)
-    if libc.statfs(os.fsencode(path), buf) != 0:
-        raise OSError(ctypes.get_errno(), "statfs failed", str(path))
-    return int.from_bytes(buf.raw[:8], "little")
+    try:
+        return filesystem_type(fd) == BTRFS_MAGIC
+    except OSError:
+        return False
+    finally:
+        os.close(fd)
 
 
 class BudgetedWorkspaces:

@@ -41,6 +41,11 @@ def pins_of(workspace: Path) -> tuple[PathPin, ...]:
         root.close()
 
 
+def held(workspace: Path) -> dict[str, bool]:
+    """What `pins_of` holds, by path relative to the workspace: whether read-only."""
+    return {Path(p.path).relative_to(workspace).as_posix(): p.read_only for p in pins_of(workspace)}
+
+
 def test_a_git_directory_is_pinned_read_only_and_no_git_pins_nothing(workspace: Path) -> None:
     assert pins_of(workspace) == ()
     (workspace / ".git").mkdir()
@@ -331,7 +336,7 @@ def test_a_linked_worktrees_submodules_are_held_though_its_git_directory_is_else
     run_git(main, "worktree", "add", "-q", str(tmp_path / "wt"))
     workspace = (tmp_path / "wt").resolve()
     run_git(workspace, "submodule", "update", "-q", "--init")
-    pins = {Path(p.path).relative_to(workspace).as_posix(): p.read_only for p in pins_of(workspace)}
+    pins = held(workspace)
     assert pins == {".git": True, "vendor": False, "vendor/lib": False, "vendor/lib/.git": True}
     # What lies outside is only read when it is the workspace owner's.
     os.chown(main / ".git" / "worktrees" / "wt" / "index", 4321, 4321)
@@ -524,7 +529,7 @@ def test_what_the_configuration_names_in_the_work_tree_is_held_too(workspace: Pa
         ("core.hooksPath", "/elsewhere/hooks"),  # outside: in no container (the last one wins)
         ("core.hooksPath", ".githooks"),
     )
-    pins = {Path(p.path).relative_to(workspace).as_posix(): p.read_only for p in pins_of(workspace)}
+    pins = held(workspace)
     assert pins == {
         ".git": True,
         ".githooks": True,
@@ -715,7 +720,7 @@ def test_a_hook_that_is_a_link_into_the_work_tree_holds_its_target(workspace: Pa
     (workspace / "scripts" / "pre-commit.sh").write_text("#!/bin/sh\n")
     (workspace / ".git" / "hooks" / "pre-commit").symlink_to("../../scripts/pre-commit.sh")
     (workspace / ".git" / "hooks" / "outside").symlink_to("/usr/bin/true")
-    pins = {Path(p.path).relative_to(workspace).as_posix(): p.read_only for p in pins_of(workspace)}
+    pins = held(workspace)
     assert pins == {".git": True, "scripts": False, "scripts/pre-commit.sh": True}
     (workspace / ".git" / "hooks" / "post-checkout").symlink_to("../../scripts/missing")
     with pytest.raises(ToolError, match="scripts/missing"):
@@ -728,7 +733,7 @@ def test_a_hooks_directory_that_is_a_link_into_the_work_tree_is_held(workspace: 
     shutil.rmtree(workspace / ".git" / "hooks")
     (workspace / "githooks").mkdir()
     (workspace / ".git" / "hooks").symlink_to("../githooks")
-    pins = {Path(p.path).relative_to(workspace).as_posix(): p.read_only for p in pins_of(workspace)}
+    pins = held(workspace)
     assert pins == {".git": True, "githooks": True}
 
 
@@ -802,7 +807,7 @@ def test_a_workspace_inside_a_repository_holds_its_submodules_and_hook_links(
     (with_submodules / "vendor" / "hook.sh").write_text("#!/bin/sh\n")
     (with_submodules / ".git" / "hooks" / "pre-push").symlink_to("../../vendor/hook.sh")
     workspace = with_submodules / "vendor"
-    pins = {Path(p.path).relative_to(workspace).as_posix(): p.read_only for p in pins_of(workspace)}
+    pins = held(workspace)
     assert pins == {
         "lib": False,
         "lib/.git": True,

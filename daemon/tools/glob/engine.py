@@ -52,6 +52,7 @@ from daemon.tools.glob.on_loop import (
     learn_filesystem,
     may_walk_on_loop,
     mtime_here,
+    regular_file_mtime,
 )
 from daemon.tools.summaries import quoted
 
@@ -347,11 +348,7 @@ def _link_mtime(root: PinnedDirectory, link: Path) -> int | None:
                 return None
             path = hop
             continue
-        try:
-            info = os.fstat(fd)
-        finally:
-            os.close(fd)
-        return info.st_mtime_ns if stat.S_ISREG(info.st_mode) else None
+        return regular_file_mtime(fd)
     return None
 
 

@@ -30,14 +30,9 @@ from daemon.host.pinned import (
     PinnedDirectory,
     openat2,
 )
+from daemon.host.statfs import BTRFS_MAGIC, EXT_MAGIC, TMPFS_MAGIC, filesystem_type
 
-TYPED_LISTINGS = frozenset(
-    {
-        0xEF53,  # ext2, ext3, ext4
-        0x9123683E,  # btrfs (tooljail's budgeted workspaces)
-        0x01021994,  # tmpfs
-    }
-)
+TYPED_LISTINGS = frozenset({EXT_MAGIC, BTRFS_MAGIC, TMPFS_MAGIC})
 """statfs f_type of filesystems whose listings always carry each entry's type (d_type); XFS
 does only when made with ftype=1, which statfs does not tell."""
 MAX_DIRECTORY_BYTES = 64 * 1024
@@ -109,18 +104,19 @@ class OtherMount(OSError):
     """A file of the listing is another mount (a file bind-mounted over it)."""
 
 
-def filesystem_type(fd: int) -> int:
-    """statfs f_type of the filesystem `fd` is on."""
-    buffer = ctypes.create_string_buffer(120)  # struct statfs; f_type is its first word
-    if _libc.fstatfs(fd, buffer) != 0:
-        code = ctypes.get_errno()
-        raise OSError(code, os.strerror(code))
-    return ctypes.c_long.from_buffer(buffer).value
-
-
 def directory_bytes(fd: int) -> int:
     """The size of an open directory (its listing's size on the filesystems above)."""
     return os.fstat(fd).st_size
+
+
+def regular_file_mtime(fd: int) -> int | None:
+    """mtime of what an open descriptor (O_PATH will do) names when it is a regular file, else
+    None; the descriptor is closed."""
+    try:
+        info = os.fstat(fd)
+    finally:
+        os.close(fd)
+    return info.st_mtime_ns if stat.S_ISREG(info.st_mode) else None
 
 
 def mtime_here(dir_fd: int, name: str) -> int | None:
@@ -138,8 +134,4 @@ def mtime_here(dir_fd: int, name: str) -> int | None:
         if exc.errno == errno.EXDEV:
             raise OtherMount(exc.errno, exc.strerror, name) from exc
         return None
-    try:
-        info = os.fstat(fd)
-    finally:
-        os.close(fd)
-    return info.st_mtime_ns if stat.S_ISREG(info.st_mode) else None
+    return regular_file_mtime(fd)
