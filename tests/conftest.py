@@ -8,6 +8,7 @@ from collections.abc import Iterator
 import pytest
 
 from bench.processes import unmount_below
+from tests.hung_mount import hung_mount  # noqa: F401 - a fixture for every test
 from tests.integration.harness import STATE_DIRS
 
 

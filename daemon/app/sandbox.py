@@ -7,9 +7,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 from daemon.app.egress import Egress
@@ -19,6 +19,7 @@ from daemon.egress.proxy import CallEgress, EgressCall, EgressProxy
 from daemon.errors import ToolError
 from daemon.host.git_pins import git_pins
 from daemon.host.pinned import PinnedDirectory
+from daemon.host.threads import TenantThreads
 from daemon.sessions.session import Session
 from daemon.tools.background import BackgroundShells
 from daemon.tools.contract import SandboxRunner
@@ -168,53 +169,19 @@ CHANGED_NOTE = (
 )
 
 
-_REPOSITORY_THREADS = ThreadPoolExecutor(max_workers=2, thread_name_prefix="git-pins")
-"""Where repositories are looked at: threads of their own, so that a session whose large index
-keeps changing (each change parsed again) holds these and not the ones file edits and request
-decoding share."""
-
-
-class _OnePerPrincipal:
-    """A principal's repository looks run one at a time: however many sessions it has whose
-    indexes keep changing, it holds at most one of `_REPOSITORY_THREADS` (attacker round 67:
-    eight sessions re-parsing large indexes queued every other tenant's calls behind them). A
-    turn ends when its look does, not when its call is cancelled (a thread cannot be stopped;
-    round 68: a deadline freed the turn while the look went on)."""
-
-    def __init__(self) -> None:
-        self._turns: dict[str, tuple[asyncio.Lock, int]] = {}
-
-    async def pins(self, root: PinnedDirectory, owner: str) -> tuple[PathPin, ...]:
-        lock, users = self._turns.get(owner, (asyncio.Lock(), 0))
-        self._turns[owner] = (lock, users + 1)
-        try:
-            await lock.acquire()
-        except BaseException:
-            self._leave(owner)
-            raise
-        loop = asyncio.get_running_loop()
-        look = loop.run_in_executor(_REPOSITORY_THREADS, git_pins, root)
-        look.add_done_callback(lambda _: self._end_turn(owner, lock))
-        return await asyncio.shield(look)
-
-    def _end_turn(self, owner: str, lock: asyncio.Lock) -> None:
-        lock.release()
-        self._leave(owner)
-
-    def _leave(self, owner: str) -> None:
-        lock, users = self._turns[owner]
-        if users == 1:
-            del self._turns[owner]
-        else:
-            self._turns[owner] = (lock, users - 1)
-
-
-_turns = _OnePerPrincipal()
+REPOSITORY_LOOK_THREADS = 16
+"""Repository looks at once, all principals together."""
+_REPOSITORY_LOOKS = TenantThreads(1, REPOSITORY_LOOK_THREADS, "git-pins")
+"""Where repositories are looked at: threads of their own, one per principal at a time. However
+many sessions a principal has whose indexes keep changing (each change parsed again), it holds
+one of them (attacker round 67: eight sessions re-parsing large indexes queued every other
+tenant's calls behind them), and a look stuck on a hung mount holds only its principal's turn
+(a turn ends when its look does, not when its call is cancelled: round 68)."""
 
 
 async def _pins_of(root: PinnedDirectory, owner: str) -> tuple[PathPin, ...]:
-    """`git_pins`, in a thread of `_REPOSITORY_THREADS`, in `owner`'s turn."""
-    return await _turns.pins(root, owner)
+    """`git_pins`, in one of `owner`'s repository-look threads."""
+    return await _REPOSITORY_LOOKS.run(owner, functools.partial(git_pins, root))
 
 
 async def _spec(session: Session, limits: SandboxLimits, *, bound: bool = True) -> SandboxSpec:

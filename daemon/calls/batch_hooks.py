@@ -70,7 +70,7 @@ class BatchHooks:
         if self._engine is None or not outcomes:
             return BatchNotes((), ())
         try:
-            session.verify_workspace()  # hooks get the workspace's path
+            await session.verify_workspace()  # hooks get the workspace's path
         except ToolError:
             return BatchNotes((), ())
         answered = [

@@ -5,6 +5,7 @@ policy asks, PostToolUse after the call ran (PostToolUseFailure also after an in
 from __future__ import annotations
 
 import asyncio
+import functools
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -13,6 +14,7 @@ from daemon.errors import ToolError
 from daemon.hooks.config import HookEvent
 from daemon.hooks.engine import HookEngine, PermissionOutcome, PreHookOutcome
 from daemon.hooks.protocol import HookCall
+from daemon.host.threads import FILESYSTEM_THREADS
 from daemon.models import ContentBlock, Outcome, TextContent
 from daemon.policy.verdict import Verdict
 from daemon.tools.call import ToolCall
@@ -77,8 +79,12 @@ class HookStage:
             return AfterPreHooks(call, NO_HOOKS)
         outcome = await self._engine.pre_tool_use(_hook_call(call))
         if outcome.updated_input is not None:
-            # Checked and analysed again, which may block (a long Bash line's parse).
-            call = await asyncio.to_thread(call.with_input, outcome.updated_input)
+            # Checked and analysed again, which may block (a long Bash line's parse, a path
+            # on a filesystem that hangs).
+            rewritten = outcome.updated_input
+            call = await FILESYSTEM_THREADS.run(
+                call.session.owner, functools.partial(call.with_input, rewritten)
+            )
         return AfterPreHooks(call, outcome)
 
     @staticmethod
@@ -103,7 +109,7 @@ class HookStage:
             return AfterHooks(content, is_error, notes, [], messages)
         try:
             # Hooks get the workspace's path: never one moved or replaced under the session.
-            call.session.verify_workspace()
+            await call.session.verify_workspace()
         except ToolError:
             moved = (
                 "The session's workspace was moved or replaced while this call ran, so no "
@@ -152,7 +158,7 @@ class HookStage:
 
         async def run() -> None:
             try:
-                call.session.verify_workspace()
+                await call.session.verify_workspace()
             except ToolError:
                 on_done([{"skipped": "the session's workspace was moved or replaced"}])
                 return

@@ -23,6 +23,8 @@ from daemon.calls.kept_outputs import KeptOutputs, text_of, with_preview
 from daemon.egress.proxy import EgressCall
 from daemon.errors import NotFound, RequestError, ToolError, Unavailable
 from daemon.hooks.engine import HookEngine, PreHookOutcome
+from daemon.host.loop_safe import NeedsThread
+from daemon.host.threads import FILESYSTEM_THREADS
 from daemon.json_values import (
     LARGE_VALUE_CHARS,
     approximate_chars,
@@ -112,6 +114,8 @@ class RejectedCall:
     error: str
     known_tool: bool
     """The tool exists (the input was what was wrong)."""
+    summary: str = ""
+    """What the audit says happened (empty: the tool is unknown or its input invalid)."""
 
     concurrency_safe = False
     """Runs alone, like any call whose effects are unknown."""
@@ -287,17 +291,12 @@ class Pipeline:
             shown = [d for d in shown if d.name != ToolSearchTool.name]
         return shown
 
-    def prepare(self, request: CallRequest, caller: Caller) -> PreparedCall:
-        """Look up the caller's session and validate, without side effects (NotFound for a
-        session that is not the caller's); failures are kept as a RejectedCall."""
-        started, session, tool = self._lookup(request, caller)
-        if tool is None:
-            return self._unknown_tool(request, session, started)
-        return self._checked(request, session, started, tool)
-
     async def prepare_off_loop(self, request: CallRequest, caller: Caller) -> PreparedCall:
-        """`prepare`, with a large input's checks (a long Bash line's analysis takes up to a
-        quarter of a second) in a worker thread, so other callers are served meanwhile. The
+        """Look up the caller's session and validate, without side effects (NotFound for a
+        session that is not the caller's); failures are kept as a RejectedCall. A large
+        input's checks (a long Bash line's analysis takes up to a quarter of a second), and
+        paths the event loop cannot look up from the kernel's caches (NeedsThread), are done
+        in one of the session owner's threads, so other callers are served meanwhile. The
         session is looked up here, on the event loop, as everything else that changes them."""
         started, session, tool = self._lookup(request, caller)
         chars = approximate_chars(request.tool_use.input, LARGE_VALUE_CHARS)
@@ -307,8 +306,20 @@ class Pipeline:
                 await asyncio.to_thread(getattr, request, "input_sha256")
             return self._unknown_tool(request, session, started)
         if not tool.prepares_off_loop and chars < OFF_LOOP_INPUT_CHARS:
-            return self._checked(request, session, started, tool)
-        return await asyncio.to_thread(self._checked, request, session, started, tool, large)
+            try:
+                return self._checked(request, session, started, tool)
+            except NeedsThread:
+                pass
+        try:
+            # Before a thread looks its paths up by name: a workspace the kernel already knows
+            # is gone is not looked into (another mount there may never answer).
+            session.check_workspace_on_loop()
+        except ToolError as exc:
+            summary = f"{tool.name}: the workspace was moved"
+            return RejectedCall(request, session, started, str(exc), True, summary)
+        return await FILESYSTEM_THREADS.run(
+            session.owner, lambda: self._checked(request, session, started, tool, large)
+        )
 
     def _lookup(
         self, request: CallRequest, caller: Caller
@@ -355,7 +366,7 @@ class Pipeline:
 
     async def execute(self, request: CallRequest, caller: Caller) -> ExecuteOutcome:
         """Run one call through every step; never raises for anything the model did."""
-        return await self.run(self.prepare(request, caller), caller)
+        return await self.run(await self.prepare_off_loop(request, caller), caller)
 
     async def run(self, prepared: PreparedCall, caller: Caller) -> ExecuteOutcome:
         """Decide, execute, map, fit and audit a prepared call. Every line logged meanwhile
@@ -372,7 +383,7 @@ class Pipeline:
                     text = "This session was closed before the call could run, so nothing ran."
                     result = _error(tool_use.id, text)
                     return self._finish(prepared, trace, caller, None, result, summary="closed")
-                summary = (
+                summary = prepared.summary or (
                     f"{tool_use.name}: invalid input"
                     if prepared.known_tool
                     else f"Unknown tool {tool_use.name}"
@@ -393,7 +404,7 @@ class Pipeline:
         try:
             # Nothing (hook, host-side tool, container) works in a workspace that is no longer
             # the directory the session was opened on.
-            prepared.session.verify_workspace()
+            await prepared.session.verify_workspace()
         except ToolError as exc:
             summary = f"{tool_use.name}: the workspace was moved"
             result = _error(tool_use.id, str(exc))
@@ -403,7 +414,9 @@ class Pipeline:
             # the session) changed what its paths name: it is analysed again now, under the
             # session's lock, and that is what is judged.
             try:
-                again = await asyncio.to_thread(prepared.call.with_input, tool_use.input)
+                again = await FILESYSTEM_THREADS.run(
+                    prepared.session.owner, lambda: prepared.call.with_input(tool_use.input)
+                )
             except ToolError as exc:
                 summary = f"{tool_use.name}: invalid input"
                 result = _error(tool_use.id, str(exc))
@@ -581,7 +594,7 @@ class Pipeline:
         neither holds (the policy refuses the hook's approval, a person answered meanwhile),
         the ask stands for a person, with its token."""
         try:
-            call.session.verify_workspace()  # hooks get the workspace's path
+            await call.session.verify_workspace()  # hooks get the workspace's path
         except ToolError:
             return gate
         hooked = await self._hooks.permission(call, gate.verdict.reasons)

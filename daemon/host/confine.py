@@ -13,11 +13,29 @@ import stat
 from pathlib import Path
 
 from daemon.errors import ConfinementError, ToolInputError
-from daemon.host.pinned import PinnedDirectory
+from daemon.host.loop_safe import NeedsThread, on_event_loop
+from daemon.host.pinned import (
+    RESOLVE_BENEATH,
+    RESOLVE_CACHED,
+    RESOLVE_NO_MAGICLINKS,
+    RESOLVE_NO_SYMLINKS,
+    RESOLVE_NO_XDEV,
+    PinnedDirectory,
+    openat2,
+)
+
+_ON_LOOP = RESOLVE_BENEATH | RESOLVE_NO_XDEV | RESOLVE_NO_MAGICLINKS | RESOLVE_CACHED
+"""How the event loop looks a path up beneath a workspace: in the kernel's caches, on the
+workspace's own mount, never outside it (daemon.host.loop_safe)."""
 
 
-def resolve_path(raw: str, field: str = "file_path") -> Path:
-    """Resolve an absolute path as far as it exists (symlinks followed); refuse relative paths."""
+def resolve_path(raw: str, field: str = "file_path", within: PinnedDirectory | None = None) -> Path:
+    """Resolve an absolute path as far as it exists (symlinks followed); refuse relative paths.
+
+    On the event loop the kernel resolves it beneath the pinned workspace `within`, from its
+    caches alone (`resolve_on_loop`); NeedsThread where that cannot answer (nothing may be
+    looked up on the event loop without `within`), and the caller resolves it in a thread.
+    """
     if not raw:
         raise ToolInputError(f"{field} is empty: give an absolute path inside the workspace.")
     if "\x00" in raw:
@@ -28,12 +46,58 @@ def resolve_path(raw: str, field: str = "file_path") -> Path:
             f"{field} must be an absolute path, got {raw!r}: prefix it with the workspace "
             "directory."
         )
+    if on_event_loop():
+        if within is None:
+            raise NeedsThread(raw)
+        return resolve_on_loop(within, path)
     try:
         return Path(os.path.realpath(path))
     except OSError as exc:  # a component changed between two steps of the resolution
         raise ToolInputError(
             f"{field} {raw!r} changed while it was being resolved ({exc.strerror}); retry."
         ) from exc
+
+
+def resolve_on_loop(root: PinnedDirectory, path: Path) -> Path:
+    """What os.path.realpath(path) gives, for a path inside `root` that the kernel resolves
+    from its caches on the workspace's own mount; NeedsThread for anything else (`..`, a link
+    out of the workspace or onto another mount, a lookup that needs the filesystem). The answer
+    is the kernel's name for what it opened (/proc/self/fd), not a string worked out here."""
+    text, base = str(path), str(root.path)
+    if ".." in path.parts or text.startswith("//"):
+        raise NeedsThread(text)  # realpath resolves what precedes `..` first
+    if text == base:
+        relative = "."
+    elif is_inside(root.path, path):
+        relative = text[len(base) :].lstrip("/")
+    else:
+        raise NeedsThread(text)  # maybe a link from outside into the workspace
+    try:
+        fd = openat2(root.fd, relative, os.O_PATH, _ON_LOOP)
+    except OSError as exc:
+        if exc.errno == errno.ENOENT and relative != ".":
+            return _missing_on_loop(root, relative)
+        raise NeedsThread(text) from exc
+    try:
+        named = os.readlink(f"/proc/self/fd/{fd}")  # noqa: PTH115 - a Path would cost more
+    finally:
+        os.close(fd)
+    found = Path(named)
+    if named.endswith(" (deleted)") or str(found) != named or not is_inside(root.path, found):
+        raise NeedsThread(text)  # unlinked meanwhile, or named outside: let realpath answer
+    return found
+
+
+def _missing_on_loop(root: PinnedDirectory, relative: str) -> Path:
+    """realpath of a path that does not exist: when no link is on its way (the kernel found
+    each existing directory, none a link, and the rest missing), the path as written."""
+    try:
+        os.close(openat2(root.fd, relative, os.O_PATH, _ON_LOOP | RESOLVE_NO_SYMLINKS))
+    except OSError as exc:
+        if exc.errno == errno.ENOENT:
+            return root.path / relative
+        raise NeedsThread(relative) from exc
+    raise NeedsThread(relative)  # it exists now: it changed meanwhile
 
 
 def is_inside(workspace: Path, path: Path) -> bool:
@@ -58,19 +122,26 @@ def require_inside(workspace: Path, path: Path, raw: str | None = None) -> Path:
     return path
 
 
-def open_confined(root: PinnedDirectory, path: Path, *, directory: bool = False) -> int:
+def open_confined(
+    root: PinnedDirectory, path: Path, *, directory: bool = False, on_loop: bool = False
+) -> int:
     """Open a resolved path read-only beneath the pinned workspace `root`.
 
     The kernel resolves it from the pinned directory's descriptor and refuses to leave it or to
     follow any symbolic link (PinnedDirectory.open_beneath), so neither a symlink nor a rename
     swapped in after validation can redirect the read. FIFOs and devices are refused (opened
     O_NONBLOCK, so opening them cannot hang). Returns the descriptor; the caller closes it.
+
+    `on_loop`: for the event loop, on a local workspace, from the kernel's caches and on the
+    workspace's own mount only; NeedsThread otherwise (daemon.host.loop_safe).
     """
     require_inside(root.path, path)
+    if on_loop and not root.local:
+        raise NeedsThread(str(path))
     relative = str(path)[len(str(root.path)) :].lstrip("/")
     flags = os.O_RDONLY | os.O_NONBLOCK | (os.O_DIRECTORY if directory else 0)
     try:
-        fd = root.open_beneath(relative, flags)
+        fd = root.open_beneath(relative, flags, same_mount=on_loop, cached=on_loop)
     except (FileNotFoundError, IsADirectoryError, PermissionError):
         raise
     except NotADirectoryError as exc:
@@ -81,6 +152,8 @@ def open_confined(root: PinnedDirectory, path: Path, *, directory: bool = False)
                 f"{path} is, or goes through, a symbolic link that changed after it was checked; "
                 "refusing to follow it."
             ) from exc
+        if on_loop and exc.errno in (errno.EAGAIN, errno.EXDEV):
+            raise NeedsThread(str(path)) from exc  # there, the thread tells which it is
         if exc.errno == errno.EXDEV:
             raise ConfinementError(
                 f"{path} leads outside the workspace {root.path}; refusing to read it."

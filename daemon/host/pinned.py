@@ -2,10 +2,13 @@
 
 A workspace is pinned once: its path is resolved with no symbolic link in any component
 (`openat2` with RESOLVE_NO_SYMLINKS) and the directory is kept open (O_PATH) with its device and
-inode. `verify` proves the path still names that same directory; `open_beneath` opens a file
-relative to the held descriptor with RESOLVE_BENEATH and RESOLVE_NO_SYMLINKS, so whatever is
-renamed or swapped meanwhile, the kernel never lets the open leave the pinned directory or follow a
-symbolic link.
+inode. `verify` proves the path still names that same directory (`verify_on_loop` without
+asking any filesystem, daemon.host.loop_safe); `open_beneath` opens a file relative to the held
+descriptor with RESOLVE_BENEATH and RESOLVE_NO_SYMLINKS, so whatever is renamed or swapped
+meanwhile, the kernel never lets the open leave the pinned directory or follow a symbolic link.
+
+Pinning asks the filesystem (a stat, a statfs): it blocks on a hung one, so it is never done on
+the event loop.
 """
 
 from __future__ import annotations
@@ -18,12 +21,17 @@ import stat
 from dataclasses import dataclass
 from pathlib import Path
 
+from daemon.host.loop_safe import LOCAL_FILESYSTEMS, NeedsThread, descriptor_identity
+from daemon.host.statfs import filesystem_type
+
 _SYS_OPENAT2 = 437  # the same number on every Linux architecture
 AT_FDCWD = -100
 RESOLVE_NO_XDEV = 0x01
 RESOLVE_NO_MAGICLINKS = 0x02
 RESOLVE_NO_SYMLINKS = 0x04
 RESOLVE_BENEATH = 0x08
+RESOLVE_CACHED = 0x20
+"""Lookups from the kernel's caches only (EAGAIN where one would need I/O or a revalidation)."""
 
 
 class _OpenHow(ctypes.Structure):
@@ -76,6 +84,11 @@ class PinnedDirectory:
     gid: int
     mode: int
     """Permission bits, as they were when pinned."""
+    mount_id: int = -1
+    """The mount it was pinned on (-1: not known, so `verify_on_loop` always defers)."""
+    local: bool = False
+    """On one of LOCAL_FILESYSTEMS: its files' attributes and bytes may be read on the event
+    loop (daemon.host.loop_safe)."""
 
     @classmethod
     def pin(cls, path: Path) -> PinnedDirectory:
@@ -96,7 +109,13 @@ class PinnedDirectory:
                 errno.ENOENT: "it does not exist",
             }.get(exc.errno or 0, exc.strerror or str(exc))
             raise NotPinnable(exc.errno or errno.EINVAL, why, str(path)) from exc
-        info = os.fstat(fd)
+        try:
+            info = os.fstat(fd)
+            mount_id, _ = descriptor_identity(fd)
+            local = filesystem_type(fd) in LOCAL_FILESYSTEMS
+        except OSError as exc:
+            os.close(fd)
+            raise NotPinnable(exc.errno or errno.EIO, exc.strerror or str(exc), str(path)) from exc
         return cls(
             path=path,
             fd=fd,
@@ -105,6 +124,8 @@ class PinnedDirectory:
             uid=info.st_uid,
             gid=info.st_gid,
             mode=stat.S_IMODE(info.st_mode),
+            mount_id=mount_id,
+            local=local,
         )
 
     @property
@@ -134,15 +155,53 @@ class PinnedDirectory:
             raise WorkspaceMoved(exc.errno or errno.EINVAL, exc.strerror, str(self.path)) from exc
         try:
             info = os.fstat(fd)
+            mount_id, _ = descriptor_identity(fd)
         finally:
             os.close(fd)
-        if (info.st_dev, info.st_ino) != self.identity:
+        if (info.st_dev, info.st_ino) != self.identity or mount_id != self.mount_id:
             raise WorkspaceMoved(errno.ESTALE, "another directory is there now", str(self.path))
 
-    def open_beneath(self, relative: str, flags: int, *, same_mount: bool = False) -> int:
+    def verify_on_loop(self) -> None:
+        """`verify` from the kernel's caches and records alone, never asking a filesystem (one
+        mounted over the path may be hung): WorkspaceMoved as `verify` does; NeedsThread when
+        the path cannot be looked up that way (not cached), so `verify` must run in a thread."""
+        if self.mount_id < 0:
+            raise NeedsThread(str(self.path))
+        try:
+            held = descriptor_identity(self.fd)
+        except OSError as exc:
+            raise WorkspaceMoved(
+                exc.errno or errno.EBADF, "it was released", str(self.path)
+            ) from exc
+        if held != (self.mount_id, self.inode):
+            raise WorkspaceMoved(errno.ESTALE, "it was released", str(self.path))
+        try:
+            fd = openat2(
+                AT_FDCWD,
+                str(self.path),
+                os.O_PATH | os.O_DIRECTORY,
+                RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS | RESOLVE_CACHED,
+            )
+        except OSError as exc:
+            if exc.errno == errno.EAGAIN:
+                raise NeedsThread(str(self.path)) from exc
+            raise WorkspaceMoved(exc.errno or errno.EINVAL, exc.strerror, str(self.path)) from exc
+        try:
+            found = descriptor_identity(fd)
+        finally:
+            os.close(fd)
+        if found != (self.mount_id, self.inode):
+            # Another mount or another directory: the same one bound again elsewhere is refused
+            # too (a new session can be opened over it).
+            raise WorkspaceMoved(errno.ESTALE, "another directory is there now", str(self.path))
+
+    def open_beneath(
+        self, relative: str, flags: int, *, same_mount: bool = False, cached: bool = False
+    ) -> int:
         """Open `relative` (no leading '/') beneath the pinned directory: never outside it, never
         through a symbolic link, whatever changes meanwhile (EXDEV or ELOOP otherwise); with
-        `same_mount`, never onto another mount either (EXDEV)."""
+        `same_mount`, never onto another mount either (EXDEV); with `cached`, only through
+        lookups the kernel answers from its caches (EAGAIN otherwise)."""
         return openat2(
             self.fd,
             relative or ".",
@@ -150,7 +209,8 @@ class PinnedDirectory:
             RESOLVE_BENEATH
             | RESOLVE_NO_SYMLINKS
             | RESOLVE_NO_MAGICLINKS
-            | (RESOLVE_NO_XDEV if same_mount else 0),
+            | (RESOLVE_NO_XDEV if same_mount else 0)
+            | (RESOLVE_CACHED if cached else 0),
         )
 
     def close(self) -> None:

@@ -9,6 +9,7 @@ EXT_MAGIC = 0xEF53
 """ext2, ext3 and ext4."""
 BTRFS_MAGIC = 0x9123683E
 TMPFS_MAGIC = 0x01021994
+XFS_MAGIC = 0x58465342
 
 _libc = ctypes.CDLL(None, use_errno=True)
 

@@ -13,11 +13,13 @@ from typing import Literal, Protocol, cast
 
 from daemon.errors import PermissionDenied, RequestError
 from daemon.host.pinned import PinnedDirectory
+from daemon.host.threads import FILESYSTEM_THREADS
 from daemon.models import Caller
 from daemon.sessions.disk import FreshWorkspaces
-from daemon.sessions.session import MODES, Mode, Session
+from daemon.sessions.session import MODES, VERIFY_WAIT_S, Mode, Session, verify_pinned
 from daemon.sessions.store import SessionStore
-from daemon.sessions.workspaces import Overlap, written_path
+from daemon.sessions.workspaces import Overlap, pin_workspace, written_path
+from daemon.text import wire_safe
 
 log = logging.getLogger(__name__)
 _CLOSING: set[asyncio.Future[ClosedSession]] = set()
@@ -128,8 +130,11 @@ class SessionManager:
         if not workspace:
             name = self._store.new_workspace_name()
             folder = await self._fresh.create(name, self._store.fresh_owner())
+            fresh = await FILESYSTEM_THREADS.run(
+                caller.principal, lambda: PinnedDirectory.pin(folder)
+            )
             session = self._store.open(
-                PinnedDirectory.pin(folder),
+                fresh,
                 ttl,
                 owner=caller.principal,
                 owns_workspace=True,
@@ -142,15 +147,34 @@ class SessionManager:
         refused = await self._workspace_policy(written_path(workspace), [], caller)
         if refused is not None:
             raise RequestError(f"the policy does not allow a session over {workspace}: {refused}")
-        root, overlaps = self._store.prepare(workspace, caller.principal)
+        # Pinning asks the filesystem, which its owner may have made one that never answers.
         try:
+            async with asyncio.timeout(VERIFY_WAIT_S):
+                root = await FILESYSTEM_THREADS.run(
+                    caller.principal, lambda: pin_workspace(workspace)
+                )
+        except TimeoutError as exc:
+            raise RequestError(
+                f"workspace {wire_safe(workspace)} did not answer within {VERIFY_WAIT_S:g} s (its "
+                "filesystem hangs); nothing was opened"
+            ) from exc
+        try:
+            overlaps = self._store.prepare(root, caller.principal)
             refused = await self._workspace_policy(root.path, overlaps, caller)
+            if refused is not None:
+                raise RequestError(
+                    f"the policy does not allow a session over {root.path}: {refused}"
+                )
+            await verify_pinned(root, caller.principal)
+        except (OSError, TimeoutError) as exc:
+            root.close()
+            raise RequestError(
+                f"workspace {root.path} changed while the session was being opened, or its "
+                "filesystem does not answer; nothing was opened, retry"
+            ) from exc
         except BaseException:
             root.close()
             raise
-        if refused is not None:
-            root.close()
-            raise RequestError(f"the policy does not allow a session over {root.path}: {refused}")
         session = self._store.open(root, ttl, owner=caller.principal)
         session.mode = mode
         return session

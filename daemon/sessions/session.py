@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import time
 from collections import deque
@@ -11,7 +12,9 @@ from pathlib import Path
 from typing import Literal, Protocol, get_args
 
 from daemon.errors import ToolError
+from daemon.host.loop_safe import NeedsThread
 from daemon.host.pinned import PinnedDirectory
+from daemon.host.threads import FILESYSTEM_THREADS
 
 
 @dataclass(frozen=True)
@@ -36,6 +39,18 @@ MAX_REFUSALS_KEPT = 256
 """Refused calls a session remembers (the policy sees those within its window)."""
 REFUSAL_WINDOW_S = 600.0
 """The window of the policy input's session.recent_refusals."""
+VERIFY_WAIT_S = 30.0
+"""How long a call waits for a workspace whose path cannot be checked from the kernel's caches."""
+
+
+async def verify_pinned(root: PinnedDirectory, tenant: str) -> None:
+    """`root.verify()`: from the kernel's caches on the event loop, else in one of `tenant`'s
+    threads for at most VERIFY_WAIT_S (TimeoutError: a filesystem on the path hangs)."""
+    try:
+        root.verify_on_loop()
+    except NeedsThread:
+        async with asyncio.timeout(VERIFY_WAIT_S):
+            await FILESYSTEM_THREADS.run(tenant, root.verify)
 
 
 @dataclass(frozen=True)
@@ -143,17 +158,37 @@ class Session:
             self.root = PinnedDirectory.pin(self.workspace)
         return self.root
 
-    def verify_workspace(self) -> None:
+    async def verify_workspace(self) -> None:
         """ToolError unless the workspace path still names the pinned directory, without any
-        symbolic link: nothing may run in a workspace moved or replaced under the session."""
+        symbolic link: nothing may run in a workspace moved or replaced under the session.
+        From the kernel's caches on the event loop; otherwise in one of the owner's threads,
+        for at most VERIFY_WAIT_S (a filesystem mounted over the path may never answer)."""
         try:
-            self.pinned_root().verify()
-        except OSError as exc:
+            await verify_pinned(self.pinned_root(), self.owner)
+        except TimeoutError as exc:
             raise ToolError(
-                f"The workspace {self.workspace} is no longer the directory this session was "
-                f"opened on: it was moved, replaced or made a symbolic link ({exc.strerror}). "
-                "Nothing ran. Tell the user; a new session is needed to go on."
+                f"The workspace {self.workspace} did not answer within {VERIFY_WAIT_S:g} s "
+                "(its filesystem hangs), so nothing ran. Tell the user; retry once it answers."
             ) from exc
+        except OSError as exc:
+            raise self._moved(exc) from exc
+
+    def check_workspace_on_loop(self) -> None:
+        """`verify_workspace` as far as the kernel's caches tell, at once (ToolError when they
+        show the workspace moved; nothing when they cannot tell)."""
+        try:
+            self.pinned_root().verify_on_loop()
+        except NeedsThread:
+            return
+        except OSError as exc:
+            raise self._moved(exc) from exc
+
+    def _moved(self, exc: OSError) -> ToolError:
+        return ToolError(
+            f"The workspace {self.workspace} is no longer the directory this session was "
+            f"opened on: it was moved, replaced or made a symbolic link ({exc.strerror}). "
+            "Nothing ran. Tell the user; a new session is needed to go on."
+        )
 
     def record_refusal(self, tool: str, outcome: Literal["deny", "ask"], input_hash: str) -> None:
         """Note a call the policy refused (or asked a person about)."""

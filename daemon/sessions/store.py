@@ -173,10 +173,10 @@ class SessionStore:
     def __len__(self) -> int:
         return len(self._sessions) + len(self._defaults)
 
-    def prepare(self, workspace: str, principal: str) -> tuple[PinnedDirectory, list[Overlap]]:
-        """An existing directory `principal` wants a session over: pinned, with the open
-        sessions it overlaps (for the policy); another principal's are not named."""
-        root = pin_workspace(workspace)
+    def prepare(self, root: PinnedDirectory, principal: str) -> list[Overlap]:
+        """The open sessions overlapping an existing directory `principal` wants a session over
+        (pinned: `pin_workspace`), for the policy; another principal's are not named.
+        RequestError (`root` closed) for a folder of the daemon's own."""
         if overlaps_of(root, self._private):
             root.close()
             raise RequestError(
@@ -191,7 +191,7 @@ class SessionStore:
             if owner and owner != principal:
                 overlap = Overlap(_HIDDEN_SESSION, _HIDDEN_WORKSPACE, overlap.relation)
             overlaps.append(overlap)
-        return root, overlaps
+        return overlaps
 
     def check_room(self, principal: str) -> None:
         """Overloaded when `principal` (or everyone together) has as many sessions open as
@@ -238,17 +238,10 @@ class SessionStore:
         owns_workspace: bool = False,
         disk_budget_mb: int = 0,
     ) -> Session:
-        """A new session over a pinned directory: one the policy allowed (verified again here),
-        or a fresh one made for it (`owns_workspace`), owned by `owner`."""
+        """A new session over a pinned directory: one the policy allowed, or a fresh one made
+        for it (`owns_workspace`), owned by `owner`. The caller has just verified `root`
+        (`verify_pinned`): nothing else ran since."""
         session_id = self.new_id()
-        try:
-            root.verify()
-        except OSError as exc:
-            root.close()
-            raise RequestError(
-                f"workspace {root.path} changed while the session was being opened "
-                f"({exc.strerror}); nothing was opened, retry"
-            ) from exc
         try:
             identity = self._identity(root)
         except RequestError:

@@ -23,6 +23,8 @@ from pathlib import Path
 from typing import Any
 
 from daemon.errors import SandboxError, ToolError
+from daemon.host.loop_safe import NeedsThread
+from daemon.host.threads import FILESYSTEM_THREADS
 from daemon.json_values import canonical_input_hash, is_large
 from daemon.sessions.session import Session
 from daemon.tools.contract import AnyTool, CallContext, CallFacts, InterruptBehavior, ToolOutput
@@ -62,7 +64,7 @@ class ToolCall:
             args = tool.validate(parse_input(tool, raw_input), session)
             facts = tool.analyse(args, session)
             return cls(tool_use_id, tool, args, session, facts, analysed_in, analysed_after)
-        except ToolError:
+        except (ToolError, NeedsThread):
             raise
         except Exception as exc:
             incident = uuid.uuid4().hex[:12]
@@ -74,6 +76,19 @@ class ToolCall:
                 f"(incident {incident}); this is a tooljail bug, not a problem with your input. "
                 "Try another approach."
             ) from exc
+
+    @classmethod
+    async def prepare_anywhere(
+        cls, tool: AnyTool, raw_input: dict[str, Any], session: Session, tool_use_id: str
+    ) -> ToolCall:
+        """`prepare` from the event loop: on it where the kernel's caches answer, else in one of
+        the session owner's threads (daemon.host.loop_safe)."""
+        try:
+            return cls.prepare(tool, raw_input, session, tool_use_id)
+        except NeedsThread:
+            return await FILESYSTEM_THREADS.run(
+                session.owner, functools.partial(cls.prepare, tool, raw_input, session, tool_use_id)
+            )
 
     def with_input(self, raw_input: dict[str, Any]) -> ToolCall:
         """The same call with another input (a hook rewrote it), validated and analysed anew."""

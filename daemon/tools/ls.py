@@ -8,9 +8,9 @@ symlink, and symlinks are shown (with their target) but never entered.
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import fnmatch
+import functools
 import os
 import stat
 from collections import deque
@@ -23,6 +23,7 @@ from pydantic import Field
 from daemon.errors import ToolError
 from daemon.host.confine import open_confined, require_inside, resolve_path
 from daemon.host.pinned import PinnedDirectory
+from daemon.host.threads import FILESYSTEM_THREADS
 from daemon.models import TextContent
 from daemon.tools.contract import (
     CallContext,
@@ -240,13 +241,14 @@ class LsTool(Tool[LsInput, LsResult]):
     )
 
     def analyse(self, args: LsInput, session: Session) -> CallFacts:
-        path = resolve_path(args.path, "path")
+        path = resolve_path(args.path, "path", session.root)
         return self.facts(paths=[TouchedPath.of(session.workspace, path, "read", "path")])
 
     async def call(self, args: LsInput, ctx: CallContext) -> LsResult:
         root = require_inside(ctx.workspace, ctx.facts.path("path"), args.path)
         ignore = tuple(args.ignore or ())
-        result = await asyncio.to_thread(_list, ctx.session.pinned_root(), root, args.path, ignore)
+        listing = functools.partial(_list, ctx.session.pinned_root(), root, args.path, ignore)
+        result = await FILESYSTEM_THREADS.run(ctx.session.owner, listing)
         return replace(result, shown=shown_path(root, ctx.workspace, directory=True))
 
     def render(self, result: LsResult) -> ToolOutput:

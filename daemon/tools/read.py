@@ -9,6 +9,7 @@ the whole file.
 from __future__ import annotations
 
 import asyncio
+import functools
 import os
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -18,7 +19,9 @@ from pydantic import Field
 
 from daemon.errors import ToolError, ToolInputError
 from daemon.host.confine import is_inside, open_confined, require_inside, resolve_path
+from daemon.host.loop_safe import NeedsThread
 from daemon.host.pinned import PinnedDirectory
+from daemon.host.threads import FILESYSTEM_THREADS
 from daemon.images import MAX_IMAGE_BYTES, sniff_image
 from daemon.models import ImageContent, TextContent
 from daemon.sessions.session import file_sha256
@@ -303,10 +306,11 @@ def _read_file(
     *,
     inline: bool = False,
 ) -> tuple[ReadResult, bytes, int]:
-    """Blocking part of Read: open confined, classify, load, cut the window. With `inline`, a
-    file larger than INLINE_READ_BYTES (by the opened descriptor) raises _TooLargeInline."""
+    """Blocking part of Read: open confined, classify, load, cut the window. With `inline` (on
+    the event loop), a file larger than INLINE_READ_BYTES (by the opened descriptor) raises
+    _TooLargeInline, one the event loop may not open NeedsThread (`open_confined`)."""
     try:
-        fd = open_confined(root, path)
+        fd = open_confined(root, path, on_loop=inline)
     except FileNotFoundError as exc:
         raise ToolError(
             f"{path} does not exist. Check the path (Glob or LS can find the right one; names are "
@@ -413,7 +417,7 @@ class ReadTool(Tool[ReadInput, ReadResult]):
     )
 
     def analyse(self, args: ReadInput, session: Session) -> CallFacts:
-        path = resolve_path(args.file_path, "file_path")
+        path = resolve_path(args.file_path, "file_path", session.root)
         kept = session.kept_outputs
         if kept is not None and is_inside(kept, path) and path != kept:
             touched = TouchedPath(path, "read", False, "file_path", kept_output=True)
@@ -431,17 +435,17 @@ class ReadTool(Tool[ReadInput, ReadResult]):
         root = ctx.session.pinned_root()
         digest: str | None = None
         try:
-            if _size_of(path) > INLINE_READ_BYTES:
-                raise _TooLargeInline
-            # As cheap as the stat calls validation already made on the event loop; a worker
-            # thread would cost more than the read itself.
+            # A small file of a local workspace, from the kernel's caches: a worker thread would
+            # cost more than the read itself (daemon.host.loop_safe).
             result, data, mtime_ns = _read_file(
                 root, path, args.offset, args.limit, budget, inline=True
             )
-        except _TooLargeInline:
-            # Reading, hashing and parsing megabytes take milliseconds each: off the event loop.
-            result, data, mtime_ns, digest = await asyncio.to_thread(
-                _read_and_digest, root, path, args.offset, args.limit, budget
+        except (_TooLargeInline, NeedsThread):
+            # Reading, hashing and parsing megabytes take milliseconds each, and a filesystem
+            # that is not local may take any time: off the event loop.
+            result, data, mtime_ns, digest = await FILESYSTEM_THREADS.run(
+                ctx.session.owner,
+                functools.partial(_read_and_digest, root, path, args.offset, args.limit, budget),
             )
         shown = shown_path(path, ctx.workspace)
         if result.kind == "pdf":
@@ -506,15 +510,6 @@ class ReadTool(Tool[ReadInput, ReadResult]):
         if result.first_line > 1 or last < result.total_lines:
             text += f" (lines {result.first_line}-{last} of {result.total_lines})"
         return text
-
-
-def _size_of(path: Path) -> int:
-    """The size of the file at `path` now (0 when it cannot be looked up: the read then says
-    precisely what is wrong)."""
-    try:
-        return path.stat().st_size
-    except OSError:
-        return 0
 
 
 def _read_and_digest(

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from daemon.host.pinned import PinnedDirectory
 from daemon.sessions.session import Session
 from daemon.tools.call import ToolCall
 from daemon.tools.contract import AnyTool, CallContext, CallFacts, ToolOutput
@@ -24,8 +25,11 @@ def workspace(tmp_path: Path) -> Path:
 
 
 @pytest.fixture
-def session(workspace: Path) -> Session:
-    return Session(id="t", workspace=workspace)
+def session(workspace: Path) -> Iterator[Session]:
+    """A session over `workspace`, pinned as the daemon pins one when it opens it."""
+    root = PinnedDirectory.pin(workspace)
+    yield Session(id="t", workspace=workspace, root=root)
+    root.close()
 
 
 @pytest.fixture
@@ -47,7 +51,7 @@ def call_tool(ctx: CallContext) -> CallTool:
     """
 
     async def run(tool: AnyTool, raw: dict[str, Any]) -> ToolOutput:
-        call = ToolCall.prepare(tool, raw, ctx.session, ctx.tool_use_id)
+        call = await ToolCall.prepare_anywhere(tool, raw, ctx.session, ctx.tool_use_id)
         return tool.render(await tool.call(call.args, dataclasses.replace(ctx, facts=call.facts)))
 
     return run

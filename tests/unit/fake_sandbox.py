@@ -260,7 +260,7 @@ def make_context(
 async def _ran(tool: AnyTool, raw: dict[str, Any], ctx: CallContext) -> tuple[Any, ToolOutput]:
     """Prepare and run as the pipeline does (no policy); the tool's result (None on failure)."""
     try:
-        call = ToolCall.prepare(tool, raw, ctx.session, ctx.tool_use_id)
+        call = await ToolCall.prepare_anywhere(tool, raw, ctx.session, ctx.tool_use_id)
         result = await tool.call(call.args, dataclasses.replace(ctx, facts=call.facts))
         return result, tool.render(result)
     except ToolError as exc:

@@ -284,7 +284,9 @@ async def test_a_rejected_call_is_held_to_the_budget_however_large_its_input(
 async def test_the_rest_of_a_closed_sessions_batch_does_not_run(tmp_path: Path) -> None:
     pipeline = make_pipeline(tmp_path, FakeEngine(allow()))
     request = CallRequest(tool_use=ToolUse(id="toolu_x", name="Nope", input={}))
-    prepared = pipeline.prepare(request, Caller(principal="tester", transport="inproc"))
+    prepared = await pipeline.prepare_off_loop(
+        request, Caller(principal="tester", transport="inproc")
+    )
     prepared.session.closed = True
     answered = await pipeline.run(prepared, Caller(principal="tester", transport="inproc"))
     assert answered.result.is_error and "closed before the call could run" in answered.result.text()

@@ -219,11 +219,11 @@ async def test_parallel_siblings_that_share_work_meet_as_peers(
     assert COHORTS == {"s6": None}
 
 
-def test_partition_groups_consecutive_safe_calls(tmp_path: Path, audit: AuditLog) -> None:
+async def test_partition_groups_consecutive_safe_calls(tmp_path: Path, audit: AuditLog) -> None:
     scheduler = make_scheduler(tmp_path, audit)
     pipeline = scheduler._pipeline
     calls = [
-        pipeline.prepare(r, Caller())
+        await pipeline.prepare_off_loop(r, Caller())
         for r in [
             req("a"),
             req("b"),
@@ -239,7 +239,7 @@ def test_partition_groups_consecutive_safe_calls(tmp_path: Path, audit: AuditLog
         ["a", "b"], ["c"], ["d"], ["e"], ["f"], ["g"]
     ]  # fmt: skip
     capped = partition(
-        [pipeline.prepare(req(str(i)), Caller()) for i in range(25)], max_parallel=10
+        [await pipeline.prepare_off_loop(req(str(i)), Caller()) for i in range(25)], max_parallel=10
     )
     assert [len(g) for g in capped] == [10, 10, 5]
 

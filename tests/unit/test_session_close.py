@@ -43,13 +43,13 @@ def test_a_released_pin_is_never_used_again(tmp_path: Path) -> None:
         os.close(reused)
 
 
-def test_a_closed_session_refuses_to_be_worked_in(tmp_path: Path) -> None:
+async def test_a_closed_session_refuses_to_be_worked_in(tmp_path: Path) -> None:
     (tmp_path / "ws").mkdir()
     session = Session(id="s", workspace=tmp_path / "ws", owner="p")
     session.pinned_root()
     session.closed = True
     with pytest.raises(ToolError, match="closed"):
-        session.verify_workspace()
+        await session.verify_workspace()
 
 
 async def test_queued_calls_of_a_closed_session_never_run_and_running_ones_answer(

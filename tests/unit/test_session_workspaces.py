@@ -215,7 +215,7 @@ def test_no_caller_can_write_the_private_folder_or_open_a_session_over_it(
     assert (info.st_uid, info.st_mode & 0o777) == (os.geteuid(), 0o755)
     for asked in (folder, folder.parent):
         with pytest.raises(RequestError, match="the daemon's own"):
-            store.prepare(str(asked), "local")
+            store.prepare(pin_workspace(str(asked)), "local")
 
 
 def test_a_session_knows_when_another_open_session_shares_its_workspace(
@@ -230,10 +230,10 @@ def test_a_session_knows_when_another_open_session_shares_its_workspace(
         (tmp_path / name / "sub").mkdir(parents=True)
         os.chown(tmp_path / name, 1000, 1000)
         os.chown(tmp_path / name / "sub", 1000, 1000)
-    alone = store.open(store.prepare(str(tmp_path / "apart"), "alice")[0], None, owner="alice")
-    first = store.open(store.prepare(str(tmp_path / "ws"), "alice")[0], None, owner="alice")
+    alone = store.open(pin_workspace(str(tmp_path / "apart")), None, owner="alice")
+    first = store.open(pin_workspace(str(tmp_path / "ws")), None, owner="alice")
     assert not first.disk_may_change() and not alone.disk_may_change()
-    inner = store.open(store.prepare(str(tmp_path / "ws" / "sub"), "bob")[0], None, owner="bob")
+    inner = store.open(pin_workspace(str(tmp_path / "ws" / "sub")), None, owner="bob")
     assert first.disk_may_change() and inner.disk_may_change()
     assert not alone.disk_may_change()
     store.close(inner)

@@ -6,6 +6,7 @@ write is caught by the runner."""
 from __future__ import annotations
 
 import asyncio
+import functools
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -13,6 +14,7 @@ from pathlib import Path
 from daemon.errors import ToolError
 from daemon.host.confine import open_confined, require_inside, resolve_path
 from daemon.host.pinned import PinnedDirectory
+from daemon.host.threads import FILESYSTEM_THREADS
 from daemon.sessions.session import Session, file_sha256
 from daemon.tools.contract import (
     AnyTool,
@@ -69,20 +71,24 @@ class FileChange:
 def file_facts(tool: AnyTool, raw: str, session: Session, field: str = "file_path") -> CallFacts:
     """A file tool's call: it writes the one file in `field` (resolved; relative paths are
     refused), and approving it for the session covers that file's directory and below."""
-    path = resolve_path(raw, field)
+    path = resolve_path(raw, field, session.root)
     return tool.facts(
         paths=[TouchedPath.of(session.workspace, path, "write", field)],
         grant=GrantPattern(str(path.parent).rstrip("/") + "/"),
     )
 
 
-async def read_current(root: PinnedDirectory, path: Path, raw: str) -> bytes | None:
-    """The file's current bytes, read on the host through a confined descriptor; None if missing.
+async def read_current(session: Session, path: Path, raw: str) -> bytes | None:
+    """The file's current bytes, read on the host through a confined descriptor, in one of the
+    session owner's threads; None if missing.
 
     `raw` is the path as the model wrote it, for the error when it leads outside the workspace.
     """
+    root = session.pinned_root()
     require_inside(root.path, path, raw)
-    return await asyncio.to_thread(_read_confined, root, path)
+    return await FILESYSTEM_THREADS.run(
+        session.owner, functools.partial(_read_confined, root, path)
+    )
 
 
 def _read_confined(root: PinnedDirectory, path: Path) -> bytes | None:

@@ -104,7 +104,7 @@ class EditTool(Tool[EditInput, FileChange]):
         ctx.require_sandbox()
         path = ctx.facts.path("file_path")
         spec = _spec(args)
-        current = await read_current(ctx.session.pinned_root(), path, args.file_path)
+        current = await read_current(ctx.session, path, args.file_path)
         if current is None:
             if args.old_string:
                 raise file_missing(path)

@@ -99,7 +99,7 @@ class MultiEditTool(Tool[MultiEditInput, FileChange]):
         ctx.require_sandbox()
         path = ctx.facts.path("file_path")
         specs = _specs(args)
-        current = await read_current(ctx.session.pinned_root(), path, args.file_path)
+        current = await read_current(ctx.session, path, args.file_path)
         if current is None:
             if specs[0].old_string:
                 raise file_missing(path)

@@ -109,7 +109,7 @@ class NotebookEditTool(Tool[NotebookEditInput, NotebookChange]):
     async def call(self, args: NotebookEditInput, ctx: CallContext) -> NotebookChange:
         ctx.require_sandbox()
         path = ctx.facts.path("notebook_path")
-        current = await read_current(ctx.session.pinned_root(), path, args.notebook_path)
+        current = await read_current(ctx.session, path, args.notebook_path)
         if current is None:
             raise ToolError(
                 f"{path} does not exist. NotebookEdit changes existing notebooks; create one with "

@@ -67,7 +67,7 @@ class WriteTool(Tool[WriteInput, FileChange]):
                 f"The content is {size} bytes, more than the {MAX_EDITED_BYTES} bytes the file "
                 "tools handle; nothing was written. Create a file this large with Bash."
             )
-        current = await read_current(ctx.session.pinned_root(), path, args.file_path)
+        current = await read_current(ctx.session, path, args.file_path)
         expected = None if current is None else await require_fresh(ctx, path, current, self.name)
         return await write_file(ctx, path, args.content, expected)
 

@@ -137,10 +137,17 @@ class GlobPlan:
     """Every alternative of the pattern, as its segments (at most MAX_PATTERNS)."""
 
 
-def plan_glob(pattern: str, path: str | None, workspace: Path) -> GlobPlan:
-    """Split a pattern and its search directory (None: the workspace) into a base directory and
-    the segments of its alternatives; raises ToolInputError. Cheap (no regular expression is
-    compiled here): it runs on the event loop when the call is prepared."""
+def plan_glob(
+    pattern: str,
+    path: str | None,
+    workspace: Path,
+    within: PinnedDirectory | None,
+    base: Path | None = None,
+) -> GlobPlan:
+    """Split a pattern and its search directory (None: the workspace) into a base directory,
+    resolved as `resolve_path` does beneath the pinned workspace `within` (or `base`, resolved
+    already), and the segments of its alternatives; raises ToolInputError. Cheap (no regular
+    expression is compiled here): it runs on the event loop when the call is prepared."""
     given = pattern
     if "\x00" in pattern:
         raise ToolInputError("pattern contains a NUL byte; remove it.")
@@ -153,7 +160,8 @@ def plan_glob(pattern: str, path: str | None, workspace: Path) -> GlobPlan:
             literal += 1
         raw_base = "/".join(parts[:literal]) or "/"
         pattern = "/".join(parts[literal:])
-    base = resolve_path(raw_base, "path")
+    if base is None:
+        base = resolve_path(raw_base, "path", within)
     expanded = expand_braces(pattern)
     size = sum(map(len, expanded))
     if size > MAX_PATTERN_CHARS:

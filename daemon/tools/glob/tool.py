@@ -4,11 +4,11 @@
 from __future__ import annotations
 
 import asyncio
+import functools
 import itertools
 import logging
 import time
-from collections.abc import Callable
-from concurrent.futures import Future
+from collections.abc import Awaitable, Callable
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
@@ -16,6 +16,7 @@ from pydantic import Field
 
 from daemon.host.confine import require_inside
 from daemon.host.pinned import PinnedDirectory
+from daemon.host.threads import FILESYSTEM_THREADS
 from daemon.models import TextContent
 from daemon.tools.contract import (
     CallContext,
@@ -38,7 +39,6 @@ from daemon.tools.glob.engine import (
     glob_files,
     plan_glob,
 )
-from daemon.tools.glob.walkers import WALKERS, WalkerPool
 from daemon.tools.summaries import failed, plural, quoted, shown_path
 
 if TYPE_CHECKING:
@@ -115,24 +115,21 @@ class GlobTool(Tool[GlobInput, GlobResult]):
         self,
         *,
         deadline_s: float = DEADLINE_S,
-        walkers: int = WALKERS,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
-        """`deadline_s`: how long one call may walk; `walkers`: walks at once (further calls
-        wait in line); `clock`: what the walk's deadline is measured on (tests move it)."""
+        """`deadline_s`: how long one call may walk; `clock`: what the walk's deadline is
+        measured on (tests move it)."""
         self._deadline_s = deadline_s
         self._clock = clock
-        self._pool = WalkerPool(walkers)
 
     def analyse(self, args: GlobInput, session: Session) -> CallFacts:
-        base = plan_glob(args.pattern, args.path, session.workspace).base
+        base = plan_glob(args.pattern, args.path, session.workspace, session.root).base
         return self.facts(paths=[TouchedPath.of(session.workspace, base, "read", "path")])
 
     async def call(self, args: GlobInput, ctx: CallContext) -> GlobResult:
         # The patterns compiled again (cheap); the directory is the one the policy decided on.
-        plan = replace(
-            plan_glob(args.pattern, args.path, ctx.workspace), base=ctx.facts.path("path")
-        )
+        root = ctx.session.pinned_root()
+        plan = plan_glob(args.pattern, args.path, ctx.workspace, root, ctx.facts.path("path"))
         require_inside(ctx.workspace, plan.base, plan.raw_base)
         deadline_s = min(self._deadline_s, ctx.limits.timeout_ms / 1000)
         walk = Walk(
@@ -140,12 +137,14 @@ class GlobTool(Tool[GlobInput, GlobResult]):
             clock=self._clock,
             report=_progress_from_thread(ctx),
         )
-        root = ctx.session.pinned_root()
         result = _first_slice(root, plan, walk)
         if result is None:
-            result = await _wait(
-                self._pool.submit(lambda: glob_files(root, plan, walk)), walk, deadline_s
+            # In one of the session owner's threads: a walk stuck on a hung mount holds only
+            # that owner's (daemon.host.threads).
+            walking = FILESYSTEM_THREADS.run(
+                ctx.session.owner, functools.partial(glob_files, root, plan, walk)
             )
+            result = await _wait(walking, walk, deadline_s)
         ctx.report(ProgressUpdate(files_scanned=result.scanned))
         shown = shown_path(plan.base, ctx.workspace, directory=True)
         return replace(result, shown=shown, deadline_s=deadline_s)
@@ -183,13 +182,13 @@ def _first_slice(root: PinnedDirectory, plan: GlobPlan, walk: Walk) -> GlobResul
     return None if result.stopped is Stop.SLICE else result
 
 
-async def _wait(future: Future[GlobResult], walk: Walk, deadline_s: float) -> GlobResult:
+async def _wait(walking: Awaitable[GlobResult], walk: Walk, deadline_s: float) -> GlobResult:
     """The walk's result. Cancelled, the walk is told to stop and left to end on its own (at its
     next entry); past its deadline and a grace, a walk that has not ended (stuck in the kernel)
     is answered for with what it found so far."""
     try:
         async with asyncio.timeout(deadline_s + STUCK_GRACE_S):
-            return await asyncio.wrap_future(future)
+            return await walking
     except TimeoutError:
         walk.stop(Stop.DEADLINE)
         log.warning(

@@ -12,7 +12,6 @@ import contextlib
 import os
 import re
 import shutil
-import stat
 import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -233,14 +232,19 @@ class SearchRoot:
     """What ripgrep's leading "." stands for in the paths it prints (an absolute directory)."""
 
 
-def open_search_root(workspace: PinnedDirectory, path: Path, raw: str) -> SearchRoot:
+def open_search_root(
+    workspace: PinnedDirectory, path: Path, raw: str, *, on_loop: bool = False
+) -> SearchRoot:
     """Open the search root, refusing a missing path, a FIFO or device (rg would hang or read
-    forever), or anything that leads out of the workspace."""
+    forever), or anything that leads out of the workspace. `on_loop`: as the event loop may
+    (NeedsThread otherwise: `open_confined`)."""
     try:
-        if stat.S_ISDIR(os.lstat(path).st_mode):
-            return SearchRoot(open_confined(workspace, path, directory=True), ".", str(path))
-        os.close(open_confined(workspace, path))
-        parent = open_confined(workspace, path.parent, directory=True)
+        try:
+            os.close(open_confined(workspace, path, on_loop=on_loop))
+        except IsADirectoryError:
+            directory = open_confined(workspace, path, directory=True, on_loop=on_loop)
+            return SearchRoot(directory, ".", str(path))
+        parent = open_confined(workspace, path.parent, directory=True, on_loop=on_loop)
         return SearchRoot(parent, f"./{path.name}", str(path.parent))
     except FileNotFoundError as exc:
         raise ToolError(

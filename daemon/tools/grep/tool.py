@@ -20,6 +20,8 @@ quitting a file at its first match, so that mode reports matching files only).
 from __future__ import annotations
 
 import asyncio
+import errno
+import functools
 import os
 import time
 from collections.abc import Callable
@@ -30,6 +32,9 @@ from typing import TYPE_CHECKING
 from daemon.errors import ToolError, ToolInputError
 from daemon.host.confine import require_inside, resolve_path
 from daemon.host.landlock import Confined, confined
+from daemon.host.loop_safe import NeedsThread
+from daemon.host.pinned import PinnedDirectory
+from daemon.host.threads import FILESYSTEM_THREADS
 from daemon.models import TextContent
 from daemon.tools.contract import (
     CallContext,
@@ -120,12 +125,27 @@ class GrepResult:
     """Parallel Grep calls that shared this call's walk of the files (0: it searched alone)."""
 
 
-def _by_mtime(paths: list[str]) -> list[str]:
+def _by_mtime(root: PinnedDirectory, paths: list[str], *, on_loop: bool = False) -> list[str]:
+    """`paths` (ripgrep's, inside the workspace) newest first; each is looked at beneath the
+    pinned workspace by the kernel, never by its text (a link swapped in would lead out).
+    `on_loop`: as the event loop may (NeedsThread otherwise, daemon.host.loop_safe)."""
+    if on_loop and not root.local:
+        raise NeedsThread("the workspace is not on a local filesystem")
+    base = len(str(root.path))
+
     def mtime(path: str) -> int:
         try:
-            return os.stat(path).st_mtime_ns  # noqa: PTH116 - a Path per file costs more than the stat
-        except OSError:
+            fd = root.open_beneath(
+                path[base:].lstrip("/"), os.O_PATH, same_mount=on_loop, cached=on_loop
+            )
+        except OSError as exc:
+            if on_loop and exc.errno in (errno.EAGAIN, errno.EXDEV):
+                raise NeedsThread(path) from exc
             return 0
+        try:
+            return os.fstat(fd).st_mtime_ns
+        finally:
+            os.close(fd)
 
     stamped = [(mtime(path), path) for path in paths]
     stamped.sort(key=lambda item: (-item[0], item[1]))
@@ -135,6 +155,18 @@ def _by_mtime(paths: list[str]) -> list[str]:
 def _count_of(entry: str) -> int:
     _, _, number = entry.rpartition(":")
     return int(number) if number.isdigit() else 0
+
+
+async def _open_search_root(ctx: CallContext, path: Path, raw: str) -> SearchRoot:
+    """`open_search_root`: a few system calls on the event loop where it may make them, else in
+    one of the session owner's threads."""
+    pinned = ctx.session.pinned_root()
+    try:
+        return open_search_root(pinned, path, raw, on_loop=True)
+    except NeedsThread:
+        return await FILESYSTEM_THREADS.run(
+            ctx.session.owner, functools.partial(open_search_root, pinned, path, raw)
+        )
 
 
 async def _listing(
@@ -154,10 +186,15 @@ async def _listing(
     total = len(paths) if total is None else total
     offset = args.offset or 0
     head_limit = DEFAULT_HEAD_LIMIT if args.head_limit is None else args.head_limit
-    if len(paths) <= INLINE_STAT_PATHS:
-        ordered = _by_mtime(paths)
-    else:
-        ordered = await asyncio.to_thread(_by_mtime, paths)
+    root = ctx.session.pinned_root()
+    try:
+        if len(paths) > INLINE_STAT_PATHS:
+            raise NeedsThread("too many files to look at on the event loop")
+        ordered = _by_mtime(root, paths, on_loop=True)
+    except NeedsThread:
+        ordered = await FILESYSTEM_THREADS.run(
+            ctx.session.owner, functools.partial(_by_mtime, root, paths)
+        )
     end = offset + head_limit if head_limit else None
     ctx.report(ProgressUpdate(message=f"{plural(total, 'matching file')} found"))
     return GrepResult(
@@ -214,7 +251,11 @@ class GrepTool(Tool[GrepInput, GrepResult]):
         return args
 
     def analyse(self, args: GrepInput, session: Session) -> CallFacts:
-        path = session.workspace if args.path is None else resolve_path(args.path, "path")
+        path = (
+            session.workspace
+            if args.path is None
+            else resolve_path(args.path, "path", session.root)
+        )
         return self.facts(paths=[TouchedPath.of(session.workspace, path, "read", "path")])
 
     async def call(self, args: GrepInput, ctx: CallContext) -> GrepResult:
@@ -226,8 +267,7 @@ class GrepTool(Tool[GrepInput, GrepResult]):
             shared = await self._search_shared(rg, args, ctx, path, raw)
             if shared is not None:
                 return shared
-        # A few syscalls, like those validation already made on the event loop.
-        root = open_search_root(ctx.session.pinned_root(), path, raw)
+        root = await _open_search_root(ctx, path, raw)
         try:
             return await self._search(rg, args, ctx, root, path)
         finally:
@@ -251,7 +291,7 @@ class GrepTool(Tool[GrepInput, GrepResult]):
         async def walk(
             items: tuple[tuple[str, float], ...],
         ) -> tuple[list[list[str]] | None, SearchRoot]:
-            root = open_search_root(ctx.session.pinned_root(), path, raw)
+            root = await _open_search_root(ctx, path, raw)
             try:
                 with SEARCHES.share() as threads:
                     scope = [*threads_flag(threads), *scope_flags(args)]

@@ -1,0 +1,201 @@
+"""What the event loop asks of a filesystem (daemon.host.loop_safe): the same answers as the
+blocking calls where the kernel's caches can give them, NeedsThread where they cannot, and never
+a wait on a filesystem that hangs."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from daemon.errors import ToolError
+from daemon.host.confine import open_confined, resolve_path
+from daemon.host.loop_safe import NeedsThread, descriptor_identity
+from daemon.host.pinned import PinnedDirectory, WorkspaceMoved
+from daemon.sessions.session import Session
+from tests.hung_mount import HungMount
+
+WATCHDOG_S = 30.0
+
+
+@pytest.fixture
+def tree(tmp_path: Path) -> Iterator[tuple[PinnedDirectory, Path]]:
+    """A workspace with links of every kind, and a folder outside it."""
+    ws = tmp_path.resolve() / "ws"
+    outside = tmp_path.resolve() / "outside"
+    (ws / "src" / "pkg").mkdir(parents=True)
+    outside.mkdir()
+    (ws / "src" / "pkg" / "mod.py").write_text("x\n")
+    (outside / "secret").write_text("s\n")
+    (ws / "rel").symlink_to("src/pkg")
+    (ws / "src" / "up").symlink_to("../src")
+    (ws / "abs").symlink_to(ws / "src")
+    (ws / "out").symlink_to(outside)
+    (ws / "dangling").symlink_to("nowhere/file")
+    (ws / "loop").symlink_to("loop")
+    (ws / "chain").symlink_to("rel/mod.py")
+    root = PinnedDirectory.pin(ws)
+    yield root, outside
+    root.close()
+
+
+CASES = [
+    "",
+    "/src",
+    "/src/pkg/mod.py",
+    "/rel/mod.py",
+    "/src/up/pkg/mod.py",
+    "/abs/pkg/mod.py",
+    "/out/secret",
+    "/out/missing",
+    "/dangling",
+    "/loop",
+    "/chain",
+    "/missing.py",
+    "/src/missing/deeper/file",
+    "/rel/missing.py",
+    "/src/pkg/mod.py/below",
+    "/src/../rel/mod.py",
+    "/./src//pkg/",
+]
+
+
+async def test_paths_resolve_on_the_event_loop_as_realpath_resolves_them(
+    tree: tuple[PinnedDirectory, Path],
+) -> None:
+    root, _ = tree
+    answered_on_loop = 0
+    for case in CASES:
+        raw = f"{root.path}{case}"
+        expected = Path(os.path.realpath(raw))
+        try:
+            found = resolve_path(raw, "file_path", root)
+            answered_on_loop += 1
+        except NeedsThread:
+            found = await asyncio.to_thread(resolve_path, raw, "file_path", root)
+        assert found == expected, case
+    # Most of them never leave the event loop (the caches are warm: realpath just looked).
+    assert answered_on_loop >= 8
+
+
+async def test_without_a_pinned_workspace_nothing_is_looked_up_on_the_event_loop(
+    tree: tuple[PinnedDirectory, Path],
+) -> None:
+    root, _ = tree
+    with pytest.raises(NeedsThread):
+        resolve_path(f"{root.path}/src", "file_path")
+    # Off the loop (no event loop in the thread), the path is resolved as it always was.
+    assert await asyncio.to_thread(resolve_path, f"{root.path}/rel") == root.path / "src" / "pkg"
+
+
+def test_verify_on_loop_answers_as_verify(tmp_path: Path) -> None:
+    ws = tmp_path.resolve() / "ws"
+    ws.mkdir()
+    root = PinnedDirectory.pin(ws)
+    root.verify_on_loop()
+    root.verify()
+    ws.rename(tmp_path / "moved")
+    ws.mkdir()  # another directory at the same path
+    for check in (root.verify_on_loop, root.verify):
+        with pytest.raises(WorkspaceMoved):
+            check()
+    root.close()
+    with pytest.raises(WorkspaceMoved, match="released"):
+        root.verify_on_loop()
+
+
+def test_a_descriptor_is_identified_by_the_kernel(tmp_path: Path) -> None:
+    fd = os.open(tmp_path, os.O_PATH)
+    try:
+        mount_id, inode = descriptor_identity(fd)
+        assert inode == os.stat(tmp_path).st_ino and mount_id > 0
+    finally:
+        os.close(fd)
+    with pytest.raises(OSError):
+        descriptor_identity(fd)
+
+
+def _mount(*argv: str) -> None:
+    if os.geteuid() != 0:
+        pytest.skip("mounting needs root")
+    if subprocess.run(["mount", *argv], check=False, capture_output=True).returncode:
+        pytest.skip(f"mount {' '.join(argv)} is not possible here")
+
+
+def test_the_same_directory_bound_again_over_its_path_is_another_workspace(
+    tmp_path: Path,
+) -> None:
+    """A bind mount shows the same inode, and may show it without what was mounted below it in
+    the original: the pinned mount is part of what was pinned."""
+    ws = tmp_path.resolve() / "ws"
+    ws.mkdir()
+    root = PinnedDirectory.pin(ws)
+    _mount("--bind", str(ws), str(ws))
+    try:
+        for check in (root.verify_on_loop, root.verify):
+            with pytest.raises(WorkspaceMoved, match="another directory"):
+                check()
+    finally:
+        subprocess.run(["umount", "-l", str(ws)], check=False)
+        root.close()
+
+
+def test_opens_on_the_event_loop_stay_on_the_workspaces_own_local_mount(tmp_path: Path) -> None:
+    ws = tmp_path.resolve() / "ws"
+    (ws / "mnt").mkdir(parents=True)
+    (ws / "here.txt").write_text("here\n")
+    root = PinnedDirectory.pin(ws)
+    _mount("-t", "tmpfs", "tjloop", str(ws / "mnt"))
+    try:
+        (ws / "mnt" / "there.txt").write_text("there\n")
+        assert root.local
+        os.close(open_confined(root, ws / "here.txt", on_loop=True))
+        with pytest.raises(NeedsThread):
+            open_confined(root, ws / "mnt" / "there.txt", on_loop=True)
+        os.close(open_confined(root, ws / "mnt" / "there.txt"))  # a thread may
+        remote = PinnedDirectory(root.path, root.fd, *root.identity, 0, 0, 0, root.mount_id)
+        with pytest.raises(NeedsThread):  # not known to be local: nothing is read on the loop
+            open_confined(remote, ws / "here.txt", on_loop=True)
+    finally:
+        subprocess.run(["umount", "-l", str(ws / "mnt")], check=False)
+        root.close()
+
+
+async def test_a_hung_mount_over_the_workspace_is_refused_without_asking_it(
+    tmp_path: Path, hung_mount: type[HungMount]
+) -> None:
+    ws = tmp_path.resolve() / "ws"
+    ws.mkdir()
+    root = PinnedDirectory.pin(ws)
+    session = Session(id="s", workspace=ws, owner="p", root=root)
+    mount = hung_mount(ws)
+    with mount.watchdog(WATCHDOG_S):
+        with pytest.raises(WorkspaceMoved):
+            root.verify_on_loop()
+        with pytest.raises(ToolError, match="no longer the directory"):
+            await session.verify_workspace()
+        with pytest.raises(ToolError, match="no longer the directory"):
+            session.check_workspace_on_loop()
+    assert not mount.released_by_watchdog, "the check waited for the hung mount"
+    root.close()
+
+
+async def test_a_path_into_a_hung_mount_is_never_looked_up_on_the_event_loop(
+    tmp_path: Path, hung_mount: type[HungMount]
+) -> None:
+    ws = tmp_path.resolve() / "ws"
+    (ws / "hung").mkdir(parents=True)
+    root = PinnedDirectory.pin(ws)
+    mount = hung_mount(ws / "hung")
+    with mount.watchdog(WATCHDOG_S):
+        for path in (ws / "hung", ws / "hung" / "file", ws / "hung" / "a" / "b"):
+            with pytest.raises(NeedsThread):
+                resolve_path(str(path), "file_path", root)
+            with pytest.raises(NeedsThread):
+                open_confined(root, path, on_loop=True)
+    assert not mount.released_by_watchdog, "the event loop waited for the hung mount"
+    root.close()
