@@ -100,6 +100,29 @@ def _missing_on_loop(root: PinnedDirectory, relative: str) -> Path:
     raise NeedsThread(relative)  # it exists now: it changed meanwhile
 
 
+def existing_directory(root: PinnedDirectory, raw: str, *, on_loop: bool) -> Path | None:
+    """`raw` resolved (links followed) when it names a directory inside the pinned workspace
+    `root`, else None. `on_loop`: as the event loop may (NeedsThread otherwise)."""
+    if "\x00" in raw or not raw.startswith("/"):
+        return None
+    path = Path(raw)
+    try:
+        resolved = resolve_on_loop(root, path) if on_loop else Path(os.path.realpath(path))
+    except OSError:
+        return None
+    if not is_inside(root.path, resolved):
+        return None
+    relative = str(resolved)[len(str(root.path)) :].lstrip("/")
+    flags = os.O_PATH | os.O_DIRECTORY
+    try:
+        os.close(root.open_beneath(relative, flags, same_mount=on_loop, cached=on_loop))
+    except OSError as exc:
+        if on_loop and exc.errno in (errno.EAGAIN, errno.EXDEV):
+            raise NeedsThread(raw) from exc
+        return None
+    return resolved
+
+
 def is_inside(workspace: Path, path: Path) -> bool:
     """True when `path` (resolved) is the workspace or below it."""
     # On the strings: the same answer as `workspace in path.parents` for absolute paths, without

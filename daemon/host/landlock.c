@@ -1,7 +1,8 @@
 /*
  * tooljail-landlock: run a program that may read only what it is given (Landlock).
  *
- *   tooljail-landlock [--read-fd N]... [--read PATH]... [--exec PATH]... -- PROGRAM [ARG]...
+ *   tooljail-landlock [--read-fd N]... [--read PATH]... [--exec PATH]... [--chdir-fd N]
+ *                     -- PROGRAM [ARG]...
  *
  * --read-fd N   the directory open on descriptor N (and everything below it) may be read; the
  *               descriptor is closed before PROGRAM starts. The daemon passes a workspace it
@@ -12,6 +13,7 @@
  *               file (a tenth of a search's time on a large tree).
  * --read PATH   PATH (a directory and everything below it, or a file) may be read.
  * --exec PATH   PATH may be read and executed (the program, its libraries, the loader).
+ * --chdir-fd N  PROGRAM starts in the directory open on descriptor N (closed before it starts).
  *
  * Everything else the kernel can refuse is refused, for PROGRAM and everything it starts:
  * reading or writing any other file, making, renaming or removing files, TCP (Landlock ABI 4),
@@ -146,6 +148,7 @@ int main(int argc, char **argv) {
     const uint64_t read = FS_READ_FILE | FS_READ_DIR;
     int fds[64];
     int nfds = 0;
+    int chdir_fd = -1;
     int i = 1;
     for (; i < argc; i++) {
         if (strcmp(argv[i], "--") == 0) {
@@ -160,6 +163,8 @@ int main(int argc, char **argv) {
             fds[nfds] = parse_fd(argv[++i]);
             add_rule(ruleset, fds[nfds], read | FS_TRUNCATE | FS_IOCTL_DEV, argv[i]);
             nfds++;
+        } else if (strcmp(argv[i], "--chdir-fd") == 0) {
+            chdir_fd = parse_fd(argv[++i]);
         } else if (strcmp(argv[i], "--read") == 0) {
             add_path(ruleset, argv[++i], read);
         } else if (strcmp(argv[i], "--exec") == 0) {
@@ -171,6 +176,13 @@ int main(int argc, char **argv) {
     if (i >= argc)
         fail("no program to run (give it after --)", NULL);
 
+    /* Entered here, after this program started, not by whoever started it: a directory on a
+       filesystem that takes its time to answer holds this process, never the daemon. */
+    if (chdir_fd >= 0) {
+        if (fchdir(chdir_fd) != 0)
+            fail("cannot enter the directory", strerror(errno));
+        close(chdir_fd);
+    }
     if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0)
         fail("cannot set no_new_privs", strerror(errno));
     if (syscall(__NR_landlock_restrict_self, ruleset, 0) != 0)

@@ -64,6 +64,15 @@ async def confined(program: str, workspace: PinnedDirectory) -> Confined:
     return Confined((*command, "--", program), (workspace.fd,))
 
 
+def started_in(argv: list[str], directory_fd: int) -> list[str]:
+    """A `Confined` command line whose program starts in the directory open at `directory_fd`:
+    the wrapper enters it once it runs. A child's working directory given to Popen is entered
+    before exec, while the daemon waits for the exec, so a directory on a filesystem that takes
+    its time (a FUSE mount's answer to the permission check) would hold the event loop."""
+    split = argv.index("--")
+    return [*argv[:split], "--chdir-fd", str(directory_fd), *argv[split:]]
+
+
 _FileId = tuple[str, int, int]
 _programs: dict[str, tuple[_FileId, ...]] = {}
 # "libc.so.6 => /lib/x86_64-linux-gnu/libc.so.6 (0x...)" or "/lib64/ld-linux-x86-64.so.2 (0x...)"

@@ -2,7 +2,6 @@
 
 `DaemonThreads` is a bounded pool of daemon threads, unlike a ThreadPoolExecutor's (joined at
 exit): work stuck in the kernel on a hung mount must not keep tooljail from shutting down.
-Glob walks on one of its own.
 
 `TenantThreads` runs the blocking filesystem work done for a tenant (a session's owner): a
 workspace may be on a filesystem its owner mounted, and work that asks it may wait forever. Each
@@ -15,7 +14,6 @@ what one tenant can tie up.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import threading
 from collections import deque
 from collections.abc import Callable
@@ -83,6 +81,7 @@ class TenantThreads:
         self._per_tenant = per_tenant
         self._pool = DaemonThreads(threads, name)
         self._held: dict[str, int] = {}
+        self._counting = threading.Lock()
         self._waiting: dict[str, deque[asyncio.Future[None]]] = {}
 
     def held(self, tenant: str) -> int:
@@ -94,19 +93,26 @@ class TenantThreads:
         thread running, and holding its slot, until it returns."""
         await self._take(tenant)
         loop = asyncio.get_running_loop()
-        future = self._pool.submit(work)
+        try:
+            future = self._pool.submit(work)
+        except BaseException:  # no thread could be started: the slot was never used
+            self._give_back(tenant)
+            raise
 
         def done(_: Future[Any]) -> None:
-            with contextlib.suppress(RuntimeError):  # the loop closed: nobody waits any more
+            try:
                 loop.call_soon_threadsafe(self._give_back, tenant)
+            except RuntimeError:  # its loop is closed: nobody of that loop waits any more
+                self._release(tenant)
 
         future.add_done_callback(done)
         return await asyncio.wrap_future(future)
 
     async def _take(self, tenant: str) -> None:
-        if self._held.get(tenant, 0) < self._per_tenant and not self._waiting.get(tenant):
-            self._held[tenant] = self._held.get(tenant, 0) + 1
-            return
+        with self._counting:
+            if self._held.get(tenant, 0) < self._per_tenant and not self._waiting.get(tenant):
+                self._held[tenant] = self._held.get(tenant, 0) + 1
+                return
         turn: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self._waiting.setdefault(tenant, deque()).append(turn)
         try:
@@ -133,11 +139,17 @@ class TenantThreads:
                 turn.set_result(None)  # the slot passes on, still held
                 return
             waiting = self._waiting.get(tenant)
-        held = self._held.get(tenant, 0) - 1
-        if held > 0:
-            self._held[tenant] = held
-        else:
-            self._held.pop(tenant, None)
+        self._release(tenant)
+
+    def _release(self, tenant: str) -> None:
+        """One of `tenant`'s slots is no longer held (from any thread: the counts are shared by
+        every event loop that uses these threads)."""
+        with self._counting:
+            held = self._held.get(tenant, 0) - 1
+            if held > 0:
+                self._held[tenant] = held
+            else:
+                self._held.pop(tenant, None)
 
 
 FILESYSTEM_THREADS = TenantThreads()

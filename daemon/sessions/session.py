@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import functools
 import hashlib
 import time
 from collections import deque
@@ -12,6 +13,7 @@ from pathlib import Path
 from typing import Literal, Protocol, get_args
 
 from daemon.errors import ToolError
+from daemon.host.confine import existing_directory
 from daemon.host.loop_safe import NeedsThread
 from daemon.host.pinned import PinnedDirectory
 from daemon.host.threads import FILESYSTEM_THREADS
@@ -22,7 +24,7 @@ class ReadRecord:
     """What a Read saw of one file."""
 
     mtime_ns: int
-    """Modification time when it was read."""
+    """Modification time when it was read (0 for what the session wrote itself)."""
     sha256: str
     """Hash of the whole file's bytes when it was read."""
 
@@ -173,6 +175,17 @@ class Session:
         except OSError as exc:
             raise self._moved(exc) from exc
 
+    async def directory_inside(self, raw: str) -> Path | None:
+        """`raw` resolved (links followed) when it names a directory inside the workspace,
+        else None: from the kernel's caches on the event loop, else in one of the owner's
+        threads (a command may end in a directory whose filesystem takes its time)."""
+        root = self.pinned_root()
+        try:
+            return existing_directory(root, raw, on_loop=True)
+        except NeedsThread:
+            look = functools.partial(existing_directory, root, raw, on_loop=False)
+            return await FILESYSTEM_THREADS.run(self.owner, look)
+
     def check_workspace_on_loop(self) -> None:
         """`verify_workspace` as far as the kernel's caches tell, at once (ToolError when they
         show the workspace moved; nothing when they cannot tell)."""
@@ -254,9 +267,7 @@ class Session:
 
     def record_written(self, path: Path, data: bytes, sha256: str | None = None) -> None:
         """After a successful write the session knows the file's content as if it had Read it
-        (`sha256`: its digest, when the caller computed it off the event loop)."""
-        try:
-            mtime_ns = path.stat().st_mtime_ns
-        except OSError:
-            mtime_ns = 0
-        self.record_read(path, data, mtime_ns, sha256)
+        (`sha256`: its digest, when the caller computed it off the event loop). The file is
+        not looked at again: freshness is the hash's alone, and a stat by path on the event
+        loop could wait on whatever the workspace's owner mounted there."""
+        self.record_read(path, data, 0, sha256)

@@ -9,7 +9,6 @@ it ends (daemon.tools.background).
 from __future__ import annotations
 
 import asyncio
-import os
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -18,7 +17,6 @@ from typing import ClassVar
 from pydantic import Field, field_validator
 
 from daemon.errors import ToolError, ToolInputError
-from daemon.host.confine import is_inside
 from daemon.models import TextContent
 from daemon.sessions.session import Session
 from daemon.shell.bounded import parse_bounded
@@ -193,7 +191,7 @@ class BashTool(Tool[BashInput, BashRun]):
     async def call(self, args: BashInput, ctx: CallContext) -> BashRun:
         runner = ctx.require_sandbox()
         notes: list[str] = []
-        cwd = _start_directory(ctx.session, notes)
+        cwd = await _start_directory(ctx.session, notes)
         if args.run_in_background:
             return _started_in_background(args, ctx, runner, cwd)
         requested = args.timeout or DEFAULT_TIMEOUT_MS
@@ -220,7 +218,7 @@ class BashTool(Tool[BashInput, BashRun]):
             result = run.result
         else:
             result = await runner.run(request, ctx.limits, _live_output(ctx))
-        _follow_directory(ctx.session, result.final_cwd, notes)
+        await _follow_directory(ctx.session, result.final_cwd, notes)
         cwd_reset = bool(notes)  # both helpers only ever note a reset
         if ctx.session.disk_budget_mb and _QUOTA_EXCEEDED in result.output:
             notes.append(
@@ -476,12 +474,12 @@ def _timeout_advice(run: BashRun) -> str:
     return "Make the command finish sooner (smaller input, fewer steps) or split it up."
 
 
-def _start_directory(session: Session, notes: list[str]) -> Path:
+async def _start_directory(session: Session, notes: list[str]) -> Path:
     """The session's cwd while it is still a directory inside the workspace, else the root."""
     cwd = session.cwd
     if cwd is None or cwd == session.workspace:
         return session.workspace
-    if is_inside(session.workspace, cwd) and cwd.is_dir():
+    if await session.directory_inside(str(cwd)) == cwd:
         return cwd
     notes.append(
         f"The previous working directory {cwd} is no longer a directory inside the workspace; "
@@ -491,13 +489,13 @@ def _start_directory(session: Session, notes: list[str]) -> Path:
     return session.workspace
 
 
-def _follow_directory(session: Session, final_cwd: str, notes: list[str]) -> None:
+async def _follow_directory(session: Session, final_cwd: str, notes: list[str]) -> None:
     """Keep the directory the shell ended in, unless it lies outside the workspace."""
     if not final_cwd:
         return  # killed or failed before reporting: keep the previous directory
     # The workspace is mounted at its host path, so the container's path names the host path.
-    resolved = Path(os.path.realpath(final_cwd))
-    if is_inside(session.workspace, resolved) and resolved.is_dir():
+    resolved = await session.directory_inside(final_cwd)
+    if resolved is not None:
         session.cwd = resolved
         return
     session.cwd = session.workspace

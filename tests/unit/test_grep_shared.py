@@ -12,7 +12,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from daemon.host.landlock import Confined
+from daemon.host.landlock import Confined, find_helper
 from daemon.models import TextContent
 from daemon.tools.contract import CallContext, ToolOutput
 from daemon.tools.grep import shared as grep_shared
@@ -23,8 +23,15 @@ from tests.unit.fake_sandbox import make_context, run_summarized
 
 pytestmark = pytest.mark.skipif(shutil.which("rg") is None, reason="ripgrep (rg) is not installed")
 
-# Bare ripgrep: what a search alone runs, without the confinement (the same for both sides).
-RG = Confined((shutil.which("rg") or "rg",), ())
+
+def unconfined(program: str) -> Confined:
+    """`program` through the confinement wrapper, allowed to read and run everything: the
+    wrapper's other work (entering the search root, --chdir-fd) without its rules, the same
+    for both sides."""
+    return Confined((find_helper(), "--read", "/", "--exec", "/", "--", program), ())
+
+
+RG = unconfined(shutil.which("rg") or "rg")
 TOOL = GrepTool()
 PATTERNS = [
     "alpha",
@@ -209,7 +216,7 @@ async def test_output_that_is_not_ripgrep_json_is_not_shared(tree: Path, tmp_pat
     fd = os.open(tree, os.O_RDONLY | os.O_DIRECTORY)
     try:
         found = await grep_shared.files_per_pattern(
-            Confined((str(impostor),), ()), fd, ".", ["--glob=!.git"], ["alpha", "beta"], False
+            unconfined(str(impostor)), fd, ".", ["--glob=!.git"], ["alpha", "beta"], False
         )
     finally:
         os.close(fd)

@@ -9,6 +9,7 @@ import os
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -18,6 +19,7 @@ from daemon.host.loop_safe import NeedsThread, descriptor_identity
 from daemon.host.pinned import PinnedDirectory, WorkspaceMoved
 from daemon.sessions.session import Session
 from tests.hung_mount import HungMount
+from tests.unit.conftest import CallTool
 
 WATCHDOG_S = 30.0
 
@@ -199,3 +201,52 @@ async def test_a_path_into_a_hung_mount_is_never_looked_up_on_the_event_loop(
                 open_confined(root, path, on_loop=True)
     assert not mount.released_by_watchdog, "the event loop waited for the hung mount"
     root.close()
+
+
+async def test_a_directory_inside_is_told_without_waiting_on_a_hung_mount(
+    tree: tuple[PinnedDirectory, Path], hung_mount: type[HungMount]
+) -> None:
+    root, outside = tree
+    ws = root.path
+    session = Session(id="s", workspace=ws, owner="p", root=root)
+    assert await session.directory_inside(str(ws / "rel")) == ws / "src" / "pkg"
+    assert await session.directory_inside(str(ws / "abs")) == ws / "src"
+    for raw in (str(ws / "out"), str(outside), str(ws / "src/pkg/mod.py"), "relative", "/\x00"):
+        assert await session.directory_inside(raw) is None, raw
+    (ws / "hung").mkdir()
+    mount = hung_mount(ws / "hung")
+    with mount.watchdog(WATCHDOG_S):
+        looking = asyncio.create_task(session.directory_inside(str(ws / "hung" / "deep")))
+        # The event loop goes on while a thread waits on the mount.
+        for _ in range(5):
+            await asyncio.sleep(0.01)
+        assert not looking.done()
+        assert await session.directory_inside(str(ws / "src")) == ws / "src"
+        mount.release()
+        assert await looking is None
+    assert not mount.released_by_watchdog
+
+
+async def test_ripgrep_enters_its_search_root_itself(
+    call_tool: CallTool, workspace: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The daemon starts ripgrep in "/" and the wrapper enters the search root: a directory
+    entered before exec (Popen's cwd) holds the daemon until the exec, and a FUSE mount can
+    take its time to answer the permission check of entering it."""
+    from daemon.host import child
+    from daemon.tools.grep.tool import GrepTool
+
+    started: list[tuple[list[str], object]] = []
+    real = child.Child.__init__
+
+    def spying(self: child.Child, argv: Any, *args: Any, **kwargs: Any) -> None:
+        started.append((list(argv), kwargs.get("cwd")))
+        real(self, argv, *args, **kwargs)
+
+    monkeypatch.setattr(child.Child, "__init__", spying)
+    (workspace / "sub").mkdir()
+    (workspace / "sub" / "a.txt").write_text("needle\n")
+    output = await call_tool(GrepTool(), {"pattern": "needle", "path": str(workspace / "sub")})
+    assert "a.txt" in "".join(getattr(block, "text", "") for block in output.content)
+    searches = [(argv, cwd) for argv, cwd in started if "--chdir-fd" in argv]
+    assert searches and all(cwd == "/" for _, cwd in searches), started

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from daemon.errors import ConfinementError, ToolError, ToolInputError
-from daemon.host.landlock import Confined
+from daemon.host.landlock import Confined, find_helper
 from daemon.models import TextContent
 from daemon.tools.contract import ProgressUpdate
 from daemon.tools.grep import tool as grep_module
@@ -209,10 +209,16 @@ async def test_missing_ripgrep_is_a_clear_error(
         await grep(call_tool, "TODO")
 
 
+def sleep_for(seconds: str) -> list[str]:
+    """`sleep` through the confinement wrapper, allowed everything (run_rg runs wrapped
+    commands: the wrapper enters the search root)."""
+    return [find_helper(), "--read", "/", "--exec", "/", "--", "sleep", seconds]
+
+
 async def test_cancel_kills_the_process(workspace: Path) -> None:
     root = os.open(workspace, os.O_RDONLY | os.O_DIRECTORY)
     try:
-        task = asyncio.create_task(run_rg(["sleep", "30"], root, Collector(0, None), 60))
+        task = asyncio.create_task(run_rg(sleep_for("30"), root, Collector(0, None), 60))
         await asyncio.sleep(0.2)
         started = time.monotonic()
         task.cancel()
@@ -228,7 +234,7 @@ async def test_timeout_kills_the_process(workspace: Path) -> None:
     started = time.monotonic()
     try:
         with pytest.raises(ToolError, match=r"longer than 0\.3 s"):
-            await run_rg(["sleep", "30"], root, Collector(0, None), 0.3)
+            await run_rg(sleep_for("30"), root, Collector(0, None), 0.3)
     finally:
         os.close(root)
     assert time.monotonic() - started < 25

@@ -20,7 +20,7 @@ from pathlib import Path
 from daemon.errors import ToolError
 from daemon.host.child import Child
 from daemon.host.confine import open_confined
-from daemon.host.landlock import HELPER_NAME, NOT_CONFINED_EXIT
+from daemon.host.landlock import HELPER_NAME, NOT_CONFINED_EXIT, started_in
 from daemon.host.pinned import PinnedDirectory
 
 MAX_KEPT_CHARS = 4 * 1024 * 1024
@@ -125,7 +125,7 @@ async def run_rg(
     killed if the call is cancelled or runs past the timeout.
     """
     try:
-        child = Child(argv, cwd=f"/proc/self/fd/{root_fd}", pass_fds=(root_fd, *fds))
+        child = Child(started_in(argv, root_fd), cwd="/", pass_fds=(root_fd, *fds))
     except FileNotFoundError as exc:
         raise _rg_missing() from exc
     stderr_task = asyncio.create_task(_read_capped(child, MAX_STDERR_BYTES))

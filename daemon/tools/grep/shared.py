@@ -32,7 +32,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from daemon.host.child import Child
-from daemon.host.landlock import Confined
+from daemon.host.landlock import Confined, started_in
 
 MAX_SHARED_OUTPUT_BYTES = 4 * 1024 * 1024
 """Output of the shared walk beyond which the calls search apart."""
@@ -97,7 +97,7 @@ async def _matching_lines(
     for pattern in patterns:
         argv += ["-e", pattern]
     argv += ["--", target]
-    messages = await _run_json(argv, cwd=f"/proc/self/fd/{root_fd}", pass_fds=(root_fd, *rg.fds))
+    messages = await _run_json(started_in(argv, root_fd), cwd="/", pass_fds=(root_fd, *rg.fds))
     if messages is None:
         return None
     found: list[tuple[str, bytes]] = []

@@ -145,7 +145,10 @@ class OperatorTool(Tool[OperatorInput, OperatorRun]):
         runner = ctx.require_sandbox()
         run = self.spec.run
         start = ctx.facts.paths[0].path
-        if not is_inside(ctx.workspace, start) or not start.is_dir():
+        if (
+            not is_inside(ctx.workspace, start)
+            or await ctx.session.directory_inside(str(start)) != start
+        ):
             raise ToolError(
                 f"The {self.name} tool starts in {run.cwd} of the workspace, which is not a "
                 "directory there; create it or ask the operator to fix the tool."
