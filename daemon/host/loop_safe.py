@@ -6,8 +6,9 @@ answer a lookup or a stat. So on the event loop, a path is looked up only in the
 (RESOLVE_CACHED: EAGAIN where a lookup would need I/O or a revalidation, which is how a FUSE or
 network filesystem is asked), a descriptor is identified from the kernel's own record of it
 (/proc/self/fdinfo, which no filesystem is asked for), and a file's attributes and bytes are read
-only on a filesystem found local when the workspace was pinned (`LOCAL_FILESYSTEMS`). Anything
-else raises NeedsThread, and the work is done again in a worker thread.
+only on a filesystem found served locally when the workspace was pinned
+(daemon.host.devices), and bytes only from the page cache (`read_cached`). Anything else raises
+NeedsThread, and the work is done again in a worker thread.
 """
 
 from __future__ import annotations
@@ -15,12 +16,6 @@ from __future__ import annotations
 import asyncio
 import errno
 import os
-
-from daemon.host.statfs import BTRFS_MAGIC, EXT_MAGIC, TMPFS_MAGIC, XFS_MAGIC
-
-LOCAL_FILESYSTEMS = frozenset({EXT_MAGIC, BTRFS_MAGIC, TMPFS_MAGIC, XFS_MAGIC})
-"""statfs f_type of filesystems that answer a stat of a cached file from memory and read from
-a local disk or memory: never a server."""
 
 
 class NeedsThread(Exception):
@@ -51,3 +46,25 @@ def descriptor_identity(fd: int) -> tuple[int, int]:
         raise OSError(
             errno.ENOTSUP, "the kernel does not describe this descriptor", str(fd)
         ) from exc
+
+
+def read_cached(fd: int, size: int, offset: int, *, in_memory: bool) -> bytes:
+    """`size` bytes at `offset` (fewer only where the file ends), as the event loop may read
+    them: from the page cache alone (RWF_NOWAIT), or as they are on a filesystem held in memory
+    (tmpfs, which does not take that flag). NeedsThread where the disk would be asked."""
+    if in_memory:
+        return os.pread(fd, size, offset)
+    buffer = bytearray(size)
+    view = memoryview(buffer)
+    done = 0
+    while done < size:
+        try:
+            count = os.preadv(fd, [view[done:]], offset + done, os.RWF_NOWAIT)
+        except OSError as exc:
+            if exc.errno in (errno.EAGAIN, errno.EOPNOTSUPP):
+                raise NeedsThread("not in the page cache") from exc
+            raise
+        if count == 0:
+            break
+        done += count
+    return bytes(view[:done])

@@ -21,8 +21,9 @@ import stat
 from dataclasses import dataclass
 from pathlib import Path
 
-from daemon.host.loop_safe import LOCAL_FILESYSTEMS, NeedsThread, descriptor_identity
-from daemon.host.statfs import filesystem_type
+from daemon.host.devices import served_locally
+from daemon.host.loop_safe import NeedsThread, descriptor_identity
+from daemon.host.statfs import TMPFS_MAGIC, filesystem_type
 
 _SYS_OPENAT2 = 437  # the same number on every Linux architecture
 AT_FDCWD = -100
@@ -87,8 +88,10 @@ class PinnedDirectory:
     mount_id: int = -1
     """The mount it was pinned on (-1: not known, so `verify_on_loop` always defers)."""
     local: bool = False
-    """On one of LOCAL_FILESYSTEMS: its files' attributes and bytes may be read on the event
-    loop (daemon.host.loop_safe)."""
+    """On a filesystem served by the machine itself (daemon.host.devices): its files'
+    attributes, and bytes in the page cache, may be read on the event loop."""
+    in_memory: bool = False
+    """On tmpfs: its files' bytes are in memory (`read_cached`)."""
 
     @classmethod
     def pin(cls, path: Path) -> PinnedDirectory:
@@ -112,7 +115,8 @@ class PinnedDirectory:
         try:
             info = os.fstat(fd)
             mount_id, _ = descriptor_identity(fd)
-            local = filesystem_type(fd) in LOCAL_FILESYSTEMS
+            local = served_locally(fd, mount_id)
+            in_memory = filesystem_type(fd) == TMPFS_MAGIC
         except OSError as exc:
             os.close(fd)
             raise NotPinnable(exc.errno or errno.EIO, exc.strerror or str(exc), str(path)) from exc
@@ -126,6 +130,7 @@ class PinnedDirectory:
             mode=stat.S_IMODE(info.st_mode),
             mount_id=mount_id,
             local=local,
+            in_memory=in_memory,
         )
 
     @property

@@ -155,8 +155,9 @@ class SessionManager:
                 )
         except TimeoutError as exc:
             raise RequestError(
-                f"workspace {wire_safe(workspace)} did not answer within {VERIFY_WAIT_S:g} s (its "
-                "filesystem hangs); nothing was opened"
+                f"workspace {wire_safe(workspace)} could not be looked at within "
+                f"{VERIFY_WAIT_S:g} s: its filesystem hangs, or every thread this principal may "
+                "use waits on one that does; nothing was opened"
             ) from exc
         try:
             overlaps = self._store.prepare(root, caller.principal)

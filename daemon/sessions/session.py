@@ -169,8 +169,9 @@ class Session:
             await verify_pinned(self.pinned_root(), self.owner)
         except TimeoutError as exc:
             raise ToolError(
-                f"The workspace {self.workspace} did not answer within {VERIFY_WAIT_S:g} s "
-                "(its filesystem hangs), so nothing ran. Tell the user; retry once it answers."
+                f"The workspace {self.workspace} could not be checked within {VERIFY_WAIT_S:g} s: "
+                "its filesystem hangs, or every thread this principal may use waits on one that "
+                "does. Nothing ran. Tell the user; retry once it answers."
             ) from exc
         except OSError as exc:
             raise self._moved(exc) from exc

@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import os
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal
@@ -19,7 +20,7 @@ from pydantic import Field
 
 from daemon.errors import ToolError, ToolInputError
 from daemon.host.confine import is_inside, open_confined, require_inside, resolve_path
-from daemon.host.loop_safe import NeedsThread
+from daemon.host.loop_safe import NeedsThread, read_cached
 from daemon.host.pinned import PinnedDirectory
 from daemon.host.threads import FILESYSTEM_THREADS
 from daemon.images import MAX_IMAGE_BYTES, sniff_image
@@ -152,13 +153,18 @@ class _TooLargeInline(Exception):
     its size was looked up): the read is done again in a worker thread."""
 
 
-def _load(fd: int, path: Path, size: int, *, inline: bool = False) -> tuple[bytes, int]:
+ReadAt = Callable[[int, int, int], bytes]
+"""How a descriptor is read: (fd, size, offset) -> bytes (os.pread, or the event loop's
+`read_cached`)."""
+
+
+def _load(fd: int, path: Path, size: int, read_at: ReadAt, *, inline: bool) -> tuple[bytes, int]:
     """Read the whole descriptor (`size` bytes by fstat, read at once: no second copy from
     joining chunks); returns the bytes and the mtime after reading. With `inline`, a file that
     grows past INLINE_READ_BYTES meanwhile raises _TooLargeInline."""
-    chunks = [os.read(fd, size + 1)] if size else []
+    chunks = [read_at(fd, size + 1, 0)] if size else []
     total = len(chunks[0]) if chunks else 0
-    while chunk := os.read(fd, 1 << 20):  # short reads, or a file still growing
+    while chunk := read_at(fd, 1 << 20, total):  # short reads, or a file still growing
         chunks.append(chunk)
         total += len(chunk)
         if inline and total > INLINE_READ_BYTES:
@@ -333,7 +339,12 @@ def _read_file(
                 f"{path} is {size} bytes, more than the {MAX_FILE_BYTES} bytes Read can open even "
                 "in parts. Use Grep to find the lines you need, or Bash (e.g. `sed -n '100,200p'`)."
             )
-        head = os.pread(fd, SNIFF_BYTES, 0)
+        # On the event loop, only what the page cache holds (or tmpfs): a miss is read again in
+        # a thread (a disk, or a loop device's backing file, may take any time).
+        read_at: ReadAt = (
+            functools.partial(read_cached, in_memory=root.in_memory) if inline else os.pread
+        )
+        head = read_at(fd, SNIFF_BYTES, 0)
         media_type = sniff_image(head)
         if media_type is not None:
             if size > MAX_IMAGE_BYTES:
@@ -341,11 +352,11 @@ def _read_file(
                     f"{path} is an image of {size} bytes, larger than the {MAX_IMAGE_BYTES} bytes "
                     "Read can return. Resize it (e.g. with Bash) and read the smaller copy."
                 )
-            data, mtime_ns = _load(fd, path, size, inline=inline)
+            data, mtime_ns = _load(fd, path, size, read_at, inline=inline)
             image = ImageContent(media_type=media_type, data=data)
             return ReadResult(path=path, kind="image", image=image), data, mtime_ns
         if head.startswith(b"%PDF-"):
-            data, mtime_ns = _load(fd, path, size, inline=inline)
+            data, mtime_ns = _load(fd, path, size, read_at, inline=inline)
             return ReadResult(path=path, kind="pdf"), data, mtime_ns
         if b"\x00" in head:
             raise ToolError(
@@ -362,7 +373,7 @@ def _read_file(
             )
         if notebook:
             refuse_unbounded(path, size)
-        data, mtime_ns = _load(fd, path, size, inline=inline)
+        data, mtime_ns = _load(fd, path, size, read_at, inline=inline)
     finally:
         os.close(fd)
     if notebook:

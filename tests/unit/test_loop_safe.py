@@ -250,3 +250,31 @@ async def test_ripgrep_enters_its_search_root_itself(
     assert "a.txt" in "".join(getattr(block, "text", "") for block in output.content)
     searches = [(argv, cwd) for argv, cwd in started if "--chdir-fd" in argv]
     assert searches and all(cwd == "/" for _, cwd in searches), started
+
+
+async def test_bash_in_a_directory_of_a_hung_mount_holds_only_its_own_call(
+    tmp_path: Path, hung_mount: type[HungMount]
+) -> None:
+    """Attacker round 75: Bash checked the session's working directory (`cd` into the owner's
+    FUSE mount by an earlier command) with a stat on the event loop."""
+    from daemon.tools.bash import BashTool
+    from tests.unit.fake_sandbox import make_context, run_tool
+
+    ws = tmp_path.resolve() / "ws"
+    (ws / "hung").mkdir(parents=True)
+    root = PinnedDirectory.pin(ws)
+    session = Session(id="s", workspace=ws, owner="p", root=root)
+    session.cwd = ws / "hung" / "deeper"
+    ctx = make_context(ws, session=session)
+    mount = hung_mount(ws / "hung")
+    with mount.watchdog(WATCHDOG_S):
+        running = asyncio.create_task(run_tool(BashTool(), {"command": "pwd"}, ctx))
+        for _ in range(5):
+            await asyncio.sleep(0.01)
+        assert not running.done()
+        mount.release()
+        output = await running
+    assert not mount.released_by_watchdog, "the event loop waited for the hung mount"
+    text = "".join(getattr(block, "text", "") for block in output.content)
+    assert str(ws) in text and "no longer a directory inside the workspace" in text, text
+    root.close()

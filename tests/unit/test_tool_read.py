@@ -498,6 +498,35 @@ def test_a_file_growing_while_it_is_read_on_the_event_loop_goes_to_a_thread(
     try:
         # As if fstat had seen it small: the rest arrives while it is being read.
         with pytest.raises(read_module._TooLargeInline):
-            read_module._load(fd, path, 10, inline=True)
+            read_module._load(fd, path, 10, os.pread, inline=True)
     finally:
         os.close(fd)
+
+
+async def test_a_small_file_not_in_the_page_cache_is_read_off_the_event_loop(
+    call_tool: CallTool, workspace: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Attacker round 75: an ext4 image whose loop device reads a file a hung FUSE server
+    serves held the event loop forever on a Read of a small file that missed the cache. The
+    event loop reads only what the page cache holds; a miss is read in a thread."""
+    path = workspace / "cold.txt"
+    path.write_text("cold line\n" * 100)
+    fd = os.open(path, os.O_RDONLY)
+    os.fsync(fd)
+    os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+    os.close(fd)
+    loop_thread = threading.get_ident()
+    seen: list[int] = []
+    real = read_module._load
+
+    def spying(*args: Any, **kwargs: Any) -> Any:
+        seen.append(threading.get_ident())
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(read_module, "_load", spying)
+    assert (await read(call_tool, path, limit=1)).startswith("     1\tcold line")
+    if os.major(os.stat(workspace).st_dev) != 0:  # a block device: its cache can be emptied
+        assert seen and loop_thread not in seen
+    seen.clear()
+    await read(call_tool, path, limit=1)  # cached now: read where it is cheapest
+    assert seen == [loop_thread]

@@ -9,8 +9,9 @@ found to be local and to name each entry's type in its listings (elsewhere telli
 from a file takes a stat, which would cross onto a mount; ext4 made without `filetype` names
 none). Anything else ends the slice, and the walk starts again in a thread.
 
-What it does not bound: one read from the disk when the directory is not in the page cache (a
-Read of a small file on the event loop has the same exposure).
+What it does not bound: one read from the disk when the directory is not in the page cache. A
+disk of the machine's own: the filesystem must be served locally (daemon.host.devices), never
+by a loop device over a file someone serves (attacker round 75 held the loop forever that way).
 """
 
 from __future__ import annotations
@@ -53,9 +54,10 @@ an entry goes with its workspace object."""
 
 
 def may_walk_on_loop(root: PinnedDirectory) -> bool:
-    """Whether the filesystem of the pinned workspace `root` was found fit for a first slice
-    (False until a walker thread looked at it)."""
-    return _verdicts.get(id(root), False)
+    """Whether the filesystem of the pinned workspace `root` was found fit for a first slice:
+    served by the machine itself (daemon.host.devices: a listing that misses the cache reads a
+    disk, not a loop device's file on FUSE), and typed (False until a walker thread looked)."""
+    return root.local and _verdicts.get(id(root), False)
 
 
 def learn_filesystem(root: PinnedDirectory, directory_fd: int) -> None:

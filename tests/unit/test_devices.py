@@ -1,0 +1,118 @@
+"""Which filesystems the event loop may read from (daemon.host.devices): tmpfs, and block
+filesystems whose devices are the machine's own, looked through loop devices, device-mapper and
+md; never one whose blocks come from a file someone else serves."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from daemon.host.devices import served_locally
+from daemon.host.loop_safe import NeedsThread, descriptor_identity, read_cached
+
+
+def local(path: Path, sysfs: Path | None = None) -> bool:
+    fd = os.open(path, os.O_PATH)
+    try:
+        mount_id, _ = descriptor_identity(fd)
+        if sysfs is None:
+            return served_locally(fd, mount_id)
+        return served_locally(fd, mount_id, sysfs=sysfs)
+    finally:
+        os.close(fd)
+
+
+def fake_device(sysfs: Path, number: int, kind: str) -> Path:
+    """A virtual block device `kind` in a sysfs of the test's own, as `number` (st_dev)."""
+    node = sysfs / "devices" / "virtual" / "block" / kind
+    node.mkdir(parents=True)
+    (sysfs / "dev" / "block").mkdir(parents=True, exist_ok=True)
+    (sysfs / "dev" / "block" / f"{os.major(number)}:{os.minor(number)}").symlink_to(node)
+    return node
+
+
+def test_the_test_machines_disk_and_memory_are_local(tmp_path: Path) -> None:
+    assert local(tmp_path) == (os.stat(tmp_path).st_dev != 0)  # the disk the tests run on
+    assert not local(Path("/proc")) and not local(Path("/sys"))
+
+
+def test_virtual_devices_count_as_what_is_under_them(tmp_path: Path) -> None:
+    number = os.stat(tmp_path).st_dev
+    if os.major(number) == 0:
+        pytest.skip("the test folder is not on a block device of its own")
+    # nbd: blocks from a server.
+    nbd = tmp_path / "nbd"
+    fake_device(nbd, number, "nbd0")
+    assert not local(tmp_path, nbd)
+    # A loop device over a deleted file, or over a file of /proc (not a block filesystem).
+    for backing, expected in (("/gone/disk.img (deleted)", False), ("/proc/self/status", False)):
+        sysfs = tmp_path / f"loop{expected}{len(backing)}"
+        loop = fake_device(sysfs, number, "loop7")
+        (loop / "loop").mkdir()
+        (loop / "loop" / "backing_file").write_text(backing + "\n")
+        assert local(tmp_path, sysfs) is expected, backing
+    # device-mapper over an nbd and over nothing.
+    for parts, name in ((["nbd1"], "dm-over-nbd"), ([], "dm-empty")):
+        sysfs = tmp_path / name
+        dm = fake_device(sysfs, number, "dm-0")
+        (dm / "slaves").mkdir()
+        for part in parts:
+            (sysfs / "devices" / "virtual" / "block" / part).mkdir()
+            (sysfs / "devices" / "virtual" / "block" / part / "dev").write_text("43:1\n")
+            (sysfs / "dev" / "block" / "43:1").symlink_to(
+                sysfs / "devices" / "virtual" / "block" / part
+            )
+            (dm / "slaves" / part).symlink_to(sysfs / "devices" / "virtual" / "block" / part)
+        assert not local(tmp_path, sysfs), name
+
+
+@pytest.fixture
+def ext4_on_loop(tmp_path: Path) -> Iterator[tuple[Path, Path]]:
+    """An ext4 image, mounted through a loop device; yields (mount point, image)."""
+    if os.geteuid() != 0:
+        pytest.skip("loop devices need root")
+    image, mount = tmp_path / "disk.img", tmp_path / "mnt"
+    mount.mkdir()
+    made = subprocess.run(
+        ["mkfs.ext4", "-q", "-F", str(image), "8M"], capture_output=True, check=False
+    )
+    if (
+        made.returncode
+        or subprocess.run(
+            ["mount", "-o", "loop", str(image), str(mount)], capture_output=True, check=False
+        ).returncode
+    ):
+        pytest.skip("cannot make and mount an ext4 image here")
+    try:
+        yield mount, image
+    finally:
+        subprocess.run(["umount", "-l", str(mount)], check=False)
+
+
+def test_a_loop_device_is_as_local_as_its_backing_file(ext4_on_loop: tuple[Path, Path]) -> None:
+    mount, image = ext4_on_loop
+    assert local(mount) == local(image.parent)
+    image.unlink()  # its backing file is now "(deleted)": nobody can tell where it is
+    assert not local(mount)
+
+
+def test_the_event_loop_reads_only_what_the_page_cache_holds(tmp_path: Path) -> None:
+    path = tmp_path / "f.txt"
+    path.write_bytes(b"x" * 20_000)
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        assert read_cached(fd, 30_000, 0, in_memory=True) == b"x" * 20_000
+        os.fsync(fd)
+        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)  # clean pages: dropped
+        if local(tmp_path) and os.stat(tmp_path).st_dev != 0:
+            with pytest.raises(NeedsThread):
+                read_cached(fd, 30_000, 0, in_memory=False)
+        assert os.pread(fd, 30_000, 0) == b"x" * 20_000  # a thread reads it (and caches it)
+        assert read_cached(fd, 30_000, 0, in_memory=False) == b"x" * 20_000
+        assert read_cached(fd, 100, 19_990, in_memory=False) == b"x" * 10
+    finally:
+        os.close(fd)
