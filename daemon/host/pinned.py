@@ -149,15 +149,7 @@ class PinnedDirectory:
             ) from exc
         if (held.st_dev, held.st_ino) != self.identity:
             raise WorkspaceMoved(errno.ESTALE, "it was released", str(self.path))
-        try:
-            fd = openat2(
-                AT_FDCWD,
-                str(self.path),
-                os.O_PATH | os.O_DIRECTORY,
-                RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS,
-            )
-        except OSError as exc:
-            raise WorkspaceMoved(exc.errno or errno.EINVAL, exc.strerror, str(self.path)) from exc
+        fd = self._open_path(cached=False)
         try:
             info = os.fstat(fd)
             mount_id, _ = descriptor_identity(fd)
@@ -180,17 +172,7 @@ class PinnedDirectory:
             ) from exc
         if held != (self.mount_id, self.inode):
             raise WorkspaceMoved(errno.ESTALE, "it was released", str(self.path))
-        try:
-            fd = openat2(
-                AT_FDCWD,
-                str(self.path),
-                os.O_PATH | os.O_DIRECTORY,
-                RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS | RESOLVE_CACHED,
-            )
-        except OSError as exc:
-            if exc.errno == errno.EAGAIN:
-                raise NeedsThread(str(self.path)) from exc
-            raise WorkspaceMoved(exc.errno or errno.EINVAL, exc.strerror, str(self.path)) from exc
+        fd = self._open_path(cached=True)
         try:
             found = descriptor_identity(fd)
         finally:
@@ -199,6 +181,21 @@ class PinnedDirectory:
             # Another mount or another directory: the same one bound again elsewhere is refused
             # too (a new session can be opened over it).
             raise WorkspaceMoved(errno.ESTALE, "another directory is there now", str(self.path))
+
+    def _open_path(self, *, cached: bool) -> int:
+        """The pinned path opened again (O_PATH, no symbolic link on the way); WorkspaceMoved
+        when it cannot be, NeedsThread when `cached` and the lookup needs the filesystem."""
+        try:
+            return openat2(
+                AT_FDCWD,
+                str(self.path),
+                os.O_PATH | os.O_DIRECTORY,
+                RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS | (RESOLVE_CACHED if cached else 0),
+            )
+        except OSError as exc:
+            if cached and exc.errno == errno.EAGAIN:
+                raise NeedsThread(str(self.path)) from exc
+            raise WorkspaceMoved(exc.errno or errno.EINVAL, exc.strerror, str(self.path)) from exc
 
     def open_beneath(
         self, relative: str, flags: int, *, same_mount: bool = False, cached: bool = False

@@ -130,9 +130,7 @@ class SessionManager:
         if not workspace:
             name = self._store.new_workspace_name()
             folder = await self._fresh.create(name, self._store.fresh_owner())
-            fresh = await FILESYSTEM_THREADS.run(
-                caller.principal, lambda: PinnedDirectory.pin(folder)
-            )
+            fresh = await _pinned(lambda: PinnedDirectory.pin(folder), caller.principal)
             session = self._store.open(
                 fresh,
                 ttl,
@@ -149,10 +147,7 @@ class SessionManager:
             raise RequestError(f"the policy does not allow a session over {workspace}: {refused}")
         # Pinning asks the filesystem, which its owner may have made one that never answers.
         try:
-            async with asyncio.timeout(VERIFY_WAIT_S):
-                root = await FILESYSTEM_THREADS.run(
-                    caller.principal, lambda: pin_workspace(workspace)
-                )
+            root = await _pinned(lambda: pin_workspace(workspace), caller.principal)
         except TimeoutError as exc:
             raise RequestError(
                 f"workspace {wire_safe(workspace)} could not be looked at within "
@@ -236,3 +231,21 @@ class SessionManager:
                     continue
                 log.info("closing session %s after %.0f s idle", session.id, session.idle_ttl_s)
                 await self._close(session, delete_workspace=False)
+
+
+async def _pinned(pin: Callable[[], PinnedDirectory], principal: str) -> PinnedDirectory:
+    """`pin()` in one of `principal`'s threads (pinning asks the filesystem, which its owner
+    may have made one that never answers), waited for at most VERIFY_WAIT_S (TimeoutError). A
+    pin that ends after nobody waits for it any more is released then, not leaked."""
+    pinning = asyncio.ensure_future(FILESYSTEM_THREADS.run(principal, pin))
+    try:
+        async with asyncio.timeout(VERIFY_WAIT_S):
+            return await asyncio.shield(pinning)
+    except BaseException:
+        pinning.add_done_callback(_release_late_pin)
+        raise
+
+
+def _release_late_pin(pinning: asyncio.Future[PinnedDirectory]) -> None:
+    if not pinning.cancelled() and pinning.exception() is None:
+        pinning.result().close()

@@ -7,7 +7,11 @@ from __future__ import annotations
 import asyncio
 import threading
 from collections.abc import Callable
+from pathlib import Path
 
+import pytest
+
+from daemon.host.pinned import PinnedDirectory
 from daemon.host.threads import TenantThreads
 
 WAIT_S = 30.0  # only reached when something that should happen never does
@@ -79,3 +83,25 @@ async def test_a_cancelled_waiter_neither_takes_nor_loses_a_slot() -> None:
     await until(lambda: threads.held("alice") == 0)
     assert await threads.run("alice", lambda: "next") == "next"
     assert "never" not in started
+
+
+async def test_a_pin_that_ends_after_its_opener_gave_up_is_released(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """OpenSession waits VERIFY_WAIT_S for a workspace to be pinned; the pin goes on in its
+    thread, and what it pins when it ends must not be kept open by nobody."""
+    from daemon.sessions import manager
+
+    monkeypatch.setattr(manager, "VERIFY_WAIT_S", 0.05)
+    gate = threading.Event()
+    pinned: list[PinnedDirectory] = []
+
+    def slow_pin() -> PinnedDirectory:
+        gate.wait(WAIT_S)
+        pinned.append(PinnedDirectory.pin(tmp_path.resolve()))
+        return pinned[0]
+
+    with pytest.raises(TimeoutError):
+        await manager._pinned(slow_pin, "alice")
+    gate.set()
+    await until(lambda: bool(pinned) and pinned[0].fd == -1)

@@ -437,14 +437,8 @@ async def test_a_notebook_of_countless_values_is_refused_before_it_is_parsed(
         await read(call_tool, path)
 
 
-async def test_a_large_file_is_read_off_the_event_loop(
-    call_tool: CallTool, workspace: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    # What decides where it is read is the opened file's own size (no size is looked up by
-    # path first: a small file could be swapped for a large one in between).
-    path = workspace / "large.txt"
-    path.write_text("line\n" * 40_000)  # 200 KB
-    loop_thread = threading.get_ident()
+def threads_loading(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """The threads Read loads files on, from now on (appended to the list returned)."""
     seen: list[int] = []
     real = read_module._load
 
@@ -453,6 +447,18 @@ async def test_a_large_file_is_read_off_the_event_loop(
         return real(*args, **kwargs)
 
     monkeypatch.setattr(read_module, "_load", spying)
+    return seen
+
+
+async def test_a_large_file_is_read_off_the_event_loop(
+    call_tool: CallTool, workspace: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # What decides where it is read is the opened file's own size (no size is looked up by
+    # path first: a small file could be swapped for a large one in between).
+    path = workspace / "large.txt"
+    path.write_text("line\n" * 40_000)  # 200 KB
+    loop_thread = threading.get_ident()
+    seen = threads_loading(monkeypatch)
     text = await read(call_tool, path, offset=1, limit=2)
     assert text.startswith("     1\tline\n     2\tline\n")
     assert seen and loop_thread not in seen
@@ -516,14 +522,7 @@ async def test_a_small_file_not_in_the_page_cache_is_read_off_the_event_loop(
     os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
     os.close(fd)
     loop_thread = threading.get_ident()
-    seen: list[int] = []
-    real = read_module._load
-
-    def spying(*args: Any, **kwargs: Any) -> Any:
-        seen.append(threading.get_ident())
-        return real(*args, **kwargs)
-
-    monkeypatch.setattr(read_module, "_load", spying)
+    seen = threads_loading(monkeypatch)
     assert (await read(call_tool, path, limit=1)).startswith("     1\tcold line")
     if os.major(os.stat(workspace).st_dev) != 0:  # a block device: its cache can be emptied
         assert seen and loop_thread not in seen
