@@ -14,6 +14,7 @@ what one tenant can tie up.
 from __future__ import annotations
 
 import asyncio
+import functools
 import threading
 from collections import deque
 from collections.abc import Callable
@@ -88,9 +89,12 @@ class TenantThreads:
         """Threads `tenant`'s work holds now (stuck ones included)."""
         return self._held.get(tenant, 0)
 
-    async def run(self, tenant: str, work: Callable[[], T]) -> T:
+    async def run(
+        self, tenant: str, work: Callable[[], T], release: Callable[[T], object] | None = None
+    ) -> T:
         """`work()` in a thread once `tenant` has one free; cancelling the wait leaves a started
-        thread running, and holding its slot, until it returns."""
+        thread running, and holding its slot, until it returns. What it returns then (a
+        descriptor nobody will close) is given to `release`."""
         await self._take(tenant)
         loop = asyncio.get_running_loop()
         try:
@@ -106,7 +110,12 @@ class TenantThreads:
                 self._release(tenant)
 
         future.add_done_callback(done)
-        return await asyncio.wrap_future(future)
+        try:
+            return await asyncio.wrap_future(future)
+        except BaseException:
+            if release is not None:
+                future.add_done_callback(functools.partial(_release_unused, release))
+            raise
 
     async def _take(self, tenant: str) -> None:
         with self._counting:
@@ -150,6 +159,11 @@ class TenantThreads:
                 self._held[tenant] = held
             else:
                 self._held.pop(tenant, None)
+
+
+def _release_unused(release: Callable[[T], object], future: Future[T]) -> None:
+    if not future.cancelled() and future.exception() is None:
+        release(future.result())
 
 
 FILESYSTEM_THREADS = TenantThreads()

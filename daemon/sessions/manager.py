@@ -237,15 +237,5 @@ async def _pinned(pin: Callable[[], PinnedDirectory], principal: str) -> PinnedD
     """`pin()` in one of `principal`'s threads (pinning asks the filesystem, which its owner
     may have made one that never answers), waited for at most VERIFY_WAIT_S (TimeoutError). A
     pin that ends after nobody waits for it any more is released then, not leaked."""
-    pinning = asyncio.ensure_future(FILESYSTEM_THREADS.run(principal, pin))
-    try:
-        async with asyncio.timeout(VERIFY_WAIT_S):
-            return await asyncio.shield(pinning)
-    except BaseException:
-        pinning.add_done_callback(_release_late_pin)
-        raise
-
-
-def _release_late_pin(pinning: asyncio.Future[PinnedDirectory]) -> None:
-    if not pinning.cancelled() and pinning.exception() is None:
-        pinning.result().close()
+    async with asyncio.timeout(VERIFY_WAIT_S):
+        return await FILESYSTEM_THREADS.run(principal, pin, release=PinnedDirectory.close)

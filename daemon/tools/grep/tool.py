@@ -165,7 +165,9 @@ async def _open_search_root(ctx: CallContext, path: Path, raw: str) -> SearchRoo
         return open_search_root(pinned, path, raw, on_loop=True)
     except NeedsThread:
         return await FILESYSTEM_THREADS.run(
-            ctx.session.owner, functools.partial(open_search_root, pinned, path, raw)
+            ctx.session.owner,
+            functools.partial(open_search_root, pinned, path, raw),
+            release=lambda root: os.close(root.fd),
         )
 
 
