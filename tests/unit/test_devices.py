@@ -116,3 +116,65 @@ def test_the_event_loop_reads_only_what_the_page_cache_holds(tmp_path: Path) -> 
         assert read_cached(fd, 100, 19_990, in_memory=False) == b"x" * 10
     finally:
         os.close(fd)
+
+
+def _run(*argv: str) -> bool:
+    return subprocess.run(list(argv), capture_output=True, check=False).returncode == 0
+
+
+def test_a_mount_over_a_loop_devices_backing_file_is_not_taken_for_it(tmp_path: Path) -> None:
+    """Attacker round 76: sysfs names the file a loop device reads by its path, and a tmpfs
+    mounted over the folder that holds it (a copy of the file in it) made the loop device's
+    filesystem look local while its reads went on to the file under the mount (on FUSE)."""
+    if os.geteuid() != 0:
+        pytest.skip("loop devices need root")
+    folder, mount = tmp_path / "images", tmp_path / "mnt"
+    folder.mkdir()
+    mount.mkdir()
+    image = folder / "disk.img"
+    if not _run("mkfs.ext4", "-q", "-F", str(image), "8M") or not _run(
+        "mount", "-o", "loop", str(image), str(mount)
+    ):
+        pytest.skip("cannot make and mount an ext4 image here")
+    try:
+        assert local(mount)
+        assert _run("mount", "-t", "tmpfs", "decoy", str(folder))
+        (folder / "disk.img").write_bytes(b"decoy")  # what the path opens now: on tmpfs
+        assert not local(mount)
+    finally:
+        subprocess.run(["umount", "-l", str(folder)], check=False)
+        subprocess.run(["umount", "-l", str(mount)], check=False)
+
+
+def test_every_device_of_a_btrfs_filesystem_is_looked_at(tmp_path: Path) -> None:
+    """Attacker round 76: btrfs over two devices, one of them a loop device over a file on
+    FUSE; only the device the mount table names was looked at. Here the second one reads a
+    deleted file, which nobody can tell the place of."""
+    if os.geteuid() != 0:
+        pytest.skip("loop devices need root")
+    images = [tmp_path / "a.img", tmp_path / "b.img"]
+    loops: list[str] = []
+    mount = tmp_path / "mnt"
+    mount.mkdir()
+    try:
+        for image in images:
+            with image.open("wb") as file:
+                file.truncate(160 << 20)
+            found = subprocess.run(
+                ["losetup", "-f", "--show", str(image)], capture_output=True, text=True, check=False
+            )
+            if found.returncode:
+                pytest.skip("no loop device here")
+            loops.append(found.stdout.strip())
+        if not _run("mkfs.btrfs", "-q", "-f", "-d", "raid0", "-m", "raid0", *loops):
+            pytest.skip("cannot make a btrfs filesystem here")
+        subprocess.run(["btrfs", "device", "scan", *loops], capture_output=True, check=False)
+        if not _run("mount", "-o", f"device={loops[0]},device={loops[1]}", loops[0], str(mount)):
+            pytest.skip("cannot mount a btrfs filesystem over two devices here")
+        assert local(mount)
+        images[1].unlink()
+        assert not local(mount)
+    finally:
+        subprocess.run(["umount", "-l", str(mount)], check=False)
+        for loop in loops:
+            subprocess.run(["losetup", "-d", loop], check=False)
