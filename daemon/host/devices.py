@@ -3,11 +3,14 @@
 A filesystem's type says how it is laid out, not who serves its blocks: an ext4 image on a loop
 device whose backing file is on FUSE is ext4, and each of its reads that misses the cache waits
 on the FUSE server (attacker round 75: forever). So a block filesystem counts as local only when
-every device under it is, as sysfs tells: a device of the machine's own (a disk, an NVMe or
-virtio drive: not under /sys/devices/virtual), a loop device whose backing file is on a local
-filesystem in turn, or a device-mapper or md device all of whose parts are local. Anything else
-(nbd, a loop device over a deleted file, a device sysfs does not describe) is not. Blocking (it
-stats the backing files): done once, when a workspace is pinned, in a thread.
+every device under it (each one of a btrfs) is, as sysfs tells: a device of the machine's own
+(a disk, an NVMe or virtio drive: not under /sys/devices/virtual), a loop device whose backing
+file (the one the kernel says it reads, whatever its path opens now) is on a local filesystem
+in turn, or a device-mapper or md device all of whose parts are local. Anything else (nbd, a
+loop device over a deleted file, a device sysfs does not describe) is not. Blocking (it stats
+the backing files): done once, when a workspace is pinned, in a thread. Not seen: a device
+added to a btrfs filesystem after that, and XFS's external log and realtime devices (both need
+root, who can stop the daemon anyway).
 """
 
 from __future__ import annotations
