@@ -51,6 +51,8 @@ def resolve_path(raw: str, field: str = "file_path", within: PinnedDirectory | N
             raise NeedsThread(raw)
         return resolve_on_loop(within, path)
     try:
+        if within is not None:
+            return realpath_within(path, within.path)
         return Path(os.path.realpath(path))
     except OSError as exc:  # a component changed between two steps of the resolution
         raise ToolInputError(
@@ -88,6 +90,44 @@ def resolve_on_loop(root: PinnedDirectory, path: Path) -> Path:
     return found
 
 
+MAX_LINKS = 40
+"""Symbolic links one resolution follows at most (the kernel's own limit)."""
+
+
+def realpath_within(path: Path, workspace: Path) -> Path:
+    """os.path.realpath(path) for as long as the path stays in `workspace` (or on its way
+    there): a link is followed only from inside it, and a path that has left it is taken as
+    written from there on, never looked at. The daemon may be root: resolving further told a
+    caller where links in folders it may not read lead, and, through /proc/self/fd, the files
+    the daemon holds open, other sessions' workspaces among them (attacker round 77). What
+    leaves the workspace is refused whatever it leads to."""
+    pending = [part for part in str(path).split("/") if part not in ("", ".")]
+    pending.reverse()
+    resolved = "/"
+    links = 0
+    while pending:
+        name = pending.pop()
+        if name == "..":
+            resolved = os.path.dirname(resolved)  # noqa: PTH120 - text, as realpath does
+            continue
+        candidate = os.path.join(resolved, name)  # noqa: PTH118 - text, as realpath does
+        if not (is_inside(workspace, Path(candidate)) or is_inside(Path(candidate), workspace)):
+            rest = [candidate, *reversed(pending)]
+            return Path(os.path.normpath("/".join(rest)))
+        try:
+            target = os.readlink(candidate)  # noqa: PTH115 - a Path would cost more
+        except OSError:
+            resolved = candidate  # not a link (or gone: the rest is taken as written)
+            continue
+        links += 1
+        if links > MAX_LINKS:  # a loop: as realpath does, the rest is taken as written
+            return Path(os.path.normpath("/".join([candidate, *reversed(pending)])))
+        if target.startswith("/"):
+            resolved = "/"
+        pending.extend(reversed([part for part in target.split("/") if part not in ("", ".")]))
+    return Path(resolved)
+
+
 def _missing_on_loop(root: PinnedDirectory, relative: str) -> Path:
     """realpath of a path that does not exist: when no link is on its way (the kernel found
     each existing directory, none a link, and the rest missing), the path as written."""
@@ -107,7 +147,7 @@ def existing_directory(root: PinnedDirectory, raw: str, *, on_loop: bool) -> Pat
         return None
     path = Path(raw)
     try:
-        resolved = resolve_on_loop(root, path) if on_loop else Path(os.path.realpath(path))
+        resolved = resolve_on_loop(root, path) if on_loop else realpath_within(path, root.path)
     except OSError:
         return None
     if not is_inside(root.path, resolved):

@@ -43,6 +43,9 @@ if TYPE_CHECKING:
 
 MAX_ENTRIES = 1000
 """Entries listed; the listing stops there with a note."""
+MAX_READ_PER_DIRECTORY = 10 * MAX_ENTRIES
+"""Entries read from one directory (sorted by name, then shown up to MAX_ENTRIES in all); the
+listing stops after a directory that has more."""
 NOT_EXPANDED = frozenset(
     {
         ".git",
@@ -118,11 +121,20 @@ def _open_chain(root_fd: int, parts: tuple[str, ...]) -> int | None:
     return fd
 
 
-def _entries(fd: int) -> list[tuple[str, Literal["dir", "file", "symlink", "other"], str]]:
-    """(name, kind, symlink target) of every entry, read while the listing's descriptor is open."""
+def _entries(
+    fd: int,
+) -> tuple[list[tuple[str, Literal["dir", "file", "symlink", "other"], str]], bool]:
+    """(name, kind, symlink target) of the directory's entries, read while the listing's
+    descriptor is open, sorted by name; and whether that was all of them. At most
+    MAX_READ_PER_DIRECTORY are read: a directory of millions took seconds to sort and gigabytes
+    to hold, with the interpreter's lock held all along, so every caller waited (round 77)."""
     found: list[tuple[str, Literal["dir", "file", "symlink", "other"], str]] = []
+    complete = True
     with os.scandir(fd) as listing:
         for entry in listing:
+            if len(found) >= MAX_READ_PER_DIRECTORY:
+                complete = False
+                break
             try:
                 if entry.is_symlink():
                     found.append((entry.name, "symlink", os.readlink(entry.name, dir_fd=fd)))
@@ -135,7 +147,7 @@ def _entries(fd: int) -> list[tuple[str, Literal["dir", "file", "symlink", "othe
             except OSError:
                 continue
     found.sort(key=lambda item: item[0])
-    return found
+    return found, complete
 
 
 def _list(pinned: PinnedDirectory, root: Path, raw: str, ignore: tuple[str, ...]) -> LsResult:
@@ -163,7 +175,8 @@ def _list(pinned: PinnedDirectory, root: Path, raw: str, ignore: tuple[str, ...]
                 node.unreadable = True
                 continue
             try:
-                entries = _entries(fd)
+                entries, complete = _entries(fd)
+                truncated = truncated or not complete
             except OSError:
                 node.unreadable = True
                 continue

@@ -278,3 +278,42 @@ async def test_bash_in_a_directory_of_a_hung_mount_holds_only_its_own_call(
     text = "".join(getattr(block, "text", "") for block in output.content)
     assert str(ws) in text and "no longer a directory inside the workspace" in text, text
     root.close()
+
+
+async def test_nothing_outside_the_workspace_is_resolved(
+    tree: tuple[PinnedDirectory, Path], tmp_path: Path
+) -> None:
+    """Attacker round 77: off the event loop, realpath (as root) followed links out of the
+    workspace, and the refusal named where they led: the target of a link in a folder the
+    caller may not read, and through /proc/self/fd the files the daemon holds open."""
+    root, outside = tree
+    ws = root.path
+    hidden = tmp_path.resolve() / "hidden"
+    hidden.mkdir(mode=0o700)
+    (hidden / "lnk").symlink_to("/very/secret/target")
+    (ws / "peek").symlink_to(hidden / "lnk")
+    (ws / "fd").symlink_to(f"/proc/self/fd/{root.fd}")
+    (ws / "back").symlink_to(outside / "to-ws")
+    (outside / "to-ws").symlink_to(ws / "src")
+    expected = {
+        "/peek": hidden / "lnk",  # the link's own text, which the workspace holds
+        "/fd": Path(f"/proc/self/fd/{root.fd}"),
+        "/peek/x/../y": hidden / "lnk" / "y",
+        "/back/pkg": outside / "to-ws" / "pkg",  # it left: refused, whatever it leads to
+    }
+    for case, wanted in expected.items():
+        found = await asyncio.to_thread(resolve_path, f"{ws}{case}", "file_path", root)
+        assert found == wanted, case
+        assert await session_directory(root, f"{ws}{case}") is None
+    # A path outside is taken as written.
+    proc = f"/proc/self/fd/{root.fd}"
+    assert await asyncio.to_thread(resolve_path, proc, "file_path", root) == Path(proc)
+    # Inside, as realpath: the cases of test_paths_resolve_on_the_event_loop_as_realpath...
+    for case in ("/rel/mod.py", "/abs/pkg/mod.py", "/src/up/pkg/mod.py", "/missing/../src"):
+        raw = f"{ws}{case}"
+        found = await asyncio.to_thread(resolve_path, raw, "file_path", root)
+        assert found == Path(os.path.realpath(raw)), case
+
+
+async def session_directory(root: PinnedDirectory, raw: str) -> Path | None:
+    return await Session(id="d", workspace=root.path, root=root).directory_inside(raw)

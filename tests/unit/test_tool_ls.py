@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -127,3 +128,29 @@ async def test_summary_counts_entries_in_the_workspace_relative_directory(
     assert await summary(workspace, workspace / "README") == (
         f"LS failed: {workspace / 'README'} is not a directory"
     )
+
+
+async def test_a_huge_directory_is_read_only_in_part(
+    call_tool: CallTool, workspace: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Attacker round 77: LS read and sorted every entry of a directory of 1.8 million names,
+    holding the interpreter's lock (every caller waited 3.3 s) and gigabytes of memory."""
+    from daemon.tools import ls as ls_module
+
+    monkeypatch.setattr(ls_module, "MAX_READ_PER_DIRECTORY", 50)
+    big = workspace / "big"
+    big.mkdir()
+    for index in range(120):
+        (big / f"f{index:04d}").touch()
+    read: list[int] = []
+    real = ls_module._entries
+
+    def counting(fd: int) -> Any:
+        entries, complete = real(fd)
+        read.append(len(entries))
+        return entries, complete
+
+    monkeypatch.setattr(ls_module, "_entries", counting)
+    text = await ls(call_tool, big)
+    assert read == [50]
+    assert "Listing stopped" in text and text.count("- f0") == 50
