@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import dataclasses
+import mmap
+import os
 from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -55,3 +57,22 @@ def call_tool(ctx: CallContext) -> CallTool:
         return tool.render(await tool.call(call.args, dataclasses.replace(ctx, facts=call.facts)))
 
     return run
+
+
+def write_uncached(path: Path, data: bytes) -> bool:
+    """Write `data` (a multiple of 4096 bytes) past the page cache (O_DIRECT), so that nothing
+    of the file is cached until it is read; False where the filesystem does not take O_DIRECT
+    (tmpfs). Evicting pages afterwards (fadvise) is only advice the kernel may not follow."""
+    assert len(data) % 4096 == 0
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_DIRECT, 0o644)
+    except OSError:
+        return False
+    try:
+        buffer = mmap.mmap(-1, len(data))  # page-aligned, as O_DIRECT needs
+        buffer.write(data)
+        os.write(fd, buffer)
+        buffer.close()
+    finally:
+        os.close(fd)
+    return True
