@@ -25,12 +25,10 @@ another one, or whose repository is not held so, refuses to do anything.
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import errno
 import fcntl
 import functools
-import hashlib
 import json
 import os
 import re
@@ -40,16 +38,19 @@ import struct
 import sys
 import time
 from collections.abc import Callable, Iterator
-from pathlib import Path
 from typing import Any
 
+# Every container starts this file, so what it imports is paid once per container (a churn of
+# containers pays it on every call): argparse, pathlib, dataclasses, platform, hashlib and
+# asyncio cost it about 85 ms of CPU (a third of the engine's own cost of a container, measured
+# in the sandbox image). What only some requests need is imported when one comes: hashlib for a
+# Write, forward.py (asyncio) for egress.
 try:  # in the container: this file's folder (read-only) is on sys.path
     import confine  # type: ignore[import-not-found,unused-ignore]
-    import forward  # type: ignore[import-not-found,unused-ignore]
     import mcp_stdio  # type: ignore[import-not-found,unused-ignore]
     import spawn  # type: ignore[import-not-found,unused-ignore]
 except ImportError:  # on the host, as part of the sandbox package (tests)
-    from sandbox.runner import confine, forward, mcp_stdio, spawn
+    from sandbox.runner import confine, mcp_stdio, spawn
 
 PROTOCOL_VERSION = 1
 _HEADER = struct.Struct(">I")
@@ -71,7 +72,7 @@ GO_FD = 30
 spawns bash, and until it has taken its own back the command must not run (it could signal it)."""
 #: Sourced by bash through BASH_ENV before the command: a file beside the runner, read-only in
 #: the container and readable by the command's identity.
-BASH_ENV_FILE = Path(__file__).with_name("bash_env.sh")
+BASH_ENV_FILE = os.path.join(os.path.dirname(__file__), "bash_env.sh")
 _CHUNK = 1 << 16
 _MARKER = "\n[... {n} bytes of output omitted ...]\n"
 #: Progress output is sent at most this often (the host relays it to people, not to the model).
@@ -276,7 +277,8 @@ def oom_kill_count() -> int | None:
     """OOM kills so far in this container's memory cgroup (v2 or v1), None when unreadable."""
     for path in ("/sys/fs/cgroup/memory.events", "/sys/fs/cgroup/memory/memory.oom_control"):
         try:
-            lines = Path(path).read_text(encoding="ascii").splitlines()
+            with open(path, encoding="ascii") as table:
+                lines = table.read().splitlines()
         except OSError:
             continue
         for line in lines:
@@ -752,16 +754,16 @@ _ERRNO_ADVICE = {
 }
 
 
-def _sha256_of(path: Path) -> str | None:
+def _sha256_of(path: str, sha256: Callable[[], Any]) -> str | None:
     """sha256 of the file's current content, None when it does not exist."""
-    digest = hashlib.sha256()
+    digest = sha256()
     try:
-        with path.open("rb") as handle:
+        with open(path, "rb") as handle:
             for block in iter(lambda: handle.read(_CHUNK), b""):
                 digest.update(block)
     except FileNotFoundError:
         return None
-    return digest.hexdigest()
+    return str(digest.hexdigest())
 
 
 def write_file(
@@ -773,25 +775,31 @@ def write_file(
     outside it, through a symbolic link, is refused rather than written to a place that vanishes
     with the container (its /tmp) or fails obscurely.
     """
+    # A Write's alone (see the imports above); imported while the runner is still root: the
+    # command's identity may not read the interpreter's files (on a host, in tests).
+    import hashlib
+
     if identity is not None:
         confine.become(identity)  # for good: this container runs nothing else
     path = str(request["path"])
     content, expected = request["content"], request.get("expected_sha256")
     if not isinstance(content, str) or not (expected is None or isinstance(expected, str)):
         raise TypeError("content must be a string and expected_sha256 a string or null")
-    if not Path(path).is_absolute():
+    if not os.path.isabs(path):
         return {"exit_code": 1, "error": "the path is not absolute; give the full path"}
     # Write through symbolic links, as an editor would, but only into the workspace.
-    target = Path(path).resolve()
-    workspace = Path.cwd()
-    if target != workspace and workspace not in target.parents:
+    target = os.path.realpath(path)
+    workspace = os.getcwd()
+    if target != workspace and not target.startswith(workspace.rstrip("/") + "/"):
         return {
             "exit_code": 1,
             "error": f"it resolves to {target}, outside the workspace {workspace} (through a "
             "symbolic link); only files inside the workspace can be written",
         }
     try:
-        _replace_checked(target, content.encode("utf-8"), expected and expected.lower())
+        _replace_checked(
+            target, content.encode("utf-8"), expected and expected.lower(), hashlib.sha256
+        )
     except _Stale as exc:
         return {"exit_code": 1, "error": str(exc)}
     except OSError as exc:
@@ -806,18 +814,20 @@ class _Stale(Exception):
     pass
 
 
-def _replace_checked(target: Path, data: bytes, expected: str | None) -> None:
-    parent = target.parent
-    parent.mkdir(parents=True, exist_ok=True)
+def _replace_checked(
+    target: str, data: bytes, expected: str | None, sha256: Callable[[], Any]
+) -> None:
+    parent, name = os.path.split(target)
+    os.makedirs(parent, exist_ok=True)
     try:
-        mode = target.stat().st_mode & 0o7777
+        mode = os.stat(target).st_mode & 0o7777
     except FileNotFoundError:
         umask = os.umask(0)
         os.umask(umask)
         mode = 0o666 & ~umask
-    if target.is_dir():
-        raise OSError(errno.EISDIR, os.strerror(errno.EISDIR), str(target))
-    tmp = parent / f".{target.name}.tooljail-{os.urandom(6).hex()}.tmp"
+    if os.path.isdir(target):
+        raise OSError(errno.EISDIR, os.strerror(errno.EISDIR), target)
+    tmp = os.path.join(parent, f".{name}.tooljail-{os.urandom(6).hex()}.tmp")
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
     try:
         try:
@@ -829,22 +839,22 @@ def _replace_checked(target: Path, data: bytes, expected: str | None) -> None:
         finally:
             os.close(fd)
         # Checked as late as possible: the window for a concurrent change is the rename alone.
-        current = _sha256_of(target)
+        current = _sha256_of(target, sha256)
         if current != expected:
             if expected is None:
                 raise _Stale("the file changed since it was read (it exists now); Read it, retry")
             if current is None:
                 raise _Stale("the file changed since it was read (it was deleted); Read it, retry")
             raise _Stale("the file changed since it was read; Read it again, then retry")
-        tmp.replace(target)
+        os.replace(tmp, target)
     except BaseException:
         with contextlib.suppress(OSError):
-            tmp.unlink()
+            os.unlink(tmp)
         raise
     _fsync_dir(parent)
 
 
-def _fsync_dir(path: Path) -> None:
+def _fsync_dir(path: str) -> None:
     try:
         fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
     except OSError:
@@ -877,7 +887,7 @@ def workspace_mismatch(request: dict[str, Any], identity: tuple[int, int] | None
     if not isinstance(workspace, str) or not isinstance(expected, list) or len(expected) != 2:
         return "the request does not name the workspace it expects"
     try:
-        info = Path(workspace).lstat()
+        info = os.lstat(workspace)
     except OSError as exc:
         return f"the workspace {workspace} is not mounted here ({exc.strerror})"
     if [info.st_dev, info.st_ino] != expected:
@@ -948,7 +958,7 @@ def _looking_as(identity: tuple[int, int] | None) -> Iterator[None]:
 def _mount_points() -> set[str]:
     """Where something is mounted in this container (mountinfo escapes blanks and backslashes
     as octal)."""
-    with Path("/proc/self/mountinfo").open(encoding="utf-8", errors="surrogateescape") as table:
+    with open("/proc/self/mountinfo", encoding="utf-8", errors="surrogateescape") as table:
         return {
             re.sub(r"\\([0-7]{3})", lambda code: chr(int(code.group(1), 8)), line.split(" ")[4])
             for line in table
@@ -999,7 +1009,7 @@ def warm_up(identity: tuple[int, int] | None) -> None:
     command)."""
     if select.select([0], [], [], 0)[0]:
         return  # a cold start: the request is here, and it must not wait
-    cwd = str(Path.cwd())
+    cwd = os.getcwd()
     request = {"command": WARM_UP_COMMAND, "cwd": cwd, "workspace": cwd, "timeout_ms": 5000}
     run_bash({**request, "output_limit_bytes": 1024}, identity)
 
@@ -1021,33 +1031,73 @@ def _progress_writer() -> Emit:
     return emit
 
 
+class Options:
+    """The runner's command line (see sandbox/hardening.py, which writes it)."""
+
+    def __init__(self) -> None:
+        self.idle_exit_s: float | None = None
+        """Exit quietly when no request arrived within this many seconds."""
+        self.hang_up_wait_s = HANG_UP_WAIT_S
+        """After answering, wait at most this long for the host to close stdin."""
+        self.end_leftovers = False
+        """Before answering, kill every other process of the container (its own PID namespace)
+        but its init: only where the runner is the container's root."""
+        self.run_as: str | None = None
+        """uid:gid the command runs as (not root)."""
+        self.egress_socket: str | None = None
+        """The daemon's egress proxy (a Unix socket): start the loopback forwarder to it."""
+
+
+def parse_options(argv: list[str]) -> Options:
+    """`--name value` (or `--name=value`) for each option, `--end-leftovers` alone; ValueError
+    naming what is wrong (argparse would cost every container 3 ms of CPU to import)."""
+    options = Options()
+    rest = list(argv)
+    while rest:
+        name, has_value, value = rest.pop(0).partition("=")
+        if name == "--end-leftovers" and not has_value:
+            options.end_leftovers = True
+            continue
+        if name not in _VALUED_OPTIONS:
+            raise ValueError(f"unknown option {name!r}")
+        if not has_value:
+            if not rest:
+                raise ValueError(f"{name} needs a value")
+            value = rest.pop(0)
+        _VALUED_OPTIONS[name](options, value)
+    return options
+
+
+def _set_idle_exit(options: Options, value: str) -> None:
+    options.idle_exit_s = float(value)
+
+
+def _set_hang_up_wait(options: Options, value: str) -> None:
+    options.hang_up_wait_s = float(value)
+
+
+def _set_run_as(options: Options, value: str) -> None:
+    options.run_as = value
+
+
+def _set_egress_socket(options: Options, value: str) -> None:
+    options.egress_socket = value
+
+
+_VALUED_OPTIONS: dict[str, Callable[[Options, str], None]] = {
+    "--idle-exit-s": _set_idle_exit,
+    "--hang-up-wait-s": _set_hang_up_wait,
+    "--run-as": _set_run_as,
+    "--egress-socket": _set_egress_socket,
+}
+
+
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
-    parser.add_argument(
-        "--idle-exit-s",
-        type=float,
-        default=None,
-        help="exit quietly when no request arrived within this many seconds",
-    )
-    parser.add_argument(
-        "--hang-up-wait-s",
-        type=float,
-        default=HANG_UP_WAIT_S,
-        help="after answering, wait at most this long for the host to close stdin",
-    )
-    parser.add_argument(
-        "--end-leftovers",
-        action="store_true",
-        help="before answering, kill every other process of the container (its own PID "
-        "namespace) but its init: only where the runner is the container's root",
-    )
-    parser.add_argument("--run-as", default=None, help="uid:gid the command runs as (not root)")
-    parser.add_argument(
-        "--egress-socket",
-        default=None,
-        help="the daemon's egress proxy (a Unix socket): start the loopback forwarder to it",
-    )
-    args = parser.parse_args(argv)
+    try:
+        args = parse_options(sys.argv[1:] if argv is None else argv)
+    except ValueError as exc:
+        sys.stderr.write(f"runner.py: {exc}\n")
+        return 2
     try:
         identity = _identity(args.run_as)
         confine.forbid_inspection()
@@ -1057,7 +1107,7 @@ def main(argv: list[str] | None = None) -> int:
         return 3
     if args.egress_socket:
         try:
-            forward.start(args.egress_socket)
+            _start_forwarder(args.egress_socket)
         except OSError as exc:
             write_message(1, {"type": "result", "exit_code": -1, "error": f"no egress: {exc}"})
             return 3
@@ -1079,6 +1129,14 @@ def main(argv: list[str] | None = None) -> int:
     write_message(1, {"type": "result", "v": PROTOCOL_VERSION, **result, "timeline": marks})
     wait_for_hang_up(0, args.hang_up_wait_s)
     return 0
+
+
+def _start_forwarder(socket_path: str) -> None:
+    try:  # forward.py brings asyncio (50 ms of CPU): egress containers alone import it
+        import forward  # type: ignore[import-not-found,unused-ignore]
+    except ImportError:  # on the host, as part of the sandbox package (tests)
+        from sandbox.runner import forward
+    forward.start(socket_path)
 
 
 def end_leftovers() -> None:

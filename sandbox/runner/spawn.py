@@ -19,13 +19,12 @@ import os
 import signal
 import time
 from collections.abc import Iterator
-from pathlib import Path
 
 BASH = "/bin/bash"
 #: The command's OOM score: the kernel's first choice when memory runs out, so the runner lives
 #: to report (see sandbox/hardening.py for a command that lowers it).
 COMMAND_OOM_SCORE_ADJ = 1000
-_OOM_SCORE = Path("/proc/self/oom_score_adj")
+_OOM_SCORE = "/proc/self/oom_score_adj"
 #: Signals Python ignores, which an exec would keep ignored (`yes | head` would then complain
 #: about a broken pipe instead of ending quietly): back to their defaults in the child.
 _PYTHON_IGNORES = tuple(
@@ -103,7 +102,7 @@ def _open_beneath(workspace: str, cwd: str) -> int:
     """`cwd`, opened from the workspace one component at a time without following a symbolic
     link (openat2 is refused by the runner's own filter)."""
     relative = os.path.relpath(cwd, workspace)
-    parts = [] if relative == os.curdir else list(Path(relative).parts)
+    parts = [] if relative == os.curdir else [part for part in relative.split("/") if part]
     if os.pardir in parts:
         raise OSError(errno.EXDEV, "it is not inside the workspace", cwd)
     flags = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
@@ -143,7 +142,7 @@ def _oom_score_for_children() -> Iterator[None]:
     """The runner's own OOM score is what the child inherits: raised for the spawn, set back
     right after (raising needs no privilege; the runner has no threads)."""
     try:
-        _OOM_SCORE.write_text(str(COMMAND_OOM_SCORE_ADJ))
+        _write(_OOM_SCORE, str(COMMAND_OOM_SCORE_ADJ))
     except OSError:
         yield
         return
@@ -151,4 +150,9 @@ def _oom_score_for_children() -> Iterator[None]:
         yield
     finally:
         with contextlib.suppress(OSError):
-            _OOM_SCORE.write_text("0")
+            _write(_OOM_SCORE, "0")
+
+
+def _write(path: str, text: str) -> None:
+    with open(path, "w", encoding="ascii") as file:
+        file.write(text)

@@ -10,6 +10,8 @@ import docker
 import pytest
 
 from sandbox import image
+from sandbox.runner import RUNNER_SOURCE
+from tests.runner_imports import HEAVY_MODULES, modules_after_start
 
 pytestmark = pytest.mark.docker
 
@@ -61,6 +63,28 @@ def test_image_present_finds_the_recipe_tag(image_ref: str, client: docker.Docke
     assert not image.image_present(client, "tooljail-sandbox:000000000000")
     labels = client.images.get(image_ref).labels
     assert labels["io.tooljail.recipe"] == image.recipe_hash()
+
+
+def test_the_runner_starts_without_the_modules_only_some_requests_need(image_ref: str) -> None:
+    """The image's own Python (another patch release than the host's) imports what the host's
+    does: none of the modules that cost a container most of its runner's start."""
+    folder = str(RUNNER_SOURCE.parent)
+    loaded = modules_after_start(
+        [
+            "docker",
+            "run",
+            "--rm",
+            "--network",
+            "none",
+            "-v",
+            f"{folder}:/r:ro",
+            image_ref,
+            "python3",
+        ],
+        "/r",
+    )
+    assert "runner" in loaded and "confine" in loaded
+    assert not loaded & HEAVY_MODULES
 
 
 def test_python3_has_json(image_ref: str) -> None:

@@ -27,6 +27,7 @@ import pytest
 from sandbox.protocol import FrameDecoder, encode_frame
 from sandbox.runner import RUNNER_SOURCE
 from sandbox.runner import runner as runner_module
+from tests.runner_imports import HEAVY_MODULES, modules_after_start
 
 #: Who commands run as: as in a container, never root.
 IDENTITY = (1000, 1000)
@@ -630,3 +631,44 @@ def test_a_host_that_never_hangs_up_is_waited_for_a_bounded_time() -> None:
         os.close(read_end)
         os.close(write_end)
     runner_module.wait_for_hang_up(read_end, 5)  # closed: returns at once, raises nothing
+
+
+def test_starting_the_runner_imports_nothing_a_request_may_not_need() -> None:
+    loaded = modules_after_start([sys.executable], str(_mounted_runner().parent))
+    assert "runner" in loaded and "confine" in loaded  # it did import the runner
+    assert not loaded & HEAVY_MODULES
+
+
+def test_options_are_read_as_the_sandbox_recipe_writes_them() -> None:
+    options = runner_module.parse_options(
+        ["--idle-exit-s", "42", "--end-leftovers", "--run-as=1000:1000", "--egress-socket", "/s"]
+    )
+    assert options.idle_exit_s == 42.0
+    assert options.end_leftovers
+    assert options.run_as == "1000:1000"
+    assert options.egress_socket == "/s"
+    assert options.hang_up_wait_s == runner_module.HANG_UP_WAIT_S
+    defaults = runner_module.parse_options([])
+    assert defaults.idle_exit_s is None and defaults.run_as is None and not defaults.end_leftovers
+
+
+@pytest.mark.parametrize(
+    ("argv", "complaint"),
+    [
+        (["--idle-exit-s"], "--idle-exit-s needs a value"),
+        (["--idle-exit-s", "soon"], "could not convert"),
+        (["--end-leftovers=yes"], "unknown option '--end-leftovers'"),
+        (["--run_as", "1:1"], "unknown option '--run_as'"),
+        (["stray"], "unknown option 'stray'"),
+    ],
+)
+def test_a_bad_command_line_is_refused_with_what_is_wrong(
+    argv: list[str], complaint: str, tmp_path: Path
+) -> None:
+    with pytest.raises(ValueError, match=re.escape(complaint)):
+        runner_module.parse_options(argv)
+    done = subprocess.run(
+        runner_argv(*argv), cwd=tmp_path, capture_output=True, text=True, timeout=60, check=False
+    )
+    assert done.returncode == 2
+    assert complaint in done.stderr
