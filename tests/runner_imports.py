@@ -7,7 +7,16 @@ import subprocess
 #: Modules the runner must not import before a request asks for them: every container starts
 #: it, and these cost it from 3 ms (argparse) to 50 ms (asyncio) of CPU each (measured in the
 #: sandbox image).
-HEAVY_MODULES = {"argparse", "asyncio", "dataclasses", "hashlib", "inspect", "pathlib", "platform"}
+HEAVY_MODULES = {
+    "argparse",
+    "asyncio",
+    "dataclasses",
+    "hashlib",
+    "inspect",
+    "pathlib",
+    "platform",
+    "typing",
+}
 
 
 def modules_after_start(python: list[str], runner_folder: str) -> set[str]:

@@ -38,7 +38,10 @@ import struct
 import sys
 import time
 from collections.abc import Callable, Iterator
-from typing import Any
+
+TYPE_CHECKING = False  # what typing.TYPE_CHECKING is at run time, without its 10 ms import
+if TYPE_CHECKING:
+    from typing import Any
 
 # Every container starts this file, so what it imports is paid once per container (a churn of
 # containers pays it on every call): argparse, pathlib, dataclasses, platform, hashlib and
@@ -83,8 +86,9 @@ _SKIPPED = "[... {n} bytes not shown live ...]\n"
 _SKIPPED_ROOM = 64
 """Bytes of a progress chunk kept free for the skipped-bytes note."""
 
-Emit = Callable[[dict[str, Any]], None]
-"""Sends one message to the host."""
+if TYPE_CHECKING:
+    #: Sends one message to the host (annotations alone use it: none is evaluated at run time).
+    Emit = Callable[[dict[str, Any]], None]
 
 
 class RequestError(Exception):
