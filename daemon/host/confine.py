@@ -54,9 +54,11 @@ def resolve_path(raw: str, field: str = "file_path", within: PinnedDirectory | N
         if within is not None:
             return realpath_within(path, within.path)
         return Path(os.path.realpath(path))
-    except OSError as exc:  # a component changed between two steps of the resolution
+    except OSError as exc:  # a link that cannot be read, or a name changed meanwhile
         raise ToolInputError(
-            f"{field} {raw!r} changed while it was being resolved ({exc.strerror}); retry."
+            f"{field} {raw!r} cannot be resolved: a name on its way may be a symbolic link "
+            f"the daemon cannot read, or changed meanwhile ({exc.strerror}); give the path "
+            "the link leads to, or retry."
         ) from exc
 
 
@@ -92,6 +94,8 @@ def resolve_on_loop(root: PinnedDirectory, path: Path) -> Path:
 
 MAX_LINKS = 40
 """Symbolic links one resolution follows at most (the kernel's own limit)."""
+_NOT_A_LINK = frozenset({errno.EINVAL, errno.ENOENT, errno.ENOTDIR})
+"""What readlink says of a name that is no link (or not there: the rest is as written)."""
 
 
 def realpath_within(path: Path, workspace: Path) -> Path:
@@ -100,7 +104,8 @@ def realpath_within(path: Path, workspace: Path) -> Path:
     written from there on, never looked at. The daemon may be root: resolving further told a
     caller where links in folders it may not read lead, and, through /proc/self/fd, the files
     the daemon holds open, other sessions' workspaces among them (attacker round 77). What
-    leaves the workspace is refused whatever it leads to."""
+    leaves the workspace is refused whatever it leads to. OSError when a name in the workspace
+    may be a link that cannot be read (EACCES, EIO): where the path leads is not known."""
     pending = [part for part in str(path).split("/") if part not in ("", ".")]
     pending.reverse()
     resolved = "/"
@@ -116,7 +121,9 @@ def realpath_within(path: Path, workspace: Path) -> Path:
             return Path(os.path.normpath("/".join(rest)))
         try:
             target = os.readlink(candidate)  # noqa: PTH115 - a Path would cost more
-        except OSError:
+        except OSError as exc:
+            if exc.errno not in _NOT_A_LINK:
+                raise  # maybe a link that cannot be read: where it leads is not known
             resolved = candidate  # not a link (or gone: the rest is taken as written)
             continue
         links += 1

@@ -15,8 +15,10 @@ from __future__ import annotations
 import os
 import re
 from dataclasses import dataclass, replace
+from pathlib import Path
 from typing import Any
 
+from daemon.host.confine import realpath_within
 from daemon.shell.git import GitInvocation, parse_git
 from daemon.shell.model import ParsedCommand, SimpleCommand
 from daemon.shell.paths import normalised
@@ -84,9 +86,9 @@ def name_end(text: str) -> dict[str, Any]:
     return {"basename": tail.rsplit("/", 1)[-1], "basename_whole": "/" in tail}
 
 
-def word_facts(command: SimpleCommand, cwd: str, resolve: bool = False) -> list[WordFact]:
-    """Every argv word of `command` (after the program) with what is known of it (`resolve`:
-    static paths through links already on the disk are given as where they lead)."""
+def word_facts(command: SimpleCommand, cwd: str, within: str | None = None) -> list[WordFact]:
+    """Every argv word of `command` (after the program) with what is known of it (`within`, the
+    workspace: static paths through links already in it are given as where they lead)."""
     dynamic = command.dynamic_words or (False,) * len(command.argv)
     facts = []
     options_over = False
@@ -98,16 +100,18 @@ def word_facts(command: SimpleCommand, cwd: str, resolve: bool = False) -> list[
         if text == "--":
             options_over = True
         path = "" if unknown or option or not text else normalised(cwd, text)
-        if resolve and path and path != "/":
+        if within is not None and path and path != "/":
             # Lexically `L/` is a folder in the workspace; if L is a link to `.` it is the
             # workspace itself, and `L/..` what holds the workspace. Only names the disk holds
-            # are followed; nothing is opened.
-            path = _followed(_joined(cwd, text)) or path  # a link it may not read: as written
+            # are followed; nothing is opened. A link that cannot be read: unknown.
+            path = _followed(_joined(cwd, text), within) or ""
         facts.append(WordFact(text, unknown, path))
     return facts
 
 
-def command_facts(line: ParsedCommand, cwd: str, settled: bool = True) -> list[dict[str, Any]]:
+def command_facts(
+    line: ParsedCommand, cwd: str, workspace: str, settled: bool = True
+) -> list[dict[str, Any]]:
     """The policy's view of each simple command (its `to_policy()` plus `cwd`, `words` and,
     for git, `git`). A `cd` is followed only while it is certain: at the top level of the line
     and with `&&` from it up to the command (after `;` or `||` the command also runs when the
@@ -128,7 +132,7 @@ def command_facts(line: ParsedCommand, cwd: str, settled: bool = True) -> list[d
         entry = command.to_policy()
         entry["cwd"] = current
         resolve = resolved < _MAX_RESOLVED
-        words = word_facts(command, current, resolve=resolve)
+        words = word_facts(command, current, workspace if resolve else None)
         resolved += len(words)
         if linked or not resolve:
             # A link made earlier in the line, or one not looked up, may stand anywhere in these
@@ -172,7 +176,7 @@ def _after_cd(command: SimpleCommand, current: str) -> str:
 
 
 def written_files(
-    line: ParsedCommand, directories: list[str], settled: bool = True
+    line: ParsedCommand, directories: list[str], workspace: str, settled: bool = True
 ) -> list[dict[str, Any]]:
     """Each output redirection's target as the files it may be: from every directory the line
     may be in when it writes (`directories`: where it starts and each `cd` it follows), with
@@ -192,7 +196,7 @@ def written_files(
                 known = False
                 continue
             budget -= 1
-            followed = _followed(_joined(base, target))
+            followed = _followed(_joined(base, target), workspace)
             if not followed:
                 known = False
                 continue
@@ -217,10 +221,12 @@ def _joined(base: str, word: str) -> str:
     return word if word.startswith("/") else f"{base}/{word}"
 
 
-def _followed(path: str) -> str | None:
-    """`path` with the links the disk holds followed (nothing is opened); None when a link
-    cannot be read (`/proc/1/fd/1` of another user's process): where it leads is unknown."""
+def _followed(path: str, workspace: str) -> str | None:
+    """`path` with the links the workspace holds followed (nothing is opened); None when a name
+    in it may be a link that cannot be read: where it leads is unknown. What leaves the
+    workspace is taken as written: the command runs in a container, whose files outside the
+    workspace are not the host's, and the daemon must not tell where the host's links lead."""
     try:
-        return os.path.realpath(path)
+        return str(realpath_within(Path(path), Path(workspace)))
     except OSError:
         return None

@@ -169,7 +169,8 @@ class BashTool(Tool[BashInput, BashRun]):
         # workspace another session shares) the disk may change between this judgement and the
         # run: no path is known then.
         settled = not args.run_in_background and not session.disk_may_change()
-        commands = command_facts(line, str(cwd), settled)
+        workspace = str(session.workspace)
+        commands = command_facts(line, str(cwd), workspace, settled)
         directories = [str(cwd), *(command["cwd"] for command in commands)]
         return self.facts(
             # A line that only reads may run beside other safe calls (and a failure then
@@ -181,7 +182,7 @@ class BashTool(Tool[BashInput, BashRun]):
                     **line.to_policy(),
                     "cwd": str(cwd),
                     "simple_commands": commands,
-                    "written_files": written_files(line, directories, settled),
+                    "written_files": written_files(line, directories, workspace, settled),
                     "hidden_code": hidden_code(line),
                 }
             },

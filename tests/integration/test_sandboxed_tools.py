@@ -410,3 +410,33 @@ def test_git_files_and_the_workspace_moved_or_written_from_an_unknown_directory_
     assert os.listdir(workspace / ".git" / "hooks") == []
     assert (workspace / ".git" / "config").read_text() == "[core]\n"
     assert (workspace / "keep.txt").read_text() == "kept\n"
+
+
+@pytest.mark.docker
+def test_what_a_commands_paths_lead_to_outside_the_workspace_is_not_told(
+    short_tmp: Path, tmp_path: Path
+) -> None:
+    """Round 77's leak, through Bash: the daemon followed a command's links as root on the
+    host, and the policy's reasons named where they led: what the daemon holds open, through
+    /proc/self/fd (another tenant's workspace), and the target of a link in a folder the caller
+    may not read. Outside the workspace a path now stays as written (the command runs in a
+    container, whose files there are not the host's)."""
+    secret = tmp_path / "another-tenants-workspace"
+    secret.mkdir()
+    hidden = tmp_path / "hidden"
+    hidden.mkdir(mode=0o700)
+    (hidden / "lnk").symlink_to("/very/secret/target")
+    held = os.open(secret, os.O_RDONLY | os.O_DIRECTORY)  # the daemon runs in this process
+    try:
+        with _own_workspace(short_tmp, (".git",)) as (workspace, daemon):
+            (workspace / "peek").symlink_to(hidden / "lnk")
+            through_fd = daemon.execute("Bash", {"command": f"mv .git /proc/self/fd/{held}/"})
+            through_link = daemon.execute("Bash", {"command": "mv .git peek/"})
+    finally:
+        os.close(held)
+    for answer, written in ((through_fd, f"/proc/self/fd/{held}"), (through_link, str(hidden))):
+        text = text_of(answer)
+        assert answer.decision.outcome == pb.ASK, text
+        assert written in text, text
+        assert str(secret) not in text and "/very/secret" not in text, text
+    assert (workspace / ".git").is_dir()

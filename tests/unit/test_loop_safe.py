@@ -317,3 +317,26 @@ async def test_nothing_outside_the_workspace_is_resolved(
 
 async def session_directory(root: PinnedDirectory, raw: str) -> Path | None:
     return await Session(id="d", workspace=root.path, root=root).directory_inside(raw)
+
+
+async def test_a_name_that_may_be_an_unreadable_link_is_refused_not_taken_as_written(
+    tree: tuple[PinnedDirectory, Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A name in the workspace whose link the daemon may not read (a folder its owner closed,
+    with a non-root daemon) was taken as a plain name: where the path leads is not known, so
+    the call is refused with what to do."""
+    root, _ = tree
+    ws = root.path
+    (ws / "locked").mkdir()
+    real_readlink = os.readlink
+
+    def refused(path: str) -> str:
+        if str(path).startswith(f"{ws}/locked"):
+            raise PermissionError(13, "Permission denied", path)
+        return real_readlink(path)
+
+    monkeypatch.setattr(os, "readlink", refused)
+    with pytest.raises(ToolError, match="cannot be resolved: a name on its way may be"):
+        await asyncio.to_thread(resolve_path, f"{ws}/locked/L/x", "file_path", root)
+    assert await session_directory(root, f"{ws}/locked/L") is None
+    assert await asyncio.to_thread(resolve_path, f"{ws}/src", "file_path", root) == ws / "src"

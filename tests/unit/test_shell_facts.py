@@ -4,6 +4,7 @@ git reads its command line."""
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Any
 
@@ -15,11 +16,12 @@ from daemon.shell.git import parse_git
 from daemon.shell.hidden import hidden_code
 from daemon.shell.parse import parse_command
 
+WORKSPACE = "/srv/ws"
 CWD = "/srv/ws/app"
 
 
 def facts(line: str) -> list[dict[str, Any]]:
-    return command_facts(parse_command(line), CWD)
+    return command_facts(parse_command(line), CWD, WORKSPACE)
 
 
 def words(line: str, index: int = 0) -> list[tuple[str, bool, str]]:
@@ -120,7 +122,7 @@ def test_paths_after_a_link_is_made_are_unknown() -> None:
 
 def test_links_already_on_the_disk_are_followed(tmp_path: Path) -> None:
     (tmp_path / "L").symlink_to(".")
-    [fact] = command_facts(parse_command("rm -rf L/"), str(tmp_path))
+    [fact] = command_facts(parse_command("rm -rf L/"), str(tmp_path), str(tmp_path))
     assert fact["words"][1]["path"] == str(tmp_path)
 
 
@@ -144,8 +146,8 @@ def test_ordinary_lines_hide_no_code(line: str) -> None:
 
 def _written(line: str, cwd: str) -> list[dict[str, Any]]:
     parsed = parse_command(line)
-    directories = [cwd, *(c["cwd"] for c in command_facts(parsed, cwd))]
-    return written_files(parsed, directories)
+    directories = [cwd, *(c["cwd"] for c in command_facts(parsed, cwd, cwd))]
+    return written_files(parsed, directories, cwd)
 
 
 def test_a_redirect_is_resolved_from_every_directory_the_line_writes_from(tmp_path: Path) -> None:
@@ -190,17 +192,52 @@ def test_a_link_made_by_the_line_or_a_physical_cd_leaves_the_place_unknown(tmp_p
 def test_a_link_that_cannot_be_read_is_unknown_not_a_failure(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """`> /proc/1/fd/1` as a user that may not read PID 1's links: realpath raised, and the
-    Bash call failed with an internal error instead of being judged."""
+    """A name in the workspace whose link the daemon may not read (a folder its owner closed,
+    with a non-root daemon): realpath raised once, and the Bash call failed with an internal
+    error instead of being judged. Where it leads is unknown, not the name as written."""
+    (tmp_path / "locked").mkdir()
+    real_readlink = os.readlink
 
     def refused(path: str) -> str:
-        raise PermissionError(13, "Permission denied", path)
+        if str(path).startswith(f"{tmp_path}/locked"):
+            raise PermissionError(13, "Permission denied", path)
+        return real_readlink(path)
 
-    monkeypatch.setattr(facts_module.os.path, "realpath", refused)
-    [written] = _written("echo x > /proc/1/fd/1", str(tmp_path))
+    monkeypatch.setattr(os, "readlink", refused)
+    [written] = _written("echo x > locked/L/hooks/pre-commit", str(tmp_path))
     assert not written["known"] and written["paths"] == []
-    [cat] = command_facts(parse_command("cat /proc/1/fd/1"), str(tmp_path))
-    assert cat["words"][0]["path"] == "/proc/1/fd/1"  # lexically, as before links were followed
+    [rm] = command_facts(parse_command("rm locked/L"), str(tmp_path), str(tmp_path))
+    assert rm["words"][0]["path"] == ""
+    assert rm["words"][0]["basename"] == "L"
+
+
+def test_links_are_not_followed_once_the_path_left_the_workspace(tmp_path: Path) -> None:
+    """Attack (round 77's, for Bash): the daemon resolved a command's paths as root on the
+    host, so `cat /proc/self/fd/N` told the policy, and a deny reason the caller, which file the
+    daemon holds open (another tenant's workspace), and a link in a folder the caller may not
+    read where it leads. The command runs in a container: beyond the workspace, the host's
+    links are not its files. A path is resolved while it stays in the workspace only."""
+    workspace = tmp_path / "ws"
+    workspace.mkdir()
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "hop").symlink_to("/etc")
+    (workspace / "out").symlink_to(outside / "hop")
+    (workspace / "in").symlink_to("sub")
+    held = os.open(workspace, os.O_RDONLY)
+    try:
+        line = f"cat /proc/self/fd/{held}/x out/passwd in/f {outside}/hop/passwd"
+        [cat] = command_facts(parse_command(line), str(workspace), str(workspace))
+    finally:
+        os.close(held)
+    assert [word["path"] for word in cat["words"]] == [
+        f"/proc/self/fd/{held}/x",  # not the workspace the daemon holds open
+        f"{outside}/hop/passwd",  # the link in the workspace followed; the one outside it not
+        f"{workspace}/sub/f",
+        f"{outside}/hop/passwd",
+    ]
+    [written] = _written("echo x > out/passwd", str(workspace))
+    assert written["paths"] == [f"{outside}/hop/passwd"] and written["known"]
 
 
 @pytest.mark.parametrize(
@@ -234,7 +271,7 @@ def test_after_a_program_that_may_make_links_no_place_is_known(tmp_path: Path, l
     """Attacker round 57: `mv lnk d` made d a link; only ln, link, cp and symlink counted."""
     [written] = _written(line, str(tmp_path))
     assert not written["known"]
-    command = command_facts(parse_command(line), str(tmp_path))[-1]
+    command = command_facts(parse_command(line), str(tmp_path), str(tmp_path))[-1]
     # Where it is cannot be told, but its name can (attacker round 60).
     assert command["words"] == [
         {"text": "x", "dynamic": False, "path": "", "basename": "x", "basename_whole": True}
@@ -247,7 +284,7 @@ def test_after_a_program_that_may_make_links_no_place_is_known(tmp_path: Path, l
 def test_a_word_where_the_directory_is_not_certain_keeps_its_name(line: str) -> None:
     """Attacker round 60: after a `cd` that may fail, or in a subshell, the words had no path
     and no name, so the policy saw nothing of `pre-commit`."""
-    copy = command_facts(parse_command(line), "/srv/ws")[-1]
+    copy = command_facts(parse_command(line), "/srv/ws", "/srv/ws")[-1]
     assert copy["cwd"] == ""
     assert [(w["path"], w["basename"], w["basename_whole"]) for w in copy["words"]] == [
         ("", "h", True),
@@ -269,7 +306,7 @@ def test_dot_dot_after_a_link_goes_where_the_kernel_goes(tmp_path: Path, line: s
     (tmp_path / "x").mkdir()
     (tmp_path / "a").mkdir()
     (tmp_path / "x" / "L").symlink_to("../a")
-    last = command_facts(parse_command(line), str(tmp_path))[-1]
+    last = command_facts(parse_command(line), str(tmp_path), str(tmp_path))[-1]
     paths = [w["path"] for w in last["words"]]
     written = _written(line, str(tmp_path))
     if written:
@@ -281,5 +318,5 @@ def test_dot_dot_after_a_link_goes_where_the_kernel_goes(tmp_path: Path, line: s
 def test_words_past_the_resolving_budget_have_no_known_place(tmp_path: Path) -> None:
     (tmp_path / "L").symlink_to(".")
     line = "touch " + " ".join(f"f{i}" for i in range(250)) + " && rm -rf L/"
-    last = command_facts(parse_command(line), str(tmp_path))[-1]
+    last = command_facts(parse_command(line), str(tmp_path), str(tmp_path))[-1]
     assert [w["path"] for w in last["words"]] == ["", ""]
