@@ -18,12 +18,15 @@ import asyncio
 import logging
 import os
 import shutil
+from collections.abc import Callable
 from pathlib import Path
 from typing import Protocol
 
 from daemon.errors import RequestError
 from daemon.host.child import run_child
 from daemon.host.statfs import BTRFS_MAGIC, filesystem_type
+from daemon.host.threads import FILESYSTEM_THREADS
+from daemon.sessions.session import VERIFY_WAIT_S
 from daemon.sessions.workspaces import give_to, make_workspace
 
 log = logging.getLogger(__name__)
@@ -42,8 +45,8 @@ class FreshWorkspaces(Protocol):
         """A new, empty workspace folder named `name`, owned by `owner` (None: as made)."""
         ...
 
-    async def delete(self, folder: Path) -> bool:
-        """Remove a workspace made by `create`; whether it is gone."""
+    async def delete(self, folder: Path, owner: str) -> bool:
+        """Remove a workspace made by `create` for the principal `owner`; whether it is gone."""
         ...
 
 
@@ -61,9 +64,26 @@ class PlainWorkspaces:
         make_workspace(folder, owner)
         return folder
 
-    async def delete(self, folder: Path) -> bool:
-        await asyncio.to_thread(shutil.rmtree, folder, True)
-        return not folder.exists()
+    async def delete(self, folder: Path, owner: str) -> bool:
+        def remove() -> bool:
+            shutil.rmtree(folder, ignore_errors=True)
+            return not folder.exists()
+
+        return await _in_owners_thread(folder, owner, remove)
+
+
+async def _in_owners_thread(folder: Path, owner: str, work: Callable[[], bool]) -> bool:
+    """`work()` (whether the workspace is gone) in one of its owner's threads, waited for at
+    most VERIFY_WAIT_S: a filesystem the owner mounted in or over it may never answer, and then
+    it holds that owner's threads alone, neither the event loop nor the threads others share."""
+    try:
+        async with asyncio.timeout(VERIFY_WAIT_S):
+            return await FILESYSTEM_THREADS.run(owner, work)
+    except TimeoutError:
+        log.warning(
+            "removing the workspace %s took over %g s; left as it is", folder, VERIFY_WAIT_S
+        )
+        return False
 
 
 async def _run(*argv: str) -> str:
@@ -164,7 +184,7 @@ class BudgetedWorkspaces:
         give_to(folder, owner)
         return folder
 
-    async def delete(self, folder: Path) -> bool:
+    async def delete(self, folder: Path, owner: str) -> bool:
         # Its budget goes first: removing an entry inside a full workspace needs room in it.
         await _run("btrfs", "qgroup", "limit", "none", str(folder))
         # Then the subvolumes inside it, deepest first: sandboxes cannot make any (their seccomp
@@ -173,7 +193,7 @@ class BudgetedWorkspaces:
         for nested in await self._nested(folder):
             await _run("btrfs", "subvolume", "delete", str(nested))
         await _run("btrfs", "subvolume", "delete", str(folder))
-        return not folder.exists()
+        return await _in_owners_thread(folder, owner, lambda: not folder.exists())
 
     async def _nested(self, folder: Path) -> list[Path]:
         """Subvolumes at any depth below `folder`, deepest first."""

@@ -204,7 +204,7 @@ class SessionManager:
         deleted = False
         if delete_workspace:
             try:
-                deleted = await self._fresh.delete(session.workspace)
+                deleted = await self._fresh.delete(session.workspace, session.owner)
             except RequestError:
                 log.exception("deleting the workspace of session %s failed", session.id)
         self._calls.forget_session(session.id)

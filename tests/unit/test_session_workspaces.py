@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import os
 import pwd
 from collections.abc import Iterator
@@ -11,7 +13,13 @@ import pytest
 
 from daemon.errors import NotFound, RequestError
 from daemon.host.pinned import PinnedDirectory
+from daemon.host.threads import FILESYSTEM_THREADS
+from daemon.sessions.disk import PlainWorkspaces
 from daemon.sessions.workspaces import IdentityRule, overlaps_of, pin_workspace
+from tests.hung_mount import HungMount
+
+WATCHDOG_S = 60.0
+"""Far beyond what the checks below take; only reached when they waited for a hung mount."""
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="needs root to own folders as others")
 
@@ -110,7 +118,6 @@ async def test_a_workspace_that_cannot_be_handed_over_is_not_left_half_made(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     from daemon.sessions import workspaces
-    from daemon.sessions.disk import PlainWorkspaces
 
     def refused(fd: int, mode: int) -> None:
         raise PermissionError(1, "Operation not permitted")  # e.g. a service's RestrictSUIDSGID
@@ -242,3 +249,33 @@ def test_a_session_knows_when_another_open_session_shares_its_workspace(
     assert not store.default_for("alice").disk_may_change()
     store.default_for("bob")
     assert store.default_for("alice").disk_may_change()
+
+
+async def test_deleting_workspaces_over_hung_mounts_holds_only_their_owners_threads(
+    tmp_path: Path, hung_mount: type[HungMount]
+) -> None:
+    """Removing a fresh workspace ran in the event loop's default threads (6 on 2 cores), which
+    every tenant's request decoding, edits and policy uploads share: one tenant whose
+    workspaces held filesystems that never answer took them all with 8 deletions."""
+    plain = PlainWorkspaces(tmp_path / "sessions")
+    folders = [await plain.create(f"ws_{i}", None) for i in range(8)]
+    mounts = []
+    for folder in folders:
+        (folder / "hung").mkdir()
+        mounts.append(hung_mount(folder / "hung"))
+    with contextlib.ExitStack() as watched:
+        for mount in mounts:
+            watched.enter_context(mount.watchdog(WATCHDOG_S))
+        deletions = [asyncio.create_task(plain.delete(folder, "alice")) for folder in folders]
+        await asyncio.sleep(0.1)  # every deletion has started (or queued for alice's threads)
+        assert await asyncio.to_thread(lambda: "shared threads answer") == "shared threads answer"
+        assert await FILESYSTEM_THREADS.run("bob", lambda: "bob's too") == "bob's too"
+        assert not any(deletion.done() for deletion in deletions)
+        assert FILESYSTEM_THREADS.held("alice") == 4
+    assert not any(mount.released_by_watchdog for mount in mounts), "waited for alice's mounts"
+    for mount in mounts:
+        mount.release()
+    gone = await asyncio.gather(*deletions)
+    # The first four were stuck on a mount (its point stays); the rest waited for alice's threads
+    # and found plain folders.
+    assert gone == [False] * 4 + [True] * 4
