@@ -22,9 +22,10 @@ from sandbox.backend import (
 )
 from sandbox.runner.forward import proxy_environment
 
-#: Where the runner's folder appears inside the container (read-only), and the runner in it.
+#: Where the runner's folder appears inside the container (read-only), and the script that starts
+#: the runner in it (start.py: it imports runner.py, see there).
 RUNNER_DIR = "/opt/tooljail"
-RUNNER_PATH = f"{RUNNER_DIR}/runner.py"
+RUNNER_PATH = f"{RUNNER_DIR}/start.py"
 #: The only capabilities left, and only to the runner (root inside the container): to switch to
 #: the command's identity and to signal the command's processes. The command itself has none.
 RUNNER_CAPABILITIES = ["SETUID", "SETGID", "KILL"]

@@ -1,4 +1,5 @@
-"""What starting the sandbox runner imports (unit tests on the host, integration in the image)."""
+"""What starting the sandbox runner imports, and from where (unit tests on the host, integration
+in the image)."""
 
 from __future__ import annotations
 
@@ -30,3 +31,13 @@ def modules_after_start(python: list[str], runner_folder: str) -> set[str]:
         timeout=60,
     )
     return set(done.stdout.split())
+
+
+def loaded_from(python: list[str], folder: str) -> str:
+    """What `import runner` in `folder` reports under -v (where each module's code came from)."""
+    done = subprocess.run(
+        [*python, "-E", "-s", "-S", "-v", "-c", f"import sys; sys.path.insert(0, {folder!r})"
+         "; import runner"],
+        capture_output=True, text=True, check=True, timeout=60,
+    )  # fmt: skip
+    return done.stderr

@@ -11,6 +11,7 @@ import functools
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 
 from daemon.app.egress import Egress
 from daemon.calls.audit import AuditLog
@@ -40,8 +41,13 @@ from sandbox.executor import ExecutorStats, SandboxExecutor
 from sandbox.image import default_image_ref
 from sandbox.kept import KeptServers
 from sandbox.limits import clamp_limits
+from sandbox.runner import RUNNER_DIR
+from sandbox.runner_stage import stage_runner
 
 log = logging.getLogger(__name__)
+
+#: Where in the state directory the runner is staged for containers (sandbox/runner_stage.py).
+RUNNER_FOLDER = "runner"
 
 
 class _SessionRunner(SandboxRunner):
@@ -274,10 +280,12 @@ class Sandbox:
                     ENGINE_RETRY_S,
                 )
             return False
+        runner = await asyncio.to_thread(_runner_folder, settings.state_dir / RUNNER_FOLDER)
         try:
             backend = DockerBackend(
                 image=image,
                 instance_id=parts.instance_id,
+                runner_source=runner,
                 egress_root=egress.root if egress else None,
                 ca_bundle=egress.ca_bundle if egress else None,
             )
@@ -411,3 +419,17 @@ class Sandbox:
         if self._executor is not None:
             await self._executor.close()
             self._executor = None
+
+
+def _runner_folder(parent: Path) -> Path:
+    """The runner staged with its compiled forms under `parent`; the package's own folder when
+    it cannot be (each container then compiles the runner's modules at its start)."""
+    try:
+        return stage_runner(parent)
+    except OSError as exc:
+        log.warning(
+            "cannot stage the sandbox runner in %s (%s); containers compile it at each start",
+            parent,
+            exc,
+        )
+        return RUNNER_DIR

@@ -5,13 +5,16 @@ from __future__ import annotations
 import shutil
 import subprocess
 from collections.abc import Iterator
+from pathlib import Path
 
 import docker
 import pytest
 
 from sandbox import image
+from sandbox.hardening import RUNNER_DIR
 from sandbox.runner import RUNNER_SOURCE
-from tests.runner_imports import HEAVY_MODULES, modules_after_start
+from sandbox.runner_stage import stage_runner
+from tests.runner_imports import HEAVY_MODULES, loaded_from, modules_after_start
 
 pytestmark = pytest.mark.docker
 
@@ -85,6 +88,21 @@ def test_the_runner_starts_without_the_modules_only_some_requests_need(image_ref
     )
     assert "runner" in loaded and "confine" in loaded
     assert not loaded & HEAVY_MODULES
+
+
+def test_the_images_python_runs_the_staged_runner_from_its_compiled_forms(
+    image_ref: str, tmp_path: Path
+) -> None:
+    """Compiled by the daemon's interpreter, checked by the image's (another patch release):
+    the compiled forms are used, not compiled again in every container."""
+    staged = stage_runner(tmp_path / "runner")
+    said = loaded_from(
+        ["docker", "run", "--rm", "--network", "none", "-v", f"{staged}:{RUNNER_DIR}:ro",
+         image_ref, "python3"],
+        RUNNER_DIR,
+    )  # fmt: skip
+    for module in ("runner", "confine", "spawn", "mcp_stdio"):
+        assert f"code object from '{RUNNER_DIR}/__pycache__/{module}." in said, said
 
 
 def test_python3_has_json(image_ref: str) -> None:

@@ -228,7 +228,7 @@ async def test_a_runner_killed_from_outside_is_a_clear_failure(
     (container,) = {c["Id"] for c in docker_client.api.containers(filters={"status": "running"})
                     if str(workspace) in str(c["Mounts"])}  # fmt: skip
     processes = docker_client.api.top(container)["Processes"]
-    runner = next(int(p[1]) for p in processes if "runner.py" in p[-1])
+    runner = next(int(p[1]) for p in processes if "start.py" in p[-1])
     os.kill(runner, signal.SIGKILL)
     result = await call
     assert result.error.startswith("the sandbox failed: its runner ended without answering")

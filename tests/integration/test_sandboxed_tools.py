@@ -4,16 +4,20 @@ from __future__ import annotations
 
 import contextlib
 import os
+import sys
 import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
 
+import docker
 import grpc
 import pytest
 
 from daemon._generated.tooljail.v1 import executor_pb2 as pb
-from tests.integration.conftest import OWNER_GID, OWNER_UID, wait_no_containers
+from sandbox.hardening import RUNNER_DIR
+from sandbox.runner import RUNNER_SOURCE
+from tests.integration.conftest import OWNER_GID, OWNER_UID, containers_of, wait_no_containers
 from tests.integration.harness import RunningDaemon, running_daemon, text_of
 
 pytestmark = [pytest.mark.integration, pytest.mark.docker]
@@ -440,3 +444,34 @@ def test_what_a_commands_paths_lead_to_outside_the_workspace_is_not_told(
         assert written in text, text
         assert str(secret) not in text and "/very/secret" not in text, text
     assert (workspace / ".git").is_dir()
+
+
+@pytest.mark.docker
+def test_the_daemons_containers_run_the_runner_staged_with_its_compiled_forms(
+    sandbox_daemon: RunningDaemon,
+) -> None:
+    """The daemon mounts the runner it staged in its state directory (sandbox/runner_stage.py),
+    read-only, and calls run through it."""
+    answer = sandbox_daemon.execute("Bash", {"command": "echo staged"})
+    assert not answer.result.is_error and text_of(answer) == "staged\n", text_of(answer)
+    sources = set()
+    client = docker.from_env()
+    try:
+        deadline = time.monotonic() + 120  # the pool refills after the call: one shows up
+        while not sources and time.monotonic() < deadline:
+            for container in containers_of(sandbox_daemon.daemon.instance_id):
+                with contextlib.suppress(docker.errors.NotFound):  # removed meanwhile
+                    info = client.api.inspect_container(container.id)
+                    sources |= {
+                        (m["Source"], m["RW"])
+                        for m in info["Mounts"]
+                        if m["Destination"] == RUNNER_DIR
+                    }
+            time.sleep(0.1)
+    finally:
+        client.close()
+    ((staged, writable),) = sources
+    source = Path(staged)
+    assert source.parent == sandbox_daemon.settings.state_dir / "runner" and not writable
+    assert (source / "__pycache__" / f"runner.{sys.implementation.cache_tag}.pyc").is_file()
+    assert (source / "runner.py").read_bytes() == RUNNER_SOURCE.read_bytes()
