@@ -76,3 +76,16 @@ def write_uncached(path: Path, data: bytes) -> bool:
     finally:
         os.close(fd)
     return True
+
+
+def links_unreadable_below(monkeypatch: pytest.MonkeyPatch, folder: Path) -> None:
+    """readlink of any name below `folder` fails as in a folder the daemon may not search (its
+    owner closed it, and the daemon is not root)."""
+    real_readlink = os.readlink
+
+    def refused(path: str) -> str:
+        if str(path).startswith(f"{folder}/"):
+            raise PermissionError(13, "Permission denied", path)
+        return real_readlink(path)
+
+    monkeypatch.setattr(os, "readlink", refused)

@@ -19,7 +19,7 @@ from daemon.host.loop_safe import NeedsThread, descriptor_identity
 from daemon.host.pinned import PinnedDirectory, WorkspaceMoved
 from daemon.sessions.session import Session
 from tests.hung_mount import HungMount
-from tests.unit.conftest import CallTool
+from tests.unit.conftest import CallTool, links_unreadable_below
 
 WATCHDOG_S = 30.0
 
@@ -328,14 +328,7 @@ async def test_a_name_that_may_be_an_unreadable_link_is_refused_not_taken_as_wri
     root, _ = tree
     ws = root.path
     (ws / "locked").mkdir()
-    real_readlink = os.readlink
-
-    def refused(path: str) -> str:
-        if str(path).startswith(f"{ws}/locked"):
-            raise PermissionError(13, "Permission denied", path)
-        return real_readlink(path)
-
-    monkeypatch.setattr(os, "readlink", refused)
+    links_unreadable_below(monkeypatch, ws / "locked")
     with pytest.raises(ToolError, match="cannot be resolved: a name on its way may be"):
         await asyncio.to_thread(resolve_path, f"{ws}/locked/L/x", "file_path", root)
     assert await session_directory(root, f"{ws}/locked/L") is None

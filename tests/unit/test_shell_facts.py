@@ -15,6 +15,7 @@ from daemon.shell.facts import command_facts, written_files
 from daemon.shell.git import parse_git
 from daemon.shell.hidden import hidden_code
 from daemon.shell.parse import parse_command
+from tests.unit.conftest import links_unreadable_below
 
 WORKSPACE = "/srv/ws"
 CWD = "/srv/ws/app"
@@ -196,14 +197,7 @@ def test_a_link_that_cannot_be_read_is_unknown_not_a_failure(
     with a non-root daemon): realpath raised once, and the Bash call failed with an internal
     error instead of being judged. Where it leads is unknown, not the name as written."""
     (tmp_path / "locked").mkdir()
-    real_readlink = os.readlink
-
-    def refused(path: str) -> str:
-        if str(path).startswith(f"{tmp_path}/locked"):
-            raise PermissionError(13, "Permission denied", path)
-        return real_readlink(path)
-
-    monkeypatch.setattr(os, "readlink", refused)
+    links_unreadable_below(monkeypatch, tmp_path / "locked")
     [written] = _written("echo x > locked/L/hooks/pre-commit", str(tmp_path))
     assert not written["known"] and written["paths"] == []
     [rm] = command_facts(parse_command("rm locked/L"), str(tmp_path), str(tmp_path))
