@@ -45,7 +45,7 @@ if TYPE_CHECKING:
 
 # Every container starts this file, so what it imports is paid once per container (a churn of
 # containers pays it on every call): argparse, pathlib, dataclasses, platform, hashlib and
-# asyncio cost it about 85 ms of CPU (a third of the engine's own cost of a container, measured
+# asyncio cost it about 80 ms of CPU (a quarter of the engine's own cost of a container, measured
 # in the sandbox image). What only some requests need is imported when one comes: hashlib for a
 # Write, forward.py (asyncio) for egress.
 try:  # in the container: this file's folder (read-only) is on sys.path
