@@ -54,6 +54,10 @@ def resolve_path(raw: str, field: str = "file_path", within: PinnedDirectory | N
         if within is not None:
             return realpath_within(path, within.path)
         return Path(os.path.realpath(path))
+    except PathNotKnown as exc:
+        raise ToolInputError(
+            f"{field} {raw!r} cannot be resolved: {exc.strerror}; give the path it leads to"
+        ) from exc
     except OSError as exc:  # a link that cannot be read, or a name changed meanwhile
         raise ToolInputError(
             f"{field} {raw!r} cannot be resolved: a name on its way may be a symbolic link "
@@ -117,8 +121,7 @@ def realpath_within(path: Path, workspace: Path) -> Path:
             continue
         candidate = os.path.join(resolved, name)  # noqa: PTH118 - text, as realpath does
         if not (is_inside(workspace, Path(candidate)) or is_inside(Path(candidate), workspace)):
-            rest = [candidate, *reversed(pending)]
-            return Path(os.path.normpath("/".join(rest)))
+            return _as_written(candidate, pending)
         try:
             target = os.readlink(candidate)  # noqa: PTH115 - a Path would cost more
         except OSError as exc:
@@ -128,11 +131,31 @@ def realpath_within(path: Path, workspace: Path) -> Path:
             continue
         links += 1
         if links > MAX_LINKS:  # a loop: as realpath does, the rest is taken as written
-            return Path(os.path.normpath("/".join([candidate, *reversed(pending)])))
+            return _as_written(candidate, pending)
         if target.startswith("/"):
             resolved = "/"
         pending.extend(reversed([part for part in target.split("/") if part not in ("", ".")]))
     return Path(resolved)
+
+
+class PathNotKnown(OSError):
+    """Where a path leads cannot be told without following names the daemon does not follow."""
+
+
+def _as_written(candidate: str, pending: list[str]) -> Path:
+    """`candidate` and the names still `pending` (reversed) as written, where nothing is
+    followed any more. A `..` there is refused (PathNotKnown), never taken away with the name
+    before it: that name may be a link, to somewhere else again in a container (its
+    /proc/self/cwd is the command's directory), and `/proc/self/cwd/../../../<workspace>/S`
+    read as `<workspace>/S` let a command delete the workspace the policy took for a
+    subfolder (attacker round 78)."""
+    if ".." in pending:
+        raise PathNotKnown(
+            errno.EXDEV,
+            "it goes back up (`..`) after it left the workspace, where links are not followed",
+            candidate,
+        )
+    return Path("/".join([candidate.rstrip("/"), *reversed(pending)]))
 
 
 def _missing_on_loop(root: PinnedDirectory, relative: str) -> Path:

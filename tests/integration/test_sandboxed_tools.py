@@ -475,3 +475,26 @@ def test_the_daemons_containers_run_the_runner_staged_with_its_compiled_forms(
     assert source.parent == sandbox_daemon.settings.state_dir / "runner" and not writable
     assert (source / "__pycache__" / f"runner.{sys.implementation.cache_tag}.pyc").is_file()
     assert (source / "runner.py").read_bytes() == RUNNER_SOURCE.read_bytes()
+
+
+@pytest.mark.docker
+def test_a_path_back_up_through_a_link_out_of_the_workspace_does_not_hide_its_root(
+    short_tmp: Path,
+) -> None:
+    """Attacker round 78: `l` links to /proc/self/cwd (in the container: the command's own
+    directory) and `<ws>/<ws>/S` to the workspace; `rm -rf ../../../l/../../../<ws>/S/` from
+    a/b/c was judged as deleting the subfolder <ws>/S (allowed) and emptied the workspace."""
+    with _own_workspace(short_tmp) as (workspace, daemon):
+        relative = str(workspace).lstrip("/")
+        setup = daemon.execute(
+            "Bash",
+            {
+                "command": f"mkdir -p a/b/c {relative} && ln -s /proc/self/cwd l && "
+                f"ln -s {workspace} {relative}/S"
+            },
+        )
+        assert setup.decision.outcome == pb.ALLOW and not setup.result.is_error, text_of(setup)
+        attack = f"cd a/b/c && rm -rf ../../../l/../../../{relative}/S/"
+        answer = daemon.execute("Bash", {"command": attack})
+    assert answer.decision.outcome != pb.ALLOW, text_of(answer)
+    assert (workspace / "keep.txt").read_text() == "kept\n"

@@ -298,13 +298,16 @@ async def test_nothing_outside_the_workspace_is_resolved(
     expected = {
         "/peek": hidden / "lnk",  # the link's own text, which the workspace holds
         "/fd": Path(f"/proc/self/fd/{root.fd}"),
-        "/peek/x/../y": hidden / "lnk" / "y",
         "/back/pkg": outside / "to-ws" / "pkg",  # it left: refused, whatever it leads to
     }
     for case, wanted in expected.items():
         found = await asyncio.to_thread(resolve_path, f"{ws}{case}", "file_path", root)
         assert found == wanted, case
         assert await session_directory(root, f"{ws}{case}") is None
+    # Back up (`..`) once outside: where that leads is not known without following the link.
+    with pytest.raises(ToolError, match="goes back up"):
+        await asyncio.to_thread(resolve_path, f"{ws}/peek/x/../y", "file_path", root)
+    assert await session_directory(root, f"{ws}/peek/x/..") is None
     # A path outside is taken as written.
     proc = f"/proc/self/fd/{root.fd}"
     assert await asyncio.to_thread(resolve_path, proc, "file_path", root) == Path(proc)

@@ -314,3 +314,24 @@ def test_words_past_the_resolving_budget_have_no_known_place(tmp_path: Path) -> 
     line = "touch " + " ".join(f"f{i}" for i in range(250)) + " && rm -rf L/"
     last = command_facts(parse_command(line), str(tmp_path), str(tmp_path))[-1]
     assert [w["path"] for w in last["words"]] == ["", ""]
+
+
+def test_a_path_that_goes_back_up_after_leaving_the_workspace_is_unknown(tmp_path: Path) -> None:
+    """Attacker round 78: past a link out of the workspace the rest was taken as written and
+    its `..` taken away with the names before them, so `l/../../../<ws>/S/` (l a link to
+    /proc/self/cwd, which in the container is the command's directory) read as `<ws>/S`, a
+    subfolder, while `rm -rf` of it emptied the workspace through a link planted at
+    <ws>/<ws>/S. Beyond the workspace, a `..` makes the path unknown."""
+    workspace = tmp_path / "ws"
+    (workspace / "a" / "b" / "c").mkdir(parents=True)
+    (workspace / "l").symlink_to("/proc/self/cwd")
+    relative = str(workspace).lstrip("/")
+    line = f"cd a/b/c && rm -rf ../../../l/../../../{relative}/S/"
+    rm = command_facts(parse_command(line), str(workspace), str(workspace))[-1]
+    assert rm["cwd"] == f"{workspace}/a/b/c"
+    assert [word["path"] for word in rm["words"]] == ["", ""]
+    [written] = _written(f"echo x > l/../{relative}/.git/config", str(workspace))
+    assert not written["known"] and written["paths"] == []
+    # Past the link without going back up: as written, as before.
+    [cat] = command_facts(parse_command("cat l/x"), str(workspace), str(workspace))
+    assert cat["words"][0]["path"] == "/proc/self/cwd/x"
