@@ -163,6 +163,7 @@ class Daemon:
                 settings.workspace,
                 sessions_root,
                 identities,
+                state_dir=settings.state_dir,
                 max_per_principal=settings.sessions.max_per_principal,
                 max_total=settings.sessions.max_total,
             )

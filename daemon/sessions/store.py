@@ -18,6 +18,7 @@ import time
 from pathlib import Path
 
 from daemon.errors import NotFound, Overloaded, RequestError
+from daemon.host.confine import is_inside
 from daemon.host.pinned import PinnedDirectory
 from daemon.sessions.session import Session
 from daemon.sessions.workspaces import (
@@ -45,6 +46,8 @@ class SessionStore:
         default_workspace: The default session's workspace (created if missing).
         sessions_root: Where fresh workspaces are made (None: only existing directories).
         identities: Who sandboxes run as; None when the daemon has no sandbox.
+        state_dir: The daemon's state directory: no session may hold it or lie in it (but
+            in the default workspace).
     """
 
     def __init__(
@@ -53,10 +56,12 @@ class SessionStore:
         sessions_root: Path | None = None,
         identities: IdentityRule | None = None,
         *,
+        state_dir: Path | None = None,
         max_per_principal: int = 64,
         max_total: int = 4_096,
     ) -> None:
         self._root = sessions_root
+        self._state_dir = None if state_dir is None else Path(os.path.realpath(state_dir))
         self._max_per_principal = max_per_principal
         self._max_total = max_total
         self._identities = identities
@@ -80,8 +85,10 @@ class SessionStore:
         self._private: dict[str, PinnedDirectory] = {}
         """Folders of the daemon's own (private_session): no session may overlap them."""
         self._sessions: dict[str, Session] = {}
+        self._fresh_root: Path | None = None
         if sessions_root is not None:
-            folder = PinnedDirectory.pin(self._sessions_folder())
+            self._fresh_root = self._sessions_folder()
+            folder = PinnedDirectory.pin(self._fresh_root)
             clash = overlaps_of(folder, self._roots())
             folder.close()
             if clash:
@@ -177,11 +184,12 @@ class SessionStore:
         """The open sessions overlapping an existing directory `principal` wants a session over
         (pinned: `pin_workspace`), for the policy; another principal's are not named.
         RequestError (`root` closed) for a folder of the daemon's own."""
-        if overlaps_of(root, self._private):
+        if overlaps_of(root, self._private) or self._in_own_folders(root.path):
             root.close()
             raise RequestError(
                 f"the workspace {wire_safe(str(root.path))} overlaps a folder of the daemon's "
-                "own (in its state directory); choose a folder apart from it"
+                "own (its state directory, or where fresh workspaces are made); choose a folder "
+                "apart from it"
             )
         overlaps = []
         for overlap in overlaps_of(root, self._roots()):
@@ -192,6 +200,22 @@ class SessionStore:
                 overlap = Overlap(_HIDDEN_SESSION, _HIDDEN_WORKSPACE, overlap.relation)
             overlaps.append(overlap)
         return overlaps
+
+    def _in_own_folders(self, path: Path) -> bool:
+        """Whether a session over `path` would hold what only the daemon may: fresh workspaces,
+        the sessions of other principals once closed (attacker round 78 opened one left behind
+        where the policy's roots held the sessions root), or its state directory (the approval
+        key, kept outputs); the default workspace may lie in the state directory and is not
+        the daemon's alone."""
+        fresh = self._fresh_root
+        if fresh is not None and (is_inside(fresh, path) or is_inside(path, fresh)):
+            return True
+        state = self._state_dir
+        if state is None:
+            return False
+        return is_inside(path, state) or (
+            is_inside(state, path) and not is_inside(self._default_root.path, path)
+        )
 
     def check_room(self, principal: str) -> None:
         """Overloaded when `principal` (or everyone together) has as many sessions open as

@@ -449,3 +449,44 @@ def test_listing_asks_the_policy_once_per_asker_and_tool(world: World) -> None:
     finally:
         del engine.admit
     assert 1 <= asked.count("approve") <= 3, asked
+
+
+def test_a_closed_fresh_workspace_is_no_other_principals_to_open(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> None:
+    """Attacker round 78: with the policy's workspace roots holding the sessions root, alice
+    closed her fresh session without deleting it, and bob opened a session over its folder and
+    read her files. Nobody may open a session in the sessions root (or the state directory)."""
+    root = Path(tmp_path_factory.mktemp("fresh"))
+    (root / "ws").mkdir()
+    target = f"127.0.0.1:{free_port()}"
+    with running_daemon(
+        root / "ws",
+        root / "f.sock",
+        sandbox={"enabled": False},
+        tcp={"address": target},
+        auth={"tokens": TOKENS},
+        opa={"policies_dir": _policies(root)},
+        sessions_root=root / "roots" / "sessions",
+        # Plain folders: a budget's filesystem would stay mounted on the sessions root, out of
+        # the state directory the test session unmounts below.
+        workspaces={"budget_mb": 0},
+    ):
+        channel = grpc.insecure_channel(target)
+        try:
+            stub = pb_grpc.ExecutorStub(channel)
+            as_alice = (("authorization", f"Bearer {TOKENS['alice']}"),)
+            as_bob = (("authorization", f"Bearer {TOKENS['bob']}"),)
+            opened = stub.OpenSession(pb.OpenSessionRequest(), metadata=as_alice, timeout=60)
+            folder = Path(opened.workspace)
+            assert folder.parent == (root / "roots" / "sessions").resolve()
+            (folder / "secret.txt").write_text("alice's\n")
+            close = pb.CloseSessionRequest(session_id=opened.id, delete_workspace=False)
+            stub.CloseSession(close, metadata=as_alice, timeout=60)
+            for asked in (folder, folder.parent):
+                request = pb.OpenSessionRequest(workspace=str(asked))
+                with pytest.raises(grpc.RpcError) as refused:
+                    stub.OpenSession(request, metadata=as_bob, timeout=60)
+                assert "the daemon's own" in str(refused.value.details()), refused.value
+        finally:
+            channel.close()

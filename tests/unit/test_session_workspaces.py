@@ -279,3 +279,34 @@ async def test_deleting_workspaces_over_hung_mounts_holds_only_their_owners_thre
     # The first four were stuck on a mount (its point stays); the rest waited for alice's threads
     # and found plain folders.
     assert gone == [False] * 4 + [True] * 4
+
+
+def test_no_session_holds_the_sessions_root_or_the_state_directory(
+    tmp_path: Path, rule: IdentityRule
+) -> None:
+    """Attacker round 78: where the policy's workspace roots held the sessions root, bob opened
+    a session over the fresh workspace alice had closed (not deleted) and read her files. No
+    session may lie in or hold the sessions root or the state directory (its approval key,
+    kept outputs), whatever the policy says; the default workspace inside the state
+    directory stays a workspace."""
+    from daemon.sessions.store import SessionStore
+
+    state = tmp_path / "state"
+    store = SessionStore(state / "workspace", state / "sessions", rule, state_dir=state)
+    left_behind = state / "sessions" / "ws_alice"
+    elsewhere = tmp_path / "elsewhere" / "sessions"
+    other = SessionStore(tmp_path / "default", elsewhere, rule, state_dir=state)
+    for folder in (left_behind, state / "outputs", elsewhere / "ws_bob", tmp_path / "apart"):
+        folder.mkdir(parents=True)
+        os.chown(folder, 1000, 1000)
+    os.chown(state / "workspace", 1000, 1000)
+    refused = (left_behind, state / "sessions", state / "outputs", state, tmp_path)
+    for asked in refused:
+        with pytest.raises(RequestError, match="the daemon's own"):
+            store.prepare(pin_workspace(str(asked)), "bob")
+    with pytest.raises(RequestError, match="the daemon's own"):
+        other.prepare(pin_workspace(str(elsewhere / "ws_bob")), "alice")
+    for allowed in (tmp_path / "apart", state / "workspace"):
+        root = pin_workspace(str(allowed))
+        store.prepare(root, "bob")
+        root.close()
