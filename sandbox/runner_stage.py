@@ -4,23 +4,25 @@ them.
 Every container starts the runner, and its python compiles each module it imports from source
 unless a valid compiled form lies in the `__pycache__` beside it; the folder is read-only in the
 container, so none is ever written there, and compiling the runner's modules cost each container
-about 12 ms of CPU (measured in the sandbox image). The daemon stages the folder once: a copy
-whose compiled forms are checked against their source's hash before they are used (a stale one,
-or one for another interpreter, is ignored and the source compiled as before, never run).
+about 12 ms of CPU (measured in the sandbox image). The daemon stages the folder when it
+connects to the engine: a copy whose compiled forms are checked against their source's hash
+before they are used (a stale one, or one for another interpreter, is ignored and the source
+compiled as before).
 
-A staged folder is named by a digest of its files and of this interpreter's bytecode version,
-made under a temporary name and renamed into place whole, and never changed afterwards.
+What is staged runs as root in every container, so nothing found on disk is trusted: each
+staging is made afresh under a random name (a folder left by an earlier start, however named,
+is never reused: a compiled form can be forged to match its source's hash, attacker round
+79), the folders above it may be written by root and the daemon's user alone (or be sticky),
+and earlier stagings are removed without crossing into another filesystem.
 """
 
 from __future__ import annotations
 
-import hashlib
 import importlib.util
 import os
 import py_compile
-import shutil
+import secrets
 import stat
-import sys
 import tempfile
 from pathlib import Path
 
@@ -29,79 +31,108 @@ from sandbox.runner import RUNNER_DIR
 
 #: What of the runner's folder is staged (its code and the shell file bash sources).
 STAGED_SUFFIXES = (".py", ".sh")
+_STAGED_PREFIX = "staged-"
 _STAGING_PREFIX = ".staging-"
+_CACHE = "__pycache__"
 
 
 def stage_runner(parent: Path, source: Path = RUNNER_DIR) -> Path:
-    """The staged folder for `source` under `parent` (made when missing; others removed).
-
-    OSError when `parent` is not the daemon's alone (a link, someone else's, writable by
-    others): what is staged there runs as root in every container.
-    """
+    """A new staged folder for `source` under `parent` (made if missing), earlier ones removed;
+    its real path, which nobody but root and the daemon's user can change. PermissionError when
+    a folder on the way may be written by someone else."""
     files = sorted(p for p in source.iterdir() if p.is_file() and p.suffix in STAGED_SUFFIXES)
-    contents = {path.name: path.read_bytes() for path in files}
     parent.mkdir(mode=0o755, parents=True, exist_ok=True)
-    _require_private(parent)
-    target = parent / _digest(contents)
-    if not target.is_dir():
-        _make(parent, target, contents)
-    _require_private(target)
-    _remove_others(parent, keep=target.name)
+    parent = Path(os.path.realpath(parent))
+    _require_trusted_chain(parent)
+    for entry in parent.iterdir():
+        if entry.name.startswith((_STAGED_PREFIX, _STAGING_PREFIX)):
+            remove_staged(entry)
+    target = parent / f"{_STAGED_PREFIX}{secrets.token_hex(8)}"
+    staging = Path(tempfile.mkdtemp(prefix=_STAGING_PREFIX, dir=parent))
+    try:
+        _fill(staging, files)
+        staging.rename(target)
+    except BaseException:
+        remove_staged(staging)
+        raise
     return target
 
 
-def _digest(contents: dict[str, bytes]) -> str:
-    digest = hashlib.sha256(importlib.util.MAGIC_NUMBER)
-    digest.update(sys.implementation.cache_tag.encode())
-    for name, data in sorted(contents.items()):
-        digest.update(f"\0{name}\0{len(data)}\0".encode())
-        digest.update(data)
-    return digest.hexdigest()[:32]
+def _fill(staging: Path, files: list[Path]) -> None:
+    (staging / _CACHE).mkdir(mode=0o755)
+    for source in files:
+        path = staging / source.name
+        path.write_bytes(source.read_bytes())
+        path.chmod(0o644)
+        if path.suffix == ".py":
+            compiled = Path(importlib.util.cache_from_source(str(path)))
+            py_compile.compile(
+                str(path),
+                cfile=str(compiled),
+                dfile=f"{IN_CONTAINER}/{path.name}",  # what a traceback in the container names
+                doraise=True,
+                invalidation_mode=py_compile.PycInvalidationMode.CHECKED_HASH,
+            )
+            compiled.chmod(0o644)
+    (staging / _CACHE).chmod(0o755)
+    staging.chmod(0o755)
 
 
-def _make(parent: Path, target: Path, contents: dict[str, bytes]) -> None:
-    staging = Path(tempfile.mkdtemp(prefix=_STAGING_PREFIX, dir=parent))
+def _require_trusted_chain(folder: Path) -> None:
+    """Every folder from `/` down to `folder` (a real path) may be written by root and the
+    daemon's user alone, or is sticky (then only its owner may rename what another made in it):
+    otherwise someone else could swap what containers mount (the engine resolves the path again
+    for each one)."""
+    trusted = {0, os.geteuid()}
+    for current in (*reversed(folder.parents), folder):
+        info = os.lstat(current)
+        writable_by_others = info.st_mode & (stat.S_IWGRP | stat.S_IWOTH)
+        if (
+            not stat.S_ISDIR(info.st_mode)
+            or info.st_uid not in trusted
+            or (writable_by_others and not info.st_mode & stat.S_ISVTX)
+            or (current == folder and writable_by_others)
+        ):
+            raise PermissionError(
+                f"{current} may be written by someone else than root and the daemon's user: "
+                "what is staged below it runs as root in every sandbox container"
+            )
+
+
+def remove_staged(folder: Path) -> None:
+    """Remove a staged folder of the layout `_fill` makes (files, and files in __pycache__),
+    on its own filesystem only: whatever else is there (a mount, a deeper folder, a link to a
+    folder) is left, and so is the folder then."""
     try:
-        for name, data in contents.items():
-            path = staging / name
-            path.write_bytes(data)
-            path.chmod(0o644)
-            if path.suffix == ".py":
-                py_compile.compile(
-                    str(path),
-                    cfile=importlib.util.cache_from_source(str(path)),
-                    # What a traceback in the container names.
-                    dfile=f"{IN_CONTAINER}/{name}",
-                    doraise=True,
-                    invalidation_mode=py_compile.PycInvalidationMode.CHECKED_HASH,
-                )
-        for path in staging.rglob("*"):
-            path.chmod(0o755 if path.is_dir() else 0o644)
-        staging.chmod(0o755)
-        try:
-            staging.rename(target)
-        except OSError:
-            if not target.is_dir():  # not another daemon's staging of the same files
-                raise
+        top = os.open(folder, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
+    except OSError:
+        return
+    try:
+        device = os.fstat(top).st_dev
+        for name in os.listdir(top):  # noqa: PTH208 - by descriptor: never looked up again
+            info = os.lstat(name, dir_fd=top)
+            if name == _CACHE and stat.S_ISDIR(info.st_mode) and info.st_dev == device:
+                _remove_files(top, name, device)
+            elif not stat.S_ISDIR(info.st_mode):
+                os.unlink(name, dir_fd=top)
+    except OSError:
+        return
     finally:
-        shutil.rmtree(staging, ignore_errors=True)
+        os.close(top)
+    try:
+        folder.rmdir()
+    except OSError:
+        return
 
 
-def _require_private(folder: Path) -> None:
-    info = os.lstat(folder)
-    if (
-        not stat.S_ISDIR(info.st_mode)
-        or info.st_uid != os.geteuid()
-        or info.st_mode & (stat.S_IWGRP | stat.S_IWOTH)
-    ):
-        raise PermissionError(
-            f"{folder} must be a folder of the daemon's user that nobody else may write (what "
-            "is staged there runs as root in every sandbox container)"
-        )
-
-
-def _remove_others(parent: Path, keep: str) -> None:
-    """Earlier versions' folders (their containers were reaped when this daemon started)."""
-    for entry in parent.iterdir():
-        if entry.name != keep and not entry.is_symlink() and entry.is_dir():
-            shutil.rmtree(entry, ignore_errors=True)
+def _remove_files(parent: int, name: str, device: int) -> None:
+    inner = os.open(name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=parent)
+    try:
+        if os.fstat(inner).st_dev != device:
+            return  # mounted over meanwhile
+        for entry in os.listdir(inner):  # noqa: PTH208 - by descriptor
+            if not stat.S_ISDIR(os.lstat(entry, dir_fd=inner).st_mode):
+                os.unlink(entry, dir_fd=inner)
+    finally:
+        os.close(inner)
+    os.rmdir(name, dir_fd=parent)

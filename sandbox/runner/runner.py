@@ -333,6 +333,10 @@ def _start(
 ) -> _Started:
     """Spawn bash with `argv` in the request's cwd as `identity` (BASH_ENV=bash_env.sh) and let
     it go once the runner is itself again; OSError when it could not start (nothing ran)."""
+    if not os.path.isfile(BASH_ENV_FILE):
+        # Without it bash would not wait for the go (GO_FD): the command is never run so (its
+        # folder removed under a running container, attacker round 79).
+        raise OSError(errno.ENOENT, "the runner's bash_env.sh is gone", BASH_ENV_FILE)
     cwd = str(request["cwd"])
     out_r, out_w = os.pipe()
     err_r, err_w = os.pipe() if separate_stderr else (None, None)

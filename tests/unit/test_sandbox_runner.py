@@ -672,3 +672,14 @@ def test_a_bad_command_line_is_refused_with_what_is_wrong(
     )
     assert done.returncode == 2
     assert complaint in done.stderr
+
+
+def test_without_its_bash_env_file_no_command_runs(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Attacker round 79: a container whose runner folder was removed under it ran the command
+    without bash_env.sh, so without waiting for the runner's go. The runner refuses instead."""
+    monkeypatch.setattr(runner_module, "BASH_ENV_FILE", str(tmp_path / "gone" / "bash_env.sh"))
+    result = runner_module.run_bash(bash_request("touch ran", tmp_path), None)
+    assert result["exit_code"] == -1 and "bash_env.sh is gone" in result["error"]
+    assert not (tmp_path / "ran").exists()
