@@ -96,6 +96,13 @@ class SessionStore:
                     f"the sessions root {sessions_root} and the default workspace "
                     f"{default_workspace} overlap; choose folders apart from each other"
                 )
+        if self._state_dir is not None and is_inside(self._default_root.path, self._state_dir):
+            self._default_root.close()
+            raise RequestError(
+                f"the default workspace {default_workspace} holds the state directory "
+                f"{state_dir} (its approval key, every session's kept outputs); choose a "
+                "workspace apart from it"
+            )
 
     def _sessions_folder(self) -> Path:
         assert self._root is not None

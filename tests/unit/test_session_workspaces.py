@@ -310,3 +310,17 @@ def test_no_session_holds_the_sessions_root_or_the_state_directory(
         root = pin_workspace(str(allowed))
         store.prepare(root, "bob")
         root.close()
+
+
+def test_a_default_workspace_that_holds_the_state_directory_is_refused(
+    tmp_path: Path, rule: IdentityRule
+) -> None:
+    """Every principal's default session would hold the approval key and kept outputs."""
+    from daemon.sessions.store import SessionStore
+
+    workspace = tmp_path / "ws"
+    workspace.mkdir()
+    os.chown(workspace, 1000, 1000)
+    with pytest.raises(RequestError, match="holds the state directory"):
+        SessionStore(workspace, tmp_path / "sessions", rule, state_dir=workspace / "state")
+    SessionStore(workspace, tmp_path / "sessions", rule, state_dir=tmp_path / "state")
