@@ -150,14 +150,14 @@ def command_facts(
             entry["git"] = git.to_policy()
         facts.append(entry)
         if command.name in _CHANGES_DIRECTORY:
-            current, moved = ("" if unfollowed else _after_cd(command, current)), True
+            current, moved = ("" if unfollowed else _after_cd(command, current, workspace)), True
         elif moved and not command.then_and:
             current = ""
         linked = linked or may_relink(command)
     return facts
 
 
-def _after_cd(command: SimpleCommand, current: str) -> str:
+def _after_cd(command: SimpleCommand, current: str, workspace: str) -> str:
     """The directory after a `cd` (empty: unknown from here on)."""
     if (
         command.name != "cd"
@@ -172,7 +172,15 @@ def _after_cd(command: SimpleCommand, current: str) -> str:
     words = [w for w in word_facts(command, current) if w.text not in ("-L", "-e", "--")]
     if len(words) != 1 or words[0].dynamic or words[0].text == "-":
         return ""  # `cd` alone goes home, `cd -` back: neither is known here
-    return words[0].path
+    lexical = words[0].path
+    if lexical and ".." in words[0].text.split("/"):
+        # Bash takes `..` lexically, but where that names no directory it goes to the path as
+        # written, through links (`L/../deep` is then the folder beside where L leads): known
+        # only when both are the same directory (attacker round 80).
+        physical = _followed(_joined(current, words[0].text), workspace)
+        if physical is None or physical != _followed(lexical, workspace):
+            return ""
+    return lexical
 
 
 def written_files(

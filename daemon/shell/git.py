@@ -167,7 +167,11 @@ def parse_git(argv: Sequence[str], dynamic: Sequence[bool], cwd: str) -> GitInvo
                 i += 1
                 value = words[i] if i < len(words) else ""
                 unknown = unknown or (i < len(flags) and flags[i])
-            if name == "-C":
+            if name == "-C" and ".." in value.split("/"):
+                # git goes there with chdir, through links: `L/..` is the folder above where L
+                # leads, not the one above L (attacker round 80, for cd).
+                directory = ""
+            elif name == "-C":
                 directory = normalised(directory, value) if value else directory
             elif name == "-c":
                 config.append(value)

@@ -498,3 +498,25 @@ def test_a_path_back_up_through_a_link_out_of_the_workspace_does_not_hide_its_ro
         answer = daemon.execute("Bash", {"command": attack})
     assert answer.decision.outcome != pb.ALLOW, text_of(answer)
     assert (workspace / "keep.txt").read_text() == "kept\n"
+
+
+@pytest.mark.docker
+def test_a_cd_that_bash_takes_through_a_link_does_not_hide_the_workspace_root(
+    short_tmp: Path,
+) -> None:
+    """Attacker round 80: `cd <ws>/sub/L/../deep` (L -> ../a/x) was judged to land in
+    <ws>/sub/deep, which does not exist, so bash went to <ws>/a/deep through the link, where
+    `S` linked to the workspace: `rm -rf S/` emptied it while the policy allowed it."""
+    with _own_workspace(short_tmp) as (workspace, daemon):
+        setup = daemon.execute(
+            "Bash",
+            {
+                "command": "mkdir -p sub a/x a/deep && ln -s ../a/x sub/L && "
+                f"ln -s {workspace} a/deep/S"
+            },
+        )
+        assert setup.decision.outcome == pb.ALLOW and not setup.result.is_error, text_of(setup)
+        attack = f"cd {workspace}/sub/L/../deep && rm -rf S/"
+        answer = daemon.execute("Bash", {"command": attack})
+    assert answer.decision.outcome != pb.ALLOW, text_of(answer)
+    assert (workspace / "keep.txt").read_text() == "kept\n"

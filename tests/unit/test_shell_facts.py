@@ -90,7 +90,8 @@ def test_a_cd_is_followed_only_while_it_is_certain(line: str, cwds: list[str]) -
         (["git", "push", "-oci.skip", "o"], {"options": ["-o=ci.skip"], "operands": ["o"]}),
         (["git", "clean", "-fdx"], {"options": ["-f", "-d", "-x"]}),
         (["git", "reset", "--ha"], {"options": ["--hard"]}),
-        (["git", "-C", "..", "status"], {"directory": "/srv/ws", "subcommand": "status"}),
+        # git's chdir goes through links: above a link's target is not known lexically.
+        (["git", "-C", "..", "status"], {"directory": "", "subcommand": "status"}),
         (["git", "-C/tmp", "status"], {"directory": "/tmp"}),
         (["git", "-c", "alias.p=push -f", "p"],
          {"config": ["alias.p=push -f"], "subcommand": "p", "known": False}),
@@ -335,3 +336,29 @@ def test_a_path_that_goes_back_up_after_leaving_the_workspace_is_unknown(tmp_pat
     # Past the link without going back up: as written, as before.
     [cat] = command_facts(parse_command("cat l/x"), str(workspace), str(workspace))
     assert cat["words"][0]["path"] == "/proc/self/cwd/x"
+
+
+def test_a_cd_through_a_link_and_back_up_is_known_only_where_bash_lands_for_sure(
+    tmp_path: Path,
+) -> None:
+    """Attacker round 80: bash's `cd` takes `..` lexically, but where that names no directory
+    it goes to the path as written, through links: `cd <ws>/sub/L/../deep` (L -> ../a/x) was
+    judged to land in <ws>/sub/deep (missing) while bash went to <ws>/a/deep, where `S` linked
+    to the workspace: `rm -rf S/` emptied it unasked. git -C goes through links always."""
+    ws = tmp_path
+    for folder in ("sub", "a/x", "a/deep", "b/deep"):
+        (ws / folder).mkdir(parents=True)
+    (ws / "sub" / "L").symlink_to("../a/x")
+    (ws / "a" / "deep" / "S").symlink_to(ws)
+    line = f"cd {ws}/sub/L/../deep && rm -rf S/"
+    _, rm = command_facts(parse_command(line), str(ws), str(ws))
+    assert rm["cwd"] == "" and rm["words"][1]["path"] == ""
+    # Where the lexical and the physical folder are one, the cd is followed as before.
+    (ws / "b" / "L").symlink_to("x")
+    (ws / "b" / "x").mkdir()
+    _, ls = command_facts(parse_command("cd b/L/../deep && ls"), str(ws), str(ws))
+    assert ls["cwd"] == f"{ws}/b/deep"
+    _, up = command_facts(parse_command("cd sub/../a && ls"), str(ws), str(ws))
+    assert up["cwd"] == f"{ws}/a"
+    assert parse_git(["git", "-C", "sub/L/..", "status"], [], str(ws)).directory == ""
+    assert parse_git(["git", "-C", "sub", "status"], [], str(ws)).directory == f"{ws}/sub"
