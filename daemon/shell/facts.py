@@ -54,6 +54,17 @@ _MAX_RESOLVED = 200
 #: may run through a link the line made.
 _KEEP_NAMES = frozenset({"cd", "pushd", "popd", "echo", "printf", "true", "false", ":", "test"})
 _KEEP_NAMES |= {"[", "sleep", "mkdir", "rmdir", "touch", "rm", "chmod", "export", "unset", "pwd"}
+#: Builtins that may assign a shell variable or set an option whose name is not written as
+#: such (a quoted, built or referenced name): after one, no `cd` of the line is followed.
+_SETS_SHELL_STATE = frozenset(
+    {"read", "mapfile", "readarray", "declare", "typeset", "local", "export", "readonly"}
+    | {"getopts", "eval", "source", ".", "set", "shopt", "unset", "let", "alias", "enable"}
+    | {"builtin", "exec", "trap", "hash", "pushd", "popd"}
+)
+#: Programs that remove or make names without making links: `rm L && mkdir L` turns a link
+#: into a folder, so where one runs in the line, a path the disk resolves through a link may
+#: lead elsewhere when the line runs (attacker round 81).
+_RESHAPES = frozenset({"rm", "rmdir", "unlink", "mkdir"})
 #: Characters that make a word's value known only at run time (expansions, globs, braces, ~).
 _RUN_TIME_CHARACTERS = frozenset("$`*?[{~")
 _RUN_TIME = re.compile(f"[{re.escape(''.join(sorted(_RUN_TIME_CHARACTERS)))}]")
@@ -86,9 +97,12 @@ def name_end(text: str) -> dict[str, Any]:
     return {"basename": tail.rsplit("/", 1)[-1], "basename_whole": "/" in tail}
 
 
-def word_facts(command: SimpleCommand, cwd: str, within: str | None = None) -> list[WordFact]:
+def word_facts(
+    command: SimpleCommand, cwd: str, within: str | None = None, reshaped: bool = False
+) -> list[WordFact]:
     """Every argv word of `command` (after the program) with what is known of it (`within`, the
-    workspace: static paths through links already in it are given as where they lead)."""
+    workspace: static paths through links already in it are given as where they lead; unless
+    the line `reshaped` names, then a path through a link is unknown)."""
     dynamic = command.dynamic_words or (False,) * len(command.argv)
     facts = []
     options_over = False
@@ -104,7 +118,7 @@ def word_facts(command: SimpleCommand, cwd: str, within: str | None = None) -> l
             # Lexically `L/` is a folder in the workspace; if L is a link to `.` it is the
             # workspace itself, and `L/..` what holds the workspace. Only names the disk holds
             # are followed; nothing is opened. A link that cannot be read: unknown.
-            path = _followed(_joined(cwd, text), within) or ""
+            path = _through_links(_joined(cwd, text), path, within, reshaped)
         facts.append(WordFact(text, unknown, path))
     return facts
 
@@ -126,13 +140,17 @@ def command_facts(
         or "physical" in line.raw
         or re.search(r"\bset\s+-\w*P", line.raw) is not None
     )
+    reshapers = sum(1 for command in line.simple_commands if reshapes_names(command))
     resolved = 0
     facts = []
     for command in line.simple_commands:
+        # Its own operands are resolved before it removes or makes anything: only another
+        # command that does may change where they lead.
+        reshaped = reshapers > (1 if reshapes_names(command) else 0)
         entry = command.to_policy()
         entry["cwd"] = current
         resolve = resolved < _MAX_RESOLVED
-        words = word_facts(command, current, workspace if resolve else None)
+        words = word_facts(command, current, workspace if resolve else None, reshaped)
         resolved += len(words)
         if linked or not resolve:
             # A link made earlier in the line, or one not looked up, may stand anywhere in these
@@ -154,7 +172,21 @@ def command_facts(
         elif moved and not command.then_and:
             current = ""
         linked = linked or may_relink(command)
+        unfollowed = unfollowed or may_set_shell_state(command)
     return facts
+
+
+def may_set_shell_state(command: SimpleCommand) -> bool:
+    """Whether the command may set a variable or an option `cd` reads (CDPATH, cdable_vars,
+    physical) without naming it as written: `printf -v CD''PATH /x` set it (attacker round
+    81), and so may the other builtins that assign names."""
+    names = {command.name, *command.wrappers}
+    if command.dynamic or names & _SETS_SHELL_STATE:
+        return True
+    return "printf" in names and any(
+        word.startswith("-v") or dynamic
+        for word, dynamic in zip(command.argv[1:], command.dynamic_words[1:], strict=False)
+    )
 
 
 def _after_cd(command: SimpleCommand, current: str, workspace: str) -> str:
@@ -165,6 +197,7 @@ def _after_cd(command: SimpleCommand, current: str, workspace: str) -> str:
         or command.assignments
         or not command.top_level
         or not command.then_and
+        or command.after_or
     ):
         return ""  # in a subshell or a loop it stays local; before `;` or `||`, it may fail
     if any(arg.startswith("-") and "P" in arg for arg in command.argv[1:]):
@@ -193,6 +226,7 @@ def written_files(
     past the resolving budget)."""
     places = list(dict.fromkeys(directories))
     linked = not settled or any(may_relink(command) for command in line.simple_commands)
+    reshaped = any(reshapes_names(command) for command in line.simple_commands)
     budget = _MAX_RESOLVED
     files = []
     for target in line.written_paths:
@@ -204,7 +238,9 @@ def written_files(
                 known = False
                 continue
             budget -= 1
-            followed = _followed(_joined(base, target), workspace)
+            followed = _through_links(
+                _joined(base, target), normalised(base, target), workspace, reshaped
+            )
             if not followed:
                 known = False
                 continue
@@ -227,6 +263,21 @@ def _joined(base: str, word: str) -> str:
     """`word` from the directory `base`, `..` and all: the kernel takes `L/..` after following
     L, which `os.path.realpath` does too, and a lexical normalisation does not."""
     return word if word.startswith("/") else f"{base}/{word}"
+
+
+def reshapes_names(command: SimpleCommand) -> bool:
+    """Whether the command may remove or make names. Where it stands in the line does not
+    matter: stages of a pipeline, and what runs in the background, go on beside the rest."""
+    return command.dynamic or bool({command.name, *command.wrappers} & _RESHAPES)
+
+
+def _through_links(joined: str, lexical: str, workspace: str, reshaped: bool) -> str:
+    """Where `joined` leads on the disk now; "" when that is not known: a link that cannot be
+    read, or one on the way while the line `reshaped` names (it may be gone when it runs)."""
+    followed = _followed(joined, workspace)
+    if followed is None or (reshaped and followed != lexical):
+        return ""
+    return followed
 
 
 def _followed(path: str, workspace: str) -> str | None:

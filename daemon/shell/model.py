@@ -34,6 +34,8 @@ class SimpleCommand:
     substitution, loop, condition or function body (where a `cd` stays local)."""
     then_and: bool = False
     """It is followed by `&&`: the next command runs only if this one succeeded."""
+    after_or: bool = False
+    """It follows `||`: it runs only if what precedes it failed."""
     dynamic_words: tuple[bool, ...] = ()
     """For each word of argv: whether its value is only known at run time (an expansion, a
     glob, a brace pattern)."""

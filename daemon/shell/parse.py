@@ -119,6 +119,8 @@ class _Ctx:
     pipeline stage, substitution, loop, condition or function body)."""
     then_and: bool = False
     """The command is the left side of `&&`: what follows runs only if it succeeded."""
+    after_or: bool = False
+    """The command is on the right of `||`: it runs only if what precedes it failed."""
 
 
 @dataclass
@@ -323,9 +325,25 @@ class _Analyser:
                     continue
             elif kind == "list":
                 operators = [node_text(c, line.data) for c in node.children if not c.is_named]
-                left = _Ctx("list", ctx.pipeline, ctx.stage, ctx.nested, operators == ["&&"])
-                # The right side ends the list: whatever follows the list follows it.
-                right = _Ctx("list", ctx.pipeline, ctx.stage, ctx.nested, ctx.then_and)
+                left = _Ctx(
+                    "list",
+                    ctx.pipeline,
+                    ctx.stage,
+                    ctx.nested,
+                    operators == ["&&"],
+                    ctx.after_or,
+                )
+                # The right side ends the list: whatever follows the list follows it. After
+                # `||` it runs only when the left side failed (`a || cd d && b`: b may run
+                # where the line started, attacker round 81).
+                right = _Ctx(
+                    "list",
+                    ctx.pipeline,
+                    ctx.stage,
+                    ctx.nested,
+                    ctx.then_and,
+                    ctx.after_or or operators == ["||"],
+                )
                 for index, child in reversed(list(enumerate(children))):
                     stack.append((child, left if index == 0 else right, level + 1, kind))
                 continue
@@ -542,6 +560,7 @@ class _Analyser:
                 dynamic_words=tuple(w.dynamic for w in argv),
                 top_level=not ctx.nested,
                 then_and=ctx.then_and,
+                after_or=ctx.after_or,
             )
         )
 

@@ -520,3 +520,28 @@ def test_a_cd_that_bash_takes_through_a_link_does_not_hide_the_workspace_root(
         answer = daemon.execute("Bash", {"command": attack})
     assert answer.decision.outcome != pb.ALLOW, text_of(answer)
     assert (workspace / "keep.txt").read_text() == "kept\n"
+
+
+@pytest.mark.docker
+def test_lines_whose_cd_or_links_bash_takes_otherwise_do_not_hide_the_workspace_root(
+    short_tmp: Path,
+) -> None:
+    """Attacker round 81, three ways the facts put a command elsewhere than bash did, each of
+    which emptied the workspace while the policy allowed it: a `cd` after `||` (it never ran),
+    CDPATH set by `printf -v` under a quoted name, and a link turned into a folder by
+    `rm L && mkdir L` before `L/..` was used."""
+    with _own_workspace(short_tmp) as (workspace, daemon):
+        setup = daemon.execute(
+            "Bash",
+            {"command": "mkdir -p q a/b/c/d && ln -s q L && ln -s c/d a/b/L && ln -s a/b/c M"},
+        )
+        assert setup.decision.outcome == pb.ALLOW and not setup.result.is_error, text_of(setup)
+        attacks = [
+            "true || cd a/b && find L/.. -delete",
+            f"printf -v CD''PATH {workspace.parent} && cd {workspace.name} && find . -delete",
+            "rm M && mkdir M && find M/.. -delete",
+        ]
+        answers = [daemon.execute("Bash", {"command": attack}) for attack in attacks]
+    for attack, answer in zip(attacks, answers, strict=True):
+        assert answer.decision.outcome != pb.ALLOW, (attack, text_of(answer))
+    assert (workspace / "keep.txt").read_text() == "kept\n"

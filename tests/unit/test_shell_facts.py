@@ -124,8 +124,14 @@ def test_paths_after_a_link_is_made_are_unknown() -> None:
 
 def test_links_already_on_the_disk_are_followed(tmp_path: Path) -> None:
     (tmp_path / "L").symlink_to(".")
-    [fact] = command_facts(parse_command("rm -rf L/"), str(tmp_path), str(tmp_path))
-    assert fact["words"][1]["path"] == str(tmp_path)
+    [fact] = command_facts(parse_command("find L/ -delete"), str(tmp_path), str(tmp_path))
+    assert fact["words"][0]["path"] == str(tmp_path)
+    # rm's own operands are resolved before it removes anything.
+    [rm] = command_facts(parse_command("rm -rf L/"), str(tmp_path), str(tmp_path))
+    assert rm["words"][1]["path"] == str(tmp_path)
+    # Another command that removes or makes names: a path through a link is unknown (below).
+    _, rm = command_facts(parse_command("mkdir -p x && rm -rf L/"), str(tmp_path), str(tmp_path))
+    assert rm["words"][1]["path"] == ""
 
 
 @pytest.mark.parametrize(
@@ -362,3 +368,54 @@ def test_a_cd_through_a_link_and_back_up_is_known_only_where_bash_lands_for_sure
     assert up["cwd"] == f"{ws}/a"
     assert parse_git(["git", "-C", "sub/L/..", "status"], [], str(ws)).directory == ""
     assert parse_git(["git", "-C", "sub", "status"], [], str(ws)).directory == f"{ws}/sub"
+
+
+def test_a_cd_after_an_or_is_not_certain(tmp_path: Path) -> None:
+    """Attacker round 81: in `true || cd a/b && find L/.. -delete` the cd never runs, but it
+    was followed (the right side of `||` took the `&&` after it as its own)."""
+    (tmp_path / "a" / "b").mkdir(parents=True)
+    for line in ("true || cd a/b && find .. -delete", "false && cd a/b || true && ls .."):
+        last = command_facts(parse_command(line), str(tmp_path), str(tmp_path))[-1]
+        assert last["cwd"] == "", line
+    last = command_facts(parse_command("true && cd a/b && ls"), str(tmp_path), str(tmp_path))[-1]
+    assert last["cwd"] == f"{tmp_path}/a/b"
+
+
+@pytest.mark.parametrize(
+    "before",
+    [
+        "printf -v CD''PATH /x",
+        "read -r CD''PATH <<< /x",
+        "declare -n r=CD''PATH; r=/x;",
+        "shopt -s cdable_vars",
+        "eval 'X=1'",
+        "$SET x",
+    ],
+)
+def test_no_cd_is_followed_after_a_builtin_that_may_set_what_cd_reads(
+    before: str, tmp_path: Path
+) -> None:
+    """Attacker round 81: `printf -v CD''PATH /x && cd roots && find default -delete` set
+    CDPATH without writing it as such, and the cd was followed as if relative to the cwd."""
+    (tmp_path / "roots").mkdir()
+    line = f"{before} && cd roots && find default -delete"
+    last = command_facts(parse_command(line), str(tmp_path), str(tmp_path))[-1]
+    assert last["cwd"] == "", line
+
+
+def test_a_path_through_a_link_is_unknown_where_the_line_removes_or_makes_names(
+    tmp_path: Path,
+) -> None:
+    """Attacker round 81: `rm L && mkdir L && find L/.. -delete` turned the link L (to a/b/c)
+    into a folder, so `L/..` was the workspace when it ran, not a/b as the disk said."""
+    (tmp_path / "a" / "b" / "c").mkdir(parents=True)
+    (tmp_path / "L").symlink_to("a/b/c")
+    for line in ("rm L && mkdir L && find L/.. -delete", "find L/.. -delete & rm L; mkdir L"):
+        facts = command_facts(parse_command(line), str(tmp_path), str(tmp_path))
+        [find] = [fact for fact in facts if fact["name"] == "find"]
+        assert find["words"][0]["path"] == "", line
+    [written] = _written("rm L && mkdir L && echo x > L/../.gitmodules", str(tmp_path))
+    assert not written["known"]
+    # No link on the way: known as before.
+    facts = command_facts(parse_command("rm -f x && ls a/b"), str(tmp_path), str(tmp_path))
+    assert facts[-1]["words"][0]["path"] == f"{tmp_path}/a/b"
