@@ -139,6 +139,9 @@ def command_facts(
         "CDPATH" in line.raw
         or "physical" in line.raw
         or re.search(r"\bset\s+-\w*P", line.raw) is not None
+        # A function may be named `cd` (or anything a line runs): `cd() { :; }; cd sub && x`
+        # ran x where the line started (attacker round 82).
+        or line.defines_functions
     )
     reshapers = sum(1 for command in line.simple_commands if reshapes_names(command))
     resolved = 0

@@ -79,6 +79,8 @@ class ParsedCommand:
     """What could not be parsed, where, and what to do about it ("" when parsed)."""
     simple_commands: tuple[SimpleCommand, ...]
     redirects: tuple[Redirect, ...]
+    defines_functions: bool = False
+    """It defines a shell function, which may take the name of any command it runs (`cd`)."""
 
     @property
     def written_paths(self) -> tuple[str, ...]:

@@ -98,6 +98,7 @@ def parse_command(raw: str) -> ParsedCommand:
         " ".join(errors),
         tuple(analyser.commands),
         tuple(analyser.redirects),
+        analyser.defines_functions,
     )
 
 
@@ -165,6 +166,7 @@ class _Analyser:
         self.errors = errors
         self.commands: list[SimpleCommand] = []
         self.redirects: list[Redirect] = []
+        self.defines_functions = False
         self.deadline = time.monotonic() + TIME_BUDGET_S
         self.pipelines = 0
         self.truncated = False
@@ -323,6 +325,12 @@ class _Analyser:
                 if inner is not None:
                     self._nested("", inner, wrappers, depth, child_ctx)
                     continue
+            elif kind == "function_definition":
+                self.defines_functions = True
+                child_ctx = _Ctx(_CONTEXTS[kind], ctx.pipeline, ctx.stage, True)
+            elif kind == "negated_command":
+                # `! cd nope && x`: x runs although the cd failed (attacker round 82).
+                child_ctx = _Ctx(ctx.context, ctx.pipeline, ctx.stage, ctx.nested, False, True)
             elif kind == "list":
                 operators = [node_text(c, line.data) for c in node.children if not c.is_named]
                 left = _Ctx(

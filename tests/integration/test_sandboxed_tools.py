@@ -401,6 +401,10 @@ def test_git_files_and_the_workspace_moved_or_written_from_an_unknown_directory_
         "printf '[core]\\n\\tfsmonitor = id\\n' | sed -n 'w .git/config'",
         "find . -type f -exec sed -i d {} +",
         "mv -- * .[!.]* /tmp/",
+        # Attacker round 82: inline code writing git's files without `.write` or an open mode.
+        "python3 -c \"import os; fd = os.open('.gitmodules', os.O_WRONLY | os.O_CREAT, 0o644); "
+        "os.pwrite(fd, b'[submodule]', 0)\"",
+        "python3 -c \"import os; os.mknod('.gitattributes')\"",
     ]
     with _own_workspace(short_tmp, (".git/hooks",)) as (workspace, daemon):
         (workspace / ".git" / "config").write_text("[core]\n")
@@ -526,20 +530,24 @@ def test_a_cd_that_bash_takes_through_a_link_does_not_hide_the_workspace_root(
 def test_lines_whose_cd_or_links_bash_takes_otherwise_do_not_hide_the_workspace_root(
     short_tmp: Path,
 ) -> None:
-    """Attacker round 81, three ways the facts put a command elsewhere than bash did, each of
-    which emptied the workspace while the policy allowed it: a `cd` after `||` (it never ran),
-    CDPATH set by `printf -v` under a quoted name, and a link turned into a folder by
-    `rm L && mkdir L` before `L/..` was used."""
+    """Attacker rounds 81 and 82, ways the facts put a command elsewhere than bash did, each
+    of which emptied the workspace while the policy allowed it: a `cd` after `||` (it never
+    ran), CDPATH set by `printf -v` under a quoted name, a link turned into a folder by
+    `rm L && mkdir L` before `L/..` was used, a negated `cd`, a function named `cd`."""
     with _own_workspace(short_tmp) as (workspace, daemon):
         setup = daemon.execute(
             "Bash",
             {"command": "mkdir -p q a/b/c/d && ln -s q L && ln -s c/d a/b/L && ln -s a/b/c M"},
         )
         assert setup.decision.outcome == pb.ALLOW and not setup.result.is_error, text_of(setup)
+        name = workspace.name
         attacks = [
             "true || cd a/b && find L/.. -delete",
-            f"printf -v CD''PATH {workspace.parent} && cd {workspace.name} && find . -delete",
+            f"printf -v CD''PATH {workspace.parent} && cd {name} && find . -delete",
             "rm M && mkdir M && find M/.. -delete",
+            # Round 82: a negated cd, a function named cd.
+            f"! cd nope && find ../{name} -delete",
+            f"cd() {{ :; }}; cd q && find ../{name} -delete",
         ]
         answers = [daemon.execute("Bash", {"command": attack}) for attack in attacks]
     for attack, answer in zip(attacks, answers, strict=True):

@@ -419,3 +419,22 @@ def test_a_path_through_a_link_is_unknown_where_the_line_removes_or_makes_names(
     # No link on the way: known as before.
     facts = command_facts(parse_command("rm -f x && ls a/b"), str(tmp_path), str(tmp_path))
     assert facts[-1]["words"][0]["path"] == f"{tmp_path}/a/b"
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        "! cd nope && find ../ws -delete",  # negated: what follows runs although it failed
+        "cd() { :; }; cd sub && find ../ws -delete",  # a function named cd
+        "function cd { :; }; cd sub && find ../ws -delete",
+        "cd() ( : ) && cd sub && find ../ws -delete",
+        "f() { :; }; cd sub && find ../ws -delete",  # any function may be called cd's way
+    ],
+)
+def test_a_cd_that_may_not_go_where_it_says_is_not_followed(line: str, tmp_path: Path) -> None:
+    """Attacker round 82: `! cd nope && x` runs x where the line started, and so does a line
+    that defines a function named cd; both were followed, and `find ../<ws> -delete` emptied
+    the workspace the policy took for a subfolder."""
+    (tmp_path / "sub").mkdir()
+    last = command_facts(parse_command(line), str(tmp_path), str(tmp_path))[-1]
+    assert last["cwd"] == "", line

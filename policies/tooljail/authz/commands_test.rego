@@ -914,6 +914,15 @@ opaque_lines := {
 	"perl -e 'unlink glob \"*\"'": [simple(["perl", "-e", "unlink glob \"*\""])],
 	"node -e 'require(\"child_process\").execSync(\"x\")'": [simple(["node", "-e", "require(\"child_process\").execSync(\"x\")"])],
 	"python3.12 -c 'import os; os.remove(\"a\")'": [simple(["python3.12", "-c", "import os; os.remove(\"a\")"])],
+	# Attacker round 82: writes without `.write` or a quoted open mode.
+	"python3 -c 'import os; os.pwrite(os.open(\"x\", os.O_WRONLY), b\"y\", 0)'": [simple(["python3", "-c", "import os; os.pwrite(os.open(\"x\", os.O_WRONLY), b\"y\", 0)"])],
+	"python3 -c 'import os; os.mknod(\"x\")'": [simple(["python3", "-c", "import os; os.mknod(\"x\")"])],
+}
+
+test_inline_code_naming_gits_files_asks if {
+	code := "import os; os.mknod(\".gitmodules\")"
+	missed := missed_by({"python3 -c ...": [simple(["python3", "-c", code])]}, "ask", "one of git's own files")
+	missed == set()
 }
 
 not_opaque_lines := {

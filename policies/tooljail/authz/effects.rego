@@ -125,6 +125,11 @@ names_git_control(word) if git_control_path(word.path)
 
 names_git_control(word) if regex.match(`(^|[/=])\.git/(config|hooks/|info/attributes)`, word.text)
 
+# Code given on the command line (`python3 -c "...os.open('.gitmodules', ...)"`) that names
+# one of git's files anywhere in its text, however it would write it (os.open, pwrite, mknod:
+# attacker round 82).
+names_git_control(word) if regex.match(`\.git(modules|attributes)\b|\.git/(config|hooks|info/attributes)`, word.text)
+
 # A word whose place cannot be told (dynamic, or after a `cd` that may fail or in a subshell:
 # `cd .git/hooks; cp ../../h pre-commit`), by the name it gives.
 names_git_control(word) if {
@@ -1010,7 +1015,7 @@ inline_code_runner(name) if name in {"python", "python2", "python3", "perl", "ru
 inline_code_runner(name) if regex.match(`^python3\.[0-9]+$`, name)
 
 default code_effects := {
-	"write files": `\.write|write_text|write_bytes|writeFile|appendFile|open\([^)]*,\s*(mode\s*=\s*)?['"][^'"]*[wax+]|copyfile|copy2|copytree|\brename|\breplace\(|symlink|\blink\(|fopen|File\.open|IO\.write|>\s*["']`,
+	"write files": `\.write|pwrite|os\.open|O_WRONLY|O_RDWR|O_CREAT|mknod|write_text|write_bytes|writeFile|appendFile|open\([^)]*,\s*(mode\s*=\s*)?['"][^'"]*[wax+]|copyfile|copy2|copytree|\brename|\breplace\(|symlink|\blink\(|fopen|File\.open|IO\.write|>\s*["']`,
 	"delete files": `rmtree|unlink|remove|rmdir|truncate|\brm\b|shutil|fs\.rm|rimraf|File\.delete|delete_file|os\.remove|\bdel\b`,
 	"run other programs": `system|popen|subprocess|spawn|exec|\beval\b|fork|child_process|pty|__import__|importlib|getattr|compile|\bopen3\b|backtick|Kernel|%x|qx`,
 }
