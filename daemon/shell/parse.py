@@ -329,7 +329,8 @@ class _Analyser:
                 self.defines_functions = True
                 child_ctx = _Ctx(_CONTEXTS[kind], ctx.pipeline, ctx.stage, True)
             elif kind == "negated_command":
-                # `! cd nope && x`: x runs although the cd failed (attacker round 82).
+                # `! cd nope && x`: x runs although the cd failed (attacker round 82): like a
+                # command after `||`, whether it did what it says is not known.
                 child_ctx = _Ctx(ctx.context, ctx.pipeline, ctx.stage, ctx.nested, False, True)
             elif kind == "list":
                 operators = [node_text(c, line.data) for c in node.children if not c.is_named]

@@ -7,7 +7,7 @@ import os
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import docker
@@ -481,6 +481,21 @@ def test_the_daemons_containers_run_the_runner_staged_with_its_compiled_forms(
     assert (source / "runner.py").read_bytes() == RUNNER_SOURCE.read_bytes()
 
 
+def _asked_and_kept(
+    short_tmp: Path, setup: Callable[[Path], str], attacks: Callable[[Path], list[str]]
+) -> None:
+    """In a workspace of its own, `setup` runs (allowed), then each of `attacks` (lines that
+    emptied the workspace unasked) is not allowed, and the workspace keeps its file."""
+    with _own_workspace(short_tmp) as (workspace, daemon):
+        made = daemon.execute("Bash", {"command": setup(workspace)})
+        assert made.decision.outcome == pb.ALLOW and not made.result.is_error, text_of(made)
+        lines = attacks(workspace)
+        answers = [daemon.execute("Bash", {"command": line}) for line in lines]
+    for line, answer in zip(lines, answers, strict=True):
+        assert answer.decision.outcome != pb.ALLOW, (line, text_of(answer))
+    assert (workspace / "keep.txt").read_text() == "kept\n"
+
+
 @pytest.mark.docker
 def test_a_path_back_up_through_a_link_out_of_the_workspace_does_not_hide_its_root(
     short_tmp: Path,
@@ -488,20 +503,18 @@ def test_a_path_back_up_through_a_link_out_of_the_workspace_does_not_hide_its_ro
     """Attacker round 78: `l` links to /proc/self/cwd (in the container: the command's own
     directory) and `<ws>/<ws>/S` to the workspace; `rm -rf ../../../l/../../../<ws>/S/` from
     a/b/c was judged as deleting the subfolder <ws>/S (allowed) and emptied the workspace."""
-    with _own_workspace(short_tmp) as (workspace, daemon):
-        relative = str(workspace).lstrip("/")
-        setup = daemon.execute(
-            "Bash",
-            {
-                "command": f"mkdir -p a/b/c {relative} && ln -s /proc/self/cwd l && "
-                f"ln -s {workspace} {relative}/S"
-            },
-        )
-        assert setup.decision.outcome == pb.ALLOW and not setup.result.is_error, text_of(setup)
-        attack = f"cd a/b/c && rm -rf ../../../l/../../../{relative}/S/"
-        answer = daemon.execute("Bash", {"command": attack})
-    assert answer.decision.outcome != pb.ALLOW, text_of(answer)
-    assert (workspace / "keep.txt").read_text() == "kept\n"
+
+    def relative(workspace: Path) -> str:
+        return str(workspace).lstrip("/")
+
+    _asked_and_kept(
+        short_tmp,
+        lambda ws: (
+            f"mkdir -p a/b/c {relative(ws)} && ln -s /proc/self/cwd l && "
+            f"ln -s {ws} {relative(ws)}/S"
+        ),
+        lambda ws: [f"cd a/b/c && rm -rf ../../../l/../../../{relative(ws)}/S/"],
+    )
 
 
 @pytest.mark.docker
@@ -511,19 +524,11 @@ def test_a_cd_that_bash_takes_through_a_link_does_not_hide_the_workspace_root(
     """Attacker round 80: `cd <ws>/sub/L/../deep` (L -> ../a/x) was judged to land in
     <ws>/sub/deep, which does not exist, so bash went to <ws>/a/deep through the link, where
     `S` linked to the workspace: `rm -rf S/` emptied it while the policy allowed it."""
-    with _own_workspace(short_tmp) as (workspace, daemon):
-        setup = daemon.execute(
-            "Bash",
-            {
-                "command": "mkdir -p sub a/x a/deep && ln -s ../a/x sub/L && "
-                f"ln -s {workspace} a/deep/S"
-            },
-        )
-        assert setup.decision.outcome == pb.ALLOW and not setup.result.is_error, text_of(setup)
-        attack = f"cd {workspace}/sub/L/../deep && rm -rf S/"
-        answer = daemon.execute("Bash", {"command": attack})
-    assert answer.decision.outcome != pb.ALLOW, text_of(answer)
-    assert (workspace / "keep.txt").read_text() == "kept\n"
+    _asked_and_kept(
+        short_tmp,
+        lambda ws: f"mkdir -p sub a/x a/deep && ln -s ../a/x sub/L && ln -s {ws} a/deep/S",
+        lambda ws: [f"cd {ws}/sub/L/../deep && rm -rf S/"],
+    )
 
 
 @pytest.mark.docker
@@ -534,22 +539,15 @@ def test_lines_whose_cd_or_links_bash_takes_otherwise_do_not_hide_the_workspace_
     of which emptied the workspace while the policy allowed it: a `cd` after `||` (it never
     ran), CDPATH set by `printf -v` under a quoted name, a link turned into a folder by
     `rm L && mkdir L` before `L/..` was used, a negated `cd`, a function named `cd`."""
-    with _own_workspace(short_tmp) as (workspace, daemon):
-        setup = daemon.execute(
-            "Bash",
-            {"command": "mkdir -p q a/b/c/d && ln -s q L && ln -s c/d a/b/L && ln -s a/b/c M"},
-        )
-        assert setup.decision.outcome == pb.ALLOW and not setup.result.is_error, text_of(setup)
-        name = workspace.name
-        attacks = [
+    _asked_and_kept(
+        short_tmp,
+        lambda ws: "mkdir -p q a/b/c/d && ln -s q L && ln -s c/d a/b/L && ln -s a/b/c M",
+        lambda ws: [
             "true || cd a/b && find L/.. -delete",
-            f"printf -v CD''PATH {workspace.parent} && cd {name} && find . -delete",
+            f"printf -v CD''PATH {ws.parent} && cd {ws.name} && find . -delete",
             "rm M && mkdir M && find M/.. -delete",
             # Round 82: a negated cd, a function named cd.
-            f"! cd nope && find ../{name} -delete",
-            f"cd() {{ :; }}; cd q && find ../{name} -delete",
-        ]
-        answers = [daemon.execute("Bash", {"command": attack}) for attack in attacks]
-    for attack, answer in zip(attacks, answers, strict=True):
-        assert answer.decision.outcome != pb.ALLOW, (attack, text_of(answer))
-    assert (workspace / "keep.txt").read_text() == "kept\n"
+            f"! cd nope && find ../{ws.name} -delete",
+            f"cd() {{ :; }}; cd q && find ../{ws.name} -delete",
+        ],
+    )
