@@ -1015,7 +1015,7 @@ inline_code_runner(name) if name in {"python", "python2", "python3", "perl", "ru
 inline_code_runner(name) if regex.match(`^python3\.[0-9]+$`, name)
 
 default code_effects := {
-	"write files": `\.write|pwrite|os\.open|O_WRONLY|O_RDWR|O_CREAT|mknod|write_text|write_bytes|writeFile|appendFile|open\([^)]*,\s*(mode\s*=\s*)?['"][^'"]*[wax+]|copyfile|copy2|copytree|\brename|\breplace\(|symlink|\blink\(|fopen|File\.open|IO\.write|>\s*["']`,
+	"write files": `\.write|pwrite|O_WRONLY|O_RDWR|O_CREAT|O_APPEND|O_TRUNC|mknod|write_text|write_bytes|writeFile|appendFile|open\([^)]*,\s*(mode\s*=\s*)?['"][^'"]*[wax+]|copyfile|copy2|copytree|\brename|\breplace\(|symlink|\blink\(|fopen|File\.open|IO\.write|>\s*["']`,
 	"delete files": `rmtree|unlink|remove|rmdir|truncate|\brm\b|shutil|fs\.rm|rimraf|File\.delete|delete_file|os\.remove|\bdel\b`,
 	"run other programs": `system|popen|subprocess|spawn|exec|\beval\b|fork|child_process|pty|__import__|importlib|getattr|compile|\bopen3\b|backtick|Kernel|%x|qx`,
 }
