@@ -1072,31 +1072,17 @@ def parse_options(argv: list[str]) -> Options:
             if not rest:
                 raise ValueError(f"{name} needs a value")
             value = rest.pop(0)
-        _VALUED_OPTIONS[name](options, value)
+        attribute, read = _VALUED_OPTIONS[name]
+        setattr(options, attribute, read(value))
     return options
 
 
-def _set_idle_exit(options: Options, value: str) -> None:
-    options.idle_exit_s = float(value)
-
-
-def _set_hang_up_wait(options: Options, value: str) -> None:
-    options.hang_up_wait_s = float(value)
-
-
-def _set_run_as(options: Options, value: str) -> None:
-    options.run_as = value
-
-
-def _set_egress_socket(options: Options, value: str) -> None:
-    options.egress_socket = value
-
-
-_VALUED_OPTIONS: dict[str, Callable[[Options, str], None]] = {
-    "--idle-exit-s": _set_idle_exit,
-    "--hang-up-wait-s": _set_hang_up_wait,
-    "--run-as": _set_run_as,
-    "--egress-socket": _set_egress_socket,
+#: The options that take a value: the attribute of Options each sets, and how it is read.
+_VALUED_OPTIONS: dict[str, tuple[str, Callable[[str], object]]] = {
+    "--idle-exit-s": ("idle_exit_s", float),
+    "--hang-up-wait-s": ("hang_up_wait_s", float),
+    "--run-as": ("run_as", str),
+    "--egress-socket": ("egress_socket", str),
 }
 
 
