@@ -15,16 +15,20 @@ exchange with an error that says so.
 
 from __future__ import annotations
 
-import json
 import math
 import os
 import select
 import time
-from collections.abc import Callable
 
 TYPE_CHECKING = False  # what typing.TYPE_CHECKING is at run time, without its 10 ms import
 if TYPE_CHECKING:
+    from collections.abc import Callable
     from typing import Any
+
+try:  # in the container: this file's folder (read-only) is on sys.path
+    import wire  # type: ignore[import-not-found,unused-ignore]
+except ImportError:  # on the host, as part of the sandbox package (tests)
+    from sandbox.runner import wire
 
 PROTOCOL_VERSION = "2025-06-18"
 MAX_PAGES = 20
@@ -94,7 +98,7 @@ class Conversation:
                 return
 
     def send(self, message: dict[str, Any]) -> None:
-        data = memoryview((json.dumps(message, separators=(",", ":")) + "\n").encode())
+        data = memoryview((wire.dumps(message, ascii_only=True) + "\n").encode())
         while data:
             self._wait(self._write_fd, write=True)
             try:
@@ -126,7 +130,7 @@ class Conversation:
             if not line:
                 continue
             try:
-                message = json.loads(line)
+                message = wire.loads(line.decode("utf-8"))
             except (ValueError, RecursionError) as exc:  # RecursionError: nested too deep
                 shown = line[:120].decode("utf-8", "replace")
                 raise McpStdioError(

@@ -25,35 +25,32 @@ another one, or whose repository is not held so, refuses to do anything.
 
 from __future__ import annotations
 
-import contextlib
 import errno
 import fcntl
-import functools
-import json
 import os
-import re
 import select
-import signal
 import struct
 import sys
 import time
-from collections.abc import Callable, Iterator
 
 TYPE_CHECKING = False  # what typing.TYPE_CHECKING is at run time, without its 10 ms import
 if TYPE_CHECKING:
+    from collections.abc import Callable
     from typing import Any
 
 # Every container starts this file, so what it imports is paid once per container (a churn of
 # containers pays it on every call): argparse, pathlib, dataclasses, platform, hashlib and
 # asyncio cost it about 80 ms of CPU (a quarter of the engine's own cost of a container, measured
-# in the sandbox image). What only some requests need is imported when one comes: hashlib for a
-# Write, forward.py (asyncio) for egress.
+# in the sandbox image); json, re, enum (through signal), contextlib and collections another 7 ms
+# (hence wire.py, spawn.signals and context managers written as classes). What only some requests
+# need is imported when one comes: hashlib for a Write, forward.py (asyncio) for egress.
 try:  # in the container: this file's folder (read-only) is on sys.path
     import confine  # type: ignore[import-not-found,unused-ignore]
     import mcp_stdio  # type: ignore[import-not-found,unused-ignore]
     import spawn  # type: ignore[import-not-found,unused-ignore]
+    import wire  # type: ignore[import-not-found,unused-ignore]
 except ImportError:  # on the host, as part of the sandbox package (tests)
-    from sandbox.runner import confine, mcp_stdio, spawn
+    from sandbox.runner import confine, mcp_stdio, spawn, wire
 
 PROTOCOL_VERSION = 1
 _HEADER = struct.Struct(">I")
@@ -131,7 +128,7 @@ def read_request(fd: int, idle_timeout: float | None) -> dict[str, Any] | None:
     body = read_exact(fd, length, REQUEST_READ_TIMEOUT_S)
     if body is None:
         raise RequestError("stdin closed before the request body")
-    request = json.loads(body.decode("utf-8"))
+    request = wire.loads(body.decode("utf-8"))
     if not isinstance(request, dict):
         raise RequestError("the request is not a JSON object")
     return request
@@ -139,13 +136,13 @@ def read_request(fd: int, idle_timeout: float | None) -> dict[str, Any] | None:
 
 def write_message(fd: int, message: dict[str, Any]) -> None:
     """Write one length-prefixed JSON message, all of it."""
-    body = json.dumps(message, ensure_ascii=False, separators=(",", ":"))
+    body = wire.dumps(message)
     try:
         encoded = body.encode("utf-8")
     except UnicodeEncodeError:
         # A file name that is not UTF-8 (its bytes held as lone surrogates): as JSON escapes,
         # which decode back to the same surrogates on the host.
-        encoded = json.dumps(message, separators=(",", ":")).encode("ascii")
+        encoded = wire.dumps(message, ascii_only=True).encode("ascii")
     view = memoryview(_HEADER.pack(len(encoded)) + encoded)
     while view:
         written = os.write(fd, view)
@@ -293,8 +290,10 @@ def oom_kill_count() -> int | None:
 
 
 def _kill_group(pgid: int) -> None:
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(pgid, signal.SIGKILL)
+    try:
+        os.killpg(pgid, spawn.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
 
 
 def _read_available(fd: int) -> bytes:
@@ -655,11 +654,15 @@ def _mcp_answer(
     started = time.monotonic()
     server.conversation.set_deadline(started + timeout_s)
     try:
-        answer = {"exit_code": 0, "output": json.dumps(asked()), "session_open": True}
+        answer = {
+            "exit_code": 0,
+            "output": wire.dumps(asked(), ascii_only=True),
+            "session_open": True,
+        }
         if server.conversation.tools_changed:  # the server's tools changed: read them again
             server.conversation.tools_changed = False
             listing = mcp_stdio.ask(server.conversation, "tools/list", {})
-            answer["listing"] = json.dumps(listing)
+            answer["listing"] = wire.dumps(listing, ascii_only=True)
     except mcp_stdio.McpRefused as exc:
         answer = {"exit_code": -1, "error": str(exc), "session_open": True}
     except mcp_stdio.McpStdioError as exc:
@@ -729,16 +732,16 @@ def run_mcp_session(
             )
             if refused:
                 return {"exit_code": -1, "error": refused}
-            asked = functools.partial(
-                mcp_stdio.ask,
-                server.conversation,
-                str(call.get("method")),
-                call.get("params") or {},
-            )
-            answer = _mcp_answer(server, int(call["timeout_ms"]) / 1000.0, asked)
+            answer = _mcp_answer(server, int(call["timeout_ms"]) / 1000.0, _asking(server, call))
         return answer
     finally:
         server.close()
+
+
+def _asking(server: _McpServer, call: dict[str, Any]) -> Callable[[], dict[str, Any]]:
+    """The exchange an `mcp_call` request asks for."""
+    method, params = str(call.get("method")), call.get("params") or {}
+    return lambda: mcp_stdio.ask(server.conversation, method, params)
 
 
 # --- write_file --------------------------------------------------------------------------------
@@ -856,8 +859,10 @@ def _replace_checked(
             raise _Stale("the file changed since it was read; Read it again, then retry")
         os.replace(tmp, target)
     except BaseException:
-        with contextlib.suppress(OSError):
+        try:
             os.unlink(tmp)
+        except OSError:
+            pass
         raise
     _fsync_dir(parent)
 
@@ -928,7 +933,7 @@ def pins_mismatch(workspace: str, pins: object, identity: tuple[int, int] | None
             return "the request names the repository's pinned paths wrongly"
         path = pin["path"]
         try:
-            with _looking_as(identity):
+            with _LookingAs(identity):
                 info = os.lstat(path)
                 read_only = bool(os.statvfs(path).f_flag & os.ST_RDONLY)
         except OSError as exc:
@@ -947,31 +952,43 @@ def pins_mismatch(workspace: str, pins: object, identity: tuple[int, int] | None
     return ""
 
 
-@contextlib.contextmanager
-def _looking_as(identity: tuple[int, int] | None) -> Iterator[None]:
+class _LookingAs:
     """The runner's effective ids switched to `identity` for a look at the workspace, then back
-    (root keeps its permitted capabilities while only its effective id changes)."""
-    if identity is None or os.geteuid() != 0:
-        yield
-        return
-    os.setegid(identity[1])
-    os.seteuid(identity[0])
-    try:
-        yield
-    finally:
-        os.seteuid(0)
-        os.setegid(0)
+    (root keeps its permitted capabilities while only its effective id changes). A class, not a
+    contextlib generator: contextlib costs every container 3 ms of CPU to import."""
+
+    def __init__(self, identity: tuple[int, int] | None) -> None:
+        self._identity = identity if os.geteuid() == 0 else None
+
+    def __enter__(self) -> None:
+        if self._identity is not None:
+            os.setegid(self._identity[1])
+            os.seteuid(self._identity[0])
+
+    def __exit__(self, *_: object) -> None:
+        if self._identity is not None:
+            os.seteuid(0)
+            os.setegid(0)
 
 
 def _mount_points() -> set[str]:
     """Where something is mounted in this container (mountinfo escapes blanks and backslashes
     as octal)."""
     with open("/proc/self/mountinfo", encoding="utf-8", errors="surrogateescape") as table:
-        return {
-            re.sub(r"\\([0-7]{3})", lambda code: chr(int(code.group(1), 8)), line.split(" ")[4])
-            for line in table
-            if line.count(" ") >= 4
-        }
+        return {_octal_unescaped(line.split(" ")[4]) for line in table if line.count(" ") >= 4}
+
+
+def _octal_unescaped(field: str) -> str:
+    """A mountinfo field with each `\\NNN` (three octal digits) back to its character."""
+    parts = field.split("\\")
+    out = [parts[0]]
+    for part in parts[1:]:
+        code = part[:3]
+        if len(code) == 3 and all(digit in "01234567" for digit in code):
+            out.append(chr(int(code, 8)) + part[3:])
+        else:
+            out.append("\\" + part)
+    return "".join(out)
 
 
 def handle(
@@ -1140,8 +1157,10 @@ def end_leftovers() -> None:
     50 ms after the answer, until the container was torn down). kill(-1) from the runner, root
     with CAP_KILL, reaches every process of the container's PID namespace but its init and
     the runner itself; never use it where that namespace is the host's."""
-    with contextlib.suppress(OSError):
-        os.kill(-1, signal.SIGKILL)
+    try:
+        os.kill(-1, spawn.SIGKILL)
+    except OSError:
+        pass
 
 
 def wait_for_hang_up(stdin: int, timeout_s: float) -> None:

@@ -90,6 +90,13 @@ def test_the_runner_starts_without_the_modules_only_some_requests_need(image_ref
     assert not loaded & HEAVY_MODULES
 
 
+def test_the_image_python_takes_the_json_accelerator_the_runner_checked(image_ref: str) -> None:
+    folder = str(RUNNER_SOURCE.parent)
+    probe = "import sys; sys.path.insert(0, '/r'); import wire; print(wire.ACCELERATED)"
+    options = ["--network", "none", "-v", f"{folder}:/r:ro"]
+    assert run(image_ref, "python3", "-E", "-s", "-S", "-c", probe, options=options) == "True\n"
+
+
 def test_the_images_python_runs_the_staged_runner_from_its_compiled_forms(
     image_ref: str, tmp_path: Path
 ) -> None:
