@@ -2,15 +2,18 @@
 
 The SDK's Unix socket connection opens a socket and connects it without closing it when the
 connect fails: while the engine is stopped, every request left one socket for the garbage
-collector (a ResourceWarning each). Here the Unix transport is the SDK's own with that one step
-done carefully; everything else is the SDK as it comes.
+collector (a ResourceWarning each); and it keeps a pool of connections per URL, so a request
+naming a container (start, remove) connected anew. Here the Unix transport is the SDK's own with
+those two things done otherwise; everything else is the SDK as it comes.
 """
 
 from __future__ import annotations
 
 import os
+import re
 import socket
 from typing import Any
+from urllib.parse import urlsplit
 
 import docker
 from docker.constants import MINIMUM_DOCKER_API_VERSION
@@ -35,16 +38,29 @@ class _UnixConnectionPool(unixconn.UnixHTTPConnectionPool):
         return _UnixConnection(self.base_url, self.socket_path, timeout)
 
 
+#: Requests whose connection becomes a stream of their own (the engine upgrades it).
+_TAKEN_OVER = re.compile(r"/(?:containers/[^/]+/attach(?:/ws)?|exec/[^/]+/start|session|grpc)$")
+_SHARED_POOL = "http+docker://localhost"
+
+
 class _UnixAdapter(unixconn.UnixHTTPAdapter):
+    """One pool of connections for every request (the SDK keeps one per URL, and most URLs name
+    one container: each create, start and remove opened a connection of its own), except those
+    whose connection is taken over as a stream: each gets one that no pool hands out again."""
+
     def get_connection(self, url: str | bytes, proxies: Any = None) -> _UnixConnectionPool:
+        text = url.decode() if isinstance(url, bytes) else url
+        if _TAKEN_OVER.search(urlsplit(text).path):
+            return self._new_pool(text)
         with self.pools.lock:
-            pool: _UnixConnectionPool | None = self.pools.get(url)
+            pool: _UnixConnectionPool | None = self.pools.get(_SHARED_POOL)
             if pool is None:
-                pool = _UnixConnectionPool(
-                    str(url), self.socket_path, self.timeout, maxsize=self.max_pool_size
-                )
-                self.pools[url] = pool
+                pool = self._new_pool(_SHARED_POOL)
+                self.pools[_SHARED_POOL] = pool
         return pool
+
+    def _new_pool(self, url: str) -> _UnixConnectionPool:
+        return _UnixConnectionPool(url, self.socket_path, self.timeout, maxsize=self.max_pool_size)
 
 
 def engine_listening() -> bool:

@@ -963,7 +963,11 @@ class _LookingAs:
     def __enter__(self) -> None:
         if self._identity is not None:
             os.setegid(self._identity[1])
-            os.seteuid(self._identity[0])
+            try:
+                os.seteuid(self._identity[0])
+            except BaseException:
+                os.setegid(0)
+                raise
 
     def __exit__(self, *_: object) -> None:
         if self._identity is not None:

@@ -1,4 +1,5 @@
-"""The engine client's Unix transport: a failed connect closes its socket at once."""
+"""The engine client's Unix transport: a failed connect closes its socket at once, and requests
+share their connections whatever container they name."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ import threading
 import warnings
 from pathlib import Path
 
+import docker.errors
 import pytest
 
 from sandbox import engine_client
@@ -111,3 +113,86 @@ def test_the_engine_is_asked_without_credentials_or_proxies_from_the_environment
         server.server_close()
     assert len(seen) >= 2
     assert not [headers for headers in seen if "Authorization" in headers]
+
+
+def _keep_alive_engine(path: Path, connections: list[int]) -> _EngineRecorder:
+    """An engine keeping its connections open (HTTP/1.1) that counts them: /version answers,
+    every container is unknown."""
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def setup(self) -> None:
+            super().setup()
+            connections.append(1)
+
+        def _answer(self, status: int, payload: object) -> None:
+            body = json.dumps(payload).encode()
+            self.send_response(status)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def do_GET(self) -> None:
+            if self.path.endswith("/version"):
+                self._answer(200, {"ApiVersion": "1.43", "Version": "24.0.0"})
+            else:
+                self._answer(404, {"message": "No such container"})
+
+        do_POST = do_DELETE = do_GET
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = _EngineRecorder(str(path), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    return server
+
+
+def test_requests_naming_different_containers_share_one_connection(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    socket_path = tmp_path / "engine.sock"
+    connections: list[int] = []
+    server = _keep_alive_engine(socket_path, connections)
+    monkeypatch.setenv("DOCKER_HOST", f"unix://{socket_path}")
+    try:
+        client = engine_client.engine_client(max_pool_size=2)
+        try:
+            for n in range(30):
+                for ask in (client.api.inspect_container, client.api.start, client.api.stop):
+                    with pytest.raises(docker.errors.NotFound):
+                        ask(f"{n:064x}")
+        finally:
+            client.close()
+    finally:
+        server.shutdown()
+        server.server_close()
+    # The SDK's own transport connected once a container: 30 or more.
+    assert len(connections) == 1
+
+
+@pytest.mark.parametrize(
+    ("path", "taken_over"),
+    [
+        ("/v1.43/containers/abc/attach?stream=1", True),
+        ("/v1.43/containers/abc/attach/ws", True),
+        ("/v1.43/exec/abc/start", True),
+        ("/v1.43/session", True),
+        ("/v1.43/containers/abc/start", False),
+        ("/v1.43/containers/create", False),
+        ("/v1.43/containers/attach/json", False),
+        ("/v1.43/containers/abc/json", False),
+    ],
+)
+def test_a_connection_taken_over_as_a_stream_is_never_handed_out_again(
+    path: str, taken_over: bool
+) -> None:
+    adapter = engine_client._UnixAdapter("http+unix:///nowhere.sock")
+    first = adapter.get_connection(f"http+docker://localhost{path}")
+    second = adapter.get_connection(f"http+docker://localhost{path}")
+    shared = adapter.get_connection("http+docker://localhost/v1.43/info")
+    assert (first is second) is not taken_over
+    assert (first is shared) is not taken_over
+    adapter.close()
