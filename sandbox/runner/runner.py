@@ -278,13 +278,13 @@ def oom_kill_count() -> int | None:
     """OOM kills so far in this container's memory cgroup (v2 or v1), None when unreadable."""
     for path in ("/sys/fs/cgroup/memory.events", "/sys/fs/cgroup/memory/memory.oom_control"):
         try:
-            with open(path, encoding="ascii") as table:
+            with open(path, "rb") as table:  # bytes: a text codec would be one more import
                 lines = table.read().splitlines()
         except OSError:
             continue
         for line in lines:
-            key, _, value = line.partition(" ")
-            if key == "oom_kill" and value.strip().isdigit():
+            key, _, value = line.partition(b" ")
+            if key == b"oom_kill" and value.strip().isdigit():
                 return int(value)
     return None
 

@@ -176,5 +176,5 @@ class _OomScoreForChildren:
 
 
 def _write(path: str, text: str) -> None:
-    with open(path, "w", encoding="ascii") as file:
-        file.write(text)
+    with open(path, "wb") as file:  # bytes: a text codec would be one more import
+        file.write(text.encode())
