@@ -336,3 +336,32 @@ def test_the_thread_cap_reaches_the_command_line() -> None:
     args = GrepInput(pattern="x")
     assert not any(a.startswith("--threads") for a in build_argv(Confined(("rg",), ()), args, "."))
     assert "--threads=1" in build_argv(Confined(("rg",), ()), args, ".", threads=1)
+
+
+async def test_the_mtime_sort_stops_at_the_call_s_time_limit(
+    call_tool: CallTool, workspace: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A filesystem slow to answer must not hold a thread past the call: the files not looked
+    at in time keep the search's order, after the sorted ones, and the answer says so."""
+    for i in range(300):
+        make(workspace, f"f{i:03}.txt", "needle\n", 10_000 + i)
+    # Read when the deadline is set, then before the first and the second batch of files; the
+    # third look finds the time limit passed.
+    times = iter([0.0, 1.0, 2.0])
+    monkeypatch.setattr(grep_module, "_clock", lambda: next(times, float("inf")))
+    lines = (await grep(call_tool, "needle", head_limit=0)).split("\n")
+    assert lines[0] == "Found 300 files"
+    entries = lines[1:301]
+    assert sorted(entries) == sorted(f"{workspace}/f{i:03}.txt" for i in range(300))
+    looked = 2 * grep_module.STAMP_CHECK_EVERY
+    newest = [f"{workspace}/f{i:03}.txt" for i in range(299, -1, -1)]
+    assert entries[:looked] == [entry for entry in newest if entry in entries[:looked]]
+    assert set(entries[looked:]).isdisjoint(entries[:looked])
+    assert lines[-1].startswith(f"(The last {300 - looked} files follow in the order")
+
+
+async def test_every_file_is_sorted_when_time_allows(call_tool: CallTool, workspace: Path) -> None:
+    for i in range(300):
+        make(workspace, f"f{i:03}.txt", "needle\n", 10_000 + i)
+    lines = (await grep(call_tool, "needle", head_limit=0)).split("\n")
+    assert lines[1:] == [f"{workspace}/f{i:03}.txt" for i in range(299, -1, -1)]

@@ -78,6 +78,9 @@ INLINE_STAT_PATHS = 64
 """Up to this many matching files are sorted by mtime on the event loop, more in a thread."""
 PROGRESS_INTERVAL_S = 0.25
 """Running counts are reported at most this often."""
+STAMP_CHECK_EVERY = 64
+"""The mtime sort looks at its deadline once per this many files."""
+_clock = time.monotonic  # what the mtime sort's deadline is measured on (tests move it)
 
 
 class _Throttled:
@@ -123,12 +126,19 @@ class GrepResult:
     """The searched path as people read it (relative to the workspace), for the summary."""
     shared_with: int = 0
     """Parallel Grep calls that shared this call's walk of the files (0: it searched alone)."""
+    unsorted: int = 0
+    """files_with_matches: the last files, left in ripgrep's order (the mtime sort ran out of
+    time)."""
 
 
-def _by_mtime(root: PinnedDirectory, paths: list[str], *, on_loop: bool = False) -> list[str]:
-    """`paths` (ripgrep's, inside the workspace) newest first; each is looked at beneath the
-    pinned workspace by the kernel, never by its text (a link swapped in would lead out).
-    `on_loop`: as the event loop may (NeedsThread otherwise, daemon.host.loop_safe)."""
+def _by_mtime(
+    root: PinnedDirectory, paths: list[str], deadline: float, *, on_loop: bool = False
+) -> tuple[list[str], int]:
+    """`paths` (ripgrep's, inside the workspace) newest first, and how many of the last were
+    left in ripgrep's order because `deadline` (on `_clock`) came first: a slow filesystem
+    must not hold a thread past the call. Each is looked at beneath the pinned workspace by the
+    kernel, never by its text (a link swapped in would lead out). `on_loop`: as the event loop
+    may (NeedsThread otherwise, daemon.host.loop_safe)."""
     if on_loop and not root.local:
         raise NeedsThread("the workspace is not on a local filesystem")
     base = len(str(root.path))
@@ -147,9 +157,14 @@ def _by_mtime(root: PinnedDirectory, paths: list[str], *, on_loop: bool = False)
         finally:
             os.close(fd)
 
-    stamped = [(mtime(path), path) for path in paths]
+    stamped: list[tuple[int, str]] = []
+    for index, path in enumerate(paths):
+        if index % STAMP_CHECK_EVERY == 0 and _clock() >= deadline:
+            break
+        stamped.append((mtime(path), path))
     stamped.sort(key=lambda item: (-item[0], item[1]))
-    return [path for _, path in stamped]
+    rest = paths[len(stamped) :]
+    return [path for _, path in stamped] + rest, len(rest)
 
 
 def _count_of(entry: str) -> int:
@@ -189,13 +204,14 @@ async def _listing(
     offset = args.offset or 0
     head_limit = DEFAULT_HEAD_LIMIT if args.head_limit is None else args.head_limit
     root = ctx.session.pinned_root()
+    deadline = _clock() + ctx.limits.timeout_ms / 1000
     try:
         if len(paths) > INLINE_STAT_PATHS:
             raise NeedsThread("too many files to look at on the event loop")
-        ordered = _by_mtime(root, paths, on_loop=True)
+        ordered, unsorted = _by_mtime(root, paths, deadline, on_loop=True)
     except NeedsThread:
-        ordered = await FILESYSTEM_THREADS.run(
-            ctx.session.owner, functools.partial(_by_mtime, root, paths)
+        ordered, unsorted = await FILESYSTEM_THREADS.run(
+            ctx.session.owner, functools.partial(_by_mtime, root, paths, deadline)
         )
     end = offset + head_limit if head_limit else None
     ctx.report(ProgressUpdate(message=f"{plural(total, 'matching file')} found"))
@@ -208,6 +224,7 @@ async def _listing(
         capped=capped,
         shown=shown_path(path, ctx.workspace, directory=directory),
         shared_with=shared_with,
+        unsorted=unsorted,
     )
 
 
@@ -445,6 +462,12 @@ def _render(result: GrepResult) -> ToolOutput:
         out.append(f"(Showing {unit} {result.offset + 1}-{shown_end} of {result.total}.{more})")
     if result.capped:
         out.append("(The output was too large to keep in full; some lines are missing.)")
+    if result.unsorted:
+        out.append(
+            f"(The last {result.unsorted} files follow in the order the search found them, not "
+            "by modification time: looking at every file's time took longer than the call's time "
+            "limit. Narrow the search to have them all sorted.)"
+        )
     if result.warnings:
         out.append(f"(ripgrep reported errors for some files:\n{result.warnings})")
     # Over budget the head and the tail survive (the tail carries the paging note).
