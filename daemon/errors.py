@@ -53,6 +53,11 @@ class Unavailable(TooljailError):
     """The daemon cannot take calls right now (UNAVAILABLE), e.g. shutting down."""
 
 
+class DeadlineExceeded(TooljailError):
+    """The request's deadline came before its answer could reach the caller; what it did was
+    undone (DEADLINE_EXCEEDED)."""
+
+
 class ToolError(TooljailError):
     """A failure the model should see as an is_error tool_result, with advice on what to do."""
 

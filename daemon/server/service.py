@@ -15,7 +15,13 @@ from daemon._generated.tooljail.v1 import executor_pb2 as pb
 from daemon.calls.pipeline import CallRequest, Pipeline, PreparedCall, answered_call
 from daemon.calls.scheduler import Scheduler
 from daemon.calls.streaming_turn import StreamingTurn
-from daemon.errors import Overloaded, RequestError, TooljailError, Unavailable
+from daemon.errors import (
+    DeadlineExceeded,
+    Overloaded,
+    RequestError,
+    TooljailError,
+    Unavailable,
+)
 from daemon.models import Caller, ExecuteOutcome
 from daemon.ops.metrics import CancelReason, Metrics
 from daemon.server import convert
@@ -25,6 +31,10 @@ from daemon.server.progress_relay import ProgressRelay
 from daemon.sessions.manager import SessionManager
 
 Context = grpc.aio.ServicerContext[object, object]
+
+ANSWER_MARGIN_S = 0.01
+"""An answer sent with less of its request's deadline left may arrive after the caller stopped
+waiting (loopback, a loaded machine); where that would leave something behind, it is undone."""
 
 
 class Intake:
@@ -179,6 +189,15 @@ class ExecutorService:
         session = await self._sessions.open(
             request.workspace, request.idle_ttl_s, self._admit(context), request.mode
         )
+        remaining = context.time_remaining()
+        if remaining is not None and remaining < ANSWER_MARGIN_S:
+            # The answer would arrive after the caller stopped waiting: the session would be
+            # open with nobody knowing its id.
+            self._sessions.discard(session)
+            raise DeadlineExceeded(
+                "the session was opened too close to the request's deadline for the answer to "
+                "reach you, so it was closed again; retry with a longer deadline"
+            )
         return convert.session_to_proto(session)
 
     async def CloseSession(

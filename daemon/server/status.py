@@ -5,6 +5,7 @@ from __future__ import annotations
 import grpc
 
 from daemon.errors import (
+    DeadlineExceeded,
     NotFound,
     Overloaded,
     PermissionDenied,
@@ -24,6 +25,7 @@ _STATUS: tuple[tuple[type[TooljailError], grpc.StatusCode], ...] = (
     (Unavailable, grpc.StatusCode.UNAVAILABLE),
     (Unauthenticated, grpc.StatusCode.UNAUTHENTICATED),
     (PermissionDenied, grpc.StatusCode.PERMISSION_DENIED),
+    (DeadlineExceeded, grpc.StatusCode.DEADLINE_EXCEEDED),
 )
 
 

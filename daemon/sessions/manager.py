@@ -117,7 +117,30 @@ class SessionManager:
     async def open(
         self, workspace: str, idle_ttl_s: int, caller: Caller, mode: str = ""
     ) -> Session:
-        """Open a session over a fresh directory, or over an existing one the policy allows."""
+        """Open a session over a fresh directory, or over an existing one the policy allows.
+
+        Opening always finishes, and a session whose request went away meanwhile (a client
+        deadline cancelled it) is closed again at once: nobody would ever learn its id, and it
+        would hold a place of its owner's (and a workspace made for it) until it went idle."""
+        opening = asyncio.ensure_future(self._open(workspace, idle_ttl_s, caller, mode))
+        try:
+            return await asyncio.shield(opening)
+        except asyncio.CancelledError:
+            opening.add_done_callback(self._discard_opened)
+            raise
+
+    def _discard_opened(self, opening: asyncio.Future[Session]) -> None:
+        if not opening.cancelled() and opening.exception() is None:
+            self.discard(opening.result())
+
+    def discard(self, session: Session) -> None:
+        """Close, in the background, a session its opener never heard of (with the workspace
+        made for it)."""
+        closing = asyncio.ensure_future(self._close(session, session.owns_workspace))
+        _CLOSING.add(closing)
+        closing.add_done_callback(_CLOSING.discard)
+
+    async def _open(self, workspace: str, idle_ttl_s: int, caller: Caller, mode: str) -> Session:
         if idle_ttl_s > self._max_ttl:
             raise RequestError(
                 f"idle_ttl_s may be at most {self._max_ttl:g} s on this daemon; ask for less (or "

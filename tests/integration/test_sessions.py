@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import asyncio
+import time
+from collections.abc import Callable
 from pathlib import Path
 
 import grpc
 import pytest
 
 from daemon._generated.tooljail.v1 import executor_pb2 as pb
+from daemon.server import service as service_module
 from tests.integration.harness import RunningDaemon, text_of
 
 pytestmark = pytest.mark.integration
@@ -71,3 +75,60 @@ def test_session_errors_are_statuses(host_daemon: RunningDaemon, tmp_path: Path)
         open_session(host_daemon, workspace=str(tmp_path))
     assert refused.value.code() == grpc.StatusCode.INVALID_ARGUMENT
     assert "policy does not allow" in refused.value.details()
+
+
+def _sessions_open(daemon: RunningDaemon) -> int:
+    count: int = daemon._run(daemon.daemon.status()).sessions
+    return count
+
+
+def _eventually(check: Callable[[], bool], timeout_s: float = 30.0) -> bool:
+    deadline = time.monotonic() + timeout_s
+    while not check():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.05)
+    return True
+
+
+def test_a_session_whose_request_gave_up_while_it_opened_is_closed_with_its_workspace(
+    host_daemon: RunningDaemon, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    manager = host_daemon.daemon.sessions
+    assert manager is not None
+    fresh = manager._fresh
+    real_create = fresh.create
+    made: list[Path] = []
+
+    async def slow_create(name: str, owner: tuple[int, int] | None) -> Path:
+        folder = await real_create(name, owner)
+        made.append(folder)
+        await asyncio.sleep(0.5)  # as a workspace with a disk budget takes steps: the deadline
+        return folder
+
+    monkeypatch.setattr(fresh, "create", slow_create)
+    before = _sessions_open(host_daemon)
+    with pytest.raises(grpc.RpcError) as caught:
+        host_daemon.stub.OpenSession(pb.OpenSessionRequest(), timeout=0.1)
+    assert caught.value.code() == grpc.StatusCode.DEADLINE_EXCEEDED
+    assert _eventually(lambda: bool(made) and not made[0].exists()), made
+    assert _eventually(lambda: _sessions_open(host_daemon) == before)
+
+
+def test_a_session_whose_answer_would_come_after_the_deadline_is_closed_again(
+    host_daemon: RunningDaemon, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    before = _sessions_open(host_daemon)
+    # Any deadline is now too close: as if the open took all of it.
+    monkeypatch.setattr(service_module, "ANSWER_MARGIN_S", 3600.0)
+    with pytest.raises(grpc.RpcError) as caught:
+        host_daemon.stub.OpenSession(pb.OpenSessionRequest(), timeout=30)
+    assert caught.value.code() == grpc.StatusCode.DEADLINE_EXCEEDED
+    assert "closed again; retry with a longer deadline" in (caught.value.details() or "")
+    assert _eventually(lambda: _sessions_open(host_daemon) == before)
+    # Without a deadline the answer can never be late.
+    session = host_daemon.stub.OpenSession(pb.OpenSessionRequest())
+    assert _sessions_open(host_daemon) == before + 1
+    host_daemon.stub.CloseSession(
+        pb.CloseSessionRequest(session_id=session.id, delete_workspace=True), timeout=30
+    )
