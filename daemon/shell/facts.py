@@ -25,6 +25,12 @@ from daemon.shell.paths import normalised
 from daemon.shell.readonly import command_reads_only
 
 _CHANGES_DIRECTORY = frozenset({"cd", "pushd", "popd"})
+#: The shell's own commands among the names this module trusts: a bare one is the builtin
+#: whatever PATH says; given with a path, it is a program (`./cd` moves no shell).
+_BUILTINS = _CHANGES_DIRECTORY | {"echo", "printf", "true", "false", ":", "test", "[", "export"}
+_BUILTINS |= {"unset", "pwd"}
+#: Where the image keeps its programs: `/bin/rm` is the image's rm, `./rm` the model's.
+_PROGRAM_FOLDERS = ("/usr/bin/", "/bin/")
 
 
 @dataclass(frozen=True)
@@ -74,11 +80,36 @@ _PIECE_CLOSED = re.compile(r"^[^/]*[})\]`]")
 _NAME = re.compile(r"^[A-Za-z0-9_]+")
 
 
-def may_relink(command: SimpleCommand) -> bool:
-    """Whether the command may make a link or move a name, as far as its name tells."""
+@dataclass(frozen=True)
+class Lookup:
+    """How a line may change what a command name runs: a function it defines may take any
+    name, and a PATH it sets may lead a bare name to a program of the model's."""
+
+    functions: bool
+    path: bool
+
+    @classmethod
+    def of(cls, line: ParsedCommand) -> Lookup:
+        return cls(functions=line.defines_functions, path="PATH" in line.raw)
+
+    def runs(self, command: SimpleCommand, names: frozenset[str]) -> bool:
+        """Whether `command` is the shell's builtin, or the image's program, of one of `names`
+        (attacker round 83: `./cd` and `./echo` were taken for the builtins)."""
+        name = command.name
+        if command.dynamic or name not in names or self.functions:
+            return False
+        if command.path == name:
+            return name in _BUILTINS or not self.path
+        if name in _CHANGES_DIRECTORY:
+            return False  # a program cannot move the shell that runs it
+        return command.path in (f"{folder}{name}" for folder in _PROGRAM_FOLDERS)
+
+
+def may_relink(command: SimpleCommand, lookup: Lookup) -> bool:
+    """Whether the command may make a link or move a name, as far as its program tells."""
     if command.dynamic:
         return True
-    return command.name not in _KEEP_NAMES and not command_reads_only(command)
+    return not lookup.runs(command, _KEEP_NAMES) and not command_reads_only(command)
 
 
 def name_end(text: str) -> dict[str, Any]:
@@ -143,6 +174,7 @@ def command_facts(
         # ran x where the line started (attacker round 82).
         or line.defines_functions
     )
+    lookup = Lookup.of(line)
     reshapers = sum(1 for command in line.simple_commands if reshapes_names(command))
     resolved = 0
     facts = []
@@ -170,11 +202,14 @@ def command_facts(
             git: GitInvocation = parse_git(command.argv, command.dynamic_words, current)
             entry["git"] = git.to_policy()
         facts.append(entry)
-        if command.name in _CHANGES_DIRECTORY:
-            current, moved = ("" if unfollowed else _after_cd(command, current, workspace)), True
+        if command.dynamic or (command.path == command.name and command.name in _CHANGES_DIRECTORY):
+            # The shell may move: followed only where it surely is the builtin (not a function
+            # of that name, nor a program known only when it runs, such as `$C sub`).
+            follow = lookup.runs(command, _CHANGES_DIRECTORY) and not unfollowed
+            current, moved = (_after_cd(command, current, workspace) if follow else ""), True
         elif moved and not command.then_and:
             current = ""
-        linked = linked or may_relink(command)
+        linked = linked or may_relink(command, lookup)
         unfollowed = unfollowed or may_set_shell_state(command)
     return facts
 
@@ -228,7 +263,8 @@ def written_files(
     in it, a `cd` that cannot be followed, a link the line may make, the disk not `settled`, or
     past the resolving budget)."""
     places = list(dict.fromkeys(directories))
-    linked = not settled or any(may_relink(command) for command in line.simple_commands)
+    lookup = Lookup.of(line)
+    linked = not settled or any(may_relink(command, lookup) for command in line.simple_commands)
     reshaped = any(reshapes_names(command) for command in line.simple_commands)
     budget = _MAX_RESOLVED
     files = []

@@ -551,3 +551,18 @@ def test_lines_whose_cd_or_links_bash_takes_otherwise_do_not_hide_the_workspace_
             f"cd() {{ :; }}; cd q && find ../{ws.name} -delete",
         ],
     )
+
+
+@pytest.mark.docker
+def test_programs_named_like_the_builtins_do_not_hide_the_workspace_root(short_tmp: Path) -> None:
+    """Attacker round 83: `./cd a/b && rm -rf ../<ws>` was judged from a/b (the builtin cd's
+    place), and `./echo && rm -rf L/<ws>` as if echo made no link (this one made L -> ..):
+    both emptied the workspace while the policy allowed them."""
+    _asked_and_kept(
+        short_tmp,
+        lambda ws: (
+            "mkdir -p a/b && cp /bin/true cd && printf '#!/bin/sh\\nln -s .. L\\n' > echo && "
+            "chmod +x cd echo"
+        ),
+        lambda ws: [f"./cd a/b && rm -rf ../{ws.name}", f"./echo && rm -rf L/{ws.name}"],
+    )
