@@ -405,6 +405,9 @@ def test_git_files_and_the_workspace_moved_or_written_from_an_unknown_directory_
         "python3 -c \"import os; fd = os.open('.gitmodules', os.O_WRONLY | os.O_CREAT, 0o644); "
         "os.pwrite(fd, b'[submodule]', 0)\"",
         "python3 -c \"import os; os.mknod('.gitattributes')\"",
+        # Attacker round 83: an open whose mode is computed, git's file named in pieces.
+        "python3 -c \"print('[core]', file=open('.g' + 'it/con' + 'fig', chr(97)))\"",
+        'perl -E \'open F,chr(62).chr(62).".g"."it/hooks/pre-commit"; say F q(touch x)\'',
     ]
     with _own_workspace(short_tmp, (".git/hooks",)) as (workspace, daemon):
         (workspace / ".git" / "config").write_text("[core]\n")

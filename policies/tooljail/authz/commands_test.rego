@@ -917,6 +917,14 @@ opaque_lines := {
 	# Attacker round 82: writes without `.write` or a quoted open mode.
 	"python3 -c 'import os; os.pwrite(os.open(\"x\", os.O_WRONLY), b\"y\", 0)'": [simple(["python3", "-c", "import os; os.pwrite(os.open(\"x\", os.O_WRONLY), b\"y\", 0)"])],
 	"python3 -c 'import os; os.mknod(\"x\")'": [simple(["python3", "-c", "import os; os.mknod(\"x\")"])],
+	# Attacker round 83: opens whose mode is computed.
+	"python3 -c (chr mode)": [simple(["python3", "-c", "print('[core]', file=open('.g'+'it/con'+'fig', chr(97)))"])],
+	"python3 -c (variable mode)": [simple(["python3", "-c", "m = 'a'; print(1, file=open('x', m))"])],
+	"python3 -c (joined mode)": [simple(["python3", "-c", "print(1, file=open('x', 'r' + m))"])],
+	"python3 -c (f-string mode)": [simple(["python3", "-c", "print(1, file=open('x', f'{m}'))"])],
+	"perl -e (computed mode)": [simple(["perl", "-e", "open F,chr(62).chr(62).\".g\".\"it/hooks/pre-commit\"; say F 1"])],
+	"perl -e (quoted mode)": [simple(["perl", "-e", "open(my $f, '>', 'x'); print $f 1"])],
+	"perl -e (two-argument)": [simple(["perl", "-e", "open(F, \">y\"); print F 1"])],
 }
 
 test_inline_code_naming_gits_files_asks if {
@@ -927,6 +935,9 @@ test_inline_code_naming_gits_files_asks if {
 
 not_opaque_lines := {
 	"python3 -c 'print(1 + 1)'": [simple(["python3", "-c", "print(1 + 1)"])],
+	"python3 -c (read, keyword)": [simple(["python3", "-c", "print(open('x', encoding='utf-8').read())"])],
+	"python3 -c (read, quoted)": [simple(["python3", "-c", "print(open('x', 'rb').read())"])],
+	"perl -e (read)": [simple(["perl", "-e", "open(my $f, '<', 'notes'); print <$f>"])],
 	"source .venv/bin/activate": [simple(["source", ".venv/bin/activate"])],
 	"python3 script.py": [simple(["python3", "script.py"])],
 }
