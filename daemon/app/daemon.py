@@ -88,6 +88,10 @@ class _Policy:
 
 #: The folder (in the state directory) stdio MCP servers list their tools in, and its session's id.
 LISTING_FOLDER = "mcp-listing"
+#: At a stop, once the calls in flight are answered, how long their callers have to read the
+#: answers before the server closes its connections (within the grace period).
+ANSWERS_LINGER_S = 0.25
+_DRAIN_POLL_S = 0.05
 
 
 class Daemon:
@@ -385,9 +389,19 @@ class Daemon:
         self.intake.open = False
         with contextlib.suppress(Exception):
             await self._health.enter_graceful_shutdown()
-        if self._server is not None:
-            await self._server.stop(self._grace_s)
-            self._server = None
+        if self._server is None:
+            return
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self._grace_s
+        if self.scheduler is not None and self.scheduler.in_flight:
+            # The server closes its connections once its calls are over, which can be before
+            # their callers have read the answers: a caller writing on its connection then (a
+            # flow-control update) saw UNAVAILABLE instead of its answer.
+            while self.scheduler.in_flight and loop.time() < deadline:
+                await asyncio.sleep(_DRAIN_POLL_S)
+            await asyncio.sleep(max(0.0, min(ANSWERS_LINGER_S, deadline - loop.time())))
+        await self._server.stop(max(0.0, deadline - loop.time()))
+        self._server = None
 
     async def status(self) -> StatusSnapshot:
         """A health summary for operators."""
