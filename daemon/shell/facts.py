@@ -92,11 +92,12 @@ class Lookup:
     def of(cls, line: ParsedCommand) -> Lookup:
         return cls(functions=line.defines_functions, path="PATH" in line.raw)
 
-    def runs(self, command: SimpleCommand, names: frozenset[str]) -> bool:
-        """Whether `command` is the shell's builtin, or the image's program, of one of `names`
-        (attacker round 83: `./cd` and `./echo` were taken for the builtins)."""
+    def trusted(self, command: SimpleCommand) -> bool:
+        """Whether the command runs what its name means: the shell's builtin or the image's
+        program, not a function of the line, a program PATH finds elsewhere or one given with
+        another path (attacker round 83: `./cd` and `./echo` were taken for the builtins)."""
         name = command.name
-        if command.dynamic or name not in names or self.functions:
+        if command.dynamic or self.functions:
             return False
         if command.path == name:
             return name in _BUILTINS or not self.path
@@ -104,12 +105,32 @@ class Lookup:
             return False  # a program cannot move the shell that runs it
         return command.path in (f"{folder}{name}" for folder in _PROGRAM_FOLDERS)
 
+    def runs(self, command: SimpleCommand, names: frozenset[str]) -> bool:
+        """Whether `command` is the shell's builtin, or the image's program, of one of `names`."""
+        return command.name in names and self.trusted(command)
+
+    def reads_only(self, command: SimpleCommand) -> bool:
+        """`command_reads_only`, for a program that is the one its name means (attacker round
+        84: a `find` or `cat` of the model's, given with a path or found through PATH)."""
+        return self.trusted(command) and command_reads_only(command)
+
 
 def may_relink(command: SimpleCommand, lookup: Lookup) -> bool:
     """Whether the command may make a link or move a name, as far as its program tells."""
     if command.dynamic:
         return True
-    return not lookup.runs(command, _KEEP_NAMES) and not command_reads_only(command)
+    return not lookup.runs(command, _KEEP_NAMES) and not lookup.reads_only(command)
+
+
+#: A job put in the background (`x &`, `coproc`): it runs beside what the line does after it.
+_BACKGROUND = re.compile(r"(?<![&<>|])&(?![&>])|\bcoproc\b")
+
+
+def _out_of_order(line: ParsedCommand) -> bool:
+    """Whether a command of the line may run after one written later: a function's body runs
+    where it is called, a background job beside the rest (loops and pipeline stages are not at
+    the top level, see `command_facts`)."""
+    return line.defines_functions or _BACKGROUND.search(line.raw) is not None
 
 
 def name_end(text: str) -> dict[str, Any]:
@@ -176,9 +197,15 @@ def command_facts(
     )
     lookup = Lookup.of(line)
     reshapers = sum(1 for command in line.simple_commands if reshapes_names(command))
+    relinks = [may_relink(command, lookup) for command in line.simple_commands]
+    out_of_order = _out_of_order(line)
     resolved = 0
     facts = []
-    for command in line.simple_commands:
+    for index, command in enumerate(line.simple_commands):
+        # A link made by a command written later is on this one's paths too where this one may
+        # run after it: in a loop (again), a function, the background, a pipeline beside it
+        # (attacker round 84: `f() { rm -rf L/<ws>; }; ln -s .. L && f`).
+        late = any(relinks[index + 1 :]) and (out_of_order or not command.top_level)
         # Its own operands are resolved before it removes or makes anything: only another
         # command that does may change where they lead.
         reshaped = reshapers > (1 if reshapes_names(command) else 0)
@@ -187,14 +214,14 @@ def command_facts(
         resolve = resolved < _MAX_RESOLVED
         words = word_facts(command, current, workspace if resolve else None, reshaped)
         resolved += len(words)
-        if linked or not resolve:
-            # A link made earlier in the line, or one not looked up, may stand anywhere in these
-            # paths.
+        if linked or late or not resolve:
+            # A link made earlier in the line (or later, where this runs after it), or one not
+            # looked up, may stand anywhere in these paths.
             words = [WordFact(w.text, w.dynamic, "") if w.path else w for w in words]
         entry["words"] = [w.to_policy() for w in words]
-        entry["reads_only"] = command_reads_only(command)
+        entry["reads_only"] = lookup.reads_only(command)
         entry["program_reads_only"] = (
-            command_reads_only(replace(command, wrappers=()))
+            lookup.reads_only(replace(command, wrappers=()))
             if command.wrappers
             else entry["reads_only"]
         )
@@ -209,7 +236,7 @@ def command_facts(
             current, moved = (_after_cd(command, current, workspace) if follow else ""), True
         elif moved and not command.then_and:
             current = ""
-        linked = linked or may_relink(command, lookup)
+        linked = linked or relinks[index]
         unfollowed = unfollowed or may_set_shell_state(command)
     return facts
 

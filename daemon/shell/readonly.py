@@ -245,14 +245,12 @@ def command_reads_only(command: SimpleCommand) -> bool:
         return False
     words = command.argv[1:]
     dynamic = command.dynamic_words[1:] if command.dynamic_words else (False,) * len(words)
+    if command.path not in (command.name, f"/usr/bin/{command.name}", f"/bin/{command.name}"):
+        return False  # `./find` is a program of the model's (attacker round 84)
     if command.name == "find":
         return _find_read_only(words, dynamic)
     shape = _SHAPES.get(command.name)
-    if shape is None or command.path not in (
-        command.name,
-        f"/usr/bin/{command.name}",
-        f"/bin/{command.name}",
-    ):
+    if shape is None:
         return False
     if shape.any_words:
         return True
@@ -262,6 +260,9 @@ def command_reads_only(command: SimpleCommand) -> bool:
 def is_read_only(line: ParsedCommand) -> bool:
     """True when every part of the parsed line only reads (see the module's docstring)."""
     if not line.parsed or line.redirects or not line.simple_commands:
+        return False
+    # A function of the line, or a PATH it sets, may make a name run a program of the model's.
+    if line.defines_functions or "PATH" in line.raw:
         return False
     # Arithmetic evaluates variables as expressions, subscripts and all: code can hide there.
     if "((" in line.raw or hidden_code(line):

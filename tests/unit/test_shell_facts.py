@@ -15,6 +15,7 @@ from daemon.shell.facts import command_facts, written_files
 from daemon.shell.git import parse_git
 from daemon.shell.hidden import hidden_code
 from daemon.shell.parse import parse_command
+from daemon.shell.readonly import is_read_only
 from tests.unit.conftest import links_unreadable_below
 
 WORKSPACE = "/srv/ws"
@@ -484,3 +485,45 @@ def test_the_shell_s_own_and_the_image_s_programs_keep_paths_known(
     (tmp_path / "a").mkdir()
     facts = command_facts(parse_command(f"{program} && ls a"), str(tmp_path), str(tmp_path))
     assert facts[-1]["words"][0]["path"] == f"{tmp_path}/a"
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        "f() { rm -rf L/ws; }; ln -s .. L && f",  # a function runs where it is called
+        "for i in 1 2; do test $i = 2 && rm -rf L/ws; ln -sfn .. L; done",  # a loop: again
+        "while true; do rm -rf L/ws; ln -s .. L; done",
+        "(sleep 1; rm -rf L/ws) & ln -s .. L",  # the background: beside the rest
+        "rm -rf L/ws | ln -s .. L",  # pipeline stages run side by side
+        "./find . -name x && rm -rf L/ws",  # a `find` of the model's (it made L)
+        "export PATH=.:$PATH && cat a.txt && rm -rf L/ws",  # a `cat` PATH finds in the workspace
+    ],
+)
+def test_a_link_the_line_may_make_before_a_path_is_used_makes_it_unknown(
+    line: str, tmp_path: Path
+) -> None:
+    """Attacker round 84: each of these emptied the workspace while the policy allowed it, the
+    rm's `L/<ws>` judged as a folder inside the workspace: L did not exist yet, and the command
+    that made it (-> ..) was written after the rm, or taken for one that only reads."""
+    facts = command_facts(parse_command(line), str(tmp_path), str(tmp_path))
+    [rm] = [fact for fact in facts if fact["name"] == "rm"]
+    assert [word["path"] for word in rm["words"] if word["text"] == "L/ws"] == [""], line
+
+
+def test_a_command_that_runs_before_any_link_is_made_keeps_its_paths(tmp_path: Path) -> None:
+    facts = command_facts(
+        parse_command("rm -rf build && ln -s x y && ls a"), str(tmp_path), str(tmp_path)
+    )
+    assert facts[0]["words"][1]["path"] == f"{tmp_path}/build"
+    assert facts[-1]["words"][0]["path"] == ""
+
+
+@pytest.mark.parametrize(
+    "line",
+    ["./find .", "bin/cat x", "f() { :; }; cat x", "PATH=.:$PATH; cat x", "export PATH=. && ls"],
+)
+def test_readers_of_the_model_s_are_not_taken_for_the_image_s(line: str, tmp_path: Path) -> None:
+    parsed = parse_command(line)
+    assert not is_read_only(parsed)
+    facts = command_facts(parsed, str(tmp_path), str(tmp_path))
+    assert not any(fact["reads_only"] for fact in facts if fact["name"] in ("find", "cat", "ls"))
