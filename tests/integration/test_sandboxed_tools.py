@@ -408,6 +408,11 @@ def test_git_files_and_the_workspace_moved_or_written_from_an_unknown_directory_
         # Attacker round 83: an open whose mode is computed, git's file named in pieces.
         "python3 -c \"print('[core]', file=open('.g' + 'it/con' + 'fig', chr(97)))\"",
         'perl -E \'open F,chr(62).chr(62).".g"."it/hooks/pre-commit"; say F q(touch x)\'',
+        # Attacker round 84: pathlib's open, an unpacked mode, perl's sysopen.
+        "python3 -c \"import pathlib; p = '.gi' + 'tattributes'; "
+        "print('*.c filter=x', file=pathlib.Path(p).open('a'))\"",
+        "python3 -c \"p = '.gi' + 't/config'; print('[alias]', file=open(p, *['a']))\"",
+        'perl -e \'$p=join("",".gi","tmodules"); sysopen(F,$p,1089); print F 1\'',
     ]
     with _own_workspace(short_tmp, (".git/hooks",)) as (workspace, daemon):
         (workspace / ".git" / "config").write_text("[core]\n")
@@ -568,4 +573,25 @@ def test_programs_named_like_the_builtins_do_not_hide_the_workspace_root(short_t
             "chmod +x cd echo"
         ),
         lambda ws: [f"./cd a/b && rm -rf ../{ws.name}", f"./echo && rm -rf L/{ws.name}"],
+    )
+
+
+@pytest.mark.docker
+def test_links_made_where_or_by_what_the_line_order_hides_do_not_hide_the_workspace_root(
+    short_tmp: Path,
+) -> None:
+    """Attacker round 84: the link L -> .. made by a command written after the rm, which runs
+    later (a function, a loop), or by a reader of the model's (`./find`, a `cat` found through
+    the PATH the line sets): each emptied the workspace while the policy allowed it."""
+    _asked_and_kept(
+        short_tmp,
+        lambda ws: (
+            "printf '#!/bin/sh\\nln -sfn .. L\\n' > find && cp find cat && chmod 755 find cat"
+        ),
+        lambda ws: [
+            f"f() {{ rm -rf L/{ws.name}; }}; ln -s .. L && f",
+            f"for i in 1 2; do test $i = 2 && rm -rf L/{ws.name}; ln -sfn .. L; done",
+            f"./find . -name x && rm -rf L/{ws.name}",
+            f"export PATH=.:$PATH && cat find && rm -rf L/{ws.name}",
+        ],
     )

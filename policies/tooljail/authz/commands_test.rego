@@ -925,6 +925,10 @@ opaque_lines := {
 	"perl -e (computed mode)": [simple(["perl", "-e", "open F,chr(62).chr(62).\".g\".\"it/hooks/pre-commit\"; say F 1"])],
 	"perl -e (quoted mode)": [simple(["perl", "-e", "open(my $f, '>', 'x'); print $f 1"])],
 	"perl -e (two-argument)": [simple(["perl", "-e", "open(F, \">y\"); print F 1"])],
+	# Attacker round 84: pathlib's open, an unpacked mode, perl's sysopen.
+	"python3 -c (pathlib)": [simple(["python3", "-c", "import pathlib; p='.gi'+'tattributes'; print('*.c filter=x', file=pathlib.Path(p).open('a'))"])],
+	"python3 -c (unpacked mode)": [simple(["python3", "-c", "p='.gi'+'t/config'; f=open(p,*['a']); print('x', file=f)"])],
+	"perl -e (sysopen)": [simple(["perl", "-e", "$p=join('','.gi','tmodules'); sysopen(F,$p,1089); print F 1"])],
 }
 
 test_inline_code_naming_gits_files_asks if {
@@ -938,6 +942,7 @@ not_opaque_lines := {
 	"python3 -c (read, keyword)": [simple(["python3", "-c", "print(open('x', encoding='utf-8').read())"])],
 	"python3 -c (read, quoted)": [simple(["python3", "-c", "print(open('x', 'rb').read())"])],
 	"perl -e (read)": [simple(["perl", "-e", "open(my $f, '<', 'notes'); print <$f>"])],
+	"python3 -c (pathlib read)": [simple(["python3", "-c", "import pathlib; print(pathlib.Path('notes').open().read())"])],
 	"source .venv/bin/activate": [simple(["source", ".venv/bin/activate"])],
 	"python3 script.py": [simple(["python3", "script.py"])],
 }

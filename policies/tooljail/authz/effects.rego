@@ -1017,9 +1017,11 @@ inline_code_runner(name) if regex.match(`^python3\.[0-9]+$`, name)
 # "write files" also takes an open whose mode is computed, so that no quoted mode shows a write
 # (attacker round 83: `open(p, chr(97))`, `open F, chr(62).chr(62)."p"`): a variable or a call
 # as the mode (not a keyword argument), a quoted one joined or formatted, an f-string, and
-# perl's handle opened with a computed mode or a quoted `>`, `|` or `+<` one.
+# perl's handle opened with a computed mode or a quoted `>`, `|` or `+<` one; and (round 84) a
+# method's open with a write mode or a computed one (pathlib's `Path(p).open('a')`), arguments
+# unpacked into an open (`open(p, *m)`), perl's sysopen and Python's FileIO.
 default code_effects := {
-	"write files": `\.write|pwrite|O_WRONLY|O_RDWR|O_CREAT|O_APPEND|O_TRUNC|mknod|write_text|write_bytes|writeFile|appendFile|open\([^)]*,\s*(mode\s*=\s*)?['"][^'"]*[wax+]|copyfile|copy2|copytree|\brename|\breplace\(|symlink|\blink\(|fopen|File\.open|IO\.write|>\s*["']|open\([^)]*,\s*(mode\s*=\s*)?[A-Za-z_][A-Za-z0-9_.]*\s*[^A-Za-z0-9_.=\s]|open\([^)]*,\s*(mode\s*=\s*)?['"][^'"]*['"]\s*[+%.]|open\([^)]*,\s*(mode\s*=\s*)?[fF][rR]?['"]|\bopen\s*\(?\s*(my\s+\$\w+|\$\w+|[A-Z][A-Z0-9_]*)\s*,\s*([^'"\s]|['"]\s*(\+[<>]|>|\||-\|))`,
+	"write files": `\.write|pwrite|O_WRONLY|O_RDWR|O_CREAT|O_APPEND|O_TRUNC|mknod|write_text|write_bytes|writeFile|appendFile|open\([^)]*,\s*(mode\s*=\s*)?['"][^'"]*[wax+]|copyfile|copy2|copytree|\brename|\breplace\(|symlink|\blink\(|fopen|File\.open|IO\.write|>\s*["']|open\([^)]*,\s*(mode\s*=\s*)?[A-Za-z_][A-Za-z0-9_.]*\s*[^A-Za-z0-9_.=\s]|open\([^)]*,\s*(mode\s*=\s*)?['"][^'"]*['"]\s*[+%.]|open\([^)]*,\s*(mode\s*=\s*)?[fF][rR]?['"]|\bopen\s*\(?\s*(my\s+\$\w+|\$\w+|[A-Z][A-Z0-9_]*)\s*,\s*([^'"\s]|['"]\s*(\+[<>]|>|\||-\|))|\.open\(\s*(mode\s*=\s*)?['"][^'"]*[wax+]|\.open\(\s*(mode\s*=\s*)?[A-Za-z_][A-Za-z0-9_.]*\s*\)|open\([^)]*[,(]\s*\*|sysopen|FileIO\([^)]*,`,
 	"delete files": `rmtree|unlink|remove|rmdir|truncate|\brm\b|shutil|fs\.rm|rimraf|File\.delete|delete_file|os\.remove|\bdel\b`,
 	"run other programs": `system|popen|subprocess|spawn|exec|\beval\b|fork|child_process|pty|__import__|importlib|getattr|compile|\bopen3\b|backtick|Kernel|%x|qx`,
 }
