@@ -63,19 +63,37 @@ class _EngineRecorder(socketserver.ThreadingMixIn, socketserver.UnixStreamServer
     daemon_threads = True
 
 
-def _fake_engine(path: Path, seen: list[dict[str, str]]) -> _EngineRecorder:
-    """An engine that answers /version (for the client's API negotiation) and remembers the
-    headers of every request."""
+def _fake_engine(
+    path: Path, seen: list[dict[str, str]], connections: list[int] | None = None
+) -> _EngineRecorder:
+    """An engine keeping its connections open (HTTP/1.1) that remembers the headers of every
+    request and counts its connections: /version answers (for the client's API negotiation),
+    every container is unknown."""
 
     class Handler(http.server.BaseHTTPRequestHandler):
-        def do_GET(self) -> None:
-            seen.append(dict(self.headers))
-            body = json.dumps({"ApiVersion": "1.43", "Version": "24.0.0"}).encode()
-            self.send_response(200)
+        protocol_version = "HTTP/1.1"
+
+        def setup(self) -> None:
+            super().setup()
+            if connections is not None:
+                connections.append(1)
+
+        def _answer(self, status: int, payload: object) -> None:
+            body = json.dumps(payload).encode()
+            self.send_response(status)
             self.send_header("Content-Type", "application/json")
             self.send_header("Content-Length", str(len(body)))
             self.end_headers()
             self.wfile.write(body)
+
+        def do_GET(self) -> None:
+            seen.append(dict(self.headers))
+            if self.path.endswith("/version"):
+                self._answer(200, {"ApiVersion": "1.43", "Version": "24.0.0"})
+            else:
+                self._answer(404, {"message": "No such container"})
+
+        do_POST = do_DELETE = do_GET
 
         def address_string(self) -> str:
             return "engine"
@@ -115,47 +133,12 @@ def test_the_engine_is_asked_without_credentials_or_proxies_from_the_environment
     assert not [headers for headers in seen if "Authorization" in headers]
 
 
-def _keep_alive_engine(path: Path, connections: list[int]) -> _EngineRecorder:
-    """An engine keeping its connections open (HTTP/1.1) that counts them: /version answers,
-    every container is unknown."""
-
-    class Handler(http.server.BaseHTTPRequestHandler):
-        protocol_version = "HTTP/1.1"
-
-        def setup(self) -> None:
-            super().setup()
-            connections.append(1)
-
-        def _answer(self, status: int, payload: object) -> None:
-            body = json.dumps(payload).encode()
-            self.send_response(status)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
-
-        def do_GET(self) -> None:
-            if self.path.endswith("/version"):
-                self._answer(200, {"ApiVersion": "1.43", "Version": "24.0.0"})
-            else:
-                self._answer(404, {"message": "No such container"})
-
-        do_POST = do_DELETE = do_GET
-
-        def log_message(self, *args: object) -> None:
-            pass
-
-    server = _EngineRecorder(str(path), Handler)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    return server
-
-
 def test_requests_naming_different_containers_share_one_connection(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     socket_path = tmp_path / "engine.sock"
     connections: list[int] = []
-    server = _keep_alive_engine(socket_path, connections)
+    server = _fake_engine(socket_path, [], connections)
     monkeypatch.setenv("DOCKER_HOST", f"unix://{socket_path}")
     try:
         client = engine_client.engine_client(max_pool_size=2)
