@@ -124,13 +124,19 @@ def may_relink(command: SimpleCommand, lookup: Lookup) -> bool:
 
 #: A job put in the background (`x &`, `coproc`): it runs beside what the line does after it.
 _BACKGROUND = re.compile(r"(?<![&<>|])&(?![&>])|\bcoproc\b")
+#: Programs that may leave what they run going on beside the rest of the line (`setsid -f`,
+#: attacker round 85), or run it later.
+_DETACHING = frozenset({"setsid", "nohup", "start-stop-daemon", "daemonize", "daemon", "disown"})
+_DETACHING |= {"screen", "tmux", "at", "batch", "systemd-run"}
 
 
 def _out_of_order(line: ParsedCommand) -> bool:
     """Whether a command of the line may run after one written later: a function's body runs
-    where it is called, a background job beside the rest (loops and pipeline stages are not at
-    the top level, see `command_facts`)."""
-    return line.defines_functions or _BACKGROUND.search(line.raw) is not None
+    where it is called, a background job or a detached program beside the rest (loops,
+    pipeline stages and substitutions are not at the top level, see `command_facts`)."""
+    if line.defines_functions or _BACKGROUND.search(line.raw) is not None:
+        return True
+    return any({command.name, *command.wrappers} & _DETACHING for command in line.simple_commands)
 
 
 def name_end(text: str) -> dict[str, Any]:
@@ -204,8 +210,14 @@ def command_facts(
     for index, command in enumerate(line.simple_commands):
         # A link made by a command written later is on this one's paths too where this one may
         # run after it: in a loop (again), a function, the background, a pipeline beside it
-        # (attacker round 84: `f() { rm -rf L/<ws>; }; ln -s .. L && f`).
-        late = any(relinks[index + 1 :]) and (out_of_order or not command.top_level)
+        # (attacker round 84: `f() { rm -rf L/<ws>; }; ln -s .. L && f`); and where that one
+        # may run first: a substitution in this command's words, assignments or redirections
+        # is listed after it (round 85: `rm -rf L/<ws> 2>"$(ln -s .. L)x"`).
+        late = any(
+            relinks[later]
+            and (out_of_order or not command.top_level or not line.simple_commands[later].top_level)
+            for later in range(index + 1, len(relinks))
+        )
         # Its own operands are resolved before it removes or makes anything: only another
         # command that does may change where they lead.
         reshaped = reshapers > (1 if reshapes_names(command) else 0)

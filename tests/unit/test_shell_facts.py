@@ -527,3 +527,24 @@ def test_readers_of_the_model_s_are_not_taken_for_the_image_s(line: str, tmp_pat
     assert not is_read_only(parsed)
     facts = command_facts(parsed, str(tmp_path), str(tmp_path))
     assert not any(fact["reads_only"] for fact in facts if fact["name"] in ("find", "cat", "ls"))
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        'rm -rf L/ws 2>"$(ln -s .. L)log"',  # a redirection's substitution runs first
+        'X="$(ln -s .. L)" rm -rf L/ws',  # and an assignment's
+        'rm -rf L/ws <<< "$(ln -s .. L)"',
+        "setsid -f sh -c 'sleep 1; rm -rf L/ws'; ln -s .. L",  # a detached job, no `&`
+        "nohup sh -c 'rm -rf L/ws' & ln -s .. L",
+    ],
+)
+def test_a_link_made_by_what_runs_first_or_beside_makes_a_path_unknown(
+    line: str, tmp_path: Path
+) -> None:
+    """Attacker round 85: the substitutions of a command run before it but are listed after it,
+    and `setsid -f` puts a job beside the rest of the line: each emptied the workspace while
+    the policy allowed it."""
+    facts = command_facts(parse_command(line), str(tmp_path), str(tmp_path))
+    [rm] = [fact for fact in facts if fact["name"] == "rm"]
+    assert [word["path"] for word in rm["words"] if word["text"] == "L/ws"] == [""], line
