@@ -413,6 +413,11 @@ def test_git_files_and_the_workspace_moved_or_written_from_an_unknown_directory_
         "print('*.c filter=x', file=pathlib.Path(p).open('a'))\"",
         "python3 -c \"p = '.gi' + 't/config'; print('[alias]', file=open(p, *['a']))\"",
         'perl -e \'$p=join("",".gi","tmodules"); sysopen(F,$p,1089); print F 1\'',
+        # Attacker round 85: a link to a name only known when it runs, a call before the open
+        # mode's comma, perl's link.
+        'N=.gitattribute""s; ln -s "$N" A && echo "* filter=evil" > A',
+        "python3 -c \"print('x', file=open(str('.gitmod' + 'ules'), 'w'))\"",
+        "perl -e 'link q{keep.txt}, q{.gitattr}.q{ibutes}'",
     ]
     with _own_workspace(short_tmp, (".git/hooks",)) as (workspace, daemon):
         (workspace / ".git" / "config").write_text("[core]\n")
@@ -593,5 +598,8 @@ def test_links_made_where_or_by_what_the_line_order_hides_do_not_hide_the_worksp
             f"for i in 1 2; do test $i = 2 && rm -rf L/{ws.name}; ln -sfn .. L; done",
             f"./find . -name x && rm -rf L/{ws.name}",
             f"export PATH=.:$PATH && cat find && rm -rf L/{ws.name}",
+            # Round 85: a substitution of the rm's runs before it; a job detached without `&`.
+            f'rm -rf L/{ws.name} 2>"$(ln -s .. L)log"',
+            f"setsid -f sh -c 'sleep 0.5; rm -rf L/{ws.name}'; ln -s .. L; sleep 2",
         ],
     )

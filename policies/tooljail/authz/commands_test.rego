@@ -929,6 +929,12 @@ opaque_lines := {
 	"python3 -c (pathlib)": [simple(["python3", "-c", "import pathlib; p='.gi'+'tattributes'; print('*.c filter=x', file=pathlib.Path(p).open('a'))"])],
 	"python3 -c (unpacked mode)": [simple(["python3", "-c", "p='.gi'+'t/config'; f=open(p,*['a']); print('x', file=f)"])],
 	"perl -e (sysopen)": [simple(["perl", "-e", "$p=join('','.gi','tmodules'); sysopen(F,$p,1089); print F 1"])],
+	# Attacker round 85: a call before the mode's comma, link calls however spelled.
+	"python3 -c (nested call)": [simple(["python3", "-c", "print('x', file=open(str('.gitmod'+'ules'), 'w'))"])],
+	"python3 -c (link with a space)": [simple(["python3", "-c", "import os; os.link ('gm.txt', '.gitmod'+'ules')"])],
+	"perl -e (link)": [simple(["perl", "-e", "link q{at.txt}, q{.gitattr}.q{ibutes}"])],
+	"node -e (copyFileSync)": [simple(["node", "-e", "require('fs').copyFileSync('a', '.gitmod' + 'ules')"])],
+	"php -r (file_put_contents)": [simple(["php", "-r", "file_put_contents('.gitmod' . 'ules', 'x');"])],
 }
 
 test_inline_code_naming_gits_files_asks if {
@@ -991,6 +997,14 @@ test_a_git_like_target_in_a_place_unknown_asks_and_others_do_not if {
 	other := {"target": "notes.txt", "paths": [], "known": false}
 	plain := object.union(bash_line("cd \"$D\" && echo x > notes.txt", [simple(["echo", "x"])]), {"command": {"written_paths": ["notes.txt"], "written_files": [other]}})
 	count(data.tooljail.authz.git_control_writes) == 0 with input as plain
+}
+
+test_a_link_to_a_name_known_only_when_it_runs_asks if {
+	# Attacker round 85: `N=.gitattribute""s; ln -s "$N" A && echo x > A` wrote .gitattributes.
+	decides(bash_line("ln -s \"$N\" A", [simple(["ln", "-s", "$N", "A"])]), "ask", "links to `$N`, a name only known when it runs")
+	decides(bash_line("cp -s \"$N\" A", [simple(["cp", "-s", "$N", "A"])]), "ask", "links to `$N`")
+	known := {"words": [{"text": "-s", "dynamic": false, "path": ""}, {"text": "$HOME/notes", "dynamic": true, "path": "", "basename": "notes", "basename_whole": true}, fact_word("n")]}
+	decided(bash_line("ln -s \"$HOME/notes\" n", [object.union(simple(["ln", "-s", "$HOME/notes", "n"]), known)])).outcome == "allow"
 }
 
 test_moving_or_linking_git_files_asks if {

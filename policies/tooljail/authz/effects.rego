@@ -252,6 +252,32 @@ needs_approval contains sprintf(
 	may_name_git_directory(word)
 }
 
+# A link to a name only known when it runs may lead to one of git's files, and what is written
+# through the link is then not seen as a write to it (attacker round 85:
+# `N=.gitattribute""s; ln -s "$N" A && echo x > A`).
+needs_approval contains sprintf(
+	"%s: `%s` links to `%s`, a name only known when it runs, which may be git's own files; a person must approve it before it runs.",
+	[tool_name, shown(cmd), word.text],
+) if {
+	some cmd in simple_commands
+	makes_links(cmd)
+	some word in operand_words(cmd)
+	word.dynamic == true
+	may_be_git_file(word)
+}
+
+makes_links(cmd) if basename(cmd.name) in {"ln", "link", "symlink"}
+
+makes_links(cmd) if {
+	basename(cmd.name) == "cp"
+	some opt in options(command_args(cmd))
+	regex.match(`^-[A-Za-z0-9]*[sl]|^--(symbolic-link|link)$`, opt)
+}
+
+may_be_git_file(word) if object.get(word, "basename", "") == ""
+
+may_be_git_file(word) if may_name_git_control(word)
+
 # Programs that write files named by their input, not by their words (an archive, a patch):
 # any of them may be git's own (`tar cf - g --transform s,^g,.git, | tar xf -`).
 needs_approval contains sprintf(
@@ -1014,14 +1040,16 @@ inline_code_runner(name) if name in {"python", "python2", "python3", "perl", "ru
 
 inline_code_runner(name) if regex.match(`^python3\.[0-9]+$`, name)
 
-# "write files" also takes an open whose mode is computed, so that no quoted mode shows a write
+# "write files" takes an open's mode past nested calls (to the end of the statement: round 85,
+# `open(str(p), 'w')`), link calls however spelled, node's, ruby's, php's and lua's writers; and
+# also an open whose mode is computed, so that no quoted mode shows a write
 # (attacker round 83: `open(p, chr(97))`, `open F, chr(62).chr(62)."p"`): a variable or a call
 # as the mode (not a keyword argument), a quoted one joined or formatted, an f-string, and
 # perl's handle opened with a computed mode or a quoted `>`, `|` or `+<` one; and (round 84) a
 # method's open with a write mode or a computed one (pathlib's `Path(p).open('a')`), arguments
 # unpacked into an open (`open(p, *m)`), perl's sysopen and Python's FileIO.
 default code_effects := {
-	"write files": `\.write|pwrite|O_WRONLY|O_RDWR|O_CREAT|O_APPEND|O_TRUNC|mknod|write_text|write_bytes|writeFile|appendFile|open\([^)]*,\s*(mode\s*=\s*)?['"][^'"]*[wax+]|copyfile|copy2|copytree|\brename|\breplace\(|symlink|\blink\(|fopen|File\.open|IO\.write|>\s*["']|open\([^)]*,\s*(mode\s*=\s*)?[A-Za-z_][A-Za-z0-9_.]*\s*[^A-Za-z0-9_.=\s]|open\([^)]*,\s*(mode\s*=\s*)?['"][^'"]*['"]\s*[+%.]|open\([^)]*,\s*(mode\s*=\s*)?[fF][rR]?['"]|\bopen\s*\(?\s*(my\s+\$\w+|\$\w+|[A-Z][A-Z0-9_]*)\s*,\s*([^'"\s]|['"]\s*(\+[<>]|>|\||-\|))|\.open\(\s*(mode\s*=\s*)?['"][^'"]*[wax+]|\.open\(\s*(mode\s*=\s*)?[A-Za-z_][A-Za-z0-9_.]*\s*\)|open\([^)]*[,(]\s*\*|sysopen|FileIO\([^)]*,`,
+	"write files": `\.write|pwrite|O_WRONLY|O_RDWR|O_CREAT|O_APPEND|O_TRUNC|mknod|write_text|write_bytes|writeFile|appendFile|open\([^;\n]*,\s*(mode\s*=\s*)?['"][^'"]*[wax+]|copyfile|copy2|copytree|\brename|\breplace\s*\(|symlink|\blink|fopen|File\.open|IO\.write|>\s*["']|open\([^;\n]*,\s*(mode\s*=\s*)?[A-Za-z_][A-Za-z0-9_.]*\s*[^A-Za-z0-9_.=\s]|open\([^;\n]*,\s*(mode\s*=\s*)?['"][^'"]*['"]\s*[+%.]|open\([^;\n]*,\s*(mode\s*=\s*)?[fF][rR]?['"]|\bopen\s*\(?\s*(my\s+\$\w+|\$\w+|[A-Z][A-Z0-9_]*)\s*,\s*([^'"\s]|['"]\s*(\+[<>]|>|\||-\|))|\.open\(\s*(mode\s*=\s*)?['"][^'"]*[wax+]|\.open\(\s*(mode\s*=\s*)?[A-Za-z_][A-Za-z0-9_.]*\s*\)|open\([^)]*[,(]\s*\*|sysopen|FileIO\([^)]*,|copyFile|WriteStream|openSync\([^;\n]*,\s*[^\s)]|file_put_contents|fwrite|FileUtils|io\.output|\bfile\s*=\s*open`,
 	"delete files": `rmtree|unlink|remove|rmdir|truncate|\brm\b|shutil|fs\.rm|rimraf|File\.delete|delete_file|os\.remove|\bdel\b`,
 	"run other programs": `system|popen|subprocess|spawn|exec|\beval\b|fork|child_process|pty|__import__|importlib|getattr|compile|\bopen3\b|backtick|Kernel|%x|qx`,
 }
