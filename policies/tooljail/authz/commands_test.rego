@@ -1001,8 +1001,12 @@ test_a_git_like_target_in_a_place_unknown_asks_and_others_do_not if {
 
 test_a_link_to_a_name_known_only_when_it_runs_asks if {
 	# Attacker round 85: `N=.gitattribute""s; ln -s "$N" A && echo x > A` wrote .gitattributes.
-	decides(bash_line("ln -s \"$N\" A", [simple(["ln", "-s", "$N", "A"])]), "ask", "links to `$N`, a name only known when it runs")
-	decides(bash_line("cp -s \"$N\" A", [simple(["cp", "-s", "$N", "A"])]), "ask", "links to `$N`")
+	written := object.union(bash_line("ln -s \"$N\" A && echo x > A", [simple(["ln", "-s", "$N", "A"]), simple(["echo", "x"])]), {"command": {"written_paths": ["A"]}})
+	decides(written, "ask", "links to `$N`, a name only known when it runs")
+	decides(bash_line("cp -s \"$N\" A && cp h A", [simple(["cp", "-s", "$N", "A"]), simple(["cp", "h", "A"])]), "ask", "links to `$N`")
+
+	# Alone in its line, the link is followed on the disk by the lines after it.
+	decided(bash_line("ln -s \"$N\" A", [simple(["ln", "-s", "$N", "A"])])).outcome == "allow"
 	known := {"words": [{"text": "-s", "dynamic": false, "path": ""}, {"text": "$HOME/notes", "dynamic": true, "path": "", "basename": "notes", "basename_whole": true}, fact_word("n")]}
 	decided(bash_line("ln -s \"$HOME/notes\" n", [object.union(simple(["ln", "-s", "$HOME/notes", "n"]), known)])).outcome == "allow"
 }

@@ -252,11 +252,12 @@ needs_approval contains sprintf(
 	may_name_git_directory(word)
 }
 
-# A link to a name only known when it runs may lead to one of git's files, and what is written
-# through the link is then not seen as a write to it (attacker round 85:
-# `N=.gitattribute""s; ln -s "$N" A && echo x > A`).
+# A link to a name only known when it runs may lead to one of git's files, and what the same
+# line then writes through the link is not seen as a write to it (attacker round 85:
+# `N=.gitattribute""s; ln -s "$N" A && echo x > A`). A later line's writes go through the link
+# on the disk, where it is followed.
 needs_approval contains sprintf(
-	"%s: `%s` links to `%s`, a name only known when it runs, which may be git's own files; a person must approve it before it runs.",
+	"%s: `%s` links to `%s`, a name only known when it runs, which may be git's own files, and the line goes on; a person must approve it before it runs. Make the link in a line of its own.",
 	[tool_name, shown(cmd), word.text],
 ) if {
 	some cmd in simple_commands
@@ -264,7 +265,12 @@ needs_approval contains sprintf(
 	some word in operand_words(cmd)
 	word.dynamic == true
 	may_be_git_file(word)
+	line_does_more(cmd)
 }
+
+line_does_more(_) if count(object.get(input, ["command", "written_paths"], [])) > 0
+
+line_does_more(_) if count(simple_commands) > 1
 
 makes_links(cmd) if basename(cmd.name) in {"ln", "link", "symlink"}
 
