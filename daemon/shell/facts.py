@@ -204,6 +204,8 @@ def command_facts(
     lookup = Lookup.of(line)
     reshapers = sum(1 for command in line.simple_commands if reshapes_names(command))
     relinks = [may_relink(command, lookup) for command in line.simple_commands]
+    # For each command: whether a command after it may relink, and one not at the top level.
+    relink_after, nested_relink_after = _after_each(line.simple_commands, relinks)
     out_of_order = _out_of_order(line)
     resolved = 0
     facts = []
@@ -213,10 +215,8 @@ def command_facts(
         # (attacker round 84: `f() { rm -rf L/<ws>; }; ln -s .. L && f`); and where that one
         # may run first: a substitution in this command's words, assignments or redirections
         # is listed after it (round 85: `rm -rf L/<ws> 2>"$(ln -s .. L)x"`).
-        late = any(
-            relinks[later]
-            and (out_of_order or not command.top_level or not line.simple_commands[later].top_level)
-            for later in range(index + 1, len(relinks))
+        late = nested_relink_after[index] or (
+            relink_after[index] and (out_of_order or not command.top_level)
         )
         # Its own operands are resolved before it removes or makes anything: only another
         # command that does may change where they lead.
@@ -251,6 +251,20 @@ def command_facts(
         linked = linked or relinks[index]
         unfollowed = unfollowed or may_set_shell_state(command)
     return facts
+
+
+def _after_each(
+    commands: tuple[SimpleCommand, ...], relinks: list[bool]
+) -> tuple[list[bool], list[bool]]:
+    """For each command, whether one after it relinks, and whether one not at the top level
+    does (in one pass from the end)."""
+    after, nested_after = [False] * len(commands), [False] * len(commands)
+    seen = nested = False
+    for index in range(len(commands) - 1, -1, -1):
+        after[index], nested_after[index] = seen, nested
+        seen = seen or relinks[index]
+        nested = nested or (relinks[index] and not commands[index].top_level)
+    return after, nested_after
 
 
 def may_set_shell_state(command: SimpleCommand) -> bool:
