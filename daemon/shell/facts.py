@@ -134,7 +134,7 @@ def _out_of_order(line: ParsedCommand) -> bool:
     """Whether a command of the line may run after one written later: a function's body runs
     where it is called, a background job or a detached program beside the rest (loops,
     pipeline stages and substitutions are not at the top level, see `command_facts`)."""
-    if line.defines_functions or _BACKGROUND.search(line.raw) is not None:
+    if line.defines_functions or line.runs_in_background or _BACKGROUND.search(line.raw):
         return True
     return any({command.name, *command.wrappers} & _DETACHING for command in line.simple_commands)
 

@@ -81,6 +81,8 @@ class ParsedCommand:
     redirects: tuple[Redirect, ...]
     defines_functions: bool = False
     """It defines a shell function, which may take the name of any command it runs (`cd`)."""
+    runs_in_background: bool = False
+    """It puts a job in the background (`&`), in the line or in a string it runs."""
 
     @property
     def written_paths(self) -> tuple[str, ...]:

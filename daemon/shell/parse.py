@@ -99,6 +99,7 @@ def parse_command(raw: str) -> ParsedCommand:
         tuple(analyser.commands),
         tuple(analyser.redirects),
         analyser.defines_functions,
+        analyser.backgrounds,
     )
 
 
@@ -167,6 +168,7 @@ class _Analyser:
         self.commands: list[SimpleCommand] = []
         self.redirects: list[Redirect] = []
         self.defines_functions = False
+        self.backgrounds = False
         self.deadline = time.monotonic() + TIME_BUDGET_S
         self.pipelines = 0
         self.truncated = False
@@ -292,6 +294,10 @@ class _Analyser:
                 continue
             children = [c for c in node.children if c.is_named]
             child_ctx = ctx
+            if any(c.type == "&" and not c.is_named for c in node.children):
+                # Found in the tree, so also in a string run by eval or `bash -c` (attacker
+                # round 86: `eval $'... \x26'` has no `&` in the line's text).
+                self.backgrounds = True
             if kind == "program":
                 statements = [c for c in children if c.type not in ("comment", "ERROR")]
                 child_ctx = (

@@ -548,3 +548,26 @@ def test_a_link_made_by_what_runs_first_or_beside_makes_a_path_unknown(
     facts = command_facts(parse_command(line), str(tmp_path), str(tmp_path))
     [rm] = [fact for fact in facts if fact["name"] == "rm"]
     assert [word["path"] for word in rm["words"] if word["text"] == "L/ws"] == [""], line
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        "eval $'sleep 2 \\x26\\x26 rm -rf L/ws \\x26'; ln -s .. L",  # `&` only once decoded
+        "bash -c 'rm -rf L/ws & ln -s .. L'",
+        "sh -c \"$(printf 'x')\" ; eval 'rm -rf L/ws &' ; ln -s .. L",
+    ],
+)
+def test_a_background_job_in_a_string_the_line_runs_is_seen(line: str, tmp_path: Path) -> None:
+    """Attacker round 86: `eval $'... rm -rf L/<ws> \\x26'; ln -s .. L` has no `&` in its text,
+    and emptied the workspace while the policy allowed it."""
+    parsed = parse_command(line)
+    assert parsed.runs_in_background
+    facts = command_facts(parsed, str(tmp_path), str(tmp_path))
+    [rm] = [fact for fact in facts if fact["name"] == "rm"]
+    assert [word["path"] for word in rm["words"] if word["text"] == "L/ws"] == [""], line
+
+
+def test_and_lists_and_stderr_pipes_are_not_background_jobs() -> None:
+    for line in ("a && b", "a |& b", "a 2>&1", "a &> f", "a >& f"):
+        assert not parse_command(line).runs_in_background, line
