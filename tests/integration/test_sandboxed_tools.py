@@ -418,6 +418,10 @@ def test_git_files_and_the_workspace_moved_or_written_from_an_unknown_directory_
         'N=.gitattribute""s; ln -s "$N" A && echo "* filter=evil" > A',
         "python3 -c \"print('x', file=open(str('.gitmod' + 'ules'), 'w'))\"",
         "perl -e 'link q{keep.txt}, q{.gitattr}.q{ibutes}'",
+        # Attacker round 86: numeric open flags and dup2, a prefix and a suffix that spell it.
+        "python3 -c \"import os; n = '.gitattribute' + 's'; fd = os.open(n, 577); "
+        "os.dup2(fd, 1); print('* filter=evil')\"",
+        "printf '* filter=evil\\nx\\n' > in.txt && csplit -s -f .gitattribute -b '%.0ds' in.txt 2",
     ]
     with _own_workspace(short_tmp, (".git/hooks",)) as (workspace, daemon):
         (workspace / ".git" / "config").write_text("[core]\n")
@@ -601,5 +605,7 @@ def test_links_made_where_or_by_what_the_line_order_hides_do_not_hide_the_worksp
             # Round 85: a substitution of the rm's runs before it; a job detached without `&`.
             f'rm -rf L/{ws.name} 2>"$(ln -s .. L)log"',
             f"setsid -f sh -c 'sleep 0.5; rm -rf L/{ws.name}'; ln -s .. L; sleep 2",
+            # Round 86: a background job whose `&` only exists once eval decoded it.
+            f"eval $'sleep 0.5 \\x26\\x26 rm -rf L/{ws.name} \\x26'; ln -s .. L; sleep 2",
         ],
     )

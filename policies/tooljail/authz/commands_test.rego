@@ -935,6 +935,10 @@ opaque_lines := {
 	"perl -e (link)": [simple(["perl", "-e", "link q{at.txt}, q{.gitattr}.q{ibutes}"])],
 	"node -e (copyFileSync)": [simple(["node", "-e", "require('fs').copyFileSync('a', '.gitmod' + 'ules')"])],
 	"php -r (file_put_contents)": [simple(["php", "-r", "file_put_contents('.gitmod' . 'ules', 'x');"])],
+	# Attacker round 86: numeric open flags with dup2, names looked up at run time, hardlink_to.
+	"python3 -c (numeric flags)": [simple(["python3", "-c", "import os;n='.gitattribute'+'s';fd=os.open(n,577);os.dup2(fd,1);print('* filter=evil')"])],
+	"python3 -c (vars lookup)": [simple(["python3", "-c", "import os;u=vars(os)['unl'+'ink'];u('keep.txt')"])],
+	"python3 -c (hardlink_to)": [simple(["python3", "-c", "import pathlib;pathlib.Path('.gitmod'+'ules').hardlink_to('x')"])],
 }
 
 test_inline_code_naming_gits_files_asks if {
@@ -949,6 +953,7 @@ not_opaque_lines := {
 	"python3 -c (read, quoted)": [simple(["python3", "-c", "print(open('x', 'rb').read())"])],
 	"perl -e (read)": [simple(["perl", "-e", "open(my $f, '<', 'notes'); print <$f>"])],
 	"python3 -c (pathlib read)": [simple(["python3", "-c", "import pathlib; print(pathlib.Path('notes').open().read())"])],
+	"python3 -c (os.open read)": [simple(["python3", "-c", "import os; print(os.read(os.open('notes', os.O_RDONLY), 10))"])],
 	"source .venv/bin/activate": [simple(["source", ".venv/bin/activate"])],
 	"python3 script.py": [simple(["python3", "script.py"])],
 }
@@ -997,6 +1002,17 @@ test_a_git_like_target_in_a_place_unknown_asks_and_others_do_not if {
 	other := {"target": "notes.txt", "paths": [], "known": false}
 	plain := object.union(bash_line("cd \"$D\" && echo x > notes.txt", [simple(["echo", "x"])]), {"command": {"written_paths": ["notes.txt"], "written_files": [other]}})
 	count(data.tooljail.authz.git_control_writes) == 0 with input as plain
+}
+
+test_split_prefixes_that_may_spell_gits_files_ask if {
+	# Attacker round 86: `csplit -f .gitattribute -b '%.0ds' in 2` wrote .gitattributes.
+	decides(bash_line("csplit -s -f .gitattribute -b '%.0ds' in.txt 2", [simple(["csplit", "-s", "-f", ".gitattribute", "-b", "%.0ds", "in.txt", "2"])]), "ask", "writes files named `.gitattribute` followed by a suffix")
+	decides(bash_line("csplit --prefix=pre-commi in.txt 2", [simple(["csplit", "--prefix=pre-commi", "in.txt", "2"])]), "ask", "`pre-commi`")
+	decides(bash_line("csplit -fconfi in.txt 2", [simple(["csplit", "-fconfi", "in.txt", "2"])]), "ask", "`confi`")
+	decides(bash_line("split -l 1 in.txt .gitmodule", [simple(["split", "-l", "1", "in.txt", ".gitmodule"])]), "ask", "`.gitmodule`")
+	decided(bash_line("csplit in.txt 2", [simple(["csplit", "in.txt", "2"])])).outcome == "allow"
+	decided(bash_line("split -l 100 big.txt part_", [simple(["split", "-l", "100", "big.txt", "part_"])])).outcome == "allow"
+	decided(bash_line("split big.txt", [simple(["split", "big.txt"])])).outcome == "allow"
 }
 
 test_a_link_to_a_name_known_only_when_it_runs_asks if {

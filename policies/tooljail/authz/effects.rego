@@ -284,6 +284,56 @@ may_be_git_file(word) if object.get(word, "basename", "") == ""
 
 may_be_git_file(word) if may_name_git_control(word)
 
+# csplit and split name what they write by a prefix and a suffix they format: the prefix may be
+# most of one of git's files, and the suffix the rest (attacker round 86: `csplit -f
+# .gitattribute -b '%.0ds' in 2` wrote .gitattributes).
+needs_approval contains sprintf(
+	"%s: `%s` writes files named `%s` followed by a suffix, which may spell one of git's own files; a person must approve it before it runs. Use another prefix.",
+	[tool_name, shown(cmd), prefix],
+) if {
+	some cmd in simple_commands
+	prefix := split_prefix(cmd)
+	prefix_may_name_git_control(prefix)
+}
+
+split_prefix(cmd) := prefix if {
+	basename(cmd.name) == "csplit"
+	prefix := option_value(command_args(cmd), "-f", "--prefix", "xx")
+} else := prefix if {
+	basename(cmd.name) == "split"
+	operands := [w | some w in command_args(cmd); not startswith(w, "-")]
+	prefix := split_operand_prefix(operands)
+}
+
+split_operand_prefix(operands) := operands[count(operands) - 1] if count(operands) >= 2
+
+else := "x"
+
+# The value of an option given as `-f V`, `-fV`, `--prefix=V` or `--prefix V`; `otherwise` without.
+option_value(args, short, long, otherwise) := value if {
+	some i, arg in args
+	arg in {short, long}
+	value := args[i + 1]
+} else := value if {
+	some arg in args
+	startswith(arg, concat("", [long, "="]))
+	value := substring(arg, count(long) + 1, -1)
+} else := value if {
+	some arg in args
+	startswith(arg, short)
+	arg != short
+	not startswith(arg, "--")
+	value := substring(arg, count(short), -1)
+} else := otherwise
+
+prefix_may_name_git_control(prefix) if {
+	name := regex.replace(prefix, `^.*/`, "")
+	some git_name in git_control_names
+	startswith(git_name, name)
+}
+
+prefix_may_name_git_control(prefix) if regex.match("[$`*?\\[{]|(^|/)\\.git(/|$)", prefix)
+
 # Programs that write files named by their input, not by their words (an archive, a patch):
 # any of them may be git's own (`tar cf - g --transform s,^g,.git, | tar xf -`).
 needs_approval contains sprintf(
@@ -1046,6 +1096,10 @@ inline_code_runner(name) if name in {"python", "python2", "python3", "perl", "ru
 
 inline_code_runner(name) if regex.match(`^python3\.[0-9]+$`, name)
 
+# Round 86: os.open with numeric or variable flags (its own flags, not a mode: `os.O_RDONLY` is
+# no computed mode), dup2 (output redirected into a file),
+# pathlib's hardlink_to; and finding functions by a name built at run time (`vars(os)['unl' +
+# 'ink']`) can run anything.
 # "write files" takes an open's mode past nested calls (to the end of the statement: round 85,
 # `open(str(p), 'w')`), link calls however spelled, node's, ruby's, php's and lua's writers; and
 # also an open whose mode is computed, so that no quoted mode shows a write
@@ -1055,9 +1109,9 @@ inline_code_runner(name) if regex.match(`^python3\.[0-9]+$`, name)
 # method's open with a write mode or a computed one (pathlib's `Path(p).open('a')`), arguments
 # unpacked into an open (`open(p, *m)`), perl's sysopen and Python's FileIO.
 default code_effects := {
-	"write files": `\.write|pwrite|O_WRONLY|O_RDWR|O_CREAT|O_APPEND|O_TRUNC|mknod|write_text|write_bytes|writeFile|appendFile|open\([^;\n]*,\s*(mode\s*=\s*)?['"][^'"]*[wax+]|copyfile|copy2|copytree|\brename|\breplace\s*\(|symlink|\blink|fopen|File\.open|IO\.write|>\s*["']|open\([^;\n]*,\s*(mode\s*=\s*)?[A-Za-z_][A-Za-z0-9_.]*\s*[^A-Za-z0-9_.=\s]|open\([^;\n]*,\s*(mode\s*=\s*)?['"][^'"]*['"]\s*[+%.]|open\([^;\n]*,\s*(mode\s*=\s*)?[fF][rR]?['"]|\bopen\s*\(?\s*(my\s+\$\w+|\$\w+|[A-Z][A-Z0-9_]*)\s*,\s*([^'"\s]|['"]\s*(\+[<>]|>|\||-\|))|\.open\(\s*(mode\s*=\s*)?['"][^'"]*[wax+]|\.open\(\s*(mode\s*=\s*)?[A-Za-z_][A-Za-z0-9_.]*\s*\)|open\([^)]*[,(]\s*\*|sysopen|FileIO\([^)]*,|copyFile|WriteStream|openSync\([^;\n]*,\s*[^\s)]|file_put_contents|fwrite|FileUtils|io\.output|\bfile\s*=\s*open`,
+	"write files": `\.write|pwrite|O_WRONLY|O_RDWR|O_CREAT|O_APPEND|O_TRUNC|mknod|write_text|write_bytes|writeFile|appendFile|open\([^;\n]*,\s*(mode\s*=\s*)?['"][^'"]*[wax+]|copyfile|copy2|copytree|\brename|\breplace\s*\(|symlink|\blink|fopen|File\.open|IO\.write|>\s*["']|(^|[^.\w]|\bio\.|\bcodecs\.)open\([^;\n]*,\s*(mode\s*=\s*)?[A-Za-z_][A-Za-z0-9_.]*\s*[^A-Za-z0-9_.=\s]|open\([^;\n]*,\s*(mode\s*=\s*)?['"][^'"]*['"]\s*[+%.]|open\([^;\n]*,\s*(mode\s*=\s*)?[fF][rR]?['"]|\bopen\s*\(?\s*(my\s+\$\w+|\$\w+|[A-Z][A-Z0-9_]*)\s*,\s*([^'"\s]|['"]\s*(\+[<>]|>|\||-\|))|\.open\(\s*(mode\s*=\s*)?['"][^'"]*[wax+]|\.open\(\s*(mode\s*=\s*)?[A-Za-z_][A-Za-z0-9_.]*\s*\)|open\([^)]*[,(]\s*\*|sysopen|FileIO\([^)]*,|copyFile|WriteStream|openSync\([^;\n]*,\s*[^\s)]|file_put_contents|fwrite|FileUtils|io\.output|\bfile\s*=\s*open|os\.open\([^;\n,]*,\s*([0-9]|[A-Za-z_][A-Za-z0-9_]*\s*[,)])|dup2|hardlink`,
 	"delete files": `rmtree|unlink|remove|rmdir|truncate|\brm\b|shutil|fs\.rm|rimraf|File\.delete|delete_file|os\.remove|\bdel\b`,
-	"run other programs": `system|popen|subprocess|spawn|exec|\beval\b|fork|child_process|pty|__import__|importlib|getattr|compile|\bopen3\b|backtick|Kernel|%x|qx`,
+	"run other programs": `system|popen|subprocess|spawn|exec|\beval\b|fork|child_process|pty|__import__|importlib|getattr|compile|\bopen3\b|backtick|Kernel|%x|qx|\bvars\s*\(|__dict__|\bglobals\s*\(`,
 }
 
 code_effects := data.tooljail.commands.code_effects if is_object(data.tooljail.commands.code_effects)
