@@ -1096,18 +1096,16 @@ inline_code_runner(name) if name in {"python", "python2", "python3", "perl", "ru
 
 inline_code_runner(name) if regex.match(`^python3\.[0-9]+$`, name)
 
-# Round 86: os.open with numeric or variable flags (its own flags, not a mode: `os.O_RDONLY` is
-# no computed mode), dup2 (output redirected into a file),
-# pathlib's hardlink_to; and finding functions by a name built at run time (`vars(os)['unl' +
-# 'ink']`) can run anything.
-# "write files" takes an open's mode past nested calls (to the end of the statement: round 85,
-# `open(str(p), 'w')`), link calls however spelled, node's, ruby's, php's and lua's writers; and
-# also an open whose mode is computed, so that no quoted mode shows a write
-# (attacker round 83: `open(p, chr(97))`, `open F, chr(62).chr(62)."p"`): a variable or a call
-# as the mode (not a keyword argument), a quoted one joined or formatted, an f-string, and
-# perl's handle opened with a computed mode or a quoted `>`, `|` or `+<` one; and (round 84) a
-# method's open with a write mode or a computed one (pathlib's `Path(p).open('a')`), arguments
-# unpacked into an open (`open(p, *m)`), perl's sysopen and Python's FileIO.
+# "write files" takes, beyond the plain writers, what attackers wrote with (rounds 82-86):
+# - an open whose mode shows a write, read to the end of the statement past nested calls
+#   (`open(str(p), 'w')`), or whose mode is computed: a variable or a call (not a keyword
+#   argument, and not os.open's own flags such as `os.O_RDONLY`), a quoted one joined or
+#   formatted, an f-string, an unpacked one (`open(p, *m)`), pathlib's `.open('a')`;
+# - os.open with numeric or variable flags, dup2 (output redirected into a file), FileIO;
+# - perl's handle opened with a computed mode or a quoted `>`, `|` or `+<` one, and sysopen;
+# - link calls however spelled (`os.link (`, perl's `link a, b`, hardlink_to), and node's,
+#   ruby's, php's and lua's writers.
+# "run other programs" includes functions found by a name built when it runs (`vars(os)[...]`).
 default code_effects := {
 	"write files": `\.write|pwrite|O_WRONLY|O_RDWR|O_CREAT|O_APPEND|O_TRUNC|mknod|write_text|write_bytes|writeFile|appendFile|open\([^;\n]*,\s*(mode\s*=\s*)?['"][^'"]*[wax+]|copyfile|copy2|copytree|\brename|\breplace\s*\(|symlink|\blink|fopen|File\.open|IO\.write|>\s*["']|(^|[^.\w]|\bio\.|\bcodecs\.)open\([^;\n]*,\s*(mode\s*=\s*)?[A-Za-z_][A-Za-z0-9_.]*\s*[^A-Za-z0-9_.=\s]|open\([^;\n]*,\s*(mode\s*=\s*)?['"][^'"]*['"]\s*[+%.]|open\([^;\n]*,\s*(mode\s*=\s*)?[fF][rR]?['"]|\bopen\s*\(?\s*(my\s+\$\w+|\$\w+|[A-Z][A-Z0-9_]*)\s*,\s*([^'"\s]|['"]\s*(\+[<>]|>|\||-\|))|\.open\(\s*(mode\s*=\s*)?['"][^'"]*[wax+]|\.open\(\s*(mode\s*=\s*)?[A-Za-z_][A-Za-z0-9_.]*\s*\)|open\([^)]*[,(]\s*\*|sysopen|FileIO\([^)]*,|copyFile|WriteStream|openSync\([^;\n]*,\s*[^\s)]|file_put_contents|fwrite|FileUtils|io\.output|\bfile\s*=\s*open|os\.open\([^;\n,]*,\s*([0-9]|[A-Za-z_][A-Za-z0-9_]*\s*[,)])|dup2|hardlink`,
 	"delete files": `rmtree|unlink|remove|rmdir|truncate|\brm\b|shutil|fs\.rm|rimraf|File\.delete|delete_file|os\.remove|\bdel\b`,
