@@ -422,6 +422,10 @@ def test_git_files_and_the_workspace_moved_or_written_from_an_unknown_directory_
         "python3 -c \"import os; n = '.gitattribute' + 's'; fd = os.open(n, 577); "
         "os.dup2(fd, 1); print('* filter=evil')\"",
         "printf '* filter=evil\\nx\\n' > in.txt && csplit -s -f .gitattribute -b '%.0ds' in.txt 2",
+        # Attacker round 87: a writer given a name only known when it runs, an escaped mode.
+        "X=.gitattributes; echo y | tee $X",
+        "echo '* filter=evil' | tee .gitattribute{s,}",
+        'python3 -c \'f = open(".gitmod" + "ules", "\\167"); print("x", file=f)\'',
     ]
     with _own_workspace(short_tmp, (".git/hooks",)) as (workspace, daemon):
         (workspace / ".git" / "config").write_text("[core]\n")
@@ -607,5 +611,7 @@ def test_links_made_where_or_by_what_the_line_order_hides_do_not_hide_the_worksp
             f"setsid -f sh -c 'sleep 0.5; rm -rf L/{ws.name}'; ln -s .. L; sleep 2",
             # Round 86: a background job whose `&` only exists once eval decoded it.
             f"eval $'sleep 0.5 \\x26\\x26 rm -rf L/{ws.name} \\x26'; ln -s .. L; sleep 2",
+            # Round 87: files deleted one by one under names only known when it runs.
+            "shopt -s globstar dotglob; rm -f -- ** 2>/dev/null; rmdir -- ** 2>/dev/null; ls",
         ],
     )

@@ -939,6 +939,8 @@ opaque_lines := {
 	"python3 -c (numeric flags)": [simple(["python3", "-c", "import os;n='.gitattribute'+'s';fd=os.open(n,577);os.dup2(fd,1);print('* filter=evil')"])],
 	"python3 -c (vars lookup)": [simple(["python3", "-c", "import os;u=vars(os)['unl'+'ink'];u('keep.txt')"])],
 	"python3 -c (hardlink_to)": [simple(["python3", "-c", "import pathlib;pathlib.Path('.gitmod'+'ules').hardlink_to('x')"])],
+	# Attacker round 87: an escaped mode.
+	"python3 -c (escaped mode)": [simple(["python3", "-c", "f=open(n, \"\\167\"); print('pwned', file=f)"])],
 }
 
 test_inline_code_naming_gits_files_asks if {
@@ -1002,6 +1004,32 @@ test_a_git_like_target_in_a_place_unknown_asks_and_others_do_not if {
 	other := {"target": "notes.txt", "paths": [], "known": false}
 	plain := object.union(bash_line("cd \"$D\" && echo x > notes.txt", [simple(["echo", "x"])]), {"command": {"written_paths": ["notes.txt"], "written_files": [other]}})
 	count(data.tooljail.authz.git_control_writes) == 0 with input as plain
+}
+
+dyn(text) := {"text": text, "dynamic": true, "path": "", "basename": "", "basename_whole": false}
+
+with_words(argv, words) := object.union(simple(argv), {"words": words})
+
+test_writers_of_names_known_only_when_they_run_ask if {
+	# Attacker round 87: `X=.gitattributes; echo y | tee $X`, `tee .gitattribute{s,}`, `dd of=$X`.
+	decides(bash_line("tee \"$X\"", [with_words(["tee", "$X"], [dyn("$X")])]), "ask", "writes `$X`, a name only known when it runs")
+	decides(bash_line("tee .gitattribute{s,}", [with_words(["tee", ".gitattribute{s,}"], [dyn(".gitattribute{s,}")])]), "ask", "writes `.gitattribute{s,}`")
+	decides(bash_line("dd of=$X", [with_words(["dd", "of=$X"], [dyn("of=$X")])]), "ask", "writes `of=$X`")
+	decides(bash_line("sed -i s/a/b/ $F", [with_words(["sed", "-i", "s/a/b/", "$F"], [fact_word("-i"), fact_word("s/a/b/"), dyn("$F")])]), "ask", "writes `$F`")
+
+	# Reading a name only known when it runs, or a program text with a variable, is not writing it.
+	decided(bash_line("dd if=$X of=out", [with_words(["dd", "if=$X", "of=out"], [dyn("if=$X"), fact_word("of=out")])])).outcome == "allow"
+	decided(bash_line("sed -i \"s/a/$B/\" notes", [with_words(["sed", "-i", "s/a/$B/", "notes"], [fact_word("-i"), dyn("s/a/$B/"), fact_word("notes")])])).outcome == "allow"
+	decided(bash_line("make -j$N", [with_words(["make", "-j$N"], [dyn("-j$N")])])).outcome == "allow"
+}
+
+test_deleting_names_that_may_be_every_file_asks if {
+	# Attacker round 87: `shopt -s globstar dotglob; rm -f -- **` emptied the workspace.
+	decides(bash_line("rm -f -- **", [with_words(["rm", "-f", "--", "**"], [fact_word("-f"), fact_word("--"), dyn("**")])]), "ask", "deletes `**`, names only known when it runs")
+	decides(bash_line("rmdir -- *", [with_words(["rmdir", "--", "*"], [fact_word("--"), dyn("*")])]), "ask", "deletes `*`")
+	decides(bash_line("rm \"$F\"", [with_words(["rm", "$F"], [dyn("$F")])]), "ask", "deletes `$F`")
+	fixed := {"text": "*.o", "dynamic": true, "path": "", "basename": ".o", "basename_whole": false}
+	decided(bash_line("rm -f *.o", [with_words(["rm", "-f", "*.o"], [fact_word("-f"), fixed])])).outcome == "allow"
 }
 
 test_split_prefixes_that_may_spell_gits_files_ask if {

@@ -118,6 +118,36 @@ needs_approval contains sprintf(
 	names_git_control(word)
 }
 
+# A program that writes the files its operands name, given a name only known when it runs whose
+# end is not known either (`tee "$X"`, `dd of=$X`, `tee .gitattribute{s,}`): it may be one of
+# git's files (attacker round 87). Other programs' such words are not taken for writes.
+needs_approval contains sprintf(
+	"%s: `%s` writes `%s`, a name only known when it runs, which may be one of git's own files; a person must approve it before it runs.",
+	[tool_name, shown(cmd), word.text],
+) if {
+	some cmd in simple_commands
+	some word in written_operands(cmd)
+	word.dynamic == true
+	object.get(word, "basename", "") == ""
+}
+
+written_operands(cmd) := operand_words(cmd) if {
+	basename(cmd.name) in {"tee", "sponge", "truncate"}
+} else := [word |
+	basename(cmd.name) == "dd"
+	some word in object.get(cmd, "words", [])
+	startswith(word.text, "of=")
+] if {
+	basename(cmd.name) == "dd"
+} else := array.slice(operands, 1, count(operands)) if {
+	# Editing in place: the files after the program text (its first operand; one given by -e
+	# is then left out too, and judged by name like every word).
+	basename(cmd.name) in {"sed", "perl", "ruby", "awk", "gawk"}
+	some opt in options(command_args(cmd))
+	regex.match(`^-i|^--in-place|^-[A-Za-z]*i`, opt)
+	operands := operand_words(cmd)
+} else := []
+
 # git's own commands are judged by what they do (git_effect); these never write what they name.
 operands_never_written := {"git", "echo", "printf", "test", "[", "cd", "pushd", "export", "unset", "true", "false", ":"}
 
@@ -535,6 +565,21 @@ recursive_delete_targets(cmd) := find_start_words(cmd) if {
 }
 
 recursive(cmd) if has_short_flag(options(command_args(cmd)), "rR")
+
+# A delete that is not recursive still empties the workspace of its files where its names are
+# only known when it runs and may be any (`shopt -s globstar dotglob; rm -f -- **`, `rm $F`:
+# attacker round 87); a pattern with a fixed end (`*.o`) is left alone.
+needs_approval contains concat(" ", [
+	sprintf("%s: `%s` deletes `%s`, names only known when it runs that may be every file here;", [tool_name, shown(cmd), word.text]),
+	"a person must approve it before it runs. Name the files, or use a pattern with a fixed part (`*.o`).",
+]) if {
+	some cmd in simple_commands
+	basename(cmd.name) in {"rm", "rmdir", "unlink", "shred"}
+	not recursive_delete_targets(cmd)
+	some word in operand_words(cmd)
+	word.dynamic == true
+	object.get(word, "basename", "") == ""
+}
 
 # Operands that xargs or find -exec hand over (`{}`): unknown here.
 fed_operands(cmd) := [{"text": "(the names xargs or find hands over)", "dynamic": true, "path": ""}] if {
@@ -1100,14 +1145,15 @@ inline_code_runner(name) if regex.match(`^python3\.[0-9]+$`, name)
 # - an open whose mode shows a write, read to the end of the statement past nested calls
 #   (`open(str(p), 'w')`), or whose mode is computed: a variable or a call (not a keyword
 #   argument, and not os.open's own flags such as `os.O_RDONLY`), a quoted one joined or
-#   formatted, an f-string, an unpacked one (`open(p, *m)`), pathlib's `.open('a')`;
+#   formatted, an f-string, an escaped one (`"\167"`), an unpacked one (`open(p, *m)`),
+#   pathlib's `.open('a')`;
 # - os.open with numeric or variable flags, dup2 (output redirected into a file), FileIO;
 # - perl's handle opened with a computed mode or a quoted `>`, `|` or `+<` one, and sysopen;
 # - link calls however spelled (`os.link (`, perl's `link a, b`, hardlink_to), and node's,
 #   ruby's, php's and lua's writers.
 # "run other programs" includes functions found by a name built when it runs (`vars(os)[...]`).
 default code_effects := {
-	"write files": `\.write|pwrite|O_WRONLY|O_RDWR|O_CREAT|O_APPEND|O_TRUNC|mknod|write_text|write_bytes|writeFile|appendFile|open\([^;\n]*,\s*(mode\s*=\s*)?['"][^'"]*[wax+]|copyfile|copy2|copytree|\brename|\breplace\s*\(|symlink|\blink|fopen|File\.open|IO\.write|>\s*["']|(^|[^.\w]|\bio\.|\bcodecs\.)open\([^;\n]*,\s*(mode\s*=\s*)?[A-Za-z_][A-Za-z0-9_.]*\s*[^A-Za-z0-9_.=\s]|open\([^;\n]*,\s*(mode\s*=\s*)?['"][^'"]*['"]\s*[+%.]|open\([^;\n]*,\s*(mode\s*=\s*)?[fF][rR]?['"]|\bopen\s*\(?\s*(my\s+\$\w+|\$\w+|[A-Z][A-Z0-9_]*)\s*,\s*([^'"\s]|['"]\s*(\+[<>]|>|\||-\|))|\.open\(\s*(mode\s*=\s*)?['"][^'"]*[wax+]|\.open\(\s*(mode\s*=\s*)?[A-Za-z_][A-Za-z0-9_.]*\s*\)|open\([^)]*[,(]\s*\*|sysopen|FileIO\([^)]*,|copyFile|WriteStream|openSync\([^;\n]*,\s*[^\s)]|file_put_contents|fwrite|FileUtils|io\.output|\bfile\s*=\s*open|os\.open\([^;\n,]*,\s*([0-9]|[A-Za-z_][A-Za-z0-9_]*\s*[,)])|dup2|hardlink`,
+	"write files": `\.write|pwrite|O_WRONLY|O_RDWR|O_CREAT|O_APPEND|O_TRUNC|mknod|write_text|write_bytes|writeFile|appendFile|open\([^;\n]*,\s*(mode\s*=\s*)?['"][^'"]*[wax+]|copyfile|copy2|copytree|\brename|\breplace\s*\(|symlink|\blink|fopen|File\.open|IO\.write|>\s*["']|(^|[^.\w]|\bio\.|\bcodecs\.)open\([^;\n]*,\s*(mode\s*=\s*)?[A-Za-z_][A-Za-z0-9_.]*\s*[^A-Za-z0-9_.=\s]|open\([^;\n]*,\s*(mode\s*=\s*)?['"][^'"]*['"]\s*[+%.]|open\([^;\n]*,\s*(mode\s*=\s*)?[fF][rR]?['"]|\bopen\s*\(?\s*(my\s+\$\w+|\$\w+|[A-Z][A-Z0-9_]*)\s*,\s*([^'"\s]|['"]\s*(\+[<>]|>|\||-\|))|\.open\(\s*(mode\s*=\s*)?['"][^'"]*[wax+]|\.open\(\s*(mode\s*=\s*)?[A-Za-z_][A-Za-z0-9_.]*\s*\)|open\([^)]*[,(]\s*\*|sysopen|FileIO\([^)]*,|copyFile|WriteStream|openSync\([^;\n]*,\s*[^\s)]|file_put_contents|fwrite|FileUtils|io\.output|\bfile\s*=\s*open|os\.open\([^;\n,]*,\s*([0-9]|[A-Za-z_][A-Za-z0-9_]*\s*[,)])|dup2|hardlink|open\([^;\n]*,\s*(mode\s*=\s*)?['"][^'"]*\\`,
 	"delete files": `rmtree|unlink|remove|rmdir|truncate|\brm\b|shutil|fs\.rm|rimraf|File\.delete|delete_file|os\.remove|\bdel\b`,
 	"run other programs": `system|popen|subprocess|spawn|exec|\beval\b|fork|child_process|pty|__import__|importlib|getattr|compile|\bopen3\b|backtick|Kernel|%x|qx|\bvars\s*\(|__dict__|\bglobals\s*\(`,
 }
