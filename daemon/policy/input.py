@@ -301,6 +301,11 @@ class SimpleCommand(_Part):
         description="The executable word holds an expansion or pattern, so the real program is "
         "only known at run time.",
     )
+    stdin_texts: list[str] = Field(
+        default=[],
+        description="The heredoc bodies and here-strings it is fed, as written: an interpreter "
+        "with no program named reads its program there (`python3 <<EOF`).",
+    )
     cwd: str = Field(
         default="",
         description="The directory it runs in: the call's working directory, followed through "

@@ -39,6 +39,9 @@ class SimpleCommand:
     dynamic_words: tuple[bool, ...] = ()
     """For each word of argv: whether its value is only known at run time (an expansion, a
     glob, a brace pattern)."""
+    stdin_texts: tuple[str, ...] = ()
+    """The heredoc bodies and here-strings it is fed, as written: an interpreter with no
+    program named reads its program there (`python3 <<EOF`)."""
 
     def to_policy(self) -> dict[str, Any]:
         """The JSON object of input.command.simple_commands[i]."""
@@ -52,6 +55,7 @@ class SimpleCommand:
             "pipeline": self.pipeline,
             "stage": self.stage,
             "dynamic": self.dynamic,
+            **({"stdin_texts": list(self.stdin_texts)} if self.stdin_texts else {}),
         }
 
 

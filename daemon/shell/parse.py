@@ -20,6 +20,7 @@ from daemon.shell import grammar
 from daemon.shell.model import ParsedCommand, Redirect, SimpleCommand
 from daemon.shell.words import node_text, render_word, scan_unquoted
 from daemon.shell.wrappers import (
+    SHELLS,
     Word,
     basename,
     deferred_scripts,
@@ -175,6 +176,9 @@ class _Analyser:
         self.words = 0
         self.chars = 0
         """Set once the command limit is reached: the walks stop there."""
+        self.fed: tuple[str, ...] = ()
+        """What the command whose string is being parsed again (`bash -c`, eval) is fed on its
+        input: each command of that string may read it (`bash -c bash <<< ...`)."""
 
     def error(self, message: str) -> None:
         if message not in self.errors and len(self.errors) < 8:
@@ -503,20 +507,30 @@ class _Analyser:
         found = unwrap(words)
         chain = wrappers + found.wrappers
         assignments += found.assignments
+        fed = (*scripts, *self.fed)
         nested: list[tuple[str, str]] = []
         if found.script is not None:
             nested = [(found.script.label, found.script.text)]
         elif found.stdin_shell:
-            nested = [(f"{basename(found.argv[0].text)} -s", s) for s in scripts]
+            nested = [(f"{basename(found.argv[0].text)} -s", s) for s in fed]
         before = len(self.commands)
-        for label, text in nested:
-            self._nested(label, text, chain, depth, ctx)
+        outer, self.fed = self.fed, fed if found.script is not None else ()
+        try:
+            for label, text in nested:
+                self._nested(label, text, chain, depth, ctx)
+        finally:
+            self.fed = outer
         if len(self.commands) > before or not found.argv:
             return
-        self._record(found.argv, chain, assignments, ctx)
+        self._record(found.argv, chain, assignments, ctx, fed)
+        argv0 = found.argv[0]
+        if basename(argv0.text) in SHELLS and not argv0.dynamic:
+            # A shell given a script is fed its input too; the script may be a link to it
+            # (`ln -s /dev/stdin s; bash s <<< ...`: attacker round 88): judged as if it ran.
+            for text in fed:
+                self._nested(f"{basename(argv0.text)} -s", text, chain, depth, ctx)
         for script in deferred_scripts(found.argv):
             self._nested(script.label, script.text, chain, depth, ctx)
-        argv0 = found.argv[0]
         if basename(argv0.text) == "find" and not argv0.dynamic:
             for action in find_exec_commands(found.argv):
                 self._emit(action, (), ctx, (*chain, "find -exec"), depth, [])
@@ -543,6 +557,7 @@ class _Analyser:
         wrappers: tuple[str, ...],
         assignments: tuple[str, ...],
         ctx: _Ctx,
+        stdin_texts: tuple[str, ...] = (),
     ) -> None:
         if len(self.commands) >= MAX_SIMPLE_COMMANDS:
             self.truncated = True
@@ -576,6 +591,7 @@ class _Analyser:
                 top_level=not ctx.nested,
                 then_and=ctx.then_and,
                 after_or=ctx.after_or,
+                stdin_texts=stdin_texts,
             )
         )
 

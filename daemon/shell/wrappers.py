@@ -8,6 +8,7 @@ the arguments; an option we do not know is taken as a flag.
 
 from __future__ import annotations
 
+import posixpath
 import re
 import shlex
 from collections.abc import Callable, Sequence
@@ -218,9 +219,20 @@ def _eval(words: tuple[Word, ...]) -> _Peel | None:
     return _Peel((), script=Script("eval", " ".join(w.text for w in words[1:])))
 
 
+#: Names of a shell's own standard input, as a script operand (`bash /dev/stdin <<EOF`).
+_STDIN_NAMES = frozenset({"/dev/stdin", "/dev/fd/0", "/proc/self/fd/0", "/proc/thread-self/fd/0"})
+
+
+def _names_stdin(word: Word) -> bool:
+    return not word.dynamic and posixpath.normpath("/" + word.text.lstrip("/")) in _STDIN_NAMES
+
+
 def _shell(words: tuple[Word, ...]) -> _Peel | None:
-    """bash [options] -c STRING [name [args]]: the first operand after the options is STRING."""
-    has_c = False
+    """bash [options] -c STRING [name [args]]: the first operand after the options is STRING.
+    Without -c the commands come from standard input when no operand follows, with -s (the
+    operands are then the positional parameters), or when the script named is standard input
+    (attacker round 88: `bash -s x <<< 'rm -rf *'`, `bash /dev/stdin <<EOF`)."""
+    has_c = has_s = False
     i = 1
     while i < len(words):
         word = words[i]
@@ -237,11 +249,15 @@ def _shell(words: tuple[Word, ...]) -> _Peel | None:
         for ch in text[1:]:
             if ch == "c" and text[0] == "-":
                 has_c = True
+            elif ch == "s" and text[0] == "-":
+                has_s = True
             elif ch in "oO":  # each -o / -O in a cluster consumes the next word
                 i += 1
     if not has_c:
-        # A script file runs commands we cannot see; no operand means commands come from stdin.
-        return None if i < len(words) else _Peel((), stdin_shell=True)
+        # A script file runs commands we cannot see.
+        if has_s or i >= len(words) or _names_stdin(words[i]):
+            return _Peel((), stdin_shell=True)
+        return None
     if i >= len(words):
         return None
     label = f"{basename(words[0].text)} -c"

@@ -426,6 +426,14 @@ def test_git_files_and_the_workspace_moved_or_written_from_an_unknown_directory_
         "X=.gitattributes; echo y | tee $X",
         "echo '* filter=evil' | tee .gitattribute{s,}",
         'python3 -c \'f = open(".gitmod" + "ules", "\\167"); print("x", file=f)\'',
+        # Attacker round 88: the code option at the end of a cluster, writers and output
+        # options given names only known when they run, a patch applied from a heredoc.
+        "python3 -Ic \"n = '.gi' + 't'; open(n + 'attributes', 'w').write('* filter=evil')\"",
+        "perl -le 'open(F, q{>}, q{.gitmodule}.q{s}) or die; print F q{[submodule \"x\"]}'",
+        "sort -o .gitattribute$(echo s) keep.txt",
+        "uniq keep.txt .gitmodule$(echo s)",
+        "git apply <<'EOF'\ndiff --git a/.gitattributes b/.gitattributes\nnew file mode 100644\n"
+        "--- /dev/null\n+++ b/.gitattributes\n@@ -0,0 +1 @@\n+* filter=evil\nEOF",
     ]
     with _own_workspace(short_tmp, (".git/hooks",)) as (workspace, daemon):
         (workspace / ".git" / "config").write_text("[core]\n")
@@ -613,5 +621,19 @@ def test_links_made_where_or_by_what_the_line_order_hides_do_not_hide_the_worksp
             f"eval $'sleep 0.5 \\x26\\x26 rm -rf L/{ws.name} \\x26'; ln -s .. L; sleep 2",
             # Round 87: files deleted one by one under names only known when it runs.
             "shopt -s globstar dotglob; rm -f -- ** 2>/dev/null; rmdir -- ** 2>/dev/null; ls",
+            # Round 88: a code option at the end of a cluster, programs read from a heredoc or
+            # here-string, a shell given -s with operands or /dev/stdin, files emptied by a
+            # writer given names only known when it runs.
+            'python3 -Ic "import shutil, os; [shutil.rmtree(p) if os.path.isdir(p) else '
+            "os.remove(p) for p in os.listdir('.')]\"",
+            "python3 <<'EOF'\nimport os\nos.remove('keep.txt')\nEOF",
+            "perl <<< 'unlink q{keep.txt}'",
+            "printf 'import os\\nos.remove(\"keep.txt\")\\n' | python3",
+            "bash -s x <<< 'rm -rf * .[!.]*'",
+            "bash /dev/stdin <<'EOF'\nrm -rf *\nEOF",
+            "bash -c bash <<< 'rm -rf *'",
+            "ln -s /dev/stdin s; bash s <<< 'rm -rf *'",
+            'shopt -s globstar dotglob; for f in **; do [ -f "$f" ] && sort -o "$f" /dev/null; '
+            "done; true",
         ],
     )

@@ -123,6 +123,24 @@ TABLE: list[tuple[str, bool, list[Cmd], list[str]]] = [
     ("sudo --us root rm x", True, [(["rm", "x"], ["sudo"])], []),
     ("bash <<'EOF'\nrm -rf /\nEOF", True, [(["rm", "-rf", "/"], ["bash -s"])], []),
     ("bash <<< 'rm -rf /'", True, [(["rm", "-rf", "/"], ["bash -s"])], []),
+    # Attacker round 88: -s with operands (the positional parameters), and a script that is
+    # standard input itself, still read their commands from the heredoc or here-string.
+    ("bash -s x <<< 'rm -rf *'", True, [(["rm", "-rf", "*"], ["bash -s"])], []),
+    ("sh -es -- x y <<< 'rm -rf *'", True, [(["rm", "-rf", "*"], ["sh -s"])], []),
+    ("bash /dev/stdin <<'EOF'\nrm -rf *\nEOF", True, [(["rm", "-rf", "*"], ["bash -s"])], []),
+    ("bash //dev/fd/0 x <<< 'rm x'", True, [(["rm", "x"], ["bash -s"])], []),
+    ("bash /proc/self/fd/0 <<< 'rm x'", True, [(["rm", "x"], ["bash -s"])], []),
+    # A shell given a script is fed its input too: the script may be a link to it.
+    (
+        "bash /dev/fd/3 3<<'E'\nrm x\nE",
+        True,
+        [(["bash", "/dev/fd/3"], []), (["rm", "x"], ["bash -s"])],
+        [],
+    ),
+    ("bash s <<< 'rm x'", True, [(["bash", "s"], []), (["rm", "x"], ["bash -s"])], []),
+    # What a `bash -c` string or eval is fed, the commands in it are fed.
+    ("bash -c bash <<< 'rm x'", True, [(["rm", "x"], ["bash -c", "bash -s"])], []),
+    ("eval 'sh -s' <<< 'rm x'", True, [(["rm", "x"], ["eval", "sh -s"])], []),
     ("command -v rm", True, [(["command", "-v", "rm"], [])], []),
     ("bash script.sh", True, [(["bash", "script.sh"], [])], []),
     ("sudo", True, [(["sudo"], [])], []),
@@ -179,6 +197,23 @@ def test_table(line: str, parsed: bool, expected: list[Cmd], written: list[str])
     assert doc["written_paths"] == written
     assert doc["parsed"] is parsed
     assert (doc["parse_error"] == "") is parsed
+
+
+@pytest.mark.parametrize(
+    ("line", "texts"),
+    [
+        ("python3 <<'EOF'\nimport os\nos.remove('a')\nEOF", ["import os\nos.remove('a')\n"]),
+        ("perl <<< 'unlink q{f2.txt}'", ["unlink q{f2.txt}"]),
+        ('python3 - x <<< "$CODE"', ["$CODE"]),
+        ("python3 x.py", []),
+        ("bash -c 'python3' <<< 'import os'", ["import os"]),
+    ],
+)
+def test_what_a_program_is_fed_on_its_input_is_kept(line: str, texts: list[str]) -> None:
+    """An interpreter reading its program from a heredoc or here-string (attacker round 88):
+    the policy reads that text as it reads `python3 -c`'s."""
+    (command,) = policy(line)["simple_commands"]
+    assert command.get("stdin_texts", []) == texts
 
 
 def test_contract_example_has_exactly_the_documented_shape() -> None:

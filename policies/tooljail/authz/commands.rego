@@ -187,10 +187,16 @@ needs_approval contains concat(" ", [
 ]) if {
 	not line_downloads
 	some cmd in simple_commands
-	basename(cmd.name) in shells
+	program_reader(basename(cmd.name))
 	reads_program_from_stream(cmd)
 	fed_by_pipe(cmd)
 }
+
+# Shells, and interpreters that read a program on their input (`printf ... | python3`: attacker
+# round 88).
+program_reader(name) if name in shells
+
+program_reader(name) if inline_code_runner(name)
 
 # --- Ask rules: destructive patterns ---------------------------------------------------------
 

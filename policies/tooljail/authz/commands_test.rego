@@ -93,7 +93,7 @@ fact_git(args) := {
 }
 
 fact_git_builtins := {
-	"add", "branch", "checkout", "clean", "clone", "commit", "config", "diff", "fetch", "filter-branch", "gc", "init", "log", "merge", "rm",
+	"add", "am", "apply", "branch", "checkout", "clean", "clone", "commit", "config", "diff", "fetch", "filter-branch", "gc", "init", "log", "merge", "rm",
 	"pull", "push", "rebase", "reflog", "reset", "restore", "rev-parse", "show", "stash", "status", "switch", "tag", "update-ref",
 }
 
@@ -941,6 +941,19 @@ opaque_lines := {
 	"python3 -c (hardlink_to)": [simple(["python3", "-c", "import pathlib;pathlib.Path('.gitmod'+'ules').hardlink_to('x')"])],
 	# Attacker round 87: an escaped mode.
 	"python3 -c (escaped mode)": [simple(["python3", "-c", "f=open(n, \"\\167\"); print('pwned', file=f)"])],
+	# Attacker round 88: the code flag last in a cluster, attached, long, or a subcommand; the
+	# program read from a heredoc or here-string.
+	"python3 -Ic": [simple(["python3", "-Ic", "import shutil; shutil.rmtree('x')"])],
+	"python3 -c attached": [simple(["python3", "-cimport os; os.remove('a')"])],
+	"perl -le": [simple(["perl", "-le", "open(F, q{>}, q{.gitmodule}.q{s}) or die; print F 1"])],
+	"perl -e attached": [simple(["perl", "-eunlink q{a}"])],
+	"node -pe": [simple(["node", "-pe", "require('fs').unlinkSync('a')"])],
+	"node --eval=": [simple(["node", "--eval=require('fs').rmSync('a')"])],
+	"php --run": [simple(["php", "--run", "unlink('a');"])],
+	"deno eval": [simple(["deno", "eval", "Deno.removeSync('a')"])],
+	"python3 <<EOF": [object.union(simple(["python3"]), {"stdin_texts": ["import os\nos.remove('f1.txt')\n"]})],
+	"perl <<<": [object.union(simple(["perl"]), {"stdin_texts": ["unlink q{f2.txt}"]})],
+	"python3 $S <<<": [object.union(simple(["python3", "$S"]), {"stdin_texts": ["import shutil; shutil.rmtree('x')"]})],
 }
 
 test_inline_code_naming_gits_files_asks if {
@@ -958,6 +971,10 @@ not_opaque_lines := {
 	"python3 -c (os.open read)": [simple(["python3", "-c", "import os; print(os.read(os.open('notes', os.O_RDONLY), 10))"])],
 	"source .venv/bin/activate": [simple(["source", ".venv/bin/activate"])],
 	"python3 script.py": [simple(["python3", "script.py"])],
+	"perl -ne (read)": [simple(["perl", "-ne", "print if /x/", "notes"])],
+	"python3 -I script.py": [simple(["python3", "-I", "script.py"])],
+	"python3 -m pytest -k remove_user": [simple(["python3", "-m", "pytest", "-k", "remove_user"])],
+	"python3 <<EOF (print)": [object.union(simple(["python3"]), {"stdin_texts": ["print(1 + 1)\n"]})],
 }
 
 test_program_text_the_policy_cannot_read_asks if {
@@ -1030,6 +1047,57 @@ test_deleting_names_that_may_be_every_file_asks if {
 	decides(bash_line("rm \"$F\"", [with_words(["rm", "$F"], [dyn("$F")])]), "ask", "deletes `$F`")
 	fixed := {"text": "*.o", "dynamic": true, "path": "", "basename": ".o", "basename_whole": false}
 	decided(bash_line("rm -f *.o", [with_words(["rm", "-f", "*.o"], [fact_word("-f"), fixed])])).outcome == "allow"
+}
+
+test_output_files_and_writers_of_names_known_only_when_they_run_ask if {
+	# Attacker round 88: `sort -o .gitattribute$(echo s) in`, `uniq in .gitmodule$(echo s)`, and
+	# `for f in **; do sort -o "$f" /dev/null; done` emptied every file.
+	decides(bash_line("sort -o .gitattribute$(echo s) in", [with_words(["sort", "-o", ".gitattribute$(echo s)", "in"], [fact_word("-o"), dyn(".gitattribute$(echo s)"), fact_word("in")])]), "ask", "writes `.gitattribute$(echo s)`")
+	decides(bash_line("sort --output=$F in", [with_words(["sort", "--output=$F", "in"], [dyn("--output=$F"), fact_word("in")])]), "ask", "writes `--output=$F`")
+	decides(bash_line("sort -o\"$f\" /dev/null", [with_words(["sort", "-o$f", "/dev/null"], [dyn("-o$f"), fact_word("/dev/null")])]), "ask", "writes `-o$f`")
+	decides(bash_line("gcc -o \"$F\" a.c", [with_words(["gcc", "-o", "$F", "a.c"], [fact_word("-o"), dyn("$F"), fact_word("a.c")])]), "ask", "writes `$F`")
+	decides(bash_line("uniq in .gitmodule$(echo s)", [with_words(["uniq", "in", ".gitmodule$(echo s)"], [fact_word("in"), dyn(".gitmodule$(echo s)")])]), "ask", "writes `.gitmodule$(echo s)`")
+	decides(bash_line("xxd -r in $F", [with_words(["xxd", "-r", "in", "$F"], [fact_word("-r"), fact_word("in"), dyn("$F")])]), "ask", "writes `$F`")
+	decides(bash_line("gunzip $F", [with_words(["gunzip", "$F"], [dyn("$F")])]), "ask", "writes `$F`")
+	decides(bash_line("fallocate -p -o 0 -l 9 \"$f\"", [with_words(["fallocate", "-p", "-o", "0", "-l", "9", "$f"], [fact_word("-p"), fact_word("-o"), fact_word("0"), fact_word("-l"), fact_word("9"), dyn("$f")])]), "ask", "writes `$f`")
+
+	# Readers, and a writer's inputs, given such names are not writes; nor is `make -j$N`.
+	decided(bash_line("sort \"$f\"", [with_words(["sort", "$f"], [dyn("$f")])])).outcome == "allow"
+	decided(bash_line("sort -o out.txt \"$f\"", [with_words(["sort", "-o", "out.txt", "$f"], [fact_word("-o"), fact_word("out.txt"), dyn("$f")])])).outcome == "allow"
+	decided(bash_line("uniq \"$f\"", [with_words(["uniq", "$f"], [dyn("$f")])])).outcome == "allow"
+	decided(bash_line("grep -o \"$P\" notes", [with_words(["grep", "-o", "$P", "notes"], [fact_word("-o"), dyn("$P"), fact_word("notes")])])).outcome == "allow"
+	decided(bash_line("wc -l \"$f\"", [with_words(["wc", "-l", "$f"], [fact_word("-l"), dyn("$f")])])).outcome == "allow"
+	decided(bash_line("gzip -dc $F", [with_words(["gzip", "-dc", "$F"], [fact_word("-dc"), dyn("$F")])])).outcome == "allow"
+	decided(bash_line("make -j$N", [with_words(["make", "-j$N"], [dyn("-j$N")])])).outcome == "allow"
+}
+
+test_git_apply_writes_what_the_patch_names if {
+	# Attacker round 88: `git apply <<'EOF'` with a patch creating .gitattributes.
+	decides(bash_line("git apply", [simple(["git", "apply"])]), "ask", "writes the files a patch names")
+	decides(bash_line("git am", [simple(["git", "am", "x.mbox"])]), "ask", "writes the files a patch names")
+	decided(bash_line("git apply --check x.patch", [simple(["git", "apply", "--check", "x.patch"])])).outcome == "allow"
+	decided(bash_line("git apply --stat x.patch", [simple(["git", "apply", "--stat", "x.patch"])])).outcome == "allow"
+}
+
+test_shells_fed_their_commands_by_a_descriptor_or_a_name_known_at_run_time_ask if {
+	# Attacker round 88: a script that is a descriptor the heredoc feeds, or a name known at run
+	# time with a heredoc or pipe to read.
+	fd3 := object.union(simple(["bash", "/dev/fd/3"]), {"stdin_texts": ["rm -rf *\n"]})
+	decides(bash_line("bash /dev/fd/3 3<<E ...", [fd3]), "ask", "reads its commands from `/dev/fd/3`")
+	proc := simple(["bash", "-e", "/proc/self/fd/4"])
+	decides(bash_line("bash -e /proc/self/fd/4 4<x", [proc]), "ask", "reads its commands from `/proc/self/fd/4`")
+	var := object.union(simple(["bash", "$S"]), {"stdin_texts": ["rm -rf *"]})
+	decides(bash_line("bash $S <<< 'rm -rf *'", [var]), "ask", "reads its commands from `$S`")
+	piped := [stage(["printf", "x"], 0), stage(["python3"], 1)]
+	decides(bash_line("printf x | python3", piped), "ask", "reads the commands it runs from a pipe")
+
+	decided(bash_line("bash build.sh", [simple(["bash", "build.sh"])])).outcome == "allow"
+	decided(bash_line("bash run.sh \"$f\"", [simple(["bash", "run.sh", "$f"])])).outcome == "allow"
+	decided(bash_line("bash x.sh /proc/1", [simple(["bash", "x.sh", "/proc/1"])])).outcome == "allow"
+	decides(bash_line("bash -o pipefail /dev/fd/3", [simple(["bash", "-o", "pipefail", "/dev/fd/3"])]), "ask", "reads its commands from `/dev/fd/3`")
+	decided(bash_line("bash -c 'ls /dev/fd/3'", [simple(["bash", "-c", "ls /dev/fd/3"])])).outcome == "allow"
+	decided(bash_line("bash $S", [simple(["bash", "$S"])])).outcome == "allow"
+	decided(bash_line("cat x | python3 -m json.tool", [stage(["cat", "x"], 0), stage(["python3", "-m", "json.tool"], 1)])).outcome == "allow"
 }
 
 test_split_prefixes_that_may_spell_gits_files_ask if {

@@ -118,21 +118,69 @@ needs_approval contains sprintf(
 	names_git_control(word)
 }
 
-# A program that writes the files its operands name, given a name only known when it runs whose
-# end is not known either (`tee "$X"`, `dd of=$X`, `tee .gitattribute{s,}`): it may be one of
-# git's files (attacker round 87). Other programs' such words are not taken for writes.
+# A program that writes the files its operands name, or a file an output option names, given
+# a name only known when it runs whose end is not known either (`tee "$X"`, `dd of=$X`, `tee
+# .gitattribute{s,}`: attacker round 87; `sort -o "$f"`, `uniq in .gitmodule$(echo s)`: round
+# 88): it may be one of git's files, or every file of the workspace in turn. Other programs'
+# such words are not taken for writes.
 needs_approval contains sprintf(
 	"%s: `%s` writes `%s`, a name only known when it runs, which may be one of git's own files; a person must approve it before it runs.",
 	[tool_name, shown(cmd), word.text],
 ) if {
 	some cmd in simple_commands
-	some word in written_operands(cmd)
+	some word in array.concat(written_operands(cmd), output_option_words(cmd))
 	word.dynamic == true
 	object.get(word, "basename", "") == ""
 }
 
+# The file an output option names (`-o F`, `-oF`, `--output=F`, `--out F`), for a program that
+# is not a known reader (`grep -o` only prints the matches).
+output_option_words(cmd) := [word |
+	not basename(cmd.name) in never_write_outputs
+	words := cmd_words(cmd)
+	some j, option in words
+	output_option(option.text)
+	some word in array.slice(words, j, j + 2)
+]
+
+output_option(text) if regex.match(`^(-o|-out|--out|--output|--outfile|--output-file|--output-document)(=|$)`, text)
+
+output_option(text) if regex.match(`^-o.`, text)
+
+never_write_outputs := {"grep", "egrep", "fgrep", "rg", "ls", "ps", "ssh", "scp", "find", "bash", "sh", "dash", "zsh", "set", "shopt", "git"}
+
+# Decompressing writes the operand's name less its suffix; with -c (or as zcat) it prints.
+decompresses_in_place(cmd) if {
+	basename(cmd.name) in {"gunzip", "unxz", "bunzip2", "unzstd", "unlzma", "unlz4", "uncompress"}
+	not prints_only(options(command_args(cmd)))
+}
+
+decompresses_in_place(cmd) if {
+	basename(cmd.name) in {"gzip", "xz", "bzip2", "zstd", "lzma", "lz4", "brotli"}
+	opts := options(command_args(cmd))
+	decompresses(opts)
+	not prints_only(opts)
+}
+
+decompresses(opts) if has_short_flag(opts, "d")
+
+decompresses(opts) if has_long_flag(opts, "--decompress")
+
+decompresses(opts) if has_long_flag(opts, "--uncompress")
+
+prints_only(opts) if has_short_flag(opts, "c")
+
+prints_only(opts) if has_long_flag(opts, "--stdout")
+
+prints_only(opts) if has_long_flag(opts, "--to-stdout")
+
 written_operands(cmd) := operand_words(cmd) if {
-	basename(cmd.name) in {"tee", "sponge", "truncate"}
+	basename(cmd.name) in {"tee", "sponge", "truncate", "fallocate"}
+} else := operand_words(cmd) if {
+	decompresses_in_place(cmd)
+} else := array.slice(operand_words(cmd), 1, 2) if {
+	# uniq IN OUT, xxd IN OUT
+	basename(cmd.name) in {"uniq", "xxd"}
 } else := [word |
 	basename(cmd.name) == "dd"
 	some word in object.get(cmd, "words", [])
@@ -950,6 +998,21 @@ git_effect contains [i, "works inside git's own directory, where it keeps its ho
 	in_git_directory(git.directory)
 }
 
+# The files a patch names may be git's own (attacker round 88: `git apply <<EOF` creating
+# .gitattributes), as with `patch`; `--check`, `--stat`, `--numstat` and `--summary` only read.
+git_effect contains [i, "writes the files a patch names, which may be git's own (its hooks and configuration)"] if {
+	some i, git in git_lines
+	git.subcommand in {"apply", "am"}
+	not only_reads_patch(git)
+}
+
+only_reads_patch(git) if {
+	git.subcommand == "apply"
+	some long in {"--check", "--stat", "--numstat", "--summary"}
+	has_long_flag(git.options, long)
+	not has_long_flag(git.options, "--apply")
+}
+
 git_effect contains [i, "applies a patch outside the work tree's checks (--unsafe-paths, --directory)"] if {
 	some i, git in git_lines
 	git.subcommand in {"apply", "am"}
@@ -1119,17 +1182,84 @@ opaque_code contains [i, sprintf("%s reads its program from a process substituti
 }
 
 # An interpreter given its program on the command line (python -c, perl -e, node -e, ...)
-# whose text calls what deletes files or runs other programs (data.tooljail.commands
-# .code_effects): the policy cannot follow such code, so a person reads it.
+# or on its input (a heredoc or here-string: `python3 <<EOF`) whose text calls what deletes
+# files or runs other programs (data.tooljail.commands.code_effects): the policy cannot follow
+# such code, so a person reads it.
 opaque_code contains [i, sprintf("%s code that can %s", [basename(cmd.name), effect])] if {
 	some i, cmd in simple_commands
 	inline_code_runner(basename(cmd.name))
-	some j, flag in command_args(cmd)
-	flag in {"-c", "-e", "-E", "--eval", "-r", "--exec"}
-	code := command_args(cmd)[j + 1]
+	some code in inline_code(cmd)
 	some effect, pattern in code_effects
 	regex.match(pattern, code)
 }
+
+# Words that may be program text: the word of a code option and the one after it, as the code
+# may be attached (`-cCODE`, `--eval=CODE`) or follow; the option may end a cluster (`python3
+# -Ic`, `perl -le`: attacker round 88). Any text fed on the input, whether or not the program
+# reads its program there (`python3 $S <<EOF` with S=/dev/stdin).
+inline_code(cmd) := array.concat(
+	[code |
+		args := command_args(cmd)
+		some j, flag in args
+		code_option(basename(cmd.name), flag)
+		some code in array.slice(args, j, j + 2)
+	],
+	object.get(cmd, "stdin_texts", []),
+)
+
+code_option(name, flag) if regex.match(sprintf(`^-[A-Za-z0-9]*[%s]`, [code_letters(name)]), flag)
+
+code_option(_, flag) if regex.match(`^--(eval|exec|print|run)(=|$)`, flag)
+
+code_option(_, "eval") # deno eval CODE
+
+code_letters(name) := "eE" if {
+	name == "perl"
+} else := "ep" if {
+	name in {"node", "nodejs", "bun", "deno"}
+} else := "rBRE" if {
+	name == "php"
+} else := "ce"
+
+# A shell's script that is a descriptor (`bash /dev/fd/3 3<<EOF`, `/proc/self/fd/4`), or a name
+# only known when it runs where the shell is fed a heredoc, a here-string or a pipe (`bash $S
+# <<< ...` with S=/dev/stdin): the commands it reads are not parsed (attacker round 88). Its own
+# standard input fed a heredoc is parsed instead (`bash /dev/stdin <<EOF`).
+opaque_code contains [i, sprintf("%s reads its commands from `%s`", [cmd.name, word.text])] if {
+	some i, cmd in simple_commands
+	basename(cmd.name) in shells
+	not has_short_flag(options(command_args(cmd)), "c")
+	word := shell_script(cmd)
+	opaque_script(cmd, word)
+}
+
+# The script a shell runs: its first word that is neither an option nor an option's value
+# (`bash -o pipefail x.sh`); the words after it are the script's own.
+shell_script(cmd) := words[min(scripts)] if {
+	words := cmd_words(cmd)
+	texts := [w.text | some w in words]
+	scripts := [j | some j, _ in texts; not shell_option_at(texts, j)]
+	count(scripts) > 0
+}
+
+shell_option_at(texts, j) if regex.match(`^[-+]`, texts[j])
+
+shell_option_at(texts, j) if regex.match(`^[-+][A-Za-z]*[oO]$|^--(rcfile|init-file)$`, texts[j - 1])
+
+opaque_script(_, word) if {
+	regex.match(`^/+(\./+)*(dev|proc)/`, word.text)
+	not stream_word(word.text)
+	not word.text in harmless_devices
+}
+
+opaque_script(cmd, word) if {
+	word.dynamic == true
+	fed_input(cmd)
+}
+
+fed_input(cmd) if count(object.get(cmd, "stdin_texts", [])) > 0
+
+fed_input(cmd) if fed_by_pipe(cmd)
 
 opaque_source(word) if word.dynamic == true
 
