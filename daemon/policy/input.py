@@ -306,6 +306,11 @@ class SimpleCommand(_Part):
         description="The heredoc bodies and here-strings it is fed, as written: an interpreter "
         "with no program named reads its program there (`python3 <<EOF`).",
     )
+    stdin_dynamic: bool = Field(
+        default=False,
+        description='One of stdin_texts is only known when it runs (`python3 <<< "$C"`, a '
+        "heredoc whose delimiter is not quoted that expands something).",
+    )
     cwd: str = Field(
         default="",
         description="The directory it runs in: the call's working directory, followed through "

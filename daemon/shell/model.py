@@ -42,6 +42,8 @@ class SimpleCommand:
     stdin_texts: tuple[str, ...] = ()
     """The heredoc bodies and here-strings it is fed, as written: an interpreter with no
     program named reads its program there (`python3 <<EOF`)."""
+    stdin_dynamic: bool = False
+    """One of them is only known when it runs (`python3 <<< "$C"`, a heredoc that expands)."""
 
     def to_policy(self) -> dict[str, Any]:
         """The JSON object of input.command.simple_commands[i]."""
@@ -56,6 +58,7 @@ class SimpleCommand:
             "stage": self.stage,
             "dynamic": self.dynamic,
             **({"stdin_texts": list(self.stdin_texts)} if self.stdin_texts else {}),
+            **({"stdin_dynamic": True} if self.stdin_dynamic else {}),
         }
 
 

@@ -134,7 +134,7 @@ class _Line:
     where: str
     extras: dict[int, list[tree_sitter.Node]] = field(default_factory=dict)
     """Words tree-sitter put after a redirection target; bash gives them to the command."""
-    stdin: dict[int, list[str]] = field(default_factory=dict)
+    stdin: dict[int, list[Word]] = field(default_factory=dict)
     """Heredoc bodies and here-strings a command reads, by command node id."""
     pipeline_start: dict[int, tuple[int, int]] = field(default_factory=dict)
     skipped: list[tuple[int, int]] = field(default_factory=list)
@@ -154,6 +154,14 @@ def _first_error(root: tree_sitter.Node) -> tree_sitter.Node:
             return node
         node = nxt
     return node
+
+
+def _heredoc_bodies(heredoc: tree_sitter.Node, data: bytes) -> list[Word]:
+    """A heredoc's bodies as the command reads them: known as written when its delimiter is
+    quoted or the body expands nothing, only when it runs otherwise (`python3 <<E` with `$C`)."""
+    quoted = grammar.heredoc_is_quoted(heredoc, data)
+    bodies = [node_text(c, data) for c in heredoc.children if c.type == "heredoc_body"]
+    return [Word(body, not quoted and ("$" in body or "`" in body)) for body in bodies]
 
 
 def _where(node: tree_sitter.Node) -> str:
@@ -176,7 +184,7 @@ class _Analyser:
         self.words = 0
         self.chars = 0
         """Set once the command limit is reached: the walks stop there."""
-        self.fed: tuple[str, ...] = ()
+        self.fed: tuple[Word, ...] = ()
         """What the command whose string is being parsed again (`bash -c`, eval) is fed on its
         input: each command of that string may read it (`bash -c bash <<< ...`)."""
 
@@ -410,7 +418,7 @@ class _Analyser:
         """
         target = grammar.last_command(node.child_by_field_name("body"))
         extras: list[tree_sitter.Node] = []
-        scripts: list[str] = []
+        scripts: list[Word] = []
         body_ctx: _Ctx | None = None
         for redirect in node.children_by_field_name("redirect"):
             inner = [redirect, *redirect.named_children]
@@ -418,13 +426,12 @@ class _Analyser:
                 if sub.type in ("file_redirect", "heredoc_redirect"):
                     extras += grammar.words_after_target(sub)
             if redirect.type == "herestring_redirect" and redirect.named_children:
-                scripts.append(render_word(redirect.named_children[-1], line.data).text)
+                scripts.append(render_word(redirect.named_children[-1], line.data))
             if redirect.type != "heredoc_redirect":
                 continue
+            scripts += _heredoc_bodies(redirect, line.data)
             for child in redirect.named_children:
-                if child.type == "heredoc_body":
-                    scripts.append(node_text(child, line.data))
-                elif child.type == "pipeline" and body_ctx is None:
+                if child.type == "pipeline" and body_ctx is None:
                     number = self._new_pipeline()
                     line.pipeline_start[child.id] = (number, 1)
                     body_ctx = _Ctx("pipeline", number, 0, True)
@@ -451,7 +458,7 @@ class _Analyser:
         data = line.data
         words: list[Word] = []
         assignments: list[str] = []
-        scripts: list[str] = []
+        scripts: list[Word] = []
         if self.words + node.child_count > MAX_WORDS:
             self.words += node.child_count
             self.truncated = True
@@ -485,10 +492,10 @@ class _Analyser:
             elif child.type == "file_redirect":
                 words += [render_word(d, data) for d in grammar.words_after_target(child)]
             elif child.type == "herestring_redirect" and child.named_children:
-                scripts.append(render_word(child.named_children[-1], data).text)
+                scripts.append(render_word(child.named_children[-1], data))
             elif child.type == "heredoc_redirect":
                 words += [render_word(d, data) for d in grammar.words_after_target(child)]
-                scripts += [node_text(c, data) for c in child.children if c.type == "heredoc_body"]
+                scripts += _heredoc_bodies(child, data)
         words += [render_word(d, data) for d in line.extras.pop(node.id, [])]
         scripts += line.stdin.pop(node.id, [])
         if words:
@@ -501,7 +508,7 @@ class _Analyser:
         ctx: _Ctx,
         wrappers: tuple[str, ...],
         depth: int,
-        scripts: list[str],
+        scripts: list[Word],
     ) -> None:
         """Unwrap one simple command and record it, or the commands of the string it runs."""
         found = unwrap(words)
@@ -512,7 +519,7 @@ class _Analyser:
         if found.script is not None:
             nested = [(found.script.label, found.script.text)]
         elif found.stdin_shell:
-            nested = [(f"{basename(found.argv[0].text)} -s", s) for s in fed]
+            nested = [(f"{basename(found.argv[0].text)} -s", s.text) for s in fed]
         before = len(self.commands)
         outer, self.fed = self.fed, fed if found.script is not None else ()
         try:
@@ -527,8 +534,8 @@ class _Analyser:
         if basename(argv0.text) in SHELLS and not argv0.dynamic:
             # A shell given a script is fed its input too; the script may be a link to it
             # (`ln -s /dev/stdin s; bash s <<< ...`: attacker round 88): judged as if it ran.
-            for text in fed:
-                self._nested(f"{basename(argv0.text)} -s", text, chain, depth, ctx)
+            for given in fed:
+                self._nested(f"{basename(argv0.text)} -s", given.text, chain, depth, ctx)
         for script in deferred_scripts(found.argv):
             self._nested(script.label, script.text, chain, depth, ctx)
         if basename(argv0.text) == "find" and not argv0.dynamic:
@@ -557,7 +564,7 @@ class _Analyser:
         wrappers: tuple[str, ...],
         assignments: tuple[str, ...],
         ctx: _Ctx,
-        stdin_texts: tuple[str, ...] = (),
+        fed: tuple[Word, ...] = (),
     ) -> None:
         if len(self.commands) >= MAX_SIMPLE_COMMANDS:
             self.truncated = True
@@ -591,7 +598,8 @@ class _Analyser:
                 top_level=not ctx.nested,
                 then_and=ctx.then_and,
                 after_or=ctx.after_or,
-                stdin_texts=stdin_texts,
+                stdin_texts=tuple(w.text for w in fed),
+                stdin_dynamic=any(w.dynamic for w in fed),
             )
         )
 

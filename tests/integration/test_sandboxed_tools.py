@@ -434,6 +434,13 @@ def test_git_files_and_the_workspace_moved_or_written_from_an_unknown_directory_
         "uniq keep.txt .gitmodule$(echo s)",
         "git apply <<'EOF'\ndiff --git a/.gitattributes b/.gitattributes\nnew file mode 100644\n"
         "--- /dev/null\n+++ b/.gitattributes\n@@ -0,0 +1 @@\n+* filter=evil\nEOF",
+        # Attacker round 89: program text in a variable, an archive python's tarfile extracts,
+        # touch and json.tool given a name only known when they run.
+        "P=\"open('.gitmodules', 'w').write('[submodule]')\"; python3 -c \"$P\"",
+        "printf '* filter=evil\\n' > s && tar cf t.tar s --transform 's/^s$/.gitattribute&/' "
+        "&& python3 -m tarfile -e t.tar .",
+        'touch "$(printf .gitattribute; echo s)"',
+        "echo '{}' > in.json && python3 -m json.tool in.json .gitmodule$(echo s)",
     ]
     with _own_workspace(short_tmp, (".git/hooks",)) as (workspace, daemon):
         (workspace / ".git" / "config").write_text("[core]\n")
@@ -635,5 +642,14 @@ def test_links_made_where_or_by_what_the_line_order_hides_do_not_hide_the_worksp
             "ln -s /dev/stdin s; bash s <<< 'rm -rf *'",
             'shopt -s globstar dotglob; for f in **; do [ -f "$f" ] && sort -o "$f" /dev/null; '
             "done; true",
+            # Round 89: program text in a variable, perl's and fileinput's in-place editing,
+            # compression in place.
+            'C=\'import os; [os.remove(f) for f in os.listdir() if f[0] != "."]\'; python3 -c "$C"',
+            "C='import os; [os.remove(f) for f in os.listdir() if f[0] != \".\"]'; "
+            'python3 <<< "$C"',
+            'C=\'unlink $_ for glob "*"\'; perl -e "$C"',
+            'perl -pe \'BEGIN{$^I=""} $_=""\' *',
+            'python3 -c "import fileinput\nfor l in fileinput.input(inplace=True): pass" *',
+            "gzip -r . 2>/dev/null; ls -A",
         ],
     )

@@ -216,6 +216,25 @@ def test_what_a_program_is_fed_on_its_input_is_kept(line: str, texts: list[str])
     assert command.get("stdin_texts", []) == texts
 
 
+@pytest.mark.parametrize(
+    ("line", "dynamic"),
+    [
+        ('python3 <<< "$C"', True),
+        ("python3 <<E\nprint($(cat x))\nE", True),
+        ("bash -c python3 <<< `cat c`", True),
+        ("python3 <<< 'print(1)'", False),
+        ("perl <<'E'\nmy $x = 1;\nE", False),
+        ("perl <<E\nprint 1;\nE", False),
+    ],
+)
+def test_what_a_program_is_fed_is_marked_when_only_known_as_it_runs(
+    line: str, dynamic: bool
+) -> None:
+    """Attacker round 89: `python3 <<< "$C"` hid the program in a variable."""
+    command = policy(line)["simple_commands"][0]
+    assert command.get("stdin_dynamic", False) is dynamic
+
+
 def test_contract_example_has_exactly_the_documented_shape() -> None:
     line = "cd sub && sudo -u x env A=1 /bin/rm -rf / | tee out.txt 2>/dev/null"
     assert policy(line) == {

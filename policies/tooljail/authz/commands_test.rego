@@ -954,6 +954,48 @@ opaque_lines := {
 	"python3 <<EOF": [object.union(simple(["python3"]), {"stdin_texts": ["import os\nos.remove('f1.txt')\n"]})],
 	"perl <<<": [object.union(simple(["perl"]), {"stdin_texts": ["unlink q{f2.txt}"]})],
 	"python3 $S <<<": [object.union(simple(["python3", "$S"]), {"stdin_texts": ["import shutil; shutil.rmtree('x')"]})],
+	# Attacker round 89: perl's in-place switch set in code, fileinput's inplace.
+	"perl -pe ($^I)": [simple(["perl", "-pe", "BEGIN{$^I=\"\"} $_=\"\"", "*"])],
+	"ruby -pe ($-i)": [simple(["ruby", "-pe", "$-i = ''; $_ = ''", "*"])],
+	"python3 -c (fileinput)": [simple(["python3", "-c", "import fileinput\nfor l in fileinput.input(inplace=True): pass", "*"])],
+}
+
+test_program_text_only_known_when_it_runs_asks if {
+	# Attacker round 89: `C='...'; python3 -c "$C"`, `perl -e "$C"`, `python3 <<< "$C"`.
+	decides(bash_line("python3 -c \"$C\"", [simple(["python3", "-c", "$C"])]), "ask", "program text only known when it runs")
+	decides(bash_line("perl -e \"$C\"", [simple(["perl", "-e", "$C"])]), "ask", "program text only known when it runs")
+	decides(bash_line("python3 -Ic\"$C\"", [simple(["python3", "-Ic$C"])]), "ask", "program text only known when it runs")
+	decides(bash_line("python3 $F \"$C\"", [simple(["python3", "$F", "$C"])]), "ask", "program text only known when it runs")
+	fed := object.union(simple(["python3"]), {"stdin_texts": ["$C"], "stdin_dynamic": true})
+	decides(bash_line("python3 <<< \"$C\"", [fed]), "ask", "program text only known when it runs")
+
+	args := with_words(["python3", "-c", "import sys; print(sys.argv[1])", "$X"], [fact_word("-c"), quoted("import sys; print(sys.argv[1])"), dyn("$X")])
+	decided(bash_line("python3 -c 'import sys; print(sys.argv[1])' \"$X\"", [args])).outcome == "allow"
+	decided(bash_line("python3 \"$f\"", [simple(["python3", "$f"])])).outcome == "allow"
+	decided(bash_line("python3 -m pytest \"$t\"", [simple(["python3", "-m", "pytest", "$t"])])).outcome == "allow"
+}
+
+test_python_modules_that_write_ask if {
+	# Attacker round 89: `python3 -m tarfile -e t.tar .` wrote .gitattributes from an archive.
+	decides(bash_line("python3 -m tarfile -e t.tar .", [simple(["python3", "-m", "tarfile", "-e", "t.tar", "."])]), "ask", "writes files named inside the archive it extracts")
+	decides(bash_line("python3 -m zipfile --extract z.zip .", [simple(["python3", "-m", "zipfile", "--extract", "z.zip", "."])]), "ask", "writes files named inside the archive it extracts")
+	decides(bash_line("python3 -m json.tool in $F", [with_words(["python3", "-m", "json.tool", "in", "$F"], [fact_word("-m"), fact_word("json.tool"), fact_word("in"), dyn("$F")])]), "ask", "writes `$F`")
+
+	decided(bash_line("python3 -m tarfile -l t.tar", [simple(["python3", "-m", "tarfile", "-l", "t.tar"])])).outcome == "allow"
+	decided(bash_line("python3 -m json.tool in.json", [simple(["python3", "-m", "json.tool", "in.json"])])).outcome == "allow"
+}
+
+test_compressing_in_place_replaces_files if {
+	# Attacker round 89: `gzip -r .` replaced every file of the workspace by a compressed one.
+	decides(bash_line("gzip -r .", [simple(["gzip", "-r", "."])]), "ask", "replaces every file under `.`")
+	decides(bash_line("xz --recursive src", [simple(["xz", "--recursive", "src"])]), "ask", "replaces every file under `src`")
+	decides(bash_line("gzip $F", [with_words(["gzip", "$F"], [dyn("$F")])]), "ask", "writes `$F`")
+	decides(bash_line("touch \"$(printf .gitattribute; echo s)\"", [with_words(["touch", "$(printf .gitattribute; echo s)"], [dyn("$(printf .gitattribute; echo s)")])]), "ask", "writes `$(printf .gitattribute; echo s)`")
+
+	decided(bash_line("gzip -k -r logs", [simple(["gzip", "-k", "-r", "logs"])])).outcome == "allow"
+	decided(bash_line("gzip -rc logs", [simple(["gzip", "-rc", "logs"])])).outcome == "allow"
+	decided(bash_line("gzip big.log", [simple(["gzip", "big.log"])])).outcome == "allow"
+	decided(bash_line("touch \"$f.txt\"", [with_words(["touch", "$f.txt"], [{"text": "$f.txt", "dynamic": true, "path": "", "basename": ".txt", "basename_whole": false}])])).outcome == "allow"
 }
 
 test_inline_code_naming_gits_files_asks if {
@@ -966,7 +1008,7 @@ not_opaque_lines := {
 	"python3 -c 'print(1 + 1)'": [simple(["python3", "-c", "print(1 + 1)"])],
 	"python3 -c (read, keyword)": [simple(["python3", "-c", "print(open('x', encoding='utf-8').read())"])],
 	"python3 -c (read, quoted)": [simple(["python3", "-c", "print(open('x', 'rb').read())"])],
-	"perl -e (read)": [simple(["perl", "-e", "open(my $f, '<', 'notes'); print <$f>"])],
+	"perl -e (read)": [with_words(["perl", "-e", "open(my $f, '<', 'notes'); print <$f>"], [fact_word("-e"), quoted("open(my $f, '<', 'notes'); print <$f>")])],
 	"python3 -c (pathlib read)": [simple(["python3", "-c", "import pathlib; print(pathlib.Path('notes').open().read())"])],
 	"python3 -c (os.open read)": [simple(["python3", "-c", "import os; print(os.read(os.open('notes', os.O_RDONLY), 10))"])],
 	"source .venv/bin/activate": [simple(["source", ".venv/bin/activate"])],
@@ -975,6 +1017,20 @@ not_opaque_lines := {
 	"python3 -I script.py": [simple(["python3", "-I", "script.py"])],
 	"python3 -m pytest -k remove_user": [simple(["python3", "-m", "pytest", "-k", "remove_user"])],
 	"python3 <<EOF (print)": [object.union(simple(["python3"]), {"stdin_texts": ["print(1 + 1)\n"]})],
+}
+
+# Each interpreter's line above is asked for its code's text, not for `$` or `[` in it: the test
+# words are known as written there, as the daemon gives a single-quoted program.
+test_inline_code_is_judged_by_its_text if {
+	missed := {line |
+		some line, commands in opaque_lines
+		cmd := commands[0]
+		data.tooljail.authz.inline_code_runner(cmd.name)
+		not contains(concat(" ", cmd.argv), "<(")
+		written := object.union(cmd, {"words": [quoted(w) | some w in array.slice(cmd.argv, 1, count(cmd.argv))]})
+		not decides(bash_line(line, [written]), "ask", "code that can")
+	}
+	missed == set()
 }
 
 test_program_text_the_policy_cannot_read_asks if {
@@ -1024,6 +1080,9 @@ test_a_git_like_target_in_a_place_unknown_asks_and_others_do_not if {
 }
 
 dyn(text) := {"text": text, "dynamic": true, "path": "", "basename": "", "basename_whole": false}
+
+# A word in single quotes: known as written, whatever it holds (`'print(a[1])'`).
+quoted(text) := {"text": text, "dynamic": false, "path": ""}
 
 with_words(argv, words) := object.union(simple(argv), {"words": words})
 

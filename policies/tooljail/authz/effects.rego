@@ -162,6 +162,31 @@ decompresses_in_place(cmd) if {
 	not prints_only(opts)
 }
 
+# gzip, bzip2, xz, lzma and compress replace each file they are given (`a` by `a.gz`, and back)
+# unless told to keep it or print (attacker round 89: `gzip -r .` replaced every file).
+replaces_in_place(cmd) if {
+	basename(cmd.name) in {"gzip", "bzip2", "xz", "lzma", "compress", "gunzip", "bunzip2", "unxz", "unlzma", "uncompress"}
+	opts := options(command_args(cmd))
+	not prints_only(opts)
+	not has_short_flag(opts, "k")
+	not has_long_flag(opts, "--keep")
+}
+
+needs_approval contains sprintf(
+	"%s: `%s` replaces every file under `%s` with a compressed or decompressed copy; a person must approve it before it runs. Name the files, or keep them (-k).",
+	[tool_name, shown(cmd), word.text],
+) if {
+	some cmd in simple_commands
+	replaces_in_place(cmd)
+	opts := options(command_args(cmd))
+	recursive_compression(opts)
+	some word in operand_words(cmd)
+}
+
+recursive_compression(opts) if has_short_flag(opts, "r")
+
+recursive_compression(opts) if has_long_flag(opts, "--recursive")
+
 decompresses(opts) if has_short_flag(opts, "d")
 
 decompresses(opts) if has_long_flag(opts, "--decompress")
@@ -175,9 +200,14 @@ prints_only(opts) if has_long_flag(opts, "--stdout")
 prints_only(opts) if has_long_flag(opts, "--to-stdout")
 
 written_operands(cmd) := operand_words(cmd) if {
-	basename(cmd.name) in {"tee", "sponge", "truncate", "fallocate"}
+	basename(cmd.name) in {"tee", "sponge", "truncate", "fallocate", "touch"}
 } else := operand_words(cmd) if {
 	decompresses_in_place(cmd)
+} else := operand_words(cmd) if {
+	replaces_in_place(cmd)
+} else := array.slice(module_operands(cmd), 1, 2) if {
+	# python3 -m json.tool IN OUT
+	python_module(cmd) == "json.tool"
 } else := array.slice(operand_words(cmd), 1, 2) if {
 	# uniq IN OUT, xxd IN OUT
 	basename(cmd.name) in {"uniq", "xxd"}
@@ -428,6 +458,34 @@ writes_named_by_input(cmd) := "the archive it extracts" if {
 } else := "its input (an archive, a patch)" if {
 	basename(cmd.name) in input_named_writers
 }
+
+# `python3 -m tarfile -e`, `python3 -m zipfile --extract` (attacker round 89).
+writes_named_by_input(cmd) := "the archive it extracts" if {
+	python_module(cmd) in {"tarfile", "zipfile"}
+	some arg in command_args(cmd)
+	arg in {"-e", "--extract"}
+}
+
+# The module `python -m` runs (`-m json.tool`, `-mjson.tool`).
+python_module(cmd) := module if {
+	regex.match(`^python[0-9.]*$`, basename(cmd.name))
+	args := command_args(cmd)
+	some j, arg in args
+	arg == "-m"
+	module := args[j + 1]
+} else := module if {
+	regex.match(`^python[0-9.]*$`, basename(cmd.name))
+	some arg in command_args(cmd)
+	regex.match(`^-m.`, arg)
+	module := substring(arg, 2, -1)
+}
+
+# The operands after the module's name.
+module_operands(cmd) := [word |
+	module := python_module(cmd)
+	some word in operand_words(cmd)
+	word.text != module
+]
 
 input_named_writers := {
 	"unzip", "funzip", "7z", "7za", "7zr", "ar", "pax", "cpio", "bsdcpio", "unsquashfs", "jar",
@@ -1198,14 +1256,38 @@ opaque_code contains [i, sprintf("%s code that can %s", [basename(cmd.name), eff
 # -Ic`, `perl -le`: attacker round 88). Any text fed on the input, whether or not the program
 # reads its program there (`python3 $S <<EOF` with S=/dev/stdin).
 inline_code(cmd) := array.concat(
-	[code |
-		args := command_args(cmd)
-		some j, flag in args
-		code_option(basename(cmd.name), flag)
-		some code in array.slice(args, j, j + 2)
-	],
+	[word.text | some word in code_words(cmd)],
 	object.get(cmd, "stdin_texts", []),
 )
+
+# A word only known when it runs may be a code option too (`python3 $F "$C"` with F=-c): the
+# word after it is then read as code.
+code_words(cmd) := [word |
+	words := cmd_words(cmd)
+	some j, option in words
+	some word in code_words_at(basename(cmd.name), words, j, option)
+]
+
+code_words_at(name, words, j, option) := array.slice(words, j, j + 2) if {
+	code_option(name, option.text)
+} else := array.slice(words, j + 1, j + 2) if {
+	option.dynamic == true
+} else := []
+
+# Program text only known when it runs: a variable, a substitution (`C='...'; python3 -c "$C"`,
+# `python3 <<< "$C"`: attacker round 89), which the policy cannot read.
+opaque_code contains [i, sprintf("%s program text only known when it runs", [basename(cmd.name)])] if {
+	some i, cmd in simple_commands
+	inline_code_runner(basename(cmd.name))
+	some word in code_words(cmd)
+	word.dynamic == true
+}
+
+opaque_code contains [i, sprintf("%s program text only known when it runs, on its input", [basename(cmd.name)])] if {
+	some i, cmd in simple_commands
+	inline_code_runner(basename(cmd.name))
+	object.get(cmd, "stdin_dynamic", false) == true
+}
 
 code_option(name, flag) if regex.match(sprintf(`^-[A-Za-z0-9]*[%s]`, [code_letters(name)]), flag)
 
@@ -1283,7 +1365,7 @@ inline_code_runner(name) if regex.match(`^python3\.[0-9]+$`, name)
 #   ruby's, php's and lua's writers.
 # "run other programs" includes functions found by a name built when it runs (`vars(os)[...]`).
 default code_effects := {
-	"write files": `\.write|pwrite|O_WRONLY|O_RDWR|O_CREAT|O_APPEND|O_TRUNC|mknod|write_text|write_bytes|writeFile|appendFile|open\([^;\n]*,\s*(mode\s*=\s*)?['"][^'"]*[wax+]|copyfile|copy2|copytree|\brename|\breplace\s*\(|symlink|\blink|fopen|File\.open|IO\.write|>\s*["']|(^|[^.\w]|\bio\.|\bcodecs\.)open\([^;\n]*,\s*(mode\s*=\s*)?[A-Za-z_][A-Za-z0-9_.]*\s*[^A-Za-z0-9_.=\s]|open\([^;\n]*,\s*(mode\s*=\s*)?['"][^'"]*['"]\s*[+%.]|open\([^;\n]*,\s*(mode\s*=\s*)?[fF][rR]?['"]|\bopen\s*\(?\s*(my\s+\$\w+|\$\w+|[A-Z][A-Z0-9_]*)\s*,\s*([^'"\s]|['"]\s*(\+[<>]|>|\||-\|))|\.open\(\s*(mode\s*=\s*)?['"][^'"]*[wax+]|\.open\(\s*(mode\s*=\s*)?[A-Za-z_][A-Za-z0-9_.]*\s*\)|open\([^)]*[,(]\s*\*|sysopen|FileIO\([^)]*,|copyFile|WriteStream|openSync\([^;\n]*,\s*[^\s)]|file_put_contents|fwrite|FileUtils|io\.output|\bfile\s*=\s*open|os\.open\([^;\n,]*,\s*([0-9]|[A-Za-z_][A-Za-z0-9_]*\s*[,)])|dup2|hardlink|open\([^;\n]*,\s*(mode\s*=\s*)?['"][^'"]*\\`,
+	"write files": `\.write|pwrite|O_WRONLY|O_RDWR|O_CREAT|O_APPEND|O_TRUNC|mknod|write_text|write_bytes|writeFile|appendFile|open\([^;\n]*,\s*(mode\s*=\s*)?['"][^'"]*[wax+]|copyfile|copy2|copytree|\brename|\breplace\s*\(|symlink|\blink|fopen|File\.open|IO\.write|>\s*["']|(^|[^.\w]|\bio\.|\bcodecs\.)open\([^;\n]*,\s*(mode\s*=\s*)?[A-Za-z_][A-Za-z0-9_.]*\s*[^A-Za-z0-9_.=\s]|open\([^;\n]*,\s*(mode\s*=\s*)?['"][^'"]*['"]\s*[+%.]|open\([^;\n]*,\s*(mode\s*=\s*)?[fF][rR]?['"]|\bopen\s*\(?\s*(my\s+\$\w+|\$\w+|[A-Z][A-Z0-9_]*)\s*,\s*([^'"\s]|['"]\s*(\+[<>]|>|\||-\|))|\.open\(\s*(mode\s*=\s*)?['"][^'"]*[wax+]|\.open\(\s*(mode\s*=\s*)?[A-Za-z_][A-Za-z0-9_.]*\s*\)|open\([^)]*[,(]\s*\*|sysopen|FileIO\([^)]*,|copyFile|WriteStream|openSync\([^;\n]*,\s*[^\s)]|file_put_contents|fwrite|FileUtils|io\.output|\bfile\s*=\s*open|os\.open\([^;\n,]*,\s*([0-9]|[A-Za-z_][A-Za-z0-9_]*\s*[,)])|dup2|hardlink|open\([^;\n]*,\s*(mode\s*=\s*)?['"][^'"]*\\|\$\^I|\$\{\^I\}|\$-i\b|inplace`,
 	"delete files": `rmtree|unlink|remove|rmdir|truncate|\brm\b|shutil|fs\.rm|rimraf|File\.delete|delete_file|os\.remove|\bdel\b`,
 	"run other programs": `system|popen|subprocess|spawn|exec|\beval\b|fork|child_process|pty|__import__|importlib|getattr|compile|\bopen3\b|backtick|Kernel|%x|qx|\bvars\s*\(|__dict__|\bglobals\s*\(`,
 }
