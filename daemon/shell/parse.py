@@ -574,7 +574,8 @@ class _Analyser:
             )
             return
         self.words += len(argv)
-        self.chars += sum(len(w.text) for w in argv)
+        # What it is fed is in the policy's input once per command that reads it.
+        self.chars += sum(len(w.text) for w in argv) + sum(len(w.text) for w in fed)
         if self.words > MAX_WORDS or self.chars > MAX_WORD_CHARS:
             self.truncated = True
             self.error(

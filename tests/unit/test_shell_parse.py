@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 from daemon.shell.parse import (
     MAX_COMMAND_BYTES,
     MAX_SIMPLE_COMMANDS,
+    MAX_WORD_CHARS,
     TIME_BUDGET_S,
     parse_command,
 )
@@ -367,6 +368,17 @@ def test_assignments_from_prefix_sudo_and_env_are_collected() -> None:
     assert first["argv"] == ["rm", "x"]
     assert first["assignments"] == ["A=1", "B=2", "C=3"]
     assert first["wrappers"] == ["sudo", "env"]
+
+
+def test_what_commands_are_fed_counts_towards_the_words_limit() -> None:
+    """A here-string every command of a `bash -c` string inherits is given to each: 1,800 times
+    14 KB made a 25 MB policy input of a 30 KB line. What they are fed is counted as their words
+    are, so such a line is refused instead (and the input stays small)."""
+    line = f"bash -c '{'; '.join(['python3'] * 1800)}' <<< '{'x' * 14_000}'"
+    doc = policy(line)
+    assert doc["parsed"] is False
+    assert "characters of words" in doc["parse_error"]
+    assert len(json.dumps(doc)) < 2 * MAX_WORD_CHARS + len(line) * 2
 
 
 def test_nesting_beyond_the_depth_limit_is_unparsed_but_keeps_the_shell_visible() -> None:
