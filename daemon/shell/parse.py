@@ -521,12 +521,7 @@ class _Analyser:
         elif found.stdin_shell:
             nested = [(f"{basename(found.argv[0].text)} -s", s.text) for s in fed]
         before = len(self.commands)
-        outer, self.fed = self.fed, fed if found.script is not None else ()
-        try:
-            for label, text in nested:
-                self._nested(label, text, chain, depth, ctx)
-        finally:
-            self.fed = outer
+        self._nested_fed(nested, fed, chain, depth, ctx)
         if len(self.commands) > before or not found.argv:
             return
         self._record(found.argv, chain, assignments, ctx, fed)
@@ -534,13 +529,31 @@ class _Analyser:
         if basename(argv0.text) in SHELLS and not argv0.dynamic:
             # A shell given a script is fed its input too; the script may be a link to it
             # (`ln -s /dev/stdin s; bash s <<< ...`: attacker round 88): judged as if it ran.
-            for given in fed:
-                self._nested(f"{basename(argv0.text)} -s", given.text, chain, depth, ctx)
+            label = f"{basename(argv0.text)} -s"
+            self._nested_fed([(label, given.text) for given in fed], fed, chain, depth, ctx)
         for script in deferred_scripts(found.argv):
             self._nested(script.label, script.text, chain, depth, ctx)
         if basename(argv0.text) == "find" and not argv0.dynamic:
             for action in find_exec_commands(found.argv):
                 self._emit(action, (), ctx, (*chain, "find -exec"), depth, [])
+
+    def _nested_fed(
+        self,
+        nested: list[tuple[str, str]],
+        fed: tuple[Word, ...],
+        chain: tuple[str, ...],
+        depth: int,
+        ctx: _Ctx,
+    ) -> None:
+        """Parse the strings a command runs, each of whose commands may read what that command
+        is fed: a `bash -c` string's or eval's, and a script bash reads from its input, whose
+        next lines a program it runs reads as its own (`bash <<E` with `perl` then perl's code)."""
+        outer, self.fed = self.fed, fed
+        try:
+            for label, text in nested:
+                self._nested(label, text, chain, depth, ctx)
+        finally:
+            self.fed = outer
 
     def _nested(self, label: str, text: str, chain: tuple[str, ...], depth: int, ctx: _Ctx) -> None:
         """Parse a command string that `label` runs, listing its commands with that wrapper.

@@ -651,5 +651,7 @@ def test_links_made_where_or_by_what_the_line_order_hides_do_not_hide_the_worksp
             'perl -pe \'BEGIN{$^I=""} $_=""\' *',
             'python3 -c "import fileinput\nfor l in fileinput.input(inplace=True): pass" *',
             "gzip -r . 2>/dev/null; ls -A",
+            # A program bash runs from a script on its input reads the rest as its own program.
+            "bash <<'E'\nperl\nunlink q{keep.txt}\nE",
         ],
     )

@@ -208,12 +208,14 @@ def test_table(line: str, parsed: bool, expected: list[Cmd], written: list[str])
         ('python3 - x <<< "$CODE"', ["$CODE"]),
         ("python3 x.py", []),
         ("bash -c 'python3' <<< 'import os'", ["import os"]),
+        # A program bash runs from the script it reads on its input reads the script's rest.
+        ("bash <<'E'\nperl\nunlink q{keep.txt}\nE", ["perl\nunlink q{keep.txt}\n"]),
     ],
 )
 def test_what_a_program_is_fed_on_its_input_is_kept(line: str, texts: list[str]) -> None:
     """An interpreter reading its program from a heredoc or here-string (attacker round 88):
     the policy reads that text as it reads `python3 -c`'s."""
-    (command,) = policy(line)["simple_commands"]
+    command = policy(line)["simple_commands"][0]
     assert command.get("stdin_texts", []) == texts
 
 
