@@ -379,13 +379,18 @@ def find_exec_commands(argv: Sequence[Word]) -> list[tuple[Word, ...]]:
 
 
 def deferred_scripts(argv: Sequence[Word]) -> list[Script]:
-    """Command strings a builtin keeps to run later: `trap 'CMD' SIG...`, `alias n='CMD'`.
+    """Command strings a builtin keeps to run later (`trap 'CMD' SIG...`, `alias n='CMD'`), or a
+    program runs through a shell beside its own work (tar's `--to-command=CMD`, `flock F -c
+    CMD`, `script -c CMD`, `watch CMD`: attacker round 90).
 
     Aliases only run in scripts with expand_aliases set, but parsing them costs nothing.
     """
     if not argv or argv[0].dynamic:
         return []
     name = argv[0].text
+    program = basename(name)
+    if program in _RUNS_STRINGS:
+        return [Script(program, text) for text in _RUNS_STRINGS[program](argv[1:])]
     if name == "trap":
         start = _skip_options(tuple(argv), 1, _NO_OPTS)
         operands = [w.text for w in argv[start:]]
@@ -397,3 +402,95 @@ def deferred_scripts(argv: Sequence[Word]) -> list[Script]:
         values = (w.text.partition("=")[2] for w in argv[1:] if "=" in w.text)
         return [Script("alias", v) for v in values if v]
     return []
+
+
+#: tar's options whose value is a command it runs through a shell (GNU tar takes any unambiguous
+#: prefix of a long option: `--use-c`); the short ones (`-I`, `-F`) take the rest of their
+#: cluster or the next word, and in the old style (`tar xIf CMD a.tar`) the next words in turn.
+_TAR_COMMAND_LONG = (
+    "checkpoint-action",
+    "to-command",
+    "use-compress-program",
+    "info-script",
+    "new-volume-script",
+    "rsh-command",
+)
+_TAR_COMMAND_SHORT = "IF"
+#: tar's short options that take a value.
+_TAR_VALUED_SHORT = "bCfFgHIKLNTVX"
+
+
+def _tar_command_value(name: str, value: str) -> str | None:
+    """The command a long option's value holds, if any (`exec=CMD` for checkpoint actions)."""
+    if "checkpoint-action".startswith(name):
+        return value.removeprefix("exec=") if value.startswith("exec=") else None
+    return value
+
+
+def _tar_strings(words: Sequence[Word]) -> list[str]:
+    found: list[str] = []
+    pending = 0  # the old style's valued letters still waiting for their words
+    for i, word in enumerate(words):
+        text = word.text
+        following = words[i + 1].text if i + 1 < len(words) else ""
+        if text == "--":
+            break
+        if text.startswith("--"):
+            name, eq, value = text[2:].partition("=")
+            if len(name) >= 2 and any(full.startswith(name) for full in _TAR_COMMAND_LONG):
+                command = _tar_command_value(name, value if eq else following)
+                if command:
+                    found.append(command)
+            continue
+        old_style = i == 0 and not text.startswith("-")
+        if text.startswith("-") or old_style:
+            letters = text.removeprefix("-")
+            for k, letter in enumerate(letters):
+                if letter not in _TAR_VALUED_SHORT:
+                    continue
+                if old_style:
+                    pending += 1
+                    if letter in _TAR_COMMAND_SHORT and pending < len(words):
+                        found.append(words[pending].text)
+                    continue
+                value = letters[k + 1 :] or following
+                if letter in _TAR_COMMAND_SHORT and value:
+                    found.append(value)
+                break
+    return found
+
+
+def _option_strings(short: str, long: str) -> Callable[[Sequence[Word]], list[str]]:
+    """The value of `-c CMD` (a cluster's last letter) or `--command CMD`/`--command=CMD`."""
+
+    def strings(words: Sequence[Word]) -> list[str]:
+        found: list[str] = []
+        for i, word in enumerate(words):
+            text = word.text
+            following = words[i + 1].text if i + 1 < len(words) else ""
+            if text.startswith(f"--{long}="):
+                found.append(text.partition("=")[2])
+            elif following and (
+                text == f"--{long}"
+                or (text.startswith("-") and not text.startswith("--") and text.endswith(short))
+            ):
+                found.append(following)
+        return found
+
+    return strings
+
+
+def _watch_strings(words: Sequence[Word]) -> list[str]:
+    """watch runs its operands joined by spaces through `sh -c` (-x: without a shell, as argv)."""
+    start = _skip_options(tuple(words), 0, _WATCH_OPTS)
+    return [" ".join(w.text for w in words[start:])] if start < len(words) else []
+
+
+_WATCH_OPTS = _Opts(short_arg="dnq", long_arg=frozenset({"interval", "differences", "equexit"}))
+
+_RUNS_STRINGS: dict[str, Callable[[Sequence[Word]], list[str]]] = {
+    "tar": _tar_strings,
+    "flock": _option_strings("c", "command"),
+    "script": _option_strings("c", "command"),
+    "watch": _watch_strings,
+}

@@ -441,6 +441,11 @@ def test_git_files_and_the_workspace_moved_or_written_from_an_unknown_directory_
         "&& python3 -m tarfile -e t.tar .",
         'touch "$(printf .gitattribute; echo s)"',
         "echo '{}' > in.json && python3 -m json.tool in.json .gitmodule$(echo s)",
+        # Attacker round 90: an abbreviated extract option, Perl's tar.
+        "mkdir -p d && printf '* filter=x\\n' > d/gitattributes && tar cf x.tar --transform "
+        "'s,^g,.g,' -C d gitattributes && python3 -m tarfile --ex x.tar",
+        "mkdir -p e && printf '[submodule]\\n' > e/gitmodules && tar cf y.tar --transform "
+        "'s,^g,.g,' -C e gitmodules && ptar -xf y.tar",
     ]
     with _own_workspace(short_tmp, (".git/hooks",)) as (workspace, daemon):
         (workspace / ".git" / "config").write_text("[core]\n")
@@ -653,5 +658,15 @@ def test_links_made_where_or_by_what_the_line_order_hides_do_not_hide_the_worksp
             "gzip -r . 2>/dev/null; ls -A",
             # A program bash runs from a script on its input reads the rest as its own program.
             "bash <<'E'\nperl\nunlink q{keep.txt}\nE",
+            # Round 90: os.open's flags in parentheses, gawk's in-place extension, timeit's
+            # statements, code in perl's -M, commands tar runs.
+            "python3 -c \"import os, glob; [os.open(p, (513)) for p in glob.glob('**', "
+            'recursive=True) if os.path.isfile(p)]"',
+            "gawk '@include \"inplace\"; {}' *",
+            "python3 -m timeit -n1 -r1 -s 'import os, glob' "
+            "'[os.unlink(p) for p in glob.glob(\"*\")]'",
+            "perl '-Mstrict;unlink glob q(*)' -e1",
+            "tar cf /dev/null --checkpoint=1 --checkpoint-action=exec='rm -rf *' .",
+            "tar -c -I 'sh -c \"rm -rf ./*\"' -f /dev/null keep.txt",
         ],
     )

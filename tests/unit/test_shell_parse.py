@@ -142,6 +142,83 @@ TABLE: list[tuple[str, bool, list[Cmd], list[str]]] = [
     # What a `bash -c` string or eval is fed, the commands in it are fed.
     ("bash -c bash <<< 'rm x'", True, [(["rm", "x"], ["bash -c", "bash -s"])], []),
     ("eval 'sh -s' <<< 'rm x'", True, [(["rm", "x"], ["eval", "sh -s"])], []),
+    # Attacker round 90: command strings tar, flock, script and watch run through a shell.
+    (
+        "tar cf /dev/null --checkpoint=1 --checkpoint-action=exec='rm -rf *' .",
+        True,
+        [
+            (
+                [
+                    "tar",
+                    "cf",
+                    "/dev/null",
+                    "--checkpoint=1",
+                    "--checkpoint-action=exec=rm -rf *",
+                    ".",
+                ],
+                [],
+            ),
+            (["rm", "-rf", "*"], ["tar"]),
+        ],
+        [],
+    ),
+    (
+        "tar -c -I 'sh -c \"rm x\"' -f /dev/null a",
+        True,
+        [
+            (["tar", "-c", "-I", 'sh -c "rm x"', "-f", "/dev/null", "a"], []),
+            (["rm", "x"], ["tar", "sh -c"]),
+        ],
+        [],
+    ),
+    (
+        "tar --use-c 'rm y' -cf o a",
+        True,
+        [(["tar", "--use-c", "rm y", "-cf", "o", "a"], []), (["rm", "y"], ["tar"])],
+        [],
+    ),
+    (
+        "tar xIf 'rm z' a.tar",
+        True,
+        [(["tar", "xIf", "rm z", "a.tar"], []), (["rm", "z"], ["tar"])],
+        [],
+    ),
+    (
+        "tar -xf a.tar --to-command='rm w'",
+        True,
+        [(["tar", "-xf", "a.tar", "--to-command=rm w"], []), (["rm", "w"], ["tar"])],
+        [],
+    ),
+    (
+        "tar -cf a.tar --checkpoint-action=echo .",
+        True,
+        [(["tar", "-cf", "a.tar", "--checkpoint-action=echo", "."], [])],
+        [],
+    ),
+    (
+        "tar -cf a.tar -I zstd x",
+        True,
+        [(["tar", "-cf", "a.tar", "-I", "zstd", "x"], []), (["zstd"], ["tar"])],
+        [],
+    ),
+    (
+        "flock /tmp/l -c 'rm v'",
+        True,
+        [(["flock", "/tmp/l", "-c", "rm v"], []), (["rm", "v"], ["flock"])],
+        [],
+    ),
+    (
+        "script -qc 'rm u' /dev/null",
+        True,
+        [(["script", "-qc", "rm u", "/dev/null"], []), (["rm", "u"], ["script"])],
+        [],
+    ),
+    (
+        "watch -n 1 rm t",
+        True,
+        [(["watch", "-n", "1", "rm", "t"], []), (["rm", "t"], ["watch"])],
+        [],
+    ),
     ("command -v rm", True, [(["command", "-v", "rm"], [])], []),
     ("bash script.sh", True, [(["bash", "script.sh"], [])], []),
     ("sudo", True, [(["sudo"], [])], []),

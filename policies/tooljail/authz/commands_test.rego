@@ -958,6 +958,16 @@ opaque_lines := {
 	"perl -pe ($^I)": [simple(["perl", "-pe", "BEGIN{$^I=\"\"} $_=\"\"", "*"])],
 	"ruby -pe ($-i)": [simple(["ruby", "-pe", "$-i = ''; $_ = ''", "*"])],
 	"python3 -c (fileinput)": [simple(["python3", "-c", "import fileinput\nfor l in fileinput.input(inplace=True): pass", "*"])],
+	# Attacker round 90: os.open's flags in parentheses, os.open under another name, code in
+	# perl's -M, modules that run their arguments as code, archives extracted by code.
+	"python3 -c (parenthesised flags)": [simple(["python3", "-c", "import os,glob;[os.open(p,(513)) for p in glob.glob('**')]"])],
+	"python3 -c (inverted flags)": [simple(["python3", "-c", "import os;os.open('a',~0)"])],
+	"python3 -c (from os import open)": [simple(["python3", "-c", "from os import open as o;o('a',513)"])],
+	"python3 -c (os aliased)": [simple(["python3", "-c", "import os as q;q.open('a',513)"])],
+	"perl -M (code)": [simple(["perl", "-Mstrict;unlink glob q(*)", "-e1"])],
+	"python3 -m timeit": [simple(["python3", "-m", "timeit", "-n1", "-s", "import os,glob", "[os.unlink(p) for p in glob.glob('**')]"])],
+	"python3 -m pdb -c": [simple(["python3", "-m", "pdb", "-c", "!import os; os.remove('a')", "x.py"])],
+	"perl -MArchive::Tar": [simple(["perl", "-MArchive::Tar", "-e", "Archive::Tar->extract_archive('x.tar')"])],
 }
 
 test_program_text_only_known_when_it_runs_asks if {
@@ -983,6 +993,26 @@ test_python_modules_that_write_ask if {
 
 	decided(bash_line("python3 -m tarfile -l t.tar", [simple(["python3", "-m", "tarfile", "-l", "t.tar"])])).outcome == "allow"
 	decided(bash_line("python3 -m json.tool in.json", [simple(["python3", "-m", "json.tool", "in.json"])])).outcome == "allow"
+}
+
+test_extractors_and_in_place_editors_found_by_attacker_round_90_ask if {
+	decides(bash_line("python3 -m tarfile --ex x.tar", [simple(["python3", "-m", "tarfile", "--ex", "x.tar"])]), "ask", "writes files named inside the archive it extracts")
+	decides(bash_line("python3 -m tarfile -ve x.tar", [simple(["python3", "-m", "tarfile", "-ve", "x.tar"])]), "ask", "writes files named inside the archive it extracts")
+	decides(bash_line("python3 -m zipfile --ext z.zip .", [simple(["python3", "-m", "zipfile", "--ext", "z.zip", "."])]), "ask", "writes files named inside the archive it extracts")
+	decides(bash_line("ptar -xf y.tar", [simple(["ptar", "-xf", "y.tar"])]), "ask", "writes files named inside the archive it extracts")
+	decides(bash_line("dpkg -x a.deb .", [simple(["dpkg", "-x", "a.deb", "."])]), "ask", "writes files named inside")
+	decides(bash_line("gawk '@include \"inplace\"; {}' *", [with_words(["gawk", "@include \"inplace\"; {}", "*"], [quoted("@include \"inplace\"; {}"), dyn("*")])]), "ask", "writes `*`")
+	decides(bash_line("gawk --include=inplace 'BEGINFILE{}' ./*", [with_words(["gawk", "--include=inplace", "BEGINFILE{}", "./*"], [fact_word("--include=inplace"), quoted("BEGINFILE{}"), dyn("./*")])]), "ask", "writes `./*`")
+	decides(bash_line("tar -cf /dev/null \"$O\" .", [with_words(["tar", "-cf", "/dev/null", "$O", "."], [fact_word("-cf"), fact_word("/dev/null"), dyn("$O"), fact_word(".")])]), "ask", "may be one of its options")
+
+	decided(bash_line("python3 -m tarfile -l x.tar", [simple(["python3", "-m", "tarfile", "-l", "x.tar"])])).outcome == "allow"
+	decided(bash_line("python3 -m zipfile --list z.zip", [simple(["python3", "-m", "zipfile", "--list", "z.zip"])])).outcome == "allow"
+	decided(bash_line("ptar -tf y.tar", [simple(["ptar", "-tf", "y.tar"])])).outcome == "allow"
+	decided(bash_line("gawk -i inplace '{print}' a.txt", [with_words(["gawk", "-i", "inplace", "{print}", "a.txt"], [fact_word("-i"), fact_word("inplace"), quoted("{print}"), fact_word("a.txt")])])).outcome == "allow"
+	decided(bash_line("tar -czf \"$OUT\" src", [with_words(["tar", "-czf", "$OUT", "src"], [fact_word("-czf"), dyn("$OUT"), fact_word("src")])])).outcome == "allow"
+	decided(bash_line("tar czf \"$OUT\" src", [with_words(["tar", "czf", "$OUT", "src"], [fact_word("czf"), dyn("$OUT"), fact_word("src")])])).outcome == "allow"
+	decided(bash_line("tar -czf o.tgz -- \"$D\"", [with_words(["tar", "-czf", "o.tgz", "--", "$D"], [fact_word("-czf"), fact_word("o.tgz"), fact_word("--"), dyn("$D")])])).outcome == "allow"
+	decided(bash_line("tar -czf o.tgz src/$D", [with_words(["tar", "-czf", "o.tgz", "src/$D"], [fact_word("-czf"), fact_word("o.tgz"), dyn("src/$D")])])).outcome == "allow"
 }
 
 test_compressing_in_place_replaces_files if {
@@ -1017,6 +1047,8 @@ not_opaque_lines := {
 	"python3 -I script.py": [simple(["python3", "-I", "script.py"])],
 	"python3 -m pytest -k remove_user": [simple(["python3", "-m", "pytest", "-k", "remove_user"])],
 	"python3 <<EOF (print)": [object.union(simple(["python3"]), {"stdin_texts": ["print(1 + 1)\n"]})],
+	"python3 -m timeit (sum)": [simple(["python3", "-m", "timeit", "sum(range(9))"])],
+	"perl -MData::Dumper": [simple(["perl", "-MData::Dumper", "-e", "print Dumper(1)"])],
 }
 
 # Each interpreter's line above is asked for its code's text, not for `$` or `[` in it: the test

@@ -205,6 +205,12 @@ written_operands(cmd) := operand_words(cmd) if {
 	decompresses_in_place(cmd)
 } else := operand_words(cmd) if {
 	replaces_in_place(cmd)
+} else := array.slice(operand_words(cmd), 1, count(operand_words(cmd))) if {
+	# gawk's in-place extension, loaded by any spelling (`-i inplace`, `--include=inplace`,
+	# `@include "inplace"` in the program: attacker round 90); the first operand is the program.
+	basename(cmd.name) in {"awk", "gawk"}
+	some arg in command_args(cmd)
+	contains(arg, "inplace")
 } else := array.slice(module_operands(cmd), 1, 2) if {
 	# python3 -m json.tool IN OUT
 	python_module(cmd) == "json.tool"
@@ -453,17 +459,28 @@ needs_approval contains sprintf(
 }
 
 writes_named_by_input(cmd) := "the archive it extracts" if {
-	basename(cmd.name) in {"tar", "bsdtar"}
+	basename(cmd.name) in {"tar", "bsdtar", "ptar"}
 	tar_extracts(cmd)
 } else := "its input (an archive, a patch)" if {
 	basename(cmd.name) in input_named_writers
 }
 
-# `python3 -m tarfile -e`, `python3 -m zipfile --extract` (attacker round 89).
+# `python3 -m tarfile -e` (attacker round 89), `--ex`, `-ve` (argparse takes a prefix of a long
+# option and clusters: round 90): all but listing and testing, which only read.
 writes_named_by_input(cmd) := "the archive it extracts" if {
 	python_module(cmd) in {"tarfile", "zipfile"}
+	not python_archive_reads(cmd)
+}
+
+python_archive_reads(cmd) if {
 	some arg in command_args(cmd)
-	arg in {"-e", "--extract"}
+	regex.match(`^-[a-z]*[lt]$|^--(l|li|lis|list|t|te|tes|test)$`, arg)
+}
+
+writes_named_by_input(cmd) := "the archive it extracts" if {
+	basename(cmd.name) == "dpkg"
+	some opt in options(command_args(cmd))
+	regex.match(`^-[A-Za-z]*[xXR]|^--(ex|vex|unp)`, opt)
 }
 
 # The module `python -m` runs (`-m json.tool`, `-mjson.tool`).
@@ -490,6 +507,33 @@ module_operands(cmd) := [word |
 input_named_writers := {
 	"unzip", "funzip", "7z", "7za", "7zr", "ar", "pax", "cpio", "bsdcpio", "unsquashfs", "jar",
 	"patch", "busybox", "dpkg-deb", "rpm2archive",
+}
+
+# A word only known when it runs where tar takes options (before `--`, and not an option's
+# value such as -f's): it may be an option that runs a command (`O='--to-command=...'; tar -cf
+# x.tar "$O" .`: attacker round 90).
+needs_approval contains concat(" ", [
+	sprintf("%s: `%s` is given `%s`, only known when it runs, where it may be one of its options, some of which run commands (--to-command, --checkpoint-action);", [tool_name, shown(cmd), word.text]),
+	"a person must approve it before it runs. Put `--` before names only known when it runs.",
+]) if {
+	some cmd in simple_commands
+	basename(cmd.name) in {"tar", "bsdtar", "ptar"}
+	words := cmd_words(cmd)
+	texts := [w.text | some w in words]
+	some j, word in words
+	word.dynamic == true
+	regex.match("^[$`*?\\[{]", word.text)
+	not "--" in array.slice(texts, 0, j)
+	not tar_option_value(texts, j)
+}
+
+tar_option_value(texts, j) if regex.match(`^-[A-Za-z]*[bCfFgHIKLNTVX]$|^--(file|directory|files-from|exclude-from|exclude|transform|xform|owner|group|mode|mtime|newer|label|suffix|format)$`, texts[j - 1])
+
+# The old style: the first word's letters that take a value take the next words in turn.
+tar_option_value(texts, j) if {
+	not startswith(texts[0], "-")
+	j >= 1
+	j <= count(regex.find_n(`[bCfFgHIKLNTVX]`, texts[0], -1))
 }
 
 tar_extracts(cmd) if {
@@ -1256,9 +1300,15 @@ opaque_code contains [i, sprintf("%s code that can %s", [basename(cmd.name), eff
 # -Ic`, `perl -le`: attacker round 88). Any text fed on the input, whether or not the program
 # reads its program there (`python3 $S <<EOF` with S=/dev/stdin).
 inline_code(cmd) := array.concat(
-	[word.text | some word in code_words(cmd)],
+	[word.text | some word in array.concat(code_words(cmd), module_code_words(cmd))],
 	object.get(cmd, "stdin_texts", []),
 )
+
+# Modules of python's that run their arguments as code (`python3 -m timeit -s SETUP STMT`,
+# `-m pdb -c '!...'`: attacker round 90).
+module_code_words(cmd) := cmd_words(cmd) if {
+	python_module(cmd) in {"timeit", "pdb", "cProfile", "profile", "trace"}
+} else := []
 
 # A word only known when it runs may be a code option too (`python3 $F "$C"` with F=-c): the
 # word after it is then read as code.
@@ -1295,7 +1345,8 @@ code_option(_, flag) if regex.match(`^--(eval|exec|print|run)(=|$)`, flag)
 
 code_option(_, "eval") # deno eval CODE
 
-code_letters(name) := "eE" if {
+code_letters(name) := "eEMm" if {
+	# -M and -m: `-Mstrict;unlink ...` is `use strict;unlink ...;` (attacker round 90)
 	name == "perl"
 } else := "ep" if {
 	name in {"node", "nodejs", "bun", "deno"}
@@ -1365,7 +1416,7 @@ inline_code_runner(name) if regex.match(`^python3\.[0-9]+$`, name)
 #   ruby's, php's and lua's writers.
 # "run other programs" includes functions found by a name built when it runs (`vars(os)[...]`).
 default code_effects := {
-	"write files": `\.write|pwrite|O_WRONLY|O_RDWR|O_CREAT|O_APPEND|O_TRUNC|mknod|write_text|write_bytes|writeFile|appendFile|open\([^;\n]*,\s*(mode\s*=\s*)?['"][^'"]*[wax+]|copyfile|copy2|copytree|\brename|\breplace\s*\(|symlink|\blink|fopen|File\.open|IO\.write|>\s*["']|(^|[^.\w]|\bio\.|\bcodecs\.)open\([^;\n]*,\s*(mode\s*=\s*)?[A-Za-z_][A-Za-z0-9_.]*\s*[^A-Za-z0-9_.=\s]|open\([^;\n]*,\s*(mode\s*=\s*)?['"][^'"]*['"]\s*[+%.]|open\([^;\n]*,\s*(mode\s*=\s*)?[fF][rR]?['"]|\bopen\s*\(?\s*(my\s+\$\w+|\$\w+|[A-Z][A-Z0-9_]*)\s*,\s*([^'"\s]|['"]\s*(\+[<>]|>|\||-\|))|\.open\(\s*(mode\s*=\s*)?['"][^'"]*[wax+]|\.open\(\s*(mode\s*=\s*)?[A-Za-z_][A-Za-z0-9_.]*\s*\)|open\([^)]*[,(]\s*\*|sysopen|FileIO\([^)]*,|copyFile|WriteStream|openSync\([^;\n]*,\s*[^\s)]|file_put_contents|fwrite|FileUtils|io\.output|\bfile\s*=\s*open|os\.open\([^;\n,]*,\s*([0-9]|[A-Za-z_][A-Za-z0-9_]*\s*[,)])|dup2|hardlink|open\([^;\n]*,\s*(mode\s*=\s*)?['"][^'"]*\\|\$\^I|\$\{\^I\}|\$-i\b|inplace`,
+	"write files": `\.write|pwrite|O_WRONLY|O_RDWR|O_CREAT|O_APPEND|O_TRUNC|mknod|write_text|write_bytes|writeFile|appendFile|open\([^;\n]*,\s*(mode\s*=\s*)?['"][^'"]*[wax+]|copyfile|copy2|copytree|\brename|\breplace\s*\(|symlink|\blink|fopen|File\.open|IO\.write|>\s*["']|(^|[^.\w]|\bio\.|\bcodecs\.)open\([^;\n]*,\s*(mode\s*=\s*)?[A-Za-z_][A-Za-z0-9_.]*\s*[^A-Za-z0-9_.=\s]|open\([^;\n]*,\s*(mode\s*=\s*)?['"][^'"]*['"]\s*[+%.]|open\([^;\n]*,\s*(mode\s*=\s*)?[fF][rR]?['"]|\bopen\s*\(?\s*(my\s+\$\w+|\$\w+|[A-Z][A-Z0-9_]*)\s*,\s*([^'"\s]|['"]\s*(\+[<>]|>|\||-\|))|\.open\(\s*(mode\s*=\s*)?['"][^'"]*[wax+]|\.open\(\s*(mode\s*=\s*)?[A-Za-z_][A-Za-z0-9_.]*\s*\)|open\([^)]*[,(]\s*\*|sysopen|FileIO\([^)]*,|copyFile|WriteStream|openSync\([^;\n]*,\s*[^\s)]|file_put_contents|fwrite|FileUtils|io\.output|\bfile\s*=\s*open|os\.open\([^;\n,]*,\s*([^oO0\s]|0[^,)\s]|[oO][^sS_]|os[^.]|os\.[^O]|os\.O[^_]|os\.O_[^R]|os\.O_R[^D]|O[^_]|O_[^R]|O_R[^D])|O_RDONLY\s*[|+^]|from\s+os\s+import\s+[^;\n]*(\*|\bopen\b)|import\s+os\s+as\b|sys\.modules|extract|dup2|hardlink|open\([^;\n]*,\s*(mode\s*=\s*)?['"][^'"]*\\|\$\^I|\$\{\^I\}|\$-i\b|inplace`,
 	"delete files": `rmtree|unlink|remove|rmdir|truncate|\brm\b|shutil|fs\.rm|rimraf|File\.delete|delete_file|os\.remove|\bdel\b`,
 	"run other programs": `system|popen|subprocess|spawn|exec|\beval\b|fork|child_process|pty|__import__|importlib|getattr|compile|\bopen3\b|backtick|Kernel|%x|qx|\bvars\s*\(|__dict__|\bglobals\s*\(`,
 }
