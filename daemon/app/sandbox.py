@@ -128,8 +128,10 @@ class _SessionRunner(SandboxRunner):
         off the event loop): what changed on the host meanwhile was not held for that container
         (a re-created `.git` detached its read-only mount; a submodule added or checked out was
         never pinned), so the command may have written it. Nothing can undo that; the owner is
-        told, in the audit."""
-        if not spec.git_pins:
+        told, in the audit. A workspace without a repository is looked at too: one the command
+        made there is the model's, its hooks and configuration run by git on the host (attacker
+        round 91: `git init` and code writing .git/config in one call)."""
+        if spec.limits.git is not GitAccess.READ_ONLY:
             return
         try:
             root = self._session.pinned_root()
@@ -145,21 +147,23 @@ class _SessionRunner(SandboxRunner):
                 return
         except ToolError:
             pass  # unreadable now: changed as well
+        made = not spec.git_pins
         log.warning(
-            "the repository of workspace %s changed while call %s ran in a container; check its "
+            "the repository of workspace %s %s while call %s ran in a container; check its "
             "hooks and configuration before running git there",
             spec.workspace,
+            "was made" if made else "changed",
             self._tool_use_id,
         )
         if self._audit is not None:
             self._audit.write(
                 {
-                    "event": "repository_changed",
+                    "event": "repository_created" if made else "repository_changed",
                     "session": self._session.id,
                     "principal": self._session.owner,
                     "tool_use_id": self._tool_use_id,
                     "workspace": str(spec.workspace),
-                    "note": CHANGED_NOTE,
+                    "note": CREATED_NOTE if made else CHANGED_NOTE,
                 }
             )
 
@@ -172,6 +176,13 @@ CHANGED_NOTE = (
     "a submodule added or checked out), and what changed was not held read-only for that command: "
     "it may have written it. Look "
     "at .git/hooks and .git/config (and the submodules') before running git there."
+)
+
+
+CREATED_NOTE = (
+    "A sandboxed command made a repository in the workspace, which had none: its hooks and "
+    "configuration are the model's, and git on the host runs them. Look at .git/hooks and "
+    ".git/config before running git there."
 )
 
 

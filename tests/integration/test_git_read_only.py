@@ -252,6 +252,26 @@ def test_a_repository_made_in_a_fresh_session_workspace_does_not_stop_its_calls(
         daemon.stub.CloseSession(pb.CloseSessionRequest(session_id=opened.id), timeout=60)
 
 
+def test_a_repository_a_command_made_where_there_was_none_is_audited(short_tmp: Path) -> None:
+    """Attacker round 91: `git init` and code writing .git/config in one call, in a workspace
+    without a repository, left a configuration git on the host ran. The owner is told."""
+    root = short_tmp / "git-made"
+    root.mkdir()
+    with daemon_for(root, {}) as (daemon, workspace):
+        shutil.rmtree(workspace / ".git")
+        plain = daemon.execute("Bash", {"command": "echo plain > plain.txt"})
+        made = daemon.execute("Bash", {"command": "git init -q && echo made"})
+        assert text_of(made) == "made\n", text_of(made)
+        deadline = time.monotonic() + 60  # the check runs after the answer
+        while not (created := daemon.audit_lines("repository_created")):
+            assert time.monotonic() < deadline, "no repository_created record"
+            time.sleep(0.05)
+    assert [r["tool_use_id"] for r in created] == [made.result.tool_use_id]
+    assert plain.result.tool_use_id != made.result.tool_use_id
+    assert "Look at .git/hooks and .git/config" in created[0]["note"]
+    assert daemon.audit_lines("repository_changed") == []
+
+
 def test_a_repository_made_again_on_the_host_under_a_running_command_is_audited(
     short_tmp: Path,
 ) -> None:

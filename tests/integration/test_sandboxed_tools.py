@@ -446,6 +446,9 @@ def test_git_files_and_the_workspace_moved_or_written_from_an_unknown_directory_
         "'s,^g,.g,' -C d gitattributes && python3 -m tarfile --ex x.tar",
         "mkdir -p e && printf '[submodule]\\n' > e/gitmodules && tar cf y.tar --transform "
         "'s,^g,.g,' -C e gitmodules && ptar -xf y.tar",
+        # Attacker round 91: logging's file handler.
+        "python3 -c \"import logging; logging.basicConfig(filename='.gita' + 'ttributes', "
+        "format='%(message)s'); logging.warning('* filter=x')\"",
     ]
     with _own_workspace(short_tmp, (".git/hooks",)) as (workspace, daemon):
         (workspace / ".git" / "config").write_text("[core]\n")
@@ -668,5 +671,8 @@ def test_links_made_where_or_by_what_the_line_order_hides_do_not_hide_the_worksp
             "perl '-Mstrict;unlink glob q(*)' -e1",
             "tar cf /dev/null --checkpoint=1 --checkpoint-action=exec='rm -rf *' .",
             "tar -c -I 'sh -c \"rm -rf ./*\"' -f /dev/null keep.txt",
+            # Round 91: a virtual environment cleared over the workspace, ExtUtils::Command.
+            "python3 -m venv --without-pip --clear .",
+            f"cd / && perl -MExtUtils::Command -e rm_rf -- {ws}",
         ],
     )

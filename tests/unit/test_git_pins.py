@@ -373,6 +373,35 @@ async def test_a_repository_that_changed_under_a_container_is_audited_and_one_th
     root.close()
 
 
+async def test_a_repository_a_container_made_where_there_was_none_is_audited(
+    workspace: Path,
+) -> None:
+    """Attacker round 91: in a workspace without a repository, `git init` and code writing
+    .git/config in one call left a configuration git on the host runs. Nothing held it (there
+    was nothing to pin); the owner is told in the audit, as for a repository that changed."""
+    from daemon.app.sandbox import _SessionRunner
+    from daemon.sessions.session import Session
+
+    root = PinnedDirectory.pin(workspace)
+    session = Session(id="s1", workspace=workspace, owner="alice", root=root)
+    records: list[dict[str, object]] = []
+
+    class Audit:
+        def write(self, record: dict[str, object]) -> None:
+            records.append(record)
+
+    runner = _SessionRunner(None, None, session, "toolu_1", None, Audit())  # type: ignore[arg-type]
+    spec = SandboxSpec(workspace=workspace, git_pins=git_pins(root))
+    assert spec.git_pins == ()
+    await runner._audit_if_changed(spec, root)
+    assert records == []
+    (workspace / ".git").mkdir()
+    await runner._audit_if_changed(spec, root)
+    assert [(r["event"], r["tool_use_id"]) for r in records] == [("repository_created", "toolu_1")]
+    assert "made a repository in the workspace" in str(records[0]["note"])
+    root.close()
+
+
 def test_a_submodule_path_no_mount_can_name_is_refused(workspace: Path) -> None:
     run_git(workspace, "init", "-q")
     odd = os.fsdecode(b"sub\xff")

@@ -968,6 +968,10 @@ opaque_lines := {
 	"python3 -m timeit": [simple(["python3", "-m", "timeit", "-n1", "-s", "import os,glob", "[os.unlink(p) for p in glob.glob('**')]"])],
 	"python3 -m pdb -c": [simple(["python3", "-m", "pdb", "-c", "!import os; os.remove('a')", "x.py"])],
 	"perl -MArchive::Tar": [simple(["perl", "-MArchive::Tar", "-e", "Archive::Tar->extract_archive('x.tar')"])],
+	# Attacker round 91: ExtUtils::Command's rm_rf, logging's file handler.
+	"perl -MExtUtils::Command -e rm_rf": [simple(["perl", "-MExtUtils::Command", "-e", "rm_rf", "--", "/srv/ws"])],
+	"python3 -c (logging to a file)": [simple(["python3", "-c", "import logging; logging.basicConfig(filename='.gita'+'ttributes'); logging.warning('x')"])],
+	"python3 -c (FileHandler)": [simple(["python3", "-c", "import logging as l; l.getLogger().addHandler(l.FileHandler(n))"])],
 }
 
 test_program_text_only_known_when_it_runs_asks if {
@@ -1013,6 +1017,13 @@ test_extractors_and_in_place_editors_found_by_attacker_round_90_ask if {
 	decided(bash_line("tar czf \"$OUT\" src", [with_words(["tar", "czf", "$OUT", "src"], [fact_word("czf"), dyn("$OUT"), fact_word("src")])])).outcome == "allow"
 	decided(bash_line("tar -czf o.tgz -- \"$D\"", [with_words(["tar", "-czf", "o.tgz", "--", "$D"], [fact_word("-czf"), fact_word("o.tgz"), fact_word("--"), dyn("$D")])])).outcome == "allow"
 	decided(bash_line("tar -czf o.tgz src/$D", [with_words(["tar", "-czf", "o.tgz", "src/$D"], [fact_word("-czf"), fact_word("o.tgz"), dyn("src/$D")])])).outcome == "allow"
+}
+
+test_a_virtual_environment_cleared_over_the_workspace_asks if {
+	# Attacker round 91: `python3 -m venv --clear .` deleted every file of the workspace.
+	decides(bash_line("python3 -m venv --without-pip --clear .", [simple(["python3", "-m", "venv", "--without-pip", "--clear", "."])]), "ask", "recursively deletes the workspace root")
+	decides(bash_line("python3 -m venv --cl /srv/ws", [simple(["python3", "-m", "venv", "--cl", "/srv/ws"])]), "ask", "recursively deletes")
+	decided(bash_line("python3 -m venv .venv", [simple(["python3", "-m", "venv", ".venv"])])).outcome == "allow"
 }
 
 test_compressing_in_place_replaces_files if {

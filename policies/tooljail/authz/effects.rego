@@ -716,6 +716,13 @@ recursive_delete_targets(cmd) := find_start_words(cmd) if {
 
 recursive(cmd) if has_short_flag(options(command_args(cmd)), "rR")
 
+# `python3 -m venv --clear DIR` first deletes everything DIR holds (attacker round 91: `.`).
+recursive_delete_targets(cmd) := module_operands(cmd) if {
+	python_module(cmd) == "venv"
+	some arg in command_args(cmd)
+	regex.match(`^--cl(e(a(r)?)?)?$`, arg)
+}
+
 # A delete that is not recursive still empties the workspace of its files where its names are
 # only known when it runs and may be any (`shopt -s globstar dotglob; rm -f -- **`, `rm $F`:
 # attacker round 87); a pattern with a fixed end (`*.o`) is left alone.
@@ -1416,8 +1423,8 @@ inline_code_runner(name) if regex.match(`^python3\.[0-9]+$`, name)
 #   ruby's, php's and lua's writers.
 # "run other programs" includes functions found by a name built when it runs (`vars(os)[...]`).
 default code_effects := {
-	"write files": `\.write|pwrite|O_WRONLY|O_RDWR|O_CREAT|O_APPEND|O_TRUNC|mknod|write_text|write_bytes|writeFile|appendFile|open\([^;\n]*,\s*(mode\s*=\s*)?['"][^'"]*[wax+]|copyfile|copy2|copytree|\brename|\breplace\s*\(|symlink|\blink|fopen|File\.open|IO\.write|>\s*["']|(^|[^.\w]|\bio\.|\bcodecs\.)open\([^;\n]*,\s*(mode\s*=\s*)?[A-Za-z_][A-Za-z0-9_.]*\s*[^A-Za-z0-9_.=\s]|open\([^;\n]*,\s*(mode\s*=\s*)?['"][^'"]*['"]\s*[+%.]|open\([^;\n]*,\s*(mode\s*=\s*)?[fF][rR]?['"]|\bopen\s*\(?\s*(my\s+\$\w+|\$\w+|[A-Z][A-Z0-9_]*)\s*,\s*([^'"\s]|['"]\s*(\+[<>]|>|\||-\|))|\.open\(\s*(mode\s*=\s*)?['"][^'"]*[wax+]|\.open\(\s*(mode\s*=\s*)?[A-Za-z_][A-Za-z0-9_.]*\s*\)|open\([^)]*[,(]\s*\*|sysopen|FileIO\([^)]*,|copyFile|WriteStream|openSync\([^;\n]*,\s*[^\s)]|file_put_contents|fwrite|FileUtils|io\.output|\bfile\s*=\s*open|os\.open\([^;\n,]*,\s*([^oO0\s]|0[^,)\s]|[oO][^sS_]|os[^.]|os\.[^O]|os\.O[^_]|os\.O_[^R]|os\.O_R[^D]|O[^_]|O_[^R]|O_R[^D])|O_RDONLY\s*[|+^]|from\s+os\s+import\s+[^;\n]*(\*|\bopen\b)|import\s+os\s+as\b|sys\.modules|extract|dup2|hardlink|open\([^;\n]*,\s*(mode\s*=\s*)?['"][^'"]*\\|\$\^I|\$\{\^I\}|\$-i\b|inplace`,
-	"delete files": `rmtree|unlink|remove|rmdir|truncate|\brm\b|shutil|fs\.rm|rimraf|File\.delete|delete_file|os\.remove|\bdel\b`,
+	"write files": `\.write|pwrite|O_WRONLY|O_RDWR|O_CREAT|O_APPEND|O_TRUNC|mknod|write_text|write_bytes|writeFile|appendFile|open\([^;\n]*,\s*(mode\s*=\s*)?['"][^'"]*[wax+]|copyfile|copy2|copytree|\brename|\breplace\s*\(|symlink|\blink|fopen|File\.open|IO\.write|>\s*["']|(^|[^.\w]|\bio\.|\bcodecs\.)open\([^;\n]*,\s*(mode\s*=\s*)?[A-Za-z_][A-Za-z0-9_.]*\s*[^A-Za-z0-9_.=\s]|open\([^;\n]*,\s*(mode\s*=\s*)?['"][^'"]*['"]\s*[+%.]|open\([^;\n]*,\s*(mode\s*=\s*)?[fF][rR]?['"]|\bopen\s*\(?\s*(my\s+\$\w+|\$\w+|[A-Z][A-Z0-9_]*)\s*,\s*([^'"\s]|['"]\s*(\+[<>]|>|\||-\|))|\.open\(\s*(mode\s*=\s*)?['"][^'"]*[wax+]|\.open\(\s*(mode\s*=\s*)?[A-Za-z_][A-Za-z0-9_.]*\s*\)|open\([^)]*[,(]\s*\*|sysopen|FileIO\([^)]*,|copyFile|WriteStream|openSync\([^;\n]*,\s*[^\s)]|file_put_contents|fwrite|FileUtils|io\.output|\bfile\s*=\s*open|os\.open\([^;\n,]*,\s*([^oO0\s]|0[^,)\s]|[oO][^sS_]|os[^.]|os\.[^O]|os\.O[^_]|os\.O_[^R]|os\.O_R[^D]|O[^_]|O_[^R]|O_R[^D])|O_RDONLY\s*[|+^]|from\s+os\s+import\s+[^;\n]*(\*|\bopen\b)|import\s+os\s+as\b|sys\.modules|extract|FileHandler|\bfilename\s*=|dup2|hardlink|open\([^;\n]*,\s*(mode\s*=\s*)?['"][^'"]*\\|\$\^I|\$\{\^I\}|\$-i\b|inplace`,
+	"delete files": `rm_rf|rm_f\b|ExtUtils|rmtree|unlink|remove|rmdir|truncate|\brm\b|shutil|fs\.rm|rimraf|File\.delete|delete_file|os\.remove|\bdel\b`,
 	"run other programs": `system|popen|subprocess|spawn|exec|\beval\b|fork|child_process|pty|__import__|importlib|getattr|compile|\bopen3\b|backtick|Kernel|%x|qx|\bvars\s*\(|__dict__|\bglobals\s*\(`,
 }
 
