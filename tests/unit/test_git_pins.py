@@ -8,6 +8,7 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -345,13 +346,14 @@ def test_a_linked_worktrees_submodules_are_held_though_its_git_directory_is_else
     assert str(tmp_path) not in str(no.value)
 
 
-async def test_a_repository_that_changed_under_a_container_is_audited_and_one_that_did_not_is_not(
-    workspace: Path,
-) -> None:
+async def _audit_after_a_change(
+    workspace: Path, change: Callable[[], object]
+) -> list[dict[str, object]]:
+    """The audit records of a runner's repository check: none before `change`, then those
+    after it."""
     from daemon.app.sandbox import _SessionRunner
     from daemon.sessions.session import Session
 
-    (workspace / ".git").mkdir()
     root = PinnedDirectory.pin(workspace)
     session = Session(id="s1", workspace=workspace, owner="alice", root=root)
     records: list[dict[str, object]] = []
@@ -362,15 +364,29 @@ async def test_a_repository_that_changed_under_a_container_is_audited_and_one_th
 
     runner = _SessionRunner(None, None, session, "toolu_1", None, Audit())  # type: ignore[arg-type]
     spec = SandboxSpec(workspace=workspace, git_pins=git_pins(root))
-    await runner._audit_if_changed(spec, root)
-    assert records == []
-    (workspace / ".git").rename(workspace / "old")
+    try:
+        await runner._audit_if_changed(spec, root)
+        assert records == []
+        change()
+        await runner._audit_if_changed(spec, root)
+    finally:
+        root.close()
+    return records
+
+
+async def test_a_repository_that_changed_under_a_container_is_audited_and_one_that_did_not_is_not(
+    workspace: Path,
+) -> None:
     (workspace / ".git").mkdir()
-    await runner._audit_if_changed(spec, root)
+
+    def made_again() -> None:
+        (workspace / ".git").rename(workspace / "old")
+        (workspace / ".git").mkdir()
+
+    records = await _audit_after_a_change(workspace, made_again)
     assert [(r["event"], r["tool_use_id"], r["session"]) for r in records] == [
         ("repository_changed", "toolu_1", "s1")
     ]
-    root.close()
 
 
 async def test_a_repository_a_container_made_where_there_was_none_is_audited(
@@ -379,27 +395,9 @@ async def test_a_repository_a_container_made_where_there_was_none_is_audited(
     """Attacker round 91: in a workspace without a repository, `git init` and code writing
     .git/config in one call left a configuration git on the host runs. Nothing held it (there
     was nothing to pin); the owner is told in the audit, as for a repository that changed."""
-    from daemon.app.sandbox import _SessionRunner
-    from daemon.sessions.session import Session
-
-    root = PinnedDirectory.pin(workspace)
-    session = Session(id="s1", workspace=workspace, owner="alice", root=root)
-    records: list[dict[str, object]] = []
-
-    class Audit:
-        def write(self, record: dict[str, object]) -> None:
-            records.append(record)
-
-    runner = _SessionRunner(None, None, session, "toolu_1", None, Audit())  # type: ignore[arg-type]
-    spec = SandboxSpec(workspace=workspace, git_pins=git_pins(root))
-    assert spec.git_pins == ()
-    await runner._audit_if_changed(spec, root)
-    assert records == []
-    (workspace / ".git").mkdir()
-    await runner._audit_if_changed(spec, root)
+    records = await _audit_after_a_change(workspace, (workspace / ".git").mkdir)
     assert [(r["event"], r["tool_use_id"]) for r in records] == [("repository_created", "toolu_1")]
     assert "made a repository in the workspace" in str(records[0]["note"])
-    root.close()
 
 
 def test_a_submodule_path_no_mount_can_name_is_refused(workspace: Path) -> None:
