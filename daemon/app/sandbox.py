@@ -86,6 +86,7 @@ class _SessionRunner(SandboxRunner):
         spec = (await _spec(self._session, limits)).model_copy(
             update={"image": image, "read_only_workspace": read_only_workspace}
         )
+        held = self._held_root(spec)
         try:
             return await self._executor.run(
                 spec,
@@ -96,7 +97,7 @@ class _SessionRunner(SandboxRunner):
                 on_start=on_start,
             )
         finally:
-            self._check_repository(spec)
+            self._check_repository(spec, held)
 
     async def converse(
         self,
@@ -109,6 +110,7 @@ class _SessionRunner(SandboxRunner):
         image: str = "",
     ) -> SandboxResult:
         spec = (await _spec(self._session, limits)).model_copy(update={"image": image})
+        held = self._held_root(spec)
         try:
             return await self._kept.call(
                 spec,
@@ -121,25 +123,37 @@ class _SessionRunner(SandboxRunner):
                 owner=self._session.owner,
             )
         finally:
-            self._check_repository(spec)
+            self._check_repository(spec, held)
 
-    def _check_repository(self, spec: SandboxSpec) -> None:
+    def _held_root(self, spec: SandboxSpec) -> PinnedDirectory | None:
+        """The workspace, held for the repository check after the call (None: no check): the
+        session may be closed by then (attacker round 92: a background command's `git init`,
+        then CloseSession, and the check found the workspace released and wrote nothing)."""
+        if spec.limits.git is not GitAccess.READ_ONLY:
+            return None
+        try:
+            return self._session.pinned_root().duplicate()
+        except OSError as exc:  # out of descriptors
+            raise ToolError(
+                f"The workspace could not be held for the check of its repository after the call "
+                f"({exc.strerror}), so nothing ran. Try again."
+            ) from exc
+
+    def _check_repository(self, spec: SandboxSpec, held: PinnedDirectory | None) -> None:
         """After a container ran over a read-only repository, look again (in the background,
         off the event loop): what changed on the host meanwhile was not held for that container
         (a re-created `.git` detached its read-only mount; a submodule added or checked out was
         never pinned), so the command may have written it. Nothing can undo that; the owner is
         told, in the audit. A workspace without a repository is looked at too: one the command
         made there is the model's, its hooks and configuration run by git on the host (attacker
-        round 91: `git init` and code writing .git/config in one call)."""
-        if spec.limits.git is not GitAccess.READ_ONLY:
+        round 91: `git init` and code writing .git/config in one call). A repository made and
+        removed again while the command ran leaves nothing to compare (policies/README.md)."""
+        if held is None:
             return
-        try:
-            root = self._session.pinned_root()
-        except ToolError:  # the session closed meanwhile, its workspace released
-            return
-        check = asyncio.get_running_loop().create_task(self._audit_if_changed(spec, root))
+        check = asyncio.get_running_loop().create_task(self._audit_if_changed(spec, held))
         _checks.add(check)
         check.add_done_callback(_checks.discard)
+        check.add_done_callback(lambda _: held.close())
 
     async def _audit_if_changed(self, spec: SandboxSpec, root: PinnedDirectory) -> None:
         try:

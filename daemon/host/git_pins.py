@@ -207,6 +207,12 @@ class _Pins:
         if info is None:
             if work_tree:  # an empty submodule: nothing may become its .git
                 self._add_way(work_tree, read_only=True)
+            elif self._laid_out_as_git_directory():
+                raise _refused(
+                    "The workspace is laid out as a git directory (HEAD, objects, refs at its "
+                    "root): git run in it takes that configuration and those hooks, as a bare "
+                    "repository's."
+                )
             return
         if work_tree:
             self._add_way(work_tree, read_only=False)
@@ -227,6 +233,18 @@ class _Pins:
             raise _refused(_NOT_BACK.format(what=_name(dot_git)))
         self._hold(git_dir)
         self._git_directory(work_tree, git_dir, depth)
+
+    def _laid_out_as_git_directory(self) -> bool:
+        """Whether git would take the workspace's root itself for a git directory when it has
+        no `.git` (attacker round 92): a HEAD, with objects/ (or a commondir file) and refs/,
+        in any form, since git follows what the model may have made a link."""
+        names = ("HEAD", "objects", "commondir", "refs")
+        found = {name: _lstat(self._root, name) for name in names}
+        return (
+            found["HEAD"] is not None
+            and found["refs"] is not None
+            and (found["objects"] is not None or found["commondir"] is not None)
+        )
 
     def enclosing(self, work_tree: str) -> None:
         """Hold what the repository whose work tree `work_tree` lies above the workspace names

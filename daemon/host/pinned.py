@@ -18,7 +18,7 @@ import ctypes
 import errno
 import os
 import stat
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from daemon.host.devices import served_locally
@@ -214,6 +214,10 @@ class PinnedDirectory:
             | (RESOLVE_NO_XDEV if same_mount else 0)
             | (RESOLVE_CACHED if cached else 0),
         )
+
+    def duplicate(self) -> PinnedDirectory:
+        """The same directory on a descriptor of its own, which the caller closes."""
+        return replace(self, fd=os.dup(self.fd))
 
     def close(self) -> None:
         """Release the descriptor (the directory itself is left alone). The number is forgotten:

@@ -272,6 +272,58 @@ def test_a_repository_a_command_made_where_there_was_none_is_audited(short_tmp: 
     assert daemon.audit_lines("repository_changed") == []
 
 
+def test_a_repository_a_background_command_made_is_audited_after_its_session_closed(
+    short_tmp: Path,
+) -> None:
+    """Attacker round 92: a background `git init`, then CloseSession: the check found the
+    session's workspace released and wrote nothing."""
+    root = short_tmp / "git-made-late"
+    root.mkdir()
+    with daemon_for(root, {}) as (daemon, _):
+        opened: pb.Session = daemon.stub.OpenSession(pb.OpenSessionRequest(), timeout=60)
+        started = daemon.execute(
+            "Bash",
+            {"command": "git init -q && sleep 600", "run_in_background": True},
+            session_id=opened.id,
+        )
+        assert not started.result.is_error, text_of(started)
+        deadline = time.monotonic() + 60
+        while not (Path(opened.workspace) / ".git" / "HEAD").exists():
+            assert time.monotonic() < deadline, "git init never ran"
+            time.sleep(0.05)
+        daemon.stub.CloseSession(pb.CloseSessionRequest(session_id=opened.id), timeout=60)
+        deadline = time.monotonic() + 60
+        while not (created := daemon.audit_lines("repository_created")):
+            assert time.monotonic() < deadline, "no repository_created record"
+            time.sleep(0.05)
+    assert [(r["tool_use_id"], r["session"]) for r in created] == [
+        (started.result.tool_use_id, opened.id)
+    ]
+
+
+def test_a_workspace_a_command_laid_out_as_a_git_directory_is_audited_and_then_refused(
+    short_tmp: Path,
+) -> None:
+    """Attacker round 92: HEAD, objects/ and refs/ at the root of a workspace without `.git`
+    made it a bare repository whose config git on the host ran; no record, and later calls
+    kept rewriting it."""
+    root = short_tmp / "git-bare"
+    root.mkdir()
+    with daemon_for(root, {}) as (daemon, workspace):
+        shutil.rmtree(workspace / ".git")
+        command = "mkdir -p objects refs/heads && printf 'ref: refs/heads/main\\n' > HEAD"
+        made = daemon.execute("Bash", {"command": command})
+        assert made.decision.outcome == pb.ALLOW and not made.result.is_error, text_of(made)
+        refused = daemon.execute("Bash", {"command": "touch ran"})
+        deadline = time.monotonic() + 60
+        while not (created := daemon.audit_lines("repository_created")):
+            assert time.monotonic() < deadline, "no repository_created record"
+            time.sleep(0.05)
+    assert [r["tool_use_id"] for r in created] == [made.result.tool_use_id]
+    assert refused.result.is_error and "laid out as a git directory" in text_of(refused)
+    assert not (workspace / "ran").exists()
+
+
 def test_a_repository_made_again_on_the_host_under_a_running_command_is_audited(
     short_tmp: Path,
 ) -> None:

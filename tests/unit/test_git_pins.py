@@ -5,6 +5,7 @@ are tested against the real engine in tests/integration."""
 
 from __future__ import annotations
 
+import asyncio
 import os
 import shutil
 import subprocess
@@ -398,6 +399,55 @@ async def test_a_repository_a_container_made_where_there_was_none_is_audited(
     records = await _audit_after_a_change(workspace, (workspace / ".git").mkdir)
     assert [(r["event"], r["tool_use_id"]) for r in records] == [("repository_created", "toolu_1")]
     assert "made a repository in the workspace" in str(records[0]["note"])
+
+
+def _lay_out_as_a_git_directory(directory: Path) -> None:
+    (directory / "HEAD").write_text("ref: refs/heads/main\n")
+    (directory / "objects").mkdir()
+    (directory / "refs").mkdir()
+
+
+def test_a_workspace_laid_out_as_a_git_directory_is_refused(workspace: Path) -> None:
+    """Attacker round 92: HEAD, objects/ and refs/ at the root make the workspace itself a bare
+    repository, whose config and hooks git run there takes; no `.git` was there to pin."""
+    _lay_out_as_a_git_directory(workspace)
+    with pytest.raises(ToolError, match="laid out as a git directory"):
+        pins_of(workspace)
+
+
+async def test_a_bare_repository_a_container_made_at_the_root_is_audited(workspace: Path) -> None:
+    records = await _audit_after_a_change(workspace, lambda: _lay_out_as_a_git_directory(workspace))
+    assert [r["event"] for r in records] == ["repository_created"]
+
+
+async def test_the_check_of_a_call_whose_session_closed_meanwhile_still_runs(
+    workspace: Path,
+) -> None:
+    """Attacker round 92: a background command ran `git init` and its session was closed before
+    it ended; the check looked for the session's workspace, found it released, and wrote
+    nothing. It holds the workspace from the call's start now."""
+    from daemon.app.sandbox import _checks, _SessionRunner
+    from daemon.sessions.session import Session
+
+    session = Session(id="s1", workspace=workspace, owner="alice")
+    records: list[dict[str, object]] = []
+
+    class Audit:
+        def write(self, record: dict[str, object]) -> None:
+            records.append(record)
+
+    runner = _SessionRunner(None, None, session, "toolu_1", None, Audit())  # type: ignore[arg-type]
+    spec = SandboxSpec(workspace=workspace, git_pins=git_pins(session.pinned_root()))
+    held = runner._held_root(spec)
+    assert held is not None
+    session.closed = True
+    assert session.root is not None
+    session.root.close()
+    (workspace / ".git").mkdir()
+    runner._check_repository(spec, held)
+    await asyncio.gather(*_checks)
+    assert [r["event"] for r in records] == ["repository_created"]
+    assert held.fd == -1  # released once looked at
 
 
 def test_a_submodule_path_no_mount_can_name_is_refused(workspace: Path) -> None:
