@@ -161,6 +161,8 @@ class _SessionRunner(SandboxRunner):
                 return
         except ToolError:
             pass  # unreadable now: changed as well
+        except Exception:  # a look that failed otherwise: the owner is told all the same
+            log.exception("looking at the repository of workspace %s failed", spec.workspace)
         made = not spec.git_pins
         log.warning(
             "the repository of workspace %s %s while call %s ran in a container; check its "
@@ -194,9 +196,11 @@ CHANGED_NOTE = (
 
 
 CREATED_NOTE = (
-    "A sandboxed command made a repository in the workspace, which had none: its hooks and "
-    "configuration are the model's, and git on the host runs them. Look at .git/hooks and "
-    ".git/config before running git there."
+    "A repository appeared in the workspace, which had none, while this sandboxed command ran: "
+    "this command made it, or another one working in the same workspace at the time (another "
+    "call, a background command, the host). Its hooks and configuration may be the model's, and "
+    "git on the host runs them. Look at .git/hooks and .git/config (or the workspace's own "
+    "HEAD, config and hooks/) before running git there."
 )
 
 

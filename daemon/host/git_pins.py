@@ -235,15 +235,14 @@ class _Pins:
         self._git_directory(work_tree, git_dir, depth)
 
     def _laid_out_as_git_directory(self) -> bool:
-        """Whether git would take the workspace's root itself for a git directory when it has
-        no `.git` (attacker round 92): a HEAD, with objects/ (or a commondir file) and refs/,
-        in any form, since git follows what the model may have made a link."""
-        names = ("HEAD", "objects", "commondir", "refs")
-        found = {name: _lstat(self._root, name) for name in names}
-        return (
-            found["HEAD"] is not None
-            and found["refs"] is not None
-            and (found["objects"] is not None or found["commondir"] is not None)
+        """Whether git may take the workspace's root itself for a git directory when it has no
+        `.git` (attacker round 92): a HEAD beside objects/, refs/ or a commondir file (git looks
+        for objects/ and refs/ where that points: round 93), each in any form, since git
+        follows what the model may have made a link. More than git needs: refusing is safe."""
+        if _lstat(self._root, "HEAD") is None:
+            return False
+        return any(
+            _lstat(self._root, name) is not None for name in ("objects", "refs", "commondir")
         )
 
     def enclosing(self, work_tree: str) -> None:

@@ -301,8 +301,16 @@ def test_a_repository_a_background_command_made_is_audited_after_its_session_clo
     ]
 
 
+@pytest.mark.parametrize(
+    "command",
+    [
+        "mkdir -p objects refs/heads && printf 'ref: refs/heads/main\\n' > HEAD",
+        # Round 93: objects/ and refs/ where a commondir file points.
+        "mkdir -p x/objects x/refs && echo 'ref: refs/heads/main' > HEAD && echo x > commondir",
+    ],
+)
 def test_a_workspace_a_command_laid_out_as_a_git_directory_is_audited_and_then_refused(
-    short_tmp: Path,
+    short_tmp: Path, command: str
 ) -> None:
     """Attacker round 92: HEAD, objects/ and refs/ at the root of a workspace without `.git`
     made it a bare repository whose config git on the host ran; no record, and later calls
@@ -311,7 +319,6 @@ def test_a_workspace_a_command_laid_out_as_a_git_directory_is_audited_and_then_r
     root.mkdir()
     with daemon_for(root, {}) as (daemon, workspace):
         shutil.rmtree(workspace / ".git")
-        command = "mkdir -p objects refs/heads && printf 'ref: refs/heads/main\\n' > HEAD"
         made = daemon.execute("Bash", {"command": command})
         assert made.decision.outcome == pb.ALLOW and not made.result.is_error, text_of(made)
         refused = daemon.execute("Bash", {"command": "touch ran"})

@@ -398,7 +398,7 @@ async def test_a_repository_a_container_made_where_there_was_none_is_audited(
     was nothing to pin); the owner is told in the audit, as for a repository that changed."""
     records = await _audit_after_a_change(workspace, (workspace / ".git").mkdir)
     assert [(r["event"], r["tool_use_id"]) for r in records] == [("repository_created", "toolu_1")]
-    assert "made a repository in the workspace" in str(records[0]["note"])
+    assert "A repository appeared in the workspace, which had none" in str(records[0]["note"])
 
 
 def _lay_out_as_a_git_directory(directory: Path) -> None:
@@ -407,10 +407,21 @@ def _lay_out_as_a_git_directory(directory: Path) -> None:
     (directory / "refs").mkdir()
 
 
-def test_a_workspace_laid_out_as_a_git_directory_is_refused(workspace: Path) -> None:
+def _lay_out_with_a_common_directory(directory: Path) -> None:
+    (directory / "HEAD").write_text("ref: refs/heads/main\n")
+    (directory / "commondir").write_text("x\n")
+    (directory / "x" / "objects").mkdir(parents=True)
+    (directory / "x" / "refs").mkdir()
+
+
+@pytest.mark.parametrize("lay_out", [_lay_out_as_a_git_directory, _lay_out_with_a_common_directory])
+def test_a_workspace_laid_out_as_a_git_directory_is_refused(
+    workspace: Path, lay_out: Callable[[Path], None]
+) -> None:
     """Attacker round 92: HEAD, objects/ and refs/ at the root make the workspace itself a bare
-    repository, whose config and hooks git run there takes; no `.git` was there to pin."""
-    _lay_out_as_a_git_directory(workspace)
+    repository, whose config and hooks git run there takes; no `.git` was there to pin. Round
+    93: git looks for objects/ and refs/ where a `commondir` file points."""
+    lay_out(workspace)
     with pytest.raises(ToolError, match="laid out as a git directory"):
         pins_of(workspace)
 
