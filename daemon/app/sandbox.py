@@ -383,6 +383,9 @@ class Sandbox:
         except ToolError as exc:
             log.warning("not pre-starting containers for session %s: %s", session.id, exc)
             return
+        except Exception:  # a background warm-up never fails the daemon's stop
+            log.exception("not pre-starting containers for session %s", session.id)
+            return
         try:
             await self._executor.warm(spec)
         except SandboxError as exc:

@@ -833,8 +833,12 @@ def _in_parent(
 
 
 def _linked_entries(root: PinnedDirectory, directory: str) -> list[str]:
-    """The names of the links in a directory of the workspace."""
-    fd = root.open_beneath(directory, os.O_RDONLY | os.O_DIRECTORY)
+    """The names of the links in a directory of the workspace, reached without a link (one
+    made since it was looked at is refused)."""
+    try:
+        fd = root.open_beneath(directory, os.O_RDONLY | os.O_DIRECTORY)
+    except OSError as exc:
+        raise _refused(_why(directory, exc)) from exc
     try:
         return _links_at(fd, directory)
     finally:

@@ -302,20 +302,23 @@ def test_a_repository_a_background_command_made_is_audited_after_its_session_clo
 
 
 @pytest.mark.parametrize(
-    "command",
+    ("layout", "command"),
     [
-        "mkdir -p objects refs/heads && printf 'ref: refs/heads/main\\n' > HEAD",
+        ("plain", "mkdir -p objects refs/heads && printf 'ref: refs/heads/main\\n' > HEAD"),
         # Round 93: objects/ and refs/ where a commondir file points.
-        "mkdir -p x/objects x/refs && echo 'ref: refs/heads/main' > HEAD && echo x > commondir",
+        (
+            "commondir",
+            "mkdir -p x/objects x/refs && echo 'ref: refs/heads/main' > HEAD && echo x > commondir",
+        ),
     ],
 )
 def test_a_workspace_a_command_laid_out_as_a_git_directory_is_audited_and_then_refused(
-    short_tmp: Path, command: str
+    short_tmp: Path, layout: str, command: str
 ) -> None:
     """Attacker round 92: HEAD, objects/ and refs/ at the root of a workspace without `.git`
     made it a bare repository whose config git on the host ran; no record, and later calls
     kept rewriting it."""
-    root = short_tmp / "git-bare"
+    root = short_tmp / f"git-bare-{layout}"
     root.mkdir()
     with daemon_for(root, {}) as (daemon, workspace):
         shutil.rmtree(workspace / ".git")

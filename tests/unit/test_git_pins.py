@@ -461,6 +461,25 @@ async def test_the_check_of_a_call_whose_session_closed_meanwhile_still_runs(
     assert held.fd == -1  # released once looked at
 
 
+def test_a_hooks_directory_reached_through_a_link_made_meanwhile_is_refused(
+    workspace: Path,
+) -> None:
+    """`.git` found a directory and then swapped for a link while its hooks were listed (the
+    warm-up's look raced a test that did so): a refusal, not an OSError that escaped as an
+    internal error and failed the daemon's stop."""
+    from daemon.host.git_pins import _linked_entries
+
+    (workspace / "real").mkdir()
+    (workspace / "real" / "hooks").mkdir()
+    (workspace / ".git").symlink_to("real")
+    root = PinnedDirectory.pin(workspace)
+    try:
+        with pytest.raises(ToolError, match="nothing ran"):
+            _linked_entries(root, ".git/hooks")
+    finally:
+        root.close()
+
+
 def test_a_submodule_path_no_mount_can_name_is_refused(workspace: Path) -> None:
     run_git(workspace, "init", "-q")
     odd = os.fsdecode(b"sub\xff")
