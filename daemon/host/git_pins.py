@@ -209,9 +209,9 @@ class _Pins:
                 self._add_way(work_tree, read_only=True)
             elif self._laid_out_as_git_directory():
                 raise _refused(
-                    "The workspace is laid out as a git directory (HEAD, objects, refs at its "
-                    "root): git run in it takes that configuration and those hooks, as a bare "
-                    "repository's."
+                    "The workspace is laid out as a git directory (a HEAD beside objects, refs "
+                    "or a commondir file at its root): git run in it takes its configuration and "
+                    "hooks from there, as a bare repository's."
                 )
             return
         if work_tree:
