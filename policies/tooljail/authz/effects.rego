@@ -183,6 +183,11 @@ needs_approval contains sprintf(
 	some word in operand_words(cmd)
 }
 
+# A decompressor writes the name less its suffix; one that replaces also removes the operand.
+writes_beside_operands(cmd) if decompresses_in_place(cmd)
+
+writes_beside_operands(cmd) if replaces_in_place(cmd)
+
 recursive_compression(opts) if has_short_flag(opts, "r")
 
 recursive_compression(opts) if has_long_flag(opts, "--recursive")
@@ -202,9 +207,7 @@ prints_only(opts) if has_long_flag(opts, "--to-stdout")
 written_operands(cmd) := operand_words(cmd) if {
 	basename(cmd.name) in {"tee", "sponge", "truncate", "fallocate", "touch"}
 } else := operand_words(cmd) if {
-	decompresses_in_place(cmd)
-} else := operand_words(cmd) if {
-	replaces_in_place(cmd)
+	writes_beside_operands(cmd)
 } else := array.slice(operand_words(cmd), 1, count(operand_words(cmd))) if {
 	# gawk's in-place extension, loaded by any spelling (`-i inplace`, `--include=inplace`,
 	# `@include "inplace"` in the program: attacker round 90); the first operand is the program.
@@ -527,13 +530,16 @@ needs_approval contains concat(" ", [
 	not tar_option_value(texts, j)
 }
 
-tar_option_value(texts, j) if regex.match(`^-[A-Za-z]*[bCfFgHIKLNTVX]$|^--(file|directory|files-from|exclude-from|exclude|transform|xform|owner|group|mode|mtime|newer|label|suffix|format)$`, texts[j - 1])
+# tar's short options that take a value.
+tar_valued_letters := "bCfFgHIKLNTVX"
+
+tar_option_value(texts, j) if regex.match(sprintf(`^-[A-Za-z]*[%s]$|^--(file|directory|files-from|exclude-from|exclude|transform|xform|owner|group|mode|mtime|newer|label|suffix|format)$`, [tar_valued_letters]), texts[j - 1])
 
 # The old style: the first word's letters that take a value take the next words in turn.
 tar_option_value(texts, j) if {
 	not startswith(texts[0], "-")
 	j >= 1
-	j <= count(regex.find_n(`[bCfFgHIKLNTVX]`, texts[0], -1))
+	j <= count(regex.find_n(sprintf("[%s]", [tar_valued_letters]), texts[0], -1))
 }
 
 tar_extracts(cmd) if {
