@@ -22,7 +22,7 @@ from collections.abc import Callable, Hashable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
-from sandbox import timeline
+from sandbox import after_answer, timeline
 from sandbox.backend import (
     EgressGate,
     McpSessionCall,
@@ -151,6 +151,8 @@ class SandboxExecutor:
         self._maintenance_interval_s = maintenance_interval_s
         self._in_flight: set[Sandbox] = set()
         self._kept: set[Sandbox] = set()
+        self._retiring: set[Sandbox] = set()
+        """Containers whose call is over, to be removed once its answer is sent."""
         self._fills: dict[Hashable, set[asyncio.Task[BaseException | None]]] = {}
         self._discarded: OrderedDict[str, None] = OrderedDict()
         """Workspaces whose session closed (most recent last): no container is pooled for them
@@ -286,9 +288,8 @@ class SandboxExecutor:
                 ) from exc
             return self._owned(sandbox, result)
         finally:
-            # After the call, not before: starting containers competes for CPU with the call.
-            if not self._closed:
-                self._refill(key, spec)
+            # After the call's answer, not before: starting containers competes for CPU with it.
+            after_answer.later(lambda: self._refill_open(key, spec))
 
     def _owned(
         self, sandbox: Sandbox, result: SandboxResult
@@ -342,8 +343,9 @@ class SandboxExecutor:
         await asyncio.gather(*fills, return_exceptions=True)
         if self._maintenance is not None:
             await asyncio.gather(self._maintenance, return_exceptions=True)
-        self._destroy_later([*self._pool.drain(), *self._in_flight, *self._kept])
+        self._destroy_later([*self._pool.drain(), *self._in_flight, *self._kept, *self._retiring])
         self._kept.clear()
+        self._retiring.clear()
         while self._destroys:
             await asyncio.gather(*list(self._destroys), return_exceptions=True)
         if self._close_backend:
@@ -389,10 +391,26 @@ class SandboxExecutor:
             if keep and result is not None and result.session_open and not self._closed:
                 self._kept.add(sandbox)
             else:
+                self._retire(sandbox)
+
+    def _retire(self, sandbox: Sandbox) -> None:
+        """Remove a container whose call is over, once its answer is sent (`close` removes it
+        if that comes first)."""
+        self._retiring.add(sandbox)
+
+        def remove() -> None:
+            if sandbox in self._retiring:
+                self._retiring.discard(sandbox)
                 self._destroy_later([sandbox])
+
+        after_answer.later(remove)
 
     def _in_use(self, spec: SandboxSpec) -> None:
         self._discarded.pop(str(spec.workspace), None)
+
+    def _refill_open(self, key: Hashable, spec: SandboxSpec) -> None:
+        if not self._closed:
+            self._refill(key, spec)
 
     def _refill(self, key: Hashable, spec: SandboxSpec) -> None:
         if _workspace_of(key) in self._discarded:

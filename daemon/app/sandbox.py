@@ -24,6 +24,7 @@ from daemon.host.threads import TenantThreads
 from daemon.sessions.session import Session
 from daemon.tools.background import BackgroundShells
 from daemon.tools.contract import SandboxRunner
+from sandbox import after_answer
 from sandbox.backend import (
     GitAccess,
     McpSessionCall,
@@ -147,13 +148,18 @@ class _SessionRunner(SandboxRunner):
         told, in the audit. A workspace without a repository is looked at too: one the command
         made there is the model's, its hooks and configuration run by git on the host (attacker
         round 91: `git init` and code writing .git/config in one call). A repository made and
-        removed again while the command ran leaves nothing to compare (policies/README.md)."""
+        removed again while the command ran leaves nothing to compare (policies/README.md). The
+        look starts once the call's answer is sent (sandbox/after_answer.py)."""
         if held is None:
             return
-        check = asyncio.get_running_loop().create_task(self._audit_if_changed(spec, held))
-        _checks.add(check)
-        check.add_done_callback(_checks.discard)
-        check.add_done_callback(lambda _: held.close())
+
+        def start() -> None:
+            check = asyncio.get_running_loop().create_task(self._audit_if_changed(spec, held))
+            _checks.add(check)
+            check.add_done_callback(_checks.discard)
+            check.add_done_callback(lambda _: held.close())
+
+        after_answer.later(start)
 
     async def _audit_if_changed(self, spec: SandboxSpec, root: PinnedDirectory) -> None:
         try:

@@ -8,6 +8,7 @@ import asyncio
 import contextlib
 import dataclasses
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from typing import Any, cast
 
 import grpc
 
@@ -29,12 +30,28 @@ from daemon.server.decoding import Converter, Decoded
 from daemon.server.identity import CallerResolver
 from daemon.server.progress_relay import ProgressRelay
 from daemon.sessions.manager import SessionManager
+from sandbox import after_answer
 
 Context = grpc.aio.ServicerContext[object, object]
 
 ANSWER_MARGIN_S = 0.01
 """An answer sent with less of its request's deadline left may arrive after the caller stopped
 waiting (loopback, a loaded machine); where that would leave something behind, it is undone."""
+
+
+@contextlib.contextmanager
+def _after_the_answer(context: Context) -> Iterator[None]:
+    """Within: what the call leaves behind (its container to remove, the warm pool to refill)
+    waits until the RPC has ended, its answer sent (sandbox/after_answer.py). Only for one call
+    per RPC: a batch's later calls want the pool refilled while it goes on."""
+    with after_answer.holding() as held:
+
+        def release(_: Context) -> None:
+            held.release()
+
+        # The stub types the callback as a class of its own, not as a protocol a function meets.
+        context.add_done_callback(cast(Any, release))
+        yield
 
 
 class Intake:
@@ -94,7 +111,7 @@ class ExecutorService:
     async def Execute(self, request: Decoded[CallRequest], context: Context) -> pb.ExecuteResponse:
         caller = self._admit(context)
         call = await request.get()
-        with self._counting_cancel(call.tool_use.name, context):
+        with _after_the_answer(context), self._counting_cancel(call.tool_use.name, context):
             outcome = await self._scheduler.execute(call, caller)
         return convert.outcome_to_proto(outcome)
 
@@ -130,7 +147,7 @@ class ExecutorService:
         async def answers() -> AsyncIterator[ExecuteOutcome]:
             yield await self._scheduler.execute(call, caller)
 
-        with self._counting_cancel(call.tool_use.name, context):
+        with _after_the_answer(context), self._counting_cancel(call.tool_use.name, context):
             async for event in _interleaved(answers(), relay):
                 yield event
 

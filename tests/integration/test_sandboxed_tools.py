@@ -15,6 +15,8 @@ import grpc
 import pytest
 
 from daemon._generated.tooljail.v1 import executor_pb2 as pb
+from sandbox import after_answer
+from sandbox.executor import ExecutorStats
 from sandbox.hardening import RUNNER_DIR
 from sandbox.runner import RUNNER_SOURCE
 from tests.integration.conftest import OWNER_GID, OWNER_UID, containers_of, wait_no_containers
@@ -676,3 +678,54 @@ def test_links_made_where_or_by_what_the_line_order_hides_do_not_hide_the_worksp
             f"cd / && perl -MExtUtils::Command -e rm_rf -- {ws}",
         ],
     )
+
+
+def test_a_calls_container_goes_and_the_pool_refills_once_the_rpc_has_answered(
+    short_tmp: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The used container's removal and the warm pool's refill wait until the call's answer is
+    sent (sandbox/after_answer.py); the end of the RPC releases them, unary or streamed, and
+    a batch's calls are not held at all. The fallback timer is pushed out of reach, so only
+    those releases can pass this test."""
+    monkeypatch.setattr(after_answer, "RELEASE_AFTER_S", 3600.0)
+    with _own_workspace(short_tmp) as (_, daemon):
+        sandbox = daemon.daemon.sandbox
+        assert sandbox is not None
+
+        def stats() -> ExecutorStats:
+            now = sandbox.stats()
+            assert now is not None
+            return now
+
+        def wait_for(condition: Callable[[], bool], what: str) -> None:
+            deadline = time.monotonic() + 120
+            while not condition():
+                assert time.monotonic() < deadline, f"still waiting: {what} ({stats()})"
+                time.sleep(0.05)
+
+        def unary() -> list[str]:
+            answer = daemon.execute("Bash", {"command": "echo hi"})
+            return [answer.report.sandbox_id] if text_of(answer).strip() == "hi" else []
+
+        def streamed() -> list[str]:
+            use = pb.ToolUse(id="toolu_streamed", name="Bash")
+            use.input.update({"command": "echo hi"})
+            events = list(daemon.stub.ExecuteStream(pb.ExecuteRequest(tool_use=use), timeout=120))
+            answers = [e.response for e in events if e.HasField("response")]
+            return [a.report.sandbox_id for a in answers if text_of(a).strip() == "hi"]
+
+        def batch() -> list[str]:
+            answers = _bash_batch(daemon, "echo hi", "echo hi", "echo hi")
+            return [a.report.sandbox_id for a in answers if text_of(a).strip() == "hi"]
+
+        for send, calls in ((unary, 1), (streamed, 1), (batch, 3)):
+            wait_for(lambda: stats().pooled == 1, "a warm container")
+            goal = stats().removed + calls
+            used = send()
+            assert len(used) == calls, f"{send.__name__}: {used}"
+            wait_for(
+                lambda goal=goal: stats().removed >= goal and stats().pooled == 1,
+                f"{send.__name__}: its containers removed and the pool refilled",
+            )
+            left = {c.id for c in containers_of(daemon.daemon.instance_id)}
+            assert not any(c.startswith(u) or u.startswith(c) for c in left for u in used)

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from sandbox import after_answer
 from sandbox.backend import (
     BashRequest,
     OutputCallback,
@@ -398,3 +399,33 @@ async def test_a_full_pool_makes_room_for_a_principal_under_its_share(
     assert executor.stats().pool_hits == hits + 1
     taken_from_alice = [s for s in backend.started if s.spec.pool_owner == "alice" and s.destroyed]
     assert len(taken_from_alice) >= 2 + 2  # her two calls' containers, and two pooled ones
+
+
+async def test_while_an_answer_is_held_the_used_container_stays_and_the_pool_is_not_refilled(
+    backend: FakeBackend, make_executor: Callable[..., SandboxExecutor]
+) -> None:
+    executor = make_executor(pool_size=1)
+    await executor.warm(spec())
+    with after_answer.holding() as held:
+        result = await executor.run(spec(), REQUEST)
+    used = next(s for s in backend.started if s.name == result.sandbox_id)
+    await asyncio.sleep(0.05)
+    assert not used.destroyed
+    assert len(backend.started) == 1  # no refill yet
+    held.release()
+    await until(lambda: used.destroyed and executor.stats().pooled == 1)
+    assert executor.stats().removed == 1
+
+
+async def test_close_removes_a_container_whose_answer_was_never_released(
+    backend: FakeBackend, make_executor: Callable[..., SandboxExecutor]
+) -> None:
+    executor = make_executor(pool_size=0)
+    with after_answer.holding() as held:
+        result = await executor.run(spec(), REQUEST)
+    await executor.close()
+    assert backend.live == set()
+    held.release()  # after the close: nothing is started or removed twice
+    await asyncio.sleep(0.01)
+    assert executor.stats().removed == 1
+    assert [s.name for s in backend.started] == [result.sandbox_id]
