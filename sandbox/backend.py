@@ -260,6 +260,9 @@ class SandboxResult(_Frozen):
     listing: str = ""
     """An MCP server that said its tools changed during the request: its tools/list answer,
     as JSON ({"tools": [...]}), read after the request's own answer."""
+    leftovers: int = 0
+    """Processes the command left that were still there when the runner gave up waiting for
+    them (stuck in the kernel past sandbox/runner/runner.py's LEFTOVERS_WAIT_S)."""
 
 
 class SandboxStartError(SandboxError):

@@ -385,6 +385,8 @@ class SandboxExecutor:
             else:
                 async with egress.listen(socket_path):
                     result = await sandbox.run(request, on_output)
+            if result.leftovers:
+                result = await self._removed_first(sandbox, result)
             return result
         finally:
             self._in_flight.discard(sandbox)
@@ -392,6 +394,24 @@ class SandboxExecutor:
                 self._kept.add(sandbox)
             else:
                 self._retire(sandbox)
+
+    async def _removed_first(self, sandbox: Sandbox, result: SandboxResult) -> SandboxResult:
+        """A result whose command left processes the runner could not see gone: the container
+        is removed before the call is answered (the engine stops it, and its PID namespace
+        ends with its last process), and the answer says so."""
+        self._doomed.add(sandbox)
+        try:
+            await self._destroy(sandbox)
+        except Exception:  # said in the answer; the reaper goes on trying
+            log.exception("removing sandbox %s, whose command left processes, failed", sandbox.id)
+            gone = "and removing its container failed (the daemon's log says why)"
+        else:
+            gone = "so its container was removed before this answer"
+        note = (
+            f"{result.leftovers} process(es) the command left were still there long after "
+            f"they were killed (stuck in the kernel), {gone}."
+        )
+        return result.model_copy(update={"error": f"{result.error}\n{note}".strip()})
 
     def _retire(self, sandbox: Sandbox) -> None:
         """Remove a container whose call is over, once its answer is sent (`close` removes it

@@ -1136,8 +1136,8 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     received = time.monotonic()
     result = handle(request, identity, _progress_writer())
-    if args.end_leftovers:
-        end_leftovers()
+    if args.end_leftovers and (left := end_leftovers(LEFTOVERS_WAIT_S)):
+        result["leftovers"] = left
     # The host's clock: containers share its monotonic clock, so the daemon can place these
     # between its own marks (sandbox/timeline.py).
     marks = [["received", received], *result.pop("timeline", []), ["answered", time.monotonic()]]
@@ -1154,17 +1154,57 @@ def _start_forwarder(socket_path: str) -> None:
     forward.start(socket_path)
 
 
-def end_leftovers() -> None:
+LEFTOVERS_WAIT_S = 60.0
+"""How long the runner waits for what it killed to be gone before it answers anyway."""
+
+
+def end_leftovers(wait_s: float) -> int:
     """Kill what the call left running (processes that left its process group, the egress
-    forwarder) before it is answered, so that nothing of it writes into the workspace once the
-    daemon has said it is over (attacker round 60 saw a `setsid -f` loop go on appending for
-    50 ms after the answer, until the container was torn down). kill(-1) from the runner, root
-    with CAP_KILL, reaches every process of the container's PID namespace but its init and
-    the runner itself; never use it where that namespace is the host's."""
-    try:
-        os.kill(-1, spawn.SIGKILL)
-    except OSError:
-        pass
+    forwarder) and wait until they are gone, so that nothing of the call writes into the
+    workspace once the daemon has said it is over; how many were still there after `wait_s`
+    (0: none).
+
+    Killed is not gone: attacker round 60 saw a `setsid -f` loop go on appending for 50 ms after
+    the answer, until the container was torn down; round 94 had killed processes stuck in the
+    kernel (a truncate of a file of many extents on ext4 holds its inode for seconds, and a
+    rename waiting on it holds the directory) rename a repository into place as `.git` 3.3 s
+    after the answer, after the daemon had looked for one. A process is gone once /proc no
+    longer lists it: it has left every system call and been reaped (by the container's init,
+    or here for the runner's own children).
+
+    kill(-1) from the runner, root with CAP_KILL, reaches every process of the container's PID
+    namespace but its init and the runner itself; never use it where that namespace is the
+    host's. It is sent again while waiting, for a child forked as the first one went out."""
+    deadline = time.monotonic() + wait_s
+    pause = 0.0002
+    while True:
+        try:
+            os.kill(-1, spawn.SIGKILL)
+        except OSError:
+            pass  # ESRCH: nothing left to signal
+        _reap_own_children()
+        left = _other_processes()
+        if not left or time.monotonic() >= deadline:
+            return left
+        time.sleep(pause)
+        pause = min(pause * 2, 0.02)
+
+
+def _reap_own_children() -> None:
+    while True:
+        try:
+            pid, _ = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            return
+        if pid == 0:
+            return
+
+
+def _other_processes() -> int:
+    """Processes of this PID namespace but its init and the runner (zombies included: one
+    listed here may not have been reaped yet, which takes the init a moment)."""
+    own = os.getpid()
+    return sum(1 for name in os.listdir("/proc") if name.isdigit() and int(name) not in (1, own))
 
 
 def wait_for_hang_up(stdin: int, timeout_s: float) -> None:

@@ -272,6 +272,65 @@ def test_a_repository_a_command_made_where_there_was_none_is_audited(short_tmp: 
     assert daemon.audit_lines("repository_changed") == []
 
 
+STUCK_RENAME = """
+import os, time
+fd = os.open("F", os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+for block in range(EXTENTS):
+    os.pwrite(fd, b"x", block * 8192)  # one extent per block: truncating it takes long
+os.fsync(fd)
+os.close(fd)
+open("X", "w").close()
+os.path.exists(".git")  # looked up once: later lookups of it take no lock
+
+
+def child(work):
+    if os.fork() == 0:
+        try:
+            work()
+        finally:
+            os._exit(0)
+
+
+child(lambda: os.truncate("F", 0))  # holds F, uninterruptibly, for a while
+time.sleep(0.05)
+child(lambda: os.rename("X", "F"))  # holds the workspace's directory, waiting for F
+time.sleep(0.05)
+child(lambda: os.rename("gd", ".git"))  # waits for the directory, then makes the repository
+time.sleep(0.05)
+print("left")
+"""
+
+
+def test_what_a_killed_process_stuck_in_the_kernel_does_lands_before_the_answer(
+    short_tmp: Path,
+) -> None:
+    """Attacker round 94: killed processes stuck in the kernel (ext4 truncating a file of many
+    extents, a rename waiting on it) renamed a repository into place 3.3 s after the answer,
+    after the daemon had looked for one: no record, and git on the host ran the model's
+    configuration. The runner now answers once they are gone, so what they did is there when
+    the call is answered and the look after it finds the repository."""
+    root = short_tmp / "git-stuck"
+    root.mkdir()
+    with daemon_for(root, {}) as (daemon, workspace):
+        shutil.rmtree(workspace / ".git")
+        made = workspace / "gd"
+        for folder in ("objects", "refs/heads"):
+            (made / folder).mkdir(parents=True)
+        (made / "HEAD").write_text("ref: refs/heads/main\n")
+        (made / "config").write_text("[core]\n\trepositoryformatversion = 0\n")
+        (workspace / "stuck.py").write_text(STUCK_RENAME.replace("EXTENTS", "16384"))
+        for path in (made, *made.rglob("*"), workspace / "stuck.py"):
+            os.chown(path, OWNER_UID, OWNER_GID)
+        answer = daemon.execute("Bash", {"command": "python3 stuck.py"})
+        assert text_of(answer) == "left\n", text_of(answer)
+        assert (workspace / ".git" / "HEAD").is_file(), "the rename landed after the answer"
+        deadline = time.monotonic() + 60  # the look runs after the answer
+        while not (created := daemon.audit_lines("repository_created")):
+            assert time.monotonic() < deadline, "no repository_created record"
+            time.sleep(0.05)
+    assert [r["tool_use_id"] for r in created] == [answer.result.tool_use_id]
+
+
 def test_a_repository_a_background_command_made_is_audited_after_its_session_closed(
     short_tmp: Path,
 ) -> None:

@@ -52,6 +52,8 @@ class FakeSandbox(Sandbox):
                 raise SandboxNotDelivered("gone")
             if behaviour == "hang":
                 await asyncio.sleep(3600)
+            if behaviour == "leftovers":
+                return SandboxResult(sandbox_id=self.name, output="hi\n", leftovers=2)
         except asyncio.CancelledError:
             await self.destroy()
             raise
@@ -429,3 +431,20 @@ async def test_close_removes_a_container_whose_answer_was_never_released(
     await asyncio.sleep(0.01)
     assert executor.stats().removed == 1
     assert [s.name for s in backend.started] == [result.sandbox_id]
+
+
+async def test_a_command_whose_leftovers_outlived_the_runners_wait_is_removed_before_its_answer(
+    backend: FakeBackend, make_executor: Callable[..., SandboxExecutor]
+) -> None:
+    """What the runner could not see gone may still write: the container goes first (the engine
+    stops it, and its PID namespace ends with its last process), even while answers are held."""
+    executor = make_executor(pool_size=0)
+    backend.behaviour = "leftovers"
+    with after_answer.holding():
+        result = await executor.run(spec(), REQUEST)
+    used = next(s for s in backend.started if s.name == result.sandbox_id)
+    assert used.destroyed
+    assert result.output == "hi\n"
+    assert "2 process(es) the command left" in result.error
+    assert "removed before this answer" in result.error
+    assert executor.stats().removed == 1

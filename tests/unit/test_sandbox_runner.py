@@ -683,3 +683,27 @@ def test_without_its_bash_env_file_no_command_runs(
     result = runner_module.run_bash(bash_request("touch ran", tmp_path), None)
     assert result["exit_code"] == -1 and "bash_env.sh is gone" in result["error"]
     assert not (tmp_path / "ran").exists()
+
+
+def test_leftovers_are_killed_until_none_is_listed_and_the_runner_waits_for_that(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Attacker round 94: killed is not gone (a process stuck in the kernel finishes its system
+    call first). The runner sends SIGKILL again and waits until /proc lists nothing else."""
+    listed = iter([2, 1, 0])
+    kills: list[tuple[int, int]] = []
+    monkeypatch.setattr(runner_module, "_other_processes", lambda: next(listed))
+    monkeypatch.setattr(runner_module, "_reap_own_children", lambda: None)
+    monkeypatch.setattr(runner_module.os, "kill", lambda pid, sig: kills.append((pid, sig)))
+    monkeypatch.setattr(runner_module.time, "sleep", lambda seconds: None)
+    assert runner_module.end_leftovers(60.0) == 0
+    assert kills == [(-1, runner_module.spawn.SIGKILL)] * 3
+
+
+def test_leftovers_still_listed_when_the_wait_ends_are_counted(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(runner_module, "_other_processes", lambda: 3)
+    monkeypatch.setattr(runner_module, "_reap_own_children", lambda: None)
+    monkeypatch.setattr(runner_module.os, "kill", lambda pid, sig: None)
+    assert runner_module.end_leftovers(0.0) == 3
