@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import errno
 import itertools
 import os
 import stat
@@ -20,22 +19,16 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from daemon.errors import ConfinementError, ToolError, ToolInputError
-from daemon.host.pinned import PinnedDirectory
 from daemon.models import TextContent
 from daemon.tools.contract import ToolOutput
-from daemon.tools.glob import engine, on_loop
-from daemon.tools.glob import tool as glob_tool
+from daemon.tools.glob import engine
 from daemon.tools.glob.braces import MAX_PATTERNS, expand_braces
 from daemon.tools.glob.engine import MAX_PATTERN_CHARS, MAX_RESULTS, MAX_SCANNED, PROGRESS_EVERY
-from daemon.tools.glob.on_loop import MAX_DIRECTORY_BYTES
-from daemon.tools.glob.tool import FIRST_SLICE_ENTRIES, FIRST_SLICE_PATTERN_CHARS, GlobTool
+from daemon.tools.glob.tool import GlobTool
 from tests.unit.conftest import CallTool
 from tests.unit.fake_sandbox import listen, make_context, run_summarized, run_tool
 
 TOOL = GlobTool()
-STUCK_AT = FIRST_SLICE_ENTRIES
-"""Fake listings block past the first slice's entries: in the walker thread, where a listing
-stuck in the kernel (on another mount) would be."""
 
 
 def make(root: Path, rel: str, mtime: int) -> Path:
@@ -352,8 +345,7 @@ async def test_a_huge_directory_is_listed_only_as_far_as_the_budget(
     huge = FakeDirectory(workspace / "huge", 2 * MAX_SCANNED).install(monkeypatch)
     output = await run_tool(TOOL, {"pattern": "huge/*.txt"}, make_context(workspace))
     assert f"the search stopped after {MAX_SCANNED} directory entries" in text_of(output)
-    # The first slice on the event loop, then the walk again in a thread.
-    assert huge.pulled <= FIRST_SLICE_ENTRIES + MAX_SCANNED, "entries past the budget were listed"
+    assert huge.pulled <= MAX_SCANNED + 1, "entries past the budget were listed"
     assert huge.closed.is_set()
 
 
@@ -368,7 +360,7 @@ async def test_the_deadline_ends_the_walk_with_a_partial_result_saying_so(
 
     (workspace / "big").mkdir()
     big = FakeDirectory(workspace / "big", 10_000, ".txt", five_then_late)
-    big.make_real(workspace / "big", 10)  # the first slice stats files on disk
+    big.make_real(workspace / "big", 10)  # matching files are looked at on disk
     big.install(monkeypatch)
     tool = GlobTool(deadline_s=30.0, clock=lambda: now[0])
     output, summary = await run_summarized(tool, {"pattern": "big/*.txt"}, make_context(workspace))
@@ -390,9 +382,8 @@ async def test_a_walk_stuck_in_the_file_system_still_answers_at_the_deadline(
     pulled_when_stuck: list[int] = []
 
     def three_then_stuck(index: int) -> None:
-        if index == STUCK_AT + 3:
+        if index == 3:
             pulled_when_stuck.append(stuck.pulled)
-            stuck.closed.clear()  # the first slice's listing was closed: wait for this one
             release.wait(60)  # as a listing blocked in the kernel (a hung network mount)
 
     (workspace / "nfs").mkdir()
@@ -406,7 +397,7 @@ async def test_a_walk_stuck_in_the_file_system_still_answers_at_the_deadline(
     finally:
         release.set()
     lines = text_of(output).split("\n")
-    newest = (STUCK_AT + 2, STUCK_AT + 1, STUCK_AT)
+    newest = (2, 1, 0)
     assert lines[:3] == [f"{workspace}/nfs/f{index:07}.txt" for index in newest]
     assert lines[-1].startswith("(The search stopped at its time limit of 0.1 s")
     await asyncio.to_thread(stuck.closed.wait, 60)
@@ -424,9 +415,8 @@ async def test_cancelling_a_glob_stops_its_walk(
     pulled_when_blocked: list[int] = []
 
     def block_at_fifty(index: int) -> None:
-        if index == STUCK_AT + 50:
+        if index == 50:
             pulled_when_blocked.append(slow.pulled)
-            slow.closed.clear()  # the first slice's listing was closed: wait for this one
             reached.set()
             release.wait(60)
 
@@ -534,179 +524,50 @@ async def test_long_patterns_are_compiled_by_the_walking_thread(
     tree: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     threads = _spy_on_compiling(monkeypatch)
-    others = ",".join(f"{'x' * 20}{n}" for n in range(FIRST_SLICE_PATTERN_CHARS // 20))
+    others = ",".join(f"{'x' * 20}{n}" for n in range(12))
     long = "src/*.{py,txt," + others + "}"  # alternatives of "src/*.xx…xN" past the limit in all
     output = await run_tool(TOOL, {"pattern": long}, make_context(tree))
     assert text_of(output) == f"{tree}/src/d.txt\n{tree}/src/b.py"
     assert threads and threading.current_thread() not in threads
 
 
-@pytest.fixture
-def roomy_slice(workspace: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """A first slice with time to spare, however slow the machine, on a workspace filesystem
-    already looked at from a thread: these tests are about what else ends it."""
-    monkeypatch.setattr(glob_tool, "FIRST_SLICE_S", 60.0)
-    root = PinnedDirectory.pin(workspace)
-    fd = root.open_beneath(".", os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        on_loop.learn_filesystem(root, fd)
-        assert on_loop.may_walk_on_loop(root), "these tests need a filesystem with typed listings"
-    finally:
-        os.close(fd)
-        root.close()
-    monkeypatch.setattr(engine, "may_walk_on_loop", lambda root: True)
-
-
-@pytest.fixture
-def unknown_filesystems(monkeypatch: pytest.MonkeyPatch) -> None:
-    """No filesystem looked at yet (as when the daemon starts)."""
-    monkeypatch.setattr(on_loop, "_verdicts", {})
-
-
-def _walked_in_a_thread(threads: list[threading.Thread]) -> bool:
-    """The patterns were compiled for a first slice on the event loop, then again by a walker
-    thread: the slice handed the walk over."""
-    loop_thread = threading.current_thread()
-    return len(threads) == 2 and threads[0] is loop_thread and threads[1] is not loop_thread
-
-
-@pytest.mark.usefixtures("roomy_slice")
-async def test_a_small_walk_stays_on_the_event_loop(
-    tree: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    threads = _spy_on_compiling(monkeypatch)
-    output = await run_tool(TOOL, {"pattern": "src/*.{py,txt}"}, make_context(tree))
-    assert text_of(output) == f"{tree}/src/d.txt\n{tree}/src/b.py"
-    assert threads == [threading.current_thread()], "a walk of a few entries went to a thread"
-
-
-@pytest.mark.usefixtures("roomy_slice")
-async def test_a_walk_past_the_first_slice_finds_every_file_once(
-    workspace: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    count = FIRST_SLICE_ENTRIES + 40
+async def test_a_walk_of_many_files_finds_each_once(workspace: Path) -> None:
+    count = 300
     for index in range(count):
         make(workspace, f"many/f{index:04}.txt", 1_000 + index)
-    threads = _spy_on_compiling(monkeypatch)
     output, summary = await run_summarized(TOOL, {"pattern": "**/*.txt"}, make_context(workspace))
     assert summary == f"Glob '**/*.txt': {count} files ({MAX_RESULTS} shown)"
     newest = [f"{workspace}/many/f{index:04}.txt" for index in range(count - 1, -1, -1)]
     assert text_of(output).split("\n")[:MAX_RESULTS] == newest[:MAX_RESULTS]
-    assert _walked_in_a_thread(threads)
 
 
-@pytest.mark.usefixtures("roomy_slice")
-async def test_a_slice_out_of_time_hands_the_walk_over(
-    tree: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    # Round 71: 64 alternatives against long names cost the event loop 160 ms in 256 entries.
-    monkeypatch.setattr(glob_tool, "FIRST_SLICE_S", 0.0)
-    threads = _spy_on_compiling(monkeypatch)
-    output = await run_tool(TOOL, {"pattern": "src/*.{py,txt}"}, make_context(tree))
-    assert text_of(output) == f"{tree}/src/d.txt\n{tree}/src/b.py"
-    assert _walked_in_a_thread(threads)
-
-
-def _exdev_for(
-    monkeypatch: pytest.MonkeyPatch, mounted: str
-) -> list[tuple[str, bool, threading.Thread]]:
-    """open_beneath as if `mounted` (relative to the workspace) were another mount: the kernel
-    refuses (EXDEV) to cross onto it with RESOLVE_NO_XDEV. Returns the opens made."""
-    real = PinnedDirectory.open_beneath
-    opened: list[tuple[str, bool, threading.Thread]] = []
-
-    def open_beneath(self: PinnedDirectory, relative: str, flags: int, **options: bool) -> int:
-        same_mount = options.get("same_mount", False)
-        opened.append((relative, same_mount, threading.current_thread()))
-        if relative == mounted and same_mount:
-            raise OSError(errno.EXDEV, os.strerror(errno.EXDEV), relative)
-        return real(self, relative, flags, **options)
-
-    monkeypatch.setattr(PinnedDirectory, "open_beneath", open_beneath)
-    return opened
-
-
-@pytest.mark.usefixtures("roomy_slice")
-async def test_a_directory_on_another_mount_is_walked_in_a_thread(
-    tree: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    opened = _exdev_for(monkeypatch, "src/deep")  # as a hung network mount would be
-    output = await run_tool(TOOL, {"pattern": "src/**/*.py"}, make_context(tree))
-    assert text_of(output) == f"{tree}/src/b.py\n{tree}/src/deep/er/c.py"
-    loop_thread = threading.current_thread()
-    on_the_loop = [(relative, same) for relative, same, thread in opened if thread is loop_thread]
-    assert ("src/deep", True) in on_the_loop and ("src/deep/er", True) not in on_the_loop
-    assert ("src/deep/er", False) in [(r, s) for r, s, t in opened if t is not loop_thread]
-
-
-@pytest.mark.usefixtures("roomy_slice")
-async def test_a_base_directory_on_another_mount_is_walked_in_a_thread(
-    tree: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    # Round 71: a path that is a mount point (a FUSE mount answering in 25 s) was listed on the
-    # event loop, which held every caller for as long.
-    opened = _exdev_for(monkeypatch, "src")
-    threads = _spy_on_compiling(monkeypatch)
-    output = await run_tool(TOOL, {"pattern": "*", "path": str(tree / "src")}, make_context(tree))
-    assert text_of(output) == f"{tree}/src/d.txt\n{tree}/src/b.py"
-    assert ("src", True) in [(r, s) for r, s, _ in opened]
-    assert len(threads) == 1 and threads[0] is not threading.current_thread(), (
-        "the base's listing ran on the event loop"
-    )
-
-
-@pytest.mark.usefixtures("roomy_slice")
-async def test_a_file_mounted_over_another_is_stat_in_a_thread(
-    tree: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    # Round 71: stat on a file bind-mounted from a slow FUSE mount held the loop 2 s per file.
-    if os.geteuid() != 0:
-        pytest.skip("bind mounts need root")
-    elsewhere = tree / "elsewhere.bin"
-    elsewhere.write_text("x")
-    target = tree / "src" / "d.txt"
-    if subprocess.run(["mount", "--bind", str(elsewhere), str(target)], check=False).returncode:
-        pytest.skip("cannot bind-mount here")
-    try:
-        threads = _spy_on_compiling(monkeypatch)
-        output = await run_tool(TOOL, {"pattern": "src/*.txt"}, make_context(tree))
-        assert text_of(output) == f"{tree}/src/d.txt"
-        assert _walked_in_a_thread(threads)
-    finally:
-        subprocess.run(["umount", str(target)], check=True)
-
-
-@pytest.mark.usefixtures("roomy_slice")
-async def test_an_emptied_huge_directory_is_listed_in_a_thread(
+async def test_a_listing_that_blocks_holds_its_walker_thread_never_the_event_loop(
     workspace: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    # Round 71: an ext4 directory keeps its blocks when emptied; listing its empty slots took
-    # seconds on the event loop without a single entry counted against the slice's budget.
-    big = workspace / "big"
-    big.mkdir()
-    names = [big / f"{index:05}{'n' * 200}" for index in range(1_000)]
-    for name in names:
-        name.touch()
-    for name in names:
-        name.unlink()
-    if big.stat().st_size <= MAX_DIRECTORY_BYTES:
-        pytest.skip("this filesystem shrinks emptied directories")
-    make(workspace, "big/kept.txt", 1_000)
-    threads = _spy_on_compiling(monkeypatch)
-    output = await run_tool(TOOL, {"pattern": "big/*"}, make_context(workspace))
-    assert text_of(output) == f"{workspace}/big/kept.txt"
-    assert _walked_in_a_thread(threads)
+    """Attacker round 94: a killed rename, stuck in the kernel behind an ext4 truncate, held the
+    workspace's directory for seconds; a Glob's first slice listed it on the event loop, which
+    froze every caller. Every walk, however small, now lists in a walker thread."""
+    reached = threading.Event()
+    release = threading.Event()
 
+    def held_at_the_first(index: int) -> None:
+        if index == 0:
+            reached.set()
+            release.wait(60)
 
-@pytest.mark.usefixtures("roomy_slice")
-async def test_a_matching_symbolic_link_is_followed_in_a_thread(
-    tree: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    (tree / "link.txt").symlink_to(tree / "src" / "d.txt")
+    (workspace / "held").mkdir()
+    ctx = make_context(workspace)
+    await run_tool(TOOL, {"pattern": "*"}, ctx)  # the workspace's filesystem is known by then
+    FakeDirectory(workspace / "held", 3, ".txt", held_at_the_first).install(monkeypatch)
     threads = _spy_on_compiling(monkeypatch)
-    output = await run_tool(TOOL, {"pattern": "*.txt"}, make_context(tree))
-    assert text_of(output) == f"{tree}/link.txt"
-    assert _walked_in_a_thread(threads)
+    task = asyncio.create_task(run_tool(TOOL, {"pattern": "held/*"}, ctx))
+    try:
+        assert await asyncio.to_thread(reached.wait, 60)
+        assert not task.done(), "the listing ran on the event loop, which waited for it"
+    finally:
+        release.set()
+    await task
+    assert threads and threading.current_thread() not in threads
 
 
 async def test_a_link_swapped_to_outside_while_it_is_followed_tells_nothing(
@@ -732,79 +593,6 @@ async def test_a_link_swapped_to_outside_while_it_is_followed_tells_nothing(
     output = await run_tool(TOOL, {"pattern": "l"}, make_context(workspace))
     assert (workspace / "A").is_symlink(), "the swap did not happen"
     assert text_of(output) == "No files found"
-
-
-@pytest.mark.usefixtures("unknown_filesystems")
-async def test_a_filesystem_is_looked_at_from_a_thread_before_any_walk_on_the_loop(
-    tree: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    # Round 72: on a FUSE workspace, the slice's own open and statfs of the base waited 3 s each
-    # on the event loop before it could tell the filesystem was not one to walk there.
-    opened = _exdev_for(monkeypatch, "nothing")
-    threads = _spy_on_compiling(monkeypatch)
-    ctx = make_context(tree)
-    output = await run_tool(TOOL, {"pattern": "src/*.txt"}, ctx)
-    assert text_of(output) == f"{tree}/src/d.txt"
-    loop_thread = threading.current_thread()
-    assert not [r for r, _, t in opened if t is loop_thread], "the loop opened before it knew"
-    assert len(threads) == 1 and threads[0] is not loop_thread
-    monkeypatch.setattr(glob_tool, "FIRST_SLICE_S", 60.0)
-    assert await run_tool(TOOL, {"pattern": "src/*.txt"}, ctx) == output
-    assert threads[1:] == [loop_thread], "the second walk, on a known filesystem, was not inline"
-    # Another session's workspace is looked at again, even on the same device number: round 73
-    # had a FUSE mount take the number of an unmounted tmpfs the daemon had found fit.
-    await run_tool(TOOL, {"pattern": "src/*.txt"}, make_context(tree))
-    assert threads[2] is not loop_thread
-
-
-@pytest.mark.usefixtures("unknown_filesystems")
-async def test_a_mount_inside_the_workspace_teaches_nothing_about_the_workspaces_own(
-    tree: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    if os.geteuid() != 0:
-        pytest.skip("mounting needs root")
-    (tree / "m").mkdir()
-    if subprocess.run(["mount", "-t", "tmpfs", "tmpfs", str(tree / "m")], check=False).returncode:
-        pytest.skip("cannot mount a tmpfs here")
-    try:
-        make(tree, "m/x.txt", 1_000)
-        threads = _spy_on_compiling(monkeypatch)
-        ctx = make_context(tree)
-        await run_tool(TOOL, {"pattern": "*.txt", "path": str(tree / "m")}, ctx)
-        output = await run_tool(TOOL, {"pattern": "src/*.txt"}, ctx)
-        assert text_of(output) == f"{tree}/src/d.txt"
-        assert threading.current_thread() not in threads, "the tmpfs vouched for the workspace"
-    finally:
-        subprocess.run(["umount", str(tree / "m")], check=True)
-
-
-@pytest.mark.usefixtures("unknown_filesystems")
-@pytest.mark.parametrize(
-    ("statfs_type", "listing_has_types"),
-    [(0x65735546, True), (0xEF53, False)],  # FUSE; ext4 made without `filetype`
-)
-async def test_filesystems_unfit_for_the_loop_are_walked_in_threads(
-    tree: Path, monkeypatch: pytest.MonkeyPatch, statfs_type: int, listing_has_types: bool
-) -> None:
-    # Round 72: on ext4 without `filetype` every entry's type took a stat, on the loop, and the
-    # stat crossed into a FUSE mount on a subdirectory (3 s).
-    monkeypatch.setattr(on_loop, "filesystem_type", lambda fd: statfs_type)
-    monkeypatch.setattr(on_loop, "_lists_types", lambda fd: listing_has_types)
-    monkeypatch.setattr(glob_tool, "FIRST_SLICE_S", 60.0)
-    threads = _spy_on_compiling(monkeypatch)
-    ctx = make_context(tree)
-    for _ in range(2):
-        output = await run_tool(TOOL, {"pattern": "src/*.txt"}, ctx)
-        assert text_of(output) == f"{tree}/src/d.txt"
-    assert threading.current_thread() not in threads
-
-
-def test_the_listing_of_this_filesystem_carries_entry_types(workspace: Path) -> None:
-    fd = os.open(workspace, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        assert on_loop._lists_types(fd)  # ext4, btrfs and tmpfs here all do
-    finally:
-        os.close(fd)
 
 
 @pytest.mark.parametrize(

@@ -24,19 +24,17 @@ import errno
 import fnmatch
 import functools
 import heapq
-import math
 import os
 import re
 import stat
 import threading
-import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from enum import StrEnum
 from pathlib import Path
 
 from daemon.errors import ToolError, ToolInputError
-from daemon.host.confine import is_inside, open_confined, require_inside, resolve_path
+from daemon.host.confine import is_inside, open_confined, resolve_path
 from daemon.host.pinned import (
     RESOLVE_BENEATH,
     RESOLVE_NO_MAGICLINKS,
@@ -44,16 +42,6 @@ from daemon.host.pinned import (
     openat2,
 )
 from daemon.tools.glob.braces import expand_braces
-from daemon.tools.glob.on_loop import (
-    MAX_DIRECTORY_BYTES,
-    MAX_LISTED_BYTES,
-    OtherMount,
-    directory_bytes,
-    learn_filesystem,
-    may_walk_on_loop,
-    mtime_here,
-    regular_file_mtime,
-)
 from daemon.tools.summaries import quoted
 
 MAX_LINK_HOPS = 8
@@ -182,9 +170,6 @@ class Stop(StrEnum):
     """MAX_SCANNED entries were looked at."""
     DEADLINE = "deadline"
     """The call's time was up."""
-    SLICE = "slice"
-    """A first slice's walk (`Walk.first_slice`) reached its end: its entries or time, or
-    something daemon.tools.glob.on_loop keeps it from; the walk starts again in a thread."""
     CANCELLED = "cancelled"
     """The call was cancelled (its result is not used)."""
 
@@ -221,13 +206,6 @@ class Walk:
     report: Callable[[int], None] | None = None
     """Gets the running count of entries every PROGRESS_EVERY; called from the walking thread,
     so it must hand over safely."""
-    first_slice: bool = False
-    """The walk runs on the event loop: it ends (Stop.SLICE) rather than go past its budget or
-    `slice_ends`, or touch what daemon.tools.glob.on_loop keeps it from."""
-    slice_ends: float = math.inf
-    """A first slice's end on the monotonic clock (not `clock`: it bounds the event loop)."""
-    listed_bytes: int = field(default=0, init=False)
-    """The sizes of the directories a first slice listed, together."""
     scanned: int = field(default=0, init=False)
     """Entries looked at so far (written by the walking thread only)."""
     _stopped: Stop | None = field(default=None, init=False)
@@ -252,10 +230,7 @@ class Walk:
         if self._stopped is not None:
             return False
         if self.scanned >= self.budget:
-            self.stop(Stop.SLICE if self.first_slice else Stop.BUDGET)
-            return False
-        if self.first_slice and time.monotonic() >= self.slice_ends:
-            self.stop(Stop.SLICE)
+            self.stop(Stop.BUDGET)
             return False
         if self.clock() >= self.deadline:
             self.stop(Stop.DEADLINE)
@@ -263,21 +238,6 @@ class Walk:
         self.scanned += 1
         if self.report is not None and self.scanned % PROGRESS_EVERY == 0:
             self.report(self.scanned)
-        return True
-
-    def may_list(self, fd: int) -> bool:
-        """Whether the open directory may be listed; a first slice ends (Stop.SLICE) instead at
-        one too large for the event loop (daemon.tools.glob.on_loop)."""
-        if not self.first_slice:
-            return True
-        try:
-            size = directory_bytes(fd)
-        except OSError:
-            size = MAX_LISTED_BYTES + 1
-        self.listed_bytes += size
-        if size > MAX_DIRECTORY_BYTES or self.listed_bytes > MAX_LISTED_BYTES:
-            self.stop(Stop.SLICE)
-            return False
         return True
 
     def found(self, path: str, mtime_ns: int) -> None:
@@ -315,24 +275,14 @@ def _closure(patterns: tuple[_Pattern, ...], states: frozenset[_State]) -> list[
     return sorted(result)
 
 
-def _file_mtime(
-    walk: Walk, root: PinnedDirectory, dir_fd: int, entry: os.DirEntry[str], full: Path
-) -> int | None:
+def _file_mtime(root: PinnedDirectory, entry: os.DirEntry[str], full: Path) -> int | None:
     """mtime of a matching regular file, or None if it is not one (or leads outside)."""
     try:
         if entry.is_symlink():
-            if walk.first_slice:  # it may lead onto another mount
-                walk.stop(Stop.SLICE)
-                return None
             return _link_mtime(root, full)
         if not entry.is_file(follow_symlinks=False):
             return None
-        if walk.first_slice:
-            return mtime_here(dir_fd, entry.name)
         return entry.stat(follow_symlinks=False).st_mtime_ns
-    except OtherMount:
-        walk.stop(Stop.SLICE)
-        return None
     except OSError:
         return None
 
@@ -356,8 +306,18 @@ def _link_mtime(root: PinnedDirectory, link: Path) -> int | None:
                 return None
             path = hop
             continue
-        return regular_file_mtime(fd)
+        return _regular_file_mtime(fd)
     return None
+
+
+def _regular_file_mtime(fd: int) -> int | None:
+    """mtime of what an open descriptor (O_PATH will do) names when it is a regular file, else
+    None; the descriptor is closed."""
+    try:
+        info = os.fstat(fd)
+    finally:
+        os.close(fd)
+    return info.st_mtime_ns if stat.S_ISREG(info.st_mode) else None
 
 
 def _next_hop(root: PinnedDirectory, path: str) -> str | None:
@@ -408,7 +368,7 @@ class _Walker:
             if directory == base:
                 children = self._visit(base_fd, directory, states)
             else:
-                fd = _open_below(self.walk, self.root, directory)
+                fd = _open_below(self.root, directory)
                 if fd is None:
                     continue
                 try:
@@ -422,14 +382,12 @@ class _Walker:
         visit, in name order (only those some alternative goes on into are kept)."""
         expanded = _closure(self.patterns, states)
         children: dict[str, set[_State]] = {}
-        if not self.walk.may_list(fd):
-            return []
         try:
             with os.scandir(fd) as listing:
                 for entry in listing:
                     if not self.walk.admit():
                         break
-                    self._match(entry, directory, expanded, children, fd)
+                    self._match(entry, directory, expanded, children)
         except OSError:
             pass  # unreadable, or gone while it was read: what was matched so far stands
         return [(directory / name, frozenset(children[name])) for name in sorted(children)]
@@ -440,7 +398,6 @@ class _Walker:
         directory: Path,
         states: list[_State],
         children: dict[str, set[_State]],
-        dir_fd: int,
     ) -> None:
         try:
             is_dir = entry.is_dir(follow_symlinks=False)
@@ -460,28 +417,23 @@ class _Walker:
                     children.setdefault(entry.name, set()).add((alternative, next_state))
             elif index == last:
                 full = directory / entry.name
-                mtime = _file_mtime(self.walk, self.root, dir_fd, entry, full)
+                mtime = _file_mtime(self.root, entry, full)
                 if mtime is not None:
                     self.walk.found(str(full), mtime)
 
 
-def _open_below(walk: Walk, root: PinnedDirectory, directory: Path) -> int | None:
+def _open_below(root: PinnedDirectory, directory: Path) -> int | None:
     """A subdirectory, resolved by the kernel beneath the pinned workspace with no symlink on the
-    way; None when it vanished, is unreadable, or was replaced by a symlink since it was listed.
-    A first slice's walk ends at a directory on another mount (EXDEV) instead."""
+    way; None when it vanished, is unreadable, or was replaced by a symlink since it was listed."""
     try:
-        return root.open_beneath(_below(root, directory), _DIR_FLAGS, same_mount=walk.first_slice)
-    except OSError as exc:
-        if walk.first_slice and exc.errno == errno.EXDEV:
-            walk.stop(Stop.SLICE)
+        return root.open_beneath(_below(root, directory), _DIR_FLAGS)
+    except OSError:
         return None
 
 
 def glob_files(root: PinnedDirectory, plan: GlobPlan, walk: Walk) -> GlobResult:
     """Walk the plan's base directory within `walk`'s limits (blocking: run it in a thread,
-    unless `walk` is a first slice)."""
-    if walk.first_slice:
-        return _walk_first_slice(root, plan, walk)
+    never on the event loop)."""
     with contextlib.suppress(OSError):
         if not stat.S_ISDIR(plan.base.lstat().st_mode):
             raise ToolError(
@@ -498,31 +450,7 @@ def glob_files(root: PinnedDirectory, plan: GlobPlan, walk: Walk) -> GlobResult:
     except PermissionError as exc:
         raise ToolError(f"Directory {plan.raw_base} cannot be read: permission denied.") from exc
     try:
-        learn_filesystem(root, fd)
         _Walker(walk, root, _compile(plan.patterns)).run(fd, plan.base)
-    finally:
-        os.close(fd)
-    return walk.result()
-
-
-def _walk_first_slice(root: PinnedDirectory, plan: GlobPlan, walk: Walk) -> GlobResult:
-    """`glob_files` on the event loop, on a workspace filesystem a walker thread found fit
-    (daemon.tools.glob.on_loop), the base opened without leaving the workspace's mount; anything
-    unusual (a missing or unreadable base included) ends the slice, and the walk in a thread
-    answers for it."""
-    require_inside(root.path, plan.base, plan.raw_base)
-    if not may_walk_on_loop(root):
-        walk.stop(Stop.SLICE)
-        return walk.result()
-    try:
-        fd = root.open_beneath(_below(root, plan.base), _DIR_FLAGS | os.O_NONBLOCK, same_mount=True)
-    except OSError:
-        walk.stop(Stop.SLICE)
-        return walk.result()
-    try:
-        _Walker(walk, root, _compile(plan.patterns)).run(fd, plan.base)
-    except OSError:
-        walk.stop(Stop.SLICE)
     finally:
         os.close(fd)
     return walk.result()

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import functools
-import itertools
 import logging
 import time
 from collections.abc import Awaitable, Callable
@@ -15,7 +14,6 @@ from typing import TYPE_CHECKING
 from pydantic import Field
 
 from daemon.host.confine import require_inside
-from daemon.host.pinned import PinnedDirectory
 from daemon.host.threads import FILESYSTEM_THREADS
 from daemon.models import TextContent
 from daemon.tools.contract import (
@@ -32,7 +30,6 @@ from daemon.tools.contract import (
 from daemon.tools.glob.engine import (
     MAX_RESULTS,
     MAX_SCANNED,
-    GlobPlan,
     GlobResult,
     Stop,
     Walk,
@@ -51,18 +48,6 @@ DEADLINE_S = 20.0
 STUCK_GRACE_S = 1.0
 """How long past its deadline the call waits for a walk that does not stop (stuck in the kernel
 on a hung mount) before it answers with what was found so far."""
-FIRST_SLICE_ENTRIES = 256
-"""A walk first looks at up to this many entries on the event loop (`Walk.first_slice`): most
-trees a model globs are small, and handing a walk of a few dozen entries to a thread costs more
-than the walk (the hand-over, then both threads taking turns on the GIL at every system call).
-A walk that needs more starts again in a walker thread (the entries looked at twice are a
-bounded waste)."""
-FIRST_SLICE_S = 0.003
-"""... and for at most this long (checked at each entry): matching many alternatives against
-long names costs time the entry budget does not bound."""
-FIRST_SLICE_PATTERN_CHARS = 256
-"""Patterns longer than this (all alternatives together) are compiled and walked in a thread
-only: compiling them alone can take milliseconds (about 2 ms for 256 characters of `*a*a…`)."""
 
 
 class GlobInput(ToolInput):
@@ -137,14 +122,15 @@ class GlobTool(Tool[GlobInput, GlobResult]):
             clock=self._clock,
             report=_progress_from_thread(ctx),
         )
-        result = _first_slice(root, plan, walk)
-        if result is None:
-            # In one of the session owner's threads: a walk stuck on a hung mount holds only
-            # that owner's (daemon.host.threads).
-            walking = FILESYSTEM_THREADS.run(
-                ctx.session.owner, functools.partial(glob_files, root, plan, walk)
-            )
-            result = await _wait(walking, walk, deadline_s)
+        # In one of the session owner's threads, never on the event loop: a walk stuck on a hung
+        # mount, or on a directory a process stuck in the kernel holds (attacker round 94: a
+        # killed rename waiting on an ext4 truncate held the workspace's directory for seconds,
+        # and a first slice of the walk listing it on the event loop froze every caller), holds
+        # only that owner's (daemon.host.threads).
+        walking = FILESYSTEM_THREADS.run(
+            ctx.session.owner, functools.partial(glob_files, root, plan, walk)
+        )
+        result = await _wait(walking, walk, deadline_s)
         ctx.report(ProgressUpdate(files_scanned=result.scanned))
         shown = shown_path(plan.base, ctx.workspace, directory=True)
         return replace(result, shown=shown, deadline_s=deadline_s)
@@ -165,21 +151,6 @@ class GlobTool(Tool[GlobInput, GlobResult]):
         elif result.stopped is Stop.DEADLINE:
             text += f" (stopped at the {result.deadline_s:g} s time limit)"
         return text
-
-
-def _first_slice(root: PinnedDirectory, plan: GlobPlan, walk: Walk) -> GlobResult | None:
-    """The whole walk, when it is small enough for the event loop; None: walk in a thread."""
-    if sum(map(len, itertools.chain.from_iterable(plan.patterns))) > FIRST_SLICE_PATTERN_CHARS:
-        return None
-    first = Walk(
-        deadline=walk.deadline,
-        clock=walk.clock,
-        budget=min(FIRST_SLICE_ENTRIES, walk.budget),
-        first_slice=True,
-        slice_ends=time.monotonic() + FIRST_SLICE_S,
-    )
-    result = glob_files(root, plan, first)
-    return None if result.stopped is Stop.SLICE else result
 
 
 async def _wait(walking: Awaitable[GlobResult], walk: Walk, deadline_s: float) -> GlobResult:
