@@ -67,6 +67,8 @@ from sandbox.runner import RUNNER_DIR
 log = logging.getLogger(__name__)
 
 _T = TypeVar("_T")
+REMOVAL_PATIENCE_S = 300.0
+"""How long a removal the engine refused is tried again while its container still runs."""
 _ENGINE_ERRORS = (docker.errors.DockerException, requests.RequestException, OSError)
 _RESULT_FIELDS = frozenset(SandboxResult.model_fields) - {"sandbox_id", "duration_ms"}
 _STDERR_KEPT = 4096
@@ -330,9 +332,33 @@ class DockerBackend(SandboxBackend):
             return False
 
     async def remove(self, container_id: str) -> None:
-        """Kill and remove one container (idempotent); failures are logged, the reaper retries."""
+        """Kill and remove one container (idempotent), and return once it is gone: a call is
+        not over while processes of its container may still write. The engine refuses to remove
+        a container whose processes do not die (stuck in the kernel: attacker round 95 held an
+        ext4 truncate for 15 s, Docker gave up after 12, the daemon answered the call as timed
+        out, and a rename waiting on the truncate put a `.git` in place 3.5 s after the answer
+        and after the daemon's look for one); it is asked again once it has stopped, for up to
+        REMOVAL_PATIENCE_S. An engine that does not answer is not waited for (the reaper
+        retries), nor is anything once the backend closes."""
+        deadline = time.monotonic() + REMOVAL_PATIENCE_S
+        pause = 0.05
         # RuntimeError: threads shut down by close(), which removed everything already.
         with contextlib.suppress(RuntimeError):
+            if await self._call(self._remove_sync, container_id):
+                return
+            while await self._call(reaper.still_running, self.api, container_id):
+                if self._closed or time.monotonic() >= deadline:
+                    log.error(
+                        "sandbox container %s still runs %.0f s after it was killed; what its "
+                        "processes do may land in its workspace after its call ended",
+                        container_id[:12],
+                        time.monotonic() - deadline + REMOVAL_PATIENCE_S,
+                    )
+                    return
+                await asyncio.sleep(pause)
+                pause = min(pause * 2, 1.0)
+            # Stopped now (or gone, or the engine cannot tell): once more; a failure is logged
+            # and the periodic sweep retries.
             await self._call(self._remove_sync, container_id)
 
     async def reap(self) -> int:

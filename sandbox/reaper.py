@@ -50,6 +50,19 @@ def remove_container(api: docker.APIClient, container_id: str) -> bool:
     return True
 
 
+def still_running(api: docker.APIClient, container_id: str) -> bool:
+    """Whether the container exists and runs (a process of it is alive); False when it is gone,
+    stopped, or the engine cannot tell (then nothing is waited for: the periodic sweep goes on)."""
+    try:
+        state = api.inspect_container(container_id).get("State") or {}
+    except docker.errors.NotFound:
+        return False
+    except (docker.errors.DockerException, requests.RequestException, OSError) as exc:
+        log.warning("could not look at sandbox container %s: %s", container_id[:12], exc)
+        return False
+    return bool(state.get("Running") or state.get("Restarting") or state.get("Pid"))
+
+
 def remove_all(api: docker.APIClient, container_ids: Iterable[str]) -> int:
     """Remove each container; returns how many are gone. Never raises for one bad container."""
     return sum(1 for cid in container_ids if remove_container(api, cid))

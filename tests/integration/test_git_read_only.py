@@ -331,6 +331,70 @@ def test_what_a_killed_process_stuck_in_the_kernel_does_lands_before_the_answer(
     assert [r["tool_use_id"] for r in created] == [answer.result.tool_use_id]
 
 
+STUCK_PAST_THE_ENGINE = """
+import os, sys, time
+started = time.monotonic()
+BLOCKS = 262143  # 1 GiB less a block: under the sandbox's file-size limit
+# Written and unwritten extents alternate: freeing them (with a discard each, where the disk
+# is mounted so) holds a truncate in the kernel for seconds, killed or not.
+def big(path):
+    fd = os.open(path, os.O_CREAT | os.O_WRONLY | os.O_TRUNC, 0o644)
+    os.posix_fallocate(fd, 0, BLOCKS * 4096)
+    for block in range(0, BLOCKS, 2):
+        os.pwrite(fd, b"x" * 4096, block * 4096)
+    os.fsync(fd)
+    return fd
+def child(work):
+    if os.fork() == 0:
+        os.setsid()
+        try:
+            work()
+        finally:
+            os._exit(0)
+fds = [big(f"big{n}") for n in range(2)]
+time.sleep(max(0.0, float(sys.argv[1]) - (time.monotonic() - started)))
+for fd in fds:
+    child(lambda fd=fd: os.ftruncate(fd, 0))
+time.sleep(0.3)
+child(lambda: os.rename("big0", "big0.old"))  # holds the workspace's directory, waiting
+time.sleep(0.2)
+child(lambda: os.rename("gd", ".git"))  # waits for the directory, then makes the repository
+time.sleep(3600)
+"""
+
+
+def test_a_timed_out_call_whose_container_the_engine_cannot_kill_yet_is_answered_after_it_died(
+    short_tmp: Path,
+) -> None:
+    """Attacker round 95: the Bash call timed out with processes stuck in the kernel (an ext4
+    truncate of alternating extents, 15 s with discards); Docker refused the removal after 12 s
+    ("could not kill"), the daemon answered anyway, its look found no repository, and a rename
+    waiting on the truncate put a `.git` in place 3.5 s later: no record, and host git ran its
+    configuration. The daemon now answers once the engine has the container stopped and gone.
+    (On a disk that frees extents quickly the engine kills it in time, and this passes either
+    way.)"""
+    root = short_tmp / "git-stuck-engine"
+    root.mkdir()
+    with daemon_for(root, {}) as (daemon, workspace):
+        shutil.rmtree(workspace / ".git")
+        made = workspace / "gd"
+        for folder in ("objects", "refs/heads"):
+            (made / folder).mkdir(parents=True)
+        (made / "HEAD").write_text("ref: refs/heads/main\n")
+        (made / "config").write_text("[core]\n\trepositoryformatversion = 0\n")
+        (workspace / "arm.py").write_text(STUCK_PAST_THE_ENGINE)
+        for path in (made, *made.rglob("*"), workspace / "arm.py"):
+            os.chown(path, OWNER_UID, OWNER_GID)
+        answer = daemon.execute("Bash", {"command": "python3 arm.py 9.1", "timeout": 10000})
+        assert answer.report.timed_out, text_of(answer)
+        assert (workspace / ".git" / "HEAD").is_file(), "the rename landed after the answer"
+        deadline = time.monotonic() + 60  # the look runs after the answer
+        while not (created := daemon.audit_lines("repository_created")):
+            assert time.monotonic() < deadline, "no repository_created record"
+            time.sleep(0.05)
+    assert [r["tool_use_id"] for r in created] == [answer.result.tool_use_id]
+
+
 def test_a_repository_a_background_command_made_is_audited_after_its_session_closed(
     short_tmp: Path,
 ) -> None:

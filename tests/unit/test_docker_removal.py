@@ -1,0 +1,88 @@
+"""DockerBackend.remove against a fake engine: a container is gone before removal returns."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import docker
+import pytest
+import requests
+
+from sandbox import docker_backend
+from sandbox.docker_backend import DockerBackend
+
+
+def _refused() -> docker.errors.APIError:
+    response = requests.Response()
+    response.status_code = 500
+    return docker.errors.APIError("Could not kill running container", response=response)
+
+
+@dataclass
+class FakeEngine:
+    """An engine whose container's processes die only after `running_for` inspections."""
+
+    running_for: int = 0
+    unreachable: bool = False
+    calls: list[str] = field(default_factory=list)
+
+    def remove_container(self, container_id: str, **_: Any) -> None:
+        self.calls.append("remove")
+        if self.unreachable:
+            raise requests.ConnectionError("engine down")
+        if self.running_for > 0:
+            raise _refused()
+
+    def inspect_container(self, container_id: str) -> dict[str, Any]:
+        self.calls.append("inspect")
+        if self.unreachable:
+            raise requests.ConnectionError("engine down")
+        self.running_for -= 1
+        return {"State": {"Running": self.running_for >= 0, "Pid": 0}}
+
+
+@dataclass
+class FakeClient:
+    api: FakeEngine
+
+
+@pytest.fixture
+def make_backend() -> Iterator[Any]:
+    made: list[DockerBackend] = []
+
+    def make(engine: FakeEngine) -> DockerBackend:
+        backend = DockerBackend(image="i", instance_id="test", client=FakeClient(engine))  # type: ignore[arg-type]
+        made.append(backend)
+        return backend
+
+    yield make
+    for backend in made:
+        backend._threads.shutdown(wait=True)
+
+
+async def test_a_container_the_engine_cannot_kill_yet_is_removed_once_it_stopped(
+    make_backend: Any,
+) -> None:
+    """Attacker round 95: a process stuck in the kernel kept the container running, the engine
+    refused the removal, and the call was answered while that process went on to write."""
+    engine = FakeEngine(running_for=3)
+    await make_backend(engine).remove("c1")
+    assert engine.calls == ["remove", "inspect", "inspect", "inspect", "inspect", "remove"]
+
+
+async def test_an_engine_that_does_not_answer_is_not_waited_for(make_backend: Any) -> None:
+    engine = FakeEngine(unreachable=True)
+    await make_backend(engine).remove("c1")
+    assert engine.calls == ["remove", "inspect", "remove"]
+
+
+async def test_a_container_still_running_past_the_patience_is_given_up_and_said(
+    make_backend: Any, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    monkeypatch.setattr(docker_backend, "REMOVAL_PATIENCE_S", 0.0)
+    engine = FakeEngine(running_for=1_000)
+    await make_backend(engine).remove("c1")
+    assert engine.calls == ["remove", "inspect"]
+    assert "still runs" in caplog.text
