@@ -396,20 +396,16 @@ class SandboxExecutor:
                 self._retire(sandbox)
 
     async def _removed_first(self, sandbox: Sandbox, result: SandboxResult) -> SandboxResult:
-        """A result whose command left processes the runner could not see gone: the container
-        is removed before the call is answered (the engine stops it, and its PID namespace
-        ends with its last process), and the answer says so."""
+        """A result whose command left processes the runner could not see gone: the container's
+        removal (the engine kills what is left, and the PID namespace ends with its last
+        process) is done before the call is answered, and the answer says so. An engine that
+        cannot kill them either refuses the removal (logged; the reaper tries again later):
+        what they finish then may still land after the answer."""
         self._doomed.add(sandbox)
-        try:
-            await self._destroy(sandbox)
-        except Exception:  # said in the answer; the reaper goes on trying
-            log.exception("removing sandbox %s, whose command left processes, failed", sandbox.id)
-            gone = "and removing its container failed (the daemon's log says why)"
-        else:
-            gone = "so its container was removed before this answer"
+        await self._destroy(sandbox)
         note = (
-            f"{result.leftovers} process(es) the command left were still there long after "
-            f"they were killed (stuck in the kernel), {gone}."
+            f"{result.leftovers} process(es) the command left were still there long after they "
+            "were killed (stuck in the kernel), so its container was removed before this answer."
         )
         return result.model_copy(update={"error": f"{result.error}\n{note}".strip()})
 
