@@ -490,7 +490,7 @@ class DockerSandbox(Sandbox):
             await self.destroy()
             return self._result(started, exit_code=137, timed_out=True)
         except asyncio.CancelledError:
-            await asyncio.shield(self.destroy())
+            await self.destroy()
             raise
         except (ProtocolError, OSError, _RunnerGone) as exc:
             stopped_by_us = self._destroy_task is not None
@@ -598,11 +598,32 @@ class DockerSandbox(Sandbox):
         return encoded()
 
     async def destroy(self) -> None:
+        """Remove the container and return once it is gone (`DockerBackend.remove`), however
+        often the caller is cancelled meanwhile: a cancellation is raised once it is. A call is
+        not over while its container's processes may write (attacker round 96: a client's cancel
+        during a removal the engine had refused let the call unwind, and the repository look
+        after it ran while a process stuck in the kernel went on to rename a `.git` into
+        place)."""
         if self._destroy_task is None:
             self._destroy_task = asyncio.ensure_future(self._backend.remove(self._id))
             if not self._reading:
                 self._conn.close()
-        await asyncio.shield(self._destroy_task)
+        await _to_the_end(self._destroy_task)
+
+
+async def _to_the_end(task: asyncio.Future[None]) -> None:
+    """Wait for `task` until it is done, through any cancellation of the waiter, which is raised
+    once the task is (its own outcome otherwise)."""
+    cancelled = False
+    while not task.done():
+        try:
+            await asyncio.shield(task)
+        except asyncio.CancelledError:
+            if not task.cancelled():  # the waiter's, not the task's own
+                cancelled = True
+    if cancelled:
+        raise asyncio.CancelledError
+    await task
 
 
 #: A file's content up to this many characters is encoded on the event loop (beyond, a thread).

@@ -533,6 +533,16 @@ class Pipeline:
             try:
                 ran = await run_call(call, ctx)
             except asyncio.CancelledError:
+                # Every call has one answered record, an interrupted one too (attacker round 96:
+                # a cancelled call had only its decided record, and no end in the audit).
+                self._audit.write(
+                    {
+                        **self._audit_record(prepared, caller, verdict, AuditEvent.ANSWERED),
+                        "is_error": True,
+                        "cancelled": True,
+                        "duration_ms": int((time.monotonic() - prepared.started) * 1000),
+                    }
+                )
                 self._hooks.interrupted(
                     call, functools.partial(self._audit_interrupted, prepared, caller, verdict)
                 )

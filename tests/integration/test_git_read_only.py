@@ -14,6 +14,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import grpc
 import pytest
 
 from daemon._generated.tooljail.v1 import executor_pb2 as pb
@@ -272,6 +273,33 @@ def test_a_repository_a_command_made_where_there_was_none_is_audited(short_tmp: 
     assert daemon.audit_lines("repository_changed") == []
 
 
+def _stage_a_late_repository(workspace: Path, script: str, text: str) -> None:
+    """The workspace without a repository, a git directory `gd` ready to be renamed to `.git`,
+    and the script that does it, all the sandbox identity's."""
+    shutil.rmtree(workspace / ".git")
+    made = workspace / "gd"
+    for folder in ("objects", "refs/heads"):
+        (made / folder).mkdir(parents=True)
+    (made / "HEAD").write_text("ref: refs/heads/main\n")
+    (made / "config").write_text("[core]\n\trepositoryformatversion = 0\n")
+    (workspace / script).write_text(text)
+    for path in (made, *made.rglob("*"), workspace / script):
+        os.chown(path, OWNER_UID, OWNER_GID)
+
+
+def _assert_made_before_the_answer(
+    daemon: RunningDaemon, workspace: Path, answer: pb.ExecuteResponse
+) -> None:
+    """The repository was in place when the call was answered, and the look after the answer
+    recorded it for that call."""
+    assert (workspace / ".git" / "HEAD").is_file(), "the rename landed after the answer"
+    deadline = time.monotonic() + 60  # the look runs after the answer
+    while not (created := daemon.audit_lines("repository_created")):
+        assert time.monotonic() < deadline, "no repository_created record"
+        time.sleep(0.05)
+    assert [r["tool_use_id"] for r in created] == [answer.result.tool_use_id]
+
+
 STUCK_RENAME = """
 import os, time
 fd = os.open("F", os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
@@ -312,23 +340,10 @@ def test_what_a_killed_process_stuck_in_the_kernel_does_lands_before_the_answer(
     root = short_tmp / "git-stuck"
     root.mkdir()
     with daemon_for(root, {}) as (daemon, workspace):
-        shutil.rmtree(workspace / ".git")
-        made = workspace / "gd"
-        for folder in ("objects", "refs/heads"):
-            (made / folder).mkdir(parents=True)
-        (made / "HEAD").write_text("ref: refs/heads/main\n")
-        (made / "config").write_text("[core]\n\trepositoryformatversion = 0\n")
-        (workspace / "stuck.py").write_text(STUCK_RENAME.replace("EXTENTS", "16384"))
-        for path in (made, *made.rglob("*"), workspace / "stuck.py"):
-            os.chown(path, OWNER_UID, OWNER_GID)
+        _stage_a_late_repository(workspace, "stuck.py", STUCK_RENAME.replace("EXTENTS", "16384"))
         answer = daemon.execute("Bash", {"command": "python3 stuck.py"})
         assert text_of(answer) == "left\n", text_of(answer)
-        assert (workspace / ".git" / "HEAD").is_file(), "the rename landed after the answer"
-        deadline = time.monotonic() + 60  # the look runs after the answer
-        while not (created := daemon.audit_lines("repository_created")):
-            assert time.monotonic() < deadline, "no repository_created record"
-            time.sleep(0.05)
-    assert [r["tool_use_id"] for r in created] == [answer.result.tool_use_id]
+        _assert_made_before_the_answer(daemon, workspace, answer)
 
 
 STUCK_PAST_THE_ENGINE = """
@@ -376,23 +391,38 @@ def test_a_timed_out_call_whose_container_the_engine_cannot_kill_yet_is_answered
     root = short_tmp / "git-stuck-engine"
     root.mkdir()
     with daemon_for(root, {}) as (daemon, workspace):
-        shutil.rmtree(workspace / ".git")
-        made = workspace / "gd"
-        for folder in ("objects", "refs/heads"):
-            (made / folder).mkdir(parents=True)
-        (made / "HEAD").write_text("ref: refs/heads/main\n")
-        (made / "config").write_text("[core]\n\trepositoryformatversion = 0\n")
-        (workspace / "arm.py").write_text(STUCK_PAST_THE_ENGINE)
-        for path in (made, *made.rglob("*"), workspace / "arm.py"):
-            os.chown(path, OWNER_UID, OWNER_GID)
+        _stage_a_late_repository(workspace, "arm.py", STUCK_PAST_THE_ENGINE)
         answer = daemon.execute("Bash", {"command": "python3 arm.py 9.1", "timeout": 10000})
         assert answer.report.timed_out, text_of(answer)
-        assert (workspace / ".git" / "HEAD").is_file(), "the rename landed after the answer"
-        deadline = time.monotonic() + 60  # the look runs after the answer
+        _assert_made_before_the_answer(daemon, workspace, answer)
+
+
+def test_a_call_cancelled_while_its_container_cannot_be_killed_yet_is_looked_at_after_it_died(
+    short_tmp: Path,
+) -> None:
+    """Attacker round 96: as round 95, but the client gave up (its own deadline) while the daemon
+    waited for the engine to remove the container: the call unwound at once, the repository
+    look ran, and the `.git` landed seconds later with no record. A removal is now waited for
+    through cancellations, and the look comes after it."""
+    root = short_tmp / "git-stuck-cancelled"
+    root.mkdir()
+    with daemon_for(root, {}) as (daemon, workspace):
+        _stage_a_late_repository(workspace, "arm.py", STUCK_PAST_THE_ENGINE)
+        use = pb.ToolUse(id="toolu_cancelled_stuck", name="Bash")
+        use.input.update({"command": "python3 arm.py 9.1", "timeout": 10000})
+        with pytest.raises(grpc.RpcError) as cut:  # gives up 4 s past the daemon's deadline
+            daemon.stub.Execute(pb.ExecuteRequest(tool_use=use), timeout=16)
+        assert cut.value.code() is grpc.StatusCode.DEADLINE_EXCEEDED
+        deadline = time.monotonic() + 120
         while not (created := daemon.audit_lines("repository_created")):
             assert time.monotonic() < deadline, "no repository_created record"
             time.sleep(0.05)
-    assert [r["tool_use_id"] for r in created] == [answer.result.tool_use_id]
+        assert (workspace / ".git" / "HEAD").is_file()
+        answered = daemon.audit_lines()
+    assert [r["tool_use_id"] for r in created] == ["toolu_cancelled_stuck"]
+    # Its end is in the audit too: one answered record, saying it was cancelled.
+    ends = [r for r in answered if r["tool_use_id"] == "toolu_cancelled_stuck"]
+    assert [(r["is_error"], r["cancelled"]) for r in ends] == [(True, True)]
 
 
 def test_a_repository_a_background_command_made_is_audited_after_its_session_closed(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -86,3 +87,24 @@ async def test_a_container_still_running_past_the_patience_is_given_up_and_said(
     await make_backend(engine).remove("c1")
     assert engine.calls == ["remove", "inspect"]
     assert "still runs" in caplog.text
+
+
+async def test_a_removal_is_waited_for_through_cancellations_which_come_after_it() -> None:
+    """Attacker round 96: a cancel during a refused removal unwound the call at once, and the
+    repository look after it ran while the container's stuck process was still to write."""
+    gone = asyncio.Event()
+
+    async def removal() -> None:
+        await gone.wait()
+
+    task = asyncio.ensure_future(removal())
+    waiter = asyncio.create_task(docker_backend._to_the_end(task))
+    for _ in range(2):
+        await asyncio.sleep(0.01)
+        waiter.cancel()
+    await asyncio.sleep(0.01)
+    assert not waiter.done(), "the waiter unwound before the removal ended"
+    gone.set()
+    with pytest.raises(asyncio.CancelledError):
+        await waiter
+    assert task.done() and not task.cancelled()
