@@ -26,8 +26,9 @@ from contextvars import ContextVar
 log = logging.getLogger(__name__)
 
 RELEASE_AFTER_S = 1.0
-"""A holder not released by then (an answer still being sent to a client that reads slowly, or
-never) lets its work go: containers left waiting for their removal cost the engine."""
+"""A holder not released this long after its call was answered (an answer still being sent to a
+client that reads slowly, or never) lets its work go: containers left waiting for their removal
+cost the engine."""
 
 Job = Callable[[], None]
 
@@ -39,7 +40,13 @@ class Held:
         self._loop = loop
         self._jobs: list[Job] = []
         self._released = False
-        self._fallback = loop.call_later(RELEASE_AFTER_S, self.release)
+        self._fallback: asyncio.TimerHandle | None = None
+
+    def answered(self) -> None:
+        """The call's answer is on its way: the work goes at the release, or RELEASE_AFTER_S
+        from now at the latest."""
+        if not self._released and self._fallback is None:
+            self._fallback = self._loop.call_later(RELEASE_AFTER_S, self.release)
 
     def add(self, job: Job) -> bool:
         """Keep `job` for the release; False once released (the caller runs it itself)."""
@@ -62,7 +69,8 @@ class Held:
         if self._released:
             return
         self._released = True
-        self._fallback.cancel()
+        if self._fallback is not None:
+            self._fallback.cancel()
         jobs, self._jobs = self._jobs, []
         for job in jobs:
             _run(job)
@@ -74,13 +82,15 @@ _holder: ContextVar[Held | None] = ContextVar("after_answer", default=None)
 @contextlib.contextmanager
 def holding() -> Iterator[Held]:
     """Within: what a call leaves behind (in this task, or in tasks started from it) waits until
-    the holder yielded is released. Enter it on the event loop, in the task answering the call."""
+    the holder yielded is released, or RELEASE_AFTER_S after the block is left (the call
+    answered). Enter it on the event loop, in the task answering the call."""
     held = Held(asyncio.get_running_loop())
     token = _holder.set(held)
     try:
         yield held
     finally:
         _holder.reset(token)
+        held.answered()
 
 
 def later(job: Job) -> None:

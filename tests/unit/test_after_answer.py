@@ -70,13 +70,15 @@ async def test_a_release_from_another_thread_runs_the_work_on_the_loop() -> None
     assert where == [threading.get_ident()]
 
 
-async def test_a_holder_never_released_lets_its_work_go_after_a_while(
+async def test_a_holder_never_released_lets_its_work_go_a_while_after_the_answer(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     monkeypatch.setattr(after_answer, "RELEASE_AFTER_S", 0.01)
     ran: list[str] = []
     with after_answer.holding():
         after_answer.later(lambda: ran.append("anyway"))
+        await asyncio.sleep(0.05)  # a call longer than the fallback: still held while it runs
+        assert ran == []
     async with asyncio.timeout(5):
         while not ran:
             await asyncio.sleep(0.005)
