@@ -199,7 +199,7 @@ class DockerBackend(SandboxBackend):
             self._live.discard(container_id)
 
     def _remove_sync(self, container_id: str) -> bool:
-        gone = reaper.remove_container(self.api, container_id)
+        gone = reaper.remove_container(self.api, container_id, going_counts=False)
         # Untracked even when removal failed: the periodic sweep of untracked leftovers retries.
         self._untrack(container_id)
         with self._live_lock:

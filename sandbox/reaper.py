@@ -31,16 +31,20 @@ def list_instance_containers(api: docker.APIClient, instance_id: str) -> list[tu
     return [(str(c["Id"]), float(c.get("Created", 0))) for c in found]
 
 
-def remove_container(api: docker.APIClient, container_id: str) -> bool:
-    """Kill and remove one container; True when it is gone (or going), False on failure."""
+def remove_container(
+    api: docker.APIClient, container_id: str, *, going_counts: bool = True
+) -> bool:
+    """Kill and remove one container; True when it is gone (or, with `going_counts`, being
+    removed by another request), False on failure."""
     try:
         api.remove_container(container_id, force=True, v=True)
     except docker.errors.NotFound:
         return True
     except docker.errors.APIError as exc:
-        # 409: the engine is already removing it (auto-remove raced with us): it is going.
+        # 409: the engine is already removing it (auto-remove or the sweep raced with us): going,
+        # which is not gone while a process of it may not die yet (attacker round 97's lead).
         if exc.status_code == 409 and "in progress" in str(exc):
-            return True
+            return going_counts
         log.warning("could not remove sandbox container %s: %s", container_id[:12], exc)
         return False
     except (docker.errors.DockerException, requests.RequestException, OSError) as exc:

@@ -21,6 +21,14 @@ def _refused() -> docker.errors.APIError:
     return docker.errors.APIError("Could not kill running container", response=response)
 
 
+def _in_progress() -> docker.errors.APIError:
+    response = requests.Response()
+    response.status_code = 409
+    return docker.errors.APIError(
+        "Conflict", response, explanation="removal of container c1 is already in progress"
+    )
+
+
 @dataclass
 class FakeEngine:
     """An engine whose container's processes die only after `running_for` inspections."""
@@ -29,12 +37,14 @@ class FakeEngine:
     unreachable: bool = False
     calls: list[str] = field(default_factory=list)
 
+    removing_elsewhere: bool = False
+
     def remove_container(self, container_id: str, **_: Any) -> None:
         self.calls.append("remove")
         if self.unreachable:
             raise requests.ConnectionError("engine down")
         if self.running_for > 0:
-            raise _refused()
+            raise _in_progress() if self.removing_elsewhere else _refused()
 
     def inspect_container(self, container_id: str) -> dict[str, Any]:
         self.calls.append("inspect")
@@ -108,3 +118,12 @@ async def test_a_removal_is_waited_for_through_cancellations_which_come_after_it
     with pytest.raises(asyncio.CancelledError):
         await waiter
     assert task.done() and not task.cancelled()
+
+
+async def test_a_removal_already_in_progress_elsewhere_is_waited_for_too(make_backend: Any) -> None:
+    """Round 97's lead: the engine answering that another request (the periodic sweep, an
+    automatic removal) is removing the container was taken for its being gone, while a process
+    of it that does not die yet could still write."""
+    engine = FakeEngine(running_for=2, removing_elsewhere=True)
+    await make_backend(engine).remove("c1")
+    assert engine.calls == ["remove", "inspect", "inspect", "inspect", "remove"]
