@@ -145,6 +145,10 @@ class WorkspaceSettings(_Section):
     filesystem_mb: int = Field(default=4096, ge=256)
     """Size of that filesystem, the total of all such workspaces; its space is reserved on the
     host when it is first made, so the host's disk can never run out under it."""
+    principal_share: float = Field(default=0.5, gt=0, le=1)
+    """How much of that filesystem one principal's workspaces may fill together, those of its
+    open sessions and those kept after their sessions closed (a quota group over all of them):
+    what is left stays for the others. 1: no share of its own (each workspace's budget only)."""
     image: Path | None = None
     """The image file (default: <state_dir>/workspaces.img)."""
 
@@ -158,6 +162,9 @@ class SchedulerSettings(_Section):
     """Calls running at once, overall."""
     max_in_flight_per_session: int = Field(default=16, ge=1)
     """Calls running at once in one session."""
+    max_in_flight_per_principal: int = Field(default=32, ge=1)
+    """Calls running at once for one principal over all its sessions; keep it under
+    max_in_flight, so that one principal's calls never hold every slot."""
     queue_timeout_s: float = Field(default=30.0, gt=0)
     """How long a call waits for a slot before the caller gets RESOURCE_EXHAUSTED."""
     replay_ttl_s: float = Field(default=600.0, gt=0)

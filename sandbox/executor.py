@@ -13,6 +13,7 @@ The one kind of container that outlives its request is an MCP server kept for a 
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import os.path
 import time
@@ -158,7 +159,7 @@ class SandboxExecutor:
         """Workspaces whose session closed (most recent last): no container is pooled for them
         until a call uses them again, so a call or a fill ending after the close starts none for
         a folder that may be gone."""
-        self._destroys: set[asyncio.Task[None]] = set()
+        self._destroys: dict[Sandbox, asyncio.Task[None]] = {}
         self._doomed: weakref.WeakSet[Sandbox] = weakref.WeakSet()
         self._maintenance: asyncio.Task[None] | None = None
         self._closed = False
@@ -241,6 +242,16 @@ class SandboxExecutor:
         """Remove a kept container (its session closed, it idled, or its limits changed)."""
         self._kept.discard(sandbox)
         self._destroy_later([sandbox])
+
+    async def removed(self, sandboxes: list[Sandbox]) -> None:
+        """Remove kept containers and return once they are gone (their removal under way
+        already, if it is, waited for too)."""
+        for sandbox in sandboxes:
+            self._kept.discard(sandbox)
+        self._destroy_later(sandboxes)
+        removals = [task for s in sandboxes if (task := self._destroys.get(s)) is not None]
+        if removals:
+            await asyncio.wait(removals)
 
     async def _run(
         self,
@@ -347,7 +358,7 @@ class SandboxExecutor:
         self._kept.clear()
         self._retiring.clear()
         while self._destroys:
-            await asyncio.gather(*list(self._destroys), return_exceptions=True)
+            await asyncio.gather(*list(self._destroys.values()), return_exceptions=True)
         if self._close_backend:
             await self._backend.close()
 
@@ -460,8 +471,8 @@ class SandboxExecutor:
                 continue  # each container is destroyed (and counted) once
             self._doomed.add(sandbox)
             task = asyncio.create_task(self._destroy(sandbox), name="sandbox-destroy")
-            self._destroys.add(task)
-            task.add_done_callback(self._destroys.discard)
+            self._destroys[sandbox] = task
+            task.add_done_callback(functools.partial(_forget, self._destroys, sandbox))
 
     async def _destroy(self, sandbox: Sandbox) -> None:
         await sandbox.destroy()
@@ -479,3 +490,7 @@ class SandboxExecutor:
                 self._counts["reaped"] += await self._backend.reap_untracked()
             except Exception:  # a failed sweep is retried at the next interval
                 log.warning("periodic sandbox reaping failed", exc_info=True)
+
+
+def _forget(destroys: dict[Sandbox, asyncio.Task[None]], sandbox: Sandbox, _: object) -> None:
+    destroys.pop(sandbox, None)

@@ -236,15 +236,19 @@ class KeptServers:
             self._executor.release(slot.sandbox)
             slot.sandbox = None
 
-    def remove_session(self, session_id: str) -> int:
-        """Stop the session's servers (a call still running with one ends as cancelled)."""
-        removed = 0
+    async def remove_session(self, session_id: str) -> int:
+        """Stop the session's servers (a call still running with one ends as cancelled) and
+        return once their containers are gone: nothing a server does lands in its workspace
+        after the session closed (attacker round 98)."""
+        doomed = []
         for key in [key for key in self._slots if key[0] == session_id]:
             slot = self._slots.pop(key)
             slot.gone = True
-            removed += slot.sandbox is not None
-            self._release(slot)
-        return removed
+            if slot.sandbox is not None:
+                doomed.append(slot.sandbox)
+                slot.sandbox = None
+        await self._executor.removed(doomed)
+        return len(doomed)
 
     def _sweep_later(self) -> None:
         if self._sweeper is None or self._sweeper.done():

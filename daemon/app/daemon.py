@@ -220,6 +220,7 @@ class Daemon:
                 max_parallel=sched.max_parallel,
                 max_in_flight=sched.max_in_flight,
                 max_in_flight_per_session=sched.max_in_flight_per_session,
+                max_in_flight_per_principal=sched.max_in_flight_per_principal,
                 queue_timeout_s=sched.queue_timeout_s,
                 turn_budget_chars=settings.turn_budget_chars,
             ),
@@ -274,7 +275,9 @@ class Daemon:
         if not config.budget_mb:
             return PlainWorkspaces(root)
         image = config.image or self.settings.state_dir / "workspaces.img"
-        return BudgetedWorkspaces(root, image, config.filesystem_mb, config.budget_mb)
+        return BudgetedWorkspaces(
+            root, image, config.filesystem_mb, config.budget_mb, config.principal_share
+        )
 
     async def _start_policy(self, stack: contextlib.AsyncExitStack) -> _Policy:
         """The serving OPA (managed or external) and, in shadow mode, the candidate beside it."""

@@ -9,6 +9,7 @@ import asyncio
 import contextlib
 import functools
 import logging
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -181,6 +182,7 @@ class _SessionRunner(SandboxRunner):
             self._audit.write(
                 {
                     "event": "repository_created" if made else "repository_changed",
+                    "time": time.time(),
                     "session": self._session.id,
                     "principal": self._session.owner,
                     "tool_use_id": self._tool_use_id,
@@ -434,7 +436,7 @@ class Sandbox:
         how many."""
         if self._executor is None:
             return 0
-        removed = self._kept.remove_session(session.id) if self._kept is not None else 0
+        removed = await self._kept.remove_session(session.id) if self._kept is not None else 0
         if self.shells is not None:
             removed += await self.shells.remove_session(session.id)
         removed += await self._executor.discard_workspace(str(session.workspace))

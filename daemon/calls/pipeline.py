@@ -535,14 +535,7 @@ class Pipeline:
             except asyncio.CancelledError:
                 # Every call has one answered record, an interrupted one too (attacker round 96:
                 # a cancelled call had only its decided record, and no end in the audit).
-                self._audit.write(
-                    {
-                        **self._audit_record(prepared, caller, verdict, AuditEvent.ANSWERED),
-                        "is_error": True,
-                        "cancelled": True,
-                        "duration_ms": int((time.monotonic() - prepared.started) * 1000),
-                    }
-                )
+                self._audit_cancelled(prepared, caller, verdict, "running")
                 self._hooks.interrupted(
                     call, functools.partial(self._audit_interrupted, prepared, caller, verdict)
                 )
@@ -552,44 +545,52 @@ class Pipeline:
                     call.session.changes += 1
         trace.timings["exec_s"] = time.monotonic() - exec_started
         timeline.mark("tool_end")
-        output = ran.output
-        sandbox_notes = ctx.sandbox.notes() if ctx.sandbox is not None else []
-        produced = output.content
-        if redacting and sandbox_notes:
-            # The network's notes quote destinations the command chose: the hook sees them too.
-            produced = [*produced, TextContent(text="\n\n" + "\n".join(sandbox_notes))]
-            sandbox_notes = []
-        after = await self._hooks.after(call, hooks, produced, output.is_error)
-        trace.hook_records.extend(after.records)
-        trace.system_messages.extend(after.system_messages)
-        notes = [*after.notes, *sandbox_notes]
-        content, fitted = fit_with_notes(after.content, notes, budget, output.keep)
-        kept = None
-        if fitted.truncated and tool.keeps_over_budget and self._kept is not None:
-            whole = text_of(after.content)
-            kept = await self._kept.keep(call.session, call.tool_use_id, whole)
-            if kept is not None:
-                call.session.kept_outputs = kept.path.parent
-                content, _ = fit_with_notes(
-                    with_preview(after.content, kept, whole, budget, notes),
-                    notes,
-                    budget,
-                    output.keep,
-                )
-        report = ExecutionReport(
-            sandboxed=tool.traits.sandboxed,
-            sandbox_id=output.sandbox_id,
-            exit_code=output.exit_code,
-            timed_out=output.timed_out,
-            oom_killed=output.oom_killed,
-            duration_ms=int((time.monotonic() - exec_started) * 1000),
-            truncated=fitted.truncated,
-            original_chars=fitted.original_chars,
-            kept_output=str(kept.path) if kept is not None else "",
-        )
-        result = ToolResult(tool_use_id=call.tool_use_id, content=content, is_error=after.is_error)
-        summary = _one_line(ran.summary(call))
-        return self._finish(prepared, trace, caller, verdict, result, report, summary=summary)
+        try:
+            output = ran.output
+            sandbox_notes = ctx.sandbox.notes() if ctx.sandbox is not None else []
+            produced = output.content
+            if redacting and sandbox_notes:
+                # The network's notes quote destinations the command chose: the hook sees them too.
+                produced = [*produced, TextContent(text="\n\n" + "\n".join(sandbox_notes))]
+                sandbox_notes = []
+            after = await self._hooks.after(call, hooks, produced, output.is_error)
+            trace.hook_records.extend(after.records)
+            trace.system_messages.extend(after.system_messages)
+            notes = [*after.notes, *sandbox_notes]
+            content, fitted = fit_with_notes(after.content, notes, budget, output.keep)
+            kept = None
+            if fitted.truncated and tool.keeps_over_budget and self._kept is not None:
+                whole = text_of(after.content)
+                kept = await self._kept.keep(call.session, call.tool_use_id, whole)
+                if kept is not None:
+                    call.session.kept_outputs = kept.path.parent
+                    content, _ = fit_with_notes(
+                        with_preview(after.content, kept, whole, budget, notes),
+                        notes,
+                        budget,
+                        output.keep,
+                    )
+            report = ExecutionReport(
+                sandboxed=tool.traits.sandboxed,
+                sandbox_id=output.sandbox_id,
+                exit_code=output.exit_code,
+                timed_out=output.timed_out,
+                oom_killed=output.oom_killed,
+                duration_ms=int((time.monotonic() - exec_started) * 1000),
+                truncated=fitted.truncated,
+                original_chars=fitted.original_chars,
+                kept_output=str(kept.path) if kept is not None else "",
+            )
+            result = ToolResult(
+                tool_use_id=call.tool_use_id, content=content, is_error=after.is_error
+            )
+            summary = _one_line(ran.summary(call))
+            return self._finish(prepared, trace, caller, verdict, result, report, summary=summary)
+        except asyncio.CancelledError:
+            # Cancelled while its answer was made (PostToolUse hooks, a kept output written):
+            # the call ran, and still gets its answered record (attacker round 98).
+            self._audit_cancelled(prepared, caller, verdict, "answering")
+            raise
 
     async def _permission_hooks(
         self,
@@ -627,6 +628,20 @@ class Pipeline:
                 return gate  # a person answered first: the retry with the token gets it
             return GateDecision(Verdict.deny(reason, gate.verdict.decision_id))
         return gate
+
+    def _audit_cancelled(
+        self, prepared: ReadyCall, caller: Caller, verdict: Verdict, stage: str
+    ) -> None:
+        """The answered record of a call cancelled while `stage` ("running", "answering")."""
+        self._audit.write(
+            {
+                **self._audit_record(prepared, caller, verdict, AuditEvent.ANSWERED),
+                "is_error": True,
+                "cancelled": True,
+                "cancelled_while": stage,
+                "duration_ms": int((time.monotonic() - prepared.started) * 1000),
+            }
+        )
 
     def _audit_interrupted(
         self,

@@ -51,6 +51,9 @@ class SchedulerLimits:
     """Calls running at once, overall."""
     max_in_flight_per_session: int = 16
     """Calls running at once in one session."""
+    max_in_flight_per_principal: int = 32
+    """Calls running at once for one principal, over all its sessions: what is left of
+    `max_in_flight` stays for the others."""
     queue_timeout_s: float = 30.0
     """How long a call may wait for a slot before RESOURCE_EXHAUSTED."""
     turn_budget_chars: int = 200_000
@@ -122,6 +125,7 @@ class Scheduler:
         self._turns = TurnRegistry()
         self._global = asyncio.Semaphore(limits.max_in_flight)
         self._session_slots: dict[str, asyncio.Semaphore] = {}
+        self._principal_slots: dict[str, asyncio.Semaphore] = {}
         self._locks: dict[str, SharedExclusiveLock] = {}
         self._running: dict[str, set[asyncio.Task[object]]] = {}
         self._in_flight = 0
@@ -145,33 +149,47 @@ class Scheduler:
         self._cache.forget_session(session_id)
 
     @contextlib.asynccontextmanager
-    async def _slot(self, session_id: str) -> AsyncIterator[None]:
+    async def _slot(self, session_id: str, principal: str) -> AsyncIterator[None]:
+        """A slot of the session's, of its principal's and of the daemon's, taken in that
+        order: a call waiting for its session's or its principal's share holds nothing of the
+        others' (attacker round 98: one principal's calls took every slot of the daemon)."""
+        limits = self._limits
         session_slots = self._session_slots.get(session_id)
         if session_slots is None:
-            session_slots = asyncio.Semaphore(self._limits.max_in_flight_per_session)
+            session_slots = asyncio.Semaphore(limits.max_in_flight_per_session)
             self._session_slots[session_id] = session_slots
-        limits = self._limits
-        await _acquire(
-            self._global,
-            limits.queue_timeout_s,
-            f"tooljail is at its limit of {limits.max_in_flight} calls in flight and none "
-            f"finished within {limits.queue_timeout_s:g} s; retry later",
-        )
-        try:
-            await _acquire(
-                session_slots,
-                limits.queue_timeout_s,
-                f"this session is at its limit of {limits.max_in_flight_per_session} calls in "
-                f"flight and none finished within {limits.queue_timeout_s:g} s; retry later",
-            )
+        principal_slots = self._principal_slots.get(principal)
+        if principal_slots is None:
+            # One per principal that ever called: principals are configured tokens and local
+            # users, not something a caller makes up.
+            principal_slots = asyncio.Semaphore(limits.max_in_flight_per_principal)
+            self._principal_slots[principal] = principal_slots
+        waited = f"and none finished within {limits.queue_timeout_s:g} s; retry later"
+        async with contextlib.AsyncExitStack() as taken:
+            for slots, overloaded in (
+                (
+                    session_slots,
+                    f"this session is at its limit of {limits.max_in_flight_per_session} calls "
+                    f"in flight {waited}",
+                ),
+                (
+                    principal_slots,
+                    "this principal is at its limit of "
+                    f"{limits.max_in_flight_per_principal} calls in flight over its sessions "
+                    f"{waited}",
+                ),
+                (
+                    self._global,
+                    f"tooljail is at its limit of {limits.max_in_flight} calls in flight {waited}",
+                ),
+            ):
+                await _acquire(slots, limits.queue_timeout_s, overloaded)
+                taken.callback(slots.release)
             self._in_flight += 1
             try:
                 yield
             finally:
                 self._in_flight -= 1
-                session_slots.release()
-        finally:
-            self._global.release()
 
     @contextlib.contextmanager
     def _tracked(self, session_id: str, task: asyncio.Task[Any]) -> Iterator[None]:
@@ -187,11 +205,15 @@ class Scheduler:
         """Whether a call of the session is running."""
         return any(not t.done() for t in self._running.get(session_id, ()))
 
-    def cancel_session(self, session_id: str) -> int:
-        """Cancel every running call of a session; returns how many were cancelled."""
+    async def cancel_session(self, session_id: str) -> int:
+        """Cancel every running call of a session and wait until each has ended (a sandboxed
+        call's container is gone then); returns how many were cancelled."""
         tasks = [t for t in self._running.pop(session_id, set()) if not t.done()]
         for task in tasks:
             task.cancel()
+        if tasks:
+            # Not `gather`: waiting must not end at the first call that fails.
+            await asyncio.wait(tasks)
         return len(tasks)
 
     async def _run(self, call: PreparedCall, caller: Caller) -> ExecuteOutcome:
@@ -203,7 +225,7 @@ class Scheduler:
 
         async def run_now() -> ExecuteOutcome:
             async with (
-                self._slot(call.session.id),
+                self._slot(call.session.id, caller.principal),
                 self.lock_for(call.session.id).hold(exclusive=not call.concurrency_safe),
             ):
                 # The call runs in a task of its own, which closing the session cancels: the

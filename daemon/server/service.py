@@ -40,7 +40,7 @@ waiting (loopback, a loaded machine); where that would leave something behind, i
 
 
 @contextlib.contextmanager
-def _after_the_answer(context: Context) -> Iterator[None]:
+def _after_the_answer(context: Context) -> Iterator[after_answer.Held]:
     """Within: what the call leaves behind (its container to remove, the warm pool to refill)
     waits until the RPC has ended, its answer sent (sandbox/after_answer.py). Only for one call
     per RPC: a batch's later calls want the pool refilled while it goes on."""
@@ -51,7 +51,7 @@ def _after_the_answer(context: Context) -> Iterator[None]:
 
         # The stub types the callback as a class of its own, not as a protocol a function meets.
         context.add_done_callback(cast(Any, release))
-        yield
+        yield held
 
 
 class Intake:
@@ -120,7 +120,8 @@ class ExecutorService:
         """Count a call cut short by the client or its deadline (then let the cancel go on)."""
         try:
             yield
-        except asyncio.CancelledError:
+        except (asyncio.CancelledError, GeneratorExit):
+            # GeneratorExit: a stream the client cancelled while it waited to be read.
             if self._metrics is not None:
                 remaining = context.time_remaining()
                 expired = remaining is not None and remaining <= 0
@@ -144,11 +145,19 @@ class ExecutorService:
         relay = ProgressRelay()
         call = dataclasses.replace(call, progress=relay.sink(call.tool_use.id))
 
-        async def answers() -> AsyncIterator[ExecuteOutcome]:
-            yield await self._scheduler.execute(call, caller)
+        async def answers(held: after_answer.Held) -> AsyncIterator[ExecuteOutcome]:
+            outcome = await self._scheduler.execute(call, caller)
+            # The answer exists: what the call left waits at most a little longer, however
+            # slowly the client takes the stream's last events (attacker round 98: a client
+            # that read nothing held back the call's repository look until it cancelled).
+            held.answered()
+            yield outcome
 
-        with _after_the_answer(context), self._counting_cancel(call.tool_use.name, context):
-            async for event in _interleaved(answers(), relay):
+        with (
+            _after_the_answer(context) as held,
+            self._counting_cancel(call.tool_use.name, context),
+        ):
+            async for event in _interleaved(answers(held), relay):
                 yield event
 
     async def ExecuteBatchStream(

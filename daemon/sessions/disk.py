@@ -15,6 +15,9 @@ workspaces stay where their sessions had them; a restarted daemon uses it as it 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import errno
+import json
 import logging
 import os
 import shutil
@@ -22,7 +25,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Protocol
 
-from daemon.errors import RequestError
+from daemon.errors import Overloaded, RequestError
 from daemon.host.child import run_child
 from daemon.host.statfs import BTRFS_MAGIC, filesystem_type
 from daemon.host.threads import FILESYSTEM_THREADS
@@ -40,9 +43,12 @@ class FreshWorkspaces(Protocol):
 
     budget_mb: int
     """Disk each may use (0: no budget)."""
+    share_mb: int
+    """Disk one principal's may use together (0: no share of their own)."""
 
-    async def create(self, name: str, owner: tuple[int, int] | None) -> Path:
-        """A new, empty workspace folder named `name`, owned by `owner` (None: as made)."""
+    async def create(self, name: str, owner: tuple[int, int] | None, principal: str) -> Path:
+        """A new, empty workspace folder named `name` for `principal`, owned by `owner` (None:
+        as made)."""
         ...
 
     async def delete(self, folder: Path, owner: str) -> bool:
@@ -54,11 +60,12 @@ class PlainWorkspaces:
     """Fresh workspaces as folders under the sessions root, without a disk budget."""
 
     budget_mb = 0
+    share_mb = 0
 
     def __init__(self, root: Path) -> None:
         self._root = root
 
-    async def create(self, name: str, owner: tuple[int, int] | None) -> Path:
+    async def create(self, name: str, owner: tuple[int, int] | None, principal: str) -> Path:
         self._root.mkdir(parents=True, exist_ok=True, mode=0o711)
         folder = Path(os.path.realpath(self._root)) / name
         make_workspace(folder, owner)
@@ -70,6 +77,40 @@ class PlainWorkspaces:
             return not folder.exists()
 
         return await _in_owners_thread(folder, owner, remove)
+
+
+_GROUPS = ".principal-groups.json"
+"""In the workspaces filesystem's root: principal -> its quota group's number (1/<number>)."""
+_DAEMON = "tooljail-daemon"
+"""Whose threads the daemon's own reads and writes of that file use."""
+
+
+def _read_groups(root: Path) -> dict[str, int]:
+    """Which quota group is whose; refused (RequestError) rather than guessed when the file
+    is not what the daemon wrote."""
+    try:
+        with (root / _GROUPS).open(encoding="utf-8") as stream:
+            found = json.load(stream)
+    except FileNotFoundError:
+        return {}
+    except (OSError, ValueError) as exc:
+        raise RequestError(f"cannot read {root / _GROUPS}: {exc}") from exc
+    if not isinstance(found, dict) or not all(
+        isinstance(key, str) and type(value) is int and value > 0 for key, value in found.items()
+    ):
+        raise RequestError(f"{root / _GROUPS} is not a map of principals to group numbers")
+    return found
+
+
+def _write_groups(root: Path, groups: dict[str, int]) -> None:
+    """Replace the file whole (written beside it, then renamed over it)."""
+    partial = root / f"{_GROUPS}.partial"
+    fd = os.open(partial, os.O_CREAT | os.O_WRONLY | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
+    with os.fdopen(fd, "w", encoding="utf-8") as stream:
+        json.dump(groups, stream)
+        stream.flush()
+        os.fsync(stream.fileno())
+    partial.replace(root / _GROUPS)
 
 
 async def _in_owners_thread(folder: Path, owner: str, work: Callable[[], bool]) -> bool:
@@ -114,12 +155,21 @@ def _is_btrfs(path: Path) -> bool:
 class BudgetedWorkspaces:
     """Fresh workspaces as btrfs subvolumes with a quota each, on a filesystem of their own."""
 
-    def __init__(self, root: Path, image: Path, filesystem_mb: int, budget_mb: int) -> None:
+    def __init__(
+        self,
+        root: Path,
+        image: Path,
+        filesystem_mb: int,
+        budget_mb: int,
+        principal_share: float = 1.0,
+    ) -> None:
         self._root = root
         self._image = image
         self._filesystem_mb = filesystem_mb
         self.budget_mb = budget_mb
+        self.share_mb = int(filesystem_mb * principal_share) if principal_share < 1 else 0
         self._ready = asyncio.Lock()
+        self._grouping = asyncio.Lock()
         self._ok = False
 
     async def _ensure(self) -> Path:
@@ -176,13 +226,49 @@ class BudgetedWorkspaces:
         await _run("mkfs.btrfs", "-q", "-f", str(partial))
         partial.rename(self._image)
 
-    async def create(self, name: str, owner: tuple[int, int] | None) -> Path:
+    async def create(self, name: str, owner: tuple[int, int] | None, principal: str) -> Path:
         root = await self._ensure()
         folder = root / name
-        await _run("btrfs", "subvolume", "create", str(folder))
-        await _run("btrfs", "qgroup", "limit", f"{self.budget_mb}M", str(folder))
-        give_to(folder, owner)
+        # Made in its principal's quota group: the kernel holds all of them, kept ones too, to
+        # the principal's share of the filesystem (attacker round 98: kept workspaces filled it
+        # and another principal's fresh session got "No space left on device").
+        group = await self._group_of(root, principal) if self.share_mb else None
+        await _run("btrfs", "subvolume", "create", *(("-i", group) if group else ()), str(folder))
+        try:
+            await _run("btrfs", "qgroup", "limit", f"{self.budget_mb}M", str(folder))
+            give_to(folder, owner)
+        except BaseException as exc:
+            with contextlib.suppress(RequestError):
+                await _run("btrfs", "subvolume", "delete", str(folder))
+            if isinstance(exc, OSError) and exc.errno == errno.EDQUOT:
+                raise Overloaded(
+                    f"the workspaces of principal {principal!r} fill its share of the "
+                    f"workspaces filesystem ({self.share_mb} MiB), those of its closed sessions "
+                    "kept without delete_workspace included: close sessions with "
+                    "delete_workspace=true, or ask the operator to remove kept ones"
+                ) from exc
+            raise
         return folder
+
+    async def _group_of(self, root: Path, principal: str) -> str:
+        """The quota group (level 1) of `principal`'s workspaces, made the first time, limited
+        to its share (again each time: the operator may have changed it). Which group is whose
+        is kept on the filesystem itself, in a file only root may read or write."""
+        async with self._grouping:
+            groups = await FILESYSTEM_THREADS.run(_DAEMON, lambda: _read_groups(root))
+            number = groups.get(principal)
+            if number is None:
+                number = max(groups.values(), default=0) + 1
+                groups[principal] = number
+                await FILESYSTEM_THREADS.run(_DAEMON, lambda: _write_groups(root, groups))
+            group = f"1/{number}"
+            try:
+                await _run("btrfs", "qgroup", "create", group, str(root))
+            except RequestError as exc:
+                if "exists" not in str(exc):
+                    raise
+            await _run("btrfs", "qgroup", "limit", f"{self.share_mb}M", group, str(root))
+            return group
 
     async def delete(self, folder: Path, owner: str) -> bool:
         # Its budget goes first: removing an entry inside a full workspace needs room in it.

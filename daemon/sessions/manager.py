@@ -40,8 +40,9 @@ ModePolicy = Callable[[str, Literal["open", "change"], str, Caller], Awaitable[s
 class RunningCalls(Protocol):
     """The calls in flight, by session (the scheduler)."""
 
-    def cancel_session(self, session_id: str) -> int:
-        """Cancel every running call of a session; returns how many."""
+    async def cancel_session(self, session_id: str) -> int:
+        """Cancel every running call of a session and wait until each has ended; returns how
+        many."""
         ...
 
     def has_running(self, session_id: str) -> bool:
@@ -149,20 +150,24 @@ class SessionManager:
         ttl = float(idle_ttl_s) if idle_ttl_s > 0 else self._default_ttl
         mode = check_mode(mode or "default")
         await self._mode_allowed(mode, "open", caller.principal, caller)
-        self._store.check_room(caller.principal)
+        with self._store.room_for(caller.principal):
+            session = await self._open_in_room(workspace, ttl, caller)
+        session.mode = mode
+        return session
+
+    async def _open_in_room(self, workspace: str, ttl: float, caller: Caller) -> Session:
         if not workspace:
             name = self._store.new_workspace_name()
-            folder = await self._fresh.create(name, self._store.fresh_owner())
+            folder = await self._fresh.create(name, self._store.fresh_owner(), caller.principal)
             fresh = await _pinned(lambda: PinnedDirectory.pin(folder), caller.principal)
-            session = self._store.open(
+            return self._store.open(
                 fresh,
                 ttl,
                 owner=caller.principal,
                 owns_workspace=True,
                 disk_budget_mb=self._fresh.budget_mb,
+                disk_share_mb=self._fresh.share_mb,
             )
-            session.mode = mode
-            return session
         # The policy sees the path as written first: one it refuses is never looked at on disk
         # (the daemon may be root; nobody may learn through it what exists where).
         refused = await self._workspace_policy(written_path(workspace), [], caller)
@@ -194,9 +199,7 @@ class SessionManager:
         except BaseException:
             root.close()
             raise
-        session = self._store.open(root, ttl, owner=caller.principal)
-        session.mode = mode
-        return session
+        return self._store.open(root, ttl, owner=caller.principal)
 
     async def close(
         self, session_id: str, delete_workspace: bool, caller: Caller, *, admin: bool = False
@@ -216,8 +219,10 @@ class SessionManager:
         # Closed before its things are cleaned up: what still runs for it (a kept output being
         # written, a queued call) sees that and keeps nothing new.
         session.closed = True
-        cancelled = self._calls.cancel_session(session.id)
-        await asyncio.sleep(0)  # let the cancelled calls unwind (their containers are killed)
+        # Waited for: what a cancelled call's command does until its container is gone must not
+        # land after the close answered, nor in a workspace whose budget is lifted to delete it
+        # (attacker round 98).
+        cancelled = await self._calls.cancel_session(session.id)
         if self._cleanup is not None:
             try:
                 await self._cleanup(session)

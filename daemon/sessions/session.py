@@ -127,6 +127,8 @@ class Session:
     """uid and gid its sandboxes run as (None: no sandbox)."""
     disk_budget_mb: int = 0
     """The workspace's disk budget (0: none, e.g. an existing directory)."""
+    disk_share_mb: int = 0
+    """What its owner's fresh workspaces may fill together (0: no share of their own)."""
     kept_outputs: Path | None = None
     """Where its results too large for their budget were kept (Read may open them there);
     None until one was."""

@@ -10,11 +10,13 @@ about the session or its workspace.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
 import secrets
 import shutil
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 from daemon.errors import NotFound, Overloaded, RequestError
@@ -78,6 +80,8 @@ class SessionStore:
                 "make sure only root and the daemon's account can write its parent folder"
             )
         self._default_identity = self._identity(self._default_root)
+        self._opening: dict[str, int] = {}
+        """Sessions being opened, by principal (see `room_for`)."""
         self._generation = 0
         """Bumped whenever a session opens or closes: what overlaps what is worked out again."""
         self._overlapped: dict[str, tuple[int, bool]] = {}
@@ -224,20 +228,34 @@ class SessionStore:
             is_inside(state, path) and not is_inside(self._default_root.path, path)
         )
 
-    def check_room(self, principal: str) -> None:
-        """Overloaded when `principal` (or everyone together) has as many sessions open as
-        allowed."""
-        mine = sum(1 for s in self._sessions.values() if s.owner == principal)
+    @contextlib.contextmanager
+    def room_for(self, principal: str) -> Iterator[None]:
+        """Hold a place for a session of `principal`'s while it opens (Overloaded when it, or
+        everyone together, has as many sessions open or opening as allowed): sessions opening
+        at once are counted before any of them is open (attacker round 98: 67 under a cap of
+        64). The place is the session's once it is open, and given back when opening fails."""
+        opening = self._opening.get(principal, 0)
+        mine = opening + sum(1 for s in self._sessions.values() if s.owner == principal)
         if mine >= self._max_per_principal:
             raise Overloaded(
-                f"principal {principal!r} has {mine} open sessions, the most allowed; close one "
-                "(CloseSession) or let an idle one expire"
+                f"principal {principal!r} has {mine} sessions open or opening, the most "
+                "allowed; close one (CloseSession) or let an idle one expire"
             )
-        if len(self._sessions) >= self._max_total:
+        everyone = sum(self._opening.values()) + len(self._sessions)
+        if everyone >= self._max_total:
             raise Overloaded(
-                f"the daemon has {len(self._sessions)} open sessions, the most it allows; retry "
+                f"the daemon has {everyone} sessions open or opening, the most it allows; retry "
                 "later"
             )
+        self._opening[principal] = opening + 1
+        try:
+            yield
+        finally:
+            left = self._opening[principal] - 1
+            if left:
+                self._opening[principal] = left
+            else:
+                del self._opening[principal]
 
     @staticmethod
     def new_id() -> str:
@@ -268,6 +286,7 @@ class SessionStore:
         owner: str,
         owns_workspace: bool = False,
         disk_budget_mb: int = 0,
+        disk_share_mb: int = 0,
     ) -> Session:
         """A new session over a pinned directory: one the policy allowed, or a fresh one made
         for it (`owns_workspace`), owned by `owner`. The caller has just verified `root`
@@ -287,6 +306,7 @@ class SessionStore:
             root=root,
             sandbox_as=identity,
             disk_budget_mb=disk_budget_mb,
+            disk_share_mb=disk_share_mb,
         )
         session.shared = functools.partial(self.overlapped, session)
         self._sessions[session_id] = session

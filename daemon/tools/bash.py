@@ -222,11 +222,7 @@ class BashTool(Tool[BashInput, BashRun]):
         await _follow_directory(ctx.session, result.final_cwd, notes)
         cwd_reset = bool(notes)  # both helpers only ever note a reset
         if ctx.session.disk_budget_mb and _QUOTA_EXCEEDED in result.output:
-            notes.append(
-                f"[The workspace reached its disk budget of {ctx.session.disk_budget_mb} MiB, so "
-                "writes failed with 'Disk quota exceeded'. Delete files that are not needed, or "
-                "write less; the budget is set by the operator (workspaces.budget_mb).]"
-            )
+            notes.append(_quota_note(ctx.session))
         if (
             ctx.limits.git is GitAccess.READ_ONLY
             and _READ_ONLY_FS in result.output
@@ -332,6 +328,25 @@ def _grant(line: ParsedCommand) -> GrantPattern | None:
     if any(tuple(c.argv[:2]) != words or c.wrappers for c in commands):
         return None
     return GrantPattern(" ".join(words), words)
+
+
+def _quota_note(session: Session) -> str:
+    """What a command that met a disk quota is told: its workspace's budget, or its owner's
+    share of the filesystem all workspaces live on."""
+    note = (
+        f"[Writes failed with 'Disk quota exceeded': the workspace reached its disk budget of "
+        f"{session.disk_budget_mb} MiB"
+    )
+    if session.disk_share_mb:
+        note += (
+            f", or this principal's workspaces together reached its share of "
+            f"{session.disk_share_mb} MiB (those of closed sessions kept without "
+            "delete_workspace count too)"
+        )
+    return note + (
+        ". Delete files that are not needed, or write less; the operator sets these "
+        "(workspaces.budget_mb, workspaces.principal_share).]"
+    )
 
 
 def _live_output(ctx: CallContext) -> Callable[[str], None] | None:

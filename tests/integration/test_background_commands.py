@@ -245,3 +245,31 @@ def test_a_delete_beside_or_in_a_background_command_asks(
     )
     assert itself.decision.outcome == pb.ASK, text_of(itself)
     assert keep.read_text() == "kept\n"
+
+
+def test_closing_a_session_answers_once_its_running_command_has_stopped_writing(
+    daemon: RunningDaemon,
+) -> None:
+    """Attacker round 98: CloseSession answered while the container of the call it cancelled was
+    still being removed, and the command's writes went on landing in the workspace after the
+    answer (7-10 ms on an idle machine, over a second under load)."""
+    import concurrent.futures
+
+    opened: pb.Session = daemon.stub.OpenSession(pb.OpenSessionRequest(), timeout=60)
+    ticks = Path(opened.workspace) / "ticks"
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:
+        running = pool.submit(
+            daemon.execute,
+            "Bash",
+            {"command": "while :; do date +%s%N >> ticks; done", "timeout": 600_000},
+            session_id=opened.id,
+        )
+        assert until(lambda: ticks.exists() and ticks.stat().st_size > 1000)
+        closed = daemon.stub.CloseSession(pb.CloseSessionRequest(session_id=opened.id), timeout=60)
+        at_the_answer = ticks.stat().st_size
+        time.sleep(1.0)
+        assert ticks.stat().st_size == at_the_answer, "the command wrote after the close answered"
+        assert closed.cancelled_calls == 1
+        answer = running.result(timeout=60)
+    assert answer.result.is_error and "cancelled" in text_of(answer)
+    assert session_containers(daemon, opened) == []

@@ -368,7 +368,7 @@ def test_open_sessions_are_bounded_per_principal(world: World) -> None:
         code, details = _status(
             lambda: world.carol.stub.OpenSession(pb.OpenSessionRequest(), timeout=60)
         )
-        assert code == grpc.StatusCode.RESOURCE_EXHAUSTED and "4 open sessions" in details, details
+        assert code == grpc.StatusCode.RESOURCE_EXHAUSTED and "4 sessions open" in details, details
         other = world.alice.stub.OpenSession(pb.OpenSessionRequest(), timeout=60)
         world.alice.stub.CloseSession(
             pb.CloseSessionRequest(session_id=other.id, delete_workspace=True), timeout=60

@@ -100,8 +100,8 @@ def test_a_session_whose_request_gave_up_while_it_opened_is_closed_with_its_work
     real_create = fresh.create
     made: list[Path] = []
 
-    async def slow_create(name: str, owner: tuple[int, int] | None) -> Path:
-        folder = await real_create(name, owner)
+    async def slow_create(name: str, owner: tuple[int, int] | None, principal: str) -> Path:
+        folder = await real_create(name, owner, principal)
         made.append(folder)
         await asyncio.sleep(0.5)  # as a workspace with a disk budget takes steps: the deadline
         return folder

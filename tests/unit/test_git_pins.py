@@ -9,6 +9,7 @@ import asyncio
 import os
 import shutil
 import subprocess
+import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -396,8 +397,11 @@ async def test_a_repository_a_container_made_where_there_was_none_is_audited(
     """Attacker round 91: in a workspace without a repository, `git init` and code writing
     .git/config in one call left a configuration git on the host runs. Nothing held it (there
     was nothing to pin); the owner is told in the audit, as for a repository that changed."""
+    before = time.time()
     records = await _audit_after_a_change(workspace, (workspace / ".git").mkdir)
     assert [(r["event"], r["tool_use_id"]) for r in records] == [("repository_created", "toolu_1")]
+    # When it was seen (attacker round 98: the record had no time of its own).
+    assert before <= records[0]["time"] <= time.time()
     assert "A repository appeared in the workspace, which had none" in str(records[0]["note"])
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import io
 import json
 import logging
@@ -265,6 +266,35 @@ async def test_an_over_budget_result_is_kept_whole_and_previewed(tmp_path: Path)
     third = await run(pipeline, "Echo", {"text": line, "times": 2000})
     assert second.report.kept_output and not third.report.kept_output
     assert third.report.truncated and "cut here to fit" in third.result.text()
+
+
+@pytest.mark.parametrize("tool", ["Echo", "Change"])
+async def test_a_call_cancelled_after_its_run_still_has_its_answered_record(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, tool: str
+) -> None:
+    """Attacker round 98: a client cancelling while an over-budget result was being kept (the
+    command had run to its end) left the call with its decided record alone."""
+    kept = KeptOutputs(tmp_path / "outputs", per_session_bytes=300_000)
+    kept.prepare()
+    keeping = asyncio.Event()
+
+    async def slow_keep(*_: Any) -> None:
+        keeping.set()
+        await asyncio.Event().wait()
+
+    monkeypatch.setattr(kept, "keep", slow_keep)
+    pipeline = make_pipeline(tmp_path, FakeEngine(allow(), visible=None), kept)
+    task = asyncio.create_task(run(pipeline, tool, {"text": "abcdefghij\n", "times": 1000}))
+    await keeping.wait()
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    audit = _audit_records(tmp_path)
+    events = [r["event"] for r in audit]
+    assert events == (["decided", "answered"] if tool == "Change" else ["answered"])
+    end = audit[-1]
+    assert end["cancelled"] is True and end["is_error"] is True and end["tool"] == tool
+    assert end["cancelled_while"] == "answering"
 
 
 async def test_a_rejected_call_is_held_to_the_budget_however_large_its_input(

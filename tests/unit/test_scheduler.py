@@ -18,6 +18,7 @@ from daemon.calls.audit import AuditLog
 from daemon.calls.pipeline import CallRequest, Pipeline, PipelineLimits
 from daemon.calls.scheduler import Scheduler, SchedulerLimits, partition
 from daemon.errors import Overloaded, RequestError
+from daemon.host.pinned import PinnedDirectory
 from daemon.models import Caller, Outcome, ToolUse
 from daemon.policy.engine import PolicyEngine
 from daemon.policy.verdict import Verdict
@@ -332,6 +333,37 @@ async def test_overload_answers_resource_exhausted(tmp_path: Path, audit: AuditL
     with pytest.raises(Overloaded):
         await scheduler.execute(req("late"), Caller())
     await blocker
+    assert scheduler.in_flight == 0
+
+
+async def test_one_principal_cannot_take_every_slot(tmp_path: Path, audit: AuditLog) -> None:
+    """Attacker round 98: alice's 64 `sleep 90` calls (read-only, so run side by side) over 4
+    sessions took every slot, and everyone else, the admin too, got RESOURCE_EXHAUSTED."""
+    scheduler = make_scheduler(
+        tmp_path, audit, max_in_flight=4, max_in_flight_per_principal=2, queue_timeout_s=0.3
+    )
+    store = scheduler._pipeline._sessions
+    alice, bob = Caller(principal="alice"), Caller(principal="bob")
+
+    def session_of(owner: str, name: str) -> str:
+        folder = tmp_path / name
+        folder.mkdir()
+        return store.open(PinnedDirectory.pin(folder.resolve()), None, owner=owner).id
+
+    hers = [session_of("alice", "a1"), session_of("alice", "a2")]
+    hogs = [
+        asyncio.create_task(
+            scheduler.execute(req(f"hog{n}", "Safe", hers[n % 2], seconds=1.0), alice)
+        )
+        for n in range(6)
+    ]
+    await asyncio.sleep(0.1)
+    answer = await scheduler.execute(req("bob", "Safe", session_of("bob", "b")), bob)
+    assert answer.result.text() == "done"
+    results = await asyncio.gather(*hogs, return_exceptions=True)
+    refused = [r for r in results if isinstance(r, Overloaded)]
+    assert len(refused) == 4, results
+    assert "this principal" in str(refused[0])
     assert scheduler.in_flight == 0
 
 

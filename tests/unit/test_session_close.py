@@ -11,11 +11,15 @@ from pathlib import Path
 import pytest
 
 from daemon.calls.audit import AuditLog
-from daemon.errors import ToolError
+from daemon.errors import Overloaded, ToolError
 from daemon.host.pinned import PinnedDirectory, WorkspaceMoved
 from daemon.models import Caller
+from daemon.sessions.disk import PlainWorkspaces
+from daemon.sessions.manager import SessionManager
 from daemon.sessions.session import Session
-from tests.unit.test_scheduler import audit, make_scheduler, req
+from daemon.sessions.store import SessionStore
+from daemon.tools.contract import CallContext
+from tests.unit.test_scheduler import FakeBash, audit, make_scheduler, req
 
 __all__ = ["audit"]  # the fixture, used by name
 
@@ -68,7 +72,7 @@ async def test_queued_calls_of_a_closed_session_never_run_and_running_ones_answe
         scheduler.execute(req("queued", "Unsafe", session.id, seconds=0), Caller())
     )
     await asyncio.sleep(0.1)
-    assert scheduler.cancel_session(session.id) == 1
+    assert await scheduler.cancel_session(session.id) == 1
     store.close(session)
     long_answer = await asyncio.wait_for(running, 10)
     assert long_answer.result.is_error and "cancelled" in long_answer.result.content[0].text
@@ -100,3 +104,90 @@ async def test_large_inputs_are_checked_off_the_event_loop(
     await pipeline.prepare_off_loop(req("large", "Safe", pad="x" * 10_000), Caller())
     assert threads[0] == threading.main_thread().name
     assert threads[1] != threading.main_thread().name
+
+
+async def _no_objection(*_: object) -> str | None:
+    return None
+
+
+@pytest.mark.parametrize("delete_workspace", [False, True])
+async def test_a_close_answers_once_the_calls_it_cancelled_have_ended(
+    tmp_path: Path, audit: AuditLog, monkeypatch: pytest.MonkeyPatch, delete_workspace: bool
+) -> None:
+    """Attacker round 98: CloseSession answered (and deleted the workspace, its budget lifted
+    first) while a cancelled call's container was still being removed, and its command went on
+    writing for up to a second after the answer."""
+    ended: list[str] = []
+    deleted_at: list[int] = []
+
+    async def slow_to_end(self: FakeBash, args: object, ctx: CallContext) -> str:
+        try:
+            await asyncio.sleep(30)
+        except asyncio.CancelledError:
+            await asyncio.sleep(0.3)  # as a container's removal takes its time
+            ended.append(ctx.tool_use_id)
+            raise
+        return "done"
+
+    class Fresh(PlainWorkspaces):
+        async def delete(self, folder: Path, owner: str) -> bool:
+            deleted_at.append(len(ended))
+            return await super().delete(folder, owner)
+
+    monkeypatch.setattr(FakeBash, "call", slow_to_end)
+    scheduler = make_scheduler(tmp_path, audit)
+    store = scheduler._pipeline._sessions
+    fresh = Fresh(tmp_path / "fresh")
+    manager = SessionManager(
+        store, _no_objection, _no_objection, scheduler, fresh, default_idle_ttl_s=60
+    )
+    folder = await fresh.create("s1", None, Caller().principal)
+    session = store.open(
+        PinnedDirectory.pin(folder), None, owner=Caller().principal, owns_workspace=True
+    )
+    running = asyncio.create_task(
+        scheduler.execute(req("long", "Bash", session.id, seconds=30), Caller())
+    )
+    await asyncio.sleep(0.2)
+    closed = await manager.close(session.id, delete_workspace, Caller())
+    assert closed.cancelled_calls == 1
+    assert ended == ["long"], "the close answered before the call it cancelled had ended"
+    if delete_workspace:
+        assert deleted_at == [1] and closed.workspace_deleted
+    answer = await asyncio.wait_for(running, 10)
+    assert answer.result.is_error and "cancelled" in answer.result.content[0].text
+
+
+async def test_sessions_opening_at_once_count_against_the_principals_cap(
+    tmp_path: Path, audit: AuditLog
+) -> None:
+    """Attacker round 98: bob had 67 sessions open under a cap of 64, by opening them at once:
+    each was checked before any of the others, still making its workspace, was counted."""
+
+    class SlowFresh(PlainWorkspaces):
+        async def create(self, name: str, owner: tuple[int, int] | None, principal: str) -> Path:
+            await asyncio.sleep(0.2)
+            return await super().create(name, owner, principal)
+
+    (tmp_path / "ws").mkdir()
+    store = SessionStore(tmp_path / "ws", max_per_principal=2, max_total=3)
+    manager = SessionManager(
+        store,
+        _no_objection,
+        _no_objection,
+        make_scheduler(tmp_path, audit),
+        SlowFresh(tmp_path / "fresh"),
+        default_idle_ttl_s=60,
+    )
+    bob, alice = Caller(principal="bob"), Caller(principal="alice")
+    opened = await asyncio.gather(
+        *(manager.open("", 0, bob) for _ in range(5)), return_exceptions=True
+    )
+    assert sum(isinstance(o, Session) for o in opened) == 2
+    refused = [o for o in opened if isinstance(o, Overloaded)]
+    assert len(refused) == 3 and "bob" in str(refused[0])
+    hers = await asyncio.gather(
+        *(manager.open("", 0, alice) for _ in range(2)), return_exceptions=True
+    )
+    assert sum(isinstance(o, Session) for o in hers) == 1, "the daemon's total is 3"
+    assert len([s for s in store._sessions.values() if not s.is_default]) == 3

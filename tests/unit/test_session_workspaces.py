@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import os
 import pwd
+import stat
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -14,6 +16,7 @@ import pytest
 from daemon.errors import NotFound, RequestError
 from daemon.host.pinned import PinnedDirectory
 from daemon.host.threads import FILESYSTEM_THREADS
+from daemon.sessions import disk
 from daemon.sessions.disk import PlainWorkspaces
 from daemon.sessions.workspaces import IdentityRule, overlaps_of, pin_workspace
 from tests.hung_mount import HungMount
@@ -125,7 +128,7 @@ async def test_a_workspace_that_cannot_be_handed_over_is_not_left_half_made(
     monkeypatch.setattr(workspaces.os, "fchmod", refused)
     plain = PlainWorkspaces(tmp_path / "sessions")
     with pytest.raises(PermissionError):
-        await plain.create("ws_1", (-1, os.getgid()))
+        await plain.create("ws_1", (-1, os.getgid()), "p")
     assert list((tmp_path / "sessions").iterdir()) == []  # the next start is not blocked
 
 
@@ -258,7 +261,7 @@ async def test_deleting_workspaces_over_hung_mounts_holds_only_their_owners_thre
     every tenant's request decoding, edits and policy uploads share: one tenant whose
     workspaces held filesystems that never answer took them all with 8 deletions."""
     plain = PlainWorkspaces(tmp_path / "sessions")
-    folders = [await plain.create(f"ws_{i}", None) for i in range(8)]
+    folders = [await plain.create(f"ws_{i}", None, "p") for i in range(8)]
     mounts = []
     for folder in folders:
         (folder / "hung").mkdir()
@@ -324,3 +327,30 @@ def test_a_default_workspace_that_holds_the_state_directory_is_refused(
     with pytest.raises(RequestError, match="holds the state directory"):
         SessionStore(workspace, tmp_path / "sessions", rule, state_dir=workspace / "state")
     SessionStore(workspace, tmp_path / "sessions", rule, state_dir=tmp_path / "state")
+
+
+async def test_each_principal_gets_a_quota_group_of_its_own_that_holds_its_share(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Attacker round 98: one principal's workspaces, kept after their sessions closed, filled
+    the filesystem every principal's fresh workspaces share."""
+    ran: list[tuple[str, ...]] = []
+
+    async def run(*argv: str) -> str:
+        ran.append(argv)
+        return ""
+
+    monkeypatch.setattr(disk, "_run", run)
+    budgeted = disk.BudgetedWorkspaces(tmp_path, tmp_path / "img", 4096, 1024, 0.25)
+    assert budgeted.share_mb == 1024
+    groups = [await budgeted._group_of(tmp_path, who) for who in ("alice", "bob", "alice")]
+    assert groups == ["1/1", "1/2", "1/1"]
+    assert ("btrfs", "qgroup", "limit", "1024M", "1/2", str(tmp_path)) in ran
+    written = tmp_path / ".principal-groups.json"
+    assert json.loads(written.read_text()) == {"alice": 1, "bob": 2}
+    assert stat.S_IMODE(written.stat().st_mode) == 0o600
+    # Not what the daemon wrote: refused, never guessed (two principals in one group).
+    written.write_text('{"alice": 1, "bob": "1"}')
+    with pytest.raises(RequestError, match="not a map"):
+        await budgeted._group_of(tmp_path, "carol")
+    assert disk.BudgetedWorkspaces(tmp_path, tmp_path / "img", 4096, 1024, 1.0).share_mb == 0

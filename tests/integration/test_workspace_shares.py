@@ -1,0 +1,115 @@
+"""The fresh workspaces' filesystem is shared by every principal: one principal's workspaces,
+open or closed and kept, fill at most its share of it (a btrfs quota group over all of them,
+kept by the kernel), so another principal's fresh session still has room. Real OPA, Docker and
+btrfs."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+import grpc
+import pytest
+
+from daemon._generated.tooljail.v1 import executor_pb2 as pb
+from daemon._generated.tooljail.v1 import executor_pb2_grpc as pb_grpc
+from tests.integration.conftest import OWNER_GID, OWNER_UID
+from tests.integration.harness import RunningDaemon, running_daemon, text_of
+from tests.integration.test_principals import TOKENS, _policies
+from tests.integration.test_service import free_port
+
+pytestmark = [pytest.mark.integration, pytest.mark.docker]
+
+BUDGET_MB = 64
+FILESYSTEM_MB = 384
+#: Each principal's share: 3 workspaces' budgets of the 6 the filesystem holds.
+SHARE = 0.5
+
+
+@pytest.fixture(scope="module")
+def shared(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[RunningDaemon, str]]:
+    root = Path(tmp_path_factory.mktemp("shares"))
+    (root / "ws").mkdir()
+    os.chown(root / "ws", OWNER_UID, OWNER_GID)
+    target = f"127.0.0.1:{free_port()}"
+    with running_daemon(
+        root / "ws",
+        root / "s.sock",
+        sandbox={"pool_size": 0, "ceilings": {"memory_mb": 256, "pids": 128}},
+        tcp={"address": target},
+        auth={"tokens": TOKENS},
+        opa={"policies_dir": _policies(root)},
+        workspaces={
+            "budget_mb": BUDGET_MB,
+            "filesystem_mb": FILESYSTEM_MB,
+            "principal_share": SHARE,
+        },
+    ) as running:
+        if running.daemon.sandbox is None or running.daemon.sandbox.stats() is None:
+            pytest.skip("no Docker engine answers")
+        yield running, target
+
+
+def _as(
+    target: str, name: str
+) -> tuple[pb_grpc.ExecutorStub, grpc.Channel, tuple[tuple[str, str]]]:
+    channel = grpc.insecure_channel(target)
+    return pb_grpc.ExecutorStub(channel), channel, (("authorization", f"Bearer {TOKENS[name]}"),)
+
+
+def _fill(stub: pb_grpc.ExecutorStub, metadata: object, session: pb.Session) -> str:
+    use = pb.ToolUse(id=f"toolu_fill_{session.id[-8:]}", name="Bash")
+    use.input.update({"command": "dd if=/dev/zero of=big bs=1M count=100 2>&1; sync"})
+    response = stub.Execute(
+        pb.ExecuteRequest(tool_use=use, session_id=session.id), metadata=metadata, timeout=120
+    )
+    return text_of(response)
+
+
+def _used_mb(folder: str) -> float:
+    return sum(f.stat().st_size for f in Path(folder).glob("big*")) / (1 << 20)
+
+
+def test_one_principals_workspaces_kept_or_open_never_take_anothers_room(
+    shared: tuple[RunningDaemon, str],
+) -> None:
+    """Attacker round 98: alice opened sessions, filled each to its budget and closed them
+    without deleting; the kept workspaces filled the filesystem, and bob's fresh session got
+    `No space left on device`."""
+    _, target = shared
+    alice, alice_channel, as_alice = _as(target, "alice")
+    bob, bob_channel, as_bob = _as(target, "bob")
+    try:
+        hers, refused, told = 0.0, [], []
+        for _ in range(FILESYSTEM_MB // BUDGET_MB):
+            try:
+                opened = alice.OpenSession(pb.OpenSessionRequest(), metadata=as_alice, timeout=60)
+            except grpc.RpcError as exc:
+                refused.append((exc.code(), exc.details()))
+                continue
+            told.append(_fill(alice, as_alice, opened))
+            hers += _used_mb(opened.workspace)
+            alice.CloseSession(
+                pb.CloseSessionRequest(session_id=opened.id), metadata=as_alice, timeout=60
+            )
+        # Her share, and nothing beyond it (a little slack: what was written before a refusal).
+        assert hers <= FILESYSTEM_MB * SHARE + 8, hers
+        # The command that met it is told what it met.
+        assert any(f"reached its share of {int(FILESYSTEM_MB * SHARE)} MiB" in t for t in told)
+        # Once it is full, a fresh session of hers is refused with a status saying why.
+        assert refused, "every session opened though her share was full"
+        code, details = refused[0]
+        assert code == grpc.StatusCode.RESOURCE_EXHAUSTED and "share" in details, details
+        his = bob.OpenSession(pb.OpenSessionRequest(), metadata=as_bob, timeout=60)
+        text = _fill(bob, as_bob, his)
+        assert "No space left" not in text, text
+        assert _used_mb(his.workspace) >= BUDGET_MB - 8, text
+        bob.CloseSession(
+            pb.CloseSessionRequest(session_id=his.id, delete_workspace=True),
+            metadata=as_bob,
+            timeout=60,
+        )
+    finally:
+        alice_channel.close()
+        bob_channel.close()
