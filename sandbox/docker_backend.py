@@ -166,7 +166,8 @@ class DockerBackend(SandboxBackend):
         self.image = image
         self.instance_id = instance_id
         self._owns_client = client is None
-        self._client = client or engine_client(max_pool_size=max_workers)
+        # Connections for both pools of threads below.
+        self._client = client or engine_client(max_pool_size=2 * max_workers)
         self.api: docker.APIClient = self._client.api
         self._runner_source = runner_source
         self.grace_s = grace_s
@@ -179,6 +180,12 @@ class DockerBackend(SandboxBackend):
         self._threads = concurrent.futures.ThreadPoolExecutor(
             max_workers=max_workers, thread_name_prefix="tooljail-docker"
         )
+        # Removals have threads of their own: one of a container whose processes are stuck in
+        # the kernel holds its thread until the engine gives up, and enough of them at once
+        # must not keep every tenant's next container from starting (attacker round 98's lead).
+        self._removals = concurrent.futures.ThreadPoolExecutor(
+            max_workers=max_workers, thread_name_prefix="tooljail-docker-remove"
+        )
         self._live: set[str] = set()
         self._live_lock = threading.Lock()
         self._starting: set[asyncio.Future[tuple[str, _AttachConnection]]] = set()
@@ -189,6 +196,10 @@ class DockerBackend(SandboxBackend):
 
     async def _call(self, fn: Callable[..., _T], *args: Any) -> _T:
         return await asyncio.get_running_loop().run_in_executor(self._threads, fn, *args)
+
+    async def _removing(self, fn: Callable[..., _T], *args: Any) -> _T:
+        """`fn` in a removal thread (see `_removals`)."""
+        return await asyncio.get_running_loop().run_in_executor(self._removals, fn, *args)
 
     def _track(self, container_id: str) -> None:
         with self._live_lock:
@@ -344,9 +355,9 @@ class DockerBackend(SandboxBackend):
         pause = 0.05
         # RuntimeError: threads shut down by close(), which removed everything already.
         with contextlib.suppress(RuntimeError):
-            if await self._call(self._remove_sync, container_id):
+            if await self._removing(self._remove_sync, container_id):
                 return
-            while await self._call(reaper.still_running, self.api, container_id):
+            while await self._removing(reaper.still_running, self.api, container_id):
                 if self._closed or time.monotonic() >= deadline:
                     log.error(
                         "sandbox container %s still runs %.0f s after it was killed; what its "
@@ -359,10 +370,10 @@ class DockerBackend(SandboxBackend):
                 pause = min(pause * 2, 1.0)
             # Stopped now (or gone, or the engine cannot tell): once more; a failure is logged
             # and the periodic sweep retries.
-            await self._call(self._remove_sync, container_id)
+            await self._removing(self._remove_sync, container_id)
 
     async def reap(self) -> int:
-        removed = await self._call(reaper.reap_instance, self.api, self.instance_id)
+        removed = await self._removing(reaper.reap_instance, self.api, self.instance_id)
         with self._live_lock:
             self._live.clear()
         return removed
@@ -370,7 +381,7 @@ class DockerBackend(SandboxBackend):
     async def reap_untracked(self) -> int:
         with self._live_lock:
             keep = frozenset(self._live)
-        return await self._call(
+        return await self._removing(
             lambda: reaper.reap_instance(
                 self.api, self.instance_id, keep=keep, min_age_s=self._untracked_min_age_s
             )
@@ -407,12 +418,13 @@ class DockerBackend(SandboxBackend):
             await asyncio.gather(*self._starting, *self._cleanups, return_exceptions=True)
         with self._live_lock:
             live = list(self._live)
-        await asyncio.gather(*(self._call(self._remove_sync, cid) for cid in live))
+        await asyncio.gather(*(self._removing(self._remove_sync, cid) for cid in live))
         try:
-            await self._call(reaper.wait_until_gone, self.api, self.instance_id, 10.0)
+            await self._removing(reaper.wait_until_gone, self.api, self.instance_id, 10.0)
         except _ENGINE_ERRORS as exc:
             log.warning("could not verify that all sandbox containers are gone: %s", exc)
         self._threads.shutdown(wait=True)
+        self._removals.shutdown(wait=True)
         if self._owns_client:
             self._client.close()
 

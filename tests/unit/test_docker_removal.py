@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import threading
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -71,6 +72,7 @@ def make_backend() -> Iterator[Any]:
     yield make
     for backend in made:
         backend._threads.shutdown(wait=True)
+        backend._removals.shutdown(wait=True)
 
 
 async def test_a_container_the_engine_cannot_kill_yet_is_removed_once_it_stopped(
@@ -127,3 +129,26 @@ async def test_a_removal_already_in_progress_elsewhere_is_waited_for_too(make_ba
     engine = FakeEngine(running_for=2, removing_elsewhere=True)
     await make_backend(engine).remove("c1")
     assert engine.calls == ["remove", "inspect", "inspect", "inspect", "remove"]
+
+
+async def test_removals_stuck_in_the_engine_never_hold_up_other_work(make_backend: Any) -> None:
+    """Attacker round 98's lead: the engine's threads were one pool for everything, and a
+    removal of a container whose processes are stuck in the kernel holds its thread until the
+    engine gives up; enough of them at once and every tenant's next container waited."""
+    stuck = threading.Event()
+
+    class StuckEngine(FakeEngine):
+        def remove_container(self, container_id: str, **_: Any) -> None:
+            stuck.wait(30)
+
+        def ping(self) -> bool:
+            return True
+
+    backend = make_backend(StuckEngine())
+    removals = [asyncio.create_task(backend.remove(f"c{n}")) for n in range(12)]
+    try:
+        await asyncio.sleep(0.1)
+        assert await asyncio.wait_for(backend.ping(), 5)
+    finally:
+        stuck.set()
+        await asyncio.gather(*removals)
