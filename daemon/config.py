@@ -145,6 +145,9 @@ class WorkspaceSettings(_Section):
     filesystem_mb: int = Field(default=4096, ge=256)
     """Size of that filesystem, the total of all such workspaces; its space is reserved on the
     host when it is first made, so the host's disk can never run out under it."""
+    keep_closed_s: float = Field(default=604_800.0, ge=0)
+    """How long a fresh workspace stays after its session closed without delete_workspace (a
+    week); then the daemon deletes it. 0: kept until an operator removes it."""
     principal_share: float = Field(default=0.5, gt=0, le=1)
     """How much of that filesystem one principal's workspaces may fill together, those of its
     open sessions and those kept after their sessions closed (a quota group over all of them):

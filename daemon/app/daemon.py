@@ -53,6 +53,7 @@ from daemon.server.identity import CallerResolver
 from daemon.server.listen import ListenAddress
 from daemon.server.service import ExecutorService, Intake
 from daemon.sessions.disk import BudgetedWorkspaces, FreshWorkspaces, PlainWorkspaces
+from daemon.sessions.kept_workspaces import KeptWorkspaces
 from daemon.sessions.manager import SandboxCleanup, SessionManager
 from daemon.sessions.session import Session
 from daemon.sessions.store import SessionStore
@@ -239,6 +240,11 @@ class Daemon:
             default_idle_ttl_s=settings.session_idle_ttl_s,
             max_idle_ttl_s=settings.sessions.max_idle_ttl_s,
             sandbox_cleanup=_cleanup(sandbox, kept),
+            kept=KeptWorkspaces(
+                settings.state_dir / "kept-workspaces.json",
+                fresh,
+                settings.workspaces.keep_closed_s,
+            ),
         )
         await stack.enter_async_context(_running(sessions))
         resolver = CallerResolver(settings.auth)

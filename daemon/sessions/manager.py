@@ -16,6 +16,7 @@ from daemon.host.pinned import PinnedDirectory
 from daemon.host.threads import FILESYSTEM_THREADS
 from daemon.models import Caller
 from daemon.sessions.disk import FreshWorkspaces
+from daemon.sessions.kept_workspaces import KeptWorkspaces
 from daemon.sessions.session import MODES, VERIFY_WAIT_S, Mode, Session, verify_pinned
 from daemon.sessions.store import SessionStore
 from daemon.sessions.workspaces import Overlap, pin_workspace, written_path
@@ -84,6 +85,7 @@ class SessionManager:
         max_idle_ttl_s: float = 86_400.0,
         sandbox_cleanup: SandboxCleanup | None = None,
         sweep_interval_s: float = 5.0,
+        kept: KeptWorkspaces | None = None,
     ) -> None:
         self._store = store
         self._workspace_policy = workspace_policy
@@ -94,6 +96,7 @@ class SessionManager:
         self._max_ttl = max_idle_ttl_s
         self._cleanup = sandbox_cleanup
         self._sweep_interval = sweep_interval_s
+        self._kept = kept
         self._sweeper: asyncio.Task[None] | None = None
 
     def get(self, session_id: str, caller: Caller, *, admin: bool = False) -> Session:
@@ -235,6 +238,8 @@ class SessionManager:
                 deleted = await self._fresh.delete(session.workspace, session.owner)
             except RequestError:
                 log.exception("deleting the workspace of session %s failed", session.id)
+        elif session.owns_workspace and self._kept is not None:
+            self._kept.record(session.workspace, session.owner)
         self._calls.forget_session(session.id)
         return ClosedSession(cancelled_calls=cancelled, workspace_deleted=deleted)
 
@@ -253,6 +258,8 @@ class SessionManager:
     async def _sweep(self) -> None:
         while True:
             await asyncio.sleep(self._sweep_interval)
+            if self._kept is not None:
+                await self._kept.sweep()
             for session in self._store.idle():
                 if self._calls.has_running(session.id):
                     session.touch()

@@ -6,6 +6,7 @@ btrfs."""
 from __future__ import annotations
 
 import os
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -113,3 +114,29 @@ def test_one_principals_workspaces_kept_or_open_never_take_anothers_room(
     finally:
         alice_channel.close()
         bob_channel.close()
+
+
+def test_a_kept_workspace_is_deleted_once_kept_long_enough(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> None:
+    """Nobody may open a session over a kept workspace (attacker round 78), so the daemon ends
+    them: `keep_closed_s` after its session closed (attacker round 98: kept ones stayed for ever
+    and filled the filesystem)."""
+    root = Path(tmp_path_factory.mktemp("kept"))
+    (root / "ws").mkdir()
+    os.chown(root / "ws", OWNER_UID, OWNER_GID)
+    with running_daemon(
+        root / "ws",
+        root / "k.sock",
+        sandbox={"enabled": False},
+        workspaces={"budget_mb": BUDGET_MB, "filesystem_mb": FILESYSTEM_MB, "keep_closed_s": 1},
+    ) as daemon:
+        stub = daemon.stub
+        kept = stub.OpenSession(pb.OpenSessionRequest(), timeout=60)
+        (Path(kept.workspace) / "result.txt").write_text("kept for a while\n")
+        stub.CloseSession(pb.CloseSessionRequest(session_id=kept.id), timeout=60)
+        assert Path(kept.workspace).exists(), "deleted at once, not kept"
+        deadline = time.monotonic() + 30
+        while Path(kept.workspace).exists() and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert not Path(kept.workspace).exists(), "still there long after keep_closed_s"

@@ -15,6 +15,7 @@ from daemon.errors import Overloaded, ToolError
 from daemon.host.pinned import PinnedDirectory, WorkspaceMoved
 from daemon.models import Caller
 from daemon.sessions.disk import PlainWorkspaces
+from daemon.sessions.kept_workspaces import KeptWorkspaces
 from daemon.sessions.manager import SessionManager
 from daemon.sessions.session import Session
 from daemon.sessions.store import SessionStore
@@ -191,3 +192,39 @@ async def test_sessions_opening_at_once_count_against_the_principals_cap(
     )
     assert sum(isinstance(o, Session) for o in hers) == 1, "the daemon's total is 3"
     assert len([s for s in store._sessions.values() if not s.is_default]) == 3
+
+
+async def test_a_fresh_workspace_closed_without_delete_is_kept_for_a_while_then_deleted(
+    tmp_path: Path, audit: AuditLog
+) -> None:
+    fresh = PlainWorkspaces(tmp_path / "fresh")
+    now = [1_000.0]
+    kept = KeptWorkspaces(tmp_path / "kept.json", fresh, 60.0, lambda: now[0])
+    scheduler = make_scheduler(tmp_path, audit)
+    manager = SessionManager(
+        scheduler._pipeline._sessions,
+        _no_objection,
+        _no_objection,
+        scheduler,
+        fresh,
+        default_idle_ttl_s=600,
+        sweep_interval_s=0.01,
+        kept=kept,
+    )
+    keep = await manager.open("", 0, Caller())
+    gone = await manager.open("", 0, Caller())
+    await manager.close(keep.id, False, Caller())
+    await manager.close(gone.id, True, Caller())
+    assert kept.kept() == {keep.workspace: Caller().principal}
+    assert not gone.workspace.exists()
+    manager.start()
+    try:
+        await asyncio.sleep(0.05)
+        assert keep.workspace.exists(), "deleted before its time"
+        now[0] += 61
+        async with asyncio.timeout(5):
+            while keep.workspace.exists():
+                await asyncio.sleep(0.01)
+    finally:
+        await manager.stop()
+    assert kept.kept() == {}
