@@ -168,6 +168,9 @@ class SchedulerSettings(_Section):
     max_in_flight_per_principal: int = Field(default=32, ge=1)
     """Calls running at once for one principal over all its sessions; keep it under
     max_in_flight, so that one principal's calls never hold every slot."""
+    admin_reserve: int = Field(default=8, ge=0)
+    """Calls the admin principals may run beyond max_in_flight once it is reached, so that
+    tenants together never lock the operators out."""
     queue_timeout_s: float = Field(default=30.0, gt=0)
     """How long a call waits for a slot before the caller gets RESOURCE_EXHAUSTED."""
     replay_ttl_s: float = Field(default=600.0, gt=0)

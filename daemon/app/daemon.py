@@ -222,6 +222,7 @@ class Daemon:
                 max_in_flight=sched.max_in_flight,
                 max_in_flight_per_session=sched.max_in_flight_per_session,
                 max_in_flight_per_principal=sched.max_in_flight_per_principal,
+                admin_reserve=sched.admin_reserve,
                 queue_timeout_s=sched.queue_timeout_s,
                 turn_budget_chars=settings.turn_budget_chars,
             ),

@@ -591,6 +591,18 @@ class Pipeline:
             # the call ran, and still gets its answered record (attacker round 98).
             self._audit_cancelled(prepared, caller, verdict, "answering")
             raise
+        except Exception as exc:
+            # Failed there (the caller gets an internal error): still its answered record.
+            self._audit.write(
+                {
+                    **self._audit_record(prepared, caller, verdict, AuditEvent.ANSWERED),
+                    "is_error": True,
+                    "failed_while": "answering",
+                    "error": type(exc).__name__,
+                    "duration_ms": int((time.monotonic() - prepared.started) * 1000),
+                }
+            )
+            raise
 
     async def _permission_hooks(
         self,

@@ -54,6 +54,9 @@ class SchedulerLimits:
     max_in_flight_per_principal: int = 32
     """Calls running at once for one principal, over all its sessions: what is left of
     `max_in_flight` stays for the others."""
+    admin_reserve: int = 8
+    """Calls admin principals may run beyond `max_in_flight` once it is reached: tenants
+    together, each within its share, never lock the operators out."""
     queue_timeout_s: float = 30.0
     """How long a call may wait for a slot before RESOURCE_EXHAUSTED."""
     turn_budget_chars: int = 200_000
@@ -124,6 +127,7 @@ class Scheduler:
         self._cache = cache or ResultCache()
         self._turns = TurnRegistry()
         self._global = asyncio.Semaphore(limits.max_in_flight)
+        self._admins = asyncio.Semaphore(limits.admin_reserve)
         self._session_slots: dict[str, asyncio.Semaphore] = {}
         self._principal_slots: dict[str, asyncio.Semaphore] = {}
         self._locks: dict[str, SharedExclusiveLock] = {}
@@ -149,11 +153,13 @@ class Scheduler:
         self._cache.forget_session(session_id)
 
     @contextlib.asynccontextmanager
-    async def _slot(self, session_id: str, principal: str) -> AsyncIterator[None]:
+    async def _slot(self, session_id: str, caller: Caller) -> AsyncIterator[None]:
         """A slot of the session's, of its principal's and of the daemon's, taken in that
         order: a call waiting for its session's or its principal's share holds nothing of the
-        others' (attacker round 98: one principal's calls took every slot of the daemon)."""
-        limits = self._limits
+        others' (attacker round 98: one principal's calls took every slot of the daemon). An
+        admin's call finding the daemon's slots taken takes one of the admins' own (round 99:
+        two tenants together locked the admin out)."""
+        limits, principal = self._limits, caller.principal
         session_slots = self._session_slots.get(session_id)
         if session_slots is None:
             session_slots = asyncio.Semaphore(limits.max_in_flight_per_session)
@@ -178,13 +184,17 @@ class Scheduler:
                     f"{limits.max_in_flight_per_principal} calls in flight over its sessions "
                     f"{waited}",
                 ),
-                (
-                    self._global,
-                    f"tooljail is at its limit of {limits.max_in_flight} calls in flight {waited}",
-                ),
             ):
                 await _acquire(slots, limits.queue_timeout_s, overloaded)
                 taken.callback(slots.release)
+            # Chosen now, not before the waits above: the daemon's slots may have freed meanwhile.
+            daemons = self._admins if caller.admin and self._global.locked() else self._global
+            await _acquire(
+                daemons,
+                limits.queue_timeout_s,
+                f"tooljail is at its limit of {limits.max_in_flight} calls in flight {waited}",
+            )
+            taken.callback(daemons.release)
             self._in_flight += 1
             try:
                 yield
@@ -225,7 +235,7 @@ class Scheduler:
 
         async def run_now() -> ExecuteOutcome:
             async with (
-                self._slot(call.session.id, caller.principal),
+                self._slot(call.session.id, caller),
                 self.lock_for(call.session.id).hold(exclusive=not call.concurrency_safe),
             ):
                 # The call runs in a task of its own, which closing the session cancels: the

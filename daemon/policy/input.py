@@ -163,6 +163,12 @@ class SessionFacts(_Part):
         description="The folder of the session's kept outputs (results over their budget, saved "
         "whole for Read); empty until one was kept.",
     )
+    default: bool = Field(
+        default=False,
+        description="The caller's default session (no session_id given): its folder, the "
+        "daemon's configured workspace, is shared by every principal's default session and has "
+        "no disk budget.",
+    )
     recent_refusals: dict[str, RefusalCounts] = Field(
         default_factory=dict,
         description="Per tool, how many of the session's calls of it the policy denied or asked "
@@ -183,6 +189,7 @@ class SessionFacts(_Part):
                 for g in session.grants
             ],
             kept_outputs=str(session.kept_outputs or ""),
+            default=session.is_default,
             # Plain JSON already (the call document's _plain passes dicts through as they are).
             recent_refusals=cast(
                 dict[str, RefusalCounts], session.recent_refusals(REFUSAL_WINDOW_S)

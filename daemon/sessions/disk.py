@@ -113,6 +113,25 @@ def _write_groups(root: Path, groups: dict[str, int]) -> None:
     partial.replace(root / _GROUPS)
 
 
+def _out_of_room(exc: BaseException) -> bool:
+    """Whether a failure was the filesystem (or a quota) being full."""
+    if isinstance(exc, OSError):
+        return exc.errno in (errno.ENOSPC, errno.EDQUOT)
+    said = str(exc)
+    return "No space left on device" in said or "Disk quota exceeded" in said
+
+
+async def _metadata_once(root: Path) -> None:
+    """Store the filesystem's metadata once. Files small enough are kept inside the metadata,
+    which mkfs stores twice on one device (DUP) and the quotas count once: a principal within
+    its share filled the whole filesystem with 2 KB files (attacker round 99). An image made
+    before is converted when it is first used."""
+    shown = await _run("btrfs", "filesystem", "df", str(root))
+    if any(line.startswith("Metadata, DUP") for line in shown.splitlines()):
+        log.info("storing the metadata of the workspaces filesystem %s once (was DUP)", root)
+        await _run("btrfs", "balance", "start", "-f", "-mconvert=single", str(root))
+
+
 async def _in_owners_thread(folder: Path, owner: str, work: Callable[[], bool]) -> bool:
     """`work()` (whether the workspace is gone) in one of its owner's threads, waited for at
     most VERIFY_WAIT_S: a filesystem the owner mounted in or over it may never answer, and then
@@ -188,6 +207,7 @@ class BudgetedWorkspaces:
                     "workspaces.budget_mb = 0"
                 )
             await _run("btrfs", "quota", "enable", str(root))
+            await _metadata_once(root)
             self._ok = True
             return root
 
@@ -223,7 +243,8 @@ class BudgetedWorkspaces:
             os.posix_fallocate(fd, 0, size)
         finally:
             os.close(fd)
-        await _run("mkfs.btrfs", "-q", "-f", str(partial))
+        # Metadata stored once: the quotas count it once (see `_metadata_once`).
+        await _run("mkfs.btrfs", "-q", "-f", "-m", "single", str(partial))
         partial.rename(self._image)
 
     async def create(self, name: str, owner: tuple[int, int] | None, principal: str) -> Path:
@@ -232,8 +253,18 @@ class BudgetedWorkspaces:
         # Made in its principal's quota group: the kernel holds all of them, kept ones too, to
         # the principal's share of the filesystem (attacker round 98: kept workspaces filled it
         # and another principal's fresh session got "No space left on device").
-        group = await self._group_of(root, principal) if self.share_mb else None
-        await _run("btrfs", "subvolume", "create", *(("-i", group) if group else ()), str(folder))
+        try:
+            group = await self._group_of(root, principal) if self.share_mb else None
+            await _run(
+                "btrfs", "subvolume", "create", *(("-i", group) if group else ()), str(folder)
+            )
+        except (OSError, RequestError) as exc:
+            if not _out_of_room(exc):
+                raise
+            raise Overloaded(
+                "the workspaces filesystem has no room for another workspace; close sessions "
+                f"with delete_workspace=true, or ask the operator for room ({exc})"
+            ) from exc
         try:
             await _run("btrfs", "qgroup", "limit", f"{self.budget_mb}M", str(folder))
             give_to(folder, owner)

@@ -140,9 +140,7 @@ class SessionManager:
     def discard(self, session: Session) -> None:
         """Close, in the background, a session its opener never heard of (with the workspace
         made for it)."""
-        closing = asyncio.ensure_future(self._close(session, session.owns_workspace))
-        _CLOSING.add(closing)
-        closing.add_done_callback(_CLOSING.discard)
+        self._close_later(session, session.owns_workspace)
 
     async def _open(self, workspace: str, idle_ttl_s: int, caller: Caller, mode: str) -> Session:
         if idle_ttl_s > self._max_ttl:
@@ -256,16 +254,34 @@ class SessionManager:
             self._sweeper = None
 
     async def _sweep(self) -> None:
+        # Each close, and each pruning of kept workspaces, goes on by itself: one that waits (on
+        # a container the engine cannot kill yet, on a hung filesystem) holds no other session's
+        # expiry (attacker round 99's lead).
+        pruning: asyncio.Task[None] | None = None
         while True:
             await asyncio.sleep(self._sweep_interval)
-            if self._kept is not None:
-                await self._kept.sweep()
+            if self._kept is not None and (pruning is None or pruning.done()):
+                pruning = asyncio.create_task(self._prune(self._kept), name="kept-workspaces")
             for session in self._store.idle():
+                if session.closed:
+                    continue  # its close is under way
                 if self._calls.has_running(session.id):
                     session.touch()
                     continue
                 log.info("closing session %s after %.0f s idle", session.id, session.idle_ttl_s)
-                await self._close(session, delete_workspace=False)
+                self._close_later(session, delete_workspace=False)
+
+    def _close_later(self, session: Session, delete_workspace: bool) -> None:
+        closing = asyncio.ensure_future(self._close(session, delete_workspace))
+        _CLOSING.add(closing)
+        closing.add_done_callback(_CLOSING.discard)
+
+    @staticmethod
+    async def _prune(kept: KeptWorkspaces) -> None:
+        try:
+            await kept.sweep()
+        except Exception:  # tried again at the next sweep
+            log.exception("deleting kept workspaces failed")
 
 
 async def _pinned(pin: Callable[[], PinnedDirectory], principal: str) -> PinnedDirectory:

@@ -23,7 +23,12 @@ from tests.integration.test_service import free_port
 
 pytestmark = pytest.mark.integration
 
-TOKENS = {"alice": "alice-token-5b1e", "bob": "bob-token-77c4", "carol": "carol-token-0d9a"}
+TOKENS = {
+    "alice": "alice-token-5b1e",
+    "bob": "bob-token-77c4",
+    "carol": "carol-token-0d9a",
+    "dave": "dave-token-3e8f",
+}
 
 
 @dataclass
@@ -53,7 +58,12 @@ def _policies(folder: Path) -> Path:
     data_path = policies / "data.json"
     data = json.loads(data_path.read_text())
     data["tooljail"]["principals"].update(
-        {"alice": {"approver": True}, "bob": {"ask_tools": ["Read"]}, "carol": {"approver": True}}
+        {
+            "alice": {"approver": True},
+            "bob": {"ask_tools": ["Read"]},
+            "carol": {"approver": True},
+            "dave": {"default_session": "read_only"},
+        }
     )
     data["tooljail"]["workspace_roots"] = [str(folder / "roots")]
     (folder / "roots" / "proj" / "sub").mkdir(parents=True)
@@ -490,3 +500,39 @@ def test_a_closed_fresh_workspace_is_no_other_principals_to_open(
                 assert "the daemon's own" in str(refused.value.details()), refused.value
         finally:
             channel.close()
+
+
+def test_a_principal_kept_out_of_the_shared_default_folder_changes_files_in_its_own_session(
+    world: World,
+) -> None:
+    """Attacker round 99: every principal's default session works in one shared folder with no
+    disk budget; a tenant filled the host's disk there and deleted another tenant's files. The
+    policy can keep a principal to reading there (`default_session: "read_only"`)."""
+    channel = grpc.insecure_channel(world.target)
+    try:
+        stub = pb_grpc.ExecutorStub(channel)
+        as_dave = (("authorization", f"Bearer {TOKENS['dave']}"),)
+
+        def write(tool_use_id: str, session_id: str = "") -> pb.ExecuteResponse:
+            use = _use("Write", {"file_path": path, "content": "dave's\n"}, tool_use_id)
+            request = pb.ExecuteRequest(tool_use=use, session_id=session_id)
+            response: pb.ExecuteResponse = stub.Execute(request, metadata=as_dave, timeout=60)
+            return response
+
+        path = str(world.workspace / "dave.txt")
+        refused = write("toolu_dave_default")
+        assert refused.decision.outcome == pb.DENY, text_of(refused)
+        assert "session of its own" in text_of(refused)
+        read = _use("Read", {"file_path": str(world.workspace / "notes.txt")}, "toolu_dave_read")
+        answer = stub.Execute(pb.ExecuteRequest(tool_use=read), metadata=as_dave, timeout=60)
+        assert answer.decision.outcome == pb.ALLOW and "shared notes" in text_of(answer)
+        own = stub.OpenSession(pb.OpenSessionRequest(), metadata=as_dave, timeout=60)
+        path = str(Path(own.workspace) / "dave.txt")
+        assert write("toolu_dave_own", own.id).decision.outcome == pb.ALLOW
+        stub.CloseSession(
+            pb.CloseSessionRequest(session_id=own.id, delete_workspace=True),
+            metadata=as_dave,
+            timeout=60,
+        )
+    finally:
+        channel.close()

@@ -140,3 +140,56 @@ def test_a_kept_workspace_is_deleted_once_kept_long_enough(
         while Path(kept.workspace).exists() and time.monotonic() < deadline:
             time.sleep(0.2)
         assert not Path(kept.workspace).exists(), "still there long after keep_closed_s"
+
+
+SMALL_FILES = (
+    "mkdir small && head -c 100M /dev/zero | split -b 2000 -a 6 - small/part- 2>&1 | tail -1"
+)
+"""Files small enough for btrfs to keep inside its metadata, until the quota stops them."""
+
+
+def test_files_kept_in_metadata_count_once_against_the_share(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> None:
+    """Attacker round 99: small files live in btrfs's metadata, which was stored twice (DUP)
+    and counted once by the quotas: alice, within her share, filled the whole filesystem and
+    bob could not even make a folder."""
+    root = Path(tmp_path_factory.mktemp("metadata"))
+    (root / "ws").mkdir()
+    os.chown(root / "ws", OWNER_UID, OWNER_GID)
+    target = f"127.0.0.1:{free_port()}"
+    with running_daemon(
+        root / "ws",
+        root / "m.sock",
+        sandbox={"pool_size": 0, "ceilings": {"memory_mb": 256, "pids": 128}},
+        tcp={"address": target},
+        auth={"tokens": TOKENS},
+        opa={"policies_dir": _policies(root)},
+        workspaces={
+            "budget_mb": BUDGET_MB,
+            "filesystem_mb": FILESYSTEM_MB,
+            "principal_share": SHARE,
+        },
+    ) as running:
+        if running.daemon.sandbox is None or running.daemon.sandbox.stats() is None:
+            pytest.skip("no Docker engine answers")
+        alice, alice_channel, as_alice = _as(target, "alice")
+        bob, bob_channel, as_bob = _as(target, "bob")
+        try:
+            for n in range(int(FILESYSTEM_MB * SHARE) // BUDGET_MB):
+                opened = alice.OpenSession(pb.OpenSessionRequest(), metadata=as_alice, timeout=60)
+                use = pb.ToolUse(id=f"toolu_small_{n}", name="Bash")
+                use.input.update({"command": SMALL_FILES, "timeout": 300_000})
+                filled = alice.Execute(
+                    pb.ExecuteRequest(tool_use=use, session_id=opened.id),
+                    metadata=as_alice,
+                    timeout=320,
+                )
+                assert filled.decision.outcome == pb.ALLOW, text_of(filled)
+            his = bob.OpenSession(pb.OpenSessionRequest(), metadata=as_bob, timeout=60)
+            text = _fill(bob, as_bob, his)
+            assert "No space left" not in text, text
+            assert _used_mb(his.workspace) >= BUDGET_MB - 8, text
+        finally:
+            alice_channel.close()
+            bob_channel.close()

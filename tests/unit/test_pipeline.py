@@ -297,6 +297,27 @@ async def test_a_call_cancelled_after_its_run_still_has_its_answered_record(
     assert end["cancelled_while"] == "answering"
 
 
+async def test_a_call_whose_answer_failed_after_its_run_still_has_its_answered_record(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Attacker round 99's lead: only a cancellation was caught between a call's run and its
+    answered record; any other failure there left the call with its decided record alone."""
+    kept = KeptOutputs(tmp_path / "outputs", per_session_bytes=300_000)
+    kept.prepare()
+
+    async def broken_keep(*_: Any) -> None:
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(kept, "keep", broken_keep)
+    pipeline = make_pipeline(tmp_path, FakeEngine(allow(), visible=None), kept)
+    with pytest.raises(OSError):
+        await run(pipeline, "Change", {"text": "abcdefghij\n", "times": 1000})
+    audit = _audit_records(tmp_path)
+    assert [r["event"] for r in audit] == ["decided", "answered"]
+    assert audit[-1]["is_error"] is True and audit[-1]["failed_while"] == "answering"
+    assert audit[-1]["error"] == "OSError"
+
+
 async def test_a_rejected_call_is_held_to_the_budget_however_large_its_input(
     tmp_path: Path,
 ) -> None:

@@ -367,6 +367,42 @@ async def test_one_principal_cannot_take_every_slot(tmp_path: Path, audit: Audit
     assert scheduler.in_flight == 0
 
 
+async def test_tenants_together_never_lock_the_admins_out(tmp_path: Path, audit: AuditLog) -> None:
+    """Attacker round 99: alice and bob, each within its share, together held every slot, and
+    the admin's Read got RESOURCE_EXHAUSTED. Admins have slots of their own beyond the cap."""
+    scheduler = make_scheduler(
+        tmp_path,
+        audit,
+        max_in_flight=2,
+        max_in_flight_per_principal=1,
+        admin_reserve=1,
+        queue_timeout_s=0.3,
+    )
+    store = scheduler._pipeline._sessions
+
+    def session_of(owner: str) -> str:
+        folder = tmp_path / owner
+        folder.mkdir()
+        return store.open(PinnedDirectory.pin(folder.resolve()), None, owner=owner).id
+
+    tenants = [
+        asyncio.create_task(
+            scheduler.execute(req(who, "Safe", session_of(who), seconds=1.0), Caller(principal=who))
+        )
+        for who in ("alice", "bob")
+    ]
+    await asyncio.sleep(0.1)
+    admin = Caller(principal="root", admin=True)
+    answer = await scheduler.execute(req("admin", "Safe", session_of("root")), admin)
+    assert answer.result.text() == "done"
+    with pytest.raises(Overloaded, match="calls in flight"):
+        await scheduler.execute(
+            req("carol", "Safe", session_of("carol")), Caller(principal="carol")
+        )
+    await asyncio.gather(*tenants)
+    assert scheduler.in_flight == 0
+
+
 @settings(max_examples=25, deadline=None)
 @given(
     plan=st.lists(

@@ -228,3 +228,43 @@ async def test_a_fresh_workspace_closed_without_delete_is_kept_for_a_while_then_
     finally:
         await manager.stop()
     assert kept.kept() == {}
+
+
+async def test_a_close_that_hangs_holds_up_no_other_sessions_expiry(
+    tmp_path: Path, audit: AuditLog
+) -> None:
+    """Attacker round 99's lead: the idle sweeper closed sessions one after the other, inline; a
+    close waiting on a container the engine cannot kill (up to 300 s) held every other expiry."""
+    stuck, released = asyncio.Event(), asyncio.Event()
+
+    async def cleanup(session: Session) -> int:
+        if session.id == hung.id:
+            stuck.set()
+            await released.wait()
+        return 0
+
+    scheduler = make_scheduler(tmp_path, audit)
+    manager = SessionManager(
+        scheduler._pipeline._sessions,
+        _no_objection,
+        _no_objection,
+        scheduler,
+        PlainWorkspaces(tmp_path / "fresh"),
+        default_idle_ttl_s=600,
+        sandbox_cleanup=cleanup,
+        sweep_interval_s=0.01,
+    )
+    hung = await manager.open("", 0, Caller())
+    hung.idle_ttl_s = 0.0
+    await asyncio.sleep(0.02)
+    manager.start()
+    try:
+        await asyncio.wait_for(stuck.wait(), 5)
+        other = await manager.open("", 0, Caller())
+        other.idle_ttl_s = 0.0
+        async with asyncio.timeout(5):
+            while not other.closed:
+                await asyncio.sleep(0.01)
+    finally:
+        released.set()
+        await manager.stop()

@@ -354,3 +354,24 @@ async def test_each_principal_gets_a_quota_group_of_its_own_that_holds_its_share
     with pytest.raises(RequestError, match="not a map"):
         await budgeted._group_of(tmp_path, "carol")
     assert disk.BudgetedWorkspaces(tmp_path, tmp_path / "img", 4096, 1024, 1.0).share_mb == 0
+
+
+@pytest.mark.parametrize(("profile", "converted"), [("DUP", True), ("single", False)])
+async def test_metadata_stored_twice_is_converted_to_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, profile: str, converted: bool
+) -> None:
+    """Attacker round 99: small files live in btrfs's metadata, stored twice (DUP) on one device
+    and counted once by the quotas; a principal within its share filled the filesystem. Images
+    are now made with metadata stored once, and one made before is converted when first used."""
+    ran: list[tuple[str, ...]] = []
+
+    async def run(*argv: str) -> str:
+        ran.append(argv)
+        if argv[:3] == ("btrfs", "filesystem", "df"):
+            return f"Data, single: total=8.00MiB, used=0.00B\nMetadata, {profile}: total=1.00GiB\n"
+        return ""
+
+    monkeypatch.setattr(disk, "_run", run)
+    await disk._metadata_once(tmp_path)
+    balanced = ("btrfs", "balance", "start", "-f", "-mconvert=single", str(tmp_path))
+    assert (balanced in ran) is converted

@@ -181,6 +181,21 @@ deny contains concat(" ", [
 	not read_only_tool
 }
 
+# Every principal's default session works in one folder, shared and without a disk budget: a
+# principal set to "read_only" there changes files only in sessions of its own.
+deny contains concat(" ", [
+	sprintf("%s can change files or run commands, and principal %s may do that only in a", [
+		tool_name,
+		principal_name,
+	]),
+	"session of its own: the default session's folder is shared with every principal.",
+	"Open one (OpenSession) and send the call with its session_id.",
+]) if {
+	principal_config.default_session == "read_only"
+	input.session.default == true
+	not read_only_tool
+}
+
 deny contains sprintf(
 	"%s is not available to principal %s; use one of the tools that ListTools shows.",
 	[tool_name, principal_name],

@@ -717,3 +717,24 @@ test_a_principal_may_have_its_own_turn_budget if {
 	authz.decision.turn_budget_chars == 200000 with input as read_input
 		with data.tooljail.principals.local as {"turn_budget_chars": 10}
 }
+
+# Attacker round 99: every principal's default session works in one shared folder without a
+# disk budget; a tenant filled the host's disk there and deleted another tenant's files.
+test_a_principal_kept_out_of_the_default_session_writes_only_in_sessions_of_its_own if {
+	principals := {"tenant": {"default_session": "read_only"}}
+	in_default := object.union(write_input, {"session": {"default": true}})
+	d := authz.decision with input as as_principal(in_default, "tenant")
+		with data.tooljail.principals as principals
+	d.outcome == "deny"
+	d.reasons == [concat(" ", [
+		"Write can change files or run commands, and principal tenant may do that only in a",
+		"session of its own: the default session's folder is shared with every principal.",
+		"Open one (OpenSession) and send the call with its session_id.",
+	])]
+	own := object.union(as_principal(write_input, "tenant"), {"session": {"id": "ses_1"}})
+	authz.decision.outcome == "allow" with input as own with data.tooljail.principals as principals
+	reading := object.union(read_input, {"session": {"default": true}})
+	authz.decision.outcome == "allow" with input as as_principal(reading, "tenant")
+		with data.tooljail.principals as principals
+	authz.decision.outcome == "allow" with input as in_default with data.tooljail.principals as principals
+}
