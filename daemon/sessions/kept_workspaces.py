@@ -66,6 +66,10 @@ class KeptWorkspaces:
         for folder, kept in list(self._kept.items()):
             if kept.closed_at > due:
                 continue
+            if not os.path.lexists(folder):  # gone already (an operator removed it)
+                del self._kept[folder]
+                gone += 1
+                continue
             try:
                 deleted = await self._fresh.delete(folder, kept.owner)
             except Exception:  # a failed deletion is tried again at the next sweep

@@ -216,7 +216,9 @@ class SessionManager:
         return await asyncio.shield(closing)
 
     async def _close(self, session: Session, delete_workspace: bool) -> ClosedSession:
-        """Close `session`; run it shielded (see `close`): every step must happen."""
+        """Close `session`; run it shielded (see `close`): every step must happen, once."""
+        if session.closed:
+            return ClosedSession(cancelled_calls=0, workspace_deleted=False)
         # Closed before its things are cleaned up: what still runs for it (a kept output being
         # written, a queued call) sees that and keeps nothing new.
         session.closed = True

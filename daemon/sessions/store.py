@@ -324,6 +324,9 @@ class SessionStore:
         session = self.get(session_id, principal, admin=admin)
         if session.is_default:
             raise RequestError("the default session cannot be closed")
+        if session.closed:
+            # Its close is under way (the idle sweeper's): a session is closed once.
+            raise NotFound(f"session {session_id!r} is being closed already")
         if delete_workspace and not session.owns_workspace:
             raise RequestError(
                 "delete_workspace is only allowed for a workspace the daemon created for the "

@@ -81,3 +81,13 @@ async def test_a_registry_that_is_not_the_daemons_deletes_nothing(
     clock.now += DAY
     assert kept.kept() == {} and await kept.sweep() == 0 and folder.exists()
     assert "no kept workspace will be deleted" in caplog.text
+
+
+async def test_a_kept_workspace_removed_by_someone_else_is_forgotten(tmp_path: Path) -> None:
+    fresh, clock = PlainWorkspaces(tmp_path / "sessions"), Clock()
+    kept = KeptWorkspaces(tmp_path / "kept.json", fresh, 1.0, clock)
+    folder = await fresh.create("ws", None, "alice")
+    kept.record(folder, "alice")
+    folder.rmdir()  # an operator was first
+    clock.now += 2
+    assert await kept.sweep() == 1 and kept.kept() == {}

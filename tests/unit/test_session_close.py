@@ -11,12 +11,12 @@ from pathlib import Path
 import pytest
 
 from daemon.calls.audit import AuditLog
-from daemon.errors import Overloaded, ToolError
+from daemon.errors import NotFound, Overloaded, ToolError
 from daemon.host.pinned import PinnedDirectory, WorkspaceMoved
 from daemon.models import Caller
 from daemon.sessions.disk import PlainWorkspaces
 from daemon.sessions.kept_workspaces import KeptWorkspaces
-from daemon.sessions.manager import SessionManager
+from daemon.sessions.manager import _CLOSING, SessionManager
 from daemon.sessions.session import Session
 from daemon.sessions.store import SessionStore
 from daemon.tools.contract import CallContext
@@ -268,3 +268,48 @@ async def test_a_close_that_hangs_holds_up_no_other_sessions_expiry(
     finally:
         released.set()
         await manager.stop()
+
+
+async def test_a_session_is_closed_once_however_many_ask(tmp_path: Path, audit: AuditLog) -> None:
+    """The idle sweeper closes in the background: a CloseSession arriving meanwhile must not
+    close the session a second time (its containers removed twice, its workspace deleted while
+    the first close keeps it)."""
+    closing, released = asyncio.Event(), asyncio.Event()
+    cleanups: list[str] = []
+
+    async def cleanup(session: Session) -> int:
+        cleanups.append(session.id)
+        closing.set()
+        await released.wait()
+        return 0
+
+    fresh = PlainWorkspaces(tmp_path / "fresh")
+    kept = KeptWorkspaces(tmp_path / "kept.json", fresh, 0.0)
+    scheduler = make_scheduler(tmp_path, audit)
+    manager = SessionManager(
+        scheduler._pipeline._sessions,
+        _no_objection,
+        _no_objection,
+        scheduler,
+        fresh,
+        default_idle_ttl_s=600,
+        sandbox_cleanup=cleanup,
+        sweep_interval_s=0.01,
+        kept=kept,
+    )
+    session = await manager.open("", 0, Caller())
+    session.idle_ttl_s = 0.0
+    await asyncio.sleep(0.02)
+    manager.start()
+    try:
+        await asyncio.wait_for(closing.wait(), 5)
+        with pytest.raises(NotFound):
+            await asyncio.wait_for(manager.close(session.id, True, Caller()), 2)
+    finally:
+        released.set()
+        await manager.stop()
+    async with asyncio.timeout(5):
+        while _CLOSING:
+            await asyncio.sleep(0.01)
+    assert cleanups == [session.id]
+    assert session.workspace.exists() and kept.kept() == {session.workspace: Caller().principal}
