@@ -261,9 +261,10 @@ class BudgetedWorkspaces:
         except (OSError, RequestError) as exc:
             if not _out_of_room(exc):
                 raise
+            log.warning("no room for a new workspace of %s: %s", principal, exc)
             raise Overloaded(
                 "the workspaces filesystem has no room for another workspace; close sessions "
-                f"with delete_workspace=true, or ask the operator for room ({exc})"
+                "with delete_workspace=true, or retry later"
             ) from exc
         try:
             await _run("btrfs", "qgroup", "limit", f"{self.budget_mb}M", str(folder))
@@ -275,8 +276,8 @@ class BudgetedWorkspaces:
                 raise Overloaded(
                     f"the workspaces of principal {principal!r} fill its share of the "
                     f"workspaces filesystem ({self.share_mb} MiB), those of its closed sessions "
-                    "kept without delete_workspace included: close sessions with "
-                    "delete_workspace=true, or ask the operator to remove kept ones"
+                    "kept without delete_workspace included (they go a while after their "
+                    "close): close sessions with delete_workspace=true, or retry later"
                 ) from exc
             raise
         return folder
