@@ -328,6 +328,24 @@ class Settings(BaseSettings):
         return value
 
     @model_validator(mode="after")
+    def _check_socket(self) -> Settings:
+        # The daemon cannot tell Unix-socket callers apart (they are all auth.unix_principal):
+        # a socket every local account may connect to must not make them an admin (attacker
+        # round 100: the user nobody called Admin.Status and worked as `local`).
+        if (
+            self.listen.startswith("unix://")
+            and self.socket_mode & 0o002
+            and self.auth.unix_principal in self.auth.admin_principals
+        ):
+            raise ValueError(
+                f"socket_mode {self.socket_mode:#o} lets every local account use the socket, "
+                f"and its principal {self.auth.unix_principal!r} is an admin: every local "
+                "account would be the admin. Use 0o660 with socket_group for the accounts "
+                "that may, or leave the socket's principal out of auth.admin_principals"
+            )
+        return self
+
+    @model_validator(mode="after")
     def _check_tcp(self) -> Settings:
         tcp = self.tcp
         if not tcp.address:

@@ -313,3 +313,34 @@ async def test_a_session_is_closed_once_however_many_ask(tmp_path: Path, audit: 
             await asyncio.sleep(0.01)
     assert cleanups == [session.id]
     assert session.workspace.exists() and kept.kept() == {session.workspace: Caller().principal}
+
+
+async def test_two_closes_at_once_close_it_once_and_keep_the_registry_true(
+    tmp_path: Path, audit: AuditLog
+) -> None:
+    """Attacker round 100: CloseSession with delete and without, sent at once, both ran: one
+    deleted the workspace, the other recorded it as kept, and the registry held a folder that
+    was gone (an error logged for it at every sweep, for ever)."""
+    fresh = PlainWorkspaces(tmp_path / "fresh")
+    kept = KeptWorkspaces(tmp_path / "kept.json", fresh, 0.0)
+    scheduler = make_scheduler(tmp_path, audit)
+    manager = SessionManager(
+        scheduler._pipeline._sessions,
+        _no_objection,
+        _no_objection,
+        scheduler,
+        fresh,
+        default_idle_ttl_s=600,
+        kept=kept,
+    )
+    for first_deletes in (True, False):
+        session = await manager.open("", 0, Caller())
+        answers = await asyncio.gather(
+            manager.close(session.id, first_deletes, Caller()),
+            manager.close(session.id, not first_deletes, Caller()),
+            return_exceptions=True,
+        )
+        closed = [a for a in answers if not isinstance(a, BaseException)]
+        assert sum(a.workspace_deleted for a in closed) <= 1, answers
+        recorded = session.workspace in kept.kept()
+        assert recorded == session.workspace.exists(), (answers, recorded)

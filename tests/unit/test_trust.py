@@ -12,9 +12,10 @@ from pathlib import Path
 from typing import Any, cast
 
 import pytest
+from pydantic import ValidationError
 
 from daemon.calls.audit import AuditLog
-from daemon.config import AuthSettings, TcpListenerSettings
+from daemon.config import AuthSettings, Settings, TcpListenerSettings
 from daemon.errors import NotFound, RequestError, TooljailError, Unauthenticated
 from daemon.policy.approval import ApprovalAuthority, ApprovalError, ApprovalFailure
 from daemon.policy.mask import (
@@ -477,3 +478,26 @@ def test_empty_containers_count_against_what_the_audit_keeps(empty: object) -> N
     logged = json.dumps(mask.apply({"file_path": [empty] * 1_000_000, "deep": [[[empty]]] * 1000}))
     assert len(logged) < 4 * MAX_SCANNED_CHARS
     assert "more items not logged" in logged
+
+
+@pytest.mark.parametrize(
+    ("mode", "admins", "refused"),
+    [
+        (0o666, ["local"], True),  # every local account would be the admin
+        (0o662, ["local"], True),
+        (0o660, ["local"], False),  # the socket's group: chosen by the operator
+        (0o666, [], False),  # open to all, but as a principal with no admin rights
+    ],
+)
+def test_a_socket_every_local_user_may_use_is_never_an_admins(
+    mode: int, admins: list[str], refused: bool
+) -> None:
+    """Attacker round 100: with socket_mode 0666 and the socket's principal an admin, the user
+    nobody called Admin.Status, read a tenant's files and wrote in the default folder as
+    `local`: the daemon cannot tell Unix-socket callers apart, and accepted it silently."""
+    settings = {"socket_mode": mode, "auth": {"admin_principals": admins}}
+    if refused:
+        with pytest.raises(ValidationError, match="every local account"):
+            Settings(**settings)  # type: ignore[arg-type]
+    else:
+        Settings(**settings)  # type: ignore[arg-type]
