@@ -585,7 +585,6 @@ class Pipeline:
                 tool_use_id=call.tool_use_id, content=content, is_error=after.is_error
             )
             summary = _one_line(ran.summary(call))
-            return self._finish(prepared, trace, caller, verdict, result, report, summary=summary)
         except asyncio.CancelledError:
             # Cancelled while its answer was made (PostToolUse hooks, a kept output written):
             # the call ran, and still gets its answered record (attacker round 98).
@@ -603,6 +602,8 @@ class Pipeline:
                 }
             )
             raise
+        # Outside: it writes the answered record itself.
+        return self._finish(prepared, trace, caller, verdict, result, report, summary=summary)
 
     async def _permission_hooks(
         self,

@@ -239,7 +239,10 @@ class SessionManager:
             except RequestError:
                 log.exception("deleting the workspace of session %s failed", session.id)
         elif session.owns_workspace and self._kept is not None:
-            self._kept.record(session.workspace, session.owner)
+            try:
+                self._kept.record(session.workspace, session.owner)
+            except OSError:  # the close goes on: the workspace stays until an operator acts
+                log.exception("recording the kept workspace of session %s failed", session.id)
         self._calls.forget_session(session.id)
         return ClosedSession(cancelled_calls=cancelled, workspace_deleted=deleted)
 

@@ -5,6 +5,7 @@ btrfs."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import time
 from collections.abc import Iterator
@@ -28,9 +29,10 @@ FILESYSTEM_MB = 384
 SHARE = 0.5
 
 
-@pytest.fixture(scope="module")
-def shared(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[RunningDaemon, str]]:
-    root = Path(tmp_path_factory.mktemp("shares"))
+@contextlib.contextmanager
+def _daemon_with_shares(root: Path) -> Iterator[tuple[RunningDaemon, str]]:
+    """A sandbox daemon whose fresh workspaces have budgets and shares, reached over TCP by
+    token principals; its address."""
     (root / "ws").mkdir()
     os.chown(root / "ws", OWNER_UID, OWNER_GID)
     target = f"127.0.0.1:{free_port()}"
@@ -50,6 +52,12 @@ def shared(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[RunningDa
         if running.daemon.sandbox is None or running.daemon.sandbox.stats() is None:
             pytest.skip("no Docker engine answers")
         yield running, target
+
+
+@pytest.fixture(scope="module")
+def shared(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[RunningDaemon, str]]:
+    with _daemon_with_shares(Path(tmp_path_factory.mktemp("shares"))) as running:
+        yield running
 
 
 def _as(
@@ -154,25 +162,7 @@ def test_files_kept_in_metadata_count_once_against_the_share(
     """Attacker round 99: small files live in btrfs's metadata, which was stored twice (DUP)
     and counted once by the quotas: alice, within her share, filled the whole filesystem and
     bob could not even make a folder."""
-    root = Path(tmp_path_factory.mktemp("metadata"))
-    (root / "ws").mkdir()
-    os.chown(root / "ws", OWNER_UID, OWNER_GID)
-    target = f"127.0.0.1:{free_port()}"
-    with running_daemon(
-        root / "ws",
-        root / "m.sock",
-        sandbox={"pool_size": 0, "ceilings": {"memory_mb": 256, "pids": 128}},
-        tcp={"address": target},
-        auth={"tokens": TOKENS},
-        opa={"policies_dir": _policies(root)},
-        workspaces={
-            "budget_mb": BUDGET_MB,
-            "filesystem_mb": FILESYSTEM_MB,
-            "principal_share": SHARE,
-        },
-    ) as running:
-        if running.daemon.sandbox is None or running.daemon.sandbox.stats() is None:
-            pytest.skip("no Docker engine answers")
+    with _daemon_with_shares(Path(tmp_path_factory.mktemp("metadata"))) as (_, target):
         alice, alice_channel, as_alice = _as(target, "alice")
         bob, bob_channel, as_bob = _as(target, "bob")
         try:

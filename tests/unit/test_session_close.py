@@ -7,14 +7,16 @@ from __future__ import annotations
 import asyncio
 import os
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from daemon.calls.audit import AuditLog
+from daemon.calls.scheduler import Scheduler
 from daemon.errors import NotFound, Overloaded, ToolError
 from daemon.host.pinned import PinnedDirectory, WorkspaceMoved
 from daemon.models import Caller
-from daemon.sessions.disk import PlainWorkspaces
+from daemon.sessions.disk import FreshWorkspaces, PlainWorkspaces
 from daemon.sessions.kept_workspaces import KeptWorkspaces
 from daemon.sessions.manager import _CLOSING, SessionManager
 from daemon.sessions.session import Session
@@ -111,6 +113,19 @@ async def _no_objection(*_: object) -> str | None:
     return None
 
 
+def _manager(scheduler: Scheduler, fresh: FreshWorkspaces, **options: Any) -> SessionManager:
+    """A session manager over the scheduler's sessions, every policy question allowed."""
+    return SessionManager(
+        scheduler._pipeline._sessions,
+        _no_objection,
+        _no_objection,
+        scheduler,
+        fresh,
+        default_idle_ttl_s=600,
+        **options,
+    )
+
+
 @pytest.mark.parametrize("delete_workspace", [False, True])
 async def test_a_close_answers_once_the_calls_it_cancelled_have_ended(
     tmp_path: Path, audit: AuditLog, monkeypatch: pytest.MonkeyPatch, delete_workspace: bool
@@ -201,16 +216,7 @@ async def test_a_fresh_workspace_closed_without_delete_is_kept_for_a_while_then_
     now = [1_000.0]
     kept = KeptWorkspaces(tmp_path / "kept.json", fresh, 60.0, lambda: now[0])
     scheduler = make_scheduler(tmp_path, audit)
-    manager = SessionManager(
-        scheduler._pipeline._sessions,
-        _no_objection,
-        _no_objection,
-        scheduler,
-        fresh,
-        default_idle_ttl_s=600,
-        sweep_interval_s=0.01,
-        kept=kept,
-    )
+    manager = _manager(scheduler, fresh, sweep_interval_s=0.01, kept=kept)
     keep = await manager.open("", 0, Caller())
     gone = await manager.open("", 0, Caller())
     await manager.close(keep.id, False, Caller())
@@ -244,13 +250,9 @@ async def test_a_close_that_hangs_holds_up_no_other_sessions_expiry(
         return 0
 
     scheduler = make_scheduler(tmp_path, audit)
-    manager = SessionManager(
-        scheduler._pipeline._sessions,
-        _no_objection,
-        _no_objection,
+    manager = _manager(
         scheduler,
         PlainWorkspaces(tmp_path / "fresh"),
-        default_idle_ttl_s=600,
         sandbox_cleanup=cleanup,
         sweep_interval_s=0.01,
     )
@@ -286,17 +288,7 @@ async def test_a_session_is_closed_once_however_many_ask(tmp_path: Path, audit: 
     fresh = PlainWorkspaces(tmp_path / "fresh")
     kept = KeptWorkspaces(tmp_path / "kept.json", fresh, 0.0)
     scheduler = make_scheduler(tmp_path, audit)
-    manager = SessionManager(
-        scheduler._pipeline._sessions,
-        _no_objection,
-        _no_objection,
-        scheduler,
-        fresh,
-        default_idle_ttl_s=600,
-        sandbox_cleanup=cleanup,
-        sweep_interval_s=0.01,
-        kept=kept,
-    )
+    manager = _manager(scheduler, fresh, sandbox_cleanup=cleanup, sweep_interval_s=0.01, kept=kept)
     session = await manager.open("", 0, Caller())
     session.idle_ttl_s = 0.0
     await asyncio.sleep(0.02)
@@ -324,15 +316,7 @@ async def test_two_closes_at_once_close_it_once_and_keep_the_registry_true(
     fresh = PlainWorkspaces(tmp_path / "fresh")
     kept = KeptWorkspaces(tmp_path / "kept.json", fresh, 0.0)
     scheduler = make_scheduler(tmp_path, audit)
-    manager = SessionManager(
-        scheduler._pipeline._sessions,
-        _no_objection,
-        _no_objection,
-        scheduler,
-        fresh,
-        default_idle_ttl_s=600,
-        kept=kept,
-    )
+    manager = _manager(scheduler, fresh, kept=kept)
     for first_deletes in (True, False):
         session = await manager.open("", 0, Caller())
         answers = await asyncio.gather(
