@@ -189,6 +189,8 @@ class BudgetedWorkspaces:
         self.share_mb = int(filesystem_mb * principal_share) if principal_share < 1 else 0
         self._ready = asyncio.Lock()
         self._grouping = asyncio.Lock()
+        self._groups_ready: set[str] = set()
+        """Quota groups made and limited since the daemon started."""
         self._ok = False
 
     async def _ensure(self) -> Path:
@@ -283,9 +285,11 @@ class BudgetedWorkspaces:
         return folder
 
     async def _group_of(self, root: Path, principal: str) -> str:
-        """The quota group (level 1) of `principal`'s workspaces, made the first time, limited
-        to its share (again each time: the operator may have changed it). Which group is whose
-        is kept on the filesystem itself, in a file only root may read or write."""
+        """The quota group (level 1) of `principal`'s workspaces, made and limited to its share
+        once per start of the daemon (the operator may have changed the share). Which group is
+        whose is kept on the filesystem itself, in a file only root may read or write. Only that
+        file's update waits for others: a slow btrfs command for one principal's group does not
+        queue every fresh session (attacker round 99's lead)."""
         async with self._grouping:
             groups = await FILESYSTEM_THREADS.run(_DAEMON, lambda: _read_groups(root))
             number = groups.get(principal)
@@ -293,14 +297,17 @@ class BudgetedWorkspaces:
                 number = max(groups.values(), default=0) + 1
                 groups[principal] = number
                 await FILESYSTEM_THREADS.run(_DAEMON, lambda: _write_groups(root, groups))
-            group = f"1/{number}"
+        group = f"1/{number}"
+        if group not in self._groups_ready:
+            # Made (again, if an earlier try failed after the file named it) and limited.
             try:
                 await _run("btrfs", "qgroup", "create", group, str(root))
             except RequestError as exc:
                 if "exists" not in str(exc):
                     raise
             await _run("btrfs", "qgroup", "limit", f"{self.share_mb}M", group, str(root))
-            return group
+            self._groups_ready.add(group)
+        return group
 
     async def delete(self, folder: Path, owner: str) -> bool:
         # Its budget goes first: removing an entry inside a full workspace needs room in it.

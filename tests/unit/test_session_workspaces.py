@@ -346,6 +346,11 @@ async def test_each_principal_gets_a_quota_group_of_its_own_that_holds_its_share
     groups = [await budgeted._group_of(tmp_path, who) for who in ("alice", "bob", "alice")]
     assert groups == ["1/1", "1/2", "1/1"]
     assert ("btrfs", "qgroup", "limit", "1024M", "1/2", str(tmp_path)) in ran
+    # Made and limited once per start of the daemon, not at every fresh session.
+    assert [a for a in ran if a[3:5] == ("1/1", str(tmp_path)) or a[4:5] == ("1/1",)] == [
+        ("btrfs", "qgroup", "create", "1/1", str(tmp_path)),
+        ("btrfs", "qgroup", "limit", "1024M", "1/1", str(tmp_path)),
+    ]
     written = tmp_path / ".principal-groups.json"
     assert json.loads(written.read_text()) == {"alice": 1, "bob": 2}
     assert stat.S_IMODE(written.stat().st_mode) == 0o600
