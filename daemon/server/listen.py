@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import errno
 import fcntl
 import grp
 import os
@@ -99,6 +100,7 @@ class ListenAddress:
                 raise TooljailError(f"the socket bound in {folder} is not this daemon's; refusing")
             if group:
                 os.chown("s", -1, grp.getgrnam(group).gr_gid, dir_fd=staging, follow_symlinks=False)
+            _drop_access_acl(staging)
             os.chmod("s", mode, dir_fd=staging)  # checked above: our socket, in our own folder
             os.rename("s", self.unix_path.name, src_dir_fd=staging, dst_dir_fd=parent)
             os.rmdir(folder.name, dir_fd=parent)
@@ -162,3 +164,17 @@ class ListenAddress:
         with contextlib.suppress(OSError):
             fcntl.flock(fd, fcntl.LOCK_UN)
         os.close(fd)
+
+
+def _drop_access_acl(staging: int) -> None:
+    """Remove the ACL the socket inherited from a default ACL of its folder: who may connect is
+    `socket_mode` and `socket_group` alone (attacker round 101: a default ACL let the user nobody
+    connect, as the admin principal, to a socket whose mode said 0660). Reached through the
+    staging folder's descriptor; a filesystem without ACLs has none to remove."""
+    try:
+        os.removexattr(
+            f"/proc/self/fd/{staging}/s", "system.posix_acl_access", follow_symlinks=False
+        )
+    except OSError as exc:
+        if exc.errno not in (errno.ENODATA, errno.EOPNOTSUPP):
+            raise

@@ -8,6 +8,7 @@ import json
 import os
 import re
 import stat
+import struct
 from pathlib import Path
 from typing import Any, cast
 
@@ -205,6 +206,45 @@ def test_the_socket_is_bound_where_nobody_else_can_reach_it_then_moved(tmp_path:
             client.connect(str(published))
     address.cleanup()
     assert not (tmp_path / "d.sock").exists()
+
+
+def _acl_entry(tag: int, perm: int, qualifier: int = 0xFFFFFFFF) -> bytes:
+    return struct.pack("<HHI", tag, perm, qualifier)
+
+
+def test_a_socket_gets_no_access_its_folder_would_hand_down(tmp_path: Path) -> None:
+    """Attacker round 101: the socket's folder carried a default ACL for the user nobody; the
+    socket inherited it, and nobody connected (as the admin `local`) to a socket whose mode said
+    0660, group root."""
+    import socket
+
+    folder = tmp_path / "run"
+    folder.mkdir(mode=0o755)
+    # user::rwx, user:nobody:rwx, group::r-x, mask::rwx, other::r-x (the kernel's xattr form)
+    inherited = struct.pack("<I", 2) + b"".join(
+        (
+            _acl_entry(0x01, 7),
+            _acl_entry(0x02, 7, 65534),
+            _acl_entry(0x04, 5),
+            _acl_entry(0x10, 7),
+            _acl_entry(0x20, 5),
+        )
+    )
+    try:
+        os.setxattr(folder, "system.posix_acl_default", inherited)
+    except OSError as exc:
+        pytest.skip(f"no POSIX ACLs here: {exc}")
+    address = ListenAddress.parse(f"unix://{folder / 't.sock'}")
+    address.prepare()
+    with socket.socket(socket.AF_UNIX) as server:
+        server.bind(address.bind_target().removeprefix("unix:"))
+        server.listen()
+        address.publish(0o660, "")
+        published = folder / "t.sock"
+        with pytest.raises(OSError):
+            os.getxattr(published, "system.posix_acl_access", follow_symlinks=False)
+        assert stat.S_IMODE(published.stat().st_mode) == 0o660
+    address.cleanup()
 
 
 # --- per-principal bounds --------------------------------------------------------------------
