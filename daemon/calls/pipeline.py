@@ -592,14 +592,8 @@ class Pipeline:
             raise
         except Exception as exc:
             # Failed there (the caller gets an internal error): still its answered record.
-            self._audit.write(
-                {
-                    **self._audit_record(prepared, caller, verdict, AuditEvent.ANSWERED),
-                    "is_error": True,
-                    "failed_while": "answering",
-                    "error": type(exc).__name__,
-                    "duration_ms": int((time.monotonic() - prepared.started) * 1000),
-                }
+            self._audit_unfinished(
+                prepared, caller, verdict, failed_while="answering", error=type(exc).__name__
             )
             raise
         # Outside: it writes the answered record itself.
@@ -646,12 +640,17 @@ class Pipeline:
         self, prepared: ReadyCall, caller: Caller, verdict: Verdict, stage: str
     ) -> None:
         """The answered record of a call cancelled while `stage` ("running", "answering")."""
+        self._audit_unfinished(prepared, caller, verdict, cancelled=True, cancelled_while=stage)
+
+    def _audit_unfinished(
+        self, prepared: ReadyCall, caller: Caller, verdict: Verdict, **why: object
+    ) -> None:
+        """The answered record of a call that ran, or began to, and had no answer of its own."""
         self._audit.write(
             {
                 **self._audit_record(prepared, caller, verdict, AuditEvent.ANSWERED),
                 "is_error": True,
-                "cancelled": True,
-                "cancelled_while": stage,
+                **why,
                 "duration_ms": int((time.monotonic() - prepared.started) * 1000),
             }
         )

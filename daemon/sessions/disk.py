@@ -27,6 +27,7 @@ from typing import Protocol
 
 from daemon.errors import Overloaded, RequestError
 from daemon.host.child import run_child
+from daemon.host.private_file import replace_json
 from daemon.host.statfs import BTRFS_MAGIC, filesystem_type
 from daemon.host.threads import FILESYSTEM_THREADS
 from daemon.sessions.session import VERIFY_WAIT_S
@@ -100,17 +101,6 @@ def _read_groups(root: Path) -> dict[str, int]:
     ):
         raise RequestError(f"{root / _GROUPS} is not a map of principals to group numbers")
     return found
-
-
-def _write_groups(root: Path, groups: dict[str, int]) -> None:
-    """Replace the file whole (written beside it, then renamed over it)."""
-    partial = root / f"{_GROUPS}.partial"
-    fd = os.open(partial, os.O_CREAT | os.O_WRONLY | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
-    with os.fdopen(fd, "w", encoding="utf-8") as stream:
-        json.dump(groups, stream)
-        stream.flush()
-        os.fsync(stream.fileno())
-    partial.replace(root / _GROUPS)
 
 
 def _out_of_room(exc: BaseException) -> bool:
@@ -296,7 +286,7 @@ class BudgetedWorkspaces:
             if number is None:
                 number = max(groups.values(), default=0) + 1
                 groups[principal] = number
-                await FILESYSTEM_THREADS.run(_DAEMON, lambda: _write_groups(root, groups))
+                await FILESYSTEM_THREADS.run(_DAEMON, lambda: replace_json(root / _GROUPS, groups))
         group = f"1/{number}"
         if group not in self._groups_ready:
             # Made (again, if an earlier try failed after the file named it) and limited.

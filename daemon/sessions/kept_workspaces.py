@@ -21,6 +21,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from daemon.host.private_file import replace_json
 from daemon.sessions.disk import FreshWorkspaces
 
 log = logging.getLogger(__name__)
@@ -88,14 +89,8 @@ class KeptWorkspaces:
             str(folder): {"owner": kept.owner, "closed_at": kept.closed_at}
             for folder, kept in self._kept.items()
         }
-        partial = self._registry.with_name(self._registry.name + ".partial")
         self._registry.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-        fd = os.open(partial, os.O_CREAT | os.O_WRONLY | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
-        with os.fdopen(fd, "w", encoding="utf-8") as stream:
-            json.dump(document, stream)
-            stream.flush()
-            os.fsync(stream.fileno())
-        partial.replace(self._registry)
+        replace_json(self._registry, document)
 
 
 _NOT_OURS = "%s is not what the daemon wrote: no kept workspace will be deleted"

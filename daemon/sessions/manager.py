@@ -210,10 +210,7 @@ class SessionManager:
         session = self._store.closable(session_id, delete_workspace, caller.principal, admin=admin)
         # Closing always finishes, whatever happens to the request that asked for it (a client
         # deadline cancelling it halfway left sessions half closed and their containers running).
-        closing = asyncio.ensure_future(self._close(session, delete_workspace))
-        _CLOSING.add(closing)
-        closing.add_done_callback(_CLOSING.discard)
-        return await asyncio.shield(closing)
+        return await asyncio.shield(self._close_later(session, delete_workspace))
 
     async def _close(self, session: Session, delete_workspace: bool) -> ClosedSession:
         """Close `session`; run it shielded (see `close`): every step must happen, once."""
@@ -276,10 +273,14 @@ class SessionManager:
                 log.info("closing session %s after %.0f s idle", session.id, session.idle_ttl_s)
                 self._close_later(session, delete_workspace=False)
 
-    def _close_later(self, session: Session, delete_workspace: bool) -> None:
+    def _close_later(
+        self, session: Session, delete_workspace: bool
+    ) -> asyncio.Future[ClosedSession]:
+        """Close `session` in a task of its own, held until it ends."""
         closing = asyncio.ensure_future(self._close(session, delete_workspace))
         _CLOSING.add(closing)
         closing.add_done_callback(_CLOSING.discard)
+        return closing
 
     @staticmethod
     async def _prune(kept: KeptWorkspaces) -> None:
