@@ -25,6 +25,23 @@ def _wait_for(predicate: object, timeout_s: float = 120.0) -> bool:
     return False
 
 
+def _stopped(pid: int) -> bool:
+    """Whether every thread of `pid` is stopped (state T in /proc)."""
+    try:
+        stats = [(entry / "stat").read_text() for entry in Path(f"/proc/{pid}/task").iterdir()]
+    except FileNotFoundError:  # a thread ended while they were read: look again
+        return False
+    return all(stat.rsplit(")", 1)[1].split()[0] == "T" for stat in stats)
+
+
+def _stop(pid: int) -> None:
+    """SIGSTOP `pid` and wait until it has taken effect. kill() returns once the signal is queued:
+    the process stops only when one of its threads runs and takes it, and on a busy host OPA was
+    seen answering a query 7 ms after kill() had returned."""
+    os.kill(pid, signal.SIGSTOP)
+    assert _wait_for(lambda: _stopped(pid), 30.0), f"OPA (pid {pid}) did not stop"
+
+
 def test_opa_killed_fails_closed_then_recovers(short_tmp: Path) -> None:
     workspace = short_tmp / "ws-opa-kill"
     workspace.mkdir()
@@ -38,7 +55,7 @@ def test_opa_killed_fails_closed_then_recovers(short_tmp: Path) -> None:
         first_pid = d.daemon.opa.pid
         assert first_pid is not None
         # Stop OPA first so the outage is certain to be observed, then kill it for real.
-        os.kill(first_pid, signal.SIGSTOP)
+        _stop(first_pid)
         # Another input than before: the policy lets the daemon reuse the decision of an
         # identical read-only call, and this one must be asked of the stopped OPA.
         down = d.execute("Read", {"file_path": str(target), "limit": 5}, tool_use_id="toolu_down")
