@@ -61,6 +61,13 @@ class OpaPolicyEngine(PolicyEngine):
         self._mask: AuditMask | None = None
         """None until read: calls are refused while the audit does not know what to hide."""
 
+    def _failed(self) -> None:
+        """OPA did not answer (or restarts): nothing it decided before is reused until it answers
+        again (attacker round 102: with OPA stopped, a call identical to one allowed a moment
+        before was still allowed from the cache for the rest of its time to live)."""
+        self.cache.clear()
+        self._on_error()
+
     @property
     def revision(self) -> str:
         return self._revision
@@ -146,13 +153,13 @@ class OpaPolicyEngine(PolicyEngine):
     async def decide(self, document: dict[str, Any]) -> Verdict:
         if self._loading():
             # Checked before the cache too: while OPA restarts, nothing is allowed.
-            self._on_error()
+            self._failed()
             return Verdict.deny(
                 "The policy engine (OPA) is restarting and does not hold the policy yet, so the "
                 "call is denied (fail closed). Retry in a moment."
             )
         if not await self._mask_known():
-            self._on_error()
+            self._failed()
             return Verdict.deny(
                 "The policy engine (OPA) did not give the policy's audit mask "
                 "(data.tooljail.authz.mask and mask_patterns), so the call is denied rather than "
@@ -166,7 +173,7 @@ class OpaPolicyEngine(PolicyEngine):
                 return reused
             response = await self._send(body, "decision")
         except Exception as exc:  # noqa: BLE001 - any transport failure must become a deny
-            self._on_error()
+            self._failed()
             log.warning("policy engine unreachable: %s", exc)
             return Verdict.deny(
                 "The policy engine (OPA) could not be reached or did not answer in time "
@@ -181,7 +188,7 @@ class OpaPolicyEngine(PolicyEngine):
         try:
             response = await self._query(document, rule)
         except Exception as exc:  # noqa: BLE001 - any transport failure must become a deny
-            self._on_error()
+            self._failed()
             return Verdict.deny(
                 f"The policy engine (OPA) could not be reached ({type(exc).__name__}), so the "
                 "request is refused (fail closed). Retry later."
@@ -190,7 +197,7 @@ class OpaPolicyEngine(PolicyEngine):
 
     async def egress(self, document: dict[str, Any]) -> EgressVerdict:
         if self._loading():
-            self._on_error()
+            self._failed()
             return EgressVerdict.refuse(
                 "The policy engine (OPA) is restarting, so the connection is refused (fail "
                 "closed). Retry in a moment."
@@ -198,7 +205,7 @@ class OpaPolicyEngine(PolicyEngine):
         try:
             response = await self._query(document, "egress")
         except Exception as exc:  # noqa: BLE001 - any transport failure must become a refusal
-            self._on_error()
+            self._failed()
             return EgressVerdict.refuse(
                 "The policy engine (OPA) could not be reached or did not answer in time "
                 f"({type(exc).__name__}), so the connection is refused (fail closed)."
@@ -209,7 +216,7 @@ class OpaPolicyEngine(PolicyEngine):
         try:
             response = await self._query(document, "visible_tools")
         except Exception as exc:  # noqa: BLE001 - the caller turns None into UNAVAILABLE
-            self._on_error()
+            self._failed()
             log.warning("policy engine unreachable for visible_tools: %s", exc)
             return None
         result = response.get("result", [])

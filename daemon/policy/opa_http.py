@@ -246,7 +246,8 @@ class OpaHttpSession:
     async def _exchange(self, method: str, message: bytes, body: bytes) -> OpaReply:
         while self._idle:
             connection = self._idle.pop()
-            if connection.ended:
+            if connection.ended or connection.received:
+                # Bytes that came while it was idle answer nothing asked (round 102's lead).
                 connection.close()
                 continue
             try:

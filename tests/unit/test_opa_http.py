@@ -312,3 +312,21 @@ async def test_closing_the_session_ends_a_query_in_flight(
         await query
     with pytest.raises(OpaHttpError, match="closed"):
         await _query(session)
+
+
+async def test_bytes_sent_on_an_idle_connection_are_never_read_as_an_answer(
+    scripted: tuple[ScriptedOpa, str],
+) -> None:
+    """Attacker round 102's lead: bytes arriving on a pooled connection between two requests
+    (an OPA behind a proxy, a 1xx sent late) would have been read as the next query's answer."""
+    opa, path = scripted
+    opa.script = lambda request: ok(request.rsplit(b"\r\n\r\n", 1)[1])
+    session = _session(path)
+    try:
+        assert await _query(session, "first") == {"input": "first"}
+        opa.writers[0].write(ok(b'{"input": "unsolicited"}'))
+        await asyncio.sleep(0.1)
+        assert await _query(session, "second") == {"input": "second"}
+    finally:
+        await session.close()
+    assert opa.connections == 2

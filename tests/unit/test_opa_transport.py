@@ -16,6 +16,7 @@ from aiohttp import web
 
 from daemon.models import Outcome
 from daemon.policy import document_body
+from daemon.policy.decision_cache import DecisionCache
 from daemon.policy.document_body import LargeDocument, encode_document, encoded
 from daemon.policy.opa_engine import LARGE_DOCUMENT_BYTES, OPA_READS_BYTES_PER_S, OpaPolicyEngine
 from sandbox.backend import SandboxLimits
@@ -69,6 +70,7 @@ class SlowOpa:
     headers: list[dict[str, str]] = field(default_factory=list)
     at_once: int = 0
     most_at_once: int = 0
+    reply: dict[str, Any] = field(default_factory=lambda: ALLOW)
 
     async def answer(self, request: web.Request) -> web.Response:
         if request.match_info["rule"] != "decision":
@@ -81,7 +83,7 @@ class SlowOpa:
             await asyncio.sleep(self.delay_s)
         finally:
             self.at_once -= 1
-        return web.json_response(ALLOW)
+        return web.json_response(self.reply)
 
 
 @pytest.fixture
@@ -148,3 +150,32 @@ async def test_large_documents_go_to_opa_one_at_a_time_and_small_ones_pass_them(
         await engine.close()
     assert all(v.outcome is Outcome.ALLOW for v in [small, *verdicts])
     assert opa.most_at_once == 2, "the small one beside one large one, never two large ones"
+
+
+async def test_no_reused_decision_is_served_once_opa_has_failed_to_answer(
+    slow_opa: tuple[SlowOpa, str],
+) -> None:
+    """Attacker round 102: with OPA stopped, a call identical to one allowed a moment before was
+    still allowed from the decision cache for up to its time to live. Once the daemon has seen
+    OPA fail, it reuses nothing until OPA answers again."""
+    opa, url = slow_opa
+    opa.delay_s = 0.0
+    opa.reply = {"result": {**ALLOW["result"], "cache_ttl_s": 30}}
+    engine = OpaPolicyEngine(
+        url, 0.3, SandboxLimits(), "test", cache=DecisionCache(max_entries=10, max_ttl_s=60)
+    )
+    await engine.open()
+    try:
+        document = {"input": {"file_path": "a"}}
+        assert (await engine.decide(document)).outcome is Outcome.ALLOW
+        assert (await engine.decide(document)).cached_from, "reused while OPA answers"
+        opa.delay_s = 1.0  # OPA stops answering in time
+        other = await engine.decide({"input": {"file_path": "b"}})
+        assert other.outcome is Outcome.DENY
+        again = await engine.decide(document)
+        assert again.outcome is Outcome.DENY and not again.cached_from
+        opa.delay_s = 0.0  # OPA answers again: reuse resumes with what it says now
+        assert (await engine.decide(document)).outcome is Outcome.ALLOW
+        assert (await engine.decide(document)).cached_from
+    finally:
+        await engine.close()
