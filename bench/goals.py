@@ -116,7 +116,29 @@ def decision_metrics(parts: Parts) -> list[Metric]:
                 f"{baseline} = {_fmt(base)}",
             )
         )
+    rows.append(_query_metric(parts))
     return rows
+
+
+def _query_metric(parts: Parts) -> Metric:
+    """What asking OPA adds to a Read (a new input's p50 minus the same Read's, whose decision is
+    reused) against OPA's own p50 for the query: about 1 means the daemon adds nothing to the
+    query itself, and the rest of the OPA-asked ratio is the Read's own work."""
+    reused = _ms(_get(parts, "decision", "execute_read"))
+    fresh = _ms(_get(parts, "decision", "execute_read_fresh"))
+    health, opa = _ms(_get(parts, "decision", "health")), _ms(_get(parts, "decision", "opa"))
+    metric = "decision overhead, OPA asked: (new Read p50 - reused Read p50) / OPA p50"
+    if reused is None or fresh is None or health is None or opa is None:
+        return _info("decision.query_ratio", metric, None, "×")
+    return _info(
+        "decision.query_ratio",
+        metric,
+        ratio(fresh - reused, opa),
+        "×",
+        f"asking OPA adds {_fmt(fresh - reused)} against its own {_fmt(opa)}; the same Read's "
+        f"own work beyond a health Check is {_fmt(reused - health)}, which the 1.2 x goal "
+        f"leaves {_fmt(0.2 * (health + opa))}",
+    )
 
 
 def floor_metrics(parts: Parts) -> list[Metric]:

@@ -156,6 +156,17 @@ def test_every_goal_met() -> None:
     assert metrics["cpu.readonly_ms"].met is None
 
 
+def test_what_asking_opa_adds_to_a_read_is_set_against_opas_own_query() -> None:
+    parts = parts_meeting_every_goal()
+    parts["decision"].update(execute_read=latency(1.1), execute_read_fresh=latency(1.9))
+    query = by_id(parts)["decision.query_ratio"]
+    assert query.value == pytest.approx((1.9 - 1.1) / 0.5)
+    assert query.met is None
+    assert "0.6 ms" in query.detail, "the same Read's own work beyond a health Check"
+    del parts["decision"]["opa"]
+    assert by_id(parts)["decision.query_ratio"].value is None
+
+
 def test_the_read_only_ceiling_charges_the_daemon_a_health_check_per_call() -> None:
     parts = parts_meeting_every_goal()
     parts["readonly"].update(cpus=2, client_cpu_s=30.0, opa_cpu_s=6.0)  # 0.5 and 0.1 ms per call
