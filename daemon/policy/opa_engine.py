@@ -11,6 +11,7 @@ seconds), and several at once would leave OPA no time for every other caller's s
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from collections.abc import Callable
 from typing import Any
@@ -32,6 +33,9 @@ OPA_READS_BYTES_PER_S = 8_000_000
 2-core machine for 1 to 44 MB documents; a busy host reads several times slower."""
 LARGE_DOCUMENT_BYTES = 64 * 1024
 """Documents from this size on are sent to OPA one at a time."""
+HEALTH_WATCH_S = 1.0
+"""How often OPA's health is looked at between queries: an OPA that stopped answering is noticed
+(and nothing it decided is reused) within this and the query timeout, even if no query fails."""
 
 
 class OpaPolicyEngine(PolicyEngine):
@@ -58,6 +62,7 @@ class OpaPolicyEngine(PolicyEngine):
         self._base_limits = base_limits
         self._revision = revision
         self._open = False
+        self._watch: asyncio.Task[None] | None = None
         self._mask: AuditMask | None = None
         """None until read: calls are refused while the audit does not know what to hide."""
 
@@ -115,24 +120,41 @@ class OpaPolicyEngine(PolicyEngine):
         return True
 
     async def open(self) -> None:
-        """Open the HTTP session (AsyncOpaClient only works inside its context)."""
+        """Open the HTTP session (AsyncOpaClient only works inside its context) and start
+        looking at OPA's health between queries."""
         await self._client.__aenter__()
         self._open = True
         await self.policy_loaded(self._revision)
+        self._watch = asyncio.create_task(self._watch_health(), name="opa-health-watch")
 
     async def close(self) -> None:
-        """Close the HTTP session."""
+        """Stop the health look and close the HTTP session."""
+        if self._watch is not None:
+            self._watch.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._watch
+            self._watch = None
         if self._open:
             await self._client.__aexit__(None, None, None)
             self._open = False
 
     async def healthy(self) -> bool:
-        """Whether OPA answers its health endpoint."""
+        """Whether OPA answers its health endpoint (when not, nothing it decided is reused)."""
         try:
             async with asyncio.timeout(self._timeout_s):
-                return bool(await self._client.check_health())
+                answered = bool(await self._client.check_health())
         except Exception:  # noqa: BLE001 - not answering is the answer
-            return False
+            answered = False
+        if not answered:
+            self._failed()
+        return answered
+
+    async def _watch_health(self) -> None:
+        """A stopped OPA fails no query while only calls with reused decisions come (attacker
+        round 102): its health is looked at every HEALTH_WATCH_S."""
+        while True:
+            await asyncio.sleep(HEALTH_WATCH_S)
+            await self.healthy()
 
     async def _query(self, document: dict[str, Any], rule: str) -> dict[str, Any]:
         return await self._send(await encoded(document), rule)

@@ -77,3 +77,30 @@ def test_opa_killed_fails_closed_then_recovers(short_tmp: Path) -> None:
         assert d.daemon.opa.restarts >= 1
         audit = {r["tool_use_id"]: r for r in d.audit_lines()}
         assert audit["toolu_down"]["outcome"] == "deny"
+
+
+def test_a_stopped_opa_is_noticed_though_no_query_fails(short_tmp: Path) -> None:
+    """Attacker round 102: with OPA stopped, a call identical to one allowed a moment before was
+    allowed from the reused decision, and went on being so while no query failed. The daemon
+    looks at OPA's health between queries, and forgets what it may reuse once OPA does not
+    answer."""
+    workspace = short_tmp / "ws-opa-stop"
+    workspace.mkdir()
+    target = workspace / "hello.txt"
+    target.write_text("hello\n")
+    with running_daemon(workspace, short_tmp / "opastop.sock", sandbox={"enabled": False}) as d:
+        engine, opa = d.daemon.engine, d.daemon.opa
+        assert engine is not None and opa is not None and opa.pid is not None
+        d.execute("Read", {"file_path": str(target)}, tool_use_id="toolu_first")
+        d.execute("Read", {"file_path": str(target)}, tool_use_id="toolu_reused")
+        audit = {r["tool_use_id"]: r for r in d.audit_lines()}
+        assert audit["toolu_reused"].get("decision_cached_from"), "the shipped policy reuses it"
+        pid = opa.pid
+        _stop(pid)
+        try:
+            assert _wait_for(lambda: len(engine.cache) == 0, 60.0), "the stop went unnoticed"
+            down = d.execute("Read", {"file_path": str(target)}, tool_use_id="toolu_down")
+        finally:
+            os.kill(pid, signal.SIGCONT)
+        assert down.decision.outcome == pb.DENY and "fail closed" in text_of(down)
+        assert "hello" not in text_of(down)

@@ -15,7 +15,7 @@ import pytest
 from aiohttp import web
 
 from daemon.models import Outcome
-from daemon.policy import document_body
+from daemon.policy import document_body, opa_engine
 from daemon.policy.decision_cache import DecisionCache
 from daemon.policy.document_body import LargeDocument, encode_document, encoded
 from daemon.policy.opa_engine import LARGE_DOCUMENT_BYTES, OPA_READS_BYTES_PER_S, OpaPolicyEngine
@@ -71,6 +71,11 @@ class SlowOpa:
     at_once: int = 0
     most_at_once: int = 0
     reply: dict[str, Any] = field(default_factory=lambda: ALLOW)
+    health_delay_s: float = 0.0
+
+    async def health(self, request: web.Request) -> web.Response:
+        await asyncio.sleep(self.health_delay_s)
+        return web.json_response({})
 
     async def answer(self, request: web.Request) -> web.Response:
         if request.match_info["rule"] != "decision":
@@ -91,6 +96,7 @@ async def slow_opa() -> AsyncIterator[tuple[SlowOpa, str]]:
     opa = SlowOpa(delay_s=0.5)
     app = web.Application(client_max_size=64 << 20)
     app.router.add_post("/v1/data/tooljail/authz/{rule}", opa.answer)
+    app.router.add_get("/health", opa.health)
     runner = web.AppRunner(app)
     await runner.setup()
     site = web.TCPSite(runner, "127.0.0.1", 0)
@@ -177,5 +183,32 @@ async def test_no_reused_decision_is_served_once_opa_has_failed_to_answer(
         opa.delay_s = 0.0  # OPA answers again: reuse resumes with what it says now
         assert (await engine.decide(document)).outcome is Outcome.ALLOW
         assert (await engine.decide(document)).cached_from
+    finally:
+        await engine.close()
+
+
+async def test_an_opa_that_stops_answering_is_noticed_without_a_query_failing(
+    slow_opa: tuple[SlowOpa, str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Round 102's fix forgets reused decisions when a query fails; with only cached calls coming,
+    none fails. OPA's health is looked at between queries too, and a look that fails forgets them
+    as well."""
+    monkeypatch.setattr(opa_engine, "HEALTH_WATCH_S", 0.05)
+    opa, url = slow_opa
+    opa.delay_s = 0.0
+    opa.reply = {"result": {**ALLOW["result"], "cache_ttl_s": 30}}
+    engine = OpaPolicyEngine(
+        url, 0.2, SandboxLimits(), "test", cache=DecisionCache(max_entries=10, max_ttl_s=60)
+    )
+    await engine.open()
+    try:
+        document = {"input": {"file_path": "a"}}
+        await engine.decide(document)
+        assert (await engine.decide(document)).cached_from
+        opa.health_delay_s = 1.0  # OPA stops answering; no query is made meanwhile
+        await asyncio.sleep(0.6)
+        opa.health_delay_s = 0.0
+        again = await engine.decide(document)
+        assert again.outcome is Outcome.ALLOW and not again.cached_from, "asked of OPA again"
     finally:
         await engine.close()
