@@ -5,8 +5,8 @@ reads the clock or the network; so reuse is the policy's call (the decision's `c
 0 by default), bounded by the daemon's ceiling. The key is a digest of the exact document (session,
 caller, mode, grants, hook results and approval included), entries expire, the least recently
 used go first when full, and everything is dropped when a policy (re)load changes the revision
-and whenever OPA fails to answer, a query or the daemon's look at its health every second
-(nothing is reused until it answers again).
+and whenever OPA fails to answer, a query or the daemon's look at its health four times a
+second (nothing is reused until it answers again; see OpaPolicyEngine).
 Documents too large to be worth hashing are never cached.
 """
 

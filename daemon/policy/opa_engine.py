@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -33,9 +34,12 @@ OPA_READS_BYTES_PER_S = 8_000_000
 2-core machine for 1 to 44 MB documents; a busy host reads several times slower."""
 LARGE_DOCUMENT_BYTES = 64 * 1024
 """Documents from this size on are sent to OPA one at a time."""
-HEALTH_WATCH_S = 1.0
+HEALTH_WATCH_S = 0.25
 """How often OPA's health is looked at between queries: an OPA that stopped answering is noticed
-(and nothing it decided is reused) within this and the query timeout, even if no query fails."""
+(and nothing it decided is reused) within this and STALLED_LOOK_S, even if no query fails."""
+STALLED_LOOK_S = 0.1
+"""A health look unanswered for this long stops reuse until it is answered: OPA answers one in
+about a millisecond, and waiting out the query timeout let 1.4 s of calls through (round 103)."""
 
 
 class OpaPolicyEngine(PolicyEngine):
@@ -63,6 +67,11 @@ class OpaPolicyEngine(PolicyEngine):
         self._revision = revision
         self._open = False
         self._watch: asyncio.Task[None] | None = None
+        self._look_since: float | None = None
+        """When the health look now waiting for OPA began (None: none is waiting)."""
+        self._generation = 0
+        """Counts what made reused decisions stale (a failure, a policy load): an answer to a
+        query asked before one of them is not kept for reuse."""
         self._mask: AuditMask | None = None
         """None until read: calls are refused while the audit does not know what to hide."""
 
@@ -70,8 +79,19 @@ class OpaPolicyEngine(PolicyEngine):
         """OPA did not answer (or restarts): nothing it decided before is reused until it answers
         again (attacker round 102: with OPA stopped, a call identical to one allowed a moment
         before was still allowed from the cache for the rest of its time to live)."""
-        self.cache.clear()
+        self._forget()
         self._on_error()
+
+    def _forget(self) -> None:
+        """Nothing decided so far may be reused, nor what queries asked until now will answer
+        (round 103's lead: an answer under the old policy read just after a reload)."""
+        self._generation += 1
+        self.cache.clear()
+
+    def _may_reuse(self) -> bool:
+        """False while the watch's health look has waited for OPA longer than it ever should."""
+        since = self._look_since
+        return since is None or time.monotonic() - since < STALLED_LOOK_S
 
     @property
     def revision(self) -> str:
@@ -88,7 +108,7 @@ class OpaPolicyEngine(PolicyEngine):
             MaskError: the loaded policy's mask is malformed (the last good one stays).
         """
         self._revision = revision
-        self.cache.clear()
+        self._forget()
         try:
             mask = await self._read_mask()
         except MaskError:
@@ -154,7 +174,11 @@ class OpaPolicyEngine(PolicyEngine):
         round 102): its health is looked at every HEALTH_WATCH_S."""
         while True:
             await asyncio.sleep(HEALTH_WATCH_S)
-            await self.healthy()
+            self._look_since = time.monotonic()
+            try:
+                await self.healthy()
+            finally:
+                self._look_since = None
 
     async def _query(self, document: dict[str, Any], rule: str) -> dict[str, Any]:
         return await self._send(await encoded(document), rule)
@@ -191,18 +215,20 @@ class OpaPolicyEngine(PolicyEngine):
         try:
             body = await encoded(document)
             key = self.cache.key(body)
-            if key is not None and (reused := self.cache.get(key)) is not None:
+            reused = self.cache.get(key) if key is not None and self._may_reuse() else None
+            if reused is not None:
                 return reused
+            generation = self._generation
             response = await self._send(body, "decision")
         except Exception as exc:  # noqa: BLE001 - any transport failure must become a deny
             self._failed()
-            log.warning("policy engine unreachable: %s", exc)
+            log.warning("policy engine unreachable: %r", exc)
             return Verdict.deny(
                 "The policy engine (OPA) could not be reached or did not answer in time "
                 f"({type(exc).__name__}), so the call is denied (fail closed). Retry later."
             )
         verdict = parse_verdict(response, self._base_limits)
-        if key is not None:
+        if key is not None and generation == self._generation:
             self.cache.put(key, verdict)
         return verdict
 

@@ -212,3 +212,55 @@ async def test_an_opa_that_stops_answering_is_noticed_without_a_query_failing(
         assert again.outcome is Outcome.ALLOW and not again.cached_from, "asked of OPA again"
     finally:
         await engine.close()
+
+
+async def test_a_decision_asked_before_the_policy_changed_is_not_reused_after(
+    slow_opa: tuple[SlowOpa, str],
+) -> None:
+    """Attacker round 103's lead: an answer OPA gave under the old policy, read just after a
+    reload had emptied the cache, was kept for reuse under the new one."""
+    opa, url = slow_opa
+    opa.delay_s = 0.3
+    opa.reply = {"result": {**ALLOW["result"], "cache_ttl_s": 30}}
+    engine = OpaPolicyEngine(
+        url, 5.0, SandboxLimits(), "test", cache=DecisionCache(max_entries=10, max_ttl_s=60)
+    )
+    await engine.open()
+    try:
+        document = {"input": {"file_path": "a"}}
+        asked = asyncio.ensure_future(engine.decide(document))
+        await asyncio.sleep(0.1)
+        await engine.policy_loaded("rev2")  # a reload while that query is with OPA
+        assert (await asked).outcome is Outcome.ALLOW
+        opa.delay_s = 0.0
+        again = await engine.decide(document)
+        assert not again.cached_from, "decided under the old policy, reused under the new one"
+    finally:
+        await engine.close()
+
+
+async def test_reused_decisions_wait_for_a_health_look_that_takes_too_long(
+    slow_opa: tuple[SlowOpa, str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Attacker round 103: after OPA stopped, reused decisions were served until the health look
+    had waited out the whole query timeout (1.4 s of allowed calls with no OPA thread running).
+    A look that has not been answered in a moment is reason enough to ask OPA instead."""
+    monkeypatch.setattr(opa_engine, "HEALTH_WATCH_S", 0.05)
+    opa, url = slow_opa
+    opa.delay_s = 0.0
+    opa.reply = {"result": {**ALLOW["result"], "cache_ttl_s": 30}}
+    engine = OpaPolicyEngine(
+        url, 5.0, SandboxLimits(), "test", cache=DecisionCache(max_entries=10, max_ttl_s=60)
+    )
+    await engine.open()
+    try:
+        document = {"input": {"file_path": "a"}}
+        await engine.decide(document)
+        assert (await engine.decide(document)).cached_from
+        opa.health_delay_s = 3.0  # OPA's health stops answering; the look waits (timeout 5 s)
+        await asyncio.sleep(0.1 + opa_engine.STALLED_LOOK_S + 0.2)
+        again = await engine.decide(document)
+        assert again.outcome is Outcome.ALLOW and not again.cached_from, "asked of OPA"
+    finally:
+        opa.health_delay_s = 0.0
+        await engine.close()
