@@ -5,6 +5,7 @@ document. A small HTTP server plays OPA (the real one: tests/integration/test_op
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import threading
 from collections.abc import AsyncIterator
@@ -108,6 +109,21 @@ async def slow_opa() -> AsyncIterator[tuple[SlowOpa, str]]:
         await runner.cleanup()
 
 
+@contextlib.asynccontextmanager
+async def _reusing_engine(
+    opa: SlowOpa, url: str, timeout_s: float
+) -> AsyncIterator[OpaPolicyEngine]:
+    """An engine with a decision cache, against an OPA whose allows may be reused for 30 s."""
+    opa.reply = {"result": {**ALLOW["result"], "cache_ttl_s": 30}}
+    cache = DecisionCache(max_entries=10, max_ttl_s=60)
+    engine = OpaPolicyEngine(url, timeout_s, SandboxLimits(), "test", cache=cache)
+    await engine.open()
+    try:
+        yield engine
+    finally:
+        await engine.close()
+
+
 async def _engine(url: str, timeout_s: float) -> OpaPolicyEngine:
     engine = OpaPolicyEngine(url, timeout_s, SandboxLimits(), "test", token="t0ken")
     await engine.open()
@@ -166,12 +182,7 @@ async def test_no_reused_decision_is_served_once_opa_has_failed_to_answer(
     OPA fail, it reuses nothing until OPA answers again."""
     opa, url = slow_opa
     opa.delay_s = 0.0
-    opa.reply = {"result": {**ALLOW["result"], "cache_ttl_s": 30}}
-    engine = OpaPolicyEngine(
-        url, 0.3, SandboxLimits(), "test", cache=DecisionCache(max_entries=10, max_ttl_s=60)
-    )
-    await engine.open()
-    try:
+    async with _reusing_engine(opa, url, 0.3) as engine:
         document = {"input": {"file_path": "a"}}
         assert (await engine.decide(document)).outcome is Outcome.ALLOW
         assert (await engine.decide(document)).cached_from, "reused while OPA answers"
@@ -183,8 +194,6 @@ async def test_no_reused_decision_is_served_once_opa_has_failed_to_answer(
         opa.delay_s = 0.0  # OPA answers again: reuse resumes with what it says now
         assert (await engine.decide(document)).outcome is Outcome.ALLOW
         assert (await engine.decide(document)).cached_from
-    finally:
-        await engine.close()
 
 
 async def test_an_opa_that_stops_answering_is_noticed_without_a_query_failing(
@@ -196,12 +205,7 @@ async def test_an_opa_that_stops_answering_is_noticed_without_a_query_failing(
     monkeypatch.setattr(opa_engine, "HEALTH_WATCH_S", 0.05)
     opa, url = slow_opa
     opa.delay_s = 0.0
-    opa.reply = {"result": {**ALLOW["result"], "cache_ttl_s": 30}}
-    engine = OpaPolicyEngine(
-        url, 0.2, SandboxLimits(), "test", cache=DecisionCache(max_entries=10, max_ttl_s=60)
-    )
-    await engine.open()
-    try:
+    async with _reusing_engine(opa, url, 0.2) as engine:
         document = {"input": {"file_path": "a"}}
         await engine.decide(document)
         assert (await engine.decide(document)).cached_from
@@ -210,8 +214,6 @@ async def test_an_opa_that_stops_answering_is_noticed_without_a_query_failing(
         opa.health_delay_s = 0.0
         again = await engine.decide(document)
         assert again.outcome is Outcome.ALLOW and not again.cached_from, "asked of OPA again"
-    finally:
-        await engine.close()
 
 
 async def test_a_decision_asked_before_the_policy_changed_is_not_reused_after(
@@ -221,12 +223,7 @@ async def test_a_decision_asked_before_the_policy_changed_is_not_reused_after(
     reload had emptied the cache, was kept for reuse under the new one."""
     opa, url = slow_opa
     opa.delay_s = 0.3
-    opa.reply = {"result": {**ALLOW["result"], "cache_ttl_s": 30}}
-    engine = OpaPolicyEngine(
-        url, 5.0, SandboxLimits(), "test", cache=DecisionCache(max_entries=10, max_ttl_s=60)
-    )
-    await engine.open()
-    try:
+    async with _reusing_engine(opa, url, 5.0) as engine:
         document = {"input": {"file_path": "a"}}
         asked = asyncio.ensure_future(engine.decide(document))
         await asyncio.sleep(0.1)
@@ -235,8 +232,6 @@ async def test_a_decision_asked_before_the_policy_changed_is_not_reused_after(
         opa.delay_s = 0.0
         again = await engine.decide(document)
         assert not again.cached_from, "decided under the old policy, reused under the new one"
-    finally:
-        await engine.close()
 
 
 async def test_reused_decisions_wait_for_a_health_look_that_takes_too_long(
@@ -248,19 +243,11 @@ async def test_reused_decisions_wait_for_a_health_look_that_takes_too_long(
     monkeypatch.setattr(opa_engine, "HEALTH_WATCH_S", 0.05)
     opa, url = slow_opa
     opa.delay_s = 0.0
-    opa.reply = {"result": {**ALLOW["result"], "cache_ttl_s": 30}}
-    engine = OpaPolicyEngine(
-        url, 5.0, SandboxLimits(), "test", cache=DecisionCache(max_entries=10, max_ttl_s=60)
-    )
-    await engine.open()
-    try:
+    async with _reusing_engine(opa, url, 5.0) as engine:
         document = {"input": {"file_path": "a"}}
         await engine.decide(document)
         assert (await engine.decide(document)).cached_from
-        opa.health_delay_s = 3.0  # OPA's health stops answering; the look waits (timeout 5 s)
+        opa.health_delay_s = 1.0  # OPA's health stops answering; the look waits (timeout 5 s)
         await asyncio.sleep(0.1 + opa_engine.STALLED_LOOK_S + 0.2)
         again = await engine.decide(document)
         assert again.outcome is Outcome.ALLOW and not again.cached_from, "asked of OPA"
-    finally:
-        opa.health_delay_s = 0.0
-        await engine.close()
