@@ -6,6 +6,10 @@ timeout would deny large calls whenever the host is busy, while small ones keep 
 OPA is asked about one large document at a time (the others wait, within their own time
 limit): a policy may spend seconds on one (a 4 MB Bash command split into words took 6 CPU
 seconds), and several at once would leave OPA no time for every other caller's small ones.
+
+Decisions the policy lets the daemon reuse (DecisionCache) are reused only while OPA is seen to
+answer: every failure empties the cache, a health look between queries finds an OPA that stopped
+though no query failed, and an answer to a query asked before the cache was emptied is not kept.
 """
 
 from __future__ import annotations
