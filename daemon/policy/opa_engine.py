@@ -105,6 +105,11 @@ class OpaPolicyEngine(PolicyEngine):
     def audit_mask(self) -> AuditMask:
         return self._mask or AuditMask()
 
+    def policy_changing(self) -> None:
+        """A new policy is about to be loaded: what the old one decided is not reused from now on
+        (round 104's lead: it was until the load and the revision's look in git were done)."""
+        self._forget()
+
     async def policy_loaded(self, revision: str) -> None:
         """Record the revision after a (re)load and re-read what the audit log must mask.
 

@@ -127,6 +127,7 @@ class PolicyReloader:
             else:
                 error = await check_policy_folder(self._binary, self._folder)
             if not error:
+                self._engine.policy_changing()
                 try:
                     await self._opa.reload()
                 except PolicyLoadError as exc:
