@@ -175,7 +175,7 @@ class OpaPolicyEngine(PolicyEngine):
         except Exception:  # noqa: BLE001 - not answering is the answer
             answered = False
         if not answered:
-            self._failed()
+            self._forget()  # not counted as a failed query: no call was refused for it
         return answered
 
     async def _watch_health(self) -> None:
