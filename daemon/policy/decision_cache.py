@@ -45,8 +45,14 @@ class DecisionCache:
         self._max_ttl_s = max_ttl_s
         self._clock = clock
         self._entries: OrderedDict[bytes, _Entry] = OrderedDict()
+        self._generation = 0
         self.hits = 0
         self.misses = 0
+
+    @property
+    def generation(self) -> int:
+        """Changes at every clear: taken when a query is asked, handed to `put` with its answer."""
+        return self._generation
 
     @property
     def enabled(self) -> bool:
@@ -74,10 +80,12 @@ class DecisionCache:
             original, decision_id=uuid.uuid4().hex, cached_from=original.decision_id or "unknown"
         )
 
-    def put(self, key: bytes, verdict: Verdict) -> None:
-        """Remember a fresh verdict for as long as it (and the ceiling) allows."""
+    def put(self, key: bytes, verdict: Verdict, asked_at: int | None = None) -> None:
+        """Remember a fresh verdict for as long as it (and the ceiling) allows; not one to a
+        query asked before the last clear (`asked_at`, the `generation` then): what cleared the
+        cache (a reload, OPA failing) made its answer stale too (attacker round 103's lead)."""
         ttl = min(verdict.cache_ttl_s, self._max_ttl_s)
-        if ttl <= 0:
+        if ttl <= 0 or (asked_at is not None and asked_at != self._generation):
             return
         self._entries[key] = _Entry(verdict, self._clock() + ttl)
         self._entries.move_to_end(key)
@@ -85,7 +93,8 @@ class DecisionCache:
             self._entries.popitem(last=False)
 
     def clear(self) -> None:
-        """Forget everything (a policy was loaded)."""
+        """Forget everything, and every answer still to come to a query asked until now."""
+        self._generation += 1
         self._entries.clear()
 
     def __len__(self) -> int:

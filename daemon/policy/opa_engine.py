@@ -73,9 +73,6 @@ class OpaPolicyEngine(PolicyEngine):
         self._watch: asyncio.Task[None] | None = None
         self._look_since: float | None = None
         """When the health look now waiting for OPA began (None: none is waiting)."""
-        self._generation = 0
-        """Counts what made reused decisions stale (a failure, a policy load): an answer to a
-        query asked before one of them is not kept for reuse."""
         self._mask: AuditMask | None = None
         """None until read: calls are refused while the audit does not know what to hide."""
 
@@ -83,14 +80,8 @@ class OpaPolicyEngine(PolicyEngine):
         """OPA did not answer (or restarts): nothing it decided before is reused until it answers
         again (attacker round 102: with OPA stopped, a call identical to one allowed a moment
         before was still allowed from the cache for the rest of its time to live)."""
-        self._forget()
-        self._on_error()
-
-    def _forget(self) -> None:
-        """Nothing decided so far may be reused, nor what queries asked until now will answer
-        (round 103's lead: an answer under the old policy read just after a reload)."""
-        self._generation += 1
         self.cache.clear()
+        self._on_error()
 
     def _may_reuse(self) -> bool:
         """False while the watch's health look has waited for OPA longer than it ever should."""
@@ -108,7 +99,7 @@ class OpaPolicyEngine(PolicyEngine):
     def policy_changing(self) -> None:
         """A new policy is about to be loaded: what the old one decided is not reused from now on
         (round 104's lead: it was until the load and the revision's look in git were done)."""
-        self._forget()
+        self.cache.clear()
 
     async def policy_loaded(self, revision: str) -> None:
         """Record the revision after a (re)load and re-read what the audit log must mask.
@@ -117,7 +108,7 @@ class OpaPolicyEngine(PolicyEngine):
             MaskError: the loaded policy's mask is malformed (the last good one stays).
         """
         self._revision = revision
-        self._forget()
+        self.cache.clear()
         try:
             mask = await self._read_mask()
         except MaskError:
@@ -175,7 +166,7 @@ class OpaPolicyEngine(PolicyEngine):
         except Exception:  # noqa: BLE001 - not answering is the answer
             answered = False
         if not answered:
-            self._forget()  # not counted as a failed query: no call was refused for it
+            self.cache.clear()  # not counted as a failed query: no call was refused for it
         return answered
 
     async def _watch_health(self) -> None:
@@ -227,7 +218,7 @@ class OpaPolicyEngine(PolicyEngine):
             reused = self.cache.get(key) if key is not None and self._may_reuse() else None
             if reused is not None:
                 return reused
-            generation = self._generation
+            asked_at = self.cache.generation
             response = await self._send(body, "decision")
         except Exception as exc:  # noqa: BLE001 - any transport failure must become a deny
             self._failed()
@@ -237,8 +228,8 @@ class OpaPolicyEngine(PolicyEngine):
                 f"({type(exc).__name__}), so the call is denied (fail closed). Retry later."
             )
         verdict = parse_verdict(response, self._base_limits)
-        if key is not None and generation == self._generation:
-            self.cache.put(key, verdict)
+        if key is not None:
+            self.cache.put(key, verdict, asked_at)
         return verdict
 
     async def admit(self, rule: Admission, document: dict[str, Any]) -> Verdict:
