@@ -110,6 +110,17 @@ class SandboxSettings(_Section):
     """Of those, how many one principal's sessions may run."""
     background_max_s: float = Field(default=3600.0, gt=0)
     """Ceiling on a background command's life, whatever the policy grants."""
+    memory_budget_mb: int | None = Field(default=None, ge=1)
+    """Memory the containers of calls may hold together: the sum of their limits, each held
+    from the call's start until its container is removed (foreground, background and kept MCP
+    servers alike). None: three quarters of the host's memory. A call whose container would
+    pass it, or pass its principal's share, waits (`memory_wait_s`), then fails with nothing
+    run; so no mix of tenants' calls can ask the host for more memory than it has."""
+    memory_per_principal: float = Field(default=0.5, gt=0, le=1)
+    """The fraction of that budget one principal's containers may hold together: what is left
+    stays for the others."""
+    memory_wait_s: float = Field(default=30.0, ge=0)
+    """How long a call waits for room in the memory budget before it fails."""
 
 
 class EgressConfig(_Section):

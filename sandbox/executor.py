@@ -38,6 +38,7 @@ from sandbox.backend import (
     SandboxStartError,
     WriteFileRequest,
 )
+from sandbox.memory import MemoryBudget, Reservation
 from sandbox.pool import WarmPool
 
 log = logging.getLogger(__name__)
@@ -63,6 +64,12 @@ class ExecutorStats:
     """Containers ready in the pool right now."""
     in_flight: int = 0
     """Containers running a request right now."""
+    memory_held_mb: int = 0
+    """Memory the containers of calls hold now (their limits, until each is removed)."""
+    memory_budget_mb: int = 0
+    """What they may hold together (0: no budget)."""
+    memory_refused: int = 0
+    """Calls refused because their container did not fit in the memory budget."""
 
 
 def pool_key(spec: SandboxSpec) -> Hashable:
@@ -125,6 +132,8 @@ class SandboxExecutor:
         maintenance_interval_s: How often idle warm containers are looked at.
         close_backend: `close()` also closes the backend (which verifies that no container of
             the instance is left).
+        memory: The memory budget every call's container reserves its limit from, by the
+            spec's owner, until it is removed (None: none).
     """
 
     def __init__(
@@ -138,8 +147,12 @@ class SandboxExecutor:
         reap_interval_s: float = 60.0,
         maintenance_interval_s: float = 1.0,
         close_backend: bool = True,
+        memory: MemoryBudget | None = None,
     ) -> None:
         self._backend = backend
+        self._memory = memory
+        self._reserved: dict[Sandbox, Reservation] = {}
+        """The memory each call's container holds until it is removed."""
         self._close_backend = close_backend
         self._pool = WarmPool(
             size=pool_size,
@@ -174,8 +187,14 @@ class SandboxExecutor:
 
     def stats(self) -> ExecutorStats:
         """The counters now."""
+        memory = self._memory
         return ExecutorStats(
-            **self._counts, pooled=self._pool.ready(), in_flight=len(self._in_flight)
+            **self._counts,
+            pooled=self._pool.ready(),
+            in_flight=len(self._in_flight),
+            memory_held_mb=memory.held() if memory else 0,
+            memory_budget_mb=memory.total_mb if memory else 0,
+            memory_refused=memory.refusals if memory else 0,
         )
 
     async def run(
@@ -271,17 +290,20 @@ class SandboxExecutor:
         key = pool_key(spec)
         self._in_use(spec)
         self._destroy_later(self._pool.expire())
+        reservation = await self._reserve(spec)
         try:
             sandbox = self._pool.take(key)
             if sandbox is not None:
                 timeline.mark("pool_take")
                 if on_start is not None:
                     on_start()
+                self._hold(sandbox, reservation)
                 try:
                     result = await self._run_on(sandbox, request, on_output, egress, keep=keep)
                 except SandboxNotDelivered as exc:
                     log.info("warm sandbox unusable, starting a fresh one: %s", exc)
                     self._counts["not_delivered"] += 1
+                    self._reserved.pop(sandbox, None)
                 else:
                     self._counts["pool_hits"] += 1
                     return self._owned(sandbox, result)
@@ -290,6 +312,7 @@ class SandboxExecutor:
             timeline.mark("cold_start")
             if on_start is not None:
                 on_start()
+            self._hold(sandbox, reservation)
             try:
                 result = await self._run_on(sandbox, request, on_output, egress, keep=keep)
             except SandboxNotDelivered as exc:
@@ -299,8 +322,28 @@ class SandboxExecutor:
                 ) from exc
             return self._owned(sandbox, result)
         finally:
+            if reservation is not None and reservation not in self._reserved.values():
+                self._memory_back(reservation)
             # After the call's answer, not before: starting containers competes for CPU with it.
             after_answer.later(lambda: self._refill_open(key, spec))
+
+    async def _reserve(self, spec: SandboxSpec) -> Reservation | None:
+        if self._memory is None:
+            return None
+        reservation = await self._memory.reserve(spec.pool_owner, spec.limits.memory_mb)
+        if self._closed:
+            self._memory.release(reservation)
+            raise SandboxStartError("the sandbox executor is closed (the daemon is shutting down)")
+        return reservation
+
+    def _hold(self, sandbox: Sandbox, reservation: Reservation | None) -> None:
+        """The container holds the call's memory from now until it is removed."""
+        if reservation is not None:
+            self._reserved[sandbox] = reservation
+
+    def _memory_back(self, reservation: Reservation | None) -> None:
+        if self._memory is not None and reservation is not None:
+            self._memory.release(reservation)
 
     def _owned(
         self, sandbox: Sandbox, result: SandboxResult
@@ -346,6 +389,8 @@ class SandboxExecutor:
         if self._closed:
             return
         self._closed = True
+        if self._memory is not None:
+            self._memory.close()
         if self._maintenance is not None:
             self._maintenance.cancel()
         fills = [task for tasks in self._fills.values() for task in tasks]
@@ -475,7 +520,10 @@ class SandboxExecutor:
             task.add_done_callback(functools.partial(_forget, self._destroys, sandbox))
 
     async def _destroy(self, sandbox: Sandbox) -> None:
-        await sandbox.destroy()
+        try:
+            await sandbox.destroy()
+        finally:
+            self._memory_back(self._reserved.pop(sandbox, None))
         self._counts["removed"] += 1
 
     async def _maintain(self) -> None:

@@ -43,6 +43,7 @@ from sandbox.executor import ExecutorStats, SandboxExecutor
 from sandbox.image import default_image_ref
 from sandbox.kept import KeptServers
 from sandbox.limits import clamp_limits
+from sandbox.memory import MemoryBudget, default_budget_mb, host_memory_mb
 from sandbox.runner import RUNNER_DIR
 from sandbox.runner_stage import stage_runner
 
@@ -317,6 +318,14 @@ class Sandbox:
                     ENGINE_RETRY_S,
                 )
             return False
+        memory = _memory_budget(settings)
+        if memory is None:
+            if not quiet:
+                log.error(
+                    "cannot read the host's memory (/proc/meminfo) for the sandboxes' memory "
+                    "budget; set sandbox.memory_budget_mb. Sandboxed tools are not offered"
+                )
+            return False
         runner = await asyncio.to_thread(_runner_folder, settings.state_dir / RUNNER_FOLDER)
         try:
             backend = DockerBackend(
@@ -348,6 +357,7 @@ class Sandbox:
             idle_ttl_s=settings.sandbox.idle_ttl_s,
             max_pooled=settings.sandbox.pool_max,
             max_pooled_per_owner=settings.sandbox.pool_per_principal,
+            memory=memory,
         )
         self._warm_limits = clamp_limits(settings.sandbox.defaults, settings.sandbox.ceilings)
         self._kept = KeptServers(
@@ -459,6 +469,25 @@ class Sandbox:
         if self._executor is not None:
             await self._executor.close()
             self._executor = None
+
+
+def _memory_budget(settings: Settings) -> MemoryBudget | None:
+    """The sandboxes' memory budget of these settings (None: the host's memory is unknown)."""
+    sandbox = settings.sandbox
+    total = sandbox.memory_budget_mb
+    if total is None:
+        host = host_memory_mb()
+        if not host:
+            return None
+        total = default_budget_mb(host)
+    log.info(
+        "sandbox memory budget: %d MB, %d MB per principal",
+        total,
+        int(total * sandbox.memory_per_principal),
+    )
+    return MemoryBudget(
+        total, owner_share=sandbox.memory_per_principal, wait_s=sandbox.memory_wait_s
+    )
 
 
 def _runner_folder(parent: Path) -> Path:

@@ -33,6 +33,8 @@ from daemon.errors import TooljailError
 from daemon.models import ExecuteOutcome, Outcome
 from sandbox.executor import ExecutorStats
 
+_MIB = 1 << 20
+
 log = logging.getLogger(__name__)
 
 NAMESPACE = "tooljail"
@@ -420,6 +422,21 @@ class _SandboxCollector:
         return [
             gauge("pool_ready", "Warm containers ready in the pool now.", stats.pooled),
             gauge("containers_busy", "Containers running a call now.", stats.in_flight),
+            gauge(
+                "memory_held_bytes",
+                "Memory the containers of calls hold now (their limits, until removed).",
+                stats.memory_held_mb * _MIB,
+            ),
+            gauge(
+                "memory_budget_bytes",
+                "Memory the containers of calls may hold together.",
+                stats.memory_budget_mb * _MIB,
+            ),
+            counter(
+                "memory_refused",
+                "Calls refused because their container did not fit in the memory budget.",
+                stats.memory_refused,
+            ),
             counter("pool_hits", "Calls served by a warm container.", stats.pool_hits),
             counter("pool_misses", "Calls that had to start a container.", stats.pool_misses),
             counter("containers_started", "Containers started.", stats.started),

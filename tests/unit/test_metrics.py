@@ -183,7 +183,16 @@ def test_sandbox_counters_are_read_at_scrape_time(metrics: Metrics, server: Metr
     assert types["tooljail_sandbox_pool_misses"] == "counter"
 
     current = ExecutorStats(
-        pool_hits=7, pool_misses=3, started=9, removed=6, reaped=1, pooled=2, in_flight=1
+        pool_hits=7,
+        pool_misses=3,
+        started=9,
+        removed=6,
+        reaped=1,
+        pooled=2,
+        in_flight=1,
+        memory_held_mb=512,
+        memory_budget_mb=2048,
+        memory_refused=2,
     )
     metrics.watch_sandbox(lambda: current)
     metrics.containers_reaped(4)  # leftovers of a predecessor, removed at start-up
@@ -196,6 +205,9 @@ def test_sandbox_counters_are_read_at_scrape_time(metrics: Metrics, server: Metr
     assert _value(samples, "tooljail_sandbox_containers_started_total") == 9
     assert _value(samples, "tooljail_sandbox_containers_removed_total") == 6
     assert _value(samples, "tooljail_sandbox_containers_reaped_total") == 5
+    assert _value(samples, "tooljail_sandbox_memory_held_bytes") == 512 << 20
+    assert _value(samples, "tooljail_sandbox_memory_budget_bytes") == 2048 << 20
+    assert _value(samples, "tooljail_sandbox_memory_refused_total") == 2
 
 
 async def test_sandbox_counters_are_read_on_the_event_loop(metrics: Metrics) -> None:

@@ -24,6 +24,7 @@ from sandbox.backend import (
     WriteFileRequest,
 )
 from sandbox.executor import SandboxExecutor
+from sandbox.memory import MemoryBudget, MemoryRefused
 
 REQUEST = BashRequest(command="echo hi", cwd="/w", timeout_ms=1000)
 
@@ -448,3 +449,112 @@ async def test_a_command_whose_leftovers_outlived_the_runners_wait_is_removed_be
     assert "2 process(es) the command left" in result.error
     assert "removed before this answer" in result.error
     assert executor.stats().removed == 1
+
+
+def sized(owner: str, memory_mb: int, workspace: str = "/w") -> SandboxSpec:
+    limits = SandboxLimits(timeout_ms=1000, memory_mb=memory_mb)
+    return SandboxSpec(workspace=Path(workspace), limits=limits, pool_owner=owner)
+
+
+async def test_a_calls_memory_is_held_until_its_container_is_removed(
+    backend: FakeBackend, make_executor: Callable[..., SandboxExecutor]
+) -> None:
+    budget = MemoryBudget(1024, owner_share=1.0, wait_s=30)
+    executor = make_executor(pool_size=1, memory=budget)
+    await executor.warm(sized("alice", 512))
+    with after_answer.holding() as held:
+        result = await executor.run(sized("alice", 512), REQUEST)
+    used = next(s for s in backend.started if s.name == result.sandbox_id)
+    assert not used.destroyed and budget.held("alice") == 512
+    held.release()
+    await until(lambda: used.destroyed)
+    assert budget.held() == 0
+    assert executor.stats().memory_held_mb == 0
+    assert executor.stats().memory_budget_mb == 1024
+
+
+async def test_a_call_over_the_budget_waits_for_another_calls_container_to_go(
+    backend: FakeBackend, make_executor: Callable[..., SandboxExecutor]
+) -> None:
+    budget = MemoryBudget(1024, owner_share=1.0, wait_s=30)
+    executor = make_executor(pool_size=0, memory=budget)
+    with after_answer.holding() as held:
+        first = await executor.run(sized("alice", 768), REQUEST)
+    second = asyncio.create_task(executor.run(sized("bob", 512), REQUEST))
+    await asyncio.sleep(0.05)
+    assert not second.done()
+    assert [s.name for s in backend.started] == [first.sandbox_id]  # nothing started for bob
+    held.release()
+    assert (await asyncio.wait_for(second, 2)).output == "hi\n"
+    await until(lambda: budget.held() == 0)
+
+
+async def test_a_call_that_never_fits_is_refused_with_nothing_started(
+    backend: FakeBackend, make_executor: Callable[..., SandboxExecutor]
+) -> None:
+    budget = MemoryBudget(1024, owner_share=0.5, wait_s=0.05)
+    executor = make_executor(pool_size=0, memory=budget)
+    with pytest.raises(MemoryRefused, match="more than one principal's sandboxes"):
+        await executor.run(sized("alice", 600), REQUEST)
+    with after_answer.holding():
+        await executor.run(sized("alice", 512), REQUEST)
+        with pytest.raises(MemoryRefused, match="Nothing ran after"):
+            await executor.run(sized("alice", 1), REQUEST)
+    assert len(backend.started) == 1
+    assert executor.stats().memory_refused == 2
+
+
+async def test_a_dead_warm_container_or_a_failed_start_gives_the_memory_back(
+    backend: FakeBackend, make_executor: Callable[..., SandboxExecutor]
+) -> None:
+    budget = MemoryBudget(1024, owner_share=1.0, wait_s=30)
+    executor = make_executor(pool_size=1, memory=budget)
+    await executor.warm(sized("alice", 512))
+    backend.behaviour = "dead"
+    with pytest.raises(SandboxStartError, match="ended before it got the request"):
+        await executor.run(sized("alice", 512), REQUEST)
+    tried = [s for s in backend.started if s.runs]
+    assert len(tried) == 2  # the warm one, then a cold one
+    await until(lambda: all(s.destroyed for s in tried))
+    assert budget.held() == 0
+    backend.behaviour, backend.fail_start = "ok", True
+    with pytest.raises(SandboxStartError, match="image missing"):
+        await executor.run(sized("alice", 512, workspace="/cold"), inside("/cold"))
+    assert budget.held() == 0
+
+
+async def test_a_cancelled_call_gives_its_memory_back_once_its_container_is_gone(
+    backend: FakeBackend, make_executor: Callable[..., SandboxExecutor]
+) -> None:
+    budget = MemoryBudget(1024, owner_share=1.0, wait_s=30)
+    executor = make_executor(pool_size=0, memory=budget)
+    backend.behaviour = "hang"
+    call = asyncio.create_task(executor.run(sized("alice", 1024), REQUEST))
+    await until(lambda: budget.held() == 1024 and bool(backend.started))
+    waiting = asyncio.create_task(executor.run(sized("bob", 512), REQUEST))
+    await asyncio.sleep(0.02)
+    call.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await call
+    backend.behaviour = "ok"
+    assert (await asyncio.wait_for(waiting, 2)).output == "hi\n"
+    await until(lambda: budget.held() == 0)
+
+
+async def test_closing_refuses_calls_waiting_for_memory(
+    backend: FakeBackend, make_executor: Callable[..., SandboxExecutor]
+) -> None:
+    budget = MemoryBudget(512, owner_share=1.0, wait_s=30)
+    executor = make_executor(pool_size=0, memory=budget)
+    backend.behaviour = "hang"
+    running = asyncio.create_task(executor.run(sized("alice", 512), REQUEST))
+    await until(lambda: bool(backend.started))
+    waiting = asyncio.create_task(executor.run(sized("bob", 512), REQUEST))
+    await asyncio.sleep(0.02)
+    await executor.close()
+    with pytest.raises(SandboxStartError, match="shutting down"):
+        await waiting
+    running.cancel()
+    await asyncio.gather(running, return_exceptions=True)
+    assert len(backend.started) == 1 and backend.live == set()
+    assert budget.held() == 0

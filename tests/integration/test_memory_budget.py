@@ -1,0 +1,165 @@
+"""The sandboxes' memory budget on the real Docker engine, decided by the real OPA: a principal's
+calls past its share wait until its running containers are gone (and are refused once they waited
+too long), while another principal's calls run meanwhile."""
+
+from __future__ import annotations
+
+import os
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import grpc
+import pytest
+
+from daemon._generated.tooljail.v1 import executor_pb2 as pb
+from daemon._generated.tooljail.v1 import executor_pb2_grpc as pb_grpc
+from sandbox.executor import ExecutorStats
+from tests.integration.conftest import OWNER_GID, OWNER_UID, containers_of
+from tests.integration.harness import RunningDaemon, running_daemon, text_of
+from tests.integration.test_service import free_port
+
+pytestmark = [pytest.mark.integration, pytest.mark.docker]
+
+TOKEN = "alice-token-memory-7d1e"
+CALL_MB = 256
+"""Each call's container limit: the policy's 512 MB, under a ceiling of this."""
+AS_ALICE = (("authorization", f"Bearer {TOKEN}"),)
+
+
+class Budgeted:
+    """A daemon whose sandboxes may hold 2 calls' memory, one per principal."""
+
+    def __init__(self, daemon: RunningDaemon, alice: pb_grpc.ExecutorStub) -> None:
+        self.daemon = daemon
+        self.alice = alice
+
+    def stats(self) -> ExecutorStats:
+        sandbox = self.daemon.daemon.sandbox
+        stats = sandbox.stats() if sandbox is not None else None
+        assert stats is not None
+        return stats
+
+    def until(self, condition: Callable[[ExecutorStats], bool], what: str) -> None:
+        deadline = time.monotonic() + 60
+        while not condition(stats := self.stats()):
+            if time.monotonic() > deadline:
+                pytest.fail(f"never {what}: {stats}")
+            time.sleep(0.05)
+
+    def session(self, stub: pb_grpc.ExecutorStub | None = None, **kw: Any) -> str:
+        opened: pb.Session = (stub or self.daemon.stub).OpenSession(
+            pb.OpenSessionRequest(), timeout=60, **kw
+        )
+        return opened.id
+
+    def bash(
+        self, session: str, command: str, stub: pb_grpc.ExecutorStub | None = None, **kw: Any
+    ) -> grpc.Future[pb.ExecuteResponse]:
+        use = pb.ToolUse(id=f"toolu_{uuid.uuid4().hex[:16]}", name="Bash")
+        use.input.update({"command": command})
+        request = pb.ExecuteRequest(tool_use=use, session_id=session)
+        future: grpc.Future[pb.ExecuteResponse] = (stub or self.daemon.stub).Execute.future(
+            request, timeout=120, **kw
+        )
+        return future
+
+
+def _budgeted(short_tmp: Path, name: str, wait_s: float) -> Iterator[Budgeted]:
+    workspace = short_tmp / f"ws-{name}"
+    workspace.mkdir()
+    os.chown(workspace, OWNER_UID, OWNER_GID)
+    target = f"127.0.0.1:{free_port()}"
+    with running_daemon(
+        workspace,
+        short_tmp / f"{name}.sock",
+        sandbox={
+            "pool_size": 0,
+            "ceilings": {"memory_mb": CALL_MB},
+            "memory_budget_mb": 2 * CALL_MB,
+            "memory_per_principal": 0.5,
+            "memory_wait_s": wait_s,
+        },
+        tcp={"address": target},
+        auth={"tokens": {"alice": TOKEN}},
+    ) as daemon:
+        if daemon.daemon.sandbox is None or daemon.daemon.sandbox.stats() is None:
+            pytest.skip("no Docker engine answers")
+        with grpc.insecure_channel(target) as channel:
+            yield Budgeted(daemon, pb_grpc.ExecutorStub(channel))
+    assert containers_of(daemon.daemon.instance_id) == []
+
+
+@pytest.fixture(scope="module")
+def patient(short_tmp: Path) -> Iterator[Budgeted]:
+    yield from _budgeted(short_tmp, "mem-wait", wait_s=120)
+
+
+@pytest.fixture(scope="module")
+def impatient(short_tmp: Path) -> Iterator[Budgeted]:
+    yield from _budgeted(short_tmp, "mem-refuse", wait_s=1)
+
+
+def _answer(future: grpc.Future[pb.ExecuteResponse]) -> pb.ExecuteResponse:
+    response: pb.ExecuteResponse = future.result(timeout=120)
+    return response
+
+
+def _stopped(budget: Budgeted, future: grpc.Future[pb.ExecuteResponse]) -> None:
+    """Cancel a running call and wait until its container is gone."""
+    future.cancel()
+    budget.until(lambda s: s.memory_held_mb == 0, "gave the memory back")
+
+
+def test_a_call_past_its_principals_share_waits_for_its_running_call_to_go(
+    patient: Budgeted,
+) -> None:
+    first_session, second_session = patient.session(), patient.session()
+    first = patient.bash(first_session, "sleep 300")
+    patient.until(lambda s: s.memory_held_mb == CALL_MB and s.in_flight == 1, "ran the first")
+    second = patient.bash(second_session, "echo second ran")
+    time.sleep(1.0)
+    assert not second.done()
+    stats = patient.stats()
+    assert (stats.memory_held_mb, stats.in_flight, stats.memory_budget_mb) == (
+        CALL_MB,
+        1,
+        2 * CALL_MB,
+    )
+    assert stats.started == 1  # no container was started for the waiting call
+    first.cancel()
+    answer = _answer(second)
+    assert not answer.result.is_error, text_of(answer)
+    assert "second ran" in text_of(answer)
+    patient.until(lambda s: s.memory_held_mb == 0, "gave the memory back")
+
+
+def test_another_principal_runs_while_one_holds_its_share(patient: Budgeted) -> None:
+    mine = patient.bash(patient.session(), "sleep 300")
+    patient.until(lambda s: s.memory_held_mb == CALL_MB, "ran the first")
+    as_alice = {"metadata": AS_ALICE}
+    answer = _answer(
+        patient.bash(
+            patient.session(patient.alice, **as_alice), "echo alice", patient.alice, **as_alice
+        )
+    )
+    assert not answer.result.is_error, text_of(answer)
+    assert "alice" in text_of(answer)
+    assert not mine.done()
+    _stopped(patient, mine)
+
+
+def test_a_call_that_waited_too_long_is_refused_with_nothing_run(impatient: Budgeted) -> None:
+    first = impatient.bash(impatient.session(), "sleep 300")
+    impatient.until(lambda s: s.memory_held_mb == CALL_MB, "ran the first")
+    answer = _answer(impatient.bash(impatient.session(), "echo should not run"))
+    text = text_of(answer)
+    assert answer.result.is_error, text
+    assert "should not run" not in text
+    assert f"{CALL_MB} of the {CALL_MB} MB this principal's may hold" in text
+    assert "Nothing ran after" in text
+    stats = impatient.stats()
+    assert (stats.memory_refused, stats.started) == (1, 1)
+    _stopped(impatient, first)
