@@ -311,6 +311,12 @@ class Sandbox(abc.ABC):
     async def destroy(self) -> None:
         """Kill and remove the container; idempotent, never raises."""
 
+    @property
+    def gone(self) -> bool:
+        """After `destroy`: whether the container is known gone (an engine that could not
+        remove it leaves it holding what it holds)."""
+        return True
+
 
 class SandboxBackend(abc.ABC):
     """Starts sandboxes and cleans up after them."""
@@ -335,6 +341,10 @@ class SandboxBackend(abc.ABC):
         """Remove containers of this backend's instance that it no longer tracks (periodic safety
         net, safe while calls run); returns how many."""
         return 0
+
+    async def exists(self, sandbox_id: str) -> bool:
+        """Whether a sandbox whose removal failed is still there (True when it cannot tell)."""
+        return False
 
     @abc.abstractmethod
     async def close(self) -> None:

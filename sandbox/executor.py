@@ -40,6 +40,7 @@ from sandbox.backend import (
 )
 from sandbox.memory import MemoryBudget, Reservation
 from sandbox.pool import WarmPool
+from sandbox.socket_memory import reserved_mb
 
 log = logging.getLogger(__name__)
 
@@ -85,6 +86,9 @@ def _owner_of(key: Hashable) -> Hashable:
     """Whose share of the pool a `pool_key` counts against (its last part)."""
     return key[-1] if isinstance(key, tuple) and key else None
 
+
+LINGERING_LOOK_S = 5.0
+"""How often containers whose removal failed are looked for (their memory is held till gone)."""
 
 _DISCARDED_KEPT = 1024
 """How many discarded workspaces are remembered (a late refill for an older one is harmless)."""
@@ -153,6 +157,8 @@ class SandboxExecutor:
         self._memory = memory
         self._reserved: dict[Sandbox, Reservation] = {}
         """The memory each call's container holds until it is removed."""
+        self._lingering: dict[str, Reservation] = {}
+        """The memory of containers the engine could not remove yet, by id."""
         self._close_backend = close_backend
         self._pool = WarmPool(
             size=pool_size,
@@ -330,7 +336,8 @@ class SandboxExecutor:
     async def _reserve(self, spec: SandboxSpec) -> Reservation | None:
         if self._memory is None:
             return None
-        reservation = await self._memory.reserve(spec.pool_owner, spec.limits.memory_mb)
+        memory_mb = reserved_mb(spec.limits.memory_mb)
+        reservation = await self._memory.reserve(spec.pool_owner, memory_mb)
         if self._closed:
             self._memory.release(reservation)
             raise SandboxStartError("the sandbox executor is closed (the daemon is shutting down)")
@@ -404,6 +411,9 @@ class SandboxExecutor:
         self._retiring.clear()
         while self._destroys:
             await asyncio.gather(*list(self._destroys.values()), return_exceptions=True)
+        for reservation in self._lingering.values():
+            self._memory_back(reservation)
+        self._lingering.clear()
         if self._close_backend:
             await self._backend.close()
 
@@ -523,14 +533,34 @@ class SandboxExecutor:
         try:
             await sandbox.destroy()
         finally:
-            self._memory_back(self._reserved.pop(sandbox, None))
+            reservation = self._reserved.pop(sandbox, None)
+            if sandbox.gone or self._closed:
+                self._memory_back(reservation)
+            elif reservation is not None:  # still there: it may still hold that memory
+                self._lingering[sandbox.id] = reservation
         self._counts["removed"] += 1
+
+    async def _forget_removed(self) -> None:
+        """Memory of containers whose removal failed goes back once the engine (or the periodic
+        sweep) has them gone."""
+        for sandbox_id, reservation in list(self._lingering.items()):
+            try:
+                there = await self._backend.exists(sandbox_id)
+            except Exception:
+                log.warning("could not look for sandbox %s", sandbox_id[:12], exc_info=True)
+                continue
+            if not there and self._lingering.pop(sandbox_id, None) is not None:
+                self._memory_back(reservation)
 
     async def _maintain(self) -> None:
         next_reap = time.monotonic() + self._reap_interval_s
+        next_look = time.monotonic()
         while True:
             await asyncio.sleep(self._maintenance_interval_s)
             self._destroy_later(self._pool.expire())
+            if self._lingering and time.monotonic() >= next_look:
+                next_look = time.monotonic() + LINGERING_LOOK_S
+                await self._forget_removed()
             if time.monotonic() < next_reap:
                 continue
             next_reap = time.monotonic() + self._reap_interval_s

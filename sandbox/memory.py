@@ -2,11 +2,14 @@
 
 Every container has a memory limit, but limits alone do not protect the host: enough calls at
 once, each within its own limit, can together ask for more than the machine has, and then the
-kernel's OOM killer picks among the engine, OPA and the daemon as well. So a call reserves its
-container's limit here before it takes or starts a container, and the reservation is returned
-only once that container is removed (tmpfs pages and the page cache stay charged to it until
-then). The sum of reservations never passes the budget, and one principal's never passes its
-share, so whatever one tenant runs, the others keep the rest.
+kernel's OOM killer picks among the engine, OPA and the daemon as well. So a call reserves what
+its container can make the host hold (its memory limit and its socket buffers: see
+`socket_memory`) here before it takes or starts a container, and the reservation is returned
+only once that container is known removed (tmpfs pages and the page cache stay charged to it
+until then). The sum of reservations never passes the budget, and one principal's never passes
+its share: whatever one principal runs, the others keep the rest of the budget. Principals
+together can fill it (with a share of a half, two of them), so a deployment with many tenants
+gives each a smaller share.
 
 A call that does not fit waits, first come first served, up to `wait_s`; then it fails with
 nothing run. A waiter held back by its own principal's share does not hold up the others; one

@@ -8,7 +8,8 @@ Two layers, both pure (bytes in, values out) so they are tested without Docker:
 * The runner's messages on stdout: a 4-byte big-endian length, then a UTF-8 JSON object
   (`FrameDecoder`); requests go the other way in the same format (`encode_frame`). The runner
   (`sandbox/runner/runner.py`) cannot import this package and carries its own copy of these few
-  lines; `PROTOCOL_VERSION` must match its own.
+  lines; `PROTOCOL_VERSION` must match its own. A request's header may announce raw bytes
+  that follow it (`ATTACHED_BYTES`: a Write's content as UTF-8, never escaped as JSON).
 
 Message types from the runner: any number of `{"type": "progress", "output": "<chunk>"}` while a
 Bash command runs (at most about 10 per second, each chunk at most `MAX_PROGRESS_BYTES` of UTF-8),
@@ -22,8 +23,10 @@ import json
 import struct
 from typing import Any
 
-PROTOCOL_VERSION = 1
+PROTOCOL_VERSION = 2
 _LENGTH = struct.Struct(">I")
+ATTACHED_BYTES = "attached_bytes"
+"""The request header's count of the raw bytes right after it (the runner's own copy matches)."""
 _DOCKER_HEADER = struct.Struct(">BxxxI")
 
 STDOUT = 1

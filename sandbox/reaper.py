@@ -67,6 +67,18 @@ def still_running(api: docker.APIClient, container_id: str) -> bool:
     return bool(state.get("Running") or state.get("Restarting") or state.get("Pid"))
 
 
+def exists(api: docker.APIClient, container_id: str) -> bool:
+    """Whether the container is still there, in any state; True when the engine cannot tell
+    (what it holds is not assumed gone)."""
+    try:
+        api.inspect_container(container_id)
+    except docker.errors.NotFound:
+        return False
+    except (docker.errors.DockerException, requests.RequestException, OSError) as exc:
+        log.warning("could not look at sandbox container %s: %s", container_id[:12], exc)
+    return True
+
+
 def remove_all(api: docker.APIClient, container_ids: Iterable[str]) -> int:
     """Remove each container; returns how many are gone. Never raises for one bad container."""
     return sum(1 for cid in container_ids if remove_container(api, cid))

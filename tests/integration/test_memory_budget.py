@@ -17,6 +17,7 @@ import pytest
 from daemon._generated.tooljail.v1 import executor_pb2 as pb
 from daemon._generated.tooljail.v1 import executor_pb2_grpc as pb_grpc
 from sandbox.executor import ExecutorStats
+from sandbox.socket_memory import reserved_mb, socket_buffers_mb
 from tests.integration.conftest import OWNER_GID, OWNER_UID, containers_of
 from tests.integration.harness import RunningDaemon, running_daemon, text_of
 from tests.integration.test_service import free_port
@@ -26,6 +27,8 @@ pytestmark = [pytest.mark.integration, pytest.mark.docker]
 TOKEN = "alice-token-memory-7d1e"
 CALL_MB = 256
 """Each call's container limit: the policy's 512 MB, under a ceiling of this."""
+RESERVED = reserved_mb(CALL_MB)
+"""What each call holds of the budget: that limit and the container's socket buffers."""
 AS_ALICE = (("authorization", f"Bearer {TOKEN}"),)
 
 
@@ -78,7 +81,7 @@ def _budgeted(short_tmp: Path, name: str, wait_s: float) -> Iterator[Budgeted]:
         sandbox={
             "pool_size": 0,
             "ceilings": {"memory_mb": CALL_MB},
-            "memory_budget_mb": 2 * CALL_MB,
+            "memory_budget_mb": 2 * RESERVED,
             "memory_per_principal": 0.5,
             "memory_wait_s": wait_s,
         },
@@ -118,15 +121,15 @@ def test_a_call_past_its_principals_share_waits_for_its_running_call_to_go(
 ) -> None:
     first_session, second_session = patient.session(), patient.session()
     first = patient.bash(first_session, "sleep 300")
-    patient.until(lambda s: s.memory_held_mb == CALL_MB and s.in_flight == 1, "ran the first")
+    patient.until(lambda s: s.memory_held_mb == RESERVED and s.in_flight == 1, "ran the first")
     second = patient.bash(second_session, "echo second ran")
     time.sleep(1.0)
     assert not second.done()
     stats = patient.stats()
     assert (stats.memory_held_mb, stats.in_flight, stats.memory_budget_mb) == (
-        CALL_MB,
+        RESERVED,
         1,
-        2 * CALL_MB,
+        2 * RESERVED,
     )
     assert stats.started == 1  # no container was started for the waiting call
     first.cancel()
@@ -138,7 +141,7 @@ def test_a_call_past_its_principals_share_waits_for_its_running_call_to_go(
 
 def test_another_principal_runs_while_one_holds_its_share(patient: Budgeted) -> None:
     mine = patient.bash(patient.session(), "sleep 300")
-    patient.until(lambda s: s.memory_held_mb == CALL_MB, "ran the first")
+    patient.until(lambda s: s.memory_held_mb == RESERVED, "ran the first")
     as_alice = {"metadata": AS_ALICE}
     answer = _answer(
         patient.bash(
@@ -153,13 +156,51 @@ def test_another_principal_runs_while_one_holds_its_share(patient: Budgeted) -> 
 
 def test_a_call_that_waited_too_long_is_refused_with_nothing_run(impatient: Budgeted) -> None:
     first = impatient.bash(impatient.session(), "sleep 300")
-    impatient.until(lambda s: s.memory_held_mb == CALL_MB, "ran the first")
+    impatient.until(lambda s: s.memory_held_mb == RESERVED, "ran the first")
     answer = _answer(impatient.bash(impatient.session(), "echo should not run"))
     text = text_of(answer)
     assert answer.result.is_error, text
     assert "should not run" not in text
-    assert f"{CALL_MB} of the {CALL_MB} MB this principal's may hold" in text
+    assert f"{RESERVED} of the {RESERVED} MB this principal's may hold" in text
     assert "Nothing ran after" in text
     stats = impatient.stats()
     assert (stats.memory_refused, stats.started) == (1, 1)
     _stopped(impatient, first)
+
+
+FILL_LOOPBACK = """
+import socket
+server = socket.socket()
+server.bind(("127.0.0.1", 0))
+server.listen(64)
+held, queued = [], 0
+for _ in range(20):
+    client = socket.create_connection(server.getsockname())
+    peer, _ = server.accept()
+    client.setblocking(False)
+    while True:
+        try:
+            queued += client.send(b"x" * 65536)
+        except BlockingIOError:
+            break
+    held += [client, peer]
+limit = open("/sys/fs/cgroup/memory/memory.kmem.tcp.limit_in_bytes").read().strip()
+print("queued", queued, "limit", limit)
+"""
+
+
+def test_a_commands_socket_buffers_are_bounded_and_charged_to_its_container(
+    patient: Budgeted,
+) -> None:
+    """Attacker round 105: on cgroup v1, 20 loopback connections with full buffers held about
+    190 MB of the host's memory that no container limit or reservation counted."""
+    if not Path("/sys/fs/cgroup/memory/memory.kmem.tcp.limit_in_bytes").exists():
+        pytest.skip("the memory controller is on cgroup v2 here: socket memory is in memory.max")
+    answer = _answer(patient.bash(patient.session(), f"python3 -c '{FILL_LOOPBACK}'"))
+    text = text_of(answer)
+    assert not answer.result.is_error, text
+    words = text.split()
+    queued, limit = int(words[words.index("queued") + 1]), words[words.index("limit") + 1]
+    buffers = socket_buffers_mb(CALL_MB) << 20
+    assert limit == str(buffers)
+    assert queued <= buffers, f"{queued} bytes queued past a {buffers}-byte bound"

@@ -81,14 +81,14 @@ async def test_a_container_the_engine_cannot_kill_yet_is_removed_once_it_stopped
     """Attacker round 95: a process stuck in the kernel kept the container running, the engine
     refused the removal, and the call was answered while that process went on to write."""
     engine = FakeEngine(running_for=3)
-    await make_backend(engine).remove("c1")
+    assert await make_backend(engine).remove("c1") is True
     assert engine.calls == ["remove", "inspect", "inspect", "inspect", "inspect", "remove"]
 
 
 async def test_an_engine_that_does_not_answer_is_not_waited_for(make_backend: Any) -> None:
     engine = FakeEngine(unreachable=True)
-    await make_backend(engine).remove("c1")
-    assert engine.calls == ["remove", "inspect", "remove"]
+    assert await make_backend(engine).remove("c1") is False  # not known gone: still held
+    assert engine.calls == ["remove", "inspect", "remove", "inspect"]
 
 
 async def test_a_container_still_running_past_the_patience_is_given_up_and_said(
@@ -96,7 +96,7 @@ async def test_a_container_still_running_past_the_patience_is_given_up_and_said(
 ) -> None:
     monkeypatch.setattr(docker_backend, "REMOVAL_PATIENCE_S", 0.0)
     engine = FakeEngine(running_for=1_000)
-    await make_backend(engine).remove("c1")
+    assert await make_backend(engine).remove("c1") is False
     assert engine.calls == ["remove", "inspect"]
     assert "still runs" in caplog.text
 

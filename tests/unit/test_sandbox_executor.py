@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from sandbox import after_answer
+from sandbox import executor as executor_module
 from sandbox.backend import (
     BashRequest,
     OutputCallback,
@@ -25,6 +26,7 @@ from sandbox.backend import (
 )
 from sandbox.executor import SandboxExecutor
 from sandbox.memory import MemoryBudget, MemoryRefused
+from sandbox.socket_memory import reserved_mb
 
 REQUEST = BashRequest(command="echo hi", cwd="/w", timeout_ms=1000)
 
@@ -64,7 +66,12 @@ class FakeSandbox(Sandbox):
 
     async def destroy(self) -> None:
         self.destroyed = True
-        self.backend.live.discard(self.name)
+        if self.name not in self.backend.stuck:
+            self.backend.live.discard(self.name)
+
+    @property
+    def gone(self) -> bool:
+        return self.name not in self.backend.live
 
 
 class FakeBackend(SandboxBackend):
@@ -75,6 +82,8 @@ class FakeBackend(SandboxBackend):
         self.fail_start = False
         self.closed = False
         self.reap_calls = 0
+        self.stuck: set[str] = set()
+        """Containers whose removal the engine refuses (their processes do not die)."""
         self._names = itertools.count(1)
 
     async def start(self, spec: SandboxSpec, *, tool_use_id: str = "") -> FakeSandbox:
@@ -88,6 +97,9 @@ class FakeBackend(SandboxBackend):
 
     async def reap(self) -> int:
         return 0
+
+    async def exists(self, sandbox_id: str) -> bool:
+        return sandbox_id in self.live
 
     async def reap_untracked(self) -> int:
         self.reap_calls += 1
@@ -465,7 +477,8 @@ async def test_a_calls_memory_is_held_until_its_container_is_removed(
     with after_answer.holding() as held:
         result = await executor.run(sized("alice", 512), REQUEST)
     used = next(s for s in backend.started if s.name == result.sandbox_id)
-    assert not used.destroyed and budget.held("alice") == 512
+    # its memory limit, and its socket buffers beside it
+    assert not used.destroyed and budget.held("alice") == 512 + 64 == reserved_mb(512)
     held.release()
     await until(lambda: used.destroyed)
     assert budget.held() == 0
@@ -492,12 +505,12 @@ async def test_a_call_over_the_budget_waits_for_another_calls_container_to_go(
 async def test_a_call_that_never_fits_is_refused_with_nothing_started(
     backend: FakeBackend, make_executor: Callable[..., SandboxExecutor]
 ) -> None:
-    budget = MemoryBudget(1024, owner_share=0.5, wait_s=0.05)
+    budget = MemoryBudget(2 * reserved_mb(256), owner_share=0.5, wait_s=0.05)
     executor = make_executor(pool_size=0, memory=budget)
     with pytest.raises(MemoryRefused, match="more than one principal's sandboxes"):
-        await executor.run(sized("alice", 600), REQUEST)
+        await executor.run(sized("alice", 257), REQUEST)
     with after_answer.holding():
-        await executor.run(sized("alice", 512), REQUEST)
+        await executor.run(sized("alice", 256), REQUEST)
         with pytest.raises(MemoryRefused, match="Nothing ran after"):
             await executor.run(sized("alice", 1), REQUEST)
     assert len(backend.started) == 1
@@ -526,11 +539,11 @@ async def test_a_dead_warm_container_or_a_failed_start_gives_the_memory_back(
 async def test_a_cancelled_call_gives_its_memory_back_once_its_container_is_gone(
     backend: FakeBackend, make_executor: Callable[..., SandboxExecutor]
 ) -> None:
-    budget = MemoryBudget(1024, owner_share=1.0, wait_s=30)
+    budget = MemoryBudget(reserved_mb(960), owner_share=1.0, wait_s=30)
     executor = make_executor(pool_size=0, memory=budget)
     backend.behaviour = "hang"
-    call = asyncio.create_task(executor.run(sized("alice", 1024), REQUEST))
-    await until(lambda: budget.held() == 1024 and bool(backend.started))
+    call = asyncio.create_task(executor.run(sized("alice", 960), REQUEST))
+    await until(lambda: budget.held() == budget.total_mb and bool(backend.started))
     waiting = asyncio.create_task(executor.run(sized("bob", 512), REQUEST))
     await asyncio.sleep(0.02)
     call.cancel()
@@ -544,7 +557,7 @@ async def test_a_cancelled_call_gives_its_memory_back_once_its_container_is_gone
 async def test_closing_refuses_calls_waiting_for_memory(
     backend: FakeBackend, make_executor: Callable[..., SandboxExecutor]
 ) -> None:
-    budget = MemoryBudget(512, owner_share=1.0, wait_s=30)
+    budget = MemoryBudget(reserved_mb(512), owner_share=1.0, wait_s=30)
     executor = make_executor(pool_size=0, memory=budget)
     backend.behaviour = "hang"
     running = asyncio.create_task(executor.run(sized("alice", 512), REQUEST))
@@ -558,3 +571,25 @@ async def test_closing_refuses_calls_waiting_for_memory(
     await asyncio.gather(running, return_exceptions=True)
     assert len(backend.started) == 1 and backend.live == set()
     assert budget.held() == 0
+
+
+async def test_a_container_the_engine_could_not_remove_keeps_its_memory_until_it_is_gone(
+    backend: FakeBackend,
+    make_executor: Callable[..., SandboxExecutor],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Attacker round 105's lead: the memory went back whatever the removal achieved, while a
+    container whose processes are stuck in the kernel still held it."""
+    monkeypatch.setattr(executor_module, "LINGERING_LOOK_S", 0.01)
+    budget = MemoryBudget(reserved_mb(512), owner_share=1.0, wait_s=30)
+    executor = make_executor(pool_size=0, memory=budget, maintenance_interval_s=0.01)
+    backend.stuck.add("c1")
+    await executor.run(sized("alice", 512), REQUEST)
+    await until(lambda: backend.started[0].destroyed)
+    await asyncio.sleep(0.05)
+    assert budget.held() == reserved_mb(512), "given back while the container is still there"
+    waiting = asyncio.create_task(executor.run(sized("bob", 512), REQUEST))
+    await asyncio.sleep(0.05)
+    assert not waiting.done()
+    backend.live.discard("c1")  # the engine (or the periodic sweep) removed it at last
+    assert (await asyncio.wait_for(waiting, 10)).output == "hi\n"

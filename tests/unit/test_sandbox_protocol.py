@@ -11,7 +11,9 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from sandbox.protocol import (
+    ATTACHED_BYTES,
     MAX_PROGRESS_BYTES,
+    PROTOCOL_VERSION,
     STDERR,
     STDOUT,
     AttachDemuxer,
@@ -99,7 +101,8 @@ def test_decoder_refuses_what_is_not_a_typed_json_object(body: bytes) -> None:
 
 
 def test_runner_and_host_agree_on_the_wire_format() -> None:
-    assert runner_module.PROTOCOL_VERSION == 1
+    assert runner_module.PROTOCOL_VERSION == PROTOCOL_VERSION
+    assert runner_module.ATTACHED_BYTES == ATTACHED_BYTES
     read_end, write_end = os.pipe()
     try:
         message = {"type": "result", "output": "é\x00\n" * 3, "exit_code": 0}

@@ -350,7 +350,7 @@ def test_write_creates_the_file_and_missing_parents(tmp_path: Path) -> None:
     target = tmp_path / "a" / "b" / "new.txt"
     result = write(target, "hello\n", workspace=tmp_path)
     assert [name for name, _ in result.pop("timeline")] == ["received", "answered"]
-    assert result == {"type": "result", "v": 1, "exit_code": 0}
+    assert result == {"type": "result", "v": runner_module.PROTOCOL_VERSION, "exit_code": 0}
     assert target.read_text() == "hello\n"
     assert sorted(p.name for p in target.parent.iterdir()) == ["new.txt"]  # no temp file left
 
