@@ -8,6 +8,8 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
+from daemon.json_values import json_pieces
+
 
 class LargeDocument(dict[str, Any]):
     """A policy document holding a large tool input (daemon.json_values.is_large): encoding it
@@ -18,18 +20,25 @@ class LargeDocument(dict[str, Any]):
 class EncodedDocument:
     """A policy document as the JSON body OPA is sent, `{"input": document}`, UTF-8 encoded."""
 
-    body: bytes
+    body: bytes | bytearray
 
 
 def encode_document(document: dict[str, Any]) -> EncodedDocument:
     """`document` as OPA's request body. UTF-8 rather than \\u escapes: an escaped non-ASCII
     character is six bytes for OPA to read instead of two or three. A lone surrogate (a file name
-    that is not UTF-8) has no UTF-8 form, so such a document is sent escaped instead."""
+    that is not UTF-8) has no UTF-8 form, so such a document is sent escaped instead. Built a
+    piece at a time into one buffer: a large input's JSON text is never held twice (control
+    characters are six bytes each however it is encoded: attacker round 106)."""
+    body = bytearray(b'{"input":')
     try:
-        encoded = json.dumps(document, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
+        for piece in json_pieces(document):
+            body += piece.encode("utf-8")
     except UnicodeEncodeError:
-        encoded = json.dumps(document, separators=(",", ":")).encode("ascii")
-    return EncodedDocument(b'{"input":' + encoded + b"}")
+        body = bytearray(b'{"input":')
+        body += json.dumps(document, separators=(",", ":")).encode("ascii")
+    body += b"}"
+    # A bytearray is not copied again into bytes: for a large input that copy is the whole body.
+    return EncodedDocument(body)
 
 
 async def encoded(document: dict[str, Any]) -> EncodedDocument:

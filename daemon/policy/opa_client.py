@@ -28,7 +28,7 @@ from daemon.policy.opa_http import Connect, OpaHttpSession, tcp_connect, unix_co
 UNIX_SCHEME = "unix://"
 
 
-def _body(value: Any) -> bytes:
+def _body(value: Any) -> bytes | bytearray:
     """The session's JSON encoder: splices in a document encoded beforehand."""
     document = value.get("input") if isinstance(value, dict) else None
     if isinstance(document, EncodedDocument):
@@ -43,7 +43,7 @@ def _session_factory(client: AsyncOpaClient, connector: Any, timeout_s: float | 
             headers=client.headers,
             connector=client._connector,
             timeout=aiohttp.ClientTimeout(total=timeout_s),
-            json_serialize_bytes=_body,
+            json_serialize_bytes=lambda value: bytes(_body(value)),
         )
 
     return open_session

@@ -22,7 +22,7 @@ from collections.abc import Callable
 from typing import Any
 
 from daemon.policy.decision_cache import DecisionCache
-from daemon.policy.document_body import EncodedDocument, encoded
+from daemon.policy.document_body import EncodedDocument, LargeDocument, encoded
 from daemon.policy.egress_verdict import EgressVerdict, parse_egress
 from daemon.policy.engine import Admission, PolicyEngine
 from daemon.policy.mask import AuditMask, MaskError
@@ -67,6 +67,7 @@ class OpaPolicyEngine(PolicyEngine):
         # No session-wide timeout: each query has its own, which grows with its document.
         self._client = client_for(url, None, token)
         self._large_documents = asyncio.Semaphore(1)
+        self._large_inputs = asyncio.Semaphore(1)
         self._base_limits = base_limits
         self._revision = revision
         self._open = False
@@ -181,7 +182,18 @@ class OpaPolicyEngine(PolicyEngine):
                 self._look_since = None
 
     async def _query(self, document: dict[str, Any], rule: str) -> dict[str, Any]:
-        return await self._send(await encoded(document), rule)
+        async with self._one_large_input(document):
+            return await self._send(await encoded(document), rule)
+
+    def _one_large_input(
+        self, document: dict[str, Any]
+    ) -> contextlib.AbstractAsyncContextManager[Any]:
+        """Held from encoding a large input's document to OPA's answer: its JSON body (up to
+        six bytes per character of the input) exists for one call at a time, not for every
+        call waiting to send one (attacker round 106)."""
+        if isinstance(document, LargeDocument):
+            return self._large_inputs
+        return contextlib.nullcontext()
 
     async def _send(self, document: EncodedDocument, rule: str) -> dict[str, Any]:
         size = len(document.body)
@@ -213,13 +225,15 @@ class OpaPolicyEngine(PolicyEngine):
                 "the daemon's log."
             )
         try:
-            body = await encoded(document)
-            key = self.cache.key(body)
-            reused = self.cache.get(key) if key is not None and self._may_reuse() else None
-            if reused is not None:
-                return reused
-            asked_at = self.cache.generation
-            response = await self._send(body, "decision")
+            async with self._one_large_input(document):
+                body = await encoded(document)
+                key = self.cache.key(body)
+                reused = self.cache.get(key) if key is not None and self._may_reuse() else None
+                if reused is not None:
+                    return reused
+                asked_at = self.cache.generation
+                response = await self._send(body, "decision")
+                del body  # a large input's body goes before the next one is encoded
         except Exception as exc:  # noqa: BLE001 - any transport failure must become a deny
             self._failed()
             log.warning("policy engine unreachable: %r", exc)

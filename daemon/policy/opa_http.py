@@ -196,7 +196,7 @@ class OpaHttpSession:
         connect: Connect,
         host: str,
         headers: dict[str, str],
-        encode_json: Callable[[Any], bytes],
+        encode_json: Callable[[Any], bytes | bytearray],
         timeout_s: float | None,
     ) -> None:
         self._connect = connect
@@ -243,7 +243,7 @@ class OpaHttpSession:
         head += [f"{name}: {value}" for name, value in fields.items()]
         return ("\r\n".join(head) + "\r\n\r\n").encode("latin-1")
 
-    async def _exchange(self, method: str, message: bytes, body: bytes) -> OpaReply:
+    async def _exchange(self, method: str, message: bytes, body: bytes | bytearray) -> OpaReply:
         while self._idle:
             connection = self._idle.pop()
             if connection.ended or connection.received:
@@ -266,7 +266,7 @@ class OpaHttpSession:
         return connection
 
     async def _on(
-        self, connection: _Connection, method: str, message: bytes, body: bytes
+        self, connection: _Connection, method: str, message: bytes, body: bytes | bytearray
     ) -> OpaReply:
         assert connection.transport is not None
         self._busy.add(connection)

@@ -6,6 +6,14 @@
   the ways around those checks: 32-bit and x32 system calls (other numbers, other arguments),
   io_uring (opens files without system calls) and openat2 (its mode sits behind a pointer the
   filter cannot read; programs fall back to openat).
+- Netlink sockets (socket(AF_NETLINK, ...)), refused with EAFNOSUPPORT as in a kernel without
+  them: messages queued on them are kernel memory no memory cgroup is charged for (attacker
+  round 106 held 640 MB of the host's slab from a 512 MB container through NETLINK_USERSOCK),
+  and a container with no network has no use for them (glibc falls back without them).
+- setsockopt(SOL_SOCKET, SO_RCVBUF or SO_SNDBUF) does nothing and succeeds, so a socket keeps
+  the buffer sizes of its network namespace (see `sandbox/hardening.py`): a connection not yet
+  accepted is charged to no memory cgroup, and with a 4 MB receive buffer asked for, each held
+  about 5 MB of the host's memory (attacker round 106).
 - renameat2 with RENAME_WHITEOUT (it leaves a 0:0 character device behind, without mknod), and
   the btrfs family of ioctls (type 0x94: making subvolumes, which a qgroup disk budget does not
   cover, snapshots and reflinks), refused with ENOTTY as on a filesystem without them, so
@@ -44,6 +52,10 @@ _DEVICES = (0o020000, 0o060000)  # S_IFCHR, S_IFBLK
 _X32_BIT = 0x40000000
 
 _RENAME_WHITEOUT = 4
+_AF_NETLINK = 16
+_SOL_SOCKET = 1
+_BUFFER_OPTIONS = (7, 8)  # SO_SNDBUF, SO_RCVBUF (the FORCE ones need CAP_NET_ADMIN: dropped)
+_ALL_BITS = 0xFFFFFFFF
 _IOCTL_TYPE = 0xFF00
 _BTRFS_IOCTLS = 0x9400
 
@@ -52,7 +64,7 @@ class _Arch:
     """One architecture's system calls, as the filter needs them (a plain class: dataclasses
     would cost every container 13 ms of CPU to import)."""
 
-    __slots__ = ("audit", "masked", "mknods", "mode_arg", "refused")
+    __slots__ = ("audit", "masked", "mknods", "mode_arg", "refused", "setsockopt")
 
     def __init__(
         self,
@@ -61,6 +73,7 @@ class _Arch:
         mknods: frozenset[int],
         refused: frozenset[int],
         masked: dict[int, tuple[int, int, int, int]],
+        setsockopt: int,
     ) -> None:
         self.audit = audit
         """AUDIT_ARCH_* of the native system calls."""
@@ -72,6 +85,8 @@ class _Arch:
         """Calls refused outright with ENOSYS."""
         self.masked = masked
         """Calls refused when (argument & mask) == value: (argument index, mask, value, errno)."""
+        self.setsockopt = setsockopt
+        """setsockopt's number: its buffer sizes are not the command's to set."""
 
 
 _ARCHES = {
@@ -83,7 +98,9 @@ _ARCHES = {
         {
             316: (4, _RENAME_WHITEOUT, _RENAME_WHITEOUT, errno.EPERM),
             16: (1, _IOCTL_TYPE, _BTRFS_IOCTLS, errno.ENOTTY),
+            41: (0, _ALL_BITS, _AF_NETLINK, errno.EAFNOSUPPORT),
         },
+        54,
     ),
     "aarch64": _Arch(
         0xC00000B7,
@@ -93,7 +110,9 @@ _ARCHES = {
         {
             276: (4, _RENAME_WHITEOUT, _RENAME_WHITEOUT, errno.EPERM),
             29: (1, _IOCTL_TYPE, _BTRFS_IOCTLS, errno.ENOTTY),
+            198: (0, _ALL_BITS, _AF_NETLINK, errno.EAFNOSUPPORT),
         },
+        208,
     ),
 }
 
@@ -148,6 +167,15 @@ def build_filter(machine: str | None = None) -> bytes:
         prog.op(_JEQ, number, f"mknod{arg}" if number in arch.mknods else f"mode{arg}", 0)
     for number in sorted(arch.masked):
         prog.op(_JEQ, number, f"masked{number}", 0)
+    prog.op(_JEQ, arch.setsockopt, "setsockopt", 0)
+    prog.op(_RET, _ALLOW)
+    prog.label("setsockopt")
+    prog.op(_LD_W_ABS, _ARGS + 8)  # level
+    prog.op(_JEQ, _SOL_SOCKET, 1, 0)
+    prog.op(_RET, _ALLOW)
+    prog.op(_LD_W_ABS, _ARGS + 16)  # option
+    for option in _BUFFER_OPTIONS:
+        prog.op(_JEQ, option, "unchanged", 0)
     prog.op(_RET, _ALLOW)
     for arg in sorted(set(arch.mode_arg.values())):
         prog.label(f"mode{arg}")
@@ -169,6 +197,8 @@ def build_filter(machine: str | None = None) -> bytes:
         prog.op(_JEQ, value, 0, 1)
         prog.op(_RET, _ERRNO | refusal)
         prog.op(_RET, _ALLOW)
+    prog.label("unchanged")
+    prog.op(_RET, _ERRNO | 0)  # returns 0: success, and nothing done
     prog.label("eperm")
     prog.op(_RET, _ERRNO | errno.EPERM)
     prog.label("nosys")

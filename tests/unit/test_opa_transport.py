@@ -251,3 +251,28 @@ async def test_reused_decisions_wait_for_a_health_look_that_takes_too_long(
         await asyncio.sleep(0.1 + opa_engine.STALLED_LOOK_S + 0.2)
         again = await engine.decide(document)
         assert again.outcome is Outcome.ALLOW and not again.cached_from, "asked of OPA"
+
+
+async def test_large_inputs_are_encoded_one_at_a_time_until_opa_answered(
+    slow_opa: tuple[SlowOpa, str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Attacker round 106: every call waiting to send a large input held its JSON body (up to
+    six bytes per character) at once; now one body exists at a time."""
+    opa, url = slow_opa
+    opa.delay_s = 0.2
+    seen_at_encode: list[int] = []
+
+    def spying(document: dict[str, Any]) -> document_body.EncodedDocument:
+        if isinstance(document, LargeDocument):
+            seen_at_encode.append(len(opa.bodies) - opa.at_once)  # decisions answered so far
+        return encode_document(document)
+
+    monkeypatch.setattr(document_body, "encode_document", spying)
+    engine = await _engine(url, timeout_s=5)
+    try:
+        documents = [LargeDocument(input={"content": "\x01" * 100_000, "n": n}) for n in range(3)]
+        verdicts = await asyncio.gather(*(engine.decide(d) for d in documents))
+    finally:
+        await engine.close()
+    assert [v.outcome for v in verdicts] == [Outcome.ALLOW] * 3
+    assert seen_at_encode == [0, 1, 2]

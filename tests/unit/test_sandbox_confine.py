@@ -10,6 +10,7 @@ import stat
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -41,6 +42,18 @@ attempt("mknod char", lambda: os.mknod("char", 0o020666, os.makedev(1, 3)))
 attempt("mknod block", lambda: os.mknod("block", 0o060666, os.makedev(7, 0)))
 attempt("mkfifo", lambda: os.mkfifo("fifo"))
 attempt("mkdir", lambda: os.mkdir("dir"))
+import socket
+attempt("netlink usersock", lambda: socket.socket(socket.AF_NETLINK, socket.SOCK_RAW, 2).close())
+attempt("netlink route", lambda: socket.socket(socket.AF_NETLINK, socket.SOCK_DGRAM, 0).close())
+attempt("unix socket", lambda: socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM).close())
+attempt("inet socket", lambda: socket.socket(socket.AF_INET, socket.SOCK_STREAM).close())
+probe = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+default_rcvbuf = probe.getsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF)
+attempt("set rcvbuf", lambda: probe.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4 << 20))
+attempt("set sndbuf", lambda: probe.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 4 << 20))
+attempt("set reuseaddr", lambda: probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1))
+out["rcvbuf unchanged"] = probe.getsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF) == default_rcvbuf
+out["reuseaddr set"] = probe.getsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR) == 1
 libc = ctypes.CDLL(None, use_errno=True)
 buffer = ctypes.create_string_buffer(120)
 for name, call in [
@@ -62,7 +75,7 @@ print(json.dumps(out))
 
 
 @pytest.fixture
-def outcomes(tmp_path: Path) -> dict[str, str]:
+def outcomes(tmp_path: Path) -> dict[str, Any]:
     root = str(Path(__file__).resolve().parents[2])
     done = subprocess.run(
         [sys.executable, "-c", _ATTEMPTS, root],
@@ -72,7 +85,7 @@ def outcomes(tmp_path: Path) -> dict[str, str]:
         timeout=60,
         check=True,
     )
-    result: dict[str, str] = json.loads(done.stdout)
+    result: dict[str, Any] = json.loads(done.stdout)
     return result
 
 
@@ -108,6 +121,23 @@ def test_whiteouts_and_btrfs_ioctls_are_refused_and_the_rest_of_rename_and_ioctl
     # Refused as if the filesystem had no such ioctl, so programs fall back (cp copies).
     assert outcomes["subvolume"] == outcomes["reflink"] == "ENOTTY"
     assert outcomes["other ioctl"] == "ok"
+
+
+def test_netlink_sockets_are_refused_as_if_the_kernel_had_none(outcomes: dict[str, str]) -> None:
+    """Attacker round 106: messages queued on user netlink sockets are kernel memory charged to
+    no memory cgroup (640 MB of the host's slab from one 512 MB container)."""
+    assert outcomes["netlink usersock"] == outcomes["netlink route"] == "EAFNOSUPPORT"
+    assert outcomes["unix socket"] == outcomes["inet socket"] == "ok"
+
+
+def test_socket_buffer_sizes_are_left_as_they_are_and_other_options_work(
+    outcomes: dict[str, Any],
+) -> None:
+    """Attacker round 106: a listener with a 4 MB receive buffer let each connection it had not
+    accepted hold about 5 MB of the host's memory, charged to no memory cgroup."""
+    assert outcomes["set rcvbuf"] == outcomes["set sndbuf"] == "ok"  # programs go on
+    assert outcomes["rcvbuf unchanged"] is True
+    assert outcomes["set reuseaddr"] == "ok" and outcomes["reuseaddr set"] is True
 
 
 @pytest.mark.skipif(os.uname().machine != "x86_64", reason="32-bit calls are x86 only")

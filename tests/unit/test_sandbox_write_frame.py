@@ -7,7 +7,6 @@ from __future__ import annotations
 import asyncio
 import socket
 import threading
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -17,15 +16,9 @@ from sandbox.backend import SandboxSpec, WriteFileRequest
 from sandbox.docker_backend import DockerSandbox, _AttachConnection
 from sandbox.protocol import STDOUT, encode_frame
 from sandbox.runner import runner as runner_module
-from tests.unit.test_sandbox_attach_progress import Backend, docker_frame
+from tests.unit.test_sandbox_attach_progress import Backend, docker_frame, pair
 
-
-@pytest.fixture
-def pair() -> Iterator[tuple[socket.socket, socket.socket]]:
-    host, container = socket.socketpair()
-    yield host, container
-    host.close()
-    container.close()
+__all__ = ["pair"]  # the socket pair fixture, shared
 
 
 class Container:
