@@ -35,6 +35,11 @@ RUNNER_CAPABILITIES = ["SETUID", "SETGID", "KILL"]
 # runner keeps room to answer:
 #: shared memory goes with its last user, and message queues are few;
 IPC_SYSCTLS = {"kernel.shm_rmid_forced": "1", "kernel.msgmni": "16"}
+#: A connection the container has not accepted yet is charged to no memory cgroup (the kernel
+#: charges it at accept), so what one may queue is kept small in the container's own network
+#: namespace: its receive buffer starts at 64 KiB and nothing (autotuning, SO_RCVLOWAT) grows it
+#: past 1 MiB (the host's 32 MiB let one hold about 20 MB: attacker round 107).
+NET_SYSCTLS = {"net.ipv4.tcp_rmem": "4096 65536 1048576"}
 #: /tmp holds at most half the memory, and as many files and folders as it has 4 KiB pages (the
 #: kernel memory of empty folders counts too, not only bytes).
 TMPFS_INODES_PER_MB = 256
@@ -184,7 +189,7 @@ def container_recipe(
         # egress too: no interface but loopback; the proxy is reached through EGRESS_DIR.
         "network_mode": "bridge" if limits.network == NetworkMode.BRIDGE else "none",
         "ipc_mode": "private",
-        "sysctls": dict(IPC_SYSCTLS),
+        "sysctls": {**IPC_SYSCTLS, **NET_SYSCTLS},
         "pids_limit": limits.pids,
         "mem_limit": memory,
         "memswap_limit": memory,  # equal: no swap at all

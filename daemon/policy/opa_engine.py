@@ -25,6 +25,7 @@ from daemon.policy.decision_cache import DecisionCache
 from daemon.policy.document_body import EncodedDocument, LargeDocument, encoded
 from daemon.policy.egress_verdict import EgressVerdict, parse_egress
 from daemon.policy.engine import Admission, PolicyEngine
+from daemon.policy.large_inputs import LargeInputTurns
 from daemon.policy.mask import AuditMask, MaskError
 from daemon.policy.opa_client import client_for
 from daemon.policy.verdict import Verdict, parse_admission, parse_verdict
@@ -67,7 +68,7 @@ class OpaPolicyEngine(PolicyEngine):
         # No session-wide timeout: each query has its own, which grows with its document.
         self._client = client_for(url, None, token)
         self._large_documents = asyncio.Semaphore(1)
-        self._large_inputs = asyncio.Semaphore(1)
+        self._large_inputs = LargeInputTurns()
         self._base_limits = base_limits
         self._revision = revision
         self._open = False
@@ -188,11 +189,11 @@ class OpaPolicyEngine(PolicyEngine):
     def _one_large_input(
         self, document: dict[str, Any]
     ) -> contextlib.AbstractAsyncContextManager[Any]:
-        """Held from encoding a large input's document to OPA's answer: its JSON body (up to
-        six bytes per character of the input) exists for one call at a time, not for every
-        call waiting to send one (attacker round 106)."""
+        """Held from encoding a large input's document to OPA's answer (`LargeInputTurns`)."""
         if isinstance(document, LargeDocument):
-            return self._large_inputs
+            caller = document.get("caller")
+            principal = caller.get("principal") if isinstance(caller, dict) else None
+            return self._large_inputs.turn(str(principal or ""))
         return contextlib.nullcontext()
 
     async def _send(self, document: EncodedDocument, rule: str) -> dict[str, Any]:

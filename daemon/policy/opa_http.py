@@ -60,6 +60,10 @@ class OpaReply:
         """Nothing to release: the body was read with the head."""
 
 
+SEND_SLICE_BYTES = 256 * 1024
+"""A request body is handed to the transport this much at a time, each once the last is sent."""
+
+
 class _Connection(asyncio.Protocol):
     """One connection: bytes received so far, and a way to wait for more."""
 
@@ -70,6 +74,8 @@ class _Connection(asyncio.Protocol):
         self.heard = False
         """Whether anything came since the request now on it was sent."""
         self._waiter: asyncio.Future[None] | None = None
+        self._paused = False
+        self._resumed: asyncio.Future[None] | None = None
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         assert isinstance(transport, asyncio.Transport)
@@ -88,6 +94,32 @@ class _Connection(asyncio.Protocol):
     def connection_lost(self, exc: Exception | None) -> None:
         self.ended = True
         self._wake()
+        self.resume_writing()
+
+    def pause_writing(self) -> None:
+        self._paused = True
+
+    def resume_writing(self) -> None:
+        self._paused = False
+        if self._resumed is not None and not self._resumed.done():
+            self._resumed.set_result(None)
+
+    async def send(self, data: bytes | bytearray) -> None:
+        """Write `data`, a slice at a time once it is large: the transport copies what the
+        socket does not take at once, and a large input's document is tens of megabytes
+        (attacker round 107: a second copy of one)."""
+        assert self.transport is not None
+        view = memoryview(data)
+        for start in range(0, len(view), SEND_SLICE_BYTES):
+            self.transport.write(view[start : start + SEND_SLICE_BYTES])
+            while self._paused:
+                if self.ended:
+                    raise ConnectionResetError("OPA closed the connection while it was sent to")
+                self._resumed = asyncio.get_running_loop().create_future()
+                try:
+                    await self._resumed
+                finally:
+                    self._resumed = None
 
     def _wake(self) -> None:
         if self._waiter is not None and not self._waiter.done():
@@ -275,7 +307,7 @@ class OpaHttpSession:
             connection.heard = False
             connection.transport.write(message)
             if body:
-                connection.transport.write(body)
+                await connection.send(body)
             reply, reusable = await _read_reply(connection, method)
             return reply
         finally:

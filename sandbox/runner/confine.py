@@ -8,12 +8,15 @@
   filter cannot read; programs fall back to openat).
 - Netlink sockets (socket(AF_NETLINK, ...)), refused with EAFNOSUPPORT as in a kernel without
   them: messages queued on them are kernel memory no memory cgroup is charged for (attacker
-  round 106 held 640 MB of the host's slab from a 512 MB container through NETLINK_USERSOCK),
-  and a container with no network has no use for them (glibc falls back without them).
-- setsockopt(SOL_SOCKET, SO_RCVBUF or SO_SNDBUF) does nothing and succeeds, so a socket keeps
-  the buffer sizes of its network namespace (see `sandbox/hardening.py`): a connection not yet
-  accepted is charged to no memory cgroup, and with a 4 MB receive buffer asked for, each held
-  about 5 MB of the host's memory (attacker round 106).
+  round 106 held 640 MB of the host's slab from a 512 MB container through NETLINK_USERSOCK).
+  Name lookups fall back without them; listing network interfaces (getifaddrs) fails instead.
+- setsockopt(SOL_SOCKET, SO_RCVBUF, SO_SNDBUF or SO_RCVLOWAT) does nothing and succeeds, so a
+  socket keeps the buffer sizes of its network namespace (see `sandbox/hardening.py`): a
+  connection not yet accepted is charged to no memory cgroup, and with a 4 MB receive buffer
+  asked for, each held about 5 MB of the host's memory (attacker round 106); SO_RCVLOWAT grows
+  a TCP socket's receive buffer to fit it (round 107: 20 MB each).
+- AF_VSOCK sockets are refused like netlink ones: their buffers can be raised to gigabytes
+  without a capability, and a host with vsock loopback would queue them uncharged.
 - renameat2 with RENAME_WHITEOUT (it leaves a 0:0 character device behind, without mknod), and
   the btrfs family of ioctls (type 0x94: making subvolumes, which a qgroup disk budget does not
   cover, snapshots and reflinks), refused with ENOTTY as on a filesystem without them, so
@@ -52,9 +55,11 @@ _DEVICES = (0o020000, 0o060000)  # S_IFCHR, S_IFBLK
 _X32_BIT = 0x40000000
 
 _RENAME_WHITEOUT = 4
-_AF_NETLINK = 16
+_UNCHARGED_FAMILIES = (16, 40)  # AF_NETLINK, AF_VSOCK
 _SOL_SOCKET = 1
-_BUFFER_OPTIONS = (7, 8)  # SO_SNDBUF, SO_RCVBUF (the FORCE ones need CAP_NET_ADMIN: dropped)
+# SO_SNDBUF, SO_RCVBUF, SO_RCVLOWAT (TCP grows the receive buffer to fit it); the FORCE ones
+# need CAP_NET_ADMIN, which the command does not have.
+_BUFFER_OPTIONS = (7, 8, 18)
 _ALL_BITS = 0xFFFFFFFF
 _IOCTL_TYPE = 0xFF00
 _BTRFS_IOCTLS = 0x9400
@@ -72,7 +77,7 @@ class _Arch:
         mode_arg: dict[int, int],
         mknods: frozenset[int],
         refused: frozenset[int],
-        masked: dict[int, tuple[int, int, int, int]],
+        masked: dict[int, tuple[int, int, tuple[int, ...], int]],
         setsockopt: int,
     ) -> None:
         self.audit = audit
@@ -84,7 +89,8 @@ class _Arch:
         self.refused = refused
         """Calls refused outright with ENOSYS."""
         self.masked = masked
-        """Calls refused when (argument & mask) == value: (argument index, mask, value, errno)."""
+        """Calls refused when (argument & mask) is one of the values: (argument index, mask,
+        values, errno)."""
         self.setsockopt = setsockopt
         """setsockopt's number: its buffer sizes are not the command's to set."""
 
@@ -96,9 +102,9 @@ _ARCHES = {
         frozenset({133, 259}),
         frozenset({425, 426, 427, 437}),
         {
-            316: (4, _RENAME_WHITEOUT, _RENAME_WHITEOUT, errno.EPERM),
-            16: (1, _IOCTL_TYPE, _BTRFS_IOCTLS, errno.ENOTTY),
-            41: (0, _ALL_BITS, _AF_NETLINK, errno.EAFNOSUPPORT),
+            316: (4, _RENAME_WHITEOUT, (_RENAME_WHITEOUT,), errno.EPERM),
+            16: (1, _IOCTL_TYPE, (_BTRFS_IOCTLS,), errno.ENOTTY),
+            41: (0, _ALL_BITS, _UNCHARGED_FAMILIES, errno.EAFNOSUPPORT),
         },
         54,
     ),
@@ -108,9 +114,9 @@ _ARCHES = {
         frozenset({33}),
         frozenset({425, 426, 427, 437}),
         {
-            276: (4, _RENAME_WHITEOUT, _RENAME_WHITEOUT, errno.EPERM),
-            29: (1, _IOCTL_TYPE, _BTRFS_IOCTLS, errno.ENOTTY),
-            198: (0, _ALL_BITS, _AF_NETLINK, errno.EAFNOSUPPORT),
+            276: (4, _RENAME_WHITEOUT, (_RENAME_WHITEOUT,), errno.EPERM),
+            29: (1, _IOCTL_TYPE, (_BTRFS_IOCTLS,), errno.ENOTTY),
+            198: (0, _ALL_BITS, _UNCHARGED_FAMILIES, errno.EAFNOSUPPORT),
         },
         208,
     ),
@@ -190,13 +196,15 @@ def build_filter(machine: str | None = None) -> bytes:
         for device in _DEVICES:
             prog.op(_JEQ, device, "eperm", 0)
         prog.op(_RET, _ALLOW)
-    for number, (arg, mask, value, refusal) in sorted(arch.masked.items()):
+    for number, (arg, mask, values, refusal) in sorted(arch.masked.items()):
         prog.label(f"masked{number}")
         prog.op(_LD_W_ABS, _ARGS + 8 * arg)  # flags and ioctl requests are 32-bit
         prog.op(_AND, mask)
-        prog.op(_JEQ, value, 0, 1)
-        prog.op(_RET, _ERRNO | refusal)
+        for value in values:
+            prog.op(_JEQ, value, f"refused{number}", 0)
         prog.op(_RET, _ALLOW)
+        prog.label(f"refused{number}")
+        prog.op(_RET, _ERRNO | refusal)
     prog.label("unchanged")
     prog.op(_RET, _ERRNO | 0)  # returns 0: success, and nothing done
     prog.label("eperm")

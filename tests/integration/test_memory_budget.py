@@ -215,6 +215,9 @@ except OSError as exc:
     print("netlink", errno.errorcode[exc.errno])
 server = socket.socket()
 server.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4 << 20)
+server.setsockopt(socket.SOL_SOCKET, socket.SO_RCVLOWAT, 16 << 20)
+print("rcvbuf", server.getsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF))
+print("tcp_rmem", open("/proc/sys/net/ipv4/tcp_rmem").read().split()[2])
 server.bind(("127.0.0.1", 0))
 server.listen(64)
 held, sent = [], 0
@@ -232,9 +235,9 @@ print("sent", sent)
 
 
 def test_memory_no_cgroup_is_charged_for_cannot_be_taken_by_a_command(patient: Budgeted) -> None:
-    """Attacker round 106: user netlink queues (640 MB of host slab from one container) and the
-    receive queues of connections never accepted (about 5 MB each with a 4 MB receive buffer)
-    are kernel memory no memory cgroup is charged for."""
+    """Attacker rounds 106 and 107: user netlink queues (640 MB of host slab from one container)
+    and the receive queues of connections never accepted (about 5 MB each with a 4 MB receive
+    buffer, 20 MB with SO_RCVLOWAT) are kernel memory no memory cgroup is charged for."""
     if not Path("/sys/fs/cgroup/memory/memory.kmem.tcp.limit_in_bytes").exists():
         pytest.skip("the memory controller is on cgroup v2 here: socket memory is in memory.max")
     answer = _answer(patient.bash(patient.session(), f"python3 -c '{NEVER_ACCEPTED}'"))
@@ -242,6 +245,8 @@ def test_memory_no_cgroup_is_charged_for_cannot_be_taken_by_a_command(patient: B
     assert not answer.result.is_error, text
     assert "netlink EAFNOSUPPORT" in text
     words = text.split()
+    assert int(words[words.index("rcvbuf") + 1]) <= 2 * 65536
+    assert words[words.index("tcp_rmem") + 1] == str(1 << 20)
     sent = int(words[words.index("sent") + 1])
     # What the container's TCP limit charges, and a default window (not 8 MB) per connection.
     bound = (socket_buffers_mb(CALL_MB) << 20) + 20 * (256 << 10)

@@ -89,7 +89,11 @@ async def test_running_container_is_hardened_as_inspected(
         assert host["SecurityOpt"] == ["no-new-privileges"]
         assert host["ReadonlyRootfs"] is True
         assert host["Tmpfs"] == {"/tmp": "rw,nosuid,nodev,size=8m,nr_inodes=2048,mode=1777"}
-        assert host["Sysctls"] == {"kernel.shm_rmid_forced": "1", "kernel.msgmni": "16"}
+        assert host["Sysctls"] == {
+            "kernel.shm_rmid_forced": "1",
+            "kernel.msgmni": "16",
+            "net.ipv4.tcp_rmem": "4096 65536 1048576",
+        }
         assert host["NetworkMode"] == "none"
         assert host["PidsLimit"] == 50
         assert host["Memory"] == host["MemorySwap"] == 96 << 20

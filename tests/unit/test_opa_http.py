@@ -15,7 +15,13 @@ from pathlib import Path
 import pytest
 
 from daemon.policy.opa_client import client_for
-from daemon.policy.opa_http import MAX_HEAD_BYTES, OpaHttpError, OpaHttpSession, unix_connect
+from daemon.policy.opa_http import (
+    MAX_HEAD_BYTES,
+    SEND_SLICE_BYTES,
+    OpaHttpError,
+    OpaHttpSession,
+    unix_connect,
+)
 
 Script = Callable[[bytes], "bytes | None"]
 """From one request (head and body) to the raw bytes sent back; None closes the connection."""
@@ -330,3 +336,41 @@ async def test_bytes_sent_on_an_idle_connection_are_never_read_as_an_answer(
     finally:
         await session.close()
     assert opa.connections == 2
+
+
+async def test_a_large_body_is_not_copied_whole_into_the_transport(tmp_path: Path) -> None:
+    """Attacker round 107: the transport copied what the socket did not take at once, a second
+    copy of a large input's tens of megabytes; it now gets a slice at a time."""
+    body = bytearray(b"x" * (16 << 20))
+
+    async def slow_reader(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        head = await reader.readuntil(b"\r\n\r\n")
+        length = int(re.search(rb"Content-Length: (\d+)", head).group(1))  # type: ignore[union-attr]
+        while length:
+            length -= len(await reader.read(min(length, 1 << 16)))
+            await asyncio.sleep(0)
+        writer.write(ok(b'{"result": true}'))
+        await writer.drain()
+        writer.close()
+
+    path = str(tmp_path / "slow.sock")
+    server = await asyncio.start_unix_server(slow_reader, path, limit=1 << 16)
+    session = OpaHttpSession(unix_connect(path), "localhost", {}, lambda _: body, 30.0)
+    buffered = 0
+
+    async def watch() -> None:
+        nonlocal buffered
+        while True:
+            for connection in session._busy:
+                if connection.transport is not None:
+                    buffered = max(buffered, connection.transport.get_write_buffer_size())
+            await asyncio.sleep(0)
+
+    watcher = asyncio.create_task(watch())
+    try:
+        assert await _query(session) == {"result": True}
+    finally:
+        watcher.cancel()
+        await session.close()
+        server.close()
+    assert 0 < buffered <= SEND_SLICE_BYTES + (1 << 16), f"{buffered} bytes held by the transport"

@@ -51,6 +51,8 @@ probe = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
 default_rcvbuf = probe.getsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF)
 attempt("set rcvbuf", lambda: probe.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4 << 20))
 attempt("set sndbuf", lambda: probe.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 4 << 20))
+attempt("set rcvlowat", lambda: probe.setsockopt(socket.SOL_SOCKET, socket.SO_RCVLOWAT, 16 << 20))
+attempt("vsock", lambda: socket.socket(socket.AF_VSOCK, socket.SOCK_STREAM).close())
 attempt("set reuseaddr", lambda: probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1))
 out["rcvbuf unchanged"] = probe.getsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF) == default_rcvbuf
 out["reuseaddr set"] = probe.getsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR) == 1
@@ -127,6 +129,7 @@ def test_netlink_sockets_are_refused_as_if_the_kernel_had_none(outcomes: dict[st
     """Attacker round 106: messages queued on user netlink sockets are kernel memory charged to
     no memory cgroup (640 MB of the host's slab from one 512 MB container)."""
     assert outcomes["netlink usersock"] == outcomes["netlink route"] == "EAFNOSUPPORT"
+    assert outcomes["vsock"] == "EAFNOSUPPORT"
     assert outcomes["unix socket"] == outcomes["inet socket"] == "ok"
 
 
@@ -136,6 +139,7 @@ def test_socket_buffer_sizes_are_left_as_they_are_and_other_options_work(
     """Attacker round 106: a listener with a 4 MB receive buffer let each connection it had not
     accepted hold about 5 MB of the host's memory, charged to no memory cgroup."""
     assert outcomes["set rcvbuf"] == outcomes["set sndbuf"] == "ok"  # programs go on
+    assert outcomes["set rcvlowat"] == "ok"  # round 107: TCP grew the buffer to fit it
     assert outcomes["rcvbuf unchanged"] is True
     assert outcomes["set reuseaddr"] == "ok" and outcomes["reuseaddr set"] is True
 

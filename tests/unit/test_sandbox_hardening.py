@@ -95,7 +95,11 @@ def test_host_config_is_locked_down() -> None:
     assert hc["Init"] is True
     assert hc.get("Privileged", False) is False
     assert hc["IpcMode"] == "private"
-    assert hc["Sysctls"] == {"kernel.shm_rmid_forced": "1", "kernel.msgmni": "16"}
+    assert hc["Sysctls"] == {
+        "kernel.shm_rmid_forced": "1",
+        "kernel.msgmni": "16",
+        "net.ipv4.tcp_rmem": "4096 65536 1048576",
+    }
     assert hc["AutoRemove"] is True
     assert hc["LogConfig"] == {"Type": "none", "Config": {}}
     assert "Binds" not in hc
