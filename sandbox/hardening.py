@@ -35,11 +35,13 @@ RUNNER_CAPABILITIES = ["SETUID", "SETGID", "KILL"]
 # runner keeps room to answer:
 #: shared memory goes with its last user, and message queues are few;
 IPC_SYSCTLS = {"kernel.shm_rmid_forced": "1", "kernel.msgmni": "16"}
-#: A connection the container has not accepted yet is charged to no memory cgroup (the kernel
-#: charges it at accept), so what one may queue is kept small in the container's own network
-#: namespace: its receive buffer starts at 64 KiB and nothing (autotuning, SO_RCVLOWAT) grows it
-#: past 1 MiB (the host's 32 MiB let one hold about 20 MB: attacker round 107).
-NET_SYSCTLS = {"net.ipv4.tcp_rmem": "4096 65536 1048576"}
+#: Kernel memory of sockets no memory cgroup is charged for is kept small in the container's own
+#: network namespace. A connection the container has not accepted yet is charged at accept only:
+#: its receive buffer starts at 16 KiB and nothing (autotuning, SO_RCVLOWAT) grows it past 1 MiB
+#: (the host's 32 MiB let one hold about 20 MB: attacker round 107; 64 KiB, 66 KB: round 108).
+#: A socket's option memory (TCP MD5 keys, IP options, multicast filters) is not charged either:
+#: 20 KiB per socket, not the host's 128 KiB (round 108: 180 KB per socket through MD5 keys).
+NET_SYSCTLS = {"net.ipv4.tcp_rmem": "4096 16384 1048576", "net.core.optmem_max": "20480"}
 #: /tmp holds at most half the memory, and as many files and folders as it has 4 KiB pages (the
 #: kernel memory of empty folders counts too, not only bytes).
 TMPFS_INODES_PER_MB = 256

@@ -15,6 +15,9 @@
   connection not yet accepted is charged to no memory cgroup, and with a 4 MB receive buffer
   asked for, each held about 5 MB of the host's memory (attacker round 106); SO_RCVLOWAT grows
   a TCP socket's receive buffer to fit it (round 107: 20 MB each).
+- setsockopt(IPPROTO_TCP, TCP_MD5SIG or TCP_MD5SIG_EXT) is refused with ENOPROTOOPT, as by a
+  kernel without them: each socket's keys are kernel memory no memory cgroup is charged for
+  (attacker round 108: 180 KB per socket).
 - AF_VSOCK sockets are refused like netlink ones: their buffers can be raised to gigabytes
   without a capability, and a host with vsock loopback would queue them uncharged.
 - renameat2 with RENAME_WHITEOUT (it leaves a 0:0 character device behind, without mknod), and
@@ -57,6 +60,8 @@ _X32_BIT = 0x40000000
 _RENAME_WHITEOUT = 4
 _UNCHARGED_FAMILIES = (16, 40)  # AF_NETLINK, AF_VSOCK
 _SOL_SOCKET = 1
+_IPPROTO_TCP = 6
+_TCP_MD5_OPTIONS = (14, 32)  # TCP_MD5SIG, TCP_MD5SIG_EXT
 # SO_SNDBUF, SO_RCVBUF, SO_RCVLOWAT (TCP grows the receive buffer to fit it); the FORCE ones
 # need CAP_NET_ADMIN, which the command does not have.
 _BUFFER_OPTIONS = (7, 8, 18)
@@ -177,11 +182,18 @@ def build_filter(machine: str | None = None) -> bytes:
     prog.op(_RET, _ALLOW)
     prog.label("setsockopt")
     prog.op(_LD_W_ABS, _ARGS + 8)  # level
-    prog.op(_JEQ, _SOL_SOCKET, 1, 0)
+    prog.op(_JEQ, _SOL_SOCKET, "socket_level", 0)
+    prog.op(_JEQ, _IPPROTO_TCP, "tcp_level", 0)
     prog.op(_RET, _ALLOW)
+    prog.label("socket_level")
     prog.op(_LD_W_ABS, _ARGS + 16)  # option
     for option in _BUFFER_OPTIONS:
         prog.op(_JEQ, option, "unchanged", 0)
+    prog.op(_RET, _ALLOW)
+    prog.label("tcp_level")
+    prog.op(_LD_W_ABS, _ARGS + 16)
+    for option in _TCP_MD5_OPTIONS:
+        prog.op(_JEQ, option, "noprotoopt", 0)
     prog.op(_RET, _ALLOW)
     for arg in sorted(set(arch.mode_arg.values())):
         prog.label(f"mode{arg}")
@@ -205,6 +217,8 @@ def build_filter(machine: str | None = None) -> bytes:
         prog.op(_RET, _ALLOW)
         prog.label(f"refused{number}")
         prog.op(_RET, _ERRNO | refusal)
+    prog.label("noprotoopt")
+    prog.op(_RET, _ERRNO | errno.ENOPROTOOPT)
     prog.label("unchanged")
     prog.op(_RET, _ERRNO | 0)  # returns 0: success, and nothing done
     prog.label("eperm")

@@ -53,6 +53,9 @@ attempt("set rcvbuf", lambda: probe.setsockopt(socket.SOL_SOCKET, socket.SO_RCVB
 attempt("set sndbuf", lambda: probe.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 4 << 20))
 attempt("set rcvlowat", lambda: probe.setsockopt(socket.SOL_SOCKET, socket.SO_RCVLOWAT, 16 << 20))
 attempt("vsock", lambda: socket.socket(socket.AF_VSOCK, socket.SOCK_STREAM).close())
+md5 = bytes(2) + bytes(126) + bytes(4) + bytes(4) + b"k" * 80  # an empty address, key length 0
+attempt("tcp md5", lambda: probe.setsockopt(socket.IPPROTO_TCP, 14, md5))
+attempt("tcp nodelay", lambda: probe.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1))
 attempt("set reuseaddr", lambda: probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1))
 out["rcvbuf unchanged"] = probe.getsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF) == default_rcvbuf
 out["reuseaddr set"] = probe.getsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR) == 1
@@ -142,6 +145,9 @@ def test_socket_buffer_sizes_are_left_as_they_are_and_other_options_work(
     assert outcomes["set rcvlowat"] == "ok"  # round 107: TCP grew the buffer to fit it
     assert outcomes["rcvbuf unchanged"] is True
     assert outcomes["set reuseaddr"] == "ok" and outcomes["reuseaddr set"] is True
+    # Round 108: each socket's MD5 keys were 180 KB of kernel memory no cgroup was charged for.
+    assert outcomes["tcp md5"] == "ENOPROTOOPT"
+    assert outcomes["tcp nodelay"] == "ok"
 
 
 @pytest.mark.skipif(os.uname().machine != "x86_64", reason="32-bit calls are x86 only")
