@@ -192,6 +192,8 @@ class DockerBackend(SandboxBackend):
         self._live_lock = threading.Lock()
         self._starting: set[asyncio.Future[tuple[str, _AttachConnection]]] = set()
         self._cleanups: set[asyncio.Task[bool]] = set()
+        self._unbounded = False
+        """Whether containers' socket memory could not be bounded (said once in the log)."""
         self._closed = False
 
     # --- blocking helpers, run in worker threads ------------------------------------------------
@@ -317,7 +319,14 @@ class DockerBackend(SandboxBackend):
         try:
             if pid <= 0:
                 raise OSError("it is not running")
-            bound_socket_memory(container_id, pid, memory_mb)
+            if not bound_socket_memory(container_id, pid, memory_mb) and not self._unbounded:
+                self._unbounded = True
+                log.warning(
+                    "the daemon cannot set the sandbox containers' TCP memory limit (it sees "
+                    "neither their processes nor their memory cgroups, or may not write there: "
+                    "run it as root with /sys/fs/cgroup writable): on this cgroup v1 host their "
+                    "socket buffers are neither bounded nor charged to them"
+                )
         except (OSError, ValueError) as exc:
             raise SandboxStartError(
                 f"cannot bound the socket memory of sandbox container {container_id[:12]} "

@@ -41,7 +41,13 @@ IPC_SYSCTLS = {"kernel.shm_rmid_forced": "1", "kernel.msgmni": "16"}
 #: (the host's 32 MiB let one hold about 20 MB: attacker round 107; 64 KiB, 66 KB: round 108).
 #: A socket's option memory (TCP MD5 keys, IP options, multicast filters) is not charged either:
 #: 20 KiB per socket, not the host's 128 KiB (round 108: 180 KB per socket through MD5 keys).
-NET_SYSCTLS = {"net.ipv4.tcp_rmem": "4096 16384 1048576", "net.core.optmem_max": "20480"}
+#: Send buffers stop at 1 MiB too: where the daemon cannot set the container's TCP limit (see
+#: sandbox/socket_memory.py), they are not charged to it either.
+NET_SYSCTLS = {
+    "net.ipv4.tcp_rmem": "4096 16384 1048576",
+    "net.ipv4.tcp_wmem": "4096 16384 1048576",
+    "net.core.optmem_max": "20480",
+}
 #: /tmp holds at most half the memory, and as many files and folders as it has 4 KiB pages (the
 #: kernel memory of empty folders counts too, not only bytes).
 TMPFS_INODES_PER_MB = 256

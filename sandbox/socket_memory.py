@@ -13,6 +13,7 @@ bounded. The buffers are a counter of their own beside the memory limit, so a ca
 
 from __future__ import annotations
 
+import errno
 from pathlib import Path
 
 SOCKET_BUFFERS_MAX_MB = 64
@@ -35,9 +36,12 @@ def reserved_mb(memory_mb: int) -> int:
 
 def bound_socket_memory(
     container_id: str, pid: int, memory_mb: int, proc: Path = Path("/proc")
-) -> None:
+) -> bool:
     """Charge the sockets of container `container_id`, whose first process is `pid`, to its
-    cgroup, within `socket_buffers_mb`.
+    cgroup, within `socket_buffers_mb`. False when nothing could be bounded: this process sees
+    neither the container's processes (a PID namespace of its own) nor its cgroup where the
+    engine makes it, or may not write there (not root, or /sys/fs/cgroup read-only, as under
+    the shipped systemd unit).
 
     Raises:
         OSError: The cgroup v1 memory controller is there but the container's TCP limit cannot
@@ -45,13 +49,54 @@ def bound_socket_memory(
             another process's now): the container must not run, its socket memory would be the
             host's.
     """
-    folder = _v1_memory_cgroup(pid, proc)
+    try:
+        folder = _v1_memory_cgroup(pid, proc)
+    except FileNotFoundError:
+        folder = _engine_cgroup(container_id, proc)
+        if folder is None:
+            return False
     if folder is None:
-        return
+        return True  # cgroup v2: socket memory is in memory.max already
     if container_id not in folder.name:
         raise OSError(f"process {pid} is not in a cgroup of container {container_id[:12]}")
     limit = folder / _TCP_LIMIT
-    limit.write_text(str(socket_buffers_mb(memory_mb) << 20), encoding="ascii")
+    try:
+        limit.write_text(str(socket_buffers_mb(memory_mb) << 20), encoding="ascii")
+    except OSError as exc:
+        if exc.errno in (errno.EACCES, errno.EPERM, errno.EROFS):
+            return False  # not this process's to write (an unprivileged or confined daemon)
+        raise
+    return True
+
+
+def _engine_cgroup(container_id: str, proc: Path) -> Path | None:
+    """Where Docker makes a container's v1 memory cgroup (the cgroupfs driver's `docker/<id>`,
+    the systemd driver's `system.slice/docker-<id>.scope`) in the hierarchy mounted here; None
+    when neither is there."""
+    mount = _v1_memory_mount(proc)
+    if mount is None:
+        return None
+    for relative in (f"docker/{container_id}", f"system.slice/docker-{container_id}.scope"):
+        if (mount / relative / _TCP_LIMIT).exists():
+            return mount / relative
+    return None
+
+
+def _v1_memory_mount(proc: Path) -> Path | None:
+    """Where the whole v1 memory hierarchy is mounted here (its root), if it is."""
+    return next((Path(point) for root, point in _v1_memory_mounts(proc) if root == "/"), None)
+
+
+def _v1_memory_mounts(proc: Path) -> list[tuple[str, str]]:
+    """The v1 memory hierarchy's mounts here: (the hierarchy's folder mounted, mount point)."""
+    mounts = []
+    for line in (proc / "self" / "mountinfo").read_text(encoding="utf-8").splitlines():
+        fields, _, after = line.partition(" - ")
+        parts, kind = fields.split(), after.split()
+        v1_memory = len(kind) >= 3 and kind[0] == "cgroup" and "memory" in kind[2].split(",")
+        if v1_memory and len(parts) >= 5:
+            mounts.append((parts[3], parts[4]))
+    return mounts
 
 
 def _v1_memory_cgroup(pid: int, proc: Path) -> Path | None:
@@ -70,14 +115,7 @@ def _v1_memory_cgroup(pid: int, proc: Path) -> Path | None:
             break
     if relative is None:
         return None
-    for line in (proc / "self" / "mountinfo").read_text(encoding="utf-8").splitlines():
-        fields, _, after = line.partition(" - ")
-        parts, kind = fields.split(), after.split()
-        if len(parts) < 5 or len(kind) < 3 or kind[0] != "cgroup":
-            continue
-        if "memory" not in kind[2].split(","):
-            continue
-        root, mount_point = parts[3], parts[4]
+    for root, mount_point in _v1_memory_mounts(proc):
         inside = _relative_to(relative, root)
         if inside is not None:
             return Path(mount_point, inside)

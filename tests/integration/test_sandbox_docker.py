@@ -93,6 +93,7 @@ async def test_running_container_is_hardened_as_inspected(
             "kernel.shm_rmid_forced": "1",
             "kernel.msgmni": "16",
             "net.ipv4.tcp_rmem": "4096 16384 1048576",
+            "net.ipv4.tcp_wmem": "4096 16384 1048576",
             "net.core.optmem_max": "20480",
         }
         assert host["NetworkMode"] == "none"

@@ -53,7 +53,12 @@ def test_daemon_sigkill_with_sandboxed_calls_in_flight_then_restart(
     instance = unique("rel-kill")
     # No warm pool: after the restart, every container of the instance is a leftover.
     pool_size = 0
-    env = {"TOOLJAIL_SANDBOX__POOL_SIZE": str(pool_size), "TOOLJAIL_SHUTDOWN_GRACE_S": "5"}
+    env = {
+        "TOOLJAIL_SANDBOX__POOL_SIZE": str(pool_size),
+        "TOOLJAIL_SHUTDOWN_GRACE_S": "5",
+        # One principal's 20 calls of 512 MB pass its default half of the memory budget here.
+        "TOOLJAIL_SANDBOX__MEMORY_PER_PRINCIPAL": "1.0",
+    }
     first = DaemonProcess(folder, workspace, instance, env)
     second = DaemonProcess(folder, workspace, instance, env)
     in_flight = 20

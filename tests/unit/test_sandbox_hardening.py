@@ -99,6 +99,7 @@ def test_host_config_is_locked_down() -> None:
         "kernel.shm_rmid_forced": "1",
         "kernel.msgmni": "16",
         "net.ipv4.tcp_rmem": "4096 16384 1048576",
+        "net.ipv4.tcp_wmem": "4096 16384 1048576",
         "net.core.optmem_max": "20480",
     }
     assert hc["AutoRemove"] is True

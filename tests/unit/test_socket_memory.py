@@ -3,6 +3,8 @@ through the kernel's view of its first process; anything else is refused."""
 
 from __future__ import annotations
 
+import errno
+import os
 from pathlib import Path
 
 import pytest
@@ -82,3 +84,39 @@ def test_a_container_reserves_its_socket_buffers_beside_its_memory() -> None:
     assert socket_buffers_mb(256) == 32
     assert socket_buffers_mb(4096) == 64
     assert reserved_mb(512) == 576
+
+
+def test_without_the_containers_process_its_cgroup_is_found_where_the_engine_makes_it(
+    tmp_path: Path,
+) -> None:
+    """The daemon in a PID namespace of its own (in a container) cannot read /proc/<pid>."""
+    mount = tmp_path / "memory"
+    folder = mount / "system.slice" / f"docker-{CID}.scope"
+    folder.mkdir(parents=True)
+    (folder / "memory.kmem.tcp.limit_in_bytes").write_text("9223372036854771712")
+    proc = fake_proc(tmp_path, "", V1_MOUNTS.format(mount=mount))
+    (proc / "4242" / "cgroup").unlink()
+    assert bound_socket_memory(CID, 4242, 512, proc) is True
+    assert (folder / "memory.kmem.tcp.limit_in_bytes").read_text() == str(64 << 20)
+
+
+def test_a_daemon_that_sees_neither_says_nothing_was_bounded(tmp_path: Path) -> None:
+    proc = fake_proc(tmp_path, "", V1_MOUNTS.format(mount=tmp_path / "memory"))
+    (proc / "4242" / "cgroup").unlink()
+    assert bound_socket_memory(CID, 4242, 512, proc) is False
+
+
+@pytest.mark.parametrize("refusal", [errno.EACCES, errno.EROFS])
+def test_a_daemon_that_may_not_write_the_cgroup_says_nothing_was_bounded(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, refusal: int
+) -> None:
+    """As under the shipped unit: an unprivileged user, /sys/fs/cgroup read-only."""
+    mount = tmp_path / "memory"
+    (mount / "docker" / CID).mkdir(parents=True)
+    proc = fake_proc(tmp_path, f"4:memory:/docker/{CID}\n", V1_MOUNTS.format(mount=mount))
+
+    def refused(self: Path, *args: object, **kwargs: object) -> int:
+        raise OSError(refusal, os.strerror(refusal), str(self))
+
+    monkeypatch.setattr(Path, "write_text", refused)
+    assert bound_socket_memory(CID, 4242, 512, proc) is False
