@@ -297,19 +297,21 @@ class SandboxExecutor:
         self._in_use(spec)
         self._destroy_later(self._pool.expire())
         reservation = await self._reserve(spec)
+        holder: Sandbox | None = None  # holds the reservation till removed; None: it goes back here
         try:
             sandbox = self._pool.take(key)
             if sandbox is not None:
                 timeline.mark("pool_take")
                 if on_start is not None:
                     on_start()
-                self._hold(sandbox, reservation)
+                holder = self._hold(sandbox, reservation)
                 try:
                     result = await self._run_on(sandbox, request, on_output, egress, keep=keep)
                 except SandboxNotDelivered as exc:
                     log.info("warm sandbox unusable, starting a fresh one: %s", exc)
                     self._counts["not_delivered"] += 1
                     self._reserved.pop(sandbox, None)
+                    holder = None
                 else:
                     self._counts["pool_hits"] += 1
                     return self._owned(sandbox, result)
@@ -318,7 +320,7 @@ class SandboxExecutor:
             timeline.mark("cold_start")
             if on_start is not None:
                 on_start()
-            self._hold(sandbox, reservation)
+            holder = self._hold(sandbox, reservation)
             try:
                 result = await self._run_on(sandbox, request, on_output, egress, keep=keep)
             except SandboxNotDelivered as exc:
@@ -328,7 +330,7 @@ class SandboxExecutor:
                 ) from exc
             return self._owned(sandbox, result)
         finally:
-            if reservation is not None and reservation not in self._reserved.values():
+            if holder is None:
                 self._memory_back(reservation)
             # After the call's answer, not before: starting containers competes for CPU with it.
             after_answer.later(lambda: self._refill_open(key, spec))
@@ -343,10 +345,11 @@ class SandboxExecutor:
             raise SandboxStartError("the sandbox executor is closed (the daemon is shutting down)")
         return reservation
 
-    def _hold(self, sandbox: Sandbox, reservation: Reservation | None) -> None:
-        """The container holds the call's memory from now until it is removed."""
+    def _hold(self, sandbox: Sandbox, reservation: Reservation | None) -> Sandbox:
+        """The container holds the call's memory from now until it is removed; it is returned."""
         if reservation is not None:
             self._reserved[sandbox] = reservation
+        return sandbox
 
     def _memory_back(self, reservation: Reservation | None) -> None:
         if self._memory is not None and reservation is not None:

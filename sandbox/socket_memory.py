@@ -14,6 +14,7 @@ bounded. The buffers are a counter of their own beside the memory limit, so a ca
 from __future__ import annotations
 
 import errno
+import functools
 from pathlib import Path
 
 SOCKET_BUFFERS_MAX_MB = 64
@@ -87,8 +88,10 @@ def _v1_memory_mount(proc: Path) -> Path | None:
     return next((Path(point) for root, point in _v1_memory_mounts(proc) if root == "/"), None)
 
 
-def _v1_memory_mounts(proc: Path) -> list[tuple[str, str]]:
-    """The v1 memory hierarchy's mounts here: (the hierarchy's folder mounted, mount point)."""
+@functools.lru_cache(maxsize=4)
+def _v1_memory_mounts(proc: Path) -> tuple[tuple[str, str], ...]:
+    """The v1 memory hierarchy's mounts here: (the hierarchy's folder mounted, mount point).
+    Read once: cgroup hierarchies are mounted at boot, and every container start looks."""
     mounts = []
     for line in (proc / "self" / "mountinfo").read_text(encoding="utf-8").splitlines():
         fields, _, after = line.partition(" - ")
@@ -96,7 +99,7 @@ def _v1_memory_mounts(proc: Path) -> list[tuple[str, str]]:
         v1_memory = len(kind) >= 3 and kind[0] == "cgroup" and "memory" in kind[2].split(",")
         if v1_memory and len(parts) >= 5:
             mounts.append((parts[3], parts[4]))
-    return mounts
+    return tuple(mounts)
 
 
 def _v1_memory_cgroup(pid: int, proc: Path) -> Path | None:
