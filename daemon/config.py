@@ -91,6 +91,15 @@ class SandboxSettings(_Section):
     regular user (and that tooljail makes itself); created by `make setup`."""
     min_uid: int = Field(default=1000, ge=1)
     """No sandbox ever runs as a uid below this (root and system accounts)."""
+    principal_uid_first: int = Field(default=2_000_000_000, ge=0, le=0xFFFF_FFFE)
+    """Sandboxes over the workspaces tooljail makes run as a uid of their principal's own (with
+    `user`'s group), given from this one on and kept for good (<state_dir>/principal-uids.json):
+    the kernel counts inotify instances, pipe buffers, message queues and processes per uid, so
+    one tenant cannot hold them for the others. No account, subordinate id range or the daemon
+    may be in the range (checked at start). 0: all of them run as `user`, one uid for every
+    tenant."""
+    principal_uid_count: int = Field(default=1_000_000, ge=1)
+    """How many principals may have a uid of their own (the range's length)."""
     run_as_owner: bool = True
     """Over a workspace owned by a regular user (uid >= min_uid), run as that user, so files
     made in their project stay theirs; false: always as `user`."""

@@ -55,6 +55,7 @@ from daemon.server.service import ExecutorService, Intake
 from daemon.sessions.disk import BudgetedWorkspaces, FreshWorkspaces, PlainWorkspaces
 from daemon.sessions.kept_workspaces import KeptWorkspaces
 from daemon.sessions.manager import SandboxCleanup, SessionManager
+from daemon.sessions.principal_uids import LEDGER_NAME, PrincipalUids, UidRange, open_ledger
 from daemon.sessions.session import Session
 from daemon.sessions.store import SessionStore
 from daemon.sessions.workspaces import IdentityRule
@@ -162,6 +163,7 @@ class Daemon:
                 user=settings.sandbox.user,
                 min_uid=settings.sandbox.min_uid,
                 run_as_owner=settings.sandbox.run_as_owner,
+                principal_uids=_principal_uids(settings),
             )
         try:
             store = SessionStore(
@@ -500,3 +502,12 @@ def _cleanup(sandbox: Sandbox, kept: KeptOutputs | None) -> SandboxCleanup:
         return await sandbox.remove_session(session)
 
     return cleanup
+
+
+def _principal_uids(settings: Settings) -> PrincipalUids | None:
+    """Where principals' own sandbox uids come from (None: the operator turned them off)."""
+    sandbox = settings.sandbox
+    if not sandbox.principal_uid_first:
+        return None
+    uids = UidRange(sandbox.principal_uid_first, sandbox.principal_uid_count)
+    return open_ledger(settings.state_dir / LEDGER_NAME, uids, min_uid=sandbox.min_uid)

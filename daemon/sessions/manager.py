@@ -159,7 +159,8 @@ class SessionManager:
     async def _open_in_room(self, workspace: str, ttl: float, caller: Caller) -> Session:
         if not workspace:
             name = self._store.new_workspace_name()
-            folder = await self._fresh.create(name, self._store.fresh_owner(), caller.principal)
+            owner = self._store.fresh_owner(caller.principal)
+            folder = await self._fresh.create(name, owner, caller.principal)
             fresh = await _pinned(lambda: PinnedDirectory.pin(folder), caller.principal)
             return self._store.open(
                 fresh,

@@ -267,13 +267,17 @@ class SessionStore:
         """A fresh workspace folder's name (random, and unrelated to the session's id)."""
         return _WORKSPACE_PREFIX + secrets.token_hex(12)
 
-    def fresh_owner(self) -> tuple[int, int] | None:
-        """Who the workspaces tooljail makes belong to: the sandbox account, when the daemon is
-        root; its group (uid -1: the daemon keeps the folder), when the daemon is a member of
-        it; None (the daemon's own) otherwise, or without a sandbox."""
+    def fresh_owner(self, principal: str | None = None) -> tuple[int, int] | None:
+        """Who a workspace tooljail makes for `principal` belongs to: the identity its sandboxes
+        will run as (`IdentityRule.for_principal`; None: the sandbox account), when the daemon
+        is root; that identity's group (uid -1: the daemon keeps the folder), when the daemon is
+        a member of it; None (the daemon's own) otherwise, or without a sandbox."""
         if self._identities is None:
             return None
-        uid, gid = self._identities.dedicated()
+        if principal is None:
+            uid, gid = self._identities.dedicated()
+        else:
+            uid, gid = self._identities.for_principal(principal)
         if os.geteuid() == 0:
             return uid, gid
         return (-1, gid) if gid in os.getgroups() else None
@@ -293,8 +297,11 @@ class SessionStore:
         (`verify_pinned`): nothing else ran since."""
         session_id = self.new_id()
         try:
-            identity = self._identity(root)
-        except RequestError:
+            if owns_workspace and self._identities is not None:
+                identity: tuple[int, int] | None = self._identities.for_fresh(root, owner)
+            else:
+                identity = self._identity(root)
+        except (RequestError, Overloaded):
             root.close()
             raise
         session = Session(

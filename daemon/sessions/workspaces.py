@@ -7,7 +7,9 @@ and how workspaces of open sessions may not overlap.
 - Sandboxes never run as root. Over a workspace owned by a regular user (uid >= min_uid) they run
   as that user, so files made in a user's own project stay theirs; otherwise as the dedicated
   account (`sandbox.user`), which must be able to write the workspace. Workspaces tooljail makes
-  itself belong to that account.
+  itself are handed to their principal's own uid (`principal_uids`) with that account's group,
+  and their sandboxes run as it: the kernel's per-user limits are then no tenant's to take from
+  another.
 - Two open sessions whose workspaces are the same directory, or one inside the other, overlap:
   the policy sees the overlaps and refuses them unless it allows them explicitly.
 """
@@ -23,6 +25,7 @@ from typing import Literal
 from daemon.errors import RequestError
 from daemon.host.confine import is_inside
 from daemon.host.pinned import NotPinnable, PinnedDirectory
+from daemon.sessions.principal_uids import PrincipalUids
 from daemon.text import wire_safe
 
 Relation = Literal["same", "inside", "contains"]
@@ -142,12 +145,15 @@ def _remove_if_same(parent: int, name: str, made: os.stat_result) -> None:
 @dataclass(frozen=True)
 class IdentityRule:
     """Who the sandboxes of a workspace run as (sandbox.user, sandbox.min_uid,
-    sandbox.run_as_owner)."""
+    sandbox.run_as_owner, and the principals' own uids)."""
 
     user: str
     """The dedicated account's name (or uid)."""
     min_uid: int
     run_as_owner: bool
+    principal_uids: PrincipalUids | None = None
+    """Where each principal's own uid comes from (None: every principal's sandboxes over the
+    workspaces tooljail makes run as the dedicated account)."""
 
     def dedicated(self) -> tuple[int, int]:
         """The dedicated account's uid and gid; RequestError when it cannot be used."""
@@ -165,18 +171,33 @@ class IdentityRule:
             )
         return entry.pw_uid, entry.pw_gid
 
+    def for_principal(self, principal: str) -> tuple[int, int]:
+        """The identity the sandboxes of a workspace tooljail made for `principal` run as: the
+        principal's own uid with the dedicated account's group (the dedicated account itself
+        when principals have no uids of their own)."""
+        uid, gid = self.dedicated()
+        if self.principal_uids is not None:
+            uid = self.principal_uids.uid_of(principal)
+        return uid, gid
+
+    def for_fresh(self, root: PinnedDirectory, principal: str) -> tuple[int, int]:
+        """`for_principal`, once the workspace made for it is known to be writable so."""
+        uid, gid = self.for_principal(principal)
+        if not _writable(root, uid, gid):
+            raise RequestError(
+                f"the workspace made at {root.path} belongs to {root.uid}:{root.gid} with mode "
+                f"{root.mode:o}, which its sandboxes ({uid}:{gid}) cannot write: run "
+                "the daemon as root, or as a member of sandbox.user's group"
+            )
+        return uid, gid
+
     def for_workspace(self, root: PinnedDirectory) -> tuple[int, int]:
         """The identity sandboxes of this workspace run as; RequestError, naming the settings,
         when no allowed identity can write it."""
         if self.run_as_owner and root.uid >= self.min_uid and root.gid != 0:
             return root.uid, root.gid
         uid, gid = self.dedicated()
-        writable = (
-            (root.uid == uid and root.mode & 0o200)
-            or (root.gid == gid and root.mode & 0o020)
-            or root.mode & 0o002
-        )
-        if not writable:
+        if not _writable(root, uid, gid):
             if not self.run_as_owner:
                 why = "sandbox.run_as_owner is off"
             elif root.uid < self.min_uid:
@@ -190,3 +211,11 @@ class IdentityRule:
                 "of a regular user"
             )
         return uid, gid
+
+
+def _writable(root: PinnedDirectory, uid: int, gid: int) -> bool:
+    return bool(
+        (root.uid == uid and root.mode & 0o200)
+        or (root.gid == gid and root.mode & 0o020)
+        or root.mode & 0o002
+    )

@@ -1,0 +1,131 @@
+"""Each principal's sandboxes over the workspaces tooljail makes run as a uid of its own, so the
+kernel's per-user limits are no tenant's to take from another (attacker round 105, F3: alice
+held every inotify instance of the one sandbox uid, and bob's `tail -f` lost inotify).
+Real OPA and Docker."""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import grpc
+import pytest
+
+from daemon._generated.tooljail.v1 import executor_pb2 as pb
+from daemon._generated.tooljail.v1 import executor_pb2_grpc as pb_grpc
+from daemon.sessions.principal_uids import LEDGER_NAME
+from tests.integration.conftest import OWNER_GID, OWNER_UID
+from tests.integration.harness import RunningDaemon, running_daemon, text_of
+from tests.integration.test_principals import TOKENS, _policies
+from tests.integration.test_service import free_port
+
+pytestmark = [pytest.mark.integration, pytest.mark.docker]
+
+FIRST = 2_100_000_000
+#: Takes every inotify instance the kernel grants one uid (a `tail -f` each), says so, holds them.
+HOG = (
+    "touch f; for i in $(seq 160); do tail -f f > /dev/null 2>&1 & done; sleep 2; "
+    "echo taken > held; wait"
+)
+#: What a tenant's tool sees: tail says when it finds no inotify instance left.
+PROBE = "touch g; timeout 2 tail -f g 2>&1; echo probed"
+_STARVED = "inotify cannot be used"
+
+
+class Tenant:
+    def __init__(self, target: str, name: str) -> None:
+        self.channel = grpc.insecure_channel(target)
+        self.stub = pb_grpc.ExecutorStub(self.channel)
+        self.metadata = (("authorization", f"Bearer {TOKENS[name]}"),)
+
+    def bash(self, session: pb.Session, command: str, **more: object) -> pb.ExecuteResponse:
+        use = pb.ToolUse(id=f"toolu_{os.urandom(6).hex()}", name="Bash")
+        use.input.update({"command": command, **more})
+        request = pb.ExecuteRequest(tool_use=use, session_id=session.id)
+        response: pb.ExecuteResponse = self.stub.Execute(
+            request, metadata=self.metadata, timeout=120
+        )
+        assert not response.result.is_error, text_of(response)
+        return response
+
+    def open(self) -> pb.Session:
+        session: pb.Session = self.stub.OpenSession(
+            pb.OpenSessionRequest(), metadata=self.metadata, timeout=60
+        )
+        return session
+
+    def close(self, session: pb.Session) -> None:
+        self.stub.CloseSession(
+            pb.CloseSessionRequest(session_id=session.id, delete_workspace=True),
+            metadata=self.metadata,
+            timeout=120,
+        )
+
+
+@pytest.fixture(scope="module")
+def tenants(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> Iterator[tuple[RunningDaemon, Tenant, Tenant]]:
+    root = Path(tmp_path_factory.mktemp("uids"))
+    (root / "ws").mkdir()
+    os.chown(root / "ws", OWNER_UID, OWNER_GID)
+    target = f"127.0.0.1:{free_port()}"
+    with running_daemon(
+        root / "ws",
+        root / "u.sock",
+        sandbox={"pool_size": 0, "principal_uid_first": FIRST, "principal_uid_count": 100},
+        tcp={"address": target},
+        auth={"tokens": TOKENS},
+        opa={"policies_dir": _policies(root)},
+    ) as running:
+        if running.daemon.sandbox is None or running.daemon.sandbox.stats() is None:
+            pytest.skip("no Docker engine answers")
+        alice, bob = Tenant(target, "alice"), Tenant(target, "bob")
+        yield running, alice, bob
+        alice.channel.close()
+        bob.channel.close()
+
+
+def test_each_principal_runs_as_its_own_uid_kept_across_sessions(
+    tenants: tuple[RunningDaemon, Tenant, Tenant],
+) -> None:
+    running, alice, bob = tenants
+    ids: dict[str, set[tuple[int, int]]] = {"alice": set(), "bob": set()}
+    for name, tenant in (("alice", alice), ("bob", bob), ("alice", alice)):
+        session = tenant.open()
+        uid, gid = map(int, text_of(tenant.bash(session, "id -u; id -g")).split())
+        owner = Path(session.workspace).stat()
+        assert (owner.st_uid, owner.st_gid) == (uid, gid)  # the daemon runs as root here
+        ids[name].add((uid, gid))
+        tenant.close(session)
+    assert len(ids["alice"]) == 1 and len(ids["bob"]) == 1, ids
+    (alice_uid, group), (bob_uid, bob_group) = ids["alice"].pop(), ids["bob"].pop()
+    assert alice_uid != bob_uid and group == bob_group
+    assert {alice_uid, bob_uid} <= set(range(FIRST, FIRST + 100))
+    ledger = json.loads((running.settings.state_dir / LEDGER_NAME).read_text())
+    assert set(ledger["uids"].values()) >= {alice_uid, bob_uid}
+
+
+def test_one_tenant_holding_a_per_user_kernel_limit_leaves_anothers_alone(
+    tenants: tuple[RunningDaemon, Tenant, Tenant],
+) -> None:
+    _, alice, bob = tenants
+    hers, his = alice.open(), bob.open()
+    try:
+        alice.bash(hers, HOG, run_in_background=True)
+        held = Path(hers.workspace) / "held"
+        deadline = time.monotonic() + 90
+        while not held.exists() and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert held.exists(), "the background command never took the inotify instances"
+        # Her own next container shares her uid, so the limit she holds is hers too: this is
+        # what the hog does, so the check below can fail.
+        assert _STARVED in text_of(alice.bash(hers, PROBE))
+        answer = text_of(bob.bash(his, PROBE))
+        assert _STARVED not in answer and "probed" in answer, answer
+    finally:
+        alice.close(hers)
+        bob.close(his)

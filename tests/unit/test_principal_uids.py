@@ -1,0 +1,206 @@
+"""Each principal's own sandbox uid: given once from the operator's range, kept for good, never
+given twice; a range or a record that could make two tenants (or a tenant and an account of the
+machine) share a uid stops the daemon (no Docker)."""
+
+from __future__ import annotations
+
+import json
+import os
+import pwd
+from pathlib import Path
+
+import pytest
+
+from daemon.errors import Overloaded, RequestError
+from daemon.host.pinned import PinnedDirectory
+from daemon.sessions.principal_uids import (
+    LedgerError,
+    PrincipalUids,
+    UidRange,
+    check_range,
+    open_ledger,
+    subordinate_ranges,
+)
+from daemon.sessions.store import SessionStore
+from daemon.sessions.workspaces import IdentityRule, make_workspace
+
+FIRST = 2_000_000_000
+SANDBOX_USER = "tooljail-sandbox"
+
+
+def _ledger(tmp_path: Path) -> Path:
+    return tmp_path / "state" / "principal-uids.json"
+
+
+def test_each_principal_gets_a_uid_of_its_own_and_keeps_it(tmp_path: Path) -> None:
+    uids = PrincipalUids(_ledger(tmp_path), UidRange(FIRST, 10))
+    alice, bob = uids.uid_of("alice"), uids.uid_of("bob")
+    assert (alice, bob) == (FIRST, FIRST + 1)
+    assert uids.uid_of("alice") == alice
+    # A restarted daemon reads them back: nobody's uid changes, and the next is a new one.
+    again = PrincipalUids(_ledger(tmp_path), UidRange(FIRST, 10))
+    assert (again.uid_of("bob"), again.uid_of("alice")) == (bob, alice)
+    assert again.uid_of("carol") == FIRST + 2
+    written = json.loads(_ledger(tmp_path).read_text())
+    assert written["uids"] == {"alice": FIRST, "bob": FIRST + 1, "carol": FIRST + 2}
+    assert _ledger(tmp_path).stat().st_mode & 0o077 == 0
+
+
+def test_principals_that_differ_only_in_form_are_different_principals(tmp_path: Path) -> None:
+    uids = PrincipalUids(_ledger(tmp_path), UidRange(FIRST, 10))
+    names = ["alice", "Alice", "alice ", "al\u0131ce", "token:alice"]
+    assert len({uids.uid_of(name) for name in names}) == len(names)
+
+
+def test_a_full_range_refuses_new_principals_and_keeps_serving_known_ones(tmp_path: Path) -> None:
+    uids = PrincipalUids(_ledger(tmp_path), UidRange(FIRST, 2))
+    uids.uid_of("a")
+    uids.uid_of("b")
+    with pytest.raises(Overloaded, match="widen the range"):
+        uids.uid_of("c")
+    assert uids.uid_of("a") == FIRST
+    assert "c" not in json.loads(_ledger(tmp_path).read_text())["uids"]
+
+
+def test_a_uid_that_could_not_be_written_down_is_not_given(tmp_path: Path) -> None:
+    uids = PrincipalUids(_ledger(tmp_path), UidRange(FIRST, 10))
+    blocker = tmp_path / "state"
+    blocker.write_text("a file where the state directory should be")
+    with pytest.raises(Overloaded, match="could not write down"):
+        uids.uid_of("alice")
+    blocker.unlink()
+    assert uids.uid_of("bob") == FIRST  # the failed one took nothing
+    assert uids.uid_of("alice") == FIRST + 1
+
+
+@pytest.mark.parametrize(
+    ("content", "why"),
+    [
+        ("{not json", "not JSON"),
+        ('{"version": 1, "uids": []}', "not what the daemon writes"),
+        ('{"version": 2, "uids": {}}', "not what the daemon writes"),
+        ('{"version": 1, "uids": {"a": "2000000000"}}', "not what the daemon writes"),
+        ('{"version": 1, "uids": {"a": true}}', "not what the daemon writes"),
+        ('{"version": 1, "uids": {"a": 2000000000, "b": 2000000000}}', "two principals"),
+        ('{"version": 1, "uids": {"a": 1001}}', "outside"),
+        ('{"version": 1, "uids": {"a": 2000000010}}', "outside"),
+    ],
+)
+def test_a_record_the_daemon_did_not_write_stops_it(tmp_path: Path, content: str, why: str) -> None:
+    ledger = _ledger(tmp_path)
+    ledger.parent.mkdir()
+    ledger.write_text(content)
+    ledger.chmod(0o600)
+    with pytest.raises(LedgerError, match=why):
+        PrincipalUids(ledger, UidRange(FIRST, 10))
+
+
+def test_a_record_others_could_write_or_that_is_a_link_is_not_used(tmp_path: Path) -> None:
+    ledger = _ledger(tmp_path)
+    ledger.parent.mkdir()
+    ledger.write_text('{"version": 1, "uids": {}}')
+    ledger.chmod(0o666)
+    with pytest.raises(LedgerError, match="others may write it"):
+        PrincipalUids(ledger, UidRange(FIRST, 10))
+    ledger.chmod(0o600)
+    ledger.rename(tmp_path / "elsewhere.json")
+    ledger.symlink_to(tmp_path / "elsewhere.json")
+    with pytest.raises(LedgerError, match="cannot use"):
+        PrincipalUids(ledger, UidRange(FIRST, 10))
+
+
+def _check(uids: UidRange, **overrides: object) -> None:
+    arguments: dict[str, object] = {
+        "min_uid": 1000,
+        "accounts": [("root", 0), ("tooljail-sandbox", 1001)],
+        "subordinate": [("alice", 100_000, 65_536)],
+        "daemon_uid": 0,
+    }
+    arguments.update(overrides)
+    check_range(uids, **arguments)  # type: ignore[arg-type]
+
+
+def test_a_range_that_could_share_a_uid_with_anything_else_is_refused() -> None:
+    _check(UidRange(FIRST, 1_000_000))  # apart from everything: fine
+    refusals = {
+        "below the floor": (UidRange(500, 10), {}),
+        "past the last uid": (UidRange(0xFFFF_FFF0, 100), {}),
+        "the sandbox account": (UidRange(1000, 10), {}),
+        "an account": (UidRange(FIRST, 10), {"accounts": [("nobody-else", FIRST + 9)]}),
+        "a subordinate range": (UidRange(150_000, 10), {}),
+        "a subordinate range's end": (UidRange(165_535, 10), {}),
+        "the daemon": (UidRange(FIRST, 10), {"daemon_uid": FIRST + 3}),
+    }
+    for case, (uids, overrides) in refusals.items():
+        with pytest.raises(LedgerError):
+            _check(uids, **overrides)
+            pytest.fail(f"not refused: {case}")
+    _check(UidRange(165_536, 10))  # right after the subordinate range
+
+
+def test_subordinate_ranges_are_read_from_both_files(tmp_path: Path) -> None:
+    subuid, subgid = tmp_path / "subuid", tmp_path / "subgid"
+    subuid.write_text("alice:100000:65536\n# a comment\nbroken line\n")
+    subgid.write_text("bob:300000:10\n")
+    found = list(subordinate_ranges([subuid, subgid, tmp_path / "missing"]))
+    assert found == [("alice", 100_000, 65_536), ("bob", 300_000, 10)]
+
+
+def test_this_machines_accounts_are_checked_at_open(tmp_path: Path) -> None:
+    account = pwd.getpwall()[-1]
+    with pytest.raises(LedgerError, match=f"the account {account.pw_name!r}"):
+        open_ledger(_ledger(tmp_path), UidRange(account.pw_uid, 1), min_uid=0)
+    with pytest.raises(LedgerError, match="the daemon's own uid"):
+        check_range(
+            UidRange(os.geteuid(), 1),
+            min_uid=0,
+            accounts=[],
+            subordinate=[],
+            daemon_uid=os.geteuid(),
+        )
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="needs root to hand folders to other uids")
+def test_fresh_workspaces_of_two_principals_run_as_two_uids_that_can_write_them(
+    tmp_path: Path,
+) -> None:
+    try:
+        gid = pwd.getpwnam(SANDBOX_USER).pw_gid
+    except KeyError:
+        pytest.skip(f"the account {SANDBOX_USER} is missing (make setup creates it)")
+    uids = PrincipalUids(_ledger(tmp_path), UidRange(FIRST, 10))
+    rule = IdentityRule(user=SANDBOX_USER, min_uid=1000, run_as_owner=True, principal_uids=uids)
+    store = SessionStore(tmp_path / "default", tmp_path / "sessions", rule)
+    made = {}
+    for principal in ("alice", "bob"):
+        folder = tmp_path / "sessions" / f"ws_{principal}"
+        make_workspace(folder, store.fresh_owner(principal))
+        session = store.open(
+            PinnedDirectory.pin(folder), None, owner=principal, owns_workspace=True
+        )
+        made[principal] = session.sandbox_as
+        info = folder.stat()
+        assert (info.st_uid, info.st_gid) == session.sandbox_as
+        assert info.st_mode & 0o200
+    assert made == {"alice": (FIRST, gid), "bob": (FIRST + 1, gid)}
+    # The shared default workspace keeps the sandbox account (every principal writes there).
+    assert store.default_for("alice").sandbox_as == rule.dedicated()
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="needs root to hand folders to other uids")
+def test_a_fresh_workspace_its_sandboxes_could_not_write_is_refused(tmp_path: Path) -> None:
+    try:
+        pwd.getpwnam(SANDBOX_USER)
+    except KeyError:
+        pytest.skip(f"the account {SANDBOX_USER} is missing (make setup creates it)")
+    rule = IdentityRule(
+        user=SANDBOX_USER,
+        min_uid=1000,
+        run_as_owner=True,
+        principal_uids=PrincipalUids(_ledger(tmp_path), UidRange(FIRST, 10)),
+    )
+    store = SessionStore(tmp_path / "default", tmp_path / "sessions", rule)
+    folder = tmp_path / "sessions" / "ws_root"
+    folder.mkdir(mode=0o755)  # root's, as a daemon that could not hand it over leaves it
+    with pytest.raises(RequestError, match="cannot write"):
+        store.open(PinnedDirectory.pin(folder), None, owner="alice", owns_workspace=True)
