@@ -80,10 +80,14 @@ image: docker venv ## build the sandbox image locally (only when its recipe chan
 	@sandbox/image/build.sh
 
 run: setup ## run the daemon (LISTEN=..., WORKSPACE=... to override)
-	@# The daemon makes a missing workspace itself, for the sandbox account; one left by an
-	@# older version belongs to root, which sandboxes never run as.
-	@if [ -d "$(WORKSPACE)" ] && [ "$$(stat -c %u "$(WORKSPACE)")" = 0 ] && [ "$$(id -u)" = 0 ]; then \
-	  chown tooljail-sandbox: "$(WORKSPACE)"; fi
+	@# The daemon makes a missing workspace itself, for the sandbox account and its group; one
+	@# left by an older version belongs to root, which sandboxes never run as, or lacks the
+	@# group's write, through which each principal's default session (a uid of its own) writes.
+	@if [ -d "$(WORKSPACE)" ] && [ "$$(id -u)" = 0 ]; then \
+	  if [ "$$(stat -c %u "$(WORKSPACE)")" = 0 ]; then chown tooljail-sandbox: "$(WORKSPACE)"; fi; \
+	  if [ "$$(stat -c %G "$(WORKSPACE)")" = tooljail-sandbox ] && \
+	    [ -z "$$(find "$(WORKSPACE)" -maxdepth 0 -perm -g+w)" ]; then chmod -R g+w "$(WORKSPACE)"; fi; \
+	fi
 	@echo "==> tooljail serve --listen $(LISTEN) --workspace $(WORKSPACE)"
 	@# On a developer's machine the Unix socket's principal ("local") is the admin, named here.
 	@TOOLJAIL_STATE_DIR="$${TOOLJAIL_STATE_DIR:-$(CURDIR)/.tooljail/state}" \

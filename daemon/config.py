@@ -92,8 +92,9 @@ class SandboxSettings(_Section):
     min_uid: int = Field(default=1000, ge=1)
     """No sandbox ever runs as a uid below this (root and system accounts)."""
     principal_uid_first: int = Field(default=2_000_000_000, ge=0, le=0xFFFF_FFFE)
-    """Sandboxes over the workspaces tooljail makes run as a uid of their principal's own (with
-    `user`'s group), given from this one on and kept for good (<state_dir>/principal-uids.json):
+    """Sandboxes over the workspaces tooljail makes (and over the default workspace, when it is
+    `user`'s, shared through its group) run as a uid of their principal's own (with `user`'s
+    group), given from this one on and kept for good (<state_dir>/principal-uids.json):
     the kernel counts inotify instances, pipe buffers, message queues and processes per uid, so
     one tenant cannot hold them for the others. No account, subordinate id range or the daemon
     may be in the range (checked at start). 0: all of them run as `user`, one uid for every

@@ -104,8 +104,11 @@ class PathPin(_Frozen):
 
 
 _Identity = tuple[int, int]
-#: workspace, its identity, run_as, limits, image, read-only workspace, its repository's pins
-ProfileKey = tuple[str, _Identity, _Identity | None, SandboxLimits, str, bool, tuple[PathPin, ...]]
+#: workspace, its identity, run_as, limits, image, read-only workspace, its repository's pins,
+#: shared through its group
+ProfileKey = tuple[
+    str, _Identity, _Identity | None, SandboxLimits, str, bool, tuple[PathPin, ...], bool
+]
 
 
 class SandboxSpec(_Frozen):
@@ -133,6 +136,10 @@ class SandboxSpec(_Frozen):
     git_pins: tuple[PathPin, ...] = ()
     """The workspace's repository (its `.git` and what that names inside the workspace) held
     read-only, each checked by the runner before any request runs; () when none is."""
+    group_shared: bool = False
+    """Other principals' sandboxes, each with a uid of its own, write the workspace through its
+    group too: what commands make there is group-writable (umask 002), and git trusts
+    repositories there whoever made them, as it did when they all ran as one uid."""
 
     def profile_key(self) -> ProfileKey:
         """Containers are interchangeable exactly when this key is equal (warm pool key)."""
@@ -144,6 +151,7 @@ class SandboxSpec(_Frozen):
             self.image,
             self.read_only_workspace,
             self.git_pins,
+            self.group_shared,
         )
 
 

@@ -77,9 +77,19 @@ def pool_key(spec: SandboxSpec) -> Hashable:
     """Containers are interchangeable when workspace, identity and container limits match,
     whatever the session and the timeout (enforced per request, not part of the container's
     configuration)."""
-    workspace, workspace_id, run_as, limits, image, read_only, pins = spec.profile_key()
+    workspace, workspace_id, run_as, limits, image, read_only, pins, shared = spec.profile_key()
     limits_key = tuple(sorted(limits.model_dump(exclude={"timeout_ms"}).items()))
-    return (workspace, workspace_id, run_as, limits_key, image, read_only, pins, spec.pool_owner)
+    return (
+        workspace,
+        workspace_id,
+        run_as,
+        limits_key,
+        image,
+        read_only,
+        pins,
+        shared,
+        spec.pool_owner,
+    )
 
 
 def _owner_of(key: Hashable) -> Hashable:

@@ -65,6 +65,16 @@ SAFE_ENV: dict[str, str] = {
     "GIT_PAGER": "cat",
     "GIT_TERMINAL_PROMPT": "0",
 }
+SHARED_UMASK = "0002"
+"""Commands in a workspace shared through its group make what the others may change."""
+#: git refuses a repository another uid owns ("dubious ownership"); in a workspace principals
+#: share through its group, it trusts them as when every principal ran as one uid. Command-line
+#: scope, which git honours for safe.directory.
+SHARED_GIT_ENV = {
+    "GIT_CONFIG_COUNT": "1",
+    "GIT_CONFIG_KEY_0": "safe.directory",
+    "GIT_CONFIG_VALUE_0": "*",
+}
 
 _MIB = 1 << 20
 
@@ -165,10 +175,15 @@ def container_recipe(
             "--run-as",
             run_as,
             *(["--egress-socket", f"{EGRESS_DIR}/{EGRESS_SOCKET_NAME}"] if egress else []),
+            *(["--umask", SHARED_UMASK] if spec.group_shared else []),
         ],
         # The runner is the container's root; the command runs as `run_as` (see runner.py).
         "user": "0:0",
-        "environment": {**SAFE_ENV, **_egress_environment(egress)},
+        "environment": {
+            **SAFE_ENV,
+            **_egress_environment(egress),
+            **(SHARED_GIT_ENV if spec.group_shared else {}),
+        },
         "working_dir": workspace,
         "labels": container_labels(spec, instance_id=instance_id, tool_use_id=tool_use_id),
         # stdin open and attached: the request goes in there. StdinOnce (set by the SDK with

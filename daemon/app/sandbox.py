@@ -242,6 +242,7 @@ async def _spec(session: Session, limits: SandboxLimits, *, bound: bool = True) 
         workspace=root.path,
         workspace_id=root.identity,
         run_as=session.sandbox_as,
+        group_shared=session.group_shared,
         limits=limits,
         session_id=session.id if bound else "",
         pool_owner=session.owner,

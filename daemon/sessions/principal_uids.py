@@ -1,4 +1,5 @@
-"""A host uid of its own for each principal's sandboxes over the workspaces tooljail makes.
+"""A host uid of its own for each principal's sandboxes over the workspaces tooljail makes (and
+over the default workspace, when it is the sandbox account's: see SessionStore.default_for).
 
 The kernel counts some limits per uid, not per container: inotify instances and watches, pipe
 buffer pages, POSIX message-queue bytes, processes (RLIMIT_NPROC). With one sandbox account for

@@ -125,6 +125,9 @@ class Session:
     """The workspace held by descriptor (pinned when the session was opened, or on first use)."""
     sandbox_as: tuple[int, int] | None = None
     """uid and gid its sandboxes run as (None: no sandbox)."""
+    group_shared: bool = False
+    """Its workspace is shared with other principals' sandboxes, each with a uid of its own,
+    through its group (the default workspace): see SandboxSpec.group_shared."""
     disk_budget_mb: int = 0
     """The workspace's disk budget (0: none, e.g. an existing directory)."""
     disk_share_mb: int = 0

@@ -80,6 +80,7 @@ class SessionStore:
                 "make sure only root and the daemon's account can write its parent folder"
             )
         self._default_identity = self._identity(self._default_root)
+        self._default_by_principal = self._principals_share_default()
         self._opening: dict[str, int] = {}
         """Sessions being opened, by principal (see `room_for`)."""
         self._generation = 0
@@ -114,11 +115,36 @@ class SessionStore:
         return Path(os.path.realpath(self._root))
 
     def _make_folder(self, folder: Path) -> tuple[int, int]:
-        """A workspace tooljail makes, the sandbox account's to write (see `fresh_owner`); its
-        (device, inode)."""
+        """The default workspace, made by tooljail: the sandbox account's to write (see
+        `fresh_owner`), and its group's when principals have uids of their own; its (device,
+        inode)."""
         folder.parent.mkdir(parents=True, exist_ok=True)
         pin_workspace(str(folder.parent)).close()  # a symlink on the way: refused, with a hint
-        return make_workspace(folder, self.fresh_owner())
+        shared = self._identities is not None and self._identities.principal_uids is not None
+        return make_workspace(folder, self.fresh_owner(), group_writable=shared)
+
+    def _principals_share_default(self) -> bool:
+        """Whether each principal's default session runs as the principal's own uid, sharing
+        the default workspace with the others through the sandbox account's group: when
+        principals have uids of their own and the workspace is not a regular user's (whose
+        sandboxes run as that user). RequestError when that group cannot write it."""
+        rule = self._identities
+        if rule is None or rule.principal_uids is None:
+            return False
+        dedicated = rule.dedicated()
+        if self._default_identity != dedicated:
+            return False
+        root = self._default_root
+        if not ((root.gid == dedicated[1] and root.mode & 0o020) or root.mode & 0o002):
+            root.close()
+            raise RequestError(
+                f"the default workspace {root.path} is shared by every principal's default "
+                f"session, each running as a uid of its own with group {dedicated[1]} "
+                f"(sandbox.user={rule.user!r}), which cannot write it: make it that group's "
+                f"to write (chgrp -R {dedicated[1]} {root.path}; chmod -R g+w {root.path}), "
+                "or set sandbox.principal_uid_first = 0 to run them all as that account"
+            )
+        return True
 
     def _identity(self, root: PinnedDirectory) -> tuple[int, int] | None:
         return None if self._identities is None else self._identities.for_workspace(root)
@@ -154,13 +180,18 @@ class SessionStore:
         and working directory are nobody else's."""
         session = self._defaults.get(principal)
         if session is None:
+            sandbox_as = self._default_identity
+            if self._default_by_principal:
+                assert self._identities is not None
+                sandbox_as = self._identities.for_principal(principal)
             session = Session(
                 id=_DEFAULT_PREFIX + secrets.token_hex(8),
                 workspace=self._default_root.path,
                 owner=principal,
                 is_default=True,
                 root=self._default_root,
-                sandbox_as=self._default_identity,
+                sandbox_as=sandbox_as,
+                group_shared=self._default_by_principal,
             )
             session.shared = functools.partial(self.overlapped, session)
             self._defaults[principal] = session

@@ -93,18 +93,22 @@ def give_to(folder: Path, owner: tuple[int, int] | None) -> None:
         os.close(fd)
 
 
-def hand_over(fd: int, owner: tuple[int, int] | None) -> None:
+def hand_over(fd: int, owner: tuple[int, int] | None, *, group_writable: bool = False) -> None:
     """Hand the workspace open at `fd` to `owner` (see SessionStore.fresh_owner): the account
     itself (0750), or only its group with group write (uid -1: 0770), so that a daemon that is
-    not root still makes workspaces its sandboxes can write. Through the descriptor: a path
-    could be swapped for a symlink to another folder in between. No setgid bit: what sandboxes
-    write carries their own group anyway."""
+    not root still makes workspaces its sandboxes can write; `group_writable`: its group writes
+    it in any case (0770: principals with uids of their own share it). Through the descriptor:
+    a path could be swapped for a symlink to another folder in between. No setgid bit: what
+    sandboxes write carries their own group anyway."""
     if owner is not None:
         os.fchown(fd, *owner)
-    os.fchmod(fd, 0o770 if owner is not None and owner[0] == -1 else 0o750)
+    by_group = group_writable or (owner is not None and owner[0] == -1)
+    os.fchmod(fd, 0o770 if by_group else 0o750)
 
 
-def make_workspace(folder: Path, owner: tuple[int, int] | None) -> tuple[int, int]:
+def make_workspace(
+    folder: Path, owner: tuple[int, int] | None, *, group_writable: bool = False
+) -> tuple[int, int]:
     """Make `folder` (its parent exists, with no symlink on the way) and hand it to `owner`;
     its (device, inode). Whoever can write the parent cannot steer this at another folder: the
     new one is opened without following links and handed over through its descriptor. When
@@ -121,7 +125,7 @@ def make_workspace(folder: Path, owner: tuple[int, int] | None) -> tuple[int, in
         try:
             made = os.fstat(fd)
             try:
-                hand_over(fd, owner)
+                hand_over(fd, owner, group_writable=group_writable)
             except BaseException:
                 _remove_if_same(parent, folder.name, made)
                 raise

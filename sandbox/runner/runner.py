@@ -1090,6 +1090,8 @@ class Options:
         """uid:gid the command runs as (not root)."""
         self.egress_socket: str | None = None
         """The daemon's egress proxy (a Unix socket): start the loopback forwarder to it."""
+        self.umask: int | None = None
+        """The umask commands (and the files the runner writes for them) start with."""
 
 
 def parse_options(argv: list[str]) -> Options:
@@ -1113,12 +1115,20 @@ def parse_options(argv: list[str]) -> Options:
     return options
 
 
+def _octal_mode(text: str) -> int:
+    mode = int(text, 8)
+    if not 0 <= mode <= 0o777:
+        raise ValueError(f"not a umask: {text!r}")
+    return mode
+
+
 #: The options that take a value: the attribute of Options each sets, and how it is read.
 _VALUED_OPTIONS: dict[str, tuple[str, Callable[[str], object]]] = {
     "--idle-exit-s": ("idle_exit_s", float),
     "--hang-up-wait-s": ("hang_up_wait_s", float),
     "--run-as": ("run_as", str),
     "--egress-socket": ("egress_socket", str),
+    "--umask": ("umask", _octal_mode),
 }
 
 
@@ -1135,6 +1145,8 @@ def main(argv: list[str] | None = None) -> int:
     except (confine.ConfinementError, ValueError, OSError) as exc:
         write_message(1, {"type": "result", "exit_code": -1, "error": f"not confined: {exc}"})
         return 3
+    if args.umask is not None:
+        os.umask(args.umask)
     if args.egress_socket:
         try:
             _start_forwarder(args.egress_socket)

@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import json
 import os
+import pwd
+import re
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -17,7 +19,6 @@ import pytest
 from daemon._generated.tooljail.v1 import executor_pb2 as pb
 from daemon._generated.tooljail.v1 import executor_pb2_grpc as pb_grpc
 from daemon.sessions.principal_uids import LEDGER_NAME
-from tests.integration.conftest import OWNER_GID, OWNER_UID
 from tests.integration.harness import RunningDaemon, running_daemon, text_of
 from tests.integration.test_principals import TOKENS, _policies
 from tests.integration.test_service import free_port
@@ -25,6 +26,8 @@ from tests.integration.test_service import free_port
 pytestmark = [pytest.mark.integration, pytest.mark.docker]
 
 FIRST = 2_100_000_000
+SANDBOX_USER = "tooljail-sandbox"
+DEFAULT = pb.Session(id="")
 #: Takes every inotify instance the kernel grants one uid (a `tail -f` each), says so, holds them.
 HOG = (
     "touch f; for i in $(seq 160); do tail -f f > /dev/null 2>&1 & done; sleep 2; "
@@ -70,8 +73,15 @@ def tenants(
     tmp_path_factory: pytest.TempPathFactory,
 ) -> Iterator[tuple[RunningDaemon, Tenant, Tenant]]:
     root = Path(tmp_path_factory.mktemp("uids"))
+    # The default workspace is the sandbox account's and its group's to write, as the daemon
+    # makes it: every principal's default session shares it through the group.
+    try:
+        account = pwd.getpwnam(SANDBOX_USER)
+    except KeyError:
+        pytest.skip(f"the account {SANDBOX_USER} is missing (make setup creates it)")
     (root / "ws").mkdir()
-    os.chown(root / "ws", OWNER_UID, OWNER_GID)
+    (root / "ws").chmod(0o770)
+    os.chown(root / "ws", account.pw_uid, account.pw_gid)
     target = f"127.0.0.1:{free_port()}"
     with running_daemon(
         root / "ws",
@@ -129,3 +139,39 @@ def test_one_tenant_holding_a_per_user_kernel_limit_leaves_anothers_alone(
     finally:
         alice.close(hers)
         bob.close(his)
+
+
+def test_default_sessions_share_the_workspace_but_each_runs_as_its_principals_uid(
+    tenants: tuple[RunningDaemon, Tenant, Tenant],
+) -> None:
+    """Attacker round 109: every principal's default session still ran as the one sandbox
+    account, so alice's default session held the inotify instances (and message queues, pipe
+    pages) of bob's."""
+    running, alice, bob = tenants
+    hers = text_of(alice.bash(DEFAULT, "id -u; id -g")).split()
+    his = text_of(bob.bash(DEFAULT, "id -u; id -g")).split()
+    assert hers[0] != his[0] and hers[1] == his[1], (hers, his)
+    assert {int(hers[0]), int(his[0])} <= set(range(FIRST, FIRST + 100))
+    # Still one workspace for both: what one makes, the other may change, git included.
+    alice.bash(DEFAULT, "mkdir -p shared && echo hers > shared/notes && git init -q shared/repo")
+    answer = text_of(bob.bash(DEFAULT, "echo his >> shared/notes && git -C shared/repo status"))
+    assert "dubious" not in answer, answer
+    assert (running.settings.workspace / "shared" / "notes").read_text() == "hers\nhis\n"
+    started = text_of(
+        alice.bash(DEFAULT, HOG.replace("held", "held-default"), run_in_background=True)
+    )
+    shell = re.search(r"with ID: (bash_[0-9a-f]{8})", started)
+    assert shell, started
+    try:
+        held = running.settings.workspace / "held-default"
+        deadline = time.monotonic() + 90
+        while not held.exists() and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert held.exists(), "the background command never took the inotify instances"
+        assert _STARVED in text_of(alice.bash(DEFAULT, PROBE))
+        answer = text_of(bob.bash(DEFAULT, PROBE))
+        assert _STARVED not in answer and "probed" in answer, answer
+    finally:
+        use = pb.ToolUse(id="toolu_kill_hog", name="KillShell")
+        use.input.update({"shell_id": shell.group(1)})
+        alice.stub.Execute(pb.ExecuteRequest(tool_use=use), metadata=alice.metadata, timeout=60)

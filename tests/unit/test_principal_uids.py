@@ -183,8 +183,59 @@ def test_fresh_workspaces_of_two_principals_run_as_two_uids_that_can_write_them(
         assert (info.st_uid, info.st_gid) == session.sandbox_as
         assert info.st_mode & 0o200
     assert made == {"alice": (FIRST, gid), "bob": (FIRST + 1, gid)}
-    # The shared default workspace keeps the sandbox account (every principal writes there).
-    assert store.default_for("alice").sandbox_as == rule.dedicated()
+
+
+def _root_rule(tmp_path: Path) -> IdentityRule:
+    if os.geteuid() != 0:
+        pytest.skip("needs root to hand folders to other uids")
+    try:
+        pwd.getpwnam(SANDBOX_USER)
+    except KeyError:
+        pytest.skip(f"the account {SANDBOX_USER} is missing (make setup creates it)")
+    return IdentityRule(
+        user=SANDBOX_USER,
+        min_uid=1000,
+        run_as_owner=True,
+        principal_uids=PrincipalUids(_ledger(tmp_path), UidRange(FIRST, 10)),
+    )
+
+
+def test_default_sessions_run_as_their_principals_uids_sharing_the_workspace_by_group(
+    tmp_path: Path,
+) -> None:
+    """Attacker round 109: every default session ran as the sandbox account, so one tenant's
+    default session could still hold its per-user limits (inotify, message queues, pipe pages)
+    from every other's."""
+    rule = _root_rule(tmp_path)
+    uid, gid = rule.dedicated()
+    store = SessionStore(tmp_path / "default", None, rule)
+    made = (tmp_path / "default").stat()
+    assert (made.st_uid, made.st_gid, made.st_mode & 0o777) == (uid, gid, 0o770)
+    alice, bob = store.default_for("alice"), store.default_for("bob")
+    assert (alice.sandbox_as, bob.sandbox_as) == ((FIRST, gid), (FIRST + 1, gid))
+    assert alice.group_shared and bob.group_shared
+    assert store.default_for("alice") is alice
+
+
+def test_a_default_workspace_the_group_cannot_write_stops_the_daemon(tmp_path: Path) -> None:
+    rule = _root_rule(tmp_path)
+    folder = tmp_path / "default"
+    folder.mkdir(mode=0o755)
+    os.chown(folder, *rule.dedicated())  # as an older version made it
+    with pytest.raises(RequestError, match=r"chmod -R g\+w"):
+        SessionStore(folder, None, rule)
+    folder.chmod(0o775)
+    reopened = SessionStore(folder, None, rule).default_for("alice")
+    assert reopened.sandbox_as == (FIRST, rule.dedicated()[1])
+
+
+def test_a_regular_users_default_workspace_still_runs_as_that_user(tmp_path: Path) -> None:
+    rule = _root_rule(tmp_path)
+    folder = tmp_path / "default"
+    folder.mkdir(mode=0o755)
+    os.chown(folder, 1000, 1000)
+    session = SessionStore(folder, None, rule).default_for("alice")
+    assert session.sandbox_as == (1000, 1000) and not session.group_shared
 
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="needs root to hand folders to other uids")

@@ -56,6 +56,25 @@ def test_the_runner_is_root_in_the_workspace_and_runs_commands_as_run_as() -> No
     assert create["stdin_open"] is True and create["tty"] is False
 
 
+def test_a_workspace_shared_through_its_group_gets_group_writable_files_and_gits_trust() -> None:
+    """Principals' default sessions run as uids of their own over the one default workspace:
+    what one makes, the others may change, and git does not call another's repository
+    dubious (as when they all ran as one uid)."""
+    alone = recipe_for().create_kwargs
+    assert "--umask" not in alone["command"]
+    assert "GIT_CONFIG_COUNT" not in alone["environment"]
+    spec = SandboxSpec(workspace=WORKSPACE, run_as=(1234, 5678), group_shared=True)
+    shared = container_recipe(
+        spec, image="img:tag", runner_source=RUNNER, instance_id="inst-1"
+    ).create_kwargs
+    command = shared["command"]
+    assert command[command.index("--umask") + 1] == "0002"
+    environment = shared["environment"]
+    assert environment["GIT_CONFIG_KEY_0"] == "safe.directory"
+    assert environment["GIT_CONFIG_VALUE_0"] == "*"
+    assert spec.profile_key() != spec.model_copy(update={"group_shared": False}).profile_key()
+
+
 def test_the_runner_ends_the_calls_leftovers_in_a_pid_namespace_of_its_own() -> None:
     """--end-leftovers kills every process of the runner's PID namespace: the container's own,
     never the host's."""

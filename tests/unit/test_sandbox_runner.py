@@ -641,8 +641,18 @@ def test_starting_the_runner_imports_nothing_a_request_may_not_need() -> None:
 
 def test_options_are_read_as_the_sandbox_recipe_writes_them() -> None:
     options = runner_module.parse_options(
-        ["--idle-exit-s", "42", "--end-leftovers", "--run-as=1000:1000", "--egress-socket", "/s"]
+        [
+            "--idle-exit-s",
+            "42",
+            "--end-leftovers",
+            "--run-as=1000:1000",
+            "--egress-socket",
+            "/s",
+            "--umask",
+            "0002",
+        ]
     )
+    assert options.umask == 0o002
     assert options.idle_exit_s == 42.0
     assert options.end_leftovers
     assert options.run_as == "1000:1000"
@@ -650,6 +660,7 @@ def test_options_are_read_as_the_sandbox_recipe_writes_them() -> None:
     assert options.hang_up_wait_s == runner_module.HANG_UP_WAIT_S
     defaults = runner_module.parse_options([])
     assert defaults.idle_exit_s is None and defaults.run_as is None and not defaults.end_leftovers
+    assert defaults.umask is None
 
 
 @pytest.mark.parametrize(
@@ -660,6 +671,8 @@ def test_options_are_read_as_the_sandbox_recipe_writes_them() -> None:
         (["--end-leftovers=yes"], "unknown option '--end-leftovers'"),
         (["--run_as", "1:1"], "unknown option '--run_as'"),
         (["stray"], "unknown option 'stray'"),
+        (["--umask", "8"], "invalid literal"),
+        (["--umask", "1777"], "not a umask: '1777'"),
     ],
 )
 def test_a_bad_command_line_is_refused_with_what_is_wrong(
