@@ -21,6 +21,7 @@ from daemon.egress.proxy import CallEgress, EgressCall, EgressProxy
 from daemon.errors import ToolError
 from daemon.host.git_pins import git_pins
 from daemon.host.pinned import PinnedDirectory
+from daemon.host.proc_visibility import warn_when_commands_show
 from daemon.host.threads import TenantThreads
 from daemon.sessions.session import Session
 from daemon.tools.background import BackgroundShells
@@ -299,6 +300,7 @@ class Sandbox:
         sandbox = cls(None)
         if not settings.sandbox.enabled:
             return sandbox
+        warn_when_commands_show()
         sandbox._settings = _Parts(settings, instance_id, egress, audit)
         if not await sandbox._connect(quiet=False):
             sandbox._waiting = asyncio.create_task(sandbox._connect_later(), name="docker-wait")
