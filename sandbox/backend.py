@@ -262,6 +262,9 @@ class SandboxResult(_Frozen):
     """Set when the request could not be carried out (e.g. a write precondition failed)."""
     final_cwd: str = ""
     """Directory the shell ended in (bash only)."""
+    cwd_reset: str = ""
+    """Why bash started in the workspace root rather than the cwd asked for: that directory
+    and the error entering it ("" when it started where asked)."""
     duration_ms: int = 0
     session_open: bool = False
     """An MCP session's server is still there and takes the next `McpSessionCall`."""

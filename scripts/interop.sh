@@ -92,8 +92,9 @@ mkdir -p "$workspace"
 note="$workspace/note.txt"
 marker="tooljail interop marker $$"
 printf '%s\nsecond line\n' "$marker" >"$note"
-# Sandboxes never run as root: a workspace of root's is the sandbox account's to write.
-if is_root; then chown -R tooljail-sandbox: "$workspace"; fi
+# Sandboxes never run as root: a workspace of root's is the sandbox account's to write, through
+# its group (each principal's default session runs as a uid of its own with that group).
+if is_root; then chown -R tooljail-sandbox: "$workspace" && chmod -R g+w "$workspace"; fi
 socket="$scratch/tj.sock"
 target="unix://$socket"
 

@@ -141,6 +141,10 @@ class PrincipalUids:
     def range(self) -> UidRange:
         return self._range
 
+    def given(self, principal: str) -> int | None:
+        """The principal's uid, if it has one already."""
+        return self._given.get(principal)
+
     def uid_of(self, principal: str) -> int:
         """The principal's uid, given now (and written down first) when it has none; Overloaded
         when the range has none left."""

@@ -146,8 +146,12 @@ class SessionStore:
             )
         return True
 
-    def _identity(self, root: PinnedDirectory) -> tuple[int, int] | None:
-        return None if self._identities is None else self._identities.for_workspace(root)
+    def _identity(
+        self, root: PinnedDirectory, principal: str | None = None
+    ) -> tuple[int, int] | None:
+        if self._identities is None:
+            return None
+        return self._identities.for_workspace(root, principal)
 
     def _roots(self) -> dict[str, PinnedDirectory]:
         roots = {DEFAULT_SESSION_ID: self._default_root}
@@ -331,7 +335,7 @@ class SessionStore:
             if owns_workspace and self._identities is not None:
                 identity: tuple[int, int] | None = self._identities.for_fresh(root, owner)
             else:
-                identity = self._identity(root)
+                identity = self._identity(root, owner)
         except (RequestError, Overloaded):
             root.close()
             raise

@@ -195,9 +195,21 @@ class IdentityRule:
             )
         return uid, gid
 
-    def for_workspace(self, root: PinnedDirectory) -> tuple[int, int]:
-        """The identity sandboxes of this workspace run as; RequestError, naming the settings,
-        when no allowed identity can write it."""
+    def for_workspace(self, root: PinnedDirectory, principal: str | None = None) -> tuple[int, int]:
+        """The identity sandboxes of this workspace run as, for a session of `principal` (None:
+        the default workspace's, every principal's); RequestError, naming the settings, when
+        no allowed identity can write it, or when it is a principal's own and not `principal`'s."""
+        uids = self.principal_uids
+        if uids is not None and root.uid in uids.range:
+            # A principal's own uid is never another's (attacker round 110: a session over a
+            # folder a tenant made ran as that tenant's uid, whoever opened it).
+            if principal is None or uids.given(principal) != root.uid:
+                raise RequestError(
+                    f"workspace {root.path} belongs to uid {root.uid}, which another "
+                    "principal's sandboxes run as: open the session over a directory of your "
+                    "own, or a fresh one"
+                )
+            return root.uid, self.dedicated()[1]
         if self.run_as_owner and root.uid >= self.min_uid and root.gid != 0:
             return root.uid, root.gid
         uid, gid = self.dedicated()

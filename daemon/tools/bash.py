@@ -219,8 +219,14 @@ class BashTool(Tool[BashInput, BashRun]):
             result = run.result
         else:
             result = await runner.run(request, ctx.limits, _live_output(ctx))
+        if result.cwd_reset:
+            notes.append(
+                f"Shell cwd was reset to {ctx.session.workspace}: the sandbox may not enter "
+                f"{result.cwd_reset} (another principal sharing the workspace may have made it "
+                "theirs); the command ran there instead."
+            )
         await _follow_directory(ctx.session, result.final_cwd, notes)
-        cwd_reset = bool(notes)  # both helpers only ever note a reset
+        cwd_reset = bool(notes)  # every note so far is of a reset
         if ctx.session.disk_budget_mb and _QUOTA_EXCEEDED in result.output:
             notes.append(_quota_note(ctx.session))
         if (

@@ -20,6 +20,11 @@
   (attacker round 108: 180 KB per socket).
 - AF_VSOCK sockets are refused like netlink ones: their buffers can be raised to gigabytes
   without a capability, and a host with vsock loopback would queue them uncharged.
+- fcntl(F_SETPIPE_SZ) is refused with EPERM, as past the per-user pipe limits: a pipe's pages
+  are charged to the user that made it, whoever enlarges it, so a command could grow the pipes
+  the runner (root, shared by every container) made for it, or another tenant's end of a FIFO
+  in a shared workspace, to a megabyte each against their owners' limits (attacker round 110).
+  Pipes keep their default 64 KiB.
 - renameat2 with RENAME_WHITEOUT (it leaves a 0:0 character device behind, without mknod), and
   the btrfs family of ioctls (type 0x94: making subvolumes, which a qgroup disk budget does not
   cover, snapshots and reflinks), refused with ENOTTY as on a filesystem without them, so
@@ -68,6 +73,7 @@ _BUFFER_OPTIONS = (7, 8, 18)
 _ALL_BITS = 0xFFFFFFFF
 _IOCTL_TYPE = 0xFF00
 _BTRFS_IOCTLS = 0x9400
+_F_SETPIPE_SZ = 1031
 
 
 class _Arch:
@@ -110,6 +116,7 @@ _ARCHES = {
             316: (4, _RENAME_WHITEOUT, (_RENAME_WHITEOUT,), errno.EPERM),
             16: (1, _IOCTL_TYPE, (_BTRFS_IOCTLS,), errno.ENOTTY),
             41: (0, _ALL_BITS, _UNCHARGED_FAMILIES, errno.EAFNOSUPPORT),
+            72: (1, _ALL_BITS, (_F_SETPIPE_SZ,), errno.EPERM),
         },
         54,
     ),
@@ -122,6 +129,7 @@ _ARCHES = {
             276: (4, _RENAME_WHITEOUT, (_RENAME_WHITEOUT,), errno.EPERM),
             29: (1, _IOCTL_TYPE, (_BTRFS_IOCTLS,), errno.ENOTTY),
             198: (0, _ALL_BITS, _UNCHARGED_FAMILIES, errno.EAFNOSUPPORT),
+            25: (1, _ALL_BITS, (_F_SETPIPE_SZ,), errno.EPERM),
         },
         208,
     ),

@@ -26,7 +26,6 @@ another one, or whose repository is not held so, refuses to do anything.
 from __future__ import annotations
 
 import errno
-import fcntl
 import os
 import select
 import struct
@@ -402,7 +401,7 @@ def run_bash(
     oom_before = oom_kill_count()
     started = time.monotonic()
     try:
-        run = _start(["bash", "--noprofile", "--norc", "-c", command], request, identity)
+        run, cwd_reset = _start_in_or_at_root(command, request, identity)
     except OSError as exc:
         who = f"uid {identity[0]}" if identity else "the runner"
         why = f"it does not exist, or the sandbox's identity ({who}) may not enter it"
@@ -429,7 +428,29 @@ def run_bash(
         "final_cwd": final_cwd.strip().rsplit("\n", 1)[-1],
         "duration_ms": int((time.monotonic() - started) * 1000),
         "timeline": [["spawned", spawned], ["exited", exited]],
+        **({"cwd_reset": cwd_reset} if cwd_reset else {}),
     }
+
+
+def _start_in_or_at_root(
+    command: str, request: dict[str, Any], identity: tuple[int, int] | None
+) -> tuple[_Started, str]:
+    """Bash in the request's cwd or, when its identity may not enter that (another principal
+    sharing the workspace made it theirs alone, attacker round 110), in the workspace root;
+    with why it is not where it was asked to be ("" when it is)."""
+    argv = ["bash", "--noprofile", "--norc", "-c", command]
+    try:
+        return _start(argv, request, identity), ""
+    except OSError as exc:
+        workspace = request.get("workspace")
+        if not workspace or request["cwd"] == workspace or exc.errno not in _NOT_ENTERED:
+            raise
+        why = f"{request['cwd']}: {exc.strerror}"
+    return _start(argv, {**request, "cwd": workspace}, identity), why
+
+
+#: Why a directory inside the workspace could not be entered by the command's identity.
+_NOT_ENTERED = {errno.EACCES, errno.ENOENT, errno.ENOTDIR, errno.ELOOP, errno.EPERM}
 
 
 class _Output:
@@ -530,21 +551,32 @@ def _drain(fd: int, out: _Output, deadline: float) -> None:
 
 # --- exec --------------------------------------------------------------------------------------
 
-#: Largest standard input of an exec request: it is written into the pipe whole before the
-#: program starts (so the runner never waits on a program that does not read), and a pipe holds
-#: at most this much (the kernel's default pipe-max-size).
+#: Largest standard input of an exec request: it is written whole before the program starts (so
+#: the runner never waits on a program that does not read).
 MAX_STDIN_BYTES = 1 << 20
+#: What a pipe holds at its default size: a larger input goes in a memory file instead (pipes
+#: may not be enlarged in the sandbox, see confine.py).
+_PIPE_BYTES = 65536
 #: bash only looks the program up and becomes it (`exec`), after the go (see bash_env.sh).
 _EXEC_COMMAND = 'trap - EXIT; exec 31>&-; exec -- "$@"'
 
 
 def _stdin_pipe(data: bytes) -> int:
-    """The read end of a pipe already holding all of `data` (and closed for writing)."""
+    """The read end of a pipe already holding all of `data` (and closed for writing); past what
+    a pipe holds, a memory file holding it, read from its start."""
+    if len(data) > _PIPE_BYTES:
+        memory = os.memfd_create("stdin", os.MFD_CLOEXEC)
+        try:
+            if os.write(memory, data) != len(data):
+                raise OSError(errno.EFBIG, "the memory file took only part of the input")
+            os.lseek(memory, 0, os.SEEK_SET)
+        except OSError:
+            os.close(memory)
+            raise
+        return memory
     read_end, write_end = os.pipe()
     try:
         if data:
-            if len(data) > 65536:
-                fcntl.fcntl(write_end, fcntl.F_SETPIPE_SZ, len(data))
             os.set_blocking(write_end, False)
             written = os.write(write_end, data)
             if written != len(data):

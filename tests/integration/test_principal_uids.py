@@ -175,3 +175,25 @@ def test_default_sessions_share_the_workspace_but_each_runs_as_its_principals_ui
         use = pb.ToolUse(id="toolu_kill_hog", name="KillShell")
         use.input.update({"shell_id": shell.group(1)})
         alice.stub.Execute(pb.ExecuteRequest(tool_use=use), metadata=alice.metadata, timeout=60)
+
+
+def test_a_cwd_another_principal_took_away_sends_the_next_command_to_the_root(
+    tenants: tuple[RunningDaemon, Tenant, Tenant],
+) -> None:
+    """Attacker round 110: alice swapped bob's default-session cwd for a folder of her own that
+    bob's uid may not enter; every later Bash of bob's failed, `cd ..` included."""
+    running, alice, bob = tenants
+    trap = running.settings.workspace / "trap"
+    bob.bash(DEFAULT, "mkdir -p trap/inner && cd trap/inner")
+    # What alice's commands did (a folder rename the policy has a person approve), done here.
+    alice_uid = int(text_of(alice.bash(DEFAULT, "id -u")))
+    trap.rename(trap.with_name("trap.moved"))
+    for folder in (trap, trap / "inner"):
+        folder.mkdir(mode=0o700)
+        os.chown(folder, alice_uid, os.stat(running.settings.workspace).st_gid)
+    answer = text_of(bob.bash(DEFAULT, "pwd"))
+    assert f"{running.settings.workspace}\n" in answer, answer
+    assert "Shell cwd was reset" in answer and "trap/inner" in answer, answer
+    # And it stays at the root from then on.
+    again = text_of(bob.bash(DEFAULT, "pwd"))
+    assert again.strip() == str(running.settings.workspace), again

@@ -255,3 +255,24 @@ def test_a_fresh_workspace_its_sandboxes_could_not_write_is_refused(tmp_path: Pa
     folder.mkdir(mode=0o755)  # root's, as a daemon that could not hand it over leaves it
     with pytest.raises(RequestError, match="cannot write"):
         store.open(PinnedDirectory.pin(folder), None, owner="alice", owns_workspace=True)
+
+
+def test_a_folder_of_a_principals_uid_is_that_principals_alone(tmp_path: Path) -> None:
+    """Attacker round 110: a session over a folder one tenant's sandbox made (owned by its uid,
+    which counts as a regular user's) ran as that tenant's uid, whoever opened it."""
+    rule = _root_rule(tmp_path)
+    assert rule.principal_uids is not None
+    alice = rule.principal_uids.uid_of("alice")
+    rule.principal_uids.uid_of("bob")
+    folder = tmp_path / "hers"
+    folder.mkdir(mode=0o755)
+    os.chown(folder, alice, rule.dedicated()[1])
+    pinned = PinnedDirectory.pin(folder)
+    try:
+        assert rule.for_workspace(pinned, "alice") == (alice, rule.dedicated()[1])
+        for other in ("bob", "carol", None):
+            with pytest.raises(RequestError, match="another principal's sandboxes"):
+                rule.for_workspace(pinned, other)
+        assert rule.principal_uids.given("carol") is None  # asking gave nobody a uid
+    finally:
+        pinned.close()

@@ -59,6 +59,12 @@ attempt("tcp nodelay", lambda: probe.setsockopt(socket.IPPROTO_TCP, socket.TCP_N
 attempt("set reuseaddr", lambda: probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1))
 out["rcvbuf unchanged"] = probe.getsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF) == default_rcvbuf
 out["reuseaddr set"] = probe.getsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR) == 1
+import fcntl
+pipe_r, pipe_w = os.pipe()
+attempt("grow a pipe", lambda: fcntl.fcntl(pipe_w, fcntl.F_SETPIPE_SZ, 1 << 20))
+attempt("shrink a pipe", lambda: fcntl.fcntl(pipe_w, fcntl.F_SETPIPE_SZ, 4096))
+out["pipe size"] = fcntl.fcntl(pipe_w, fcntl.F_GETPIPE_SZ)
+attempt("other fcntl", lambda: fcntl.fcntl(pipe_w, fcntl.F_SETFL, os.O_NONBLOCK))
 libc = ctypes.CDLL(None, use_errno=True)
 buffer = ctypes.create_string_buffer(120)
 for name, call in [
@@ -148,6 +154,15 @@ def test_socket_buffer_sizes_are_left_as_they_are_and_other_options_work(
     # Round 108: each socket's MD5 keys were 180 KB of kernel memory no cgroup was charged for.
     assert outcomes["tcp md5"] == "ENOPROTOOPT"
     assert outcomes["tcp nodelay"] == "ok"
+
+
+def test_pipes_keep_their_default_size(outcomes: dict[str, Any]) -> None:
+    """Attacker round 110: a pipe's pages are charged to the user that made it, whoever enlarges
+    it; a command grew the pipes the runner (root, shared by every container) made for it, and
+    another tenant's end of a FIFO, to a megabyte each against their owners' limits."""
+    assert outcomes["grow a pipe"] == outcomes["shrink a pipe"] == "EPERM"
+    assert outcomes["pipe size"] == 65536
+    assert outcomes["other fcntl"] == "ok"
 
 
 @pytest.mark.skipif(os.uname().machine != "x86_64", reason="32-bit calls are x86 only")

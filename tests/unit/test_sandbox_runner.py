@@ -174,9 +174,22 @@ def test_runs_in_the_requested_directory_and_reports_where_it_ended(tmp_path: Pa
     assert result["exit_code"] == 4
 
 
-def test_a_missing_directory_is_an_error_not_a_crash(tmp_path: Path) -> None:
-    result = bash("echo never", tmp_path / "missing")
-    assert "cannot start bash" in result["error"]
+def test_a_directory_it_cannot_enter_runs_the_command_at_the_root_saying_why(
+    tmp_path: Path,
+) -> None:
+    """Attacker round 110: another principal sharing the workspace swapped a session's cwd for
+    a folder of its own that the session's uid may not enter; every later command failed."""
+    result = bash("pwd", tmp_path / "missing")
+    assert result["exit_code"] == 0 and "error" not in result
+    assert result["output"] == f"{tmp_path}\n"
+    assert result["cwd_reset"] == f"{tmp_path / 'missing'}: No such file or directory"
+    assert "cwd_reset" not in bash("pwd", tmp_path)
+
+
+def test_a_missing_workspace_is_an_error_not_a_crash(tmp_path: Path) -> None:
+    request = {**bash_request("echo never", tmp_path / "gone"), "workspace": str(tmp_path / "gone")}
+    result = call_runner(request, cwd=tmp_path)
+    assert "is not mounted here" in result["error"]
     assert result["exit_code"] == -1
 
 
@@ -720,3 +733,20 @@ def test_leftovers_still_listed_when_the_wait_ends_are_counted(
     monkeypatch.setattr(runner_module, "_reap_own_children", lambda: None)
     monkeypatch.setattr(runner_module.os, "kill", lambda pid, sig: None)
     assert runner_module.end_leftovers(0.0) == 3
+
+
+@pytest.mark.parametrize("size", [0, 5, 65536, 65537, 1 << 20])
+def test_an_exec_requests_input_reaches_the_program_whole(tmp_path: Path, size: int) -> None:
+    """Past what a pipe holds at its default size it goes in a memory file: pipes may not be
+    enlarged in the sandbox (attacker round 110)."""
+    data = "x" * size
+    request = {
+        "kind": "exec",
+        "argv": ["sh", "-c", "wc -c; cat > /dev/null"],
+        "cwd": str(tmp_path),
+        "stdin": data,
+        "timeout_ms": 10_000,
+    }
+    result = call_runner(request, cwd=tmp_path)
+    assert result["exit_code"] == 0, result
+    assert result["output"].strip() == str(size)
