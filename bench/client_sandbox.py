@@ -22,6 +22,10 @@ PEERS = ("warm", "docker_run", "docker_exec", "llm_sandbox")
 #: Also interleaved: a health Check started as the warm calls are (pool full, settle pause),
 #: the floor of what a call waits outside the daemon (gRPC, both processes waking up).
 HEALTH_SPACED = "health_spaced"
+#: And OPA asked the warm calls' own question (a Bash command's decision input, as the daemon
+#: sends it) the same way: the floor of their decision.
+OPA_SPACED = "opa_bash_spaced"
+SPACED = (HEALTH_SPACED, OPA_SPACED)
 
 
 async def _pool_ready(admin: Any, size: int, timeout_s: float) -> bool:
@@ -41,10 +45,16 @@ async def sandbox_warm(spec: Spec) -> dict[str, Any]:
     `docker exec` into a running container, and llm-sandbox's `execute_command` in one open
     session. Every sample, tooljail's or a peer's, starts on a full pool and a quiet engine; the
     order rotates every round."""
+    from daemon.policy.opa_client import client_for
+    from daemon.policy.opa_engine import PACKAGE
+
     tally = Tally()
-    samples: dict[str, list[float]] = {name: [] for name in (*PEERS, HEALTH_SPACED)}
+    samples: dict[str, list[float]] = {name: [] for name in (*PEERS, *SPACED)}
     pool_misses = 0
-    async with open_channel(spec["target"]) as channel:
+    async with (
+        open_channel(spec["target"]) as channel,
+        client_for(spec["opa_url"], spec["opa_timeout_s"]) as opa,
+    ):
         stub, admin = pb_grpc.ExecutorStub(channel), pb_grpc.AdminStub(channel)
         health = health_pb2_grpc.HealthStub(channel)
 
@@ -58,7 +68,14 @@ async def sandbox_warm(spec: Spec) -> dict[str, Any]:
             await health.Check(health_pb2.HealthCheckRequest(), timeout=spec["timeout_s"])
             samples[HEALTH_SPACED].append(time.perf_counter() - started)
 
-        own = {"warm": tooljail, HEALTH_SPACED: health_check}
+        async def opa_query() -> None:
+            started = time.perf_counter()
+            answer = await opa.query_rule(spec["opa_input"], PACKAGE, "decision")
+            samples[OPA_SPACED].append(time.perf_counter() - started)
+            if answer.get("result", {}).get("outcome") != "allow":
+                tally.add(f"OPA answered {str(answer)[:300]}")
+
+        own = {"warm": tooljail, HEALTH_SPACED: health_check, OPA_SPACED: opa_query}
 
         with peers.peer_containers(spec["image"]) as (client, target, session, missing):
             blocking: dict[str, Callable[[], None]] = {

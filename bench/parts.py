@@ -15,9 +15,9 @@ from typing import Any
 import grpc
 
 from bench import peers, workload
-from bench.client_sandbox import HEALTH_SPACED, PEERS
+from bench.client_sandbox import PEERS, SPACED
 from bench.harness import Run, run_client
-from bench.processes import PROBE_READ_LIMIT, DaemonProcess
+from bench.processes import PROBE_BASH_COMMAND, PROBE_READ_LIMIT, DaemonProcess
 from bench.stats import per_second, summarize
 from daemon._generated.tooljail.v1 import executor_pb2 as pb
 from daemon._generated.tooljail.v1 import executor_pb2_grpc as pb_grpc
@@ -45,6 +45,22 @@ def probe_read_input(run: Run, daemon: DaemonProcess) -> dict[str, Any]:
         text = "".join(b.text.text for b in response.result.content)
         raise RuntimeError(f"the probe Read did not succeed: {text[:500]}")
     return run.opa.decision_input("Read")
+
+
+def probe_bash_input(run: Run, daemon: DaemonProcess) -> dict[str, Any]:
+    """One Execute(Bash) of the probe command, so that OPA logs the exact decision input the
+    daemon sends for a command shaped as the warm calls' (only that command is logged)."""
+    assert run.opa is not None
+    with grpc.insecure_channel(daemon.target) as channel:
+        request = pb.ExecuteRequest()
+        request.tool_use.id = "toolu_bench_probe_bash"
+        request.tool_use.name = "Bash"
+        request.tool_use.input.update(workload.bash_input(PROBE_BASH_COMMAND))
+        response = pb_grpc.ExecutorStub(channel).Execute(request, timeout=120)
+    if response.decision.outcome != pb.ALLOW or response.result.is_error:
+        text = "".join(b.text.text for b in response.result.content)
+        raise RuntimeError(f"the probe Bash did not succeed: {text[:500]}")
+    return run.opa.decision_input("Bash")
 
 
 def measure_decision(run: Run, daemon: DaemonProcess) -> dict[str, Any]:
@@ -249,7 +265,7 @@ def measure_batch(run: Run, daemon: DaemonProcess) -> dict[str, Any]:
 
 def measure_sandbox_warm(run: Run, daemon: DaemonProcess, pool_size: int) -> dict[str, Any]:
     """Bash `echo hi` served by a warm container, interleaved with its peers (bench.peers)."""
-    assert run.docker is not None
+    assert run.docker is not None and run.opa is not None
     plan = run.plan
     raw = run_client(
         run.spec(
@@ -260,11 +276,14 @@ def measure_sandbox_warm(run: Run, daemon: DaemonProcess, pool_size: int) -> dic
             settle_s=plan.settle_s,
             pool_timeout_s=30,
             image=run.docker.image,
+            opa_url=run.opa.url,
+            opa_timeout_s=BASELINE_OPA_TIMEOUT_S,
+            opa_input=probe_bash_input(run, daemon),
         ),
         timeout_s=900,
     )
     return {
-        **{name: summarize(raw[name]) for name in (*PEERS, HEALTH_SPACED) if raw[name]},
+        **{name: summarize(raw[name]) for name in (*PEERS, *SPACED) if raw[name]},
         **{
             k: raw[k]
             for k in (

@@ -73,18 +73,23 @@ def unmount_below(folder: Path) -> None:
 
 #: The `limit` of the one Read whose decision the benchmark's OPA logs (parts.probe_read_input).
 PROBE_READ_LIMIT = 4321
+#: The Bash command whose decisions it logs too (parts.probe_bash_input): shaped as the warm
+#: calls' `echo hi`, so the policy judges it the same way.
+PROBE_BASH_COMMAND = "echo probe"
 #: Every other decision is dropped before it is written: the managed OPA logs none at all.
 _PROBE_ONLY_LOG = f"""package tooljail_bench.decision_log
 
 default drop := true
 
 drop := false if input.input.input.limit == {PROBE_READ_LIMIT}
+
+drop := false if input.input.input.command == "{PROBE_BASH_COMMAND}"
 """
 
 
 class OpaServer:
     """`opa run --server` on a free loopback port, with the flags the managed OPA gets, its log in
-    a file. It also logs the probe Read's decision, and only that one (the rest are dropped
+    a file. It also logs the probe Read's and Bash's decisions, and only those (the rest are dropped
     before they are written): the exact input the daemon sends, for the baseline query."""
 
     def __init__(self, work: Path, policies: Path = ROOT / "policies") -> None:

@@ -47,6 +47,7 @@ LATENCY_PLOTS: tuple[tuple[str, str, tuple[tuple[str, str, str], ...]], ...] = (
             ("sandbox", "docker_exec", "docker exec"),
             ("sandbox", "llm_sandbox", "llm-sandbox"),
             ("sandbox", "health_spaced", "health Check, started as the warm calls are"),
+            ("sandbox", "opa_bash_spaced", "OPA asked their decision, started so too"),
             ("cold", "cold", "cold (pool size 0)"),
             ("churn", "latency", "churn (back to back)"),
         ),

@@ -186,9 +186,16 @@ def test_the_warm_floor_adds_a_round_trip_a_decision_and_the_containers_own_phas
     floor = by_id(parts)["sandbox.warm_floor_ratio"]
     assert floor.value == pytest.approx((0.6 + 0.5 + 3.0) / 600)
     assert floor.met is None and "4.1 ms" in floor.detail
+    assert "a Read's" in floor.detail
+    # With the warm calls' own decision asked of OPA as they are started, that is the one used.
+    parts["sandbox"]["opa_bash_spaced"] = latency(2.5)
+    floor = by_id(parts)["sandbox.warm_floor_ratio"]
+    assert floor.value == pytest.approx((0.6 + 2.5 + 3.0) / 600)
+    assert "the same Bash decision" in floor.detail
     del parts["sandbox"]["phases"]["phases_ms"]["result"]  # a phase missing: no floor guessed
     assert by_id(parts)["sandbox.warm_floor_ratio"].value is None
     del parts["decision"]
+    del parts["sandbox"]["opa_bash_spaced"]
     assert "not measured" in by_id(parts)["sandbox.warm_floor_ratio"].detail
 
 
