@@ -192,6 +192,11 @@ def test_the_warm_floor_adds_a_round_trip_a_decision_and_the_containers_own_phas
     floor = by_id(parts)["sandbox.warm_floor_ratio"]
     assert floor.value == pytest.approx((0.6 + 2.5 + 3.0) / 600)
     assert "the same Bash decision" in floor.detail
+    # The goal's row names a floor above the goal as the reason it cannot be met.
+    parts["sandbox"]["opa_bash_spaced"] = latency(30.0)
+    assert "past this run's floor" in by_id(parts)["sandbox.warm_ratio"].detail
+    parts["sandbox"]["opa_bash_spaced"] = latency(2.5)
+    assert "past this run's floor" not in by_id(parts)["sandbox.warm_ratio"].detail
     del parts["sandbox"]["phases"]["phases_ms"]["result"]  # a phase missing: no floor guessed
     assert by_id(parts)["sandbox.warm_floor_ratio"].value is None
     del parts["decision"]
