@@ -123,8 +123,9 @@ func waitServing(t *testing.T, client *tooljail.Client, d *daemon) {
 	}
 }
 
-// sandboxWorkspace makes a workspace the sandbox account can write: the account's when running
-// as root (sandboxes never run as root), else open to all.
+// sandboxWorkspace makes a workspace the sandbox account can write: the account's and its
+// group's when running as root (sandboxes never run as root; each principal's default session
+// runs as a uid of its own with that group), else open to all.
 func sandboxWorkspace(t *testing.T, path string) {
 	t.Helper()
 	if err := os.Mkdir(path, 0o755); err != nil {
@@ -143,6 +144,9 @@ func sandboxWorkspace(t *testing.T, path string) {
 	uid, _ := strconv.Atoi(account.Uid)
 	gid, _ := strconv.Atoi(account.Gid)
 	if err := os.Chown(path, uid, gid); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(path, 0o770); err != nil {
 		t.Fatal(err)
 	}
 }

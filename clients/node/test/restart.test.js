@@ -113,8 +113,12 @@ describe("a daemon restart in the middle of a call", { skip, timeout: 300_000 },
 
   it("fails UNAVAILABLE, then the same tool_use runs once more, then replays", async () => {
     mkdirSync(daemon.workspace);
-    // Sandboxes never run as root: a workspace of root's is the sandbox account's to write.
-    if (process.getuid?.() === 0) execFileSync("chown", ["tooljail-sandbox:", daemon.workspace]);
+    // Sandboxes never run as root: a workspace of root's is the sandbox account's to write,
+    // through its group (each principal's default session runs as a uid of its own).
+    if (process.getuid?.() === 0) {
+      execFileSync("chown", ["tooljail-sandbox:", daemon.workspace]);
+      execFileSync("chmod", ["770", daemon.workspace]);
+    }
     const count = path.join(daemon.workspace, "count.txt");
     const jail = new Client({
       target: `unix://${daemon.socket}`,
