@@ -263,8 +263,8 @@ class SandboxResult(_Frozen):
     final_cwd: str = ""
     """Directory the shell ended in (bash only)."""
     cwd_reset: str = ""
-    """Why bash started in the workspace root rather than the cwd asked for: that directory
-    and the error entering it ("" when it started where asked)."""
+    """Bash did not start (nothing ran) because its identity may not enter the cwd asked for:
+    that directory and the error entering it; the next command starts at the workspace root."""
     duration_ms: int = 0
     session_open: bool = False
     """An MCP session's server is still there and takes the next `McpSessionCall`."""

@@ -220,10 +220,11 @@ class BashTool(Tool[BashInput, BashRun]):
         else:
             result = await runner.run(request, ctx.limits, _live_output(ctx))
         if result.cwd_reset:
+            ctx.session.cwd = ctx.session.workspace
             notes.append(
                 f"Shell cwd was reset to {ctx.session.workspace}: the sandbox may not enter "
                 f"{result.cwd_reset} (another principal sharing the workspace may have made it "
-                "theirs); the command ran there instead."
+                "theirs). Nothing ran; send the command again to run it from there."
             )
         await _follow_directory(ctx.session, result.final_cwd, notes)
         cwd_reset = bool(notes)  # every note so far is of a reset

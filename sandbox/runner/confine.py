@@ -25,6 +25,8 @@
   the runner (root, shared by every container) made for it, or another tenant's end of a FIFO
   in a shared workspace, to a megabyte each against their owners' limits (attacker round 110).
   Pipes keep their default 64 KiB.
+- fcntl(F_SETLEASE) is refused with EPERM: a lease on a file of the shared default workspace
+  held every other tenant's open of it for the lease-break time, 45 s (attacker round 111).
 - renameat2 with RENAME_WHITEOUT (it leaves a 0:0 character device behind, without mknod), and
   the btrfs family of ioctls (type 0x94: making subvolumes, which a qgroup disk budget does not
   cover, snapshots and reflinks), refused with ENOTTY as on a filesystem without them, so
@@ -74,6 +76,7 @@ _ALL_BITS = 0xFFFFFFFF
 _IOCTL_TYPE = 0xFF00
 _BTRFS_IOCTLS = 0x9400
 _F_SETPIPE_SZ = 1031
+_F_SETLEASE = 1024
 
 
 class _Arch:
@@ -116,7 +119,7 @@ _ARCHES = {
             316: (4, _RENAME_WHITEOUT, (_RENAME_WHITEOUT,), errno.EPERM),
             16: (1, _IOCTL_TYPE, (_BTRFS_IOCTLS,), errno.ENOTTY),
             41: (0, _ALL_BITS, _UNCHARGED_FAMILIES, errno.EAFNOSUPPORT),
-            72: (1, _ALL_BITS, (_F_SETPIPE_SZ,), errno.EPERM),
+            72: (1, _ALL_BITS, (_F_SETPIPE_SZ, _F_SETLEASE), errno.EPERM),
         },
         54,
     ),
@@ -129,7 +132,7 @@ _ARCHES = {
             276: (4, _RENAME_WHITEOUT, (_RENAME_WHITEOUT,), errno.EPERM),
             29: (1, _IOCTL_TYPE, (_BTRFS_IOCTLS,), errno.ENOTTY),
             198: (0, _ALL_BITS, _UNCHARGED_FAMILIES, errno.EAFNOSUPPORT),
-            25: (1, _ALL_BITS, (_F_SETPIPE_SZ,), errno.EPERM),
+            25: (1, _ALL_BITS, (_F_SETPIPE_SZ, _F_SETLEASE), errno.EPERM),
         },
         208,
     ),

@@ -349,10 +349,10 @@ def _start(
         # folder removed under a running container, attacker round 79).
         raise OSError(errno.ENOENT, "the runner's bash_env.sh is gone", BASH_ENV_FILE)
     cwd = str(request["cwd"])
-    out_r, out_w = os.pipe()
-    err_r, err_w = os.pipe() if separate_stderr else (None, None)
-    cwd_r, cwd_w = os.pipe()
-    go_r, go_w = os.pipe()
+    out_r, out_w = spawn.command_pipe(identity)
+    err_r, err_w = spawn.command_pipe(identity) if separate_stderr else (None, None)
+    cwd_r, cwd_w = spawn.command_pipe(identity)
+    go_r, go_w = spawn.command_pipe(identity)
     env = dict(os.environ, BASH_ENV=str(BASH_ENV_FILE))
     try:
         proc = spawn.spawn_bash(
@@ -401,9 +401,18 @@ def run_bash(
     oom_before = oom_kill_count()
     started = time.monotonic()
     try:
-        run, cwd_reset = _start_in_or_at_root(command, request, identity)
+        run = _start(["bash", "--noprofile", "--norc", "-c", command], request, identity)
     except OSError as exc:
         who = f"uid {identity[0]}" if identity else "the runner"
+        if _cwd_lost(request, exc):
+            # Never run it elsewhere: the policy judged it, relative paths and all, in that
+            # directory (attacker round 111). The daemon starts the next command at the root.
+            return {
+                "exit_code": -1,
+                "error": f"the working directory {cwd} cannot be entered by the sandbox's "
+                f"identity ({who}): {exc.strerror}; nothing ran",
+                "cwd_reset": f"{cwd}: {exc.strerror}",
+            }
         why = f"it does not exist, or the sandbox's identity ({who}) may not enter it"
         return {"exit_code": -1, "error": f"cannot start bash in {cwd}: {exc.strerror}; {why}"}
     proc, cwd_r = run.proc, run.cwd_r
@@ -428,25 +437,15 @@ def run_bash(
         "final_cwd": final_cwd.strip().rsplit("\n", 1)[-1],
         "duration_ms": int((time.monotonic() - started) * 1000),
         "timeline": [["spawned", spawned], ["exited", exited]],
-        **({"cwd_reset": cwd_reset} if cwd_reset else {}),
     }
 
 
-def _start_in_or_at_root(
-    command: str, request: dict[str, Any], identity: tuple[int, int] | None
-) -> tuple[_Started, str]:
-    """Bash in the request's cwd or, when its identity may not enter that (another principal
-    sharing the workspace made it theirs alone, attacker round 110), in the workspace root;
-    with why it is not where it was asked to be ("" when it is)."""
-    argv = ["bash", "--noprofile", "--norc", "-c", command]
-    try:
-        return _start(argv, request, identity), ""
-    except OSError as exc:
-        workspace = request.get("workspace")
-        if not workspace or request["cwd"] == workspace or exc.errno not in _NOT_ENTERED:
-            raise
-        why = f"{request['cwd']}: {exc.strerror}"
-    return _start(argv, {**request, "cwd": workspace}, identity), why
+def _cwd_lost(request: dict[str, Any], exc: OSError) -> bool:
+    """Whether bash could not start because the command's identity may no longer enter the
+    session's working directory (below the workspace root): another principal sharing the
+    workspace made it theirs alone (attacker round 110), or it went away."""
+    workspace = request.get("workspace")
+    return bool(workspace) and request["cwd"] != workspace and exc.errno in _NOT_ENTERED
 
 
 #: Why a directory inside the workspace could not be entered by the command's identity.
@@ -554,39 +553,23 @@ def _drain(fd: int, out: _Output, deadline: float) -> None:
 #: Largest standard input of an exec request: it is written whole before the program starts (so
 #: the runner never waits on a program that does not read).
 MAX_STDIN_BYTES = 1 << 20
-#: What a pipe holds at its default size: a larger input goes in a memory file instead (pipes
-#: may not be enlarged in the sandbox, see confine.py).
-_PIPE_BYTES = 65536
 #: bash only looks the program up and becomes it (`exec`), after the go (see bash_env.sh).
 _EXEC_COMMAND = 'trap - EXIT; exec 31>&-; exec -- "$@"'
 
 
-def _stdin_pipe(data: bytes) -> int:
-    """The read end of a pipe already holding all of `data` (and closed for writing); past what
-    a pipe holds, a memory file holding it, read from its start."""
-    if len(data) > _PIPE_BYTES:
-        memory = os.memfd_create("stdin", os.MFD_CLOEXEC)
-        try:
-            if os.write(memory, data) != len(data):
-                raise OSError(errno.EFBIG, "the memory file took only part of the input")
-            os.lseek(memory, 0, os.SEEK_SET)
-        except OSError:
-            os.close(memory)
-            raise
-        return memory
-    read_end, write_end = os.pipe()
+def _stdin_file(data: bytes) -> int:
+    """A memory file holding all of `data`, read from its start: the program's standard input,
+    charged to the container's memory (a pipe would be charged to the runner's user, root,
+    which every container shares)."""
+    memory = os.memfd_create("stdin", os.MFD_CLOEXEC)
     try:
-        if data:
-            os.set_blocking(write_end, False)
-            written = os.write(write_end, data)
-            if written != len(data):
-                raise OSError(errno.EFBIG, "the pipe took only part of the input")
+        if data and os.write(memory, data) != len(data):
+            raise OSError(errno.EFBIG, "the memory file took only part of the input")
+        os.lseek(memory, 0, os.SEEK_SET)
     except OSError:
-        os.close(read_end)
+        os.close(memory)
         raise
-    finally:
-        os.close(write_end)
-    return read_end
+    return memory
 
 
 def run_exec(
@@ -605,7 +588,7 @@ def run_exec(
     if len(stdin) > MAX_STDIN_BYTES:
         return {"exit_code": -1, "error": f"the input is over {MAX_STDIN_BYTES} bytes"}
     try:
-        in_r = _stdin_pipe(stdin)
+        in_r = _stdin_file(stdin)
     except OSError as exc:
         return {"exit_code": -1, "error": f"cannot hand the program its input: {exc.strerror}"}
     stdout, stderr = OutputSink(limit), OutputSink(max(1, limit // 16))
@@ -653,7 +636,7 @@ class _McpServer:
         limit = int(request.get("output_limit_bytes") or 1 << 20)
         self._stderr_limit = max(1, limit // 16)
         self.stderr = OutputSink(self._stderr_limit)
-        in_r, in_w = os.pipe()
+        in_r, in_w = spawn.command_pipe(identity)
         command = ["bash", "--noprofile", "--norc", "-c", _EXEC_COMMAND, argv[0], *argv]
         try:
             self._run = _start(command, request, identity, stdin=in_r, separate_stderr=True)

@@ -83,7 +83,7 @@ def spawn_bash(
         (os.POSIX_SPAWN_DUP2, stdout if stderr is None else stderr, 2),
         *((os.POSIX_SPAWN_DUP2, fd, target) for target, fd in handed.items()),
     ]
-    with _OomScoreForChildren(), _As(identity):
+    with _OomScoreForChildren(), As(identity):
         here = os.open(".", os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
         try:
             directory = _open_beneath(workspace, cwd)
@@ -124,7 +124,7 @@ def _open_beneath(workspace: str, cwd: str) -> int:
 # Context managers as classes: contextlib costs every container 3 ms of CPU to import.
 
 
-class _As:
+class As:
     """The command's ids as the runner's real and effective ids; the saved ones stay root, so
     the runner is root again afterwards (capabilities included)."""
 
@@ -178,3 +178,12 @@ class _OomScoreForChildren:
 def _write(path: str, text: str) -> None:
     with open(path, "wb") as file:  # bytes: a text codec would be one more import
         file.write(text.encode())
+
+
+def command_pipe(identity: tuple[int, int] | None) -> tuple[int, int]:
+    """A pipe for the command's use, made as its identity: the kernel charges a pipe's pages to
+    the user that made it, and those the runner (root, shared by every container) made for
+    commands were one tenant's to keep alive until root's limit shrank everyone's new pipes
+    (attacker round 111 passed them on to a background command of its own)."""
+    with As(identity):
+        return os.pipe()

@@ -181,19 +181,43 @@ def test_a_cwd_another_principal_took_away_sends_the_next_command_to_the_root(
     tenants: tuple[RunningDaemon, Tenant, Tenant],
 ) -> None:
     """Attacker round 110: alice swapped bob's default-session cwd for a folder of her own that
-    bob's uid may not enter; every later Bash of bob's failed, `cd ..` included."""
+    bob's uid may not enter; every later Bash of bob's failed, `cd ..` included. Round 111:
+    running it at the root instead ran it where the policy had not judged it (bob's writes
+    landed on the shared top-level files): the call runs nothing, the next starts at the root."""
     running, alice, bob = tenants
-    trap = running.settings.workspace / "trap"
+    workspace = running.settings.workspace
+    trap = workspace / "trap"
     bob.bash(DEFAULT, "mkdir -p trap/inner && cd trap/inner")
     # What alice's commands did (a folder rename the policy has a person approve), done here.
     alice_uid = int(text_of(alice.bash(DEFAULT, "id -u")))
     trap.rename(trap.with_name("trap.moved"))
     for folder in (trap, trap / "inner"):
         folder.mkdir(mode=0o700)
-        os.chown(folder, alice_uid, os.stat(running.settings.workspace).st_gid)
-    answer = text_of(bob.bash(DEFAULT, "pwd"))
-    assert f"{running.settings.workspace}\n" in answer, answer
-    assert "Shell cwd was reset" in answer and "trap/inner" in answer, answer
-    # And it stays at the root from then on.
+        os.chown(folder, alice_uid, os.stat(workspace).st_gid)
+    use = pb.ToolUse(id=f"toolu_{os.urandom(6).hex()}", name="Bash")
+    use.input.update({"command": "echo bob > redirected.txt"})
+    refused = bob.stub.Execute(pb.ExecuteRequest(tool_use=use), metadata=bob.metadata, timeout=120)
+    text = text_of(refused)
+    assert refused.result.is_error, text
+    assert "Shell cwd was reset" in text and "Nothing ran" in text and "trap/inner" in text
+    assert not (workspace / "redirected.txt").exists(), "it ran where it was not judged"
+    # The next one is judged, and runs, at the root.
     again = text_of(bob.bash(DEFAULT, "pwd"))
-    assert again.strip() == str(running.settings.workspace), again
+    assert again.strip() == str(workspace), again
+
+
+def test_the_pipes_a_command_gets_are_its_own_uids(
+    tenants: tuple[RunningDaemon, Tenant, Tenant],
+) -> None:
+    """Attacker round 111: the runner (root in every container) made the command's pipes, so
+    their pages counted against root's per-user limit; one tenant kept hundreds alive (passed
+    to a background command of its own) until every tenant's new runner pipes shrank to 8 KiB.
+    A pipe's inode belongs to whoever made it."""
+    _, alice, _ = tenants
+    hers = alice.open()
+    try:
+        text = text_of(alice.bash(hers, "id -u; stat -L -c %u /proc/self/fd/1 /proc/self/fd/31"))
+        uid, *owners = text.split()
+        assert owners == [uid, uid], text
+    finally:
+        alice.close(hers)

@@ -65,6 +65,9 @@ attempt("grow a pipe", lambda: fcntl.fcntl(pipe_w, fcntl.F_SETPIPE_SZ, 1 << 20))
 attempt("shrink a pipe", lambda: fcntl.fcntl(pipe_w, fcntl.F_SETPIPE_SZ, 4096))
 out["pipe size"] = fcntl.fcntl(pipe_w, fcntl.F_GETPIPE_SZ)
 attempt("other fcntl", lambda: fcntl.fcntl(pipe_w, fcntl.F_SETFL, os.O_NONBLOCK))
+leased = os.open("leased", os.O_CREAT | os.O_RDONLY, 0o644)
+attempt("read lease", lambda: fcntl.fcntl(leased, fcntl.F_SETLEASE, fcntl.F_RDLCK))
+attempt("get lease", lambda: fcntl.fcntl(leased, fcntl.F_GETLEASE))
 libc = ctypes.CDLL(None, use_errno=True)
 buffer = ctypes.create_string_buffer(120)
 for name, call in [
@@ -163,6 +166,13 @@ def test_pipes_keep_their_default_size(outcomes: dict[str, Any]) -> None:
     assert outcomes["grow a pipe"] == outcomes["shrink a pipe"] == "EPERM"
     assert outcomes["pipe size"] == 65536
     assert outcomes["other fcntl"] == "ok"
+
+
+def test_no_lease_can_hold_another_tenants_open(outcomes: dict[str, Any]) -> None:
+    """Attacker round 111: a lease on a file of the shared default workspace held another
+    tenant's `cat` of it for the lease-break time (45 s)."""
+    assert outcomes["read lease"] == "EPERM"
+    assert outcomes["get lease"] == "ok"
 
 
 @pytest.mark.skipif(os.uname().machine != "x86_64", reason="32-bit calls are x86 only")

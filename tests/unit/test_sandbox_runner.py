@@ -174,15 +174,15 @@ def test_runs_in_the_requested_directory_and_reports_where_it_ended(tmp_path: Pa
     assert result["exit_code"] == 4
 
 
-def test_a_directory_it_cannot_enter_runs_the_command_at_the_root_saying_why(
-    tmp_path: Path,
-) -> None:
+def test_a_directory_it_cannot_enter_runs_nothing_and_says_why(tmp_path: Path) -> None:
     """Attacker round 110: another principal sharing the workspace swapped a session's cwd for
-    a folder of its own that the session's uid may not enter; every later command failed."""
-    result = bash("pwd", tmp_path / "missing")
-    assert result["exit_code"] == 0 and "error" not in result
-    assert result["output"] == f"{tmp_path}\n"
+    a folder of its own that the session's uid may not enter. Round 111: running the command
+    at the root instead ran it where the policy had not judged it (`rm -rf ../<workspace>`
+    judged from a subfolder emptied the workspace): nothing runs."""
+    result = bash("touch ran-here", tmp_path / "missing")
+    assert result["exit_code"] == -1 and "nothing ran" in result["error"]
     assert result["cwd_reset"] == f"{tmp_path / 'missing'}: No such file or directory"
+    assert not (tmp_path / "ran-here").exists()
     assert "cwd_reset" not in bash("pwd", tmp_path)
 
 
