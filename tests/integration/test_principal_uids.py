@@ -68,6 +68,21 @@ class Tenant:
         )
 
 
+def _starves_its_owner_alone(
+    held: Path, owner: tuple[Tenant, pb.Session], other: tuple[Tenant, pb.Session]
+) -> None:
+    """Once the hog says (`held`) it took every inotify instance of its owner's uid: the owner's
+    next container, its uid too, finds none left (so the hog works and the check can fail),
+    and the other tenant's finds its own."""
+    deadline = time.monotonic() + 90
+    while not held.exists() and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert held.exists(), "the background command never took the inotify instances"
+    assert _STARVED in text_of(owner[0].bash(owner[1], PROBE))
+    answer = text_of(other[0].bash(other[1], PROBE))
+    assert _STARVED not in answer and "probed" in answer, answer
+
+
 @pytest.fixture(scope="module")
 def tenants(
     tmp_path_factory: pytest.TempPathFactory,
@@ -126,16 +141,7 @@ def test_one_tenant_holding_a_per_user_kernel_limit_leaves_anothers_alone(
     hers, his = alice.open(), bob.open()
     try:
         alice.bash(hers, HOG, run_in_background=True)
-        held = Path(hers.workspace) / "held"
-        deadline = time.monotonic() + 90
-        while not held.exists() and time.monotonic() < deadline:
-            time.sleep(0.2)
-        assert held.exists(), "the background command never took the inotify instances"
-        # Her own next container shares her uid, so the limit she holds is hers too: this is
-        # what the hog does, so the check below can fail.
-        assert _STARVED in text_of(alice.bash(hers, PROBE))
-        answer = text_of(bob.bash(his, PROBE))
-        assert _STARVED not in answer and "probed" in answer, answer
+        _starves_its_owner_alone(Path(hers.workspace) / "held", (alice, hers), (bob, his))
     finally:
         alice.close(hers)
         bob.close(his)
@@ -164,13 +170,7 @@ def test_default_sessions_share_the_workspace_but_each_runs_as_its_principals_ui
     assert shell, started
     try:
         held = running.settings.workspace / "held-default"
-        deadline = time.monotonic() + 90
-        while not held.exists() and time.monotonic() < deadline:
-            time.sleep(0.2)
-        assert held.exists(), "the background command never took the inotify instances"
-        assert _STARVED in text_of(alice.bash(DEFAULT, PROBE))
-        answer = text_of(bob.bash(DEFAULT, PROBE))
-        assert _STARVED not in answer and "probed" in answer, answer
+        _starves_its_owner_alone(held, (alice, DEFAULT), (bob, DEFAULT))
     finally:
         use = pb.ToolUse(id="toolu_kill_hog", name="KillShell")
         use.input.update({"shell_id": shell.group(1)})
