@@ -192,7 +192,7 @@ class BashTool(Tool[BashInput, BashRun]):
     async def call(self, args: BashInput, ctx: CallContext) -> BashRun:
         runner = ctx.require_sandbox()
         notes: list[str] = []
-        cwd = await _start_directory(ctx.session, notes)
+        cwd = await _start_directory(ctx.session)
         if args.run_in_background:
             return _started_in_background(args, ctx, runner, cwd)
         requested = args.timeout or DEFAULT_TIMEOUT_MS
@@ -497,19 +497,23 @@ def _timeout_advice(run: BashRun) -> str:
     return "Make the command finish sooner (smaller input, fewer steps) or split it up."
 
 
-async def _start_directory(session: Session, notes: list[str]) -> Path:
-    """The session's cwd while it is still a directory inside the workspace, else the root."""
+async def _start_directory(session: Session) -> Path:
+    """The session's cwd while it is still a directory inside the workspace. When it is not,
+    nothing runs (ToolError): the policy judged the command, its relative paths included, from
+    there (attacker round 112: a cwd removed after it was judged sent `rm -rf ../<workspace>`
+    to the workspace root, emptying it). The session's cwd is reset, so the next command is
+    judged, and runs, at the root."""
     cwd = session.cwd
     if cwd is None or cwd == session.workspace:
         return session.workspace
     if await session.directory_inside(str(cwd)) == cwd:
         return cwd
-    notes.append(
-        f"The previous working directory {cwd} is no longer a directory inside the workspace; "
-        f"the command ran in {session.workspace} instead."
-    )
     session.cwd = session.workspace
-    return session.workspace
+    raise ToolError(
+        f"Shell cwd was reset to {session.workspace}: the working directory {cwd} is no longer "
+        "a directory inside the workspace. Nothing ran; send the command again to run it from "
+        "there."
+    )
 
 
 async def _follow_directory(session: Session, final_cwd: str, notes: list[str]) -> None:

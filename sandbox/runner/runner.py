@@ -28,6 +28,7 @@ from __future__ import annotations
 import errno
 import os
 import select
+import stat
 import struct
 import sys
 import time
@@ -793,15 +794,35 @@ _ERRNO_ADVICE = {
 }
 
 
+#: Larger than any file the daemon reads to change (32 MiB): one that is, it cannot have read.
+_MAX_HASHED_BYTES = 64 << 20
+
+
 def _sha256_of(path: str, sha256: Callable[[], Any]) -> str | None:
-    """sha256 of the file's current content, None when it does not exist."""
-    digest = sha256()
+    """sha256 of the regular file at `path` now, None when nothing is there. Opened without
+    following a link or waiting (a FIFO), and read only while it can match what the daemon
+    read: another tenant sharing the workspace swapped the file for a link to /dev/zero under a
+    Write's check, which then read until its timeout (attacker round 112)."""
     try:
-        with open(path, "rb") as handle:
-            for block in iter(lambda: handle.read(_CHUNK), b""):
-                digest.update(block)
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
     except FileNotFoundError:
         return None
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            raise _Stale(
+                "the file changed since it was read (it is a link now); Read it, retry"
+            ) from exc
+        raise
+    with os.fdopen(fd, "rb") as handle:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode) or info.st_size > _MAX_HASHED_BYTES:
+            raise _Stale(
+                "the file changed since it was read (it is no longer a regular file the daemon "
+                "could have read); Read it, retry"
+            )
+        digest = sha256()
+        for block in iter(lambda: handle.read(_CHUNK), b""):
+            digest.update(block)
     return str(digest.hexdigest())
 
 

@@ -9,6 +9,7 @@ import json
 import os
 import pwd
 import re
+import shutil
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -219,5 +220,33 @@ def test_the_pipes_a_command_gets_are_its_own_uids(
         text = text_of(alice.bash(hers, "id -u; stat -L -c %u /proc/self/fd/1 /proc/self/fd/31"))
         uid, *owners = text.split()
         assert owners == [uid, uid], text
+    finally:
+        alice.close(hers)
+
+
+def test_a_cwd_gone_after_it_was_judged_runs_nothing(
+    tenants: tuple[RunningDaemon, Tenant, Tenant],
+) -> None:
+    """Attacker round 112: the daemon's own check found the session's cwd gone (removed by a
+    background command, or by another tenant) and ran the command at the workspace root,
+    where the policy had not judged it: `rm -rf ../<workspace>`, allowed from a subfolder,
+    emptied the workspace. Nothing runs; the next command is judged, and runs, at the root."""
+    _, alice, _ = tenants
+    hers = alice.open()
+    try:
+        workspace = Path(hers.workspace)
+        alice.bash(hers, "mkdir -p keep d/sub && echo important > keep/main.c && cd d/sub")
+        shutil.rmtree(workspace / "d")  # what her background command did
+        use = pb.ToolUse(id=f"toolu_{os.urandom(6).hex()}", name="Bash")
+        use.input.update({"command": "rm -rf ../keep"})
+        refused = alice.stub.Execute(
+            pb.ExecuteRequest(tool_use=use, session_id=hers.id),
+            metadata=alice.metadata,
+            timeout=120,
+        )
+        text = text_of(refused)
+        assert refused.result.is_error and "Nothing ran" in text, text
+        assert (workspace / "keep" / "main.c").read_text() == "important\n"
+        assert text_of(alice.bash(hers, "pwd")).strip() == str(workspace)
     finally:
         alice.close(hers)

@@ -750,3 +750,22 @@ def test_an_exec_requests_input_reaches_the_program_whole(tmp_path: Path, size: 
     result = call_runner(request, cwd=tmp_path)
     assert result["exit_code"] == 0, result
     assert result["output"].strip() == str(size)
+
+
+def test_a_writes_check_reads_only_a_regular_file_it_could_match(tmp_path: Path) -> None:
+    """Attacker round 112: another tenant sharing the workspace swapped the file for a link to
+    /dev/zero after the Write resolved its path; the check followed it and read until the
+    call's timeout. Neither a link, nor a FIFO, nor a file past what the daemon reads is read."""
+    check = runner_module._sha256_of
+    (tmp_path / "plain").write_bytes(b"old")
+    assert check(str(tmp_path / "plain"), hashlib.sha256) == sha(b"old")
+    assert check(str(tmp_path / "missing"), hashlib.sha256) is None
+    (tmp_path / "zero").symlink_to("/dev/zero")
+    os.mkfifo(tmp_path / "fifo")  # nobody writes it: an open that waited would never return
+    with open(tmp_path / "huge", "wb") as huge:
+        huge.truncate(runner_module._MAX_HASHED_BYTES + 1)  # sparse
+    for name, why in (("zero", "a link now"), ("fifo", "no longer a regular file")):
+        with pytest.raises(runner_module._Stale, match=why):
+            check(str(tmp_path / name), hashlib.sha256)
+    with pytest.raises(runner_module._Stale, match="no longer a regular file"):
+        check(str(tmp_path / "huge"), hashlib.sha256)

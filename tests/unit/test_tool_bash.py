@@ -202,15 +202,22 @@ async def test_leaving_the_workspace_resets_the_cwd(
     assert text_of(output) == f"{workspace}\n"
 
 
-async def test_a_vanished_cwd_falls_back_to_the_workspace(
+async def test_a_vanished_cwd_runs_nothing_then_the_next_command_starts_at_the_root(
     ctx: CallContext, workspace: Path
 ) -> None:
+    """Attacker round 112: run at the root instead, a command ran where the policy had not
+    judged it (`rm -rf ../<workspace>`, allowed from a subfolder, emptied the workspace)."""
     (workspace / "gone").mkdir()
     await bash(ctx, "cd gone")
     (workspace / "gone").rmdir()
+    calls = len(fake(ctx).calls)
     output = await bash(ctx, "pwd")
-    assert not output.is_error
-    assert text_of(output).startswith(f"{workspace}\n\nThe previous working directory")
+    assert output.is_error
+    assert text_of(output).startswith(f"Shell cwd was reset to {workspace}")
+    assert "Nothing ran" in text_of(output)
+    assert len(fake(ctx).calls) == calls  # no container was asked to run it
+    output = await bash(ctx, "pwd")
+    assert not output.is_error and text_of(output) == f"{workspace}\n"
 
 
 async def test_background_execution_without_background_commands_is_refused(
