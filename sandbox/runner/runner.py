@@ -798,13 +798,15 @@ _ERRNO_ADVICE = {
 _MAX_HASHED_BYTES = 64 << 20
 
 
-def _sha256_of(path: str, sha256: Callable[[], Any]) -> str | None:
+def _sha256_of(path: str, sha256: Callable[[], Any], dir_fd: int | None = None) -> str | None:
     """sha256 of the regular file at `path` now, None when nothing is there. Opened without
     following a link or waiting (a FIFO), and read only while it can match what the daemon
     read: another tenant sharing the workspace swapped the file for a link to /dev/zero under a
     Write's check, which then read until its timeout (attacker round 112)."""
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+        fd = os.open(
+            path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, dir_fd=dir_fd
+        )
     except FileNotFoundError:
         return None
     except OSError as exc:
@@ -821,8 +823,12 @@ def _sha256_of(path: str, sha256: Callable[[], Any]) -> str | None:
                 "could have read); Read it, retry"
             )
         digest = sha256()
-        for block in iter(lambda: handle.read(_CHUNK), b""):
+        left = info.st_size + 1  # one byte past its size: a file growing meanwhile changed
+        while left > 0 and (block := handle.read(min(_CHUNK, left))):
             digest.update(block)
+            left -= len(block)
+        if left <= 0:
+            raise _Stale("the file changed since it was read (it is growing); Read it, retry")
     return str(digest.hexdigest())
 
 
@@ -851,17 +857,26 @@ def write_file(
     data = content if isinstance(content, bytes) else content.encode("utf-8")
     if not os.path.isabs(path):
         return {"exit_code": 1, "error": "the path is not absolute; give the full path"}
-    # Write through symbolic links, as an editor would, but only into the workspace.
-    target = os.path.realpath(path)
+    # The daemon sends the path its links resolved to when the policy judged it: written there
+    # and nowhere else. A link found on the way now was made since, and is never followed
+    # (attacker round 113 made one between the judgement and the write, and wrote a file the
+    # policy asks a person about).
+    target = os.path.normpath(path)
     workspace = os.getcwd()
-    if target != workspace and not target.startswith(workspace.rstrip("/") + "/"):
+    if target == workspace:
+        return {"exit_code": 1, "error": _ERRNO_ADVICE[errno.EISDIR]}
+    if not target.startswith(workspace.rstrip("/") + "/"):
         return {
             "exit_code": 1,
-            "error": f"it resolves to {target}, outside the workspace {workspace} (through a "
-            "symbolic link); only files inside the workspace can be written",
+            "error": f"{target} is outside the workspace {workspace}; only files inside the "
+            "workspace can be written",
         }
     try:
-        _replace_checked(target, data, expected and expected.lower(), hashlib.sha256)
+        parent, name = _parent_beneath(workspace, target)
+        try:
+            _replace_checked(parent, name, data, expected and expected.lower(), hashlib.sha256)
+        finally:
+            os.close(parent)
     except _Stale as exc:
         return {"exit_code": 1, "error": str(exc)}
     except OSError as exc:
@@ -876,21 +891,64 @@ class _Stale(Exception):
     pass
 
 
-def _replace_checked(
-    target: str, data: bytes, expected: str | None, sha256: Callable[[], Any]
-) -> None:
-    parent, name = os.path.split(target)
-    os.makedirs(parent, exist_ok=True)
+_FOLDER_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+
+
+def _parent_beneath(workspace: str, target: str) -> tuple[int, str]:
+    """The folder holding `target`, opened from the workspace one name at a time without
+    following a link (missing folders are made), and the file's name in it."""
+    *folders, name = os.path.relpath(target, workspace).split("/")
+    fd = os.open(workspace, _FOLDER_FLAGS)
     try:
-        mode = os.stat(target).st_mode & 0o7777
+        for folder in folders:
+            try:
+                os.mkdir(folder, 0o777, dir_fd=fd)
+            except FileExistsError:
+                pass
+            try:
+                child = os.open(folder, _FOLDER_FLAGS, dir_fd=fd)
+            except OSError as exc:
+                if exc.errno == errno.ELOOP or _is_link(folder, fd):
+                    raise _Stale(
+                        f"the path changed since it was checked ({folder} is a link now); Read "
+                        "it, retry"
+                    ) from exc
+                raise
+            os.close(fd)
+            fd = child
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd, name
+
+
+def _is_link(name: str, folder: int) -> bool:
+    try:
+        return stat.S_ISLNK(os.stat(name, dir_fd=folder, follow_symlinks=False).st_mode)
+    except OSError:
+        return False
+
+
+def _replace_checked(
+    parent: int, name: str, data: bytes, expected: str | None, sha256: Callable[[], Any]
+) -> None:
+    """Replace `name` in the folder open at `parent` by a file holding `data`, if what is there
+    still has the `expected` hash (None: nothing may be there)."""
+    try:
+        info: os.stat_result | None = os.stat(name, dir_fd=parent, follow_symlinks=False)
     except FileNotFoundError:
+        info = None
+    if info is None:
         umask = os.umask(0)
         os.umask(umask)
         mode = 0o666 & ~umask
-    if os.path.isdir(target):
-        raise OSError(errno.EISDIR, os.strerror(errno.EISDIR), target)
-    tmp = os.path.join(parent, f".{name}.tooljail-{os.urandom(6).hex()}.tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    elif stat.S_ISDIR(info.st_mode):
+        raise OSError(errno.EISDIR, os.strerror(errno.EISDIR), name)
+    else:
+        mode = info.st_mode & 0o7777
+    tmp = f".{name}.tooljail-{os.urandom(6).hex()}.tmp"
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+    fd = os.open(tmp, flags, 0o600, dir_fd=parent)
     try:
         try:
             view = memoryview(data)
@@ -901,34 +959,24 @@ def _replace_checked(
         finally:
             os.close(fd)
         # Checked as late as possible: the window for a concurrent change is the rename alone.
-        current = _sha256_of(target, sha256)
+        current = _sha256_of(name, sha256, parent)
         if current != expected:
             if expected is None:
                 raise _Stale("the file changed since it was read (it exists now); Read it, retry")
             if current is None:
                 raise _Stale("the file changed since it was read (it was deleted); Read it, retry")
             raise _Stale("the file changed since it was read; Read it again, then retry")
-        os.replace(tmp, target)
+        os.replace(tmp, name, src_dir_fd=parent, dst_dir_fd=parent)
     except BaseException:
         try:
-            os.unlink(tmp)
+            os.unlink(tmp, dir_fd=parent)
         except OSError:
             pass
         raise
-    _fsync_dir(parent)
-
-
-def _fsync_dir(path: str) -> None:
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
+        os.fsync(parent)
     except OSError:
         pass  # some file systems refuse fsync on directories; the rename is done
-    finally:
-        os.close(fd)
 
 
 # --- main --------------------------------------------------------------------------------------

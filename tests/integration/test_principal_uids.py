@@ -250,3 +250,28 @@ def test_a_cwd_gone_after_it_was_judged_runs_nothing(
         assert text_of(alice.bash(hers, "pwd")).strip() == str(workspace)
     finally:
         alice.close(hers)
+
+
+def test_a_write_through_a_link_there_when_it_was_judged_reaches_its_target(
+    tenants: tuple[RunningDaemon, Tenant, Tenant],
+) -> None:
+    """The runner follows no link (attacker round 113 made one between the judgement and the
+    write); a Write through a link that was there when the policy judged it still reaches the
+    link's target, which the daemon resolved and the policy saw."""
+    _, alice, _ = tenants
+    hers = alice.open()
+    try:
+        workspace = Path(hers.workspace)
+        (workspace / "alias.txt").symlink_to("real.txt")
+        use = pb.ToolUse(id=f"toolu_{os.urandom(6).hex()}", name="Write")
+        use.input.update({"file_path": str(workspace / "alias.txt"), "content": "through\n"})
+        answer = alice.stub.Execute(
+            pb.ExecuteRequest(tool_use=use, session_id=hers.id),
+            metadata=alice.metadata,
+            timeout=120,
+        )
+        assert not answer.result.is_error, text_of(answer)
+        assert (workspace / "real.txt").read_text() == "through\n"
+        assert (workspace / "alias.txt").is_symlink()
+    finally:
+        alice.close(hers)

@@ -393,15 +393,16 @@ async def test_write_errors_are_clear_and_harmless(
 async def test_the_container_itself_refuses_writes_outside_the_workspace(
     backend: DockerBackend, workspace: Path
 ) -> None:
-    # Straight to a container, past the executor's check: the runner refuses on its own.
+    # Straight to a container, past the executor's check: the runner refuses on its own, and
+    # never follows a link (the daemon sends the path its links resolved to when judged).
     (workspace / "escape").symlink_to("/tmp/x")
-    for path in ("/usr/evil", str(workspace / "escape")):
+    for path, why in (("/usr/evil", "outside the workspace"), (workspace / "escape", "link now")):
         sandbox = await backend.start(spec_for(workspace))
         try:
-            result = await sandbox.run(WriteFileRequest(path=path, content="x"))
+            result = await sandbox.run(WriteFileRequest(path=str(path), content="x"))
         finally:
             await sandbox.destroy()
-        assert "outside the workspace" in result.error
+        assert why in result.error
 
 
 async def test_file_size_limit_stops_writes(executor: SandboxExecutor, workspace: Path) -> None:

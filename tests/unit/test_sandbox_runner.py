@@ -401,19 +401,34 @@ def test_write_refuses_a_file_deleted_since_it_was_read(tmp_path: Path) -> None:
     assert not (tmp_path / "gone.txt").exists()
 
 
-def test_write_goes_through_a_symlink_to_its_target(tmp_path: Path) -> None:
+def test_write_never_follows_a_link_made_since_the_path_was_judged(tmp_path: Path) -> None:
+    """The daemon sends the path its links resolved to when the policy judged it. Attacker round
+    113 made `x` a link to `.gitattributes` between that judgement and the write, and the
+    runner, resolving it again, wrote a file the policy asks a person about."""
     (tmp_path / "real.txt").write_bytes(b"old")
     (tmp_path / "link.txt").symlink_to("real.txt")
-    assert write(tmp_path / "link.txt", "new", sha(b"old"))["exit_code"] == 0
-    assert (tmp_path / "link.txt").is_symlink()
-    assert (tmp_path / "real.txt").read_text() == "new"
+    result = write(tmp_path / "link.txt", "new", sha(b"old"))
+    assert "it is a link now" in result["error"]
+    (tmp_path / "folder").mkdir()
+    (tmp_path / "through").symlink_to("folder")
+    result = write(tmp_path / "through" / "new.txt", "new", workspace=tmp_path)
+    assert "through is a link now" in result["error"]
+    assert (tmp_path / "real.txt").read_bytes() == b"old"
+    assert list((tmp_path / "folder").iterdir()) == []
+    assert sorted(p.name for p in tmp_path.iterdir()) == [
+        "folder",
+        "link.txt",
+        "real.txt",
+        "through",
+    ]
 
 
-def test_write_refuses_a_symlink_that_leads_out_of_the_workspace(tmp_path: Path) -> None:
+def test_write_refuses_a_path_outside_the_workspace(tmp_path: Path) -> None:
     workspace, outside = tmp_path / "ws", tmp_path / "outside.txt"
     workspace.mkdir()
     (workspace / "escape").symlink_to(outside)
-    result = write(workspace / "escape", "x", workspace=workspace)
+    assert "link now" in write(workspace / "escape", "x", workspace=workspace)["error"]
+    result = write(workspace / ".." / "outside.txt", "x", workspace=workspace)
     assert "outside the workspace" in result["error"]
     assert not outside.exists()
 
@@ -769,3 +784,6 @@ def test_a_writes_check_reads_only_a_regular_file_it_could_match(tmp_path: Path)
             check(str(tmp_path / name), hashlib.sha256)
     with pytest.raises(runner_module._Stale, match="no longer a regular file"):
         check(str(tmp_path / "huge"), hashlib.sha256)
+    # More to read than its size said (a file growing meanwhile; /proc's say 0): not read on.
+    with pytest.raises(runner_module._Stale, match="growing"):
+        check("/proc/self/status", hashlib.sha256)
