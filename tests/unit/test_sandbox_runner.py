@@ -787,3 +787,40 @@ def test_a_writes_check_reads_only_a_regular_file_it_could_match(tmp_path: Path)
     # More to read than its size said (a file growing meanwhile; /proc's say 0): not read on.
     with pytest.raises(runner_module._Stale, match="growing"):
         check("/proc/self/status", hashlib.sha256)
+
+
+@pytest.mark.parametrize("existing", [b"old", None])
+def test_a_write_into_a_folder_moved_meanwhile_is_undone(
+    tmp_path: Path, existing: bytes | None
+) -> None:
+    """Attacker round 114: the folder the runner had opened was renamed (to `.git`) while it
+    wrote, and the file landed there, a place the policy never judged. Checked before and
+    after the rename; after it, what the folder held is put back."""
+    folder = tmp_path / "d"
+    folder.mkdir()
+    if existing is not None:
+        (folder / "config").write_bytes(existing)
+    target = str(folder / "config")
+    parent, name = runner_module._parent_beneath(str(tmp_path), target)
+    checks = []
+
+    def in_place() -> bool:
+        here = runner_module._in_place(str(tmp_path), target, parent)
+        checks.append(here)
+        if len(checks) == 1:
+            folder.rename(tmp_path / ".git")  # right after the last check before the rename
+        return here
+
+    expected = None if existing is None else sha(existing)
+    try:
+        with pytest.raises(runner_module._Stale, match="moved or replaced"):
+            runner_module._replace_checked(
+                parent, name, b"[core] fsmonitor = x", expected, hashlib.sha256, in_place
+            )
+    finally:
+        os.close(parent)
+    assert checks == [True, False]
+    moved = tmp_path / ".git"
+    assert sorted(p.name for p in moved.iterdir()) == ([] if existing is None else ["config"])
+    if existing is not None:
+        assert (moved / "config").read_bytes() == existing
