@@ -1006,8 +1006,6 @@ def _replace_checked(
         if not in_place():
             _put_back(name, parent, kept, created=current is None)
             raise _Stale(_MOVED)
-        if kept is not None:
-            os.unlink(kept, dir_fd=parent)
     except BaseException:
         for leftover in leftovers:
             try:
@@ -1016,6 +1014,11 @@ def _replace_checked(
             except OSError:
                 pass
         raise
+    if kept is not None:
+        try:
+            os.unlink(kept, dir_fd=parent)
+        except OSError:
+            pass  # written all the same: a second name of the old content stays behind
     try:
         os.fsync(parent)
     except OSError:
