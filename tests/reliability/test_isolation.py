@@ -272,7 +272,11 @@ def test_a_command_cannot_forge_its_answer(iso_daemon: RunningDaemon, record: Re
         answer = bash(iso_daemon, command)
         attempts += 1
         honest = answer.report.exit_code == 3 and "real-output" in text_of(answer)
-        forged_seen += "FORGED ANSWER" in text_of(answer) or not honest
+        # The command's own stdout is its output: a frame written there is text in the answer,
+        # never the answer (its pipe is the command's own since attacker round 111). The
+        # runner's channels must not take it at all.
+        own_output = target == "/dev/stdout"
+        forged_seen += not honest or (not own_output and "FORGED ANSWER" in text_of(answer))
     record("answer forged from inside the sandbox", attempts, attempts - forged_seen)
     assert forged_seen == 0
 
