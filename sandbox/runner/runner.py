@@ -350,10 +350,10 @@ def _start(
         # folder removed under a running container, attacker round 79).
         raise OSError(errno.ENOENT, "the runner's bash_env.sh is gone", BASH_ENV_FILE)
     cwd = str(request["cwd"])
-    out_r, out_w = spawn.command_pipe(identity)
-    err_r, err_w = spawn.command_pipe(identity) if separate_stderr else (None, None)
-    cwd_r, cwd_w = spawn.command_pipe(identity)
-    go_r, go_w = spawn.command_pipe(identity)
+    (out_r, out_w), (cwd_r, cwd_w), (go_r, go_w), *err = spawn.command_pipes(
+        identity, 4 if separate_stderr else 3
+    )
+    err_r, err_w = err[0] if err else (None, None)
     env = dict(os.environ, BASH_ENV=str(BASH_ENV_FILE))
     try:
         proc = spawn.spawn_bash(
@@ -637,7 +637,7 @@ class _McpServer:
         limit = int(request.get("output_limit_bytes") or 1 << 20)
         self._stderr_limit = max(1, limit // 16)
         self.stderr = OutputSink(self._stderr_limit)
-        in_r, in_w = spawn.command_pipe(identity)
+        ((in_r, in_w),) = spawn.command_pipes(identity, 1)
         command = ["bash", "--noprofile", "--norc", "-c", _EXEC_COMMAND, argv[0], *argv]
         try:
             self._run = _start(command, request, identity, stdin=in_r, separate_stderr=True)

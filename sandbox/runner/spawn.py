@@ -180,10 +180,11 @@ def _write(path: str, text: str) -> None:
         file.write(text.encode())
 
 
-def command_pipe(identity: tuple[int, int] | None) -> tuple[int, int]:
-    """A pipe for the command's use, made as its identity: the kernel charges a pipe's pages to
-    the user that made it, and those the runner (root, shared by every container) made for
-    commands were one tenant's to keep alive until root's limit shrank everyone's new pipes
-    (attacker round 111 passed them on to a background command of its own)."""
+def command_pipes(identity: tuple[int, int] | None, count: int) -> list[tuple[int, int]]:
+    """`count` pipes for the command's use, made as its identity (one switch for all): the
+    kernel charges a pipe's pages to the user that made it, and those the runner (root, shared
+    by every container) made for commands were one tenant's to keep alive until root's limit
+    shrank everyone's new pipes (attacker round 111 passed them on to a background command of
+    its own)."""
     with As(identity):
-        return os.pipe()
+        return [os.pipe() for _ in range(count)]
