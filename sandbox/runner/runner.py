@@ -798,11 +798,13 @@ _ERRNO_ADVICE = {
 _MAX_HASHED_BYTES = 64 << 20
 
 
-def _sha256_of(path: str, sha256: Callable[[], Any], dir_fd: int | None = None) -> str | None:
-    """sha256 of the regular file at `path` now, None when nothing is there. Opened without
-    following a link or waiting (a FIFO), and read only while it can match what the daemon
-    read: another tenant sharing the workspace swapped the file for a link to /dev/zero under a
-    Write's check, which then read until its timeout (attacker round 112)."""
+def _hashed(
+    path: str, sha256: Callable[[], Any], dir_fd: int | None = None
+) -> tuple[str, os.stat_result] | None:
+    """sha256 of the regular file at `path` now, and what it is (its fstat); None when nothing
+    is there. Opened without following a link or waiting (a FIFO), and read only while it can
+    match what the daemon read: another tenant sharing the workspace swapped the file for a link
+    to /dev/zero under a Write's check, which then read until its timeout (attacker round 112)."""
     try:
         fd = os.open(
             path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, dir_fd=dir_fd
@@ -829,7 +831,7 @@ def _sha256_of(path: str, sha256: Callable[[], Any], dir_fd: int | None = None) 
             left -= len(block)
         if left <= 0:
             raise _Stale("the file changed since it was read (it is growing); Read it, retry")
-    return str(digest.hexdigest())
+    return str(digest.hexdigest()), info
 
 
 def write_file(
@@ -962,63 +964,53 @@ def _replace_checked(
     in_place: Callable[[], bool] = lambda: True,
 ) -> None:
     """Replace `name` in the folder open at `parent` by a file holding `data`, if what is there
-    still has the `expected` hash (None: nothing may be there) and the folder is still where
-    it was judged (`in_place`, before and after the rename: after it, a moved folder's file is
-    put back as it was)."""
-    try:
-        info: os.stat_result | None = os.stat(name, dir_fd=parent, follow_symlinks=False)
-    except FileNotFoundError:
-        info = None
-    if info is None:
-        umask = os.umask(0)
-        os.umask(umask)
-        mode = 0o666 & ~umask
-    elif stat.S_ISDIR(info.st_mode):
-        raise OSError(errno.EISDIR, os.strerror(errno.EISDIR), name)
-    else:
-        mode = info.st_mode & 0o7777
+    is still a file with the `expected` hash (None: nothing may be there), that very file (the
+    one hashed is the one replaced), and the folder is still where it was judged (`in_place`,
+    before and after the rename: after it, a moved folder's file is put back as it was)."""
     tmp = f".{name}.tooljail-{os.urandom(6).hex()}.tmp"
-    leftovers: list[str | None] = [tmp]
     flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
     fd = os.open(tmp, flags, 0o600, dir_fd=parent)
+    ours_at_tmp = True  # false once the name `tmp` holds something that is not ours to remove
     try:
         try:
             view = memoryview(data)
             while view:
                 view = view[os.write(fd, view) :]
-            os.fchmod(fd, mode)
+            # Checked as late as possible: the window for a concurrent change is the rename alone.
+            found = _hashed(name, sha256, parent)
+            _check_expected(found, expected)
+            os.fchmod(fd, _mode_for(found))
             os.fsync(fd)
+            ours = os.fstat(fd)
         finally:
             os.close(fd)
-        # Checked as late as possible: the window for a concurrent change is the rename alone.
-        current = _sha256_of(name, sha256, parent)
-        if current != expected:
-            if expected is None:
-                raise _Stale("the file changed since it was read (it exists now); Read it, retry")
-            if current is None:
-                raise _Stale("the file changed since it was read (it was deleted); Read it, retry")
-            raise _Stale("the file changed since it was read; Read it again, then retry")
         if not in_place():
             raise _Stale(_MOVED)
-        kept = _keep(name, parent) if current is not None else None
-        leftovers.append(kept)
-        os.replace(tmp, name, src_dir_fd=parent, dst_dir_fd=parent)
-        if not in_place():
-            _put_back(name, parent, kept, created=current is None)
-            raise _Stale(_MOVED)
+        if found is None:
+            _create(tmp, name, parent)
+            ours_at_tmp = False  # renamed: nothing is left at `tmp`
+            if not in_place():
+                _remove_if(name, parent, ours)
+                raise _Stale(_MOVED)
+        elif _renameat2(parent, tmp, name, _RENAME_EXCHANGE):
+            ours_at_tmp = False  # `tmp` names the file that was at `name`
+            why = "" if _is(tmp, parent, found[1]) else _SWAPPED
+            why = why or ("" if in_place() else _MOVED)
+            if why:
+                _renameat2(parent, tmp, name, _RENAME_EXCHANGE)  # put back what was there
+                ours_at_tmp = _is(tmp, parent, ours)
+                raise _Stale(why)
+            os.unlink(tmp, dir_fd=parent)  # the replaced file, checked: the one that was read
+        else:
+            ours_at_tmp = False  # from here on, `_replace_by_name` removes it when it must
+            _replace_by_name(tmp, name, parent, found[1], in_place)
     except BaseException:
-        for leftover in leftovers:
+        if ours_at_tmp:
             try:
-                if leftover is not None:
-                    os.unlink(leftover, dir_fd=parent)
+                os.unlink(tmp, dir_fd=parent)
             except OSError:
                 pass
         raise
-    if kept is not None:
-        try:
-            os.unlink(kept, dir_fd=parent)
-        except OSError:
-            pass  # written all the same: a second name of the old content stays behind
     try:
         os.fsync(parent)
     except OSError:
@@ -1029,31 +1021,113 @@ _MOVED = (
     "the file's folder was moved or replaced while it was written, so it was not written where "
     "it was checked; Read it, retry"
 )
+_SWAPPED = "the file changed since it was read (another file was put at its name); Read it, retry"
+
+#: renameat2 flags (linux/fs.h).
+_RENAME_NOREPLACE, _RENAME_EXCHANGE = 1, 2
 
 
-def _keep(name: str, parent: int) -> str | None:
-    """A second name for the file about to be replaced, so that it can be put back; None when
-    the filesystem gives none."""
+def _check_expected(found: tuple[str, os.stat_result] | None, expected: str | None) -> None:
+    if found is None and expected is not None:
+        raise _Stale("the file changed since it was read (it was deleted); Read it, retry")
+    if found is not None and expected is None:
+        raise _Stale("the file changed since it was read (it exists now); Read it, retry")
+    if found is not None and found[0] != expected:
+        raise _Stale("the file changed since it was read; Read it again, then retry")
+
+
+def _mode_for(found: tuple[str, os.stat_result] | None) -> int:
+    """The replaced file's permissions, without setuid, setgid and sticky bits: the kernel drops
+    the first two when a file is written to, and a file swapped in at the name must not lend
+    them (attacker round 114); a new file's from the umask."""
+    if found is not None:
+        return found[1].st_mode & 0o777
+    umask = os.umask(0)
+    os.umask(umask)
+    return 0o666 & ~umask
+
+
+def _same_file(a: os.stat_result, b: os.stat_result) -> bool:
+    return (a.st_dev, a.st_ino) == (b.st_dev, b.st_ino)
+
+
+def _renameat2(parent: int, old: str, new: str, flags: int) -> bool:
+    """renameat2 within the folder open at `parent`; False when this kernel or filesystem has
+    no such rename (callers then fall back to plain renames). ctypes is already loaded: the
+    confinement filter needs it."""
+    import ctypes
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    call = getattr(libc, "renameat2", None)
+    if call is None:
+        return False
+    if call(parent, os.fsencode(old), parent, os.fsencode(new), flags) == 0:
+        return True
+    error = ctypes.get_errno()
+    if error in (errno.EINVAL, errno.ENOSYS, errno.EOPNOTSUPP):
+        return False
+    raise OSError(error, os.strerror(error), new)
+
+
+def _create(tmp: str, name: str, parent: int) -> None:
+    """`tmp` renamed to `name` only if nothing is at `name`: a file made there meanwhile is
+    never replaced."""
+    try:
+        if _renameat2(parent, tmp, name, _RENAME_NOREPLACE):
+            return
+        os.link(tmp, name, src_dir_fd=parent, dst_dir_fd=parent, follow_symlinks=False)
+    except FileExistsError as exc:
+        raise _Stale("the file changed since it was read (it exists now); Read it, retry") from exc
+    os.unlink(tmp, dir_fd=parent)
+
+
+def _is(name: str, parent: int, file: os.stat_result) -> bool:
+    """Whether `name` in the folder open at `parent` is `file` now."""
+    try:
+        return _same_file(os.stat(name, dir_fd=parent, follow_symlinks=False), file)
+    except OSError:
+        return False
+
+
+def _remove_if(name: str, parent: int, ours: os.stat_result) -> None:
+    """Undo a file this Write created in a moved folder, unless something else is there now."""
+    try:
+        if _is(name, parent, ours):
+            os.unlink(name, dir_fd=parent)
+    except OSError:
+        pass
+
+
+def _replace_by_name(
+    tmp: str, name: str, parent: int, read: os.stat_result, in_place: Callable[[], bool]
+) -> None:
+    """Where the filesystem cannot exchange two names: a second name for the file about to be
+    replaced, checked to be the file hashed, then a plain rename. A file swapped in between the
+    two is replaced unseen; the window is two system calls."""
     kept = f".{name}.tooljail-{os.urandom(6).hex()}.old"
     try:
         os.link(name, kept, src_dir_fd=parent, dst_dir_fd=parent, follow_symlinks=False)
     except OSError:
-        return None
-    return kept
-
-
-def _put_back(name: str, parent: int, kept: str | None, *, created: bool) -> None:
-    """Undo a write that landed in a moved folder: the file it replaced back (`kept`), or the
-    new file removed when it `created` one. Without a second name for a replaced file, the new
-    content stays in the moved folder rather than lose both (the old one had the content that
-    was read)."""
+        kept = ""  # no second name on this filesystem: a moved folder keeps the new content
     try:
-        if kept is not None:
-            os.replace(kept, name, src_dir_fd=parent, dst_dir_fd=parent)
-        elif created:
-            os.unlink(name, dir_fd=parent)
-    except OSError:
-        pass
+        try:
+            if kept and not _is(kept, parent, read):
+                raise _Stale(_SWAPPED)
+            os.replace(tmp, name, src_dir_fd=parent, dst_dir_fd=parent)
+        except BaseException:
+            os.unlink(tmp, dir_fd=parent)  # still ours: it was not renamed
+            raise
+        if not in_place():
+            if kept:
+                os.replace(kept, name, src_dir_fd=parent, dst_dir_fd=parent)
+                kept = ""
+            raise _Stale(_MOVED)
+    finally:
+        if kept:
+            try:
+                os.unlink(kept, dir_fd=parent)
+            except OSError:
+                pass  # written all the same: a second name of the old content stays behind
 
 
 # --- main --------------------------------------------------------------------------------------

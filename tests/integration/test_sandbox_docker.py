@@ -368,6 +368,21 @@ async def test_write_creates_replaces_and_refuses_stale_writes(
     assert sorted(p.name for p in target.parent.iterdir()) == ["mod.py"]
 
 
+async def test_the_sandbox_swaps_and_creates_names_atomically_as_writes_need(
+    executor: SandboxExecutor, workspace: Path
+) -> None:
+    """A Write replaces the file it checked by exchanging two names (renameat2 EXCHANGE) and
+    creates one only where nothing is (NOREPLACE); where either is missing it falls back to
+    plain renames with a wider window. Both work in the sandbox, confinement filter included."""
+    swap = (
+        'echo a > a && echo b > b && python3 -c "import ctypes; l = ctypes.CDLL(None); '
+        "print(l.renameat2(-100, b'a', -100, b'b', 2), l.renameat2(-100, b'a', -100, b'b', 1))\""
+        " && cat a b"
+    )
+    answer = await executor.run(spec_for(workspace), bash(workspace, swap))
+    assert (answer.output, answer.exit_code) == ("0 -1\nb\na\n", 0)
+
+
 async def test_write_errors_are_clear_and_harmless(
     executor: SandboxExecutor, workspace: Path
 ) -> None:

@@ -18,7 +18,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -771,9 +771,11 @@ def test_a_writes_check_reads_only_a_regular_file_it_could_match(tmp_path: Path)
     """Attacker round 112: another tenant sharing the workspace swapped the file for a link to
     /dev/zero after the Write resolved its path; the check followed it and read until the
     call's timeout. Neither a link, nor a FIFO, nor a file past what the daemon reads is read."""
-    check = runner_module._sha256_of
+    check = runner_module._hashed
     (tmp_path / "plain").write_bytes(b"old")
-    assert check(str(tmp_path / "plain"), hashlib.sha256) == sha(b"old")
+    found = check(str(tmp_path / "plain"), hashlib.sha256)
+    assert found is not None and found[0] == sha(b"old")
+    assert found[1].st_ino == (tmp_path / "plain").stat().st_ino
     assert check(str(tmp_path / "missing"), hashlib.sha256) is None
     (tmp_path / "zero").symlink_to("/dev/zero")
     os.mkfifo(tmp_path / "fifo")  # nobody writes it: an open that waited would never return
@@ -789,6 +791,86 @@ def test_a_writes_check_reads_only_a_regular_file_it_could_match(tmp_path: Path)
         check("/proc/self/status", hashlib.sha256)
 
 
+@pytest.fixture(params=["exchange", "plain"])
+def renames(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """Both ways the runner renames: renameat2's exchange and no-replace, and plain renames
+    with a second hard link where a filesystem has no renameat2."""
+    if request.param == "plain":
+        monkeypatch.setattr(runner_module, "_renameat2", lambda *_: False)
+    return str(request.param)
+
+
+def replace_racing(
+    folder: Path, existing: bytes | None, race: Callable[[Path], object], data: bytes = b"new"
+) -> None:
+    """`_replace_checked` of `folder/f`, with `race` run on that path right after the content
+    check and before the rename (from the first folder check, which sits between them)."""
+    parent, name = runner_module._parent_beneath(str(folder), str(folder / "f"))
+    raced: list[bool] = []
+
+    def in_place() -> bool:
+        if not raced:
+            raced.append(True)
+            race(folder / "f")
+        return True
+
+    expected = None if existing is None else sha(existing)
+    try:
+        runner_module._replace_checked(parent, name, data, expected, hashlib.sha256, in_place)
+    finally:
+        os.close(parent)
+
+
+def put_at(path: Path, content: bytes, mode: int = 0o644) -> None:
+    """Another file at `path`, swapped in by a rename as a racing tenant would."""
+    other = path.with_name("other")
+    other.write_bytes(content)
+    other.chmod(mode)
+    other.rename(path)
+
+
+@pytest.mark.usefixtures("renames")
+def test_a_write_replaces_only_the_very_file_whose_content_it_checked(tmp_path: Path) -> None:
+    """Attacker round 114 (lead): the check compared content, not identity, so a file another
+    tenant swapped in after the check was replaced unread (its content lost), and one swapped in
+    with the same content and mode 0777 lent its mode."""
+    for theirs, mode in ((b"theirs", 0o644), (b"old", 0o777)):
+        (tmp_path / "f").write_bytes(b"old")
+        with pytest.raises(runner_module._Stale, match="another file was put at its name"):
+            replace_racing(tmp_path, b"old", lambda path: put_at(path, theirs, mode))  # noqa: B023
+        assert (tmp_path / "f").read_bytes() == theirs
+        assert (tmp_path / "f").stat().st_mode & 0o777 == mode
+        assert sorted(p.name for p in tmp_path.iterdir()) == ["f"]  # no temporary name left
+
+
+@pytest.mark.usefixtures("renames")
+def test_a_write_creating_a_file_never_replaces_one_made_meanwhile(tmp_path: Path) -> None:
+    with pytest.raises(runner_module._Stale, match="it exists now"):
+        replace_racing(tmp_path, None, lambda path: path.write_bytes(b"theirs"))
+    assert (tmp_path / "f").read_bytes() == b"theirs"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["f"]
+
+
+@pytest.mark.usefixtures("renames")
+def test_a_write_with_nothing_racing_it_replaces_the_file(tmp_path: Path) -> None:
+    (tmp_path / "f").write_bytes(b"old")
+    replace_racing(tmp_path, b"old", lambda _: None)
+    assert (tmp_path / "f").read_bytes() == b"new"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["f"]
+
+
+def test_a_replaced_file_keeps_its_permissions_but_never_setuid_or_setgid(tmp_path: Path) -> None:
+    """The kernel drops setuid and setgid when a file is written to; a Write does too, so no
+    file (one swapped in at the name included) lends them to the content a model wrote."""
+    target = tmp_path / "f"
+    target.write_bytes(b"old")
+    target.chmod(0o6755)
+    replace_racing(tmp_path, b"old", lambda _: None)
+    assert target.read_bytes() == b"new"
+    assert target.stat().st_mode & 0o7777 == 0o755
+
+
+@pytest.mark.usefixtures("renames")
 @pytest.mark.parametrize("existing", [b"old", None])
 def test_a_write_into_a_folder_moved_meanwhile_is_undone(
     tmp_path: Path, existing: bytes | None
