@@ -231,27 +231,17 @@ def open_confined(
     require_inside(root.path, path)
     if on_loop and not root.local:
         raise NeedsThread(str(path))
-    relative = str(path)[len(str(root.path)) :].lstrip("/")
     flags = os.O_RDONLY | os.O_NONBLOCK | (os.O_DIRECTORY if directory else 0)
     try:
-        fd = root.open_beneath(relative, flags, same_mount=on_loop, cached=on_loop)
+        fd = root.open_beneath(_beneath(root, path), flags, same_mount=on_loop, cached=on_loop)
     except (FileNotFoundError, IsADirectoryError, PermissionError):
         raise
     except NotADirectoryError as exc:
         raise ConfinementError(f"{path} is not a directory.") from exc
     except OSError as exc:
-        if exc.errno == errno.ELOOP:
-            raise ConfinementError(
-                f"{path} is, or goes through, a symbolic link that changed after it was checked; "
-                "refusing to follow it."
-            ) from exc
         if on_loop and exc.errno in (errno.EAGAIN, errno.EXDEV):
             raise NeedsThread(str(path)) from exc  # there, the thread tells which it is
-        if exc.errno == errno.EXDEV:
-            raise ConfinementError(
-                f"{path} leads outside the workspace {root.path}; refusing to read it."
-            ) from exc
-        raise
+        raise _refusal(root, path, exc) from exc
     try:
         mode = os.fstat(fd).st_mode
         if directory:
@@ -269,3 +259,41 @@ def open_confined(
         os.close(fd)
         raise
     return fd
+
+
+def mode_beneath(root: PinnedDirectory, path: Path) -> int | None:
+    """The st_mode of what the resolved `path` names beneath the pinned workspace `root`, looked
+    up by the kernel from the pinned descriptor, never through a symbolic link (nor at one:
+    ConfinementError); None when nothing is there, or it cannot be looked at. Never the host
+    path itself: a folder swapped for a link since the call was judged would have the daemon
+    (root, often) say what lies beyond it (attacker round 115 listed /root that way). Blocking:
+    call it in a thread."""
+    require_inside(root.path, path)
+    try:
+        fd = root.open_beneath(_beneath(root, path), os.O_PATH)
+    except (FileNotFoundError, NotADirectoryError, PermissionError):
+        return None
+    except OSError as exc:
+        raise _refusal(root, path, exc) from exc
+    try:
+        return os.fstat(fd).st_mode
+    finally:
+        os.close(fd)
+
+
+def _beneath(root: PinnedDirectory, path: Path) -> str:
+    return str(path)[len(str(root.path)) :].lstrip("/")
+
+
+def _refusal(root: PinnedDirectory, path: Path, exc: OSError) -> Exception:
+    """What a lookup beneath `root` that met a link, or left, is reported as."""
+    if exc.errno == errno.ELOOP:
+        return ConfinementError(
+            f"{path} is, or goes through, a symbolic link that changed after it was checked; "
+            "refusing to follow it."
+        )
+    if exc.errno == errno.EXDEV:
+        return ConfinementError(
+            f"{path} leads outside the workspace {root.path}; refusing to read it."
+        )
+    return exc

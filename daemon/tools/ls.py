@@ -8,7 +8,6 @@ symlink, and symlinks are shown (with their target) but never entered.
 
 from __future__ import annotations
 
-import contextlib
 import fnmatch
 import functools
 import os
@@ -21,7 +20,7 @@ from typing import TYPE_CHECKING, Literal
 from pydantic import Field
 
 from daemon.errors import ToolError
-from daemon.host.confine import open_confined, require_inside, resolve_path
+from daemon.host.confine import mode_beneath, open_confined, require_inside, resolve_path
 from daemon.host.pinned import PinnedDirectory
 from daemon.host.threads import FILESYSTEM_THREADS
 from daemon.models import TextContent
@@ -151,9 +150,9 @@ def _entries(
 
 
 def _list(pinned: PinnedDirectory, root: Path, raw: str, ignore: tuple[str, ...]) -> LsResult:
-    with contextlib.suppress(OSError):
-        if not stat.S_ISDIR(root.lstat().st_mode):
-            raise ToolError(f"{raw} is not a directory. LS lists directories; use Read for a file.")
+    mode = mode_beneath(pinned, root)
+    if mode is not None and not stat.S_ISDIR(mode):
+        raise ToolError(f"{raw} is not a directory. LS lists directories; use Read for a file.")
     try:
         root_fd = open_confined(pinned, root, directory=True)
     except FileNotFoundError as exc:

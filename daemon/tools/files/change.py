@@ -8,11 +8,18 @@ from __future__ import annotations
 import asyncio
 import functools
 import os
+import stat
 from dataclasses import dataclass
 from pathlib import Path
 
-from daemon.errors import ToolError
-from daemon.host.confine import open_confined, require_inside, resolve_path
+from daemon.errors import ConfinementError, ToolError
+from daemon.host.confine import (
+    is_inside,
+    mode_beneath,
+    open_confined,
+    require_inside,
+    resolve_path,
+)
 from daemon.host.pinned import PinnedDirectory
 from daemon.host.threads import FILESYSTEM_THREADS
 from daemon.sessions.session import Session, file_sha256
@@ -92,13 +99,15 @@ async def read_current(session: Session, path: Path, raw: str) -> bytes | None:
 
 
 def _read_confined(root: PinnedDirectory, path: Path) -> bytes | None:
-    if not os.path.lexists(path):
-        _require_directory_ancestor(path)
-        return None
     try:
         fd = open_confined(root, path)
     except FileNotFoundError:
+        _require_directory_ancestor(root, path)
         return None
+    except ConfinementError as exc:
+        if isinstance(exc.__cause__, NotADirectoryError):
+            _require_directory_ancestor(root, path)  # a file on the way: says which
+        raise
     except IsADirectoryError as exc:
         raise ToolError(
             f"{path} is a directory, not a file. Give the path of a file (inside that directory "
@@ -194,11 +203,15 @@ def _write_failure(path: Path, result: SandboxResult) -> str:
     return ""
 
 
-def _require_directory_ancestor(path: Path) -> None:
-    """A file can only be created below directories (missing ones are created)."""
+def _require_directory_ancestor(root: PinnedDirectory, path: Path) -> None:
+    """A file can only be created below directories (missing ones are created). Each is looked
+    at beneath the pinned workspace, never by its host path (`mode_beneath`)."""
     for parent in path.parents:
-        if os.path.lexists(parent):
-            if not parent.is_dir():
+        if parent == root.path or not is_inside(root.path, parent):
+            return
+        mode = mode_beneath(root, parent)
+        if mode is not None:
+            if not stat.S_ISDIR(mode):
                 raise ToolError(
                     f"Cannot create {path}: {parent} is a file, not a directory. Choose a path "
                     "whose parent is a directory."

@@ -19,7 +19,6 @@ cancelled, keeping what it found so far.
 
 from __future__ import annotations
 
-import contextlib
 import errno
 import fnmatch
 import functools
@@ -34,7 +33,7 @@ from enum import StrEnum
 from pathlib import Path
 
 from daemon.errors import ToolError, ToolInputError
-from daemon.host.confine import is_inside, open_confined, resolve_path
+from daemon.host.confine import is_inside, mode_beneath, open_confined, resolve_path
 from daemon.host.pinned import (
     RESOLVE_BENEATH,
     RESOLVE_NO_MAGICLINKS,
@@ -434,12 +433,12 @@ def _open_below(root: PinnedDirectory, directory: Path) -> int | None:
 def glob_files(root: PinnedDirectory, plan: GlobPlan, walk: Walk) -> GlobResult:
     """Walk the plan's base directory within `walk`'s limits (blocking: run it in a thread,
     never on the event loop)."""
-    with contextlib.suppress(OSError):
-        if not stat.S_ISDIR(plan.base.lstat().st_mode):
-            raise ToolError(
-                f"{plan.raw_base} is not a directory. Give a directory as path (or put the file "
-                "name in the pattern)."
-            )
+    mode = mode_beneath(root, plan.base)
+    if mode is not None and not stat.S_ISDIR(mode):
+        raise ToolError(
+            f"{plan.raw_base} is not a directory. Give a directory as path (or put the file "
+            "name in the pattern)."
+        )
     try:
         fd = open_confined(root, plan.base, directory=True)
     except FileNotFoundError as exc:
