@@ -819,6 +819,8 @@ def _hashed(
         raise
     with os.fdopen(fd, "rb") as handle:
         info = os.fstat(fd)
+        if stat.S_ISDIR(info.st_mode):
+            raise OSError(errno.EISDIR, os.strerror(errno.EISDIR), path)
         if not stat.S_ISREG(info.st_mode) or info.st_size > _MAX_HASHED_BYTES:
             raise _Stale(
                 "the file changed since it was read (it is no longer a regular file the daemon "
@@ -967,7 +969,7 @@ def _replace_checked(
     is still a file with the `expected` hash (None: nothing may be there), that very file (the
     one hashed is the one replaced), and the folder is still where it was judged (`in_place`,
     before and after the rename: after it, a moved folder's file is put back as it was)."""
-    tmp = f".{name}.tooljail-{os.urandom(6).hex()}.tmp"
+    tmp = _side_name("tmp")
     flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
     fd = os.open(tmp, flags, 0o600, dir_fd=parent)
     ours_at_tmp = True  # false once the name `tmp` holds something that is not ours to remove
@@ -976,11 +978,11 @@ def _replace_checked(
             view = memoryview(data)
             while view:
                 view = view[os.write(fd, view) :]
-            # Checked as late as possible: the window for a concurrent change is the rename alone.
+            os.fsync(fd)
+            # Checked as late as possible, and checked again once the file is out of the way.
             found = _hashed(name, sha256, parent)
             _check_expected(found, expected)
             os.fchmod(fd, _mode_for(found))
-            os.fsync(fd)
             ours = os.fstat(fd)
         finally:
             os.close(fd)
@@ -994,16 +996,15 @@ def _replace_checked(
                 raise _Stale(_MOVED)
         elif _renameat2(parent, tmp, name, _RENAME_EXCHANGE):
             ours_at_tmp = False  # `tmp` names the file that was at `name`
-            why = "" if _is(tmp, parent, found[1]) else _SWAPPED
-            why = why or ("" if in_place() else _MOVED)
+            why = _not_as_read(tmp, parent, found, sha256) or ("" if in_place() else _MOVED)
             if why:
-                _renameat2(parent, tmp, name, _RENAME_EXCHANGE)  # put back what was there
+                _exchange_back(tmp, name, parent)
                 ours_at_tmp = _is(tmp, parent, ours)
                 raise _Stale(why)
             os.unlink(tmp, dir_fd=parent)  # the replaced file, checked: the one that was read
         else:
             ours_at_tmp = False  # from here on, `_replace_by_name` removes it when it must
-            _replace_by_name(tmp, name, parent, found[1], in_place)
+            _replace_by_name(tmp, name, parent, found, sha256, in_place)
     except BaseException:
         if ours_at_tmp:
             try:
@@ -1022,6 +1023,48 @@ _MOVED = (
     "it was checked; Read it, retry"
 )
 _SWAPPED = "the file changed since it was read (another file was put at its name); Read it, retry"
+_WRITTEN_TO = (
+    "the file changed since it was read (it was written to while this Write ran); Read it again, "
+    "then retry"
+)
+_NOT_PUT_BACK = (
+    "the file changed while it was written, and what was put at its name meanwhile could not be "
+    "put back (it was removed): the file holds the content this Write sent, over a file nobody "
+    "checked. Read it to check"
+)
+
+
+def _side_name(kind: str) -> str:
+    """A name beside the file for its new content or its old one: short, so that a file whose
+    name is as long as the filesystem allows still gets one (attacker round 115)."""
+    return f".tooljail-{os.urandom(6).hex()}.{kind}"
+
+
+def _not_as_read(
+    old: str, parent: int, found: tuple[str, os.stat_result], sha256: Callable[[], Any]
+) -> str:
+    """Why the file a rename took out of the way (now named `old`) is not the one checked with
+    the content checked; "" when it is. Hashed again: what another process wrote into that very
+    file after the check (same inode) would otherwise be lost unread (attacker round 115)."""
+    try:
+        again = _hashed(old, sha256, parent)
+    except (_Stale, OSError):
+        return _SWAPPED
+    if again is None or not _same_file(again[1], found[1]):
+        return _SWAPPED
+    return "" if again[0] == found[0] else _WRITTEN_TO
+
+
+def _exchange_back(tmp: str, name: str, parent: int) -> None:
+    """Put back what an exchange took from `name` (now at `tmp`); when that is gone, the new
+    content stays and the call says so."""
+    try:
+        if _renameat2(parent, tmp, name, _RENAME_EXCHANGE):
+            return
+    except OSError:
+        pass
+    raise _Stale(_NOT_PUT_BACK)
+
 
 #: renameat2 flags (linux/fs.h).
 _RENAME_NOREPLACE, _RENAME_EXCHANGE = 1, 2
@@ -1037,13 +1080,14 @@ def _check_expected(found: tuple[str, os.stat_result] | None, expected: str | No
 
 
 def _mode_for(found: tuple[str, os.stat_result] | None) -> int:
-    """The replaced file's permissions, without setuid, setgid and sticky bits: the kernel drops
+    """The replaced file's permissions, without setuid, setgid and sticky bits (the kernel drops
     the first two when a file is written to, and a file swapped in at the name must not lend
-    them (attacker round 114); a new file's from the umask."""
-    if found is not None:
-        return found[1].st_mode & 0o777
+    them: attacker round 114) and never more open to others than the umask allows (round 115:
+    a file swapped in with 0777 lent that); a new file's from the umask."""
     umask = os.umask(0)
     os.umask(umask)
+    if found is not None:
+        return found[1].st_mode & 0o777 & ~(umask & 0o007)
     return 0o666 & ~umask
 
 
@@ -1099,29 +1143,38 @@ def _remove_if(name: str, parent: int, ours: os.stat_result) -> None:
 
 
 def _replace_by_name(
-    tmp: str, name: str, parent: int, read: os.stat_result, in_place: Callable[[], bool]
+    tmp: str,
+    name: str,
+    parent: int,
+    found: tuple[str, os.stat_result],
+    sha256: Callable[[], Any],
+    in_place: Callable[[], bool],
 ) -> None:
     """Where the filesystem cannot exchange two names: a second name for the file about to be
-    replaced, checked to be the file hashed, then a plain rename. A file swapped in between the
-    two is replaced unseen; the window is two system calls."""
-    kept = f".{name}.tooljail-{os.urandom(6).hex()}.old"
+    replaced, checked to be the file hashed, then a plain rename, then that file hashed again.
+    A file swapped in between the link and the rename is replaced unseen (a window of two
+    system calls), and without a second name nothing is checked after the rename."""
+    kept = _side_name("old")
     try:
         os.link(name, kept, src_dir_fd=parent, dst_dir_fd=parent, follow_symlinks=False)
     except OSError:
         kept = ""  # no second name on this filesystem: a moved folder keeps the new content
     try:
         try:
-            if kept and not _is(kept, parent, read):
+            if kept and not _is(kept, parent, found[1]):
                 raise _Stale(_SWAPPED)
             os.replace(tmp, name, src_dir_fd=parent, dst_dir_fd=parent)
         except BaseException:
             os.unlink(tmp, dir_fd=parent)  # still ours: it was not renamed
             raise
-        if not in_place():
+        why = (_not_as_read(kept, parent, found, sha256) if kept else "") or (
+            "" if in_place() else _MOVED
+        )
+        if why:
             if kept:
                 os.replace(kept, name, src_dir_fd=parent, dst_dir_fd=parent)
                 kept = ""
-            raise _Stale(_MOVED)
+            raise _Stale(why)
     finally:
         if kept:
             try:

@@ -435,6 +435,10 @@ def test_write_refuses_a_path_outside_the_workspace(tmp_path: Path) -> None:
 
 def test_write_to_a_directory_or_a_relative_path_is_a_clear_error(tmp_path: Path) -> None:
     assert write(tmp_path, "x", workspace=tmp_path)["error"] == "it is a directory, not a file"
+    (tmp_path / "sub").mkdir()
+    for expected in (None, sha(b"x")):
+        result = write(tmp_path / "sub", "x", expected, workspace=tmp_path)
+        assert result["error"] == "it is a directory, not a file"
     assert "not absolute" in write(Path("relative.txt"), "x", workspace=tmp_path)["error"]
 
 
@@ -857,6 +861,76 @@ def test_a_write_with_nothing_racing_it_replaces_the_file(tmp_path: Path) -> Non
     replace_racing(tmp_path, b"old", lambda _: None)
     assert (tmp_path / "f").read_bytes() == b"new"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["f"]
+
+
+@pytest.mark.usefixtures("renames")
+def test_a_write_never_replaces_content_written_into_the_file_after_its_check(
+    tmp_path: Path,
+) -> None:
+    """Attacker round 115: bob appended to the file alice was writing (the same file, so the
+    same inode) right after the runner hashed it; the Write succeeded and bob's lines were
+    gone. What was replaced is hashed again once it is out of the way."""
+    (tmp_path / "f").write_bytes(b"old")
+
+    def append(path: Path) -> None:
+        with path.open("ab") as file:
+            file.write(b" and bob's line")
+
+    with pytest.raises(runner_module._Stale, match="changed since it was read"):
+        replace_racing(tmp_path, b"old", append)
+    assert (tmp_path / "f").read_bytes() == b"old and bob's line"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["f"]
+
+
+def test_a_write_that_cannot_put_back_what_it_replaced_says_it_wrote(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Attacker round 115: a file swapped in at the name was removed from the temporary name
+    the exchange gave it, so the exchange back failed; the Write said only "No such file or
+    directory" while the file held its new content."""
+    exchange = runner_module._renameat2
+    calls: list[int] = []
+
+    def removing_before_the_second(parent: int, old: str, new: str, flags: int) -> bool:
+        calls.append(flags)
+        if len(calls) == 2:
+            os.unlink(old, dir_fd=parent)  # the swapped-in file, gone from where it was put
+        return exchange(parent, old, new, flags)
+
+    monkeypatch.setattr(runner_module, "_renameat2", removing_before_the_second)
+    (tmp_path / "f").write_bytes(b"old")
+    with pytest.raises(runner_module._Stale, match="holds the content this Write sent"):
+        replace_racing(tmp_path, b"old", lambda path: put_at(path, b"decoy"))
+    assert (tmp_path / "f").read_bytes() == b"new"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["f"]
+
+
+def test_a_file_open_to_others_lends_no_more_than_the_umask_allows(tmp_path: Path) -> None:
+    """Attacker round 115: bob swapped his 0777 copy (same content) in before alice's Write
+    looked, and her new file took 0777."""
+    umask = os.umask(0o022)
+    try:
+        (tmp_path / "f").write_bytes(b"old")
+        (tmp_path / "f").chmod(0o777)
+        replace_racing(tmp_path, b"old", lambda _: None)
+    finally:
+        os.umask(umask)
+    assert (tmp_path / "f").stat().st_mode & 0o7777 == 0o775
+
+
+@pytest.mark.usefixtures("renames")
+def test_a_file_with_the_longest_name_the_filesystem_allows_is_written(tmp_path: Path) -> None:
+    """Attacker round 115: the temporary name was the file's own plus 27 bytes, past 255."""
+    name = "n" * 255
+    (tmp_path / name).write_bytes(b"old")
+    parent, _ = runner_module._parent_beneath(str(tmp_path), str(tmp_path / name))
+    try:
+        runner_module._replace_checked(parent, name, b"new", sha(b"old"), hashlib.sha256)
+    finally:
+        os.close(parent)
+    assert (tmp_path / name).read_bytes() == b"new"
+    created = write(tmp_path / ("m" * 255), "made", workspace=tmp_path)
+    assert created["exit_code"] == 0, created
 
 
 def test_a_replaced_file_keeps_its_permissions_but_never_setuid_or_setgid(tmp_path: Path) -> None:
