@@ -177,7 +177,9 @@ class SessionManager:
             raise RequestError(f"the policy does not allow a session over {workspace}: {refused}")
         # Pinning asks the filesystem, which its owner may have made one that never answers.
         try:
-            root = await _pinned(lambda: pin_workspace(workspace), caller.principal)
+            root = await _pinned(
+                lambda: pin_workspace(workspace, tell_real_path=False), caller.principal
+            )
         except TimeoutError as exc:
             raise RequestError(
                 f"workspace {wire_safe(workspace)} could not be looked at within "

@@ -2,8 +2,8 @@
 and how workspaces of open sessions may not overlap.
 
 - A workspace is pinned once (`PinnedDirectory.pin`: no symbolic link in any component) and
-  checked again before everything that uses it; a path that goes through a symlink is refused,
-  naming the real path, rather than followed.
+  checked again before everything that uses it; a path that goes through a symlink is refused
+  rather than followed (naming the real path only to the operator: it is the daemon's view).
 - Sandboxes never run as root. Over a workspace owned by a regular user (uid >= min_uid) they run
   as that user, so files made in a user's own project stay theirs; otherwise as the dedicated
   account (`sandbox.user`), which must be able to write the workspace. Workspaces tooljail makes
@@ -50,12 +50,20 @@ def written_path(raw: str) -> Path:
     return Path(os.path.normpath(raw))
 
 
-def pin_workspace(raw: str) -> PinnedDirectory:
-    """Pin an existing directory a caller named; RequestError saying what is wrong with it."""
+def pin_workspace(raw: str, *, tell_real_path: bool = True) -> PinnedDirectory:
+    """Pin an existing directory; RequestError saying what is wrong with it. The hint of its
+    real path (links followed, by the daemon, often root) is for the operator's own paths only:
+    told to a caller, it named where any link leads, /proc/self/fd's and /root's included
+    (attacker round 116)."""
     path = written_path(raw)
     try:
         return PinnedDirectory.pin(path)
     except NotPinnable as exc:
+        if not tell_real_path:
+            raise RequestError(
+                f"workspace {path} cannot be used: {exc.strerror}; give the directory's own "
+                "path, with no symbolic link in it"
+            ) from exc
         try:
             real = os.path.realpath(path)
         except OSError:  # it changes while it is looked at: no hint then

@@ -328,3 +328,19 @@ async def test_two_closes_at_once_close_it_once_and_keep_the_registry_true(
         assert sum(a.workspace_deleted for a in closed) <= 1, answers
         recorded = session.workspace in kept.kept()
         assert recorded == session.workspace.exists(), (answers, recorded)
+
+
+async def test_opening_a_session_through_a_link_never_says_where_it_leads(
+    tmp_path: Path, audit: AuditLog
+) -> None:
+    """Attacker round 116: a session asked over `<default>/fdl/3`, fdl a link to /proc/self/fd,
+    passed the policy (it judges the path as written) and the refusal named its real path, as
+    the daemon (root) sees it: the daemon's open files, other tenants' workspaces among them."""
+    (tmp_path / "ws").mkdir()
+    (tmp_path / "ws" / "fdl").symlink_to("/proc/self/fd")
+    manager = _manager(make_scheduler(tmp_path, audit), PlainWorkspaces(tmp_path / "fresh"))
+    from daemon.errors import RequestError
+
+    with pytest.raises(RequestError) as refused:
+        await manager.open(str(tmp_path / "ws" / "fdl" / "3"), 0, Caller(principal="bob"))
+    assert "real path" not in str(refused.value) and "/proc" not in str(refused.value)

@@ -117,6 +117,26 @@ def test_a_caller_naming_a_symlinked_path_is_told_the_real_one(tmp_path: Path) -
         pin_workspace(str(root / "link"))
 
 
+def test_a_caller_is_never_told_where_a_link_leads(tmp_path: Path) -> None:
+    """Attacker round 116: a link in the shared default workspace to /proc/self/fd (or /root)
+    and a session asked over a path through it: the refusal named the daemon's (root's) real
+    path of it, and with it the daemon's open files, other tenants' workspaces among them. Only
+    the operator's own paths (configuration) get the hint."""
+    root = tmp_path.resolve()
+    (root / "ws").mkdir()
+    (root / "ws" / "fdl").symlink_to("/proc/self/fd")
+    (root / "ws" / "rootl").symlink_to(root / "elsewhere")
+    (root / "elsewhere" / "there").mkdir(parents=True)
+    answers = []
+    for raw in (root / "ws/fdl/3", root / "ws/rootl/there", root / "ws/rootl/missing"):
+        with pytest.raises(RequestError) as refused:
+            pin_workspace(str(raw), tell_real_path=False)
+        answers.append(str(refused.value).replace(str(raw), "P"))
+        assert "/proc" not in str(refused.value) and "elsewhere" not in str(refused.value)
+    assert "no symbolic link" in answers[0]
+    assert len(set(answers)) == 1, answers
+
+
 async def test_a_workspace_that_cannot_be_handed_over_is_not_left_half_made(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
