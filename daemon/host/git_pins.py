@@ -269,7 +269,7 @@ class _Pins:
             self._hold(common)
         hooks = _join(common or git_dir, "hooks")
         if hooks.startswith("/"):
-            self._outside_hooks(hooks)
+            self._outside_hooks(hooks, default=True)
         else:
             self._hook_directory(hooks)
         self._configured(work_tree, git_dir)
@@ -428,11 +428,13 @@ class _Pins:
             if not target.startswith("/"):
                 self._add_file(target, f"The hook {entry} (a link)")
 
-    def _outside_hooks(self, hooks: str) -> None:
+    def _outside_hooks(self, hooks: str, *, default: bool = False) -> None:
         """A hooks directory outside the workspace is in no container, but git follows links
         from it (the directory itself a link, hooks that are links), which may lead into the
         workspace: where they lead there is held (round 70: a monorepo's `.githooks` linking to
-        a script of the folder a session was opened on)."""
+        a script of the folder a session was opened on). One that cannot be looked at is
+        refused, unless it is the `default` one of a git directory already read (the owner's):
+        a folder missing there says nothing of anyone else's."""
         where = self._followed(hooks)
         if not where.startswith("/"):
             if where:
@@ -441,10 +443,11 @@ class _Pins:
         if where in self._hook_dirs:
             return
         self._hook_dirs.add(where)
-        try:
-            fd = os.open(where, os.O_RDONLY | os.O_DIRECTORY | os.O_NOCTTY)
-        except OSError:
-            return  # none: git runs nothing from there
+        fd = self._outside(where, os.O_RDONLY | os.O_DIRECTORY | os.O_NOCTTY)
+        if fd is None:
+            if self._is_trusted(where) or (default and where == hooks):
+                return  # the repository's own git directory has no hooks folder: none run
+            raise _refused(_OUTSIDE_HOOKS)
         try:
             names = _links_at(fd, where)
         finally:
@@ -460,14 +463,53 @@ class _Pins:
         caller to hold or refuse, links included) or the first one outside that is no link
         (absolute)."""
         for _ in range(8):
-            try:
-                link = os.readlink(path)  # noqa: PTH115 (a path outside, a link's own text)
-            except OSError:
+            link = self._outside_link(path)
+            if link is None:
                 return path
             path = _placed(self._root, posixpath.dirname(path), link)
             if not path.startswith("/"):
                 return path
         return path
+
+    def _outside(self, path: str, flags: int) -> int | None:
+        """`path` (absolute, outside the workspace) open with `flags`, reached without a link
+        on the way, and only when it is the workspace owner's or in the repository's own git
+        directory; None otherwise, whatever the reason. The daemon (root, often) looking by name
+        told its caller what exists where: through a link `M -> /root/<guess>/../..`, a hooks
+        folder opened only when `<guess>` existed (attacker round 116)."""
+        try:
+            fd = openat2(AT_FDCWD, path, flags, RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS)
+        except OSError:
+            return None
+        if os.fstat(fd).st_uid != self._root.uid and not self._is_trusted(path):
+            os.close(fd)
+            return None
+        return fd
+
+    def _outside_link(self, path: str) -> str | None:
+        """The text of the link at `path` outside the workspace, when it is the workspace
+        owner's (or the repository's own) in a folder `_outside` opens; None otherwise (taken
+        as no link)."""
+        folder = self._outside(posixpath.dirname(path), os.O_PATH | os.O_DIRECTORY)
+        if folder is None:
+            return None
+        name = posixpath.basename(path)
+        try:
+            info = os.stat(name, dir_fd=folder, follow_symlinks=False)
+            if not stat.S_ISLNK(info.st_mode):
+                return None
+            if info.st_uid != self._root.uid and not self._is_trusted(path):
+                return None
+            return os.readlink(name, dir_fd=folder)
+        except OSError:
+            return None
+        finally:
+            os.close(folder)
+
+    def _is_trusted(self, path: str) -> bool:
+        """Whether `path` lies in the repository's own git directory outside (found above the
+        workspace, named by nothing the model wrote): read whoever owns it."""
+        return any(path == place or path.startswith(f"{place}/") for place in self._trusted)
 
     def _names_back(self, git_dir: str, work_tree: str) -> bool:
         """Whether the git directory outside, `git_dir`, is this work tree's: its `gitdir` file
@@ -876,6 +918,12 @@ def _why(path: str, exc: OSError) -> str:
 _OUTSIDE_UNREADABLE = (
     "A file of the repository's git directory outside the workspace cannot be read (only the "
     "workspace owner's regular files, reached without a symbolic link, are)."
+)
+_OUTSIDE_HOOKS = (
+    "The repository's hooks folder lies outside the workspace, where it cannot be checked: only "
+    "a folder of the workspace owner's, reached without a symbolic link, is looked at (git would "
+    "run hooks from it, and follow their links into the workspace). Point core.hooksPath inside "
+    "the workspace, or at such a folder, or unset it."
 )
 _NOT_BACK = (
     "{what} names a git directory outside the workspace that does not name "

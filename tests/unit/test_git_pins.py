@@ -996,3 +996,44 @@ def test_a_git_above_the_workspace_that_neither_root_nor_its_owner_made_is_ignor
     (public / ".git").write_text("gitdir: /nonexistent\n")
     os.lchown(public / ".git", 4321, 4321)
     assert pins_of(public / "ws") == ()
+
+
+def outcome(workspace: Path) -> str:
+    """What a caller learns from the pins of `workspace`: held, or the refusal."""
+    try:
+        pins_of(workspace)
+    except ToolError as exc:
+        return f"refused: {exc}"
+    return "held"
+
+
+def test_a_hooks_folder_outside_tells_nothing_of_what_lies_beyond_the_owners_reach(
+    tmp_path: Path, workspace: Path
+) -> None:
+    """Attacker round 116: `core.hooksPath` named a folder outside through a link `M ->
+    /root/<guess>/../../<its own folder>`, holding `h -> <workspace>/nothere`. The daemon
+    (root) opened it by name: only when `<guess>` existed did it list `h`, and refuse the
+    call for the missing `nothere`; otherwise the command ran. /root's folders, and another
+    tenant's, were told apart so. Outside, a hooks folder is looked at only when it is the
+    workspace owner's, reached with no link; any other is refused alike."""
+    mine = tmp_path / "mine"
+    (mine / "hooks").mkdir(parents=True)
+    (mine / "hooks" / "h").symlink_to(workspace / "nothere")
+    (tmp_path / "secret" / "exists").mkdir(parents=True)
+    for guess in ("exists", "missing"):
+        (tmp_path / f"M-{guess}").symlink_to(f"{tmp_path}/secret/{guess}/../../mine")
+    answers = {}
+    for name in ("M-exists/hooks", "M-missing/hooks", "nowhere/hooks"):
+        configured(workspace, ("core.hooksPath", str(tmp_path / name)))
+        answers[name] = outcome(workspace).replace(str(tmp_path / name), "P")
+    assert len(set(answers.values())) == 1, answers
+    assert "outside the workspace" in answers["nowhere/hooks"]
+    # Another account's folder, reached with no link: refused the same way.
+    os.chown(tmp_path / "secret" / "exists", 4321, 4321)
+    configured(workspace, ("core.hooksPath", str(tmp_path / "secret" / "exists")))
+    assert outcome(workspace) == answers["nowhere/hooks"]
+    # The owner's own folder, reached with no link: its links into the workspace are held.
+    configured(workspace, ("core.hooksPath", str(mine / "hooks")))
+    assert "names nothere, which is missing" in outcome(workspace)
+    (workspace / "nothere").write_text("#!/bin/sh\n")
+    assert pin(workspace / "nothere") in pins_of(workspace)
