@@ -991,12 +991,16 @@ def _replace_checked(
         if found is None:
             _create(tmp, name, parent)
             ours_at_tmp = False  # renamed: nothing is left at `tmp`
+            if not _is(name, parent, ours):
+                raise _Stale(_NOT_OURS)  # what was put there is not ours to remove
             if not in_place():
                 _remove_if(name, parent, ours)
                 raise _Stale(_MOVED)
         elif _renameat2(parent, tmp, name, _RENAME_EXCHANGE):
             ours_at_tmp = False  # `tmp` names the file that was at `name`
-            why = _not_as_read(tmp, parent, found, sha256) or ("" if in_place() else _MOVED)
+            why = "" if _is(name, parent, ours) else _NOT_OURS
+            why = why or _not_as_read(tmp, parent, found, sha256)
+            why = why or ("" if in_place() else _MOVED)
             if why:
                 _exchange_back(tmp, name, parent)
                 ours_at_tmp = _is(tmp, parent, ours)
@@ -1004,7 +1008,7 @@ def _replace_checked(
             os.unlink(tmp, dir_fd=parent)  # the replaced file, checked: the one that was read
         else:
             ours_at_tmp = False  # from here on, `_replace_by_name` removes it when it must
-            _replace_by_name(tmp, name, parent, found, sha256, in_place)
+            _replace_by_name(tmp, name, parent, (found, ours), sha256, in_place)
     except BaseException:
         if ours_at_tmp:
             try:
@@ -1023,6 +1027,10 @@ _MOVED = (
     "it was checked; Read it, retry"
 )
 _SWAPPED = "the file changed since it was read (another file was put at its name); Read it, retry"
+_NOT_OURS = (
+    "its new content was replaced before it was put in place (another process put a file at "
+    "the temporary name), so the file was not written; Read it, retry"
+)
 _WRITTEN_TO = (
     "the file changed since it was read (it was written to while this Write ran); Read it again, "
     "then retry"
@@ -1146,14 +1154,16 @@ def _replace_by_name(
     tmp: str,
     name: str,
     parent: int,
-    found: tuple[str, os.stat_result],
+    files: tuple[tuple[str, os.stat_result], os.stat_result],
     sha256: Callable[[], Any],
     in_place: Callable[[], bool],
 ) -> None:
     """Where the filesystem cannot exchange two names: a second name for the file about to be
     replaced, checked to be the file hashed, then a plain rename, then that file hashed again.
     A file swapped in between the link and the rename is replaced unseen (a window of two
-    system calls), and without a second name nothing is checked after the rename."""
+    system calls), and without a second name nothing is checked after the rename. `files`:
+    the file hashed (its hash and stat), and the new one's stat."""
+    found, ours = files
     kept = _side_name("old")
     try:
         os.link(name, kept, src_dir_fd=parent, dst_dir_fd=parent, follow_symlinks=False)
@@ -1167,9 +1177,9 @@ def _replace_by_name(
         except BaseException:
             os.unlink(tmp, dir_fd=parent)  # still ours: it was not renamed
             raise
-        why = (_not_as_read(kept, parent, found, sha256) if kept else "") or (
-            "" if in_place() else _MOVED
-        )
+        why = "" if _is(name, parent, ours) else _NOT_OURS
+        why = why or (_not_as_read(kept, parent, found, sha256) if kept else "")
+        why = why or ("" if in_place() else _MOVED)
         if why:
             if kept:
                 os.replace(kept, name, src_dir_fd=parent, dst_dir_fd=parent)

@@ -905,6 +905,27 @@ def test_a_write_that_cannot_put_back_what_it_replaced_says_it_wrote(
     assert sorted(p.name for p in tmp_path.iterdir()) == ["f"]
 
 
+@pytest.mark.usefixtures("renames")
+@pytest.mark.parametrize("existing", [b"old", None])
+def test_a_write_whose_new_content_was_swapped_out_says_it_failed(
+    tmp_path: Path, existing: bytes | None
+) -> None:
+    """Attacker round 116: bob renamed a file of his onto alice's temporary file before it was
+    put in place; her Write reported success, and the file held his bytes (his inode, his
+    owner)."""
+
+    def onto_the_temporary(path: Path) -> None:
+        (temporary,) = path.parent.glob(".tooljail-*.tmp")
+        put_at(temporary, b"bob's bytes")
+
+    if existing is not None:
+        (tmp_path / "f").write_bytes(existing)
+    with pytest.raises(runner_module._Stale, match="its new content was replaced"):
+        replace_racing(tmp_path, existing, onto_the_temporary)
+    if existing is not None:
+        assert (tmp_path / "f").read_bytes() == existing
+
+
 def test_a_file_open_to_others_lends_no_more_than_the_umask_allows(tmp_path: Path) -> None:
     """Attacker round 115: bob swapped his 0777 copy (same content) in before alice's Write
     looked, and her new file took 0777."""
