@@ -15,6 +15,7 @@ from pathlib import Path
 from daemon.errors import ConfinementError, ToolInputError
 from daemon.host.loop_safe import NeedsThread, on_event_loop
 from daemon.host.pinned import (
+    AT_FDCWD,
     RESOLVE_BENEATH,
     RESOLVE_CACHED,
     RESOLVE_NO_MAGICLINKS,
@@ -113,29 +114,95 @@ def realpath_within(path: Path, workspace: Path) -> Path:
     pending = [part for part in str(path).split("/") if part not in ("", ".")]
     pending.reverse()
     resolved = "/"
+    # Each name is looked at in the folder found before it, held open (None: that name was
+    # missing or no folder, and nothing below it is looked at): a folder swapped for a link
+    # after it was found is never gone through by its path (attacker round 116).
+    folder: int | None = _folder_at("/")
     links = 0
-    while pending:
-        name = pending.pop()
-        if name == "..":
-            resolved = os.path.dirname(resolved)  # noqa: PTH120 - text, as realpath does
-            continue
-        candidate = os.path.join(resolved, name)  # noqa: PTH118 - text, as realpath does
-        if not (is_inside(workspace, Path(candidate)) or is_inside(Path(candidate), workspace)):
-            return _as_written(candidate, pending)
-        try:
-            target = os.readlink(candidate)  # noqa: PTH115 - a Path would cost more
-        except OSError as exc:
-            if exc.errno not in _NOT_A_LINK:
-                raise  # maybe a link that cannot be read: where it leads is not known
-            resolved = candidate  # not a link (or gone: the rest is taken as written)
-            continue
-        links += 1
-        if links > MAX_LINKS:  # a loop: as realpath does, the rest is taken as written
-            return _as_written(candidate, pending)
-        if target.startswith("/"):
-            resolved = "/"
-        pending.extend(reversed([part for part in target.split("/") if part not in ("", ".")]))
-    return Path(resolved)
+    try:
+        while pending:
+            name = pending.pop()
+            if name == "..":
+                resolved = os.path.dirname(resolved)  # noqa: PTH120 - text, as realpath does
+                folder = _replaced(folder, _folder_at(resolved))
+                continue
+            candidate = os.path.join(resolved, name)  # noqa: PTH118 - text, as realpath does
+            if not (is_inside(workspace, Path(candidate)) or is_inside(Path(candidate), workspace)):
+                return _as_written(candidate, pending)
+            target = None if folder is None else _link_text(name, folder)
+            if target is None:
+                resolved = candidate  # not a link (or gone: the rest is taken as written)
+                folder = _replaced(folder, None if folder is None else _below(name, folder))
+                continue
+            links += 1
+            if links > MAX_LINKS:  # a loop: as realpath does, the rest is taken as written
+                return _as_written(candidate, pending)
+            if target.startswith("/"):
+                resolved = "/"
+                folder = _replaced(folder, _folder_at("/"))
+            pending.extend(reversed([part for part in target.split("/") if part not in ("", ".")]))
+        return Path(resolved)
+    finally:
+        _replaced(folder, None)
+
+
+_FOLDER = os.O_PATH | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+
+
+def _folder_at(path: str) -> int | None:
+    """The folder at `path` (found before with no link on the way); None when there is none.
+    OSError when a link stands on the way now: where the path leads is not known."""
+    try:
+        return openat2(AT_FDCWD, path, _FOLDER, RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS)
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            raise PathNotKnown(
+                errno.ELOOP, "a symbolic link appeared on it while it was looked at", path
+            ) from exc
+        if exc.errno in (errno.ENOENT, errno.ENOTDIR):
+            return None
+        raise
+
+
+def _link_text(name: str, folder: int) -> str | None:
+    """The text of the link `name` in `folder`; None when it is no link or not there. OSError
+    when it may be a link that cannot be read."""
+    try:
+        return os.readlink(name, dir_fd=folder)
+    except OSError as exc:
+        if exc.errno not in _NOT_A_LINK:
+            raise
+        return None
+
+
+def _below(name: str, folder: int) -> int | None:
+    """The folder `name` in `folder`, found there to be no link; None when it is missing or no
+    folder. OSError when it is a link now (swapped in since it was looked at: where the path
+    leads is not known)."""
+    try:
+        return os.open(name, _FOLDER, dir_fd=folder)
+    except OSError as exc:
+        if exc.errno == errno.ENOTDIR and _is_link(name, folder):
+            raise PathNotKnown(
+                errno.ELOOP, "it became a symbolic link while it was looked at", name
+            ) from exc
+        if exc.errno in (errno.ENOENT, errno.ENOTDIR):
+            return None
+        raise
+
+
+def _is_link(name: str, folder: int) -> bool:
+    try:
+        return stat.S_ISLNK(os.stat(name, dir_fd=folder, follow_symlinks=False).st_mode)
+    except OSError:
+        return False
+
+
+def _replaced(old: int | None, new: int | None) -> int | None:
+    """`new`, once `old` is closed."""
+    if old is not None:
+        os.close(old)
+    return new
 
 
 class PathNotKnown(OSError):

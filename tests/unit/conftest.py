@@ -83,9 +83,10 @@ def links_unreadable_below(monkeypatch: pytest.MonkeyPatch, folder: Path) -> Non
     owner closed it, and the daemon is not root)."""
     real_readlink = os.readlink
 
-    def refused(path: str) -> str:
-        if str(path).startswith(f"{folder}/"):
+    def refused(path: str, *, dir_fd: int | None = None) -> str:
+        where = path if dir_fd is None else f"{real_readlink(f'/proc/self/fd/{dir_fd}')}/{path}"
+        if where.startswith(f"{folder}/"):
             raise PermissionError(13, "Permission denied", path)
-        return real_readlink(path)
+        return real_readlink(path, dir_fd=dir_fd)
 
     monkeypatch.setattr(os, "readlink", refused)

@@ -10,6 +10,7 @@ what is outside changes nothing in the answer.
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -17,6 +18,7 @@ from pathlib import Path
 import pytest
 
 from daemon.errors import ToolError
+from daemon.host.confine import realpath_within
 from daemon.host.pinned import PinnedDirectory
 from daemon.tools.files.change import _read_confined
 from daemon.tools.glob.engine import GlobPlan, Walk, glob_files
@@ -84,3 +86,58 @@ def test_ls_never_tells_what_is_beyond_a_link(
 ) -> None:
     root, link, _ = swapped
     same_for_every_name(link, lambda path: _list(root, path, str(path), ()))
+
+
+def test_resolving_a_path_follows_links_as_realpath_while_inside(tmp_path: Path) -> None:
+    ws = (tmp_path / "ws").resolve()
+    (ws / "a" / "b").mkdir(parents=True)
+    (ws / "f").write_text("x")
+    (ws / "rel").symlink_to("a/b")
+    (ws / "abs").symlink_to(ws / "a")
+    (ws / "a" / "up").symlink_to("..")
+    (ws / "chain").symlink_to("rel")
+    for written in (
+        "a/b/c",
+        "rel/c",
+        "abs/b",
+        "a/up/rel/x/y",
+        "chain/../f",
+        "missing/../a/up/chain",
+        "f/under/a/file",
+        "a/../../ws/rel",
+        ".",
+    ):
+        path = ws / written
+        assert realpath_within(path, ws) == Path(os.path.realpath(path)), written
+
+
+def test_resolving_a_path_never_follows_a_folder_swapped_for_a_link_meanwhile(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Attacker round 116 (lead): a folder `L` found to be no link, then swapped for a link to
+    /proc/self/fd, had the next name's link read through it, by its host path: its target, one
+    of the daemon's open files (another tenant's workspace), became part of the path the policy
+    saw and named in its answers."""
+    ws = (tmp_path / "ws").resolve()
+    (ws / "L").mkdir(parents=True)
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "x").symlink_to("/secret/target")
+    read = os.readlink
+    swapped: list[bool] = []
+
+    def swapping(path: object, *args: object, **kwargs: object) -> str:
+        try:
+            return read(path, *args, **kwargs)  # type: ignore[call-overload,no-any-return]
+        finally:
+            if not swapped and str(path).endswith("L"):
+                swapped.append(True)
+                (ws / "L").rename(ws / "L.old")
+                (ws / "L").symlink_to(outside)
+
+    monkeypatch.setattr(os, "readlink", swapping)
+    try:
+        resolved = str(realpath_within(ws / "L" / "x" / "y", ws))
+    except OSError:
+        resolved = "not known"
+    assert swapped and "secret" not in resolved, resolved
