@@ -194,6 +194,9 @@ class _Pins:
         self._hook_dirs: set[str] = set()
         """Hooks directories already gone through (links between them may loop)."""
         self._trusted: list[str] = []
+        self._enclosing: list[str] = []
+        """Work trees above the workspace: their hooks folders and links are looked at whoever
+        owns them (their configuration, not the model, names them)."""
         """Git directories outside whose files are read whoever owns them: found above the
         workspace, not named by anything the model could write."""
 
@@ -258,6 +261,7 @@ class _Pins:
                 "follow. Open the session at that repository's root."
             )
         self._trusted.append(dot_git)
+        self._enclosing.append(work_tree)
         self._git_directory(work_tree, dot_git, depth=0)
 
     def _git_directory(self, work_tree: str, git_dir: str, depth: int) -> None:
@@ -507,9 +511,10 @@ class _Pins:
             os.close(folder)
 
     def _is_trusted(self, path: str) -> bool:
-        """Whether `path` lies in the repository's own git directory outside (found above the
-        workspace, named by nothing the model wrote): read whoever owns it."""
-        return any(path == place or path.startswith(f"{place}/") for place in self._trusted)
+        """Whether `path` lies in a repository found above the workspace (named by nothing the
+        model wrote): looked at whoever owns it."""
+        places = (*self._trusted, *self._enclosing)
+        return any(path == place or path.startswith(f"{place}/") for place in places)
 
     def _names_back(self, git_dir: str, work_tree: str) -> bool:
         """Whether the git directory outside, `git_dir`, is this work tree's: its `gitdir` file
