@@ -132,7 +132,7 @@ def realpath_within(path: Path, workspace: Path) -> Path:
             target = None if folder is None else _link_text(name, folder)
             if target is None:
                 resolved = candidate  # not a link (or gone: the rest is taken as written)
-                folder = _replaced(folder, None if folder is None else _below(name, folder))
+                folder = _replaced(folder, None if folder is None else _folder_at(name, folder))
                 continue
             links += 1
             if links > MAX_LINKS:  # a loop: as realpath does, the rest is taken as written
@@ -149,11 +149,12 @@ def realpath_within(path: Path, workspace: Path) -> Path:
 _FOLDER = os.O_PATH | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 
 
-def _folder_at(path: str) -> int | None:
-    """The folder at `path` (found before with no link on the way); None when there is none.
-    OSError when a link stands on the way now: where the path leads is not known."""
+def _folder_at(path: str, at: int = AT_FDCWD) -> int | None:
+    """The folder at `path` (from the folder open at `at`), reached with no link on the way;
+    None when there is none. OSError when a link stands there now (swapped in since it was
+    looked at): where the path leads is not known."""
     try:
-        return openat2(AT_FDCWD, path, _FOLDER, RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS)
+        return openat2(at, path, _FOLDER, RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS)
     except OSError as exc:
         if exc.errno == errno.ELOOP:
             raise PathNotKnown(
@@ -173,29 +174,6 @@ def _link_text(name: str, folder: int) -> str | None:
         if exc.errno not in _NOT_A_LINK:
             raise
         return None
-
-
-def _below(name: str, folder: int) -> int | None:
-    """The folder `name` in `folder`, found there to be no link; None when it is missing or no
-    folder. OSError when it is a link now (swapped in since it was looked at: where the path
-    leads is not known)."""
-    try:
-        return os.open(name, _FOLDER, dir_fd=folder)
-    except OSError as exc:
-        if exc.errno == errno.ENOTDIR and _is_link(name, folder):
-            raise PathNotKnown(
-                errno.ELOOP, "it became a symbolic link while it was looked at", name
-            ) from exc
-        if exc.errno in (errno.ENOENT, errno.ENOTDIR):
-            return None
-        raise
-
-
-def _is_link(name: str, folder: int) -> bool:
-    try:
-        return stat.S_ISLNK(os.stat(name, dir_fd=folder, follow_symlinks=False).st_mode)
-    except OSError:
-        return False
 
 
 def _replaced(old: int | None, new: int | None) -> int | None:

@@ -194,11 +194,11 @@ class _Pins:
         self._hook_dirs: set[str] = set()
         """Hooks directories already gone through (links between them may loop)."""
         self._trusted: list[str] = []
+        """Git directories outside whose files are read whoever owns them: found above the
+        workspace, not named by anything the model could write."""
         self._enclosing: list[str] = []
         """Work trees above the workspace: their hooks folders and links are looked at whoever
         owns them (their configuration, not the model, names them)."""
-        """Git directories outside whose files are read whoever owns them: found above the
-        workspace, not named by anything the model could write."""
 
     def done(self) -> tuple[PathPin, ...]:
         return tuple(self._pins.values())

@@ -1005,7 +1005,10 @@ def _replace_checked(
                 _exchange_back(tmp, name, parent)
                 ours_at_tmp = _is(tmp, parent, ours)
                 raise _Stale(why)
-            os.unlink(tmp, dir_fd=parent)  # the replaced file, checked: the one that was read
+            try:
+                os.unlink(tmp, dir_fd=parent)  # the replaced file, checked: the one that was read
+            except OSError:
+                pass  # written all the same: the old content stays under a side name
         else:
             ours_at_tmp = False  # from here on, `_replace_by_name` removes it when it must
             _replace_by_name(tmp, name, parent, (found, ours), sha256, in_place)
@@ -1036,9 +1039,9 @@ _WRITTEN_TO = (
     "then retry"
 )
 _NOT_PUT_BACK = (
-    "the file changed while it was written, and what was put at its name meanwhile could not be "
-    "put back (it was removed): the file holds the content this Write sent, over a file nobody "
-    "checked. Read it to check"
+    "the file changed while it was written, and what was at its name could not be put back (it "
+    "was removed meanwhile): the file may hold the content this Write sent, or another's. Read "
+    "it to check"
 )
 
 
@@ -1175,15 +1178,21 @@ def _replace_by_name(
                 raise _Stale(_SWAPPED)
             os.replace(tmp, name, src_dir_fd=parent, dst_dir_fd=parent)
         except BaseException:
-            os.unlink(tmp, dir_fd=parent)  # still ours: it was not renamed
+            try:
+                os.unlink(tmp, dir_fd=parent)  # still ours: it was not renamed
+            except OSError:
+                pass
             raise
         why = "" if _is(name, parent, ours) else _NOT_OURS
         why = why or (_not_as_read(kept, parent, found, sha256) if kept else "")
         why = why or ("" if in_place() else _MOVED)
         if why:
             if kept:
-                os.replace(kept, name, src_dir_fd=parent, dst_dir_fd=parent)
-                kept = ""
+                put_back, kept = kept, ""  # kept whatever happens: it may be the only copy
+                try:
+                    os.replace(put_back, name, src_dir_fd=parent, dst_dir_fd=parent)
+                except OSError:
+                    why = _NOT_PUT_BACK
             raise _Stale(why)
     finally:
         if kept:
