@@ -280,6 +280,18 @@ class SandboxStartError(SandboxError):
     """No container could be started (engine down, image missing, bad workspace); nothing ran."""
 
 
+SET_UP_CHANGED = (
+    "the sandbox could not be set up over this workspace: the engine refused it, or a path it "
+    "mounts (the workspace, or a path of its repository) changed while it was set up; nothing "
+    "ran. Retry; if it goes on, the operator's log says why"
+)
+"""What a caller is told when the engine refuses a container, or its runner refuses the mounts
+it was given. Never the engine's or the runner's own words: the engine (root) follows a link
+swapped in for a mount's source, and whether it found the place it led to ("bind source path
+does not exist", or a started container whose runner refused what was mounted) told a tenant
+which host paths exist (attacker round 117). They go to the log."""
+
+
 class SandboxNotDelivered(SandboxError):
     """The request never reached the container (it was already gone): safe to retry elsewhere."""
 

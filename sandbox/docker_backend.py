@@ -34,6 +34,7 @@ import requests
 
 from sandbox import reaper, timeline
 from sandbox.backend import (
+    SET_UP_CHANGED,
     BashRequest,
     ExecRequest,
     McpRequest,
@@ -272,7 +273,8 @@ class DockerBackend(SandboxBackend):
             )
             raise SandboxStartError(f"sandbox image {image} is not present; {advice}") from exc
         except _ENGINE_ERRORS as exc:
-            raise SandboxStartError(f"cannot create a sandbox container: {exc}") from exc
+            log.warning("the engine refused to create a sandbox container: %s", exc)
+            raise SandboxStartError(SET_UP_CHANGED) from exc
         return created
 
     def _start_sync(self, spec: SandboxSpec, tool_use_id: str) -> tuple[str, _AttachConnection]:
@@ -308,7 +310,10 @@ class DockerBackend(SandboxBackend):
             if isinstance(exc, SandboxStartError):
                 raise
             if isinstance(exc, _ENGINE_ERRORS):
-                raise SandboxStartError(f"cannot start a sandbox container: {exc}") from exc
+                log.warning(
+                    "the engine refused to start sandbox container %s: %s", container_id[:12], exc
+                )
+                raise SandboxStartError(SET_UP_CHANGED) from exc
             raise
         return container_id, conn
 
@@ -607,6 +612,13 @@ class DockerSandbox(Sandbox):
         return SandboxResult(sandbox_id=self._id, duration_ms=duration_ms, **fields)
 
     def _parse(self, message: dict[str, Any], started: float) -> SandboxResult:
+        if message.get("mounts_changed") is True:
+            log.warning(
+                "the runner of sandbox container %s refused its mounts: %s",
+                self._id[:12],
+                str(message.get("error", ""))[:500],
+            )
+            return self._result(started, exit_code=-1, error=SET_UP_CHANGED)
         fields = {key: value for key, value in message.items() if key in _RESULT_FIELDS}
         try:
             return self._result(started, **fields)

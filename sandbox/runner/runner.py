@@ -756,11 +756,11 @@ def run_mcp_session(
                 return {"exit_code": -1, "error": f"bad request: {exc}"}
             if call is None:
                 return {"exit_code": 0}
-            refused = workspace_mismatch(call, identity) or (
-                "" if call.get("kind") == "mcp_call" else "a server's session takes mcp_call only"
-            )
-            if refused:
-                return {"exit_code": -1, "error": refused}
+            mismatch = workspace_mismatch(call, identity)
+            if mismatch:
+                return {"exit_code": -1, "error": mismatch, "mounts_changed": True}
+            if call.get("kind") != "mcp_call":
+                return {"exit_code": -1, "error": "a server's session takes mcp_call only"}
             answer = _mcp_answer(server, int(call["timeout_ms"]) / 1000.0, _asking(server, call))
         return answer
     finally:
@@ -1328,7 +1328,7 @@ def handle(
         return {"exit_code": -1, "error": f"unknown request kind {kind!r}"}
     mismatch = workspace_mismatch(request, identity)
     if mismatch:
-        return {"exit_code": -1, "error": mismatch}
+        return {"exit_code": -1, "error": mismatch, "mounts_changed": True}
     try:
         return handler(request, identity, emit)
     except (KeyError, TypeError, ValueError) as exc:

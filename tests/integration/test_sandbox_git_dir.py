@@ -13,7 +13,7 @@ import pytest
 
 from daemon.host.git_pins import git_pins
 from daemon.host.pinned import PinnedDirectory
-from sandbox.backend import BashRequest, SandboxSpec
+from sandbox.backend import SET_UP_CHANGED, BashRequest, SandboxSpec, SandboxStartError
 from sandbox.executor import SandboxExecutor
 from tests.integration import sandbox_fixtures
 from tests.integration.harness import committed_repository, git
@@ -107,9 +107,32 @@ async def test_a_container_whose_git_is_not_the_recorded_one_runs_nothing(
     elsewhere.mkdir()
     (workspace / ".git").symlink_to(elsewhere)
     result = await executor.run(spec, bash(workspace, "touch ran"))
-    assert "is not the repository's" in result.error and "nothing ran" in result.error
+    assert result.error == SET_UP_CHANGED
     assert not (workspace / "ran").exists()
     assert list(elsewhere.iterdir()) == []
+
+
+async def test_where_a_link_swapped_in_for_a_mount_leads_is_never_told(
+    executor: SandboxExecutor, workspace: Path, tmp_path: Path
+) -> None:
+    """Attacker round 117: the engine (root) follows a link swapped in for a mount's source;
+    it refused one leading nowhere ("bind source path does not exist") and started one leading
+    to an existing folder, whose runner then refused it: the answers told which host paths
+    exist. Both are the same answer now."""
+    repository(workspace)
+    spec = pinned_spec(workspace)
+    os.rename(workspace / ".git", workspace / ".git-real")
+    (tmp_path / "there").mkdir()
+    answers = []
+    for target in (tmp_path / "there", tmp_path / "nowhere"):
+        (workspace / ".git").unlink(missing_ok=True)
+        (workspace / ".git").symlink_to(target)
+        try:
+            answers.append((await executor.run(spec, bash(workspace, "touch ran"))).error)
+        except SandboxStartError as exc:
+            answers.append(str(exc))
+    assert answers == [SET_UP_CHANGED, SET_UP_CHANGED]
+    assert not (workspace / "ran").exists()
 
 
 async def test_a_repository_kept_elsewhere_in_the_workspace_is_read_only_too(
