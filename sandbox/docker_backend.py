@@ -52,7 +52,17 @@ from sandbox.backend import (
     WriteFileRequest,
 )
 from sandbox.engine_client import engine_client
-from sandbox.hardening import EGRESS_SOCKET_NAME, EgressMounts, container_recipe
+from sandbox.hardening import (
+    EGRESS_SOCKET_NAME,
+    TMP_DIR,
+    EgressMounts,
+    container_recipe,
+    egress_targets,
+)
+from sandbox.hardening import (
+    RUNNER_DIR as RUNNER_TARGET,
+)
+from sandbox.mount_check import misplaced, read_mount_points
 from sandbox.protocol import (
     ATTACHED_BYTES,
     PROTOCOL_VERSION,
@@ -194,6 +204,8 @@ class DockerBackend(SandboxBackend):
         self._starting: set[asyncio.Future[tuple[str, _AttachConnection]]] = set()
         self._cleanups: set[asyncio.Task[bool]] = set()
         self._unbounded = False
+        self._mounts_unchecked = False
+        """Whether containers' mount tables could not be read (said once in the log)."""
         """Whether containers' socket memory could not be bounded (said once in the log)."""
         self._closed = False
 
@@ -301,7 +313,9 @@ class DockerBackend(SandboxBackend):
             params = {"stdin": 1, "stdout": 1, "stderr": 1, "stream": 1}
             conn = _AttachConnection(self.api.attach_socket(container_id, params=params))
             self.api.start(container_id)
-            self._bound_sockets(container_id, spec.limits.memory_mb)
+            pid = int(self.api.inspect_container(container_id)["State"]["Pid"] or 0)
+            self._bound_sockets(container_id, pid, spec.limits.memory_mb)
+            self._check_mounts(container_id, pid, spec, egress)
         except BaseException as exc:
             if conn is not None:
                 conn.close()
@@ -317,13 +331,40 @@ class DockerBackend(SandboxBackend):
             raise
         return container_id, conn
 
-    def _bound_sockets(self, container_id: str, memory_mb: int) -> None:
+    def _check_mounts(
+        self, container_id: str, pid: int, spec: SandboxSpec, egress: EgressMounts | None
+    ) -> None:
+        """Every mount of the started container where it was asked for (`mount_check`), before
+        any request reaches it; SET_UP_CHANGED otherwise (the detail goes to the log). A daemon
+        that cannot read a container's mount table (not root) says so once and relies on the
+        runner's own check."""
+        try:
+            points = read_mount_points(pid)
+        except PermissionError:
+            if not self._mounts_unchecked:
+                self._mounts_unchecked = True
+                log.warning(
+                    "the daemon cannot read the sandbox containers' mount tables (run it as "
+                    "root): where their repository's mounts landed is checked by their runner "
+                    "alone, after it started"
+                )
+            return
+        except OSError as exc:  # it ended already: whatever ran in it, no request goes there
+            log.warning("sandbox container %s ended as it started: %s", container_id[:12], exc)
+            raise SandboxStartError(SET_UP_CHANGED) from exc
+        ours = [RUNNER_TARGET, TMP_DIR, *(egress_targets(egress) if egress is not None else ())]
+        why = misplaced(points, str(spec.workspace), [p.path for p in spec.git_pins], ours)
+        if why:
+            log.warning("sandbox container %s refused: %s", container_id[:12], why)
+            raise SandboxStartError(SET_UP_CHANGED)
+
+    def _bound_sockets(self, container_id: str, pid: int, memory_mb: int) -> None:
         """Its socket buffers charged to it and bounded (`bound_socket_memory`), before any
         request reaches it."""
-        pid = int(self.api.inspect_container(container_id)["State"]["Pid"] or 0)
         try:
             if pid <= 0:
-                raise OSError("it is not running")
+                log.warning("sandbox container %s ended as it started", container_id[:12])
+                raise SandboxStartError(SET_UP_CHANGED)
             if not bound_socket_memory(container_id, pid, memory_mb) and not self._unbounded:
                 self._unbounded = True
                 log.warning(
@@ -333,10 +374,10 @@ class DockerBackend(SandboxBackend):
                     "socket buffers are neither bounded nor charged to them"
                 )
         except (OSError, ValueError) as exc:
-            raise SandboxStartError(
-                f"cannot bound the socket memory of sandbox container {container_id[:12]} "
-                f"({exc}); nothing ran"
-            ) from exc
+            log.warning(
+                "cannot bound the socket memory of sandbox container %s: %s", container_id[:12], exc
+            )
+            raise SandboxStartError(SET_UP_CHANGED) from exc
 
     def _discard_started(self, future: asyncio.Future[tuple[str, _AttachConnection]]) -> None:
         """A start finished after its caller was cancelled: remove what it made."""

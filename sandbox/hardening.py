@@ -79,6 +79,8 @@ SHARED_GIT_ENV = {
 _MIB = 1 << 20
 
 #: Where an egress container finds the daemon's proxy socket (the host folder, read-only).
+TMP_DIR = "/tmp"  # noqa: S108 - the container's own, a tmpfs
+"""The container's only writable folder besides the workspace."""
 EGRESS_DIR = "/run/tooljail-egress"
 EGRESS_SOCKET_NAME = "proxy.sock"
 #: The image's trust store (Debian's path), replaced by the system roots plus tooljail's CA.
@@ -208,7 +210,7 @@ def container_recipe(
         "cap_add": list(RUNNER_CAPABILITIES),
         "security_opt": ["no-new-privileges"],
         "read_only": True,
-        "tmpfs": {"/tmp": tmpfs},  # noqa: S108
+        "tmpfs": {TMP_DIR: tmpfs},
         # egress too: no interface but loopback; the proxy is reached through EGRESS_DIR.
         "network_mode": "bridge" if limits.network == NetworkMode.BRIDGE else "none",
         "ipc_mode": "private",
@@ -250,6 +252,11 @@ def _pinned_mounts(spec: SandboxSpec) -> list[Mount]:
         Mount(target=pin.path, source=pin.path, type="bind", read_only=pin.read_only)
         for pin in spec.git_pins
     ]
+
+
+def egress_targets(egress: EgressMounts) -> list[str]:
+    """Where an egress container's extra mounts go (`_egress_mounts`)."""
+    return [EGRESS_DIR, *([CA_BUNDLE_TARGET] if egress.ca_bundle is not None else [])]
 
 
 def _egress_mounts(egress: EgressMounts | None) -> list[Mount]:

@@ -106,8 +106,11 @@ async def test_a_container_whose_git_is_not_the_recorded_one_runs_nothing(
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
     (workspace / ".git").symlink_to(elsewhere)
-    result = await executor.run(spec, bash(workspace, "touch ran"))
-    assert result.error == SET_UP_CHANGED
+    try:
+        answer = (await executor.run(spec, bash(workspace, "touch ran"))).error
+    except SandboxStartError as exc:  # refused from the host, before the runner was asked
+        answer = str(exc)
+    assert answer == SET_UP_CHANGED
     assert not (workspace / "ran").exists()
     assert list(elsewhere.iterdir()) == []
 
@@ -200,3 +203,31 @@ async def test_no_submodule_can_be_pointed_at_a_repository_of_the_models(
     assert outcomes == ["STATUS-ok"], result.output
     git(workspace, "-c", "safe.directory=*", "status", "--short")  # the owner's git, afterwards
     assert not marker.exists()
+
+
+async def test_a_mount_steered_out_of_the_workspace_never_gets_a_request(
+    executor: SandboxExecutor, workspace: Path
+) -> None:
+    """Attacker round 118: `.git` swapped for a link whose `..` steps resolve differently on
+    the host (through a link only the host has) and in the container (as text): the engine
+    mounted the tenant's own folder over the container's `/usr/lib/python3.11`, the runner's
+    interpreter died before its own check, and the answer said so. The daemon now reads the
+    container's mount table before any request goes in."""
+    repository(workspace)
+    spec = pinned_spec(workspace)
+    base = workspace.parent
+    host_only = base / f"host-only-{workspace.name}"
+    (host_only / "a" / "b" / "c").mkdir(parents=True)
+    (host_only / "L").symlink_to(host_only / "a" / "b" / "c")
+    decoy = base / "usr" / "lib" / "python3.11"  # where the host resolves the link
+    decoy.mkdir(parents=True, exist_ok=True)
+    climbs = "/".join([".."] * (len(host_only.parts)))  # to the container's / as text
+    os.rename(workspace / ".git", workspace / ".git-real")
+    (workspace / ".git").symlink_to(f"{host_only}/L/{climbs}/usr/lib/python3.11")
+    assert os.path.realpath(workspace / ".git") == str(decoy)
+    try:
+        answer = (await executor.run(spec, bash(workspace, "touch ran"))).error
+    except SandboxStartError as exc:
+        answer = str(exc)
+    assert answer == SET_UP_CHANGED
+    assert not (workspace / "ran").exists()
