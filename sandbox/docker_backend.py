@@ -340,18 +340,22 @@ class DockerBackend(SandboxBackend):
         runner's own check."""
         try:
             points = read_mount_points(pid)
-        except PermissionError:
+        except OSError as exc:
+            # Missing: it ended, or this daemon does not see it (a PID namespace of its own,
+            # hidepid, systemd's ProtectProc); the engine tells which.
+            if not isinstance(exc, PermissionError) and not reaper.still_running(
+                self.api, container_id
+            ):
+                log.warning("sandbox container %s ended as it started: %s", container_id[:12], exc)
+                raise SandboxStartError(SET_UP_CHANGED) from exc
             if not self._mounts_unchecked:
                 self._mounts_unchecked = True
                 log.warning(
                     "the daemon cannot read the sandbox containers' mount tables (run it as "
-                    "root): where their repository's mounts landed is checked by their runner "
-                    "alone, after it started"
+                    "root, in the host's PID namespace): where their repository's mounts landed "
+                    "is checked by their runner alone, after it started"
                 )
             return
-        except OSError as exc:  # it ended already: whatever ran in it, no request goes there
-            log.warning("sandbox container %s ended as it started: %s", container_id[:12], exc)
-            raise SandboxStartError(SET_UP_CHANGED) from exc
         ours = [RUNNER_TARGET, TMP_DIR, *(egress_targets(egress) if egress is not None else ())]
         why = misplaced(points, str(spec.workspace), [p.path for p in spec.git_pins], ours)
         if why:
