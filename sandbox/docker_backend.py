@@ -59,9 +59,7 @@ from sandbox.hardening import (
     container_recipe,
     egress_targets,
 )
-from sandbox.hardening import (
-    RUNNER_DIR as RUNNER_TARGET,
-)
+from sandbox.hardening import RUNNER_DIR as RUNNER_TARGET
 from sandbox.mount_check import misplaced, read_mount_points
 from sandbox.protocol import (
     ATTACHED_BYTES,
@@ -204,9 +202,9 @@ class DockerBackend(SandboxBackend):
         self._starting: set[asyncio.Future[tuple[str, _AttachConnection]]] = set()
         self._cleanups: set[asyncio.Task[bool]] = set()
         self._unbounded = False
+        """Whether containers' socket memory could not be bounded (said once in the log)."""
         self._mounts_unchecked = False
         """Whether containers' mount tables could not be read (said once in the log)."""
-        """Whether containers' socket memory could not be bounded (said once in the log)."""
         self._closed = False
 
     # --- blocking helpers, run in worker threads ------------------------------------------------
