@@ -60,7 +60,7 @@ from sandbox.hardening import (
     egress_targets,
 )
 from sandbox.hardening import RUNNER_DIR as RUNNER_TARGET
-from sandbox.mount_check import misplaced, read_mount_points
+from sandbox.mount_check import misplaced, read_mount_points, submounts_below
 from sandbox.protocol import (
     ATTACHED_BYTES,
     PROTOCOL_VERSION,
@@ -355,7 +355,9 @@ class DockerBackend(SandboxBackend):
                 )
             return
         ours = [RUNNER_TARGET, TMP_DIR, *(egress_targets(egress) if egress is not None else ())]
-        why = misplaced(points, str(spec.workspace), [p.path for p in spec.git_pins], ours)
+        workspace = str(spec.workspace)
+        pins = [p.path for p in spec.git_pins]
+        why = misplaced(points, workspace, pins, ours, submounts_below(workspace))
         if why:
             log.warning("sandbox container %s refused: %s", container_id[:12], why)
             raise SandboxStartError(SET_UP_CHANGED)

@@ -43,15 +43,21 @@ def mount_points(mountinfo: str) -> list[str]:
 
 
 def misplaced(
-    points: Iterable[str], workspace: str, pins: Iterable[str], ours: Iterable[str]
+    points: Iterable[str],
+    workspace: str,
+    pins: Iterable[str],
+    ours: Iterable[str],
+    submounts: Iterable[str] = (),
 ) -> str:
     """Why the container's mount points are not exactly what was asked for; "" when they are.
 
-    `workspace` and `pins` (below it) must each be a mount point; nothing else may be mounted
-    below the workspace; outside it, only `ours` (the runner's folder, the egress ones), the
-    engine's own and the kernel's trees; and no place twice (a second mount hides the first)."""
+    `workspace` and `pins` (below it) must each be a mount point; below the workspace nothing
+    else may be mounted but the host's own `submounts` there (the workspace's mount takes them
+    along); outside it, only `ours` (the runner's folder, the egress ones), the engine's own and
+    the kernel's trees; and no place twice (a second mount hides the first)."""
     wanted = {workspace, *pins}
     allowed = {*ENGINE_MOUNTS, *ours}
+    below_ok = set(submounts)
     seen: set[str] = set()
     for point in points:
         if point in seen:
@@ -60,6 +66,8 @@ def misplaced(
         if point in wanted:
             continue
         if _below(point, workspace):
+            if point in below_ok:
+                continue
             return f"{point} is mounted though nothing was asked for there"
         if point not in allowed and not any(_below(point, tree) for tree in _KERNEL_TREES):
             return f"{point} is mounted though nothing was asked for there"
@@ -86,7 +94,12 @@ def _unescaped(text: str) -> str:
     return out.decode("utf-8", "surrogateescape")
 
 
-def read_mount_points(pid: int, proc: Path = Path("/proc")) -> list[str]:
+def submounts_below(workspace: str, proc: Path = Path("/proc")) -> list[str]:
+    """The host's mount points below `workspace`, as this process sees them."""
+    return [p for p in read_mount_points("self", proc) if p != workspace and _below(p, workspace)]
+
+
+def read_mount_points(pid: int | str, proc: Path = Path("/proc")) -> list[str]:
     """The mount points of process `pid` (OSError when they cannot be read)."""
     return mount_points(
         (proc / str(pid) / "mountinfo").read_text(encoding="utf-8", errors="surrogateescape")

@@ -59,3 +59,12 @@ def test_mount_points_are_read_unescaped_from_the_fifth_field() -> None:
         "37 35 98:0 / / rw - ext4 /dev/root rw\n"
     )
     assert mount_points(table) == ["/mnt/with space", "/"]
+
+
+def test_the_hosts_own_mounts_below_the_workspace_come_along() -> None:
+    """A folder of the workspace that is a mount of its own on the host (a tmpfs, a disk) is in
+    the container too: the workspace's mount takes it along."""
+    host = f"{WS}/small"
+    assert misplaced([*NORMAL, host], WS, PINS, OURS, submounts=[host]) == ""
+    assert f"{host} is mounted" in misplaced([*NORMAL, host], WS, PINS, OURS)
+    assert "mounted twice" in misplaced([*NORMAL, host, host], WS, PINS, OURS, submounts=[host])
