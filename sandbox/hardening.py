@@ -255,8 +255,8 @@ def _pinned_mounts(spec: SandboxSpec) -> list[Mount]:
 
 
 def egress_targets(egress: EgressMounts) -> list[str]:
-    """Where an egress container's extra mounts go (`_egress_mounts`)."""
-    return [EGRESS_DIR, *([CA_BUNDLE_TARGET] if egress.ca_bundle is not None else [])]
+    """Where an egress container's extra mounts go."""
+    return [str(mount["Target"]) for mount in _egress_mounts(egress)]
 
 
 def _egress_mounts(egress: EgressMounts | None) -> list[Mount]:

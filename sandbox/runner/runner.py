@@ -1005,19 +1005,15 @@ def _replace_checked(
                 _exchange_back(tmp, name, parent)
                 ours_at_tmp = _is(tmp, parent, ours)
                 raise _Stale(why)
-            try:
-                os.unlink(tmp, dir_fd=parent)  # the replaced file, checked: the one that was read
-            except OSError:
-                pass  # written all the same: the old content stays under a side name
+            # The replaced file, checked: the one that was read. Written all the same when it
+            # cannot go: the old content stays under a side name.
+            _unlink_quietly(tmp, parent)
         else:
             ours_at_tmp = False  # from here on, `_replace_by_name` removes it when it must
             _replace_by_name(tmp, name, parent, (found, ours), sha256, in_place)
     except BaseException:
         if ours_at_tmp:
-            try:
-                os.unlink(tmp, dir_fd=parent)
-            except OSError:
-                pass
+            _unlink_quietly(tmp, parent)
         raise
     try:
         os.fsync(parent)
@@ -1146,9 +1142,14 @@ def _is(name: str, parent: int, file: os.stat_result) -> bool:
 
 def _remove_if(name: str, parent: int, ours: os.stat_result) -> None:
     """Undo a file this Write created in a moved folder, unless something else is there now."""
+    if _is(name, parent, ours):
+        _unlink_quietly(name, parent)
+
+
+def _unlink_quietly(name: str, parent: int) -> None:
+    """Remove `name` from the folder open at `parent`, if it can be (a leftover otherwise)."""
     try:
-        if _is(name, parent, ours):
-            os.unlink(name, dir_fd=parent)
+        os.unlink(name, dir_fd=parent)
     except OSError:
         pass
 
@@ -1178,10 +1179,7 @@ def _replace_by_name(
                 raise _Stale(_SWAPPED)
             os.replace(tmp, name, src_dir_fd=parent, dst_dir_fd=parent)
         except BaseException:
-            try:
-                os.unlink(tmp, dir_fd=parent)  # still ours: it was not renamed
-            except OSError:
-                pass
+            _unlink_quietly(tmp, parent)  # still ours: it was not renamed
             raise
         why = "" if _is(name, parent, ours) else _NOT_OURS
         why = why or (_not_as_read(kept, parent, found, sha256) if kept else "")
@@ -1196,10 +1194,7 @@ def _replace_by_name(
             raise _Stale(why)
     finally:
         if kept:
-            try:
-                os.unlink(kept, dir_fd=parent)
-            except OSError:
-                pass  # written all the same: a second name of the old content stays behind
+            _unlink_quietly(kept, parent)  # else a second name of the old content stays behind
 
 
 # --- main --------------------------------------------------------------------------------------

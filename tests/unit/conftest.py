@@ -90,3 +90,30 @@ def links_unreadable_below(monkeypatch: pytest.MonkeyPatch, folder: Path) -> Non
         return real_readlink(path, dir_fd=dir_fd)
 
     monkeypatch.setattr(os, "readlink", refused)
+
+
+@dataclasses.dataclass
+class _FakeClient:
+    """What DockerBackend takes of a docker client: its low-level API, here a fake engine."""
+
+    api: Any
+
+
+@pytest.fixture
+def backend_over() -> Iterator[Callable[[Any], Any]]:
+    """A DockerBackend over a fake engine (its `api`); its worker threads are shut down after
+    the test, and the engine's `close()` called, if it has one."""
+    from sandbox.docker_backend import DockerBackend
+
+    made: list[DockerBackend] = []
+
+    def make(engine: Any) -> DockerBackend:
+        backend = DockerBackend(image="i", instance_id="test", client=_FakeClient(engine))  # type: ignore[arg-type]
+        made.append(backend)
+        return backend
+
+    yield make
+    for backend in made:
+        backend._threads.shutdown(wait=True)
+        backend._removals.shutdown(wait=True)
+        getattr(backend.api, "close", lambda: None)()

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import threading
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -13,7 +12,6 @@ import pytest
 import requests
 
 from sandbox import docker_backend
-from sandbox.docker_backend import DockerBackend
 
 
 def _refused() -> docker.errors.APIError:
@@ -55,48 +53,28 @@ class FakeEngine:
         return {"State": {"Running": self.running_for >= 0, "Pid": 0}}
 
 
-@dataclass
-class FakeClient:
-    api: FakeEngine
-
-
-@pytest.fixture
-def make_backend() -> Iterator[Any]:
-    made: list[DockerBackend] = []
-
-    def make(engine: FakeEngine) -> DockerBackend:
-        backend = DockerBackend(image="i", instance_id="test", client=FakeClient(engine))  # type: ignore[arg-type]
-        made.append(backend)
-        return backend
-
-    yield make
-    for backend in made:
-        backend._threads.shutdown(wait=True)
-        backend._removals.shutdown(wait=True)
-
-
 async def test_a_container_the_engine_cannot_kill_yet_is_removed_once_it_stopped(
-    make_backend: Any,
+    backend_over: Any,
 ) -> None:
     """Attacker round 95: a process stuck in the kernel kept the container running, the engine
     refused the removal, and the call was answered while that process went on to write."""
     engine = FakeEngine(running_for=3)
-    assert await make_backend(engine).remove("c1") is True
+    assert await backend_over(engine).remove("c1") is True
     assert engine.calls == ["remove", "inspect", "inspect", "inspect", "inspect", "remove"]
 
 
-async def test_an_engine_that_does_not_answer_is_not_waited_for(make_backend: Any) -> None:
+async def test_an_engine_that_does_not_answer_is_not_waited_for(backend_over: Any) -> None:
     engine = FakeEngine(unreachable=True)
-    assert await make_backend(engine).remove("c1") is False  # not known gone: still held
+    assert await backend_over(engine).remove("c1") is False  # not known gone: still held
     assert engine.calls == ["remove", "inspect", "remove", "inspect"]
 
 
 async def test_a_container_still_running_past_the_patience_is_given_up_and_said(
-    make_backend: Any, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+    backend_over: Any, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
     monkeypatch.setattr(docker_backend, "REMOVAL_PATIENCE_S", 0.0)
     engine = FakeEngine(running_for=1_000)
-    assert await make_backend(engine).remove("c1") is False
+    assert await backend_over(engine).remove("c1") is False
     assert engine.calls == ["remove", "inspect"]
     assert "still runs" in caplog.text
 
@@ -122,16 +100,16 @@ async def test_a_removal_is_waited_for_through_cancellations_which_come_after_it
     assert task.done() and not task.cancelled()
 
 
-async def test_a_removal_already_in_progress_elsewhere_is_waited_for_too(make_backend: Any) -> None:
+async def test_a_removal_already_in_progress_elsewhere_is_waited_for_too(backend_over: Any) -> None:
     """Round 97's lead: the engine answering that another request (the periodic sweep, an
     automatic removal) is removing the container was taken for its being gone, while a process
     of it that does not die yet could still write."""
     engine = FakeEngine(running_for=2, removing_elsewhere=True)
-    await make_backend(engine).remove("c1")
+    await backend_over(engine).remove("c1")
     assert engine.calls == ["remove", "inspect", "inspect", "inspect", "remove"]
 
 
-async def test_removals_stuck_in_the_engine_never_hold_up_other_work(make_backend: Any) -> None:
+async def test_removals_stuck_in_the_engine_never_hold_up_other_work(backend_over: Any) -> None:
     """Attacker round 98's lead: the engine's threads were one pool for everything, and a
     removal of a container whose processes are stuck in the kernel holds its thread until the
     engine gives up; enough of them at once and every tenant's next container waited."""
@@ -144,7 +122,7 @@ async def test_removals_stuck_in_the_engine_never_hold_up_other_work(make_backen
         def ping(self) -> bool:
             return True
 
-    backend = make_backend(StuckEngine())
+    backend = backend_over(StuckEngine())
     removals = [asyncio.create_task(backend.remove(f"c{n}")) for n in range(12)]
     try:
         await asyncio.sleep(0.1)

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import io
 import socket
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -22,7 +21,7 @@ import pytest
 import requests
 
 from sandbox.backend import SET_UP_CHANGED, PathPin, SandboxSpec, SandboxStartError
-from sandbox.docker_backend import DockerBackend, DockerSandbox
+from sandbox.docker_backend import DockerSandbox
 from sandbox.runner import runner as runner_module
 
 
@@ -63,43 +62,25 @@ class RefusingEngine:
     def remove_container(self, container_id: str, **_: Any) -> None:
         self.removed.append(container_id)
 
-
-@dataclass
-class FakeClient:
-    api: RefusingEngine
-
-
-@pytest.fixture
-def backend_of() -> Iterator[Any]:
-    made: list[DockerBackend] = []
-
-    def make(engine: RefusingEngine) -> DockerBackend:
-        backend = DockerBackend(image="i", instance_id="test", client=FakeClient(engine))  # type: ignore[arg-type]
-        made.append(backend)
-        return backend
-
-    yield make
-    for backend in made:
-        backend._threads.shutdown(wait=True)
-        backend._removals.shutdown(wait=True)
-        for sock in backend.api.sockets:  # type: ignore[attr-defined]
+    def close(self) -> None:
+        for sock in self.sockets:
             sock.close()
 
 
 @pytest.mark.parametrize("refuse_at", ["create", "start"])
 def test_an_engine_refusal_is_one_answer_without_the_engines_words(
-    backend_of: Any, tmp_path: Path, refuse_at: str
+    backend_over: Any, tmp_path: Path, refuse_at: str
 ) -> None:
     engine = RefusingEngine(refuse_at)
     pins = (PathPin(path=str(tmp_path / ".git"), identity=(1, 2), read_only=True),)
     spec = SandboxSpec(workspace=tmp_path, run_as=(1001, 1001), git_pins=pins)
     with pytest.raises(SandboxStartError) as refused:
-        backend_of(engine)._start_sync(spec, "toolu_x")
+        backend_over(engine)._start_sync(spec, "toolu_x")
     assert str(refused.value) == SET_UP_CHANGED
     assert "/root" not in str(refused.value)
 
 
-def test_a_runner_refusing_its_mounts_is_the_same_answer(backend_of: Any, tmp_path: Path) -> None:
+def test_a_runner_refusing_its_mounts_is_the_same_answer(backend_over: Any, tmp_path: Path) -> None:
     (tmp_path / ".git").mkdir()
     request = {
         "kind": "bash",
@@ -111,5 +92,5 @@ def test_a_runner_refusing_its_mounts_is_the_same_answer(backend_of: Any, tmp_pa
     message = runner_module.handle(request, None)
     assert message["exit_code"] == -1 and message.get("mounts_changed") is True
     spec = SandboxSpec(workspace=tmp_path, run_as=(1001, 1001))
-    sandbox = DockerSandbox(backend_of(RefusingEngine("never")), "c1", None, spec)  # type: ignore[arg-type]
+    sandbox = DockerSandbox(backend_over(RefusingEngine("never")), "c1", None, spec)  # type: ignore[arg-type]
     assert sandbox._parse(message, 0.0).error == SET_UP_CHANGED
