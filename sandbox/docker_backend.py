@@ -61,6 +61,7 @@ from sandbox.hardening import (
 )
 from sandbox.hardening import RUNNER_DIR as RUNNER_TARGET
 from sandbox.mount_check import misplaced, read_mount_points, submounts_below
+from sandbox.pin_check import moved_pin
 from sandbox.protocol import (
     ATTACHED_BYTES,
     PROTOCOL_VERSION,
@@ -73,6 +74,7 @@ from sandbox.protocol import (
     progress_output,
 )
 from sandbox.runner import RUNNER_DIR
+from sandbox.set_up_gate import FreezeOutcome, SetUpGate
 from sandbox.socket_memory import bound_socket_memory
 
 log = logging.getLogger(__name__)
@@ -205,6 +207,8 @@ class DockerBackend(SandboxBackend):
         """Whether containers' socket memory could not be bounded (said once in the log)."""
         self._mounts_unchecked = False
         """Whether containers' mount tables could not be read (said once in the log)."""
+        self.gate = SetUpGate(self)
+        """Pinned containers' set-ups, and the containers that may change their workspaces."""
         self._closed = False
 
     # --- blocking helpers, run in worker threads ------------------------------------------------
@@ -399,7 +403,13 @@ class DockerBackend(SandboxBackend):
         if self._closed:
             raise SandboxStartError("the sandbox backend is closed (the daemon is shutting down)")
         loop = asyncio.get_running_loop()
-        future = loop.run_in_executor(self._threads, self._start_sync, spec, tool_use_id)
+        future: asyncio.Future[tuple[str, _AttachConnection]]
+        if spec.git_pins:
+            # A task: a caller cancelled meanwhile must not end the workspace's turn while the
+            # engine still mounts.
+            future = asyncio.ensure_future(self._start_pinned(spec, tool_use_id))
+        else:
+            future = loop.run_in_executor(self._threads, self._start_sync, spec, tool_use_id)
         self._starting.add(future)
         future.add_done_callback(self._starting.discard)
         try:
@@ -411,6 +421,56 @@ class DockerBackend(SandboxBackend):
             folder = self._egress_folders.get(container_id)
         socket_path = folder / EGRESS_SOCKET_NAME if folder is not None else None
         return DockerSandbox(self, container_id, conn, spec, socket_path)
+
+    async def _start_pinned(
+        self, spec: SandboxSpec, tool_use_id: str
+    ) -> tuple[str, _AttachConnection]:
+        """A container holding the workspace's repository: made in the workspace's turn
+        (`SetUpGate`), its pins looked at again first."""
+        async with self.gate.setting_up(str(spec.workspace)):
+            return await self._call(self._start_unmoved, spec, tool_use_id)
+
+    def _start_unmoved(self, spec: SandboxSpec, tool_use_id: str) -> tuple[str, _AttachConnection]:
+        why = moved_pin(spec)
+        if why:
+            log.warning("no sandbox container made over %s: %s", spec.workspace, why)
+            raise SandboxStartError(SET_UP_CHANGED)
+        return self._start_sync(spec, tool_use_id)
+
+    async def freeze(self, container_id: str) -> FreezeOutcome:
+        try:
+            await self._call(self.api.pause, container_id)
+        except docker.errors.NotFound:
+            return "gone"
+        except _ENGINE_ERRORS as exc:
+            # Already paused, stopping, stopped: the engine's state says which, not its words.
+            state = await self._call(self._state_of, container_id)
+            if state in ("gone", "stopped") or (state == "frozen" and "already paused" in str(exc)):
+                return state
+            log.warning("cannot freeze sandbox container %s: %s", container_id[:12], exc)
+            raise SandboxStartError(SET_UP_CHANGED) from exc
+        return "frozen"
+
+    def _state_of(self, container_id: str) -> FreezeOutcome | None:
+        """What the engine says of a container: None when it runs unfrozen, or it cannot tell."""
+        try:
+            state = self.api.inspect_container(container_id).get("State") or {}
+        except docker.errors.NotFound:
+            return "gone"
+        except _ENGINE_ERRORS:
+            return None
+        if state.get("Paused"):
+            return "frozen"
+        return None if state.get("Running") else "stopped"
+
+    async def thaw(self, container_id: str) -> None:
+        try:
+            await self._call(self.api.unpause, container_id)
+        except docker.errors.NotFound:
+            pass
+        except _ENGINE_ERRORS as exc:
+            if not (isinstance(exc, docker.errors.APIError) and "not paused" in str(exc)):
+                log.error("cannot thaw sandbox container %s: %s", container_id[:12], exc)
 
     async def ping(self) -> bool:
         try:
@@ -428,6 +488,12 @@ class DockerBackend(SandboxBackend):
         REMOVAL_PATIENCE_S. An engine that does not answer is not waited for (the reaper
         retries), nor is anything once the backend closes. Whether it is known gone (else it
         may still hold memory: see `exists`)."""
+        gone = await self._remove_patiently(container_id)
+        if gone:
+            self.gate.forget(container_id)
+        return gone
+
+    async def _remove_patiently(self, container_id: str) -> bool:
         deadline = time.monotonic() + REMOVAL_PATIENCE_S
         pause = 0.05
         # RuntimeError: threads shut down by close(), which removed everything already.
@@ -528,8 +594,9 @@ class DockerSandbox(Sandbox):
         self._egress_socket = egress_socket
         self._id = container_id
         self._conn = conn
+        self._workspace_path = str(spec.workspace)
         self._workspace = {
-            "workspace": str(spec.workspace),
+            "workspace": self._workspace_path,
             "workspace_id": list(spec.workspace_id),
             "pins": [pin.model_dump(mode="json") for pin in spec.git_pins],
         }
@@ -570,6 +637,8 @@ class DockerSandbox(Sandbox):
         self._reading = True
         try:
             async with asyncio.timeout(deadline_s):
+                if not follow_up:
+                    await self._backend.gate.deliver(self._id, self._workspace_path)
                 await self._send(frame)
                 timeline.mark("sent")
                 message = await self._read_result(max_frame, on_output)

@@ -14,14 +14,14 @@ from pathlib import Path
 
 from daemon.errors import ConfinementError, ToolInputError
 from daemon.host.loop_safe import NeedsThread, on_event_loop
-from daemon.host.pinned import (
+from daemon.host.pinned import PinnedDirectory
+from sandbox.openat2 import (
     AT_FDCWD,
     RESOLVE_BENEATH,
     RESOLVE_CACHED,
     RESOLVE_NO_MAGICLINKS,
     RESOLVE_NO_SYMLINKS,
     RESOLVE_NO_XDEV,
-    PinnedDirectory,
     openat2,
 )
 

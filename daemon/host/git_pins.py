@@ -60,14 +60,9 @@ from typing import TypeVar
 from daemon.errors import ToolError
 from daemon.host.git_config import UnreadableConfig, config_entries
 from daemon.host.git_index import GitIndex, UnreadableIndex, read_index
-from daemon.host.pinned import (
-    AT_FDCWD,
-    RESOLVE_NO_MAGICLINKS,
-    RESOLVE_NO_SYMLINKS,
-    PinnedDirectory,
-    openat2,
-)
+from daemon.host.pinned import PinnedDirectory
 from sandbox.backend import GIT_DIR_NAME, PathPin
+from sandbox.openat2 import AT_FDCWD, RESOLVE_NO_MAGICLINKS, RESOLVE_NO_SYMLINKS, openat2
 
 GIT_FILE_MAX_BYTES = 4096
 """A `.git` file or `commondir` longer than this is not one git wrote."""

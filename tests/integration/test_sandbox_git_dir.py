@@ -4,16 +4,20 @@ swapped in before the engine mounted it) refuses to run anything."""
 
 from __future__ import annotations
 
+import asyncio
 import os
 import re
 import textwrap
+import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from daemon.host.git_pins import git_pins
 from daemon.host.pinned import PinnedDirectory
 from sandbox.backend import SET_UP_CHANGED, BashRequest, SandboxSpec, SandboxStartError
+from sandbox.docker_backend import DockerBackend
 from sandbox.executor import SandboxExecutor
 from tests.integration import sandbox_fixtures
 from tests.integration.harness import committed_repository, git
@@ -231,3 +235,75 @@ async def test_a_mount_steered_out_of_the_workspace_never_gets_a_request(
         answer = str(exc)
     assert answer == SET_UP_CHANGED
     assert not (workspace / "ran").exists()
+
+
+async def test_a_swapped_pin_makes_nothing_on_the_host(
+    executor: SandboxExecutor, workspace: Path
+) -> None:
+    """Attacker round 119: `.git` swapped for a link that the host resolves to an existing
+    folder and the container (as text) to a missing name in the workspace: the engine accepted
+    the source and the runtime made the missing target, a root-owned folder in the workspace,
+    before any check could refuse; a link to a missing host folder was refused at create and
+    made nothing, so the folder left behind told which host folders exist. The pins are looked
+    at again, with no link followed, before the engine is asked, so neither makes anything."""
+    repository(workspace)
+    spec = pinned_spec(workspace)
+    base = workspace.parent
+    host_only = base / f"host-only-{workspace.name}"
+    (host_only / "a" / "b" / "c").mkdir(parents=True)
+    (host_only / "L").symlink_to(host_only / "a" / "b" / "c")
+    climbs = "/".join([".."] * (len(host_only.parts)))
+    os.rename(workspace / ".git", workspace / ".git-real")
+    before = sorted(p.name for p in workspace.iterdir())
+    answers = []
+    for made, name in ((True, "MK_there"), (False, "MK_nowhere")):
+        decoy = base / workspace.relative_to("/") / name  # where the host resolves the link
+        if made:
+            decoy.mkdir(parents=True)
+        (workspace / ".git").unlink(missing_ok=True)
+        (workspace / ".git").symlink_to(f"{host_only}/L/{climbs}{workspace}/{name}")
+        assert os.path.realpath(workspace / ".git") == str(decoy)
+        try:
+            answers.append((await executor.run(spec, bash(workspace, "touch ran"))).error)
+        except SandboxStartError as exc:
+            answers.append(str(exc))
+    assert answers == [SET_UP_CHANGED, SET_UP_CHANGED]
+    assert sorted(p.name for p in workspace.iterdir()) == sorted([*before, ".git"])
+
+
+async def test_no_other_sandbox_of_the_workspace_runs_while_a_pinned_one_is_made(
+    backend: DockerBackend, workspace: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Rounds 117-119 swapped a pinned folder from a background command while the engine made
+    the next container. A command of the workspace writing the time every few milliseconds
+    writes nothing from the look at the pins until the new container runs, and goes on after."""
+    repository(workspace)
+    spec = pinned_spec(workspace)
+    ticks = workspace / "ticks"
+    busy = await backend.start(spec_for(workspace))
+    loop = "until [ -e stop ]; do date +%s.%N >> ticks; sleep 0.003; done"
+    running = asyncio.create_task(busy.run(bash(workspace, loop)))
+    while not (ticks.exists() and ticks.read_text().count("\n") > 5):
+        await asyncio.sleep(0.01)
+    windows: list[tuple[float, float]] = []
+    start_sync = backend._start_sync
+
+    def timed(*args: Any) -> Any:
+        begun = time.time()
+        try:
+            return start_sync(*args)
+        finally:
+            windows.append((begun, time.time()))
+
+    monkeypatch.setattr(backend, "_start_sync", timed)
+    made = await backend.start(spec)
+    await made.destroy()
+    await asyncio.sleep(0.2)
+    (workspace / "stop").touch()
+    result = await running
+    assert result.exit_code == 0, result
+    await busy.destroy()
+    ((begun, ended),) = windows
+    times = [float(line) for line in ticks.read_text().split()]
+    assert [t for t in times if begun <= t <= ended] == []
+    assert any(t < begun for t in times) and any(t > ended for t in times)

@@ -20,6 +20,7 @@ import pytest
 from sandbox.backend import BashRequest, SandboxSpec
 from sandbox.docker_backend import DockerSandbox, _AttachConnection
 from sandbox.protocol import STDERR, STDOUT, encode_frame
+from sandbox.set_up_gate import FreezeOutcome, SetUpGate
 
 REQUEST = BashRequest(command="make", cwd="/w", timeout_ms=5_000)
 
@@ -32,9 +33,20 @@ class Backend:
 
     def __init__(self) -> None:
         self.removed: list[str] = []
+        self.gate = SetUpGate(_NeverFrozen())
 
     async def remove(self, container_id: str) -> None:
         self.removed.append(container_id)
+
+
+class _NeverFrozen:
+    """No pinned container is set up beside these: nothing is ever frozen."""
+
+    async def freeze(self, container_id: str) -> FreezeOutcome:
+        raise AssertionError(f"{container_id} frozen")
+
+    async def thaw(self, container_id: str) -> None:
+        raise AssertionError(f"{container_id} thawed")
 
 
 def docker_frame(stream: int, payload: bytes) -> bytes:

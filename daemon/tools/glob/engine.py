@@ -34,14 +34,10 @@ from pathlib import Path
 
 from daemon.errors import ToolError, ToolInputError
 from daemon.host.confine import is_inside, mode_beneath, open_confined, resolve_path
-from daemon.host.pinned import (
-    RESOLVE_BENEATH,
-    RESOLVE_NO_MAGICLINKS,
-    PinnedDirectory,
-    openat2,
-)
+from daemon.host.pinned import PinnedDirectory
 from daemon.tools.glob.braces import expand_braces
 from daemon.tools.summaries import quoted
+from sandbox.openat2 import RESOLVE_BENEATH, RESOLVE_NO_MAGICLINKS, openat2
 
 MAX_LINK_HOPS = 8
 """Links followed one at a time for a matching link whose chain holds absolute links."""

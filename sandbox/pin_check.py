@@ -1,0 +1,34 @@
+"""Whether a container's workspace and repository pins are still what the daemon found.
+
+The engine is given each pinned path by name and follows any symbolic link in it, on the host
+(the mount's source) and in the container (its target). Looked at here just before the engine
+is asked, with every sandbox that could change them held still (`sandbox.set_up_gate`), no link
+followed anywhere on the way: what passes is what the engine mounts.
+"""
+
+from __future__ import annotations
+
+import os
+
+from sandbox.backend import SandboxSpec
+from sandbox.openat2 import AT_FDCWD, RESOLVE_NO_MAGICLINKS, RESOLVE_NO_SYMLINKS, openat2
+
+
+def moved_pin(spec: SandboxSpec) -> str:
+    """Why the workspace or a pin of `spec` is no longer the object recorded for it ("" when
+    each still is, reached with no symbolic link on the way). Asks the filesystem: off the
+    event loop."""
+    wanted = [(str(spec.workspace), spec.workspace_id)]
+    wanted += [(pin.path, pin.identity) for pin in spec.git_pins]
+    for path, identity in wanted:
+        try:
+            fd = openat2(AT_FDCWD, path, os.O_PATH, RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS)
+        except OSError as exc:
+            return f"{path} can no longer be reached without a symbolic link ({exc.strerror})"
+        try:
+            info = os.fstat(fd)
+        finally:
+            os.close(fd)
+        if (info.st_dev, info.st_ino) != tuple(identity):
+            return f"{path} is another object than the one recorded (replaced meanwhile)"
+    return ""
