@@ -451,6 +451,9 @@ class DockerBackend(SandboxBackend):
             raise SandboxStartError(SET_UP_CHANGED) from exc
         return "frozen"
 
+    async def gone(self, container_id: str) -> bool:
+        return not await self.exists(container_id)
+
     def _state_of(self, container_id: str) -> FreezeOutcome | None:
         """What the engine says of a container: None when it runs unfrozen, or it cannot tell."""
         try:

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import time
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
@@ -30,12 +31,14 @@ from typing import Literal, Protocol
 
 from sandbox.backend import SET_UP_CHANGED, SandboxStartError
 
+log = logging.getLogger(__name__)
+
 MAX_RUN_GAP_S = 2.0
 """Longest a set-up waits so that the containers frozen by the last one run again first."""
 STOPPING_WAIT_S = 30.0
 """How long a set-up waits for a stopped container of a related workspace to be removed: until
 then, processes of it stuck in the kernel may still finish a rename (attacker round 94), and the
-engine can no longer freeze them."""
+engine can no longer freeze them. Nothing else waits meanwhile."""
 
 FreezeOutcome = Literal["frozen", "stopped", "gone"]
 
@@ -49,6 +52,9 @@ class Freezer(Protocol):
 
     async def thaw(self, container_id: str) -> None:
         """Thawed, or gone (failures are the freezer's to log)."""
+
+    async def gone(self, container_id: str) -> bool:
+        """Whether the engine no longer has the container (False when it cannot tell)."""
 
 
 def related(one: str, other: str) -> bool:
@@ -106,25 +112,35 @@ class SetUpGate:
     @contextlib.asynccontextmanager
     async def setting_up(self, workspace: str) -> AsyncIterator[None]:
         """The workspace's turn: every acting container of a related workspace frozen, no request
-        delivered to one, until the block ends. Raises SandboxStartError (with nothing left frozen)
-        when one of them can be neither frozen nor waited for until it is removed."""
-        await self._turn(workspace)
-        self._setting_up.append(workspace)
-        held: list[str] = []
-        try:
-            targets = [cid for cid, where in self._acting.items() if related(where, workspace)]
-            outcomes = await asyncio.gather(
-                *(self._hold(cid) for cid in targets), return_exceptions=True
-            )
-            held = [cid for cid, outcome in zip(targets, outcomes, strict=True) if outcome is True]
-            for outcome in outcomes:
-                if isinstance(outcome, BaseException):
-                    raise outcome
-            yield
-        finally:
-            await asyncio.gather(*(self._release(cid) for cid in held))
-            self._setting_up.remove(workspace)
-            self._wake()
+        delivered to one, until the block ends. A container found stopped, which the engine can
+        no longer freeze, is waited for until the engine has removed it, outside the turn (the
+        others' requests go on meanwhile), and the turn is taken again. Raises
+        SandboxStartError (with nothing left frozen) when one can be neither frozen nor waited
+        for."""
+        while True:
+            await self._turn(workspace)
+            self._setting_up.append(workspace)
+            held: list[str] = []
+            try:
+                targets = [cid for cid, where in self._acting.items() if related(where, workspace)]
+                outcomes = await asyncio.gather(
+                    *(self._hold(cid) for cid in targets), return_exceptions=True
+                )
+                held = [cid for cid, got in zip(targets, outcomes, strict=True) if got == "frozen"]
+                stopped = [
+                    cid for cid, got in zip(targets, outcomes, strict=True) if got == "stopped"
+                ]
+                for outcome in outcomes:
+                    if isinstance(outcome, BaseException):
+                        raise outcome
+                if not stopped:
+                    yield
+                    return
+            finally:
+                await asyncio.gather(*(self._release(cid) for cid in held))
+                self._setting_up.remove(workspace)
+                self._wake()
+            await self._until_removed(stopped)
 
     def _busy(self, workspace: str) -> bool:
         return any(related(workspace, other) for other in self._setting_up)
@@ -156,9 +172,8 @@ class SetUpGate:
         self._changed.set()
         self._changed = asyncio.Event()
 
-    async def _hold(self, container_id: str) -> bool:
-        """Frozen for this set-up: True; removed (once stopped, after waiting for that): False.
-        Raises SandboxStartError when it can be neither frozen nor waited for."""
+    async def _hold(self, container_id: str) -> FreezeOutcome:
+        """Frozen for this set-up ("frozen"), or why not ("gone": forgotten; "stopped")."""
         hold = self._holds.setdefault(container_id, _Hold())
         hold.holders += 1
         outcome: FreezeOutcome | None = None  # None: freezing failed
@@ -175,16 +190,26 @@ class SetUpGate:
                 await self._release_hold(container_id, hold)
         if outcome == "gone":
             self.forget(container_id)
-        elif outcome == "stopped":
-            await self._until_forgotten(container_id)
-        return outcome == "frozen"
+        return outcome
 
-    async def _until_forgotten(self, container_id: str) -> None:
+    async def _until_removed(self, container_ids: list[str]) -> None:
+        """Ask the engine until each of `container_ids` is gone (then forgotten): the daemon's
+        own removal may have said "not known gone" while the engine's automatic one was under
+        way. SandboxStartError after STOPPING_WAIT_S."""
+        pause = 0.02
         try:
             async with asyncio.timeout(STOPPING_WAIT_S):
-                while container_id in self._acting:
-                    await self._wait()
+                for container_id in container_ids:
+                    while not await self._freezer.gone(container_id):
+                        await asyncio.sleep(pause)
+                        pause = min(pause * 2, 1.0)
+                    self.forget(container_id)
         except TimeoutError:
+            log.warning(
+                "a stopped sandbox container of a workspace being set up was not removed within "
+                "%.0f s: its processes may still change the workspace; set-up refused",
+                STOPPING_WAIT_S,
+            )
             raise SandboxStartError(SET_UP_CHANGED) from None
 
     async def _release(self, container_id: str) -> None:

@@ -73,6 +73,18 @@ def pinned_spec(workspace: Path) -> SandboxSpec:
         root.close()
 
 
+def steering_link(workspace: Path, in_container: str) -> str:
+    """A link's text that the host resolves to `in_container` below the workspace's parent,
+    and the container, where the link on its way does not exist, as text to `in_container`
+    (attacker round 118's steering)."""
+    host_only = workspace.parent / f"host-only-{workspace.name}"
+    if not host_only.exists():
+        (host_only / "a" / "b" / "c").mkdir(parents=True)
+        (host_only / "L").symlink_to(host_only / "a" / "b" / "c")
+    climbs = "/".join([".."] * (len(host_only.parts)))  # to the container's / as text
+    return f"{host_only}/L/{climbs}{in_container}"
+
+
 def bash(workspace: Path, command: str) -> BashRequest:
     return BashRequest(command=command, cwd=str(workspace), timeout_ms=30_000)
 
@@ -219,15 +231,10 @@ async def test_a_mount_steered_out_of_the_workspace_never_gets_a_request(
     container's mount table before any request goes in."""
     repository(workspace)
     spec = pinned_spec(workspace)
-    base = workspace.parent
-    host_only = base / f"host-only-{workspace.name}"
-    (host_only / "a" / "b" / "c").mkdir(parents=True)
-    (host_only / "L").symlink_to(host_only / "a" / "b" / "c")
-    decoy = base / "usr" / "lib" / "python3.11"  # where the host resolves the link
+    decoy = workspace.parent / "usr" / "lib" / "python3.11"  # where the host resolves the link
     decoy.mkdir(parents=True, exist_ok=True)
-    climbs = "/".join([".."] * (len(host_only.parts)))  # to the container's / as text
     os.rename(workspace / ".git", workspace / ".git-real")
-    (workspace / ".git").symlink_to(f"{host_only}/L/{climbs}/usr/lib/python3.11")
+    (workspace / ".git").symlink_to(steering_link(workspace, "/usr/lib/python3.11"))
     assert os.path.realpath(workspace / ".git") == str(decoy)
     try:
         answer = (await executor.run(spec, bash(workspace, "touch ran"))).error
@@ -248,20 +255,15 @@ async def test_a_swapped_pin_makes_nothing_on_the_host(
     at again, with no link followed, before the engine is asked, so neither makes anything."""
     repository(workspace)
     spec = pinned_spec(workspace)
-    base = workspace.parent
-    host_only = base / f"host-only-{workspace.name}"
-    (host_only / "a" / "b" / "c").mkdir(parents=True)
-    (host_only / "L").symlink_to(host_only / "a" / "b" / "c")
-    climbs = "/".join([".."] * (len(host_only.parts)))
     os.rename(workspace / ".git", workspace / ".git-real")
     before = sorted(p.name for p in workspace.iterdir())
     answers = []
     for made, name in ((True, "MK_there"), (False, "MK_nowhere")):
-        decoy = base / workspace.relative_to("/") / name  # where the host resolves the link
+        decoy = workspace.parent / workspace.relative_to("/") / name  # the host's end
         if made:
             decoy.mkdir(parents=True)
         (workspace / ".git").unlink(missing_ok=True)
-        (workspace / ".git").symlink_to(f"{host_only}/L/{climbs}{workspace}/{name}")
+        (workspace / ".git").symlink_to(steering_link(workspace, f"{workspace}/{name}"))
         assert os.path.realpath(workspace / ".git") == str(decoy)
         try:
             answers.append((await executor.run(spec, bash(workspace, "touch ran"))).error)

@@ -24,6 +24,7 @@ class Engine:
         self.frozen: set[str] = set()
         self.log: list[tuple[str, str]] = []
         self.states: dict[str, FreezeOutcome | Exception] = {}
+        self.removed: set[str] = set()
 
     async def freeze(self, container_id: str) -> FreezeOutcome:
         await asyncio.sleep(0)
@@ -40,6 +41,10 @@ class Engine:
         await asyncio.sleep(0)
         self.log.append(("thaw", container_id))
         self.frozen.discard(container_id)
+
+    async def gone(self, container_id: str) -> bool:
+        await asyncio.sleep(0)
+        return container_id in self.removed
 
 
 class Clock:
@@ -145,9 +150,11 @@ async def test_a_removed_container_is_forgotten_and_the_set_up_goes_on() -> None
     assert gate.acting() == {}
 
 
-async def test_a_stopped_container_is_waited_for_until_it_is_removed() -> None:
+async def test_a_stopped_container_is_waited_for_until_the_engine_removed_it() -> None:
     """A stopped container's processes stuck in the kernel may still finish a rename (attacker
-    round 94), and the engine no longer freezes it: the set-up waits for its removal."""
+    round 94), and the engine no longer freezes it: the set-up waits until the engine has it
+    gone, whether or not the daemon's own removal said so (round 120: the engine's automatic
+    removal made the daemon's say "not known gone", and the set-up waited 30 s for nothing)."""
     engine = Engine()
     gate = SetUpGate(engine)
     await gate.deliver("stopping", "/w")
@@ -159,16 +166,31 @@ async def test_a_stopped_container_is_waited_for_until_it_is_removed() -> None:
             entered.set()
 
     task = asyncio.create_task(set_up())
-    await asyncio.sleep(0.02)
+    await asyncio.sleep(0.1)
     assert not entered.is_set()
-    gate.forget("stopping")
-    await asyncio.wait_for(task, 1)
+    engine.removed.add("stopping")  # never forgotten by the daemon
+    await asyncio.wait_for(task, 5)
+    assert gate.acting() == {}
+
+
+async def test_requests_do_not_wait_while_a_set_up_waits_for_a_stopped_container() -> None:
+    """Round 120: while a set-up waited for a stopped container, every request of the shared
+    workspace waited with it, 30 s at a time."""
+    engine = Engine()
+    gate = SetUpGate(engine)
+    await gate.deliver("stopping", "/w")
+    engine.states["stopping"] = "stopped"
+    task = asyncio.create_task(_enter(gate, "/w"))
+    await asyncio.sleep(0.1)
+    await asyncio.wait_for(gate.deliver("another", "/w"), 1)
+    engine.removed.add("stopping")
+    await asyncio.wait_for(task, 5)
 
 
 async def test_a_stopped_container_never_removed_refuses_the_set_up(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    monkeypatch.setattr(set_up_gate, "STOPPING_WAIT_S", 0.05)
+    monkeypatch.setattr(set_up_gate, "STOPPING_WAIT_S", 0.1)
     engine = Engine()
     gate = SetUpGate(engine)
     await gate.deliver("stuck", "/w")
@@ -176,6 +198,7 @@ async def test_a_stopped_container_never_removed_refuses_the_set_up(
     with pytest.raises(SandboxStartError, match="could not be set up"):
         async with gate.setting_up("/w"):
             pass
+    assert engine.frozen == set()
 
 
 async def test_a_container_frozen_for_a_while_runs_as_long_before_it_is_frozen_again() -> None:
