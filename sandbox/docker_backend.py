@@ -81,6 +81,9 @@ log = logging.getLogger(__name__)
 
 _T = TypeVar("_T")
 REMOVAL_PATIENCE_S = 300.0
+FREEZE_ATTEMPTS = 5
+"""Pauses asked of a container the runtime refuses to pause while the engine says it runs (10 to
+160 ms apart: an exit the engine has not taken in yet)."""
 """How long a removal the engine refused is tried again while its container still runs."""
 _ENGINE_ERRORS = (docker.errors.DockerException, requests.RequestException, OSError)
 _RESULT_FIELDS = frozenset(SandboxResult.model_fields) - {"sandbox_id", "duration_ms"}
@@ -438,18 +441,29 @@ class DockerBackend(SandboxBackend):
         return self._start_sync(spec, tool_use_id)
 
     async def freeze(self, container_id: str) -> FreezeOutcome:
-        try:
-            await self._call(self.api.pause, container_id)
-        except docker.errors.NotFound:
-            return "gone"
-        except _ENGINE_ERRORS as exc:
-            # Already paused, stopping, stopped: the engine's state says which, not its words.
+        pause = 0.01
+        failure: Exception | None = None
+        for _ in range(FREEZE_ATTEMPTS):
+            try:
+                await self._call(self.api.pause, container_id)
+            except docker.errors.NotFound:
+                return "gone"
+            except _ENGINE_ERRORS as exc:
+                failure = exc
+            else:
+                return "frozen"
+            # Already paused, stopping, stopped: the engine's state says which, not its words;
+            # the runtime refuses a container whose runner just exited while the engine still
+            # says it runs (attacker round 121), so it is asked again.
             state = await self._call(self._state_of, container_id)
-            if state in ("gone", "stopped") or (state == "frozen" and "already paused" in str(exc)):
+            if state in ("gone", "stopped"):
                 return state
-            log.warning("cannot freeze sandbox container %s: %s", container_id[:12], exc)
-            raise SandboxStartError(SET_UP_CHANGED) from exc
-        return "frozen"
+            if state == "frozen" and "already paused" in str(failure):
+                return state
+            await asyncio.sleep(pause)
+            pause *= 2
+        log.warning("cannot freeze sandbox container %s: %s", container_id[:12], failure)
+        raise SandboxStartError(SET_UP_CHANGED) from failure
 
     async def gone(self, container_id: str) -> bool:
         return not await self.exists(container_id)
@@ -472,7 +486,8 @@ class DockerBackend(SandboxBackend):
         except docker.errors.NotFound:
             pass
         except _ENGINE_ERRORS as exc:
-            if not (isinstance(exc, docker.errors.APIError) and "not paused" in str(exc)):
+            # Removed or stopped while it was frozen (its call ended): nothing left to thaw.
+            if await self._call(self._state_of, container_id) in ("frozen", None):
                 log.error("cannot thaw sandbox container %s: %s", container_id[:12], exc)
 
     async def ping(self) -> bool:

@@ -47,8 +47,8 @@ class Freezer(Protocol):
     """The engine's pause and unpause of one container."""
 
     async def freeze(self, container_id: str) -> FreezeOutcome:
-        """ "stopped": it no longer runs but is not removed yet; "gone": removed. Raises
-        SandboxStartError when it runs and could not be frozen."""
+        """Paused: "frozen"; it no longer runs but is not removed yet: "stopped"; removed:
+        "gone". Raises SandboxStartError when it runs and could not be frozen."""
 
     async def thaw(self, container_id: str) -> None:
         """Thawed, or gone (failures are the freezer's to log)."""

@@ -354,3 +354,34 @@ async def test_a_running_container_the_engine_cannot_freeze_refuses_the_set_up(
     engine = _PausingEngine({"Running": True, "Paused": False})
     with pytest.raises(SandboxStartError):
         await backend_over(engine).freeze("c1")
+
+
+class _LaggingEngine:
+    """Round 121: the runtime already refuses to pause a container whose runner exited, while
+    the engine's state still says it runs, for a moment."""
+
+    def __init__(self, lagging_looks: int, *, pause_works_after: int | None = None) -> None:
+        self.looks = 0
+        self.pauses = 0
+        self.lagging_looks = lagging_looks
+        self.pause_works_after = pause_works_after
+
+    def pause(self, container_id: str) -> None:
+        self.pauses += 1
+        if self.pause_works_after is None or self.pauses <= self.pause_works_after:
+            raise docker.errors.APIError("500", explanation="container not running: unknown")
+
+    def inspect_container(self, container_id: str) -> dict[str, Any]:
+        self.looks += 1
+        return {"State": {"Running": self.looks <= self.lagging_looks, "Paused": False}}
+
+
+async def test_a_container_whose_exit_the_engine_has_not_seen_yet_is_stopped_not_refused(
+    backend_over: Any,
+) -> None:
+    assert await backend_over(_LaggingEngine(lagging_looks=2)).freeze("c1") == "stopped"
+
+
+async def test_a_pause_refused_for_a_moment_is_asked_again(backend_over: Any) -> None:
+    engine = _LaggingEngine(lagging_looks=100, pause_works_after=1)
+    assert await backend_over(engine).freeze("c1") == "frozen"
