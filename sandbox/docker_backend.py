@@ -468,6 +468,9 @@ class DockerBackend(SandboxBackend):
     async def gone(self, container_id: str) -> bool:
         return not await self.exists(container_id)
 
+    async def stop(self, container_id: str) -> bool:
+        return await self.remove(container_id)
+
     def _state_of(self, container_id: str) -> FreezeOutcome | None:
         """What the engine says of a container: None when it runs unfrozen, or it cannot tell."""
         try:

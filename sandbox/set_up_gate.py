@@ -16,7 +16,10 @@ a request run only the runner, which waits for one.
 
 A tenant that sets up containers over and over must not keep another's commands frozen: a
 container thawed after `d` seconds is not frozen again for another `d` (at most
-`MAX_RUN_GAP_S`), so it runs at least half the time.
+`MAX_RUN_GAP_S`), so it runs at least half the time. Nor may a tenant keep everyone's set-ups
+refused with a container the engine cannot freeze (processes held in long system calls): such a
+container is stopped, as one whose processes cannot be held still while the workspace's mounts
+are made.
 """
 
 from __future__ import annotations
@@ -40,6 +43,10 @@ STOPPING_WAIT_S = 30.0
 then, processes of it stuck in the kernel may still finish a rename (attacker round 94), and the
 engine can no longer freeze them. Nothing else waits meanwhile."""
 
+SET_UP_TURNS = 3
+"""Turns a set-up takes (each after waiting for stopped containers, or stopping unfreezable
+ones) before it is refused."""
+
 FreezeOutcome = Literal["frozen", "stopped", "gone"]
 
 
@@ -55,6 +62,9 @@ class Freezer(Protocol):
 
     async def gone(self, container_id: str) -> bool:
         """Whether the engine no longer has the container (False when it cannot tell)."""
+
+    async def stop(self, container_id: str) -> bool:
+        """Kill and remove the container; whether it is known gone."""
 
 
 def related(one: str, other: str) -> bool:
@@ -112,12 +122,13 @@ class SetUpGate:
     @contextlib.asynccontextmanager
     async def setting_up(self, workspace: str) -> AsyncIterator[None]:
         """The workspace's turn: every acting container of a related workspace frozen, no request
-        delivered to one, until the block ends. A container found stopped, which the engine can
-        no longer freeze, is waited for until the engine has removed it, outside the turn (the
-        others' requests go on meanwhile), and the turn is taken again. Raises
-        SandboxStartError (with nothing left frozen) when one can be neither frozen nor waited
-        for."""
-        while True:
+        delivered to one, until the block ends. Outside the turn (the others' requests go on
+        meanwhile), a container found stopped, which the engine can no longer freeze, is waited
+        for until the engine has removed it, and one the engine cannot freeze (its processes
+        held in long system calls: attacker round 122) is stopped; then the turn is taken
+        again. Raises SandboxStartError (with nothing left frozen) when one can be neither
+        frozen nor removed, or after SET_UP_TURNS turns."""
+        for _ in range(SET_UP_TURNS):
             await self._turn(workspace)
             self._setting_up.append(workspace)
             held: list[str] = []
@@ -126,14 +137,14 @@ class SetUpGate:
                 outcomes = await asyncio.gather(
                     *(self._hold(cid) for cid in targets), return_exceptions=True
                 )
-                held = [cid for cid, got in zip(targets, outcomes, strict=True) if got == "frozen"]
-                stopped = [
-                    cid for cid, got in zip(targets, outcomes, strict=True) if got == "stopped"
-                ]
-                for outcome in outcomes:
-                    if isinstance(outcome, BaseException):
-                        raise outcome
-                if not stopped:
+                found = list(zip(targets, outcomes, strict=True))
+                held = [cid for cid, got in found if got == "frozen"]
+                stopped = [cid for cid, got in found if got == "stopped"]
+                unfreezable = [cid for cid, got in found if isinstance(got, SandboxStartError)]
+                for _cid, got in found:
+                    if isinstance(got, BaseException) and not isinstance(got, SandboxStartError):
+                        raise got
+                if not stopped and not unfreezable:
                     yield
                     return
             finally:
@@ -141,6 +152,8 @@ class SetUpGate:
                 self._setting_up.remove(workspace)
                 self._wake()
             await self._until_removed(stopped)
+            await self._stop(unfreezable)
+        raise SandboxStartError(SET_UP_CHANGED)
 
     def _busy(self, workspace: str) -> bool:
         return any(related(workspace, other) for other in self._setting_up)
@@ -211,6 +224,26 @@ class SetUpGate:
                 STOPPING_WAIT_S,
             )
             raise SandboxStartError(SET_UP_CHANGED) from None
+
+    async def _stop(self, container_ids: list[str]) -> None:
+        """Stop and remove each of `container_ids` (then forgotten); SandboxStartError when one
+        is not known gone within STOPPING_WAIT_S."""
+        for container_id in container_ids:
+            log.warning(
+                "sandbox container %s could not be frozen while a container of its workspace was "
+                "set up (its processes stay in system calls): stopped",
+                container_id[:12],
+            )
+        try:
+            async with asyncio.timeout(STOPPING_WAIT_S):
+                gone = await asyncio.gather(*(self._freezer.stop(cid) for cid in container_ids))
+        except TimeoutError:
+            gone = [False]
+        for container_id, removed in zip(container_ids, gone, strict=False):
+            if removed:
+                self.forget(container_id)
+        if not all(gone):
+            raise SandboxStartError(SET_UP_CHANGED)
 
     async def _release(self, container_id: str) -> None:
         hold = self._holds.get(container_id)

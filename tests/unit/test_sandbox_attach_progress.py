@@ -48,6 +48,12 @@ class _NeverFrozen:
     async def thaw(self, container_id: str) -> None:
         raise AssertionError(f"{container_id} thawed")
 
+    async def gone(self, container_id: str) -> bool:
+        raise AssertionError(f"{container_id} looked for")
+
+    async def stop(self, container_id: str) -> bool:
+        raise AssertionError(f"{container_id} stopped")
+
 
 def docker_frame(stream: int, payload: bytes) -> bytes:
     return struct.pack(">BxxxI", stream, len(payload)) + payload

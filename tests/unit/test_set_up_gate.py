@@ -25,6 +25,8 @@ class Engine:
         self.log: list[tuple[str, str]] = []
         self.states: dict[str, FreezeOutcome | Exception] = {}
         self.removed: set[str] = set()
+        self.stopped: list[str] = []
+        self.unstoppable: set[str] = set()
 
     async def freeze(self, container_id: str) -> FreezeOutcome:
         await asyncio.sleep(0)
@@ -45,6 +47,11 @@ class Engine:
     async def gone(self, container_id: str) -> bool:
         await asyncio.sleep(0)
         return container_id in self.removed
+
+    async def stop(self, container_id: str) -> bool:
+        await asyncio.sleep(0)
+        self.stopped.append(container_id)
+        return container_id not in self.unstoppable
 
 
 class Clock:
@@ -125,12 +132,30 @@ async def test_set_ups_of_related_workspaces_take_turns() -> None:
     await asyncio.gather(set_up("/w"), set_up("/w/a"), set_up("/w/a"))
 
 
-async def test_a_container_that_cannot_be_frozen_refuses_the_set_up_and_thaws_the_rest() -> None:
+async def test_a_container_that_cannot_be_frozen_is_stopped_and_the_set_up_goes_on() -> None:
+    """Attacker round 122: processes held in long system calls (200 MB writes, one after the
+    other) kept the freezer from ever reaching FROZEN, and every set-up of the shared workspace
+    was refused for as long as the command ran. The container that cannot be held still is
+    stopped instead, outside the turn (the others are thawed meanwhile)."""
     engine = Engine()
     gate = SetUpGate(engine)
     await gate.deliver("ok", "/w")
     await gate.deliver("stuck", "/w")
     engine.states["stuck"] = SandboxStartError(SET_UP_CHANGED)
+    async with gate.setting_up("/w"):
+        assert engine.frozen == {"ok"}
+        assert engine.stopped == ["stuck"]
+    assert engine.frozen == set()
+    assert gate.acting() == {"ok": "/w"}
+
+
+async def test_a_container_that_can_be_neither_frozen_nor_stopped_refuses_the_set_up() -> None:
+    engine = Engine()
+    gate = SetUpGate(engine)
+    await gate.deliver("ok", "/w")
+    await gate.deliver("stuck", "/w")
+    engine.states["stuck"] = SandboxStartError(SET_UP_CHANGED)
+    engine.unstoppable.add("stuck")
     entered = False
     with pytest.raises(SandboxStartError):
         async with gate.setting_up("/w"):
