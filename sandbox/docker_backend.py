@@ -74,13 +74,21 @@ from sandbox.protocol import (
     progress_output,
 )
 from sandbox.runner import RUNNER_DIR
-from sandbox.set_up_gate import FreezeOutcome, SetUpGate
+from sandbox.set_up_gate import FreezeOutcome, SetUpGate, Unfreezable
 from sandbox.socket_memory import bound_socket_memory
 
 log = logging.getLogger(__name__)
 
 _T = TypeVar("_T")
 REMOVAL_PATIENCE_S = 300.0
+_STOPPED_KEPT = 1024
+STOPPED_FOR_SET_UP = (
+    "the sandbox was stopped: its processes could not be paused while another container of its "
+    "workspace was set up (they stayed in long system calls, such as several large writes at "
+    "once); the request may have been partly carried out, check its effects, then retry, or "
+    "write in smaller pieces"
+)
+"""What a call is told whose container `SetUpGate` stopped."""
 FREEZE_ATTEMPTS = 5
 """Pauses asked of a container the runtime refuses to pause while the engine says it runs (10 to
 160 ms apart: an exit the engine has not taken in yet)."""
@@ -211,6 +219,8 @@ class DockerBackend(SandboxBackend):
         self._mounts_unchecked = False
         """Whether containers' mount tables could not be read (said once in the log)."""
         self.gate = SetUpGate(self)
+        self._stopped_for_set_up: dict[str, None] = {}
+        """Containers `stop` ended, the latest last."""
         """Pinned containers' set-ups, and the containers that may change their workspaces."""
         self._closed = False
 
@@ -463,13 +473,22 @@ class DockerBackend(SandboxBackend):
             await asyncio.sleep(pause)
             pause *= 2
         log.warning("cannot freeze sandbox container %s: %s", container_id[:12], failure)
+        if isinstance(failure, docker.errors.APIError):  # answered, and refused every time
+            raise Unfreezable(SET_UP_CHANGED) from failure
         raise SandboxStartError(SET_UP_CHANGED) from failure
 
     async def gone(self, container_id: str) -> bool:
         return not await self.exists(container_id)
 
     async def stop(self, container_id: str) -> bool:
+        self._stopped_for_set_up[container_id] = None
+        while len(self._stopped_for_set_up) > _STOPPED_KEPT:
+            del self._stopped_for_set_up[next(iter(self._stopped_for_set_up))]
         return await self.remove(container_id)
+
+    def stopped_for_set_up(self, container_id: str) -> bool:
+        """Whether `stop` ended the container (its call is told why)."""
+        return container_id in self._stopped_for_set_up
 
     def _state_of(self, container_id: str) -> FreezeOutcome | None:
         """What the engine says of a container: None when it runs unfrozen, or it cannot tell."""
@@ -763,6 +782,8 @@ class DockerSandbox(Sandbox):
             )
 
     def _failure(self, started: float, exc: Exception, *, stopped_by_us: bool) -> SandboxResult:
+        if self._backend.stopped_for_set_up(self._id):
+            return self._result(started, exit_code=-1, error=STOPPED_FOR_SET_UP)
         if stopped_by_us and not isinstance(exc, ProtocolError):
             # Destroyed by us (shutdown) while it ran: a cancellation, not a failure.
             return self._result(started, exit_code=-1, cancelled=True)

@@ -50,12 +50,19 @@ ones) before it is refused."""
 FreezeOutcome = Literal["frozen", "stopped", "gone"]
 
 
+class Unfreezable(SandboxStartError):
+    """The engine answered, and kept refusing to freeze a running container (its processes
+    held in long system calls): it cannot be held still. Any other failure to freeze (an
+    engine that does not answer) is no reason to stop a tenant's container."""
+
+
 class Freezer(Protocol):
     """The engine's pause and unpause of one container."""
 
     async def freeze(self, container_id: str) -> FreezeOutcome:
         """Paused: "frozen"; it no longer runs but is not removed yet: "stopped"; removed:
-        "gone". Raises SandboxStartError when it runs and could not be frozen."""
+        "gone". Raises Unfreezable when the engine keeps refusing, SandboxStartError when it
+        could not be asked."""
 
     async def thaw(self, container_id: str) -> None:
         """Thawed, or gone (failures are the freezer's to log)."""
@@ -140,9 +147,9 @@ class SetUpGate:
                 found = list(zip(targets, outcomes, strict=True))
                 held = [cid for cid, got in found if got == "frozen"]
                 stopped = [cid for cid, got in found if got == "stopped"]
-                unfreezable = [cid for cid, got in found if isinstance(got, SandboxStartError)]
+                unfreezable = [cid for cid, got in found if isinstance(got, Unfreezable)]
                 for _cid, got in found:
-                    if isinstance(got, BaseException) and not isinstance(got, SandboxStartError):
+                    if isinstance(got, BaseException) and not isinstance(got, Unfreezable):
                         raise got
                 if not stopped and not unfreezable:
                     yield
@@ -230,9 +237,10 @@ class SetUpGate:
         is not known gone within STOPPING_WAIT_S."""
         for container_id in container_ids:
             log.warning(
-                "sandbox container %s could not be frozen while a container of its workspace was "
-                "set up (its processes stay in system calls): stopped",
+                "sandbox container %s (workspace %s) could not be frozen while a container of a "
+                "related workspace was set up (its processes stay in system calls): stopped",
                 container_id[:12],
+                self._acting.get(container_id, "?"),
             )
         try:
             async with asyncio.timeout(STOPPING_WAIT_S):

@@ -34,6 +34,10 @@ class Backend:
     def __init__(self) -> None:
         self.removed: list[str] = []
         self.gate = SetUpGate(_NeverFrozen())
+        self.stopped: set[str] = set()
+
+    def stopped_for_set_up(self, container_id: str) -> bool:
+        return container_id in self.stopped
 
     async def remove(self, container_id: str) -> None:
         self.removed.append(container_id)
@@ -162,3 +166,25 @@ async def test_stderr_between_progress_frames_does_not_disturb_them(
     result = encode_frame({"type": "result", "exit_code": 0, "output": "half"})
     await loop.sock_sendall(container, docker_frame(STDOUT, result))
     assert (await run).output == "half"
+
+
+async def test_a_command_stopped_for_another_containers_set_up_is_told_why(
+    pair: tuple[socket.socket, socket.socket],
+) -> None:
+    """Attacker round 123: a command stopped because its container could not be frozen while
+    another container of its workspace was made said only "its runner ended without
+    answering"."""
+    host, container = pair
+    sandbox, backend = sandbox_over(host)
+    backend.stopped.add("c0ffee")
+
+    async def stopped_meanwhile() -> None:
+        await asyncio.get_running_loop().sock_recv(container, 1 << 16)
+        container.close()
+
+    container.setblocking(False)
+    task = asyncio.create_task(stopped_meanwhile())
+    result = await sandbox.run(REQUEST)
+    await task
+    assert result.exit_code == -1
+    assert "could not be paused while another container of its workspace" in result.error

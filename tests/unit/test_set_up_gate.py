@@ -10,11 +10,12 @@ from typing import Any
 
 import docker.errors
 import pytest
+import requests
 
 from sandbox import set_up_gate
 from sandbox.backend import SET_UP_CHANGED, PathPin, SandboxSpec, SandboxStartError
 from sandbox.pin_check import moved_pin
-from sandbox.set_up_gate import FreezeOutcome, SetUpGate, related
+from sandbox.set_up_gate import FreezeOutcome, SetUpGate, Unfreezable, related
 
 
 class Engine:
@@ -141,7 +142,7 @@ async def test_a_container_that_cannot_be_frozen_is_stopped_and_the_set_up_goes_
     gate = SetUpGate(engine)
     await gate.deliver("ok", "/w")
     await gate.deliver("stuck", "/w")
-    engine.states["stuck"] = SandboxStartError(SET_UP_CHANGED)
+    engine.states["stuck"] = Unfreezable(SET_UP_CHANGED)
     async with gate.setting_up("/w"):
         assert engine.frozen == {"ok"}
         assert engine.stopped == ["stuck"]
@@ -154,7 +155,7 @@ async def test_a_container_that_can_be_neither_frozen_nor_stopped_refuses_the_se
     gate = SetUpGate(engine)
     await gate.deliver("ok", "/w")
     await gate.deliver("stuck", "/w")
-    engine.states["stuck"] = SandboxStartError(SET_UP_CHANGED)
+    engine.states["stuck"] = Unfreezable(SET_UP_CHANGED)
     engine.unstoppable.add("stuck")
     entered = False
     with pytest.raises(SandboxStartError):
@@ -163,6 +164,21 @@ async def test_a_container_that_can_be_neither_frozen_nor_stopped_refuses_the_se
     assert not entered
     assert engine.frozen == set()
     await asyncio.wait_for(gate.deliver("next", "/w"), 1)  # the turn is over
+
+
+async def test_an_engine_that_fails_to_answer_stops_nothing_and_refuses_the_set_up() -> None:
+    """Round 123's lead: a slow engine (a time-out, a lost connection) is not a container that
+    cannot be held still; stopping every acting container for it would be the engine's fault
+    turned on the tenants."""
+    engine = Engine()
+    gate = SetUpGate(engine)
+    await gate.deliver("c1", "/w")
+    engine.states["c1"] = SandboxStartError(SET_UP_CHANGED)
+    with pytest.raises(SandboxStartError):
+        async with gate.setting_up("/w"):
+            pass
+    assert engine.stopped == []
+    assert gate.acting() == {"c1": "/w"}
 
 
 async def test_a_removed_container_is_forgotten_and_the_set_up_goes_on() -> None:
@@ -410,3 +426,28 @@ async def test_a_container_whose_exit_the_engine_has_not_seen_yet_is_stopped_not
 async def test_a_pause_refused_for_a_moment_is_asked_again(backend_over: Any) -> None:
     engine = _LaggingEngine(lagging_looks=100, pause_works_after=1)
     assert await backend_over(engine).freeze("c1") == "frozen"
+
+
+class _SlowEngine:
+    """An engine that does not answer a pause in time."""
+
+    def pause(self, container_id: str) -> None:
+        raise requests.exceptions.ReadTimeout("read timed out")
+
+    def inspect_container(self, container_id: str) -> dict[str, Any]:
+        raise requests.exceptions.ReadTimeout("read timed out")
+
+
+async def test_a_pause_the_engine_does_not_answer_is_no_unfreezable_container(
+    backend_over: Any,
+) -> None:
+    with pytest.raises(SandboxStartError) as refused:
+        await backend_over(_SlowEngine()).freeze("c1")
+    assert not isinstance(refused.value, Unfreezable)
+
+
+async def test_a_pause_the_runtime_keeps_refusing_is_an_unfreezable_container(
+    backend_over: Any,
+) -> None:
+    with pytest.raises(Unfreezable):
+        await backend_over(_LaggingEngine(lagging_looks=100)).freeze("c1")
