@@ -17,8 +17,9 @@ import pytest
 from daemon.host.git_pins import git_pins
 from daemon.host.pinned import PinnedDirectory
 from sandbox.backend import SET_UP_CHANGED, BashRequest, SandboxSpec, SandboxStartError
-from sandbox.docker_backend import DockerBackend
+from sandbox.docker_backend import STOPPED_FOR_SET_UP, DockerBackend
 from sandbox.executor import SandboxExecutor
+from sandbox.set_up_gate import FreezeOutcome, Unfreezable
 from tests.integration import sandbox_fixtures
 from tests.integration.harness import committed_repository, git
 from tests.integration.sandbox_fixtures import WORKSPACE_GID, WORKSPACE_UID, spec_for
@@ -309,3 +310,33 @@ async def test_no_other_sandbox_of_the_workspace_runs_while_a_pinned_one_is_made
     times = [float(line) for line in ticks.read_text().split()]
     assert [t for t in times if begun <= t <= ended] == []
     assert any(t < begun for t in times) and any(t > ended for t in times)
+
+
+async def test_a_command_that_cannot_be_frozen_is_stopped_and_told_why(
+    backend: DockerBackend, workspace: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Attacker rounds 122-123: processes held in long system calls kept the engine from
+    freezing their container, and every set-up of the workspace was refused while they ran.
+    Such a container is stopped instead, the pinned one is made, and the stopped call says why.
+    (The engine's refusal is stood in for: making a real one takes gigabytes of writes.)"""
+    repository(workspace)
+    spec = pinned_spec(workspace)
+    busy = await backend.start(spec_for(workspace))
+    running = asyncio.create_task(busy.run(bash(workspace, "touch started; sleep 60")))
+    while not (workspace / "started").exists():
+        await asyncio.sleep(0.01)
+    freeze = backend.freeze
+
+    async def refused(container_id: str) -> FreezeOutcome:
+        if container_id == busy.id:
+            raise Unfreezable(SET_UP_CHANGED)
+        return await freeze(container_id)
+
+    monkeypatch.setattr(backend, "freeze", refused)
+    made = await backend.start(spec)
+    result = await asyncio.wait_for(running, 30)
+    assert result.error == STOPPED_FOR_SET_UP
+    assert not await backend.exists(busy.id)
+    assert (await made.run(bash(workspace, "echo made"))).output.strip() == "made"
+    await made.destroy()
+    await busy.destroy()
