@@ -105,9 +105,9 @@ class PathPin(_Frozen):
 
 _Identity = tuple[int, int]
 #: workspace, its identity, run_as, limits, image, read-only workspace, its repository's pins,
-#: shared through its group
+#: shared through its group, run as its owner throughout
 ProfileKey = tuple[
-    str, _Identity, _Identity | None, SandboxLimits, str, bool, tuple[PathPin, ...], bool
+    str, _Identity, _Identity | None, SandboxLimits, str, bool, tuple[PathPin, ...], bool, bool
 ]
 
 
@@ -140,6 +140,12 @@ class SandboxSpec(_Frozen):
     """Other principals' sandboxes, each with a uid of its own, write the workspace through its
     group too: what commands make there is group-writable (umask 002), and git trusts
     repositories there whoever made them, as it did when they all ran as one uid."""
+    owner_throughout: bool = False
+    """`run_as` is the workspace's owner, a local user who can change the workspace from the
+    host while a container is made, which no freezing of sandboxes stops (the engine follows
+    links there as root, and may mount a folder of theirs over a program of the image the
+    container's root runs first). The whole container then runs as them, with no capability
+    and the runner as its first process: whatever they steer runs as themselves."""
 
     def profile_key(self) -> ProfileKey:
         """Containers are interchangeable exactly when this key is equal (warm pool key)."""
@@ -152,6 +158,7 @@ class SandboxSpec(_Frozen):
             self.read_only_workspace,
             self.git_pins,
             self.group_shared,
+            self.owner_throughout,
         )
 
 

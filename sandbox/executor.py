@@ -77,7 +77,9 @@ def pool_key(spec: SandboxSpec) -> Hashable:
     """Containers are interchangeable when workspace, identity and container limits match,
     whatever the session and the timeout (enforced per request, not part of the container's
     configuration)."""
-    workspace, workspace_id, run_as, limits, image, read_only, pins, shared = spec.profile_key()
+    workspace, workspace_id, run_as, limits, image, read_only, pins, shared, owner = (
+        spec.profile_key()
+    )
     limits_key = tuple(sorted(limits.model_dump(exclude={"timeout_ms"}).items()))
     return (
         workspace,
@@ -88,6 +90,7 @@ def pool_key(spec: SandboxSpec) -> Hashable:
         read_only,
         pins,
         shared,
+        owner,
         spec.pool_owner,
     )
 

@@ -244,6 +244,7 @@ async def _spec(session: Session, limits: SandboxLimits, *, bound: bool = True) 
         workspace_id=root.identity,
         run_as=session.sandbox_as,
         group_shared=session.group_shared,
+        owner_throughout=session.sandbox_as_owner,
         limits=limits,
         session_id=session.id if bound else "",
         pool_owner=session.owner,

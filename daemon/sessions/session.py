@@ -125,6 +125,9 @@ class Session:
     """The workspace held by descriptor (pinned when the session was opened, or on first use)."""
     sandbox_as: tuple[int, int] | None = None
     """uid and gid its sandboxes run as (None: no sandbox)."""
+    sandbox_as_owner: bool = False
+    """`sandbox_as` is the workspace owner's, who can change it from the host: its containers
+    run as them throughout (SandboxSpec.owner_throughout)."""
     group_shared: bool = False
     """Its workspace is shared with other principals' sandboxes, each with a uid of its own,
     through its group (the default workspace): see SandboxSpec.group_shared."""

@@ -153,6 +153,9 @@ class SessionStore:
             return None
         return self._identities.for_workspace(root, principal)
 
+    def _is_owners(self, root: PinnedDirectory, identity: tuple[int, int] | None) -> bool:
+        return self._identities is not None and self._identities.is_owners(root, identity)
+
     def _roots(self) -> dict[str, PinnedDirectory]:
         roots = {DEFAULT_SESSION_ID: self._default_root}
         roots.update((s.id, s.pinned_root()) for s in self._sessions.values())
@@ -195,6 +198,7 @@ class SessionStore:
                 is_default=True,
                 root=self._default_root,
                 sandbox_as=sandbox_as,
+                sandbox_as_owner=self._is_owners(self._default_root, sandbox_as),
                 group_shared=self._default_by_principal,
             )
             session.shared = functools.partial(self.overlapped, session)
@@ -347,6 +351,7 @@ class SessionStore:
             idle_ttl_s=idle_ttl_s,
             root=root,
             sandbox_as=identity,
+            sandbox_as_owner=not owns_workspace and self._is_owners(root, identity),
             disk_budget_mb=disk_budget_mb,
             disk_share_mb=disk_share_mb,
         )

@@ -236,6 +236,19 @@ class IdentityRule:
             )
         return uid, gid
 
+    def is_owners(self, root: PinnedDirectory, identity: tuple[int, int] | None) -> bool:
+        """Whether `identity` is the workspace's owner's, an account of this host that can
+        change it from outside any sandbox (not the sandbox account, not a principal's uid):
+        their containers run as them throughout (SandboxSpec.owner_throughout)."""
+        if identity is None or identity != (root.uid, root.gid):
+            return False
+        if self.principal_uids is not None and root.uid in self.principal_uids.range:
+            return False
+        try:
+            return root.uid != self.dedicated()[0]
+        except RequestError:  # no sandbox account: the owner is someone else
+            return True
+
 
 def _writable(root: PinnedDirectory, uid: int, gid: int) -> bool:
     return bool(
