@@ -105,7 +105,7 @@ class PathPin(_Frozen):
 
 _Identity = tuple[int, int]
 #: workspace, its identity, run_as, limits, image, read-only workspace, its repository's pins,
-#: shared through its group, run as its owner throughout
+#: shared through its group, no root in the container
 ProfileKey = tuple[
     str, _Identity, _Identity | None, SandboxLimits, str, bool, tuple[PathPin, ...], bool, bool
 ]
@@ -140,12 +140,13 @@ class SandboxSpec(_Frozen):
     """Other principals' sandboxes, each with a uid of its own, write the workspace through its
     group too: what commands make there is group-writable (umask 002), and git trusts
     repositories there whoever made them, as it did when they all ran as one uid."""
-    owner_throughout: bool = False
-    """`run_as` is the workspace's owner, a local user who can change the workspace from the
-    host while a container is made, which no freezing of sandboxes stops (the engine follows
-    links there as root, and may mount a folder of theirs over a program of the image the
-    container's root runs first). The whole container then runs as them, with no capability
-    and the runner as its first process: whatever they steer runs as themselves."""
+    no_root: bool = False
+    """An account of the host (the workspace's owner, or whoever may rename a folder above
+    it) can change the workspace's paths while a container is made, which no freezing of
+    sandboxes stops: the engine follows links there as root, and may mount a folder of theirs
+    over a program of the image the container's first process runs. The whole container then
+    runs as `run_as`, with no capability and the runner as its first process: whatever they
+    steer runs as the commands do."""
 
     def profile_key(self) -> ProfileKey:
         """Containers are interchangeable exactly when this key is equal (warm pool key)."""
@@ -158,7 +159,7 @@ class SandboxSpec(_Frozen):
             self.read_only_workspace,
             self.git_pins,
             self.group_shared,
-            self.owner_throughout,
+            self.no_root,
         )
 
 
@@ -307,9 +308,13 @@ class EgressGate(abc.ABC):
     """The daemon's egress proxy, as one call's sandbox sees it."""
 
     @abc.abstractmethod
-    def listen(self, socket_path: Path) -> contextlib.AbstractAsyncContextManager[None]:
+    def listen(
+        self, socket_path: Path, forwarder_uid: int = 0
+    ) -> contextlib.AbstractAsyncContextManager[None]:
         """Serve the call's connections arriving on `socket_path` (a Unix socket to create)
-        for the duration of the context; afterwards nothing listens there."""
+        for the duration of the context, from the container's forwarder (`forwarder_uid`: the
+        container's root, or `run_as` in a container with no root); afterwards nothing listens
+        there."""
 
 
 class Sandbox(abc.ABC):
@@ -324,6 +329,12 @@ class Sandbox(abc.ABC):
     def egress_socket(self) -> Path | None:
         """Host path where the container's egress connections arrive (egress network only)."""
         return None
+
+    @property
+    def forwarder_uid(self) -> int:
+        """The uid the container's egress forwarder runs as (its root, or `run_as` in a
+        container with no root: SandboxSpec.no_root)."""
+        return 0
 
     @abc.abstractmethod
     async def run(

@@ -635,6 +635,7 @@ class DockerSandbox(Sandbox):
         self._id = container_id
         self._conn = conn
         self._workspace_path = str(spec.workspace)
+        self._forwarder_uid = spec.run_as[0] if spec.no_root and spec.run_as else 0
         self._workspace = {
             "workspace": self._workspace_path,
             "workspace_id": list(spec.workspace_id),
@@ -654,6 +655,10 @@ class DockerSandbox(Sandbox):
     @property
     def egress_socket(self) -> Path | None:
         return self._egress_socket
+
+    @property
+    def forwarder_uid(self) -> int:
+        return self._forwarder_uid
 
     async def run(
         self, request: SandboxRequest, on_output: OutputCallback | None = None

@@ -465,7 +465,7 @@ class SandboxExecutor:
             if socket_path is None or egress is None:
                 result = await sandbox.run(request, on_output)
             else:
-                async with egress.listen(socket_path):
+                async with egress.listen(socket_path, sandbox.forwarder_uid):
                     result = await sandbox.run(request, on_output)
             if result.leftovers:
                 result = await self._removed_first(sandbox, result)

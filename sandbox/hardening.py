@@ -174,13 +174,13 @@ def container_recipe(
             "--idle-exit-s",
             str(idle_exit_s),
             "--end-leftovers",
-            *([] if spec.owner_throughout else ["--run-as", run_as]),
+            *([] if spec.no_root else ["--run-as", run_as]),
             *(["--egress-socket", f"{EGRESS_DIR}/{EGRESS_SOCKET_NAME}"] if egress else []),
             *(["--umask", SHARED_UMASK] if spec.group_shared else []),
         ],
         # The runner is the container's root; the command runs as `run_as` (see runner.py).
-        # Over a workspace whose owner can change it from the host, the owner throughout.
-        "user": run_as if spec.owner_throughout else "0:0",
+        # Over a workspace a host account can change, `run_as` throughout (SandboxSpec.no_root).
+        "user": run_as if spec.no_root else "0:0",
         "environment": {
             **SAFE_ENV,
             **_egress_environment(egress),
@@ -207,7 +207,7 @@ def container_recipe(
             *_egress_mounts(egress),
         ],
         "cap_drop": ["ALL"],
-        "cap_add": [] if spec.owner_throughout else list(RUNNER_CAPABILITIES),
+        "cap_add": [] if spec.no_root else list(RUNNER_CAPABILITIES),
         "security_opt": ["no-new-privileges"],
         "read_only": True,
         "tmpfs": {TMP_DIR: tmpfs},
@@ -224,9 +224,9 @@ def container_recipe(
             # Crashing programs must not drop core files into the workspace.
             Ulimit(name="core", soft=0, hard=0),
         ],
-        # An init of the owner's would hold the answer's stream where the command (the same
-        # uid) could write it; the runner, not dumpable, is the first process then and reaps.
-        "init": not spec.owner_throughout,
+        # An init of `run_as` would hold the answer's stream where the command (the same uid)
+        # could write it; the runner, not dumpable, is the first process then and reaps.
+        "init": not spec.no_root,
         # Output reaches the daemon through the attach stream; logging it again would cost disk
         # and time for nothing.
         "log_config": LogConfig(type="none"),

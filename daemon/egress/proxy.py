@@ -186,9 +186,11 @@ class CallEgress(EgressGate):
         self._chunks = ChunkRate()
         self._tasks: set[asyncio.Task[Any]] = set()
         self._closing = False
+        self._forwarder_uid = 0
 
     @contextlib.asynccontextmanager
-    async def listen(self, socket_path: Path) -> AsyncIterator[None]:
+    async def listen(self, socket_path: Path, forwarder_uid: int = 0) -> AsyncIterator[None]:
+        self._forwarder_uid = forwarder_uid
         listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         try:
             listener.setblocking(False)
@@ -309,9 +311,11 @@ class CallEgress(EgressGate):
         _, uid, _ = struct.unpack(
             "3i", client.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, 12)
         )
-        if uid not in (0, os.geteuid()):
+        if uid not in (self._forwarder_uid, os.geteuid()):
             # Only the forwarder (the container's root) connects here; a command reaching
-            # the socket itself is refused (it has the forwarder for that).
+            # the socket itself is refused (it has the forwarder for that). In a container
+            # with no root, the forwarder and the command are one uid: a direct connection
+            # carries what the forwarder would, byte for byte.
             return "only the sandbox's forwarder (127.0.0.1:3128) may connect"
         return ""
 

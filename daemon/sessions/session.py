@@ -125,9 +125,9 @@ class Session:
     """The workspace held by descriptor (pinned when the session was opened, or on first use)."""
     sandbox_as: tuple[int, int] | None = None
     """uid and gid its sandboxes run as (None: no sandbox)."""
-    sandbox_as_owner: bool = False
-    """`sandbox_as` is the workspace owner's, who can change it from the host: its containers
-    run as them throughout (SandboxSpec.owner_throughout)."""
+    sandbox_no_root: bool = False
+    """An account of the host can change the workspace's path from outside any sandbox: its
+    containers run as `sandbox_as` throughout, with no root (SandboxSpec.no_root)."""
     group_shared: bool = False
     """Its workspace is shared with other principals' sandboxes, each with a uid of its own,
     through its group (the default workspace): see SandboxSpec.group_shared."""

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import os
 import pwd
+import stat
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
@@ -236,18 +237,33 @@ class IdentityRule:
             )
         return uid, gid
 
-    def is_owners(self, root: PinnedDirectory, identity: tuple[int, int] | None) -> bool:
-        """Whether `identity` is the workspace's owner's, an account of this host that can
-        change it from outside any sandbox (not the sandbox account, not a principal's uid):
-        their containers run as them throughout (SandboxSpec.owner_throughout)."""
-        if identity is None or identity != (root.uid, root.gid):
-            return False
-        if self.principal_uids is not None and root.uid in self.principal_uids.range:
-            return False
+    def host_can_change(self, root: PinnedDirectory) -> bool:
+        """Whether an account of this host other than root, the daemon's and the sandboxes'
+        own could rename or replace the workspace or a folder above it: one owns such a
+        folder, or may write it through its group or (without the sticky bit) as anyone. No
+        freezing of sandboxes stops such an account while a container is made (the engine
+        follows links there as root), so the workspace's containers have no root in them
+        (SandboxSpec.no_root). A folder that cannot be looked at counts as changeable."""
+        uids = {0, os.geteuid()}
+        gids = {0, os.getegid()}
         try:
-            return root.uid != self.dedicated()[0]
-        except RequestError:  # no sandbox account: the owner is someone else
-            return True
+            uids.add(self.dedicated()[0])
+            gids.add(self.dedicated()[1])
+        except RequestError:
+            pass
+        own = self.principal_uids.range if self.principal_uids is not None else range(0)
+        for folder in (root.path, *root.path.parents):
+            try:
+                info = os.lstat(folder)
+            except OSError:
+                return True
+            if info.st_uid not in uids and info.st_uid not in own:
+                return True
+            if info.st_mode & 0o020 and info.st_gid not in gids:
+                return True
+            if info.st_mode & 0o002 and not info.st_mode & stat.S_ISVTX:
+                return True
+        return False
 
 
 def _writable(root: PinnedDirectory, uid: int, gid: int) -> bool:

@@ -40,7 +40,7 @@ def bash(workspace: Path, command: str) -> BashRequest:
 async def test_a_container_over_an_owners_workspace_has_no_root_in_it(
     executor: SandboxExecutor, workspace: Path
 ) -> None:
-    spec = spec_for(workspace, owner_throughout=True)
+    spec = spec_for(workspace, no_root=True)
     assert spec.run_as == (WORKSPACE_UID, WORKSPACE_UID)
     result = await executor.run(spec, bash(workspace, f"{LOOK} 2>&1; touch made"))
     lines = result.output.splitlines()
@@ -74,7 +74,7 @@ async def test_what_the_owner_steers_from_the_host_runs_as_the_owner(
     `encodings` module the container's first process imports. In a container with root in it,
     that code runs as root (the control); as the owner throughout, as the owner."""
     repository(workspace)
-    spec = pinned_spec(workspace).model_copy(update={"owner_throughout": throughout})
+    spec = pinned_spec(workspace).model_copy(update={"no_root": throughout})
     public = workspace / "pub"
     public.mkdir()
     public.chmod(0o777)  # a folder anyone may write in, as an owner may have

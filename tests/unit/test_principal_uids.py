@@ -278,30 +278,29 @@ def test_a_folder_of_a_principals_uid_is_that_principals_alone(tmp_path: Path) -
         pinned.close()
 
 
-def test_only_a_session_over_an_accounts_own_folder_runs_as_the_owner_throughout(
+def test_a_session_over_a_folder_a_host_account_can_change_has_no_root_in_its_containers(
     tmp_path: Path,
 ) -> None:
-    """The owner of a workspace can change it from the host while a container is made, which
-    no freezing of sandboxes stops: their containers run as them, with no root. Fresh and
-    default workspaces, whose owner is the sandbox account or a principal's uid, keep the
-    runner as the container's root."""
+    """A local account that can rename the workspace or a folder above it can swap it for a
+    link while a container is made, which no freezing of sandboxes stops: such containers run
+    as their commands' identity throughout, with no root. Attacker round 125: a folder of the
+    sandbox account's inside a local user's project got a root runner, and the user's swap
+    ran their code as the container's root (a setuid root shell on the host). Fresh and
+    default workspaces, which only root and the daemon's identities can change, keep it."""
     rule = _root_rule(tmp_path)
     store = SessionStore(tmp_path / "default", tmp_path / "sessions", rule)
     own = tmp_path / "alice-project"
     own.mkdir()
     os.chown(own, 1000, 1000)
     session = store.open(PinnedDirectory.pin(own), None, owner="alice")
-    assert session.sandbox_as == (1000, 1000) and session.sandbox_as_owner
+    assert session.sandbox_as == (1000, 1000) and session.sandbox_no_root
+    inside = own / "shared"
+    inside.mkdir()
+    os.chown(inside, *rule.dedicated())
+    session = store.open(PinnedDirectory.pin(inside), None, owner="bob")
+    assert session.sandbox_as == rule.dedicated() and session.sandbox_no_root
     folder = tmp_path / "sessions" / "ws_alice"
     make_workspace(folder, store.fresh_owner("alice"))
     fresh = store.open(PinnedDirectory.pin(folder), None, owner="alice", owns_workspace=True)
-    assert not fresh.sandbox_as_owner
-    assert not store.default_for("bob").sandbox_as_owner
-    dedicated = tmp_path / "dedicated"
-    dedicated.mkdir()
-    os.chown(dedicated, *rule.dedicated())
-    root = PinnedDirectory.pin(dedicated)
-    try:
-        assert not rule.is_owners(root, rule.dedicated())
-    finally:
-        root.close()
+    assert not fresh.sandbox_no_root
+    assert not store.default_for("bob").sandbox_no_root
