@@ -231,24 +231,50 @@ async def _pins_of(root: PinnedDirectory, owner: str) -> tuple[PathPin, ...]:
 
 async def _spec(session: Session, limits: SandboxLimits, *, bound: bool = True) -> SandboxSpec:
     """A container for the session's pinned workspace and identity (`bound`: labelled with it).
-    Its repository is looked at in a worker thread: a large index is read once per change, and
-    the other calls go on meanwhile.
+    Its repository and who on the host could change the workspace's path are looked at in a
+    worker thread: a large index is read once per change, and the other calls go on meanwhile.
 
     Raises:
-        ToolError: The workspace's repository is to be read-only and cannot be (`git_pins`).
+        ToolError: The workspace's repository is to be read-only and cannot be (`git_pins`),
+            or could be swapped while its container is made by another account than the
+            commands' (`_no_root`).
     """
     root = session.pinned_root()
     read_only = limits.git is GitAccess.READ_ONLY
+    pins = await _pins_of(root, session.owner) if read_only else ()
+    changers = await _REPOSITORY_LOOKS.run(session.owner, session.host_changers)
     return SandboxSpec(
         workspace=root.path,
         workspace_id=root.identity,
         run_as=session.sandbox_as,
         group_shared=session.group_shared,
-        no_root=session.sandbox_no_root,
+        no_root=_no_root(session, changers, pinned=bool(pins)),
         limits=limits,
         session_id=session.id if bound else "",
         pool_owner=session.owner,
-        git_pins=await _pins_of(root, session.owner) if read_only else (),
+        git_pins=pins,
+    )
+
+
+def _no_root(session: Session, changers: frozenset[int] | None, *, pinned: bool) -> bool:
+    """Whether the container must have no root: an account of the host can change the
+    workspace's path (SandboxSpec.no_root). With the repository held read-only, such an
+    account can steer the engine's mounts over what the container's first process runs, so
+    it must be the commands' own identity: its code then runs as itself (attacker round 126:
+    a folder of the sandbox account's inside a user's project gave that user the sandbox
+    account's uid, and from there a root runner over the default workspace)."""
+    if not pinned:
+        return changers != frozenset()
+    run_as = session.sandbox_as[0] if session.sandbox_as else None
+    if changers is not None and changers <= {run_as}:
+        return bool(changers)
+    who = "anyone" if changers is None else "uid " + ", ".join(map(str, sorted(changers)))
+    raise ToolError(
+        f"The workspace {session.workspace} lies where {who} other than its sandboxes' own "
+        "identity can rename it or a folder above it, so a container holding its repository "
+        "read-only cannot be made safely there: nothing ran. Open the session over a folder "
+        "only root and its owner can change (a group- or world-writable folder on the way "
+        "counts), or ask the operator to let this principal write git (sandbox.git)."
     )
 
 

@@ -125,9 +125,12 @@ class Session:
     """The workspace held by descriptor (pinned when the session was opened, or on first use)."""
     sandbox_as: tuple[int, int] | None = None
     """uid and gid its sandboxes run as (None: no sandbox)."""
-    sandbox_no_root: bool = False
-    """An account of the host can change the workspace's path from outside any sandbox: its
-    containers run as `sandbox_as` throughout, with no root (SandboxSpec.no_root)."""
+    host_changers: Callable[[], frozenset[int] | None] = field(
+        default=lambda: frozenset(), repr=False
+    )
+    """The accounts of the host that could rename the workspace or a folder above it from
+    outside any sandbox (None: anyone might); looked at for every container, off the event
+    loop (IdentityRule.host_changers)."""
     group_shared: bool = False
     """Its workspace is shared with other principals' sandboxes, each with a uid of its own,
     through its group (the default workspace): see SandboxSpec.group_shared."""

@@ -153,8 +153,8 @@ class SessionStore:
             return None
         return self._identities.for_workspace(root, principal)
 
-    def _no_root(self, root: PinnedDirectory) -> bool:
-        return self._identities is not None and self._identities.host_can_change(root)
+    def _changers(self, root: PinnedDirectory) -> frozenset[int] | None:
+        return frozenset() if self._identities is None else self._identities.host_changers(root)
 
     def _roots(self) -> dict[str, PinnedDirectory]:
         roots = {DEFAULT_SESSION_ID: self._default_root}
@@ -198,7 +198,7 @@ class SessionStore:
                 is_default=True,
                 root=self._default_root,
                 sandbox_as=sandbox_as,
-                sandbox_no_root=self._no_root(self._default_root),
+                host_changers=functools.partial(self._changers, self._default_root),
                 group_shared=self._default_by_principal,
             )
             session.shared = functools.partial(self.overlapped, session)
@@ -351,7 +351,7 @@ class SessionStore:
             idle_ttl_s=idle_ttl_s,
             root=root,
             sandbox_as=identity,
-            sandbox_no_root=self._no_root(root),
+            host_changers=functools.partial(self._changers, root),
             disk_budget_mb=disk_budget_mb,
             disk_share_mb=disk_share_mb,
         )

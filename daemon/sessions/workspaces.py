@@ -237,33 +237,36 @@ class IdentityRule:
             )
         return uid, gid
 
-    def host_can_change(self, root: PinnedDirectory) -> bool:
-        """Whether an account of this host other than root, the daemon's and the sandboxes'
-        own could rename or replace the workspace or a folder above it: one owns such a
-        folder, or may write it through its group or (without the sticky bit) as anyone. No
-        freezing of sandboxes stops such an account while a container is made (the engine
-        follows links there as root), so the workspace's containers have no root in them
-        (SandboxSpec.no_root). A folder that cannot be looked at counts as changeable."""
+    def host_changers(self, root: PinnedDirectory) -> frozenset[int] | None:
+        """The accounts of this host, other than root, the daemon's and the sandboxes' own, that
+        could rename or replace the workspace or a folder above it (they own one); None when
+        anyone might (a folder writable by another group, or by anyone without the sticky
+        bit, or one that cannot be looked at). No freezing of sandboxes stops them while a
+        container is made, and the engine follows links there as root (SandboxSpec.no_root).
+        Asks the filesystem: off the event loop."""
         uids = {0, os.geteuid()}
         gids = {0, os.getegid()}
         try:
-            uids.add(self.dedicated()[0])
-            gids.add(self.dedicated()[1])
+            uid, gid = self.dedicated()
         except RequestError:
             pass
+        else:
+            uids.add(uid)
+            gids.add(gid)
         own = self.principal_uids.range if self.principal_uids is not None else range(0)
+        changers: set[int] = set()
         for folder in (root.path, *root.path.parents):
             try:
                 info = os.lstat(folder)
             except OSError:
-                return True
-            if info.st_uid not in uids and info.st_uid not in own:
-                return True
+                return None
             if info.st_mode & 0o020 and info.st_gid not in gids:
-                return True
+                return None
             if info.st_mode & 0o002 and not info.st_mode & stat.S_ISVTX:
-                return True
-        return False
+                return None
+            if info.st_uid not in uids and info.st_uid not in own:
+                changers.add(info.st_uid)
+        return frozenset(changers)
 
 
 def _writable(root: PinnedDirectory, uid: int, gid: int) -> bool:

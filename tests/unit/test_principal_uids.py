@@ -278,29 +278,34 @@ def test_a_folder_of_a_principals_uid_is_that_principals_alone(tmp_path: Path) -
         pinned.close()
 
 
-def test_a_session_over_a_folder_a_host_account_can_change_has_no_root_in_its_containers(
+def test_who_on_the_host_could_change_a_workspace_is_looked_at_for_each_container(
     tmp_path: Path,
 ) -> None:
     """A local account that can rename the workspace or a folder above it can swap it for a
-    link while a container is made, which no freezing of sandboxes stops: such containers run
-    as their commands' identity throughout, with no root. Attacker round 125: a folder of the
-    sandbox account's inside a local user's project got a root runner, and the user's swap
-    ran their code as the container's root (a setuid root shell on the host). Fresh and
-    default workspaces, which only root and the daemon's identities can change, keep it."""
+    link while a container is made, which no freezing of sandboxes stops. Attacker round 125: a
+    folder of the sandbox account's inside a user's project got a root runner, and the user's
+    swap ran their code as the container's root; round 126: with no root, as the sandbox
+    account; round 126 again: a tenant made its own fresh workspace 0777 after the session
+    was opened, when the only look was made. Fresh and default workspaces, which only root
+    and the daemon's identities can change, have no such account."""
     rule = _root_rule(tmp_path)
     store = SessionStore(tmp_path / "default", tmp_path / "sessions", rule)
     own = tmp_path / "alice-project"
     own.mkdir()
     os.chown(own, 1000, 1000)
     session = store.open(PinnedDirectory.pin(own), None, owner="alice")
-    assert session.sandbox_as == (1000, 1000) and session.sandbox_no_root
+    assert session.sandbox_as == (1000, 1000)
+    assert session.host_changers() == {1000}
     inside = own / "shared"
     inside.mkdir()
     os.chown(inside, *rule.dedicated())
     session = store.open(PinnedDirectory.pin(inside), None, owner="bob")
-    assert session.sandbox_as == rule.dedicated() and session.sandbox_no_root
+    assert session.sandbox_as == rule.dedicated()
+    assert session.host_changers() == {1000}
     folder = tmp_path / "sessions" / "ws_alice"
     make_workspace(folder, store.fresh_owner("alice"))
     fresh = store.open(PinnedDirectory.pin(folder), None, owner="alice", owns_workspace=True)
-    assert not fresh.sandbox_no_root
-    assert not store.default_for("bob").sandbox_no_root
+    assert fresh.host_changers() == frozenset()
+    folder.chmod(0o777)
+    assert fresh.host_changers() is None
+    assert store.default_for("bob").host_changers() == frozenset()
