@@ -242,7 +242,9 @@ async def _spec(session: Session, limits: SandboxLimits, *, bound: bool = True) 
     root = session.pinned_root()
     read_only = limits.git is GitAccess.READ_ONLY
     pins = await _pins_of(root, session.owner) if read_only else ()
-    changers = await _REPOSITORY_LOOKS.run(session.owner, session.host_changers)
+    changers = await _REPOSITORY_LOOKS.run(
+        session.owner, functools.partial(session.host_changers, [pin.path for pin in pins])
+    )
     return SandboxSpec(
         workspace=root.path,
         workspace_id=root.identity,

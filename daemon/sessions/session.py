@@ -7,7 +7,7 @@ import functools
 import hashlib
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal, Protocol, get_args
@@ -125,12 +125,12 @@ class Session:
     """The workspace held by descriptor (pinned when the session was opened, or on first use)."""
     sandbox_as: tuple[int, int] | None = None
     """uid and gid its sandboxes run as (None: no sandbox)."""
-    host_changers: Callable[[], frozenset[int] | None] = field(
-        default=lambda: frozenset(), repr=False
+    host_changers: Callable[[Iterable[str]], frozenset[int] | None] = field(
+        default=lambda inside: frozenset(), repr=False
     )
-    """The accounts of the host that could rename the workspace or a folder above it from
-    outside any sandbox (None: anyone might); looked at for every container, off the event
-    loop (IdentityRule.host_changers)."""
+    """The accounts of the host that could rename the workspace, a folder above it or one
+    inside it on the way to the given paths, from outside any sandbox (None: anyone might);
+    looked at for every container, off the event loop (IdentityRule.host_changers)."""
     group_shared: bool = False
     """Its workspace is shared with other principals' sandboxes, each with a uid of its own,
     through its group (the default workspace): see SandboxSpec.group_shared."""

@@ -16,7 +16,7 @@ import os
 import secrets
 import shutil
 import time
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 from daemon.errors import NotFound, Overloaded, RequestError
@@ -153,8 +153,10 @@ class SessionStore:
             return None
         return self._identities.for_workspace(root, principal)
 
-    def _changers(self, root: PinnedDirectory) -> frozenset[int] | None:
-        return frozenset() if self._identities is None else self._identities.host_changers(root)
+    def _changers(self, root: PinnedDirectory, inside: Iterable[str] = ()) -> frozenset[int] | None:
+        if self._identities is None:
+            return frozenset()
+        return self._identities.host_changers(root, inside)
 
     def _roots(self) -> dict[str, PinnedDirectory]:
         roots = {DEFAULT_SESSION_ID: self._default_root}

@@ -19,6 +19,7 @@ from __future__ import annotations
 import os
 import pwd
 import stat
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
@@ -237,13 +238,16 @@ class IdentityRule:
             )
         return uid, gid
 
-    def host_changers(self, root: PinnedDirectory) -> frozenset[int] | None:
+    def host_changers(
+        self, root: PinnedDirectory, inside: Iterable[str] = ()
+    ) -> frozenset[int] | None:
         """The accounts of this host, other than root, the daemon's and the sandboxes' own, that
-        could rename or replace the workspace or a folder above it (they own one); None when
-        anyone might (a folder writable by another group, or by anyone without the sticky
-        bit, or one that cannot be looked at). No freezing of sandboxes stops them while a
-        container is made, and the engine follows links there as root (SandboxSpec.no_root).
-        Asks the filesystem: off the event loop."""
+        could rename or replace the workspace, a folder above it, or a folder inside it on the
+        way to one of the paths `inside` (the repository's pins: attacker round 127 made one
+        world-writable), as they own one; None when anyone might (a folder writable by another
+        group, or by anyone without the sticky bit, or one that cannot be looked at). No
+        freezing of sandboxes stops them while a container is made, and the engine follows
+        links there as root (SandboxSpec.no_root). Asks the filesystem: off the event loop."""
         uids = {0, os.geteuid()}
         gids = {0, os.getegid()}
         try:
@@ -255,7 +259,10 @@ class IdentityRule:
             gids.add(gid)
         own = self.principal_uids.range if self.principal_uids is not None else range(0)
         changers: set[int] = set()
-        for folder in (root.path, *root.path.parents):
+        folders = {root.path, *root.path.parents}
+        for path in map(Path, inside):
+            folders.update(way for way in (path, *path.parents) if is_inside(root.path, way))
+        for folder in sorted(folders):
             try:
                 info = os.lstat(folder)
             except OSError:

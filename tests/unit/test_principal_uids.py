@@ -309,3 +309,22 @@ def test_who_on_the_host_could_change_a_workspace_is_looked_at_for_each_containe
     folder.chmod(0o777)
     assert fresh.host_changers() is None
     assert store.default_for("bob").host_changers() == frozenset()
+
+
+def test_a_folder_inside_the_workspace_on_the_way_to_a_pin_counts_too(tmp_path: Path) -> None:
+    """Attacker round 127: a tenant made a folder holding a submodule world-writable inside
+    its fresh workspace; a local user swapped the submodule for a link while a container was
+    made, and the root runner's start was his (a root setuid shell on the host)."""
+    rule = _root_rule(tmp_path)
+    store = SessionStore(tmp_path / "default", tmp_path / "sessions", rule)
+    folder = tmp_path / "sessions" / "ws_bob"
+    make_workspace(folder, store.fresh_owner("bob"))
+    fresh = store.open(PinnedDirectory.pin(folder), None, owner="bob", owns_workspace=True)
+    pin = folder / "sub" / "m" / ".git"
+    pin.mkdir(parents=True)
+    for made in (folder / "sub", folder / "sub" / "m", pin):
+        os.chown(made, *fresh.sandbox_as)
+    assert fresh.host_changers([str(pin)]) == frozenset()
+    (folder / "sub").chmod(0o777)
+    assert fresh.host_changers([str(pin)]) is None
+    assert fresh.host_changers([]) == frozenset()  # the workspace and above alone: as before
