@@ -309,7 +309,9 @@ def test_filling_tmp_stops_at_its_size_and_the_sandbox_carries_on(
 def test_the_command_cannot_kill_its_runner_and_nothing_leaks(
     rel_sandbox: RunningDaemon, bash_record: Callable[[bool], None]
 ) -> None:
-    # The runner and init are root's: the command (another uid) may not signal them.
+    # The runner and init are root's: the command (another uid) may not signal them (EPERM).
+    # In a container with no root (a workspace a host account can change), the runner is the
+    # first process, and the kernel drops the signals it does not handle (kill says nothing).
     killed = bash(rel_sandbox, "kill -9 $PPID; kill -STOP $PPID; echo after")
     init = bash(rel_sandbox, "kill -9 1; echo init ignores it")
     text = text_of(killed)
@@ -317,13 +319,14 @@ def test_the_command_cannot_kill_its_runner_and_nothing_leaks(
     left = settle_containers(rel_sandbox.daemon.instance_id, keep=keep)
     held = (
         not killed.result.is_error
-        and text.count("Operation not permitted") == 2
+        and text.count("Operation not permitted") in (0, 2)
         and text.endswith("after\n")
         and "init ignores it" in text_of(init)
         and left <= keep
     )
     bash_record(held)
-    assert not killed.result.is_error and text.count("Operation not permitted") == 2, text
+    assert not killed.result.is_error, text  # the runner answered: it was neither killed
+    assert text.count("Operation not permitted") in (0, 2), text  # nor stopped
     assert text.endswith("after\n")
     assert "init ignores it" in text_of(init)
     assert left <= keep
