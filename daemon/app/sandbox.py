@@ -241,9 +241,8 @@ async def _spec(session: Session, limits: SandboxLimits, *, bound: bool = True) 
     """
     root = session.pinned_root()
     read_only = limits.git is GitAccess.READ_ONLY
-    pins = await _pins_of(root, session.owner) if read_only else ()
-    changers = await _REPOSITORY_LOOKS.run(
-        session.owner, functools.partial(session.host_changers, [pin.path for pin in pins])
+    pins, changers = await _REPOSITORY_LOOKS.run(
+        session.owner, functools.partial(_look_at_workspace, session, root, read_only=read_only)
     )
     return SandboxSpec(
         workspace=root.path,
@@ -256,6 +255,15 @@ async def _spec(session: Session, limits: SandboxLimits, *, bound: bool = True) 
         pool_owner=session.owner,
         git_pins=pins,
     )
+
+
+def _look_at_workspace(
+    session: Session, root: PinnedDirectory, *, read_only: bool
+) -> tuple[tuple[PathPin, ...], frozenset[int] | None]:
+    """The repository's pins (when it is to be read-only) and who on the host could change
+    the workspace's path or theirs: one hop to a worker thread for both."""
+    pins = git_pins(root) if read_only else ()
+    return pins, session.host_changers([pin.path for pin in pins])
 
 
 def _no_root(session: Session, changers: frozenset[int] | None, *, pinned: bool) -> bool:
