@@ -103,6 +103,17 @@ class PathPin(_Frozen):
     read_only: bool
 
 
+class WayFolder(_Frozen):
+    """A folder on the way to the workspace or to one of its pins, as it was when the daemon
+    judged who on the host could rename it (SandboxSpec.no_root)."""
+
+    path: str
+    uid: int
+    gid: int
+    mode: int
+    """st_mode: its type and permission bits."""
+
+
 _Identity = tuple[int, int]
 #: workspace, its identity, run_as, limits, image, read-only workspace, its repository's pins,
 #: shared through its group, no root in the container
@@ -147,6 +158,11 @@ class SandboxSpec(_Frozen):
     over a program of the image the container's first process runs. The whole container then
     runs as `run_as`, with no capability and the runner as its first process: whatever they
     steer runs as the commands do."""
+    host_way: tuple[WayFolder, ...] = ()
+    """The folders `no_root` was judged on. A container holding the repository is made only if
+    each still has its owner and mode in the set-up's turn (`sandbox.pin_check`): a sandbox
+    that opened one to everyone after the judgement (chmod 0777) cannot let a host account race
+    that container's mounts. Not part of the warm pool's key: a container made stays safe."""
 
     def profile_key(self) -> ProfileKey:
         """Containers are interchangeable exactly when this key is equal (warm pool key)."""

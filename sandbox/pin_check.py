@@ -15,9 +15,9 @@ from sandbox.openat2 import AT_FDCWD, RESOLVE_NO_MAGICLINKS, RESOLVE_NO_SYMLINKS
 
 
 def moved_pin(spec: SandboxSpec) -> str:
-    """Why the workspace or a pin of `spec` is no longer the object recorded for it ("" when
-    each still is, reached with no symbolic link on the way). Asks the filesystem: off the
-    event loop."""
+    """Why the workspace or a pin of `spec` is no longer the object recorded for it, or a
+    folder on their way no longer has the owner and mode recorded ("" when each still is,
+    reached with no symbolic link on the way). Asks the filesystem: off the event loop."""
     wanted = [(str(spec.workspace), spec.workspace_id)]
     wanted += [(pin.path, pin.identity) for pin in spec.git_pins]
     for path, identity in wanted:
@@ -31,4 +31,14 @@ def moved_pin(spec: SandboxSpec) -> str:
             os.close(fd)
         if (info.st_dev, info.st_ino) != tuple(identity):
             return f"{path} is another object than the one recorded (replaced meanwhile)"
+    for folder in spec.host_way:
+        try:
+            info = os.lstat(folder.path)
+        except OSError as exc:
+            return f"{folder.path} can no longer be looked at ({exc.strerror})"
+        if (info.st_uid, info.st_gid, info.st_mode) != (folder.uid, folder.gid, folder.mode):
+            return (
+                f"{folder.path} changed owner or mode since who could rename it was judged "
+                "(changed meanwhile)"
+            )
     return ""

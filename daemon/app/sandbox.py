@@ -24,6 +24,7 @@ from daemon.host.pinned import PinnedDirectory
 from daemon.host.proc_visibility import warn_when_commands_show
 from daemon.host.threads import TenantThreads
 from daemon.sessions.session import Session
+from daemon.sessions.workspaces import HostLook
 from daemon.tools.background import BackgroundShells
 from daemon.tools.contract import SandboxRunner
 from sandbox import after_answer
@@ -241,7 +242,7 @@ async def _spec(session: Session, limits: SandboxLimits, *, bound: bool = True) 
     """
     root = session.pinned_root()
     read_only = limits.git is GitAccess.READ_ONLY
-    pins, changers = await _REPOSITORY_LOOKS.run(
+    pins, (changers, way) = await _REPOSITORY_LOOKS.run(
         session.owner, functools.partial(_look_at_workspace, session, root, read_only=read_only)
     )
     return SandboxSpec(
@@ -254,12 +255,13 @@ async def _spec(session: Session, limits: SandboxLimits, *, bound: bool = True) 
         session_id=session.id if bound else "",
         pool_owner=session.owner,
         git_pins=pins,
+        host_way=way,
     )
 
 
 def _look_at_workspace(
     session: Session, root: PinnedDirectory, *, read_only: bool
-) -> tuple[tuple[PathPin, ...], frozenset[int] | None]:
+) -> tuple[tuple[PathPin, ...], HostLook]:
     """The repository's pins (when it is to be read-only) and who on the host could change
     the workspace's path or theirs: one hop to a worker thread for both."""
     pins = git_pins(root) if read_only else ()

@@ -17,6 +17,7 @@ from daemon.host.confine import existing_directory
 from daemon.host.loop_safe import NeedsThread
 from daemon.host.pinned import PinnedDirectory
 from daemon.host.threads import FILESYSTEM_THREADS
+from daemon.sessions.workspaces import HostLook
 
 
 @dataclass(frozen=True)
@@ -125,12 +126,13 @@ class Session:
     """The workspace held by descriptor (pinned when the session was opened, or on first use)."""
     sandbox_as: tuple[int, int] | None = None
     """uid and gid its sandboxes run as (None: no sandbox)."""
-    host_changers: Callable[[Iterable[str]], frozenset[int] | None] = field(
-        default=lambda inside: frozenset(), repr=False
+    host_changers: Callable[[Iterable[str]], HostLook] = field(
+        default=lambda inside: HostLook(frozenset(), ()), repr=False
     )
     """The accounts of the host that could rename the workspace, a folder above it or one
-    inside it on the way to the given paths, from outside any sandbox (None: anyone might);
-    looked at for every container, off the event loop (IdentityRule.host_changers)."""
+    inside it on the way to the given paths, from outside any sandbox (None: anyone might),
+    and the folders judged; looked at for every container, off the event loop
+    (IdentityRule.host_changers)."""
     group_shared: bool = False
     """Its workspace is shared with other principals' sandboxes, each with a uid of its own,
     through its group (the default workspace): see SandboxSpec.group_shared."""

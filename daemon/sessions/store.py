@@ -24,6 +24,7 @@ from daemon.host.confine import is_inside
 from daemon.host.pinned import PinnedDirectory
 from daemon.sessions.session import Session
 from daemon.sessions.workspaces import (
+    HostLook,
     IdentityRule,
     Overlap,
     make_workspace,
@@ -153,9 +154,9 @@ class SessionStore:
             return None
         return self._identities.for_workspace(root, principal)
 
-    def _changers(self, root: PinnedDirectory, inside: Iterable[str] = ()) -> frozenset[int] | None:
+    def _changers(self, root: PinnedDirectory, inside: Iterable[str] = ()) -> HostLook:
         if self._identities is None:
-            return frozenset()
+            return HostLook(frozenset(), ())
         return self._identities.host_changers(root, inside)
 
     def _roots(self) -> dict[str, PinnedDirectory]:

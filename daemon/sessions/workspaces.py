@@ -22,13 +22,14 @@ import stat
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
+from typing import Literal, NamedTuple
 
 from daemon.errors import RequestError
 from daemon.host.confine import is_inside
 from daemon.host.pinned import NotPinnable, PinnedDirectory
 from daemon.sessions.principal_uids import PrincipalUids
 from daemon.text import wire_safe
+from sandbox.backend import WayFolder
 
 Relation = Literal["same", "inside", "contains"]
 
@@ -238,16 +239,29 @@ class IdentityRule:
             )
         return uid, gid
 
-    def host_changers(
-        self, root: PinnedDirectory, inside: Iterable[str] = ()
-    ) -> frozenset[int] | None:
+    def host_changers(self, root: PinnedDirectory, inside: Iterable[str] = ()) -> HostLook:
         """The accounts of this host, other than root, the daemon's and the sandboxes' own, that
         could rename or replace the workspace, a folder above it, or a folder inside it on the
         way to one of the paths `inside` (the repository's pins: attacker round 127 made one
         world-writable), as they own one; None when anyone might (a folder writable by another
         group, or by anyone without the sticky bit, or one that cannot be looked at). No
         freezing of sandboxes stops them while a container is made, and the engine follows
-        links there as root (SandboxSpec.no_root). Asks the filesystem: off the event loop."""
+        links there as root (SandboxSpec.no_root). With the folders as they were judged
+        (SandboxSpec.host_way). Asks the filesystem: off the event loop."""
+        folders = {root.path, *root.path.parents}
+        for path in map(Path, inside):
+            folders.update(way for way in (path, *path.parents) if is_inside(root.path, way))
+        way = []
+        for folder in sorted(folders):
+            try:
+                info = os.lstat(folder)
+            except OSError:
+                return HostLook(None, ())
+            way.append(WayFolder(path=str(folder), uid=info.st_uid, gid=info.st_gid,
+                                 mode=info.st_mode))  # fmt: skip
+        return HostLook(self._changers_on(way), tuple(way))
+
+    def _changers_on(self, way: Iterable[WayFolder]) -> frozenset[int] | None:
         uids = {0, os.geteuid()}
         gids = {0, os.getegid()}
         try:
@@ -259,21 +273,23 @@ class IdentityRule:
             gids.add(gid)
         own = self.principal_uids.range if self.principal_uids is not None else range(0)
         changers: set[int] = set()
-        folders = {root.path, *root.path.parents}
-        for path in map(Path, inside):
-            folders.update(way for way in (path, *path.parents) if is_inside(root.path, way))
-        for folder in sorted(folders):
-            try:
-                info = os.lstat(folder)
-            except OSError:
+        for folder in way:
+            if folder.mode & 0o020 and folder.gid not in gids:
                 return None
-            if info.st_mode & 0o020 and info.st_gid not in gids:
+            if folder.mode & 0o002 and not folder.mode & stat.S_ISVTX:
                 return None
-            if info.st_mode & 0o002 and not info.st_mode & stat.S_ISVTX:
-                return None
-            if info.st_uid not in uids and info.st_uid not in own:
-                changers.add(info.st_uid)
+            if folder.uid not in uids and folder.uid not in own:
+                changers.add(folder.uid)
         return frozenset(changers)
+
+
+class HostLook(NamedTuple):
+    """Who on the host could change a workspace's paths (IdentityRule.host_changers)."""
+
+    changers: frozenset[int] | None
+    """Their uids; None: anyone might."""
+    way: tuple[WayFolder, ...]
+    """The folders judged, as they were."""
 
 
 def _writable(root: PinnedDirectory, uid: int, gid: int) -> bool:

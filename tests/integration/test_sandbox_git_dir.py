@@ -16,13 +16,24 @@ import pytest
 
 from daemon.host.git_pins import git_pins
 from daemon.host.pinned import PinnedDirectory
-from sandbox.backend import SET_UP_CHANGED, BashRequest, SandboxSpec, SandboxStartError
+from sandbox.backend import (
+    SET_UP_CHANGED,
+    BashRequest,
+    SandboxSpec,
+    SandboxStartError,
+    WayFolder,
+)
 from sandbox.docker_backend import STOPPED_FOR_SET_UP, DockerBackend
 from sandbox.executor import SandboxExecutor
 from sandbox.set_up_gate import FreezeOutcome, Unfreezable
 from tests.integration import sandbox_fixtures
 from tests.integration.harness import committed_repository, git
-from tests.integration.sandbox_fixtures import WORKSPACE_GID, WORKSPACE_UID, spec_for
+from tests.integration.sandbox_fixtures import (
+    WORKSPACE_GID,
+    WORKSPACE_UID,
+    instance_containers,
+    spec_for,
+)
 
 pytestmark = pytest.mark.docker
 
@@ -272,6 +283,38 @@ async def test_a_swapped_pin_makes_nothing_on_the_host(
             answers.append(str(exc))
     assert answers == [SET_UP_CHANGED, SET_UP_CHANGED]
     assert sorted(p.name for p in workspace.iterdir()) == sorted([*before, ".git"])
+
+
+async def test_a_workspace_opened_to_everyone_after_its_judgement_gets_no_container(
+    executor: SandboxExecutor, docker_client: Any, instance_id: str, workspace: Path
+) -> None:
+    """Who on the host could race a container's mounts is judged when the call's container is
+    asked for; a sandbox of the workspace that opens it to everyone (chmod 0777) before that
+    container's turn would let any local user race it, judged safe. Looked at again in the
+    turn, it makes nothing until the workspace is closed again."""
+    repository(workspace)
+    way = tuple(
+        WayFolder(path=str(f), uid=i.st_uid, gid=i.st_gid, mode=i.st_mode)
+        for f in (*reversed(workspace.parents), workspace)
+        for i in [f.lstat()]
+    )
+    spec = pinned_spec(workspace).model_copy(update={"host_way": way})
+    opened = await executor.run(spec_for(workspace), bash(workspace, "chmod 0777 ."))
+    assert opened.exit_code == 0, opened
+    with pytest.raises(SandboxStartError) as refused:
+        await executor.run(spec, bash(workspace, "touch ran"))
+    assert str(refused.value) == SET_UP_CHANGED
+    assert not (workspace / "ran").exists()
+    pinned_mounts = [  # the warm pool refills for the unpinned spec meanwhile; none is pinned
+        m
+        for c in instance_containers(docker_client, instance_id)
+        for m in docker_client.api.inspect_container(c)["Mounts"]
+        if m["Destination"] == str(workspace / ".git")
+    ]
+    assert pinned_mounts == []
+    workspace.chmod(way[-1].mode & 0o7777)
+    assert (await executor.run(spec, bash(workspace, "touch ran"))).exit_code == 0
+    assert (workspace / "ran").exists()
 
 
 async def test_no_other_sandbox_of_the_workspace_runs_while_a_pinned_one_is_made(

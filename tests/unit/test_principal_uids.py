@@ -295,20 +295,20 @@ def test_who_on_the_host_could_change_a_workspace_is_looked_at_for_each_containe
     os.chown(own, 1000, 1000)
     session = store.open(PinnedDirectory.pin(own), None, owner="alice")
     assert session.sandbox_as == (1000, 1000)
-    assert session.host_changers() == {1000}
+    assert session.host_changers().changers == {1000}
     inside = own / "shared"
     inside.mkdir()
     os.chown(inside, *rule.dedicated())
     session = store.open(PinnedDirectory.pin(inside), None, owner="bob")
     assert session.sandbox_as == rule.dedicated()
-    assert session.host_changers() == {1000}
+    assert session.host_changers().changers == {1000}
     folder = tmp_path / "sessions" / "ws_alice"
     make_workspace(folder, store.fresh_owner("alice"))
     fresh = store.open(PinnedDirectory.pin(folder), None, owner="alice", owns_workspace=True)
-    assert fresh.host_changers() == frozenset()
+    assert fresh.host_changers().changers == frozenset()
     folder.chmod(0o777)
-    assert fresh.host_changers() is None
-    assert store.default_for("bob").host_changers() == frozenset()
+    assert fresh.host_changers().changers is None
+    assert store.default_for("bob").host_changers().changers == frozenset()
 
 
 def test_a_folder_inside_the_workspace_on_the_way_to_a_pin_counts_too(tmp_path: Path) -> None:
@@ -324,7 +324,10 @@ def test_a_folder_inside_the_workspace_on_the_way_to_a_pin_counts_too(tmp_path: 
     pin.mkdir(parents=True)
     for made in (folder / "sub", folder / "sub" / "m", pin):
         os.chown(made, *fresh.sandbox_as)
-    assert fresh.host_changers([str(pin)]) == frozenset()
+    assert fresh.host_changers([str(pin)]).changers == frozenset()
+    judged = {Path(f.path): f.mode for f in fresh.host_changers([str(pin)]).way}
+    assert {folder, folder / "sub", folder / "sub" / "m", pin} <= judged.keys()
+    assert folder.parent in judged  # and every folder above
     (folder / "sub").chmod(0o777)
-    assert fresh.host_changers([str(pin)]) is None
-    assert fresh.host_changers([]) == frozenset()  # the workspace and above alone: as before
+    assert fresh.host_changers([str(pin)]).changers is None
+    assert fresh.host_changers([]).changers == frozenset()  # the workspace and above: as before

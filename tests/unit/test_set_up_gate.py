@@ -13,7 +13,7 @@ import pytest
 import requests
 
 from sandbox import set_up_gate
-from sandbox.backend import SET_UP_CHANGED, PathPin, SandboxSpec, SandboxStartError
+from sandbox.backend import SET_UP_CHANGED, PathPin, SandboxSpec, SandboxStartError, WayFolder
 from sandbox.pin_check import moved_pin
 from sandbox.set_up_gate import FreezeOutcome, SetUpGate, Unfreezable, related
 
@@ -334,6 +334,39 @@ def test_a_replaced_workspace_is_moved(tmp_path: Path) -> None:
     assert "another object" in moved_pin(spec)
 
 
+def _way(*folders: Path) -> tuple[WayFolder, ...]:
+    looks = [(folder, folder.lstat()) for folder in folders]
+    return tuple(
+        WayFolder(path=str(f), uid=i.st_uid, gid=i.st_gid, mode=i.st_mode) for f, i in looks
+    )
+
+
+def test_a_folder_on_the_way_opened_to_everyone_after_the_judgement_is_moved(
+    tmp_path: Path,
+) -> None:
+    """Who could race a container's mounts from the host was judged on these folders: a
+    sandbox that made one world-writable after that (before its turn) must not get the
+    container made as judged."""
+    (tmp_path / "sub" / ".git").mkdir(parents=True)
+    spec = _spec(tmp_path, _pinned(tmp_path, "sub/.git")).model_copy(
+        update={"host_way": _way(tmp_path, tmp_path / "sub", tmp_path / "sub" / ".git")}
+    )
+    assert moved_pin(spec) == ""
+    (tmp_path / "sub").chmod(0o777)
+    assert "changed owner or mode" in moved_pin(spec)
+
+
+def test_a_folder_on_the_way_given_away_or_gone_is_moved(tmp_path: Path) -> None:
+    (tmp_path / "sub").mkdir()
+    spec = _spec(tmp_path).model_copy(update={"host_way": _way(tmp_path, tmp_path / "sub")})
+    os.chown(tmp_path / "sub", 4321, 4321)
+    assert "changed owner or mode" in moved_pin(spec)
+    os.rename(tmp_path / "sub", tmp_path / "gone")
+    assert "can no longer be looked at" in moved_pin(spec)
+    (tmp_path / "sub").symlink_to(tmp_path / "gone")
+    assert "changed owner or mode" in moved_pin(spec)
+
+
 class _PinnedEngine:
     """An engine that must never be asked to make a container."""
 
@@ -355,6 +388,21 @@ async def test_the_engine_is_never_asked_for_a_container_over_a_moved_pin(
     spec = _spec(tmp_path, _pinned(tmp_path, ".git"))
     os.rename(tmp_path / ".git", tmp_path / "elsewhere")
     (tmp_path / ".git").symlink_to(tmp_path / "elsewhere")
+    engine = _PinnedEngine()
+    with pytest.raises(SandboxStartError) as refused:
+        await backend_over(engine).start(spec)
+    assert str(refused.value) == SET_UP_CHANGED
+    assert engine.created == 0
+
+
+async def test_the_engine_is_never_asked_when_the_way_changed_mode_before_the_turn(
+    backend_over: Any, tmp_path: Path
+) -> None:
+    (tmp_path / ".git").mkdir()
+    spec = _spec(tmp_path, _pinned(tmp_path, ".git")).model_copy(
+        update={"host_way": _way(tmp_path, tmp_path / ".git")}
+    )
+    tmp_path.chmod(0o777)
     engine = _PinnedEngine()
     with pytest.raises(SandboxStartError) as refused:
         await backend_over(engine).start(spec)
