@@ -257,8 +257,9 @@ class IdentityRule:
                 info = os.lstat(folder)
             except OSError:
                 return HostLook(None, ())
-            way.append(WayFolder(path=str(folder), uid=info.st_uid, gid=info.st_gid,
-                                 mode=info.st_mode))  # fmt: skip
+            way.append(
+                WayFolder(path=str(folder), uid=info.st_uid, gid=info.st_gid, mode=info.st_mode)
+            )
         return HostLook(self._changers_on(way), tuple(way))
 
     def _changers_on(self, way: Iterable[WayFolder]) -> frozenset[int] | None:
