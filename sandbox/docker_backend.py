@@ -76,6 +76,7 @@ from sandbox.protocol import (
 from sandbox.runner import RUNNER_DIR
 from sandbox.set_up_gate import FreezeOutcome, SetUpGate, Unfreezable
 from sandbox.socket_memory import bound_socket_memory
+from sandbox.source_stage import SourceStage, engine_pid
 
 log = logging.getLogger(__name__)
 
@@ -149,6 +150,11 @@ def _release_response(exc: BaseException) -> None:
         response.close()
 
 
+def _socket_path(api: docker.APIClient) -> str:
+    """The engine's Unix socket, as the SDK connects to it ("" over TCP, TLS or SSH)."""
+    return str(getattr(getattr(api, "_custom_adapter", None), "socket_path", "") or "")
+
+
 class DockerBackend(SandboxBackend):
     """Starts hardened sandbox containers on the local Docker engine.
 
@@ -184,6 +190,7 @@ class DockerBackend(SandboxBackend):
         untracked_min_age_s: float = 30.0,
         egress_root: Path | None = None,
         ca_bundle: Path | None = None,
+        stage_root: Path | None = None,
     ) -> None:
         if not instance_id:
             raise ValueError("instance_id must be non-empty: it is how leftovers are found")
@@ -218,7 +225,15 @@ class DockerBackend(SandboxBackend):
         """Whether containers' socket memory could not be bounded (said once in the log)."""
         self._mounts_unchecked = False
         """Whether containers' mount tables could not be read (said once in the log)."""
+        self._mounts_seen = False
+        """Whether one was read: then every started container's can be."""
         self.gate = SetUpGate(self)
+        self._stage = (
+            SourceStage.open(stage_root, engine_pid(_socket_path(self.api)))
+            if stage_root is not None
+            else None
+        )
+        """Where mount sources are bound by descriptor for the engine (None: given by path)."""
         self._stopped_for_set_up: dict[str, None] = {}
         """Containers `stop` ended, the latest last."""
         """Pinned containers' set-ups, and the containers that may change their workspaces."""
@@ -271,7 +286,11 @@ class DockerBackend(SandboxBackend):
         return EgressMounts(folder=folder, ca_bundle=self._ca_bundle)
 
     def _create(
-        self, spec: SandboxSpec, tool_use_id: str, egress: EgressMounts | None
+        self,
+        spec: SandboxSpec,
+        tool_use_id: str,
+        egress: EgressMounts | None,
+        sources: dict[str, str],
     ) -> dict[str, Any]:
         image = spec.image or self.image
         try:
@@ -283,6 +302,7 @@ class DockerBackend(SandboxBackend):
                 tool_use_id=tool_use_id,
                 idle_exit_s=self._idle_exit_s,
                 egress=egress,
+                sources=sources,
             )
         except ValueError as exc:
             raise SandboxStartError(str(exc)) from exc
@@ -307,9 +327,17 @@ class DockerBackend(SandboxBackend):
     def _start_sync(self, spec: SandboxSpec, tool_use_id: str) -> tuple[str, _AttachConnection]:
         if not spec.workspace.is_absolute():
             raise SandboxStartError(f"workspace {spec.workspace} is not an absolute path")
+        if self._stage is None:
+            return self._start_from(spec, tool_use_id, {})
+        with self._stage.holding(spec) as sources:  # until the engine mounted them: started
+            return self._start_from(spec, tool_use_id, sources)
+
+    def _start_from(
+        self, spec: SandboxSpec, tool_use_id: str, sources: dict[str, str]
+    ) -> tuple[str, _AttachConnection]:
         egress = self._egress_mounts(spec)
         try:
-            created = self._create(spec, tool_use_id, egress)
+            created = self._create(spec, tool_use_id, egress, sources)
         except BaseException:
             if egress is not None:
                 shutil.rmtree(egress.folder, ignore_errors=True)
@@ -357,9 +385,10 @@ class DockerBackend(SandboxBackend):
             points = read_mount_points(pid)
         except OSError as exc:
             # Missing: it ended, or this daemon does not see it (a PID namespace of its own,
-            # hidepid, systemd's ProtectProc); the engine tells which.
-            if not isinstance(exc, PermissionError) and not reaper.still_running(
-                self.api, container_id
+            # hidepid, systemd's ProtectProc); the engine tells which, unless it lags behind a
+            # container that ended at once: a daemon that read one table before sees them all.
+            if not isinstance(exc, PermissionError) and (
+                self._mounts_seen or not reaper.still_running(self.api, container_id)
             ):
                 log.warning("sandbox container %s ended as it started: %s", container_id[:12], exc)
                 raise SandboxStartError(SET_UP_CHANGED) from exc
@@ -371,6 +400,7 @@ class DockerBackend(SandboxBackend):
                     "is checked by their runner alone, after it started"
                 )
             return
+        self._mounts_seen = True
         ours = [RUNNER_TARGET, TMP_DIR, *(egress_targets(egress) if egress is not None else ())]
         workspace = str(spec.workspace)
         pins = [p.path for p in spec.git_pins]
@@ -614,6 +644,8 @@ class DockerBackend(SandboxBackend):
             log.warning("could not verify that all sandbox containers are gone: %s", exc)
         self._threads.shutdown(wait=True)
         self._removals.shutdown(wait=True)
+        if self._stage is not None:
+            self._stage.close()
         if self._owns_client:
             self._client.close()
 

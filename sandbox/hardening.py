@@ -6,6 +6,7 @@ the whole recipe and an integration test can compare it with what the engine act
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -137,6 +138,7 @@ def container_recipe(
     tool_use_id: str = "",
     idle_exit_s: int = 900,
     egress: EgressMounts | None = None,
+    sources: Mapping[str, str] | None = None,
 ) -> ContainerRecipe:
     """The hardened configuration of a container that runs the runner for one request.
 
@@ -150,6 +152,8 @@ def container_recipe(
             this time: a last line of defence should the daemon forget a pooled container.
         egress: Required exactly when the limits grant the egress network: the proxy's folder
             (and CA bundle) the container is given; it has no network interface but loopback.
+        sources: Where the engine finds the workspace and each pin instead of at their own
+            paths (`sandbox.source_stage`): the objects the daemon checked, bound by descriptor.
     """
     if spec.run_as is None or spec.run_as[0] <= 0 or spec.run_as[1] <= 0:
         raise ValueError(f"a sandbox never runs commands as root or group 0 (run_as {spec.run_as})")
@@ -200,9 +204,12 @@ def container_recipe(
     host_config_kwargs: dict[str, Any] = {
         "mounts": [
             Mount(
-                target=workspace, source=workspace, type="bind", read_only=spec.read_only_workspace
+                target=workspace,
+                source=(sources or {}).get(workspace, workspace),
+                type="bind",
+                read_only=spec.read_only_workspace,
             ),
-            *_pinned_mounts(spec),
+            *_pinned_mounts(spec, sources or {}),
             Mount(target=RUNNER_DIR, source=str(runner_source), type="bind", read_only=True),
             *_egress_mounts(egress),
         ],
@@ -246,12 +253,18 @@ def _egress_environment(egress: EgressMounts | None) -> dict[str, str]:
     return env
 
 
-def _pinned_mounts(spec: SandboxSpec) -> list[Mount]:
+def _pinned_mounts(spec: SandboxSpec, sources: Mapping[str, str]) -> list[Mount]:
     """Each pinned path over itself: a mount point, it cannot be renamed or replaced; read-only,
-    nothing in it can be written. The engine follows a symbolic link swapped in meanwhile; the
-    runner then finds another object there than the pin's and refuses."""
+    nothing in it can be written. Given by path, the engine follows a symbolic link swapped in
+    meanwhile (the runner then finds another object there than the pin's and refuses); staged,
+    it mounts the object the daemon checked."""
     return [
-        Mount(target=pin.path, source=pin.path, type="bind", read_only=pin.read_only)
+        Mount(
+            target=pin.path,
+            source=sources.get(pin.path, pin.path),
+            type="bind",
+            read_only=pin.read_only,
+        )
         for pin in spec.git_pins
     ]
 

@@ -53,6 +53,8 @@ log = logging.getLogger(__name__)
 
 #: Where in the state directory the runner is staged for containers (sandbox/runner_stage.py).
 RUNNER_FOLDER = "runner"
+#: Where in it the sources of containers' mounts are bound for the engine (sandbox/source_stage.py).
+SOURCE_STAGE_FOLDER = "stage"
 
 
 class _SessionRunner(SandboxRunner):
@@ -376,6 +378,7 @@ class Sandbox:
                 runner_source=runner,
                 egress_root=egress.root if egress else None,
                 ca_bundle=egress.ca_bundle if egress else None,
+                stage_root=settings.state_dir.absolute() / SOURCE_STAGE_FOLDER,
             )
         except Exception as exc:  # noqa: BLE001 - docker.errors.DockerException and OS errors alike
             if not quiet:

@@ -24,6 +24,7 @@ from sandbox.backend import LABEL_INSTANCE, LABEL_MANAGED, SandboxSpec
 from sandbox.docker_backend import DockerBackend
 from sandbox.executor import SandboxExecutor
 from sandbox.image import default_image_ref
+from sandbox.mount_check import read_mount_points
 
 #: Owner of test workspaces: not root, so the uid mapping is really exercised.
 WORKSPACE_UID = 1000
@@ -110,14 +111,19 @@ def instance_id() -> str:
 
 @pytest.fixture
 async def backend(
-    docker_client: docker.DockerClient, sandbox_image: str, instance_id: str
+    docker_client: docker.DockerClient, sandbox_image: str, instance_id: str, tmp_path: Path
 ) -> AsyncIterator[DockerBackend]:
-    made = DockerBackend(image=sandbox_image, instance_id=instance_id, client=docker_client)
+    """A backend as a root daemon has it: mount sources bound by descriptor for the engine."""
+    stage = tmp_path / "stage"
+    made = DockerBackend(
+        image=sandbox_image, instance_id=instance_id, client=docker_client, stage_root=stage
+    )
     try:
         yield made
     finally:
         await made.close()
         assert_no_containers(docker_client, instance_id)
+        assert not any(point.startswith(str(stage)) for point in read_mount_points("self"))
 
 
 @pytest.fixture

@@ -104,8 +104,12 @@ async def test_running_container_is_hardened_as_inspected(
         assert host["Init"] is True
         assert dict(e.split("=", 1) for e in config["Env"]) == SAFE_ENV
         mounts = {(m["Type"], m["Source"], m["Destination"], m["RW"]) for m in info["Mounts"]}
+        # The workspace as the daemon checked it, bound for the engine (sandbox/source_stage.py).
+        staged = next(m["Source"] for m in info["Mounts"] if m["Destination"] == str(workspace))
+        assert backend._stage is not None
+        assert Path(staged).parent.parent == backend._stage.root
         assert mounts == {
-            ("bind", str(workspace), str(workspace), True),
+            ("bind", staged, str(workspace), True),
             ("bind", mounts_runner_source(info), RUNNER_DIR, False),
         }
         assert not any("docker.sock" in m["Source"] for m in info["Mounts"])

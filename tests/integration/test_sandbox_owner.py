@@ -11,16 +11,16 @@ import os
 import re
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
-from sandbox import docker_backend
 from sandbox.backend import BashRequest, SandboxStartError, WriteFileRequest
 from sandbox.docker_backend import DockerBackend
 from sandbox.executor import SandboxExecutor
 from tests.integration import sandbox_fixtures
 from tests.integration.sandbox_fixtures import WORKSPACE_UID, spec_for
-from tests.integration.test_sandbox_git_dir import pinned_spec, repository, steering_link
+from tests.integration.test_sandbox_git_dir import pinned_spec, repository
 
 pytestmark = pytest.mark.docker
 
@@ -71,25 +71,31 @@ async def test_without_it_the_runner_is_root(executor: SandboxExecutor, workspac
 async def test_what_the_owner_steers_from_the_host_runs_as_the_owner(
     backend: DockerBackend, workspace: Path, monkeypatch: pytest.MonkeyPatch, throughout: bool
 ) -> None:
-    """The owner wins the race against the daemon's last look (stood in for: the look is made
-    to pass) and steers `.git`'s mount over the image's Python library with a folder whose
-    `encodings` module the container's first process imports. In a container with root in it,
-    that code runs as root (the control); as the owner throughout, as the owner."""
+    """The owner wins the race against the daemon's last look (stood in for: the swap comes
+    once the sources are bound, just before the engine is asked) and steers `.git`'s mount
+    (its target: the source is the repository the daemon checked, which is the owner's) over
+    the image's Python library, with an `encodings` module in the repository that the
+    container's first process imports. In a container with root in it, that code runs as root
+    (the control); as the owner throughout, as the owner."""
     repository(workspace)
     spec = pinned_spec(workspace).model_copy(update={"no_root": throughout})
     public = workspace / "pub"
     public.mkdir()
     public.chmod(0o777)  # a folder anyone may write in, as an owner may have
-    library = workspace.parent / "usr" / "lib" / "python3.11"
-    (library / "encodings").mkdir(parents=True, exist_ok=True)
-    (library / "encodings" / "__init__.py").write_text(
+    (workspace / ".git" / "encodings").mkdir()
+    (workspace / ".git" / "encodings" / "__init__.py").write_text(
         "import posix\n"
         f"fd = posix.open({str(public / 'who')!r}, posix.O_WRONLY | posix.O_CREAT, 0o644)\n"
         "posix.write(fd, str(posix.getuid()).encode())\n"
     )
-    os.rename(workspace / ".git", workspace / ".git-real")
-    (workspace / ".git").symlink_to(steering_link(workspace, "/usr/lib/python3.11"))
-    monkeypatch.setattr(docker_backend, "moved_pin", lambda spec: "")
+    asked = backend._start_from
+
+    def swapped_then_asked(*args: Any) -> Any:
+        os.rename(workspace / ".git", workspace / ".git-real")
+        (workspace / ".git").symlink_to("/usr/lib/python3.11")
+        return asked(*args)
+
+    monkeypatch.setattr(backend, "_start_from", swapped_then_asked)
     # As under the shipped unit, which cannot read containers' mount tables: a root daemon's
     # check comes after the first process started anyway, and may remove it before or after
     # the steered code ran.

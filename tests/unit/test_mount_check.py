@@ -2,6 +2,13 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from sandbox import docker_backend
+from sandbox.backend import SET_UP_CHANGED, SandboxSpec, SandboxStartError
 from sandbox.mount_check import misplaced, mount_points
 
 WS = "/srv/ws"
@@ -68,3 +75,39 @@ def test_the_hosts_own_mounts_below_the_workspace_come_along() -> None:
     assert misplaced([*NORMAL, host], WS, PINS, OURS, submounts=[host]) == ""
     assert f"{host} is mounted" in misplaced([*NORMAL, host], WS, PINS, OURS)
     assert "mounted twice" in misplaced([*NORMAL, host, host], WS, PINS, OURS, submounts=[host])
+
+
+class _RunningEngine:
+    """An engine that still says a container runs (it lags behind one that ended at once)."""
+
+    def inspect_container(self, container_id: str) -> dict[str, Any]:
+        return {"State": {"Running": True, "Pid": 4242}}
+
+
+def test_a_table_gone_after_others_were_read_is_a_container_that_ended(
+    backend_over: Any, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """A daemon that cannot read containers' mount tables relies on the runner's own check; one
+    that read one before can read them all, so a missing one is a container that ended as it
+    started, even while the engine still says it runs: refused, not let through unchecked."""
+    backend = backend_over(_RunningEngine())
+    spec = SandboxSpec(workspace=tmp_path)
+    tables: list[list[str] | OSError] = [
+        FileNotFoundError(2, "gone"),
+        [],
+        FileNotFoundError(2, "gone"),
+    ]
+
+    def read(pid: int) -> list[str]:
+        got = tables.pop(0)
+        if isinstance(got, OSError):
+            raise got
+        return got
+
+    monkeypatch.setattr(docker_backend, "read_mount_points", read)
+    monkeypatch.setattr(docker_backend, "misplaced", lambda *args: "")
+    backend._check_mounts("c1", 4242, spec, None)  # never read one: cannot tell, let through
+    backend._check_mounts("c2", 4243, spec, None)
+    with pytest.raises(SandboxStartError) as refused:
+        backend._check_mounts("c3", 4244, spec, None)
+    assert str(refused.value) == SET_UP_CHANGED
