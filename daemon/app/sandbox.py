@@ -19,7 +19,7 @@ from daemon.calls.audit import AuditLog
 from daemon.config import Settings
 from daemon.egress.proxy import CallEgress, EgressCall, EgressProxy
 from daemon.errors import ToolError
-from daemon.host.git_pins import git_pins
+from daemon.host.git_pins import RepositoryLook, repository_look
 from daemon.host.pinned import PinnedDirectory
 from daemon.host.proc_visibility import warn_when_commands_show
 from daemon.host.threads import TenantThreads
@@ -32,7 +32,6 @@ from sandbox.backend import (
     GitAccess,
     McpSessionCall,
     McpSessionRequest,
-    PathPin,
     SandboxError,
     SandboxLimits,
     SandboxRequest,
@@ -90,9 +89,8 @@ class _SessionRunner(SandboxRunner):
         read_only_workspace: bool = False,
         on_start: Callable[[], None] | None = None,
     ) -> SandboxResult:
-        spec = (await _spec(self._session, limits)).model_copy(
-            update={"image": image, "read_only_workspace": read_only_workspace}
-        )
+        spec, before = await _spec_and_look(self._session, limits)
+        spec = spec.model_copy(update={"image": image, "read_only_workspace": read_only_workspace})
         held = self._held_root(spec)
         try:
             return await self._executor.run(
@@ -104,7 +102,7 @@ class _SessionRunner(SandboxRunner):
                 on_start=on_start,
             )
         finally:
-            self._check_repository(spec, held)
+            self._check_repository(spec, before, held)
 
     async def converse(
         self,
@@ -116,7 +114,8 @@ class _SessionRunner(SandboxRunner):
         *,
         image: str = "",
     ) -> SandboxResult:
-        spec = (await _spec(self._session, limits)).model_copy(update={"image": image})
+        spec, before = await _spec_and_look(self._session, limits)
+        spec = spec.model_copy(update={"image": image})
         held = self._held_root(spec)
         try:
             return await self._kept.call(
@@ -130,7 +129,7 @@ class _SessionRunner(SandboxRunner):
                 owner=self._session.owner,
             )
         finally:
-            self._check_repository(spec, held)
+            self._check_repository(spec, before, held)
 
     def _held_root(self, spec: SandboxSpec) -> PinnedDirectory | None:
         """The workspace, held for the repository check after the call (None: no check): the
@@ -146,7 +145,9 @@ class _SessionRunner(SandboxRunner):
                 f"({exc.strerror}), so nothing ran. Try again."
             ) from exc
 
-    def _check_repository(self, spec: SandboxSpec, held: PinnedDirectory | None) -> None:
+    def _check_repository(
+        self, spec: SandboxSpec, before: RepositoryLook, held: PinnedDirectory | None
+    ) -> None:
         """After a container ran over a read-only repository, look again (in the background,
         off the event loop): what changed on the host meanwhile was not held for that container
         (a re-created `.git` detached its read-only mount; a submodule added or checked out was
@@ -160,22 +161,26 @@ class _SessionRunner(SandboxRunner):
             return
 
         def start() -> None:
-            check = asyncio.get_running_loop().create_task(self._audit_if_changed(spec, held))
+            check = asyncio.get_running_loop().create_task(
+                self._audit_if_changed(spec, before, held)
+            )
             _checks.add(check)
             check.add_done_callback(_checks.discard)
             check.add_done_callback(lambda _: held.close())
 
         after_answer.later(start)
 
-    async def _audit_if_changed(self, spec: SandboxSpec, root: PinnedDirectory) -> None:
+    async def _audit_if_changed(
+        self, spec: SandboxSpec, before: RepositoryLook, root: PinnedDirectory
+    ) -> None:
         try:
-            if await _pins_of(root, self._session.owner) == spec.git_pins:
+            if await _look_of(root, self._session) == before:
                 return
         except ToolError:
             pass  # unreadable now: changed as well
         except Exception:  # a look that failed otherwise: the owner is told all the same
             log.exception("looking at the repository of workspace %s failed", spec.workspace)
-        made = not spec.git_pins
+        made = not before.pins and not before.models
         log.warning(
             "the repository of workspace %s %s while call %s ran in a container; check its "
             "hooks and configuration before running git there",
@@ -227,15 +232,26 @@ tenant's calls behind them), and a look stuck on a hung mount holds only its pri
 (a turn ends when its look does, not when its call is cancelled: round 68)."""
 
 
-async def _pins_of(root: PinnedDirectory, owner: str) -> tuple[PathPin, ...]:
-    """`git_pins`, in one of `owner`'s repository-look threads."""
-    return await _REPOSITORY_LOOKS.run(owner, functools.partial(git_pins, root))
+async def _look_of(root: PinnedDirectory, session: Session) -> RepositoryLook:
+    """`repository_look`, in one of the session owner's repository-look threads."""
+    return await _REPOSITORY_LOOKS.run(
+        session.owner, functools.partial(repository_look, root, session.made_by_sandboxes)
+    )
 
 
 async def _spec(session: Session, limits: SandboxLimits, *, bound: bool = True) -> SandboxSpec:
-    """A container for the session's pinned workspace and identity (`bound`: labelled with it).
-    Its repository and who on the host could change the workspace's path are looked at in a
-    worker thread: a large index is read once per change, and the other calls go on meanwhile.
+    """`_spec_and_look`'s container spec."""
+    spec, _ = await _spec_and_look(session, limits, bound=bound)
+    return spec
+
+
+async def _spec_and_look(
+    session: Session, limits: SandboxLimits, *, bound: bool = True
+) -> tuple[SandboxSpec, RepositoryLook]:
+    """A container for the session's pinned workspace and identity (`bound`: labelled with it),
+    and the look at its repository (compared with another after the call). The repository and
+    who on the host could change the workspace's path are looked at in a worker thread: a
+    large index is read once per change, and the other calls go on meanwhile.
 
     Raises:
         ToolError: The workspace's repository is to be read-only and cannot be (`git_pins`),
@@ -244,30 +260,31 @@ async def _spec(session: Session, limits: SandboxLimits, *, bound: bool = True) 
     """
     root = session.pinned_root()
     read_only = limits.git is GitAccess.READ_ONLY
-    pins, (changers, way) = await _REPOSITORY_LOOKS.run(
+    look, (changers, way) = await _REPOSITORY_LOOKS.run(
         session.owner, functools.partial(_look_at_workspace, session, root, read_only=read_only)
     )
-    return SandboxSpec(
+    spec = SandboxSpec(
         workspace=root.path,
         workspace_id=root.identity,
         run_as=session.sandbox_as,
         group_shared=session.group_shared,
-        no_root=_no_root(session, changers, pinned=bool(pins)),
+        no_root=_no_root(session, changers, pinned=bool(look.pins)),
         limits=limits,
         session_id=session.id if bound else "",
         pool_owner=session.owner,
-        git_pins=pins,
+        git_pins=look.pins,
         host_way=way,
     )
+    return spec, look
 
 
 def _look_at_workspace(
     session: Session, root: PinnedDirectory, *, read_only: bool
-) -> tuple[tuple[PathPin, ...], HostLook]:
-    """The repository's pins (when it is to be read-only) and who on the host could change
-    the workspace's path or theirs: one hop to a worker thread for both."""
-    pins = git_pins(root) if read_only else ()
-    return pins, session.host_changers([pin.path for pin in pins])
+) -> tuple[RepositoryLook, HostLook]:
+    """The repository (when it is to be read-only) and who on the host could change the
+    workspace's path or its pins': one hop to a worker thread for both."""
+    look = repository_look(root, session.made_by_sandboxes) if read_only else RepositoryLook((), ())
+    return look, session.host_changers([pin.path for pin in look.pins])
 
 
 def _no_root(session: Session, changers: frozenset[int] | None, *, pinned: bool) -> bool:

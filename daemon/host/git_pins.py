@@ -55,7 +55,7 @@ import shlex
 import stat
 import threading
 from collections.abc import Callable
-from typing import TypeVar
+from typing import NamedTuple, TypeVar
 
 from daemon.errors import ToolError
 from daemon.host.git_config import UnreadableConfig, config_entries
@@ -139,7 +139,20 @@ _index_cache = _IndexCache()
 _parse_lock = threading.Lock()
 
 
-def git_pins(root: PinnedDirectory) -> tuple[PathPin, ...]:
+class RepositoryLook(NamedTuple):
+    """What holds the workspace's repository, and what of it is the model's own."""
+
+    pins: tuple[PathPin, ...]
+    """Paths to hold read-only (`git_pins`)."""
+    models: tuple[tuple[str, int, int], ...]
+    """What sandbox identities alone made at the workspace's root that git takes for a
+    repository (a `.git` directory, or a git-directory layout), by path, device and inode: the
+    model's own, not held, and looked for again after each call (its making is audited)."""
+
+
+def git_pins(
+    root: PinnedDirectory, made_by_sandboxes: Callable[[int], bool] = lambda uid: False
+) -> tuple[PathPin, ...]:
     """The pins that keep the workspace's repository read-only, and what a repository above it
     names inside it; () when neither it nor a folder above has a `.git` (a repository made in
     the sandbox is the model's own).
@@ -148,12 +161,28 @@ def git_pins(root: PinnedDirectory) -> tuple[PathPin, ...]:
         ToolError: Part of the repository is a link, missing, or cannot be read: nothing may
             run, since the sandbox could not hold it read-only.
     """
-    pins = _Pins(root)
+    return repository_look(root, made_by_sandboxes).pins
+
+
+def repository_look(
+    root: PinnedDirectory, made_by_sandboxes: Callable[[int], bool] = lambda uid: False
+) -> RepositoryLook:
+    """`git_pins`, and what at the root sandbox identities alone made (`made_by_sandboxes`
+    tells the uids only they have): the model's own, as a repository made in the sandbox
+    (attacker round 128: holding, or refusing, one a tenant made at the root of the shared
+    default workspace stopped or locked every other tenant's calls there). A root it can
+    write is all the model needs to make one; holding it afterwards protects nothing of an
+    owner's.
+
+    Raises:
+        ToolError: as `git_pins`.
+    """
+    pins = _Pins(root, made_by_sandboxes)
     enclosing = _enclosing_work_tree(root)
     if enclosing is not None:
         pins.enclosing(enclosing)
     pins.repository("", depth=0)
-    return pins.done()
+    return RepositoryLook(pins.done(), tuple(pins.models))
 
 
 def _enclosing_work_tree(root: PinnedDirectory) -> str | None:
@@ -176,8 +205,11 @@ def _enclosing_work_tree(root: PinnedDirectory) -> str | None:
 class _Pins:
     """The pins found so far, by path (a path pinned read-only stays so)."""
 
-    def __init__(self, root: PinnedDirectory) -> None:
+    def __init__(self, root: PinnedDirectory, made_by_sandboxes: Callable[[int], bool]) -> None:
         self._root = root
+        self._made_by_sandboxes = made_by_sandboxes
+        self.models: list[tuple[str, int, int]] = []
+        """RepositoryLook.models."""
         self._pins: dict[str, PathPin] = {}
         self._read_only_dirs: list[str] = []
         """Workspace-relative directories already held read-only as a whole."""
@@ -205,12 +237,16 @@ class _Pins:
         if info is None:
             if work_tree:  # an empty submodule: nothing may become its .git
                 self._add_way(work_tree, read_only=True)
-            elif self._laid_out_as_git_directory():
+                return
+            layout = self._git_directory_layout()
+            if layout and not self._theirs(layout):
                 raise _refused(
                     "The workspace is laid out as a git directory (a HEAD beside objects, refs "
                     "or a commondir file at its root): git run in it takes its configuration and "
                     "hooks from there, as a bare repository's."
                 )
+            return
+        if not work_tree and stat.S_ISDIR(info.st_mode) and self._theirs([(dot_git, info)]):
             return
         if work_tree:
             self._add_way(work_tree, read_only=False)
@@ -232,16 +268,25 @@ class _Pins:
         self._hold(git_dir)
         self._git_directory(work_tree, git_dir, depth)
 
-    def _laid_out_as_git_directory(self) -> bool:
-        """Whether git may take the workspace's root itself for a git directory when it has no
+    def _git_directory_layout(self) -> list[tuple[str, os.stat_result]]:
+        """What makes git take the workspace's root itself for a git directory when it has no
         `.git` (attacker round 92): a HEAD beside objects/, refs/ or a commondir file (git looks
         for objects/ and refs/ where that points: round 93), each in any form, since git
-        follows what the model may have made a link. More than git needs: refusing is safe."""
-        if _lstat(self._root, "HEAD") is None:
+        follows what the model may have made a link. More than git needs: refusing is safe.
+        [] when the root is not laid out so."""
+        head = _lstat(self._root, "HEAD")
+        if head is None:
+            return []
+        found = [(name, _lstat(self._root, name)) for name in ("objects", "refs", "commondir")]
+        beside = [(name, info) for name, info in found if info is not None]
+        return [("HEAD", head), *beside] if beside else []
+
+    def _theirs(self, made: list[tuple[str, os.stat_result]]) -> bool:
+        """Whether sandbox identities alone made each of `made` (then noted as the model's)."""
+        if not all(self._made_by_sandboxes(info.st_uid) for _, info in made):
             return False
-        return any(
-            _lstat(self._root, name) is not None for name in ("objects", "refs", "commondir")
-        )
+        self.models.extend((name, info.st_dev, info.st_ino) for name, info in made)
+        return True
 
     def enclosing(self, work_tree: str) -> None:
         """Hold what the repository whose work tree `work_tree` lies above the workspace names

@@ -133,6 +133,9 @@ class Session:
     inside it on the way to the given paths, from outside any sandbox (None: anyone might),
     and the folders judged; looked at for every container, off the event loop
     (IdentityRule.host_changers)."""
+    made_by_sandboxes: Callable[[int], bool] = field(default=lambda uid: False, repr=False)
+    """Whether only sandboxes have a uid (IdentityRule.made_by_sandboxes): what it made in the
+    workspace is the model's own (daemon.host.git_pins.repository_look)."""
     group_shared: bool = False
     """Its workspace is shared with other principals' sandboxes, each with a uid of its own,
     through its group (the default workspace): see SandboxSpec.group_shared."""

@@ -159,6 +159,9 @@ class SessionStore:
             return HostLook(frozenset(), ())
         return self._identities.host_changers(root, inside)
 
+    def _made_by_sandboxes(self, uid: int) -> bool:
+        return self._identities is not None and self._identities.made_by_sandboxes(uid)
+
     def _roots(self) -> dict[str, PinnedDirectory]:
         roots = {DEFAULT_SESSION_ID: self._default_root}
         roots.update((s.id, s.pinned_root()) for s in self._sessions.values())
@@ -202,6 +205,7 @@ class SessionStore:
                 root=self._default_root,
                 sandbox_as=sandbox_as,
                 host_changers=functools.partial(self._changers, self._default_root),
+                made_by_sandboxes=self._made_by_sandboxes,
                 group_shared=self._default_by_principal,
             )
             session.shared = functools.partial(self.overlapped, session)
@@ -355,6 +359,7 @@ class SessionStore:
             root=root,
             sandbox_as=identity,
             host_changers=functools.partial(self._changers, root),
+            made_by_sandboxes=self._made_by_sandboxes,
             disk_budget_mb=disk_budget_mb,
             disk_share_mb=disk_share_mb,
         )

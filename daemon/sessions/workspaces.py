@@ -186,6 +186,16 @@ class IdentityRule:
             )
         return entry.pw_uid, entry.pw_gid
 
+    def made_by_sandboxes(self, uid: int) -> bool:
+        """Whether only tooljail's sandboxes have `uid` (a principal's own, or the dedicated
+        account's): what it owns, a model made."""
+        if self.principal_uids is not None and uid in self.principal_uids.range:
+            return True
+        try:
+            return uid == self.dedicated()[0]
+        except RequestError:
+            return False
+
     def for_principal(self, principal: str) -> tuple[int, int]:
         """The identity the sandboxes of a workspace tooljail made for `principal` run as: the
         principal's own uid with the dedicated account's group (the dedicated account itself

@@ -237,7 +237,9 @@ def test_a_repository_made_in_a_fresh_session_workspace_does_not_stop_its_calls(
 ) -> None:
     """Attacker round 67: a fresh session's workspace is the sandbox account's, mode 0750, and
     the runner (root without DAC capabilities) could not look at the `.git` made there, so every
-    later call of the session was refused."""
+    later call of the session was refused. Round 128: what its sandboxes alone made is the
+    model's own, not held read-only afterwards (nothing of an owner's is in it); its making
+    is in the audit."""
     root = short_tmp / "git-fresh"
     root.mkdir()
     with daemon_for(root, {}) as (daemon, _):
@@ -247,9 +249,16 @@ def test_a_repository_made_in_a_fresh_session_workspace_does_not_stop_its_calls(
         )
         assert text_of(made) == "made\n", text_of(made)
         after = daemon.execute(
-            "Bash", {"command": "git status --short; touch .git/x"}, session_id=opened.id
-        )
-        assert "Exit code 1\ntouch: cannot touch '.git/x': Read-only file system" in text_of(after)
+            "Bash", {"command": "git status --short; touch .git/x && echo used"},
+            session_id=opened.id,
+        )  # fmt: skip
+        assert "used" in text_of(after), text_of(after)
+        deadline = time.monotonic() + 60
+        while made.result.tool_use_id not in [
+            r["tool_use_id"] for r in daemon.audit_lines("repository_created")
+        ]:
+            assert time.monotonic() < deadline, "no repository_created record"
+            time.sleep(0.05)
         daemon.stub.CloseSession(pb.CloseSessionRequest(session_id=opened.id), timeout=60)
 
 

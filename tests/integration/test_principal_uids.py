@@ -275,3 +275,58 @@ def test_a_write_through_a_link_there_when_it_was_judged_reaches_its_target(
         assert (workspace / "alias.txt").is_symlink()
     finally:
         alice.close(hers)
+
+
+def test_a_tenant_laying_out_the_shared_workspace_as_a_git_directory_stops_nobody(
+    tenants: tuple[RunningDaemon, Tenant, Tenant],
+) -> None:
+    """Attacker round 128: alice made the shared default workspace look like a bare repository
+    (HEAD beside objects/); from then on every sandboxed call of every tenant there was
+    refused, `rm HEAD` included, until the operator stepped in. What her sandbox made is the
+    model's own: the others go on working, and the making is in the audit."""
+    running, alice, bob = tenants
+    workspace = running.settings.workspace
+    made = alice.bash(DEFAULT, "mkdir -p objects refs && echo 'ref: refs/heads/main' > HEAD")
+    try:
+        answer = bob.bash(DEFAULT, "echo bob-ran")
+        assert "bob-ran" in text_of(answer)
+        alice.bash(DEFAULT, "rm HEAD && rmdir objects refs")
+        assert not (workspace / "HEAD").exists()
+        deadline = time.monotonic() + 60
+        while not [
+            r
+            for r in running.audit_lines("repository_created")
+            if r["tool_use_id"] == made.result.tool_use_id
+        ]:
+            assert time.monotonic() < deadline, "no repository_created record of alice's call"
+            time.sleep(0.05)
+    finally:
+        for name in ("HEAD", "objects", "refs"):
+            shutil.rmtree(workspace / name, ignore_errors=True)
+            (workspace / name).unlink(missing_ok=True)
+
+
+def test_a_tenants_repository_at_the_shared_root_locks_no_other_tenants_folder(
+    tenants: tuple[RunningDaemon, Tenant, Tenant],
+) -> None:
+    """Attacker round 128: alice's `git init` at the root of the shared default workspace, whose
+    index named bob's folder as a submodule, had bob's folder held read-only in every container
+    (an empty submodule) and the repository too, so nobody could undo it."""
+    running, alice, bob = tenants
+    workspace = running.settings.workspace
+    bob.bash(DEFAULT, "mkdir -p bob-proj && echo one > bob-proj/notes.txt")
+    made = alice.bash(
+        DEFAULT,
+        "git init -q . && git update-index --add --cacheinfo "
+        "160000,1111111111111111111111111111111111111111,bob-proj && echo made",
+    )
+    try:
+        assert "made" in text_of(made)
+        bob.bash(DEFAULT, "echo two >> bob-proj/notes.txt")
+        assert (workspace / "bob-proj" / "notes.txt").read_text() == "one\ntwo\n"
+        # Not held read-only either: the repository is alice's model's own to use.
+        alice.bash(DEFAULT, "GIT_AUTHOR_NAME=a GIT_AUTHOR_EMAIL=a@b GIT_COMMITTER_NAME=a "
+                            "GIT_COMMITTER_EMAIL=a@b git commit -q --allow-empty -m x")  # fmt: skip
+        assert "x" in text_of(alice.bash(DEFAULT, "git log --format=%s"))
+    finally:
+        shutil.rmtree(workspace / ".git", ignore_errors=True)

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from daemon.errors import ToolError
-from daemon.host.git_pins import git_pins
+from daemon.host.git_pins import RepositoryLook, git_pins, repository_look
 from daemon.host.pinned import PinnedDirectory
 from sandbox.backend import PathPin, SandboxSpec
 from sandbox.executor import pool_key
@@ -365,12 +365,13 @@ async def _audit_after_a_change(
             records.append(record)
 
     runner = _SessionRunner(None, None, session, "toolu_1", None, Audit())  # type: ignore[arg-type]
-    spec = SandboxSpec(workspace=workspace, git_pins=git_pins(root))
+    before = repository_look(root)
+    spec = SandboxSpec(workspace=workspace, git_pins=before.pins)
     try:
-        await runner._audit_if_changed(spec, root)
+        await runner._audit_if_changed(spec, before, root)
         assert records == []
         change()
-        await runner._audit_if_changed(spec, root)
+        await runner._audit_if_changed(spec, before, root)
     finally:
         root.close()
     return records
@@ -430,6 +431,56 @@ def test_a_workspace_laid_out_as_a_git_directory_is_refused(
         pins_of(workspace)
 
 
+SANDBOX_UIDS = range(2_000_000_000, 2_000_001_000)
+
+
+@pytest.mark.parametrize("lay_out", [_lay_out_as_a_git_directory, _lay_out_with_a_common_directory])
+def test_a_layout_made_by_sandboxes_alone_is_theirs_and_refuses_nothing(
+    workspace: Path, lay_out: Callable[[Path], None]
+) -> None:
+    """Attacker round 128: a tenant laid out the shared default workspace as a git directory,
+    and every sandboxed call of every tenant there was refused, its own `rm HEAD` too. What only
+    sandbox identities made there is the model's, as a `.git` it makes: nothing of an owner's
+    to hold, and its making is audited (the check after the call)."""
+    lay_out(workspace)
+    for entry in workspace.rglob("*"):
+        os.lchown(entry, SANDBOX_UIDS[3], SANDBOX_UIDS[3])
+    root = PinnedDirectory.pin(workspace)
+    try:
+        assert git_pins(root, made_by_sandboxes=SANDBOX_UIDS.__contains__) == ()
+        os.lchown(workspace / "HEAD", 1000, 1000)  # an owner's: held as before, so refused
+        with pytest.raises(ToolError, match="laid out as a git directory"):
+            git_pins(root, made_by_sandboxes=SANDBOX_UIDS.__contains__)
+    finally:
+        root.close()
+
+
+def test_a_repository_sandboxes_alone_made_at_the_root_holds_nothing_it_names(
+    workspace: Path,
+) -> None:
+    """Attacker round 128: a tenant's `git init` at the root of the shared default workspace,
+    whose index named another tenant's folder as a submodule, had that folder held read-only
+    (an empty submodule) and the repository itself too, for every tenant and for good."""
+    (workspace / "alice-proj").mkdir()
+    subprocess.run(["git", "init", "-q", str(workspace)], check=True)
+    subprocess.run(
+        ["git", "-C", str(workspace), "update-index", "--add", "--cacheinfo",
+         f"160000,{'1' * 40},alice-proj"],
+        check=True,
+    )  # fmt: skip
+    assert held(workspace) == {".git": True, "alice-proj": True}  # an owner's: held
+    for entry in [workspace / ".git", *(workspace / ".git").rglob("*")]:
+        os.lchown(entry, SANDBOX_UIDS[5], SANDBOX_UIDS[5])
+    root = PinnedDirectory.pin(workspace)
+    try:
+        look = repository_look(root, SANDBOX_UIDS.__contains__)
+    finally:
+        root.close()
+    assert look.pins == ()
+    git = (workspace / ".git").stat()
+    assert look.models == ((".git", git.st_dev, git.st_ino),)
+
+
 async def test_a_bare_repository_a_container_made_at_the_root_is_audited(workspace: Path) -> None:
     records = await _audit_after_a_change(workspace, lambda: _lay_out_as_a_git_directory(workspace))
     assert [r["event"] for r in records] == ["repository_created"]
@@ -452,14 +503,15 @@ async def test_the_check_of_a_call_whose_session_closed_meanwhile_still_runs(
             records.append(record)
 
     runner = _SessionRunner(None, None, session, "toolu_1", None, Audit())  # type: ignore[arg-type]
-    spec = SandboxSpec(workspace=workspace, git_pins=git_pins(session.pinned_root()))
+    before = repository_look(session.pinned_root())
+    spec = SandboxSpec(workspace=workspace, git_pins=before.pins)
     held = runner._held_root(spec)
     assert held is not None
     session.closed = True
     assert session.root is not None
     session.root.close()
     (workspace / ".git").mkdir()
-    runner._check_repository(spec, held)
+    runner._check_repository(spec, before, held)
     await asyncio.gather(*_checks)
     assert [r["event"] for r in records] == ["repository_created"]
     assert held.fd == -1  # released once looked at
@@ -549,13 +601,13 @@ async def test_the_repository_is_looked_at_on_threads_of_its_own(workspace: Path
     session = Session(id="s1", workspace=workspace, owner="alice", root=root)
     names: list[str] = []
 
-    def recorded(pinned: PinnedDirectory) -> tuple[PathPin, ...]:
+    def recorded(pinned: PinnedDirectory, *_: object) -> RepositoryLook:
         names.append(threading.current_thread().name)
-        return git_pins(pinned)
+        return repository_look(pinned)
 
     try:
         with pytest.MonkeyPatch.context() as patch:
-            patch.setattr("daemon.app.sandbox.git_pins", recorded)
+            patch.setattr("daemon.app.sandbox.repository_look", recorded)
             spec = await module._spec(session, SandboxLimits())
     finally:
         root.close()
@@ -580,14 +632,14 @@ async def test_a_principal_takes_one_repository_thread_however_many_sessions_it_
     running: dict[str, int] = {"mallory": 0}
     most = 0
 
-    def slow_for_mallory(pinned: PinnedDirectory) -> tuple[PathPin, ...]:
+    def slow_for_mallory(pinned: PinnedDirectory, *_: object) -> RepositoryLook:
         nonlocal most
         if pinned.path.name.startswith("mallory"):
             running["mallory"] += 1
             most = max(most, running["mallory"])
             release.wait(60)
             running["mallory"] -= 1
-        return git_pins(pinned)
+        return repository_look(pinned)
 
     sessions = []
     for name in ("mallory1", "mallory2", "mallory3", "alice"):
@@ -597,7 +649,7 @@ async def test_a_principal_takes_one_repository_thread_however_many_sessions_it_
         sessions.append(Session(id=name, workspace=ws, owner=owner, root=PinnedDirectory.pin(ws)))
     try:
         with pytest.MonkeyPatch.context() as patch:
-            patch.setattr("daemon.app.sandbox.git_pins", slow_for_mallory)
+            patch.setattr("daemon.app.sandbox.repository_look", slow_for_mallory)
             mallory = [asyncio.create_task(module._spec(s, SandboxLimits())) for s in sessions[:3]]
             await asyncio.sleep(0.2)
             alice = await asyncio.wait_for(module._spec(sessions[3], SandboxLimits()), 30)
@@ -792,20 +844,20 @@ async def test_a_cancelled_call_keeps_its_principals_turn_until_its_look_ends(
     looking = 0
     most = 0
 
-    def slow(pinned: PinnedDirectory) -> tuple[PathPin, ...]:
+    def slow(pinned: PinnedDirectory, *_: object) -> RepositoryLook:
         nonlocal looking, most
         looking += 1
         most = max(most, looking)
         release.wait(60)
         looking -= 1
-        return git_pins(pinned)
+        return repository_look(pinned)
 
     ws = tmp_path / "ws"
     (ws / ".git").mkdir(parents=True)
     session = Session(id="s", workspace=ws, owner="mallory", root=PinnedDirectory.pin(ws))
     try:
         with pytest.MonkeyPatch.context() as patch:
-            patch.setattr("daemon.app.sandbox.git_pins", slow)
+            patch.setattr("daemon.app.sandbox.repository_look", slow)
             first = asyncio.create_task(module._spec(session, SandboxLimits()))
             await asyncio.sleep(0.2)
             first.cancel()
