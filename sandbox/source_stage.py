@@ -139,15 +139,15 @@ class SourceStage:
         is not what was recorded (the detail goes to the log)."""
         folder = self.root / uuid.uuid4().hex
         folder.mkdir(mode=0o700)
+        bound: list[str] = []
         try:
-            sources: dict[str, str] = {}
             wanted = [(str(spec.workspace), spec.workspace_id)]
             wanted += [(pin.path, pin.identity) for pin in spec.git_pins]
             for number, (path, identity) in enumerate(wanted):
-                sources[path] = self._bind(path, identity, folder / str(number))
-            yield sources
+                bound.append(self._bind(path, identity, folder / str(number)))
+            yield {path: source for (path, _), source in zip(wanted, bound, strict=True)}
         finally:
-            self._release(folder)
+            self._release(folder, bound)
 
     def _bind(self, path: str, identity: tuple[int, int], target: Path) -> str:
         try:
@@ -170,11 +170,12 @@ class SourceStage:
             os.close(fd)
         return str(target)
 
-    def _release(self, folder: Path) -> None:
-        """Unbind what `folder` holds and remove it. Never a recursive removal: a bind that
-        could not be undone would have it delete the workspace's files; each entry is removed
-        alone (a folder only when empty, a mount point never), and what stays is logged."""
-        mounted = set(read_mount_points("self"))
+    def _release(self, folder: Path, bound: list[str] | None = None) -> None:
+        """Unbind what `folder` holds (`bound`, or what the mount table says) and remove it.
+        Never a recursive removal: a bind that could not be undone would have it delete the
+        workspace's files; each entry is removed alone (a folder only when empty, a mount point
+        never), and what stays is logged."""
+        mounted = set(read_mount_points("self") if bound is None else bound)
         entries = sorted(folder.iterdir()) if folder.is_dir() else []
         for entry in entries:
             if str(entry) in mounted:

@@ -11,7 +11,13 @@ from typing import Any
 
 import pytest
 
-from sandbox.backend import SET_UP_CHANGED, BashRequest, SandboxSpec, SandboxStartError
+from sandbox.backend import (
+    SET_UP_CHANGED,
+    BashRequest,
+    PathPin,
+    SandboxSpec,
+    SandboxStartError,
+)
 from sandbox.docker_backend import DockerBackend
 from sandbox.executor import SandboxExecutor
 from sandbox.mount_check import read_mount_points
@@ -71,7 +77,15 @@ def test_a_link_on_the_way_or_another_object_is_refused(stage: SourceStage, tmp_
     other = SandboxSpec(workspace=real, workspace_id=(1, 1))
     with pytest.raises(SandboxStartError), stage.holding(other):
         pass
+    (real / ".git").mkdir()
+    pin = PathPin(path=str(real / ".git"), identity=_identity(real / ".git"), read_only=True)
+    spec = SandboxSpec(workspace=real, workspace_id=_identity(real), git_pins=(pin,))
+    (real / ".git").rename(real / ".git-moved")
+    (real / ".git").symlink_to(real / ".git-moved")
+    with pytest.raises(SandboxStartError), stage.holding(spec):  # the workspace bound first
+        pass
     assert list(stage.root.iterdir()) == []
+    assert not any(p.startswith(str(stage.root) + "/") for p in read_mount_points("self"))
 
 
 @pytest.mark.docker
