@@ -1440,6 +1440,7 @@ def main(argv: list[str] | None = None) -> int:
     except ValueError as exc:
         sys.stderr.write(f"runner.py: {exc}\n")
         return 2
+    spawn.ignore_interrupts()
     try:
         identity = _identity(args.run_as)
         confine.forbid_inspection()

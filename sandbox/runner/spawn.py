@@ -27,12 +27,23 @@ BASH = "/bin/bash"
 #: to report (see sandbox/hardening.py for a command that lowers it).
 COMMAND_OOM_SCORE_ADJ = 1000
 _OOM_SCORE = "/proc/self/oom_score_adj"
-#: Signals Python ignores, which an exec would keep ignored (`yes | head` would then complain
-#: about a broken pipe instead of ending quietly): back to their defaults in the child.
+#: Signals the runner ignores, which an exec would keep ignored (`yes | head` would then
+#: complain about a broken pipe instead of ending quietly): back to their defaults in the child.
+#: Python ignores the first ones; SIGINT, `ignore_interrupts`.
 _PYTHON_IGNORES = tuple(
-    getattr(signals, name) for name in ("SIGPIPE", "SIGXFSZ", "SIGXFZ") if hasattr(signals, name)
+    getattr(signals, name)
+    for name in ("SIGPIPE", "SIGXFSZ", "SIGXFZ", "SIGINT")
+    if hasattr(signals, name)
 )
 SIGKILL: int = signals.SIGKILL
+
+
+def ignore_interrupts() -> None:
+    """The runner ignores SIGINT: in a container with no root its commands share its uid and
+    may signal it, and Python's handler would end it, and their own call with it. Nothing asks
+    the runner to stop that way (the daemon ends a command through the runner's request
+    stream, and a container through the engine)."""
+    signals.signal(signals.SIGINT, signals.SIG_IGN)
 
 
 class Spawned:

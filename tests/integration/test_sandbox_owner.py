@@ -112,3 +112,18 @@ async def test_what_the_owner_steers_from_the_host_runs_as_the_owner(
     who = (public / "who").read_text()
     assert who == (str(WORKSPACE_UID) if throughout else "0")
     assert re.fullmatch(r"\d+", who)
+
+
+async def test_an_interrupt_sent_to_the_runner_by_its_commands_ends_nothing(
+    executor: SandboxExecutor, workspace: Path
+) -> None:
+    """In a container with no root, the commands share the runner's uid and may signal it; as
+    the container's first process it gets only the signals it handles, and Python handles
+    SIGINT: the command ended its own call (attacker round 125's partial finding)."""
+    spec = spec_for(workspace, no_root=True)
+    result = await executor.run(spec, bash(workspace, "kill -INT 1; sleep 0.5; echo still here"))
+    assert result.error == "" and result.output == "still here\n", result
+    # The commands' own processes still start with SIGINT's default (not ignored).
+    probe = "import signal; print(signal.getsignal(signal.SIGINT) is signal.default_int_handler)"
+    inherited = await executor.run(spec, bash(workspace, f'python3 -c "{probe}"'))
+    assert inherited.output == "True\n", inherited
