@@ -22,7 +22,8 @@ The repository is what the owner's git on the host reads when run at the workspa
   work-tree script, `.git/hooks` itself a link to a work-tree folder;
 - when the workspace is a folder of a larger repository (git run there finds the repository
   above), what that repository names inside the workspace, the same way; its `.git` must be a
-  directory, whose files are read whoever owns them (nothing the model writes named them).
+  directory, whose files are read whoever owns them when it is root's (nothing the model writes
+  named them), and only where they are the workspace owner's when it is the owner's.
 A pinned directory deeper than the root's children gets each directory on its way pinned too
 (mounted over itself, writable): a mount point cannot be renamed, so no ancestor can be moved
 aside and replaced with one holding another repository.
@@ -139,15 +140,21 @@ _index_cache = _IndexCache()
 _parse_lock = threading.Lock()
 
 
+ModelMark = tuple[str, int, int, tuple[tuple[str, int, int], ...]]
+"""What the model made at the root that git takes for a repository: its name, device and
+inode, and what git would run of it (`_Pins._what_git_runs`)."""
+
+
 class RepositoryLook(NamedTuple):
     """What holds the workspace's repository, and what of it is the model's own."""
 
     pins: tuple[PathPin, ...]
     """Paths to hold read-only (`git_pins`)."""
-    models: tuple[tuple[str, int, int], ...]
+    models: tuple[ModelMark, ...]
     """What sandbox identities alone made at the workspace's root that git takes for a
-    repository (a `.git` directory, or a git-directory layout), by path, device and inode: the
-    model's own, not held, and looked for again after each call (its making is audited)."""
+    repository (a `.git` of any kind, or a git-directory layout): the model's own, not held,
+    and looked at again after each call (its making, and a change of what git would run of
+    it, are audited)."""
 
 
 def git_pins(
@@ -208,7 +215,7 @@ class _Pins:
     def __init__(self, root: PinnedDirectory, made_by_sandboxes: Callable[[int], bool]) -> None:
         self._root = root
         self._made_by_sandboxes = made_by_sandboxes
-        self.models: list[tuple[str, int, int]] = []
+        self.models: list[ModelMark] = []
         """RepositoryLook.models."""
         self._pins: dict[str, PathPin] = {}
         self._read_only_dirs: list[str] = []
@@ -239,15 +246,16 @@ class _Pins:
                 self._add_way(work_tree, read_only=True)
                 return
             layout = self._git_directory_layout()
-            if layout and not self._theirs(layout):
+            if layout and not self._theirs(layout, git_dir=""):
                 raise _refused(
                     "The workspace is laid out as a git directory (a HEAD beside objects, refs "
                     "or a commondir file at its root): git run in it takes its configuration and "
                     "hooks from there, as a bare repository's."
                 )
             return
-        if not work_tree and stat.S_ISDIR(info.st_mode) and self._theirs([(dot_git, info)]):
-            return
+        folder = dot_git if stat.S_ISDIR(info.st_mode) else None
+        if not work_tree and self._theirs([(dot_git, info)], git_dir=folder):
+            return  # whatever it is (a file naming a git directory, a link): not followed
         if work_tree:
             self._add_way(work_tree, read_only=False)
         if stat.S_ISDIR(info.st_mode):
@@ -281,12 +289,51 @@ class _Pins:
         beside = [(name, info) for name, info in found if info is not None]
         return [("HEAD", head), *beside] if beside else []
 
-    def _theirs(self, made: list[tuple[str, os.stat_result]]) -> bool:
-        """Whether sandbox identities alone made each of `made` (then noted as the model's)."""
+    def _theirs(self, made: list[tuple[str, os.stat_result]], *, git_dir: str | None) -> bool:
+        """Whether sandbox identities alone made each of `made`; then each is noted as the
+        model's, with what git would run from `git_dir` (the git directory they make; None:
+        not a folder, not followed)."""
         if not all(self._made_by_sandboxes(info.st_uid) for _, info in made):
             return False
-        self.models.extend((name, info.st_dev, info.st_ino) for name, info in made)
+        runs = self._what_git_runs(git_dir) if git_dir is not None else ()
+        for name, info in made:
+            own = () if stat.S_ISDIR(info.st_mode) else ((name, info.st_size, info.st_mtime_ns),)
+            self.models.append((name, info.st_dev, info.st_ino, (*own, *runs)))
         return True
+
+    def _what_git_runs(self, git_dir: str) -> tuple[tuple[str, int, int], ...]:
+        """The files of a git directory the model made that git takes programs from (its
+        configuration, its hooks, which repository it is), each as name, size and modification
+        time: filled in by a later call, the look differs and the change is audited (attacker
+        round 129: an empty `.git` was recorded once, and the hooks and configuration written
+        into it afterwards never were). Nothing followed, nothing refused: what cannot be
+        looked at is noted as such."""
+        seen: list[tuple[str, int, int]] = []
+        for name in ("config", "HEAD", "commondir", "info/attributes", "hooks"):
+            try:
+                info = _lstat(self._root, _join(git_dir, name))
+            except ToolError:
+                seen.append((name, -1, -1))
+                continue
+            if info is not None:
+                seen.append((name, info.st_size, info.st_mtime_ns))
+        try:
+            fd = self._root.open_beneath(_join(git_dir, "hooks"), os.O_RDONLY | os.O_DIRECTORY)
+        except OSError:
+            return tuple(sorted(seen))  # none, or not a folder (its own entry is above)
+        try:
+            with os.scandir(fd) as entries:
+                for count, entry in enumerate(entries):
+                    if count >= MAX_HOOK_ENTRIES:
+                        seen.append(("hooks/...", count, 0))
+                        break
+                    info = entry.stat(follow_symlinks=False)
+                    seen.append((f"hooks/{entry.name}", info.st_size, info.st_mtime_ns))
+        except OSError:
+            seen.append(("hooks/", -1, -1))
+        finally:
+            os.close(fd)
+        return tuple(sorted(seen))
 
     def enclosing(self, work_tree: str) -> None:
         """Hold what the repository whose work tree `work_tree` lies above the workspace names
@@ -300,8 +347,12 @@ class _Pins:
                 "directory (a linked worktree's, a submodule's), which the daemon does not "
                 "follow. Open the session at that repository's root."
             )
-        self._trusted.append(dot_git)
-        self._enclosing.append(work_tree)
+        if os.lstat(dot_git).st_uid == 0:
+            # Root's: what it names was named by no account of the host but root. One of the
+            # workspace owner's is looked at as the owner's files are (attacker round 129: a
+            # user's own `.git` in /tmp named a hooks folder in a root-only folder there).
+            self._trusted.append(dot_git)
+            self._enclosing.append(work_tree)
         self._git_directory(work_tree, dot_git, depth=0)
 
     def _git_directory(self, work_tree: str, git_dir: str, depth: int) -> None:

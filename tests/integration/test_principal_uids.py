@@ -5,6 +5,7 @@ Real OPA and Docker."""
 
 from __future__ import annotations
 
+import base64
 import json
 import os
 import pwd
@@ -328,5 +329,50 @@ def test_a_tenants_repository_at_the_shared_root_locks_no_other_tenants_folder(
         alice.bash(DEFAULT, "GIT_AUTHOR_NAME=a GIT_AUTHOR_EMAIL=a@b GIT_COMMITTER_NAME=a "
                             "GIT_COMMITTER_EMAIL=a@b git commit -q --allow-empty -m x")  # fmt: skip
         assert "x" in text_of(alice.bash(DEFAULT, "git log --format=%s"))
+    finally:
+        shutil.rmtree(workspace / ".git", ignore_errors=True)
+
+
+def _unseen(code: str) -> str:
+    """A command running Python `code` that the policy's Bash rules cannot read (as a model
+    may write one: the sandbox, not the rules, is the boundary; attacker round 129's way)."""
+    encoded = base64.b64encode(code.encode()).decode()
+    return f"echo {encoded} | base64 -d > /tmp/x.py && python3 /tmp/x.py"
+
+
+def test_a_git_file_a_tenant_put_at_the_shared_root_stops_nobody(
+    tenants: tuple[RunningDaemon, Tenant, Tenant],
+) -> None:
+    """Attacker round 129: round 128's fix covered a `.git` directory only; alice's `.git`
+    *file* naming a missing folder refused every call of bob's in the default workspace."""
+    running, alice, bob = tenants
+    workspace = running.settings.workspace
+    alice.bash(DEFAULT, _unseen("open('.git', 'w').write('gitdir: nowhere\\n')"))
+    try:
+        assert "bob-ran" in text_of(bob.bash(DEFAULT, "echo bob-ran"))
+    finally:
+        (workspace / ".git").unlink(missing_ok=True)
+
+
+def test_what_a_tenant_fills_into_its_repository_later_is_audited(
+    tenants: tuple[RunningDaemon, Tenant, Tenant],
+) -> None:
+    """Attacker round 129: an empty `.git` made at the shared root was recorded once; the
+    configuration written into it by a later call (a program git runs, in bob's container too)
+    was not."""
+    running, alice, _ = tenants
+    workspace = running.settings.workspace
+    alice.bash(DEFAULT, _unseen("import os; os.mkdir('.git')"))
+    try:
+        filled = alice.bash(
+            DEFAULT,
+            _unseen("open('.git/config', 'w').write('[core]\\n\\tfsmonitor = ./fsm.sh\\n')"),
+        )
+        deadline = time.monotonic() + 60
+        while filled.result.tool_use_id not in [
+            r["tool_use_id"] for r in running.audit_lines("repository_changed")
+        ]:
+            assert time.monotonic() < deadline, "no repository_changed record of the filling"
+            time.sleep(0.05)
     finally:
         shutil.rmtree(workspace / ".git", ignore_errors=True)

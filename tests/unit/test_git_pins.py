@@ -478,7 +478,7 @@ def test_a_repository_sandboxes_alone_made_at_the_root_holds_nothing_it_names(
         root.close()
     assert look.pins == ()
     git = (workspace / ".git").stat()
-    assert look.models == ((".git", git.st_dev, git.st_ino),)
+    assert [model[:3] for model in look.models] == [(".git", git.st_dev, git.st_ino)]
 
 
 async def test_a_bare_repository_a_container_made_at_the_root_is_audited(workspace: Path) -> None:
@@ -1089,3 +1089,81 @@ def test_a_hooks_folder_outside_tells_nothing_of_what_lies_beyond_the_owners_rea
     assert "names nothere, which is missing" in outcome(workspace)
     (workspace / "nothere").write_text("#!/bin/sh\n")
     assert pin(workspace / "nothere") in pins_of(workspace)
+
+
+def _theirs_look(workspace: Path) -> RepositoryLook:
+    root = PinnedDirectory.pin(workspace)
+    try:
+        return repository_look(root, SANDBOX_UIDS.__contains__)
+    finally:
+        root.close()
+
+
+@pytest.mark.parametrize("kind", ["gitdir file", "link", "fifo"])
+def test_a_git_entry_sandboxes_alone_made_at_the_root_is_theirs_whatever_it_is(
+    workspace: Path, kind: str
+) -> None:
+    """Attacker round 129: round 128's exemption covered a `.git` directory only; a `.git`
+    file naming a missing folder (or a git directory whose index named another tenant's
+    folder), a link or a FIFO made by a tenant at the root of the shared default workspace
+    refused (or locked) every other tenant's calls there."""
+    dot_git = workspace / ".git"
+    if kind == "gitdir file":
+        (workspace / "gd").mkdir()
+        dot_git.write_text("gitdir: nowhere\n")
+    elif kind == "link":
+        dot_git.symlink_to("/root")
+    else:
+        os.mkfifo(dot_git)
+    os.lchown(dot_git, SANDBOX_UIDS[7], SANDBOX_UIDS[7])
+    look = _theirs_look(workspace)
+    info = dot_git.lstat()
+    assert look.pins == ()
+    assert [model[:3] for model in look.models] == [(".git", info.st_dev, info.st_ino)]
+
+
+def test_what_git_runs_of_a_repository_the_sandboxes_made_is_looked_at_again(
+    workspace: Path,
+) -> None:
+    """Attacker round 129: an empty `.git` made by a tenant was recorded once; its hooks and
+    configuration filled in by later calls were not, and another tenant's git ran them."""
+    (workspace / ".git").mkdir()
+    os.lchown(workspace / ".git", SANDBOX_UIDS[7], SANDBOX_UIDS[7])
+    empty = _theirs_look(workspace)
+    assert _theirs_look(workspace) == empty
+    (workspace / ".git" / "config").write_text("[core]\n\tfsmonitor = ./fsm.sh\n")
+    configured = _theirs_look(workspace)
+    assert configured != empty
+    (workspace / ".git" / "hooks").mkdir()
+    (workspace / ".git" / "hooks" / "post-checkout").write_text("#!/bin/sh\n")
+    assert _theirs_look(workspace) != configured
+    (workspace / ".git" / "index").write_bytes(b"DIRC")  # git's own bookkeeping: not what runs
+    (workspace / ".git" / "objects").mkdir()
+    assert _theirs_look(workspace) == _theirs_look(workspace)
+    (workspace / ".git" / "info").symlink_to("/root")  # never followed, never a refusal
+    assert _theirs_look(workspace).pins == ()
+
+
+def test_an_owners_repository_above_trusts_nothing_of_others_it_names(tmp_path: Path) -> None:
+    """Attacker round 129: a local user's own `.git` in /tmp, above his workspace, named a
+    hooks folder in a root-only folder there; the daemon (root) trusted all of /tmp as that
+    repository's work tree, listed the folder and named its link in the refusal. Only a
+    repository of root's above is looked at whoever owns its files."""
+    public = tmp_path / "public"
+    workspace = public / "ws"
+    workspace.mkdir(parents=True)
+    owner = 4321
+    os.chown(workspace, owner, owner)
+    (public / ".git").mkdir()
+    secret = public / "root-only"
+    (secret / "private").mkdir(parents=True)
+    secret.chmod(0o700)
+    (secret / "private" / "secret-link-name").symlink_to(workspace / "secret-target-name")
+    answers = []
+    for hooks in (secret / "private", public / "no-such-folder"):
+        (public / ".git" / "config").write_text(f"[core]\n\thooksPath = {hooks}\n")
+        for made in [public / ".git", *(public / ".git").rglob("*")]:
+            os.lchown(made, owner, owner)
+        answers.append(outcome(workspace).replace(str(hooks), "P"))
+    assert "secret-link-name" not in answers[0], answers[0]
+    assert answers[0] == answers[1]
