@@ -218,7 +218,10 @@ CREATED_NOTE = (
     "this command made it, or another one working in the same workspace at the time (another "
     "call, a background command, the host). Its hooks and configuration may be the model's, and "
     "git on the host runs them. Look at .git/hooks and .git/config (or the workspace's own "
-    "HEAD, config and hooks/) before running git there."
+    "HEAD, config and hooks/) before running git there. One the sandboxes made is the model's "
+    "for good: later calls may change it (a further record says so where it can be seen, not "
+    "everywhere), and git run by anyone else refuses it (its owner is a sandbox's uid) unless "
+    "told to trust it: do not."
 )
 
 

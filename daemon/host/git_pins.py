@@ -140,7 +140,7 @@ _index_cache = _IndexCache()
 _parse_lock = threading.Lock()
 
 
-ModelMark = tuple[str, int, int, tuple[tuple[str, int, int], ...]]
+ModelMark = tuple[str, int, int, tuple[tuple[str, int, int, int], ...]]
 """What the model made at the root that git takes for a repository: its name, device and
 inode, and what git would run of it (`_Pins._what_git_runs`)."""
 
@@ -292,48 +292,72 @@ class _Pins:
     def _theirs(self, made: list[tuple[str, os.stat_result]], *, git_dir: str | None) -> bool:
         """Whether sandbox identities alone made each of `made`; then each is noted as the
         model's, with what git would run from `git_dir` (the git directory they make; None:
-        not a folder, not followed)."""
+        not a folder, not followed, so never vouched for)."""
         if not all(self._made_by_sandboxes(info.st_uid) for _, info in made):
             return False
-        runs = self._what_git_runs(git_dir) if git_dir is not None else ()
+        runs = self._what_git_runs(git_dir) if git_dir is not None else (_unvouched(),)
         for name, info in made:
-            own = () if stat.S_ISDIR(info.st_mode) else ((name, info.st_size, info.st_mtime_ns),)
+            own = () if stat.S_ISDIR(info.st_mode) else (_seen(name, info),)
             self.models.append((name, info.st_dev, info.st_ino, (*own, *runs)))
         return True
 
-    def _what_git_runs(self, git_dir: str) -> tuple[tuple[str, int, int], ...]:
+    def _what_git_runs(self, git_dir: str) -> tuple[tuple[str, int, int, int], ...]:
         """The files of a git directory the model made that git takes programs from (its
-        configuration, its hooks, which repository it is), each as name, size and modification
-        time: filled in by a later call, the look differs and the change is audited (attacker
-        round 129: an empty `.git` was recorded once, and the hooks and configuration written
-        into it afterwards never were). Nothing followed, nothing refused: what cannot be
-        looked at is noted as such."""
-        seen: list[tuple[str, int, int]] = []
-        for name in ("config", "HEAD", "commondir", "info/attributes", "hooks"):
+        configuration, its hooks, which repository it is), each as name, inode, size and
+        change time (which no one can set back: attacker round 130 put the modification
+        time back with utime): filled in or changed by a later call, the look differs and the
+        change is audited (round 129: an empty `.git` was recorded, and the hooks and
+        configuration written into it afterwards never were). What git would take from
+        elsewhere (a link, `commondir`, an include, `core.hooksPath`, a worktree's or a
+        submodule's configuration) is not followed: the look cannot vouch for it, and differs
+        every time (round 130). Nothing refused: what cannot be looked at is noted so too."""
+        seen: list[tuple[str, int, int, int]] = []
+        vouched = True
+        for name in ("config", "config.worktree", "HEAD", "commondir", "info/attributes",
+                     "hooks", "modules"):  # fmt: skip
             try:
                 info = _lstat(self._root, _join(git_dir, name))
             except ToolError:
-                seen.append((name, -1, -1))
+                vouched = False
                 continue
-            if info is not None:
-                seen.append((name, info.st_size, info.st_mtime_ns))
+            if info is None:
+                continue
+            seen.append(_seen(name, info))
+            if stat.S_ISLNK(info.st_mode) or name in ("config.worktree", "commondir", "modules"):
+                vouched = False
+        vouched = vouched and self._plain_configuration(_join(git_dir, "config"))
         try:
             fd = self._root.open_beneath(_join(git_dir, "hooks"), os.O_RDONLY | os.O_DIRECTORY)
         except OSError:
-            return tuple(sorted(seen))  # none, or not a folder (its own entry is above)
-        try:
-            with os.scandir(fd) as entries:
-                for count, entry in enumerate(entries):
-                    if count >= MAX_HOOK_ENTRIES:
-                        seen.append(("hooks/...", count, 0))
-                        break
-                    info = entry.stat(follow_symlinks=False)
-                    seen.append((f"hooks/{entry.name}", info.st_size, info.st_mtime_ns))
-        except OSError:
-            seen.append(("hooks/", -1, -1))
-        finally:
-            os.close(fd)
+            fd = -1  # none, or not a folder (its own entry is above)
+        if fd >= 0:
+            try:
+                with os.scandir(fd) as entries:
+                    for count, entry in enumerate(entries):
+                        info = entry.stat(follow_symlinks=False)
+                        if count >= MAX_HOOK_ENTRIES or stat.S_ISLNK(info.st_mode):
+                            vouched = False
+                            break
+                        seen.append(_seen(f"hooks/{entry.name}", info))
+            except OSError:
+                vouched = False
+            finally:
+                os.close(fd)
+        if not vouched:
+            seen.append(_unvouched())
         return tuple(sorted(seen))
+
+    def _plain_configuration(self, config: str) -> bool:
+        """Whether a configuration the model made names no other file git would read or run
+        hooks from (an include, `core.hooksPath`, a worktree's configuration)."""
+        try:
+            text = self._read(config)
+        except ToolError:
+            return False
+        if text is None:
+            return True
+        lowered = text.lower()
+        return not any(word in lowered for word in ("include", "hookspath", "worktree"))
 
     def enclosing(self, work_tree: str) -> None:
         """Hold what the repository whose work tree `work_tree` lies above the workspace names
@@ -929,6 +953,18 @@ def _path_words(value: str) -> list[str]:
 
 def _join(base: str, name: str) -> str:
     return f"{base}/{name}" if base else name
+
+
+_UNVOUCHED = itertools.count()
+
+
+def _unvouched() -> tuple[str, int, int, int]:
+    """A mark no other look has: what it stands for may have changed unseen."""
+    return ("(not followed)", next(_UNVOUCHED), 0, 0)
+
+
+def _seen(name: str, info: os.stat_result) -> tuple[str, int, int, int]:
+    return (name, info.st_ino, info.st_size, info.st_ctime_ns)
 
 
 def _lstat(root: PinnedDirectory, relative: str) -> os.stat_result | None:

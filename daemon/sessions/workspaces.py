@@ -187,14 +187,11 @@ class IdentityRule:
         return entry.pw_uid, entry.pw_gid
 
     def made_by_sandboxes(self, uid: int) -> bool:
-        """Whether only tooljail's sandboxes have `uid` (a principal's own, or the dedicated
-        account's): what it owns, a model made."""
-        if self.principal_uids is not None and uid in self.principal_uids.range:
-            return True
-        try:
-            return uid == self.dedicated()[0]
-        except RequestError:
-            return False
+        """Whether only tooljail's sandboxes have `uid`: a principal's own, which no person
+        has. Not the dedicated account's, which owns the default workspace and which an
+        operator may act as (attacker round 130: a repository made so was taken for the
+        model's, and the model wrote its hooks)."""
+        return self.principal_uids is not None and uid in self.principal_uids.range
 
     def for_principal(self, principal: str) -> tuple[int, int]:
         """The identity the sandboxes of a workspace tooljail made for `principal` run as: the

@@ -376,3 +376,50 @@ def test_what_a_tenant_fills_into_its_repository_later_is_audited(
             time.sleep(0.05)
     finally:
         shutil.rmtree(workspace / ".git", ignore_errors=True)
+
+
+def test_what_a_git_file_names_is_never_vouched_for(
+    tenants: tuple[RunningDaemon, Tenant, Tenant],
+) -> None:
+    """Attacker round 130: a `.git` file naming a folder of the model's was looked at by its
+    own size and time only; the configuration written into that folder by a later call (a
+    program git runs) got no record."""
+    running, alice, _ = tenants
+    workspace = running.settings.workspace
+    alice.bash(DEFAULT, _unseen("import os; os.mkdir('gd'); open('.git', 'w').write('gitdir: gd')"))
+    try:
+        later = alice.bash(DEFAULT, _unseen("open('gd/config', 'w').write('[core]\\n')"))
+        deadline = time.monotonic() + 60
+        while later.result.tool_use_id not in [
+            r["tool_use_id"] for r in running.audit_lines("repository_changed")
+        ]:
+            assert time.monotonic() < deadline, "no repository_changed record of the later call"
+            time.sleep(0.05)
+    finally:
+        (workspace / ".git").unlink(missing_ok=True)
+        shutil.rmtree(workspace / "gd", ignore_errors=True)
+
+
+def test_a_repository_the_operator_made_as_the_sandbox_account_is_held(
+    tenants: tuple[RunningDaemon, Tenant, Tenant],
+) -> None:
+    """Attacker round 130: the sandbox account owns the default workspace; a repository the
+    operator made there as that account was taken for the model's, and a tenant wrote its
+    hooks."""
+    running, alice, _ = tenants
+    workspace = running.settings.workspace
+    account = pwd.getpwnam(SANDBOX_USER)
+    (workspace / ".git" / "hooks").mkdir(parents=True)
+    try:
+        for made in (workspace / ".git", workspace / ".git" / "hooks"):
+            os.chown(made, account.pw_uid, account.pw_gid)
+            made.chmod(0o2775)  # the group's to write, as the default workspace's files are
+        use = pb.ToolUse(id=f"toolu_{os.urandom(6).hex()}", name="Bash")
+        use.input.update({"command": _unseen("open('.git/hooks/pre-commit', 'w').write('x')")})
+        answer = alice.stub.Execute(
+            pb.ExecuteRequest(tool_use=use), metadata=alice.metadata, timeout=120
+        )
+        assert "Read-only file system" in text_of(answer), text_of(answer)
+        assert not (workspace / ".git" / "hooks" / "pre-commit").exists()
+    finally:
+        shutil.rmtree(workspace / ".git", ignore_errors=True)

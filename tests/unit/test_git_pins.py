@@ -1167,3 +1167,69 @@ def test_an_owners_repository_above_trusts_nothing_of_others_it_names(tmp_path: 
         answers.append(outcome(workspace).replace(str(hooks), "P"))
     assert "secret-link-name" not in answers[0], answers[0]
     assert answers[0] == answers[1]
+
+
+def _model_repository(workspace: Path) -> Path:
+    git = workspace / ".git"
+    (git / "hooks").mkdir(parents=True)
+    (git / "config").write_text("[core]\n\tbare = false\n")
+    (git / "hooks" / "pre-commit").write_text("#!/bin/sh\ntrue\n")
+    for entry in [git, *git.rglob("*")]:
+        os.lchown(entry, SANDBOX_UIDS[7], SANDBOX_UIDS[7])
+    return git
+
+
+def test_a_change_hidden_behind_the_same_size_and_times_is_still_seen(workspace: Path) -> None:
+    """Attacker round 130: `.git/config` and a hook rewritten at the same size, their times put
+    back with utime, left the look the same and no record."""
+    git = _model_repository(workspace)
+    before = _theirs_look(workspace)
+    for name, text in (("config", "[core]\n\tbare = fals\n\n"), ("hooks/pre-commit", "x" * 15)):
+        info = (git / name).stat()
+        (git / name).write_text(text)
+        os.utime(git / name, ns=(info.st_atime_ns, info.st_mtime_ns))
+        assert (git / name).stat().st_size == info.st_size
+    assert _theirs_look(workspace) != before
+
+
+@pytest.mark.parametrize(
+    "untracked",
+    ["config a link", "hook a link", "commondir", "include", "hooksPath", "modules", "git file"],
+)
+def test_what_git_would_run_from_elsewhere_makes_every_look_differ(
+    workspace: Path, untracked: str
+) -> None:
+    """Attacker round 130: git took configuration and hooks through what the look did not
+    follow (a `.git` file's or `commondir`'s folder, links in `.git` to work-tree files,
+    includes, `core.hooksPath`, submodules' configurations): later calls changed them with
+    no record. What the look does not follow, it cannot vouch for: every later look differs,
+    and every call's check records a change."""
+    git = _model_repository(workspace)
+    (workspace / "notes.cfg").write_text("[core]\n")
+    if untracked == "config a link":
+        (git / "config").unlink()
+        (git / "config").symlink_to("../notes.cfg")
+    elif untracked == "hook a link":
+        (git / "hooks" / "pre-commit").unlink()
+        (git / "hooks" / "pre-commit").symlink_to("../../notes.cfg")
+    elif untracked == "commondir":
+        (git / "commondir").write_text("../cd\n")
+    elif untracked == "include":
+        (git / "config").write_text("[include]\n\tpath = ../notes.cfg\n")
+    elif untracked == "hooksPath":
+        (git / "config").write_text("[core]\n\thooksPath = tools\n")
+    elif untracked == "modules":
+        (git / "modules" / "sub").mkdir(parents=True)
+    else:
+        shutil.rmtree(git)
+        git.write_text("gitdir: gd\n")
+    for entry in [git, *(git.rglob("*") if git.is_dir() else [])]:
+        os.lchown(entry, SANDBOX_UIDS[7], SANDBOX_UIDS[7])
+    first = _theirs_look(workspace)
+    assert first.pins == ()
+    assert _theirs_look(workspace) != first
+
+
+def test_a_plain_model_repository_looks_the_same_until_it_changes(workspace: Path) -> None:
+    _model_repository(workspace)
+    assert _theirs_look(workspace) == _theirs_look(workspace)

@@ -331,3 +331,16 @@ def test_a_folder_inside_the_workspace_on_the_way_to_a_pin_counts_too(tmp_path: 
     (folder / "sub").chmod(0o777)
     assert fresh.host_changers([str(pin)]).changers is None
     assert fresh.host_changers([]).changers == frozenset()  # the workspace and above: as before
+
+
+def test_only_the_principals_own_uids_are_the_models_not_the_sandbox_accounts(
+    tmp_path: Path,
+) -> None:
+    """Attacker round 130: the sandbox account owns the default workspace, and an operator may
+    make a repository there as that account; counted as the model's, it was neither held nor
+    refused, and the model wrote its hooks. Only the principals' uids, which no person has,
+    tell the model's own making."""
+    rule = _root_rule(tmp_path)
+    assert rule.made_by_sandboxes(FIRST + 3)
+    assert not rule.made_by_sandboxes(rule.dedicated()[0])
+    assert not rule.made_by_sandboxes(0)
