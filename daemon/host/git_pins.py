@@ -308,9 +308,10 @@ class _Pins:
         time back with utime): filled in or changed by a later call, the look differs and the
         change is audited (round 129: an empty `.git` was recorded, and the hooks and
         configuration written into it afterwards never were). What git would take from
-        elsewhere (a link, `commondir`, an include, `core.hooksPath`, a worktree's or a
-        submodule's configuration) is not followed: the look cannot vouch for it, and differs
-        every time (round 130). Nothing refused: what cannot be looked at is noted so too."""
+        elsewhere (a link, `commondir`, an include, `core.hooksPath`, a command the
+        configuration names, a worktree's or a submodule's configuration) is not followed: the
+        look cannot vouch for it, and differs every time (round 130). Nothing refused: what
+        cannot be looked at is noted so too."""
         seen: list[tuple[str, int, int, int]] = []
         vouched = True
         for name in ("config", "config.worktree", "HEAD", "commondir", "info/attributes",
@@ -348,16 +349,18 @@ class _Pins:
         return tuple(sorted(seen))
 
     def _plain_configuration(self, config: str) -> bool:
-        """Whether a configuration the model made names no other file git would read or run
-        hooks from (an include, `core.hooksPath`, a worktree's configuration)."""
+        """Whether a configuration the model made names nothing git would run or read beyond
+        it: no command (`core.fsmonitor = ./fsm.sh`, whose script a later call may rewrite
+        unseen: round 129's way), no include, no `core.hooksPath`, no worktree's
+        configuration. Unreadable counts as naming something."""
         try:
-            text = self._read(config)
+            entries = self._entries(config)
         except ToolError:
             return False
-        if text is None:
-            return True
-        lowered = text.lower()
-        return not any(word in lowered for word in ("include", "hookspath", "worktree"))
+        return not any(
+            _runs(key, value) or "include" in key or key == "core.hookspath" or "worktree" in key
+            for key, value in entries
+        )
 
     def enclosing(self, work_tree: str) -> None:
         """Hold what the repository whose work tree `work_tree` lies above the workspace names

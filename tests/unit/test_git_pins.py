@@ -1131,7 +1131,7 @@ def test_what_git_runs_of_a_repository_the_sandboxes_made_is_looked_at_again(
     os.lchown(workspace / ".git", SANDBOX_UIDS[7], SANDBOX_UIDS[7])
     empty = _theirs_look(workspace)
     assert _theirs_look(workspace) == empty
-    (workspace / ".git" / "config").write_text("[core]\n\tfsmonitor = ./fsm.sh\n")
+    (workspace / ".git" / "config").write_text("[core]\n\tbare = false\n")
     configured = _theirs_look(workspace)
     assert configured != empty
     (workspace / ".git" / "hooks").mkdir()
@@ -1194,7 +1194,16 @@ def test_a_change_hidden_behind_the_same_size_and_times_is_still_seen(workspace:
 
 @pytest.mark.parametrize(
     "untracked",
-    ["config a link", "hook a link", "commondir", "include", "hooksPath", "modules", "git file"],
+    [
+        "config a link",
+        "hook a link",
+        "commondir",
+        "include",
+        "hooksPath",
+        "a command",
+        "modules",
+        "git file",
+    ],
 )
 def test_what_git_would_run_from_elsewhere_makes_every_look_differ(
     workspace: Path, untracked: str
@@ -1218,6 +1227,8 @@ def test_what_git_would_run_from_elsewhere_makes_every_look_differ(
         (git / "config").write_text("[include]\n\tpath = ../notes.cfg\n")
     elif untracked == "hooksPath":
         (git / "config").write_text("[core]\n\thooksPath = tools\n")
+    elif untracked == "a command":  # round 129's F3: the script, rewritten later, is elsewhere
+        (git / "config").write_text("[core]\n\tfsmonitor = ./fsm.sh\n")
     elif untracked == "modules":
         (git / "modules" / "sub").mkdir(parents=True)
     else:
