@@ -107,13 +107,14 @@ _OPERATORS = "();<>|&"
 INDEX_CACHE_BYTES = 16 << 20
 """What the submodule paths of cached indexes may take, at most."""
 
-_IndexKey = tuple[int, int, int, int]
+_IndexKey = tuple[int, int, int, int, int]
 _Found = TypeVar("_Found")
 
 
 class _IndexCache:
-    """Parsed indexes by (device, inode, size, mtime): an index changes only when git writes it.
-    The oldest go first once the paths kept pass `INDEX_CACHE_BYTES`."""
+    """Parsed indexes by (device, inode, size, mtime, ctime): a write changes ctime, whatever
+    is done to mtime afterwards. The oldest go first once the paths kept pass
+    `INDEX_CACHE_BYTES`."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
@@ -308,12 +309,15 @@ class _Pins:
         time back with utime): filled in or changed by a later call, the look differs and the
         change is audited (round 129: an empty `.git` was recorded, and the hooks and
         configuration written into it afterwards never were). What git would take from
-        elsewhere (a link, `commondir`, an include, `core.hooksPath`, a command the
-        configuration names, a worktree's or a submodule's configuration) is not followed: the
-        look cannot vouch for it, and differs every time (round 130). Nothing refused: what
-        cannot be looked at is noted so too."""
+        elsewhere is not followed: the look cannot vouch for it, and differs every time
+        (rounds 130 and 131). That is a link, `commondir`, a worktree's configuration,
+        `modules/`, a configuration naming a command, an include, `core.hooksPath`, an
+        alias, a transport, a hook (it may run a script of the work tree), a submodule in
+        the index (git status runs git in it, with its own configuration). Nothing refused:
+        what cannot be looked at is noted so too."""
         seen: list[tuple[str, int, int, int]] = []
         vouched = True
+        config: os.stat_result | None = None
         for name in ("config", "config.worktree", "HEAD", "commondir", "info/attributes",
                      "hooks", "modules"):  # fmt: skip
             try:
@@ -324,43 +328,74 @@ class _Pins:
             if info is None:
                 continue
             seen.append(_seen(name, info))
+            config = info if name == "config" else config
             if stat.S_ISLNK(info.st_mode) or name in ("config.worktree", "commondir", "modules"):
                 vouched = False
-        vouched = vouched and self._plain_configuration(_join(git_dir, "config"))
-        try:
-            fd = self._root.open_beneath(_join(git_dir, "hooks"), os.O_RDONLY | os.O_DIRECTORY)
-        except OSError:
-            fd = -1  # none, or not a folder (its own entry is above)
-        if fd >= 0:
-            try:
-                with os.scandir(fd) as entries:
-                    for count, entry in enumerate(entries):
-                        info = entry.stat(follow_symlinks=False)
-                        if count >= MAX_HOOK_ENTRIES or stat.S_ISLNK(info.st_mode):
-                            vouched = False
-                            break
-                        seen.append(_seen(f"hooks/{entry.name}", info))
-            except OSError:
-                vouched = False
-            finally:
-                os.close(fd)
+        hooks = self._hooks_seen(git_dir)
+        if hooks is None:
+            vouched = False
+        else:
+            seen.extend(hooks)
+            vouched = vouched and all(name.endswith(".sample") for name, *_ in hooks)
+        vouched = vouched and self._plain_configuration(_join(git_dir, "config"), config)
+        vouched = vouched and not self._model_gitlinks(git_dir)
         if not vouched:
             seen.append(_unvouched())
         return tuple(sorted(seen))
 
-    def _plain_configuration(self, config: str) -> bool:
+    def _hooks_seen(self, git_dir: str) -> list[tuple[str, int, int, int]] | None:
+        """The entries of the hooks folder of a git directory the model made ([] when there is
+        none); None when they cannot all be vouched for (a link, too many, unreadable)."""
+        try:
+            fd = self._root.open_beneath(_join(git_dir, "hooks"), os.O_RDONLY | os.O_DIRECTORY)
+        except OSError:
+            return []  # none, or not a folder (its own entry is in the look)
+        seen = []
+        try:
+            with os.scandir(fd) as entries:
+                for count, entry in enumerate(entries):
+                    info = entry.stat(follow_symlinks=False)
+                    if count >= MAX_HOOK_ENTRIES or stat.S_ISLNK(info.st_mode):
+                        return None
+                    seen.append(_seen(f"hooks/{entry.name}", info))
+        except OSError:
+            return None
+        finally:
+            os.close(fd)
+        return seen
+
+    def _plain_configuration(self, config: str, info: os.stat_result | None) -> bool:
         """Whether a configuration the model made names nothing git would run or read beyond
         it: no command (`core.fsmonitor = ./fsm.sh`, whose script a later call may rewrite
-        unseen: round 129's way), no include, no `core.hooksPath`, no worktree's
-        configuration. Unreadable counts as naming something."""
+        unseen: round 129's way), no alias (`-c core.fsmonitor=...` in one: round 131), no
+        include, no `core.hooksPath`, no worktree's configuration, no transport that runs a
+        program (`ext::`). Unreadable counts as naming something. Once per change of the file
+        (round 131: a 1 MiB one was parsed twice per call of every tenant)."""
+        if info is None:
+            return True
+        key = (info.st_dev, info.st_ino, info.st_size, info.st_mtime_ns, info.st_ctime_ns)
+        known = _plain_configurations.get(key)
+        if known is not None:
+            return known
         try:
             entries = self._entries(config)
         except ToolError:
-            return False
-        return not any(
-            _runs(key, value) or "include" in key or key == "core.hookspath" or "worktree" in key
-            for key, value in entries
-        )
+            plain = False
+        else:
+            plain = not any(_beyond_configuration(key, value) for key, value in entries)
+        if len(_plain_configurations) >= MAX_CONFIG_VERDICTS:
+            _plain_configurations.pop(next(iter(_plain_configurations)))
+        _plain_configurations[key] = plain
+        return plain
+
+    def _model_gitlinks(self, git_dir: str) -> bool:
+        """Whether the index of a git directory the model made records a submodule (or
+        cannot be read: taken as one)."""
+        try:
+            index = self._index(_join(git_dir, "index"), 20)
+        except ToolError:
+            return True  # also a sha256 repository's, read as sha1: not vouched for
+        return index is not None and bool(index.gitlinks or index.shared)
 
     def enclosing(self, work_tree: str) -> None:
         """Hold what the repository whose work tree `work_tree` lies above the workspace names
@@ -752,7 +787,7 @@ class _Pins:
         return tuple(dict.fromkeys(links))
 
     def _index(self, path: str, hash_bytes: int) -> GitIndex | None:
-        """An index, parsed (once per change: cached by device, inode, size and mtime)."""
+        """An index, parsed (once per change: cached by device, inode, size and both times)."""
         fd = self._open(path)
         if fd is None:
             return None
@@ -760,7 +795,7 @@ class _Pins:
             info = os.fstat(fd)
             if not stat.S_ISREG(info.st_mode) or info.st_size > INDEX_MAX_BYTES:
                 raise _refused(f"{_name(path)} is not an index git could have written.")
-            key = (info.st_dev, info.st_ino, info.st_size, info.st_mtime_ns)
+            key = (info.st_dev, info.st_ino, info.st_size, info.st_mtime_ns, info.st_ctime_ns)
             found = _index_cache.get(key)
             if found is not None:
                 return found
@@ -959,6 +994,21 @@ def _join(base: str, name: str) -> str:
 
 
 _UNVOUCHED = itertools.count()
+MAX_CONFIG_VERDICTS = 1024
+_plain_configurations: dict[tuple[int, int, int, int, int], bool] = {}
+"""`_Pins._plain_configuration`'s verdicts, by the file's device, inode, size and times."""
+
+
+def _beyond_configuration(key: str, value: str) -> bool:
+    """Whether a configuration entry has git run or read something beyond the file."""
+    return (
+        _runs(key, value)
+        or key.startswith(("alias.", "protocol."))
+        or "include" in key
+        or key == "core.hookspath"
+        or "worktree" in key
+        or "ext::" in value.lower()
+    )
 
 
 def _unvouched() -> tuple[str, int, int, int]:

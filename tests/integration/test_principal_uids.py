@@ -423,3 +423,30 @@ def test_a_repository_the_operator_made_as_the_sandbox_account_is_held(
         assert not (workspace / ".git" / "hooks" / "pre-commit").exists()
     finally:
         shutil.rmtree(workspace / ".git", ignore_errors=True)
+
+
+def test_a_submodule_added_to_a_tenants_repository_later_is_audited(
+    tenants: tuple[RunningDaemon, Tenant, Tenant],
+) -> None:
+    """Attacker round 131: after a recorded `git init` at the shared root, a later call added a
+    submodule to the index whose own configuration ran a program; bob's `git status` ran it
+    as bob, and no record named the call that planted it."""
+    running, alice, _ = tenants
+    workspace = running.settings.workspace
+    alice.bash(DEFAULT, _unseen("import subprocess; subprocess.run(['git', 'init', '-q'])"))
+    try:
+        planted = alice.bash(
+            DEFAULT,
+            _unseen(
+                "import subprocess; subprocess.run(['git', 'update-index', '--add', "
+                "'--cacheinfo', '160000,' + '1' * 40 + ',sub'], check=True)"
+            ),
+        )
+        deadline = time.monotonic() + 60
+        while planted.result.tool_use_id not in [
+            r["tool_use_id"] for r in running.audit_lines("repository_changed")
+        ]:
+            assert time.monotonic() < deadline, "no repository_changed record of the planting"
+            time.sleep(0.05)
+    finally:
+        shutil.rmtree(workspace / ".git", ignore_errors=True)

@@ -12,10 +12,12 @@ import subprocess
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from daemon.errors import ToolError
+from daemon.host import git_pins as git_pins_module
 from daemon.host.git_pins import RepositoryLook, git_pins, repository_look
 from daemon.host.pinned import PinnedDirectory
 from sandbox.backend import PathPin, SandboxSpec
@@ -1137,8 +1139,8 @@ def test_what_git_runs_of_a_repository_the_sandboxes_made_is_looked_at_again(
     (workspace / ".git" / "hooks").mkdir()
     (workspace / ".git" / "hooks" / "post-checkout").write_text("#!/bin/sh\n")
     assert _theirs_look(workspace) != configured
-    (workspace / ".git" / "index").write_bytes(b"DIRC")  # git's own bookkeeping: not what runs
-    (workspace / ".git" / "objects").mkdir()
+    (workspace / ".git" / "hooks" / "post-checkout").unlink()
+    (workspace / ".git" / "objects").mkdir()  # git's own bookkeeping: not what runs
     assert _theirs_look(workspace) == _theirs_look(workspace)
     (workspace / ".git" / "info").symlink_to("/root")  # never followed, never a refusal
     assert _theirs_look(workspace).pins == ()
@@ -1203,6 +1205,10 @@ def test_a_change_hidden_behind_the_same_size_and_times_is_still_seen(workspace:
         "a command",
         "modules",
         "git file",
+        "a submodule",
+        "an alias",
+        "ext transport",
+        "a hook",
     ],
 )
 def test_what_git_would_run_from_elsewhere_makes_every_look_differ(
@@ -1231,6 +1237,16 @@ def test_what_git_would_run_from_elsewhere_makes_every_look_differ(
         (git / "config").write_text("[core]\n\tfsmonitor = ./fsm.sh\n")
     elif untracked == "modules":
         (git / "modules" / "sub").mkdir(parents=True)
+    elif untracked == "a submodule":  # round 131: git status runs in it, with its own config
+        shutil.rmtree(git)
+        run_git(workspace, "init", "-q")
+        run_git(workspace, "update-index", "--add", "--cacheinfo", f"160000,{'1' * 40},sub")
+    elif untracked == "an alias":  # round 131: `-c` in an alias runs a script elsewhere
+        (git / "config").write_text("[alias]\n\tst = -c core.fsmonitor=./fsm.sh status\n")
+    elif untracked == "ext transport":
+        (git / "config").write_text('[remote "o"]\n\turl = ext::sh ./x.sh\n')
+    elif untracked == "a hook":  # it may run a script of the work tree, rewritten unseen
+        (git / "hooks" / "pre-commit").write_text("#!/bin/sh\nexec ./check.sh\n")
     else:
         shutil.rmtree(git)
         git.write_text("gitdir: gd\n")
@@ -1242,5 +1258,34 @@ def test_what_git_would_run_from_elsewhere_makes_every_look_differ(
 
 
 def test_a_plain_model_repository_looks_the_same_until_it_changes(workspace: Path) -> None:
-    _model_repository(workspace)
+    run_git(workspace, "init", "-q")  # its hooks are samples, which run nothing
+    (workspace / "a.txt").write_text("a\n")
+    run_git(workspace, "add", "-A")  # an index, with no submodule in it
+    git = workspace / ".git"
+    for entry in [git, *git.rglob("*")]:
+        os.lchown(entry, SANDBOX_UIDS[7], SANDBOX_UIDS[7])
     assert _theirs_look(workspace) == _theirs_look(workspace)
+
+
+def test_a_large_configuration_of_the_models_is_read_once_per_change(
+    workspace: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Attacker round 131: a 1 MiB configuration in a tenant's repository was parsed twice per
+    call of every tenant of the workspace (about a second each)."""
+    git = _model_repository(workspace)
+    (git / "hooks" / "pre-commit").unlink()
+    (git / "config").write_text("[core]\n" + "\tbare = false\n" * 20_000)
+    parsed: list[int] = []
+    real = git_pins_module.config_entries
+
+    def counted(text: str) -> Any:
+        parsed.append(len(text))
+        return real(text)
+
+    monkeypatch.setattr(git_pins_module, "config_entries", counted)
+    first = _theirs_look(workspace)
+    assert _theirs_look(workspace) == first
+    assert len(parsed) == 1
+    (git / "config").write_text("[core]\n\tbare = true\n")
+    assert _theirs_look(workspace) != first
+    assert len(parsed) == 2
