@@ -72,9 +72,14 @@ SHARED_UMASK = "0002"
 #: share through its group, it trusts them as when every principal ran as one uid. Command-line
 #: scope, which git honours for safe.directory.
 SHARED_GIT_ENV = {
-    "GIT_CONFIG_COUNT": "1",
+    "GIT_CONFIG_COUNT": "2",
     "GIT_CONFIG_KEY_0": "safe.directory",
     "GIT_CONFIG_VALUE_0": "*",
+    # Never a folder taken for a bare repository because it is laid out as one: in a shared
+    # workspace another tenant may have laid out any folder so (attacker round 132: the root,
+    # behind an empty `.git`, ran a program in every other tenant's `git status`).
+    "GIT_CONFIG_KEY_1": "safe.bareRepository",
+    "GIT_CONFIG_VALUE_1": "explicit",
 }
 
 _MIB = 1 << 20

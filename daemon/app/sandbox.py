@@ -220,8 +220,8 @@ CREATED_NOTE = (
     "git on the host runs them. Look at .git/hooks and .git/config (or the workspace's own "
     "HEAD, config and hooks/) before running git there. One the sandboxes made is the model's "
     "for good: later calls may change it (a further record says so where it can be seen, not "
-    "everywhere), and git run by anyone else refuses it (its owner is a sandbox's uid) unless "
-    "told to trust it: do not."
+    "everywhere). git run by another account refuses a .git a sandbox's uid owns unless told "
+    "to trust it (do not), but takes a root laid out as a repository when it owns the root."
 )
 
 

@@ -246,17 +246,17 @@ class _Pins:
             if work_tree:  # an empty submodule: nothing may become its .git
                 self._add_way(work_tree, read_only=True)
                 return
-            layout = self._git_directory_layout()
-            if layout and not self._theirs(layout, git_dir=""):
-                raise _refused(
-                    "The workspace is laid out as a git directory (a HEAD beside objects, refs "
-                    "or a commondir file at its root): git run in it takes its configuration and "
-                    "hooks from there, as a bare repository's."
-                )
+            self._root_layout()
             return
         folder = dot_git if stat.S_ISDIR(info.st_mode) else None
         if not work_tree and self._theirs([(dot_git, info)], git_dir=folder):
-            return  # whatever it is (a file naming a git directory, a link): not followed
+            # Whatever it is (a file naming a git directory, a link): not followed. git skips
+            # one that is no repository (an empty folder) and takes the root itself for one
+            # when it is laid out so (attacker round 132): that is looked at too, and never
+            # vouched for, since which of the two git takes is not told here.
+            if self._root_layout():
+                self.models.append((GIT_DIR_NAME, 0, 0, (_unvouched(),)))
+            return
         if work_tree:
             self._add_way(work_tree, read_only=False)
         if stat.S_ISDIR(info.st_mode):
@@ -276,6 +276,19 @@ class _Pins:
             raise _refused(_NOT_BACK.format(what=_name(dot_git)))
         self._hold(git_dir)
         self._git_directory(work_tree, git_dir, depth)
+
+    def _root_layout(self) -> bool:
+        """Whether the root is laid out as a git directory (`_git_directory_layout`) that the
+        sandboxes alone made (then noted as the model's, with what git would run from the
+        root); False when it is not laid out so. Refused when it is, by another."""
+        layout = self._git_directory_layout()
+        if layout and not self._theirs(layout, git_dir=""):
+            raise _refused(
+                "The workspace is laid out as a git directory (a HEAD beside objects, refs "
+                "or a commondir file at its root): git run in it takes its configuration and "
+                "hooks from there, as a bare repository's."
+            )
+        return bool(layout)
 
     def _git_directory_layout(self) -> list[tuple[str, os.stat_result]]:
         """What makes git take the workspace's root itself for a git directory when it has no

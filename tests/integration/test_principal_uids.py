@@ -450,3 +450,42 @@ def test_a_submodule_added_to_a_tenants_repository_later_is_audited(
             time.sleep(0.05)
     finally:
         shutil.rmtree(workspace / ".git", ignore_errors=True)
+
+
+def test_a_root_laid_out_behind_an_empty_git_runs_nothing_of_a_tenants_and_is_audited(
+    tenants: tuple[RunningDaemon, Tenant, Tenant],
+) -> None:
+    """Attacker round 132: git skips an empty `.git` and takes the root for a bare repository
+    when it is laid out as one. Behind a tenant's empty `.git`, a layout at the shared root
+    whose configuration named a program ran it in every other tenant's `git status`, and only
+    the empty folder's making was recorded."""
+    running, alice, bob = tenants
+    workspace = running.settings.workspace
+    marker = workspace / "ran-as"
+    alice.bash(DEFAULT, _unseen("import os; os.mkdir('.git')"))
+    try:
+        planted = alice.bash(
+            DEFAULT,
+            _unseen(
+                "import os\n"
+                "for d in ('objects', 'refs/heads'): os.makedirs(d)\n"
+                "open('HEAD', 'w').write('ref: refs/heads/main\\n')\n"
+                "open('config', 'w').write('[core]\\n\\trepositoryformatversion = 0\\n"
+                "\\tbare = false\\n\\tworktree = .\\n"
+                '\\tfsmonitor = "id -u >> ran-as; false"\\n\')\n'
+            ),
+        )
+        answer = text_of(bob.bash(DEFAULT, "git status >/dev/null 2>&1; echo looked"))
+        assert "looked" in answer
+        assert not marker.exists(), marker.read_text()
+        deadline = time.monotonic() + 60
+        while planted.result.tool_use_id not in [
+            r["tool_use_id"] for r in running.audit_lines("repository_changed")
+        ]:
+            assert time.monotonic() < deadline, "no repository_changed record of the planting"
+            time.sleep(0.05)
+    finally:
+        for name in (".git", "objects", "refs"):
+            shutil.rmtree(workspace / name, ignore_errors=True)
+        for name in ("HEAD", "config", "ran-as"):
+            (workspace / name).unlink(missing_ok=True)

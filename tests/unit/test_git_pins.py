@@ -1289,3 +1289,27 @@ def test_a_large_configuration_of_the_models_is_read_once_per_change(
     (git / "config").write_text("[core]\n\tbare = true\n")
     assert _theirs_look(workspace) != first
     assert len(parsed) == 2
+
+
+def test_a_layout_beside_a_git_of_the_models_is_looked_at_and_never_vouched_for(
+    workspace: Path,
+) -> None:
+    """Attacker round 132: git skips a `.git` that is no repository (an empty folder) and takes
+    the root itself for a bare one; an empty `.git` made by a tenant hid a layout at the root
+    whose configuration ran a program in every other tenant's `git status`, with one record,
+    for the empty folder."""
+    (workspace / ".git").mkdir()
+    os.lchown(workspace / ".git", SANDBOX_UIDS[7], SANDBOX_UIDS[7])
+    empty = _theirs_look(workspace)
+    assert _theirs_look(workspace) == empty  # an empty `.git` alone: as it was
+    _lay_out_as_a_git_directory(workspace)
+    (workspace / "config").write_text("[core]\n\tworktree = .\n")
+    for name in ("HEAD", "objects", "refs", "config"):
+        os.lchown(workspace / name, SANDBOX_UIDS[7], SANDBOX_UIDS[7])
+    laid_out = _theirs_look(workspace)
+    assert laid_out.pins == ()
+    assert laid_out != empty
+    assert _theirs_look(workspace) != laid_out  # never vouched for: every call recorded
+    os.lchown(workspace / "HEAD", 1000, 1000)  # an owner's layout: refused, as without `.git`
+    with pytest.raises(ToolError, match="laid out as a git directory"):
+        _theirs_look(workspace)

@@ -72,6 +72,10 @@ def test_a_workspace_shared_through_its_group_gets_group_writable_files_and_gits
     environment = shared["environment"]
     assert environment["GIT_CONFIG_KEY_0"] == "safe.directory"
     assert environment["GIT_CONFIG_VALUE_0"] == "*"
+    # Round 132: never a folder another tenant laid out as a bare repository.
+    assert environment["GIT_CONFIG_COUNT"] == "2"
+    assert environment["GIT_CONFIG_KEY_1"] == "safe.bareRepository"
+    assert environment["GIT_CONFIG_VALUE_1"] == "explicit"
     assert spec.profile_key() != spec.model_copy(update={"group_shared": False}).profile_key()
 
 
