@@ -278,6 +278,14 @@ def test_a_write_through_a_link_there_when_it_was_judged_reaches_its_target(
         alice.close(hers)
 
 
+def _wait_for_record(running: RunningDaemon, event: str, call: pb.ExecuteResponse) -> None:
+    """Until the audit has an `event` record naming `call` (the check runs after the answer)."""
+    deadline = time.monotonic() + 60
+    while call.result.tool_use_id not in [r["tool_use_id"] for r in running.audit_lines(event)]:
+        assert time.monotonic() < deadline, f"no {event} record of {call.result.tool_use_id}"
+        time.sleep(0.05)
+
+
 def test_a_tenant_laying_out_the_shared_workspace_as_a_git_directory_stops_nobody(
     tenants: tuple[RunningDaemon, Tenant, Tenant],
 ) -> None:
@@ -293,14 +301,7 @@ def test_a_tenant_laying_out_the_shared_workspace_as_a_git_directory_stops_nobod
         assert "bob-ran" in text_of(answer)
         alice.bash(DEFAULT, "rm HEAD && rmdir objects refs")
         assert not (workspace / "HEAD").exists()
-        deadline = time.monotonic() + 60
-        while not [
-            r
-            for r in running.audit_lines("repository_created")
-            if r["tool_use_id"] == made.result.tool_use_id
-        ]:
-            assert time.monotonic() < deadline, "no repository_created record of alice's call"
-            time.sleep(0.05)
+        _wait_for_record(running, "repository_created", made)
     finally:
         for name in ("HEAD", "objects", "refs"):
             shutil.rmtree(workspace / name, ignore_errors=True)
@@ -368,12 +369,7 @@ def test_what_a_tenant_fills_into_its_repository_later_is_audited(
             DEFAULT,
             _unseen("open('.git/config', 'w').write('[core]\\n\\tfsmonitor = ./fsm.sh\\n')"),
         )
-        deadline = time.monotonic() + 60
-        while filled.result.tool_use_id not in [
-            r["tool_use_id"] for r in running.audit_lines("repository_changed")
-        ]:
-            assert time.monotonic() < deadline, "no repository_changed record of the filling"
-            time.sleep(0.05)
+        _wait_for_record(running, "repository_changed", filled)
     finally:
         shutil.rmtree(workspace / ".git", ignore_errors=True)
 
@@ -389,12 +385,7 @@ def test_what_a_git_file_names_is_never_vouched_for(
     alice.bash(DEFAULT, _unseen("import os; os.mkdir('gd'); open('.git', 'w').write('gitdir: gd')"))
     try:
         later = alice.bash(DEFAULT, _unseen("open('gd/config', 'w').write('[core]\\n')"))
-        deadline = time.monotonic() + 60
-        while later.result.tool_use_id not in [
-            r["tool_use_id"] for r in running.audit_lines("repository_changed")
-        ]:
-            assert time.monotonic() < deadline, "no repository_changed record of the later call"
-            time.sleep(0.05)
+        _wait_for_record(running, "repository_changed", later)
     finally:
         (workspace / ".git").unlink(missing_ok=True)
         shutil.rmtree(workspace / "gd", ignore_errors=True)
@@ -442,12 +433,7 @@ def test_a_submodule_added_to_a_tenants_repository_later_is_audited(
                 "'--cacheinfo', '160000,' + '1' * 40 + ',sub'], check=True)"
             ),
         )
-        deadline = time.monotonic() + 60
-        while planted.result.tool_use_id not in [
-            r["tool_use_id"] for r in running.audit_lines("repository_changed")
-        ]:
-            assert time.monotonic() < deadline, "no repository_changed record of the planting"
-            time.sleep(0.05)
+        _wait_for_record(running, "repository_changed", planted)
     finally:
         shutil.rmtree(workspace / ".git", ignore_errors=True)
 
@@ -478,12 +464,7 @@ def test_a_root_laid_out_behind_an_empty_git_runs_nothing_of_a_tenants_and_is_au
         answer = text_of(bob.bash(DEFAULT, "git status >/dev/null 2>&1; echo looked"))
         assert "looked" in answer
         assert not marker.exists(), marker.read_text()
-        deadline = time.monotonic() + 60
-        while planted.result.tool_use_id not in [
-            r["tool_use_id"] for r in running.audit_lines("repository_changed")
-        ]:
-            assert time.monotonic() < deadline, "no repository_changed record of the planting"
-            time.sleep(0.05)
+        _wait_for_record(running, "repository_changed", planted)
     finally:
         for name in (".git", "objects", "refs"):
             shutil.rmtree(workspace / name, ignore_errors=True)
