@@ -76,6 +76,10 @@ def read_index(data: bytes, hash_bytes: int = 20) -> GitIndex:
             name += data[offset:end]
             if len(name) > MAX_NAME_BYTES:
                 raise UnreadableIndex("an entry's name is longer than any path")
+            # git takes the name's length from the flags, NULs included: a name ending early
+            # here hid an entry git reads (attacker round 133: a submodule behind it).
+            if flags & _NAME_MASK != _NAME_MASK and len(name) != flags & _NAME_MASK:
+                raise UnreadableIndex("an entry's name does not have its recorded length")
             offset = end + 1
         else:
             end = data.find(b"\0", offset, offset + MAX_NAME_BYTES + 1)
@@ -112,12 +116,19 @@ def _shared_name(data: bytes, offset: int, hash_bytes: int) -> str:
     """The shared index a `link` extension names ("" for none): the extensions follow the
     entries, each a signature, a length and its data, and the file's checksum ends it."""
     end = len(data) - hash_bytes
+    shared = ""
     while offset + 8 <= end:
         signature, size = struct.unpack_from(">4sI", data, offset)
+        if offset + 8 + size > end:
+            raise UnreadableIndex("an extension runs past the end of the index")
         if signature == b"link":
-            if size < hash_bytes or offset + 8 + hash_bytes > end:
+            if size < hash_bytes:
                 raise UnreadableIndex("a split index names its shared part wrongly")
-            shared = data[offset + 8 : offset + 8 + hash_bytes]
-            return "" if not any(shared) else shared.hex()
+            named = data[offset + 8 : offset + 8 + hash_bytes]
+            shared = "" if not any(named) else named.hex()
         offset += 8 + size
-    return ""
+    # The extensions end exactly at the checksum: anything else is not what git wrote, and
+    # entries git reads could hide there (attacker round 133).
+    if offset != end:
+        raise UnreadableIndex("the extensions do not end where the index does")
+    return shared

@@ -99,10 +99,13 @@ def test_a_cut_index_is_refused_wherever_it_is_cut(repo: Path) -> None:
             read_index(data[:cut])
 
 
-def entry(name: bytes, *, mode: int = 0o100644, strip: int | None = None) -> bytes:
-    """One hand-made entry: version 4 (`strip` given, prefix-compressed) or 2 (padded)."""
+def entry(
+    name: bytes, *, mode: int = 0o100644, strip: int | None = None, full: int | None = None
+) -> bytes:
+    """One hand-made entry: version 4 (`strip` given, prefix-compressed; `full`, the whole
+    name's length, which its flags record) or 2 (padded)."""
     fixed = b"\0" * 24 + struct.pack(">I", mode) + b"\0" * 12 + b"\1" * 20
-    flags = struct.pack(">H", min(len(name), 0xFFF))
+    flags = struct.pack(">H", min(len(name) if full is None else full, 0xFFF))
     if strip is not None:
         return fixed + flags + bytes([strip]) + name + b"\0"
     body = fixed + flags + name
@@ -117,14 +120,40 @@ def test_hand_made_entries_read_as_git_writes_them() -> None:
     gitlink = 0o160000
     two = index(2, entry(b"a.txt"), entry(b"sub", mode=gitlink))
     assert read_index(two).gitlinks == ("sub",)
-    four = index(4, entry(b"lib/one", strip=0), entry(b"two", mode=gitlink, strip=3))
+    four = index(4, entry(b"lib/one", strip=0), entry(b"two", mode=gitlink, strip=3, full=7))
     assert read_index(four).gitlinks == ("lib/two",)
+
+
+def test_a_version_4_name_shorter_than_its_recorded_length_is_refused() -> None:
+    """Attacker round 133: a name ended by a NUL before the length its flags record; git reads
+    the whole length (the NUL included) and so one more entry than this reader did, which
+    then took the real last entry, a submodule, for an extension."""
+    gitlink = 0o160000
+    hidden = entry(b"src/app.py\0hidden", strip=0)[:-1]  # git's length: both parts
+    assert struct.unpack_from(">H", hidden, 60)[0] == len(b"src/app.py\0hidden")
+    crafted = index(4, hidden + b"\0", entry(b"zz-vendor", mode=gitlink, strip=17, full=9))
+    with pytest.raises(UnreadableIndex):
+        read_index(crafted)
+
+
+def test_bytes_after_the_entries_that_are_no_extensions_are_refused() -> None:
+    """What does not parse as extensions up to the checksum may be entries git reads."""
+    whole = index(2, entry(b"a.txt"))
+    read_index(whole)
+    with pytest.raises(UnreadableIndex, match="do not end"):
+        read_index(whole[:-20] + b"TREE\0\0\0\0xyz" + b"\0" * 20)
+    with pytest.raises(UnreadableIndex, match="past the end"):
+        read_index(whole[:-20] + b"TREE\0\0\1\0" + b"\0" * 20)
 
 
 def test_names_longer_than_any_path_are_refused_not_built() -> None:
     """A crafted version 4 index whose every entry grows the name by a little would make
     reading it quadratic; a name past any path's length ends the read at once."""
-    growing = index(4, entry(b"x" * 200, strip=0), *(entry(b"y" * 100, strip=0) for _ in range(40)))
+    growing = index(
+        4,
+        entry(b"x" * 200, strip=0),
+        *(entry(b"y" * 100, strip=0, full=200 + 100 * (n + 1)) for n in range(40)),
+    )
     with pytest.raises(UnreadableIndex, match="longer than any path"):
         read_index(growing)
     without_end = b"DIRC" + struct.pack(">II", 2, 1) + entry(b"a")[:62] + b"n" * 10_000
