@@ -14,23 +14,42 @@ from sandbox.backend import SandboxSpec
 from sandbox.openat2 import AT_FDCWD, RESOLVE_NO_MAGICLINKS, RESOLVE_NO_SYMLINKS, openat2
 
 
+class Moved(Exception):
+    """A recorded path is no longer the object recorded for it; the message says why."""
+
+
+def recorded_paths(spec: SandboxSpec) -> list[tuple[str, tuple[int, int]]]:
+    """The workspace and each pin of `spec`, with the device and inode recorded for each."""
+    return [(str(spec.workspace), spec.workspace_id)] + [
+        (pin.path, pin.identity) for pin in spec.git_pins
+    ]
+
+
+def open_recorded(path: str, identity: tuple[int, int] | None) -> int:
+    """`path` open as O_PATH, reached with no symbolic link on the way, when it is still the
+    object `identity` names (None: whatever it is). Moved otherwise."""
+    try:
+        fd = openat2(AT_FDCWD, path, os.O_PATH, RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS)
+    except OSError as exc:
+        raise Moved(
+            f"{path} can no longer be reached without a symbolic link ({exc.strerror})"
+        ) from exc
+    info = os.fstat(fd)
+    if identity is not None and (info.st_dev, info.st_ino) != tuple(identity):
+        os.close(fd)
+        raise Moved(f"{path} is another object than the one recorded (replaced meanwhile)")
+    return fd
+
+
 def moved_pin(spec: SandboxSpec) -> str:
     """Why the workspace or a pin of `spec` is no longer the object recorded for it, or a
     folder on their way no longer has the owner and mode recorded ("" when each still is,
     reached with no symbolic link on the way). Asks the filesystem: off the event loop."""
-    wanted = [(str(spec.workspace), spec.workspace_id)]
-    wanted += [(pin.path, pin.identity) for pin in spec.git_pins]
-    for path, identity in wanted:
+    for path, identity in recorded_paths(spec):
         try:
-            fd = openat2(AT_FDCWD, path, os.O_PATH, RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS)
-        except OSError as exc:
-            return f"{path} can no longer be reached without a symbolic link ({exc.strerror})"
-        try:
-            info = os.fstat(fd)
-        finally:
-            os.close(fd)
-        if (info.st_dev, info.st_ino) != tuple(identity):
-            return f"{path} is another object than the one recorded (replaced meanwhile)"
+            os.close(open_recorded(path, identity))
+        except Moved as exc:
+            return str(exc)
     for folder in spec.host_way:
         try:
             info = os.lstat(folder.path)

@@ -30,7 +30,7 @@ from pathlib import Path
 
 from sandbox.backend import SET_UP_CHANGED, SandboxSpec, SandboxStartError
 from sandbox.mount_check import read_mount_points
-from sandbox.openat2 import AT_FDCWD, RESOLVE_NO_MAGICLINKS, RESOLVE_NO_SYMLINKS, openat2
+from sandbox.pin_check import Moved, open_recorded, recorded_paths
 
 log = logging.getLogger(__name__)
 
@@ -141,8 +141,7 @@ class SourceStage:
         folder.mkdir(mode=0o700)
         bound: list[str] = []
         try:
-            wanted = [(str(spec.workspace), spec.workspace_id)]
-            wanted += [(pin.path, pin.identity) for pin in spec.git_pins]
+            wanted = recorded_paths(spec)
             for number, (path, identity) in enumerate(wanted):
                 bound.append(self._bind(path, identity, folder / str(number)))
             yield {path: source for (path, _), source in zip(wanted, bound, strict=True)}
@@ -151,17 +150,12 @@ class SourceStage:
 
     def _bind(self, path: str, identity: tuple[int, int], target: Path) -> str:
         try:
-            fd = openat2(AT_FDCWD, path, os.O_PATH, RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS)
-        except OSError as exc:
-            log.warning("no sandbox container made: %s cannot be reached without a link (%s)",
-                        path, exc.strerror)  # fmt: skip
+            fd = open_recorded(path, identity if identity != (0, 0) else None)
+        except Moved as exc:
+            log.warning("no sandbox container made: %s", exc)
             raise SandboxStartError(SET_UP_CHANGED) from exc
         try:
-            info = os.fstat(fd)
-            if identity != (0, 0) and (info.st_dev, info.st_ino) != tuple(identity):
-                log.warning("no sandbox container made: %s is another object than recorded", path)
-                raise SandboxStartError(SET_UP_CHANGED)
-            if stat.S_ISDIR(info.st_mode):
+            if stat.S_ISDIR(os.fstat(fd).st_mode):
                 target.mkdir(mode=0o700)
             else:
                 target.touch(mode=0o600)
