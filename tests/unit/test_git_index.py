@@ -3,6 +3,7 @@ it refuses (the host's git makes the repositories)."""
 
 from __future__ import annotations
 
+import hashlib
 import struct
 import subprocess
 from pathlib import Path
@@ -159,3 +160,95 @@ def test_names_longer_than_any_path_are_refused_not_built() -> None:
     without_end = b"DIRC" + struct.pack(">II", 2, 1) + entry(b"a")[:62] + b"n" * 10_000
     with pytest.raises(UnreadableIndex, match="longer than any path"):
         read_index(without_end)
+
+
+def test_an_index_git_wrote_for_threaded_reading_is_read(repo: Path) -> None:
+    """index.threads makes git write an entry offset table and an end-of-entries marker."""
+    for version in ("2", "4"):
+        (repo / f"v{version}.txt").write_text(version)
+        git(repo, "-c", "index.threads=3", "add", f"v{version}.txt")
+        git(repo, "-c", "index.threads=3", "update-index", "--index-version", version)
+        data = (repo / ".git" / "index").read_bytes()
+        assert b"IEOT" in data and b"EOIE" in data
+        assert read_index(data).gitlinks == ("vendor/lib", "z")
+
+
+def _with_extensions(
+    entries: bytes, count: int, version: int, *extensions: bytes, marked: bytes = b""
+) -> bytes:
+    """A whole index: an end-of-entries marker pointing where the entries end (or, with
+    `marked`, at that extension header inside the first extension's data) with the headers of
+    the extensions from there hashed in, and the file's checksum, as git checks both."""
+    head = b"DIRC" + struct.pack(">II", version, count) + entries
+    chain = [marked] if marked else extensions
+    marker_hash = hashlib.sha1(b"".join(e[:8] for e in chain)).digest()
+    at = len(head) + (8 if marked else 0)
+    body = head + b"".join(extensions) + b"EOIE" + struct.pack(">II", 24, at) + marker_hash
+    return body + hashlib.sha1(body).digest()
+
+
+def _offset_table(*blocks: tuple[int, int]) -> bytes:
+    data = struct.pack(">I", 1) + b"".join(struct.pack(">II", *b) for b in blocks)
+    return b"IEOT" + struct.pack(">I", len(data)) + data
+
+
+def test_an_offset_table_naming_a_hidden_submodule_is_refused(tmp_path: Path) -> None:
+    """git reading with threads (a repository's own index.threads) reads each block where the
+    offset table says: here the second at a submodule entry inside an extension git ignores, so
+    git sees a submodule that the entries read in sequence do not hold."""
+    first, second = entry(b"a.txt"), entry(b"b.txt")
+    hidden = entry(b"sub", mode=0o160000)
+    entries = first + second
+    ignored_at = 12 + len(entries)
+    ignored = b"ZZZZ" + struct.pack(">I", len(hidden)) + hidden
+    table = _offset_table((12, 1), (ignored_at + 8, 1))
+    data = _with_extensions(entries, 2, 2, ignored, table)
+    git(tmp_path, "init", "-q", "r")
+    (tmp_path / "r" / ".git" / "index").write_bytes(data)
+    seen = git(tmp_path / "r", "-c", "index.threads=3", "ls-files", "-s")
+    assert "160000" in seen and "sub" in seen  # what git reads with threads
+    assert "sub" not in git(tmp_path / "r", "-c", "index.threads=1", "ls-files", "-s")
+    with pytest.raises(UnreadableIndex, match="offset table"):
+        read_index(data)
+    honest = _with_extensions(entries, 2, 2, ignored, _offset_table((12, 1), (12 + len(first), 1)))
+    assert read_index(honest).gitlinks == ()
+
+
+def test_an_offset_table_that_does_not_cover_the_entries_is_refused() -> None:
+    first, second = entry(b"a.txt"), entry(b"b.txt")
+    for blocks in (((12, 1),), ((12, 1), (12 + len(first), 2)), ((12, 0), (12, 2))):
+        data = _with_extensions(first + second, 2, 2, _offset_table(*blocks))
+        with pytest.raises(UnreadableIndex, match="offset table"):
+            read_index(data)
+
+
+def test_a_version_4_block_building_on_the_name_before_it_is_refused() -> None:
+    """Read alone, a block's first entry has no name before it: git and a reader in sequence
+    would build different names (a plain file for one, a submodule's path for the other)."""
+    first = entry(b"lib/one", strip=0)
+    keeps_prefix = entry(b"two", mode=0o160000, strip=3, full=7)  # "lib/two" in sequence
+    table = _offset_table((12, 1), (12 + len(first), 1))
+    with pytest.raises(UnreadableIndex, match="offset table"):
+        read_index(_with_extensions(first + keeps_prefix, 2, 4, table))
+    starts_anew = entry(b"lib/two", mode=0o160000, strip=7)
+    honest = _with_extensions(first + starts_anew, 2, 4, table)
+    assert read_index(honest).gitlinks == ("lib/two",)
+
+
+def test_an_end_marker_pointing_elsewhere_is_refused(tmp_path: Path) -> None:
+    """git reading with threads takes the extensions from where the end-of-entries marker says:
+    here a split index's `link` that the extensions read in sequence do not hold."""
+    entries = entry(b"a.txt")
+    link = b"link" + struct.pack(">I", 20 + 8) + b"\x11" * 20 + b"\0" * 8
+    ignored = b"ZZZZ" + struct.pack(">I", len(link)) + link
+    data = _with_extensions(entries, 1, 2, ignored, marked=link)
+    git(tmp_path, "init", "-q", "r")
+    (tmp_path / "r" / ".git" / "index").write_bytes(data)
+    threaded = subprocess.run(
+        ["git", "-C", str(tmp_path / "r"), "-c", "index.threads=3", "ls-files"],
+        capture_output=True, text=True, check=False,
+    )  # fmt: skip
+    assert "link extension" in threaded.stderr  # git read the `link` the marker leads to
+    assert git(tmp_path / "r", "-c", "index.threads=1", "ls-files") == "a.txt\n"
+    with pytest.raises(UnreadableIndex, match="end-of-entries"):
+        read_index(data)
