@@ -107,14 +107,14 @@ _OPERATORS = "();<>|&"
 INDEX_CACHE_BYTES = 16 << 20
 """What the submodule paths of cached indexes may take, at most."""
 
-_IndexKey = tuple[int, int, int, int, int]
+_IndexKey = tuple[int, int, int, int, int, int]
 _Found = TypeVar("_Found")
 
 
 class _IndexCache:
-    """Parsed indexes by (device, inode, size, mtime, ctime): a write changes ctime, whatever
-    is done to mtime afterwards. The oldest go first once the paths kept pass
-    `INDEX_CACHE_BYTES`."""
+    """Parsed indexes by (device, inode, size, mtime, ctime, the object names' length): a write
+    changes ctime, whatever is done to mtime afterwards. The oldest go first once the paths
+    kept pass `INDEX_CACHE_BYTES`."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
@@ -326,13 +326,15 @@ class _Pins:
         (rounds 130 and 131). That is a link, `commondir`, a worktree's configuration,
         `modules/`, a configuration naming a command, an include, `core.hooksPath`, an
         alias, a transport, a hook (it may run a script of the work tree), a submodule in
-        the index (git status runs git in it, with its own configuration). Nothing refused:
-        what cannot be looked at is noted so too."""
+        the index (git status runs git in it, with its own configuration). The index itself is
+        in the look too, whatever a reader makes of it: crafted so that git and this reader
+        read other entries, it hid a submodule (round 134). Nothing refused: what cannot be
+        looked at is noted so too."""
         seen: list[tuple[str, int, int, int]] = []
         vouched = True
         config: os.stat_result | None = None
         for name in ("config", "config.worktree", "HEAD", "commondir", "info/attributes",
-                     "hooks", "modules"):  # fmt: skip
+                     "hooks", "modules", "index"):  # fmt: skip
             try:
                 info = _lstat(self._root, _join(git_dir, name))
             except ToolError:
@@ -350,8 +352,8 @@ class _Pins:
         else:
             seen.extend(hooks)
             vouched = vouched and all(name.endswith(".sample") for name, *_ in hooks)
-        vouched = vouched and self._plain_configuration(_join(git_dir, "config"), config)
-        vouched = vouched and not self._model_gitlinks(git_dir)
+        plain, hash_bytes = self._config_verdict(_join(git_dir, "config"), config)
+        vouched = vouched and plain and not self._model_gitlinks(git_dir, hash_bytes)
         if not vouched:
             seen.append(_unvouched())
         return tuple(sorted(seen))
@@ -377,37 +379,41 @@ class _Pins:
             os.close(fd)
         return seen
 
-    def _plain_configuration(self, config: str, info: os.stat_result | None) -> bool:
-        """Whether a configuration the model made names nothing git would run or read beyond
-        it: no command (`core.fsmonitor = ./fsm.sh`, whose script a later call may rewrite
-        unseen: round 129's way), no alias (`-c core.fsmonitor=...` in one: round 131), no
-        include, no `core.hooksPath`, no worktree's configuration, no transport that runs a
-        program (`ext::`). Unreadable counts as naming something. Once per change of the file
-        (round 131: a 1 MiB one was parsed twice per call of every tenant)."""
+    def _config_verdict(self, config: str, info: os.stat_result | None) -> tuple[bool, int]:
+        """Whether a configuration the model made is plain, and the length of its object
+        names. Plain: it names nothing git would run or read beyond it: no command
+        (`core.fsmonitor = ./fsm.sh`, whose script a later call may rewrite unseen: round
+        129's way), no alias (`-c core.fsmonitor=...` in one: round 131), no include, no
+        `core.hooksPath`, no worktree's configuration, no transport that runs a program
+        (`ext::`). Unreadable counts as naming something. Once per change of the file (round
+        131: a 1 MiB one was parsed twice per call of every tenant)."""
         if info is None:
-            return True
+            return True, 20
         key = (info.st_dev, info.st_ino, info.st_size, info.st_mtime_ns, info.st_ctime_ns)
-        known = _plain_configurations.get(key)
+        known = _configurations.get(key)
         if known is not None:
             return known
         try:
             entries = self._entries(config)
         except ToolError:
-            plain = False
+            verdict = (False, 20)
         else:
             plain = not any(_beyond_configuration(key, value) for key, value in entries)
-        if len(_plain_configurations) >= MAX_CONFIG_VERDICTS:
-            _plain_configurations.pop(next(iter(_plain_configurations)))
-        _plain_configurations[key] = plain
-        return plain
+            verdict = (plain, _object_name_bytes(dict(entries)))
+        if len(_configurations) >= MAX_CONFIG_VERDICTS:
+            _configurations.pop(next(iter(_configurations)))
+        _configurations[key] = verdict
+        return verdict
 
-    def _model_gitlinks(self, git_dir: str) -> bool:
+    def _model_gitlinks(self, git_dir: str, hash_bytes: int) -> bool:
         """Whether the index of a git directory the model made records a submodule (or
-        cannot be read: taken as one)."""
+        cannot be read: taken as one), read with object names of `hash_bytes`, as git reads it
+        (round 134: an index read with SHA-1 names only held plain files for this reader and a
+        submodule for git, in a SHA-256 repository)."""
         try:
-            index = self._index(_join(git_dir, "index"), 20)
+            index = self._index(_join(git_dir, "index"), hash_bytes)
         except ToolError:
-            return True  # also a sha256 repository's, read as sha1: not vouched for
+            return True
         return index is not None and bool(index.gitlinks or index.shared)
 
     def enclosing(self, work_tree: str) -> None:
@@ -787,7 +793,7 @@ class _Pins:
         common = self._common_dir(git_dir)
         if not config and common:  # a linked worktree's configuration is its common directory's
             config = dict(self._entries(_join(common, "config")))
-        hash_bytes = 32 if config.get("extensions.objectformat", "").lower() == "sha256" else 20
+        hash_bytes = _object_name_bytes(config)
         index = self._index(_join(git_dir, "index"), hash_bytes)
         if index is None:
             return ()
@@ -808,7 +814,9 @@ class _Pins:
             info = os.fstat(fd)
             if not stat.S_ISREG(info.st_mode) or info.st_size > INDEX_MAX_BYTES:
                 raise _refused(f"{_name(path)} is not an index git could have written.")
-            key = (info.st_dev, info.st_ino, info.st_size, info.st_mtime_ns, info.st_ctime_ns)
+            # The names' length is in the key: one file reads differently with each (round 134).
+            key = (info.st_dev, info.st_ino, info.st_size, info.st_mtime_ns, info.st_ctime_ns,
+                   hash_bytes)  # fmt: skip
             found = _index_cache.get(key)
             if found is not None:
                 return found
@@ -1008,8 +1016,13 @@ def _join(base: str, name: str) -> str:
 
 _UNVOUCHED = itertools.count()
 MAX_CONFIG_VERDICTS = 1024
-_plain_configurations: dict[tuple[int, int, int, int, int], bool] = {}
-"""`_Pins._plain_configuration`'s verdicts, by the file's device, inode, size and times."""
+_configurations: dict[tuple[int, int, int, int, int], tuple[bool, int]] = {}
+"""`_Pins._config_verdict`'s verdicts, by the file's device, inode, size and times."""
+
+
+def _object_name_bytes(config: dict[str, str]) -> int:
+    """How long a repository's object names are, as its configuration says (20: SHA-1)."""
+    return 32 if config.get("extensions.objectformat", "").lower() == "sha256" else 20
 
 
 def _beyond_configuration(key: str, value: str) -> bool:

@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import os
 import shutil
+import struct
 import subprocess
 import time
 from collections.abc import Callable
@@ -18,6 +19,7 @@ import pytest
 
 from daemon.errors import ToolError
 from daemon.host import git_pins as git_pins_module
+from daemon.host.git_index import UnreadableIndex, read_index
 from daemon.host.git_pins import RepositoryLook, git_pins, repository_look
 from daemon.host.pinned import PinnedDirectory
 from sandbox.backend import PathPin, SandboxSpec
@@ -1313,3 +1315,71 @@ def test_a_layout_beside_a_git_of_the_models_is_looked_at_and_never_vouched_for(
     os.lchown(workspace / "HEAD", 1000, 1000)  # an owner's layout: refused, as without `.git`
     with pytest.raises(ToolError, match="laid out as a git directory"):
         _theirs_look(workspace)
+
+
+def _plain_model_repository(workspace: Path) -> Path:
+    """A repository a tenant made with git: sample hooks only, one file in its index."""
+    run_git(workspace, "init", "-q")
+    (workspace / "a.txt").write_text("a\n")
+    run_git(workspace, "add", "-A")
+    git = workspace / ".git"
+    for entry in [git, *git.rglob("*")]:
+        os.lchown(entry, SANDBOX_UIDS[7], SANDBOX_UIDS[7])
+    return git
+
+
+def test_a_rewritten_index_of_the_models_changes_the_look(workspace: Path) -> None:
+    """Attacker round 134: an index crafted so that this reader and git read different entries
+    (git's threaded reading, a hash length) hid a submodule, and its writing left the look the
+    same, so the planting call had no record. Whatever a reader makes of it, an index written
+    anew is a change of the repository."""
+    git = _plain_model_repository(workspace)
+    before = _theirs_look(workspace)
+    (workspace / "b.txt").write_text("b\n")
+    run_git(workspace, "-c", "safe.directory=*", "add", "b.txt")  # no submodule, but changed
+    os.lchown(git / "index", SANDBOX_UIDS[7], SANDBOX_UIDS[7])
+    after = _theirs_look(workspace)
+    assert after != before
+    assert _theirs_look(workspace) == after  # and then the same again, until the next change
+
+
+def _index_read_two_ways() -> bytes:
+    """Attacker round 134's index: read with SHA-1 names, two plain files; read with SHA-256
+    ones, as git does in a repository of that format, a file and a submodule `sub`."""
+    data = bytearray(188)
+    data[0:12] = struct.pack(">4sII", b"DIRC", 2, 2)
+    struct.pack_into(">I", data, 36, 0o100644)  # SHA-1 entry 0: "x"
+    data[52:72] = b"\x22" * 20
+    struct.pack_into(">H", data, 72, 1)
+    data[74:75] = b"x"
+    struct.pack_into(">H", data, 84, 14)  # SHA-256 entry 0's flags, name "a" * 14
+    data[86:100] = b"a" * 14
+    struct.pack_into(">I", data, 100, 0o100644)  # SHA-1 entry 1's mode
+    struct.pack_into(">I", data, 132, 0o160000)  # SHA-256 entry 1's mode: a submodule
+    struct.pack_into(">H", data, 136, 42)  # SHA-1 entry 1's flags
+    data[138:180] = b"\x33" * 10 + b"\x11" * 32
+    struct.pack_into(">H", data, 180, 3)  # SHA-256 entry 1's flags, name "sub"
+    data[182:185] = b"sub"
+    return bytes(data) + b"\0" * 20
+
+
+def test_a_model_index_read_as_sha256_by_git_is_read_so_too(workspace: Path) -> None:
+    """Attacker round 134: the index of a tenant's repository was read with SHA-1 names only; in
+    a SHA-256 repository git read a submodule there that this reader did not."""
+    data = _index_read_two_ways()
+    assert read_index(data, 20).gitlinks == ()
+    with pytest.raises(UnreadableIndex):  # its entries run into where a SHA-256 checksum is
+        read_index(data, 32)
+    git = _plain_model_repository(workspace)
+    config = "[core]\n\trepositoryformatversion = 1\n[extensions]\n\tobjectformat = sha256\n"
+    (git / "config").write_text(config)
+    (git / "index").write_bytes(data)
+    listed = subprocess.run(
+        ["git", "-C", str(workspace), "-c", "safe.directory=*", "ls-files", "-s"],
+        capture_output=True, text=True, check=True,
+    )  # fmt: skip
+    assert "160000" in listed.stdout and "\tsub\n" in listed.stdout  # what git reads
+    for entry in (git / "config", git / "index"):
+        os.lchown(entry, SANDBOX_UIDS[7], SANDBOX_UIDS[7])
+    first = _theirs_look(workspace)
+    assert _theirs_look(workspace) != first  # a submodule: never vouched for
