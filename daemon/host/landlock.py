@@ -64,6 +64,25 @@ async def confined(program: str, workspace: PinnedDirectory) -> Confined:
     return Confined((*command, "--", program), (workspace.fd,))
 
 
+async def confined_python(script: str) -> tuple[str, ...]:
+    """The argv prefix running `script` with this interpreter, isolated (`-I`: no environment,
+    no user site) and confined to reading what the interpreter itself is made of: its program
+    and libraries, the folders of those libraries (its extension modules load more from there),
+    its installation and this environment's (the standard library, the installed packages),
+    and the script. Nothing else of the host (workspaces, the daemon's configuration and state,
+    /etc) may be read, nothing written, no TCP, no signals out."""
+    interpreter = os.path.realpath(sys.executable)
+    files = await program_files(interpreter)
+    command = [find_helper(), "--read", LOADER_CACHE, "--read", script]
+    for path in files:
+        command += ["--exec", path]
+    folders = {str(Path(path).parent) for path in files if path != interpreter}
+    folders |= {sys.prefix, sys.exec_prefix, sys.base_prefix, sys.base_exec_prefix}
+    for folder in sorted(folders):
+        command += ["--read", folder]
+    return (*command, "--", sys.executable, "-I", script)
+
+
 def started_in(argv: list[str], directory_fd: int) -> list[str]:
     """A `Confined` command line whose program starts in the directory open at `directory_fd`:
     the wrapper enters it once it runs. A child's working directory given to Popen is entered

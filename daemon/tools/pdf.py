@@ -1,22 +1,25 @@
 """PDFs as Read shows them: the text of each page, for a range of pages (`pages`, e.g. "3" or
-"1-5"), at most `MAX_PAGES` at a time, extracted in a limited child process (pdf_worker)."""
+"1-5"), at most `MAX_PAGES` at a time, extracted in a limited child process (pdf_worker) that
+the kernel confines to reading the interpreter's own files (daemon.host.landlock)."""
 
 from __future__ import annotations
 
 import json
 import os
 import re
-import sys
 from dataclasses import dataclass
+from pathlib import Path
 
 from daemon.errors import ToolError, ToolInputError
 from daemon.host.child import run_child
+from daemon.host.landlock import HELPER_NAME, NOT_CONFINED_EXIT, confined_python
 
 MAX_PAGES = 20
 """Pages one Read shows at most."""
 DEFAULT_PAGES = 10
 """Pages shown without a `pages` range."""
 TIMEOUT_S = 40.0
+_WORKER = Path(__file__).resolve().with_name("pdf_worker.py")
 _RANGE = re.compile(r"^\s*(\d+)\s*(?:-\s*(\d*)\s*)?$")
 
 
@@ -62,8 +65,10 @@ def page_range(pages: str | None) -> tuple[int, int]:
 async def read_pdf(data: bytes, pages: str | None, shown_as: str) -> PdfView:
     """The text of the asked pages of the PDF in `data`."""
     first, last = page_range(pages)
+    # A parser bug must not read the host as the daemon's account (root, often): round 117.
+    worker = await confined_python(str(_WORKER))
     run = await run_child(
-        [sys.executable, "-m", "daemon.tools.pdf_worker", str(first), str(last)],
+        [*worker, str(first), str(last)],
         input_data=data,
         timeout_s=TIMEOUT_S,
         output_cap=MAX_PAGES * 500_000,
@@ -71,6 +76,12 @@ async def read_pdf(data: bytes, pages: str | None, shown_as: str) -> PdfView:
         env={"PATH": os.defpath, "LANG": "C.UTF-8"},
     )
     why = ""
+    if run.exit_code == NOT_CONFINED_EXIT and run.stderr.text().startswith(HELPER_NAME):
+        raise ToolError(
+            f"Cannot read the text of {shown_as} as a PDF: the text extractor could not be "
+            f"confined, so it did not run ({run.stderr.text().strip()[:300]}). Inspect it with "
+            "Bash (e.g. `pdftotext` if the sandbox has it, or `strings`), and tell the operator."
+        )
     if run.timed_out or run.exit_code == -9 or run.exit_code == -24:
         why = "extracting its text took too long"
     elif run.exit_code != 0:

@@ -1,8 +1,10 @@
-"""PDF text extraction for Read, run as a child process (`python -m daemon.tools.pdf_worker FIRST
-LAST`): the PDF arrives on stdin, the pages' text leaves as one JSON object on stdout.
+"""PDF text extraction for Read, run as a child process (`python -I pdf_worker.py FIRST LAST`,
+under daemon.host.landlock's wrapper): the PDF arrives on stdin, the pages' text leaves as one
+JSON object on stdout. It imports nothing of the daemon's.
 
 A PDF is model-controlled input and parsers have bugs, so the work happens here, not in the
-daemon, and under limits this process sets on itself before it reads a byte: its address space
+daemon: the kernel lets this process read only the interpreter's own files (no workspace, no
+configuration, no TCP), and it sets limits on itself before it reads a byte: its address space
 and CPU time, and no file may be written. The daemon also kills it at a deadline.
 """
 

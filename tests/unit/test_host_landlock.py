@@ -4,14 +4,17 @@ and runs system programs, and is refused everything else, symlinks to outside in
 from __future__ import annotations
 
 import asyncio
+import json
 import shutil
+import socket
 import subprocess
+import textwrap
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from daemon.host.landlock import NOT_CONFINED_EXIT, confined, find_helper
+from daemon.host.landlock import NOT_CONFINED_EXIT, confined, confined_python, find_helper
 from daemon.host.pinned import PinnedDirectory
 
 
@@ -91,3 +94,40 @@ def test_the_program_and_its_libraries_still_run(workspace: PinnedDirectory) -> 
     assert rg is not None, "ripgrep is installed by make setup"
     done = run(workspace, rg, "--no-config", "inside", "dir")
     assert (done.returncode, done.stdout) == (0, "dir/in.txt:inside\n"), done.stderr
+
+
+def test_a_confined_python_script_reads_nothing_of_the_host_but_python(tmp_path: Path) -> None:
+    """Round 117's lead: the PDF extractor, a parser of model-made bytes, ran as the daemon's
+    account (root, often) free to read the host. Confined, a script runs and imports the
+    standard library and installed packages, and is refused the files beside it, the host's
+    secrets, writes and TCP."""
+    (tmp_path / "secret.txt").write_text("the daemon's token\n")
+    listener = socket.create_server(("127.0.0.1", 0))
+    script = tmp_path / "probe.py"
+    script.write_text(
+        textwrap.dedent(
+            f"""
+            import json, socket, pypdf
+            def denied(attempt):
+                try:
+                    attempt()
+                except PermissionError:
+                    return True
+                return False
+            print(json.dumps({{
+                "secret": denied(lambda: open({str(tmp_path / "secret.txt")!r}).read()),
+                "shadow": denied(lambda: open("/etc/shadow").read()),
+                "write": denied(lambda: open({str(tmp_path / "new.txt")!r}, "w")),
+                "tcp": denied(lambda: socket.create_connection({listener.getsockname()!r})),
+            }}))
+            """
+        )
+    )
+    try:
+        argv = asyncio.run(confined_python(str(script)))
+        done = subprocess.run(argv, capture_output=True, text=True, timeout=60, check=False)
+    finally:
+        listener.close()
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout) == {"secret": True, "shadow": True, "write": True, "tcp": True}
+    assert not (tmp_path / "new.txt").exists()
