@@ -112,6 +112,8 @@ class WayFolder(_Frozen):
     gid: int
     mode: int
     """st_mode: its type and permission bits."""
+    acl: bytes = b""
+    """Its POSIX access ACL as stored (sandbox.posix_acl; b"": none)."""
 
 
 _Identity = tuple[int, int]

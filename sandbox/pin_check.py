@@ -12,6 +12,7 @@ import os
 
 from sandbox.backend import SandboxSpec
 from sandbox.openat2 import AT_FDCWD, RESOLVE_NO_MAGICLINKS, RESOLVE_NO_SYMLINKS, openat2
+from sandbox.posix_acl import access_acl
 
 
 class Moved(Exception):
@@ -44,7 +45,8 @@ def open_recorded(path: str, identity: tuple[int, int] | None) -> int:
 def moved_pin(spec: SandboxSpec) -> str:
     """Why the workspace or a pin of `spec` is no longer the object recorded for it, or a
     folder on their way no longer has the owner and mode recorded ("" when each still is,
-    reached with no symbolic link on the way). Asks the filesystem: off the event loop."""
+    reached with no symbolic link on the way; an ACL counts as part of the mode). Asks the
+    filesystem: off the event loop."""
     for path, identity in recorded_paths(spec):
         try:
             os.close(open_recorded(path, identity))
@@ -55,9 +57,18 @@ def moved_pin(spec: SandboxSpec) -> str:
             info = os.lstat(folder.path)
         except OSError as exc:
             return f"{folder.path} can no longer be looked at ({exc.strerror})"
-        if (info.st_uid, info.st_gid, info.st_mode) != (folder.uid, folder.gid, folder.mode):
+        try:
+            acl = access_acl(folder.path)
+        except OSError as exc:
+            return f"{folder.path} can no longer be looked at ({exc.strerror})"
+        if (info.st_uid, info.st_gid, info.st_mode, acl) != (
+            folder.uid,
+            folder.gid,
+            folder.mode,
+            folder.acl,
+        ):
             return (
-                f"{folder.path} changed owner or mode since who could rename it was judged "
+                f"{folder.path} changed owner, mode or ACL since who could rename it was judged "
                 "(changed meanwhile)"
             )
     return ""

@@ -30,6 +30,7 @@ from daemon.host.pinned import NotPinnable, PinnedDirectory
 from daemon.sessions.principal_uids import PrincipalUids
 from daemon.text import wire_safe
 from sandbox.backend import WayFolder
+from sandbox.posix_acl import access_acl, acl_writers
 
 Relation = Literal["same", "inside", "contains"]
 
@@ -262,10 +263,13 @@ class IdentityRule:
         for folder in sorted(folders):
             try:
                 info = os.lstat(folder)
+                acl = access_acl(str(folder))
             except OSError:
                 return HostLook(None, ())
             way.append(
-                WayFolder(path=str(folder), uid=info.st_uid, gid=info.st_gid, mode=info.st_mode)
+                WayFolder(
+                    path=str(folder), uid=info.st_uid, gid=info.st_gid, mode=info.st_mode, acl=acl
+                )
             )
         return HostLook(self._changers_on(way), tuple(way))
 
@@ -286,8 +290,15 @@ class IdentityRule:
                 return None
             if folder.mode & 0o002 and not folder.mode & stat.S_ISVTX:
                 return None
-            if folder.uid not in uids and folder.uid not in own:
-                changers.add(folder.uid)
+            try:
+                # Round 126's lead: an ACL names writers the mode's bits do not show.
+                named = acl_writers(folder.acl)
+            except ValueError:
+                return None
+            if named.groups - gids:
+                return None
+            owners = {folder.uid, *named.users}
+            changers.update(uid for uid in owners if uid not in uids and uid not in own)
         return frozenset(changers)
 
 

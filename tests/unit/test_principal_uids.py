@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import os
 import pwd
+import struct
 from pathlib import Path
 
 import pytest
@@ -344,3 +345,31 @@ def test_only_the_principals_own_uids_are_the_models_not_the_sandbox_accounts(
     assert rule.made_by_sandboxes(FIRST + 3)
     assert not rule.made_by_sandboxes(rule.dedicated()[0])
     assert not rule.made_by_sandboxes(0)
+
+
+def _grant_write(folder: Path, tag: int, who: int) -> None:
+    """A POSIX access ACL giving `who` (a user: tag 2; a group: tag 8) write on `folder`, as
+    `setfacl -m u:who:rwx` writes it (the group bits of its mode then show the mask)."""
+    entries = [(1, 7, 0xFFFFFFFF), (tag, 7, who), (4, 5, 0xFFFFFFFF), (0x10, 7, 0xFFFFFFFF)]
+    entries.append((0x20, 5, 0xFFFFFFFF))
+    raw = struct.pack("<I", 2) + b"".join(struct.pack("<HHI", *entry) for entry in sorted(entries))
+    os.setxattr(folder, "system.posix_acl_access", raw)
+
+
+def test_an_acl_giving_a_host_account_write_on_the_way_counts(tmp_path: Path) -> None:
+    """Round 126's lead: an account an ACL lets write a folder above the workspace (root's, mode
+    0775 in the group bits, which then show the ACL's mask) could rename it, and was not
+    counted: its mode names no one but root."""
+    rule = _root_rule(tmp_path)
+    store = SessionStore(tmp_path / "default", tmp_path / "sessions", rule)
+    above = tmp_path / "team"
+    (above / "project").mkdir(parents=True)
+    os.chown(above / "project", 1000, 1000)
+    session = store.open(PinnedDirectory.pin(above / "project"), None, owner="alice")
+    assert session.host_changers().changers == {1000}
+    _grant_write(above, 2, 1500)
+    assert above.stat().st_mode & 0o777 == 0o775
+    assert session.host_changers().changers == {1000, 1500}
+    assert any(folder.acl for folder in session.host_changers().way)
+    _grant_write(above, 8, 1500)
+    assert session.host_changers().changers is None  # a group's members: anyone might

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import struct
 from pathlib import Path
 from typing import Any
 
@@ -353,18 +354,18 @@ def test_a_folder_on_the_way_opened_to_everyone_after_the_judgement_is_moved(
     )
     assert moved_pin(spec) == ""
     (tmp_path / "sub").chmod(0o777)
-    assert "changed owner or mode" in moved_pin(spec)
+    assert "changed owner, mode" in moved_pin(spec)
 
 
 def test_a_folder_on_the_way_given_away_or_gone_is_moved(tmp_path: Path) -> None:
     (tmp_path / "sub").mkdir()
     spec = _spec(tmp_path).model_copy(update={"host_way": _way(tmp_path, tmp_path / "sub")})
     os.chown(tmp_path / "sub", 4321, 4321)
-    assert "changed owner or mode" in moved_pin(spec)
+    assert "changed owner, mode" in moved_pin(spec)
     os.rename(tmp_path / "sub", tmp_path / "gone")
     assert "can no longer be looked at" in moved_pin(spec)
     (tmp_path / "sub").symlink_to(tmp_path / "gone")
-    assert "changed owner or mode" in moved_pin(spec)
+    assert "changed owner, mode" in moved_pin(spec)
 
 
 class _PinnedEngine:
@@ -499,3 +500,20 @@ async def test_a_pause_the_runtime_keeps_refusing_is_an_unfreezable_container(
 ) -> None:
     with pytest.raises(Unfreezable):
         await backend_over(_LaggingEngine(lagging_looks=100)).freeze("c1")
+
+
+def test_a_folder_on_the_way_given_to_an_account_by_an_acl_is_moved(tmp_path: Path) -> None:
+    """An ACL changes no owner or mode bit (a mask already allowing group write), yet lets a
+    named account rename entries: given after the judgement, the container is not made."""
+    (tmp_path / "sub").mkdir()
+    (tmp_path / "sub").chmod(0o775)
+    spec = _spec(tmp_path).model_copy(update={"host_way": _way(tmp_path, tmp_path / "sub")})
+    assert moved_pin(spec) == ""
+    raw = struct.pack("<I", 2) + b"".join(
+        struct.pack("<HHI", tag, perm, who)
+        for tag, perm, who in ((1, 7, 0xFFFFFFFF), (2, 7, 1500), (4, 5, 0xFFFFFFFF),
+                               (0x10, 7, 0xFFFFFFFF), (0x20, 5, 0xFFFFFFFF))
+    )  # fmt: skip
+    os.setxattr(tmp_path / "sub", "system.posix_acl_access", raw)
+    assert (tmp_path / "sub").stat().st_mode & 0o777 == 0o775
+    assert "changed" in moved_pin(spec)
