@@ -72,7 +72,7 @@ SHARED_UMASK = "0002"
 #: share through its group, it trusts them as when every principal ran as one uid. Command-line
 #: scope, which git honours for safe.directory.
 SHARED_GIT_ENV = {
-    "GIT_CONFIG_COUNT": "2",
+    "GIT_CONFIG_COUNT": "4",
     "GIT_CONFIG_KEY_0": "safe.directory",
     "GIT_CONFIG_VALUE_0": "*",
     # Never a folder taken for a bare repository because it is laid out as one: in a shared
@@ -80,6 +80,14 @@ SHARED_GIT_ENV = {
     # behind an empty `.git`, ran a program in every other tenant's `git status`).
     "GIT_CONFIG_KEY_1": "safe.bareRepository",
     "GIT_CONFIG_VALUE_1": "explicit",
+    # No repository's file-system monitor or hooks: what git runs by itself in `git status` and
+    # `git commit` (rounds 132 to 135: another tenant's ran, also from where the audit's look
+    # does not reach: a nested repository, a `.git` swapped in and back during the call). Empty
+    # turns the monitor off; hooks are looked for in a file, where none can be.
+    "GIT_CONFIG_KEY_2": "core.fsmonitor",
+    "GIT_CONFIG_VALUE_2": "",
+    "GIT_CONFIG_KEY_3": "core.hooksPath",
+    "GIT_CONFIG_VALUE_3": "/dev/null",
 }
 
 _MIB = 1 << 20

@@ -470,3 +470,43 @@ def test_a_root_laid_out_behind_an_empty_git_runs_nothing_of_a_tenants_and_is_au
             shutil.rmtree(workspace / name, ignore_errors=True)
         for name in ("HEAD", "config", "ran-as"):
             (workspace / name).unlink(missing_ok=True)
+
+
+def test_a_tenants_repository_runs_no_program_of_its_in_anothers_git(
+    tenants: tuple[RunningDaemon, Tenant, Tenant],
+) -> None:
+    """Attacker rounds 132 to 135: a repository one tenant made at the shared root, or below
+    another's working folder, ran its `core.fsmonitor` program and its hooks in the other's
+    `git status` and `git commit`, with no record naming the planting call when it was made
+    where the look does not see (a nested repository, a `.git` swapped in and back while the
+    other's call ran). In a shared workspace every sandbox's git takes neither from a
+    repository: command-line scope, which a repository's configuration does not override."""
+    running, alice, bob = tenants
+    workspace = running.settings.workspace
+    plant = (
+        "import os, subprocess\n"
+        "for where in ('.', 'nested'):\n"
+        "    os.makedirs(where, exist_ok=True)\n"
+        "    subprocess.run(['git', 'init', '-q', where], check=True)\n"
+        "    mark = os.path.abspath(os.path.join(where, 'ran-' + where.strip('.') + 'x'))\n"
+        "    subprocess.run(['git', '-C', where, 'config', 'core.fsmonitor',\n"
+        "                    f'id -u >> {mark}; false'], check=True)\n"
+        "    hook = os.path.join(where, '.git', 'hooks', 'pre-commit')\n"
+        "    open(hook, 'w').write(f'#!/bin/sh\\nid -u >> {mark}\\n')\n"
+        "    os.chmod(hook, 0o755)\n"
+    )
+    alice.bash(DEFAULT, _unseen(plant))
+    commit = (
+        "GIT_AUTHOR_NAME=b GIT_AUTHOR_EMAIL=b@b GIT_COMMITTER_NAME=b GIT_COMMITTER_EMAIL=b@b "
+        "git commit -q --allow-empty -m b"
+    )
+    try:
+        for where in (".", "nested"):
+            bob.bash(DEFAULT, f"cd {where} && git status --short && {commit}; echo done")
+        assert not list(workspace.glob("ran-*")), "a tenant's program ran in another's git"
+        assert not list((workspace / "nested").glob("ran-*")), "the nested one's ran"
+        # In a tenant's own use the same settings are set aside as well: git itself works.
+        assert "b" in text_of(bob.bash(DEFAULT, "git log --format=%s -1"))
+    finally:
+        shutil.rmtree(workspace / ".git", ignore_errors=True)
+        shutil.rmtree(workspace / "nested", ignore_errors=True)

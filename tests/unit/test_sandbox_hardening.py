@@ -73,9 +73,15 @@ def test_a_workspace_shared_through_its_group_gets_group_writable_files_and_gits
     assert environment["GIT_CONFIG_KEY_0"] == "safe.directory"
     assert environment["GIT_CONFIG_VALUE_0"] == "*"
     # Round 132: never a folder another tenant laid out as a bare repository.
-    assert environment["GIT_CONFIG_COUNT"] == "2"
+    assert environment["GIT_CONFIG_COUNT"] == "4"
     assert environment["GIT_CONFIG_KEY_1"] == "safe.bareRepository"
     assert environment["GIT_CONFIG_VALUE_1"] == "explicit"
+    # Rounds 132 to 135: no repository's monitor or hooks (run in the integration tests).
+    assert (environment["GIT_CONFIG_KEY_2"], environment["GIT_CONFIG_VALUE_2"]) == (
+        "core.fsmonitor",
+        "",
+    )
+    assert environment["GIT_CONFIG_KEY_3"] == "core.hooksPath"
     assert spec.profile_key() != spec.model_copy(update={"group_shared": False}).profile_key()
 
 
