@@ -326,15 +326,16 @@ class _Pins:
         (rounds 130 and 131). That is a link, `commondir`, a worktree's configuration,
         `modules/`, a configuration naming a command, an include, `core.hooksPath`, an
         alias, a transport, a hook (it may run a script of the work tree), a submodule in
-        the index (git status runs git in it, with its own configuration). The index itself is
-        in the look too, whatever a reader makes of it: crafted so that git and this reader
-        read other entries, it hid a submodule (round 134). Nothing refused: what cannot be
-        looked at is noted so too."""
+        the index (git status runs git in it, with its own configuration), a rebase, am,
+        cherry-pick or revert under way (its `exec` lines run in whoever continues it: round
+        135). The index itself is in the look too, whatever a reader makes of it: crafted so
+        that git and this reader read other entries, it hid a submodule (round 134). Nothing
+        refused: what cannot be looked at is noted so too."""
         seen: list[tuple[str, int, int, int]] = []
         vouched = True
         config: os.stat_result | None = None
         for name in ("config", "config.worktree", "HEAD", "commondir", "info/attributes",
-                     "hooks", "modules", "index"):  # fmt: skip
+                     "hooks", "modules", "index", *_SEQUENCES):  # fmt: skip
             try:
                 info = _lstat(self._root, _join(git_dir, name))
             except ToolError:
@@ -344,7 +345,7 @@ class _Pins:
                 continue
             seen.append(_seen(name, info))
             config = info if name == "config" else config
-            if stat.S_ISLNK(info.st_mode) or name in ("config.worktree", "commondir", "modules"):
+            if stat.S_ISLNK(info.st_mode) or name in _NEVER_VOUCHED:
                 vouched = False
         hooks = self._hooks_seen(git_dir)
         if hooks is None:
@@ -1014,6 +1015,9 @@ def _join(base: str, name: str) -> str:
     return f"{base}/{name}" if base else name
 
 
+_SEQUENCES = ("rebase-merge", "rebase-apply", "sequencer")
+"""What git keeps of a rebase, am, cherry-pick or revert under way (commands it runs next)."""
+_NEVER_VOUCHED = frozenset({"config.worktree", "commondir", "modules", *_SEQUENCES})
 _UNVOUCHED = itertools.count()
 MAX_CONFIG_VERDICTS = 1024
 _configurations: dict[tuple[int, int, int, int, int], tuple[bool, int]] = {}

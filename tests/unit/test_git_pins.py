@@ -1383,3 +1383,22 @@ def test_a_model_index_read_as_sha256_by_git_is_read_so_too(workspace: Path) -> 
         os.lchown(entry, SANDBOX_UIDS[7], SANDBOX_UIDS[7])
     first = _theirs_look(workspace)
     assert _theirs_look(workspace) != first  # a submodule: never vouched for
+
+
+@pytest.mark.parametrize("state", ["rebase-merge", "rebase-apply", "sequencer"])
+def test_a_sequence_under_way_in_a_model_repository_is_never_vouched_for(
+    workspace: Path, state: str
+) -> None:
+    """Attacker round 135: a tenant wrote an interactive rebase's state into a repository the
+    look vouched for; `git status` told another tenant to run `git rebase --continue`, which ran
+    the state's `exec` line, and nothing recorded the planting."""
+    git = _plain_model_repository(workspace)
+    vouched = _theirs_look(workspace)
+    assert _theirs_look(workspace) == vouched
+    (git / state).mkdir()
+    (git / state / "git-rebase-todo").write_text("exec ./x.sh\n")
+    for entry in (git / state, git / state / "git-rebase-todo"):
+        os.lchown(entry, SANDBOX_UIDS[7], SANDBOX_UIDS[7])
+    first = _theirs_look(workspace)
+    assert first != vouched
+    assert _theirs_look(workspace) != first

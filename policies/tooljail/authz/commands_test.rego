@@ -1106,6 +1106,15 @@ test_writing_git_control_files_asks if {
 	decides(hook, "ask", ".git/hooks/pre-commit")
 }
 
+test_writing_a_rebase_under_way_asks if {
+	# Attacker round 135: its exec lines run in whoever continues it.
+	line := "echo 'exec id' > .git/rebase-merge/git-rebase-todo"
+	doc := object.union(bash_line(line, [simple(["echo", "exec id"])]), {"command": {"written_paths": ["/srv/ws/.git/rebase-merge/git-rebase-todo"]}})
+	decides(doc, "ask", "from which git takes programs to run")
+	sequencer := object.union(write_input, {"paths": [{"path": "/srv/ws/.git/sequencer/todo", "access": "write", "inside_workspace": true}]})
+	decides(sequencer, "ask", ".git/sequencer/todo")
+}
+
 test_writing_git_control_files_from_inside_git_asks if {
 	line := "cd /srv/ws/.git && printf x > hooks/pre-commit"
 	written := {"target": "hooks/pre-commit", "paths": ["/srv/ws/hooks/pre-commit", "/srv/ws/.git/hooks/pre-commit"], "known": true}

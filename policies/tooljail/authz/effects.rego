@@ -240,12 +240,12 @@ operands_never_written := {"git", "echo", "printf", "test", "[", "cd", "pushd", 
 
 names_git_control(word) if git_control_path(word.path)
 
-names_git_control(word) if regex.match(`(^|[/=])\.git/(config|hooks/|info/attributes)`, word.text)
+names_git_control(word) if regex.match(`(^|[/=])\.git/(config|hooks/|info/attributes|rebase-merge|rebase-apply|sequencer)`, word.text)
 
 # Code given on the command line (`python3 -c "...os.open('.gitmodules', ...)"`) that names
 # one of git's files anywhere in its text, however it would write it (os.open, pwrite, mknod:
 # attacker round 82).
-names_git_control(word) if regex.match(`\.git(modules|attributes)\b|\.git/(config|hooks|info/attributes)`, word.text)
+names_git_control(word) if regex.match(`\.git(modules|attributes)\b|\.git/(config|hooks|info/attributes|rebase-merge|rebase-apply|sequencer)`, word.text)
 
 # A word whose place cannot be told (dynamic, or after a `cd` that may fail or in a subshell:
 # `cd .git/hooks; cp ../../h pre-commit`), by the name it gives.
@@ -276,6 +276,7 @@ git_control_names := {
 	"proc-receive", "post-receive", "post-update", "reference-transaction", "push-to-checkout",
 	"pre-auto-gc", "post-rewrite", "sendemail-validate", "fsmonitor-watchman", "p4-changelist",
 	"p4-prepare-changelist", "p4-post-changelist", "p4-pre-submit", "post-index-change",
+	"git-rebase-todo",
 }
 
 # A template directory puts its hooks and configuration into the new repository.
@@ -641,6 +642,10 @@ git_files_word(word) if regex.match(`(^|/)\.git(/|$)|(^|/)\.git(attributes|modul
 git_control_path(path) if regex.match(`(^|/)\.git/(.+/)?(config(\.worktree)?$|hooks(/|$)|info/attributes$)`, path)
 
 git_control_path(path) if regex.match(`(^|/)\.git$`, path)
+
+# A rebase, am, cherry-pick or revert under way: whoever continues it runs its `exec` lines
+# (attacker round 135: a tenant's, written into another's repository).
+git_control_path(path) if regex.match(`(^|/)\.git/(.+/)?(rebase-merge|rebase-apply|sequencer)(/|$)`, path)
 
 git_control_path(path) if regex.match(`(^|/)\.gitattributes$|(^|/)\.gitmodules$`, path)
 
