@@ -12,9 +12,11 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import logging
 import os
 import secrets
 import shutil
+import stat
 import time
 from collections.abc import Iterable, Iterator
 from pathlib import Path
@@ -32,6 +34,8 @@ from daemon.sessions.workspaces import (
     pin_workspace,
 )
 from daemon.text import wire_safe
+
+log = logging.getLogger(__name__)
 
 DEFAULT_SESSION_ID = "default"
 """What a caller sends (or an empty id) for its own default session."""
@@ -145,6 +149,8 @@ class SessionStore:
                 f"to write (chgrp -R {dedicated[1]} {root.path}; chmod -R g+w {root.path}), "
                 "or set sandbox.principal_uid_first = 0 to run them all as that account"
             )
+        if not root.mode & stat.S_ISVTX:
+            _make_sticky(root)
         return True
 
     def _identity(
@@ -425,3 +431,24 @@ class SessionStore:
             for s in self._sessions.values()
             if s.idle_ttl_s is not None and s.idle_for(moment) > s.idle_ttl_s
         ]
+
+
+def _make_sticky(root: PinnedDirectory) -> None:
+    """The sticky bit on a default workspace principals share that an older version made
+    without it (workspaces.SHARED_ROOT), through its descriptor; a warning when this daemon
+    may not set it."""
+    try:
+        fd = os.open(".", os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC, dir_fd=root.fd)
+        try:
+            os.fchmod(fd, stat.S_IMODE(root.mode) | stat.S_ISVTX)
+        finally:
+            os.close(fd)
+    except OSError as exc:
+        log.warning(
+            "the default workspace %s is shared by principals with uids of their own, but has no "
+            "sticky bit, so one principal's sandboxes may rename or remove what another made at "
+            "its root (%s): run `chmod +t %s`",
+            root.path,
+            exc.strerror,
+            root.path,
+        )

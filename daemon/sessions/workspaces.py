@@ -109,13 +109,23 @@ def hand_over(fd: int, owner: tuple[int, int] | None, *, group_writable: bool = 
     """Hand the workspace open at `fd` to `owner` (see SessionStore.fresh_owner): the account
     itself (0750), or only its group with group write (uid -1: 0770), so that a daemon that is
     not root still makes workspaces its sandboxes can write; `group_writable`: its group writes
-    it in any case (0770: principals with uids of their own share it). Through the descriptor:
-    a path could be swapped for a symlink to another folder in between. No setgid bit: what
-    sandboxes write carries their own group anyway."""
+    it in any case, and only who made an entry may rename or remove it (01770, `SHARED_ROOT`:
+    principals with uids of their own share it). Through the descriptor: a path could be
+    swapped for a symlink to another folder in between. No setgid bit: what sandboxes write
+    carries their own group anyway."""
     if owner is not None:
         os.fchown(fd, *owner)
-    by_group = group_writable or (owner is not None and owner[0] == -1)
+    if group_writable:
+        os.fchmod(fd, SHARED_ROOT)
+        return
+    by_group = owner is not None and owner[0] == -1
     os.fchmod(fd, 0o770 if by_group else 0o750)
+
+
+SHARED_ROOT = 0o770 | stat.S_ISVTX
+"""A workspace principals share: its group writes it, and the sticky bit keeps each principal's
+entries at its root its own to rename or remove (attacker round 135: a tenant swapped another's
+`.git` for its own and back while the other's `git status` ran)."""
 
 
 def make_workspace(

@@ -11,6 +11,7 @@ import os
 import pwd
 import re
 import shutil
+import stat
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -502,7 +503,7 @@ def test_a_tenants_repository_runs_no_program_of_its_in_anothers_git(
     )
     try:
         for where in (".", "nested"):
-            bob.bash(DEFAULT, f"cd {where} && git status --short && {commit}; echo done")
+            bob.bash(DEFAULT, f"(cd {where} && git status --short && {commit}); echo done")
         assert not list(workspace.glob("ran-*")), "a tenant's program ran in another's git"
         assert not list((workspace / "nested").glob("ran-*")), "the nested one's ran"
         # In a tenant's own use the same settings are set aside as well: git itself works.
@@ -510,3 +511,39 @@ def test_a_tenants_repository_runs_no_program_of_its_in_anothers_git(
     finally:
         shutil.rmtree(workspace / ".git", ignore_errors=True)
         shutil.rmtree(workspace / "nested", ignore_errors=True)
+
+
+def test_a_tenant_cannot_move_what_another_made_at_the_shared_root(
+    tenants: tuple[RunningDaemon, Tenant, Tenant],
+) -> None:
+    """Attacker round 135: a tenant renamed another's `.git` at the shared root away and its own
+    in, and back, while the other's `git status` ran. The shared root has the sticky bit: only
+    who made an entry there (or root) renames or removes it."""
+    running, alice, bob = tenants
+    workspace = running.settings.workspace
+    assert workspace.stat().st_mode & stat.S_ISVTX
+    alice.bash(DEFAULT, "git init -q alices && echo kept > alices-notes")
+    try:
+        moved = text_of(
+            bob.bash(
+                DEFAULT,
+                _unseen(
+                    "import os\n"
+                    "for attempt in (lambda: os.rename('alices', 'bobs'),\n"
+                    "                lambda: os.rename('alices-notes', 'x'),\n"
+                    "                lambda: os.unlink('alices-notes')):\n"
+                    "    try:\n"
+                    "        attempt()\n"
+                    "    except PermissionError as exc:\n"
+                    "        print(exc.strerror)\n"
+                ),
+            )
+        )
+        assert moved.count("Operation not permitted") == 3
+        assert (workspace / "alices" / ".git").is_dir()
+        assert (workspace / "alices-notes").read_text() == "kept\n"
+        # In a folder of alice's own making, as before: she decides (umask 002 makes it shared).
+        bob.bash(DEFAULT, "touch alices/bobs && rm alices/bobs")
+    finally:
+        shutil.rmtree(workspace / "alices", ignore_errors=True)
+        (workspace / "alices-notes").unlink(missing_ok=True)

@@ -211,7 +211,7 @@ def test_default_sessions_run_as_their_principals_uids_sharing_the_workspace_by_
     uid, gid = rule.dedicated()
     store = SessionStore(tmp_path / "default", None, rule)
     made = (tmp_path / "default").stat()
-    assert (made.st_uid, made.st_gid, made.st_mode & 0o777) == (uid, gid, 0o770)
+    assert (made.st_uid, made.st_gid, made.st_mode & 0o7777) == (uid, gid, 0o1770)
     alice, bob = store.default_for("alice"), store.default_for("bob")
     assert (alice.sandbox_as, bob.sandbox_as) == ((FIRST, gid), (FIRST + 1, gid))
     assert alice.group_shared and bob.group_shared
