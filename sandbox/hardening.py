@@ -66,28 +66,29 @@ SAFE_ENV: dict[str, str] = {
     "GIT_PAGER": "cat",
     "GIT_TERMINAL_PROMPT": "0",
 }
-SHARED_UMASK = "0002"
-"""Commands in a workspace shared through its group make what the others may change."""
-#: git refuses a repository another uid owns ("dubious ownership"); in a workspace principals
-#: share through its group, it trusts them as when every principal ran as one uid. Command-line
-#: scope, which git honours for safe.directory.
+SHARED_UMASK = "0022"
+"""Commands in a workspace principals share through its group make what the others may read but
+not change (attacker round 136: a tenant changed another's repository, group-writable under
+umask 0002, and its drivers ran in the other's git)."""
+#: In a workspace principals share, each sandbox's git takes from a repository no file-system
+#: monitor and no hooks, and never a folder laid out as a bare one; and git's own rule stands: it
+#: refuses a repository another uid owns ("dubious ownership"), at the shared root (the sandbox
+#: account's) too. Command-line scope, which a repository's configuration does not override.
 SHARED_GIT_ENV = {
-    "GIT_CONFIG_COUNT": "4",
-    "GIT_CONFIG_KEY_0": "safe.directory",
-    "GIT_CONFIG_VALUE_0": "*",
+    "GIT_CONFIG_COUNT": "3",
     # Never a folder taken for a bare repository because it is laid out as one: in a shared
     # workspace another tenant may have laid out any folder so (attacker round 132: the root,
     # behind an empty `.git`, ran a program in every other tenant's `git status`).
-    "GIT_CONFIG_KEY_1": "safe.bareRepository",
-    "GIT_CONFIG_VALUE_1": "explicit",
+    "GIT_CONFIG_KEY_0": "safe.bareRepository",
+    "GIT_CONFIG_VALUE_0": "explicit",
     # No repository's file-system monitor or hooks: what git runs by itself in `git status` and
     # `git commit` (rounds 132 to 135: another tenant's ran, also from where the audit's look
     # does not reach: a nested repository, a `.git` swapped in and back during the call). Empty
     # turns the monitor off; hooks are looked for in a file, where none can be.
-    "GIT_CONFIG_KEY_2": "core.fsmonitor",
-    "GIT_CONFIG_VALUE_2": "",
-    "GIT_CONFIG_KEY_3": "core.hooksPath",
-    "GIT_CONFIG_VALUE_3": "/dev/null",
+    "GIT_CONFIG_KEY_1": "core.fsmonitor",
+    "GIT_CONFIG_VALUE_1": "",
+    "GIT_CONFIG_KEY_2": "core.hooksPath",
+    "GIT_CONFIG_VALUE_2": "/dev/null",
 }
 
 _MIB = 1 << 20

@@ -161,11 +161,19 @@ def test_default_sessions_share_the_workspace_but_each_runs_as_its_principals_ui
     his = text_of(bob.bash(DEFAULT, "id -u; id -g")).split()
     assert hers[0] != his[0] and hers[1] == his[1], (hers, his)
     assert {int(hers[0]), int(his[0])} <= set(range(FIRST, FIRST + 100))
-    # Still one workspace for both: what one makes, the other may change, git included.
+    # Still one workspace for both: what one makes, the other reads but may not change (attacker
+    # round 136: a tenant changed another's repository, and its drivers ran in the other's git),
+    # and git takes no other tenant's repository for the caller's own.
     alice.bash(DEFAULT, "mkdir -p shared && echo hers > shared/notes && git init -q shared/repo")
-    answer = text_of(bob.bash(DEFAULT, "echo his >> shared/notes && git -C shared/repo status"))
-    assert "dubious" not in answer, answer
-    assert (running.settings.workspace / "shared" / "notes").read_text() == "hers\nhis\n"
+    answer = text_of(
+        bob.bash(
+            DEFAULT, "cat shared/notes; echo his >> shared/notes; git -C shared/repo status; true"
+        )
+    )
+    assert "hers" in answer and "Permission denied" in answer, answer
+    assert "dubious ownership" in answer, answer
+    assert (running.settings.workspace / "shared" / "notes").read_text() == "hers\n"
+    assert "On branch" in text_of(alice.bash(DEFAULT, "git -C shared/repo status"))
     started = text_of(
         alice.bash(DEFAULT, HOG.replace("held", "held-default"), run_in_background=True)
     )
@@ -320,19 +328,30 @@ def test_a_tenants_repository_at_the_shared_root_locks_no_other_tenants_folder(
     bob.bash(DEFAULT, "mkdir -p bob-proj && echo one > bob-proj/notes.txt")
     made = alice.bash(
         DEFAULT,
-        "git init -q . && git update-index --add --cacheinfo "
-        "160000,1111111111111111111111111111111111111111,bob-proj && echo made",
+        _trusting_the_root(
+            "git init -q . && git update-index --add --cacheinfo "
+            "160000,1111111111111111111111111111111111111111,bob-proj && echo made"
+        ),
     )
     try:
         assert "made" in text_of(made)
         bob.bash(DEFAULT, "echo two >> bob-proj/notes.txt")
         assert (workspace / "bob-proj" / "notes.txt").read_text() == "one\ntwo\n"
         # Not held read-only either: the repository is alice's model's own to use.
-        alice.bash(DEFAULT, "GIT_AUTHOR_NAME=a GIT_AUTHOR_EMAIL=a@b GIT_COMMITTER_NAME=a "
-                            "GIT_COMMITTER_EMAIL=a@b git commit -q --allow-empty -m x")  # fmt: skip
-        assert "x" in text_of(alice.bash(DEFAULT, "git log --format=%s"))
+        alice.bash(DEFAULT, _trusting_the_root(
+            "GIT_AUTHOR_NAME=a GIT_AUTHOR_EMAIL=a@b GIT_COMMITTER_NAME=a "
+            "GIT_COMMITTER_EMAIL=a@b git commit -q --allow-empty -m x"))  # fmt: skip
+        assert "x" in text_of(alice.bash(DEFAULT, _trusting_the_root("git log --format=%s")))
     finally:
         shutil.rmtree(workspace / ".git", ignore_errors=True)
+
+
+def _trusting_the_root(command: str) -> str:
+    """`command` run with git told to trust the shared root's repository, as a model does for a
+    repository of its own there (git refuses it unasked: the root is the sandbox account's)."""
+    return _unseen("open('/tmp/.gitconfig', 'w').write('[safe]\\n\\tdirectory = *\\n')") + (
+        f" && {command}"
+    )
 
 
 def _unseen(code: str) -> str:
@@ -429,9 +448,11 @@ def test_a_submodule_added_to_a_tenants_repository_later_is_audited(
     try:
         planted = alice.bash(
             DEFAULT,
-            _unseen(
-                "import subprocess; subprocess.run(['git', 'update-index', '--add', "
-                "'--cacheinfo', '160000,' + '1' * 40 + ',sub'], check=True)"
+            _trusting_the_root(
+                _unseen(
+                    "import subprocess; subprocess.run(['git', 'update-index', '--add', "
+                    "'--cacheinfo', '160000,' + '1' * 40 + ',sub'], check=True)"
+                )
             ),
         )
         _wait_for_record(running, "repository_changed", planted)
@@ -496,18 +517,27 @@ def test_a_tenants_repository_runs_no_program_of_its_in_anothers_git(
         "    open(hook, 'w').write(f'#!/bin/sh\\nid -u >> {mark}\\n')\n"
         "    os.chmod(hook, 0o755)\n"
     )
-    alice.bash(DEFAULT, _unseen(plant))
+    alice.bash(DEFAULT, _trusting_the_root(_unseen(plant)))
     commit = (
         "GIT_AUTHOR_NAME=b GIT_AUTHOR_EMAIL=b@b GIT_COMMITTER_NAME=b GIT_COMMITTER_EMAIL=b@b "
         "git commit -q --allow-empty -m b"
     )
     try:
         for where in (".", "nested"):
-            bob.bash(DEFAULT, f"(cd {where} && git status --short && {commit}); echo done")
+            # Unasked, git refuses another tenant's repository (round 136)...
+            refused = text_of(bob.bash(DEFAULT, f"(cd {where} && git status --short); echo done"))
+            assert "dubious ownership" in refused, refused
+            # ... and told to trust it, takes no monitor from it all the same, nor hooks (a
+            # commit there is not bob's to make anyway: the repository is alice's to write).
+            trusted = text_of(
+                bob.bash(
+                    DEFAULT,
+                    _trusting_the_root(f"(cd {where} && git status --short; {commit}); true"),
+                )
+            )
+            assert "index.lock" in trusted, trusted
         assert not list(workspace.glob("ran-*")), "a tenant's program ran in another's git"
         assert not list((workspace / "nested").glob("ran-*")), "the nested one's ran"
-        # In a tenant's own use the same settings are set aside as well: git itself works.
-        assert "b" in text_of(bob.bash(DEFAULT, "git log --format=%s -1"))
     finally:
         shutil.rmtree(workspace / ".git", ignore_errors=True)
         shutil.rmtree(workspace / "nested", ignore_errors=True)
@@ -542,8 +572,21 @@ def test_a_tenant_cannot_move_what_another_made_at_the_shared_root(
         assert moved.count("Operation not permitted") == 3
         assert (workspace / "alices" / ".git").is_dir()
         assert (workspace / "alices-notes").read_text() == "kept\n"
-        # In a folder of alice's own making, as before: she decides (umask 002 makes it shared).
-        bob.bash(DEFAULT, "touch alices/bobs && rm alices/bobs")
+        # Nor in a folder she made (round 136: umask 0022 there, so nothing of hers is bob's
+        # to change, her repository's configuration included).
+        inside = text_of(
+            bob.bash(
+                DEFAULT,
+                _unseen(
+                    "for path in ('alices/bobs', 'alices/.git/config'):\n"
+                    "    try:\n"
+                    "        open(path, 'a').write('x')\n"
+                    "    except PermissionError as exc:\n"
+                    "        print(exc.strerror)\n"
+                ),
+            )
+        )
+        assert inside.count("Permission denied") == 2, inside
     finally:
         shutil.rmtree(workspace / "alices", ignore_errors=True)
         (workspace / "alices-notes").unlink(missing_ok=True)

@@ -56,10 +56,11 @@ def test_the_runner_is_root_in_the_workspace_and_runs_commands_as_run_as() -> No
     assert create["stdin_open"] is True and create["tty"] is False
 
 
-def test_a_workspace_shared_through_its_group_gets_group_writable_files_and_gits_trust() -> None:
+def test_a_shared_workspace_gets_files_others_only_read_and_git_trusting_none() -> None:
     """Principals' default sessions run as uids of their own over the one default workspace:
-    what one makes, the others may change, and git does not call another's repository
-    dubious (as when they all ran as one uid)."""
+    what one makes, the others may read but not change (round 136), and git takes no
+    repository's monitor or hooks, nor a folder laid out as a bare repository, and trusts no
+    other uid's repository (git's own rule, no `safe.directory`)."""
     alone = recipe_for().create_kwargs
     assert "--umask" not in alone["command"]
     assert "GIT_CONFIG_COUNT" not in alone["environment"]
@@ -68,20 +69,18 @@ def test_a_workspace_shared_through_its_group_gets_group_writable_files_and_gits
         spec, image="img:tag", runner_source=RUNNER, instance_id="inst-1"
     ).create_kwargs
     command = shared["command"]
-    assert command[command.index("--umask") + 1] == "0002"
+    assert command[command.index("--umask") + 1] == "0022"
     environment = shared["environment"]
-    assert environment["GIT_CONFIG_KEY_0"] == "safe.directory"
-    assert environment["GIT_CONFIG_VALUE_0"] == "*"
-    # Round 132: never a folder another tenant laid out as a bare repository.
-    assert environment["GIT_CONFIG_COUNT"] == "4"
-    assert environment["GIT_CONFIG_KEY_1"] == "safe.bareRepository"
-    assert environment["GIT_CONFIG_VALUE_1"] == "explicit"
-    # Rounds 132 to 135: no repository's monitor or hooks (run in the integration tests).
-    assert (environment["GIT_CONFIG_KEY_2"], environment["GIT_CONFIG_VALUE_2"]) == (
-        "core.fsmonitor",
-        "",
-    )
-    assert environment["GIT_CONFIG_KEY_3"] == "core.hooksPath"
+    count = int(environment["GIT_CONFIG_COUNT"])
+    settings = {
+        environment[f"GIT_CONFIG_KEY_{n}"]: environment[f"GIT_CONFIG_VALUE_{n}"]
+        for n in range(count)
+    }
+    assert settings == {
+        "safe.bareRepository": "explicit",  # round 132
+        "core.fsmonitor": "",  # rounds 132 to 135
+        "core.hooksPath": "/dev/null",
+    }
     assert spec.profile_key() != spec.model_copy(update={"group_shared": False}).profile_key()
 
 
