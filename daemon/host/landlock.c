@@ -2,7 +2,7 @@
  * tooljail-landlock: run a program that may read only what it is given (Landlock).
  *
  *   tooljail-landlock [--read-fd N]... [--read PATH]... [--exec PATH]... [--chdir-fd N]
- *                     -- PROGRAM [ARG]...
+ *                     [--no-sockets] -- PROGRAM [ARG]...
  *
  * --read-fd N   the directory open on descriptor N (and everything below it) may be read; the
  *               descriptor is closed before PROGRAM starts. The daemon passes a workspace it
@@ -14,6 +14,9 @@
  * --read PATH   PATH (a directory and everything below it, or a file) may be read.
  * --exec PATH   PATH may be read and executed (the program, its libraries, the loader).
  * --chdir-fd N  PROGRAM starts in the directory open on descriptor N (closed before it starts).
+ * --no-sockets  PROGRAM may make no socket (socket, socketpair and connect fail with EPERM, by a
+ *               seccomp filter): Landlock does not cover connecting to a Unix socket by its path
+ *               (the engine's, the daemon's), which a program running as root could then drive.
  *
  * Everything else the kernel can refuse is refused, for PROGRAM and everything it starts:
  * reading or writing any other file, making, renaming or removing files, TCP (Landlock ABI 4),
@@ -27,6 +30,10 @@
 #define _GNU_SOURCE
 #include <errno.h>
 #include <fcntl.h>
+#include <linux/audit.h>
+#include <linux/filter.h>
+#include <linux/seccomp.h>
+#include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -109,6 +116,37 @@ static void add_path(int ruleset, const char *path, uint64_t access) {
     close(fd);
 }
 
+#if defined(__x86_64__)
+#define NATIVE_ARCH AUDIT_ARCH_X86_64
+#elif defined(__aarch64__)
+#define NATIVE_ARCH AUDIT_ARCH_AARCH64
+#endif
+
+/* After no_new_privs: every system call of another architecture (and x32's, whose numbers have
+   bit 30 set) ends the process; socket, socketpair and connect fail with EPERM. */
+static void forbid_sockets(void) {
+#ifndef NATIVE_ARCH
+    fail("--no-sockets is not built for this architecture", NULL);
+#else
+    struct sock_filter program[] = {
+        BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, arch)),
+        BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, NATIVE_ARCH, 1, 0),
+        BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_KILL_PROCESS),
+        BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, nr)),
+        BPF_JUMP(BPF_JMP | BPF_JGE | BPF_K, 0x40000000, 0, 1),
+        BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_KILL_PROCESS),
+        BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, __NR_socket, 3, 0),
+        BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, __NR_socketpair, 2, 0),
+        BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, __NR_connect, 1, 0),
+        BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
+        BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ERRNO | (EPERM & SECCOMP_RET_DATA)),
+    };
+    struct sock_fprog filter = {.len = sizeof(program) / sizeof(program[0]), .filter = program};
+    if (prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, &filter, 0, 0) != 0)
+        fail("cannot install the seccomp filter", strerror(errno));
+#endif
+}
+
 static int parse_fd(const char *text) {
     char *end = NULL;
     long value = strtol(text, &end, 10);
@@ -149,11 +187,16 @@ int main(int argc, char **argv) {
     int fds[64];
     int nfds = 0;
     int chdir_fd = -1;
+    int no_sockets = 0;
     int i = 1;
     for (; i < argc; i++) {
         if (strcmp(argv[i], "--") == 0) {
             i++;
             break;
+        }
+        if (strcmp(argv[i], "--no-sockets") == 0) {
+            no_sockets = 1;
+            continue;
         }
         if (i + 1 >= argc)
             fail("missing a value after", argv[i]);
@@ -188,6 +231,8 @@ int main(int argc, char **argv) {
     if (syscall(__NR_landlock_restrict_self, ruleset, 0) != 0)
         fail("cannot restrict itself", strerror(errno));
     close(ruleset);
+    if (no_sockets)
+        forbid_sockets();
     for (int k = 0; k < nfds; k++)
         close(fds[k]);
     execvp(argv[i], &argv[i]);

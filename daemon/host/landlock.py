@@ -3,7 +3,8 @@
 `tooljail-landlock` (daemon/host/landlock.c, built by `make setup`) restricts itself with a
 Landlock ruleset, then execs the program: the program may read the pinned workspace (by
 descriptor) and read and execute its own files (the program, its loader and the libraries the
-loader lists for it), nothing else: no other file of /usr, no writes, no TCP, no signals out.
+loader lists for it), nothing else: no other file of /usr, no writes, no TCP, no signals out, and
+no socket at all (a seccomp filter: Landlock does not cover a Unix socket's path).
 Checks happen when a file is opened, after symbolic links are resolved, so a directory or file
 swapped for a symlink to outside while the program walks fails with EACCES instead of being read.
 The wrapper is needed because the daemon has threads: it cannot run code between fork and exec in
@@ -58,7 +59,14 @@ def find_helper() -> str:
 
 async def confined(program: str, workspace: PinnedDirectory) -> Confined:
     """`program` confined to reading `workspace` (and running its own files)."""
-    command = [find_helper(), "--read-fd", str(workspace.fd), "--read", LOADER_CACHE]
+    command = [
+        find_helper(),
+        "--no-sockets",
+        "--read-fd",
+        str(workspace.fd),
+        "--read",
+        LOADER_CACHE,
+    ]
     for path in await program_files(program):
         command += ["--exec", path]
     return Confined((*command, "--", program), (workspace.fd,))
@@ -70,10 +78,11 @@ async def confined_python(script: str) -> tuple[str, ...]:
     and libraries, the folders of those libraries (its extension modules load more from there),
     its installation and this environment's (the standard library, the installed packages),
     and the script. Nothing else of the host (workspaces, the daemon's configuration and state,
-    /etc) may be read, nothing written, no TCP, no signals out."""
+    /etc) may be read, nothing written, no socket made (round 136: the engine's Unix socket was
+    in reach), no signals out."""
     interpreter = os.path.realpath(sys.executable)
     files = await program_files(interpreter)
-    command = [find_helper(), "--read", LOADER_CACHE, "--read", script]
+    command = [find_helper(), "--no-sockets", "--read", LOADER_CACHE, "--read", script]
     for path in files:
         command += ["--exec", path]
     folders = {str(Path(path).parent) for path in files if path != interpreter}

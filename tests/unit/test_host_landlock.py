@@ -103,6 +103,10 @@ def test_a_confined_python_script_reads_nothing_of_the_host_but_python(tmp_path:
     secrets, writes and TCP."""
     (tmp_path / "secret.txt").write_text("the daemon's token\n")
     listener = socket.create_server(("127.0.0.1", 0))
+    # Round 136: a Unix socket by its path (the engine's, the daemon's, OPA's) was reachable.
+    local = socket.socket(socket.AF_UNIX)
+    local.bind(str(tmp_path / "engine.sock"))
+    local.listen()
     script = tmp_path / "probe.py"
     script.write_text(
         textwrap.dedent(
@@ -119,6 +123,8 @@ def test_a_confined_python_script_reads_nothing_of_the_host_but_python(tmp_path:
                 "shadow": denied(lambda: open("/etc/shadow").read()),
                 "write": denied(lambda: open({str(tmp_path / "new.txt")!r}, "w")),
                 "tcp": denied(lambda: socket.create_connection({listener.getsockname()!r})),
+                "unix": denied(lambda: socket.socket(socket.AF_UNIX).connect(
+                    {str(tmp_path / "engine.sock")!r})),
             }}))
             """
         )
@@ -128,6 +134,13 @@ def test_a_confined_python_script_reads_nothing_of_the_host_but_python(tmp_path:
         done = subprocess.run(argv, capture_output=True, text=True, timeout=60, check=False)
     finally:
         listener.close()
+        local.close()
     assert done.returncode == 0, done.stderr
-    assert json.loads(done.stdout) == {"secret": True, "shadow": True, "write": True, "tcp": True}
+    assert json.loads(done.stdout) == {
+        "secret": True,
+        "shadow": True,
+        "write": True,
+        "tcp": True,
+        "unix": True,
+    }
     assert not (tmp_path / "new.txt").exists()
