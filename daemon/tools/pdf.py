@@ -4,9 +4,12 @@ the kernel confines to reading the interpreter's own files (daemon.host.landlock
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import json
 import os
 import re
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -20,6 +23,35 @@ DEFAULT_PAGES = 10
 """Pages shown without a `pages` range."""
 TIMEOUT_S = 40.0
 _WORKER = Path(__file__).resolve().with_name("pdf_worker.py")
+
+
+class ExtractionTurns:
+    """Whose PDF is extracted now: one at a time per principal, `at_once` in all, in the order
+    they asked (attacker round 136: a 9 KB PDF costs its extractor 30 s of CPU, and one
+    tenant's 16 Reads at once took the cores from every other tenant)."""
+
+    def __init__(self, at_once: int) -> None:
+        self._all = asyncio.Semaphore(at_once)
+        self._each: dict[str, asyncio.Lock] = {}
+        self._waiting: dict[str, int] = {}
+
+    @contextlib.asynccontextmanager
+    async def turn(self, principal: str) -> AsyncIterator[None]:
+        """Held while `principal`'s extraction runs."""
+        own = self._each.setdefault(principal, asyncio.Lock())
+        self._waiting[principal] = self._waiting.get(principal, 0) + 1
+        try:
+            async with own, self._all:
+                yield
+        finally:
+            self._waiting[principal] -= 1
+            if not self._waiting[principal]:  # no lock kept for a principal that is done
+                del self._waiting[principal]
+                del self._each[principal]
+
+
+TURNS = ExtractionTurns(max(1, len(os.sched_getaffinity(0)) // 2))
+"""The daemon's: half its cores extract PDFs at most."""
 _RANGE = re.compile(r"^\s*(\d+)\s*(?:-\s*(\d*)\s*)?$")
 
 
@@ -62,19 +94,20 @@ def page_range(pages: str | None) -> tuple[int, int]:
     return first, last
 
 
-async def read_pdf(data: bytes, pages: str | None, shown_as: str) -> PdfView:
-    """The text of the asked pages of the PDF in `data`."""
+async def read_pdf(data: bytes, pages: str | None, shown_as: str, principal: str) -> PdfView:
+    """The text of the asked pages of the PDF in `data`, in `principal`'s turn (`TURNS`)."""
     first, last = page_range(pages)
     # A parser bug must not read the host as the daemon's account (root, often): round 117.
     worker = await confined_python(str(_WORKER))
-    run = await run_child(
-        [*worker, str(first), str(last)],
-        input_data=data,
-        timeout_s=TIMEOUT_S,
-        output_cap=MAX_PAGES * 500_000,
-        cwd="/",
-        env={"PATH": os.defpath, "LANG": "C.UTF-8"},
-    )
+    async with TURNS.turn(principal):
+        run = await run_child(
+            [*worker, str(first), str(last)],
+            input_data=data,
+            timeout_s=TIMEOUT_S,
+            output_cap=MAX_PAGES * 500_000,
+            cwd="/",
+            env={"PATH": os.defpath, "LANG": "C.UTF-8"},
+        )
     why = ""
     if run.exit_code == NOT_CONFINED_EXIT and run.stderr.text().startswith(HELPER_NAME):
         raise ToolError(

@@ -460,7 +460,8 @@ class ReadTool(Tool[ReadInput, ReadResult]):
             )
         shown = shown_path(path, ctx.workspace)
         if result.kind == "pdf":
-            result = replace(result, pdf=await read_pdf(data, args.pages, str(path)))
+            pdf = await read_pdf(data, args.pages, str(path), ctx.session.owner)
+            result = replace(result, pdf=pdf)
         elif args.pages is not None:
             raise ToolInputError(f"pages applies to PDF files only, and {path} is not one.")
         if result.kind in _SHOWS_THE_FILE:

@@ -3,11 +3,16 @@ broken files answered with a clear error by the limited extractor process."""
 
 from __future__ import annotations
 
+import asyncio
+import subprocess
+import sys
 import zlib
 from pathlib import Path
+from typing import Any
 
 import pytest
 
+from daemon.tools import pdf as pdf_module
 from daemon.tools.read import ReadTool
 from tests.unit.fake_sandbox import make_context, run_summarized, run_tool, text_of
 from tests.unit.pdf_maker import pdf_with_pages
@@ -107,3 +112,59 @@ async def test_a_decompression_bomb_is_stopped_by_the_extractors_limits(tmp_path
     # A range past the bomb still reads.
     after = await run_tool(ReadTool(), {"file_path": str(path), "pages": "2"}, ctx)
     assert "the second page" in text_of(after), text_of(after)[:300]
+
+
+async def test_each_principal_extracts_one_pdf_at_a_time_and_all_a_few() -> None:
+    """Attacker round 136: a 9 KB PDF costs its extractor 30 s of CPU, and one tenant's 16
+    Reads at once took the host's cores from every other tenant. One extraction at a time per
+    principal, a few at a time in all, first come first served."""
+    turns = pdf_module.ExtractionTurns(2)
+    running: dict[str, int] = {}
+    most: dict[str, int] = {}
+    together = most_together = 0
+    order: list[str] = []
+
+    async def one(who: str) -> None:
+        nonlocal together, most_together
+        async with turns.turn(who):
+            order.append(who)
+            running[who] = running.get(who, 0) + 1
+            together += 1
+            most[who] = max(most.get(who, 0), running[who])
+            most_together = max(most_together, together)
+            await asyncio.sleep(0.02)
+            running[who] -= 1
+            together -= 1
+
+    await asyncio.gather(*(one(who) for who in ("mallory",) * 6 + ("alice", "bob") * 2))
+    assert most == {"mallory": 1, "alice": 1, "bob": 1}
+    assert most_together == 2
+    assert order.index("alice") < 2 and order.index("bob") < 3  # not behind all of mallory's
+
+
+async def test_a_pdf_read_takes_its_principals_turn(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    taken: list[str] = []
+    real = pdf_module.TURNS.turn
+
+    def recording(who: str) -> Any:
+        taken.append(who)
+        return real(who)
+
+    monkeypatch.setattr(pdf_module.TURNS, "turn", recording)
+    path = write(tmp_path, pdf_with_pages(["Alpha page"]))
+    ctx = make_context(tmp_path)
+    assert "Alpha page" in text_of(await run_tool(ReadTool(), {"file_path": str(path)}, ctx))
+    assert taken == [ctx.session.owner]
+
+
+def test_the_extractor_runs_at_the_lowest_priority() -> None:
+    """What CPU a hostile PDF takes comes after every other tenant's work (round 136)."""
+    worker = Path(pdf_module.__file__).with_name("pdf_worker.py")
+    code = (
+        f"import os, runpy; ns = runpy.run_path({str(worker)!r}); ns['_limit'](); "
+        "print(os.getpriority(os.PRIO_PROCESS, 0))"
+    )
+    done = subprocess.run([sys.executable, "-I", "-c", code], capture_output=True, text=True)
+    assert done.stdout.strip() == "19", done.stderr
