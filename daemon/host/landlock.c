@@ -14,9 +14,10 @@
  * --read PATH   PATH (a directory and everything below it, or a file) may be read.
  * --exec PATH   PATH may be read and executed (the program, its libraries, the loader).
  * --chdir-fd N  PROGRAM starts in the directory open on descriptor N (closed before it starts).
- * --no-sockets  PROGRAM may make no socket (socket, socketpair and connect fail with EPERM, by a
- *               seccomp filter): Landlock does not cover connecting to a Unix socket by its path
- *               (the engine's, the daemon's), which a program running as root could then drive.
+ * --no-sockets  PROGRAM may make no socket (socket, socketpair, connect and io_uring fail with
+ *               EPERM, by a seccomp filter): Landlock does not cover connecting to a Unix socket
+ *               by its path (the engine's, the daemon's), which a program running as root could
+ *               then drive.
  *
  * Everything else the kernel can refuse is refused, for PROGRAM and everything it starts:
  * reading or writing any other file, making, renaming or removing files, TCP (Landlock ABI 4),
@@ -123,7 +124,8 @@ static void add_path(int ruleset, const char *path, uint64_t access) {
 #endif
 
 /* After no_new_privs: every system call of another architecture (and x32's, whose numbers have
-   bit 30 set) ends the process; socket, socketpair and connect fail with EPERM. */
+   bit 30 set) ends the process; socket, socketpair and connect fail with EPERM, and so does
+   io_uring, which makes and connects sockets without them (attacker round 137). */
 static void forbid_sockets(void) {
 #ifndef NATIVE_ARCH
     fail("--no-sockets is not built for this architecture", NULL);
@@ -135,9 +137,12 @@ static void forbid_sockets(void) {
         BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, nr)),
         BPF_JUMP(BPF_JMP | BPF_JGE | BPF_K, 0x40000000, 0, 1),
         BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_KILL_PROCESS),
-        BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, __NR_socket, 3, 0),
-        BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, __NR_socketpair, 2, 0),
-        BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, __NR_connect, 1, 0),
+        BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, __NR_socket, 6, 0),
+        BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, __NR_socketpair, 5, 0),
+        BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, __NR_connect, 4, 0),
+        BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, __NR_io_uring_setup, 3, 0),
+        BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, __NR_io_uring_enter, 2, 0),
+        BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, __NR_io_uring_register, 1, 0),
         BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
         BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ERRNO | (EPERM & SECCOMP_RET_DATA)),
     };
