@@ -50,8 +50,10 @@ class ExtractionTurns:
                 del self._each[principal]
 
 
-TURNS = ExtractionTurns(max(1, len(os.sched_getaffinity(0)) // 2))
-"""The daemon's: half its cores extract PDFs at most."""
+TURNS = ExtractionTurns(max(2, len(os.sched_getaffinity(0))))
+"""The daemon's: as many extractions at once as it has cores, and two at least, so that one
+principal's slow one never holds another's back (round 137: one slot on two cores did); each
+runs at the lowest priority, so what they take is left over by everything else."""
 _RANGE = re.compile(r"^\s*(\d+)\s*(?:-\s*(\d*)\s*)?$")
 
 

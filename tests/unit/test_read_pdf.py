@@ -168,3 +168,19 @@ def test_the_extractor_runs_at_the_lowest_priority() -> None:
     )
     done = subprocess.run([sys.executable, "-I", "-c", code], capture_output=True, text=True)
     assert done.stdout.strip() == "19", done.stderr
+
+
+async def test_one_tenants_slow_pdf_never_holds_another_tenants_back() -> None:
+    """Attacker round 137: on two cores the daemon allowed one extraction at a time in all, so
+    each of another tenant's PDF Reads waited for one of the attacker's 30-second ones."""
+    both = asyncio.Event()
+    inside: set[str] = set()
+
+    async def hold(who: str) -> None:
+        async with pdf_module.TURNS.turn(who):
+            inside.add(who)
+            if len(inside) == 2:
+                both.set()
+            await asyncio.wait_for(both.wait(), timeout=5)
+
+    await asyncio.gather(hold("mallory"), hold("alice"))
