@@ -4,18 +4,16 @@ the kernel confines to reading the interpreter's own files (daemon.host.landlock
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import json
 import os
 import re
-from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
 
 from daemon.errors import ToolError, ToolInputError
 from daemon.host.child import run_child
 from daemon.host.landlock import HELPER_NAME, NOT_CONFINED_EXIT, confined_python
+from daemon.host.turns import PrincipalTurns
 
 MAX_PAGES = 20
 """Pages one Read shows at most."""
@@ -25,35 +23,12 @@ TIMEOUT_S = 40.0
 _WORKER = Path(__file__).resolve().with_name("pdf_worker.py")
 
 
-class ExtractionTurns:
-    """Whose PDF is extracted now: one at a time per principal, `at_once` in all, in the order
-    they asked (attacker round 136: a 9 KB PDF costs its extractor 30 s of CPU, and one
-    tenant's 16 Reads at once took the cores from every other tenant)."""
-
-    def __init__(self, at_once: int) -> None:
-        self._all = asyncio.Semaphore(at_once)
-        self._each: dict[str, asyncio.Lock] = {}
-        self._waiting: dict[str, int] = {}
-
-    @contextlib.asynccontextmanager
-    async def turn(self, principal: str) -> AsyncIterator[None]:
-        """Held while `principal`'s extraction runs."""
-        own = self._each.setdefault(principal, asyncio.Lock())
-        self._waiting[principal] = self._waiting.get(principal, 0) + 1
-        try:
-            async with own, self._all:
-                yield
-        finally:
-            self._waiting[principal] -= 1
-            if not self._waiting[principal]:  # no lock kept for a principal that is done
-                del self._waiting[principal]
-                del self._each[principal]
-
-
-TURNS = ExtractionTurns(max(2, len(os.sched_getaffinity(0))))
-"""The daemon's: as many extractions at once as it has cores, and two at least, so that one
-principal's slow one never holds another's back (round 137: one slot on two cores did); each
-runs at the lowest priority, so what they take is left over by everything else."""
+TURNS = PrincipalTurns(max(2, len(os.sched_getaffinity(0))))
+"""Whose PDF is extracted now: one at a time per principal (attacker round 136: a 9 KB PDF
+costs its extractor 30 s of CPU, and one tenant's 16 Reads at once took the cores from every
+other tenant), as many in all as the daemon has cores, two at least, so that one principal's
+slow one never holds another's back (round 137: one slot on two cores did). Each runs at the
+lowest priority: what they take is left over by everything else."""
 _RANGE = re.compile(r"^\s*(\d+)\s*(?:-\s*(\d*)\s*)?$")
 
 

@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 
+from daemon.host.turns import PrincipalTurns
 from daemon.tools import pdf as pdf_module
 from daemon.tools.read import ReadTool
 from tests.unit.fake_sandbox import make_context, run_summarized, run_tool, text_of
@@ -118,7 +119,7 @@ async def test_each_principal_extracts_one_pdf_at_a_time_and_all_a_few() -> None
     """Attacker round 136: a 9 KB PDF costs its extractor 30 s of CPU, and one tenant's 16
     Reads at once took the host's cores from every other tenant. One extraction at a time per
     principal, a few at a time in all, first come first served."""
-    turns = pdf_module.ExtractionTurns(2)
+    turns = PrincipalTurns(2)
     running: dict[str, int] = {}
     most: dict[str, int] = {}
     together = most_together = 0
