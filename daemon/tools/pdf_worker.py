@@ -4,8 +4,9 @@ JSON object on stdout. It imports nothing of the daemon's.
 
 A PDF is model-controlled input and parsers have bugs, so the work happens here, not in the
 daemon: the kernel lets this process read only the interpreter's own files (no workspace, no
-configuration, no TCP), and it sets limits on itself before it reads a byte: its address space
-and CPU time, and no file may be written. The daemon also kills it at a deadline.
+configuration, no socket). Before it reads a byte it takes the lowest CPU priority and limits
+its address space and CPU time, and no file may be written. The daemon also kills it at a
+deadline.
 """
 
 from __future__ import annotations
