@@ -2,7 +2,7 @@
  * tooljail-landlock: run a program that may read only what it is given (Landlock).
  *
  *   tooljail-landlock [--read-fd N]... [--read PATH]... [--exec PATH]... [--chdir-fd N]
- *                     [--no-sockets] -- PROGRAM [ARG]...
+ *                     [--no-sockets] [--keep-cap dac_read_search] -- PROGRAM [ARG]...
  *
  * --read-fd N   the directory open on descriptor N (and everything below it) may be read; the
  *               descriptor is closed before PROGRAM starts. The daemon passes a workspace it
@@ -14,6 +14,11 @@
  * --read PATH   PATH (a directory and everything below it, or a file) may be read.
  * --exec PATH   PATH may be read and executed (the program, its libraries, the loader).
  * --chdir-fd N  PROGRAM starts in the directory open on descriptor N (closed before it starts).
+ * --keep-cap NAME  the one capability PROGRAM keeps when this runs as root (dac_read_search:
+ *               read any file, which a search of a user's private project needs); every other
+ *               is dropped from the bounding set, so root's exec of PROGRAM gains none of them
+ *               (attacker round 138: a root program under Landlock could still load a kernel
+ *               module, reboot, mount...). Without it, PROGRAM keeps no capability at all.
  * --no-sockets  PROGRAM may make no socket (socket, socketpair, connect and io_uring fail with
  *               EPERM, by a seccomp filter): Landlock does not cover connecting to a Unix socket
  *               by its path (the engine's, the daemon's), which a program running as root could
@@ -32,6 +37,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <linux/audit.h>
+#include <linux/capability.h>
 #include <linux/filter.h>
 #include <linux/seccomp.h>
 #include <stddef.h>
@@ -152,6 +158,25 @@ static void forbid_sockets(void) {
 #endif
 }
 
+/* Root's exec gains the bounding set: all of it but `keep` goes (and the ambient set), so the
+   program runs as uid 0 with only the capability asked for, or none. Nothing to drop when this
+   is not root: an unprivileged exec gains no capability. */
+static void keep_only(uint64_t keep) {
+    if (geteuid() != 0)
+        return;
+    for (int cap = 0; cap < 64; cap++) {
+        if (keep & (1ULL << cap))
+            continue;
+        if (prctl(PR_CAPBSET_DROP, cap, 0, 0, 0) != 0) {
+            if (errno == EINVAL)
+                break; /* past the last capability this kernel knows */
+            fail("cannot drop a capability", strerror(errno));
+        }
+    }
+    if (prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0) != 0 && errno != EINVAL)
+        fail("cannot clear the ambient capabilities", strerror(errno));
+}
+
 static int parse_fd(const char *text) {
     char *end = NULL;
     long value = strtol(text, &end, 10);
@@ -193,6 +218,7 @@ int main(int argc, char **argv) {
     int nfds = 0;
     int chdir_fd = -1;
     int no_sockets = 0;
+    uint64_t keep = 0;
     int i = 1;
     for (; i < argc; i++) {
         if (strcmp(argv[i], "--") == 0) {
@@ -205,7 +231,11 @@ int main(int argc, char **argv) {
         }
         if (i + 1 >= argc)
             fail("missing a value after", argv[i]);
-        if (strcmp(argv[i], "--read-fd") == 0) {
+        if (strcmp(argv[i], "--keep-cap") == 0) {
+            if (strcmp(argv[++i], "dac_read_search") != 0)
+                fail("the one capability that may be kept is dac_read_search, not", argv[i]);
+            keep |= 1ULL << CAP_DAC_READ_SEARCH;
+        } else if (strcmp(argv[i], "--read-fd") == 0) {
             if (nfds == 64)
                 fail("too many descriptors", NULL);
             fds[nfds] = parse_fd(argv[++i]);
@@ -238,6 +268,7 @@ int main(int argc, char **argv) {
     close(ruleset);
     if (no_sockets)
         forbid_sockets();
+    keep_only(keep);
     for (int k = 0; k < nfds; k++)
         close(fds[k]);
     execvp(argv[i], &argv[i]);

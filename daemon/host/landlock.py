@@ -3,8 +3,10 @@
 `tooljail-landlock` (daemon/host/landlock.c, built by `make setup`) restricts itself with a
 Landlock ruleset, then execs the program: the program may read the pinned workspace (by
 descriptor) and read and execute its own files (the program, its loader and the libraries the
-loader lists for it), nothing else: no other file of /usr, no writes, no TCP, no signals out, and
-no socket at all (a seccomp filter: Landlock does not cover a Unix socket's path).
+loader lists for it), nothing else: no other file of /usr, no writes, no TCP, no signals out, no
+socket at all (a seccomp filter: Landlock does not cover a Unix socket's path), and, run by a
+root daemon, no capability but reading any file (none at all for `confined_python`): Landlock
+leaves root's others (loading a kernel module, mounting, rebooting) in place.
 Checks happen when a file is opened, after symbolic links are resolved, so a directory or file
 swapped for a symlink to outside while the program walks fails with EACCES instead of being read.
 The wrapper is needed because the daemon has threads: it cannot run code between fork and exec in
@@ -62,6 +64,9 @@ async def confined(program: str, workspace: PinnedDirectory) -> Confined:
     command = [
         find_helper(),
         "--no-sockets",
+        # A search of a project its owner keeps private reads it as the daemon (root) does.
+        "--keep-cap",
+        "dac_read_search",
         "--read-fd",
         str(workspace.fd),
         "--read",
@@ -79,7 +84,7 @@ async def confined_python(script: str) -> tuple[str, ...]:
     its installation and this environment's (the standard library, the installed packages),
     and the script. Nothing else of the host (workspaces, the daemon's configuration and state,
     /etc) may be read, nothing written, no socket made (round 136: the engine's Unix socket was
-    in reach), no signals out."""
+    in reach), no signals out, and it holds no capability even when the daemon is root."""
     interpreter = os.path.realpath(sys.executable)
     files = await program_files(interpreter)
     command = [find_helper(), "--no-sockets", "--read", LOADER_CACHE, "--read", script]

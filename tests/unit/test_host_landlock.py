@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import shutil
 import socket
 import subprocess
@@ -111,7 +112,7 @@ def test_a_confined_python_script_reads_nothing_of_the_host_but_python(tmp_path:
     script.write_text(
         textwrap.dedent(
             f"""
-            import json, socket, pypdf
+            import json, os, socket, pypdf
             def uring_refused():
                 # Round 137: io_uring makes and connects sockets without those system calls.
                 import ctypes, errno
@@ -132,6 +133,9 @@ def test_a_confined_python_script_reads_nothing_of_the_host_but_python(tmp_path:
                 "unix": denied(lambda: socket.socket(socket.AF_UNIX).connect(
                     {str(tmp_path / "engine.sock")!r})),
                 "io_uring": uring_refused(),
+                # Round 138's lead: root under Landlock kept every capability.
+                "setuid": denied(lambda: os.setuid(1)),
+                "chroot": denied(lambda: os.chroot("/")),
             }}))
             """
         )
@@ -150,5 +154,20 @@ def test_a_confined_python_script_reads_nothing_of_the_host_but_python(tmp_path:
         "tcp": True,
         "unix": True,
         "io_uring": True,
+        "setuid": True,
+        "chroot": True,
     }
     assert not (tmp_path / "new.txt").exists()
+
+
+def test_a_search_reads_a_project_its_owner_keeps_private(workspace: PinnedDirectory) -> None:
+    """The one capability a confined search keeps as root is reading any file: a regular user's
+    project in mode 0700 is still searched, as the daemon reads it."""
+    private = workspace.path / "private"
+    private.mkdir(mode=0o700)
+    (private / "notes.txt").write_text("kept\n")
+    (private / "notes.txt").chmod(0o600)
+    for made in (private, private / "notes.txt"):
+        os.chown(made, 1234, 1234)
+    done = run(workspace, "/bin/cat", "private/notes.txt")
+    assert (done.returncode, done.stdout) == (0, "kept\n"), done.stderr
