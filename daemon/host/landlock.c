@@ -15,14 +15,17 @@
  * --exec PATH   PATH may be read and executed (the program, its libraries, the loader).
  * --chdir-fd N  PROGRAM starts in the directory open on descriptor N (closed before it starts).
  * --keep-cap NAME  the one capability PROGRAM keeps when this runs as root (dac_read_search:
- *               read any file, which a search of a user's private project needs); every other
- *               is dropped from the bounding set, so root's exec of PROGRAM gains none of them
- *               (attacker round 138: a root program under Landlock could still load a kernel
- *               module, reboot, mount...). Without it, PROGRAM keeps no capability at all.
+ *               read any file, which a search of a user's private project needs, and the
+ *               interpreter's files where they are root's alone); without it, none.
+ *
+ * Run as root, the wrapper runs PROGRAM as uid and gid 65534, which own nothing, with no
+ * capability but the one kept (attacker rounds 138 and 139: as root under Landlock a program
+ * could load BPF programs, freeze opens with fanotify, and, as the owner of every root file,
+ * chmod a shell setuid).
  * --no-sockets  PROGRAM may make no socket (socket, socketpair, connect and io_uring fail with
  *               EPERM, by a seccomp filter): Landlock does not cover connecting to a Unix socket
- *               by its path (the engine's, the daemon's), which a program running as root could
- *               then drive.
+ *               by its path (the engine's, the daemon's). Nor may it watch files (inotify,
+ *               fanotify), which Landlock does not cover either.
  *
  * Everything else the kernel can refuse is refused, for PROGRAM and everything it starts:
  * reading or writing any other file, making, renaming or removing files, TCP (Landlock ABI 4),
@@ -36,6 +39,7 @@
 #define _GNU_SOURCE
 #include <errno.h>
 #include <fcntl.h>
+#include <grp.h>
 #include <linux/audit.h>
 #include <linux/capability.h>
 #include <linux/filter.h>
@@ -130,38 +134,54 @@ static void add_path(int ruleset, const char *path, uint64_t access) {
 #endif
 
 /* After no_new_privs: every system call of another architecture (and x32's, whose numbers have
-   bit 30 set) ends the process; socket, socketpair and connect fail with EPERM, and so does
-   io_uring, which makes and connects sockets without them (attacker round 137). */
+   bit 30 set) ends the process; socket, socketpair and connect fail with EPERM, and so do
+   io_uring, which makes and connects sockets without them (attacker round 137), and inotify
+   and fanotify. */
 static void forbid_sockets(void) {
 #ifndef NATIVE_ARCH
     fail("--no-sockets is not built for this architecture", NULL);
 #else
-    struct sock_filter program[] = {
+    static const uint32_t refused[] = {
+        __NR_socket, __NR_socketpair, __NR_connect,
+        __NR_io_uring_setup, __NR_io_uring_enter, __NR_io_uring_register,
+        /* Watching what it may not read (with the read-anything capability: any folder's
+           names, round 139), or freezing others' opens (round 138). */
+#ifdef __NR_inotify_init
+        __NR_inotify_init,
+#endif
+        __NR_inotify_init1, __NR_fanotify_init,
+    };
+    enum { COUNT = sizeof(refused) / sizeof(refused[0]), HEAD = 6 };
+    struct sock_filter program[HEAD + COUNT + 2] = {
         BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, arch)),
         BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, NATIVE_ARCH, 1, 0),
         BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_KILL_PROCESS),
         BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, nr)),
         BPF_JUMP(BPF_JMP | BPF_JGE | BPF_K, 0x40000000, 0, 1),
         BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_KILL_PROCESS),
-        BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, __NR_socket, 6, 0),
-        BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, __NR_socketpair, 5, 0),
-        BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, __NR_connect, 4, 0),
-        BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, __NR_io_uring_setup, 3, 0),
-        BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, __NR_io_uring_enter, 2, 0),
-        BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, __NR_io_uring_register, 1, 0),
-        BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
-        BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ERRNO | (EPERM & SECCOMP_RET_DATA)),
     };
-    struct sock_fprog filter = {.len = sizeof(program) / sizeof(program[0]), .filter = program};
+    /* Each refused number jumps over the ones after it and the allow, to the EPERM. */
+    for (unsigned k = 0; k < COUNT; k++)
+        program[HEAD + k] = (struct sock_filter)BPF_JUMP(
+            BPF_JMP | BPF_JEQ | BPF_K, refused[k], (uint8_t)(COUNT - k), 0);
+    program[HEAD + COUNT] = (struct sock_filter)BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW);
+    program[HEAD + COUNT + 1] =
+        (struct sock_filter)BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ERRNO | (EPERM & SECCOMP_RET_DATA));
+    struct sock_fprog filter = {.len = HEAD + COUNT + 2, .filter = program};
     if (prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, &filter, 0, 0) != 0)
         fail("cannot install the seccomp filter", strerror(errno));
 #endif
 }
 
-/* Root's exec gains the bounding set: all of it but `keep` goes (and the ambient set), so the
-   program runs as uid 0 with only the capability asked for, or none. Nothing to drop when this
-   is not root: an unprivileged exec gains no capability. */
-static void keep_only(uint64_t keep) {
+/* Who a program this wrapper runs as root becomes: the overflow uid and gid, which own nothing
+   (attacker round 139: as uid 0 without capabilities it still owned every root file, so it could
+   chmod a shell setuid, and prlimit the daemon to death). */
+#define NOBODY 65534
+
+/* As root: every capability but `keep` leaves the bounding set (a root exec gains it) and the
+   ambient set, and the program runs as NOBODY, with `keep` alone put back (inheritable and
+   ambient, so that the exec keeps it). Not root: nothing to give up, an exec gains nothing. */
+static void drop_root(uint64_t keep) {
     if (geteuid() != 0)
         return;
     for (int cap = 0; cap < 64; cap++) {
@@ -175,6 +195,25 @@ static void keep_only(uint64_t keep) {
     }
     if (prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0) != 0 && errno != EINVAL)
         fail("cannot clear the ambient capabilities", strerror(errno));
+    if (keep && prctl(PR_SET_KEEPCAPS, 1, 0, 0, 0) != 0)
+        fail("cannot keep a capability across the change of identity", strerror(errno));
+    if (setgroups(0, NULL) != 0 || setresgid(NOBODY, NOBODY, NOBODY) != 0 ||
+        setresuid(NOBODY, NOBODY, NOBODY) != 0)
+        fail("cannot give up root", strerror(errno));
+    if (getuid() != NOBODY || geteuid() != NOBODY || getgid() != NOBODY)
+        fail("still root after giving it up", NULL);
+    if (!keep)
+        return;
+    struct __user_cap_header_struct header = {.version = _LINUX_CAPABILITY_VERSION_3, .pid = 0};
+    struct __user_cap_data_struct data[2] = {{0}};
+    data[0].permitted = data[0].effective = data[0].inheritable = (uint32_t)keep;
+    data[1].permitted = data[1].effective = data[1].inheritable = (uint32_t)(keep >> 32);
+    if (syscall(SYS_capset, &header, data) != 0)
+        fail("cannot keep the capability asked for", strerror(errno));
+    for (int cap = 0; cap < 64; cap++) {
+        if ((keep & (1ULL << cap)) && prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_RAISE, cap, 0, 0) != 0)
+            fail("cannot hand the capability asked for to the program", strerror(errno));
+    }
 }
 
 static int parse_fd(const char *text) {
@@ -268,7 +307,7 @@ int main(int argc, char **argv) {
     close(ruleset);
     if (no_sockets)
         forbid_sockets();
-    keep_only(keep);
+    drop_root(keep);
     for (int k = 0; k < nfds; k++)
         close(fds[k]);
     execvp(argv[i], &argv[i]);

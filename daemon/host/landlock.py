@@ -5,8 +5,8 @@ Landlock ruleset, then execs the program: the program may read the pinned worksp
 descriptor) and read and execute its own files (the program, its loader and the libraries the
 loader lists for it), nothing else: no other file of /usr, no writes, no TCP, no signals out, no
 socket at all (a seccomp filter: Landlock does not cover a Unix socket's path), and, run by a
-root daemon, no capability but reading any file (none at all for `confined_python`): Landlock
-leaves root's others (loading a kernel module, mounting, rebooting) in place.
+root daemon, as the overflow uid 65534 with no capability but reading any file: Landlock leaves
+root's own rights in place (rounds 138 and 139: BPF, fanotify, and the chmod an owner may make).
 Checks happen when a file is opened, after symbolic links are resolved, so a directory or file
 swapped for a symlink to outside while the program walks fails with EACCES instead of being read.
 The wrapper is needed because the daemon has threads: it cannot run code between fork and exec in
@@ -84,10 +84,14 @@ async def confined_python(script: str) -> tuple[str, ...]:
     its installation and this environment's (the standard library, the installed packages),
     and the script. Nothing else of the host (workspaces, the daemon's configuration and state,
     /etc) may be read, nothing written, no socket made (round 136: the engine's Unix socket was
-    in reach), no signals out, and it holds no capability even when the daemon is root."""
+    in reach), no signals out; under a root daemon it runs as the overflow uid, with no
+    capability but reading (rounds 138 and 139)."""
     interpreter = os.path.realpath(sys.executable)
     files = await program_files(interpreter)
-    command = [find_helper(), "--no-sockets", "--read", LOADER_CACHE, "--read", script]
+    # Reading any file: run as the overflow uid, the interpreter may be where only root reads
+    # (under /root); what it may read is Landlock's to say.
+    command = [find_helper(), "--no-sockets", "--keep-cap", "dac_read_search"]
+    command += ["--read", LOADER_CACHE, "--read", script]
     for path in files:
         command += ["--exec", path]
     folders = {str(Path(path).parent) for path in files if path != interpreter}

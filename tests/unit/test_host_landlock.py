@@ -8,6 +8,7 @@ import json
 import os
 import shutil
 import socket
+import stat
 import subprocess
 import textwrap
 from collections.abc import Iterator
@@ -103,6 +104,8 @@ def test_a_confined_python_script_reads_nothing_of_the_host_but_python(tmp_path:
     standard library and installed packages, and is refused the files beside it, the host's
     secrets, writes and TCP."""
     (tmp_path / "secret.txt").write_text("the daemon's token\n")
+    (tmp_path / "rootfile").write_text("root's\n")
+    (tmp_path / "rootfile").chmod(0o755)
     listener = socket.create_server(("127.0.0.1", 0))
     # Round 136: a Unix socket by its path (the engine's, the daemon's, OPA's) was reachable.
     local = socket.socket(socket.AF_UNIX)
@@ -113,6 +116,10 @@ def test_a_confined_python_script_reads_nothing_of_the_host_but_python(tmp_path:
         textwrap.dedent(
             f"""
             import json, os, socket, pypdf
+            def refused_call(name, *args):
+                import ctypes, errno
+                libc = ctypes.CDLL(None, use_errno=True)
+                return getattr(libc, name)(*args) == -1 and ctypes.get_errno() == errno.EPERM
             def uring_refused():
                 # Round 137: io_uring makes and connects sockets without those system calls.
                 import ctypes, errno
@@ -133,9 +140,13 @@ def test_a_confined_python_script_reads_nothing_of_the_host_but_python(tmp_path:
                 "unix": denied(lambda: socket.socket(socket.AF_UNIX).connect(
                     {str(tmp_path / "engine.sock")!r})),
                 "io_uring": uring_refused(),
+                "inotify": refused_call("inotify_init1", 0),
                 # Round 138's lead: root under Landlock kept every capability.
                 "setuid": denied(lambda: os.setuid(1)),
                 "chroot": denied(lambda: os.chroot("/")),
+                # Round 139: as uid 0 it owned every root file, and chmod needs no capability.
+                "chmod": denied(lambda: os.chmod({str(tmp_path / "rootfile")!r}, 0o4755)),
+                "uid": os.getuid() != 0 and os.geteuid() != 0,
             }}))
             """
         )
@@ -154,9 +165,13 @@ def test_a_confined_python_script_reads_nothing_of_the_host_but_python(tmp_path:
         "tcp": True,
         "unix": True,
         "io_uring": True,
+        "inotify": True,
         "setuid": True,
         "chroot": True,
+        "chmod": True,
+        "uid": True,
     }
+    assert stat.S_IMODE((tmp_path / "rootfile").stat().st_mode) == 0o755
     assert not (tmp_path / "new.txt").exists()
 
 
