@@ -25,7 +25,8 @@
  * --no-sockets  PROGRAM may make no socket (socket, socketpair, connect and io_uring fail with
  *               EPERM, by a seccomp filter): Landlock does not cover connecting to a Unix socket
  *               by its path (the engine's, the daemon's). Nor may it watch files (inotify,
- *               fanotify), which Landlock does not cover either.
+ *               fanotify), use System V IPC or keys, or change another process's limits or
+ *               priority: Landlock covers none of them, and every program run so is one uid.
  *
  * Everything else the kernel can refuse is refused, for PROGRAM and everything it starts:
  * reading or writing any other file, making, renaming or removing files, TCP (Landlock ABI 4),
@@ -135,8 +136,22 @@ static void add_path(int ruleset, const char *path, uint64_t access) {
 
 /* After no_new_privs: every system call of another architecture (and x32's, whose numbers have
    bit 30 set) ends the process; socket, socketpair and connect fail with EPERM, and so do
-   io_uring, which makes and connects sockets without them (attacker round 137), and inotify
-   and fanotify. */
+   io_uring, which makes and connects sockets without them (attacker round 137), inotify and
+   fanotify, System V IPC and keys; limits and priorities may be changed for itself only. */
+#ifdef NATIVE_ARCH
+/* A system call allowed only with these arguments (the caller's own process: pid 0). */
+struct own_only {
+    uint32_t nr;
+    int checks; /* how many of the first arguments must equal `want` */
+    uint32_t want[2];
+};
+
+static unsigned emit(struct sock_filter *program, unsigned at, struct sock_filter op) {
+    program[at] = op;
+    return at + 1;
+}
+#endif
+
 static void forbid_sockets(void) {
 #ifndef NATIVE_ARCH
     fail("--no-sockets is not built for this architecture", NULL);
@@ -150,24 +165,63 @@ static void forbid_sockets(void) {
         __NR_inotify_init,
 #endif
         __NR_inotify_init1, __NR_fanotify_init,
+        /* Shared with every other program run so, one uid for all, and outliving them (round
+           140): System V IPC and keys. */
+        __NR_shmget, __NR_msgget, __NR_semget, __NR_add_key, __NR_request_key, __NR_keyctl,
     };
-    enum { COUNT = sizeof(refused) / sizeof(refused[0]), HEAD = 6 };
-    struct sock_filter program[HEAD + COUNT + 2] = {
-        BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, arch)),
-        BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, NATIVE_ARCH, 1, 0),
-        BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_KILL_PROCESS),
-        BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, nr)),
-        BPF_JUMP(BPF_JMP | BPF_JGE | BPF_K, 0x40000000, 0, 1),
-        BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_KILL_PROCESS),
+    /* Its own limits and priority only: the others run as the same uid (round 140 lowered
+       another tenant's search's limits, and PRIO_USER would renice them all). */
+    static const struct own_only own[] = {
+        {__NR_prlimit64, 1, {0, 0}},
+        {__NR_setpriority, 2, {0 /* PRIO_PROCESS */, 0}},
+        {__NR_sched_setaffinity, 1, {0, 0}},
+        {__NR_sched_setscheduler, 1, {0, 0}},
+        {__NR_sched_setparam, 1, {0, 0}},
+        {__NR_sched_setattr, 1, {0, 0}},
+        {__NR_ioprio_set, 2, {1 /* IOPRIO_WHO_PROCESS */, 0}},
     };
-    /* Each refused number jumps over the ones after it and the allow, to the EPERM. */
-    for (unsigned k = 0; k < COUNT; k++)
-        program[HEAD + k] = (struct sock_filter)BPF_JUMP(
-            BPF_JMP | BPF_JEQ | BPF_K, refused[k], (uint8_t)(COUNT - k), 0);
-    program[HEAD + COUNT] = (struct sock_filter)BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW);
-    program[HEAD + COUNT + 1] =
-        (struct sock_filter)BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ERRNO | (EPERM & SECCOMP_RET_DATA));
-    struct sock_fprog filter = {.len = HEAD + COUNT + 2, .filter = program};
+    enum { REFUSED = sizeof(refused) / sizeof(refused[0]), OWN = sizeof(own) / sizeof(own[0]) };
+    struct sock_filter program[6 + REFUSED + OWN * 9 + 2];
+    unsigned length = 6 + REFUSED + 2;
+    for (unsigned k = 0; k < OWN; k++)
+        length += 1 + 4 * (unsigned)own[k].checks;
+    const unsigned allow = length - 2, deny = length - 1;
+    unsigned at = 0;
+    at = emit(program, at, (struct sock_filter)BPF_STMT(BPF_LD | BPF_W | BPF_ABS,
+                                                        offsetof(struct seccomp_data, arch)));
+    at = emit(program, at, (struct sock_filter)BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, NATIVE_ARCH, 1, 0));
+    at = emit(program, at, (struct sock_filter)BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_KILL_PROCESS));
+    at = emit(program, at, (struct sock_filter)BPF_STMT(BPF_LD | BPF_W | BPF_ABS,
+                                                        offsetof(struct seccomp_data, nr)));
+    at = emit(program, at, (struct sock_filter)BPF_JUMP(BPF_JMP | BPF_JGE | BPF_K, 0x40000000, 0, 1));
+    at = emit(program, at, (struct sock_filter)BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_KILL_PROCESS));
+    /* A jump's offset counts from the instruction after it. */
+    for (unsigned k = 0; k < REFUSED; k++)
+        at = emit(program, at, (struct sock_filter)BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, refused[k],
+                                                            (uint8_t)(deny - at - 1), 0));
+    for (unsigned k = 0; k < OWN; k++) {
+        unsigned block = 4 * (unsigned)own[k].checks;
+        at = emit(program, at, (struct sock_filter)BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, own[k].nr,
+                                                            0, (uint8_t)block));
+        for (int a = 0; a < own[k].checks; a++) {
+            uint32_t low = offsetof(struct seccomp_data, args) + 8 * (uint32_t)a;
+            int last = a == own[k].checks - 1;
+            at = emit(program, at, (struct sock_filter)BPF_STMT(BPF_LD | BPF_W | BPF_ABS, low));
+            at = emit(program, at, (struct sock_filter)BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K,
+                                                                own[k].want[a], 0,
+                                                                (uint8_t)(deny - at - 1)));
+            at = emit(program, at, (struct sock_filter)BPF_STMT(BPF_LD | BPF_W | BPF_ABS, low + 4));
+            at = emit(program, at, (struct sock_filter)BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, 0,
+                                                                last ? (uint8_t)(allow - at - 1) : 0,
+                                                                (uint8_t)(deny - at - 1)));
+        }
+    }
+    at = emit(program, at, (struct sock_filter)BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW));
+    at = emit(program, at, (struct sock_filter)BPF_STMT(
+                               BPF_RET | BPF_K, SECCOMP_RET_ERRNO | (EPERM & SECCOMP_RET_DATA)));
+    if (at != length)
+        fail("the seccomp filter was built wrong", NULL);
+    struct sock_fprog filter = {.len = (unsigned short)length, .filter = program};
     if (prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, &filter, 0, 0) != 0)
         fail("cannot install the seccomp filter", strerror(errno));
 #endif

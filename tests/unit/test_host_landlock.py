@@ -120,6 +120,11 @@ def test_a_confined_python_script_reads_nothing_of_the_host_but_python(tmp_path:
                 import ctypes, errno
                 libc = ctypes.CDLL(None, use_errno=True)
                 return getattr(libc, name)(*args) == -1 and ctypes.get_errno() == errno.EPERM
+            def own_limits():
+                import resource
+                resource.setrlimit(resource.RLIMIT_CPU, (300, 300))
+                os.setpriority(os.PRIO_PROCESS, 0, 19)
+                return resource.getrlimit(resource.RLIMIT_CPU) == (300, 300)
             def uring_refused():
                 # Round 137: io_uring makes and connects sockets without those system calls.
                 import ctypes, errno
@@ -141,6 +146,13 @@ def test_a_confined_python_script_reads_nothing_of_the_host_but_python(tmp_path:
                     {str(tmp_path / "engine.sock")!r})),
                 "io_uring": uring_refused(),
                 "inotify": refused_call("inotify_init1", 0),
+                # Round 140: every tenant's helper is uid 65534; nothing of one reaches another.
+                "prlimit other": refused_call("prlimit", 1, 7, None, None),
+                "renice other": refused_call("setpriority", 0, 1, 19),
+                "renice user": refused_call("setpriority", 2, 0, 19),
+                "shared memory": refused_call("shmget", 0, 4096, 0o1600),
+                "keys": refused_call("syscall", 250, 0, -4, 0),
+                "own limits": own_limits(),
                 # Round 138's lead: root under Landlock kept every capability.
                 "setuid": denied(lambda: os.setuid(1)),
                 "chroot": denied(lambda: os.chroot("/")),
@@ -166,6 +178,12 @@ def test_a_confined_python_script_reads_nothing_of_the_host_but_python(tmp_path:
         "unix": True,
         "io_uring": True,
         "inotify": True,
+        "prlimit other": True,
+        "renice other": True,
+        "renice user": True,
+        "shared memory": True,
+        "keys": True,
+        "own limits": True,
         "setuid": True,
         "chroot": True,
         "chmod": True,
