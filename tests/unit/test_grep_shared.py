@@ -26,9 +26,10 @@ pytestmark = pytest.mark.skipif(shutil.which("rg") is None, reason="ripgrep (rg)
 
 def unconfined(program: str) -> Confined:
     """`program` through the confinement wrapper, allowed to read and run everything: the
-    wrapper's other work (entering the search root, --chdir-fd) without its rules, the same
-    for both sides."""
-    return Confined((find_helper(), "--read", "/", "--exec", "/", "--", program), ())
+    wrapper's other work (entering the search root, --chdir-fd, the identity a search runs as)
+    without its rules, the same for both sides."""
+    wrapper = (find_helper(), "--keep-cap", "dac_read_search", "--read", "/", "--exec", "/")
+    return Confined((*wrapper, "--", program), ())
 
 
 RG = unconfined(shutil.which("rg") or "rg")
