@@ -59,19 +59,17 @@ def find_helper() -> str:
     return found
 
 
+def _wrapper() -> list[str]:
+    """The wrapper with what every program it runs gets: no socket, and under a root daemon the
+    overflow uid with the one capability of reading any file. A search of a project its owner
+    keeps private reads it as the daemon does; the interpreter may be where only root reads
+    (under /root). What they may read is Landlock's to say."""
+    return [find_helper(), "--no-sockets", "--keep-cap", "dac_read_search", "--read", LOADER_CACHE]
+
+
 async def confined(program: str, workspace: PinnedDirectory) -> Confined:
     """`program` confined to reading `workspace` (and running its own files)."""
-    command = [
-        find_helper(),
-        "--no-sockets",
-        # A search of a project its owner keeps private reads it as the daemon (root) does.
-        "--keep-cap",
-        "dac_read_search",
-        "--read-fd",
-        str(workspace.fd),
-        "--read",
-        LOADER_CACHE,
-    ]
+    command = [*_wrapper(), "--read-fd", str(workspace.fd)]
     for path in await program_files(program):
         command += ["--exec", path]
     return Confined((*command, "--", program), (workspace.fd,))
@@ -88,10 +86,7 @@ async def confined_python(script: str) -> tuple[str, ...]:
     capability but reading (rounds 138 and 139)."""
     interpreter = os.path.realpath(sys.executable)
     files = await program_files(interpreter)
-    # Reading any file: run as the overflow uid, the interpreter may be where only root reads
-    # (under /root); what it may read is Landlock's to say.
-    command = [find_helper(), "--no-sockets", "--keep-cap", "dac_read_search"]
-    command += ["--read", LOADER_CACHE, "--read", script]
+    command = [*_wrapper(), "--read", script]
     for path in files:
         command += ["--exec", path]
     folders = {str(Path(path).parent) for path in files if path != interpreter}
