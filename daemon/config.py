@@ -175,6 +175,14 @@ class WorkspaceSettings(_Section):
     what is left stays for the others. 1: no share of its own (each workspace's budget only)."""
     image: Path | None = None
     """The image file (default: <state_dir>/workspaces.img)."""
+    tenant_defaults: Literal["own", "shared"] = "own"
+    """Where the default session (no session id) of a tenant works: a principal other than the
+    Unix socket's (auth.unix_principal) and the admin principals, whose default session works
+    in the configured workspace. "own": a folder of its own, made where fresh workspaces are on
+    its first call, with their disk budget, found again after a restart and never deleted; no
+    other tenant's sandbox mounts it, and the read-only tools are confined to it. "shared": the
+    configured workspace, which every principal's default session then works in; it is no
+    boundary between tenants (docs/operations.md)."""
 
 
 class SchedulerSettings(_Section):

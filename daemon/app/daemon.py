@@ -55,6 +55,7 @@ from daemon.server.service import ExecutorService, Intake
 from daemon.sessions.disk import BudgetedWorkspaces, FreshWorkspaces, PlainWorkspaces
 from daemon.sessions.kept_workspaces import KeptWorkspaces
 from daemon.sessions.manager import SandboxCleanup, SessionManager
+from daemon.sessions.own_defaults import OwnDefaults
 from daemon.sessions.principal_uids import LEDGER_NAME, PrincipalUids, UidRange, open_ledger
 from daemon.sessions.session import Session
 from daemon.sessions.store import SessionStore
@@ -173,12 +174,14 @@ class Daemon:
                 state_dir=settings.state_dir,
                 max_per_principal=settings.sessions.max_per_principal,
                 max_total=settings.sessions.max_total,
+                default_workspace_for=_default_workspace_for(settings),
             )
         except RequestError as exc:
             raise TooljailError(f"cannot use the configured workspace: {exc}") from exc
         self._store = store
-        # The pool warms for the default workspace (the same for every principal's default).
+        # The pool warms for the default workspace (the Unix socket's principal's default).
         sandbox.warm(store.default_for(settings.auth.unix_principal))
+        own_defaults = OwnDefaults(store, fresh)
         approval = settings.approval
         key = load_key(
             approval.key.get_secret_value() if approval.key else None,
@@ -203,6 +206,7 @@ class Daemon:
             metrics=self.metrics,
             hooks=HookEngine(settings.hooks) if settings.hooks else None,
             kept=kept,
+            own_defaults=own_defaults,
         )
         self.metrics.set_known_tools(registry.names())
 
@@ -248,6 +252,7 @@ class Daemon:
                 fresh,
                 settings.workspaces.keep_closed_s,
             ),
+            own_defaults=own_defaults,
         )
         await stack.enter_async_context(_running(sessions))
         resolver = CallerResolver(settings.auth)
@@ -502,6 +507,15 @@ def _cleanup(sandbox: Sandbox, kept: KeptOutputs | None) -> SandboxCleanup:
         return await sandbox.remove_session(session)
 
     return cleanup
+
+
+def _default_workspace_for(settings: Settings) -> frozenset[str] | None:
+    """Whose default session works in the configured workspace (None: everyone's): the Unix
+    socket's principal and the admin principals, the operators; the tenants' work in folders of
+    their own (daemon.sessions.own_defaults)."""
+    if settings.workspaces.tenant_defaults == "shared":
+        return None
+    return frozenset({settings.auth.unix_principal, *settings.auth.admin_principals})
 
 
 def _principal_uids(settings: Settings) -> PrincipalUids | None:

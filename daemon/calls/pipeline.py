@@ -49,6 +49,7 @@ from daemon.policy.input import egress_call_facts, listing_document
 from daemon.policy.mask import AuditMask
 from daemon.policy.pending import AskState
 from daemon.policy.verdict import Verdict
+from daemon.sessions.own_defaults import OwnDefaults
 from daemon.sessions.session import Session
 from daemon.sessions.store import SessionStore
 from daemon.tools.background import BackgroundShells
@@ -242,7 +243,9 @@ class Pipeline:
         metrics: Metrics | None = None,
         hooks: HookEngine | None = None,
         kept: KeptOutputs | None = None,
+        own_defaults: OwnDefaults | None = None,
     ) -> None:
+        self._own_defaults = own_defaults
         self._metrics = metrics
         self._kept = kept
         self._hooks = HookStage(hooks)
@@ -269,6 +272,7 @@ class Pipeline:
         self, session_id: str, caller: Caller, *, include_deferred: bool = False
     ) -> list[ToolDefinition]:
         """The enabled tools this caller may see, in registry order (deferred ones on request)."""
+        await self._default_ready(session_id, caller)
         session = self._sessions.get(session_id, caller.principal, admin=caller.admin)
         definitions = [self._registry.definition(t.name) for t in self._registry.enabled()]
         visible = await self._policy.visible_tools(listing_document(definitions, session, caller))
@@ -298,6 +302,7 @@ class Pipeline:
         paths the event loop cannot look up from the kernel's caches (NeedsThread), are done
         in one of the session owner's threads, so other callers are served meanwhile. The
         session is looked up here, on the event loop, as everything else that changes them."""
+        await self._default_ready(request.session_id, caller)
         started, session, tool = self._lookup(request, caller)
         chars = approximate_chars(request.tool_use.input, LARGE_VALUE_CHARS)
         large = chars >= LARGE_VALUE_CHARS
@@ -320,6 +325,10 @@ class Pipeline:
         return await FILESYSTEM_THREADS.run(
             session.owner, lambda: self._checked(request, session, started, tool, large)
         )
+
+    async def _default_ready(self, session_id: str, caller: Caller) -> None:
+        if self._own_defaults is not None:
+            await self._own_defaults.ready(session_id, caller.principal)
 
     def _lookup(
         self, request: CallRequest, caller: Caller

@@ -165,9 +165,15 @@ class SessionFacts(_Part):
     )
     default: bool = Field(
         default=False,
-        description="The caller's default session (no session_id given): its folder, the "
-        "daemon's configured workspace, is shared by every principal's default session and has "
-        "no disk budget.",
+        description="The caller's default session (no session_id given): in the daemon's "
+        "configured workspace, which has no disk budget and which every principal's default "
+        "session may share, unless own_folder.",
+    )
+    own_folder: bool = Field(
+        default=False,
+        description="A default session in a folder of its own (a tenant's, with "
+        'workspaces.tenant_defaults = "own"): no other principal\'s session works there, and '
+        "it has a fresh workspace's disk budget.",
     )
     recent_refusals: dict[str, RefusalCounts] = Field(
         default_factory=dict,
@@ -190,6 +196,7 @@ class SessionFacts(_Part):
             ],
             kept_outputs=str(session.kept_outputs or ""),
             default=session.is_default,
+            own_folder=session.own_folder,
             # Plain JSON already (the call document's _plain passes dicts through as they are).
             recent_refusals=cast(
                 dict[str, RefusalCounts], session.recent_refusals(REFUSAL_WINDOW_S)

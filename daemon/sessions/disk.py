@@ -56,6 +56,12 @@ class FreshWorkspaces(Protocol):
         """Remove a workspace made by `create` for the principal `owner`; whether it is gone."""
         ...
 
+    async def lasting(self, name: str, owner: tuple[int, int] | None, principal: str) -> Path:
+        """The workspace named `name` made by `create` the first time, found again afterwards
+        (a principal's default session's, across restarts); whoever calls it checks what it
+        found is that principal's."""
+        ...
+
 
 class PlainWorkspaces:
     """Fresh workspaces as folders under the sessions root, without a disk budget."""
@@ -71,6 +77,12 @@ class PlainWorkspaces:
         folder = Path(os.path.realpath(self._root)) / name
         make_workspace(folder, owner)
         return folder
+
+    async def lasting(self, name: str, owner: tuple[int, int] | None, principal: str) -> Path:
+        folder = Path(os.path.realpath(self._root)) / name
+        if os.path.lexists(folder):
+            return folder
+        return await self.create(name, owner, principal)
 
     async def delete(self, folder: Path, owner: str) -> bool:
         def remove() -> bool:
@@ -238,6 +250,13 @@ class BudgetedWorkspaces:
         # Metadata stored once: the quotas count it once (see `_metadata_once`).
         await _run("mkfs.btrfs", "-q", "-f", "-m", "single", str(partial))
         partial.rename(self._image)
+
+    async def lasting(self, name: str, owner: tuple[int, int] | None, principal: str) -> Path:
+        # Mounted first: before that the sessions root does not show what is on the filesystem.
+        folder = await self._ensure() / name
+        if os.path.lexists(folder):
+            return folder
+        return await self.create(name, owner, principal)
 
     async def create(self, name: str, owner: tuple[int, int] | None, principal: str) -> Path:
         root = await self._ensure()

@@ -13,11 +13,18 @@ from typing import Literal, Protocol, cast
 
 from daemon.errors import PermissionDenied, RequestError
 from daemon.host.pinned import PinnedDirectory
-from daemon.host.threads import FILESYSTEM_THREADS
 from daemon.models import Caller
 from daemon.sessions.disk import FreshWorkspaces
 from daemon.sessions.kept_workspaces import KeptWorkspaces
-from daemon.sessions.session import MODES, VERIFY_WAIT_S, Mode, Session, verify_pinned
+from daemon.sessions.own_defaults import OwnDefaults
+from daemon.sessions.session import (
+    MODES,
+    VERIFY_WAIT_S,
+    Mode,
+    Session,
+    pin_off_loop,
+    verify_pinned,
+)
 from daemon.sessions.store import SessionStore
 from daemon.sessions.workspaces import Overlap, pin_workspace, written_path
 from daemon.text import wire_safe
@@ -86,7 +93,9 @@ class SessionManager:
         sandbox_cleanup: SandboxCleanup | None = None,
         sweep_interval_s: float = 5.0,
         kept: KeptWorkspaces | None = None,
+        own_defaults: OwnDefaults | None = None,
     ) -> None:
+        self._own_defaults = own_defaults
         self._store = store
         self._workspace_policy = workspace_policy
         self._mode_policy = mode_policy
@@ -105,6 +114,8 @@ class SessionManager:
 
     async def set_mode(self, session_id: str, mode: str, caller: Caller, *, admin: bool) -> Session:
         """Change a session's permission mode, if the policy lets the caller."""
+        if self._own_defaults is not None:
+            await self._own_defaults.ready(session_id, caller.principal)
         session = self._store.get(session_id, caller.principal, admin=admin)
         checked = check_mode(mode)
         await self._mode_allowed(checked, "change", session.owner, caller)
@@ -161,7 +172,7 @@ class SessionManager:
             name = self._store.new_workspace_name()
             owner = self._store.fresh_owner(caller.principal)
             folder = await self._fresh.create(name, owner, caller.principal)
-            fresh = await _pinned(lambda: PinnedDirectory.pin(folder), caller.principal)
+            fresh = await pin_off_loop(lambda: PinnedDirectory.pin(folder), caller.principal)
             return self._store.open(
                 fresh,
                 ttl,
@@ -177,7 +188,7 @@ class SessionManager:
             raise RequestError(f"the policy does not allow a session over {workspace}: {refused}")
         # Pinning asks the filesystem, which its owner may have made one that never answers.
         try:
-            root = await _pinned(
+            root = await pin_off_loop(
                 lambda: pin_workspace(workspace, tell_real_path=False), caller.principal
             )
         except TimeoutError as exc:
@@ -291,11 +302,3 @@ class SessionManager:
             await kept.sweep()
         except Exception:  # tried again at the next sweep
             log.exception("deleting kept workspaces failed")
-
-
-async def _pinned(pin: Callable[[], PinnedDirectory], principal: str) -> PinnedDirectory:
-    """`pin()` in one of `principal`'s threads (pinning asks the filesystem, which its owner
-    may have made one that never answers), waited for at most VERIFY_WAIT_S (TimeoutError). A
-    pin that ends after nobody waits for it any more is released then, not leaked."""
-    async with asyncio.timeout(VERIFY_WAIT_S):
-        return await FILESYSTEM_THREADS.run(principal, pin, release=PinnedDirectory.close)

@@ -56,6 +56,14 @@ async def verify_pinned(root: PinnedDirectory, tenant: str) -> None:
             await FILESYSTEM_THREADS.run(tenant, root.verify)
 
 
+async def pin_off_loop(pin: Callable[[], PinnedDirectory], tenant: str) -> PinnedDirectory:
+    """`pin()` in one of `tenant`'s threads (pinning asks the filesystem, which its owner may
+    have made one that never answers), waited for at most VERIFY_WAIT_S (TimeoutError). A pin
+    that ends after nobody waits for it any more is released then, not leaked."""
+    async with asyncio.timeout(VERIFY_WAIT_S):
+        return await FILESYSTEM_THREADS.run(tenant, pin, release=PinnedDirectory.close)
+
+
 @dataclass(frozen=True)
 class SessionGrant:
     """An approval that holds for the rest of the session (approval scope "session")."""
@@ -98,7 +106,10 @@ class Session:
     """The principal that opened it (for a default session: whose it is); only it (and admin
     principals) may use it."""
     is_default: bool = False
-    """A principal's default session (over the configured workspace; never closed)."""
+    """A principal's default session (over the configured workspace or a folder of its own;
+    never closed)."""
+    own_folder: bool = False
+    """A default session in a folder of its own (daemon.sessions.own_defaults)."""
     closed: bool = False
     """Closed (by its owner, an admin or the idle sweeper): calls still queued for it never run."""
     owns_workspace: bool = False

@@ -1,5 +1,6 @@
 """Sessions by id, each owned by the principal that opened it: every principal's default session
-over the configured workspace, and sessions opened by callers, each with a workspace of its own
+(over the configured workspace, or a folder of its own: `OwnDefaults`), and sessions opened by
+callers, each with a workspace of its own
 (fresh under the sessions root, or an existing directory the policy allows) pinned by descriptor,
 the identity its sandboxes run as, its read-state, and an idle TTL after which it is closed.
 
@@ -12,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import hashlib
 import logging
 import os
 import secrets
@@ -42,6 +44,7 @@ DEFAULT_SESSION_ID = "default"
 _ID_PREFIX = "ses_"
 _DEFAULT_PREFIX = "default-"
 _WORKSPACE_PREFIX = "ws_"
+_OWN_DEFAULT_PREFIX = "default_"
 _HIDDEN_SESSION = "(another principal's session)"
 _HIDDEN_WORKSPACE = "(not shown)"
 
@@ -55,6 +58,9 @@ class SessionStore:
         identities: Who sandboxes run as; None when the daemon has no sandbox.
         state_dir: The daemon's state directory: no session may hold it or lie in it (but
             in the default workspace).
+        default_workspace_for: The principals whose default session works in the default
+            workspace (None: every principal's); every other principal's works in a folder of
+            its own under the sessions root (`own_default_name`, `adopt_default`).
     """
 
     def __init__(
@@ -66,7 +72,13 @@ class SessionStore:
         state_dir: Path | None = None,
         max_per_principal: int = 64,
         max_total: int = 4_096,
+        default_workspace_for: frozenset[str] | None = None,
     ) -> None:
+        if default_workspace_for is not None and sessions_root is None:
+            raise RequestError(
+                "default sessions in folders of their own need a sessions root to make them in"
+            )
+        self._default_workspace_for = default_workspace_for
         self._root = sessions_root
         self._state_dir = None if state_dir is None else Path(os.path.realpath(state_dir))
         self._max_per_principal = max_per_principal
@@ -74,7 +86,7 @@ class SessionStore:
         self._identities = identities
         # The operator's own setting, taken as written (a symlink in it is refused, never
         # followed: whoever can write a folder on the way could point it anywhere), then held
-        # like any workspace (and shared by every principal's default session).
+        # like any workspace (and shared by the default sessions that work in it).
         written = Path(os.path.normpath(default_workspace.absolute()))
         made = None if os.path.lexists(written) else self._make_folder(written)
         self._default_root = pin_workspace(str(written))
@@ -129,8 +141,8 @@ class SessionStore:
         return make_workspace(folder, self.fresh_owner(), group_writable=shared)
 
     def _principals_share_default(self) -> bool:
-        """Whether each principal's default session runs as the principal's own uid, sharing
-        the default workspace with the others through the sandbox account's group: when
+        """Whether each default session over the default workspace runs as its principal's
+        own uid, sharing the workspace with the others through the sandbox account's group: when
         principals have uids of their own and the workspace is not a regular user's (whose
         sandboxes run as that user). RequestError when that group cannot write it."""
         rule = self._identities
@@ -143,8 +155,8 @@ class SessionStore:
         if not ((root.gid == dedicated[1] and root.mode & 0o020) or root.mode & 0o002):
             root.close()
             raise RequestError(
-                f"the default workspace {root.path} is shared by every principal's default "
-                f"session, each running as a uid of its own with group {dedicated[1]} "
+                f"the default workspace {root.path} is shared by the default sessions that "
+                f"work in it, each running as a uid of its own with group {dedicated[1]} "
                 f"(sandbox.user={rule.user!r}), which cannot write it: make it that group's "
                 f"to write (chgrp -R {dedicated[1]} {root.path}; chmod -R g+w {root.path}), "
                 "or set sandbox.principal_uid_first = 0 to run them all as that account"
@@ -196,8 +208,14 @@ class SessionStore:
 
     def default_for(self, principal: str) -> Session:
         """The principal's own default session (made on first use): its grants, mode, read state
-        and working directory are nobody else's."""
+        and working directory are nobody else's. NotFound for one in a folder of its own that
+        no call made yet (`OwnDefaults.ready`)."""
         session = self._defaults.get(principal)
+        if session is None and self.own_default_name(principal) is not None:
+            raise NotFound(
+                f"the default session of {principal!r} works in a folder of its own, made by "
+                "its first call (ListTools or Execute); make one first"
+            )
         if session is None:
             sandbox_as = self._default_identity
             if self._default_by_principal:
@@ -217,6 +235,54 @@ class SessionStore:
             session.shared = functools.partial(self.overlapped, session)
             self._defaults[principal] = session
             self._generation += 1
+        return session
+
+    def own_default_name(self, principal: str) -> str | None:
+        """The name of the folder under the sessions root that `principal`'s default session
+        works in, while that session is not open yet; None when it is, or when it works in the
+        default workspace. The same name after a restart; unlike any fresh workspace's."""
+        if (
+            self._default_workspace_for is None
+            or principal in self._default_workspace_for
+            or principal in self._defaults
+        ):
+            return None
+        digest = hashlib.sha256(principal.encode("utf-8", "surrogatepass")).hexdigest()
+        return _OWN_DEFAULT_PREFIX + digest[:32]
+
+    def adopt_default(
+        self, principal: str, root: PinnedDirectory, *, disk_budget_mb: int, disk_share_mb: int
+    ) -> Session:
+        """`principal`'s default session over the folder of its own `root` (pinned, made under
+        the sessions root for it and checked as its own); `root` is the session's from now on,
+        or closed when that session is open already."""
+        session = self._defaults.get(principal)
+        if session is not None:
+            root.close()
+            return session
+        try:
+            identity = None
+            if self._identities is not None:
+                identity = self._identities.for_fresh(root, principal)
+        except RequestError:
+            root.close()
+            raise
+        session = Session(
+            id=_DEFAULT_PREFIX + secrets.token_hex(8),
+            workspace=root.path,
+            owner=principal,
+            is_default=True,
+            own_folder=True,
+            root=root,
+            sandbox_as=identity,
+            host_changers=functools.partial(self._changers, root),
+            made_by_sandboxes=self._made_by_sandboxes,
+            disk_budget_mb=disk_budget_mb,
+            disk_share_mb=disk_share_mb,
+        )
+        session.shared = functools.partial(self.overlapped, session)
+        self._defaults[principal] = session
+        self._generation += 1
         return session
 
     def get(self, session_id: str, principal: str, *, admin: bool = False) -> Session:

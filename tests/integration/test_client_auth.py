@@ -40,6 +40,7 @@ def test_call_with_a_token_file_or_the_environment(
         sandbox={"enabled": False},
         tcp={"address": target},
         auth={"tokens": {"cli-user": TOKEN}},
+        workspaces={"tenant_defaults": "shared"},
     ) as daemon:
         read = ["Read", json.dumps({"file_path": str(workspace / "a.txt")})]
         code, out, err = _call(
@@ -89,6 +90,7 @@ def test_call_status_and_anthropic_json_over_mtls(
             "tls_key": pki / "server.key",
             "client_ca": pki / "ca.pem",
         },
+        workspaces={"tenant_defaults": "shared"},
     ) as daemon:
         read = ["Read", json.dumps({"file_path": str(workspace / "a.txt")})]
         code, out, err = _call(

@@ -209,6 +209,7 @@ async def test_the_bridge_reaches_a_tcp_listener_with_a_token(short_tmp: Path) -
         sandbox={"enabled": False},
         tcp={"address": target},
         auth={"tokens": {"mcp-agent": "mcp-token-value-41"}},
+        workspaces={"tenant_defaults": "shared"},
     ) as daemon:
         async with bridge(target, env={"TOOLJAIL_TOKEN": "mcp-token-value-41"}) as session:
             result = await session.call_tool("Read", {"file_path": str(workspace / "a.txt")})

@@ -92,7 +92,8 @@ def tenants(
 ) -> Iterator[tuple[RunningDaemon, Tenant, Tenant]]:
     root = Path(tmp_path_factory.mktemp("uids"))
     # The default workspace is the sandbox account's and its group's to write, as the daemon
-    # makes it: every principal's default session shares it through the group.
+    # makes it; the operator shares it (workspaces.tenant_defaults): every principal's default
+    # session works in it, through the group.
     try:
         account = pwd.getpwnam(SANDBOX_USER)
     except KeyError:
@@ -108,6 +109,7 @@ def tenants(
         tcp={"address": target},
         auth={"tokens": TOKENS},
         opa={"policies_dir": _policies(root)},
+        workspaces={"tenant_defaults": "shared"},
     ) as running:
         if running.daemon.sandbox is None or running.daemon.sandbox.stats() is None:
             pytest.skip("no Docker engine answers")

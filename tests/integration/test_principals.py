@@ -86,6 +86,9 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
         auth={"tokens": TOKENS},
         opa={"policies_dir": _policies(root)},
         sessions={"max_per_principal": 4},
+        # Every principal's default session in the one folder (the operator's choice), where
+        # they ask about, approve and change the same files.
+        workspaces={"tenant_defaults": "shared"},
     ) as daemon:
         channel = grpc.insecure_channel(target)
 

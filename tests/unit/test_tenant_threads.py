@@ -90,9 +90,9 @@ async def test_a_pin_that_ends_after_its_opener_gave_up_is_released(
 ) -> None:
     """OpenSession waits VERIFY_WAIT_S for a workspace to be pinned; the pin goes on in its
     thread, and what it pins when it ends must not be kept open by nobody."""
-    from daemon.sessions import manager
+    from daemon.sessions import session
 
-    monkeypatch.setattr(manager, "VERIFY_WAIT_S", 0.05)
+    monkeypatch.setattr(session, "VERIFY_WAIT_S", 0.05)
     gate = threading.Event()
     pinned: list[PinnedDirectory] = []
 
@@ -102,6 +102,6 @@ async def test_a_pin_that_ends_after_its_opener_gave_up_is_released(
         return pinned[0]
 
     with pytest.raises(TimeoutError):
-        await manager._pinned(slow_pin, "alice")
+        await session.pin_off_loop(slow_pin, "alice")
     gate.set()
     await until(lambda: bool(pinned) and pinned[0].fd == -1)

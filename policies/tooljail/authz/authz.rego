@@ -181,18 +181,20 @@ deny contains concat(" ", [
 	not read_only_tool
 }
 
-# Every principal's default session works in one folder, shared and without a disk budget: a
-# principal set to "read_only" there changes files only in sessions of its own.
+# A default session in the configured workspace works in a folder other principals' default
+# sessions may share, without a disk budget: a principal set to "read_only" there changes files
+# only in sessions of its own. A tenant's default session in a folder of its own is one.
 deny contains concat(" ", [
 	sprintf("%s can change files or run commands, and principal %s may do that only in a", [
 		tool_name,
 		principal_name,
 	]),
-	"session of its own: the default session's folder is shared with every principal.",
+	"session of its own: the default session's folder is shared with other principals.",
 	"Open one (OpenSession) and send the call with its session_id.",
 ]) if {
 	principal_config.default_session == "read_only"
 	input.session.default == true
+	not input.session.own_folder == true
 	not read_only_tool
 }
 

@@ -728,7 +728,7 @@ test_a_principal_kept_out_of_the_default_session_writes_only_in_sessions_of_its_
 	d.outcome == "deny"
 	d.reasons == [concat(" ", [
 		"Write can change files or run commands, and principal tenant may do that only in a",
-		"session of its own: the default session's folder is shared with every principal.",
+		"session of its own: the default session's folder is shared with other principals.",
 		"Open one (OpenSession) and send the call with its session_id.",
 	])]
 	own := object.union(as_principal(write_input, "tenant"), {"session": {"id": "ses_1"}})
@@ -737,4 +737,16 @@ test_a_principal_kept_out_of_the_default_session_writes_only_in_sessions_of_its_
 	authz.decision.outcome == "allow" with input as as_principal(reading, "tenant")
 		with data.tooljail.principals as principals
 	authz.decision.outcome == "allow" with input as in_default with data.tooljail.principals as principals
+}
+
+# A tenant's default session in a folder of its own (workspaces.tenant_defaults = "own") shares
+# nothing and has a disk budget: "read_only" keeps it out of the shared folder only.
+test_a_default_session_in_a_folder_of_its_own_is_a_session_of_its_own if {
+	principals := {"tenant": {"default_session": "read_only"}}
+	own_default := object.union(write_input, {"session": {"default": true, "own_folder": true}})
+	authz.decision.outcome == "allow" with input as as_principal(own_default, "tenant")
+		with data.tooljail.principals as principals
+	not_own := object.union(write_input, {"session": {"default": true, "own_folder": false}})
+	authz.decision.outcome == "deny" with input as as_principal(not_own, "tenant")
+		with data.tooljail.principals as principals
 }
