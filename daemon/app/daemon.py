@@ -252,7 +252,6 @@ class Daemon:
                 fresh,
                 settings.workspaces.keep_closed_s,
             ),
-            own_defaults=own_defaults,
         )
         await stack.enter_async_context(_running(sessions))
         resolver = CallerResolver(settings.auth)

@@ -16,7 +16,6 @@ from daemon.host.pinned import PinnedDirectory
 from daemon.models import Caller
 from daemon.sessions.disk import FreshWorkspaces
 from daemon.sessions.kept_workspaces import KeptWorkspaces
-from daemon.sessions.own_defaults import OwnDefaults
 from daemon.sessions.session import (
     MODES,
     VERIFY_WAIT_S,
@@ -93,9 +92,7 @@ class SessionManager:
         sandbox_cleanup: SandboxCleanup | None = None,
         sweep_interval_s: float = 5.0,
         kept: KeptWorkspaces | None = None,
-        own_defaults: OwnDefaults | None = None,
     ) -> None:
-        self._own_defaults = own_defaults
         self._store = store
         self._workspace_policy = workspace_policy
         self._mode_policy = mode_policy
@@ -114,8 +111,6 @@ class SessionManager:
 
     async def set_mode(self, session_id: str, mode: str, caller: Caller, *, admin: bool) -> Session:
         """Change a session's permission mode, if the policy lets the caller."""
-        if self._own_defaults is not None:
-            await self._own_defaults.ready(session_id, caller.principal)
         session = self._store.get(session_id, caller.principal, admin=admin)
         checked = check_mode(mode)
         await self._mode_allowed(checked, "change", session.owner, caller)

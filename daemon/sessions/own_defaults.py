@@ -1,9 +1,9 @@
 """Default sessions in folders of their own.
 
 A principal's default session (a call with no session id) works in the configured workspace
-only when the principal is the Unix socket's (the host's own callers) or the operator shares
-that folder with every principal (`workspaces.tenant_defaults = "shared"`). Any other
-principal's works in a folder of its own, made where fresh workspaces are on its first call,
+only when the principal is an operator (the Unix socket's, or an admin) or the operator shares
+that folder with every principal (`workspaces.tenant_defaults = "shared"`). A tenant's (any
+other principal's) works in a folder of its own, made where fresh workspaces are on its first call,
 with their disk budget: no other tenant's sandbox mounts it, the read-only tools are confined
 to it, and nobody but the daemon may make anything where it lies, so no tenant can plant an
 entry there, read what another keeps private in it, or fill its disk (attacker round 137 did
