@@ -412,6 +412,25 @@ def test_a_masked_value_stops_at_shell_syntax_so_commands_stay_visible() -> None
     assert ">important.txt;echo done" in shown, shown
 
 
+@pytest.mark.parametrize(
+    ("command", "ran"),
+    [
+        ('MY_TOKEN="$(touch pwned_dq; rm -f victim)" true', "rm -f victim"),
+        ("MY_TOKEN=\"`rm -f victim`\" true", "rm -f victim"),
+        ('DB_PASSWORD="a\\"$(rm -f victim)" true', "rm -f victim"),
+        ("mysql --password \"$(rm -f victim)\" db", "rm -f victim"),
+        ("echo authorization: bearer x;rm${IFS}-f${IFS}victim", "victim"),
+        ("echo X-Api-Key:k$(rm${IFS}victim)", "victim"),
+        ("echo https://u:p$(rm${IFS}victim)@h/r", "victim"),
+    ],
+)
+def test_a_masked_value_never_hides_what_runs(command: str, ran: str) -> None:
+    """Attacker round 141: a double-quoted value holding `$(...)` was masked whole, and the
+    header and URL patterns ran on past `;` and `$`: the audit did not show what ran."""
+    mask = AuditMask.parse([], _shipped_patterns())
+    assert ran in mask.hide_secrets(command), mask.hide_secrets(command)
+
+
 def test_a_lock_file_planted_as_a_link_is_refused_and_its_target_untouched(
     tmp_path: Path,
 ) -> None:
