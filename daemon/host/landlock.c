@@ -2,7 +2,8 @@
  * tooljail-landlock: run a program that may read only what it is given (Landlock).
  *
  *   tooljail-landlock [--read-fd N]... [--read PATH]... [--exec PATH]... [--chdir-fd N]
- *                     [--no-sockets] [--keep-cap dac_read_search] -- PROGRAM [ARG]...
+ *                     [--no-sockets] [--keep-cap dac_read_search] [--memory-mb N]
+ *                     -- PROGRAM [ARG]...
  *
  * --read-fd N   the directory open on descriptor N (and everything below it) may be read; the
  *               descriptor is closed before PROGRAM starts. The daemon passes a workspace it
@@ -17,6 +18,11 @@
  * --keep-cap NAME  the one capability PROGRAM keeps when this runs as root (dac_read_search:
  *               read any file, which a search of a user's private project needs, and the
  *               interpreter's files where they are root's alone); without it, none.
+ *
+ * --memory-mb N  PROGRAM and what it starts may map at most N MiB each (RLIMIT_AS, soft and
+ *               hard): a search holds a whole line in memory, and one line of a hostile file can
+ *               be a gigabyte (attacker round 141). What it cannot allocate ends it (ripgrep
+ *               aborts).
  *
  * Run as root, the wrapper runs PROGRAM as uid and gid 65534, which own nothing, with no
  * capability but the one kept (attacker rounds 138 and 139: as root under Landlock a program
@@ -51,6 +57,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/prctl.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <unistd.h>
@@ -270,6 +277,14 @@ static void drop_root(uint64_t keep) {
     }
 }
 
+static long parse_memory(const char *text) {
+    char *end = NULL;
+    long value = strtol(text, &end, 10);
+    if (!*text || *end || value < 16 || value > 1L << 30)
+        fail("not a memory size in MiB (16 at least)", text);
+    return value;
+}
+
 static int parse_fd(const char *text) {
     char *end = NULL;
     long value = strtol(text, &end, 10);
@@ -311,6 +326,7 @@ int main(int argc, char **argv) {
     int nfds = 0;
     int chdir_fd = -1;
     int no_sockets = 0;
+    long memory_mb = 0;
     uint64_t keep = 0;
     int i = 1;
     for (; i < argc; i++) {
@@ -334,6 +350,8 @@ int main(int argc, char **argv) {
             fds[nfds] = parse_fd(argv[++i]);
             add_rule(ruleset, fds[nfds], read | FS_TRUNCATE | FS_IOCTL_DEV, argv[i]);
             nfds++;
+        } else if (strcmp(argv[i], "--memory-mb") == 0) {
+            memory_mb = parse_memory(argv[++i]);
         } else if (strcmp(argv[i], "--chdir-fd") == 0) {
             chdir_fd = parse_fd(argv[++i]);
         } else if (strcmp(argv[i], "--read") == 0) {
@@ -353,6 +371,12 @@ int main(int argc, char **argv) {
         if (fchdir(chdir_fd) != 0)
             fail("cannot enter the directory", strerror(errno));
         close(chdir_fd);
+    }
+    if (memory_mb) {
+        rlim_t bytes = (rlim_t)memory_mb << 20;
+        struct rlimit memory = {.rlim_cur = bytes, .rlim_max = bytes};
+        if (setrlimit(RLIMIT_AS, &memory) != 0)
+            fail("cannot limit the program's memory", strerror(errno));
     }
     if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0)
         fail("cannot set no_new_privs", strerror(errno));

@@ -67,9 +67,10 @@ def _wrapper() -> list[str]:
     return [find_helper(), "--no-sockets", "--keep-cap", "dac_read_search", "--read", LOADER_CACHE]
 
 
-async def confined(program: str, workspace: PinnedDirectory) -> Confined:
-    """`program` confined to reading `workspace` (and running its own files)."""
-    command = [*_wrapper(), "--read-fd", str(workspace.fd)]
+async def confined(program: str, workspace: PinnedDirectory, *, memory_mb: int) -> Confined:
+    """`program` confined to reading `workspace` (and running its own files), mapping at most
+    `memory_mb` MiB."""
+    command = [*_wrapper(), "--memory-mb", str(memory_mb), "--read-fd", str(workspace.fd)]
     for path in await program_files(program):
         command += ["--exec", path]
     return Confined((*command, "--", program), (workspace.fd,))

@@ -35,7 +35,7 @@ def workspace(tmp_path: Path) -> Iterator[PinnedDirectory]:
 
 
 def run(workspace: PinnedDirectory, *argv: str) -> subprocess.CompletedProcess[str]:
-    wrapped = asyncio.run(confined(argv[0], workspace))
+    wrapped = asyncio.run(confined(argv[0], workspace, memory_mb=256))
     return subprocess.run(
         [*wrapped.command, *argv[1:]],
         pass_fds=wrapped.fds,

@@ -185,3 +185,24 @@ async def test_one_tenants_slow_pdf_never_holds_another_tenants_back() -> None:
             await asyncio.wait_for(both.wait(), timeout=5)
 
     await asyncio.gather(hold("mallory"), hold("alice"))
+
+
+async def test_a_principal_may_hold_several_turns_when_told_and_others_still_get_theirs() -> None:
+    """Searches take turns too (attacker round 141), a few per principal: a principal holds at
+    most its own number, and another's call is not queued behind all of them."""
+    turns = PrincipalTurns(3, per_principal=2)
+    running: dict[str, int] = {}
+    most: dict[str, int] = {}
+    order: list[str] = []
+
+    async def one(who: str) -> None:
+        async with turns.turn(who):
+            order.append(who)
+            running[who] = running.get(who, 0) + 1
+            most[who] = max(most.get(who, 0), running[who])
+            await asyncio.sleep(0.02)
+            running[who] -= 1
+
+    await asyncio.gather(*(one(who) for who in ("mallory",) * 6 + ("alice",)))
+    assert most == {"mallory": 2, "alice": 1}
+    assert order.index("alice") < 3

@@ -13,7 +13,7 @@ import pytest
 from daemon.errors import ConfinementError, ToolError, ToolInputError
 from daemon.host.landlock import Confined, find_helper
 from daemon.models import TextContent
-from daemon.tools.contract import ProgressUpdate
+from daemon.tools.contract import CallContext, ProgressUpdate
 from daemon.tools.grep import tool as grep_module
 from daemon.tools.grep.input import GrepInput, build_argv
 from daemon.tools.grep.ripgrep import Collector, RunningSearches, run_rg
@@ -365,3 +365,35 @@ async def test_every_file_is_sorted_when_time_allows(call_tool: CallTool, worksp
         make(workspace, f"f{i:03}.txt", "needle\n", 10_000 + i)
     lines = (await grep(call_tool, "needle", head_limit=0)).split("\n")
     assert lines[1:] == [f"{workspace}/f{i:03}.txt" for i in range(299, -1, -1)]
+
+
+async def test_a_search_holds_no_more_memory_than_its_limit_whatever_a_line_takes(
+    call_tool: CallTool, workspace: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Attacker round 141: ripgrep holds a whole line in memory, so Greps over a file that is one
+    1 GB line took 1.2 GB each on the host, outside every budget (8 at once: 10 GB). Each search
+    runs under an address-space limit and says so when a line does not fit."""
+    monkeypatch.setattr(grep_module, "SEARCH_MEMORY_MB", 64)
+    (workspace / "one-line").write_bytes(b"a" * (160 << 20))
+    with pytest.raises(ToolError, match="memory a search may use \\(64 MB\\)"):
+        await grep(call_tool, "zz", output_mode="content")
+    make(workspace, "small.txt", "zz here\n")
+    assert "small.txt" in await grep(call_tool, "zz", glob="small.txt")
+
+
+async def test_each_search_takes_its_principals_turn(
+    call_tool: CallTool, ctx: CallContext, code: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Round 141: one tenant ran as many searches at once as its calls allow; each holds up to
+    its memory limit, so a principal runs a few at a time and all principals a few more."""
+    taken: list[str] = []
+    real = grep_module.SEARCH_TURNS.turn
+
+    def recording(who: str) -> object:
+        taken.append(who)
+        return real(who)
+
+    monkeypatch.setattr(grep_module.SEARCH_TURNS, "turn", recording)
+    ctx.session.owner = "alice"
+    await grep(call_tool, "TODO")
+    assert taken == ["alice"]

@@ -416,9 +416,9 @@ def test_a_masked_value_stops_at_shell_syntax_so_commands_stay_visible() -> None
     ("command", "ran"),
     [
         ('MY_TOKEN="$(touch pwned_dq; rm -f victim)" true', "rm -f victim"),
-        ("MY_TOKEN=\"`rm -f victim`\" true", "rm -f victim"),
+        ('MY_TOKEN="`rm -f victim`" true', "rm -f victim"),
         ('DB_PASSWORD="a\\"$(rm -f victim)" true', "rm -f victim"),
-        ("mysql --password \"$(rm -f victim)\" db", "rm -f victim"),
+        ('mysql --password "$(rm -f victim)" db', "rm -f victim"),
         ("echo authorization: bearer x;rm${IFS}-f${IFS}victim", "victim"),
         ("echo X-Api-Key:k$(rm${IFS}victim)", "victim"),
         ("echo https://u:p$(rm${IFS}victim)@h/r", "victim"),

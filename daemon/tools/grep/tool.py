@@ -20,11 +20,12 @@ quitting a file at its first match, so that mode reports matching files only).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import errno
 import functools
 import os
 import time
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -35,6 +36,7 @@ from daemon.host.landlock import Confined, confined
 from daemon.host.loop_safe import NeedsThread
 from daemon.host.pinned import PinnedDirectory
 from daemon.host.threads import FILESYSTEM_THREADS
+from daemon.host.turns import PrincipalTurns
 from daemon.models import TextContent
 from daemon.tools.contract import (
     CallContext,
@@ -81,6 +83,30 @@ PROGRESS_INTERVAL_S = 0.25
 STAMP_CHECK_EVERY = 64
 """The mtime sort looks at its deadline once per this many files."""
 _clock = time.monotonic  # what the mtime sort's deadline is measured on (tests move it)
+SEARCH_MEMORY_MB = 256
+"""What one ripgrep process may map: it holds a whole line in memory, and a line of a hostile
+file can be a gigabyte (attacker round 141: 8 Greps at once took 10 GB of the host's memory,
+outside every budget). Lines up to about a hundred megabytes fit."""
+_CORES = len(os.sched_getaffinity(0))
+SEARCH_TURNS = PrincipalTurns(max(4, 2 * _CORES), per_principal=max(2, _CORES))
+"""Searches running at once, per principal and in all (each up to SEARCH_MEMORY_MB; more than
+the cores gain nothing but switching), so that one tenant's calls cannot hold the host's memory
+and another's search waits for at most a few of them."""
+
+
+@contextlib.asynccontextmanager
+async def _turn(ctx: CallContext, timeout_s: float) -> AsyncIterator[None]:
+    """The session owner's turn to search (SEARCH_TURNS), waited for at most `timeout_s`."""
+    waiting = SEARCH_TURNS.turn(ctx.session.owner)
+    try:
+        async with asyncio.timeout(timeout_s):
+            await waiting.__aenter__()
+    except TimeoutError as exc:
+        raise timed_out(timeout_s) from exc
+    try:
+        yield
+    finally:
+        await waiting.__aexit__(None, None, None)
 
 
 class _Throttled:
@@ -281,7 +307,7 @@ class GrepTool(Tool[GrepInput, GrepResult]):
         raw = args.path if args.path is not None else str(ctx.workspace)
         path = require_inside(ctx.workspace, ctx.facts.path("path"), raw)
         # ripgrep may read the pinned workspace and run its own files, nothing else.
-        rg = await confined(find_ripgrep(), ctx.session.pinned_root())
+        rg = await confined(find_ripgrep(), ctx.session.pinned_root(), memory_mb=SEARCH_MEMORY_MB)
         if ctx.peers is not None:
             shared = await self._search_shared(rg, args, ctx, path, raw)
             if shared is not None:
@@ -312,17 +338,18 @@ class GrepTool(Tool[GrepInput, GrepResult]):
         ) -> tuple[list[list[str]] | None, SearchRoot]:
             root = await _open_search_root(ctx, path, raw)
             try:
-                with SEARCHES.share() as threads:
-                    scope = [*threads_flag(threads), *scope_flags(args)]
-                    async with asyncio.timeout(max(limit for _, limit in items)):
-                        found = await files_per_pattern(
-                            rg,
-                            root.fd,
-                            root.target,
-                            scope,
-                            [pattern for pattern, _ in items],
-                            bool(args.ignore_case),
-                        )
+                async with SEARCH_TURNS.turn(ctx.session.owner):
+                    with SEARCHES.share() as threads:
+                        scope = [*threads_flag(threads), *scope_flags(args)]
+                        async with asyncio.timeout(max(limit for _, limit in items)):
+                            found = await files_per_pattern(
+                                rg,
+                                root.fd,
+                                root.target,
+                                scope,
+                                [pattern for pattern, _ in items],
+                                bool(args.ignore_case),
+                            )
                 return found, root
             finally:
                 os.close(root.fd)
@@ -354,13 +381,21 @@ class GrepTool(Tool[GrepInput, GrepResult]):
             progress=_running_count(ctx, args.output_mode),
             shown_as=root.shown_as,
         )
-        with SEARCHES.share() as threads:
-            code, stderr = await run_rg(
-                build_argv(rg, args, root.target, threads),
-                root.fd,
-                collector,
-                ctx.limits.timeout_ms / 1000,
-                rg.fds,
+        timeout_s = ctx.limits.timeout_ms / 1000
+        async with _turn(ctx, timeout_s):
+            with SEARCHES.share() as threads:
+                code, stderr = await run_rg(
+                    build_argv(rg, args, root.target, threads),
+                    root.fd,
+                    collector,
+                    timeout_s,
+                    rg.fds,
+                )
+        if code < 0 or "memory allocation of" in stderr:
+            raise ToolError(
+                f"ripgrep ran out of the memory a search may use ({SEARCH_MEMORY_MB} MB): a file "
+                "with a very long line takes it. Search fewer files (glob, type, path), or use "
+                "Bash (runs in the sandbox)."
             )
         if code == 2 and collector.total == 0:
             raise search_error(stderr)
