@@ -38,6 +38,12 @@ def file_sha256(data: bytes) -> str:
 Mode = Literal["default", "acceptEdits", "plan", "dontAsk", "bypassPermissions"]
 """Permission modes a session can be in (the policy implements what each means)."""
 MODES: tuple[str, ...] = get_args(Mode)
+MAX_READS_KEPT = 2048
+"""Files a session's read-state remembers (the most recently read): one read before that must be
+read again before it is changed (attacker round 141: 30,000 distinct long paths cost the daemon
+170 MB, for good in a default session)."""
+MAX_READ_PATH_CHARS = 512 * 1024
+"""What the paths a session's read-state remembers may hold together."""
 MAX_REFUSALS_KEPT = 256
 """Refused calls a session remembers (the policy sees those within its window)."""
 REFUSAL_WINDOW_S = 600.0
@@ -123,6 +129,8 @@ class Session:
     grants: list[SessionGrant] = field(default_factory=list)
     """Approvals that hold for the rest of the session."""
     reads: dict[Path, ReadRecord] = field(default_factory=dict)
+    """What Read saw, oldest first, within MAX_READS_KEPT and MAX_READ_PATH_CHARS."""
+    _read_chars: int = field(default=0, repr=False)
     cwd: Path | None = None
     """Working directory Bash starts in (the workspace until a command changes it)."""
     changes: int = 0
@@ -268,7 +276,11 @@ class Session:
         """Remember that `path` was Read with this content (`sha256`: its digest, when the
         caller computed it off the event loop)."""
         digest = sha256 if sha256 is not None else file_sha256(data)
+        self.forget(path)  # read again: the most recent
         self.reads[path] = ReadRecord(mtime_ns=mtime_ns, sha256=digest)
+        self._read_chars += len(str(path))
+        while len(self.reads) > MAX_READS_KEPT or self._read_chars > MAX_READ_PATH_CHARS:
+            self.forget(next(iter(self.reads)))
 
     def require_fresh(
         self, path: Path, current: bytes, tool: str, sha256: str | None = None
@@ -291,7 +303,8 @@ class Session:
 
     def forget(self, path: Path) -> None:
         """Forget a read (after the file was rewritten, the new content is recorded instead)."""
-        self.reads.pop(path, None)
+        if self.reads.pop(path, None) is not None:
+            self._read_chars -= len(str(path))
 
     def record_written(self, path: Path, data: bytes, sha256: str | None = None) -> None:
         """After a successful write the session knows the file's content as if it had Read it
