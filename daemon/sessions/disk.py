@@ -21,6 +21,7 @@ import json
 import logging
 import os
 import shutil
+import stat
 from collections.abc import Callable
 from pathlib import Path
 from typing import Protocol
@@ -80,8 +81,10 @@ class PlainWorkspaces:
 
     async def lasting(self, name: str, owner: tuple[int, int] | None, principal: str) -> Path:
         folder = Path(os.path.realpath(self._root)) / name
-        if os.path.lexists(folder):
+        if os.path.lexists(folder) and not _half_made(folder, owner):
             return folder
+        if os.path.lexists(folder):
+            folder.rmdir()
         return await self.create(name, owner, principal)
 
     async def delete(self, folder: Path, owner: str) -> bool:
@@ -96,6 +99,20 @@ _GROUPS = ".principal-groups.json"
 """In the workspaces filesystem's root: principal -> its quota group's number (1/<number>)."""
 _DAEMON = "tooljail-daemon"
 """Whose threads the daemon's own reads and writes of that file use."""
+
+
+def _half_made(folder: Path, owner: tuple[int, int] | None) -> bool:
+    """Whether `folder` is a workspace `create` began and never handed to `owner` (the daemon
+    stopped in between): still the daemon's, empty, while it was to be another uid's. Nobody but
+    the daemon makes anything where workspaces are, so it is the daemon's to make again."""
+    if owner is None or owner[0] == -1:
+        return False
+    info = os.lstat(folder)
+    return (
+        stat.S_ISDIR(info.st_mode)
+        and info.st_uid == os.geteuid() != owner[0]
+        and next(folder.iterdir(), None) is None
+    )
 
 
 def _read_groups(root: Path) -> dict[str, int]:
@@ -254,8 +271,10 @@ class BudgetedWorkspaces:
     async def lasting(self, name: str, owner: tuple[int, int] | None, principal: str) -> Path:
         # Mounted first: before that the sessions root does not show what is on the filesystem.
         folder = await self._ensure() / name
-        if os.path.lexists(folder):
+        if os.path.lexists(folder) and not _half_made(folder, owner):
             return folder
+        if os.path.lexists(folder):
+            await _run("btrfs", "subvolume", "delete", str(folder))
         return await self.create(name, owner, principal)
 
     async def create(self, name: str, owner: tuple[int, int] | None, principal: str) -> Path:
@@ -277,6 +296,12 @@ class BudgetedWorkspaces:
                 "the workspaces filesystem has no room for another workspace; close sessions "
                 "with delete_workspace=true, or retry later"
             ) from exc
+        except BaseException:
+            # Cut short (the daemon stops): the subvolume may be there, never handed over.
+            if os.path.lexists(folder):
+                with contextlib.suppress(RequestError):
+                    await _run("btrfs", "subvolume", "delete", str(folder))
+            raise
         try:
             await _run("btrfs", "qgroup", "limit", f"{self.budget_mb}M", str(folder))
             give_to(folder, owner)

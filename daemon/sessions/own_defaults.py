@@ -14,6 +14,7 @@ derived from the principal, after a restart, and never deleted.
 from __future__ import annotations
 
 import asyncio
+import functools
 import os
 
 from daemon.errors import RequestError
@@ -30,7 +31,10 @@ class OwnDefaults:
     def __init__(self, store: SessionStore, fresh: FreshWorkspaces) -> None:
         self._store = store
         self._fresh = fresh
-        self._making: dict[str, asyncio.Lock] = {}
+        self._making: dict[str, asyncio.Future[None]] = {}
+        """The making of a principal's folder under way: one at a time, finished whatever
+        happens to the calls waiting for it (attacker round 142: a first call whose deadline
+        ran out left its folder half made, never handed over, and refused for good)."""
 
     async def ready(self, session_id: str, principal: str) -> None:
         """Open `principal`'s default session when `session_id` names it and it works in a
@@ -40,14 +44,23 @@ class OwnDefaults:
             return
         if self._store.own_default_name(principal) is None:
             return
-        # Several first calls at once (a batch) make the folder once.
-        making = self._making.setdefault(principal, asyncio.Lock())
-        async with making:
-            name = self._store.own_default_name(principal)
-            if name is not None:
-                await self._open(name, principal)
+        # Several first calls at once (a batch) wait for one making.
+        making = self._making.get(principal)
+        if making is None:
+            making = asyncio.ensure_future(self._open(principal))
+            self._making[principal] = making
+            making.add_done_callback(functools.partial(self._made, principal))
+        await asyncio.shield(making)
 
-    async def _open(self, name: str, principal: str) -> None:
+    def _made(self, principal: str, making: asyncio.Future[None]) -> None:
+        del self._making[principal]
+        if not making.cancelled():
+            making.exception()  # told to whoever waited; nobody may have
+
+    async def _open(self, principal: str) -> None:
+        name = self._store.own_default_name(principal)
+        if name is None:
+            return
         owner = self._store.fresh_owner(principal)
         folder = await self._fresh.lasting(name, owner, principal)
         try:

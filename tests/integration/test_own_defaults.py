@@ -13,9 +13,11 @@ import pwd
 from collections.abc import Iterator
 from pathlib import Path
 
+import grpc
 import pytest
 
 from daemon._generated.tooljail.v1 import executor_pb2 as pb
+from daemon._generated.tooljail.v1 import executor_pb2_grpc as pb_grpc
 from tests.integration.harness import RunningDaemon, running_daemon, text_of
 from tests.integration.test_principal_uids import SANDBOX_USER, Tenant
 from tests.integration.test_principals import TOKENS, _policies
@@ -26,6 +28,8 @@ pytestmark = [pytest.mark.integration, pytest.mark.docker]
 FIRST = 2_100_001_000
 DEFAULT = pb.Session(id="")
 BUDGET_MB = 64
+#: Principals whose first call is cut short by its deadline.
+HASTY = {f"hasty{n}": f"hasty-token-{n}-6d1f" for n in range(16)}
 
 
 @contextlib.contextmanager
@@ -49,7 +53,7 @@ def _daemon(root: Path) -> Iterator[tuple[RunningDaemon, str]]:
         root / "o.sock",
         sandbox={"pool_size": 0, "principal_uid_first": FIRST, "principal_uid_count": 100},
         tcp={"address": target},
-        auth={"tokens": TOKENS, "admin_principals": ["local", "carol"]},
+        auth={"tokens": {**TOKENS, **HASTY}, "admin_principals": ["local", "carol"]},
         opa={"policies_dir": policies},
         workspaces={"budget_mb": BUDGET_MB},
     ) as running:
@@ -136,6 +140,28 @@ def test_a_tenants_first_calls_at_once_open_one_default_session(
     assert len(found) == 1, found
     made = [p for p in (running.settings.state_dir / "sessions").iterdir() if p in found]
     assert len(made) == 1
+
+
+def test_a_first_call_cut_short_by_its_deadline_leaves_no_half_made_folder(
+    own: tuple[RunningDaemon, str],
+) -> None:
+    """Attacker round 142: a first ListTools with a deadline of a few milliseconds left the
+    tenant's folder half made (root's, with no budget), and every later call was refused."""
+    _, target = own
+    channel = grpc.insecure_channel(target)
+    stub = pb_grpc.ExecutorStub(channel)
+    for n, (name, token) in enumerate(HASTY.items()):
+        metadata = (("authorization", f"Bearer {token}"),)
+        with contextlib.suppress(grpc.RpcError):
+            stub.ListTools(pb.ListToolsRequest(), metadata=metadata, timeout=0.002 + 0.003 * n)
+        listed = stub.ListTools(pb.ListToolsRequest(), metadata=metadata, timeout=60)
+        assert any(tool.name == "Bash" for tool in listed.tools), name
+        use = pb.ToolUse(id=f"toolu_hasty_{n}", name="Bash")
+        use.input.update({"command": "id -u; pwd"})
+        answer = stub.Execute(pb.ExecuteRequest(tool_use=use), metadata=metadata, timeout=120)
+        uid, folder = text_of(answer).split()
+        assert Path(folder).stat().st_uid == int(uid) != 0, name
+    channel.close()
 
 
 def test_a_tenants_default_folder_keeps_its_files_and_budget_across_a_restart(

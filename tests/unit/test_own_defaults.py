@@ -97,3 +97,56 @@ def test_everyone_shares_the_default_workspace_when_the_operator_says_so(
     assert store.get("", "alice").workspace == store.get("", "bob").workspace
     with pytest.raises(RequestError, match="sessions root"):
         SessionStore(tmp_path / "default", None, default_workspace_for=OPERATORS)
+
+
+class _SlowWorkspaces(PlainWorkspaces):
+    """Makes a workspace in two steps, as the btrfs one does (the subvolume, then its hand-over),
+    with a wait between them."""
+
+    async def create(self, name: str, owner: tuple[int, int] | None, principal: str) -> Path:
+        folder = Path(os.path.realpath(self._root)) / name
+        folder.mkdir(mode=0o755)
+        await asyncio.sleep(0.2)
+        if owner is not None:
+            os.chown(folder, *owner)
+        return folder
+
+
+async def test_a_first_call_given_up_on_still_makes_the_folder_whole(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Attacker round 142: a first call whose deadline ran out while its folder was made left
+    it half made (root's, never handed over), and every later call of the tenant was refused,
+    after a restart too."""
+    store = SessionStore(
+        tmp_path / "default", tmp_path / "sessions", default_workspace_for=OPERATORS
+    )
+    monkeypatch.setattr(store, "fresh_owner", lambda principal=None: (4321, 4321))
+    defaults = OwnDefaults(store, _SlowWorkspaces(tmp_path / "sessions"))
+    with pytest.raises(TimeoutError):
+        async with asyncio.timeout(0.05):
+            await defaults.ready("", "alice")
+    await defaults.ready("", "alice")
+    session = store.get("", "alice")
+    assert session.workspace.stat().st_uid == 4321
+
+
+async def test_a_folder_left_half_made_by_a_stopped_daemon_is_made_again(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Round 142: the daemon's own empty folder under the name, never handed over (a stop in
+    the middle of its making), is made again rather than refused for good; one with anything
+    in it is still refused."""
+    store, defaults = _defaults(tmp_path)
+    monkeypatch.setattr(store, "fresh_owner", lambda principal=None: (4321, 4321))
+    name = store.own_default_name("alice")
+    assert name is not None
+    (tmp_path / "sessions" / name).mkdir(mode=0o755)
+    await defaults.ready("", "alice")
+    assert store.get("", "alice").workspace.stat().st_uid == 4321
+    bobs = store.own_default_name("bob")
+    assert bobs is not None
+    (tmp_path / "sessions" / bobs).mkdir(mode=0o755)
+    (tmp_path / "sessions" / bobs / "something").write_text("?")
+    with pytest.raises(RequestError, match="belongs to uid 0"):
+        await defaults.ready("", "bob")
