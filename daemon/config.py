@@ -317,7 +317,8 @@ class Settings(BaseSettings):
     """A result over its budget is kept whole (in <state_dir>/outputs, for Read) and the model
     gets a preview; this much per session (0: results are cut, as the budget says)."""
     kept_outputs_total_mb: int = Field(default=1024, ge=0)
-    """What all sessions' kept outputs may take of the disk together."""
+    """What all sessions' kept outputs may take of the disk together; one principal's sessions
+    take at most half of it."""
     max_request_bytes: int = Field(default=16 << 20, ge=1 << 16)
     """Largest accepted gRPC message."""
     state_dir: Path = Path("/var/lib/tooljail")

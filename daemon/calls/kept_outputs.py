@@ -98,13 +98,25 @@ def with_preview(
 
 class KeptOutputs:
     """The kept results of every session, under `root`: at most `per_session_bytes` for one
-    session and `total_bytes` for all of them."""
+    session, `principal_share` of `total_bytes` for one principal's sessions together (attacker
+    rounds 141 and 142: one tenant's filled it all, and the others' results were cut), and
+    `total_bytes` for all of them."""
 
-    def __init__(self, root: Path, per_session_bytes: int, total_bytes: int = 1 << 30) -> None:
+    def __init__(
+        self,
+        root: Path,
+        per_session_bytes: int,
+        total_bytes: int = 1 << 30,
+        principal_share: float = 0.5,
+    ) -> None:
         self.root = root
         self._per_session = per_session_bytes
         self._total = total_bytes
+        self._per_principal = int(total_bytes * principal_share)
         self._used: dict[str, int] = {}
+        self._owners: dict[str, str] = {}
+        """Whose each session with kept outputs is."""
+        self._by_principal: dict[str, int] = {}
 
     def prepare(self) -> None:
         """Make the directory (only the daemon may enter it), emptied of an earlier run's."""
@@ -126,9 +138,10 @@ class KeptOutputs:
         data = text.encode("utf-8", "surrogateescape")
         used = self._used.get(session.id, 0)
         over = used + len(data) > self._per_session
+        over = over or self._by_principal.get(session.owner, 0) + len(data) > self._per_principal
         if session.closed or over or sum(self._used.values()) + len(data) > self._total:
             return None
-        self._used[session.id] = used + len(data)  # reserved now: concurrent calls count too
+        self._count(session, len(data))  # reserved now: concurrent calls count too
         # Random, not a counter: a name says nothing about other sessions' outputs.
         name = f"{secrets.token_hex(4)}-{_SAFE_ID.sub('_', tool_use_id)[:64]}.txt"
         path = self.folder(session.id) / name
@@ -136,7 +149,7 @@ class KeptOutputs:
             await asyncio.to_thread(_write_new, path, data)
         except OSError as exc:
             if session.id in self._used:
-                self._used[session.id] -= len(data)
+                self._count(session, -len(data))
             log.warning("could not keep an output of %d bytes: %s", len(data), exc)
             return None
         if session.closed:  # closed while it was written: its folder went, or goes now
@@ -144,9 +157,19 @@ class KeptOutputs:
             return None
         return KeptOutput(path=path, chars=len(text), size_bytes=len(data))
 
+    def _count(self, session: Session, size: int) -> None:
+        self._used[session.id] = self._used.get(session.id, 0) + size
+        self._owners[session.id] = session.owner
+        self._by_principal[session.owner] = self._by_principal.get(session.owner, 0) + size
+
     def remove_session(self, session_id: str) -> None:
         """Delete a closed session's results (a session never reopens: its share goes too)."""
-        self._used.pop(session_id, None)
+        used = self._used.pop(session_id, 0)
+        owner = self._owners.pop(session_id, None)
+        if owner is not None:
+            self._by_principal[owner] -= used
+            if not self._by_principal[owner]:
+                del self._by_principal[owner]
         with contextlib.suppress(FileNotFoundError):
             shutil.rmtree(self.folder(session_id))
 

@@ -69,7 +69,9 @@ async def test_a_closed_session_keeps_nothing_more(tmp_path: Path) -> None:
 
 
 async def test_all_sessions_together_stay_under_the_total(tmp_path: Path) -> None:
-    kept = KeptOutputs(tmp_path / "outputs", per_session_bytes=1000, total_bytes=2500)
+    kept = KeptOutputs(
+        tmp_path / "outputs", per_session_bytes=1000, total_bytes=2500, principal_share=1
+    )
     kept.prepare()
     saved = [await kept.keep(session(f"s{n}"), "t", "y" * 900) for n in range(5)]
     assert sum(s is not None for s in saved) == 2
@@ -101,3 +103,18 @@ def test_the_preview_keeps_to_its_room(room: int) -> None:
     assert str(saved.path) in shown and shown.endswith("</persisted-output>")
     if room >= 5_000:
         assert "line 0\n" in shown and "line 9999\n" in shown
+
+
+async def test_one_principals_sessions_keep_at_most_its_share_of_the_total(tmp_path: Path) -> None:
+    """Attacker rounds 141 and 142: one tenant's sessions filled the daemon's whole total, and
+    every other tenant's results over their budget were cut instead of kept."""
+    kept = KeptOutputs(tmp_path / "outputs", per_session_bytes=1000, total_bytes=2000)
+    kept.prepare()
+    hers = [Session(id=f"ses_m{n}", workspace=Path("/w"), owner="mallory") for n in range(4)]
+    saved = [await kept.keep(s, "t", "y" * 600) for s in hers]
+    assert sum(s is not None for s in saved) == 1, "more than half of the total for one principal"
+    alice = Session(id="ses_a", workspace=Path("/w"), owner="alice")
+    assert await kept.keep(alice, "t", "y" * 600) is not None
+    # A closed session's share goes back to its principal.
+    kept.remove_session(hers[0].id)
+    assert await kept.keep(hers[1], "t", "y" * 600) is not None
