@@ -176,9 +176,12 @@ class SessionManager:
                 disk_budget_mb=self._fresh.budget_mb,
                 disk_share_mb=self._fresh.share_mb,
             )
-        # The policy sees the path as written first: one it refuses is never looked at on disk
-        # (the daemon may be root; nobody may learn through it what exists where).
-        refused = await self._workspace_policy(written_path(workspace), [], caller)
+        # The policy sees the path as written first, with the open sessions it overlaps as
+        # written: one it refuses is never looked at on disk (the daemon may be root; nobody may
+        # learn through it what exists where).
+        written = written_path(workspace)
+        overlaps = self._store.written_overlaps(written, caller.principal)
+        refused = await self._workspace_policy(written, overlaps, caller)
         if refused is not None:
             raise RequestError(f"the policy does not allow a session over {workspace}: {refused}")
         # Pinning asks the filesystem, which its owner may have made one that never answers.

@@ -34,6 +34,7 @@ from daemon.sessions.workspaces import (
     make_workspace,
     overlaps_of,
     pin_workspace,
+    relation_of,
 )
 from daemon.text import wire_safe
 
@@ -320,15 +321,32 @@ class SessionStore:
                 "own (its state directory, or where fresh workspaces are made); choose a folder "
                 "apart from it"
             )
-        overlaps = []
-        for overlap in overlaps_of(root, self._roots()):
+        return self._named_for(overlaps_of(root, self._roots()), principal)
+
+    def written_overlaps(self, path: Path, principal: str) -> list[Overlap]:
+        """The open sessions whose workspace overlaps `path` as written (absolute and normal,
+        not looked at on disk), for the policy's first look: refused for an overlap, a session
+        over a folder in another's workspace is refused before the daemon looks at the disk
+        (attacker round 142 told which files an operator's private folder held from whether
+        the answer said it overlaps, does not exist, or is not a directory)."""
+        found = []
+        for session_id, other in self._roots().items():
+            relation = relation_of(other.path, path)
+            if relation is not None:
+                found.append(Overlap(session_id, str(other.path), relation))
+        return self._named_for(found, principal)
+
+    def _named_for(self, overlaps: list[Overlap], principal: str) -> list[Overlap]:
+        """`overlaps` as `principal` may see them: another principal's sessions not named."""
+        named = []
+        for overlap in overlaps:
             owner = (
                 self._sessions[overlap.session].owner if overlap.session in self._sessions else ""
             )
             if owner and owner != principal:
                 overlap = Overlap(_HIDDEN_SESSION, _HIDDEN_WORKSPACE, overlap.relation)
-            overlaps.append(overlap)
-        return overlaps
+            named.append(overlap)
+        return named
 
     def _in_own_folders(self, path: Path) -> bool:
         """Whether a session over `path` would hold what only the daemon may: fresh workspaces,

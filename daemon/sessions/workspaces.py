@@ -83,16 +83,22 @@ def overlaps_of(root: PinnedDirectory, others: dict[str, PinnedDirectory]) -> li
     """The open sessions (by id) whose workspace overlaps `root`."""
     found = []
     for session_id, other in others.items():
-        relation: Relation | None = None
-        if other.identity == root.identity or other.path == root.path:
-            relation = "same"
-        elif is_inside(other.path, root.path):
-            relation = "inside"
-        elif is_inside(root.path, other.path):
-            relation = "contains"
+        same = other.identity == root.identity
+        relation = "same" if same else relation_of(other.path, root.path)
         if relation is not None:
             found.append(Overlap(session_id, str(other.path), relation))
     return found
+
+
+def relation_of(other: Path, path: Path) -> Relation | None:
+    """How the workspace at `path` lies to an open session's at `other`, by their paths."""
+    if other == path:
+        return "same"
+    if is_inside(other, path):
+        return "inside"
+    if is_inside(path, other):
+        return "contains"
+    return None
 
 
 def give_to(folder: Path, owner: tuple[int, int] | None) -> None:
