@@ -69,6 +69,11 @@ GIT_FILE_MAX_BYTES = 4096
 """A `.git` file or `commondir` longer than this is not one git wrote."""
 CONFIG_MAX_BYTES = 1 << 20
 INDEX_MAX_BYTES = 64 << 20
+MODEL_INDEX_MAX_BYTES = 8 << 20
+"""The largest index of a repository the model made that is parsed (about 100,000 files, some
+50 ms): a larger one is taken as recording a submodule, and the repository is never vouched for
+(attacker round 141: a 64 MB one, touched every 0.3 s, was parsed for 0.42 s, one parse at a
+time in the daemon, before and after every other tenant's call in a shared workspace)."""
 """About 800,000 files' worth (read whole, once per change, in about half a second); a larger
 index is refused."""
 MAX_PINS = 256
@@ -412,7 +417,7 @@ class _Pins:
         (round 134: an index read with SHA-1 names only held plain files for this reader and a
         submodule for git, in a SHA-256 repository)."""
         try:
-            index = self._index(_join(git_dir, "index"), hash_bytes)
+            index = self._index(_join(git_dir, "index"), hash_bytes, MODEL_INDEX_MAX_BYTES)
         except ToolError:
             return True
         return index is not None and bool(index.gitlinks or index.shared)
@@ -806,14 +811,16 @@ class _Pins:
             links = (*links, *shared.gitlinks)
         return tuple(dict.fromkeys(links))
 
-    def _index(self, path: str, hash_bytes: int) -> GitIndex | None:
+    def _index(
+        self, path: str, hash_bytes: int, max_bytes: int = INDEX_MAX_BYTES
+    ) -> GitIndex | None:
         """An index, parsed (once per change: cached by device, inode, size and both times)."""
         fd = self._open(path)
         if fd is None:
             return None
         try:
             info = os.fstat(fd)
-            if not stat.S_ISREG(info.st_mode) or info.st_size > INDEX_MAX_BYTES:
+            if not stat.S_ISREG(info.st_mode) or info.st_size > max_bytes:
                 raise _refused(f"{_name(path)} is not an index git could have written.")
             # The names' length is in the key: one file reads differently with each (round 134).
             key = (info.st_dev, info.st_ino, info.st_size, info.st_mtime_ns, info.st_ctime_ns,

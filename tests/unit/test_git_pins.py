@@ -1402,3 +1402,26 @@ def test_a_sequence_under_way_in_a_model_repository_is_never_vouched_for(
     first = _theirs_look(workspace)
     assert first != vouched
     assert _theirs_look(workspace) != first
+
+
+def test_a_large_model_index_is_not_parsed_and_never_vouched_for(
+    workspace: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Attacker round 141: a tenant's 64 MB index at the root of the shared workspace, touched
+    every 0.3 s, was parsed again (0.42 s, one parse at a time in the daemon) before and after
+    every other tenant's call. A model's index past MODEL_INDEX_MAX_BYTES is not parsed: the
+    repository is never vouched for, as one whose index cannot be read."""
+    git = _plain_model_repository(workspace)
+    monkeypatch.setattr(git_pins_module, "MODEL_INDEX_MAX_BYTES", 64)
+    parsed: list[int] = []
+    real = git_pins_module.read_index
+
+    def counting(data: bytes, hash_bytes: int) -> object:
+        parsed.append(len(data))
+        return real(data, hash_bytes)
+
+    monkeypatch.setattr(git_pins_module, "read_index", counting)
+    assert (git / "index").stat().st_size > 64
+    first = _theirs_look(workspace)
+    assert _theirs_look(workspace) != first  # never vouched for
+    assert parsed == []
