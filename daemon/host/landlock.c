@@ -33,6 +33,8 @@
  *               by its path (the engine's, the daemon's). Nor may it watch files (inotify,
  *               fanotify), use System V IPC or keys, or change another process's limits or
  *               priority: Landlock covers none of them, and every program run so is one uid.
+ *               Nor make or join namespaces, open files by handle, reach another process (pidfd,
+ *               its memory, tracing), or make anonymous executable files.
  *
  * Everything else the kernel can refuse is refused, for PROGRAM and everything it starts:
  * reading or writing any other file, making, renaming or removing files, TCP (Landlock ABI 4),
@@ -175,6 +177,16 @@ static void forbid_sockets(void) {
         /* Shared with every other program run so, one uid for all, and outliving them (round
            140): System V IPC and keys. */
         __NR_shmget, __NR_msgget, __NR_semget, __NR_add_key, __NR_request_key, __NR_keyctl,
+        /* Round 141's leads, none needed by a search or a parser: new namespaces (a user
+           namespace's capabilities), file handles (with the read-anything capability a handle
+           opens any inode, whatever its path), another process by pidfd, by its memory or by
+           tracing, anonymous executable files, and the kernel's larger surfaces. */
+        __NR_unshare, __NR_setns, __NR_name_to_handle_at, __NR_open_by_handle_at,
+        __NR_memfd_create, __NR_execveat, __NR_ptrace, __NR_process_vm_readv,
+        __NR_process_vm_writev, __NR_perf_event_open, __NR_bpf, __NR_userfaultfd, __NR_kcmp,
+#ifdef __NR_pidfd_open
+        __NR_pidfd_open, __NR_pidfd_send_signal, __NR_pidfd_getfd,
+#endif
     };
     /* Its own limits and priority only: the others run as the same uid (round 140 lowered
        another tenant's search's limits, and PRIO_USER would renice them all). */
