@@ -222,20 +222,18 @@ class SessionStore:
             if self._default_by_principal:
                 assert self._identities is not None
                 sandbox_as = self._identities.for_principal(principal)
-            session = Session(
-                id=_DEFAULT_PREFIX + secrets.token_hex(8),
-                workspace=self._default_root.path,
-                owner=principal,
-                is_default=True,
-                root=self._default_root,
-                sandbox_as=sandbox_as,
-                host_changers=functools.partial(self._changers, self._default_root),
-                made_by_sandboxes=self._made_by_sandboxes,
-                group_shared=self._default_by_principal,
+            session = self._held(
+                Session(
+                    id=_DEFAULT_PREFIX + secrets.token_hex(8),
+                    workspace=self._default_root.path,
+                    owner=principal,
+                    is_default=True,
+                    group_shared=self._default_by_principal,
+                ),
+                self._default_root,
+                sandbox_as,
             )
-            session.shared = functools.partial(self.overlapped, session)
             self._defaults[principal] = session
-            self._generation += 1
         return session
 
     def own_default_name(self, principal: str) -> str | None:
@@ -268,21 +266,32 @@ class SessionStore:
         except RequestError:
             root.close()
             raise
-        session = Session(
-            id=_DEFAULT_PREFIX + secrets.token_hex(8),
-            workspace=root.path,
-            owner=principal,
-            is_default=True,
-            own_folder=True,
-            root=root,
-            sandbox_as=identity,
-            host_changers=functools.partial(self._changers, root),
-            made_by_sandboxes=self._made_by_sandboxes,
-            disk_budget_mb=disk_budget_mb,
-            disk_share_mb=disk_share_mb,
+        session = self._held(
+            Session(
+                id=_DEFAULT_PREFIX + secrets.token_hex(8),
+                workspace=root.path,
+                owner=principal,
+                is_default=True,
+                own_folder=True,
+                disk_budget_mb=disk_budget_mb,
+                disk_share_mb=disk_share_mb,
+            ),
+            root,
+            identity,
         )
-        session.shared = functools.partial(self.overlapped, session)
         self._defaults[principal] = session
+        return session
+
+    def _held(
+        self, session: Session, root: PinnedDirectory, identity: tuple[int, int] | None
+    ) -> Session:
+        """`session`, about to be registered, holding `root` and running its sandboxes as
+        `identity`; what overlaps what is worked out again from now on."""
+        session.root = root
+        session.sandbox_as = identity
+        session.host_changers = functools.partial(self._changers, root)
+        session.made_by_sandboxes = self._made_by_sandboxes
+        session.shared = functools.partial(self.overlapped, session)
         self._generation += 1
         return session
 
@@ -440,22 +449,20 @@ class SessionStore:
         except (RequestError, Overloaded):
             root.close()
             raise
-        session = Session(
-            id=session_id,
-            workspace=root.path,
-            owner=owner,
-            owns_workspace=owns_workspace,
-            idle_ttl_s=idle_ttl_s,
-            root=root,
-            sandbox_as=identity,
-            host_changers=functools.partial(self._changers, root),
-            made_by_sandboxes=self._made_by_sandboxes,
-            disk_budget_mb=disk_budget_mb,
-            disk_share_mb=disk_share_mb,
+        session = self._held(
+            Session(
+                id=session_id,
+                workspace=root.path,
+                owner=owner,
+                owns_workspace=owns_workspace,
+                idle_ttl_s=idle_ttl_s,
+                disk_budget_mb=disk_budget_mb,
+                disk_share_mb=disk_share_mb,
+            ),
+            root,
+            identity,
         )
-        session.shared = functools.partial(self.overlapped, session)
         self._sessions[session_id] = session
-        self._generation += 1
         return session
 
     def closable(
