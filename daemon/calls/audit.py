@@ -62,9 +62,11 @@ class AuditLog:
             self._stream = sys.stdout
 
     def write(self, record: dict[str, Any]) -> None:
-        """Write one record as a single line (long texts shortened as daemon.policy.mask does;
-        every character some reader takes for a line end escaped)."""
-        record = _BOUNDS.apply(record)
+        """Write one record as a single line (long texts shortened as daemon.policy.mask does,
+        each field of the record on its own: attacker round 143's tool_use id of 8,150
+        characters spent a budget for the whole record, and the tool, its input and its outcome
+        went unlogged; every character some reader takes for a line end escaped)."""
+        record = {key: _BOUNDS.apply(value) for key, value in record.items()}
         line = json.dumps(record, ensure_ascii=False, separators=(",", ":"), default=str)
         try:
             line.encode("utf-8")

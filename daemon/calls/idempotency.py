@@ -41,12 +41,14 @@ class _Entry:
 
 
 def _size(outcome: ExecuteOutcome) -> int:
-    """What remembering the answer costs: its text and image bytes, and some overhead."""
+    """What remembering the answer costs: its text and image bytes, its tool_use id (in the key
+    and the answer), and some overhead."""
     return (
         sum(
             len(b.text) if isinstance(b, TextContent) else len(b.data)
             for b in outcome.result.content
         )
+        + 2 * len(outcome.result.tool_use_id)
         + 512
     )
 

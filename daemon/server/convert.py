@@ -44,6 +44,12 @@ def tool_use_from_proto(message: pb.ToolUse, where: str = "tool_use") -> ToolUse
         raise RequestError(f"{where}.id is empty: every tool_use needs the id the model gave it")
     if not message.name:
         raise RequestError(f"{where}.name is empty: name the tool to call")
+    for part, text in (("id", message.id), ("name", message.name)):
+        if len(text) > MAX_ID_CHARS:
+            raise RequestError(
+                f"{where}.{part} is longer than {MAX_ID_CHARS} characters ({len(text)}); models "
+                "give ids and names of a few dozen"
+            )
     # Counted on the message, before anything is converted: each value costs about 70 bytes
     # converted, whatever it cost on the wire.
     if values_in(message.input, MAX_INPUT_VALUES) is None:
@@ -58,6 +64,9 @@ def tool_use_from_proto(message: pb.ToolUse, where: str = "tool_use") -> ToolUse
     return ToolUse(id=message.id, name=message.name, input=raw)
 
 
+MAX_ID_CHARS = 256
+"""The longest tool_use id or tool name taken: each is kept in the audit, the replay memory
+and every answer (attacker round 143: 150 ids of 7.5 MB held 1.1 GB of the daemon's memory)."""
 MAX_INPUT_VALUES = 100_000
 """Values one tool input may hold. Each costs about 70 bytes once decoded, whatever it cost on
 the wire (`{}` costs 2): 15 MB of them took 270 MB, held while their turn lasts."""

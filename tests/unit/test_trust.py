@@ -560,3 +560,41 @@ def test_a_socket_every_local_user_may_use_is_never_an_admins(
             Settings(**settings)  # type: ignore[arg-type]
     else:
         Settings(**settings)  # type: ignore[arg-type]
+
+
+def test_a_long_field_of_the_callers_hides_no_other_field_of_an_audit_record(
+    tmp_path: Path,
+) -> None:
+    """Attacker round 143: the audit bounded a record as a whole, with one scan budget, so a
+    tool_use id of 8,150 characters early in it spent that budget and the tool, its input, its
+    digest and its outcome were logged as "[6 more keys not logged]": a command ran unaudited."""
+    log = AuditLog(str(tmp_path / "audit.jsonl"))
+    log.write(
+        {
+            "event": "decided",
+            "tool_use_id": "toolu_" + "A" * 8150,
+            "description": "d" * 8190,
+            "tool": "Bash",
+            "input_sha256": "ab" * 32,
+            "input": {"command": "echo HIDDEN_PAYLOAD > proof.txt", "description": "x" * 8190},
+            "outcome": "allow",
+        }
+    )
+    log.close()
+    record = json.loads((tmp_path / "audit.jsonl").read_text())
+    assert record["tool"] == "Bash" and record["outcome"] == "allow"
+    assert record["input_sha256"] == "ab" * 32
+    assert record["input"]["command"] == "echo HIDDEN_PAYLOAD > proof.txt"
+
+
+@pytest.mark.parametrize("part", ["id", "name"])
+def test_a_tool_use_id_or_name_past_its_length_is_refused(part: str) -> None:
+    """Round 143: a 7.5 MB tool_use id was held in the replay memory (150 of them: 1.1 GB)."""
+    from daemon._generated.tooljail.v1 import executor_pb2 as pb
+    from daemon.server.convert import MAX_ID_CHARS, tool_use_from_proto
+
+    fields = {"id": "toolu_1", "name": "Read", part: "x" * (MAX_ID_CHARS + 1)}
+    with pytest.raises(RequestError, match=f"tool_use.{part} is longer than {MAX_ID_CHARS}"):
+        tool_use_from_proto(pb.ToolUse(**fields))
+    fields[part] = "x" * MAX_ID_CHARS
+    assert tool_use_from_proto(pb.ToolUse(**fields)).id
