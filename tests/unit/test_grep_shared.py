@@ -222,3 +222,29 @@ async def test_output_that_is_not_ripgrep_json_is_not_shared(tree: Path, tmp_pat
     finally:
         os.close(fd)
     assert found is None
+
+
+async def test_one_walk_runs_one_ripgrep_at_a_time(
+    tree: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Attacker round 143: a walk took one search turn and then ran a ripgrep per pattern all
+    at once, ten per turn, each with an automaton of its own (2.5 GB, and both cores, for four
+    batches). The turn stands for one ripgrep: they run one after the other."""
+    running = most = 0
+    real = grep_shared._run_json
+
+    async def counting(*args: object, **kwargs: object) -> object:
+        nonlocal running, most
+        running += 1
+        most = max(most, running)
+        try:
+            await asyncio.sleep(0.01)
+            return await real(*args, **kwargs)  # type: ignore[arg-type]
+        finally:
+            running -= 1
+
+    monkeypatch.setattr(grep_shared, "_run_json", counting)
+    patterns = ["def [a-z]+", "x.*y", "im?port", "class \\w+"]
+    found = await shared(tree, GrepInput.model_validate({"pattern": "x"}), patterns)
+    assert found is not None
+    assert most == 1
