@@ -67,6 +67,16 @@ def _wrapper() -> list[str]:
     return [find_helper(), "--no-sockets", "--keep-cap", "dac_read_search", "--read", LOADER_CACHE]
 
 
+async def confined_to_its_input(program: str, *, memory_mb: int) -> tuple[str, ...]:
+    """The argv prefix running `program` so that it reads nothing but what it is given on its
+    standard input (and its own files), mapping at most `memory_mb` MiB: a filter of bytes a
+    sandbox wrote (attacker round 143: BashOutput's ran as the daemon, root often)."""
+    command = [*_wrapper(), "--memory-mb", str(memory_mb)]
+    for path in await program_files(program):
+        command += ["--exec", path]
+    return (*command, "--", program)
+
+
 async def confined(program: str, workspace: PinnedDirectory, *, memory_mb: int) -> Confined:
     """`program` confined to reading `workspace` (and running its own files), mapping at most
     `memory_mb` MiB."""

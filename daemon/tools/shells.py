@@ -19,6 +19,8 @@ from typing import ClassVar
 from pydantic import Field
 
 from daemon.errors import ToolError
+from daemon.host.landlock import confined_to_its_input
+from daemon.host.turns import PrincipalTurns
 from daemon.tools.background import BackgroundShell, BackgroundShells, ShellState
 from daemon.tools.contract import (
     CallContext,
@@ -34,8 +36,11 @@ from daemon.tools.summaries import one_line
 FILTER_TIMEOUT_S = 10.0
 FILTER_MAX_CHARS = 1_000
 FILTERS_AT_ONCE = 2
-"""ripgrep processes filtering at once, over all calls (each may take a core for its timeout)."""
-_FILTERING: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, asyncio.Semaphore] = (
+"""ripgrep processes filtering at once, over all calls (each may take a core for its timeout),
+one per principal (attacker round 143: one tenant's filters could hold both, again and again)."""
+FILTER_MEMORY_MB = 256
+"""What one filter may map (its input is at most what a shell keeps unread)."""
+_FILTERING: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, PrincipalTurns] = (
     weakref.WeakKeyDictionary()
 )
 
@@ -118,7 +123,7 @@ class BashOutputTool(Tool[BashOutputInput, ShellRead]):
         if args.filter is None or not text:
             return ShellRead(shell, state, text, dropped)
         try:
-            kept = await _matching_lines(text, args.filter)
+            kept = await _matching_lines(text, args.filter, ctx.session.owner)
         except BaseException:
             shell.put_back(text, dropped)  # a failed read consumes nothing
             raise
@@ -204,17 +209,19 @@ class KillShellTool(Tool[KillShellInput, BackgroundShell]):
         )
 
 
-async def _matching_lines(text: str, pattern: str) -> str:
-    """The lines of `text` that match `pattern`, by ripgrep (ToolError: a bad pattern)."""
+async def _matching_lines(text: str, pattern: str, principal: str) -> str:
+    """The lines of `text` that match `pattern`, by ripgrep in `principal`'s turn (ToolError: a
+    bad pattern)."""
     loop = asyncio.get_running_loop()
-    slots = _FILTERING.setdefault(loop, asyncio.Semaphore(FILTERS_AT_ONCE))
-    async with slots:
+    turns = _FILTERING.setdefault(loop, PrincipalTurns(FILTERS_AT_ONCE))
+    async with turns.turn(principal):
         return await _filtered(text, pattern)
 
 
 async def _filtered(text: str, pattern: str) -> str:
+    rg = await confined_to_its_input(find_ripgrep(), memory_mb=FILTER_MEMORY_MB)
     child = await asyncio.create_subprocess_exec(
-        find_ripgrep(),
+        *rg,
         "--no-config",
         "--color=never",
         "--no-line-number",
@@ -241,6 +248,12 @@ async def _filtered(text: str, pattern: str) -> str:
             with contextlib.suppress(ProcessLookupError):
                 child.kill()
             await child.wait()
+    if child.returncode not in (0, 1, 2):
+        message = err.decode("utf-8", "replace").strip()[:2000] or f"exit {child.returncode}"
+        raise ToolError(
+            f"The filter could not run ({message}); no output was consumed. Read without a "
+            "filter, or with a simpler one, and tell the operator if this persists."
+        )
     if child.returncode == 2:
         message = err.decode("utf-8", "replace").strip()[:2000]
         raise ToolError(

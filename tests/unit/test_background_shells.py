@@ -364,3 +364,43 @@ async def test_finished_shells_are_bounded_per_principal_and_keep_no_second_copy
             assert shell.result is not None and shell.result.output == ""
     kept = [s for mine in shells._shells.values() for s in mine.values() if s.done]
     assert len(kept) == 3
+
+
+async def test_a_filter_runs_confined_and_in_its_principals_turn(
+    workspace: Path, shells: BackgroundShells, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Attacker round 143: BashOutput's filter ran ripgrep as the daemon (root often), with no
+    confinement or memory limit, two at once for all principals together, so one tenant's
+    filters could hold both again and again. It runs in the Landlock wrapper (reading nothing
+    but its input), one at a time per principal."""
+    from daemon.host.landlock import HELPER_NAME
+    from daemon.tools import shells as shells_module
+
+    started: list[tuple[str, ...]] = []
+    real_exec = asyncio.create_subprocess_exec
+
+    async def recording(*argv: str, **options: Any) -> Any:
+        started.append(argv)
+        return await real_exec(*argv, **options)
+
+    taken: list[str] = []
+    turns = shells_module.PrincipalTurns(shells_module.FILTERS_AT_ONCE)
+    real_turn = turns.turn
+
+    def turn(who: str) -> Any:
+        taken.append(who)
+        return real_turn(who)
+
+    monkeypatch.setattr(turns, "turn", turn)
+    monkeypatch.setitem(shells_module._FILTERING, asyncio.get_running_loop(), turns)
+    monkeypatch.setattr(shells_module.asyncio, "create_subprocess_exec", recording)
+    ctx = context(workspace, shells)
+    ctx.session.owner = "mallory"
+    shell_id = await start(ctx, "printf 'ok 1\\nerror: disk\\n'")
+    assert await shells.find("s1", shell_id).wait(120)
+    text = text_of(await read(ctx, shell_id, filter="^error"))
+    assert "error: disk" in text and "ok 1" not in text
+    assert taken == ["mallory"]
+    assert [argv for argv in started if HELPER_NAME in argv[0]], started
+    rg = next(argv for argv in started if HELPER_NAME in argv[0])
+    assert "--no-sockets" in rg and "--memory-mb" in rg and "--read-fd" not in rg
