@@ -80,7 +80,7 @@ def test_a_made_up_tool_name_never_reaches_the_metrics(
     """Attack: the first 64 names a model sent became labels (secrets readable by any local
     user, gigabytes per scrape, the real tools then counted as "other")."""
     for index in range(70):
-        response = sandbox_daemon.execute(f"sk_live_SECRET_{index}_" + "X" * 5000, {"x": 1})
+        response = sandbox_daemon.execute(f"sk_live_SECRET_{index}_" + "X" * 200, {"x": 1})
         assert response.result.is_error
     (sandbox_dir / "g.txt").write_text("x\n")
     sandbox_daemon.execute("Read", {"file_path": str(sandbox_dir / "g.txt")})

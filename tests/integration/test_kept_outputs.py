@@ -97,7 +97,8 @@ def test_a_batch_cut_short_by_close_session_keeps_nothing_after(
     uses = [pb.ToolUse(id="slow", name="Bash")]
     uses[0].input.update({"command": "sleep 3"})
     for n in range(4):
-        big = pb.ToolUse(id=f"big{n}", name="X" * 200_000)  # rejected, with a long text
+        big = pb.ToolUse(id=f"big{n}", name=f"NoSuchTool{n}")  # rejected
+        big.input.update({"text": "X" * 200_000})  # with a long input
         uses.append(big)
     answers: list[pb.ExecuteResponse] = []
 

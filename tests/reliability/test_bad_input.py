@@ -18,6 +18,7 @@ import grpc
 import pytest
 
 from daemon._generated.tooljail.v1 import executor_pb2 as pb
+from daemon.server.convert import MAX_ID_CHARS
 from tests.integration.harness import RunningDaemon
 from tests.reliability.answers import (
     LARGE_BODY_WARNING,
@@ -97,17 +98,26 @@ def test_a_too_long_path_is_an_input_error_not_a_crash(
     assert "too long" in text_of(outcome), text_of(outcome)
 
 
-@pytest.mark.parametrize("where", ["reused tool_use id", "unknown session id"])
+@pytest.mark.parametrize(
+    "where", ["reused tool_use id", "long tool_use id", "long tool name", "unknown session id"]
+)
 def test_long_values_in_error_statuses_are_shortened(
     rel_host: RunningDaemon, host_dir: Path, where: str, record: Record
 ) -> None:
     long_value = "v" * 40_000 + uuid.uuid4().hex
     first = pb.ExecuteRequest(tool_use=use("LS", {"path": str(host_dir)}))
     if where == "reused tool_use id":
-        first.tool_use.id = long_value
+        longest_id = long_value[-MAX_ID_CHARS:]  # the longest taken (attacker round 143)
+        first.tool_use.id = longest_id
         assert isinstance(send(rel_host, first), pb.ExecuteResponse)
         request = pb.ExecuteRequest(tool_use=use("LS", {"path": f"{host_dir}/"}))
+        request.tool_use.id = longest_id
+    elif where == "long tool_use id":
+        request = first
         request.tool_use.id = long_value
+    elif where == "long tool name":
+        request = first
+        request.tool_use.name = long_value
     else:
         request = first
         request.session_id = long_value
@@ -118,6 +128,8 @@ def test_long_values_in_error_statuses_are_shortened(
     assert isinstance(outcome, grpc.RpcError)
     expected = {
         "reused tool_use id": grpc.StatusCode.INVALID_ARGUMENT,
+        "long tool_use id": grpc.StatusCode.INVALID_ARGUMENT,
+        "long tool name": grpc.StatusCode.INVALID_ARGUMENT,
         "unknown session id": grpc.StatusCode.NOT_FOUND,
     }
     assert outcome.code() == expected[where]
