@@ -393,8 +393,8 @@ def test_clean_texts_are_scanned_once_and_texts_with_secrets_every_time() -> Non
 @pytest.mark.parametrize(
     ("command", "secret"),
     [
-        ('DB_PASSWORD="hunter2 quoted" ./migrate', "hunter2"),
-        ("export API_KEY='abc def 123'", "abc def 123"),
+        ('DB_PASSWORD="hunter2-quoted" ./migrate', "hunter2"),
+        ("export API_KEY='abc.def.123'", "abc.def.123"),
         ("mysql --password 'pw-9x' db", "pw-9x"),
         ("curl -u admin:S3cretPass https://h", "S3cretPass"),
         ('curl -H "X-Api-Key: k3y-v4lue" https://h', "k3y-v4lue"),
@@ -427,6 +427,25 @@ def test_a_masked_value_stops_at_shell_syntax_so_commands_stay_visible() -> None
 def test_a_masked_value_never_hides_what_runs(command: str, ran: str) -> None:
     """Attacker round 141: a double-quoted value holding `$(...)` was masked whole, and the
     header and URL patterns ran on past `;` and `$`: the audit did not show what ran."""
+    mask = AuditMask.parse([], _shipped_patterns())
+    assert ran in mask.hide_secrets(command), mask.hide_secrets(command)
+
+
+@pytest.mark.parametrize(
+    ("command", "ran"),
+    [
+        ("echo 'A_TOKEN='; id; echo hidden-cmd-ran; echo ''", "hidden-cmd-ran"),
+        ("echo 'x --password '; touch pwned; ls; echo ''", "touch pwned"),
+        ("echo \"DB_PASSWORD='$(rm -f pwned; echo gone)'\"", "rm -f pwned"),
+        ("xargs 'A_TOKEN=' sh -c 'rm -rf x'", "sh -c"),
+        ("echo 'MY_SECRET='\nrm -rf x\necho ''", "rm -rf x"),
+    ],
+)
+def test_a_quote_closed_and_another_opened_is_no_masked_value(command: str, ran: str) -> None:
+    """Attacker round 144: the quoted-value patterns took the closing quote of one word and the
+    opening quote of a later one for one quoted secret, and masked the commands between them. A
+    quoted value holding a blank, shell syntax, an expansion or an escape is never masked (one
+    with a blank may be a quoted secret or two words: prefer showing it)."""
     mask = AuditMask.parse([], _shipped_patterns())
     assert ran in mask.hide_secrets(command), mask.hide_secrets(command)
 

@@ -25,18 +25,20 @@ mask_patterns contains pattern if some pattern in secret_patterns
 # Each pattern must take time linear in the text (the daemon runs them on hostile input): no
 # nested or adjacent unbounded repeats that can match the same characters, an anchor (a literal,
 # a word start) before any repeat, and values that stop at shell syntax, so that a masked value
-# never hides the rest of a command from the audit: a double-quoted value holding an expansion
-# (`$`, a backquote) or an escape is not masked at all (attacker round 141: the command in
-# MY_TOKEN="$(...)" ran unaudited).
+# never hides the rest of a command from the audit: a quoted value holding a blank, shell
+# syntax, an expansion (`$`, a backquote) or an escape is not masked at all. Attacker round 141:
+# the command in MY_TOKEN="$(...)" ran unaudited; round 144: the closing quote of one word and
+# the opening quote of a later one looked like one quoted value (`echo 'A_TOKEN='; id; echo ''`),
+# which a pattern cannot tell from a quoted secret with blanks: those are shown.
 secret_patterns := {
 	# NAME=value where the name says it holds a secret (GITHUB_TOKEN=..., DB_PASSWORD="...").
-	`(?i)\b(?=[A-Z0-9_]*(?:TOKEN|SECRET|PASSWORD|PASSWD|API_?KEY|ACCESS_?KEY|PRIVATE_?KEY))[A-Z0-9_]+=(?P<secret>"[^"$\x60\\]*"|'[^']*'|[^\s'"\x60;&|<>()$\\]+)`,
+	`(?i)\b(?=[A-Z0-9_]*(?:TOKEN|SECRET|PASSWORD|PASSWD|API_?KEY|ACCESS_?KEY|PRIVATE_?KEY))[A-Z0-9_]+=(?P<secret>"[^\s"'\x60;&|<>()$\\]*"|'[^\s'"\x60;&|<>()$\\]*'|[^\s'"\x60;&|<>()$\\]+)`,
 	# HTTP authorization headers in curl/wget/httpie commands.
 	`(?i)authorization:\s*(?:bearer|basic|token)\s+(?P<secret>[^\s'"\x60;&|<>()$\\]+)`,
 	# API key headers.
 	`(?i)\b(?:x-api-key|api-key|x-auth-token|private-token)\s*:\s*(?P<secret>[^\s'"\x60;&|<>()$\\]+)`,
 	# Options that take a secret: --token X, --password=X, --password 'X'.
-	`(?i)--(?:token|password|passwd|api-key|apikey|secret|client-secret)(?:=|\s+)(?P<secret>"[^"$\x60\\]*"|'[^']*'|[^\s'"\x60;&|<>()$\\]+)`,
+	`(?i)--(?:token|password|passwd|api-key|apikey|secret|client-secret)(?:=|\s+)(?P<secret>"[^\s"'\x60;&|<>()$\\]*"|'[^\s'"\x60;&|<>()$\\]*'|[^\s'"\x60;&|<>()$\\]+)`,
 	# curl -u user:password.
 	`(?<!\S)-u\s*[^\s:'"]+:(?P<secret>[^\s'"\x60;&|<>()$\\]+)`,
 	# user:password@ in URLs.
