@@ -117,9 +117,12 @@ class _Masking:
                 if self._budget <= 0:
                     masked["…"] = f"[{len(value) - index} more keys not logged]"
                     break
-                masked[self.text(str(key))] = (
-                    MASKED if key in self._mask.fields else self.value(item)
-                )
+                shown = named = self.text(str(key))
+                suffix = index
+                while shown in masked:  # keys masked alike: every one is logged
+                    shown = f"{named} ({suffix})"
+                    suffix += len(value)
+                masked[shown] = MASKED if key in self._mask.fields else self.value(item)
             return masked
         if isinstance(value, list | tuple):
             if self._budget <= 0:

@@ -105,6 +105,29 @@ def test_audit_masks_what_the_policy_says(sandbox_daemon: RunningDaemon, sandbox
     assert "hunter2" not in sandbox_daemon.audit_path.read_text()
 
 
+def test_a_notebook_cells_source_is_masked_too(
+    sandbox_daemon: RunningDaemon, sandbox_dir: Path
+) -> None:
+    """Attacker round 144: NotebookEdit's new_source reached the audit in clear, and a long one
+    spent the input's scan budget before the notebook's path (the keys go sorted)."""
+    notebook = sandbox_dir / "n.ipynb"
+    notebook.write_text(
+        '{"cells": [{"cell_type": "code", "id": "c1", "metadata": {}, "source": [], '
+        '"outputs": [], "execution_count": null}], "metadata": {}, "nbformat": 4, '
+        '"nbformat_minor": 5}'
+    )
+    use = pb.ToolUse(id="toolu_notebook_masked", name="NotebookEdit")
+    source = "API = 'hunter3-secret'\n" + "#" * 8200
+    use.input.update({"notebook_path": str(notebook), "cell_id": "c1", "new_source": source})
+    sandbox_daemon.stub.Execute(pb.ExecuteRequest(tool_use=use), timeout=120)
+    record = next(
+        r for r in sandbox_daemon.audit_lines() if r["tool_use_id"] == "toolu_notebook_masked"
+    )
+    assert record["input"]["new_source"] == "***masked***"
+    assert record["input"]["notebook_path"] == str(notebook)
+    assert "hunter3" not in sandbox_daemon.audit_path.read_text()
+
+
 def test_secrets_in_bash_commands_are_masked_in_the_audit(sandbox_daemon: RunningDaemon) -> None:
     token = "ghp_" + "Zy9Xw8Vu" * 4
     command = f"GITHUB_TOKEN={token} sh -c 'echo ${{#GITHUB_TOKEN}}'"

@@ -617,3 +617,36 @@ def test_a_tool_use_id_or_name_past_its_length_is_refused(part: str) -> None:
         tool_use_from_proto(pb.ToolUse(**fields))
     fields[part] = "x" * MAX_ID_CHARS
     assert tool_use_from_proto(pb.ToolUse(**fields)).id
+
+
+def test_a_long_request_path_hides_nothing_else_of_an_egress_record(tmp_path: Path) -> None:
+    """Attacker round 144: egress records were masked as a whole, with one scan budget, so a
+    request path of 8,100 characters left the decision, the bytes sent and how the connection
+    ended unlogged: data left through an allowed destination with no count."""
+    from daemon.app.egress import audited
+
+    log = AuditLog(str(tmp_path / "audit.jsonl"))
+    mask = AuditMask.parse(["content"], _shipped_patterns())
+    audited(log, mask)(
+        {
+            "event": "egress",
+            "method": "POST",
+            "path": "/" + "a" * 8100,
+            "decision": "allow",
+            "bytes_up": 3_000_000,
+            "end": "done",
+        }
+    )
+    log.close()
+    record = json.loads((tmp_path / "audit.jsonl").read_text())
+    assert record["decision"] == "allow" and record["bytes_up"] == 3_000_000
+    assert record["end"] == "done" and record["path"].startswith("/aaa")
+
+
+def test_keys_that_mask_alike_are_all_logged() -> None:
+    """Round 144's lead: keys were masked like any text, and two that masked alike kept one
+    entry, the later one's value, so a tool taking any key names could hide an input field."""
+    mask = AuditMask.parse([], _shipped_patterns())
+    shown = mask.apply({"GITHUB_TOKEN=abc": "first", "GITHUB_TOKEN=def": "second", "x": 1})
+    assert sorted(v for v in shown.values() if isinstance(v, str)) == ["first", "second"]
+    assert len(shown) == 3 and "abc" not in str(shown) and "def" not in str(shown)

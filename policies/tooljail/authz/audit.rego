@@ -11,8 +11,9 @@ package tooljail.authz
 # entrypoint: true
 mask contains field if some field in masked_fields
 
-# Write's content, Edit's texts, and MultiEdit's edits (which hold old_string and new_string).
-masked_fields := {"content", "old_string", "new_string", "edits"}
+# Write's content, Edit's texts, MultiEdit's edits (which hold old_string and new_string), and
+# NotebookEdit's cell source (attacker round 144: it reached the audit in clear).
+masked_fields := {"content", "old_string", "new_string", "edits", "new_source"}
 
 # METADATA
 # title: Secret patterns

@@ -629,7 +629,7 @@ test_readonly_bot_has_no_network if {
 # --- Audit masking -----------------------------------------------------------------------------
 
 test_mask_names_the_content_and_edit_fields if {
-	authz.mask == {"content", "old_string", "new_string", "edits"}
+	authz.mask == {"content", "old_string", "new_string", "edits", "new_source"}
 }
 
 test_mask_does_not_hide_commands_or_paths if {
