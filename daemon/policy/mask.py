@@ -29,6 +29,10 @@ MAX_FIELD_CHARS = 8192
 KEPT_CHARS = 1024
 MAX_SCANNED_CHARS = 8 * 1024
 """Text the patterns scan per value masked; beyond it texts are kept as length and digest."""
+PATH_FIELDS = frozenset({"file_path", "path", "notebook_path"})
+"""Input fields naming the file or folder a tool touches: bounded, never masked by patterns
+(attacker round 145: a Write to `<ws>/A_TOKEN=x/../hidden.sh` was audited with neither its path
+nor, masked by field, its content)."""
 CLEAN_TEXTS = 4096
 CLEAN_TEXT_CHARS = 256
 """Texts found clean are remembered up to this length, and this many (AuditMask._clean)."""
@@ -66,7 +70,9 @@ class AuditMask:
         compiled = []
         for pattern in sorted(patterns):
             try:
-                compiled.append(re.compile(pattern))
+                # ASCII: a name spelt with a lookalike letter (the Kelvin sign for K) is no
+                # variable to bash but a program, and must not be masked as one (round 145).
+                compiled.append(re.compile(pattern, re.ASCII))
             except re.error as exc:
                 raise MaskError(
                     f"data.tooljail.authz.mask_patterns has a pattern the daemon cannot use: "
@@ -122,7 +128,12 @@ class _Masking:
                 while shown in masked:  # keys masked alike: every one is logged
                     shown = f"{named} ({suffix})"
                     suffix += len(value)
-                masked[shown] = MASKED if key in self._mask.fields else self.value(item)
+                if key in self._mask.fields:
+                    masked[shown] = MASKED
+                elif key in PATH_FIELDS and isinstance(item, str):
+                    masked[shown] = self.text(item, hide=False)
+                else:
+                    masked[shown] = self.value(item)
             return masked
         if isinstance(value, list | tuple):
             if self._budget <= 0:
@@ -138,12 +149,12 @@ class _Masking:
         self._budget -= 8
         return value
 
-    def text(self, text: str) -> str:
+    def text(self, text: str, *, hide: bool = True) -> str:
         if self._budget <= 0:
             return _described(text, "")
         kept = text if len(text) <= MAX_FIELD_CHARS else text[:KEPT_CHARS]
         self._budget -= max(len(kept), 8)
-        shown = self._mask.hide_secrets(kept) if self._mask.patterns else kept
+        shown = self._mask.hide_secrets(kept) if hide and self._mask.patterns else kept
         return shown if kept is text else _described(text, shown)
 
 

@@ -650,3 +650,32 @@ def test_keys_that_mask_alike_are_all_logged() -> None:
     shown = mask.apply({"GITHUB_TOKEN=abc": "first", "GITHUB_TOKEN=def": "second", "x": 1})
     assert sorted(v for v in shown.values() if isinstance(v, str)) == ["first", "second"]
     assert len(shown) == 3 and "abc" not in str(shown) and "def" not in str(shown)
+
+
+@pytest.mark.parametrize(
+    ("command", "ran"),
+    [
+        ("find . -maxdepth 0 -name {A_TOKEN=x,-o,-exec,id,{},+}", "-exec,id"),
+        ("mysql --password {x,-e,id} db", "-e,id"),
+        ("mkdir -p A_TO\u212aEN=d; A_TO\u212aEN=d/../s.sh", "s.sh"),
+        ("./A_TOKEN=d/../s.sh", "s.sh"),
+        ("./sk-" + "a" * 30, "sk-" + "a" * 30),
+        ("cat > A_TOKEN=d/../x", "x"),
+        ("echo A_TOKEN=a*b", "a*b"),
+    ],
+)
+def test_a_masked_value_is_a_plain_token_in_a_word_of_its_own(command: str, ran: str) -> None:
+    """Attacker round 145: a value with braces ({A_TOKEN=x,-o,-exec,id,{},+} runs id under
+    find), a name with the Kelvin sign (bash runs it as a program), a name or a key's shape in
+    a path (the program or file is hidden) were masked. A value is made of token characters
+    only, a name starts a word, and the names are ASCII."""
+    mask = AuditMask.parse([], _shipped_patterns())
+    assert ran in mask.hide_secrets(command), mask.hide_secrets(command)
+
+
+def test_the_paths_a_tool_touches_are_never_masked() -> None:
+    """Round 145: a Write to `<ws>/A_TOKEN=x/../hidden.sh` was audited with neither its path
+    nor its content. Path fields are shown as they are (bounded, not masked by patterns)."""
+    mask = AuditMask.parse(["content"], _shipped_patterns())
+    shown = mask.apply({"file_path": "/ws/A_TOKEN=x/../hidden.sh", "content": "id"})
+    assert shown == {"file_path": "/ws/A_TOKEN=x/../hidden.sh", "content": "***masked***"}

@@ -23,30 +23,34 @@ masked_fields := {"content", "old_string", "new_string", "edits", "new_source"}
 # entrypoint: true
 mask_patterns contains pattern if some pattern in secret_patterns
 
-# Each pattern must take time linear in the text (the daemon runs them on hostile input): no
-# nested or adjacent unbounded repeats that can match the same characters, an anchor (a literal,
-# a word start) before any repeat, and values that stop at shell syntax, so that a masked value
-# never hides the rest of a command from the audit: a quoted value holding a blank, shell
-# syntax, an expansion (`$`, a backquote) or an escape is not masked at all. Attacker round 141:
-# the command in MY_TOKEN="$(...)" ran unaudited; round 144: the closing quote of one word and
-# the opening quote of a later one looked like one quoted value (`echo 'A_TOKEN='; id; echo ''`),
-# which a pattern cannot tell from a quoted secret with blanks: those are shown.
+# Each pattern must take time linear in the text (the daemon runs them on hostile input, as
+# ASCII: no lookalike letter in a name): no nested or adjacent unbounded repeats that can match
+# the same characters, an anchor (a literal, a word start) before any repeat. A masked value is
+# a plain token in a word of its own, so that it never hides what a command runs: token
+# characters only (letters, digits, _~+=:@%-, a dot or a slash but not `..` or `//`), quoted or
+# not, up to the end of the word; a value with anything else is shown whole. Attacker round 141: the command in
+# MY_TOKEN="$(...)" ran unaudited; round 144: the closing quote of one word and the opening quote
+# of a later one looked like one quoted value; round 145: braces made one value many words
+# ({A_TOKEN=x,-o,-exec,id,{},+} under find), a name with the Kelvin sign was a program, and a
+# name or a key's shape inside a path hid the program or the file.
 secret_patterns := {
-	# NAME=value where the name says it holds a secret (GITHUB_TOKEN=..., DB_PASSWORD="...").
-	`(?i)\b(?=[A-Z0-9_]*(?:TOKEN|SECRET|PASSWORD|PASSWD|API_?KEY|ACCESS_?KEY|PRIVATE_?KEY))[A-Z0-9_]+=(?P<secret>"[^\s"'\x60;&|<>()$\\]*"|'[^\s'"\x60;&|<>()$\\]*'|[^\s'"\x60;&|<>()$\\]+)`,
+	# NAME=value at the start of a word, where the name says it holds a secret (GITHUB_TOKEN=...,
+	# DB_PASSWORD="...").
+	`(?i)(?<![^\s;&|("'=])(?=[A-Z0-9_]*(?:TOKEN|SECRET|PASSWORD|PASSWD|API_?KEY|ACCESS_?KEY|PRIVATE_?KEY))[A-Z0-9_]+=(?P<secret>"(?:[A-Za-z0-9_~+=:@%-]|\.(?!\.)|/(?![./]))*"|'(?:[A-Za-z0-9_~+=:@%-]|\.(?!\.)|/(?![./]))*'|(?:[A-Za-z0-9_~+=:@%-]|\.(?!\.)|/(?![./]))+)(?![^\s;&|)<>"'])`,
 	# HTTP authorization headers in curl/wget/httpie commands.
-	`(?i)authorization:\s*(?:bearer|basic|token)\s+(?P<secret>[^\s'"\x60;&|<>()$\\]+)`,
+	`(?i)authorization:\s*(?:bearer|basic|token)\s+(?P<secret>(?:[A-Za-z0-9_~+=:@%-]|\.(?!\.)|/(?![./]))+)(?![^\s;&|)<>"'])`,
 	# API key headers.
-	`(?i)\b(?:x-api-key|api-key|x-auth-token|private-token)\s*:\s*(?P<secret>[^\s'"\x60;&|<>()$\\]+)`,
+	`(?i)\b(?:x-api-key|api-key|x-auth-token|private-token)\s*:\s*(?P<secret>(?:[A-Za-z0-9_~+=:@%-]|\.(?!\.)|/(?![./]))+)(?![^\s;&|)<>"'])`,
 	# Options that take a secret: --token X, --password=X, --password 'X'.
-	`(?i)--(?:token|password|passwd|api-key|apikey|secret|client-secret)(?:=|\s+)(?P<secret>"[^\s"'\x60;&|<>()$\\]*"|'[^\s'"\x60;&|<>()$\\]*'|[^\s'"\x60;&|<>()$\\]+)`,
+	`(?i)--(?:token|password|passwd|api-key|apikey|secret|client-secret)(?:=|\s+)(?P<secret>"(?:[A-Za-z0-9_~+=:@%-]|\.(?!\.)|/(?![./]))*"|'(?:[A-Za-z0-9_~+=:@%-]|\.(?!\.)|/(?![./]))*'|(?:[A-Za-z0-9_~+=:@%-]|\.(?!\.)|/(?![./]))+)(?![^\s;&|)<>"'])`,
 	# curl -u user:password.
-	`(?<!\S)-u\s*[^\s:'"]+:(?P<secret>[^\s'"\x60;&|<>()$\\]+)`,
+	`(?<!\S)-u\s*[^\s:'"]+:(?P<secret>(?:[A-Za-z0-9_~+=:@%-]|\.(?!\.)|/(?![./]))+)(?![^\s;&|)<>"'])`,
 	# user:password@ in URLs.
-	`://[^/\s:@]+:(?P<secret>[^@\s/'"\x60;&|<>()$\\]+)@`,
-	# Well-known token shapes: GitHub, OpenAI/Anthropic-style keys, AWS access key ids, Slack.
-	`\b(?P<secret>(?:ghp|gho|ghs|ghu|ghr|github_pat)_[A-Za-z0-9_]{20,})`,
-	`\b(?P<secret>sk-[A-Za-z0-9_-]{20,})`,
-	`\b(?P<secret>AKIA[0-9A-Z]{16})\b`,
-	`\b(?P<secret>xox[abprs]-[A-Za-z0-9-]{10,})`,
+	`://[^/\s:@]+:(?P<secret>(?:[A-Za-z0-9_~+=:%-]|\.(?!\.))+)@`,
+	# Well-known token shapes, not inside a path or a longer word: GitHub, OpenAI/Anthropic-style
+	# keys, AWS access key ids, Slack.
+	`(?<![\w/.-])(?P<secret>(?:ghp|gho|ghs|ghu|ghr|github_pat)_[A-Za-z0-9_]{20,})`,
+	`(?<![\w/.-])(?P<secret>sk-[A-Za-z0-9_-]{20,})`,
+	`(?<![\w/.-])(?P<secret>AKIA[0-9A-Z]{16})\b`,
+	`(?<![\w/.-])(?P<secret>xox[abprs]-[A-Za-z0-9-]{10,})`,
 }
