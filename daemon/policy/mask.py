@@ -29,6 +29,11 @@ MAX_FIELD_CHARS = 8192
 KEPT_CHARS = 1024
 MAX_SCANNED_CHARS = 8 * 1024
 """Text the patterns scan per value masked; beyond it texts are kept as length and digest."""
+WHOLE_FIELD_CHARS = {"command": 32_768}
+"""Input fields logged whole up to their own length rather than MAX_FIELD_CHARS: a Bash command
+as long as the parser analyses one (daemon.shell.parse.MAX_COMMAND_BYTES; a longer one is
+asked about). Attacker round 145: a command of 8,243 characters was logged as its first
+1,024, and what ran after them was not shown."""
 PATH_FIELDS = frozenset({"file_path", "path", "notebook_path"})
 """Input fields naming the file or folder a tool touches: bounded, never masked by patterns
 (attacker round 145: a Write to `<ws>/A_TOKEN=x/../hidden.sh` was audited with neither its path
@@ -132,6 +137,8 @@ class _Masking:
                     masked[shown] = MASKED
                 elif key in PATH_FIELDS and isinstance(item, str):
                     masked[shown] = self.text(item, hide=False)
+                elif key in WHOLE_FIELD_CHARS and isinstance(item, str):
+                    masked[shown] = self.text(item, limit=WHOLE_FIELD_CHARS[key])
                 else:
                     masked[shown] = self.value(item)
             return masked
@@ -149,10 +156,10 @@ class _Masking:
         self._budget -= 8
         return value
 
-    def text(self, text: str, *, hide: bool = True) -> str:
+    def text(self, text: str, *, hide: bool = True, limit: int = MAX_FIELD_CHARS) -> str:
         if self._budget <= 0:
             return _described(text, "")
-        kept = text if len(text) <= MAX_FIELD_CHARS else text[:KEPT_CHARS]
+        kept = text if len(text) <= limit else text[:KEPT_CHARS]
         self._budget -= max(len(kept), 8)
         shown = self._mask.hide_secrets(kept) if hide and self._mask.patterns else kept
         return shown if kept is text else _described(text, shown)

@@ -679,3 +679,28 @@ def test_the_paths_a_tool_touches_are_never_masked() -> None:
     mask = AuditMask.parse(["content"], _shipped_patterns())
     shown = mask.apply({"file_path": "/ws/A_TOKEN=x/../hidden.sh", "content": "id"})
     assert shown == {"file_path": "/ws/A_TOKEN=x/../hidden.sh", "content": "***masked***"}
+
+
+def test_a_long_command_is_logged_whole_up_to_what_is_analysed(tmp_path: Path) -> None:
+    """Attacker round 145: a command of 8,243 characters was logged as its first 1,024, its
+    length and its digest, and what ran after them (`echo LONG-TAIL-RAN`) was not shown. A
+    command is logged whole up to MAX_COMMAND_BYTES (longer ones are not analysed, so the
+    policy never allows them unasked)."""
+    from daemon.shell.parse import MAX_COMMAND_BYTES
+
+    command = "echo innocent #" + "x" * 8200 + "\necho LONG-TAIL-RAN"
+    log = AuditLog(str(tmp_path / "audit.jsonl"))
+    mask = AuditMask.parse(["content"], _shipped_patterns())
+    log.write({"tool": "Bash", "input": mask.apply({"command": command, "description": "d"})})
+    log.close()
+    record = json.loads((tmp_path / "audit.jsonl").read_text())
+    assert record["input"]["command"] == command
+    longest = "#" * MAX_COMMAND_BYTES + "x"
+    assert "characters, sha256" in mask.apply({"command": longest})["command"]
+
+
+def test_a_command_is_logged_whole_as_far_as_the_parser_analyses_one() -> None:
+    from daemon.policy.mask import WHOLE_FIELD_CHARS
+    from daemon.shell.parse import MAX_COMMAND_BYTES
+
+    assert WHOLE_FIELD_CHARS["command"] == MAX_COMMAND_BYTES
