@@ -685,7 +685,7 @@ def test_a_long_command_is_logged_whole_up_to_what_is_analysed(tmp_path: Path) -
     """Attacker round 145: a command of 8,243 characters was logged as its first 1,024, its
     length and its digest, and what ran after them (`echo LONG-TAIL-RAN`) was not shown. A
     command is logged whole up to MAX_COMMAND_BYTES (longer ones are not analysed, so the
-    policy never allows them unasked)."""
+    policy asks about them)."""
     from daemon.shell.parse import MAX_COMMAND_BYTES
 
     command = "echo innocent #" + "x" * 8200 + "\necho LONG-TAIL-RAN"
