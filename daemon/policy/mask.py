@@ -7,8 +7,10 @@ a URL). A pattern with a group named `secret` hides only that group; otherwise t
 A mask that cannot be read or understood is an error, never an empty mask: an audit that
 silently starts logging secrets is worse than a refused reload.
 
-The input is hostile and may be megabytes: the patterns only ever see a bounded amount of it.
-A text longer than MAX_FIELD_CHARS (keys too) is kept as its start, its length and its SHA-256,
+Path fields (PATH_FIELDS) are never masked by patterns: which file a tool touches is always
+shown. The input is hostile and may be megabytes: the patterns only ever see a bounded amount of
+it. A text longer than MAX_FIELD_CHARS (keys too; a Bash command: WHOLE_FIELD_CHARS, as far as
+the parser analyses one) is kept as its start, its length and its SHA-256,
 and once MAX_SCANNED_CHARS have been scanned in one value (every value counts at least 8), the
 remaining texts are kept as their length and digest, and the remaining containers as a count only,
 so what is logged stays bounded however many values the input holds.
