@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from daemon.errors import TooljailError
+from daemon.policy.command_mask import hide_in_command
 
 MASKED = "***masked***"
 MAX_FIELD_CHARS = 8192
@@ -36,10 +37,11 @@ WHOLE_FIELD_CHARS = {"command": 32_768}
 as long as the parser analyses one (daemon.shell.parse.MAX_COMMAND_BYTES; a longer one is
 asked about). Attacker round 145: a command of 8,243 characters was logged as its first
 1,024, and what ran after them was not shown."""
-PATH_FIELDS = frozenset({"file_path", "path", "notebook_path"})
+PATH_FIELDS = frozenset({"file_path", "path", "notebook_path", "glob"})
 """Input fields naming the file or folder a tool touches: bounded, never masked by patterns
 (attacker round 145: a Write to `<ws>/A_TOKEN=x/../hidden.sh` was audited with neither its path
-nor, masked by field, its content)."""
+nor, masked by field, its content), Grep's glob among them (round 146). Glob's `pattern` is
+not one: the name is Grep's regular expression too, which may hold a secret."""
 CLEAN_TEXTS = 4096
 CLEAN_TEXT_CHARS = 256
 """Texts found clean are remembered up to this length, and this many (AuditMask._clean)."""
@@ -140,7 +142,7 @@ class _Masking:
                 elif key in PATH_FIELDS and isinstance(item, str):
                     masked[shown] = self.text(item, hide=False)
                 elif key in WHOLE_FIELD_CHARS and isinstance(item, str):
-                    masked[shown] = self.text(item, limit=WHOLE_FIELD_CHARS[key])
+                    masked[shown] = self.text(item, limit=WHOLE_FIELD_CHARS[key], command=True)
                 else:
                     masked[shown] = self.value(item)
             return masked
@@ -158,12 +160,19 @@ class _Masking:
         self._budget -= 8
         return value
 
-    def text(self, text: str, *, hide: bool = True, limit: int = MAX_FIELD_CHARS) -> str:
+    def text(
+        self, text: str, *, hide: bool = True, limit: int = MAX_FIELD_CHARS, command: bool = False
+    ) -> str:
         if self._budget <= 0:
             return _described(text, "")
         kept = text if len(text) <= limit else text[:KEPT_CHARS]
         self._budget -= max(len(kept), 8)
-        shown = self._mask.hide_secrets(kept) if hide and self._mask.patterns else kept
+        if not (hide and self._mask.patterns):
+            shown = kept
+        elif command:  # masked only where it carries a secret (daemon.policy.command_mask)
+            shown = hide_in_command(kept, self._mask.hide_secrets, MASKED)
+        else:
+            shown = self._mask.hide_secrets(kept)
         return shown if kept is text else _described(text, shown)
 
 

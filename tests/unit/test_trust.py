@@ -704,3 +704,54 @@ def test_a_command_is_logged_whole_as_far_as_the_parser_analyses_one() -> None:
     from daemon.shell.parse import MAX_COMMAND_BYTES
 
     assert WHOLE_FIELD_CHARS["command"] == MAX_COMMAND_BYTES
+
+
+@pytest.mark.parametrize(
+    ("command", "ran"),
+    [
+        ("# --token\n/usr/bin/id", "/usr/bin/id"),
+        ("echo authorization: bearer\n/usr/bin/whoami", "/usr/bin/whoami"),
+        ("echo -u\nPATH=x:/ws/b:/usr/bin:/bin\nls", "/ws/b"),
+        ("PATH=A_TOKEN=:/ws/b:/usr/bin:/bin ls", "/ws/b"),
+        ('ln -s / A_TOKEN= ; "A_TOKEN=/usr/bin/id"', "A_TOKEN=/usr/bin/id"),
+        ("echo secretdata > A_TOKEN=d/f.txt", "A_TOKEN=d/f.txt"),
+        ("cat > n.txt << A_TOKEN=a\nA_TOKEN=b\necho RAN\nA_TOKEN=a", "<< A_TOKEN=a\n"),
+        (". A_TOKEN=x", ". A_TOKEN=x"),
+        ("bash sk-" + "a" * 24 + ".sh", "sk-" + "a" * 24),
+    ],
+)
+def test_a_command_is_masked_only_where_a_secret_is_carried(command: str, ran: str) -> None:
+    """Attacker round 146: a newline after `--token`, `-u` or a header name, `NAME=` after `=`
+    or a quote, a redirection's target, a heredoc's delimiter and a sourced file were all
+    masked, and what ran or was written was not shown. A command's secrets are hidden only when
+    the masked command parses to the same commands, redirections and heredocs, differing only
+    in words that carry a secret; otherwise the command is logged whole."""
+    mask = AuditMask.parse([], _shipped_patterns())
+    shown = mask.apply({"command": command})["command"]
+    assert ran in shown, shown
+
+
+@pytest.mark.parametrize(
+    ("command", "secret"),
+    [
+        ("export GITHUB_TOKEN=abc123xyz && git push", "abc123xyz"),
+        ("GITHUB_TOKEN=abc123xyz sh -c 'echo ${#GITHUB_TOKEN}'", "abc123xyz"),
+        ("curl -H 'Authorization: Bearer xyz123abc' https://h", "xyz123abc"),
+        ("mysql --password pw-9x db", "pw-9x"),
+        ("mysql --password=pw-9x db", "pw-9x"),
+        ("curl -u admin:S3cretPass https://h", "S3cretPass"),
+        ("git push https://u:SuperSecretPW@host/r main", "SuperSecretPW"),
+        ("openai --key sk-" + "b" * 24, "sk-" + "b" * 24),
+    ],
+)
+def test_a_secret_a_command_carries_is_still_masked(command: str, secret: str) -> None:
+    mask = AuditMask.parse([], _shipped_patterns())
+    shown = mask.apply({"command": command})["command"]
+    assert secret not in shown and MASKED in shown, shown
+
+
+def test_a_globs_pattern_is_shown_as_a_path_is() -> None:
+    """Round 146: Grep's glob names the files it searches."""
+    mask = AuditMask.parse([], _shipped_patterns())
+    shown = mask.apply({"pattern": "PASSWORD=hunter2", "glob": "A_TOKEN=d/*"})
+    assert shown == {"pattern": "PASSWORD=***masked***", "glob": "A_TOKEN=d/*"}

@@ -1,0 +1,156 @@
+"""A Bash command's secrets hidden only where the command carries one.
+
+Patterns over text cannot tell a quoted secret from the end of one word and the start of a
+later one, an assignment from a program named like one, or a value from the next line's
+command: four attacker rounds (141, 144, 145, 146) hid what ran behind a masked value. So a
+command is masked by the patterns, and the masked command is parsed again: it must run the same
+programs with the same wrappers, redirections and heredocs, the same number of words each, and
+differ only in words that carry a secret (an assignment's value, the value of an option that
+takes a secret, a user:password, an authorization header, a URL's credentials, a word that is a
+key's shape), never in a program that runs its arguments. Anything else, and the command is
+logged whole: the audit showing a secret is the lesser harm than it hiding what ran.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+
+from daemon.shell.model import ParsedCommand, SimpleCommand
+from daemon.shell.parse import parse_command
+
+_SECRET_NAME = re.compile(
+    r"[A-Za-z0-9_]*(?:TOKEN|SECRET|PASSWORD|PASSWD|API_?KEY|ACCESS_?KEY|PRIVATE_?KEY)[A-Za-z0-9_]*",
+    re.ASCII | re.IGNORECASE,
+)
+_ASSIGNMENT = re.compile(r"([A-Za-z_][A-Za-z0-9_]*)=", re.ASCII)
+_LEADING_ASSIGNMENT = re.compile(
+    r"(?:^|(?<=[\n;&|(]))[ \t]*(?:[A-Za-z_][A-Za-z0-9_]*=[^\s;&|()<>]*[ \t]+)*"
+    r"([A-Za-z_][A-Za-z0-9_]*)=([^\s;&|()<>]*)(?=[ \t\n;&|)]|$)",
+    re.ASCII,
+)
+"""An assignment where a command starts (after other assignments), its name and value."""
+_SECRET_OPTIONS = frozenset(
+    {"--token", "--password", "--passwd", "--api-key", "--apikey", "--secret", "--client-secret"}
+)
+_USER_OPTIONS = frozenset({"-u", "--user"})
+_ASSIGNING = frozenset({"export", "declare", "typeset", "local", "readonly", "env"})
+"""Programs whose NAME=value arguments are assignments."""
+_RUNNERS = frozenset(
+    {".", "source", "eval", "exec", "bash", "sh", "dash", "zsh", "ksh", "fish", "busybox",
+     "python", "python3", "perl", "ruby", "node", "php", "lua", "awk", "gawk", "xargs"}
+)  # fmt: skip
+"""Programs that run what their words name or hold: none of their words is masked."""
+_CARRIER = re.compile(
+    r"(?:--token|--password|--passwd|--api-key|--apikey|--secret|--client-secret)="
+    r"|(?:authorization|x-api-key|api-key|x-auth-token|private-token):"
+    r"|[a-z][a-z0-9+.-]*://",
+    re.ASCII | re.IGNORECASE,
+)
+"""How a word that carries a secret after a fixed start begins (an option's value, a header,
+a URL's credentials): the start stays when the secret is masked."""
+_KEY_SHAPE = re.compile(
+    r"(?:sk-[A-Za-z0-9_-]{20,}|(?:ghp|gho|ghs|ghu|ghr|github_pat)_[A-Za-z0-9_]{20,}"
+    r"|AKIA[0-9A-Z]{16}|xox[abprs]-[A-Za-z0-9-]{10,})",
+    re.ASCII,
+)
+
+
+def hide_in_command(command: str, hide: Callable[[str], str], masked: str) -> str:
+    """`command` with `hide` applied where it only hides secrets the command carries (`masked`:
+    what a hidden secret reads as); else the command whole."""
+    shown = hide(command)
+    if shown == command:
+        return command
+    in_words = _secrets_hidden(parse_command(command), parse_command(shown), masked)
+    if in_words is None:
+        return command
+    # Every mask is one a check accounted for: in a word of a command, or the value of a
+    # secret's assignment where a command starts (one standing alone, or before a command
+    # whose wrapper the parsed model peels off); none where the model does not look.
+    leading = sum(
+        1
+        for found in _LEADING_ASSIGNMENT.finditer(shown)
+        if found.group(2) == masked and _SECRET_NAME.fullmatch(found.group(1))
+    )
+    return shown if in_words + leading == shown.count(masked) else command
+
+
+def _secrets_hidden(before: ParsedCommand, after: ParsedCommand, masked: str) -> int | None:
+    """How many secrets `after` hides of `before`, each in a word that carries one; None when
+    it differs in anything else."""
+    if not (before.parsed and after.parsed):
+        return None
+    if (before.redirects, before.defines_functions, before.runs_in_background) != (
+        after.redirects,
+        after.defines_functions,
+        after.runs_in_background,
+    ):
+        return None
+    if len(before.simple_commands) != len(after.simple_commands):
+        return None
+    hidden = 0
+    for old, new in zip(before.simple_commands, after.simple_commands, strict=True):
+        found = _hidden_in(old, new, masked)
+        if found is None:
+            return None
+        hidden += found
+    return hidden
+
+
+_FIXED = (
+    "name", "path", "wrappers", "context", "pipeline", "stage", "dynamic", "then_and",
+    "after_or", "stdin_texts", "stdin_dynamic",
+)  # fmt: skip
+"""What a simple command must keep whatever is masked in it."""
+
+
+def _hidden_in(before: SimpleCommand, after: SimpleCommand, masked: str) -> int | None:
+    """How many secrets `after` hides in `before`'s words; None when it differs otherwise."""
+    if any(getattr(before, field) != getattr(after, field) for field in _FIXED):
+        return None
+    if len(before.argv) != len(after.argv) or len(before.assignments) != len(after.assignments):
+        return None
+    if before.argv[:1] != after.argv[:1]:
+        return None
+    hidden = 0
+    for word, shown in zip(before.assignments, after.assignments, strict=True):
+        if word != shown and not _secret_assignment(word, shown, masked):
+            return None
+    runner = before.name in _RUNNERS or any(
+        wrapper.split(" ", 1)[0] in _RUNNERS for wrapper in before.wrappers
+    )
+    for index in range(1, len(before.argv)):
+        word, shown = before.argv[index], after.argv[index]
+        if word == shown:
+            continue
+        if runner or not _secret_word(before, index, shown, masked):
+            return None
+        hidden += shown.count(masked)
+    return hidden
+
+
+def _secret_word(command: SimpleCommand, index: int, shown: str, masked: str) -> bool:
+    """Whether argv[index] of `command`, shown as `shown`, has only a secret it carries hidden."""
+    word, previous = command.argv[index], command.argv[index - 1].lower()
+    if previous in _SECRET_OPTIONS:
+        return shown == masked
+    if previous in _USER_OPTIONS:
+        user = word.split(":", 1)[0]
+        return ":" in word and shown == f"{user}:{masked}"
+    if _ASSIGNMENT.match(word):
+        return command.name in _ASSIGNING and _secret_assignment(word, shown, masked)
+    if _KEY_SHAPE.fullmatch(word):
+        return shown == masked
+    start = _CARRIER.match(word)
+    return start is not None and shown.startswith(start.group(0)) and masked in shown
+
+
+def _secret_assignment(word: str, shown: str, masked: str) -> bool:
+    """NAME=value where the name says it holds a secret, its whole value hidden."""
+    name = _ASSIGNMENT.match(word)
+    return (
+        name is not None
+        and _SECRET_NAME.fullmatch(name.group(1)) is not None
+        and shown == f"{name.group(1)}={masked}"
+    )
