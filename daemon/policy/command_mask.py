@@ -23,6 +23,10 @@ _SECRET_NAME = re.compile(
     r"[A-Za-z0-9_]*(?:TOKEN|SECRET|PASSWORD|PASSWD|API_?KEY|ACCESS_?KEY|PRIVATE_?KEY)[A-Za-z0-9_]*",
     re.ASCII | re.IGNORECASE,
 )
+_NAMES_A_THING = re.compile(
+    r"COMMAND|CMD|PROVIDER|HELPER|EXEC|PROGRAM|SCRIPT|HOOK|FILE|DIR|PATH|URL|HOST",
+    re.ASCII | re.IGNORECASE,
+)
 _ASSIGNMENT = re.compile(r"([A-Za-z_][A-Za-z0-9_]*)=", re.ASCII)
 _LEADING_ASSIGNMENT = re.compile(
     r"(?:^|(?<=[\n;&|(]))[ \t]*(?:[A-Za-z_][A-Za-z0-9_]*=[^\s;&|()<>]*[ \t]+)*"
@@ -68,12 +72,47 @@ def hide_in_command(command: str, hide: Callable[[str], str], masked: str) -> st
     # Every mask is one a check accounted for: in a word of a command, or the value of a
     # secret's assignment where a command starts (one standing alone, or before a command
     # whose wrapper the parsed model peels off); none where the model does not look.
+    plain = _plain(shown)
     leading = sum(
         1
         for found in _LEADING_ASSIGNMENT.finditer(shown)
-        if found.group(2) == masked and _SECRET_NAME.fullmatch(found.group(1))
+        if found.group(2) == masked
+        and _secret_name(found.group(1))
+        # Where a command starts, not in a quoted word or a comment (round 147 counted
+        # `BASH_ENV='x;A_TOKEN=***masked***;'` as one).
+        and plain[found.start(1)]
+        and (found.start() == 0 or plain[found.start() - 1])
     )
     return shown if in_words + leading == shown.count(masked) else command
+
+
+def _plain(text: str) -> list[bool]:
+    """For each character of `text`: whether bash reads it outside quotes, escapes and
+    comments (a conservative reading: what it cannot place is not plain)."""
+    plain = [False] * len(text)
+    quote = ""
+    index = 0
+    while index < len(text):
+        char = text[index]
+        if quote == "'":
+            quote = "" if char == "'" else quote
+        elif quote == '"':
+            if char == "\\":
+                index += 1
+            elif char == '"':
+                quote = ""
+        elif char == "\\":
+            index += 1
+        elif char in "'\"":
+            quote = char
+        elif char == "#" and (index == 0 or text[index - 1] in " \t\n;&|("):
+            while index < len(text) and text[index] != "\n":
+                index += 1
+            continue
+        else:
+            plain[index] = True
+        index += 1
+    return plain
 
 
 def _secrets_hidden(before: ParsedCommand, after: ParsedCommand, masked: str) -> int | None:
@@ -140,8 +179,6 @@ def _secret_word(command: SimpleCommand, index: int, shown: str, masked: str) ->
         return ":" in word and shown == f"{user}:{masked}"
     if _ASSIGNMENT.match(word):
         return command.name in _ASSIGNING and _secret_assignment(word, shown, masked)
-    if _KEY_SHAPE.fullmatch(word):
-        return shown == masked
     start = _CARRIER.match(word)
     return start is not None and shown.startswith(start.group(0)) and masked in shown
 
@@ -149,8 +186,11 @@ def _secret_word(command: SimpleCommand, index: int, shown: str, masked: str) ->
 def _secret_assignment(word: str, shown: str, masked: str) -> bool:
     """NAME=value where the name says it holds a secret, its whole value hidden."""
     name = _ASSIGNMENT.match(word)
-    return (
-        name is not None
-        and _SECRET_NAME.fullmatch(name.group(1)) is not None
-        and shown == f"{name.group(1)}={masked}"
-    )
+    return name is not None and _secret_name(name.group(1)) and shown == f"{name.group(1)}={masked}"
+
+
+def _secret_name(name: str) -> bool:
+    """A variable's name that says it holds a secret, and not a command, a file or a folder
+    that a program runs or reads (round 147: RESTIC_PASSWORD_COMMAND names the program restic
+    runs)."""
+    return _SECRET_NAME.fullmatch(name) is not None and not _NAMES_A_THING.search(name)

@@ -125,11 +125,12 @@ def test_secrets_in_commands_are_hidden_and_the_rest_kept() -> None:
     mask = AuditMask.parse(["content"], PATTERNS)
     command = (
         "GITHUB_TOKEN=abc123 git clone https://bob:hunter2@forge.example/r.git && "
-        "echo ghp_0123456789abcdefghijklmn"
+        "echo --token ghp_0123456789abcdefghijklmn"
     )
     shown = mask.apply({"command": command, "content": "file body", "nested": [{"x": command}]})
     expected = (
-        f"GITHUB_TOKEN={MASKED} git clone https://bob:{MASKED}@forge.example/r.git && echo {MASKED}"
+        f"GITHUB_TOKEN={MASKED} git clone https://bob:{MASKED}@forge.example/r.git && "
+        f"echo --token {MASKED}"
     )
     assert shown == {"command": expected, "content": MASKED, "nested": [{"x": expected}]}
 
@@ -741,7 +742,7 @@ def test_a_command_is_masked_only_where_a_secret_is_carried(command: str, ran: s
         ("mysql --password=pw-9x db", "pw-9x"),
         ("curl -u admin:S3cretPass https://h", "S3cretPass"),
         ("git push https://u:SuperSecretPW@host/r main", "SuperSecretPW"),
-        ("openai --key sk-" + "b" * 24, "sk-" + "b" * 24),
+        ("openai --api-key sk-" + "b" * 24, "sk-" + "b" * 24),
     ],
 )
 def test_a_secret_a_command_carries_is_still_masked(command: str, secret: str) -> None:
@@ -755,3 +756,29 @@ def test_a_globs_pattern_is_shown_as_a_path_is() -> None:
     mask = AuditMask.parse([], _shipped_patterns())
     shown = mask.apply({"pattern": "PASSWORD=hunter2", "glob": "A_TOKEN=d/*"})
     assert shown == {"pattern": "PASSWORD=***masked***", "glob": "A_TOKEN=d/*"}
+
+
+@pytest.mark.parametrize(
+    ("command", "ran"),
+    [
+        ("BASH_ENV='x;A_TOKEN=evil;' bash -c true", "A_TOKEN=evil"),
+        ("env -C 'd;A_TOKEN=evil;' ./run.sh", "A_TOKEN=evil"),
+        ("xargs -a 'x;A_TOKEN=evil;' rm -f", "A_TOKEN=evil"),
+        ("f='x;A_TOKEN=evil;'; . \"./$f\"", "A_TOKEN=evil"),
+        ("for f in '/tmp/x;A_TOKEN=evil;'; do . \"$f\"; done", "A_TOKEN=evil"),
+        ("PATH=.:$PATH flock lk sk-" + "a" * 28, "sk-" + "a" * 28),
+        ("chroot / sk-" + "a" * 28, "sk-" + "a" * 28),
+        ("RESTIC_PASSWORD_COMMAND=/tmp/evil.sh restic snapshots", "/tmp/evil.sh"),
+        ("RCLONE_PASSWORD_COMMAND=/tmp/evil.sh; rclone ls x", "/tmp/evil.sh"),
+    ],
+)
+def test_a_mask_the_parsed_command_does_not_account_for_shows_it_whole(
+    command: str, ran: str
+) -> None:
+    """Attacker round 147: masks inside quoted words after a `;` were counted as assignments
+    where a command starts; wrapper options and loop lists are not in the parsed model; a
+    key-shaped operand can be a program (`flock`, `chroot`); a secret-named variable can name a
+    command (`RESTIC_PASSWORD_COMMAND`). Each is shown whole."""
+    mask = AuditMask.parse([], _shipped_patterns())
+    shown = mask.apply({"command": command})["command"]
+    assert ran in shown, shown
