@@ -2,13 +2,13 @@
 
 Patterns over text cannot tell a quoted secret from the end of one word and the start of a
 later one, an assignment from a program named like one, or a value from the next line's
-command: four attacker rounds (141, 144, 145, 146) hid what ran behind a masked value. So a
-command is masked by the patterns, and the masked command is parsed again: it must run the same
-programs with the same wrappers, redirections and heredocs, the same number of words each, and
-differ only in words that carry a secret (an assignment's value, the value of an option that
-takes a secret, a user:password, an authorization header, a URL's credentials, a word that is a
-key's shape), never in a program that runs its arguments. Anything else, and the command is
-logged whole: the audit showing a secret is the lesser harm than it hiding what ran.
+command: attacker rounds 141 and 144-147 hid what ran behind a masked value. So a command is
+masked by the patterns, and the masked command is parsed again: it must run the same programs
+with the same wrappers, redirections and heredocs, the same number of words each, and differ
+only in words that carry a secret (an assignment's value, the value of an option that takes a
+secret, a user:password, an authorization header, a URL's credentials), never in a program that
+runs its arguments. Anything else, and the command is logged whole: the audit showing a secret
+is the lesser harm than it hiding what ran.
 """
 
 from __future__ import annotations
@@ -53,11 +53,6 @@ _CARRIER = re.compile(
 )
 """How a word that carries a secret after a fixed start begins (an option's value, a header,
 a URL's credentials): the start stays when the secret is masked."""
-_KEY_SHAPE = re.compile(
-    r"(?:sk-[A-Za-z0-9_-]{20,}|(?:ghp|gho|ghs|ghu|ghr|github_pat)_[A-Za-z0-9_]{20,}"
-    r"|AKIA[0-9A-Z]{16}|xox[abprs]-[A-Za-z0-9-]{10,})",
-    re.ASCII,
-)
 
 
 def hide_in_command(command: str, hide: Callable[[str], str], masked: str) -> str:
