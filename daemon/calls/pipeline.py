@@ -154,6 +154,11 @@ class ReadyCall:
 PreparedCall = ReadyCall | RejectedCall
 
 
+def _audit_paths(prepared: PreparedCall) -> frozenset[str]:
+    """The input fields the audit shows as sent besides the common path names (the tool's)."""
+    return prepared.call.tool.audit_paths if isinstance(prepared, ReadyCall) else frozenset()
+
+
 def answered_call(prepared: PreparedCall) -> AnsweredCall:
     """A call as PostToolBatch hooks read it: the validated input when it had one."""
     tool_use = prepared.request.tool_use
@@ -190,13 +195,14 @@ class _Trace:
     timeline: Timeline | None = None
     """Where the call's time went (the phase metrics)."""
 
-    def audit_fields(self, mask: AuditMask) -> dict[str, Any]:
-        """What the audit adds about approvals and rewrites, when there were any."""
+    def audit_fields(self, mask: AuditMask, paths: frozenset[str]) -> dict[str, Any]:
+        """What the audit adds about approvals and rewrites, when there were any (`paths`: the
+        tool's `audit_paths`)."""
         fields: dict[str, Any] = {}
         if self.approved_by:
             fields["approved_by"] = self.approved_by
         if self.effective_input is not None:
-            fields["effective_input"] = mask.apply(self.effective_input)
+            fields["effective_input"] = mask.apply(self.effective_input, paths=paths)
             fields["input_rewritten_by"] = self.rewritten_by
         return fields
 
@@ -533,7 +539,7 @@ class Pipeline:
             self._audit.write(
                 {
                     **self._audit_record(prepared, caller, verdict, AuditEvent.DECIDED),
-                    **trace.audit_fields(self._policy.audit_mask),
+                    **trace.audit_fields(self._policy.audit_mask, tool.audit_paths),
                 }
             )
             timeline.mark("audit")
@@ -746,7 +752,7 @@ class Pipeline:
             "tool_use_id": tool_use.id,
             "tool": tool_use.name,
             "input_sha256": prepared.request.input_sha256,
-            "input": self._policy.audit_mask.apply(tool_use.input),
+            "input": self._policy.audit_mask.apply(tool_use.input, paths=_audit_paths(prepared)),
             "outcome": verdict.outcome.value if verdict else "not_evaluated",
             # Reasons quote the command: secrets in it are hidden here too.
             "reasons": self._policy.audit_mask.apply(list(verdict.reasons)) if verdict else [],
@@ -790,7 +796,7 @@ class Pipeline:
                     if trace.hook_records
                     else {}
                 ),
-                **trace.audit_fields(self._policy.audit_mask),
+                **trace.audit_fields(self._policy.audit_mask, _audit_paths(prepared)),
             }
         )
         timeline.mark("audit_answer")

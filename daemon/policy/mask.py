@@ -41,7 +41,8 @@ PATH_FIELDS = frozenset({"file_path", "path", "notebook_path", "glob"})
 """Input fields naming the file or folder a tool touches: bounded, never masked by patterns
 (attacker round 145: a Write to `<ws>/A_TOKEN=x/../hidden.sh` was audited with neither its path
 nor, masked by field, its content), Grep's glob among them (round 146). Glob's `pattern` is
-not one: the name is Grep's regular expression too, which may hold a secret."""
+not one: the name is Grep's regular expression too, which may hold a secret; a tool names such
+fields of its own (`Tool.audit_paths`, given to `AuditMask.apply`)."""
 CLEAN_TEXTS = 4096
 CLEAN_TEXT_CHARS = 256
 """Texts found clean are remembered up to this length, and this many (AuditMask._clean)."""
@@ -94,10 +95,11 @@ class AuditMask:
                 )
         return cls(frozenset(fields), tuple(compiled))
 
-    def apply(self, value: Any) -> Any:
+    def apply(self, value: Any, *, paths: frozenset[str] = frozenset()) -> Any:
         """`value` with masked fields replaced and secrets in its texts (keys included) hidden,
-        at any depth, every text bounded (see the module's docstring)."""
-        return _Masking(self).value(value)
+        at any depth, every text bounded (see the module's docstring). `paths`: top-level
+        fields of `value` shown like PATH_FIELDS (the files a tool touches)."""
+        return _Masking(self).value(value, PATH_FIELDS | paths)
 
     def hide_secrets(self, text: str) -> str:
         """The text with every pattern's secret replaced."""
@@ -120,7 +122,7 @@ class _Masking:
         self._mask = mask
         self._budget = MAX_SCANNED_CHARS
 
-    def value(self, value: Any) -> Any:
+    def value(self, value: Any, paths: frozenset[str] = PATH_FIELDS) -> Any:
         if isinstance(value, str):  # the most common value first: this runs on every call
             return self.text(value)
         if isinstance(value, dict):
@@ -139,7 +141,7 @@ class _Masking:
                     suffix += len(value)
                 if key in self._mask.fields:
                     masked[shown] = MASKED
-                elif key in PATH_FIELDS and isinstance(item, str):
+                elif key in paths and isinstance(item, str):
                     masked[shown] = self.text(item, hide=False)
                 elif key in WHOLE_FIELD_CHARS and isinstance(item, str):
                     masked[shown] = self.text(item, limit=WHOLE_FIELD_CHARS[key], command=True)

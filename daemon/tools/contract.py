@@ -306,6 +306,9 @@ class Tool(abc.ABC, Generic[InT, OutT]):
     """Keywords ToolSearch matches besides the name and the description."""
     origin: ClassVar[ToolOrigin] = ToolOrigin()
     """Where the tool comes from (the policy input says it)."""
+    audit_paths: ClassVar[frozenset[str]] = frozenset()
+    """Input fields of its own, besides the common path names (daemon.policy.mask.PATH_FIELDS),
+    that name the files it touches: the audit shows them as sent, never masked by patterns."""
     keeps_over_budget: ClassVar[bool] = True
     """A result over its budget is kept whole for Read (daemon.calls.kept_outputs); off for
     tools whose output is already a window the caller moves (Read itself)."""

@@ -25,11 +25,13 @@ from daemon.models import Caller, Outcome, ToolUse
 from daemon.ops.logs import JsonFormatter
 from daemon.policy.document_body import LargeDocument
 from daemon.policy.engine import PolicyEngine
+from daemon.policy.mask import AuditMask
 from daemon.policy.verdict import Verdict, parse_verdict
 from daemon.sessions.session import Session
 from daemon.sessions.store import SessionStore
 from daemon.tools import call as call_module
 from daemon.tools.contract import CallContext, Tool, ToolInput, ToolOutput, ToolTraits
+from daemon.tools.glob.tool import GlobTool
 from daemon.tools.registry import ToolRegistry
 from sandbox.backend import SandboxLimits
 from sandbox.limits import SandboxCeilings
@@ -117,11 +119,16 @@ def _close_audit_logs() -> Iterator[None]:
         _AUDITS.pop().close()
 
 
-def make_pipeline(tmp_path: Path, engine: FakeEngine, kept: KeptOutputs | None = None) -> Pipeline:
+def make_pipeline(
+    tmp_path: Path,
+    engine: FakeEngine,
+    kept: KeptOutputs | None = None,
+    tools: list[Tool[Any, Any]] | None = None,
+) -> Pipeline:
     audit = AuditLog(str(tmp_path / "audit.jsonl"))
     _AUDITS.append(audit)
     return Pipeline(
-        registry=ToolRegistry([EchoTool(), ChangeTool(), DisabledTool()]),
+        registry=ToolRegistry(tools or [EchoTool(), ChangeTool(), DisabledTool()]),
         policy=engine,
         sessions=SessionStore(tmp_path / "ws"),
         limits=PipelineLimits(
@@ -167,6 +174,29 @@ async def test_a_call_that_can_change_something_is_on_file_before_it_runs(tmp_pa
     ]
     assert {r["decision_id"] for r in audit} == {outcome.decision.decision_id}
     assert "is_error" not in audit[0] and audit[1]["is_error"] is False
+
+
+@dataclass
+class MaskingEngine(FakeEngine):
+    """Hides `sk-` keys in the audit, as the shipped mask_patterns do."""
+
+    @property
+    def audit_mask(self) -> AuditMask:
+        return AuditMask.parse([], [r"(?P<secret>sk-[a-z]+)"])
+
+
+async def test_the_files_a_glob_lists_are_never_masked(tmp_path: Path) -> None:
+    """Glob's `pattern` names the files it lists, like a path: a masked one hid which files a
+    Glob listed (left open by round 146, where Grep's `pattern`, a regular expression that may
+    hold a secret, kept its masking)."""
+    engine = MaskingEngine(allow(), visible=frozenset({"Glob", "Echo"}))
+    pipeline = make_pipeline(tmp_path, engine, tools=[GlobTool(), EchoTool()])
+    outcome = await run(pipeline, "Glob", {"pattern": "sk-abc/**/*.py"})
+    assert not outcome.result.is_error, outcome.result.text()
+    await run(pipeline, "Echo", {"text": "sk-abc"})
+    glob, echo = _audit_records(tmp_path)
+    assert glob["input"] == {"pattern": "sk-abc/**/*.py"}
+    assert echo["input"] == {"text": "***masked***"}
 
 
 def _audit_records(folder: Path) -> list[dict[str, Any]]:

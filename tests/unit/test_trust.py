@@ -682,6 +682,20 @@ def test_the_paths_a_tool_touches_are_never_masked() -> None:
     assert shown == {"file_path": "/ws/A_TOKEN=x/../hidden.sh", "content": "***masked***"}
 
 
+def test_a_glob_pattern_is_shown_and_a_grep_pattern_masked() -> None:
+    """Glob's `pattern` names the files it lists (shown as sent); Grep's is a regular
+    expression, which may hold a secret (masked by the shipped patterns)."""
+    from daemon.tools.glob.tool import GlobTool
+    from daemon.tools.grep.tool import GrepTool
+
+    mask = AuditMask.parse(["content"], _shipped_patterns())
+    glob = {"pattern": "A_TOKEN=x/../**/*.sh"}
+    grep = {"pattern": "A_TOKEN=hunter2", "glob": "A_TOKEN=x/*.py"}
+    assert mask.apply(glob, paths=GlobTool.audit_paths) == glob
+    shown = mask.apply(grep, paths=GrepTool.audit_paths)
+    assert "hunter2" not in shown["pattern"] and shown["glob"] == grep["glob"]
+
+
 def test_a_long_command_is_logged_whole_up_to_what_is_analysed(tmp_path: Path) -> None:
     """Attacker round 145: a command of 8,243 characters was logged as its first 1,024, its
     length and its digest, and what ran after them (`echo LONG-TAIL-RAN`) was not shown. A

@@ -87,6 +87,7 @@ class GlobTool(Tool[GlobInput, GlobResult]):
         "- To search file contents, use Grep. Several Glob calls can run in parallel."
     )
     input_model = GlobInput
+    audit_paths = frozenset({"pattern"})
     traits = ToolTraits(
         read_only=True,
         destructive=False,
