@@ -17,11 +17,11 @@ from daemon.models import Caller, Outcome
 from daemon.policy.approval import Scope
 from daemon.policy.engine import PolicyEngine
 from daemon.policy.input import AskFact, approval_document
-from daemon.policy.pending import AskState, PendingApprovals, PendingAsk
+from daemon.policy.pending import AskState, PendingApprovals, PendingAsk, newest_per_asker
 
 MAX_NOTE_CHARS = 2000
 MAX_LISTED = 200
-"""The newest waiting asks a listing looks at."""
+"""The waiting asks a listing looks at: the newest, shared among their askers."""
 MAX_LISTING_QUERIES = 4
 """Policy questions listings ask at once, for the whole daemon."""
 
@@ -39,7 +39,7 @@ class ApprovalDesk:
         """The waiting asks this caller may answer (or, for its own, see). The policy is asked
         once per asker and tool, a few questions at a time for the whole daemon, so listing
         cannot flood the policy engine the calls depend on."""
-        waiting = self._pending.listed()[-MAX_LISTED:]
+        waiting = newest_per_asker(self._pending.listed(), MAX_LISTED)
         verdicts: dict[tuple[str, str], bool] = {}
         for ask in waiting:
             group = (ask.principal, ask.tool)

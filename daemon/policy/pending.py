@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import threading
 import time
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from enum import StrEnum
@@ -86,15 +87,22 @@ class PendingApprovals:
         self._lock = threading.Lock()
 
     def add(self, ask: PendingAsk) -> None:
-        """Remember a new ask, dropping expired ones and, beyond the bounds, the oldest."""
+        """Remember a new ask, dropping expired ones and, beyond the bounds, the oldest: the
+        asker's own, or, past the total, the oldest of whoever holds the most (askers in
+        concert cannot drop a third one's asks: round 141's lead)."""
         with self._lock:
             self._drop_expired()
             mine = [a for a in self._asks.values() if a.principal == ask.principal]
             for old in mine[: max(0, len(mine) - self._max_per_principal + 1)]:
                 self._drop(old)
             while len(self._asks) >= self._max_total:
-                self._drop(next(iter(self._asks.values())))
+                self._drop(self._oldest_of_the_most_held())
             self._asks[ask.approval_id] = ask
+
+    def _oldest_of_the_most_held(self) -> PendingAsk:
+        held = Counter(a.principal for a in self._asks.values())
+        most = max(held.values())
+        return next(a for a in self._asks.values() if held[a.principal] == most)
 
     def dropped(self, approval_id: str) -> bool:
         """Whether this ask was dropped for room before its token expired."""
@@ -153,3 +161,20 @@ class PendingApprovals:
             del self._asks[approval_id]
         for approval_id in [k for k, at in self._dropped.items() if at <= now]:
             del self._dropped[approval_id]
+
+
+def newest_per_asker(asks: list[PendingAsk], room: int) -> list[PendingAsk]:
+    """At most `room` of `asks` (oldest first, and so kept), shared among their askers: every
+    asker's newest, then every asker's next newest, and so on, so that no asker's many asks
+    crowd another's out of a listing."""
+    queues: dict[str, list[PendingAsk]] = {}
+    for ask in reversed(asks):
+        queues.setdefault(ask.principal, []).append(ask)
+    chosen: set[str] = set()
+    rank = 0
+    while len(chosen) < room and any(rank < len(queue) for queue in queues.values()):
+        for queue in queues.values():
+            if rank < len(queue) and len(chosen) < room:
+                chosen.add(queue[rank].approval_id)
+        rank += 1
+    return [ask for ask in asks if ask.approval_id in chosen]

@@ -28,7 +28,7 @@ from daemon.policy.mask import (
     AuditMask,
     MaskError,
 )
-from daemon.policy.pending import AskState, PendingApprovals, PendingAsk
+from daemon.policy.pending import AskState, PendingApprovals, PendingAsk, newest_per_asker
 from daemon.server.identity import CallerResolver
 from daemon.server.listen import ListenAddress
 from tests.unit.test_approval import CALL, T0, authority, issue
@@ -285,6 +285,27 @@ def test_pending_asks_are_bounded_per_principal_and_expire() -> None:
     assert ids == ["m2", "m3", "m4", "a0"], "mallory's oldest dropped, alice's kept"
     now[0] = T0 + 601
     assert pending.listed() == []
+
+
+def test_colluding_askers_cannot_push_a_third_ones_asks_out() -> None:
+    """Round 141's lead: asks were dropped oldest first over everyone once the daemon held its
+    total, and a listing showed the newest 200 over everyone, so two tenants asking fast hid
+    a third's asks from the approvers, then dropped them. Room is taken from the asker holding
+    the most, and a listing shares its room among the askers, newest first."""
+    pending = PendingApprovals(max_per_principal=100, max_total=150, clock=lambda: T0)
+    pending.add(_ask("alice-0", "alice"))
+    for n in range(100):
+        pending.add(_ask(f"m{n}", "mallory"))
+        pending.add(_ask(f"e{n}", "eve"))
+    ids = [a.approval_id for a in pending.listed()]
+    assert "alice-0" in ids and len(ids) == 150
+    assert ids.count("m99") == ids.count("e99") == 1
+    assert abs(sum(i.startswith("m") for i in ids) - sum(i.startswith("e") for i in ids)) <= 1
+    newest = [a.approval_id for a in newest_per_asker(pending.listed(), 9)]
+    assert newest[0] == "alice-0" and len(newest) == 9
+    assert sorted(newest[1:]) == sorted(
+        [f"m{n}" for n in range(96, 100)] + [f"e{n}" for n in range(96, 100)]
+    )
 
 
 def test_an_ask_is_answered_once() -> None:
