@@ -52,6 +52,7 @@ from daemon.policy.verdict import Verdict
 from daemon.sessions.own_defaults import OwnDefaults
 from daemon.sessions.session import Session
 from daemon.sessions.store import SessionStore
+from daemon.shell.bounded import parse_bounded
 from daemon.tools.background import BackgroundShells
 from daemon.tools.call import ToolCall, run_call
 from daemon.tools.contract import AnyTool, CallContext, ProgressSink, SandboxRunner
@@ -134,6 +135,9 @@ class ReadyCall:
     call: ToolCall
     peers: PeerHandle | None = None
     """Set by the scheduler for a parallel group's calls that may share work."""
+    audited_input: Any = None
+    """The input as the audit logs it (masked once, when the call was checked, with the mask
+    of that time; a long command is parsed for it in a worker thread only)."""
 
     @property
     def concurrency_safe(self) -> bool:
@@ -329,7 +333,7 @@ class Pipeline:
             summary = f"{tool.name}: the workspace was moved"
             return RejectedCall(request, session, started, str(exc), True, summary)
         return await FILESYSTEM_THREADS.run(
-            session.owner, lambda: self._checked(request, session, started, tool, large)
+            session.owner, lambda: self._checked(request, session, started, tool, in_thread=True)
         )
 
     async def _default_ready(self, session_id: str, caller: Caller) -> None:
@@ -357,27 +361,30 @@ class Pipeline:
             return " The tools you may use cannot be listed right now; retry shortly."
         return f" The tools you may use are: {', '.join(names)}. Call one of those instead."
 
-    @staticmethod
     def _checked(
+        self,
         request: CallRequest,
         session: Session,
         started: float,
         tool: AnyTool,
-        hash_now: bool = False,
+        in_thread: bool = False,
     ) -> PreparedCall:
-        """The call validated; with `hash_now` (a large input, in a worker thread) also the
-        hashes needed later (audit, idempotency, approval binding, refusal counts), which would
-        otherwise be computed on the event loop."""
+        """The call validated, and its input as the audit logs it. `in_thread` (a large input
+        or a tool that prepares off the loop, in a worker thread): also the hashes needed later
+        (audit, idempotency, approval binding, refusal counts), which would otherwise be
+        computed on the event loop, and a command masked with the bounded parser."""
         tool_use = request.tool_use
-        if hash_now:
+        if in_thread:
             _ = request.input_sha256
         try:
             call = ToolCall.prepare(tool, tool_use.input, session, tool_use.id)
         except ToolError as exc:
             return RejectedCall(request, session, started, str(exc), known_tool=True)
-        if hash_now and call.large_input:
+        if in_thread and call.large_input:
             _ = call.input_hash
-        return ReadyCall(request, session, started, call)
+        parse = functools.partial(parse_bounded, owner=session.owner) if in_thread else None
+        audited = self._policy.audit_mask.apply(tool_use.input, paths=tool.audit_paths, parse=parse)
+        return ReadyCall(request, session, started, call, audited_input=audited)
 
     async def execute(self, request: CallRequest, caller: Caller) -> ExecuteOutcome:
         """Run one call through every step; never raises for anything the model did."""
@@ -752,7 +759,11 @@ class Pipeline:
             "tool_use_id": tool_use.id,
             "tool": tool_use.name,
             "input_sha256": prepared.request.input_sha256,
-            "input": self._policy.audit_mask.apply(tool_use.input, paths=_audit_paths(prepared)),
+            "input": (
+                prepared.audited_input
+                if isinstance(prepared, ReadyCall)
+                else self._policy.audit_mask.apply(tool_use.input)
+            ),
             "outcome": verdict.outcome.value if verdict else "not_evaluated",
             # Reasons quote the command: secrets in it are hidden here too.
             "reasons": self._policy.audit_mask.apply(list(verdict.reasons)) if verdict else [],

@@ -9,15 +9,33 @@ only in words that carry a secret (an assignment's value, the value of an option
 secret, a user:password, an authorization header, a URL's credentials), never in a program that
 runs its arguments. Anything else, and the command is logged whole: the audit showing a secret
 is the lesser harm than it hiding what ran.
+
+A masked value must also stay data (attacker round 148 ran `sed -u s:x:rm:e`, masked as a
+user:password, and used a masked assignment as a nameref to PATH, an option of find and a
+script's text): a user:password only after curl's -u, a header's or a URL's credentials only in
+the words of a network client, and an assignment only in a line whose programs are all network
+clients or inert builtins (none that runs code, reads the environment or a variable by an
+indirect name), whose variable no word names but such a header or URL.
+
+The parser takes time that grows with the square of some lines' length (`a|a|...`): on the
+event loop, only lines up to ON_LOOP_CHARS are parsed to be masked; a worker thread gives a
+bounded parser (daemon.shell.bounded) for longer ones.
 """
 
 from __future__ import annotations
 
 import re
+from collections import Counter
 from collections.abc import Callable
 
 from daemon.shell.model import ParsedCommand, SimpleCommand
 from daemon.shell.parse import parse_command
+
+Parser = Callable[[str], ParsedCommand]
+
+ON_LOOP_CHARS = 256
+"""The longest line parsed to be masked without a bounded parser (a few milliseconds at most:
+512 characters of `a|` took 13 ms, 32,000 took 7 s)."""
 
 _SECRET_NAME = re.compile(
     r"[A-Za-z0-9_]*(?:TOKEN|SECRET|PASSWORD|PASSWD|API_?KEY|ACCESS_?KEY|PRIVATE_?KEY)[A-Za-z0-9_]*",
@@ -38,6 +56,22 @@ _SECRET_OPTIONS = frozenset(
     {"--token", "--password", "--passwd", "--api-key", "--apikey", "--secret", "--client-secret"}
 )
 _USER_OPTIONS = frozenset({"-u", "--user"})
+"""curl's options taking user:password (`sort -u`, `sed -u` take no value: round 148)."""
+_HTTP_CLIENTS = frozenset({"curl", "wget", "http", "https", "xh"})
+"""Programs whose header words carry a secret to a server."""
+_NETWORK_CLIENTS = _HTTP_CLIENTS | frozenset(
+    {"git", "gh", "glab", "pip", "pip3", "twine", "docker", "podman", "helm", "kubectl", "aws",
+     "gcloud", "gsutil", "az", "psql", "mysql", "mongosh", "redis-cli", "rsync", "scp", "sftp",
+     "svn", "openai", "huggingface-cli"}
+)  # fmt: skip
+"""Programs that take a secret to send it somewhere, in URLs or their environment, and run
+none of it."""
+_INERT = frozenset(
+    {"", "export", "declare", "typeset", "readonly", "local", "unset", "cd", "true", "false",
+     ":", "echo"}
+)  # fmt: skip
+"""Builtins a line with a masked assignment may hold besides network clients: none runs code,
+reads the environment or a variable it is not named (an option, `-n` or `-p`, is refused)."""
 _ASSIGNING = frozenset({"export", "declare", "typeset", "local", "readonly", "env"})
 """Programs whose NAME=value arguments are assignments."""
 _RUNNERS = frozenset(
@@ -45,24 +79,34 @@ _RUNNERS = frozenset(
      "python", "python3", "perl", "ruby", "node", "php", "lua", "awk", "gawk", "xargs"}
 )  # fmt: skip
 """Programs that run what their words name or hold: none of their words is masked."""
-_CARRIER = re.compile(
-    r"(?:--token|--password|--passwd|--api-key|--apikey|--secret|--client-secret)="
-    r"|(?:authorization|x-api-key|api-key|x-auth-token|private-token):"
-    r"|[a-z][a-z0-9+.-]*://",
+_OPTION_CARRIER = re.compile(
+    r"(?:--token|--password|--passwd|--api-key|--apikey|--secret|--client-secret)=",
     re.ASCII | re.IGNORECASE,
 )
+_HEADER_CARRIER = re.compile(
+    r"(?:authorization|x-api-key|api-key|x-auth-token|private-token):", re.ASCII | re.IGNORECASE
+)
+_URL_CARRIER = re.compile(r"[a-z][a-z0-9+.-]+://", re.ASCII | re.IGNORECASE)
 """How a word that carries a secret after a fixed start begins (an option's value, a header,
 a URL's credentials): the start stays when the secret is masked."""
 
 
-def hide_in_command(command: str, hide: Callable[[str], str], masked: str) -> str:
+def hide_in_command(
+    command: str, hide: Callable[[str], str], masked: str, parse: Parser | None = None
+) -> str:
     """`command` with `hide` applied where it only hides secrets the command carries (`masked`:
-    what a hidden secret reads as); else the command whole."""
+    what a hidden secret reads as); else the command whole. `parse`: a bounded parser (from a
+    worker thread); without one, a line over ON_LOOP_CHARS is logged whole."""
     shown = hide(command)
     if shown == command:
         return command
-    in_words = _secrets_hidden(parse_command(command), parse_command(shown), masked)
-    if in_words is None:
+    if parse is None:
+        if len(command) > ON_LOOP_CHARS:
+            return command
+        parse = parse_command
+    line = parse(command)
+    in_words = _secrets_hidden(line, parse(shown), masked)
+    if in_words is None or not _values_stay_data(line, shown, masked):
         return command
     # Every mask is one a check accounted for: in a word of a command, or the value of a
     # secret's assignment where a command starts (one standing alone, or before a command
@@ -169,13 +213,57 @@ def _secret_word(command: SimpleCommand, index: int, shown: str, masked: str) ->
     word, previous = command.argv[index], command.argv[index - 1].lower()
     if previous in _SECRET_OPTIONS:
         return shown == masked
-    if previous in _USER_OPTIONS:
+    if previous in _USER_OPTIONS and command.name == "curl":
         user = word.split(":", 1)[0]
         return ":" in word and shown == f"{user}:{masked}"
     if _ASSIGNMENT.match(word):
         return command.name in _ASSIGNING and _secret_assignment(word, shown, masked)
-    start = _CARRIER.match(word)
-    return start is not None and shown.startswith(start.group(0)) and masked in shown
+    start = _carrier(command, word)
+    return start is not None and shown.startswith(start) and masked in shown
+
+
+def _carrier(command: SimpleCommand, word: str) -> str | None:
+    """The fixed start of `word` after which `command` takes a secret (an option's value, a
+    network client's header or URL credentials), or None."""
+    found = _OPTION_CARRIER.match(word)
+    if found is None and command.name in _HTTP_CLIENTS:
+        found = _HEADER_CARRIER.match(word)
+    if found is None and command.name in _NETWORK_CLIENTS:
+        found = _URL_CARRIER.match(word)
+    return None if found is None else found.group(0)
+
+
+def _values_stay_data(line: ParsedCommand, shown: str, masked: str) -> bool:
+    """Whether every variable `shown` gives a masked value is one no program of `line` runs or
+    takes as an argument: the line's programs are network clients or inert builtins (no
+    option to an assigning one, no wrapper but a plain `env`, no indirection), and the variable
+    is named nowhere else but in such a client's header or URL (`$NAME` there)."""
+    assigned = Counter(
+        found.group(1)
+        for found in re.finditer(rf"(?<![\w-])([A-Za-z_]\w*)={re.escape(masked)}", shown, re.ASCII)
+    )
+    if not assigned:
+        return True
+    if "${!" in shown:
+        return False
+    for command in line.simple_commands:
+        if command.dynamic or command.name not in _NETWORK_CLIENTS | _INERT:
+            return False
+        if any(wrapper != "env" for wrapper in command.wrappers):
+            return False
+        if command.name in _ASSIGNING and any(w.startswith("-") for w in command.argv[1:]):
+            return False
+    for name, count in assigned.items():
+        named = len(re.findall(rf"(?<!\w){name}(?!\w)", shown, re.ASCII))
+        carried = sum(
+            len(re.findall(rf"\$(?:{name}(?!\w)|\{{{name}\}})", word, re.ASCII))
+            for command in line.simple_commands
+            for word in command.argv[1:]
+            if _carrier(command, word) is not None and not _OPTION_CARRIER.match(word)
+        )
+        if named != count + carried:
+            return False
+    return True
 
 
 def _secret_assignment(word: str, shown: str, masked: str) -> bool:

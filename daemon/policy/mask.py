@@ -19,12 +19,13 @@ so what is logged stays bounded however many values the input holds.
 from __future__ import annotations
 
 import hashlib
+import itertools
 import re
 from dataclasses import dataclass, field
 from typing import Any
 
 from daemon.errors import TooljailError
-from daemon.policy.command_mask import hide_in_command
+from daemon.policy.command_mask import Parser, hide_in_command
 
 MASKED = "***masked***"
 MAX_FIELD_CHARS = 8192
@@ -95,11 +96,14 @@ class AuditMask:
                 )
         return cls(frozenset(fields), tuple(compiled))
 
-    def apply(self, value: Any, *, paths: frozenset[str] = frozenset()) -> Any:
+    def apply(
+        self, value: Any, *, paths: frozenset[str] = frozenset(), parse: Parser | None = None
+    ) -> Any:
         """`value` with masked fields replaced and secrets in its texts (keys included) hidden,
         at any depth, every text bounded (see the module's docstring). `paths`: top-level
-        fields of `value` shown like PATH_FIELDS (the files a tool touches)."""
-        return _Masking(self).value(value, PATH_FIELDS | paths)
+        fields of `value` shown like PATH_FIELDS (the files a tool touches). `parse`: a bounded
+        Bash parser, given in a worker thread (see daemon.policy.command_mask)."""
+        return _Masking(self, parse).value(value, PATH_FIELDS | paths)
 
     def hide_secrets(self, text: str) -> str:
         """The text with every pattern's secret replaced."""
@@ -118,8 +122,9 @@ class AuditMask:
 class _Masking:
     """One `apply`: the scan budget it has left."""
 
-    def __init__(self, mask: AuditMask) -> None:
+    def __init__(self, mask: AuditMask, parse: Parser | None) -> None:
         self._mask = mask
+        self._parse = parse
         self._budget = MAX_SCANNED_CHARS
 
     def value(self, value: Any, paths: frozenset[str] = PATH_FIELDS) -> Any:
@@ -130,7 +135,15 @@ class _Masking:
                 return _not_logged(value)
             self._budget -= 8  # even an empty one: a million `{}` must not be logged whole
             masked: dict[str, Any] = {}
-            for index, (key, item) in enumerate(value.items()):
+            # What a tool runs or touches first: a long field before it must not spend the
+            # budget it is shown with (attacker round 148 hid `rm -rf` behind a description).
+            first = [
+                k for k in (*WHOLE_FIELD_CHARS, *sorted(paths)) if isinstance(value.get(k), str)
+            ]
+            ordered = itertools.chain(
+                ((k, value[k]) for k in first), (i for i in value.items() if i[0] not in first)
+            )
+            for index, (key, item) in enumerate(ordered):
                 if self._budget <= 0:
                     masked["…"] = f"[{len(value) - index} more keys not logged]"
                     break
@@ -172,7 +185,7 @@ class _Masking:
         if not (hide and self._mask.patterns):
             shown = kept
         elif command:  # masked only where it carries a secret (daemon.policy.command_mask)
-            shown = hide_in_command(kept, self._mask.hide_secrets, MASKED)
+            shown = hide_in_command(kept, self._mask.hide_secrets, MASKED, self._parse)
         else:
             shown = self._mask.hide_secrets(kept)
         return shown if kept is text else _described(text, shown)

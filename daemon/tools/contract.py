@@ -16,9 +16,9 @@ from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, ClassVar, Generic, Literal, TypeVar
+from typing import TYPE_CHECKING, Annotated, Any, ClassVar, Generic, Literal, TypeVar
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import AfterValidator, BaseModel, ConfigDict
 
 from daemon.errors import ToolError
 from daemon.host.confine import is_inside
@@ -82,6 +82,26 @@ class ToolOrigin:
     """The MCP server's configured name (mcp only)."""
     trusted: bool = True
     """Whether the tool's own claims (an MCP server's annotations) were believed."""
+
+
+PATH_MAX_CHARS = 4096
+"""The longest path a tool input may name (the kernel's PATH_MAX): the daemon normalises a path
+before it opens it, and a longer one (`/.` repeated) named a file the audit could not show
+(attacker round 148)."""
+
+
+def _within_path_max(path: str) -> str:
+    if len(path) > PATH_MAX_CHARS:
+        raise ValueError(
+            f"a path is at most {PATH_MAX_CHARS} characters, and this one has {len(path)}: "
+            "name the file by its plain absolute path"
+        )
+    return path
+
+
+ToolPath = Annotated[str, AfterValidator(_within_path_max)]
+"""A path field of a tool input (checked after parsing, so the advertised schema stays one
+strict tool use accepts)."""
 
 
 class ToolInput(BaseModel):

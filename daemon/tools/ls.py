@@ -31,6 +31,7 @@ from daemon.tools.contract import (
     Tool,
     ToolInput,
     ToolOutput,
+    ToolPath,
     ToolTraits,
     TouchedPath,
 )
@@ -66,7 +67,9 @@ NOT_EXPANDED = frozenset(
 class LsInput(ToolInput):
     """Input of LS."""
 
-    path: str = Field(description="The directory to list: an absolute path inside the workspace.")
+    path: ToolPath = Field(
+        description="The directory to list: an absolute path inside the workspace.",
+    )
     ignore: list[str] | None = Field(
         default=None,
         description='Glob patterns of entries to leave out, e.g. ["*.pyc", "build"], each matched '

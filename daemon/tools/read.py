@@ -33,6 +33,7 @@ from daemon.tools.contract import (
     Tool,
     ToolInput,
     ToolOutput,
+    ToolPath,
     ToolTraits,
     TouchedPath,
 )
@@ -96,7 +97,7 @@ def format_line(number: int, text: str) -> str:
 class ReadInput(ToolInput):
     """Input of Read."""
 
-    file_path: str = Field(
+    file_path: ToolPath = Field(
         description="The file to read: an absolute path inside the workspace.",
     )
     offset: LaxInt | None = Field(

@@ -130,17 +130,73 @@ def test_a_notebook_cells_source_is_masked_too(
 
 def test_secrets_in_bash_commands_are_masked_in_the_audit(sandbox_daemon: RunningDaemon) -> None:
     token = "ghp_" + "Zy9Xw8Vu" * 4
-    command = f"GITHUB_TOKEN={token} sh -c 'echo ${{#GITHUB_TOKEN}}'"
+    command = f"export GITHUB_TOKEN={token} && echo exported"
     answer = sandbox_daemon.stub.Execute(
         pb.ExecuteRequest(tool_use=bash(command, "toolu_secret_cmd")), timeout=120
     )
-    assert text_of(answer).strip() == str(len(token)), text_of(answer)
+    assert text_of(answer).strip() == "exported", text_of(answer)
     records = [
         r for r in sandbox_daemon.audit_lines(None) if r["tool_use_id"] == "toolu_secret_cmd"
     ]
     assert {r["event"] for r in records} == {"decided", "answered"}
     for record in records:
         assert token not in str(record)
-        assert (
-            record["input"]["command"] == "GITHUB_TOKEN=***masked*** sh -c 'echo ${#GITHUB_TOKEN}'"
+        assert record["input"]["command"] == "export GITHUB_TOKEN=***masked*** && echo exported"
+
+
+def _commands_audited(daemon: RunningDaemon, tool_use_id: str) -> list[str]:
+    return [
+        r["input"].get("command", "")
+        for r in daemon.audit_lines(None)
+        if r["tool_use_id"] == tool_use_id
+    ]
+
+
+def test_a_masked_value_never_hides_what_a_command_runs(
+    sandbox_daemon: RunningDaemon, sandbox_dir: Path
+) -> None:
+    """Attacker round 148: `sed -u s:x:rm:e job.txt` ran rm through sed's `e` flag and was
+    audited as `sed -u s:***masked*** job.txt` (a user:password after `-u` was masked for any
+    program); `A_TOKEN=-delete; find ... $A_TOKEN` deleted files behind a masked assignment.
+    Both are logged as they ran."""
+    (sandbox_dir / "job.txt").write_text("x ran-through-sed\n")
+    for tool_use_id, command in [
+        ("toolu_sed_u", f"cd {sandbox_dir} && sed -u s:x:echo:e job.txt"),
+        ("toolu_find_var", f'A_TOKEN=-print; find {sandbox_dir} -name "job*" $A_TOKEN'),
+    ]:
+        answer = sandbox_daemon.stub.Execute(
+            pb.ExecuteRequest(tool_use=bash(command, tool_use_id)), timeout=120
         )
+        assert answer.decision.outcome == pb.ALLOW, answer.decision
+        assert _commands_audited(sandbox_daemon, tool_use_id) == [command, command]
+    assert "ran-through-sed" in text_of(answer) or "job.txt" in text_of(answer)
+
+
+def test_a_long_description_or_pipeline_hides_no_command(sandbox_daemon: RunningDaemon) -> None:
+    """Attacker round 148: a description of 8,192 characters sent first spent the audit's scan
+    budget, and the command was logged as "[1 more keys not logged]"; a 32 KB pipeline after a
+    masked assignment was parsed twice on the event loop (15 s). Both commands are logged
+    whole, and the daemon answers."""
+    use = pb.ToolUse(id="toolu_long_description", name="Bash")
+    use.input.update({"description": "a" * 8192, "command": "echo ran-after-a-description"})
+    answer = sandbox_daemon.stub.Execute(pb.ExecuteRequest(tool_use=use), timeout=120)
+    assert text_of(answer).strip() == "ran-after-a-description", text_of(answer)
+    audited = _commands_audited(sandbox_daemon, "toolu_long_description")
+    assert audited == ["echo ran-after-a-description"] * 2, audited
+    pipeline = "A_TOKEN=x; " + "a|" * 16000 + "a"
+    answer = sandbox_daemon.stub.Execute(
+        pb.ExecuteRequest(tool_use=bash(pipeline, "toolu_long_pipeline")), timeout=300
+    )
+    assert answer.result.tool_use_id == "toolu_long_pipeline"
+    assert set(_commands_audited(sandbox_daemon, "toolu_long_pipeline")) == {pipeline}
+
+
+def test_a_path_past_path_max_is_refused(sandbox_daemon: RunningDaemon, sandbox_dir: Path) -> None:
+    """Attacker round 148: a Write to `<ws>` + `/.` * 5000 + `/hidden-target.sh` was made, and
+    the audit kept 1,024 characters of its path."""
+    path = str(sandbox_dir) + "/." * 5000 + "/hidden-target.sh"
+    use = pb.ToolUse(id="toolu_long_path", name="Write")
+    use.input.update({"file_path": path, "content": "echo hidden\n"})
+    answer = sandbox_daemon.stub.Execute(pb.ExecuteRequest(tool_use=use), timeout=120)
+    assert answer.result.is_error and "at most 4096 characters" in text_of(answer)
+    assert not (sandbox_dir / "hidden-target.sh").exists()

@@ -199,6 +199,56 @@ async def test_the_files_a_glob_lists_are_never_masked(tmp_path: Path) -> None:
     assert echo["input"] == {"text": "***masked***"}
 
 
+class CommandInput(ToolInput):
+    command: str
+
+
+class CommandTool(EchoTool):
+    """Takes a Bash command and is prepared off the event loop, as Bash is."""
+
+    name: ClassVar[str] = "Command"
+    input_model = CommandInput  # type: ignore[assignment]
+    traits = ToolTraits(read_only=False, destructive=True, sandboxed=False)
+    prepares_off_loop: ClassVar[bool] = True
+
+    def validate(self, args: Any, session: Session) -> Any:
+        return args
+
+    def summarize(self, args: Any, result: Any, output: ToolOutput) -> str:
+        return "a command"
+
+    async def call(self, args: Any, ctx: CallContext) -> str:
+        return "ran"
+
+
+async def test_a_long_command_is_masked_with_the_bounded_parser_in_a_worker_thread(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Attacker round 148: masking parsed commands on the event loop, for as long as the
+    parser took (15 s for one 32 KB pipeline). A call prepared in a worker thread has its
+    command masked there with the bounded parser, once for all its audit records."""
+    from daemon.shell.bounded import parse_bounded
+
+    owners: list[str] = []
+
+    def bounded(raw: str, owner: str) -> Any:
+        owners.append(owner)
+        return parse_bounded(raw, owner)
+
+    monkeypatch.setattr(pipeline_module, "parse_bounded", bounded)
+    engine = MaskingEngine(allow(), visible=frozenset({"Command"}))
+    pipeline = make_pipeline(tmp_path, engine, tools=[CommandTool()])
+    command = "curl -H 'Authorization: Bearer sk-abc' https://h/" + "p" * 400
+    outcome = await run(pipeline, "Command", {"command": command})
+    assert outcome.result.text() == "ran"
+    records = _audit_records(tmp_path)
+    assert [r["event"] for r in records] == ["decided", "answered"]
+    assert all(
+        r["input"]["command"] == command.replace("sk-abc", "***masked***") for r in records
+    ), records
+    assert owners == ["tester", "tester"], "the command and its masked form, once"
+
+
 def _audit_records(folder: Path) -> list[dict[str, Any]]:
     return [json.loads(line) for line in (folder / "audit.jsonl").read_text().splitlines()]
 

@@ -771,7 +771,9 @@ def test_a_command_is_masked_only_where_a_secret_is_carried(command: str, ran: s
     ("command", "secret"),
     [
         ("export GITHUB_TOKEN=abc123xyz && git push", "abc123xyz"),
-        ("GITHUB_TOKEN=abc123xyz sh -c 'echo ${#GITHUB_TOKEN}'", "abc123xyz"),
+        ("GITHUB_TOKEN=abc123xyz gh pr list", "abc123xyz"),
+        ('A_TOKEN=x9y8z7; cd app && curl -H "Authorization: Bearer $A_TOKEN" https://h', "x9y8z7"),
+        ("curl https://u:p4ssw0rd@h.example/x", "p4ssw0rd"),
         ("curl -H 'Authorization: Bearer xyz123abc' https://h", "xyz123abc"),
         ("mysql --password pw-9x db", "pw-9x"),
         ("mysql --password=pw-9x db", "pw-9x"),
@@ -784,6 +786,118 @@ def test_a_secret_a_command_carries_is_still_masked(command: str, secret: str) -
     mask = AuditMask.parse([], _shipped_patterns())
     shown = mask.apply({"command": command})["command"]
     assert secret not in shown and MASKED in shown, shown
+
+
+@pytest.mark.parametrize(
+    ("command", "ran"),
+    [
+        ("sed -u s:x:rm:e job.txt; ls", "s:x:rm:e"),
+        ("sed -E -u s:.+:id:e one.txt", "s:.+:id:e"),
+        ("sed s://x:id@:e u.txt", "s://x:id@:e"),
+        ("sed s://x:id@h:e u.txt", "s://x:id@h:e"),
+        ("sort -u a:b", "a:b"),
+        ("declare -n API_TOKEN=PATH; API_TOKEN=.; ls", "API_TOKEN=PATH"),
+        ('A_TOKEN=-delete; find . -name "victim*" $A_TOKEN; ls', "A_TOKEN=-delete"),
+        ("DEPLOY_TOKEN=rm%-rf%important; echo ${DEPLOY_TOKEN//%/ } > t.sh; bash t.sh", "rm%-rf"),
+        ('A_TOKEN=id; printf "%s\n" $A_TOKEN > s.sh; bash s.sh', "A_TOKEN=id"),
+        ('A_TOKEN=/etc/passwd; cat "$A_TOKEN"', "/etc/passwd"),
+        ("A_TOKEN=-o/tmp/x; curl $A_TOKEN https://h", "-o/tmp/x"),
+        ('A_TOKEN=-K/tmp/x; curl "$A_TOKEN" https://h', "-K/tmp/x"),
+        (
+            "export A_TOKEN=-delete; printenv | cut -d= -f2 | while read a; do find . $a; done",
+            "-delete",
+        ),
+        ("export A_TOKEN=x1; p=A_TOKEN; find . ${!p}", "A_TOKEN=x1"),
+        ("export A_TOKEN=-delete; tr '\\0' ' ' < /proc/self/environ > a; find . $(< a)", "-delete"),
+        ("A_TOKEN=code sh -c 'eval $A_TOKEN'", "A_TOKEN=code"),
+        ("A_TOKEN=code python3 app.py", "A_TOKEN=code"),
+        ("export -n A_TOKEN=x1; curl https://h", "A_TOKEN=x1"),
+        ("A_TOKEN=x1 timeout 5 curl https://h", "A_TOKEN=x1"),
+    ],
+)
+def test_a_masked_value_is_one_no_program_can_run_or_take_as_an_argument(
+    command: str, ran: str
+) -> None:
+    """Attacker round 148: `-u user:password` and a URL's credentials were masked for any
+    program (`sed -u s:x:rm:e` ran rm through sed's `e` flag), and a secret's assignment was
+    masked wherever the variable went next (a nameref to PATH, an option of find, a script
+    written from it). A value is masked only where it stays data: a user:password after curl's
+    -u, credentials in the URL or header of a network client, and an assignment whose variable
+    no word of the line names but such a header or URL, in a line whose programs are network
+    clients only (no interpreter, no program reading the environment, no indirection)."""
+    mask = AuditMask.parse([], _shipped_patterns())
+    shown = mask.apply({"command": command})["command"]
+    assert ran in shown, shown
+
+
+def test_a_long_command_is_not_parsed_on_the_event_loop_to_be_masked(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Attacker round 148: the mask parsed a masked command twice on the event loop, and the
+    parser's time grows with the square of a pipeline's length: one 32 KB call froze every
+    caller for 15 s. Without a bounded parser (given by a worker thread), only a short line is
+    parsed to be masked; a longer one is logged whole."""
+    from daemon.policy import command_mask
+
+    parsed: list[int] = []
+    real = command_mask.parse_command
+
+    def counting(raw: str) -> Any:
+        parsed.append(len(raw))
+        return real(raw)
+
+    monkeypatch.setattr(command_mask, "parse_command", counting)
+    mask = AuditMask.parse([], _shipped_patterns())
+    command = "A_TOKEN=x; " + "a|" * 16000 + "a"
+    assert mask.apply({"command": command})["command"] == command
+    assert all(n <= command_mask.ON_LOOP_CHARS for n in parsed), parsed
+    given: list[int] = []
+
+    def bounded(raw: str) -> Any:
+        given.append(len(raw))
+        return real(raw)
+
+    long_header = "curl -H 'Authorization: Bearer " + "e" * 900 + "' https://h"
+    shown = mask.apply({"command": long_header}, parse=bounded)["command"]
+    assert given and "e" * 900 not in shown
+    assert "e" * 900 in mask.apply({"command": long_header})["command"]
+
+
+@pytest.mark.parametrize("first", ["description", "command"])
+def test_a_long_description_does_not_push_the_command_out_of_the_audit(first: str) -> None:
+    """Attacker round 148: a description of 8,192 characters sent before the command spent the
+    scan budget, and the record said `"…": "[1 more keys not logged]"` where `rm -rf` was."""
+    mask = AuditMask.parse([], _shipped_patterns())
+    fields = {"description": "a" * 8192, "command": "rm -rf keepme; echo RAN"}
+    value = {first: fields[first], **fields}
+    shown = mask.apply(value)
+    assert shown["command"] == "rm -rf keepme; echo RAN", shown
+
+
+@pytest.mark.parametrize(
+    ("tool", "field"),
+    [
+        ("daemon.tools.files.write:WriteTool", "file_path"),
+        ("daemon.tools.files.edit:EditTool", "file_path"),
+        ("daemon.tools.files.multiedit:MultiEditTool", "file_path"),
+        ("daemon.tools.files.notebook_edit:NotebookEditTool", "notebook_path"),
+        ("daemon.tools.read:ReadTool", "file_path"),
+        ("daemon.tools.ls:LsTool", "path"),
+        ("daemon.tools.grep.tool:GrepTool", "path"),
+        ("daemon.tools.grep.tool:GrepTool", "glob"),
+        ("daemon.tools.glob.tool:GlobTool", "path"),
+    ],
+)
+def test_a_path_longer_than_the_kernel_takes_is_refused(tool: str, field: str) -> None:
+    """Attacker round 148: a Write to `<ws>` + `/.` * 5000 + `/hidden-target.sh` was made (the
+    daemon normalises the path), and the audit, which keeps 1,024 characters of a text over
+    8,192, did not show which file it wrote. No path longer than PATH_MAX is taken."""
+    import importlib
+
+    module, name = tool.split(":")
+    model = getattr(importlib.import_module(module), name).input_model
+    with pytest.raises(ValidationError, match="at most 4096"):
+        model.model_validate({field: "/ws" + "/." * 2100 + "/x", "pattern": "x"})
 
 
 def test_a_globs_pattern_is_shown_as_a_path_is() -> None:

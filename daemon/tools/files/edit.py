@@ -11,7 +11,15 @@ from pydantic import Field
 
 from daemon.errors import ToolError, ToolInputError
 from daemon.sessions.session import Session
-from daemon.tools.contract import CallContext, CallFacts, Tool, ToolInput, ToolOutput, ToolTraits
+from daemon.tools.contract import (
+    CallContext,
+    CallFacts,
+    Tool,
+    ToolInput,
+    ToolOutput,
+    ToolPath,
+    ToolTraits,
+)
 from daemon.tools.files.change import (
     FILE_PATH_DESCRIPTION,
     FILE_TOOL_TRAITS,
@@ -60,7 +68,7 @@ def file_missing(path: Path) -> ToolError:
 class EditInput(ToolInput):
     """Input of Edit."""
 
-    file_path: str = Field(description=FILE_PATH_DESCRIPTION)
+    file_path: ToolPath = Field(description=FILE_PATH_DESCRIPTION)
     old_string: str = Field(description=OLD_STRING_DESCRIPTION)
     new_string: str = Field(description=NEW_STRING_DESCRIPTION)
     replace_all: bool = Field(default=False, description=REPLACE_ALL_DESCRIPTION)

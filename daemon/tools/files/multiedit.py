@@ -10,7 +10,15 @@ from pydantic import Field
 
 from daemon.errors import ToolInputError
 from daemon.sessions.session import Session
-from daemon.tools.contract import CallContext, CallFacts, Tool, ToolInput, ToolOutput, ToolTraits
+from daemon.tools.contract import (
+    CallContext,
+    CallFacts,
+    Tool,
+    ToolInput,
+    ToolOutput,
+    ToolPath,
+    ToolTraits,
+)
 from daemon.tools.files.change import (
     FILE_PATH_DESCRIPTION,
     FILE_TOOL_TRAITS,
@@ -51,7 +59,7 @@ class EditOperation(ToolInput):
 class MultiEditInput(ToolInput):
     """Input of MultiEdit."""
 
-    file_path: str = Field(description=FILE_PATH_DESCRIPTION)
+    file_path: ToolPath = Field(description=FILE_PATH_DESCRIPTION)
     edits: list[EditOperation] = Field(
         min_length=1,
         description="The replacements (at least one), applied in this order; each one sees the "

@@ -19,7 +19,15 @@ from pydantic import Field
 
 from daemon.errors import ToolError, ToolInputError
 from daemon.sessions.session import Session
-from daemon.tools.contract import CallContext, CallFacts, Tool, ToolInput, ToolOutput, ToolTraits
+from daemon.tools.contract import (
+    CallContext,
+    CallFacts,
+    Tool,
+    ToolInput,
+    ToolOutput,
+    ToolPath,
+    ToolTraits,
+)
 from daemon.tools.files.change import (
     FILE_TOOL_TRAITS,
     FileChange,
@@ -40,8 +48,8 @@ EditMode = Literal["replace", "insert", "delete"]
 class NotebookEditInput(ToolInput):
     """Input of NotebookEdit."""
 
-    notebook_path: str = Field(
-        description="The notebook to change: an absolute path to a .ipynb file in the workspace."
+    notebook_path: ToolPath = Field(
+        description="The notebook to change: an absolute path to a .ipynb file in the workspace.",
     )
     cell_id: str | None = Field(
         default=None,

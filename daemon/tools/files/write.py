@@ -8,7 +8,15 @@ from pydantic import Field
 
 from daemon.errors import ToolError
 from daemon.sessions.session import Session
-from daemon.tools.contract import CallContext, CallFacts, Tool, ToolInput, ToolOutput, ToolTraits
+from daemon.tools.contract import (
+    CallContext,
+    CallFacts,
+    Tool,
+    ToolInput,
+    ToolOutput,
+    ToolPath,
+    ToolTraits,
+)
 from daemon.tools.files.change import (
     FILE_TOOL_TRAITS,
     MAX_FILE_MB,
@@ -27,8 +35,8 @@ from daemon.tools.summaries import count_lines, failed, plural
 class WriteInput(ToolInput):
     """Input of Write."""
 
-    file_path: str = Field(
-        description="The file to create or overwrite: an absolute path inside the workspace."
+    file_path: ToolPath = Field(
+        description="The file to create or overwrite: an absolute path inside the workspace.",
     )
     content: str = Field(description="The complete new content of the file (replaces all of it).")
 

@@ -24,6 +24,7 @@ from daemon.tools.contract import (
     Tool,
     ToolInput,
     ToolOutput,
+    ToolPath,
     ToolTraits,
     TouchedPath,
 )
@@ -60,7 +61,7 @@ class GlobInput(ToolInput):
         description='Glob pattern matched against file paths relative to path, e.g. "**/*.py" or '
         '"src/**/*.{ts,tsx}".',
     )
-    path: str | None = Field(
+    path: ToolPath | None = Field(
         default=None,
         description="The directory to search: an absolute path inside the workspace. Omit the "
         'field to search the whole workspace (do not send "null" or "undefined").',

@@ -14,7 +14,7 @@ from pydantic import ConfigDict, Field
 
 from daemon.errors import ToolInputError
 from daemon.host.landlock import Confined
-from daemon.tools.contract import ToolInput
+from daemon.tools.contract import ToolInput, ToolPath
 from daemon.tools.schema import LaxInt
 
 DEFAULT_HEAD_LIMIT = 250
@@ -37,12 +37,12 @@ class GrepInput(ToolInput):
         description="Regular expression to search for (Rust regex syntax, as ripgrep). Escape "
         r"literal characters such as ( ) [ ] { } . * + ? | with a backslash, e.g. 'interface\{\}'.",
     )
-    path: str | None = Field(
+    path: ToolPath | None = Field(
         default=None,
         description="The file or directory to search: an absolute path inside the workspace. "
         'Omit the field to search the whole workspace (do not send "null" or "undefined").',
     )
-    glob: str | None = Field(
+    glob: ToolPath | None = Field(
         default=None,
         description='Only search files whose path matches this glob, e.g. "*.py" or '
         '"src/**/*.{ts,tsx}".',
