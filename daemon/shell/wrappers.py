@@ -134,6 +134,67 @@ def _simple(opts: _Opts, operands_before_command: int = 0) -> _Peeler:
     return peel
 
 
+def _program_or_shell(opts: _Opts, operands_before_command: int = 0) -> _Peeler:
+    """A wrapper that starts a shell when no program follows (`chroot /`, `unshare -r`): the
+    shell reads its commands from standard input, which a heredoc may feed."""
+
+    def peel(words: tuple[Word, ...]) -> _Peel | None:
+        i = _skip_options(words, 1, opts) + operands_before_command
+        return _Peel(words[i:]) if i < len(words) else _Peel((), stdin_shell=True)
+
+    return peel
+
+
+def _unless_given_a_process(opts: _Opts, operands_before_command: int = 0) -> _Peeler:
+    """A wrapper whose `-p PID` form changes a running process and runs nothing."""
+    simple = _simple(opts, operands_before_command)
+
+    def peel(words: tuple[Word, ...]) -> _Peel | None:
+        end = _skip_options(words, 1, opts)
+        options = [w.text for w in words[1:end] if not w.text.startswith("--")]
+        if any("p" in o for o in options) or any(w.text.startswith("--pid") for w in words[1:end]):
+            return None
+        return simple(words)
+
+    return peel
+
+
+def _setarch(words: tuple[Word, ...]) -> _Peel | None:
+    """setarch ARCH [options] [program [args]], or one of its links named after an
+    architecture (`linux32 [options] [program]`); no program: a shell."""
+    start = 2 if basename(words[0].text) == "setarch" else 1
+    if start == 2 and (len(words) < 2 or words[1].text.startswith("-")):
+        return None  # --list, --help: nothing runs
+    i = _skip_options(words, start, _NO_OPTS)
+    return _Peel(words[i:]) if i < len(words) else _Peel((), stdin_shell=True)
+
+
+def _flock(words: tuple[Word, ...]) -> _Peel | None:
+    """flock [options] FILE program [args]; `flock FILE -c STRING` runs STRING through a shell
+    (`deferred_scripts`), `flock FD` runs nothing."""
+    i = _skip_options(words, 1, _FLOCK_OPTS) + 1
+    if i >= len(words) or any(w.text.startswith(("-c", "--command")) for w in words[1:i]):
+        return None
+    if words[i].text.startswith(("-c", "--command", "--co")):
+        return None
+    return _Peel(words[i:])
+
+
+_FLOCK_OPTS = _Opts(
+    short_arg="Ewc", long_arg=frozenset({"conflict-exit-code", "timeout", "wait", "command"})
+)
+
+
+def _runcon(words: tuple[Word, ...]) -> _Peel | None:
+    """runcon CONTEXT program [args], or runcon [-c] [-u U] [-r R] [-t T] [-l L] program."""
+    i = _skip_options(words, 1, _RUNCON_OPTS)
+    i += 1 if i == 1 else 0  # no option: the first operand is the context
+    return _Peel(words[i:]) if i < len(words) else None
+
+
+_RUNCON_OPTS = _Opts(short_arg="urtl", long_arg=frozenset({"user", "role", "type", "range"}))
+
+
 def _sudo_like(opts: _Opts) -> _Peeler:
     def peel(words: tuple[Word, ...]) -> _Peel | None:
         i, assignments = _take_assignments(words, _skip_options(words, 1, opts))
@@ -265,6 +326,8 @@ def _shell(words: tuple[Word, ...]) -> _Peel | None:
 
 
 _NO_OPTS = _Opts()
+_ARCHITECTURES = ("linux32", "linux64", "i386", "i686", "x86_64", "uname26", "arm64", "aarch64")
+"""setarch's links, named after the architecture they set."""
 
 PEELERS: dict[str, _Peeler] = {
     "sudo": _sudo_like(
@@ -325,6 +388,93 @@ PEELERS: dict[str, _Peeler] = {
         _Opts(short_arg="cnpPu", long_arg=frozenset({"class", "classdata", "pid", "pgid", "uid"}))
     ),
     "busybox": _simple(_NO_OPTS),
+    # util-linux and the like (attacker round 149: `setarch x86_64 mount ...`, `prlimit
+    # --nofile=64 rm -rf <ws>/*`, `flock /tmp/lk rm ...` were judged as the wrapper alone).
+    **dict.fromkeys(("setarch", *_ARCHITECTURES), _setarch),
+    "taskset": _unless_given_a_process(
+        _Opts(long_flag=frozenset({"all-tasks", "cpu-list"})), operands_before_command=1
+    ),
+    "prlimit": _unless_given_a_process(
+        _Opts(
+            short_arg="po",
+            short_optional="cdefilmnqrstuvxy",
+            long_arg=frozenset({"pid", "output"}),
+            long_flag=frozenset({"noheadings", "raw", "verbose", "help", "version"}),
+        )
+    ),
+    "flock": _flock,
+    "chrt": _unless_given_a_process(
+        _Opts(
+            short_arg="TPD",
+            long_arg=frozenset({"sched-runtime", "sched-period", "sched-deadline"}),
+        ),
+        operands_before_command=1,
+    ),
+    "setpriv": _simple(
+        _Opts(
+            long_arg=frozenset(
+                {"reuid", "regid", "ruid", "euid", "rgid", "egid", "groups", "inh-caps"}
+                | {"ambient-caps", "bounding-set", "securebits", "pdeathsig", "selinux-label"}
+                | {"apparmor-profile", "landlock-access", "landlock-rule", "seccomp-filter"}
+            )
+        )
+    ),
+    "choom": _unless_given_a_process(_Opts(short_arg="n", long_arg=frozenset({"adjust"}))),
+    "uclampset": _unless_given_a_process(_Opts(short_arg="mM")),
+    "runcon": _runcon,
+    "chroot": _program_or_shell(
+        _Opts(long_arg=frozenset({"groups", "userspec"})), operands_before_command=1
+    ),
+    "unshare": _program_or_shell(
+        _Opts(
+            short_arg="SGRw",
+            long_arg=frozenset(
+                {"propagation", "setgroups", "map-user", "map-group", "map-users"}
+                | {"map-groups", "root", "wd", "setuid", "setgid", "monotonic", "boottime"}
+            ),
+        )
+    ),
+    "nsenter": _program_or_shell(
+        _Opts(
+            short_arg="tSG",
+            short_optional="mupniUCTrw",
+            long_arg=frozenset({"target", "setuid", "setgid"}),
+        )
+    ),
+    "strace": _unless_given_a_process(
+        _Opts(
+            short_arg="eoPsuEabIOSX",
+            long_arg=frozenset({"output", "user", "env", "trace", "signal", "string-limit"}),
+        )
+    ),
+    "ltrace": _unless_given_a_process(
+        _Opts(short_arg="eoauAnsDlELxF", long_arg=frozenset({"output", "library", "align"}))
+    ),
+    "fakeroot": _program_or_shell(_Opts(short_arg="lisb", long_arg=frozenset({"lib", "faked"}))),
+    "faketime": _simple(_Opts(short_arg="f"), operands_before_command=1),
+    "eatmydata": _simple(_NO_OPTS),
+    "numactl": _simple(
+        _Opts(
+            short_arg="imnNpCP",
+            long_arg=frozenset(
+                {"interleave", "membind", "cpunodebind", "physcpubind", "preferred"}
+                | {"preferred-many", "all"}
+            ),
+        )
+    ),
+    "cgexec": _simple(_Opts(short_arg="g", long_flag=frozenset({"sticky"}))),
+    "cpulimit": _unless_given_a_process(
+        _Opts(short_arg="lpe", long_arg=frozenset({"limit", "pid", "exe", "cpu"}))
+    ),
+    "sshpass": _simple(_Opts(short_arg="pfdP")),
+    "valgrind": _simple(_NO_OPTS),
+    "catchsegv": _simple(_NO_OPTS),
+    "runuser": _simple(
+        _Opts(
+            short_arg="ugGCw",
+            long_arg=frozenset({"user", "group", "supp-group", "command", "whitelist-environment"}),
+        )
+    ),
     "eval": _eval,
     **dict.fromkeys(SHELLS, _shell),
 }
@@ -488,9 +638,19 @@ def _watch_strings(words: Sequence[Word]) -> list[str]:
 
 _WATCH_OPTS = _Opts(short_arg="dnq", long_arg=frozenset({"interval", "differences", "equexit"}))
 
+
+def _sg_strings(words: Sequence[Word]) -> list[str]:
+    """sg [-] [group [-c] command]: the command is run by /bin/sh."""
+    operands = [w.text for w in words if w.text not in ("-", "-c")]
+    return operands[1:2]
+
+
 _RUNS_STRINGS: dict[str, Callable[[Sequence[Word]], list[str]]] = {
     "tar": _tar_strings,
     "flock": _option_strings("c", "command"),
     "script": _option_strings("c", "command"),
+    "su": _option_strings("c", "command"),
+    "runuser": _option_strings("c", "command"),
+    "sg": _sg_strings,
     "watch": _watch_strings,
 }

@@ -200,3 +200,40 @@ def test_a_path_past_path_max_is_refused(sandbox_daemon: RunningDaemon, sandbox_
     answer = sandbox_daemon.stub.Execute(pb.ExecuteRequest(tool_use=use), timeout=120)
     assert answer.result.is_error and "at most 4096 characters" in text_of(answer)
     assert not (sandbox_dir / "hidden-target.sh").exists()
+
+
+@pytest.mark.parametrize(
+    "wrapper", ["", "prlimit --nofile=64 ", "flock /tmp/lk ", "setarch x86_64 "]
+)
+def test_a_wrapper_the_policy_did_not_know_still_shows_what_it_runs(
+    sandbox_daemon: RunningDaemon, wrapper: str
+) -> None:
+    """Attacker round 149: `setarch x86_64 mount ...` was allowed where `mount` is denied, and
+    `prlimit --nofile=64 rm -rf <ws>/*` ran where `rm -rf <ws>/*` asks: the policy judged the
+    wrapper. Each is judged as what it runs."""
+    workspace = sandbox_daemon.workspace.resolve()
+    mount = sandbox_daemon.stub.Execute(
+        pb.ExecuteRequest(tool_use=bash(f"{wrapper}mount -t tmpfs x /mnt", "toolu_w_mount")),
+        timeout=120,
+    )
+    assert mount.decision.outcome == pb.DENY, (wrapper, mount.decision)
+    wipe = sandbox_daemon.stub.Execute(
+        pb.ExecuteRequest(tool_use=bash(f"{wrapper}rm -rf {workspace}/*", "toolu_w_rm")),
+        timeout=120,
+    )
+    assert wipe.decision.outcome == pb.ASK, (wrapper, wipe.decision)
+
+
+def test_a_secret_option_of_a_program_that_is_no_client_is_not_masked(
+    sandbox_daemon: RunningDaemon, sandbox_dir: Path
+) -> None:
+    """Attacker round 149: `rm -rf -- --token keep` was audited as `rm -rf -- --token
+    ***masked***`: the value of a secret option was masked for any program."""
+    (sandbox_dir / "keep").mkdir()
+    command = f"cd {sandbox_dir} && rm -rf -- --token keep"
+    answer = sandbox_daemon.stub.Execute(
+        pb.ExecuteRequest(tool_use=bash(command, "toolu_token_rm")), timeout=120
+    )
+    assert answer.decision.outcome == pb.ALLOW, answer.decision
+    assert not (sandbox_dir / "keep").exists()
+    assert _commands_audited(sandbox_daemon, "toolu_token_rm") == [command, command]

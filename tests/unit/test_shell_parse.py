@@ -19,7 +19,7 @@ from daemon.shell.parse import (
     TIME_BUDGET_S,
     parse_command,
 )
-from daemon.shell.wrappers import Word, unwrap
+from daemon.shell.wrappers import Word, deferred_scripts, unwrap
 
 Cmd = tuple[list[str], list[str]]
 """(argv, wrappers) of one simple command."""
@@ -617,6 +617,84 @@ def test_unwrap_finds_the_shell_command_string(line: str, script: str) -> None:
     assert found.script is not None
     assert found.script.text == script
     assert found.script.label.endswith(" -c")
+
+
+@pytest.mark.parametrize(
+    ("line", "argv", "wrapper"),
+    [
+        ("setarch x86_64 mount -t tmpfs x /mnt", ["mount", "-t", "tmpfs", "x", "/mnt"], "setarch"),
+        ("setarch x86_64 -R --uname-2.6 rm x", ["rm", "x"], "setarch"),
+        ("linux32 -- rm x", ["rm", "x"], "linux32"),
+        ("x86_64 rm x", ["rm", "x"], "x86_64"),
+        ("taskset 1 nsenter -t 1 -m true", ["true"], "taskset"),
+        ("taskset -c 0-1 rm x", ["rm", "x"], "taskset"),
+        ("prlimit --nofile=64 rm -rf /w", ["rm", "-rf", "/w"], "prlimit"),
+        ("prlimit -n64 --cpu=10 rm x", ["rm", "x"], "prlimit"),
+        ("flock /tmp/lk rm -rf /w", ["rm", "-rf", "/w"], "flock"),
+        ("flock -w 5 -x /tmp/lk rm x", ["rm", "x"], "flock"),
+        ("chrt -f 10 rm x", ["rm", "x"], "chrt"),
+        ("chrt --sched-runtime 5 -d 0 rm x", ["rm", "x"], "chrt"),
+        ("setpriv --reuid 1000 --init-groups rm x", ["rm", "x"], "setpriv"),
+        ("choom -n 100 -- rm x", ["rm", "x"], "choom"),
+        ("uclampset -m 0 rm x", ["rm", "x"], "uclampset"),
+        ("runcon -t t rm x", ["rm", "x"], "runcon"),
+        ("runcon u:r:t:s0 rm x", ["rm", "x"], "runcon"),
+        ("chroot --userspec=1:1 / rm x", ["rm", "x"], "chroot"),
+        ("unshare -r -S 0 rm x", ["rm", "x"], "unshare"),
+        ("nsenter -t 1 -m rm x", ["rm", "x"], "nsenter"),
+        ("strace -f -o /dev/null rm x", ["rm", "x"], "strace"),
+        ("ltrace -e malloc rm x", ["rm", "x"], "ltrace"),
+        ("fakeroot -- rm x", ["rm", "x"], "fakeroot"),
+        ("faketime '2020-01-01' rm x", ["rm", "x"], "faketime"),
+        ("eatmydata rm x", ["rm", "x"], "eatmydata"),
+        ("numactl --cpunodebind=0 -m 0 rm x", ["rm", "x"], "numactl"),
+        ("cgexec -g cpu:g rm x", ["rm", "x"], "cgexec"),
+        ("cpulimit -l 50 -- rm x", ["rm", "x"], "cpulimit"),
+        ("sshpass -p pw rm x", ["rm", "x"], "sshpass"),
+        ("valgrind --tool=memcheck rm x", ["rm", "x"], "valgrind"),
+        ("catchsegv rm x", ["rm", "x"], "catchsegv"),
+        ("runuser -u nobody -- rm x", ["rm", "x"], "runuser"),
+    ],
+)
+def test_unwrap_peels_the_other_wrappers_of_a_linux_system(
+    line: str, argv: list[str], wrapper: str
+) -> None:
+    """Attacker round 149: `setarch x86_64 mount ...`, `prlimit --nofile=64 rm -rf <ws>/*` and
+    `flock /tmp/lk rm -rf <ws>/*` were judged as setarch, prlimit and flock, so the policy's
+    deny and ask rules for what they ran never applied."""
+    found = unwrap(words(line))
+    assert [w.text for w in found.argv] == argv
+    assert found.wrappers[:1] == (wrapper,)
+
+
+@pytest.mark.parametrize(
+    "line",
+    ["setarch x86_64", "linux64 -R", "chroot /", "unshare -r", "nsenter -t 1 -m", "fakeroot"],
+)
+def test_a_wrapper_with_no_program_runs_a_shell_on_its_input(line: str) -> None:
+    """Without a program these start a shell, which reads its commands from standard input
+    (a heredoc can feed it)."""
+    assert unwrap(words(line)).stdin_shell
+
+
+@pytest.mark.parametrize(
+    "line", ["taskset -p 1 1234", "prlimit -p 1234 --nofile=64", "chrt -p 10 1234", "choom -p 1"]
+)
+def test_a_wrapper_given_a_process_runs_nothing(line: str) -> None:
+    found = unwrap(words(line))
+    assert found.wrappers == () and found.argv[0].text == line.split()[0]
+
+
+@pytest.mark.parametrize(
+    ("line", "script"),
+    [
+        ("su -c 'rm x' nobody", "rm x"),
+        ("runuser -u n -c 'rm x'", "rm x"),
+        ("sg grp 'rm x'", "rm x"),
+    ],
+)
+def test_commands_su_runuser_and_sg_run_are_parsed(line: str, script: str) -> None:
+    assert script in [s.text for s in deferred_scripts(words(line))]
 
 
 def test_dynamic_word_is_never_taken_for_a_wrapper() -> None:

@@ -125,12 +125,12 @@ def test_secrets_in_commands_are_hidden_and_the_rest_kept() -> None:
     mask = AuditMask.parse(["content"], PATTERNS)
     command = (
         "GITHUB_TOKEN=abc123 git clone https://bob:hunter2@forge.example/r.git && "
-        "echo --token ghp_0123456789abcdefghijklmn"
+        "gh api user --token ghp_0123456789abcdefghijklmn"
     )
     shown = mask.apply({"command": command, "content": "file body", "nested": [{"x": command}]})
     expected = (
         f"GITHUB_TOKEN={MASKED} git clone https://bob:{MASKED}@forge.example/r.git && "
-        f"echo --token {MASKED}"
+        f"gh api user --token {MASKED}"
     )
     assert shown == {"command": expected, "content": MASKED, "nested": [{"x": expected}]}
 
@@ -813,6 +813,12 @@ def test_a_secret_a_command_carries_is_still_masked(command: str, secret: str) -
         ("A_TOKEN=code python3 app.py", "A_TOKEN=code"),
         ("export -n A_TOKEN=x1; curl https://h", "A_TOKEN=x1"),
         ("A_TOKEN=x1 timeout 5 curl https://h", "A_TOKEN=x1"),
+        ("find proj -mindepth 1 -not -name --token -delete", "-delete"),
+        ("echo x | tee -- --password src/app.py >/dev/null", "src/app.py"),
+        ("rm -rf -- --token keep; ls -la", "keep"),
+        ("flock -- --token rm -rf data; ls", "rm"),
+        ("find proj --token=-delete", "-delete"),
+        ("kubectl --token -delete get pods", "-delete"),
     ],
 )
 def test_a_masked_value_is_one_no_program_can_run_or_take_as_an_argument(
@@ -828,6 +834,30 @@ def test_a_masked_value_is_one_no_program_can_run_or_take_as_an_argument(
     mask = AuditMask.parse([], _shipped_patterns())
     shown = mask.apply({"command": command})["command"]
     assert ran in shown, shown
+
+
+def test_many_masked_names_cost_the_mask_one_pass(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Attacker round 149: each masked name was looked for over the whole line and every word
+    of it (1,300 names in 18 KB: 1.4 s holding the GIL). The words are looked at once, however
+    many names are masked."""
+    from daemon.policy import command_mask
+    from daemon.shell.parse import parse_command
+
+    looked: list[str] = []
+    real = command_mask._carrier
+
+    def counting(command: Any, word: str) -> str | None:
+        looked.append(word)
+        return real(command, word)
+
+    monkeypatch.setattr(command_mask, "_carrier", counting)
+    exports = "; ".join(f"export a{n}TOKEN=x" for n in range(300))
+    command = exports + "; curl -H 'Authorization: Bearer $a1TOKEN' " + "h " * 600
+    mask = AuditMask.parse([], _shipped_patterns())
+    shown = command_mask.hide_in_command(command, mask.hide_secrets, MASKED, parse_command)
+    assert "a299TOKEN=***masked***" in shown, shown[:200]
+    words = sum(len(c.argv) for c in parse_command(command).simple_commands)
+    assert len(looked) <= 2 * words, (len(looked), words)
 
 
 def test_a_long_command_is_not_parsed_on_the_event_loop_to_be_masked(
