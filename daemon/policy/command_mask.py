@@ -64,8 +64,9 @@ _NETWORK_CLIENTS = _HTTP_CLIENTS | frozenset(
      "gcloud", "gsutil", "az", "psql", "mysql", "mongosh", "redis-cli", "rsync", "scp", "sftp",
      "svn", "openai", "huggingface-cli"}
 )  # fmt: skip
-"""Programs that take a secret to send it somewhere, in URLs or their environment, and run
-none of it."""
+"""Programs that take a secret to send it somewhere (an option's value, a URL's credentials).
+Most run other programs that inherit their environment (git's --upload-pack, pip's builds,
+psql's shell escape), so only HTTP clients may be given a masked assignment (round 150)."""
 _INERT = frozenset(
     {"", "export", "declare", "typeset", "readonly", "local", "unset", "cd", "true", "false",
      ":", "echo"}
@@ -218,23 +219,35 @@ def _secret_word(command: SimpleCommand, index: int, shown: str, masked: str) ->
     if previous in _SECRET_OPTIONS:
         # A client's option, whose value is never an option (round 149: `rm -rf -- --token
         # keep`, `find ... --token -delete` hid what was deleted).
-        return command.name in _NETWORK_CLIENTS and not word.startswith("-") and shown == masked
+        return _takes_an_option(command, index - 1) and not word.startswith("-") and shown == masked
     if previous in _USER_OPTIONS and command.name == "curl":
         user = word.split(":", 1)[0]
         return ":" in word and shown == f"{user}:{masked}"
     if _ASSIGNMENT.match(word):
         return command.name in _ASSIGNING and _secret_assignment(word, shown, masked)
-    start = _carrier(command, word)
+    start = _carrier(command, index)
     return start is not None and shown.startswith(start) and masked in shown
 
 
-def _carrier(command: SimpleCommand, word: str) -> str | None:
-    """The fixed start of `word` after which `command`, a network client, takes a secret (an
-    option's value that is no option itself, a header or URL credentials), or None."""
+def _takes_an_option(command: SimpleCommand, index: int) -> bool:
+    """Whether argv[index] of `command`, a network client, is read as an option: it follows the
+    program or an operand, never an option that may take it as its value (round 150: in `git
+    -C --token X`, `--token` is -C's folder and X git's command)."""
+    return command.name in _NETWORK_CLIENTS and (
+        index == 1 or not command.argv[index - 1].startswith("-")
+    )
+
+
+def _carrier(command: SimpleCommand, index: int) -> str | None:
+    """The fixed start of argv[index] after which `command`, a network client, takes a secret
+    (an option's value that is no option itself, a header or URL credentials), or None."""
     if command.name not in _NETWORK_CLIENTS:
         return None
+    word = command.argv[index]
     found = _OPTION_CARRIER.match(word)
-    if found is not None and word[found.end() :].startswith("-"):
+    if found is not None and (
+        word[found.end() :].startswith("-") or not _takes_an_option(command, index)
+    ):
         return None
     if found is None and command.name in _HTTP_CLIENTS:
         found = _HEADER_CARRIER.match(word)
@@ -257,7 +270,7 @@ def _values_stay_data(line: ParsedCommand, shown: str, masked: str) -> bool:
     if "${!" in shown:
         return False
     for command in line.simple_commands:
-        if command.dynamic or command.name not in _NETWORK_CLIENTS | _INERT:
+        if command.dynamic or command.name not in _HTTP_CLIENTS | _INERT:
             return False
         if any(wrapper != "env" for wrapper in command.wrappers):
             return False
@@ -268,8 +281,9 @@ def _values_stay_data(line: ParsedCommand, shown: str, masked: str) -> bool:
     named = Counter(_NAME.findall(shown))
     carried: Counter[str] = Counter()
     for command in line.simple_commands:
-        for word in command.argv[1:]:
-            if _carrier(command, word) is not None and not _OPTION_CARRIER.match(word):
+        for index in range(1, len(command.argv)):
+            word = command.argv[index]
+            if _carrier(command, index) is not None and not _OPTION_CARRIER.match(word):
                 carried.update(plain or braced for plain, braced in _REFERENCE.findall(word))
     return all(named[name] == count + carried[name] for name, count in assigned.items())
 

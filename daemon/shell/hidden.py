@@ -27,7 +27,8 @@ def hidden_code(line: ParsedCommand) -> list[str]:
     substitution inside an array subscript, nested or not, which bash evaluates in printf -v,
     test -v, declare, read, unset and arithmetic contexts (in a word, in a quoted string an
     assignment keeps until arithmetic evaluates it, or after a name: `b['$(x)']=1`); a
-    variable's prompt expansion (`${v@P}`); a prompt or PROMPT_COMMAND set at all."""
+    variable's prompt expansion (`${v@P}`); a prompt or PROMPT_COMMAND set at all; an indirect
+    expansion (`${!x}`), whose name, subscript included, is only known when it runs."""
     # A longer line is never parsed (the policy does not let it run unasked): not scanned.
     raw = line.raw if len(line.raw) <= MAX_COMMAND_BYTES else ""
     found = [
@@ -46,6 +47,11 @@ def hidden_code(line: ParsedCommand) -> list[str]:
     prompt = _PROMPT.search(raw)
     if prompt is not None:
         found.append(raw[prompt.start() : prompt.start() + 80])
+    # An indirect expansion evaluates the subscript of a name only known when it runs
+    # (attacker round 150: `x=$(printf 'a\x5b\x24\x28rm ...'); echo ${!x}`).
+    indirect = raw.find("${!")
+    if indirect >= 0:
+        found.append(raw[indirect : indirect + 80])
     return list(dict.fromkeys(found))[:MAX_SHOWN]
 
 

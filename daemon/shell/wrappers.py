@@ -14,7 +14,7 @@ import shlex
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-SHELLS = frozenset({"bash", "sh", "dash", "zsh", "ksh", "ash", "mksh"})
+SHELLS = frozenset({"bash", "sh", "dash", "zsh", "ksh", "ash", "mksh", "rbash", "yash", "posh"})
 """Shells whose `-c STRING` (and script on standard input) are parsed recursively."""
 
 _ASSIGNMENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*=")
@@ -119,6 +119,23 @@ def _skip_options(words: tuple[Word, ...], start: int, opts: _Opts) -> int:
     return i
 
 
+def _options_given(words: tuple[Word, ...], start: int, opts: _Opts) -> set[str]:
+    """The options given from `start` on, as `_skip_options` reads them: short letters (up to
+    one that takes the rest of its cluster as its value) and long names, never their values
+    (round 150: `prlimit -o description` was read as -p for the `p` in its value)."""
+    given: set[str] = set()
+    for word in words[start : _skip_options(words, start, opts)]:
+        text = word.text
+        if text.startswith("--"):
+            given.add(text[2:].partition("=")[0])
+        elif text.startswith("-"):
+            for ch in text[1:]:
+                given.add(ch)
+                if ch in opts.short_arg or ch in opts.short_optional:
+                    break
+    return given
+
+
 def _take_assignments(words: tuple[Word, ...], start: int) -> tuple[int, tuple[str, ...]]:
     i = start
     while i < len(words) and _ASSIGNMENT.match(words[i].text):
@@ -150,9 +167,8 @@ def _unless_given_a_process(opts: _Opts, operands_before_command: int = 0) -> _P
     simple = _simple(opts, operands_before_command)
 
     def peel(words: tuple[Word, ...]) -> _Peel | None:
-        end = _skip_options(words, 1, opts)
-        options = [w.text for w in words[1:end] if not w.text.startswith("--")]
-        if any("p" in o for o in options) or any(w.text.startswith("--pid") for w in words[1:end]):
+        given = _options_given(words, 1, opts)
+        if "p" in given or any("pid".startswith(o) for o in given if len(o) > 1):
             return None
         return simple(words)
 
@@ -160,13 +176,57 @@ def _unless_given_a_process(opts: _Opts, operands_before_command: int = 0) -> _P
 
 
 def _setarch(words: tuple[Word, ...]) -> _Peel | None:
-    """setarch ARCH [options] [program [args]], or one of its links named after an
+    """setarch [ARCH] [options] [program [args]] (the architecture may be left out since
+    util-linux 2.33: round 150's `setarch --uname-2.6 rm`), or one of its links named after an
     architecture (`linux32 [options] [program]`); no program: a shell."""
-    start = 2 if basename(words[0].text) == "setarch" else 1
-    if start == 2 and (len(words) < 2 or words[1].text.startswith("-")):
-        return None  # --list, --help: nothing runs
+    start = 1
+    if basename(words[0].text) == "setarch" and len(words) > 1:
+        start = 1 if words[1].text.startswith("-") else 2
+    if _options_given(words, start, _NO_OPTS) & {"list", "help", "version", "h", "V"}:
+        return None
     i = _skip_options(words, start, _NO_OPTS)
     return _Peel(words[i:]) if i < len(words) else _Peel((), stdin_shell=True)
+
+
+def _loader(words: tuple[Word, ...]) -> _Peel | None:
+    """The dynamic loader run as a program (`ld.so [options] PROGRAM [args]`) runs PROGRAM
+    (round 150); --list, --verify and the like only look at it."""
+    given = _options_given(words, 1, _LOADER_OPTS)
+    if given & {"list", "verify", "help", "version", "list-tunables", "list-diagnostics"}:
+        return None
+    return _simple(_LOADER_OPTS)(words)
+
+
+_LOADER_OPTS = _Opts(
+    long_arg=frozenset(
+        {"library-path", "inhibit-rpath", "audit", "preload", "argv0", "glibc-hwcaps-prepend"}
+        | {"glibc-hwcaps-mask"}
+    ),
+    long_flag=frozenset({"inhibit-cache", "list", "verify", "help", "version"}),
+)
+_LOADER_NAME = re.compile(r"ld\.so|ld-[A-Za-z0-9_.-]*\.so(?:\.[0-9]+)*")
+"""The dynamic loader's names (ld.so, ld-linux-x86-64.so.2, ld-musl-x86_64.so.1)."""
+
+
+def _start_stop_daemon(words: tuple[Word, ...]) -> _Peel | None:
+    """start-stop-daemon --start runs the program of -x/--exec (or -a/--startas), with the
+    words after `--` (round 150)."""
+    program: Word | None = None
+    i = 1
+    while i < len(words) and words[i].text != "--":
+        text = words[i].text
+        name, eq, value = text.partition("=")
+        if text in ("-x", "-a", "--exec", "--startas") and i + 1 < len(words):
+            program = words[i + 1]
+            i += 1
+        elif eq and name in ("--exec", "--startas"):
+            program = Word(value, words[i].dynamic)
+        elif text.startswith(("-x", "-a")) and len(text) > 2:
+            program = Word(text[2:], words[i].dynamic)
+        i += 1
+    if program is None:
+        return None
+    return _Peel((program, *words[i + 1 :]))
 
 
 def _flock(words: tuple[Word, ...]) -> _Peel | None:
@@ -264,7 +324,9 @@ def _env(words: tuple[Word, ...]) -> _Peel | None:
                     break
         if split_arg is not None:
             # env -S puts the split words in place of its argument and goes on parsing them.
-            dynamic = word.dynamic
+            # It reads escapes (`\\c` ends the string), comments and `${NAME}` its own way, not
+            # as shlex does: such a string's words are known only when it runs (round 150).
+            dynamic = word.dynamic or any(c in split_arg for c in "\\#$")
             rest[i : i + consumed] = [Word(t, dynamic) for t in _split(split_arg)]
             continue
         i += consumed
@@ -422,6 +484,8 @@ PEELERS: dict[str, _Peeler] = {
     "choom": _unless_given_a_process(_Opts(short_arg="n", long_arg=frozenset({"adjust"}))),
     "uclampset": _unless_given_a_process(_Opts(short_arg="mM")),
     "runcon": _runcon,
+    "ld.so": _loader,
+    "start-stop-daemon": _start_stop_daemon,
     "chroot": _program_or_shell(
         _Opts(long_arg=frozenset({"groups", "userspec"})), operands_before_command=1
     ),
@@ -491,7 +555,7 @@ def unwrap(words: Sequence[Word]) -> Unwrapped:
     assignments: list[str] = []
     while current and not current[0].dynamic:
         name = basename(current[0].text)
-        peeler = PEELERS.get(name)
+        peeler = PEELERS.get(name) or (_loader if _LOADER_NAME.fullmatch(name) else None)
         peel = peeler(current) if peeler is not None else None
         if peel is None:
             break
@@ -610,22 +674,35 @@ def _tar_strings(words: Sequence[Word]) -> list[str]:
     return found
 
 
-def _option_strings(short: str, long: str) -> Callable[[Sequence[Word]], list[str]]:
-    """The value of `-c CMD` (a cluster's last letter) or `--command CMD`/`--command=CMD`."""
+def _option_strings(
+    short: str, long: str = "", valued: str = ""
+) -> Callable[[Sequence[Word]], list[str]]:
+    """The value of `-c CMD`, `-xcCMD` (a cluster, its value attached or the next word),
+    `--command CMD` or `--command=CMD`, any prefix of the long name included as getopt_long
+    takes it (round 150: `script -qc'...'`, `script --comm '...'`). `valued`: the program's
+    other short options that take a value (the rest of their cluster is that value)."""
 
     def strings(words: Sequence[Word]) -> list[str]:
         found: list[str] = []
         for i, word in enumerate(words):
             text = word.text
             following = words[i + 1].text if i + 1 < len(words) else ""
-            if text.startswith(f"--{long}="):
-                found.append(text.partition("=")[2])
-            elif following and (
-                text == f"--{long}"
-                or (text.startswith("-") and not text.startswith("--") and text.endswith(short))
-            ):
-                found.append(following)
-        return found
+            if text == "--":
+                break
+            if text.startswith("--"):
+                name, eq, value = text[2:].partition("=")
+                if long and name and long.startswith(name):
+                    found.append(value if eq else following)
+                continue
+            if not text.startswith("-"):
+                continue
+            for k, ch in enumerate(text[1:], start=1):
+                if ch == short:
+                    found.append(text[k + 1 :] or following)
+                    break
+                if ch in valued:
+                    break
+        return [text for text in found if text]
 
     return strings
 
@@ -636,7 +713,14 @@ def _watch_strings(words: Sequence[Word]) -> list[str]:
     return [" ".join(w.text for w in words[start:])] if start < len(words) else []
 
 
-_WATCH_OPTS = _Opts(short_arg="dnq", long_arg=frozenset({"interval", "differences", "equexit"}))
+_WATCH_OPTS = _Opts(
+    short_arg="nq",
+    short_optional="d",
+    long_arg=frozenset({"interval", "equexit"}),
+    long_flag=frozenset({"differences"}),
+)
+"""procps 4: -d and --differences take a value only attached (`-d=permanent`): round 150's
+`watch -d rm ...` hid rm as -d's value."""
 
 
 def _sg_strings(words: Sequence[Word]) -> list[str]:
@@ -647,10 +731,13 @@ def _sg_strings(words: Sequence[Word]) -> list[str]:
 
 _RUNS_STRINGS: dict[str, Callable[[Sequence[Word]], list[str]]] = {
     "tar": _tar_strings,
-    "flock": _option_strings("c", "command"),
-    "script": _option_strings("c", "command"),
-    "su": _option_strings("c", "command"),
-    "runuser": _option_strings("c", "command"),
+    "flock": _option_strings("c", "command", valued="Ew"),
+    "script": _option_strings("c", "command", valued="EIOBTm"),
+    "su": _option_strings("c", "command", valued="gGsw"),
+    "runuser": _option_strings("c", "command", valued="ugGsw"),
+    # A callback bash runs every `-c` lines (round 150).
+    "mapfile": _option_strings("C", valued="dnOsuc"),
+    "readarray": _option_strings("C", valued="dnOsuc"),
     "sg": _sg_strings,
     "watch": _watch_strings,
 }

@@ -237,3 +237,47 @@ def test_a_secret_option_of_a_program_that_is_no_client_is_not_masked(
     assert answer.decision.outcome == pb.ALLOW, answer.decision
     assert not (sandbox_dir / "keep").exists()
     assert _commands_audited(sandbox_daemon, "toolu_token_rm") == [command, command]
+
+
+ROUND_150_LAUNCHERS = [
+    "/lib64/ld-linux-x86-64.so.2 /bin/rm -rf {ws}/*",
+    "rbash -c 'rm -rf {ws}/*'",
+    "start-stop-daemon -S -x /bin/rm -- -rf {ws}/*",
+    "prlimit -o description rm -rf {ws}/*",
+    "setarch --uname-2.6 rm -rf {ws}/*",
+    "env -S'\\c' rm -rf {ws}/*",
+    "script -qc'rm -rf {ws}/*' /dev/null",
+    "TERM=dumb timeout 5 watch -g -n1 -d rm -rf {ws}/*",
+    "mapfile -t -c 1 -C 'rm -rf {ws}/*;:' A <<< x",
+    "git ls-remote --upload-pack='rm -rf {ws}/* #' .",
+    "perl5.36.0 -e 'system(q{{rm -rf {ws}/*}})'",
+    "x=$(printf 'a\\x5b\\x24\\x28rm -rf {ws}/*\\x29]'); echo ${{!x}}",
+]
+
+
+@pytest.mark.parametrize("line", ROUND_150_LAUNCHERS)
+def test_a_launcher_the_policy_did_not_read_is_asked_about(
+    sandbox_daemon: RunningDaemon, line: str
+) -> None:
+    """Attacker round 150: each of these emptied the workspace unasked (the loader, rbash and
+    start-stop-daemon running their operand, options misread, env -S escapes, script's
+    attached string, watch -d, mapfile's callback, git's --upload-pack, a versioned perl, an
+    indirect expansion); `rm -rf <ws>/*` itself asks."""
+    command = line.format(ws=sandbox_daemon.workspace.resolve())
+    answer = sandbox_daemon.stub.Execute(
+        pb.ExecuteRequest(tool_use=bash(command, "toolu_launcher")), timeout=120
+    )
+    assert answer.decision.outcome == pb.ASK, (command, answer.decision)
+
+
+def test_a_masked_assignment_given_to_git_is_logged_whole(sandbox_daemon: RunningDaemon) -> None:
+    """Attacker round 150: git runs --upload-pack through sh with its environment, and the
+    command read the masked value with `printenv | sed -n s/^MY_TOK[E]N=//p`: the audit said
+    `MY_TOKEN=***masked***` where `rm -rf` was. Only an HTTP client is given a masked
+    assignment."""
+    command = "MY_TOKEN=echo+hi git --version"
+    answer = sandbox_daemon.stub.Execute(
+        pb.ExecuteRequest(tool_use=bash(command, "toolu_git_token")), timeout=120
+    )
+    assert answer.decision.outcome == pb.ALLOW, answer.decision
+    assert set(_commands_audited(sandbox_daemon, "toolu_git_token")) == {command}

@@ -142,6 +142,9 @@ def test_links_already_on_the_disk_are_followed(tmp_path: Path) -> None:
         "x='a[$(rm -rf src)]'; echo $((x))",
         "[[ -v 'a[$(rm -rf src)]' ]]",
         "declare 'a[`id`]=1'",
+        # Attacker round 150: a name built at run time, its subscript evaluated by `${!x}`.
+        "x=$(printf 'a\\x5b\\x24\\x28rm -rf w\\x29]'); echo ${!x}",
+        "echo ${!x}",
     ],
 )
 def test_code_hidden_in_a_subscript_is_found(line: str) -> None:

@@ -668,6 +668,68 @@ def test_unwrap_peels_the_other_wrappers_of_a_linux_system(
 
 
 @pytest.mark.parametrize(
+    ("line", "argv", "wrapper"),
+    [
+        ("prlimit -o description rm -rf /w", ["rm", "-rf", "/w"], "prlimit"),
+        ("setarch --uname-2.6 rm -rf /w", ["rm", "-rf", "/w"], "setarch"),
+        (
+            "/lib64/ld-linux-x86-64.so.2 /bin/rm -rf /w",
+            ["/bin/rm", "-rf", "/w"],
+            "ld-linux-x86-64.so.2",
+        ),
+        ("ld.so --library-path /x --argv0 y /bin/rm -rf /w", ["/bin/rm", "-rf", "/w"], "ld.so"),
+        (
+            "start-stop-daemon -S -x /bin/rm -- -rf /w",
+            ["/bin/rm", "-rf", "/w"],
+            "start-stop-daemon",
+        ),
+        ("start-stop-daemon --start --exec /bin/rm", ["/bin/rm"], "start-stop-daemon"),
+    ],
+)
+def test_unwrap_reads_round_150s_wrappers_as_they_run(
+    line: str, argv: list[str], wrapper: str
+) -> None:
+    """Attacker round 150: an option's value with a `p` read as prlimit's -p, setarch's options
+    before its (optional) architecture, the dynamic loader and start-stop-daemon running their
+    operand."""
+    found = unwrap(words(line))
+    assert [w.text for w in found.argv] == argv
+    assert found.wrappers[:1] == (wrapper,)
+
+
+@pytest.mark.parametrize("line", ["env -S'\\c' rm -rf /w", "env -S'nice #' rm -rf /w"])
+def test_an_env_string_with_escapes_or_comments_is_a_program_known_only_when_it_runs(
+    line: str,
+) -> None:
+    """Round 150: env -S reads `\\c` (end of the string) and `#` (a comment) its own way;
+    shlex made them the program."""
+    found = unwrap(words(line))
+    assert found.argv[0].dynamic
+
+
+def test_rbash_runs_its_string_like_any_shell() -> None:
+    found = unwrap(words("rbash -c 'rm -rf /w'"))
+    assert found.script is not None and found.script.text == "rm -rf /w"
+
+
+@pytest.mark.parametrize(
+    ("line", "script"),
+    [
+        ("script -qc'rm -rf /w' /dev/null", "rm -rf /w"),
+        ("script -q --comm 'rm -rf /w' /dev/null", "rm -rf /w"),
+        ("flock -xc'rm -rf /w' /tmp/l", "rm -rf /w"),
+        ("mapfile -t -c 1 -C 'rm -rf /w;:' A", "rm -rf /w;:"),
+        ("readarray -C'rm -rf /w;:' A", "rm -rf /w;:"),
+        ("watch -g -n1 -d rm -rf /w", "rm -rf /w"),
+    ],
+)
+def test_strings_round_150_ran_are_parsed(line: str, script: str) -> None:
+    """Round 150: a value attached to a cluster (`-qc'...'`), an abbreviated long option
+    (`--comm`), mapfile's callback, watch's -d (which takes no word of its own)."""
+    assert script in [s.text for s in deferred_scripts(words(line))]
+
+
+@pytest.mark.parametrize(
     "line",
     ["setarch x86_64", "linux64 -R", "chroot /", "unshare -r", "nsenter -t 1 -m", "fakeroot"],
 )

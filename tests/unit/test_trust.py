@@ -124,13 +124,13 @@ PATTERNS = [
 def test_secrets_in_commands_are_hidden_and_the_rest_kept() -> None:
     mask = AuditMask.parse(["content"], PATTERNS)
     command = (
-        "GITHUB_TOKEN=abc123 git clone https://bob:hunter2@forge.example/r.git && "
-        "gh api user --token ghp_0123456789abcdefghijklmn"
+        "GITHUB_TOKEN=abc123 curl -O https://bob:hunter2@forge.example/r.tgz && "
+        "wget https://forge.example/x --password ghp_0123456789abcdefghijklmn"
     )
     shown = mask.apply({"command": command, "content": "file body", "nested": [{"x": command}]})
     expected = (
-        f"GITHUB_TOKEN={MASKED} git clone https://bob:{MASKED}@forge.example/r.git && "
-        f"gh api user --token {MASKED}"
+        f"GITHUB_TOKEN={MASKED} curl -O https://bob:{MASKED}@forge.example/r.tgz && "
+        f"wget https://forge.example/x --password {MASKED}"
     )
     assert shown == {"command": expected, "content": MASKED, "nested": [{"x": expected}]}
 
@@ -770,10 +770,12 @@ def test_a_command_is_masked_only_where_a_secret_is_carried(command: str, ran: s
 @pytest.mark.parametrize(
     ("command", "secret"),
     [
-        ("export GITHUB_TOKEN=abc123xyz && git push", "abc123xyz"),
-        ("GITHUB_TOKEN=abc123xyz gh pr list", "abc123xyz"),
+        ("export GITHUB_TOKEN=abc123xyz && curl https://api.example/x", "abc123xyz"),
+        ("GITHUB_TOKEN=abc123xyz curl https://api.example/x", "abc123xyz"),
         ('A_TOKEN=x9y8z7; cd app && curl -H "Authorization: Bearer $A_TOKEN" https://h', "x9y8z7"),
         ("curl https://u:p4ssw0rd@h.example/x", "p4ssw0rd"),
+        ("docker login -u me --password s3cr3tpw reg.example", "s3cr3tpw"),
+        ("kubectl get pods --token=t0k3nval", "t0k3nval"),
         ("curl -H 'Authorization: Bearer xyz123abc' https://h", "xyz123abc"),
         ("mysql --password pw-9x db", "pw-9x"),
         ("mysql --password=pw-9x db", "pw-9x"),
@@ -819,6 +821,15 @@ def test_a_secret_a_command_carries_is_still_masked(command: str, secret: str) -
         ("flock -- --token rm -rf data; ls", "rm"),
         ("find proj --token=-delete", "-delete"),
         ("kubectl --token -delete get pods", "-delete"),
+        (
+            "MY_TOKEN=rm+-rf+w git ls-remote --upload-pack='eval \"$(printenv | "
+            'sed -n s/^MY_TOK[E]N=//p | tr + " ")"\' .',
+            "rm+-rf+w",
+        ),
+        ("A_TOKEN=x1 pip install -r r.txt", "A_TOKEN=x1"),
+        ("git -C --token status", "status"),
+        ("kubectl -n --token delete pod x", "delete"),
+        ("git -C --token=status log", "--token=status"),
     ],
 )
 def test_a_masked_value_is_one_no_program_can_run_or_take_as_an_argument(

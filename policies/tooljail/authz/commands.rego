@@ -82,7 +82,7 @@ downloaders := command_list("downloaders")
 interpreters := command_list("interpreters")
 
 # Interpreters that take `-s` for "read the program from standard input".
-shells := {"sh", "bash", "dash", "zsh", "ksh", "ash"}
+shells := {"sh", "bash", "dash", "zsh", "ksh", "ash", "mksh", "rbash", "yash", "posh"}
 
 valid_name_list(list) if {
 	is_array(list)

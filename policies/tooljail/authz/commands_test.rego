@@ -93,7 +93,7 @@ fact_git(args) := {
 }
 
 fact_git_builtins := {
-	"add", "am", "apply", "branch", "checkout", "clean", "clone", "commit", "config", "diff", "fetch", "filter-branch", "gc", "init", "log", "merge", "rm",
+	"add", "am", "apply", "archive", "bisect", "branch", "checkout", "clean", "clone", "commit", "config", "diff", "fetch", "filter-branch", "gc", "grep", "init", "log", "ls-remote", "merge", "rm", "submodule",
 	"pull", "push", "rebase", "reflog", "reset", "restore", "rev-parse", "show", "stash", "status", "switch", "tag", "update-ref",
 }
 
@@ -837,6 +837,20 @@ git_effect_lines := {
 	"git reflog expire --all": [simple(["git", "reflog", "expire", "--all"])],
 	"git update-ref -d refs/heads/x": [simple(["git", "update-ref", "-d", "refs/heads/x"])],
 	"git gc --prune=now": [simple(["git", "gc", "--prune=now"])],
+	# Attacker round 150: commands git runs, given on the line.
+	"git ls-remote --upload-pack='rm -rf w #' .": [simple(["git", "ls-remote", "--upload-pack=rm -rf w #", "."])],
+	"git fetch --upload-pack x o": [simple(["git", "fetch", "--upload-pack", "x", "o"])],
+	"git push --receive-pack=x o": [simple(["git", "push", "--receive-pack=x", "o"])],
+	"git push --exec=x o": [simple(["git", "push", "--exec=x", "o"])],
+	"git archive --remote=r --exec=x HEAD": [simple(["git", "archive", "--remote=r", "--exec=x", "HEAD"])],
+	"git rebase -x 'touch f' HEAD~1": [simple(["git", "rebase", "-x", "touch f", "HEAD~1"])],
+	"git rebase --exec='touch f' main": [simple(["git", "rebase", "--exec=touch f", "main"])],
+	"git clone -u 'rm x' a b": [simple(["git", "clone", "-u", "rm x", "a", "b"])],
+	"git bisect run ./t.sh": [simple(["git", "bisect", "run", "./t.sh"])],
+	"git submodule foreach 'rm -rf x'": [simple(["git", "submodule", "foreach", "rm -rf x"])],
+	"git submodule --quiet foreach 'rm -rf x'": [simple(["git", "submodule", "--quiet", "foreach", "rm -rf x"])],
+	"git grep -O'rm x' foo": [simple(["git", "grep", "-Orm x", "foo"])],
+	"git grep --open-files-in-pager=x foo": [simple(["git", "grep", "--open-files-in-pager=x", "foo"])],
 }
 
 not_git_effect_lines := {
@@ -847,6 +861,11 @@ not_git_effect_lines := {
 	"git stash pop": [simple(["git", "stash", "pop"])],
 	"git gc": [simple(["git", "gc"])],
 	"git checkout main": [simple(["git", "checkout", "main"])],
+	"git fetch origin": [simple(["git", "fetch", "origin"])],
+	"git rebase main": [simple(["git", "rebase", "main"])],
+	"git grep -n foo": [simple(["git", "grep", "-n", "foo"])],
+	"git bisect start": [simple(["git", "bisect", "start"])],
+	"git ls-remote origin": [simple(["git", "ls-remote", "origin"])],
 }
 
 test_git_effects_ask_whatever_the_spelling if {
@@ -914,6 +933,10 @@ opaque_lines := {
 	"perl -e 'unlink glob \"*\"'": [simple(["perl", "-e", "unlink glob \"*\""])],
 	"node -e 'require(\"child_process\").execSync(\"x\")'": [simple(["node", "-e", "require(\"child_process\").execSync(\"x\")"])],
 	"python3.12 -c 'import os; os.remove(\"a\")'": [simple(["python3.12", "-c", "import os; os.remove(\"a\")"])],
+	# Attacker round 150: interpreters named with their version.
+	"perl5.36.0 -e 'system(q{rm -rf d1})'": [simple(["perl5.36.0", "-e", "system(q{rm -rf d1})"])],
+	"perl5.36-x86_64-linux-gnu -e": [simple(["perl5.36-x86_64-linux-gnu", "-e", "system(q{rm -rf d1})"])],
+	"ruby3.1 -e": [simple(["ruby3.1", "-e", "system('rm -rf d1')"])],
 	# Attacker round 82: writes without `.write` or a quoted open mode.
 	"python3 -c 'import os; os.pwrite(os.open(\"x\", os.O_WRONLY), b\"y\", 0)'": [simple(["python3", "-c", "import os; os.pwrite(os.open(\"x\", os.O_WRONLY), b\"y\", 0)"])],
 	"python3 -c 'import os; os.mknod(\"x\")'": [simple(["python3", "-c", "import os; os.mknod(\"x\")"])],
@@ -1074,6 +1097,14 @@ test_inline_code_is_judged_by_its_text if {
 		not decides(bash_line(line, [written]), "ask", "code that can")
 	}
 	missed == set()
+}
+
+# Attacker round 150: Debian installs interpreters under their versioned names too.
+test_an_interpreter_named_with_its_version_runs_code if {
+	every name in {"perl5.36.0", "perl5.36-x86_64-linux-gnu", "ruby3.1", "python3.11", "node18", "php8.2"} {
+		data.tooljail.authz.inline_code_runner(name)
+	}
+	not data.tooljail.authz.inline_code_runner("perldoc")
 }
 
 test_program_text_the_policy_cannot_read_asks if {

@@ -913,6 +913,32 @@ git_effect contains [i, sprintf("runs `git %s`, which is not one of git's own co
 	git.known == false
 }
 
+# Commands git runs that the line gives it, as a shell string or a program (attacker round 150:
+# `git ls-remote --upload-pack='rm -rf ...' .` ran unasked): the remote side's programs
+# (--upload-pack, --receive-pack, --exec, clone's -u), rebase's -x/--exec, grep's pager (-O),
+# bisect run, submodule foreach.
+git_effect contains [i, "runs a command given to git (the remote's program, rebase's --exec, grep's pager, bisect run or submodule foreach), which the policy does not read"] if {
+	some i, git in git_lines
+	git_runs_a_command(git)
+}
+
+git_runs_a_command(git) if {
+	some long in {"--upload-pack", "--receive-pack", "--exec", "--open-files-in-pager"}
+	has_long_flag(git.options, long)
+}
+
+git_runs_a_command(git) if {
+	some subcommand, letter in {"clone": "u", "rebase": "x", "grep": "O"}
+	git.subcommand == subcommand
+	has_short_flag(git.options, letter)
+}
+
+git_runs_a_command(git) if {
+	some subcommand, operand in {"bisect": "run", "submodule": "foreach"}
+	git.subcommand == subcommand
+	operand in git.operands
+}
+
 git_effect contains [i, "rewrites the remote's history (a force push; push without forcing, or pull and merge first)"] if {
 	some i, git in git_lines
 	git.subcommand == "push"
@@ -1421,6 +1447,10 @@ opaque_source(word) if startswith(word.text, "<(")
 inline_code_runner(name) if name in {"python", "python2", "python3", "perl", "ruby", "node", "nodejs", "deno", "bun", "php", "lua", "Rscript"}
 
 inline_code_runner(name) if regex.match(`^python3\.[0-9]+$`, name)
+
+# An interpreter named with its version, as Debian installs them beside the plain name
+# (attacker round 150 ran `perl5.36.0 -e 'system(...)'` unasked).
+inline_code_runner(name) if regex.match(`^(?:python|perl|ruby|node|nodejs|php|lua|pypy|jruby)[0-9][0-9.]*(?:-[A-Za-z0-9_.-]+)?$`, name)
 
 # "write files" takes, beyond the plain writers, what attackers wrote with (rounds 82-86):
 # - an open whose mode shows a write, read to the end of the statement past nested calls
