@@ -485,6 +485,8 @@ PEELERS: dict[str, _Peeler] = {
     "uclampset": _unless_given_a_process(_Opts(short_arg="mM")),
     "runcon": _runcon,
     "ld.so": _loader,
+    # e2fsprogs' logsave LOGFILE PROGRAM [args] (attacker round 151).
+    "logsave": _simple(_NO_OPTS, operands_before_command=1),
     "start-stop-daemon": _start_stop_daemon,
     "chroot": _program_or_shell(
         _Opts(long_arg=frozenset({"groups", "userspec"})), operands_before_command=1
@@ -735,6 +737,10 @@ _RUNS_STRINGS: dict[str, Callable[[Sequence[Word]], list[str]]] = {
     "script": _option_strings("c", "command", valued="EIOBTm"),
     "su": _option_strings("c", "command", valued="gGsw"),
     "runuser": _option_strings("c", "command", valued="ugGsw"),
+    # Round 151's runners in the image: prove's test runner, git-shell's command, scriptlive's.
+    "prove": _option_strings("", "exec"),
+    "git-shell": _option_strings("c"),
+    "scriptlive": _option_strings("c", "command", valued="tIBTEdm"),
     # A callback bash runs every `-c` lines (round 150).
     "mapfile": _option_strings("C", valued="dnOsuc"),
     "readarray": _option_strings("C", valued="dnOsuc"),

@@ -161,7 +161,9 @@ def test_a_masked_value_never_hides_what_a_command_runs(
     Both are logged as they ran."""
     (sandbox_dir / "job.txt").write_text("x ran-through-sed\n")
     for tool_use_id, command in [
-        ("toolu_sed_u", f"cd {sandbox_dir} && sed -u s:x:echo:e job.txt"),
+        # Since round 151 the policy asks for sed's `e` flag however delimited: `sort -u`
+        # shows the same masking (a user:password after -u for a program that is not curl).
+        ("toolu_sed_u", f"cd {sandbox_dir} && sort -u x:hunter22 job.txt 2>/dev/null; echo"),
         ("toolu_find_var", f'A_TOKEN=-print; find {sandbox_dir} -name "job*" $A_TOKEN'),
     ]:
         answer = sandbox_daemon.stub.Execute(
@@ -169,7 +171,7 @@ def test_a_masked_value_never_hides_what_a_command_runs(
         )
         assert answer.decision.outcome == pb.ALLOW, answer.decision
         assert _commands_audited(sandbox_daemon, tool_use_id) == [command, command]
-    assert "ran-through-sed" in text_of(answer) or "job.txt" in text_of(answer)
+    assert "job.txt" in text_of(answer)
 
 
 def test_a_long_description_or_pipeline_hides_no_command(sandbox_daemon: RunningDaemon) -> None:
@@ -252,6 +254,12 @@ ROUND_150_LAUNCHERS = [
     "git ls-remote --upload-pack='rm -rf {ws}/* #' .",
     "perl5.36.0 -e 'system(q{{rm -rf {ws}/*}})'",
     "x=$(printf 'a\\x5b\\x24\\x28rm -rf {ws}/*\\x29]'); echo ${{!x}}",
+    # Round 151.
+    "logsave /dev/null rm -rf {ws}/*",
+    "printf 'a\\n' | sed '1!e rm -rf {ws}/*'",
+    'gawk \'BEGIN{{f="sys" "tem"; @f("rm -rf {ws}/*")}}\'',
+    'python3 -c \'import os,operator; operator.attrgetter("sys"+"tem")(os)("ls {ws}")\'',
+    "PERL5OPT=-Mstrict perl -e 1",
 ]
 
 

@@ -684,6 +684,7 @@ def test_unwrap_peels_the_other_wrappers_of_a_linux_system(
             "start-stop-daemon",
         ),
         ("start-stop-daemon --start --exec /bin/rm", ["/bin/rm"], "start-stop-daemon"),
+        ("logsave /dev/null rm -rf /w", ["rm", "-rf", "/w"], "logsave"),
     ],
 )
 def test_unwrap_reads_round_150s_wrappers_as_they_run(
@@ -721,6 +722,9 @@ def test_rbash_runs_its_string_like_any_shell() -> None:
         ("mapfile -t -c 1 -C 'rm -rf /w;:' A", "rm -rf /w;:"),
         ("readarray -C'rm -rf /w;:' A", "rm -rf /w;:"),
         ("watch -g -n1 -d rm -rf /w", "rm -rf /w"),
+        ("prove --exec 'rm -rf /w' t.t", "rm -rf /w"),
+        ("git-shell -c 'rm -rf /w'", "rm -rf /w"),
+        ("scriptlive -c 'rm -rf /w' t s", "rm -rf /w"),
     ],
 )
 def test_strings_round_150_ran_are_parsed(line: str, script: str) -> None:

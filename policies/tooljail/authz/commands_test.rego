@@ -1099,9 +1099,22 @@ test_inline_code_is_judged_by_its_text if {
 	missed == set()
 }
 
+# Attacker round 151: sed's `e` after `!`, gawk's indirect call, a name built from pieces, code
+# from an interpreter's environment.
+test_round_151s_programs_ask if {
+	decides(bash_line("sed '1!e rm x'", [with_words(["sed", "1!e rm x"], [quoted("1!e rm x")])]), "ask", "sed program")
+	decides(bash_line("sed 1eecho", [with_words(["sed", "1eecho"], [quoted("1eecho")])]), "ask", "sed program")
+	decides(bash_line("gawk 'BEGIN{f=\"system\"; @f(\"x\")}'", [with_words(["gawk", "BEGIN{f=\"sys\" \"tem\"; @f(\"x\")}"], [quoted("BEGIN{f=\"sys\" \"tem\"; @f(\"x\")}")])]), "ask", "gawk program")
+	decides(bash_line("python3 -c 'import os,operator; operator.attrgetter(\"sys\"+\"tem\")(os)(\"x\")'", [with_words(["python3", "-c", "import os,operator; operator.attrgetter(\"sys\"+\"tem\")(os)(\"x\")"], [fact_word("-c"), quoted("import os,operator; operator.attrgetter(\"sys\"+\"tem\")(os)(\"x\")")])]), "ask", "run other programs")
+	decides(bash_line("PERL5OPT=-Mx perl -e 1", [object.union(simple(["perl", "-e", "1"]), {"assignments": ["PERL5OPT=-Mx"]})]), "ask", "names PERL5OPT")
+	decides(bash_line("export LD_PRELOAD=/w/x.so; ls", [simple(["export", "LD_PRELOAD=/w/x.so"]), simple(["ls"])]), "ask", "names LD_PRELOAD")
+	decided(bash_line("sed -n 1p a.txt", [with_words(["sed", "-n", "1p", "a.txt"], [fact_word("-n"), quoted("1p"), fact_word("a.txt")])])).outcome == "allow"
+	decided(bash_line("env | grep X", [simple(["env"]), simple(["grep", "X"])])).outcome == "allow"
+}
+
 # Attacker round 150: Debian installs interpreters under their versioned names too.
 test_an_interpreter_named_with_its_version_runs_code if {
-	every name in {"perl5.36.0", "perl5.36-x86_64-linux-gnu", "ruby3.1", "python3.11", "node18", "php8.2"} {
+	every name in {"perl5.36.0", "perl5.36-x86_64-linux-gnu", "ruby3.1", "python3.11", "node18", "php8.2", "pdb3", "pdb3.11"} {
 		data.tooljail.authz.inline_code_runner(name)
 	}
 	not data.tooljail.authz.inline_code_runner("perldoc")

@@ -326,6 +326,17 @@ needs_approval contains sprintf(
 	not name in harmless_git_environment
 }
 
+# Interpreters and the loader take code or options from their environment (attacker round 151:
+# `PERL5OPT='-Mstrict;system(...)' perl -e 1`): named anywhere in the line, however set.
+needs_approval contains sprintf(
+	"%s: the command names %s, from which a program takes code, options or libraries to load; a person must approve it before it runs.",
+	[tool_name, name],
+) if {
+	command_tool
+	some found in regex.find_all_string_submatch_n(`(?:^|[^A-Za-z0-9_])(PERL5OPT|PERL5LIB|PERLLIB|PERL5DB|PYTHONSTARTUP|PYTHONPATH|PYTHONHOME|PYTHONINSPECT|PYTHONBREAKPOINT|RUBYOPT|RUBYLIB|NODE_OPTIONS|NODE_PATH|LD_PRELOAD|LD_LIBRARY_PATH|LD_AUDIT|GCONV_PATH|BASH_ENV|LESSOPEN|LESSCLOSE|(?:ENV|PAGER|MANPAGER|BROWSER)\+?=)`, object.get(input, ["input", "command"], ""), 20)
+	name := trim_suffix(trim_suffix(found[1], "="), "+")
+}
+
 # A variable's name built when it runs: `export ${P}_DIR=x`, `env "$N=x" git status`.
 needs_approval contains sprintf(
 	"%s: `%s` sets a variable whose name is only known when it runs (it may be one git takes configuration or programs from); a person must approve it before it runs.",
@@ -812,9 +823,13 @@ needs_approval contains sprintf(
 	regex.match(script_writing[basename(cmd.name)], word)
 }
 
-sed_writing := `(^|[;{}/0-9$\s])[ewW](\s|$)|/[gpIiMm0-9]*[ewW]`
+# sed's commands come after an address, `!` or another command, and `e` takes its command with
+# or without a blank (attacker round 151: `1!e rm ...`, and GNU sed runs `1eecho x`).
+sed_writing := `(^|[^A-Za-z-])[ewW]|/[gpIiMm0-9]*[ewW]`
 
-awk_writing := `system|getline|\||(print|printf)[^;}]*>|fflush|close\(`
+# gawk calls any function by a name held in a variable, `system` included (`@f()`), and
+# includes or loads code (round 151).
+awk_writing := `system|getline|\||(print|printf)[^;}]*>|fflush|close\(|@[A-Za-z_]`
 
 script_writing := {
 	"sed": sed_writing, "gsed": sed_writing,
@@ -1452,6 +1467,9 @@ inline_code_runner(name) if regex.match(`^python3\.[0-9]+$`, name)
 # (attacker round 150 ran `perl5.36.0 -e 'system(...)'` unasked).
 inline_code_runner(name) if regex.match(`^(?:python|perl|ruby|node|nodejs|php|lua|pypy|jruby)[0-9][0-9.]*(?:-[A-Za-z0-9_.-]+)?$`, name)
 
+# Python's debugger runs a script, and its `-c` commands run Python (`!import os; ...`).
+inline_code_runner(name) if regex.match(`^pdb3?(?:\.[0-9]+)?$`, name)
+
 # "write files" takes, beyond the plain writers, what attackers wrote with (rounds 82-86):
 # - an open whose mode shows a write, read to the end of the statement past nested calls
 #   (`open(str(p), 'w')`), or whose mode is computed: a variable or a call (not a keyword
@@ -1466,7 +1484,7 @@ inline_code_runner(name) if regex.match(`^(?:python|perl|ruby|node|nodejs|php|lu
 default code_effects := {
 	"write files": `\.write|pwrite|O_WRONLY|O_RDWR|O_CREAT|O_APPEND|O_TRUNC|mknod|write_text|write_bytes|writeFile|appendFile|open\([^;\n]*,\s*(mode\s*=\s*)?['"][^'"]*[wax+]|copyfile|copy2|copytree|\brename|\breplace\s*\(|symlink|\blink|fopen|File\.open|IO\.write|>\s*["']|(^|[^.\w]|\bio\.|\bcodecs\.)open\([^;\n]*,\s*(mode\s*=\s*)?[A-Za-z_][A-Za-z0-9_.]*\s*[^A-Za-z0-9_.=\s]|open\([^;\n]*,\s*(mode\s*=\s*)?['"][^'"]*['"]\s*[+%.]|open\([^;\n]*,\s*(mode\s*=\s*)?[fF][rR]?['"]|\bopen\s*\(?\s*(my\s+\$\w+|\$\w+|[A-Z][A-Z0-9_]*)\s*,\s*([^'"\s]|['"]\s*(\+[<>]|>|\||-\|))|\.open\(\s*(mode\s*=\s*)?['"][^'"]*[wax+]|\.open\(\s*(mode\s*=\s*)?[A-Za-z_][A-Za-z0-9_.]*\s*\)|open\([^)]*[,(]\s*\*|sysopen|FileIO\([^)]*,|copyFile|WriteStream|openSync\([^;\n]*,\s*[^\s)]|file_put_contents|fwrite|FileUtils|io\.output|\bfile\s*=\s*open|os\.open\([^;\n,]*,\s*([^oO0\s]|0[^,)\s]|[oO][^sS_]|os[^.]|os\.[^O]|os\.O[^_]|os\.O_[^R]|os\.O_R[^D]|O[^_]|O_[^R]|O_R[^D])|O_RDONLY\s*[|+^]|from\s+os\s+import\s+[^;\n]*(\*|\bopen\b)|import\s+os\s+as\b|sys\.modules|extract|FileHandler|\bfilename\s*=|dup2|hardlink|open\([^;\n]*,\s*(mode\s*=\s*)?['"][^'"]*\\|\$\^I|\$\{\^I\}|\$-i\b|inplace`,
 	"delete files": `rm_rf|rm_f\b|ExtUtils|rmtree|unlink|remove|rmdir|truncate|\brm\b|shutil|fs\.rm|rimraf|File\.delete|delete_file|os\.remove|\bdel\b`,
-	"run other programs": `system|popen|subprocess|spawn|exec|\beval\b|fork|child_process|pty|__import__|importlib|getattr|compile|\bopen3\b|backtick|Kernel|%x|qx|\bvars\s*\(|__dict__|\bglobals\s*\(`,
+	"run other programs": `system|popen|subprocess|spawn|exec|\beval\b|fork|child_process|pty|__import__|importlib|getattr|compile|\bopen3\b|backtick|Kernel|%x|qx|\bvars\s*\(|__dict__|\bglobals\s*\(|attrgetter|methodcaller|\boperator\b|builtins|__getattribute__|\binspect\b|ctypes|\bpickle\b|\bmarshal\b`,
 }
 
 code_effects := data.tooljail.commands.code_effects if is_object(data.tooljail.commands.code_effects)
