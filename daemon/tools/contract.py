@@ -93,8 +93,8 @@ before it opens it, and a longer one (`/.` repeated) named a file the audit coul
 def _within_path_max(path: str) -> str:
     if len(path) > PATH_MAX_CHARS:
         raise ValueError(
-            f"a path is at most {PATH_MAX_CHARS} characters, and this one has {len(path)}: "
-            "name the file by its plain absolute path"
+            f"the path is too long: a path is at most {PATH_MAX_CHARS} characters, and this "
+            f"one has {len(path)}; name the file by its plain absolute path"
         )
     return path
 
