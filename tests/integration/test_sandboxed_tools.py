@@ -119,6 +119,35 @@ def test_bash_output_exit_codes_and_no_output(
     assert created.read_text() == "data\n" and created.stat().st_uid == OWNER_UID
 
 
+def test_cp_copies_and_nothing_reflinks_past_the_disk_quota(
+    sandbox_daemon: RunningDaemon, sandbox_dir: Path
+) -> None:
+    """Attacker round 152: on btrfs, copy_file_range (GNU cp's default) reflinks, and the
+    extent-tree metadata of each reflink is counted by no quota group. The sandbox refuses it
+    as a kernel without it would, and cp falls back to copying."""
+    probe = sandbox_dir / "probe.py"
+    written = sandbox_daemon.execute(
+        "Write",
+        {
+            "file_path": str(probe),
+            "content": "import os\n"
+            "a = os.open('big', os.O_RDONLY)\n"
+            "b = os.open('c2', os.O_CREAT | os.O_WRONLY, 0o644)\n"
+            "try:\n    os.copy_file_range(a, b, 1000)\n"
+            "except OSError as e:\n    print(e.errno)\n",
+        },
+    )
+    assert not written.result.is_error, text_of(written)
+    script = (
+        f"cd {sandbox_dir} && head -c 300000 /dev/urandom > big && cp big copy && cmp big copy"
+        " && python3 probe.py"
+    )
+    done = sandbox_daemon.execute("Bash", {"command": script})
+    assert not done.result.is_error, text_of(done)
+    assert text_of(done).strip() == "38", text_of(done)  # ENOSYS
+    assert (sandbox_dir / "copy").read_bytes() == (sandbox_dir / "big").read_bytes()
+
+
 def test_bash_cannot_write_outside_the_workspace_or_reach_the_network(
     sandbox_daemon: RunningDaemon,
 ) -> None:

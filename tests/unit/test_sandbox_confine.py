@@ -81,6 +81,11 @@ for name, call in [
     ("subvolume", lambda: libc.ioctl(os.open(".", os.O_RDONLY), 0x5000940E, b"\0" * 8 + b"sv")),
     ("reflink", lambda: libc.ioctl(os.open("renamed", os.O_WRONLY), 0x40049409, fd)),
     ("other ioctl", lambda: libc.ioctl(fd, 0x541B, buffer)),  # FIONREAD on a file: allowed
+    # copy_file_range: btrfs reflinks with it (attacker round 152), as FICLONE does.
+    ("copy_file_range", lambda: libc.syscall(
+        326, os.open("other", os.O_RDONLY), None,
+        os.open("copy", os.O_CREAT | os.O_WRONLY, 0o644), None, 1, 0,
+    )),
 ]:
     result = call()
     out[name] = "ok" if result >= 0 else errno.errorcode[ctypes.get_errno()]
@@ -135,6 +140,13 @@ def test_whiteouts_and_btrfs_ioctls_are_refused_and_the_rest_of_rename_and_ioctl
     # Refused as if the filesystem had no such ioctl, so programs fall back (cp copies).
     assert outcomes["subvolume"] == outcomes["reflink"] == "ENOTTY"
     assert outcomes["other ioctl"] == "ok"
+
+
+def test_copy_file_range_is_refused_as_by_a_kernel_without_it(outcomes: dict[str, str]) -> None:
+    """Attacker round 152: on btrfs, copy_file_range makes a reflink (GNU cp 9.1 calls it by
+    default), and each reflink adds extent-tree metadata no quota group counts: one tenant held
+    58 % more of the shared filesystem than its share. Refused with ENOSYS, so cp copies."""
+    assert outcomes["copy_file_range"] == "ENOSYS"
 
 
 def test_netlink_sockets_are_refused_as_if_the_kernel_had_none(outcomes: dict[str, str]) -> None:
