@@ -233,9 +233,7 @@ def _flock(words: tuple[Word, ...]) -> _Peel | None:
     """flock [options] FILE program [args]; `flock FILE -c STRING` runs STRING through a shell
     (`deferred_scripts`), `flock FD` runs nothing."""
     i = _skip_options(words, 1, _FLOCK_OPTS) + 1
-    if i >= len(words) or any(w.text.startswith(("-c", "--command")) for w in words[1:i]):
-        return None
-    if words[i].text.startswith(("-c", "--command", "--co")):
+    if i >= len(words) or words[i].text.startswith(("-c", "--co")):
         return None
     return _Peel(words[i:])
 
