@@ -144,11 +144,21 @@ async def _metadata_once(root: Path) -> None:
     """Store the filesystem's metadata once. Files small enough are kept inside the metadata,
     which mkfs stores twice on one device (DUP) and the quotas count once: a principal within
     its share filled the whole filesystem with 2 KB files (attacker round 99). An image made
-    before is converted when it is first used."""
+    before is converted when it is first used. One whose chunks are not mixed (round 153) cannot
+    be converted: the log says so."""
     shown = await _run("btrfs", "filesystem", "df", str(root))
     if any(line.startswith("Metadata, DUP") for line in shown.splitlines()):
         log.info("storing the metadata of the workspaces filesystem %s once (was DUP)", root)
         await _run("btrfs", "balance", "start", "-f", "-mconvert=single", str(root))
+    if not any(line.startswith("Data+Metadata") for line in shown.splitlines()):
+        log.warning(
+            "the workspaces filesystem %s keeps data and metadata in chunks of their own (made "
+            "by an older version, or by an operator without --mixed): one principal can pin "
+            "its room as metadata no quota counts and leave the others none. With no session "
+            "open, stop the daemon, unmount it and remove its image (or make it with mkfs.btrfs "
+            "--mixed); it is made again at start",
+            root,
+        )
 
 
 async def _in_owners_thread(folder: Path, owner: str, work: Callable[[], bool]) -> bool:
@@ -264,8 +274,14 @@ class BudgetedWorkspaces:
             os.posix_fallocate(fd, 0, size)
         finally:
             os.close(fd)
-        # Metadata stored once: the quotas count it once (see `_metadata_once`).
-        await _run("mkfs.btrfs", "-q", "-f", "-m", "single", str(partial))
+        # Metadata stored once: the quotas count it once (see `_metadata_once`). Data and
+        # metadata in the same chunks: a chunk set aside for metadata holds no data however
+        # empty, and one principal's deleted small files pinned most of the filesystem as
+        # metadata no quota counts; another's write then met "No space left on device" within
+        # its share (attacker round 153).
+        await _run(
+            "mkfs.btrfs", "-q", "-f", "--mixed", "-m", "single", "-d", "single", str(partial)
+        )
         partial.rename(self._image)
 
     async def lasting(self, name: str, owner: tuple[int, int] | None, principal: str) -> Path:

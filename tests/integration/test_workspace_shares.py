@@ -183,3 +183,50 @@ def test_files_kept_in_metadata_count_once_against_the_share(
         finally:
             alice_channel.close()
             bob_channel.close()
+
+
+NUMBERED_SMALL_FILES = (
+    "mkdir small && head -c 100M /dev/zero | split -b 2000 -d -a 6 - small/part- 2>&1 | tail -1"
+)
+ALL_BUT_ONE_IN_TEN = " ".join(f"small/part-*{digit}" for digit in "123456789")
+"""Those files but the ones whose number ends in 0."""
+
+
+def test_metadata_space_freed_by_one_principal_is_room_for_everyone(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> None:
+    """Attacker round 153: btrfs sets space aside in chunks for data or for metadata, and a
+    metadata chunk holds no data however empty. Alice filled her share with small files (kept in
+    metadata), deleted all but one in ten (her quota back to little, the chunks pinned),
+    then filled her share again with data: the filesystem was full and bob got "No space left
+    on device" within his own share. The filesystem now mixes data and metadata in its chunks."""
+    with _daemon_with_shares(Path(tmp_path_factory.mktemp("pinned"))) as (_, target):
+        alice, alice_channel, as_alice = _as(target, "alice")
+        bob, bob_channel, as_bob = _as(target, "bob")
+        try:
+            sessions = [
+                alice.OpenSession(pb.OpenSessionRequest(), metadata=as_alice, timeout=60)
+                for _ in range(int(FILESYSTEM_MB * SHARE) // BUDGET_MB)
+            ]
+            for n, opened in enumerate(sessions):
+                for step, command in enumerate(
+                    [NUMBERED_SMALL_FILES, f"rm -f {ALL_BUT_ONE_IN_TEN}; sync; ls small | wc -l"]
+                ):
+                    use = pb.ToolUse(id=f"toolu_pin_{n}_{step}", name="Bash")
+                    use.input.update({"command": command, "timeout": 300_000})
+                    done = alice.Execute(
+                        pb.ExecuteRequest(tool_use=use, session_id=opened.id),
+                        metadata=as_alice,
+                        timeout=320,
+                    )
+                    assert done.decision.outcome == pb.ALLOW, text_of(done)
+            time.sleep(35)  # btrfs commits the deletes (and frees their quota) every 30 s
+            for opened in sessions:
+                _fill(alice, as_alice, opened)
+            his = bob.OpenSession(pb.OpenSessionRequest(), metadata=as_bob, timeout=60)
+            text = _fill(bob, as_bob, his)
+            assert "No space left" not in text, text
+            assert _used_mb(his.workspace) >= BUDGET_MB - 8, text
+        finally:
+            alice_channel.close()
+            bob_channel.close()
