@@ -71,19 +71,22 @@ async def confined_to_its_input(program: str, *, memory_mb: int) -> tuple[str, .
     """The argv prefix running `program` so that it reads nothing but what it is given on its
     standard input (and its own files), mapping at most `memory_mb` MiB: a filter of bytes a
     sandbox wrote (attacker round 143: BashOutput's ran as the daemon, root often)."""
-    command = [*_wrapper(), "--memory-mb", str(memory_mb)]
-    for path in await program_files(program):
-        command += ["--exec", path]
-    return (*command, "--", program)
+    return await _running(program, "--memory-mb", str(memory_mb))
 
 
 async def confined(program: str, workspace: PinnedDirectory, *, memory_mb: int) -> Confined:
     """`program` confined to reading `workspace` (and running its own files), mapping at most
     `memory_mb` MiB."""
-    command = [*_wrapper(), "--memory-mb", str(memory_mb), "--read-fd", str(workspace.fd)]
+    argv = await _running(program, "--memory-mb", str(memory_mb), "--read-fd", str(workspace.fd))
+    return Confined(argv, (workspace.fd,))
+
+
+async def _running(program: str, *options: str) -> tuple[str, ...]:
+    """The wrapper with `options`, allowed to run `program`'s own files, then `program`."""
+    command = [*_wrapper(), *options]
     for path in await program_files(program):
         command += ["--exec", path]
-    return Confined((*command, "--", program), (workspace.fd,))
+    return (*command, "--", program)
 
 
 async def confined_python(script: str) -> tuple[str, ...]:

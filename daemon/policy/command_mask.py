@@ -71,8 +71,10 @@ _INERT = frozenset(
     {"", "export", "declare", "typeset", "readonly", "local", "unset", "cd", "true", "false",
      ":", "echo"}
 )  # fmt: skip
-"""Builtins a line with a masked assignment may hold besides network clients: none runs code,
+"""Builtins a line with a masked assignment may hold besides HTTP clients: none runs code,
 reads the environment or a variable it is not named (an option, `-n` or `-p`, is refused)."""
+_GIVEN_ASSIGNMENTS = _HTTP_CLIENTS | _INERT
+"""The programs a line with a masked assignment may run."""
 _ASSIGNING = frozenset({"export", "declare", "typeset", "local", "readonly", "env"})
 """Programs whose NAME=value arguments are assignments."""
 _RUNNERS = frozenset(
@@ -270,7 +272,7 @@ def _values_stay_data(line: ParsedCommand, shown: str, masked: str) -> bool:
     if "${!" in shown:
         return False
     for command in line.simple_commands:
-        if command.dynamic or command.name not in _HTTP_CLIENTS | _INERT:
+        if command.dynamic or command.name not in _GIVEN_ASSIGNMENTS:
             return False
         if any(wrapper != "env" for wrapper in command.wrappers):
             return False

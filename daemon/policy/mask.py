@@ -26,6 +26,7 @@ from typing import Any
 
 from daemon.errors import TooljailError
 from daemon.policy.command_mask import Parser, hide_in_command
+from daemon.shell.parse import MAX_COMMAND_BYTES
 
 MASKED = "***masked***"
 MAX_FIELD_CHARS = 8192
@@ -33,7 +34,7 @@ MAX_FIELD_CHARS = 8192
 KEPT_CHARS = 1024
 MAX_SCANNED_CHARS = 8 * 1024
 """Text the patterns scan per value masked; beyond it texts are kept as length and digest."""
-WHOLE_FIELD_CHARS = {"command": 32_768}
+WHOLE_FIELD_CHARS = {"command": MAX_COMMAND_BYTES}
 """Input fields logged whole up to their own length rather than MAX_FIELD_CHARS: a Bash command
 as long as the parser analyses one (daemon.shell.parse.MAX_COMMAND_BYTES; a longer one is
 asked about). Attacker round 145: a command of 8,243 characters was logged as its first

@@ -194,7 +194,7 @@ def _loader(words: tuple[Word, ...]) -> _Peel | None:
     given = _options_given(words, 1, _LOADER_OPTS)
     if given & {"list", "verify", "help", "version", "list-tunables", "list-diagnostics"}:
         return None
-    return _simple(_LOADER_OPTS)(words)
+    return _LOADER_RUNS(words)
 
 
 _LOADER_OPTS = _Opts(
@@ -204,6 +204,7 @@ _LOADER_OPTS = _Opts(
     ),
     long_flag=frozenset({"inhibit-cache", "list", "verify", "help", "version"}),
 )
+_LOADER_RUNS = _simple(_LOADER_OPTS)
 _LOADER_NAME = re.compile(r"ld\.so|ld-[A-Za-z0-9_.-]*\.so(?:\.[0-9]+)*")
 """The dynamic loader's names (ld.so, ld-linux-x86-64.so.2, ld-musl-x86_64.so.1)."""
 

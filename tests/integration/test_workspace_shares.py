@@ -76,6 +76,30 @@ def _fill(stub: pb_grpc.ExecutorStub, metadata: object, session: pb.Session) -> 
     return text_of(response)
 
 
+def _allowed(
+    stub: pb_grpc.ExecutorStub,
+    metadata: object,
+    session: pb.Session,
+    tool_use_id: str,
+    command: str,
+) -> None:
+    """Run a long Bash command in `session`; the policy must allow it."""
+    use = pb.ToolUse(id=tool_use_id, name="Bash")
+    use.input.update({"command": command, "timeout": 300_000})
+    done = stub.Execute(
+        pb.ExecuteRequest(tool_use=use, session_id=session.id), metadata=metadata, timeout=320
+    )
+    assert done.decision.outcome == pb.ALLOW, text_of(done)
+
+
+def _room_for(stub: pb_grpc.ExecutorStub, metadata: object) -> None:
+    """A fresh session of this principal still fills its whole budget."""
+    his = stub.OpenSession(pb.OpenSessionRequest(), metadata=metadata, timeout=60)
+    text = _fill(stub, metadata, his)
+    assert "No space left" not in text, text
+    assert _used_mb(his.workspace) >= BUDGET_MB - 8, text
+
+
 def _used_mb(folder: str) -> float:
     return sum(f.stat().st_size for f in Path(folder).glob("big*")) / (1 << 20)
 
@@ -168,18 +192,8 @@ def test_files_kept_in_metadata_count_once_against_the_share(
         try:
             for n in range(int(FILESYSTEM_MB * SHARE) // BUDGET_MB):
                 opened = alice.OpenSession(pb.OpenSessionRequest(), metadata=as_alice, timeout=60)
-                use = pb.ToolUse(id=f"toolu_small_{n}", name="Bash")
-                use.input.update({"command": SMALL_FILES, "timeout": 300_000})
-                filled = alice.Execute(
-                    pb.ExecuteRequest(tool_use=use, session_id=opened.id),
-                    metadata=as_alice,
-                    timeout=320,
-                )
-                assert filled.decision.outcome == pb.ALLOW, text_of(filled)
-            his = bob.OpenSession(pb.OpenSessionRequest(), metadata=as_bob, timeout=60)
-            text = _fill(bob, as_bob, his)
-            assert "No space left" not in text, text
-            assert _used_mb(his.workspace) >= BUDGET_MB - 8, text
+                _allowed(alice, as_alice, opened, f"toolu_small_{n}", SMALL_FILES)
+            _room_for(bob, as_bob)
         finally:
             alice_channel.close()
             bob_channel.close()
@@ -212,21 +226,11 @@ def test_metadata_space_freed_by_one_principal_is_room_for_everyone(
                 for step, command in enumerate(
                     [NUMBERED_SMALL_FILES, f"rm -f {ALL_BUT_ONE_IN_TEN}; sync; ls small | wc -l"]
                 ):
-                    use = pb.ToolUse(id=f"toolu_pin_{n}_{step}", name="Bash")
-                    use.input.update({"command": command, "timeout": 300_000})
-                    done = alice.Execute(
-                        pb.ExecuteRequest(tool_use=use, session_id=opened.id),
-                        metadata=as_alice,
-                        timeout=320,
-                    )
-                    assert done.decision.outcome == pb.ALLOW, text_of(done)
+                    _allowed(alice, as_alice, opened, f"toolu_pin_{n}_{step}", command)
             time.sleep(35)  # btrfs commits the deletes (and frees their quota) every 30 s
             for opened in sessions:
                 _fill(alice, as_alice, opened)
-            his = bob.OpenSession(pb.OpenSessionRequest(), metadata=as_bob, timeout=60)
-            text = _fill(bob, as_bob, his)
-            assert "No space left" not in text, text
-            assert _used_mb(his.workspace) >= BUDGET_MB - 8, text
+            _room_for(bob, as_bob)
         finally:
             alice_channel.close()
             bob_channel.close()
