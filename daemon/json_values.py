@@ -48,12 +48,16 @@ PIECE_CHARS = 64 * 1024
 """A long string is escaped this many characters at a time (`json_pieces`)."""
 
 
-def json_pieces(value: Any, *, sort_keys: bool = False) -> Iterator[str]:
+def json_pieces(value: Any, *, sort_keys: bool = False, large: bool | None = None) -> Iterator[str]:
     """`value` as the JSON text `json.dumps(value, separators=(",", ":"), ensure_ascii=False,
     default=str, sort_keys=sort_keys)` gives, in pieces: a long string is escaped a slice at a
     time, so the whole text never sits in memory at once (a control character is six characters
-    escaped: attacker round 105 made one 15 MiB Write hold 90 MB of JSON text, several times)."""
-    if isinstance(value, str) and len(value) > PIECE_CHARS:
+    escaped: attacker round 105 made one 15 MiB Write hold 90 MB of JSON text, several times).
+    `large`: whether `value` is large (`is_large`) when the caller already knows; False gives
+    one piece without looking the value over again."""
+    if large is False:
+        yield _dumps(value, sort_keys)
+    elif isinstance(value, str) and len(value) > PIECE_CHARS:
         yield '"'
         for start in range(0, len(value), PIECE_CHARS):
             yield _dumps(value[start : start + PIECE_CHARS], sort_keys)[1:-1]
@@ -83,14 +87,15 @@ def _dumps(value: Any, sort_keys: bool) -> str:
     )
 
 
-def canonical_input_hash(tool_input: Mapping[str, Any]) -> str:
+def canonical_input_hash(tool_input: Mapping[str, Any], *, large: bool | None = None) -> str:
     """Hex SHA-256 of the tool input as canonical JSON (sorted keys, no whitespace, UTF-8).
 
     Two inputs hash alike exactly when they are the same JSON value, however their keys were
-    ordered. Values JSON cannot represent are hashed by their ``str()``.
+    ordered. Values JSON cannot represent are hashed by their ``str()``. `large`: as for
+    `json_pieces`.
     """
     digest = hashlib.sha256()
-    for piece in json_pieces(tool_input, sort_keys=True):
+    for piece in json_pieces(tool_input, sort_keys=True, large=large):
         # surrogatepass: a lone surrogate from a JSON escape must hash, not raise.
         digest.update(piece.encode("utf-8", "surrogatepass"))
     return digest.hexdigest()

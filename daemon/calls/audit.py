@@ -14,7 +14,7 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Any, TextIO
 
-from daemon.policy.mask import AuditMask
+from daemon.policy.mask import MAX_FIELD_CHARS, AuditMask
 
 
 class AuditEvent(StrEnum):
@@ -45,6 +45,16 @@ _BOUNDS = AuditMask()
 """No fields, no patterns: only the bounds on texts (daemon.policy.mask)."""
 
 
+def _bounded(value: Any) -> Any:
+    """`value` bounded as `_BOUNDS.apply` bounds it; a short text or a number as it is (most of
+    a record's fields: nothing of them would change)."""
+    if value is None or isinstance(value, bool | int | float):
+        return value
+    if isinstance(value, str) and len(value) <= MAX_FIELD_CHARS:
+        return value
+    return _BOUNDS.apply(value)
+
+
 class AuditLog:
     """Appends one JSON object per line; safe to call from several threads."""
 
@@ -66,7 +76,7 @@ class AuditLog:
         each field of the record on its own: attacker round 143's tool_use id of 8,150
         characters spent a budget for the whole record, and the tool, its input and its outcome
         went unlogged; every character some reader takes for a line end escaped)."""
-        record = {key: _BOUNDS.apply(value) for key, value in record.items()}
+        record = {key: _bounded(value) for key, value in record.items()}
         line = json.dumps(record, ensure_ascii=False, separators=(",", ":"), default=str)
         try:
             line.encode("utf-8")

@@ -100,9 +100,17 @@ class CallRequest:
     """Single calls that name the same turn (per session) share a turn budget."""
 
     @functools.cached_property
+    def input_chars(self) -> int:
+        """About how many characters the input as sent holds, counted up to LARGE_VALUE_CHARS
+        (`approximate_chars`)."""
+        return approximate_chars(self.tool_use.input, LARGE_VALUE_CHARS)
+
+    @functools.cached_property
     def input_sha256(self) -> str:
         """Canonical hash of the input as sent (computed once: audit and idempotency share it)."""
-        return canonical_input_hash(self.tool_use.input)
+        return canonical_input_hash(
+            self.tool_use.input, large=self.input_chars >= LARGE_VALUE_CHARS
+        )
 
 
 @dataclass(frozen=True)
@@ -314,7 +322,7 @@ class Pipeline:
         session is looked up here, on the event loop, as everything else that changes them."""
         await self._default_ready(request.session_id, caller)
         started, session, tool = self._lookup(request, caller)
-        chars = approximate_chars(request.tool_use.input, LARGE_VALUE_CHARS)
+        chars = request.input_chars
         large = chars >= LARGE_VALUE_CHARS
         if tool is None:
             if large:

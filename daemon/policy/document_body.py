@@ -28,10 +28,12 @@ def encode_document(document: dict[str, Any]) -> EncodedDocument:
     character is six bytes for OPA to read instead of two or three. A lone surrogate (a file name
     that is not UTF-8) has no UTF-8 form, so such a document is sent escaped instead. Built a
     piece at a time into one buffer: a large input's JSON text is never held twice (control
-    characters are six bytes each however it is encoded: attacker round 106)."""
+    characters are six bytes each however it is encoded: attacker round 106). Only a
+    LargeDocument is looked over for its large parts: any other holds a small tool input."""
     body = bytearray(b'{"input":')
+    large = None if isinstance(document, LargeDocument) else False
     try:
-        for piece in json_pieces(document):
+        for piece in json_pieces(document, large=large):
             body += piece.encode("utf-8")
     except UnicodeEncodeError:
         body = bytearray(b'{"input":')

@@ -109,7 +109,7 @@ class ToolCall:
     @functools.cached_property
     def input_hash(self) -> str:
         """Canonical hash of the validated input (approval binding, refusal counts)."""
-        return canonical_input_hash(self.input_json)
+        return canonical_input_hash(self.input_json, large=self.large_input)
 
     @functools.cached_property
     def large_input(self) -> bool:

@@ -42,6 +42,17 @@ def test_the_pieces_are_the_text_json_dumps_gives(value: Any, sort_keys: bool) -
     assert "".join(json_pieces(value, sort_keys=sort_keys)) == _dumps(value, sort_keys)
 
 
+@settings(max_examples=60, deadline=None)
+@given(VALUES, st.booleans(), st.sampled_from([None, False]))
+def test_a_caller_that_knows_the_size_gets_the_same_text(
+    value: Any, sort_keys: bool, large: bool | None
+) -> None:
+    pieces = list(json_pieces(value, sort_keys=sort_keys, large=large))
+    assert "".join(pieces) == _dumps(value, sort_keys)
+    if large is False:
+        assert len(pieces) == 1
+
+
 def test_the_input_hash_is_still_that_of_the_canonical_json() -> None:
     tool_input = {"path": "/w/f", "content": "\x01" * (3 * PIECE_CHARS) + "é\udcff"}
     text = _dumps(tool_input, True).encode("utf-8", "surrogatepass")

@@ -524,9 +524,9 @@ async def test_a_large_inputs_hashes_and_policy_document_are_made_off_the_event_
 ) -> None:
     threads: list[int] = []
 
-    def spying(tool_input: dict[str, Any]) -> str:
+    def spying(tool_input: dict[str, Any], *, large: bool | None = None) -> str:
         threads.append(threading.get_ident())
-        return canonical_input_hash(tool_input)
+        return canonical_input_hash(tool_input, large=large)
 
     for module in (pipeline_module, call_module):
         monkeypatch.setattr(module, "canonical_input_hash", spying)

@@ -185,6 +185,25 @@ def test_huge_texts_are_kept_as_start_length_and_digest() -> None:
     assert kept.startswith("xxxx") and f"[{len(huge)} characters, sha256 " in kept
 
 
+def test_every_top_level_field_is_bounded_whatever_its_type() -> None:
+    long = "t" * (MAX_FIELD_CHARS + 1)
+    record = {
+        "tool_use_id": long,
+        "short": "s" * MAX_FIELD_CHARS,
+        "count": 3,
+        "ok": True,
+        "none": None,
+        "ratio": 0.5,
+        "list": [long],
+    }
+    logged = json.loads(_audit_line(record))
+    shown_id = logged["tool_use_id"]
+    assert shown_id.startswith("t" * 100) and "characters, sha256" in shown_id
+    assert logged["short"] == record["short"]
+    assert (logged["count"], logged["ok"], logged["none"], logged["ratio"]) == (3, True, None, 0.5)
+    assert "characters, sha256" in logged["list"][0]
+
+
 # --- the Unix socket -------------------------------------------------------------------------
 
 
