@@ -278,6 +278,21 @@ def test_a_launcher_the_policy_did_not_read_is_asked_about(
     assert answer.decision.outcome == pb.ASK, (command, answer.decision)
 
 
+@pytest.mark.parametrize(
+    ("command", "outcome"),
+    [("PAGER=cat git --version", pb.ALLOW), ("PAGER='cat;id' git --version", pb.ASK)],
+)
+def test_a_pager_that_is_cat_runs_unasked_and_any_other_is_asked_about(
+    sandbox_daemon: RunningDaemon, command: str, outcome: int
+) -> None:
+    answer = sandbox_daemon.stub.Execute(
+        pb.ExecuteRequest(tool_use=bash(command, f"toolu_pager_{outcome}")), timeout=120
+    )
+    assert answer.decision.outcome == outcome, (command, answer.decision)
+    if outcome == pb.ALLOW:
+        assert not answer.result.is_error and "git version" in answer.result.content[0].text.text
+
+
 def test_a_masked_assignment_given_to_git_is_logged_whole(sandbox_daemon: RunningDaemon) -> None:
     """Attacker round 150: git runs --upload-pack through sh with its environment, and the
     command read the masked value with `printenv | sed -n s/^MY_TOK[E]N=//p`: the audit said

@@ -1112,6 +1112,24 @@ test_round_151s_programs_ask if {
 	decided(bash_line("env | grep X", [simple(["env"]), simple(["grep", "X"])])).outcome == "allow"
 }
 
+# A pager that is cat, or none, runs nothing the line does not show; any other value is asked about.
+test_a_pager_that_is_cat_or_none_is_allowed if {
+	every line in {"PAGER=cat git log", "export PAGER=cat; git log", "MANPAGER=cat man ls", "PAGER= git log", "PAGER='cat' git log", "PAGER=\"\" git log"} {
+		not asks_about_pager(line)
+	}
+}
+
+test_any_other_pager_asks if {
+	every line in {"PAGER=less git log", "PAGER=cat;id git log", "PAGER=cat\\;id git log", "PAGER=\"cat;id\" git log", "PAGER='cat' PAGER=x git log", "PAGER=cat$X git log", "PAGER+=cat git log", "ENV=cat sh -i", "BROWSER=cat x", "env 'PAGER=cat;id' git log", "PAGER=cat\rid git log", "PAGER=cat\u000cid git log"} {
+		asks_about_pager(line)
+	}
+}
+
+asks_about_pager(line) if {
+	some reason in decided(bash_line(line, [simple(["git", "log"])])).reasons
+	regex.match(`names (PAGER|MANPAGER|ENV|BROWSER),`, reason)
+}
+
 # Attacker round 150: Debian installs interpreters under their versioned names too.
 test_an_interpreter_named_with_its_version_runs_code if {
 	every name in {"perl5.36.0", "perl5.36-x86_64-linux-gnu", "ruby3.1", "python3.11", "node18", "php8.2", "pdb3", "pdb3.11"} {

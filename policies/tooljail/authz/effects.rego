@@ -333,8 +333,17 @@ needs_approval contains sprintf(
 	[tool_name, name],
 ) if {
 	command_tool
-	some found in regex.find_all_string_submatch_n(`(?:^|[^A-Za-z0-9_])(PERL5OPT|PERL5LIB|PERLLIB|PERL5DB|PYTHONSTARTUP|PYTHONPATH|PYTHONHOME|PYTHONINSPECT|PYTHONBREAKPOINT|RUBYOPT|RUBYLIB|NODE_OPTIONS|NODE_PATH|LD_PRELOAD|LD_LIBRARY_PATH|LD_AUDIT|GCONV_PATH|BASH_ENV|LESSOPEN|LESSCLOSE|(?:ENV|PAGER|MANPAGER|BROWSER)\+?=)`, object.get(input, ["input", "command"], ""), 20)
+	some found in regex.find_all_string_submatch_n(`(?:^|[^A-Za-z0-9_])(PERL5OPT|PERL5LIB|PERLLIB|PERL5DB|PYTHONSTARTUP|PYTHONPATH|PYTHONHOME|PYTHONINSPECT|PYTHONBREAKPOINT|RUBYOPT|RUBYLIB|NODE_OPTIONS|NODE_PATH|LD_PRELOAD|LD_LIBRARY_PATH|LD_AUDIT|GCONV_PATH|BASH_ENV|LESSOPEN|LESSCLOSE|(?:ENV|PAGER|MANPAGER|BROWSER)\+?=)([^ \t\n]*)`, object.get(input, ["input", "command"], ""), 20)
 	name := trim_suffix(trim_suffix(found[1], "="), "+")
+	not no_pager(found[1], found[2])
+}
+
+# `PAGER=cat git log`, `export MANPAGER=cat;`, `PAGER= man ls`: the pager is cat or none, up to
+# bash's next blank (`PAGER=cat;id`, `PAGER=cat\;id`, `PAGER="cat;id"`, `PAGER=cat$X` are asked
+# about as any other value).
+no_pager(assigned, value) if {
+	assigned in {"PAGER=", "MANPAGER="}
+	trim_suffix(value, ";") in {"", "cat", "''", `""`, "'cat'", `"cat"`}
 }
 
 # A variable's name built when it runs: `export ${P}_DIR=x`, `env "$N=x" git status`.
