@@ -206,6 +206,8 @@ class _Trace:
     """What hooks said for the user (sent beside the answer)."""
     timeline: Timeline | None = None
     """Where the call's time went (the phase metrics)."""
+    answered: bool = False
+    """Its answered record is written."""
 
     def audit_fields(self, mask: AuditMask, paths: frozenset[str]) -> dict[str, Any]:
         """What the audit adds about approvals and rewrites, when there were any (`paths`: the
@@ -408,24 +410,37 @@ class Pipeline:
         ):
             timeline.mark("prepare")
             trace = _Trace(timeline=trace_timeline)
-            if isinstance(prepared, RejectedCall):
-                if prepared.session.closed:
-                    text = "This session was closed before the call could run, so nothing ran."
-                    result = _error(tool_use.id, text)
-                    return self._finish(prepared, trace, caller, None, result, summary="closed")
-                summary = prepared.summary or (
-                    f"{tool_use.name}: invalid input"
-                    if prepared.known_tool
-                    else f"Unknown tool {tool_use.name}"
-                )
-                error = prepared.error
-                if not prepared.known_tool:
-                    error += await self._offered(prepared, caller)
-                # Its text quotes the input: held to the budget like any result.
-                shown = fit_text(error, self._limits.result_budget_chars).text
-                result = _error(tool_use.id, shown)
-                return self._finish(prepared, trace, caller, None, result, summary=summary)
-            return await self._run_ready(prepared, trace, caller)
+            try:
+                return await self._run_traced(prepared, trace, caller)
+            except asyncio.CancelledError:
+                # Cancelled before it answered, or even decided (a batch's sibling failed, the
+                # caller went away): still its answered record.
+                if not trace.answered:
+                    self.audit_not_run(prepared, caller, "cancelled before it ran")
+                raise
+
+    async def _run_traced(
+        self, prepared: PreparedCall, trace: _Trace, caller: Caller
+    ) -> ExecuteOutcome:
+        tool_use = prepared.request.tool_use
+        if isinstance(prepared, RejectedCall):
+            if prepared.session.closed:
+                text = "This session was closed before the call could run, so nothing ran."
+                result = _error(tool_use.id, text)
+                return self._finish(prepared, trace, caller, None, result, summary="closed")
+            summary = prepared.summary or (
+                f"{tool_use.name}: invalid input"
+                if prepared.known_tool
+                else f"Unknown tool {tool_use.name}"
+            )
+            error = prepared.error
+            if not prepared.known_tool:
+                error += await self._offered(prepared, caller)
+            # Its text quotes the input: held to the budget like any result.
+            shown = fit_text(error, self._limits.result_budget_chars).text
+            result = _error(tool_use.id, shown)
+            return self._finish(prepared, trace, caller, None, result, summary=summary)
+        return await self._run_ready(prepared, trace, caller)
 
     async def _run_ready(
         self, prepared: ReadyCall, trace: _Trace, caller: Caller
@@ -565,7 +580,7 @@ class Pipeline:
             except asyncio.CancelledError:
                 # Every call has one answered record, an interrupted one too (attacker round 96:
                 # a cancelled call had only its decided record, and no end in the audit).
-                self._audit_cancelled(prepared, caller, verdict, "running")
+                self._audit_cancelled(prepared, trace, caller, verdict, "running")
                 self._hooks.interrupted(
                     call, functools.partial(self._audit_interrupted, prepared, caller, verdict)
                 )
@@ -618,12 +633,17 @@ class Pipeline:
         except asyncio.CancelledError:
             # Cancelled while its answer was made (PostToolUse hooks, a kept output written):
             # the call ran, and still gets its answered record (attacker round 98).
-            self._audit_cancelled(prepared, caller, verdict, "answering")
+            self._audit_cancelled(prepared, trace, caller, verdict, "answering")
             raise
         except Exception as exc:
             # Failed there (the caller gets an internal error): still its answered record.
             self._audit_unfinished(
-                prepared, caller, verdict, failed_while="answering", error=type(exc).__name__
+                prepared,
+                trace,
+                caller,
+                verdict,
+                failed_while="answering",
+                error=type(exc).__name__,
             )
             raise
         # Outside: it writes the answered record itself.
@@ -667,15 +687,23 @@ class Pipeline:
         return gate
 
     def _audit_cancelled(
-        self, prepared: ReadyCall, caller: Caller, verdict: Verdict, stage: str
+        self, prepared: ReadyCall, trace: _Trace, caller: Caller, verdict: Verdict, stage: str
     ) -> None:
         """The answered record of a call cancelled while `stage` ("running", "answering")."""
-        self._audit_unfinished(prepared, caller, verdict, cancelled=True, cancelled_while=stage)
+        self._audit_unfinished(
+            prepared, trace, caller, verdict, cancelled=True, cancelled_while=stage
+        )
 
     def _audit_unfinished(
-        self, prepared: ReadyCall, caller: Caller, verdict: Verdict, **why: object
+        self,
+        prepared: ReadyCall,
+        trace: _Trace,
+        caller: Caller,
+        verdict: Verdict,
+        **why: object,
     ) -> None:
         """The answered record of a call that ran, or began to, and had no answer of its own."""
+        trace.answered = True
         self._audit.write(
             {
                 **self._audit_record(prepared, caller, verdict, AuditEvent.ANSWERED),
@@ -736,6 +764,18 @@ class Pipeline:
         )
         return outcome.model_copy(update={"result": result, "report": report})
 
+    def audit_not_run(self, prepared: PreparedCall, caller: Caller, why: str) -> None:
+        """The answered record of a call answered without having run (`why`: what stopped it
+        first; attacker round 154: a call of a turn whose group had failed had no record)."""
+        self._audit.write(
+            {
+                **self._audit_record(prepared, caller, None, AuditEvent.ANSWERED),
+                "is_error": True,
+                "not_run": why,
+                "duration_ms": int((time.monotonic() - prepared.started) * 1000),
+            }
+        )
+
     def audit_replay(self, prepared: PreparedCall, caller: Caller, outcome: ExecuteOutcome) -> None:
         """Record that a retry got the remembered answer of the call that ran (idempotency)."""
         self._audit.write(
@@ -770,7 +810,7 @@ class Pipeline:
             "input": (
                 prepared.audited_input
                 if isinstance(prepared, ReadyCall)
-                else self._policy.audit_mask.apply(tool_use.input)
+                else self._policy.audit_mask.apply(tool_use.input, runs=False)
             ),
             "outcome": verdict.outcome.value if verdict else "not_evaluated",
             # Reasons quote the command: secrets in it are hidden here too.
@@ -793,6 +833,7 @@ class Pipeline:
         summary: str = "",
     ) -> ExecuteOutcome:
         timeline.mark("answer")
+        trace.answered = True
         report = report or ExecutionReport()
         # Every verdict has a decision id by now; a call never decided gets one here.
         decision_id = verdict.decision_id if verdict else uuid.uuid4().hex

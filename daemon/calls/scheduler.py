@@ -233,6 +233,13 @@ class Scheduler:
             # that nothing ran, and nothing of the session (slots, lock) is made again.
             return await self._pipeline.run(call, caller)
 
+        started = False
+
+        async def in_pipeline() -> ExecuteOutcome:
+            nonlocal started
+            started = True  # from here on the pipeline writes its answered record
+            return await self._pipeline.run(call, caller)
+
         async def run_now() -> ExecuteOutcome:
             async with (
                 self._slot(call.session.id, caller),
@@ -242,18 +249,28 @@ class Scheduler:
                 # caller's RPC is not cancelled with it and still gets an answer saying so.
                 # (Queued calls find the session closed once they get here: see
                 # Session.pinned_root, which the pipeline checks first.)
-                inner = asyncio.create_task(self._pipeline.run(call, caller))
+                inner = asyncio.create_task(in_pipeline())
                 with self._tracked(call.session.id, inner):
                     try:
                         return await inner
                     except asyncio.CancelledError:
                         current = asyncio.current_task()
                         if inner.cancelled() and current is not None and not current.cancelling():
+                            if not started:
+                                why = "its session was closed before it ran"
+                                self._pipeline.audit_not_run(call, caller, why)
                             return cancelled_outcome(call.request.tool_use.id)
                         raise
 
         key = (caller.principal, call.session.id, call.request.tool_use.id)
-        outcome, replayed = await self._cache.run_once(key, input_hash(call.request), run_now)
+        try:
+            outcome, replayed = await self._cache.run_once(key, input_hash(call.request), run_now)
+        except asyncio.CancelledError:
+            # Cancelled while it waited for its slot, its session's lock or the same call
+            # running already: the pipeline never had it, and it still gets its record.
+            if not started:
+                self._pipeline.audit_not_run(call, caller, "cancelled while it waited to run")
+            raise
         if replayed:
             report = outcome.report.model_copy(update={"replayed": True})
             outcome = outcome.model_copy(update={"report": report})
@@ -279,8 +296,34 @@ class Scheduler:
             functools.partial(self._run, caller=caller),
             self._shrink_for,
             _sibling_cancelled,
+            functools.partial(self._not_run_after, caller=caller),
             self._limits.max_parallel,
             TurnBudget(self._limits.turn_budget_chars, 0),
+        )
+
+    def _not_run_after(
+        self, call: PreparedCall, failed: PreparedCall, caller: Caller
+    ) -> ExecuteOutcome:
+        """The answer of a call of a turn that arrived when a call of its group had failed: it
+        is not run (as a sibling of that call would have been stopped), and says so."""
+        failed_use = failed.request.tool_use
+        self._pipeline.audit_not_run(
+            call, caller, f"the {failed_use.name} call {failed_use.id} of its group had failed"
+        )
+        text = (
+            f"Not run: the {failed_use.name} call {failed_use.id} of this turn, which this call "
+            "would have run beside, had failed when it arrived. Fix the failing command first, "
+            "then run this call again if it is still needed."
+        )
+        tool_use_id = call.request.tool_use.id
+        return ExecuteOutcome(
+            result=ToolResult(
+                tool_use_id=tool_use_id, content=(TextContent(text=text),), is_error=True
+            ),
+            decision=Decision(
+                outcome=None, reasons=(f"not run: a parallel {failed_use.name} call had failed",)
+            ),
+            report=ExecutionReport(),
         )
 
     def _shrink_for(self, call: PreparedCall) -> Shrink:

@@ -5,7 +5,7 @@ grouped as they arrive exactly as `partition` groups a batch: consecutive concur
 (at most `max_parallel`) form a group, any other call is alone. A group starts once every call of
 the groups before it is done, and a call that joins a running group starts at once. A failing
 call that cancels its siblings (Bash) cancels the running calls of its group, and a call joining
-that group afterwards is answered as cancelled without running. Answers leave in arrival order,
+that group afterwards is answered as not run, without running. Answers leave in arrival order,
 each as soon as it and every call before it are done, under one turn budget.
 """
 
@@ -31,6 +31,8 @@ class _Entry:
     group: int
     task: asyncio.Task[ExecuteOutcome] | None = None
     cancelled_by: PreparedCall | None = None
+    not_run: ExecuteOutcome | None = None
+    """The answer of a call that never started (its group had failed when it arrived)."""
     answered: bool = False
     """Its answer went out (and was let go: a long turn holds no answers it already sent)."""
 
@@ -51,6 +53,8 @@ class StreamingTurn:
         run_one: Runs one call (idempotency, slots, locks, the pipeline).
         shrink_for: How a call's answer is made to fit its turn.
         cancelled: The answer of a call cancelled because a sibling failed.
+        not_run: The answer of a call that joined its group after a call of it had failed
+            (it never starts; its answer is made, and audited, once).
         max_parallel: Largest group of concurrency-safe calls.
         turn: The turn's budget.
     """
@@ -60,12 +64,14 @@ class StreamingTurn:
         run_one: RunOne,
         shrink_for: Callable[[PreparedCall], Shrink],
         cancelled: SiblingCancelled,
+        not_run: SiblingCancelled,
         max_parallel: int,
         turn: TurnBudget,
     ) -> None:
         self._run_one = run_one
         self._shrink_for = shrink_for
         self._cancelled = cancelled
+        self._not_run = not_run
         self._max = max_parallel
         self._turn = turn
         self._entries: list[_Entry] = []
@@ -118,6 +124,7 @@ class StreamingTurn:
             failed = self._failed.get(entry.group)
             if failed is not None:
                 entry.cancelled_by = failed
+                entry.not_run = self._not_run(entry.call, failed)
                 continue
             entry.task = asyncio.create_task(self._run_one(entry.call))
             entry.task.add_done_callback(functools.partial(self._done, entry))
@@ -138,9 +145,7 @@ class StreamingTurn:
     def _ready(self, entry: _Entry) -> ExecuteOutcome | None:
         """The entry's answer once it has one."""
         if entry.task is None:
-            if entry.cancelled_by is not None:
-                return self._cancelled(entry.call, entry.cancelled_by)
-            return None
+            return entry.not_run
         if not entry.task.done():
             return None
         if entry.task.cancelled():

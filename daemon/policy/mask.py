@@ -98,13 +98,21 @@ class AuditMask:
         return cls(frozenset(fields), tuple(compiled))
 
     def apply(
-        self, value: Any, *, paths: frozenset[str] = frozenset(), parse: Parser | None = None
+        self,
+        value: Any,
+        *,
+        paths: frozenset[str] = frozenset(),
+        parse: Parser | None = None,
+        runs: bool = True,
     ) -> Any:
         """`value` with masked fields replaced and secrets in its texts (keys included) hidden,
         at any depth, every text bounded (see the module's docstring). `paths`: top-level
         fields of `value` shown like PATH_FIELDS (the files a tool touches). `parse`: a bounded
-        Bash parser, given in a worker thread (see daemon.policy.command_mask)."""
-        return _Masking(self, parse).value(value, PATH_FIELDS | paths)
+        Bash parser, given in a worker thread (see daemon.policy.command_mask). `runs`: False
+        for the input of a call that was refused before anything could run: its command is
+        masked as any text is, a secret hidden there hides nothing that ran (attacker round
+        154: a long command of a misspelt tool was logged whole, its token in clear)."""
+        return _Masking(self, parse, runs).value(value, PATH_FIELDS | paths)
 
     def hide_secrets(self, text: str) -> str:
         """The text with every pattern's secret replaced."""
@@ -123,9 +131,10 @@ class AuditMask:
 class _Masking:
     """One `apply`: the scan budget it has left."""
 
-    def __init__(self, mask: AuditMask, parse: Parser | None) -> None:
+    def __init__(self, mask: AuditMask, parse: Parser | None, runs: bool = True) -> None:
         self._mask = mask
         self._parse = parse
+        self._runs = runs
         self._budget = MAX_SCANNED_CHARS
 
     def value(self, value: Any, paths: frozenset[str] = PATH_FIELDS) -> Any:
@@ -185,7 +194,7 @@ class _Masking:
         self._budget -= max(len(kept), 8)
         if not (hide and self._mask.patterns):
             shown = kept
-        elif command:  # masked only where it carries a secret (daemon.policy.command_mask)
+        elif command and self._runs:  # masked where it carries a secret (command_mask)
             shown = hide_in_command(kept, self._mask.hide_secrets, MASKED, self._parse)
         else:
             shown = self._mask.hide_secrets(kept)

@@ -139,3 +139,10 @@ def test_calls_after_a_failed_group_still_run(
     assert not answers[2].result.is_error, text_of(answers[2])
     with open(target) as written:
         assert written.read() == "written\n"
+    # Attacker round 154: h2 was told it "ran in parallel" and "was stopped", and the audit had
+    # no record of it.
+    assert answers[1].result.is_error and text_of(answers[1]).startswith("Not run:")
+    answered = [r for r in sandbox_daemon.audit_lines(None) if r["tool_use_id"] == "h2"]
+    assert [(r["event"], r.get("not_run", "")) for r in answered] == [
+        ("answered", "the Bash call h1 of its group had failed")
+    ]

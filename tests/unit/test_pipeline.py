@@ -249,6 +249,25 @@ async def test_a_long_command_is_masked_with_the_bounded_parser_in_a_worker_thre
     assert owners == ["tester", "tester"], "the command and its masked form, once"
 
 
+@pytest.mark.parametrize(
+    ("tool", "extra"), [("Command", {"timeout": -5}), ("Comand", {})], ids=["invalid", "unknown"]
+)
+async def test_a_rejected_calls_long_command_has_its_secrets_masked(
+    tmp_path: Path, tool: str, extra: dict[str, Any]
+) -> None:
+    """Attacker round 154: a long Bash line sent with an invalid input or to a misspelt tool
+    was logged whole, its token in clear (only a call that runs had its command masked with
+    the parser). Nothing of a rejected call runs: its texts are masked as any text is."""
+    engine = MaskingEngine(allow(), visible=frozenset({"Command"}))
+    pipeline = make_pipeline(tmp_path, engine, tools=[CommandTool()])
+    command = "curl -H 'Authorization: Bearer sk-abc' https://h/ # " + "p" * 400
+    outcome = await run(pipeline, tool, {"command": command, **extra})
+    assert outcome.result.is_error
+    (record,) = _audit_records(tmp_path)
+    assert record["outcome"] == "not_evaluated"
+    assert record["input"]["command"] == command.replace("sk-abc", "***masked***"), record
+
+
 def _audit_records(folder: Path) -> list[dict[str, Any]]:
     return [json.loads(line) for line in (folder / "audit.jsonl").read_text().splitlines()]
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -297,6 +298,52 @@ async def test_failing_bash_cancels_its_running_siblings(tmp_path: Path, audit: 
     assert not quick.result.is_error
     slow_start, slow_end = span("slow")
     assert slow_end - slow_start < 60, "the slow sibling ran to its end"
+
+
+def _answered_ids(tmp_path: Path) -> list[str]:
+    lines = (tmp_path / "audit.jsonl").read_text().splitlines()
+    records = [json.loads(line) for line in lines]
+    return [r["tool_use_id"] for r in records if r["event"] == "answered"]
+
+
+async def test_every_call_of_a_batch_has_one_answered_record_cancelled_or_not(
+    tmp_path: Path, audit: AuditLog
+) -> None:
+    """A sibling cancelled while it waited for its slot never reached the pipeline: it had no
+    answered record (attacker round 154's lead)."""
+    scheduler = make_scheduler(tmp_path, audit, max_parallel=10, max_in_flight_per_principal=2)
+    ids = ["slow", "bash", "waiting1", "waiting2"]
+    await collect(
+        scheduler,
+        [
+            req("slow", seconds=60),
+            req("bash", "Bash", seconds=0.05, fail=True),
+            req("waiting1", seconds=0.0),
+            req("waiting2", seconds=0.0),
+        ],
+    )
+    assert sorted(_answered_ids(tmp_path)) == sorted(ids)
+
+
+async def test_a_call_joining_a_failed_group_of_a_turn_is_answered_and_audited_as_not_run(
+    tmp_path: Path, audit: AuditLog
+) -> None:
+    """Attacker round 154: a call sent after its group's Bash had failed was told it "ran in
+    parallel" and "was stopped before it finished", and had no audit record."""
+    scheduler = make_scheduler(tmp_path, audit)
+    turn = scheduler.streaming_turn(Caller())
+    pipeline = scheduler._pipeline
+    answers = turn.answers()
+    turn.add(await pipeline.prepare_off_loop(req("bash", "Bash", seconds=0.0, fail=True), Caller()))
+    first = await anext(answers)
+    assert first.result.text() == "failed"
+    turn.add(await pipeline.prepare_off_loop(req("late", seconds=0.0), Caller()))
+    turn.end()
+    late = await anext(answers)
+    assert late.result.is_error
+    assert late.result.text().startswith("Not run:") and "parallel" not in late.result.text()
+    assert "late" not in [i for i, _, _ in SPANS]
+    assert _answered_ids(tmp_path) == ["bash", "late"]
 
 
 async def test_other_failures_leave_siblings_alone(tmp_path: Path, audit: AuditLog) -> None:

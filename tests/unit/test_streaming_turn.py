@@ -1,7 +1,7 @@
 """A turn whose calls arrive one by one (daemon/calls/streaming_turn.py), over fake calls: groups
 form as they would in a batch, a call starts as soon as the rules allow, answers come in arrival
-order, a failed Bash cancels its group (and a late joiner never runs), and a broken stream of
-blocks ends the answers with its error after the calls before it."""
+order, a failed Bash cancels its group (a late joiner never runs, and is answered so), and a
+broken stream of blocks ends the answers with its error after the calls before it."""
 
 from __future__ import annotations
 
@@ -54,6 +54,7 @@ class Harness:
             run_one,
             lambda call: shrink,
             lambda call, failed: answer(call.name, f"cancelled by {failed.name}", True),
+            lambda call, failed: answer(call.name, f"not run after {failed.name}", True),
             max_parallel=10,
             turn=TurnBudget(200_000, 0),
         )
@@ -100,7 +101,7 @@ async def test_a_failed_bash_cancels_its_group_and_a_late_joiner_never_runs() ->
     h.turn.add(late)  # type: ignore[arg-type]
     h.turn.end()
     out = await answers
-    assert [o.result.text() for o in out] == ["cancelled by bad", "failed", "cancelled by bad"]
+    assert [o.result.text() for o in out] == ["cancelled by bad", "failed", "not run after bad"]
     assert "late" not in h.started
 
 
