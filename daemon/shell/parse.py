@@ -142,6 +142,23 @@ class _Line:
     complete: bool = True
 
 
+def _touching_joined(nodes: list[tree_sitter.Node], data: bytes) -> list[Word]:
+    """The words of a declaration's arguments. tree-sitter splits one at a quote inside its name
+    (`export A""B=x`: `A`, then `""B=x`) where bash reads one word (`AB=x`): nodes with no
+    blank between them are one word (attacker round 156: `export MANPA""GER=...` named no
+    MANPAGER to the policy)."""
+    words: list[Word] = []
+    end = -1
+    for node in nodes:
+        word = render_word(node, data)
+        if words and node.start_byte == end:
+            words[-1] = Word(words[-1].text + word.text, words[-1].dynamic or word.dynamic)
+        else:
+            words.append(word)
+        end = node.end_byte
+    return words
+
+
 def _first_error(root: tree_sitter.Node) -> tree_sitter.Node:
     """The first (innermost) node that tree-sitter marks as an error or as missing."""
     node = root
@@ -401,7 +418,7 @@ class _Analyser:
                 self._command(node, line, wrappers, depth, ctx)
             elif kind in ("declaration_command", "unset_command"):
                 words = [scan_unquoted(node_text(node.children[0], line.data))]
-                words += [render_word(c, line.data) for c in children]
+                words += _touching_joined(children, line.data)
                 self._emit(words, (), ctx, wrappers, depth, [])
             elif kind == "file_redirect":
                 self._redirect(node, line.data, line.where)

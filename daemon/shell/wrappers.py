@@ -745,4 +745,6 @@ _RUNS_STRINGS: dict[str, Callable[[Sequence[Word]], list[str]]] = {
     "readarray": _option_strings("C", valued="dnOsuc"),
     "sg": _sg_strings,
     "watch": _watch_strings,
+    # split gives each piece to its --filter through `sh -c` (attacker round 155).
+    "split": _option_strings("", "filter", valued="abClnt"),
 }

@@ -4,6 +4,7 @@ forged, mismatched and replayed tokens are denied with a reason. Inputs are mask
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -152,6 +153,23 @@ def _commands_audited(daemon: RunningDaemon, tool_use_id: str) -> list[str]:
     ]
 
 
+@pytest.mark.parametrize(("tool", "extra"), [("Bash", {"timeout": -5}), ("Bsh", {})])
+def test_a_rejected_calls_long_command_is_masked_in_the_audit(
+    sandbox_daemon: RunningDaemon, tool: str, extra: dict[str, Any]
+) -> None:
+    """Attacker round 154: a long command sent with a bad input, or to a misspelt tool, was
+    logged whole, the token in clear."""
+    token = "ghp_" + "Qw7Er6Ty" * 4
+    command = f"curl -s -H 'Authorization: Bearer {token}' https://api.example/user # " + "x" * 300
+    use = pb.ToolUse(id=f"toolu_rejected_{tool}", name=tool)
+    use.input.update({"command": command, **extra})
+    answer = sandbox_daemon.stub.Execute(pb.ExecuteRequest(tool_use=use), timeout=120)
+    assert answer.result.is_error
+    (command_logged,) = _commands_audited(sandbox_daemon, f"toolu_rejected_{tool}")
+    assert token not in command_logged and "***masked***" in command_logged
+    assert token not in sandbox_daemon.audit_path.read_text()
+
+
 def test_a_masked_value_never_hides_what_a_command_runs(
     sandbox_daemon: RunningDaemon, sandbox_dir: Path
 ) -> None:
@@ -261,6 +279,32 @@ ROUND_150_LAUNCHERS = [
     'python3 -c \'import os,operator; operator.attrgetter("sys"+"tem")(os)("ls {ws}")\'',
     "PERL5OPT=-Mstrict perl -e 1",
 ]
+
+
+ROUND_155_156_LINES = [
+    # Round 155: split's filter, sed and awk programs only known when they run.
+    "echo a > f155; split --filter='rm -rf {ws}/*' f155 out_",
+    "S='1e rm -rf {ws}/*'; echo x | sed \"$S\"",
+    'P=\'BEGIN{{system("rm -rf {ws}/*")}}\'; awk "$P"',
+    # Round 156: a pager named after twenty harmless ones, set without `NAME=`, spelt with
+    # quotes, or decoded from ANSI-C quoting.
+    " ".join(["PAGER=cat"] * 20) + " PAGER='rm -rf {ws}/*' script -qec 'pydoc3 sys' /dev/null",
+    "read PAGER <<< 'rm -rf {ws}/*'; script -qec 'pydoc3 sys' /dev/null",
+    "export MANPA\"\"GER='rm -rf {ws}/*'; script -qec 'pydoc3 sys' /dev/null",
+    "export $'\\x50'AGER='rm -rf {ws}/*'; script -qec 'pydoc3 sys' /dev/null",
+]
+
+
+@pytest.mark.parametrize("index", range(len(ROUND_155_156_LINES)))
+def test_a_program_run_from_a_string_or_variable_the_policy_cannot_read_is_asked_about(
+    sandbox_daemon: RunningDaemon, index: int
+) -> None:
+    """Attacker rounds 155 and 156: each of these ran `rm -rf` (or `id`) unasked."""
+    command = ROUND_155_156_LINES[index].format(ws=sandbox_daemon.workspace.resolve())
+    answer = sandbox_daemon.stub.Execute(
+        pb.ExecuteRequest(tool_use=bash(command, f"toolu_round_155_156_{index}")), timeout=120
+    )
+    assert answer.decision.outcome == pb.ASK, (command, answer.decision)
 
 
 @pytest.mark.parametrize("line", ROUND_150_LAUNCHERS)

@@ -449,6 +449,25 @@ def test_assignments_from_prefix_sudo_and_env_are_collected() -> None:
     assert first["wrappers"] == ["sudo", "env"]
 
 
+@pytest.mark.parametrize(
+    ("line", "argv"),
+    [
+        ('export A""B=x', ["export", "AB=x"]),
+        ("declare -x MAN''PAGER=id", ["declare", "-x", "MANPAGER=id"]),
+        ('local a=1 b"c"=2', ["local", "a=1", "bc=2"]),
+        ('readonly P"AGER"', ["readonly", "PAGER"]),
+        ("export A$X=1 B", ["export", "A$X=1", "B"]),
+        ("export A B=2", ["export", "A", "B=2"]),
+    ],
+)
+def test_a_declared_name_spelt_with_quotes_is_one_word(line: str, argv: list[str]) -> None:
+    """tree-sitter splits a declaration's word at a quote in its name (`A` and `""B=x`), where
+    bash reads one word, `AB=x` (attacker round 156: `export MANPA""GER=...` named no
+    MANPAGER to the policy)."""
+    (command,) = parse_command(line).simple_commands
+    assert list(command.argv) == argv
+
+
 def test_what_commands_are_fed_counts_towards_the_words_limit() -> None:
     """A here-string every command of a `bash -c` string inherits is given to each: 1,800 times
     14 KB made a 25 MB policy input of a 30 KB line. What they are fed is counted as their words
@@ -731,6 +750,20 @@ def test_strings_round_150_ran_are_parsed(line: str, script: str) -> None:
     """Round 150: a value attached to a cluster (`-qc'...'`), an abbreviated long option
     (`--comm`), mapfile's callback, watch's -d (which takes no word of its own)."""
     assert script in [s.text for s in deferred_scripts(words(line))]
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        "split --filter='rm -rf /w' f o_",
+        "split --filt='rm -rf /w' f o_",
+        "split -n 1 --filter 'rm -rf /w' f o_",
+        "split -l5 --fi='rm -rf /w' f",
+    ],
+)
+def test_splits_filter_is_parsed(line: str) -> None:
+    """Attacker round 155: split runs its --filter (any prefix) through `sh -c`, unread."""
+    assert "rm -rf /w" in [s.text for s in deferred_scripts(words(line))]
 
 
 @pytest.mark.parametrize(

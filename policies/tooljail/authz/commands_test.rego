@@ -1112,6 +1112,38 @@ test_round_151s_programs_ask if {
 	decided(bash_line("env | grep X", [simple(["env"]), simple(["grep", "X"])])).outcome == "allow"
 }
 
+# Attacker round 155: a sed or awk program only known when it runs wrote and ran what it liked.
+test_a_stream_program_only_known_when_it_runs_asks if {
+	every line in stream_program_lines_asked {
+		decides(line, "ask", "program text only known when it runs")
+	}
+}
+
+stream_program_lines_asked := [
+	bash_line(`sed "$S"`, [with_words(["sed", "$S"], [dyn("$S")])]),
+	bash_line(`sed -n -e "$S" f`, [with_words(["sed", "-n", "-e", "$S", "f"], [quoted("-n"), quoted("-e"), dyn("$S"), quoted("f")])]),
+	bash_line(`sed --expression="$S" f`, [with_words(["sed", "--expression=$S", "f"], [dyn("--expression=$S"), quoted("f")])]),
+	bash_line(`sed 1p -e "$S" f`, [with_words(["sed", "1p", "-e", "$S", "f"], [quoted("1p"), quoted("-e"), dyn("$S"), quoted("f")])]),
+	bash_line(`sed "$O" 1p f`, [with_words(["sed", "$O", "1p", "f"], [dyn("$O"), quoted("1p"), quoted("f")])]),
+	bash_line(`awk "$P"`, [with_words(["awk", "$P"], [dyn("$P")])]),
+	bash_line(`gawk -e "$P"`, [with_words(["gawk", "-e", "$P"], [quoted("-e"), dyn("$P")])]),
+	bash_line(`awk -f "$F" x`, [with_words(["awk", "-f", "$F", "x"], [quoted("-f"), dyn("$F"), quoted("x")])]),
+	bash_line(`gawk -l "$L" 1 x`, [with_words(["gawk", "-l", "$L", "1", "x"], [quoted("-l"), dyn("$L"), quoted("1"), quoted("x")])]),
+]
+
+test_a_stream_program_known_as_written_is_not_asked_about_for_its_data if {
+	every line in stream_program_lines_allowed {
+		decided(line).outcome == "allow"
+	}
+}
+
+stream_program_lines_allowed := [
+	bash_line(`sed -n 1p "$f"`, [with_words(["sed", "-n", "1p", "$f"], [quoted("-n"), quoted("1p"), dyn("$f")])]),
+	bash_line(`sed -l "$N" -n 1p f`, [with_words(["sed", "-l", "$N", "-n", "1p", "f"], [quoted("-l"), dyn("$N"), quoted("-n"), quoted("1p"), quoted("f")])]),
+	bash_line(`awk -F "$S" -v "n=$N" '{print $1}' "$f"`, [with_words(["awk", "-F", "$S", "-v", "n=$N", "{print $1}", "$f"], [quoted("-F"), dyn("$S"), quoted("-v"), dyn("n=$N"), quoted("{print $1}"), dyn("$f")])]),
+	bash_line(`awk -F"$S" '{print $1}' f`, [with_words(["awk", "-F$S", "{print $1}", "f"], [dyn("-F$S"), quoted("{print $1}"), quoted("f")])]),
+]
+
 # A pager that is cat, or none, runs nothing the line does not show; any other value is asked about.
 test_a_pager_that_is_cat_or_none_is_allowed if {
 	every line in {"PAGER=cat git log", "export PAGER=cat; git log", "MANPAGER=cat man ls", "PAGER= git log", "PAGER='cat' git log", "PAGER=\"\" git log"} {
@@ -1125,9 +1157,40 @@ test_any_other_pager_asks if {
 	}
 }
 
+# Attacker round 156: twenty harmless pagers first hid the 21st variable (the rule looked at
+# 20 matches); a variable set without `NAME=` in the text (read, printf -v, a nameref, for, a
+# quote inside the name) was not seen at all.
+test_round_156s_variables_ask if {
+	decoys := concat(" ", [x | some _ in numbers.range(1, 20); x := "PAGER=cat"])
+	every line in {
+		concat(" ", [decoys, "PAGER='id>x' pydoc3 sys"]),
+		concat(" ", [decoys, "PERL5OPT='-Mstrict;system(q(id))' perl -e 1"]),
+		concat("", ["# ", decoys, "\nMANPAGER='id>x' pydoc3 sys"]),
+		"read PAGER <<< \"id>x\"; pydoc3 sys",
+		"printf -v PAGER \"id>x\"; pydoc3 sys",
+		"declare -n R=MANPAGER; R=\"id>x\"; export R; pydoc3 sys",
+		"for PAGER in \"id>x\"; do pydoc3 sys; done",
+		"export MANPA\"\"GER=\"id>x\"; pydoc3 sys",
+		"export EN\"\"V=$PWD/rc; sh -i",
+		"export PERL5O''PT=-d; perl x.pl",
+		"export P\\AGER=id; pydoc3 sys",
+	} {
+		asks_about_pager(line)
+	}
+}
+
+# A name the parser decoded (ANSI-C quoting), seen in its words.
+test_a_variable_named_in_a_decoded_word_asks if {
+	line := bash_line("export $'\\x50'AGER=id; pydoc3 sys", [simple(["export", "PAGER=id"]), simple(["pydoc3", "sys"])])
+	some reason in decided(line).reasons
+	contains(reason, "names PAGER,")
+	not asks_about_pager("export $'\\x50'AGER=id; pydoc3 sys")
+	decided(bash_line("PAGER=cat git log", [object.union(simple(["git", "log"]), {"assignments": ["PAGER=cat"]})])).outcome == "allow"
+}
+
 asks_about_pager(line) if {
 	some reason in decided(bash_line(line, [simple(["git", "log"])])).reasons
-	regex.match(`names (PAGER|MANPAGER|ENV|BROWSER),`, reason)
+	regex.match(`names (PAGER|MANPAGER|ENV|BROWSER|PERL5OPT)[ ,]`, reason)
 }
 
 # Attacker round 150: Debian installs interpreters under their versioned names too.
@@ -1200,6 +1263,11 @@ quoted(text) := {"text": text, "dynamic": false, "path": ""}
 
 with_words(argv, words) := object.union(simple(argv), {"words": words})
 
+writes_reason(line) if {
+	some reason in decided(line).reasons
+	contains(reason, "writes `")
+}
+
 test_writers_of_names_known_only_when_they_run_ask if {
 	# Attacker round 87: `X=.gitattributes; echo y | tee $X`, `tee .gitattribute{s,}`, `dd of=$X`.
 	decides(bash_line("tee \"$X\"", [with_words(["tee", "$X"], [dyn("$X")])]), "ask", "writes `$X`, a name only known when it runs")
@@ -1209,7 +1277,11 @@ test_writers_of_names_known_only_when_they_run_ask if {
 
 	# Reading a name only known when it runs, or a program text with a variable, is not writing it.
 	decided(bash_line("dd if=$X of=out", [with_words(["dd", "if=$X", "of=out"], [dyn("if=$X"), fact_word("of=out")])])).outcome == "allow"
-	decided(bash_line("sed -i \"s/a/$B/\" notes", [with_words(["sed", "-i", "s/a/$B/", "notes"], [fact_word("-i"), dyn("s/a/$B/"), fact_word("notes")])])).outcome == "allow"
+
+	# A sed program with a variable in it is program text only known when it runs (round 155:
+	# B='x/;1e rm ...;s/y' makes `s/a/$B/` run a command): asked about, not as a write.
+	decides(bash_line("sed -i \"s/a/$B/\" notes", [with_words(["sed", "-i", "s/a/$B/", "notes"], [fact_word("-i"), dyn("s/a/$B/"), fact_word("notes")])]), "ask", "sed program text only known when it runs")
+	not writes_reason(bash_line("sed -i \"s/a/$B/\" notes", [with_words(["sed", "-i", "s/a/$B/", "notes"], [fact_word("-i"), dyn("s/a/$B/"), fact_word("notes")])]))
 	decided(bash_line("make -j$N", [with_words(["make", "-j$N"], [dyn("-j$N")])])).outcome == "allow"
 }
 

@@ -327,23 +327,80 @@ needs_approval contains sprintf(
 }
 
 # Interpreters and the loader take code or options from their environment (attacker round 151:
-# `PERL5OPT='-Mstrict;system(...)' perl -e 1`): named anywhere in the line, however set.
-needs_approval contains sprintf(
+# `PERL5OPT='-Mstrict;system(...)' perl -e 1`), and pagers, browsers and `sh -i` run what
+# theirs names: named anywhere in the line, however set (attacker round 156: `read PAGER`,
+# `printf -v`, a nameref, `for PAGER in`), every time it is named.
+needs_approval contains code_environment_reason(name) if {
+	command_tool
+	some found in regex.find_all_string_submatch_n(code_environment_named, command_text, -1)
+	not regex.match(`^[A-Za-z0-9_]`, found[2])
+	name := found[1]
+	not no_pager(name, found[2])
+}
+
+# A name spelt with quotes or backslashes inside it (`export MANPA""GER=...`, `P\\AGER`): named
+# more often once they are removed than where nothing touches it (round 156).
+needs_approval contains code_environment_reason(name) if {
+	command_tool
+	some name in code_environment_names
+	named_times(name, code_environment_dequoted) > named_times(name, code_environment_untouched)
+}
+
+code_environment_dequoted := regex.find_all_string_submatch_n(
+	sprintf(`(?:^|[^A-Za-z0-9_])(%s)([A-Za-z0-9_]?)`, [concat("|", code_environment_names)]),
+	regex.replace(command_text, `["'\\]`, ""),
+	-1,
+)
+
+code_environment_untouched := regex.find_all_string_submatch_n(
+	sprintf(`(?:^|[^A-Za-z0-9_"'\\])(%s)([A-Za-z0-9_"'\\]?)`, [concat("|", code_environment_names)]),
+	command_text,
+	-1,
+)
+
+named_times(name, found) := count([f | some f in found; f[1] == name; f[2] == ""])
+
+# A name the parser decoded from a quoting no text search sees through (`$'\x50'AGER=id`).
+needs_approval contains code_environment_reason(name) if {
+	some cmd in simple_commands
+	some word in array.concat(object.get(cmd, "assignments", []), object.get(cmd, "argv", []))
+	is_string(word)
+	not word in {"PAGER=", "PAGER=cat", "MANPAGER=", "MANPAGER=cat"}
+	some found in regex.find_all_string_submatch_n(code_environment_named, word, -1)
+	not regex.match(`^[A-Za-z0-9_]`, found[2])
+	name := found[1]
+}
+
+code_environment_reason(name) := sprintf(
 	"%s: the command names %s, from which a program takes code, options or libraries to load; a person must approve it before it runs.",
 	[tool_name, name],
-) if {
-	command_tool
-	some found in regex.find_all_string_submatch_n(`(?:^|[^A-Za-z0-9_])(PERL5OPT|PERL5LIB|PERLLIB|PERL5DB|PYTHONSTARTUP|PYTHONPATH|PYTHONHOME|PYTHONINSPECT|PYTHONBREAKPOINT|RUBYOPT|RUBYLIB|NODE_OPTIONS|NODE_PATH|LD_PRELOAD|LD_LIBRARY_PATH|LD_AUDIT|GCONV_PATH|BASH_ENV|LESSOPEN|LESSCLOSE|(?:ENV|PAGER|MANPAGER|BROWSER)\+?=)([^ \t\n]*)`, object.get(input, ["input", "command"], ""), 20)
-	name := trim_suffix(trim_suffix(found[1], "="), "+")
-	not no_pager(found[1], found[2])
-}
+)
+
+code_environment_names := [
+	"PERL5OPT", "PERL5LIB", "PERLLIB", "PERL5DB", "PYTHONSTARTUP", "PYTHONPATH", "PYTHONHOME",
+	"PYTHONINSPECT", "PYTHONBREAKPOINT", "RUBYOPT", "RUBYLIB", "NODE_OPTIONS", "NODE_PATH",
+	"LD_PRELOAD", "LD_LIBRARY_PATH", "LD_AUDIT", "GCONV_PATH", "BASH_ENV", "LESSOPEN",
+	"LESSCLOSE", "ENV", "PAGER", "MANPAGER", "BROWSER",
+]
+
+# A name, then what follows it: an assignment's value up to bash's next blank, or the next
+# character when it continues the name (then it is another name).
+code_environment_named := sprintf(
+	`(?:^|[^A-Za-z0-9_])(%s)(\+?=[^ \t\n]*|[A-Za-z0-9_]?)`,
+	[concat("|", code_environment_names)],
+)
+
+default command_text := ""
+
+command_text := input.input.command if is_string(input.input.command)
 
 # `PAGER=cat git log`, `export MANPAGER=cat;`, `PAGER= man ls`: the pager is cat or none, up to
 # bash's next blank (`PAGER=cat;id`, `PAGER=cat\;id`, `PAGER="cat;id"`, `PAGER=cat$X` are asked
 # about as any other value).
-no_pager(assigned, value) if {
-	assigned in {"PAGER=", "MANPAGER="}
-	trim_suffix(value, ";") in {"", "cat", "''", `""`, "'cat'", `"cat"`}
+no_pager(name, assigned) if {
+	name in {"PAGER", "MANPAGER"}
+	startswith(assigned, "=")
+	trim_suffix(substring(assigned, 1, -1), ";") in {"", "cat", "''", `""`, "'cat'", `"cat"`}
 }
 
 # A variable's name built when it runs: `export ${P}_DIR=x`, `env "$N=x" git status`.
@@ -1421,6 +1478,73 @@ code_letters(name) := "eEMm" if {
 } else := "rBRE" if {
 	name == "php"
 } else := "ce"
+
+# A sed or awk program only known when it runs (`S='1e rm ...'; sed "$S"`, `gawk -e "$P"`, `awk
+# -f "$F"`): what it writes or runs cannot be read (attacker round 155).
+opaque_code contains [i, sprintf("%s program text only known when it runs", [basename(cmd.name)])] if {
+	some i, cmd in simple_commands
+	script_writing[basename(cmd.name)]
+	some word in stream_program_words(cmd)
+	word.dynamic == true
+}
+
+# What of a sed or awk command may be its program: every word before its first operand known
+# as written (a word only known when it runs may be the program, or -e, -f), but the values
+# of options that take data (-v, -F, sed's -l); and the value of a program option (-e, -f,
+# --expression, --file, gawk's --source, --include, --exec, -l/--load) wherever it stands:
+# GNU's tools take options after operands too.
+stream_program_words(cmd) := array.concat(leading, valued) if {
+	name := basename(cmd.name)
+	words := cmd_words(cmd)
+	operands := [j | some j, _ in words; stream_static_operand(name, words, j)]
+	first := min(array.concat(operands, [count(words)]))
+	leading := [w | some j, w in array.slice(words, 0, first); not stream_data_value(name, words, j)]
+	valued := [w |
+		some j, option in words
+		stream_program_option(name, option.text)
+		some w in array.slice(words, j, j + 2)
+	]
+}
+
+stream_static_operand(name, words, j) if {
+	words[j].dynamic == false
+	not startswith(words[j].text, "-")
+	not stream_data_value(name, words, j)
+}
+
+stream_data_value(name, words, j) if words[j - 1].text in stream_data_options[stream_family(name)]
+
+stream_data_value(name, words, j) if {
+	some option in stream_data_options[stream_family(name)]
+	regex.match(`^-[A-Za-z]$`, option)
+	startswith(words[j].text, option)
+	count(words[j].text) > 2
+}
+
+stream_data_value(name, words, j) if {
+	some option in stream_data_options[stream_family(name)]
+	startswith(option, "--")
+	startswith(words[j].text, concat("", [option, "="]))
+}
+
+stream_data_options := {
+	"sed": {"-l", "--line-length"},
+	"awk": {"-v", "-F", "--assign", "--field-separator"},
+}
+
+stream_family(name) := "sed" if name in {"sed", "gsed"}
+
+else := "awk"
+
+stream_program_option(name, text) if {
+	stream_family(name) == "sed"
+	regex.match(`^-[A-Za-z]*[ef]|^--(e|fi)`, text)
+}
+
+stream_program_option(name, text) if {
+	stream_family(name) == "awk"
+	regex.match(`^-[A-Za-z]*[efiEl]|^--(so|fi|inc|e|lo)`, text)
+}
 
 # A shell's script that is a descriptor (`bash /dev/fd/3 3<<EOF`, `/proc/self/fd/4`), or a name
 # only known when it runs where the shell is fed a heredoc, a here-string or a pipe (`bash $S
