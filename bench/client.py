@@ -31,6 +31,7 @@ from bench.calls import (
     timed_execute,
 )
 from bench.client_sandbox import bash_spaced, flood, sandbox_cold, sandbox_warm
+from bench.processes import machine_busy_s
 from daemon._generated.tooljail.v1 import executor_pb2 as pb
 from daemon._generated.tooljail.v1 import executor_pb2_grpc as pb_grpc
 
@@ -157,6 +158,7 @@ async def load(spec: Spec) -> dict[str, Any]:
     async def mark_start() -> None:
         await asyncio.sleep(max(0.0, measure_from - time.perf_counter()))
         marks["cpu"], marks["client_cpu"] = cpu(spec["daemon_pid"]), client_cpu_s()
+        marks["machine"] = machine_busy_s()
         marks["opa"] = cpu(spec["opa_pid"])[0] if spec.get("opa_pid") else 0.0
 
     async def client(index: int) -> None:
@@ -187,6 +189,7 @@ async def load(spec: Spec) -> dict[str, Any]:
     await asyncio.gather(mark_start(), *(client(i) for i in range(clients)))
     elapsed_s = time.perf_counter() - measure_from
     cpu_after, client_cpu_after = cpu(spec["daemon_pid"]), client_cpu_s()
+    machine_after = machine_busy_s()
     opa_after = cpu(spec["opa_pid"])[0] if spec.get("opa_pid") else 0.0
     for channel, session in zip(channels, sessions, strict=False):
         request = pb.CloseSessionRequest(session_id=session.id, delete_workspace=True)
@@ -202,6 +205,7 @@ async def load(spec: Spec) -> dict[str, Any]:
         "daemon_children_cpu_s": cpu_after[1] - marks["cpu"][1],
         "client_cpu_s": client_cpu_after - marks["client_cpu"],
         "opa_cpu_s": opa_after - marks["opa"],
+        "machine_cpu_s": machine_after - marks["machine"],
     }
 
 

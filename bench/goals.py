@@ -320,6 +320,46 @@ def sandbox_metrics(parts: Parts) -> list[Metric]:
     return rows
 
 
+def _per(seconds: float | None, count: object) -> float | None:
+    """Milliseconds of `seconds` per one of `count`."""
+    if seconds is None or not isinstance(count, int | float) or count <= 0:
+        return None
+    return seconds * 1000 / count
+
+
+def _churn_cpu_row(part: Mapping[str, Any], engine: Mapping[str, Any]) -> Metric:
+    """Where the churn ratio comes from: with every CPU busy in both, calls/s follow the CPU the
+    whole machine spends per call (the engine, the container and its runner, the daemon, OPA,
+    the client) against what it spends per bare container."""
+    calls = part.get("calls")
+    per_call = _per(part.get("machine_cpu_s"), calls)
+    per_container = _per(engine.get("machine_cpu_s"), engine.get("containers"))
+    named = {
+        "the daemon": _per(part.get("daemon_cpu_s"), calls),
+        "OPA": _per(part.get("opa_cpu_s"), calls),
+        "the client": _per(part.get("client_cpu_s"), calls),
+    }
+    rest = None
+    if per_call is not None and None not in named.values():
+        rest = per_call - sum(v for v in named.values() if v is not None)
+    busy = {
+        "tooljail": ratio(part.get("machine_cpu_s"), part.get("duration_s")),
+        "the engine": ratio(engine.get("machine_cpu_s"), engine.get("duration_s")),
+    }
+    shown_busy = ", ".join(f"{who} {_fmt(value, 'CPUs')}" for who, value in busy.items())
+    return _info(
+        "churn.machine_cpu_ratio",
+        "sandbox churn: the machine's CPU per call / per bare-engine container (same run)",
+        ratio(per_call, per_container),
+        "×",
+        detail=f"tooljail {_fmt(per_call)} a call: "
+        + ", ".join(f"{who} {_fmt(value)}" for who, value in named.items())
+        + f", the rest {_fmt(rest)} (the engine, the container and its runner); the bare engine "
+        f"{_fmt(per_container)} a container; busy on average: {shown_busy}. When both keep "
+        "the CPUs busy, the calls/s ratio above is about the inverse of this one",
+    )
+
+
 def churn_metrics(parts: Parts) -> list[Metric]:
     """Back-to-back sandboxed calls against the bare engine churning containers with the same
     hardening: rate, errors, containers left behind."""
@@ -359,6 +399,7 @@ def churn_metrics(parts: Parts) -> list[Metric]:
             detail=f"past the engine's floor here when the ratio above is under 1: the bare "
             f"engine managed {_fmt(engine_rate, 'containers/s')}",
         ),
+        _churn_cpu_row(part, engine),
         _row("churn.errors", "sandbox churn errors", part.get("errors"), "calls", "==", 0),
         _row(
             "churn.leaked",

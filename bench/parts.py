@@ -117,6 +117,7 @@ def measure_load(
         "daemon_children_cpu_s": raw["daemon_children_cpu_s"],
         "client_cpu_s": raw["client_cpu_s"],
         "opa_cpu_s": raw["opa_cpu_s"],
+        "machine_cpu_s": raw["machine_cpu_s"],
         "cpus": len(os.sched_getaffinity(0)),
     }
 

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from bench.processes import machine_busy_s
 from sandbox.backend import SandboxSpec
 from sandbox.hardening import container_recipe
 from sandbox.reaper import remove_container
@@ -186,7 +187,7 @@ def bare_churn(
         finally:
             client.close()
 
-    started = time.monotonic()
+    started, busy_before = time.monotonic(), machine_busy_s()
     threads = [threading.Thread(target=worker) for _ in range(workers)]
     for thread in threads:
         thread.start()
@@ -196,6 +197,7 @@ def bare_churn(
     return {
         "workers": workers,
         "duration_s": elapsed,
+        "machine_cpu_s": machine_busy_s() - busy_before,
         "containers": tally.done,
         "containers_per_s": tally.done / elapsed if elapsed > 0 else None,
         "errors": len(tally.errors),

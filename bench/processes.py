@@ -273,6 +273,16 @@ def cpu_seconds(pid: int) -> tuple[float, float]:
     return (utime + stime) / _CLK_TCK, (cutime + cstime) / _CLK_TCK
 
 
+def machine_busy_s() -> float:
+    """CPU seconds every CPU of the machine spent on anything but idling and waiting for I/O
+    since it booted, from /proc/stat: whoever spent them (the engine, containers, the daemon)."""
+    with Path("/proc/stat").open() as stat:
+        fields = [int(x) for x in stat.readline().split()[1:]]
+    idle, iowait = fields[3], fields[4]
+    # guest and guest_nice (fields 9 and 10) are counted in user and nice already.
+    return (sum(fields[:8]) - idle - iowait) / _CLK_TCK
+
+
 def memory_kib(pid: int) -> dict[str, int]:
     """VmRSS and VmHWM (peak RSS) of a process in KiB, from /proc."""
     found = {}
