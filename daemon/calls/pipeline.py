@@ -756,7 +756,7 @@ class Pipeline:
                 "time": time.time(),
                 "session": prepared.session.id,
                 "tool_use_id": prepared.request.tool_use.id,
-                "tool": prepared.request.tool_use.name,
+                "tool": self._logged_name(prepared),
                 "chars": len(text),
                 "room": room,
                 "kept_output": report.kept_output,
@@ -776,6 +776,13 @@ class Pipeline:
             }
         )
 
+    def audit_replay_cancelled(self, prepared: PreparedCall, caller: Caller) -> None:
+        """Record that a retry waiting for the same call to answer was cancelled (the call's own
+        answered record says how it ended)."""
+        self._audit.write(
+            {**self._audit_record(prepared, caller, None, AuditEvent.REPLAYED), "cancelled": True}
+        )
+
     def audit_replay(self, prepared: PreparedCall, caller: Caller, outcome: ExecuteOutcome) -> None:
         """Record that a retry got the remembered answer of the call that ran (idempotency)."""
         self._audit.write(
@@ -786,6 +793,14 @@ class Pipeline:
                 "is_error": outcome.result.is_error,
             }
         )
+
+    def _logged_name(self, prepared: PreparedCall) -> str:
+        """The tool's name as the audit shows it: a name no tool has is text the caller chose,
+        masked like any (attacker round 158: a secret in it was logged in clear)."""
+        name = prepared.request.tool_use.name
+        if isinstance(prepared, RejectedCall) and not prepared.known_tool:
+            return self._policy.audit_mask.hide_secrets(name)
+        return name
 
     def _audit_record(
         self,
@@ -805,7 +820,7 @@ class Pipeline:
             "principal": caller.principal,
             "session": prepared.session.id,
             "tool_use_id": tool_use.id,
-            "tool": tool_use.name,
+            "tool": self._logged_name(prepared),
             "input_sha256": prepared.request.input_sha256,
             "input": (
                 prepared.audited_input

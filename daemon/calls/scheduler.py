@@ -233,7 +233,7 @@ class Scheduler:
             # that nothing ran, and nothing of the session (slots, lock) is made again.
             return await self._pipeline.run(call, caller)
 
-        started = False
+        owner = started = False
 
         async def in_pipeline() -> ExecuteOutcome:
             nonlocal started
@@ -241,6 +241,8 @@ class Scheduler:
             return await self._pipeline.run(call, caller)
 
         async def run_now() -> ExecuteOutcome:
+            nonlocal owner
+            owner = True  # not a retry waiting for the same call: this one runs it
             async with (
                 self._slot(call.session.id, caller),
                 self.lock_for(call.session.id).hold(exclusive=not call.concurrency_safe),
@@ -265,11 +267,20 @@ class Scheduler:
         key = (caller.principal, call.session.id, call.request.tool_use.id)
         try:
             outcome, replayed = await self._cache.run_once(key, input_hash(call.request), run_now)
-        except asyncio.CancelledError:
-            # Cancelled while it waited for its slot, its session's lock or the same call
-            # running already: the pipeline never had it, and it still gets its record.
-            if not started:
-                self._pipeline.audit_not_run(call, caller, "cancelled while it waited to run")
+        except (asyncio.CancelledError, Overloaded) as exc:
+            # Cancelled, or refused, while it waited for its slot or its session's lock: the
+            # pipeline never had it, and it still gets its record (attacker round 158). A retry
+            # that waited for the same call running has that call's answer; its own end is a
+            # replay's record, not a second answer.
+            if not owner:
+                self._pipeline.audit_replay_cancelled(call, caller)
+            elif not started:
+                why = (
+                    "cancelled while it waited to run"
+                    if isinstance(exc, asyncio.CancelledError)
+                    else f"refused: {exc}"
+                )
+                self._pipeline.audit_not_run(call, caller, why)
             raise
         if replayed:
             report = outcome.report.model_copy(update={"replayed": True})
@@ -302,10 +313,14 @@ class Scheduler:
         )
 
     def _not_run_after(
-        self, call: PreparedCall, failed: PreparedCall, caller: Caller
+        self, call: PreparedCall, failed: PreparedCall | None, caller: Caller
     ) -> ExecuteOutcome:
         """The answer of a call of a turn that arrived when a call of its group had failed: it
-        is not run (as a sibling of that call would have been stopped), and says so."""
+        is not run (as a sibling of that call would have been stopped), and says so. Without
+        `failed`: its turn was cancelled before it started (the answer reaches nobody)."""
+        if failed is None:
+            self._pipeline.audit_not_run(call, caller, "its turn was cancelled before it started")
+            return cancelled_outcome(call.request.tool_use.id)
         failed_use = failed.request.tool_use
         self._pipeline.audit_not_run(
             call, caller, f"the {failed_use.name} call {failed_use.id} of its group had failed"
@@ -339,10 +354,19 @@ class Scheduler:
             calls.append(await self._pipeline.prepare_off_loop(request, caller))
             await asyncio.sleep(0)  # checking a call can take milliseconds: let others in
         held: list[ExecuteOutcome] = []
-        async for outcome in self._batch_answers(calls, caller):
-            if held:
-                yield held[-1]
-            held.append(outcome)
+        handed: set[int] = set()
+        try:
+            async for outcome in self._batch_answers(calls, caller, handed):
+                if held:
+                    yield held[-1]
+                held.append(outcome)
+        finally:
+            # The batch ended early (the caller went away): its calls that never started still
+            # get their answered record (attacker round 158).
+            for call in calls:
+                if id(call) not in handed:
+                    why = "its batch was cancelled before it started"
+                    self._pipeline.audit_not_run(call, caller, why)
         if held:
             # The last answer waits for the PostToolBatch hooks and carries what they said.
             notes = await self._pipeline.batch_hooks.after(
@@ -351,10 +375,13 @@ class Scheduler:
             yield self._pipeline.batch_hooks.attach(held[-1], notes)
 
     async def _batch_answers(
-        self, calls: list[PreparedCall], caller: Caller
+        self, calls: list[PreparedCall], caller: Caller, handed: set[int]
     ) -> AsyncIterator[ExecuteOutcome]:
+        """The answers of `calls`, group by group; `handed` gets the id of each call as it is
+        handed to `_run` (which answers and audits it from then on)."""
         turn = TurnBudget(self._limits.turn_budget_chars, len(calls))
         for group in partition(calls, self._limits.max_parallel):
+            handed.update(id(call) for call in group)
             if len(group) == 1:
                 yield await turn.admit(
                     await self._run(group[0], caller), self._shrink_for(group[0])

@@ -23,6 +23,7 @@ from daemon.models import ExecuteOutcome
 
 RunOne = Callable[[PreparedCall], Coroutine[Any, Any, ExecuteOutcome]]
 SiblingCancelled = Callable[[PreparedCall, PreparedCall], ExecuteOutcome]
+NotRun = Callable[[PreparedCall, PreparedCall | None], ExecuteOutcome]
 
 
 @dataclass
@@ -54,7 +55,8 @@ class StreamingTurn:
         shrink_for: How a call's answer is made to fit its turn.
         cancelled: The answer of a call cancelled because a sibling failed.
         not_run: The answer of a call that joined its group after a call of it had failed
-            (it never starts; its answer is made, and audited, once).
+            (it never starts; its answer is made, and audited, once); given no failed call,
+            of one that never started because the turn was cancelled.
         max_parallel: Largest group of concurrency-safe calls.
         turn: The turn's budget.
     """
@@ -64,7 +66,7 @@ class StreamingTurn:
         run_one: RunOne,
         shrink_for: Callable[[PreparedCall], Shrink],
         cancelled: SiblingCancelled,
-        not_run: SiblingCancelled,
+        not_run: NotRun,
         max_parallel: int,
         turn: TurnBudget,
     ) -> None:
@@ -79,6 +81,7 @@ class StreamingTurn:
         self._group_safe: list[bool] = []
         self._failed: dict[int, PreparedCall] = {}
         self._ended = False
+        self._abandoned = False
         self._error: BaseException | None = None
         self._changed = asyncio.Event()
         self._next = 0
@@ -110,12 +113,19 @@ class StreamingTurn:
         self._changed.set()
 
     def cancel(self) -> None:
-        """The caller went away: stop every call still running."""
+        """The caller went away: stop every call still running and start no other (attacker
+        round 158: the calls after a cancelled one started as it ended, and ran to their end);
+        each that never started is audited as not run."""
+        self._abandoned = True
         for entry in self._entries:
             if entry.task is not None and not entry.task.done():
                 entry.task.cancel()
+            elif entry.task is None and entry.not_run is None and not entry.answered:
+                entry.not_run = self._not_run(entry.call, None)
 
     def _start_ready(self) -> None:
+        if self._abandoned:
+            return
         for entry in self._entries:
             if entry.task is not None or entry.cancelled_by is not None or entry.answered:
                 continue

@@ -153,19 +153,22 @@ def _commands_audited(daemon: RunningDaemon, tool_use_id: str) -> list[str]:
     ]
 
 
-@pytest.mark.parametrize(("tool", "extra"), [("Bash", {"timeout": -5}), ("Bsh", {})])
+@pytest.mark.parametrize(
+    ("tool", "extra"), [("Bash", {"timeout": -5}), ("Bsh", {}), ("ghp_" + "Qw7Er6Ty" * 4, {})]
+)
 def test_a_rejected_calls_long_command_is_masked_in_the_audit(
     sandbox_daemon: RunningDaemon, tool: str, extra: dict[str, Any]
 ) -> None:
     """Attacker round 154: a long command sent with a bad input, or to a misspelt tool, was
-    logged whole, the token in clear."""
+    logged whole, the token in clear; round 158: so was a tool name holding one."""
     token = "ghp_" + "Qw7Er6Ty" * 4
     command = f"curl -s -H 'Authorization: Bearer {token}' https://api.example/user # " + "x" * 300
-    use = pb.ToolUse(id=f"toolu_rejected_{tool}", name=tool)
+    tool_use_id = f"toolu_rejected_{len(tool)}_{len(extra)}"
+    use = pb.ToolUse(id=tool_use_id, name=tool)
     use.input.update({"command": command, **extra})
     answer = sandbox_daemon.stub.Execute(pb.ExecuteRequest(tool_use=use), timeout=120)
     assert answer.result.is_error
-    (command_logged,) = _commands_audited(sandbox_daemon, f"toolu_rejected_{tool}")
+    (command_logged,) = _commands_audited(sandbox_daemon, tool_use_id)
     assert token not in command_logged and "***masked***" in command_logged
     assert token not in sandbox_daemon.audit_path.read_text()
 

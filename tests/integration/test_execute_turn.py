@@ -6,6 +6,7 @@ and a bad message ends the turn with INVALID_ARGUMENT after the calls before it 
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Iterator
 from shlex import quote
@@ -145,4 +146,28 @@ def test_calls_after_a_failed_group_still_run(
     answered = [r for r in sandbox_daemon.audit_lines(None) if r["tool_use_id"] == "h2"]
     assert [(r["event"], r.get("not_run", "")) for r in answered] == [
         ("answered", "the Bash call h1 of its group had failed")
+    ]
+
+
+def test_a_cancelled_turn_starts_none_of_its_later_calls(
+    sandbox_daemon: RunningDaemon, session: pb.Session
+) -> None:
+    """Attacker round 158: cancelling an ExecuteTurn stream let the calls after the running one
+    start once it was cancelled, and run to their end with nobody to answer."""
+    marker = f"{session.workspace}/after_cancel.txt"
+
+    def turn() -> Iterator[pb.TurnMessage]:
+        yield pb.TurnMessage(start=pb.TurnStart(session_id=session.id))
+        yield _use("first", "Bash", command="sleep 4; echo one")
+        yield _use("second", "Bash", command=f"echo two > {quote(marker)}")
+        time.sleep(30)  # no TurnEnd: the model is still writing when the caller goes away
+
+    call = sandbox_daemon.stub.ExecuteTurn(turn(), timeout=60)
+    time.sleep(1.5)
+    call.cancel()
+    time.sleep(6)
+    assert not os.path.exists(marker), "a call of the cancelled turn ran"
+    records = [r for r in sandbox_daemon.audit_lines(None) if r["tool_use_id"] == "second"]
+    assert [(r["event"], r.get("not_run")) for r in records] == [
+        ("answered", "its turn was cancelled before it started")
     ]

@@ -268,6 +268,16 @@ async def test_a_rejected_calls_long_command_has_its_secrets_masked(
     assert record["input"]["command"] == command.replace("sk-abc", "***masked***"), record
 
 
+async def test_an_unknown_tools_name_has_its_secrets_masked(tmp_path: Path) -> None:
+    """Attacker round 158: a name no tool has was logged as sent, a secret in it in clear."""
+    engine = MaskingEngine(allow(), visible=frozenset({"Command"}))
+    pipeline = make_pipeline(tmp_path, engine, tools=[CommandTool()])
+    outcome = await run(pipeline, "TOKEN=sk-abc", {"command": "x"})
+    assert outcome.result.is_error
+    (record,) = _audit_records(tmp_path)
+    assert record["tool"] == "TOKEN=***masked***"
+
+
 def _audit_records(folder: Path) -> list[dict[str, Any]]:
     return [json.loads(line) for line in (folder / "audit.jsonl").read_text().splitlines()]
 

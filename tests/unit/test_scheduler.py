@@ -383,6 +383,83 @@ async def test_overload_answers_resource_exhausted(tmp_path: Path, audit: AuditL
     assert scheduler.in_flight == 0
 
 
+def _records(tmp_path: Path, tool_use_id: str) -> list[dict[str, Any]]:
+    lines = (tmp_path / "audit.jsonl").read_text().splitlines()
+    return [r for r in map(json.loads, lines) if r["tool_use_id"] == tool_use_id]
+
+
+async def test_a_call_refused_for_want_of_a_slot_is_audited_as_not_run(
+    tmp_path: Path, audit: AuditLog
+) -> None:
+    """Attacker round 158: a call answered RESOURCE_EXHAUSTED had no record."""
+    scheduler = make_scheduler(tmp_path, audit, max_in_flight=1, queue_timeout_s=0.1)
+    blocker = asyncio.create_task(scheduler.execute(req("long", seconds=1.0), Caller()))
+    await asyncio.sleep(0.05)
+    with pytest.raises(Overloaded):
+        await scheduler.execute(req("late"), Caller())
+    await blocker
+    (record,) = _records(tmp_path, "late")
+    assert record["event"] == "answered" and record["not_run"].startswith("refused")
+
+
+async def test_a_cancelled_retry_of_a_running_call_adds_no_answer_of_its_own(
+    tmp_path: Path, audit: AuditLog
+) -> None:
+    """Attacker round 158: a retry waiting for the same call, cancelled, wrote an answered
+    record (not run) before the call's own answer: one call, two answers."""
+    scheduler = make_scheduler(tmp_path, audit)
+    first = asyncio.create_task(scheduler.execute(req("same", "Unsafe", seconds=0.3), Caller()))
+    await asyncio.sleep(0.05)
+    retry = asyncio.create_task(scheduler.execute(req("same", "Unsafe", seconds=0.3), Caller()))
+    await asyncio.sleep(0.05)
+    retry.cancel()
+    await first
+    events = [(r["event"], r.get("cancelled", False)) for r in _records(tmp_path, "same")]
+    assert (
+        events.count(("answered", False)) == 1
+        and len([e for e in events if e[0] == "answered"]) == 1
+    ), events
+    assert ("replayed", True) in events
+
+
+async def test_every_call_of_a_cancelled_batch_has_one_answered_record(
+    tmp_path: Path, audit: AuditLog
+) -> None:
+    """Attacker round 158: a batch cancelled during its first call left the calls after it with
+    no record at all."""
+    scheduler = make_scheduler(tmp_path, audit)
+    requests = [req("b1", "Unsafe", seconds=5), req("b2", "Unsafe"), req("b3", "Unsafe")]
+    batch = asyncio.create_task(collect(scheduler, requests))
+    await asyncio.sleep(0.2)
+    batch.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await batch
+    assert sorted(_answered_ids(tmp_path)) == ["b1", "b2", "b3"]
+    assert [r["not_run"] for r in _records(tmp_path, "b2")] == [
+        "its batch was cancelled before it started"
+    ]
+
+
+async def test_a_cancelled_turn_starts_nothing_more_and_audits_what_never_started(
+    tmp_path: Path, audit: AuditLog
+) -> None:
+    """Attacker round 158: cancelling an ExecuteTurn stream let its later calls start after the
+    cancel and run to their end."""
+    scheduler = make_scheduler(tmp_path, audit)
+    pipeline = scheduler._pipeline
+    turn = scheduler.streaming_turn(Caller())
+    turn.add(await pipeline.prepare_off_loop(req("t1", "Unsafe", seconds=0.5), Caller()))
+    turn.add(await pipeline.prepare_off_loop(req("t2", "Unsafe", seconds=0.0), Caller()))
+    await asyncio.sleep(0.2)
+    turn.cancel()
+    await asyncio.sleep(1.0)  # t1 ends (an unsafe step finishes when interrupted)
+    assert [i for i, _, _ in SPANS if i == "t2"] == [], "t2 started after the turn was cancelled"
+    assert sorted(_answered_ids(tmp_path)) == ["t1", "t2"]
+    assert [r["not_run"] for r in _records(tmp_path, "t2")] == [
+        "its turn was cancelled before it started"
+    ]
+
+
 async def test_one_principal_cannot_take_every_slot(tmp_path: Path, audit: AuditLog) -> None:
     """Attacker round 98: alice's 64 `sleep 90` calls (read-only, so run side by side) over 4
     sessions took every slot, and everyone else, the admin too, got RESOURCE_EXHAUSTED."""
