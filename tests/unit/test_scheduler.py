@@ -409,7 +409,8 @@ async def test_a_cancelled_retry_of_a_running_call_adds_no_answer_of_its_own(
     record (not run) before the call's own answer: one call, two answers."""
     scheduler = make_scheduler(tmp_path, audit)
     first = asyncio.create_task(scheduler.execute(req("same", "Unsafe", seconds=0.3), Caller()))
-    await asyncio.sleep(0.05)
+    while not scheduler._cache._running:  # the first is running: the retry will wait for it
+        await asyncio.sleep(0.01)
     retry = asyncio.create_task(scheduler.execute(req("same", "Unsafe", seconds=0.3), Caller()))
     await asyncio.sleep(0.05)
     retry.cancel()
