@@ -1144,6 +1144,44 @@ stream_program_lines_allowed := [
 	bash_line(`awk -F"$S" '{print $1}' f`, [with_words(["awk", "-F$S", "{print $1}", "f"], [dyn("-F$S"), quoted("{print $1}"), quoted("f")])]),
 ]
 
+# Attacker round 157: a nameref to a name built when it runs, an exported function in the
+# environment, sort's compress program, sed's letter delimiters and gawk's `@ f()`.
+test_round_157s_lines_ask if {
+	every line in round_157_lines {
+		decided(line).outcome == "ask"
+	}
+}
+
+round_157_lines := [
+	bash_line("n=PERL5OP; declare -n r=${n}T; export r=-d; perl -e 1", [simple(["declare", "-n", "r=${n}T"]), simple(["export", "r=-d"]), simple(["perl", "-e", "1"])]),
+	bash_line("declare -n r; r=$n; r=x", [simple(["declare", "-n", "r"])]),
+	bash_line("local -gn r=$n", [simple(["local", "-gn", "r=$n"])]),
+	bash_line("env 'BASH_FUNC_ls%%=() { id; }' bash -c ls", [simple(["bash", "-c", "ls"])]),
+	bash_line("sort -S 64K --compress-program=sh f", [simple(["sort", "-S", "64K", "--compress-program=sh", "f"])]),
+	bash_line("sort --compress sh f", [simple(["sort", "--compress", "sh", "f"])]),
+	bash_line("sed '\\a^ae id'", [with_words(["sed", "\\a^ae id"], [quoted("\\a^ae id")])]),
+	bash_line("sed 'sa^aid > xae'", [with_words(["sed", "sa^aid > xae"], [quoted("sa^aid > xae")])]),
+	bash_line("sed '1sa^aidae'", [with_words(["sed", "1sa^aidae"], [quoted("1sa^aidae")])]),
+	bash_line("gawk 'BEGIN{f=\"sys\" \"tem\"; @ f(\"id\")}'", [with_words(["gawk", "BEGIN{f=\"sys\" \"tem\"; @ f(\"id\")}"], [quoted("BEGIN{f=\"sys\" \"tem\"; @ f(\"id\")}")])]),
+	bash_line("awk 'BEGIN{print \"}\" > \"p\"}'", [with_words(["awk", "BEGIN{print \"}\" > \"p\"}"], [quoted("BEGIN{print \"}\" > \"p\"}")])]),
+]
+
+test_round_157s_neighbours_are_allowed if {
+	every line in round_157_allowed {
+		decided(line).outcome == "allow"
+	}
+}
+
+round_157_allowed := [
+	bash_line("declare -n r=arr", [simple(["declare", "-n", "r=arr"])]),
+	bash_line("sort --compress-program=gzip -o out f", [simple(["sort", "--compress-program=gzip", "-o", "out", "f"])]),
+	bash_line("sed 's/cats/dogs/'", [with_words(["sed", "s/cats/dogs/"], [quoted("s/cats/dogs/")])]),
+	bash_line("sed 's|a|b|g'", [with_words(["sed", "s|a|b|g"], [quoted("s|a|b|g")])]),
+	bash_line("sed -n '/\\bfoo/p'", [with_words(["sed", "-n", "/\\bfoo/p"], [quoted("-n"), quoted("/\\bfoo/p")])]),
+	bash_line("awk '$3 > 100 {print $1}'", [with_words(["awk", "$3 > 100 {print $1}"], [quoted("$3 > 100 {print $1}")])]),
+	bash_line("awk '{print \"a;b\", $1}'", [with_words(["awk", "{print \"a;b\", $1}"], [quoted("{print \"a;b\", $1}")])]),
+]
+
 # A pager that is cat, or none, runs nothing the line does not show; any other value is asked about.
 test_a_pager_that_is_cat_or_none_is_allowed if {
 	every line in {"PAGER=cat git log", "export PAGER=cat; git log", "MANPAGER=cat man ls", "PAGER= git log", "PAGER='cat' git log", "PAGER=\"\" git log"} {

@@ -403,6 +403,41 @@ no_pager(name, assigned) if {
 	trim_suffix(substring(assigned, 1, -1), ";") in {"", "cat", "''", `""`, "'cat'", `"cat"`}
 }
 
+# A reference to a variable named when it runs, or not named yet (`declare -n r=${n}T`,
+# `declare -n r; r=$n`): what is assigned through it reaches any variable, those programs take
+# code from included (attacker round 157).
+needs_approval contains sprintf(
+	"%s: `%s` makes a reference to a variable whose name is only known when it runs; a person must approve it before it runs.",
+	[tool_name, shown(cmd)],
+) if {
+	some cmd in simple_commands
+	basename(cmd.name) in {"declare", "typeset", "local"}
+	some option in cmd_words(cmd)
+	regex.match(`^-[A-Za-z]*n`, option.text)
+	some word in cmd_words(cmd)
+	not startswith(word.text, "-")
+	not nameref_to_a_name(word)
+}
+
+nameref_to_a_name(word) if {
+	word.dynamic == false
+	regex.match(`^[A-Za-z_][A-Za-z0-9_]*=[A-Za-z_][A-Za-z0-9_]*$`, word.text)
+}
+
+# Bash defines the functions its environment exports (`env 'BASH_FUNC_ls%%=() { ...; }' bash
+# -c ls`: attacker round 157), however the name is spelt.
+needs_approval contains code_environment_reason("BASH_FUNC_") if {
+	command_tool
+	contains(regex.replace(command_text, `["'\\]`, ""), "BASH_FUNC_")
+}
+
+needs_approval contains code_environment_reason("BASH_FUNC_") if {
+	some cmd in simple_commands
+	some word in array.concat(object.get(cmd, "assignments", []), object.get(cmd, "argv", []))
+	is_string(word)
+	contains(word, "BASH_FUNC_")
+}
+
 # A variable's name built when it runs: `export ${P}_DIR=x`, `env "$N=x" git status`.
 needs_approval contains sprintf(
 	"%s: `%s` sets a variable whose name is only known when it runs (it may be one git takes configuration or programs from); a person must approve it before it runs.",
@@ -886,21 +921,64 @@ needs_approval contains sprintf(
 ) if {
 	some cmd in simple_commands
 	some word in command_args(cmd)
-	regex.match(script_writing[basename(cmd.name)], word)
+	some text in stream_texts(basename(cmd.name), word)
+	regex.match(script_writing[basename(cmd.name)], text)
+}
+
+# An awk program is also read with its strings emptied: a `}` or `;` in a string ended the look
+# for a redirection (`print "}" > "f"`: attacker round 157).
+stream_texts(name, word) := [word, regex.replace(word, `"(?:[^"\\]|\\.)*"`, `""`)] if {
+	stream_family(name) == "awk"
+} else := [word]
+
+# sed's `s` and addresses take any delimiter, a letter too (`sa^aidae`, `\a^ae id`: attacker
+# round 157): the commands after such a delimiter are not followed, and asked about.
+needs_approval contains sprintf(
+	"%s: `%s` runs a sed program with a letter, digit or backslash for a delimiter, whose commands the policy cannot follow; a person must approve it before it runs.",
+	[tool_name, shown(cmd)],
+) if {
+	some cmd in simple_commands
+	stream_family(basename(cmd.name)) == "sed"
+	some word in array.concat(stream_program_words(cmd), stream_first_operand(cmd))
+	not startswith(word.text, "-")
+	regex.match(`(^|[^A-Za-z\\])s[A-Za-z0-9\\]|(^|[;{}!,\s0-9$])\\[A-Za-z0-9]`, word.text)
 }
 
 # sed's commands come after an address, `!` or another command, and `e` takes its command with
 # or without a blank (attacker round 151: `1!e rm ...`, and GNU sed runs `1eecho x`).
 sed_writing := `(^|[^A-Za-z-])[ewW]|/[gpIiMm0-9]*[ewW]`
 
-# gawk calls any function by a name held in a variable, `system` included (`@f()`), and
-# includes or loads code (round 151).
-awk_writing := `system|getline|\||(print|printf)[^;}]*>|fflush|close\(|@[A-Za-z_]`
+# gawk calls any function by a name held in a variable, `system` included (`@f()`, `@ f()`:
+# round 157), and includes or loads code (round 151).
+awk_writing := `system|getline|\||(print|printf)[^;}]*>|fflush|close\(|@\s*[A-Za-z_]`
 
 script_writing := {
 	"sed": sed_writing, "gsed": sed_writing,
 	"awk": awk_writing, "gawk": awk_writing, "mawk": awk_writing, "nawk": awk_writing, "busybox": awk_writing,
 }
+
+# sort hands what it spills to its compress program's standard input, and `sh` runs that
+# (attacker round 157: `--compress-program=sh` ran the sorted lines): any program but a
+# compressor is asked about.
+needs_approval contains sprintf(
+	"%s: `%s` has sort run `%s` as its compress program, which reads the data sorted; a person must approve it before it runs.",
+	[tool_name, shown(cmd), program],
+) if {
+	some cmd in simple_commands
+	basename(cmd.name) == "sort"
+	words := cmd_words(cmd)
+	some j, _ in words
+	program := sort_compressor(words, j)
+	not basename(program) in compressors
+}
+
+sort_compressor(words, j) := substring(words[j].text, indexof(words[j].text, "=") + 1, -1) if {
+	regex.match(`^--co[a-z-]*=`, words[j].text)
+}
+
+sort_compressor(words, j) := words[j + 1].text if regex.match(`^--co[a-z-]*$`, words[j].text)
+
+compressors := {"gzip", "bzip2", "xz", "zstd", "lz4", "lzop", "pigz", "pbzip2", "lzip", "compress", "brotli"}
 
 # Emptying files deletes what they hold: `find . -exec truncate -s0 {} +`, `truncate -s0 *`,
 # judged on the same targets as a recursive delete.
@@ -1505,6 +1583,13 @@ stream_program_words(cmd) := array.concat(leading, valued) if {
 		some w in array.slice(words, j, j + 2)
 	]
 }
+
+# The first operand known as written: the program, unless -e or -f gave it.
+stream_first_operand(cmd) := [words[min(operands)]] if {
+	words := cmd_words(cmd)
+	operands := [j | some j, _ in words; stream_static_operand(basename(cmd.name), words, j)]
+	count(operands) > 0
+} else := []
 
 stream_static_operand(name, words, j) if {
 	words[j].dynamic == false
