@@ -1166,6 +1166,12 @@ round_157_lines := [
 	bash_line("awk 'BEGIN{print \"}\" > \"p\"}'", [with_words(["awk", "BEGIN{print \"}\" > \"p\"}"], [quoted("BEGIN{print \"}\" > \"p\"}")])]),
 ]
 
+test_a_variable_named_when_it_runs_by_read_or_printf_asks if {
+	decides(bash_line("read \"$N\" <<< x", [with_words(["read", "$N"], [dyn("$N")])]), "ask", "sets a variable whose name is only known when it runs")
+	decides(bash_line("printf -v \"$N\" x", [with_words(["printf", "-v", "$N", "x"], [quoted("-v"), dyn("$N"), quoted("x")])]), "ask", "sets a variable whose name is only known when it runs")
+	decided(bash_line("printf '%s' \"$x\"", [with_words(["printf", "%s", "$x"], [quoted("%s"), dyn("$x")])])).outcome == "allow"
+}
+
 test_round_157s_neighbours_are_allowed if {
 	every line in round_157_allowed {
 		decided(line).outcome == "allow"
@@ -1204,9 +1210,6 @@ test_round_156s_variables_ask if {
 		concat(" ", [decoys, "PAGER='id>x' pydoc3 sys"]),
 		concat(" ", [decoys, "PERL5OPT='-Mstrict;system(q(id))' perl -e 1"]),
 		concat("", ["# ", decoys, "\nMANPAGER='id>x' pydoc3 sys"]),
-		"read PAGER <<< \"id>x\"; pydoc3 sys",
-		"printf -v PAGER \"id>x\"; pydoc3 sys",
-		"declare -n R=MANPAGER; R=\"id>x\"; export R; pydoc3 sys",
 		"for PAGER in \"id>x\"; do pydoc3 sys; done",
 		"export MANPA\"\"GER=\"id>x\"; pydoc3 sys",
 		"export EN\"\"V=$PWD/rc; sh -i",
@@ -1215,6 +1218,32 @@ test_round_156s_variables_ask if {
 	} {
 		asks_about_pager(line)
 	}
+}
+
+# Given its name as a word: seen in the parser's words (a plain word such as PAGER is not asked
+# about where the line only mentions it: `grep PAGER notes`, `print('ENV')`).
+test_a_variable_given_its_name_as_a_word_asks if {
+	every line in [
+		bash_line("read PAGER <<< x; pydoc3 sys", [simple(["read", "PAGER"]), simple(["pydoc3", "sys"])]),
+		bash_line("printf -v PAGER x; pydoc3 sys", [simple(["printf", "-v", "PAGER", "x"]), simple(["pydoc3", "sys"])]),
+		bash_line("declare -n R=MANPAGER; R=x; export R", [simple(["declare", "-n", "R=MANPAGER"]), simple(["export", "R"])]),
+		bash_line("unset ENV; : ${ENV:=rc}; sh -i", [simple(["unset", "ENV"]), simple([":", "${ENV:=rc}"]), simple(["sh", "-i"])]),
+	] {
+		some reason in decided(line).reasons
+		regex.match(`names (PAGER|MANPAGER|ENV),`, reason)
+	}
+	every line in [
+		bash_line("grep -n PAGER notes.md", [simple(["grep", "-n", "PAGER", "notes.md"])]),
+		bash_line("python3 x.py 'ENV'", [simple(["python3", "x.py", "ENV"])]),
+		bash_line("echo \"$BROWSER is set\"", [simple(["echo", "$BROWSER is set"])]),
+	] {
+		not asks_about_pager_in(line)
+	}
+}
+
+asks_about_pager_in(line) if {
+	some reason in decided(line).reasons
+	regex.match(`names (PAGER|MANPAGER|ENV|BROWSER),`, reason)
 }
 
 # A name the parser decoded (ANSI-C quoting), seen in its words.

@@ -328,18 +328,42 @@ needs_approval contains sprintf(
 
 # Interpreters and the loader take code or options from their environment (attacker round 151:
 # `PERL5OPT='-Mstrict;system(...)' perl -e 1`), and pagers, browsers and `sh -i` run what
-# theirs names: named anywhere in the line, however set (attacker round 156: `read PAGER`,
-# `printf -v`, a nameref, `for PAGER in`), every time it is named.
+# theirs names: asked about every time the line names one (attacker round 156: twenty harmless
+# pagers hid the 21st). ENV, PAGER, MANPAGER and BROWSER are also plain words (`grep ENV
+# Dockerfile`, `print('ENV')`): those only where they are set (`NAME=`, `NAME+=`, `${NAME:=..}`,
+# `for NAME in`) or given as a variable's name (`read PAGER`, `printf -v PAGER`, `export
+# PAGER`, `declare -n r=PAGER`; below, from the parser's words).
 needs_approval contains code_environment_reason(name) if {
 	command_tool
 	some found in regex.find_all_string_submatch_n(code_environment_named, command_text, -1)
-	not regex.match(`^[A-Za-z0-9_]`, found[2])
 	name := found[1]
+	code_environment_set(name, found[2])
 	not no_pager(name, found[2])
 }
 
-# A name spelt with quotes or backslashes inside it (`export MANPA""GER=...`, `P\\AGER`): named
-# more often once they are removed than where nothing touches it (round 156).
+needs_approval contains code_environment_reason(name) if {
+	command_tool
+	some found in regex.find_all_string_submatch_n(
+		sprintf(`(?:^|[^A-Za-z0-9_])(?:for|select)\s+(%s)(?:[^A-Za-z0-9_]|$)`, [concat("|", code_environment_words)]),
+		command_text,
+		-1,
+	)
+	name := found[1]
+}
+
+# Named, for a name that is no plain word; set, for one that is. `rest` is what follows the name.
+code_environment_set(name, rest) if {
+	not name in code_environment_words
+	not regex.match(`^[A-Za-z0-9_]`, rest)
+}
+
+code_environment_set(name, rest) if {
+	name in code_environment_words
+	regex.match(`^:?\+?=`, rest)
+}
+
+# A name spelt with quotes or backslashes inside it (`export MANPA""GER=...`, `P\AGER`): named
+# (or set) more often once they are removed than where nothing touches it (round 156).
 needs_approval contains code_environment_reason(name) if {
 	command_tool
 	some name in code_environment_names
@@ -347,28 +371,48 @@ needs_approval contains code_environment_reason(name) if {
 }
 
 code_environment_dequoted := regex.find_all_string_submatch_n(
-	sprintf(`(?:^|[^A-Za-z0-9_])(%s)([A-Za-z0-9_]?)`, [concat("|", code_environment_names)]),
+	sprintf(`(?:^|[^A-Za-z0-9_])(%s)([A-Za-z0-9_]?)(:?\+?=)?`, [concat("|", code_environment_names)]),
 	regex.replace(command_text, `["'\\]`, ""),
 	-1,
 )
 
 code_environment_untouched := regex.find_all_string_submatch_n(
-	sprintf(`(?:^|[^A-Za-z0-9_"'\\])(%s)([A-Za-z0-9_"'\\]?)`, [concat("|", code_environment_names)]),
+	sprintf(`(?:^|[^A-Za-z0-9_"'\\])(%s)([A-Za-z0-9_"'\\]?)(:?\+?=)?`, [concat("|", code_environment_names)]),
 	command_text,
 	-1,
 )
 
-named_times(name, found) := count([f | some f in found; f[1] == name; f[2] == ""])
+named_times(name, found) := count([f |
+	some f in found
+	f[1] == name
+	f[2] == ""
+	code_environment_set(name, f[3])
+])
 
-# A name the parser decoded from a quoting no text search sees through (`$'\x50'AGER=id`).
+# A name the parser decoded from a quoting no text search sees through (`$'\x50'AGER=id`), and
+# the names commands are given (`read PAGER`, `declare -n r=MANPAGER`).
 needs_approval contains code_environment_reason(name) if {
 	some cmd in simple_commands
 	some word in array.concat(object.get(cmd, "assignments", []), object.get(cmd, "argv", []))
 	is_string(word)
 	not word in {"PAGER=", "PAGER=cat", "MANPAGER=", "MANPAGER=cat"}
 	some found in regex.find_all_string_submatch_n(code_environment_named, word, -1)
-	not regex.match(`^[A-Za-z0-9_]`, found[2])
 	name := found[1]
+	code_environment_in_word(cmd, name, found[2], word)
+}
+
+code_environment_in_word(_, name, rest, _) if code_environment_set(name, rest)
+
+code_environment_in_word(cmd, name, _, word) if {
+	name in code_environment_words
+	basename(cmd.name) in variable_builtins
+	regex.match(sprintf(`^(?:[A-Za-z_][A-Za-z0-9_]*=)?%s$`, [name]), word)
+}
+
+# Builtins that take variables' names as words (and set, export or point at them).
+variable_builtins := {
+	"read", "printf", "export", "declare", "typeset", "local", "readonly", "unset", "getopts",
+	"mapfile", "readarray", "let",
 }
 
 code_environment_reason(name) := sprintf(
@@ -376,17 +420,22 @@ code_environment_reason(name) := sprintf(
 	[tool_name, name],
 )
 
-code_environment_names := [
-	"PERL5OPT", "PERL5LIB", "PERLLIB", "PERL5DB", "PYTHONSTARTUP", "PYTHONPATH", "PYTHONHOME",
-	"PYTHONINSPECT", "PYTHONBREAKPOINT", "RUBYOPT", "RUBYLIB", "NODE_OPTIONS", "NODE_PATH",
-	"LD_PRELOAD", "LD_LIBRARY_PATH", "LD_AUDIT", "GCONV_PATH", "BASH_ENV", "LESSOPEN",
-	"LESSCLOSE", "ENV", "PAGER", "MANPAGER", "BROWSER",
-]
+code_environment_names := array.concat(
+	[
+		"PERL5OPT", "PERL5LIB", "PERLLIB", "PERL5DB", "PYTHONSTARTUP", "PYTHONPATH", "PYTHONHOME",
+		"PYTHONINSPECT", "PYTHONBREAKPOINT", "RUBYOPT", "RUBYLIB", "NODE_OPTIONS", "NODE_PATH",
+		"LD_PRELOAD", "LD_LIBRARY_PATH", "LD_AUDIT", "GCONV_PATH", "BASH_ENV", "LESSOPEN",
+		"LESSCLOSE",
+	],
+	code_environment_words,
+)
+
+code_environment_words := ["ENV", "PAGER", "MANPAGER", "BROWSER"]
 
 # A name, then what follows it: an assignment's value up to bash's next blank, or the next
 # character when it continues the name (then it is another name).
 code_environment_named := sprintf(
-	`(?:^|[^A-Za-z0-9_])(%s)(\+?=[^ \t\n]*|[A-Za-z0-9_]?)`,
+	`(?:^|[^A-Za-z0-9_])(%s)(:?\+?=[^ \t\n]*|[A-Za-z0-9_]?)`,
 	[concat("|", code_environment_names)],
 )
 
@@ -438,19 +487,35 @@ needs_approval contains code_environment_reason("BASH_FUNC_") if {
 	contains(word, "BASH_FUNC_")
 }
 
-# A variable's name built when it runs: `export ${P}_DIR=x`, `env "$N=x" git status`.
-needs_approval contains sprintf(
-	"%s: `%s` sets a variable whose name is only known when it runs (it may be one git takes configuration or programs from); a person must approve it before it runs.",
-	[tool_name, shown(cmd)],
-) if {
+# A variable's name built when it runs: `export ${P}_DIR=x`, `env "$N=x" git status`, `read
+# "$N"`, `printf -v "$N"` (it may be one git or another program takes code from: round 157).
+needs_approval contains variable_named_at_run_time(cmd) if {
 	some cmd in simple_commands
-	basename(cmd.name) in {"export", "declare", "typeset", "local", "readonly", "env"}
+	basename(cmd.name) in {
+		"export", "declare", "typeset", "local", "readonly", "env", "read", "getopts",
+		"mapfile", "readarray",
+	}
 	some word in cmd_words(cmd)
 	word.dynamic == true
 	not startswith(word.text, "-")
 	name_part := split(word.text, "=")[0]
 	regex.match("[$`]", name_part)
 }
+
+needs_approval contains variable_named_at_run_time(cmd) if {
+	some cmd in simple_commands
+	basename(cmd.name) == "printf"
+	words := cmd_words(cmd)
+	some j, option in words
+	regex.match(`^-v`, option.text)
+	some word in array.slice(words, j, j + 2)
+	regex.match("[$`]", word.text)
+}
+
+variable_named_at_run_time(cmd) := sprintf(
+	"%s: `%s` sets a variable whose name is only known when it runs (it may be one git or another program takes configuration or code from); a person must approve it before it runs.",
+	[tool_name, shown(cmd)],
+)
 
 harmless_git_environment := {
 	"GIT_AUTHOR_NAME", "GIT_AUTHOR_EMAIL", "GIT_AUTHOR_DATE", "GIT_COMMITTER_NAME",
