@@ -349,23 +349,23 @@ class Scheduler:
     ) -> AsyncIterator[ExecuteOutcome]:
         """The calls of one assistant turn; answers in request order, each as soon as it and
         every call before it are done."""
-        calls = []
-        for request in requests:
-            calls.append(await self._pipeline.prepare_off_loop(request, caller))
-            await asyncio.sleep(0)  # checking a call can take milliseconds: let others in
+        calls: list[PreparedCall] = []
         held: list[ExecuteOutcome] = []
         handed: set[int] = set()
         try:
+            for request in requests:
+                calls.append(await self._pipeline.prepare_off_loop(request, caller))
+                await asyncio.sleep(0)  # checking a call can take milliseconds: let others in
             async for outcome in self._batch_answers(calls, caller, handed):
                 if held:
                     yield held[-1]
                 held.append(outcome)
         finally:
-            # The batch ended early (the caller went away): its calls that never started still
-            # get their answered record (attacker round 158).
+            # The batch ended early (the caller went away, a later call could not be checked):
+            # its calls that never started still get their answered record (round 158).
             for call in calls:
                 if id(call) not in handed:
-                    why = "its batch was cancelled before it started"
+                    why = "its batch ended before it started"
                     self._pipeline.audit_not_run(call, caller, why)
         if held:
             # The last answer waits for the PostToolBatch hooks and carries what they said.

@@ -437,7 +437,7 @@ async def test_every_call_of_a_cancelled_batch_has_one_answered_record(
         await batch
     assert sorted(_answered_ids(tmp_path)) == ["b1", "b2", "b3"]
     assert [r["not_run"] for r in _records(tmp_path, "b2")] == [
-        "its batch was cancelled before it started"
+        "its batch ended before it started"
     ]
 
 
