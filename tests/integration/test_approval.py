@@ -303,6 +303,17 @@ ROUND_155_156_LINES = [
     "echo x | sed '\\a^ae touch p157s'",
     'gawk \'BEGIN{{f="sys" "tem"; @ f("rm -rf {ws}/*")}}\'',
     'awk \'BEGIN{{print "}}" > "{ws}/p157"}}\'',
+    # Round 159: sed's e after flags and another delimiter, gawk's `@\\` and a newline, a `;`
+    # in an awk regular expression, printf -vNAME, variables python and git read code from,
+    # tar feeding its archive to a shell.
+    "echo x | sed 's,x,touch p159a,ge'",
+    'gawk \'BEGIN {{ f = "sys" "tem"; @\\\n f("touch p159b") }}\'',
+    'gawk \'BEGIN {{ print (1 ~ /;/), "x" > "p159c" }}\'',
+    "printf -vPAGER 'touch p159d;cat'; script -qc 'pydoc3 len' /dev/null",
+    "set -a; printf -vPERL5OPT '%s' '-Mstrict;system(q(touch),q(p159e))'; perl -e 1",
+    "PYTHONUSERBASE=$PWD/u python3 -c 'print(1)'",
+    "HOME=$PWD/.. git status --short",
+    "printf '\\ntouch p159f\\n' > p.txt && tar -cf o.tar -I bash p.txt",
 ]
 
 
@@ -310,7 +321,7 @@ ROUND_155_156_LINES = [
 def test_a_program_run_from_a_string_or_variable_the_policy_cannot_read_is_asked_about(
     sandbox_daemon: RunningDaemon, index: int
 ) -> None:
-    """Attacker rounds 155 to 157: each of these ran `rm -rf` (or `id`, or wrote a file)
+    """Attacker rounds 155 to 159: each of these ran `rm -rf` (or `id`, or wrote a file)
     unasked."""
     command = ROUND_155_156_LINES[index].format(ws=sandbox_daemon.workspace.resolve())
     answer = sandbox_daemon.stub.Execute(

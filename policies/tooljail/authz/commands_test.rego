@@ -1172,6 +1172,26 @@ test_a_variable_named_when_it_runs_by_read_or_printf_asks if {
 	decided(bash_line("printf '%s' \"$x\"", [with_words(["printf", "%s", "$x"], [quoted("%s"), dyn("$x")])])).outcome == "allow"
 }
 
+# Attacker round 159.
+test_round_159s_lines_ask if {
+	every line in round_159_lines {
+		decided(line).outcome == "ask"
+	}
+}
+
+round_159_lines := [
+	bash_line("sed 's,x,id,pe'", [with_words(["sed", "s,x,id,pe"], [quoted("s,x,id,pe")])]),
+	bash_line("sed 's,x,y,gw p'", [with_words(["sed", "s,x,y,gw p"], [quoted("s,x,y,gw p")])]),
+	bash_line("sed 's-x-id-e'", [with_words(["sed", "s-x-id-e"], [quoted("s-x-id-e")])]),
+	bash_line("gawk 'BEGIN { f = \"sys\" \"tem\"; @\\\n f(\"id\") }'", [with_words(["gawk", "BEGIN { f = \"sys\" \"tem\"; @\\\n f(\"id\") }"], [quoted("BEGIN { f = \"sys\" \"tem\"; @\\\n f(\"id\") }")])]),
+	bash_line("gawk 'BEGIN { print (1 ~ /;/), \"x\" > \"p\" }'", [with_words(["gawk", "BEGIN { print (1 ~ /;/), \"x\" > \"p\" }"], [quoted("BEGIN { print (1 ~ /;/), \"x\" > \"p\" }")])]),
+	bash_line("printf -vPAGER 'id;cat'", [simple(["printf", "-vPAGER", "id;cat"])]),
+	bash_line("set -a; printf -vPERL5OPT x; perl -e 1", [simple(["set", "-a"]), simple(["printf", "-vPERL5OPT", "x"]), simple(["perl", "-e", "1"])]),
+	bash_line("PYTHONUSERBASE=$PWD/u python3 -c 'print(1)'", [object.union(simple(["python3", "-c", "print(1)"]), {"assignments": ["PYTHONUSERBASE=$PWD/u"]})]),
+	bash_line("HOME=$PWD/.. git status", [object.union(simple(["git", "status"]), {"assignments": ["HOME=$PWD/.."]})]),
+	bash_line("tar -cf o.tar -I bash p.txt", [simple(["tar", "-cf", "o.tar", "-I", "bash", "p.txt"]), object.union(simple(["bash"]), {"wrappers": ["tar"]})]),
+]
+
 test_round_157s_neighbours_are_allowed if {
 	every line in round_157_allowed {
 		decided(line).outcome == "allow"
@@ -1186,6 +1206,9 @@ round_157_allowed := [
 	bash_line("sed -n '/\\bfoo/p'", [with_words(["sed", "-n", "/\\bfoo/p"], [quoted("-n"), quoted("/\\bfoo/p")])]),
 	bash_line("awk '$3 > 100 {print $1}'", [with_words(["awk", "$3 > 100 {print $1}"], [quoted("$3 > 100 {print $1}")])]),
 	bash_line("awk '{print \"a;b\", $1}'", [with_words(["awk", "{print \"a;b\", $1}"], [quoted("{print \"a;b\", $1}")])]),
+	bash_line("awk '/^x/ {print $2}' f", [with_words(["awk", "/^x/ {print $2}", "f"], [quoted("/^x/ {print $2}"), quoted("f")])]),
+	bash_line("tar -czf o.tgz -I gzip d", [simple(["tar", "-czf", "o.tgz", "-I", "gzip", "d"]), object.union(simple(["gzip"]), {"wrappers": ["tar"]})]),
+	bash_line("echo $HOME", [simple(["echo", "$HOME"])]),
 ]
 
 # A pager that is cat, or none, runs nothing the line does not show; any other value is asked about.

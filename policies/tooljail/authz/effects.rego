@@ -393,12 +393,24 @@ named_times(name, found) := count([f |
 # the names commands are given (`read PAGER`, `declare -n r=MANPAGER`).
 needs_approval contains code_environment_reason(name) if {
 	some cmd in simple_commands
-	some word in array.concat(object.get(cmd, "assignments", []), object.get(cmd, "argv", []))
-	is_string(word)
+	some word in code_environment_cmd_words(cmd)
 	not word in {"PAGER=", "PAGER=cat", "MANPAGER=", "MANPAGER=cat"}
 	some found in regex.find_all_string_submatch_n(code_environment_named, word, -1)
 	name := found[1]
 	code_environment_in_word(cmd, name, found[2], word)
+}
+
+# A command's assignments and words; printf's `-vNAME` also as NAME (round 159: `set -a;
+# printf -vPERL5OPT ...` exported it).
+code_environment_cmd_words(cmd) := array.concat(words, [substring(w, 2, -1) |
+	basename(cmd.name) == "printf"
+	some w in words
+	startswith(w, "-v")
+]) if {
+	words := [w |
+		some w in array.concat(object.get(cmd, "assignments", []), object.get(cmd, "argv", []))
+		is_string(w)
+	]
 }
 
 code_environment_in_word(_, name, rest, _) if code_environment_set(name, rest)
@@ -425,12 +437,14 @@ code_environment_names := array.concat(
 		"PERL5OPT", "PERL5LIB", "PERLLIB", "PERL5DB", "PYTHONSTARTUP", "PYTHONPATH", "PYTHONHOME",
 		"PYTHONINSPECT", "PYTHONBREAKPOINT", "RUBYOPT", "RUBYLIB", "NODE_OPTIONS", "NODE_PATH",
 		"LD_PRELOAD", "LD_LIBRARY_PATH", "LD_AUDIT", "GCONV_PATH", "BASH_ENV", "LESSOPEN",
-		"LESSCLOSE",
+		"LESSCLOSE", "PYTHONUSERBASE",
 	],
 	code_environment_words,
 )
 
-code_environment_words := ["ENV", "PAGER", "MANPAGER", "BROWSER"]
+# Also plain words; HOME and XDG_CONFIG_HOME name where git and others read configuration that
+# runs programs (round 159: `HOME=$PWD/.. git status` ran a core.fsmonitor written just before).
+code_environment_words := ["ENV", "PAGER", "MANPAGER", "BROWSER", "HOME", "XDG_CONFIG_HOME"]
 
 # A name, then what follows it: an assignment's value up to bash's next blank, or the next
 # character when it continues the name (then it is another name).
@@ -990,23 +1004,26 @@ needs_approval contains sprintf(
 	regex.match(script_writing[basename(cmd.name)], text)
 }
 
-# An awk program is also read with its strings emptied: a `}` or `;` in a string ended the look
-# for a redirection (`print "}" > "f"`: attacker round 157).
-stream_texts(name, word) := [word, regex.replace(word, `"(?:[^"\\]|\\.)*"`, `""`)] if {
+# An awk program is also read with its strings emptied, then its regular expressions too: a `}`
+# or `;` in one ended the look for a redirection (`print "}" > "f"`, `print (1 ~ /;/), x > "f"`:
+# attacker rounds 157 and 159).
+stream_texts(name, word) := [word, no_strings, regex.replace(no_strings, `(^|[~(,!{;&|]\s*)/(?:[^/\\\n]|\\.)*/`, "${1}//")] if {
 	stream_family(name) == "awk"
+	no_strings := regex.replace(word, `"(?:[^"\\]|\\.)*"`, `""`)
 } else := [word]
 
 # sed's `s` and addresses take any delimiter, a letter too (`sa^aidae`, `\a^ae id`: attacker
-# round 157): the commands after such a delimiter are not followed, and asked about.
+# round 157): the commands after such a delimiter are not followed, and asked about; and `e`,
+# `w` or `W` after any delimiter and flags (`s,x,id,pe`, `s-x-y-gw f`: round 159).
 needs_approval contains sprintf(
-	"%s: `%s` runs a sed program with a letter, digit or backslash for a delimiter, whose commands the policy cannot follow; a person must approve it before it runs.",
+	"%s: `%s` runs a sed program whose commands the policy cannot follow (a letter, digit or backslash for a delimiter, or e, w or W after one); a person must approve it before it runs.",
 	[tool_name, shown(cmd)],
 ) if {
 	some cmd in simple_commands
 	stream_family(basename(cmd.name)) == "sed"
 	some word in array.concat(stream_program_words(cmd), stream_first_operand(cmd))
 	not startswith(word.text, "-")
-	regex.match(`(^|[^A-Za-z\\])s[A-Za-z0-9\\]|(^|[;{}!,\s0-9$])\\[A-Za-z0-9]`, word.text)
+	regex.match(`(^|[^A-Za-z\\])s[A-Za-z0-9\\]|(^|[;{}!,\s0-9$])\\[A-Za-z0-9]|[^A-Za-z0-9\s\\][gpIiMm0-9]*[ewW]([^A-Za-z]|$)`, word.text)
 }
 
 # sed's commands come after an address, `!` or another command, and `e` takes its command with
@@ -1015,7 +1032,7 @@ sed_writing := `(^|[^A-Za-z-])[ewW]|/[gpIiMm0-9]*[ewW]`
 
 # gawk calls any function by a name held in a variable, `system` included (`@f()`, `@ f()`:
 # round 157), and includes or loads code (round 151).
-awk_writing := `system|getline|\||(print|printf)[^;}]*>|fflush|close\(|@\s*[A-Za-z_]`
+awk_writing := `system|getline|\||(print|printf)[^;}]*>|fflush|close\(|@[\s\\]*[A-Za-z_]`
 
 script_writing := {
 	"sed": sed_writing, "gsed": sed_writing,
@@ -1044,6 +1061,29 @@ sort_compressor(words, j) := substring(words[j].text, indexof(words[j].text, "="
 sort_compressor(words, j) := words[j + 1].text if regex.match(`^--co[a-z-]*$`, words[j].text)
 
 compressors := {"gzip", "bzip2", "xz", "zstd", "lz4", "lzop", "pigz", "pbzip2", "lzip", "compress", "brotli"}
+
+# tar hands the archive it makes (or reads) to its compress program, and a shell or an
+# interpreter given no script runs that data (round 159: `tar -cf o.tar -I bash p.txt`).
+needs_approval contains sprintf(
+	"%s: `%s` has tar feed its archive to `%s`, which runs what it reads; a person must approve it before it runs.",
+	[tool_name, shown(cmd), cmd.name],
+) if {
+	some cmd in simple_commands
+	"tar" in object.get(cmd, "wrappers", [])
+	reads_code_from_input(cmd)
+}
+
+reads_code_from_input(cmd) if {
+	basename(cmd.name) in shells
+	not has_short_flag(options(command_args(cmd)), "c")
+	not shell_script(cmd)
+}
+
+reads_code_from_input(cmd) if {
+	inline_code_runner(basename(cmd.name))
+	count(code_words(cmd)) == 0
+	count(operand_words(cmd)) == 0
+}
 
 # Emptying files deletes what they hold: `find . -exec truncate -s0 {} +`, `truncate -s0 *`,
 # judged on the same targets as a recursive delete.
