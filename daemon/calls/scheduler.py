@@ -20,7 +20,7 @@ import asyncio
 import contextlib
 import dataclasses
 import functools
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncGenerator, AsyncIterator, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -346,7 +346,7 @@ class Scheduler:
 
     async def execute_batch(
         self, requests: list[CallRequest], caller: Caller
-    ) -> AsyncIterator[ExecuteOutcome]:
+    ) -> AsyncGenerator[ExecuteOutcome, None]:
         """The calls of one assistant turn; answers in request order, each as soon as it and
         every call before it are done."""
         calls: list[PreparedCall] = []

@@ -7,7 +7,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Iterator
 from typing import Any, cast
 
 import grpc
@@ -145,7 +145,7 @@ class ExecutorService:
         relay = ProgressRelay()
         call = dataclasses.replace(call, progress=relay.sink(call.tool_use.id))
 
-        async def answers(held: after_answer.Held) -> AsyncIterator[ExecuteOutcome]:
+        async def answers(held: after_answer.Held) -> AsyncGenerator[ExecuteOutcome, None]:
             outcome = await self._scheduler.execute(call, caller)
             # The answer exists: what the call left waits at most a little longer, however
             # slowly the client takes the stream's last events (attacker round 98: a client
@@ -189,7 +189,7 @@ class ExecutorService:
 
         answered: list[ExecuteOutcome] = []
 
-        async def answers() -> AsyncIterator[ExecuteOutcome]:
+        async def answers() -> AsyncGenerator[ExecuteOutcome, None]:
             async for outcome in turn.answers():
                 answered.append(outcome)
                 yield outcome
@@ -301,7 +301,7 @@ async def _feed(
 
 
 async def _interleaved(
-    answers: AsyncIterator[ExecuteOutcome], relay: ProgressRelay
+    answers: AsyncGenerator[ExecuteOutcome, None], relay: ProgressRelay
 ) -> AsyncIterator[pb.ExecuteEvent]:
     """The answers as stream events, with the progress waiting in `relay` sent as it comes (and
     all of it before the answer that ends a call's part)."""
@@ -313,8 +313,19 @@ async def _interleaved(
         try:
             async for outcome in answers:
                 await queue.put(outcome)
+        except asyncio.CancelledError:
+            # The stream ended: nobody reads the queue any more, so no end mark is put in it
+            # (attacker round 160: waiting for room there held this task, and the answers'
+            # own end, a batch's records of the calls it never started, until collected).
+            raise
+        except BaseException:
+            await queue.put(None)  # the failure, which `await producer` then raises
+            raise
+        else:
+            await queue.put(None)
         finally:
-            await queue.put(None)  # also after a failure, which `await producer` then raises
+            # Closed here and now, whichever way it ended: its own end runs in this task.
+            await answers.aclose()
 
     producer = asyncio.create_task(produce())
     try:

@@ -143,7 +143,11 @@ def test_calls_after_a_failed_group_still_run(
     # Attacker round 154: h2 was told it "ran in parallel" and "was stopped", and the audit had
     # no record of it.
     assert answers[1].result.is_error and text_of(answers[1]).startswith("Not run:")
-    answered = [r for r in sandbox_daemon.audit_lines(None) if r["tool_use_id"] == "h2"]
+    answered = [
+        r
+        for r in sandbox_daemon.audit_lines(None)
+        if r["tool_use_id"] == "h2" and r["session"] == session.id
+    ]
     assert [(r["event"], r.get("not_run", "")) for r in answered] == [
         ("answered", "the Bash call h1 of its group had failed")
     ]
@@ -167,7 +171,11 @@ def test_a_cancelled_turn_starts_none_of_its_later_calls(
     call.cancel()
     time.sleep(6)
     assert not os.path.exists(marker), "a call of the cancelled turn ran"
-    records = [r for r in sandbox_daemon.audit_lines(None) if r["tool_use_id"] == "second"]
+    records = [
+        r
+        for r in sandbox_daemon.audit_lines(None)
+        if r["tool_use_id"] == "second" and r["session"] == session.id
+    ]
     assert [(r["event"], r.get("not_run")) for r in records] == [
         ("answered", "its turn was cancelled before it started")
     ]

@@ -225,3 +225,43 @@ def test_a_batch_streams_each_calls_progress_between_the_answers_in_order(
     assert max(first_progress) < first_answer, "progress came after its call's answer"
     text = "".join(p.output for _, p in progress if p.tool_use_id == "first")
     assert "step 1" in text and "step 4" in text
+
+
+def test_a_batch_stream_cancelled_unread_audits_its_unstarted_calls_at_once(
+    sandbox_daemon: RunningDaemon,
+) -> None:
+    """Attacker round 160: a client that read nothing of an ExecuteBatchStream and then went
+    away left the daemon waiting for room in its one-answer queue; the calls that never started
+    got their records minutes later, or never (when the garbage collector closed the batch)."""
+    import grpc
+
+    from daemon._generated.tooljail.v1 import executor_pb2_grpc as pb_grpc
+
+    opened = sandbox_daemon.stub.OpenSession(pb.OpenSessionRequest(), timeout=30)
+    big = Path(opened.workspace) / "big.txt"
+    big.write_text("abcdefghij\n" * 27_000)
+    os.chown(big, OWNER_UID, OWNER_GID)
+    tag = uuid.uuid4().hex[:8]
+    uses = [pb.ToolUse(id=f"toolu_read_{tag}_{i}", name="Read") for i in range(6)] + [
+        pb.ToolUse(id=f"toolu_bash_{tag}_{i}", name="Bash") for i in range(3)
+    ]
+    for use in uses[:6]:
+        use.input.update({"file_path": str(big)})
+    for i, use in enumerate(uses[6:]):
+        use.input.update({"command": f"sleep 1; echo ran > marker_{tag}_{i}"})
+    options = [("grpc.http2.bdp_probe", 0), ("grpc.http2.lookahead_bytes", 1024)]
+    with grpc.insecure_channel(sandbox_daemon.target, options=options) as channel:
+        call = pb_grpc.ExecutorStub(channel).ExecuteBatchStream(
+            pb.ExecuteBatchRequest(session_id=opened.id, tool_uses=uses), timeout=120
+        )
+        time.sleep(4)  # nothing read
+        call.cancel()
+    time.sleep(3)
+    for i, use in enumerate(uses[6:]):
+        assert not (Path(opened.workspace) / f"marker_{tag}_{i}").exists()
+        records = [r for r in sandbox_daemon.audit_lines(None) if r["tool_use_id"] == use.id]
+        assert [r["event"] for r in records if r["event"] == "answered"] == ["answered"], (
+            use.id,
+            records,
+        )
+    sandbox_daemon.stub.CloseSession(pb.CloseSessionRequest(session_id=opened.id), timeout=30)

@@ -436,9 +436,7 @@ async def test_every_call_of_a_cancelled_batch_has_one_answered_record(
     with pytest.raises(asyncio.CancelledError):
         await batch
     assert sorted(_answered_ids(tmp_path)) == ["b1", "b2", "b3"]
-    assert [r["not_run"] for r in _records(tmp_path, "b2")] == [
-        "its batch ended before it started"
-    ]
+    assert [r["not_run"] for r in _records(tmp_path, "b2")] == ["its batch ended before it started"]
 
 
 async def test_a_cancelled_turn_starts_nothing_more_and_audits_what_never_started(
