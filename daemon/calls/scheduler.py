@@ -104,14 +104,16 @@ def _sibling_cancelled(call: PreparedCall, failed: PreparedCall) -> ExecuteOutco
         "which failed, so it was stopped before it finished. Fix the failing command first, "
         "then run this call again if it is still needed."
     )
-    tool_use_id = call.request.tool_use.id
+    return _stopped(call, text, f"cancelled: a parallel {failed_use.name} call failed")
+
+
+def _stopped(call: PreparedCall, text: str, reason: str) -> ExecuteOutcome:
+    """The answer of a call a failed sibling stopped, or kept from starting."""
     return ExecuteOutcome(
         result=ToolResult(
-            tool_use_id=tool_use_id, content=(TextContent(text=text),), is_error=True
+            tool_use_id=call.request.tool_use.id, content=(TextContent(text=text),), is_error=True
         ),
-        decision=Decision(
-            outcome=None, reasons=(f"cancelled: a parallel {failed_use.name} call failed",)
-        ),
+        decision=Decision(outcome=None, reasons=(reason,)),
         report=ExecutionReport(),
     )
 
@@ -330,16 +332,7 @@ class Scheduler:
             "would have run beside, had failed when it arrived. Fix the failing command first, "
             "then run this call again if it is still needed."
         )
-        tool_use_id = call.request.tool_use.id
-        return ExecuteOutcome(
-            result=ToolResult(
-                tool_use_id=tool_use_id, content=(TextContent(text=text),), is_error=True
-            ),
-            decision=Decision(
-                outcome=None, reasons=(f"not run: a parallel {failed_use.name} call had failed",)
-            ),
-            report=ExecutionReport(),
-        )
+        return _stopped(call, text, f"not run: a parallel {failed_use.name} call had failed")
 
     def _shrink_for(self, call: PreparedCall) -> Shrink:
         return functools.partial(self._pipeline.fit_turn, call)
