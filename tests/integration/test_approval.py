@@ -314,6 +314,16 @@ ROUND_155_156_LINES = [
     "PYTHONUSERBASE=$PWD/u python3 -c 'print(1)'",
     "HOME=$PWD/.. git status --short",
     "printf '\\ntouch p159f\\n' > p.txt && tar -cf o.tar -I bash p.txt",
+    # Round 161: sed spellings rules looking for e and w missed (sed programs are now read for
+    # what they may do), a `/;/` right after print, a shell given /dev/stdin by tar, tar's and
+    # flock's environment.
+    "echo a > in.txt; sed 's-.*-touch p161a-eg' in.txt",
+    "echo a > in.txt; sed 's-a-b-wp161b' in.txt",
+    "echo a > in.txt; sed '/./Isa.*atouch p161cae' in.txt",
+    "awk 'BEGIN{{print /;/ > \"p161d\"}}'",
+    "printf '\\ntouch p161e\\n' > q.txt; tar -cf o3.tar -I 'bash /dev/stdin' q.txt",
+    "TAR_OPTIONS='--checkpoint=1 --checkpoint-action=exec=touch' tar -tf o3.tar",
+    "SHELL=/usr/bin/gawk flock f.lock -c 'BEGIN{{print|\"touch p161f\"}}'",
 ]
 
 
@@ -321,7 +331,7 @@ ROUND_155_156_LINES = [
 def test_a_program_run_from_a_string_or_variable_the_policy_cannot_read_is_asked_about(
     sandbox_daemon: RunningDaemon, index: int
 ) -> None:
-    """Attacker rounds 155 to 159: each of these ran `rm -rf` (or `id`, or wrote a file)
+    """Attacker rounds 155 to 161: each of these ran `rm -rf` (or `id`, or wrote a file)
     unasked."""
     command = ROUND_155_156_LINES[index].format(ws=sandbox_daemon.workspace.resolve())
     answer = sandbox_daemon.stub.Execute(

@@ -1192,6 +1192,38 @@ round_159_lines := [
 	bash_line("tar -cf o.tar -I bash p.txt", [simple(["tar", "-cf", "o.tar", "-I", "bash", "p.txt"]), object.union(simple(["bash"]), {"wrappers": ["tar"]})]),
 ]
 
+# Attacker round 161: sed programs are read against what they may do (print, delete,
+# substitute with harmless flags, ...), not for what they may not.
+test_round_161s_lines_ask if {
+	every line in round_161_lines {
+		decided(line).outcome == "ask"
+	}
+}
+
+round_161_lines := [
+	bash_line("sed 's-.*-touch x-eg' in.txt", [with_words(["sed", "s-.*-touch x-eg", "in.txt"], [quoted("s-.*-touch x-eg"), quoted("in.txt")])]),
+	bash_line("sed 's-a-b-wpwned' in.txt", [with_words(["sed", "s-a-b-wpwned", "in.txt"], [quoted("s-a-b-wpwned"), quoted("in.txt")])]),
+	bash_line("sed '/./Isa.*atouch xae' in.txt", [with_words(["sed", "/./Isa.*atouch xae", "in.txt"], [quoted("/./Isa.*atouch xae"), quoted("in.txt")])]),
+	bash_line("sed '\\-a-etouch x' in.txt", [with_words(["sed", "\\-a-etouch x", "in.txt"], [quoted("\\-a-etouch x"), quoted("in.txt")])]),
+	bash_line("sed -e1p -es/a/b/e f", [with_words(["sed", "-e1p", "-es/a/b/e", "f"], [quoted("-e1p"), quoted("-es/a/b/e"), quoted("f")])]),
+	bash_line("awk 'BEGIN{print /;/ > \"p\"}'", [with_words(["awk", "BEGIN{print /;/ > \"p\"}"], [quoted("BEGIN{print /;/ > \"p\"}")])]),
+	bash_line("tar -cf o.tar -I 'bash /dev/stdin' q", [simple(["tar", "-cf", "o.tar", "-I", "bash /dev/stdin", "q"]), object.union(simple(["bash", "/dev/stdin"]), {"wrappers": ["tar"]})]),
+	bash_line("tar -cf o.tar -I 'bash ../../dev/stdin' q", [simple(["tar", "-cf", "o.tar", "-I", "bash ../../dev/stdin", "q"]), object.union(simple(["bash", "../../dev/stdin"]), {"wrappers": ["tar"]})]),
+	bash_line("TAR_OPTIONS='--checkpoint-action=exec=id' tar -tf o.tar", [object.union(simple(["tar", "-tf", "o.tar"]), {"assignments": ["TAR_OPTIONS=--checkpoint-action=exec=id"]})]),
+	bash_line("SHELL=/usr/bin/gawk flock f -c 'BEGIN{}'", [object.union(simple(["flock", "f", "-c", "BEGIN{}"]), {"assignments": ["SHELL=/usr/bin/gawk"]})]),
+]
+
+test_common_sed_programs_are_read_as_harmless if {
+	every program in [
+		"s/a/b/g", "s|a/b|c|2", "s#x#y#I", "1d", "$!N", "/^#/d", "1,5p", "/a/,/b/s/x/y/gp",
+		"0~3d", "y/abc/xyz/", "2q", "s/\\/x/\\//g", "/start/,+3d", "n;d", "1!G;h;$!d",
+		"s/[[:space:]]*$//", "/x/I,$ s/a/b/", "$a\\\nend", "i text", ":a;N;$!ba;s/\\n/ /g",
+		"/x/{s/a/b/;p}", "=",
+	] {
+		decided(bash_line(concat("", ["sed -n '", program, "' f"]), [with_words(["sed", "-n", program, "f"], [quoted("-n"), quoted(program), quoted("f")])])).outcome == "allow"
+	}
+}
+
 test_round_157s_neighbours_are_allowed if {
 	every line in round_157_allowed {
 		decided(line).outcome == "allow"

@@ -437,14 +437,16 @@ code_environment_names := array.concat(
 		"PERL5OPT", "PERL5LIB", "PERLLIB", "PERL5DB", "PYTHONSTARTUP", "PYTHONPATH", "PYTHONHOME",
 		"PYTHONINSPECT", "PYTHONBREAKPOINT", "RUBYOPT", "RUBYLIB", "NODE_OPTIONS", "NODE_PATH",
 		"LD_PRELOAD", "LD_LIBRARY_PATH", "LD_AUDIT", "GCONV_PATH", "BASH_ENV", "LESSOPEN",
-		"LESSCLOSE", "PYTHONUSERBASE",
+		"LESSCLOSE", "PYTHONUSERBASE", "TAR_OPTIONS",
 	],
 	code_environment_words,
 )
 
 # Also plain words; HOME and XDG_CONFIG_HOME name where git and others read configuration that
-# runs programs (round 159: `HOME=$PWD/.. git status` ran a core.fsmonitor written just before).
-code_environment_words := ["ENV", "PAGER", "MANPAGER", "BROWSER", "HOME", "XDG_CONFIG_HOME"]
+# runs programs (round 159: `HOME=$PWD/.. git status` ran a core.fsmonitor written just before),
+# SHELL what flock, script and others run their strings with (round 161: gawk ran a `flock -c`
+# string as its program). TAR_OPTIONS gives tar options (`--checkpoint-action=exec=`).
+code_environment_words := ["ENV", "PAGER", "MANPAGER", "BROWSER", "HOME", "XDG_CONFIG_HOME", "SHELL"]
 
 # A name, then what follows it: an assignment's value up to bash's next blank, or the next
 # character when it continues the name (then it is another name).
@@ -992,52 +994,63 @@ find_exec_readers := {
 	"dirname", "realpath", "readlink", "strings", "od", "xxd", "hexdump", "jq",
 }
 
-# sed and awk programs that write files or run commands (sed's `w`, `W` and `e`, awk's
-# `print > f`, `system()`, pipes): code the policy does not follow.
+# awk programs that write files or run commands (`print > f`, `system()`, pipes): code the policy
+# does not follow.
 needs_approval contains sprintf(
 	"%s: `%s` runs a %s program that can write files or run commands; a person must approve it before it runs.",
 	[tool_name, shown(cmd), basename(cmd.name)],
 ) if {
 	some cmd in simple_commands
+	basename(cmd.name) in stream_programs
+	stream_family(basename(cmd.name)) == "awk"
 	some word in command_args(cmd)
-	some text in stream_texts(basename(cmd.name), word)
-	regex.match(script_writing[basename(cmd.name)], text)
+	some text in stream_texts(word)
+	regex.match(awk_writing, text)
 }
 
-# An awk program is also read with its strings emptied, then its regular expressions too: a `}`
-# or `;` in one ended the look for a redirection (`print "}" > "f"`, `print (1 ~ /;/), x > "f"`:
-# attacker rounds 157 and 159).
-stream_texts(name, word) := [word, no_strings, regex.replace(no_strings, `(^|[~(,!{;&|]\s*)/(?:[^/\\\n]|\\.)*/`, "${1}//")] if {
-	stream_family(name) == "awk"
+# An awk program is also read with its strings emptied, then its strings and everything between
+# two slashes (a regular expression, or not: a text looked at more ways only asks more): a `}`
+# or `;` in one ended the look for a redirection (`print "}" > "f"`, `print /;/ > "f"`:
+# attacker rounds 157, 159 and 161).
+stream_texts(word) := [word, no_strings, regex.replace(no_strings, `/(?:[^/\\\n]|\\.)*/`, "//")] if {
 	no_strings := regex.replace(word, `"(?:[^"\\]|\\.)*"`, `""`)
-} else := [word]
-
-# sed's `s` and addresses take any delimiter, a letter too (`sa^aidae`, `\a^ae id`: attacker
-# round 157): the commands after such a delimiter are not followed, and asked about; and `e`,
-# `w` or `W` after any delimiter and flags (`s,x,id,pe`, `s-x-y-gw f`: round 159).
-needs_approval contains sprintf(
-	"%s: `%s` runs a sed program whose commands the policy cannot follow (a letter, digit or backslash for a delimiter, or e, w or W after one); a person must approve it before it runs.",
-	[tool_name, shown(cmd)],
-) if {
-	some cmd in simple_commands
-	stream_family(basename(cmd.name)) == "sed"
-	some word in array.concat(stream_program_words(cmd), stream_first_operand(cmd))
-	not startswith(word.text, "-")
-	regex.match(`(^|[^A-Za-z\\])s[A-Za-z0-9\\]|(^|[;{}!,\s0-9$])\\[A-Za-z0-9]|[^A-Za-z0-9\s\\][gpIiMm0-9]*[ewW]([^A-Za-z]|$)`, word.text)
 }
-
-# sed's commands come after an address, `!` or another command, and `e` takes its command with
-# or without a blank (attacker round 151: `1!e rm ...`, and GNU sed runs `1eecho x`).
-sed_writing := `(^|[^A-Za-z-])[ewW]|/[gpIiMm0-9]*[ewW]`
 
 # gawk calls any function by a name held in a variable, `system` included (`@f()`, `@ f()`:
 # round 157), and includes or loads code (round 151).
 awk_writing := `system|getline|\||(print|printf)[^;}]*>|fflush|close\(|@[\s\\]*[A-Za-z_]`
 
-script_writing := {
-	"sed": sed_writing, "gsed": sed_writing,
-	"awk": awk_writing, "gawk": awk_writing, "mawk": awk_writing, "nawk": awk_writing, "busybox": awk_writing,
+# A sed program known as written is read for what it may do, not for what it may not: print,
+# delete, substitute with harmless flags (g, p, I, M, a number) and one of a few delimiters,
+# transliterate, branch, add text, read a file (`sed_plain`). Anything else asks: `e`, `w`,
+# `W`, another delimiter, an address written another way, a program in a file (`-f`). Rounds
+# 151, 157, 159 and 161 each found a spelling that rules looking for `e` and `w` missed
+# (`1!e rm`, `sa^aidae`, `s,x,y,gw f`, `s-x-id-eg`, `/./Isa.*aidae`).
+needs_approval contains sprintf(
+	"%s: `%s` runs a sed program the policy cannot read as only printing, deleting or substituting (it may run commands or write files); a person must approve it before it runs.",
+	[tool_name, shown(cmd)],
+) if {
+	some cmd in simple_commands
+	stream_family(basename(cmd.name)) == "sed"
+	some word in array.concat(stream_program_words(cmd), stream_first_operand(cmd))
+	word.dynamic == false
+	text := sed_program_text(word.text)
+	not regex.match(sed_plain, text)
 }
+
+# A sed program word as written: itself, or the value of `--expression=` or of an `-e` with
+# its program attached (`-ne1p`); an option word gives none.
+sed_program_text(text) := text if not startswith(text, "-")
+
+sed_program_text(text) := substring(text, indexof(text, "=") + 1, -1) if regex.match(`^--e[a-z]*=`, text)
+
+sed_program_text(text) := found[0][1] if {
+	not startswith(text, "--")
+	found := regex.find_all_string_submatch_n(`^-[A-Za-z]*?e(.+)$`, text, 1)
+	count(found) == 1
+}
+
+sed_plain := `^(?:[ \t]*(?:(?:(?:\d+(?:~\d+)?|\$|/(?:[^/\\\n]|\\.)*/[IM]*)(?:[ \t]*,[ \t]*(?:(?:\d+(?:~\d+)?|\$|/(?:[^/\\\n]|\\.)*/[IM]*)|[+~]\d+))?[ \t]*(?:![ \t]*)?))?(?:(?:s/(?:[^/\\\n]|\\.)*/(?:[^/\\\n]|\\.)*/[gpIiMm0-9]*|s\|(?:[^\|\\\n]|\\.)*\|(?:[^\|\\\n]|\\.)*\|[gpIiMm0-9]*|s#(?:[^#\\\n]|\\.)*#(?:[^#\\\n]|\\.)*#[gpIiMm0-9]*|s:(?:[^:\\\n]|\\.)*:(?:[^:\\\n]|\\.)*:[gpIiMm0-9]*|s,(?:[^,\\\n]|\\.)*,(?:[^,\\\n]|\\.)*,[gpIiMm0-9]*|s@(?:[^@\\\n]|\\.)*@(?:[^@\\\n]|\\.)*@[gpIiMm0-9]*|s%(?:[^%\\\n]|\\.)*%(?:[^%\\\n]|\\.)*%[gpIiMm0-9]*|s_(?:[^_\\\n]|\\.)*_(?:[^_\\\n]|\\.)*_[gpIiMm0-9]*|y/(?:[^/\\\n]|\\.)*/(?:[^/\\\n]|\\.)*/|[pdnNDPhHgGxzF=]|[qQlL][ \t]*\d*|[aic](?:[^\n\\]|\\.|\\\n)*|[:btT][ \t]*[^;\n}]*|[rR][ \t]*[^\n]*|[{}]|#[^\n]*))?[ \t]*[;\n]?)*$`
 
 # sort hands what it spills to its compress program's standard input, and `sh` runs that
 # (attacker round 157: `--compress-program=sh` ran the sorted lines): any program but a
@@ -1079,10 +1092,31 @@ reads_code_from_input(cmd) if {
 	not shell_script(cmd)
 }
 
+# Its script is its standard input however named (`bash /dev/stdin`, `../../dev/stdin`,
+# `/proc/self/fd/0`, `-`: round 161).
+reads_code_from_input(cmd) if {
+	basename(cmd.name) in shells
+	not has_short_flag(options(command_args(cmd)), "c")
+	standard_input_word(shell_script(cmd))
+}
+
 reads_code_from_input(cmd) if {
 	inline_code_runner(basename(cmd.name))
 	count(code_words(cmd)) == 0
 	count(operand_words(cmd)) == 0
+}
+
+reads_code_from_input(cmd) if {
+	inline_code_runner(basename(cmd.name))
+	count(code_words(cmd)) == 0
+	standard_input_word(operand_words(cmd)[0])
+}
+
+standard_input_word(word) if word.text == "-"
+
+standard_input_word(word) if {
+	some name in [word.text, object.get(word, "path", "")]
+	regex.match(`(^|/)dev/+(stdin|fd/+0)$|(^|/)proc/+(self|thread-self|[0-9]+)/+fd/+0$`, name)
 }
 
 # Emptying files deletes what they hold: `find . -exec truncate -s0 {} +`, `truncate -s0 *`,
@@ -1666,7 +1700,7 @@ code_letters(name) := "eEMm" if {
 # -f "$F"`): what it writes or runs cannot be read (attacker round 155).
 opaque_code contains [i, sprintf("%s program text only known when it runs", [basename(cmd.name)])] if {
 	some i, cmd in simple_commands
-	script_writing[basename(cmd.name)]
+	basename(cmd.name) in stream_programs
 	some word in stream_program_words(cmd)
 	word.dynamic == true
 }
@@ -1725,6 +1759,8 @@ stream_data_options := {
 stream_family(name) := "sed" if name in {"sed", "gsed"}
 
 else := "awk"
+
+stream_programs := {"sed", "gsed", "awk", "gawk", "mawk", "nawk", "busybox"}
 
 stream_program_option(name, text) if {
 	stream_family(name) == "sed"
