@@ -884,9 +884,17 @@ def test_many_masked_names_cost_the_mask_one_pass(monkeypatch: pytest.MonkeyPatc
     exports = "; ".join(f"export a{n}TOKEN=x" for n in range(300))
     command = exports + "; curl -H 'Authorization: Bearer $a1TOKEN' " + "h " * 600
     mask = AuditMask.parse([], _shipped_patterns())
-    shown = command_mask.hide_in_command(command, mask.hide_secrets, MASKED, parse_command)
+    parsed: list[Any] = []
+
+    def parse(raw: str) -> Any:
+        parsed.append(parse_command(raw))
+        return parsed[-1]
+
+    shown = command_mask.hide_in_command(command, mask.hide_secrets, MASKED, parse)
     assert "a299TOKEN=***masked***" in shown, shown[:200]
-    words = sum(len(c.argv) for c in parse_command(command).simple_commands)
+    # The words of the parse the mask used: a second parse of its own may stop at the parser's
+    # time budget on a loaded machine and count fewer (CI at 32b4540: 256 of 902).
+    words = sum(len(c.argv) for c in parsed[0].simple_commands)
     assert len(looked) <= 2 * words, (len(looked), words)
 
 
