@@ -372,7 +372,7 @@ needs_approval contains code_environment_reason(name) if {
 
 code_environment_dequoted := regex.find_all_string_submatch_n(
 	sprintf(`(?:^|[^A-Za-z0-9_])(%s)([A-Za-z0-9_]?)(:?\+?=)?`, [concat("|", code_environment_names)]),
-	regex.replace(command_text, `["'\\]`, ""),
+	command_text_unquoted,
 	-1,
 )
 
@@ -459,6 +459,9 @@ default command_text := ""
 
 command_text := input.input.command if is_string(input.input.command)
 
+# The line with its quotes and backslashes removed: names spelt with them inside read whole.
+command_text_unquoted := regex.replace(command_text, `["'\\]`, "")
+
 # `PAGER=cat git log`, `export MANPAGER=cat;`, `PAGER= man ls`: the pager is cat or none, up to
 # bash's next blank (`PAGER=cat;id`, `PAGER=cat\;id`, `PAGER="cat;id"`, `PAGER=cat$X` are asked
 # about as any other value).
@@ -493,13 +496,12 @@ nameref_to_a_name(word) if {
 # -c ls`: attacker round 157), however the name is spelt.
 needs_approval contains code_environment_reason("BASH_FUNC_") if {
 	command_tool
-	contains(regex.replace(command_text, `["'\\]`, ""), "BASH_FUNC_")
+	contains(command_text_unquoted, "BASH_FUNC_")
 }
 
 needs_approval contains code_environment_reason("BASH_FUNC_") if {
 	some cmd in simple_commands
-	some word in array.concat(object.get(cmd, "assignments", []), object.get(cmd, "argv", []))
-	is_string(word)
+	some word in code_environment_cmd_words(cmd)
 	contains(word, "BASH_FUNC_")
 }
 
