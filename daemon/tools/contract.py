@@ -91,6 +91,10 @@ before it opens it, and a longer one (`/.` repeated) named a file the audit coul
 
 
 def _within_path_max(path: str) -> str:
+    if "\x00" in path:
+        # No file is named with one (the kernel refuses it), and programs given the path in
+        # their arguments cannot take it: Grep's glob crashed the call (CI's fuzz test).
+        raise ValueError("a path cannot hold a NUL character; name the file by its real name")
     if len(path) > PATH_MAX_CHARS:
         raise ValueError(
             f"the path is too long: a path is at most {PATH_MAX_CHARS} characters, and this "

@@ -397,3 +397,14 @@ async def test_each_search_takes_its_principals_turn(
     ctx.session.owner = "alice"
     await grep(call_tool, "TODO")
     assert taken == ["alice"]
+
+
+@pytest.mark.parametrize("field", ["glob", "path"])
+def test_a_path_field_holding_a_nul_character_is_refused_with_the_reason(field: str) -> None:
+    """CI's fuzz test: Grep given the glob "\\x00" crashed (ripgrep's arguments cannot hold one)."""
+    from pydantic import ValidationError
+
+    from daemon.tools.grep.input import GrepInput
+
+    with pytest.raises(ValidationError, match="cannot hold a NUL character"):
+        GrepInput.model_validate({"pattern": "x", field: "a\x00b"})
