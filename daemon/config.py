@@ -321,6 +321,15 @@ class Settings(BaseSettings):
     take at most half of it."""
     max_request_bytes: int = Field(default=16 << 20, ge=1 << 16)
     """Largest accepted gRPC message."""
+    max_held_request_bytes: int = Field(default=256 << 20, ge=1 << 16)
+    """What one principal's open calls may hold together: each RPC its requests' bytes as
+    received and room for its answers (the larger of result_budget_chars and
+    turn_budget_chars), while its calls wait for a slot, run, or wait for the client to read
+    the answers. At least max_request_bytes and that room."""
+    answer_take_timeout_s: float = Field(default=60.0, gt=0)
+    """A stream's client that takes none of its messages for this long, while one waits, has
+    the stream ended (RESOURCE_EXHAUSTED) and its calls not started yet are not run: what a
+    client does not read is not held without end."""
     state_dir: Path = Path("/var/lib/tooljail")
     """Where the daemon keeps its own files (the approval key)."""
     sessions_root: Path | None = None
@@ -372,6 +381,23 @@ class Settings(BaseSettings):
                 f"and its principal {self.auth.unix_principal!r} is an admin: every local "
                 "account would be the admin. Use 0o660 with socket_group for the accounts "
                 "that may, or leave the socket's principal out of auth.admin_principals"
+            )
+        return self
+
+    @property
+    def answer_room(self) -> int:
+        """What an RPC's answers may hold, counted against its principal's share from the
+        start (max_held_request_bytes)."""
+        return max(self.result_budget_chars, self.turn_budget_chars)
+
+    @model_validator(mode="after")
+    def _check_held_requests(self) -> Settings:
+        needed = self.max_request_bytes + self.answer_room
+        if self.max_held_request_bytes < needed:
+            raise ValueError(
+                f"max_held_request_bytes ({self.max_held_request_bytes}) is under "
+                f"max_request_bytes with room for its answers ({needed}): a request of the "
+                "largest size would always be refused; raise it, or lower max_request_bytes"
             )
         return self
 

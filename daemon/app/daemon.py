@@ -49,6 +49,7 @@ from daemon.policy.revision import policy_revision
 from daemon.policy.shadow import ShadowedEngine
 from daemon.server.admin import AdminService
 from daemon.server.grpc_server import SERVICE_NAMES, build_server
+from daemon.server.held_requests import HeldRequests
 from daemon.server.identity import CallerResolver
 from daemon.server.listen import ListenAddress
 from daemon.server.service import ExecutorService, Intake
@@ -258,7 +259,15 @@ class Daemon:
         server = build_server(
             settings,
             self.address,
-            ExecutorService(pipeline, scheduler, sessions, resolver, self.intake, self.metrics),
+            ExecutorService(
+                pipeline,
+                scheduler,
+                sessions,
+                resolver,
+                self.intake,
+                HeldRequests(settings.max_held_request_bytes, settings.answer_room),
+                self.metrics,
+            ),
             AdminService(
                 policy.reloader,
                 resolver,

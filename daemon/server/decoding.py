@@ -18,8 +18,9 @@ other caller on the loop, and a flood of them would take every worker thread.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Mapping
 from typing import Any, Generic, TypeVar, cast
 
 import grpc
@@ -27,12 +28,13 @@ from google.protobuf import message as protobuf_message
 from google.protobuf.descriptor import MethodDescriptor, ServiceDescriptor
 from google.protobuf.message_factory import GetMessageClass
 
-from daemon.errors import RequestError, TooljailError
+from daemon.errors import Overloaded, RequestError, TooljailError
 from daemon.server.status import status_for, status_message
 
 Context = grpc.aio.ServicerContext[Any, Any]
 UnaryBehaviour = Callable[[Any, Context], Awaitable[Any]]
-StreamBehaviour = Callable[[Any, Context], AsyncIterator[Any]]
+StreamBehaviour = Callable[[Any, Context], AsyncGenerator[Any, None]]
+StreamHandler = Callable[[Any, Context], Awaitable[None]]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -71,14 +73,17 @@ class Decoded(Generic[T]):
         self._data = data
         self._decode = decode
         self._large = large
+        self.size = len(data)
+        """The request's bytes as received."""
 
     async def get(self) -> T:
-        """The converted request; RequestError when it is not valid."""
-        if len(self._data) < LARGE_REQUEST_BYTES:
-            outcome = self._decode(self._data)
+        """The converted request (asked for once); RequestError when it is not valid."""
+        data, self._data = self._data, b""  # gone with the conversion, not with the RPC
+        if len(data) < LARGE_REQUEST_BYTES:
+            outcome = self._decode(data)
         else:
             async with self._large:
-                outcome = await asyncio.to_thread(self._decode, self._data)
+                outcome = await asyncio.to_thread(self._decode, data)
         if isinstance(outcome, Undecodable):
             raise RequestError(outcome.status_message())
         if isinstance(outcome, RequestError):
@@ -125,13 +130,12 @@ def _guarded_unary(behaviour: UnaryBehaviour) -> UnaryBehaviour:
     return handle
 
 
-def _guarded_stream(behaviour: StreamBehaviour) -> StreamBehaviour:
-    async def handle(request: object, context: Context) -> AsyncIterator[Any]:
+def _guarded_stream(behaviour: StreamBehaviour, take_timeout_s: float) -> StreamHandler:
+    async def handle(request: object, context: Context) -> None:
         if isinstance(request, Undecodable):
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, request.status_message())
         try:
-            async for response in behaviour(request, context):
-                yield response
+            await _written(behaviour(request, context), context, take_timeout_s)
         except TooljailError as exc:
             await context.abort(status_for(exc), status_message(exc))
 
@@ -146,15 +150,35 @@ async def _decoded(requests: AsyncIterator[object]) -> AsyncIterator[object]:
         yield request
 
 
-def _guarded_bidi(behaviour: StreamBehaviour) -> StreamBehaviour:
-    async def handle(requests: AsyncIterator[object], context: Context) -> AsyncIterator[Any]:
+def _guarded_bidi(behaviour: StreamBehaviour, take_timeout_s: float) -> StreamHandler:
+    async def handle(requests: AsyncIterator[object], context: Context) -> None:
         try:
-            async for response in behaviour(_decoded(requests), context):
-                yield response
+            await _written(behaviour(_decoded(requests), context), context, take_timeout_s)
         except TooljailError as exc:
             await context.abort(status_for(exc), status_message(exc))
 
     return handle
+
+
+async def _written(
+    responses: AsyncGenerator[Any, None], context: Context, take_timeout_s: float
+) -> None:
+    """Each response sent as it comes. A client that takes none of them for `take_timeout_s`
+    (its HTTP/2 window full) has the stream ended: the responses' source is closed then, so
+    that what it holds (calls, answers, inputs) goes and its calls not started are not run,
+    and the client reads the reason after what it was sent (attacker round 162: unread
+    streams held every call and answer of theirs without end)."""
+    async with contextlib.aclosing(responses):
+        async for response in responses:
+            try:
+                async with asyncio.timeout(take_timeout_s):
+                    await context.write(response)
+            except TimeoutError:
+                raise Overloaded(
+                    f"you took no message of this stream for {take_timeout_s:g} s while one "
+                    "waited, so tooljail ended it: its calls that had not started were not run. "
+                    "Read a stream's messages as they come"
+                ) from None
 
 
 def _handler(
@@ -162,6 +186,7 @@ def _handler(
     method: MethodDescriptor,
     converter: Converter | None,
     large: asyncio.Semaphore,
+    take_timeout_s: float,
 ) -> grpc.RpcMethodHandler[Any, Any]:
     request_class = GetMessageClass(method.input_type)
     response_class = GetMessageClass(method.output_type)
@@ -171,7 +196,7 @@ def _handler(
     serializer = response_class.SerializeToString
     if method.client_streaming and method.server_streaming:
         return grpc.stream_stream_rpc_method_handler(
-            _guarded_bidi(behaviour),
+            _guarded_bidi(behaviour, take_timeout_s),
             request_deserializer=deserializer,
             response_serializer=serializer,
         )
@@ -179,7 +204,7 @@ def _handler(
         raise TypeError(f"{method.full_name}: client streaming alone is not supported by tooljail")
     if method.server_streaming:
         return grpc.unary_stream_rpc_method_handler(
-            _guarded_stream(behaviour),
+            _guarded_stream(behaviour, take_timeout_s),
             request_deserializer=deserializer,
             response_serializer=serializer,
         )
@@ -195,16 +220,18 @@ def add_service(
     service: ServiceDescriptor,
     servicer: object,
     converters: Mapping[str, Converter] | None = None,
+    take_timeout_s: float = 60.0,
 ) -> None:
     """Register every method of ``service`` on ``server``, implemented by ``servicer``; a method
-    named in ``converters`` is handed its request as ``Decoded``."""
+    named in ``converters`` is handed its request as ``Decoded``. A streaming method's client
+    must take each message within ``take_timeout_s`` (see ``_written``)."""
     converters = converters or {}
     large = asyncio.Semaphore(LARGE_DECODES_AT_ONCE)
     unknown = set(converters) - {method.name for method in service.methods}
     if unknown:
         raise TypeError(f"{service.full_name} has no methods {sorted(unknown)}")
     handlers = {
-        method.name: _handler(servicer, method, converters.get(method.name), large)
+        method.name: _handler(servicer, method, converters.get(method.name), large, take_timeout_s)
         for method in service.methods
     }
     server.add_generic_rpc_handlers(

@@ -47,8 +47,9 @@ def build_server(
             ("grpc.max_send_message_length", settings.max_request_bytes),
         ]
     )
-    add_service(server, _EXECUTOR, executor, REQUEST_CONVERTERS)
-    add_service(server, _ADMIN, admin)
+    take_timeout_s = settings.answer_take_timeout_s
+    add_service(server, _EXECUTOR, executor, REQUEST_CONVERTERS, take_timeout_s)
+    add_service(server, _ADMIN, admin, take_timeout_s=take_timeout_s)
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
     reflection.enable_server_reflection(
         (*SERVICE_NAMES, health.SERVICE_NAME, reflection.SERVICE_NAME), server

@@ -27,6 +27,7 @@ from daemon.models import Caller, ExecuteOutcome
 from daemon.ops.metrics import CancelReason, Metrics
 from daemon.server import convert
 from daemon.server.decoding import Converter, Decoded
+from daemon.server.held_requests import HeldRequests, Take
 from daemon.server.identity import CallerResolver
 from daemon.server.progress_relay import ProgressRelay
 from daemon.sessions.manager import SessionManager
@@ -86,9 +87,11 @@ class ExecutorService:
         sessions: SessionManager,
         resolver: CallerResolver,
         intake: Intake,
+        held_requests: HeldRequests,
         metrics: Metrics | None = None,
     ) -> None:
         self._metrics = metrics
+        self._held = held_requests
         self._pipeline = pipeline
         self._scheduler = scheduler
         self._sessions = sessions
@@ -110,9 +113,11 @@ class ExecutorService:
 
     async def Execute(self, request: Decoded[CallRequest], context: Context) -> pb.ExecuteResponse:
         caller = self._admit(context)
-        call = await request.get()
-        with _after_the_answer(context), self._counting_cancel(call.tool_use.name, context):
-            outcome = await self._scheduler.execute(call, caller)
+        with self._held.holding(caller.principal) as take:
+            take(request.size)
+            call = await request.get()
+            with _after_the_answer(context), self._counting_cancel(call.tool_use.name, context):
+                outcome = await self._scheduler.execute(call, caller)
         return convert.outcome_to_proto(outcome)
 
     @contextlib.contextmanager
@@ -133,32 +138,37 @@ class ExecutorService:
         self, request: Decoded[list[CallRequest]], context: Context
     ) -> AsyncIterator[pb.ExecuteResponse]:
         caller = self._admit(context)
-        calls = await request.get()
-        async for outcome in self._scheduler.execute_batch(calls, caller):
-            yield convert.outcome_to_proto(outcome)
+        with self._held.holding(caller.principal) as take:
+            take(request.size)
+            calls = await request.get()
+            async for outcome in self._scheduler.execute_batch(calls, caller):
+                yield convert.outcome_to_proto(outcome)
 
     async def ExecuteStream(
         self, request: Decoded[CallRequest], context: Context
     ) -> AsyncIterator[pb.ExecuteEvent]:
         caller = self._admit(context)
-        call = await request.get()
         relay = ProgressRelay()
-        call = dataclasses.replace(call, progress=relay.sink(call.tool_use.id))
+        with self._held.holding(caller.principal) as take:
+            take(request.size)
+            call = await request.get()
+            call = dataclasses.replace(call, progress=relay.sink(call.tool_use.id))
 
-        async def answers(held: after_answer.Held) -> AsyncGenerator[ExecuteOutcome, None]:
-            outcome = await self._scheduler.execute(call, caller)
-            # The answer exists: what the call left waits at most a little longer, however
-            # slowly the client takes the stream's last events (attacker round 98: a client
-            # that read nothing held back the call's repository look until it cancelled).
-            held.answered()
-            yield outcome
+            async def answers(held: after_answer.Held) -> AsyncGenerator[ExecuteOutcome, None]:
+                outcome = await self._scheduler.execute(call, caller)
+                # The answer exists: what the call left waits at most a little longer, however
+                # slowly the client takes the stream's last events (attacker round 98: a
+                # client that read nothing held back the call's repository look until it
+                # cancelled).
+                held.answered()
+                yield outcome
 
-        with (
-            _after_the_answer(context) as held,
-            self._counting_cancel(call.tool_use.name, context),
-        ):
-            async for event in _interleaved(answers(held), relay):
-                yield event
+            with (
+                _after_the_answer(context) as held,
+                self._counting_cancel(call.tool_use.name, context),
+            ):
+                async for event in _interleaved(answers(held), relay):
+                    yield event
 
     async def ExecuteBatchStream(
         self, request: Decoded[list[CallRequest]], context: Context
@@ -167,11 +177,12 @@ class ExecutorService:
         in request order)."""
         caller = self._admit(context)
         relay = ProgressRelay(max_items=256)
-        calls = [
-            dataclasses.replace(call, progress=relay.sink(call.tool_use.id))
-            for call in await request.get()
-        ]
-        with self._turns.slot(caller.principal):
+        with self._held.holding(caller.principal) as take, self._turns.slot(caller.principal):
+            take(request.size)
+            calls = [
+                dataclasses.replace(call, progress=relay.sink(call.tool_use.id))
+                for call in await request.get()
+            ]
             async for event in _interleaved(self._scheduler.execute_batch(calls, caller), relay):
                 yield event
 
@@ -194,8 +205,8 @@ class ExecutorService:
                 answered.append(outcome)
                 yield outcome
 
-        with self._turns.slot(caller.principal):
-            feeder = asyncio.create_task(_feed(messages, turn, relay, prepare))
+        with self._held.holding(caller.principal) as take, self._turns.slot(caller.principal):
+            feeder = asyncio.create_task(_feed(messages, turn, relay, prepare, take))
             try:
                 async for event in _interleaved(answers(), relay):
                     yield event
@@ -267,13 +278,16 @@ async def _feed(
     turn: StreamingTurn,
     relay: ProgressRelay,
     prepare: Callable[[CallRequest], Awaitable[PreparedCall]],
+    take: Take,
 ) -> None:
-    """Hands the blocks of a streamed turn to it as they arrive; a bad message ends the turn
-    with a RequestError (the blocks before it are still answered)."""
+    """Hands the blocks of a streamed turn to it as they arrive, each message's bytes held by
+    the turn until it ends (`take`); a bad message ends the turn with a RequestError, one past
+    the caller's share with Overloaded (the blocks before either are still answered)."""
     session_id = ""
     seen: set[str] = set()
     try:
         async for message in messages:
+            take(message.size)
             part = await message.get()
             if isinstance(part, convert.TurnEnd):
                 break

@@ -13,6 +13,7 @@ import pytest
 from daemon.calls.idempotency import cancelled_outcome
 from daemon.calls.pipeline import CallRequest
 from daemon.models import Caller, ExecuteOutcome, ToolUse
+from daemon.server.held_requests import HeldRequests
 from daemon.server.service import ExecutorService, Intake
 from sandbox import after_answer
 
@@ -34,6 +35,8 @@ class _Resolver:
 
 
 class _Request:
+    size = 0
+
     def __init__(self, call: CallRequest) -> None:
         self._call = call
 
@@ -61,6 +64,7 @@ def _service(left: list[str]) -> ExecutorService:
         sessions=cast(Any, None),
         resolver=cast(Any, _Resolver()),
         intake=Intake(),
+        held_requests=HeldRequests(1 << 20, 0),
     )
 
 
