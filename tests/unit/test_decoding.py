@@ -6,6 +6,7 @@ refuses is INVALID_ARGUMENT either way."""
 from __future__ import annotations
 
 import asyncio
+import logging
 import threading
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
@@ -198,3 +199,47 @@ def test_a_batch_holds_at_most_twice_one_inputs_values() -> None:
         convert.batch_from_proto(batch)
     batch.tool_uses.pop()
     assert len(convert.batch_from_proto(batch)) == 2
+
+
+class Flood(Echo):
+    """ExecuteStream answers with large events for as long as the client takes them."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.closed = asyncio.Event()
+
+    async def ExecuteStream(self, request: Any, context: Any) -> AsyncIterator[pb.ExecuteEvent]:
+        event = pb.ExecuteEvent(progress=pb.Progress(tool_use_id="t", output="x" * 200_000))
+        try:
+            while True:
+                yield event
+        finally:
+            self.closed.set()
+
+
+async def test_a_client_going_away_while_a_message_waits_ends_the_stream_quietly(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Round 162: a client cancelling while its stream's next message waited for room made
+    grpc's core fail the write, which was logged as an error with its traceback each time."""
+    servicer = Flood()
+    small_window = [("grpc.http2.bdp_probe", 0), ("grpc.http2.lookahead_bytes", 1024)]
+    target = f"unix://{tmp_path / 'd.sock'}"
+    server = grpc.aio.server()
+    add_service(server, EXECUTOR, servicer, {"ExecuteStream": convert.call_request_from_proto})
+    server.add_insecure_port(target)
+    await server.start()
+    try:
+        with caplog.at_level(logging.ERROR):
+            for _ in range(3):
+                servicer.closed.clear()
+                async with grpc.aio.insecure_channel(target, options=small_window) as channel:
+                    call = pb_grpc.ExecutorStub(channel).ExecuteStream(_request("toolu_flood", "x"))
+                    await call.read()
+                    await asyncio.sleep(0.2)  # the daemon's next write now waits for room
+                    call.cancel()
+                    async with asyncio.timeout(30):
+                        await servicer.closed.wait()
+    finally:
+        await server.stop(None)
+    assert not [r for r in caplog.records if r.levelno >= logging.ERROR], caplog.text
