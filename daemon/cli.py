@@ -27,6 +27,8 @@ log = logging.getLogger(__name__)
 
 
 def _serve(args: argparse.Namespace) -> int:
+    import uvloop
+
     from daemon.app.daemon import Daemon
 
     try:
@@ -41,7 +43,8 @@ def _serve(args: argparse.Namespace) -> int:
     # From here on, through the daemon's logging: one line each (JSON in the journal), never a
     # bare traceback spread over many lines.
     try:
-        asyncio.run(daemon.run_until_signalled())
+        with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
+            runner.run(daemon.run_until_signalled())
     except TooljailError as exc:
         log.critical("cannot start: %s", exc)
         return 1
