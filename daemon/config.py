@@ -323,9 +323,9 @@ class Settings(BaseSettings):
     """Largest accepted gRPC message."""
     max_held_request_bytes: int = Field(default=256 << 20, ge=1 << 16)
     """What one principal's open calls may hold together: each RPC its requests' bytes as
-    received and room for its answers (the larger of result_budget_chars and
-    turn_budget_chars), while its calls wait for a slot, run, or wait for the client to read
-    the answers. At least max_request_bytes and that room."""
+    received, about 72 more per value of their tool inputs (converted), and room for its
+    answers (the larger of result_budget_chars and turn_budget_chars), until the RPC is over.
+    At least max_request_bytes and that room."""
     answer_take_timeout_s: float = Field(default=60.0, gt=0)
     """A stream's client that takes none of its messages for this long, while one waits, has
     the stream ended (RESOURCE_EXHAUSTED) and its calls not started yet are not run: what a

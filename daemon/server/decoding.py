@@ -66,6 +66,15 @@ Converter = Callable[[Any], object]
 Decode = Callable[[bytes], object]
 
 
+@dataclasses.dataclass(frozen=True)
+class Weighed:
+    """What a converter may return: the converted request, and about how many bytes its
+    conversion holds beyond the request's own (`Decoded.converted_extra`)."""
+
+    value: object
+    extra_bytes: int
+
+
 class Decoded(Generic[T]):
     """A request for a method with a converter, decoded and converted when the servicer asks."""
 
@@ -75,6 +84,8 @@ class Decoded(Generic[T]):
         self._large = large
         self.size = len(data)
         """The request's bytes as received."""
+        self.converted_extra = 0
+        """About how many bytes its conversion holds beyond `size` (known once converted)."""
 
     async def get(self) -> T:
         """The converted request (asked for once); RequestError when it is not valid."""
@@ -88,6 +99,9 @@ class Decoded(Generic[T]):
             raise RequestError(outcome.status_message())
         if isinstance(outcome, RequestError):
             raise outcome
+        if isinstance(outcome, Weighed):
+            self.converted_extra = outcome.extra_bytes
+            outcome = outcome.value
         return cast(T, outcome)
 
 
@@ -118,6 +132,16 @@ def _deserializer(decode: Decode, converted: bool, large: asyncio.Semaphore) -> 
     return deserialize
 
 
+async def _abort(context: Context, exc: TooljailError) -> None:
+    """End the RPC with the status `exc` maps to."""
+    try:
+        await context.abort(status_for(exc), status_message(exc))
+    except grpc.aio.InternalError:
+        # grpc's core took no status: a message the client never took still waits (its window
+        # stays shut, attacker round 163). The call ends with its connection.
+        return
+
+
 def _guarded_unary(behaviour: UnaryBehaviour) -> UnaryBehaviour:
     async def handle(request: object, context: Context) -> Any:
         if isinstance(request, Undecodable):
@@ -137,7 +161,7 @@ def _guarded_stream(behaviour: StreamBehaviour, take_timeout_s: float) -> Stream
         try:
             await _written(behaviour(request, context), context, take_timeout_s)
         except TooljailError as exc:
-            await context.abort(status_for(exc), status_message(exc))
+            await _abort(context, exc)
 
     return handle
 
@@ -155,7 +179,7 @@ def _guarded_bidi(behaviour: StreamBehaviour, take_timeout_s: float) -> StreamHa
         try:
             await _written(behaviour(_decoded(requests), context), context, take_timeout_s)
         except TooljailError as exc:
-            await context.abort(status_for(exc), status_message(exc))
+            await _abort(context, exc)
 
     return handle
 

@@ -2,13 +2,12 @@
 with its checks) and its answers while its calls wait for a slot, run, or wait for the client
 to read the answers, and a principal opening such RPCs without end would fill the daemon's
 memory (attacker round 162: 30 unread ExecuteBatch streams of 16 MB requests held 560 MB). An
-RPC counts its requests' bytes as received, and room for its answers (what a turn's results may
-hold) from the start."""
+RPC counts its requests' bytes (as received, then what their conversion holds more), and room
+for its answers from the start; all of it until the RPC has ended."""
 
 from __future__ import annotations
 
-import contextlib
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 
 from daemon.errors import Overloaded
 
@@ -28,36 +27,49 @@ class HeldRequests:
         """What `principal`'s open RPCs hold now."""
         return self._held.get(principal, 0)
 
-    @contextlib.contextmanager
-    def holding(self, principal: str) -> Iterator[Take]:
-        """Within: room for an RPC's answers is held for `principal`, and what `take` counts
-        (its requests: one, or each message of a streamed turn); all of it is let go at the
-        end. Overloaded when the answers' room does not fit."""
-        taken = 0
+    def hold(self, principal: str) -> Holding:
+        """What one RPC of `principal`'s holds, starting with room for its answers (Overloaded
+        when that does not fit); `Holding.release` lets all of it go."""
+        holding = Holding(self, principal)
+        holding.take(self._answer_room)
+        return holding
 
-        def take(size: int) -> None:
-            nonlocal taken
-            held = self._held.get(principal, 0)
-            if held + size > self._limit:
-                raise Overloaded(
-                    f"your open requests hold {_mib(held)} together (with room for their "
-                    f"answers) and this one {_mib(size)} more, past the {_mib(self._limit)} "
-                    "one caller's may hold; wait for some of your calls to end (read their "
-                    "answers) and retry"
-                )
-            self._held[principal] = held + size
-            taken += size
+    def _take(self, principal: str, size: int) -> None:
+        held = self._held.get(principal, 0)
+        if held + size > self._limit:
+            raise Overloaded(
+                f"your open requests hold {_mib(held)} together (with room for their answers) "
+                f"and this one {_mib(size)} more, past the {_mib(self._limit)} one caller's may "
+                "hold; wait for some of your calls to end (read their answers) and retry"
+            )
+        self._held[principal] = held + size
 
-        try:
-            take(self._answer_room)
-            yield take
-        finally:
-            if taken:
-                left = self._held[principal] - taken
-                if left:
-                    self._held[principal] = left
-                else:
-                    del self._held[principal]
+    def _release(self, principal: str, size: int) -> None:
+        left = self._held[principal] - size
+        if left:
+            self._held[principal] = left
+        else:
+            del self._held[principal]
+
+
+class Holding:
+    """What one RPC holds of its principal's share."""
+
+    def __init__(self, ledger: HeldRequests, principal: str) -> None:
+        self._ledger = ledger
+        self._principal = principal
+        self._taken = 0
+
+    def take(self, size: int) -> None:
+        """Count `size` more bytes (Overloaded past the share: then nothing is counted)."""
+        self._ledger._take(self._principal, size)
+        self._taken += size
+
+    def release(self) -> None:
+        """Let everything taken go (once; later calls do nothing)."""
+        taken, self._taken = self._taken, 0
+        if taken:
+            self._ledger._release(self._principal, taken)
 
 
 def _mib(size: int) -> str:

@@ -8,7 +8,7 @@ import asyncio
 import contextlib
 import dataclasses
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Iterator
-from typing import Any, cast
+from typing import Any, TypeVar, cast
 
 import grpc
 
@@ -26,7 +26,7 @@ from daemon.errors import (
 from daemon.models import Caller, ExecuteOutcome
 from daemon.ops.metrics import CancelReason, Metrics
 from daemon.server import convert
-from daemon.server.decoding import Converter, Decoded
+from daemon.server.decoding import Converter, Decoded, Weighed
 from daemon.server.held_requests import HeldRequests, Take
 from daemon.server.identity import CallerResolver
 from daemon.server.progress_relay import ProgressRelay
@@ -34,6 +34,7 @@ from daemon.sessions.manager import SessionManager
 from sandbox import after_answer
 
 Context = grpc.aio.ServicerContext[object, object]
+T = TypeVar("T")
 
 ANSWER_MARGIN_S = 0.01
 """An answer sent with less of its request's deadline left may arrive after the caller stopped
@@ -67,14 +68,32 @@ class Intake:
             raise Unavailable("tooljail is shutting down; retry against a running daemon")
 
 
+def _weighed(converter: Callable[[Any], object]) -> Converter:
+    """`converter`, its result weighed (HeldRequests counts what a conversion holds)."""
+
+    def converted(message: Any) -> Weighed:
+        return Weighed(converter(message), convert.converted_extra(message))
+
+    return converted
+
+
 REQUEST_CONVERTERS: dict[str, Converter] = {
-    "Execute": convert.call_request_from_proto,
-    "ExecuteStream": convert.call_request_from_proto,
-    "ExecuteBatch": convert.batch_from_proto,
-    "ExecuteBatchStream": convert.batch_from_proto,
-    "ExecuteTurn": convert.turn_part_from_proto,
+    "Execute": _weighed(convert.call_request_from_proto),
+    "ExecuteStream": _weighed(convert.call_request_from_proto),
+    "ExecuteBatch": _weighed(convert.batch_from_proto),
+    "ExecuteBatchStream": _weighed(convert.batch_from_proto),
+    "ExecuteTurn": _weighed(convert.turn_part_from_proto),
 }
 """The Executor methods whose requests ExecutorService is handed converted (decoding.Decoded)."""
+
+
+async def _held(request: Decoded[T], take: Take) -> T:
+    """The request converted, held for its principal: its bytes as received first, then about
+    what its conversion holds more (attacker round 163)."""
+    take(request.size)
+    value = await request.get()
+    take(request.converted_extra)
+    return value
 
 
 class ExecutorService:
@@ -113,12 +132,22 @@ class ExecutorService:
 
     async def Execute(self, request: Decoded[CallRequest], context: Context) -> pb.ExecuteResponse:
         caller = self._admit(context)
-        with self._held.holding(caller.principal) as take:
-            take(request.size)
-            call = await request.get()
-            with _after_the_answer(context), self._counting_cancel(call.tool_use.name, context):
-                outcome = await self._scheduler.execute(call, caller)
+        call = await _held(request, self._hold(caller, context))
+        with _after_the_answer(context), self._counting_cancel(call.tool_use.name, context):
+            outcome = await self._scheduler.execute(call, caller)
         return convert.outcome_to_proto(outcome)
+
+    def _hold(self, caller: Caller, context: Context) -> Take:
+        """What the RPC holds, counted for its caller until it has ended: its last message
+        sent, or the call cancelled (attacker round 163: a stream ended for not being read,
+        whose status the client never took either, had let its share go and stayed open)."""
+        holding = self._held.hold(caller.principal)
+
+        def release(_: Context) -> None:
+            holding.release()
+
+        context.add_done_callback(cast(Any, release))
+        return holding.take
 
     @contextlib.contextmanager
     def _counting_cancel(self, tool: str, context: Context) -> Iterator[None]:
@@ -138,37 +167,32 @@ class ExecutorService:
         self, request: Decoded[list[CallRequest]], context: Context
     ) -> AsyncIterator[pb.ExecuteResponse]:
         caller = self._admit(context)
-        with self._held.holding(caller.principal) as take:
-            take(request.size)
-            calls = await request.get()
-            async for outcome in self._scheduler.execute_batch(calls, caller):
-                yield convert.outcome_to_proto(outcome)
+        calls = await _held(request, self._hold(caller, context))
+        async for outcome in self._scheduler.execute_batch(calls, caller):
+            yield convert.outcome_to_proto(outcome)
 
     async def ExecuteStream(
         self, request: Decoded[CallRequest], context: Context
     ) -> AsyncIterator[pb.ExecuteEvent]:
         caller = self._admit(context)
         relay = ProgressRelay()
-        with self._held.holding(caller.principal) as take:
-            take(request.size)
-            call = await request.get()
-            call = dataclasses.replace(call, progress=relay.sink(call.tool_use.id))
+        call = await _held(request, self._hold(caller, context))
+        call = dataclasses.replace(call, progress=relay.sink(call.tool_use.id))
 
-            async def answers(held: after_answer.Held) -> AsyncGenerator[ExecuteOutcome, None]:
-                outcome = await self._scheduler.execute(call, caller)
-                # The answer exists: what the call left waits at most a little longer, however
-                # slowly the client takes the stream's last events (attacker round 98: a
-                # client that read nothing held back the call's repository look until it
-                # cancelled).
-                held.answered()
-                yield outcome
+        async def answers(held: after_answer.Held) -> AsyncGenerator[ExecuteOutcome, None]:
+            outcome = await self._scheduler.execute(call, caller)
+            # The answer exists: what the call left waits at most a little longer, however
+            # slowly the client takes the stream's last events (attacker round 98: a client
+            # that read nothing held back the call's repository look until it cancelled).
+            held.answered()
+            yield outcome
 
-            with (
-                _after_the_answer(context) as held,
-                self._counting_cancel(call.tool_use.name, context),
-            ):
-                async for event in _interleaved(answers(held), relay):
-                    yield event
+        with (
+            _after_the_answer(context) as held,
+            self._counting_cancel(call.tool_use.name, context),
+        ):
+            async for event in _interleaved(answers(held), relay):
+                yield event
 
     async def ExecuteBatchStream(
         self, request: Decoded[list[CallRequest]], context: Context
@@ -177,11 +201,11 @@ class ExecutorService:
         in request order)."""
         caller = self._admit(context)
         relay = ProgressRelay(max_items=256)
-        with self._held.holding(caller.principal) as take, self._turns.slot(caller.principal):
-            take(request.size)
+        take = self._hold(caller, context)
+        with self._turns.slot(caller.principal):
             calls = [
                 dataclasses.replace(call, progress=relay.sink(call.tool_use.id))
-                for call in await request.get()
+                for call in await _held(request, take)
             ]
             async for event in _interleaved(self._scheduler.execute_batch(calls, caller), relay):
                 yield event
@@ -205,7 +229,8 @@ class ExecutorService:
                 answered.append(outcome)
                 yield outcome
 
-        with self._held.holding(caller.principal) as take, self._turns.slot(caller.principal):
+        take = self._hold(caller, context)
+        with self._turns.slot(caller.principal):
             feeder = asyncio.create_task(_feed(messages, turn, relay, prepare, take))
             try:
                 async for event in _interleaved(answers(), relay):
@@ -287,8 +312,7 @@ async def _feed(
     seen: set[str] = set()
     try:
         async for message in messages:
-            take(message.size)
-            part = await message.get()
+            part = await _held(message, take)
             if isinstance(part, convert.TurnEnd):
                 break
             if isinstance(part, convert.TurnStart):

@@ -182,3 +182,64 @@ def test_a_streamed_turn_holds_each_of_its_messages_until_it_ends(
     assert raised.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED, raised.value
     assert "your open requests hold" in (raised.value.details() or "")
     assert answered == [uses[0].id, uses[1].id]
+
+
+def test_what_a_turns_inputs_hold_converted_is_counted_not_only_their_bytes(
+    patient_daemon: RunningDaemon,
+) -> None:
+    """Attacker round 163: a turn of inputs made of `{}` values (2 bytes each on the wire, about
+    72 once converted) held 18 times what was counted, for as long as the turn stayed open."""
+    tag = uuid.uuid4().hex[:8]
+    big = _big_file(patient_daemon, f"big-{tag}.txt")
+    uses = [_reads(big, 1, f"{tag}_{n}")[0] for n in range(8)]
+    for use in uses:
+        # About 20 kB on the wire, about 360 kB converted: the eight hold 2.9 MB converted.
+        use.input.update({"empties": [{} for _ in range(5_000)]})
+    assert sum(use.ByteSize() for use in uses) < HELD_LIMIT // 10
+    events = patient_daemon.stub.ExecuteTurn(
+        iter([pb.TurnMessage(tool_use=use) for use in uses] + [pb.TurnMessage(end=pb.TurnEnd())]),
+        timeout=120,
+    )
+    with pytest.raises(grpc.RpcError) as raised:
+        for _ in events:
+            pass
+    assert raised.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED, raised.value
+    assert "your open requests hold" in (raised.value.details() or "")
+
+
+def test_a_stream_ended_for_not_being_read_holds_its_share_until_it_is_over(
+    strict_daemon: RunningDaemon,
+) -> None:
+    """Attacker round 163: a stream ended for not being read, whose client took neither the
+    waiting message nor the status, stayed open with its share let go: such streams piled up
+    without bound."""
+    tag = uuid.uuid4().hex[:8]
+    big = _big_file(strict_daemon, f"big-{tag}.txt")
+    # Ten streams hold ten answers' rooms (2 MB of the 2 MiB share) while they are open.
+    batches = [_reads(big, FIRST_GROUP + 2, f"{tag}_{n}") for n in range(10)]
+    later = {use.id for uses in batches for use in uses[FIRST_GROUP:]}
+
+    def all_ended() -> bool:
+        return {str(r["tool_use_id"]) for r in strict_daemon.audit_lines()} >= later
+
+    def one_more_call() -> grpc.StatusCode:
+        try:
+            strict_daemon.stub.Execute(
+                pb.ExecuteRequest(tool_use=_reads(big, 1, f"{tag}_more_{uuid.uuid4().hex}")[0]),
+                timeout=60,
+            )
+        except grpc.RpcError as exc:
+            return exc.code()  # type: ignore[no-any-return]
+        return grpc.StatusCode.OK
+
+    with grpc.insecure_channel(strict_daemon.target, options=SMALL_WINDOW) as channel:
+        stub = pb_grpc.ExecutorStub(channel)
+        calls = [
+            stub.ExecuteBatch(pb.ExecuteBatchRequest(tool_uses=uses), timeout=120)
+            for uses in batches
+        ]
+        assert wait_for(all_ended, timeout_s=60), "the unread batches were never ended"
+        assert one_more_call() == grpc.StatusCode.RESOURCE_EXHAUSTED
+        for call in calls:
+            call.cancel()
+    assert wait_for(lambda: one_more_call() == grpc.StatusCode.OK, timeout_s=30)
