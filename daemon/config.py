@@ -322,10 +322,10 @@ class Settings(BaseSettings):
     max_request_bytes: int = Field(default=16 << 20, ge=1 << 16)
     """Largest accepted gRPC message."""
     max_held_request_bytes: int = Field(default=256 << 20, ge=1 << 16)
-    """What one principal's open calls may hold together: each RPC its requests' bytes as
-    received, about 72 more per value of their tool inputs (converted), and room for its
-    answers (the larger of result_budget_chars and turn_budget_chars), until the RPC is over.
-    At least max_request_bytes and that room."""
+    """What one principal's open calls may hold together: each RPC twice its requests' bytes
+    (as received, then a copy the pipeline keeps), what their tool inputs hold converted, and
+    room for its answers (4 bytes a character of the larger of result_budget_chars and
+    turn_budget_chars), until the RPC is over. At least max_request_bytes and that room."""
     answer_take_timeout_s: float = Field(default=60.0, gt=0)
     """A stream's client that takes none of its messages for this long, while one waits, has
     the stream ended (RESOURCE_EXHAUSTED) and its calls not started yet are not run: what a
@@ -386,9 +386,9 @@ class Settings(BaseSettings):
 
     @property
     def answer_room(self) -> int:
-        """What an RPC's answers may hold, counted against its principal's share from the
-        start (max_held_request_bytes)."""
-        return max(self.result_budget_chars, self.turn_budget_chars)
+        """What an RPC's answers may hold in bytes (4 a character at most), counted against its
+        principal's share from the start (max_held_request_bytes)."""
+        return 4 * max(self.result_budget_chars, self.turn_budget_chars)
 
     @model_validator(mode="after")
     def _check_held_requests(self) -> Settings:

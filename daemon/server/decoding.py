@@ -68,11 +68,11 @@ Decode = Callable[[bytes], object]
 
 @dataclasses.dataclass(frozen=True)
 class Weighed:
-    """What a converter may return: the converted request, and about how many bytes its
-    conversion holds beyond the request's own (`Decoded.converted_extra`)."""
+    """What a converter may return: the converted request, and about how many bytes it holds
+    (`Decoded.converted_size`)."""
 
     value: object
-    extra_bytes: int
+    size: int
 
 
 class Decoded(Generic[T]):
@@ -84,8 +84,8 @@ class Decoded(Generic[T]):
         self._large = large
         self.size = len(data)
         """The request's bytes as received."""
-        self.converted_extra = 0
-        """About how many bytes its conversion holds beyond `size` (known once converted)."""
+        self.converted_size = 0
+        """About how many bytes the converted request holds (known once converted)."""
 
     async def get(self) -> T:
         """The converted request (asked for once); RequestError when it is not valid."""
@@ -100,7 +100,7 @@ class Decoded(Generic[T]):
         if isinstance(outcome, RequestError):
             raise outcome
         if isinstance(outcome, Weighed):
-            self.converted_extra = outcome.extra_bytes
+            self.converted_size = outcome.size
             outcome = outcome.value
         return cast(T, outcome)
 

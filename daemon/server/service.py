@@ -72,7 +72,8 @@ def _weighed(converter: Callable[[Any], object]) -> Converter:
     """`converter`, its result weighed (HeldRequests counts what a conversion holds)."""
 
     def converted(message: Any) -> Weighed:
-        return Weighed(converter(message), convert.converted_extra(message))
+        value = converter(message)
+        return Weighed(value, convert.held_size(value))
 
     return converted
 
@@ -88,11 +89,12 @@ REQUEST_CONVERTERS: dict[str, Converter] = {
 
 
 async def _held(request: Decoded[T], take: Take) -> T:
-    """The request converted, held for its principal: its bytes as received first, then about
-    what its conversion holds more (attacker round 163)."""
+    """The request converted, held for its principal: its bytes as received first, then what
+    its conversion holds (attacker round 163) and a copy of about its bytes more, which the
+    pipeline keeps while the call waits and runs (the policy document's body; round 164)."""
     take(request.size)
     value = await request.get()
-    take(request.converted_extra)
+    take(request.converted_size + request.size)
     return value
 
 

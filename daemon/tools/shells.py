@@ -10,7 +10,6 @@ pattern: a model-written regex cannot stall the daemon.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import datetime
 import weakref
 from dataclasses import dataclass
@@ -19,6 +18,7 @@ from typing import ClassVar
 from pydantic import Field
 
 from daemon.errors import ToolError
+from daemon.host.child import run_child
 from daemon.host.landlock import confined_to_its_input
 from daemon.host.turns import PrincipalTurns
 from daemon.tools.background import BackgroundShell, BackgroundShells, ShellState
@@ -220,45 +220,42 @@ async def _matching_lines(text: str, pattern: str, principal: str) -> str:
 
 async def _filtered(text: str, pattern: str) -> str:
     rg = await confined_to_its_input(find_ripgrep(), memory_mb=FILTER_MEMORY_MB)
-    child = await asyncio.create_subprocess_exec(
-        *rg,
-        "--no-config",
-        "--color=never",
-        "--no-line-number",
-        "--text",
-        # Small compiled automata: a pattern built to blow them up is refused, not run.
-        "--regex-size-limit=2M",
-        "--dfa-size-limit=2M",
-        "-e",
-        pattern,
-        "-",
-        stdin=asyncio.subprocess.PIPE,
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE,
+    data = text.encode("utf-8", "surrogateescape")
+    # run_child, not asyncio's subprocess API: on uvloop's loop that ignores close_fds, and the
+    # filter reads bytes a sandbox wrote (attacker round 164: it got the daemon's descriptors).
+    finished = await run_child(
+        [
+            *rg,
+            "--no-config",
+            "--color=never",
+            "--no-line-number",
+            "--text",
+            # Small compiled automata: a pattern built to blow them up is refused, not run.
+            "--regex-size-limit=2M",
+            "--dfa-size-limit=2M",
+            "-e",
+            pattern,
+            "-",
+        ],
+        input_data=data,
+        timeout_s=FILTER_TIMEOUT_S,
+        output_cap=len(data) + 1,  # the lines that match: never more than the input
     )
-    try:
-        async with asyncio.timeout(FILTER_TIMEOUT_S):
-            out, err = await child.communicate(text.encode("utf-8", "surrogateescape"))
-    except TimeoutError:
+    if finished.timed_out:
         raise ToolError(
             f"The filter took longer than {FILTER_TIMEOUT_S:g} s; use a simpler pattern."
-        ) from None
-    finally:
-        if child.returncode is None:
-            with contextlib.suppress(ProcessLookupError):
-                child.kill()
-            await child.wait()
-    if child.returncode not in (0, 1, 2):
-        message = err.decode("utf-8", "replace").strip()[:2000] or f"exit {child.returncode}"
+        )
+    if finished.exit_code not in (0, 1, 2):
+        message = finished.stderr.text().strip()[:2000] or f"exit {finished.exit_code}"
         raise ToolError(
             f"The filter could not run ({message}); no output was consumed. Read without a "
             "filter, or with a simpler one, and tell the operator if this persists."
         )
-    if child.returncode == 2:
-        message = err.decode("utf-8", "replace").strip()[:2000]
+    if finished.exit_code == 2:
+        message = finished.stderr.text().strip()[:2000]
         raise ToolError(
             f"The filter is not a valid regular expression:\n{message}\nFix it (Rust regex "
             "syntax: escape literal ( ) [ ] { } . * + ? | with a backslash) and read again; no "
             "output was consumed."
         )
-    return out.decode("utf-8", "replace")
+    return finished.stdout.text()

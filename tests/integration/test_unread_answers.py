@@ -26,9 +26,10 @@ pytestmark = pytest.mark.integration
 SMALL_WINDOW = [("grpc.http2.bdp_probe", 0), ("grpc.http2.lookahead_bytes", 1024)]
 #: Calls of the first parallel group (the scheduler's default max_parallel) and two after it.
 FIRST_GROUP = 10
-#: What one principal's open calls may hold: each RPC its requests' bytes and room for its
-#: answers (the default turn budget, 200,000 characters).
-HELD_LIMIT = 2 << 20
+#: What one principal's open calls may hold: each RPC twice its requests' bytes, what they
+#: hold converted, and room for its answers (800 kB: the default turn budget, 200,000
+#: characters, at 4 bytes each).
+HELD_LIMIT = 8 << 20
 
 
 def _daemon(folder: Path, name: str, take_timeout_s: float) -> Iterator[RunningDaemon]:
@@ -130,16 +131,22 @@ def test_a_client_that_reads_gets_every_answer(strict_daemon: RunningDaemon) -> 
     assert answers == [use.id for use in uses]
 
 
+@pytest.mark.parametrize(
+    "padding",
+    # ASCII: 900 kB on the wire, 900 kB converted. One emoji makes the text take 4 bytes a
+    # character converted (attacker round 164): 450 kB on the wire, 1.8 MB converted.
+    ["p" * 900_000, "\U0001f600" + "p" * 449_999],
+    ids=["ascii", "wide"],
+)
 def test_what_one_principals_open_requests_hold_is_bounded(
-    patient_daemon: RunningDaemon,
+    patient_daemon: RunningDaemon, padding: str
 ) -> None:
     tag = uuid.uuid4().hex[:8]
     big = _big_file(patient_daemon, f"big-{tag}.txt")
-    # Two of these (about 700 kB each with their answers' room) fit; a third does not.
-    padding = "p" * 500_000
+    # Two of these (about 3.5 MB each with their answers' room) fit; a third does not.
     with grpc.insecure_channel(patient_daemon.target, options=SMALL_WINDOW) as channel:
         stub = pb_grpc.ExecutorStub(channel)
-        # Two requests of nearly half the limit each, held open (nothing is read).
+        # Two requests of nearly half the share each, held open (nothing is read).
         held = [
             stub.ExecuteBatch(
                 pb.ExecuteBatchRequest(tool_uses=_reads(big, 3, f"{tag}_{n}", padding)),
@@ -181,8 +188,8 @@ def test_a_streamed_turn_holds_each_of_its_messages_until_it_ends(
 ) -> None:
     tag = uuid.uuid4().hex[:8]
     big = _big_file(patient_daemon, f"big-{tag}.txt")
-    # The turn's answers' room and two of these fit; a third does not.
-    padding = "p" * 700_000
+    # The turn's answers' room and two of these (2.85 MB each) fit; a third does not.
+    padding = "p" * 950_000
     uses = [_reads(big, 1, f"{tag}_{n}", padding)[0] for n in range(3)]
     assert _answered_before_the_share_ran_out(patient_daemon, uses) == [uses[0].id, uses[1].id]
 
@@ -194,10 +201,10 @@ def test_what_a_turns_inputs_hold_converted_is_counted_not_only_their_bytes(
     72 once converted) held 18 times what was counted, for as long as the turn stayed open."""
     tag = uuid.uuid4().hex[:8]
     big = _big_file(patient_daemon, f"big-{tag}.txt")
-    uses = [_reads(big, 1, f"{tag}_{n}")[0] for n in range(8)]
+    uses = [_reads(big, 1, f"{tag}_{n}")[0] for n in range(15)]
     for use in uses:
-        # About 20 kB on the wire, about 360 kB converted: the eight hold 2.9 MB converted.
-        use.input.update({"empties": [{} for _ in range(5_000)]})
+        # About 40 kB on the wire, about 700 kB converted: the fifteen hold 10 MB converted.
+        use.input.update({"empties": [{} for _ in range(10_000)]})
     assert sum(use.ByteSize() for use in uses) < HELD_LIMIT // 10
     assert len(_answered_before_the_share_ran_out(patient_daemon, uses)) < len(uses)
 
@@ -210,7 +217,7 @@ def test_a_stream_ended_for_not_being_read_holds_its_share_until_it_is_over(
     without bound."""
     tag = uuid.uuid4().hex[:8]
     big = _big_file(strict_daemon, f"big-{tag}.txt")
-    # Ten streams hold ten answers' rooms (2 MB of the 2 MiB share) while they are open.
+    # Ten streams hold ten answers' rooms (8 MB of the 8 MiB share) while they are open.
     batches = [_reads(big, FIRST_GROUP + 2, f"{tag}_{n}") for n in range(10)]
     later = {use.id for uses in batches for use in uses[FIRST_GROUP:]}
 

@@ -6,14 +6,17 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import os
 import re
 from pathlib import Path
 from typing import Any
 
 import pytest
+import uvloop
 
 from daemon.sessions.session import Session
 from daemon.tools import background
+from daemon.tools import shells as shell_tools
 from daemon.tools.background import BackgroundShells
 from daemon.tools.bash import BashTool
 from daemon.tools.contract import BackgroundGrant, CallContext, ToolOutput
@@ -377,11 +380,11 @@ async def test_a_filter_runs_confined_and_in_its_principals_turn(
     from daemon.tools import shells as shells_module
 
     started: list[tuple[str, ...]] = []
-    real_exec = asyncio.create_subprocess_exec
+    real_run = shells_module.run_child
 
-    async def recording(*argv: str, **options: Any) -> Any:
-        started.append(argv)
-        return await real_exec(*argv, **options)
+    async def recording(argv: list[str], **options: Any) -> Any:
+        started.append(tuple(argv))
+        return await real_run(argv, **options)
 
     taken: list[str] = []
     turns = shells_module.PrincipalTurns(shells_module.FILTERS_AT_ONCE)
@@ -393,7 +396,7 @@ async def test_a_filter_runs_confined_and_in_its_principals_turn(
 
     monkeypatch.setattr(turns, "turn", turn)
     monkeypatch.setitem(shells_module._FILTERING, asyncio.get_running_loop(), turns)
-    monkeypatch.setattr(shells_module.asyncio, "create_subprocess_exec", recording)
+    monkeypatch.setattr(shells_module, "run_child", recording)
     ctx = context(workspace, shells)
     ctx.session.owner = "mallory"
     shell_id = await start(ctx, "printf 'ok 1\\nerror: disk\\n'")
@@ -404,3 +407,39 @@ async def test_a_filter_runs_confined_and_in_its_principals_turn(
     assert [argv for argv in started if HELPER_NAME in argv[0]], started
     rg = next(argv for argv in started if HELPER_NAME in argv[0])
     assert "--no-sockets" in rg and "--memory-mb" in rg and "--read-fd" not in rg
+
+
+def test_the_filters_process_inherits_no_descriptor_of_the_daemon(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Attacker round 164: on uvloop's loop (the daemon's), asyncio's subprocess API ignores
+    close_fds, so the filter, which reads bytes a sandbox wrote, got every inheritable
+    descriptor of the daemon."""
+
+    async def listing_its_descriptors(program: str, *, memory_mb: int) -> tuple[str, ...]:
+        return ("/bin/sh", "-c", "cat >/dev/null; ls /proc/self/fd", "sh")
+
+    monkeypatch.setattr(shell_tools, "confined_to_its_input", listing_its_descriptors)
+    leaked = os.open(os.devnull, os.O_RDONLY)
+    os.set_inheritable(leaked, True)
+    try:
+        with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
+            listing = runner.run(shell_tools._filtered("a line\n", "a"))
+    finally:
+        os.close(leaked)
+    descriptors = {int(word) for word in listing.split()}
+    assert leaked not in descriptors
+    assert descriptors <= {0, 1, 2, 3}, listing  # 3: ls's own look at the folder
+
+
+def test_the_daemon_starts_host_programs_only_through_its_child_runner() -> None:
+    """asyncio's subprocess API ignores close_fds on the daemon's loop (uvloop): every host
+    program goes through daemon/host/child.py, which uses subprocess.Popen."""
+    root = Path(__file__).resolve().parents[2]
+    users = [
+        str(path.relative_to(root))
+        for folder in ("daemon", "sandbox")
+        for path in (root / folder).rglob("*.py")
+        if "create_subprocess_" in path.read_text()
+    ]
+    assert users == []

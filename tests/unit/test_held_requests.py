@@ -3,12 +3,15 @@ request's conversion holds beyond its bytes (daemon/server/convert.py)."""
 
 from __future__ import annotations
 
+import sys
+
 import pytest
 
-from daemon._generated.tooljail.v1 import executor_pb2 as pb
+from daemon.calls.pipeline import CallRequest
 from daemon.config import ConfigError, load_settings
 from daemon.errors import Overloaded
-from daemon.server.convert import VALUE_BYTES, converted_extra
+from daemon.models import ToolUse
+from daemon.server.convert import held_size
 from daemon.server.held_requests import HeldRequests
 
 
@@ -51,12 +54,18 @@ def test_a_share_under_the_largest_request_is_refused_by_the_configuration() -> 
         load_settings(None, max_request_bytes=1 << 20, max_held_request_bytes=1 << 20)
 
 
-def test_what_a_conversion_holds_more_is_counted_by_the_values_of_the_tool_inputs() -> None:
-    empty = pb.ExecuteRequest(tool_use=pb.ToolUse(id="t", name="Read"))
-    assert converted_extra(empty) == 0
-    empties = pb.ToolUse(id="t", name="Read")
-    empties.input.update({"a": [{} for _ in range(999)]})  # 1,000 values with the list
-    batch = pb.ExecuteBatchRequest(tool_uses=[empties, pb.ToolUse(id="u", name="LS"), empties])
-    assert converted_extra(batch) == 2_000 * VALUE_BYTES
-    assert converted_extra(pb.TurnMessage(tool_use=empties)) == 1_000 * VALUE_BYTES
-    assert converted_extra(pb.TurnMessage(end=pb.TurnEnd())) == 0
+def test_what_a_converted_request_holds_is_its_objects_own_storage() -> None:
+    """Attacker rounds 163 and 164: `{}` costs 2 bytes on the wire and 64 converted; a text
+    with one character past the BMP takes 4 bytes a character, however few it took there."""
+    empty = CallRequest(tool_use=ToolUse(id="t", name="Read", input={}))
+    assert held_size(empty) == sys.getsizeof({})
+    empties = CallRequest(tool_use=ToolUse(id="t", name="Read", input={"a": [{}] * 1_000}))
+    assert held_size(empties) > 1_000 * sys.getsizeof({})
+    ascii_text = "a" * 100_000
+    wide = "\U0001f600" + "a" * 99_999
+    narrow = held_size(ToolUse(id="t", name="Write", input={"content": ascii_text}))
+    assert narrow >= 100_000
+    assert held_size(ToolUse(id="t", name="Write", input={"content": wide})) >= 4 * 100_000
+    batch = [empty, CallRequest(tool_use=ToolUse(id="u", name="Write", input={"c": ascii_text}))]
+    assert held_size(batch) >= 100_000
+    assert held_size(object()) == 0  # a turn's start or end holds no input

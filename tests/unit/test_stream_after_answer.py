@@ -36,7 +36,7 @@ class _Resolver:
 
 class _Request:
     size = 0
-    converted_extra = 0
+    converted_size = 0
 
     def __init__(self, call: CallRequest) -> None:
         self._call = call
