@@ -27,8 +27,6 @@ log = logging.getLogger(__name__)
 
 
 def _serve(args: argparse.Namespace) -> int:
-    import uvloop
-
     from daemon.app.daemon import Daemon
 
     try:
@@ -43,8 +41,7 @@ def _serve(args: argparse.Namespace) -> int:
     # From here on, through the daemon's logging: one line each (JSON in the journal), never a
     # bare traceback spread over many lines.
     try:
-        with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
-            runner.run(daemon.run_until_signalled())
+        asyncio.run(daemon.run_until_signalled())
     except TooljailError as exc:
         log.critical("cannot start: %s", exc)
         return 1

@@ -14,7 +14,7 @@ from __future__ import annotations
 import asyncio
 import json
 from collections.abc import Awaitable, Callable
-from typing import Any, cast
+from typing import Any
 from urllib.parse import urlsplit
 
 from daemon.errors import TooljailError
@@ -78,8 +78,8 @@ class _Connection(asyncio.Protocol):
         self._resumed: asyncio.Future[None] | None = None
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        # A stream connection's transport (uvloop's are not asyncio.Transport subclasses).
-        self.transport = cast(asyncio.Transport, transport)
+        assert isinstance(transport, asyncio.Transport)
+        self.transport = transport
 
     def data_received(self, data: bytes) -> None:
         self.heard = True

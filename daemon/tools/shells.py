@@ -221,8 +221,9 @@ async def _matching_lines(text: str, pattern: str, principal: str) -> str:
 async def _filtered(text: str, pattern: str) -> str:
     rg = await confined_to_its_input(find_ripgrep(), memory_mb=FILTER_MEMORY_MB)
     data = text.encode("utf-8", "surrogateescape")
-    # run_child, not asyncio's subprocess API: on uvloop's loop that ignores close_fds, and the
-    # filter reads bytes a sandbox wrote (attacker round 164: it got the daemon's descriptors).
+    # run_child, as every host program: it closes the daemon's descriptors in the child, which
+    # reads bytes a sandbox wrote, whatever loop runs (attacker round 164: on uvloop's,
+    # asyncio's subprocess API ignored close_fds and the filter got the daemon's descriptors).
     finished = await run_child(
         [
             *rg,

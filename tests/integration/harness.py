@@ -19,7 +19,6 @@ from typing import Any
 
 import grpc
 import pytest
-import uvloop
 from google.protobuf import json_format
 
 from daemon._generated.tooljail.v1 import executor_pb2 as pb
@@ -58,7 +57,7 @@ class RunningDaemon:
         )
         STATE_DIRS.append(self.settings.state_dir)
         self.daemon = Daemon(self.settings)
-        self.loop = uvloop.new_event_loop()  # the loop `tooljail serve` runs on
+        self.loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self.loop.run_forever, name="daemon", daemon=True)
         self._thread.start()
         self._run(self.daemon.start())

@@ -12,7 +12,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import uvloop
 
 from daemon.sessions.session import Session
 from daemon.tools import background
@@ -412,8 +411,8 @@ async def test_a_filter_runs_confined_and_in_its_principals_turn(
 def test_the_filters_process_inherits_no_descriptor_of_the_daemon(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """Attacker round 164: on uvloop's loop (the daemon's), asyncio's subprocess API ignores
-    close_fds, so the filter, which reads bytes a sandbox wrote, got every inheritable
+    """Attacker round 164: while the daemon ran on uvloop's loop, asyncio's subprocess API
+    ignored close_fds, so the filter, which reads bytes a sandbox wrote, got every inheritable
     descriptor of the daemon."""
 
     async def listing_its_descriptors(program: str, *, memory_mb: int) -> tuple[str, ...]:
@@ -423,8 +422,7 @@ def test_the_filters_process_inherits_no_descriptor_of_the_daemon(
     leaked = os.open(os.devnull, os.O_RDONLY)
     os.set_inheritable(leaked, True)
     try:
-        with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
-            listing = runner.run(shell_tools._filtered("a line\n", "a"))
+        listing = asyncio.run(shell_tools._filtered("a line\n", "a"))
     finally:
         os.close(leaked)
     descriptors = {int(word) for word in listing.split()}
@@ -433,8 +431,9 @@ def test_the_filters_process_inherits_no_descriptor_of_the_daemon(
 
 
 def test_the_daemon_starts_host_programs_only_through_its_child_runner() -> None:
-    """asyncio's subprocess API ignores close_fds on the daemon's loop (uvloop): every host
-    program goes through daemon/host/child.py, which uses subprocess.Popen."""
+    """Every host program goes through daemon/host/child.py (subprocess.Popen, close_fds),
+    never asyncio's subprocess API, whose closing of descriptors depends on the loop (round
+    164) and which costs more daemon CPU per process."""
     root = Path(__file__).resolve().parents[2]
     users = [
         str(path.relative_to(root))
