@@ -221,6 +221,17 @@ class TcpListenerSettings(_Section):
     """Server private key (PEM)."""
     client_ca: Path | None = None
     """CA that signs client certificates; set, clients must present one (mTLS)."""
+    max_connections: int = Field(default=256, ge=1)
+    """Connections a TCP listener holds at once; past it new ones are closed as they come
+    (the Unix socket is not counted: it serves on while a TCP listener is full)."""
+    max_streams_per_connection: int = Field(default=100, ge=1)
+    """Calls one TCP connection may have open at once (HTTP/2 MAX_CONCURRENT_STREAMS); a
+    client library queues the next ones until one ends."""
+    idle_connection_timeout_s: float = Field(default=300.0, gt=0)
+    """A TCP connection without a call for this long is closed (clients reconnect when they
+    next call)."""
+    handshake_timeout_s: float = Field(default=10.0, gt=0)
+    """A TCP connection must finish its TLS handshake and HTTP/2 greeting within this."""
 
     @property
     def loopback(self) -> bool:
@@ -364,6 +375,12 @@ class Settings(BaseSettings):
         host, sep, port = value.rpartition(":")
         if not sep or not host or not port.isdigit():
             raise ValueError("expected unix:///path/to.sock or host:port")
+        if not loopback_host(host.removeprefix("[").removesuffix("]")):
+            raise ValueError(
+                "a TCP listen address is plaintext: it must be a loopback address; off "
+                "loopback, listen on a Unix socket and set tcp.address with mTLS (tcp.tls_cert, "
+                "tcp.tls_key and tcp.client_ca)"
+            )
         return value
 
     @model_validator(mode="after")

@@ -19,7 +19,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import grpc
 from grpc_health.v1 import health, health_pb2
 
 from daemon import __version__
@@ -34,6 +33,7 @@ from daemon.calls.scheduler import Scheduler, SchedulerLimits
 from daemon.config import PROJECT_ROOT, Settings
 from daemon.errors import RequestError, TooljailError
 from daemon.hooks.engine import HookEngine
+from daemon.host.descriptor_limit import reserve_descriptors
 from daemon.models import StatusSnapshot
 from daemon.ops import heap
 from daemon.ops.metrics import Metrics
@@ -48,7 +48,7 @@ from daemon.policy.reloader import PolicyReloader
 from daemon.policy.revision import policy_revision
 from daemon.policy.shadow import ShadowedEngine
 from daemon.server.admin import AdminService
-from daemon.server.grpc_server import SERVICE_NAMES, build_server
+from daemon.server.grpc_server import SERVICE_NAMES, Servers, build_servers
 from daemon.server.held_requests import HeldRequests
 from daemon.server.identity import CallerResolver
 from daemon.server.listen import ListenAddress
@@ -116,7 +116,7 @@ class Daemon:
         self._store: SessionStore | None = None
         self._listing: Session | None = None
         self._catalog = ToolCatalog(settings.deferred_tools)
-        self._server: grpc.aio.Server | None = None
+        self._server: Servers | None = None
         self._health = health.aio.HealthServicer()
         self._stack: contextlib.AsyncExitStack | None = None
         self._grace_s = settings.shutdown_grace_s
@@ -150,6 +150,8 @@ class Daemon:
 
     async def _start(self, stack: contextlib.AsyncExitStack) -> None:
         settings = self.settings
+        tcp_listeners = int(self.address.unix_path is None) + int(bool(settings.tcp.address))
+        reserve_descriptors(tcp_listeners * settings.tcp.max_connections)
         self.address.prepare()
         stack.callback(self.address.cleanup)
         audit = stack.enter_context(contextlib.closing(AuditLog(settings.audit_log)))
@@ -256,7 +258,7 @@ class Daemon:
         )
         await stack.enter_async_context(_running(sessions))
         resolver = CallerResolver(settings.auth)
-        server = build_server(
+        server = build_servers(
             settings,
             self.address,
             ExecutorService(
@@ -276,6 +278,7 @@ class Daemon:
                 ApprovalDesk(pipeline.pending_approvals, policy.decider, audit),
             ),
             self._health,
+            resolver,
         )
         self.address.publish(settings.socket_mode, settings.socket_group)
         if settings.metrics.enabled:

@@ -3,6 +3,9 @@ with TLS or mTLS)."""
 
 from __future__ import annotations
 
+import asyncio
+from dataclasses import dataclass
+
 import grpc
 from grpc_health.v1 import health, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
@@ -11,7 +14,9 @@ from daemon._generated.tooljail.v1 import executor_pb2
 from daemon.config import Settings, TcpListenerSettings
 from daemon.errors import TooljailError
 from daemon.server.admin import AdminService
+from daemon.server.credential_gate import CredentialGate
 from daemon.server.decoding import add_service
+from daemon.server.identity import CallerResolver
 from daemon.server.listen import ListenAddress
 from daemon.server.service import REQUEST_CONVERTERS, ExecutorService
 
@@ -33,37 +38,89 @@ def _tcp_credentials(tcp: TcpListenerSettings) -> grpc.ServerCredentials | None:
     )
 
 
-def build_server(
+@dataclass(frozen=True)
+class Listener:
+    """One listening address and how its callers are checked."""
+
+    target: str
+    tcp: bool
+    """Bounded as the tcp section says (connections, streams, idle time, handshake time)."""
+    credentials: grpc.ServerCredentials | None = None
+    gated: bool = False
+    """Calls without a valid bearer token are refused before their request is read."""
+
+
+def listeners(settings: Settings, address: ListenAddress) -> list[Listener]:
+    """The daemon's listeners: its listen address, and the TCP listener when one is set. Each
+    gets a server of its own: a full TCP listener leaves the Unix socket serving, and only the
+    listeners whose callers may lack a credential are gated."""
+    tcp = address.unix_path is None
+    out = [Listener(address.bind_target(), tcp=tcp, gated=tcp)]
+    if settings.tcp.address:
+        credentials = _tcp_credentials(settings.tcp)
+        mtls = settings.tcp.client_ca is not None
+        out.append(Listener(settings.tcp.address, True, credentials, gated=not mtls))
+    return out
+
+
+def _options(settings: Settings, listener: Listener) -> list[tuple[str, int]]:
+    options = [
+        ("grpc.max_receive_message_length", settings.max_request_bytes),
+        ("grpc.max_send_message_length", settings.max_request_bytes),
+    ]
+    if listener.tcp:
+        tcp = settings.tcp
+        options += [
+            ("grpc.max_allowed_incoming_connections", tcp.max_connections),
+            ("grpc.max_concurrent_streams", tcp.max_streams_per_connection),
+            ("grpc.max_connection_idle_ms", round(tcp.idle_connection_timeout_s * 1000)),
+            ("grpc.server_handshake_timeout_ms", round(tcp.handshake_timeout_s * 1000)),
+        ]
+    return options
+
+
+class Servers:
+    """The daemon's gRPC servers, started and stopped together."""
+
+    def __init__(self, servers: list[grpc.aio.Server]) -> None:
+        self._servers = servers
+
+    async def start(self) -> None:
+        for server in self._servers:
+            await server.start()
+
+    async def stop(self, grace_s: float) -> None:
+        """Stop them all at once, each giving its calls `grace_s` to end."""
+        await asyncio.gather(*(server.stop(grace_s) for server in self._servers))
+
+
+def build_servers(
     settings: Settings,
     address: ListenAddress,
     executor: ExecutorService,
     admin: AdminService,
     health_servicer: health.aio.HealthServicer,
-) -> grpc.aio.Server:
-    """A server with every service added and every listener bound (not started yet)."""
-    server = grpc.aio.server(
-        options=[
-            ("grpc.max_receive_message_length", settings.max_request_bytes),
-            ("grpc.max_send_message_length", settings.max_request_bytes),
-        ]
-    )
-    take_timeout_s = settings.answer_take_timeout_s
-    add_service(server, _EXECUTOR, executor, REQUEST_CONVERTERS, take_timeout_s)
-    add_service(server, _ADMIN, admin, take_timeout_s=take_timeout_s)
-    health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
-    reflection.enable_server_reflection(
-        (*SERVICE_NAMES, health.SERVICE_NAME, reflection.SERVICE_NAME), server
-    )
-    if server.add_insecure_port(address.bind_target()) == 0 and address.unix_path is None:
-        raise TooljailError(f"cannot listen on {address.raw}")
-    tcp = settings.tcp
-    if tcp.address:
-        credentials = _tcp_credentials(tcp)
+    resolver: CallerResolver,
+) -> Servers:
+    """A server for each listener, with every service added and its address bound (not
+    started yet)."""
+    servers = []
+    for listener in listeners(settings, address):
+        gate = [CredentialGate(resolver)] if listener.gated else None
+        server = grpc.aio.server(interceptors=gate, options=_options(settings, listener))
+        take_timeout_s = settings.answer_take_timeout_s
+        add_service(server, _EXECUTOR, executor, REQUEST_CONVERTERS, take_timeout_s)
+        add_service(server, _ADMIN, admin, take_timeout_s=take_timeout_s)
+        health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
+        reflection.enable_server_reflection(
+            (*SERVICE_NAMES, health.SERVICE_NAME, reflection.SERVICE_NAME), server
+        )
         bound = (
-            server.add_secure_port(tcp.address, credentials)
-            if credentials is not None
-            else server.add_insecure_port(tcp.address)
+            server.add_secure_port(listener.target, listener.credentials)
+            if listener.credentials is not None
+            else server.add_insecure_port(listener.target)
         )
         if bound == 0:
-            raise TooljailError(f"cannot listen on TCP {tcp.address}")
-    return server
+            raise TooljailError(f"cannot listen on {listener.target}")
+        servers.append(server)
+    return Servers(servers)

@@ -28,6 +28,20 @@ def _transport(peer: str) -> Literal["unix", "tcp", "unknown"]:
     return "unix" if kind == "unix" else "unknown"
 
 
+TCP_REFUSAL = (
+    "callers over TCP must authenticate with an mTLS client certificate or a bearer token: "
+    "the metadata 'authorization: Bearer <token>' with a token of the daemon's configuration "
+    "(auth.tokens)"
+)
+
+Metadata = Iterable[tuple[str, str | bytes]] | None
+
+
+def _authorization(metadata: Metadata) -> str:
+    value = dict(metadata or ()).get("authorization")
+    return value if isinstance(value, str) else ""
+
+
 def _first(auth: Mapping[str, Iterable[bytes]], key: str) -> list[str]:
     return [value.decode(errors="replace") for value in auth.get(key, [])]
 
@@ -52,6 +66,15 @@ class CallerResolver:
                 found = principal
         return found
 
+    def _by_bearer(self, authorization: str) -> str | None:
+        scheme, _, token = authorization.partition(" ")
+        return self._by_token(token.strip()) if scheme.lower() == "bearer" else None
+
+    def has_valid_token(self, metadata: Metadata) -> bool:
+        """Whether the call's metadata carries a bearer token of this daemon."""
+        authorization = _authorization(metadata)
+        return bool(authorization) and self._by_bearer(authorization) is not None
+
     def resolve(self, context: grpc.aio.ServicerContext[object, object]) -> Caller:
         """The caller, or Unauthenticated."""
         transport = _transport(context.peer() or "")
@@ -69,19 +92,15 @@ class CallerResolver:
                     "principal; issue one with a URI SAN, or have the operator set "
                     "auth.mtls_use_cn"
                 )
-        metadata = dict(context.invocation_metadata() or ())
-        authorization = metadata.get("authorization")
-        if isinstance(authorization, str) and authorization:
-            scheme, _, token = authorization.partition(" ")
-            principal = self._by_token(token.strip()) if scheme.lower() == "bearer" else None
+        authorization = _authorization(context.invocation_metadata())
+        if authorization:
+            principal = self._by_bearer(authorization)
             if principal is None:
                 raise Unauthenticated("the bearer token is not valid for this daemon")
             return self._caller(principal, transport)
         if transport == "unix":
             return self._caller(self._unix_principal, "unix")
-        raise Unauthenticated(
-            "callers over TCP must authenticate with an mTLS client certificate or a bearer token"
-        )
+        raise Unauthenticated(TCP_REFUSAL)
 
     def _caller(self, principal: str, transport: Transport) -> Caller:
         return Caller(principal=principal, transport=transport, admin=principal in self._admins)
