@@ -341,6 +341,11 @@ class Settings(BaseSettings):
     """A stream's client that takes none of its messages for this long, while one waits, has
     the stream ended (RESOURCE_EXHAUSTED) and its calls not started yet are not run: what a
     client does not read is not held without end."""
+    request_receive_timeout_s: float = Field(default=60.0, gt=0)
+    """A request message must arrive whole within this once tooljail reads it, and a call
+    waits at most this long for one of its principal's turns to have its request read (as many
+    at once as max_held_request_bytes holds requests of max_request_bytes); past either, the
+    call is ended (RESOURCE_EXHAUSTED) and what it sent of its request is let go."""
     state_dir: Path = Path("/var/lib/tooljail")
     """Where the daemon keeps its own files (the approval key)."""
     sessions_root: Path | None = None
@@ -406,6 +411,11 @@ class Settings(BaseSettings):
         """What an RPC's answers may hold in bytes (4 a character at most), counted against its
         principal's share from the start (max_held_request_bytes)."""
         return 4 * max(self.result_budget_chars, self.turn_budget_chars)
+
+    @property
+    def receipts_per_principal(self) -> int:
+        """How many of one principal's requests may be on their way in at once."""
+        return max(1, self.max_held_request_bytes // self.max_request_bytes)
 
     @model_validator(mode="after")
     def _check_held_requests(self) -> Settings:

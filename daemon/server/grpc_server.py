@@ -18,11 +18,14 @@ from daemon.server.credential_gate import CredentialGate
 from daemon.server.decoding import add_service
 from daemon.server.identity import CallerResolver
 from daemon.server.listen import ListenAddress
+from daemon.server.receipts import Receipts, ReceiptTurns
 from daemon.server.service import REQUEST_CONVERTERS, ExecutorService
 
 _EXECUTOR = executor_pb2.DESCRIPTOR.services_by_name["Executor"]
 _ADMIN = executor_pb2.DESCRIPTOR.services_by_name["Admin"]
 SERVICE_NAMES = (_EXECUTOR.full_name, _ADMIN.full_name)
+#: Open ExecuteTurn streams are bounded per principal by the service (`TurnStreams`).
+_TURN_METHOD = f"/{_EXECUTOR.full_name}/ExecuteTurn"
 
 
 def _tcp_credentials(tcp: TcpListenerSettings) -> grpc.ServerCredentials | None:
@@ -75,6 +78,10 @@ def _options(settings: Settings, listener: Listener) -> list[tuple[str, int]]:
             ("grpc.max_concurrent_streams", tcp.max_streams_per_connection),
             ("grpc.max_connection_idle_ms", round(tcp.idle_connection_timeout_s * 1000)),
             ("grpc.server_handshake_timeout_ms", round(tcp.handshake_timeout_s * 1000)),
+            # Without BDP probing a stream's window stays at HTTP/2's 64 KiB until tooljail
+            # reads its message: with it, grpc grew the windows of a caller sending data on
+            # calls it then had refused to 64 MiB (attacker round 165).
+            ("grpc.http2.bdp_probe", 0),
         ]
     return options
 
@@ -104,10 +111,12 @@ def build_servers(
 ) -> Servers:
     """A server for each listener, with every service added and its address bound (not
     started yet)."""
+    receipts = Receipts(settings.receipts_per_principal, settings.request_receive_timeout_s)
+    turns = ReceiptTurns(receipts, resolver, [_TURN_METHOD])
     servers = []
     for listener in listeners(settings, address):
-        gate = [CredentialGate(resolver)] if listener.gated else None
-        server = grpc.aio.server(interceptors=gate, options=_options(settings, listener))
+        gate = [CredentialGate(resolver)] if listener.gated else []
+        server = grpc.aio.server(interceptors=[*gate, turns], options=_options(settings, listener))
         take_timeout_s = settings.answer_take_timeout_s
         add_service(server, _EXECUTOR, executor, REQUEST_CONVERTERS, take_timeout_s)
         add_service(server, _ADMIN, admin, take_timeout_s=take_timeout_s)
@@ -115,12 +124,20 @@ def build_servers(
         reflection.enable_server_reflection(
             (*SERVICE_NAMES, health.SERVICE_NAME, reflection.SERVICE_NAME), server
         )
-        bound = (
-            server.add_secure_port(listener.target, listener.credentials)
-            if listener.credentials is not None
-            else server.add_insecure_port(listener.target)
-        )
+        try:
+            bound = (
+                server.add_secure_port(listener.target, listener.credentials)
+                if listener.credentials is not None
+                else server.add_insecure_port(listener.target)
+            )
+        except RuntimeError:
+            bound = 0
         if bound == 0:
-            raise TooljailError(f"cannot listen on {listener.target}")
+            raise TooljailError(
+                f"cannot listen on {listener.target}: the address is taken or not this "
+                "machine's. If another process holds the port, find out whose: on a host with "
+                "other users, one may have bound it to collect the tokens callers send "
+                "(docs/operations.md, 'Listeners and who may call')"
+            )
         servers.append(server)
     return Servers(servers)

@@ -14,13 +14,17 @@ import grpc
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-from tests.integration.harness import RunningDaemon, running_daemon
+from daemon._generated.tooljail.v1 import executor_pb2 as pb
+from daemon._generated.tooljail.v1 import executor_pb2_grpc as pb_grpc
+from tests.integration.harness import RunningDaemon, running_daemon, text_of
 from tests.integration.raw_http2 import (
     DATA,
     END_HEADERS,
     END_STREAM,
     GOAWAY,
     HEADERS,
+    SETTINGS,
+    SETTINGS_INITIAL_WINDOW_SIZE,
     SETTINGS_MAX_CONCURRENT_STREAMS,
     RawConnection,
     ended,
@@ -122,20 +126,57 @@ def test_a_connection_may_open_only_so_many_streams(bounded: tuple[RunningDaemon
         connection.close()
 
 
+def test_refused_calls_do_not_grow_what_a_connection_may_send_unread(
+    bounded: tuple[RunningDaemon, str],
+) -> None:
+    """grpc's BDP probing grew the windows of a connection whose calls were all refused to 64
+    MiB, each stream's data taken in before its refusal (attacker round 165)."""
+    _, target = bounded
+    connection = RawConnection(target)
+    try:
+        assert connection.settings()[SETTINGS_INITIAL_WINDOW_SIZE] <= 65535
+        windows: list[int] = []
+        for stream in range(1, 2 * MAX_STREAMS * 8, 2):
+            connection.send(frame(HEADERS, END_HEADERS, stream, request_headers(HEALTH_CHECK)))
+            connection.send(frame(DATA, 0, stream, message_prefix(1 << 20) + b"x" * 16000))
+            while (got := connection.next_frame(timeout_s=0.01)) is not None:
+                if got.kind == SETTINGS and got.payload:
+                    windows += _window_settings(got.payload)
+        deadline = time.monotonic() + 5
+        while (got := connection.next_frame(max(0.01, deadline - time.monotonic()))) is not None:
+            if got.kind == SETTINGS and got.payload:
+                windows += _window_settings(got.payload)
+        assert all(window <= 65535 for window in windows), windows
+    finally:
+        connection.close()
+
+
+def _window_settings(payload: bytes) -> list[int]:
+    return [
+        int.from_bytes(payload[i + 2 : i + 6])
+        for i in range(0, len(payload), 6)
+        if int.from_bytes(payload[i : i + 2]) == SETTINGS_INITIAL_WINDOW_SIZE
+    ]
+
+
 def test_the_listener_takes_only_so_many_connections_and_the_unix_socket_serves_on(
     bounded: tuple[RunningDaemon, str],
 ) -> None:
     daemon, target = bounded
-    held = [RawConnection(target) for _ in range(MAX_CONNECTIONS)]
+    held: list[RawConnection] = []
+    refused = False
     try:
-        for connection in held:
-            connection.settings()
-        extra = RawConnection(target)
-        try:
-            with pytest.raises((EOFError, ConnectionError)):
-                extra.settings()
-        finally:
-            extra.close()
+        # Connections of the tests before may not have been noticed as closed yet: those still
+        # count, so fewer than the bound may be taken here, never more.
+        while not refused and len(held) <= MAX_CONNECTIONS:
+            connection = RawConnection(target)
+            try:
+                connection.settings()
+                held.append(connection)
+            except (EOFError, ConnectionError):
+                connection.close()
+                refused = True
+        assert refused and len(held) <= MAX_CONNECTIONS
         with grpc.insecure_channel(daemon.target) as channel:
             reply = health_pb2_grpc.HealthStub(channel).Check(
                 health_pb2.HealthCheckRequest(), timeout=30
@@ -177,3 +218,71 @@ def test_a_connection_that_never_finishes_its_handshake_is_closed(short_tmp: Pat
             silent.settimeout(60)
             while silent.recv(4096):
                 pass  # the server's SETTINGS, then its end once the handshake timed out
+
+
+BOB_TOKEN = "listener-bounds-bob-83d2"
+RECEIPT_TURNS = 4
+
+
+@pytest.fixture(scope="module")
+def two_tenants(short_tmp: Path) -> Iterator[tuple[RunningDaemon, str]]:
+    workspace = short_tmp / "ws-receipts"
+    workspace.mkdir()
+    (workspace / "a.txt").write_text("alpha\n")
+    target = f"127.0.0.1:{free_port()}"
+    with running_daemon(
+        workspace,
+        short_tmp / "receipts.sock",
+        sandbox={"enabled": False},
+        tcp={"address": target},
+        auth={"tokens": {"alice": TOKEN, "bob": BOB_TOKEN}},
+        workspaces={"tenant_defaults": "shared"},
+        max_request_bytes=1 << 20,
+        max_held_request_bytes=RECEIPT_TURNS << 20,
+        request_receive_timeout_s=2.0,
+    ) as daemon:
+        yield daemon, target
+
+
+def _read_over_tcp(target: str, token: str, workspace: Path) -> pb.ExecuteResponse:
+    use = pb.ToolUse(id="toolu_receipts", name="Read")
+    use.input.update({"file_path": str(workspace / "a.txt")})
+    with grpc.insecure_channel(target) as channel:
+        reply: pb.ExecuteResponse = pb_grpc.ExecutorStub(channel).Execute(
+            pb.ExecuteRequest(tool_use=use),
+            timeout=60,
+            metadata=(("authorization", f"Bearer {token}"),),
+        )
+        return reply
+
+
+def test_requests_left_unfinished_by_one_tenant_are_bounded_and_ended(
+    two_tenants: tuple[RunningDaemon, str],
+) -> None:
+    """A caller with a token announced 16 MiB messages on many streams and left each one byte
+    short: grpc held every byte, with no end (attacker round 165). Now only so many of one
+    principal's requests are read at once, the others wait, and each must arrive whole in time:
+    every such call ends, and another tenant is served meanwhile."""
+    daemon, target = two_tenants
+    connection = RawConnection(target)
+    streams = range(1, 2 * (2 * RECEIPT_TURNS) + 1, 2)
+    try:
+        connection.settings()
+        for stream in streams:
+            headers = request_headers("/tooljail.v1.Executor/Execute", BOB_TOKEN)
+            connection.send(frame(HEADERS, END_HEADERS, stream, headers))
+            # within the connection's window (64 KiB): nothing is read of these yet
+            connection.send(frame(DATA, 0, stream, message_prefix(1 << 20) + b"\x0a" * 4000))
+        reply = _read_over_tcp(target, TOKEN, daemon.workspace)
+        assert "alpha" in text_of(reply) and not reply.result.is_error
+        endings = {}
+        deadline = time.monotonic() + 120
+        while len(endings) < len(streams) and time.monotonic() < deadline:
+            got = connection.next_frame(timeout_s=1)
+            if got is not None and got.stream in streams and got.flags & END_STREAM:
+                endings[got.stream] = got
+        assert sorted(endings) == list(streams)
+        assert all(ended([ending]) for ending in endings.values())
+    finally:
+        connection.close()
+    assert "alpha" in text_of(_read_over_tcp(target, BOB_TOKEN, daemon.workspace))

@@ -1,25 +1,30 @@
 """The daemon's listeners: which are gated on a bearer token before a request is read, which are
-bounded, where a plaintext listen address may be, and the descriptors their connections may
-take."""
+bounded, where a plaintext listen address may be, the descriptors their connections may take,
+and each principal's turns to have a request read."""
 
 from __future__ import annotations
 
 import asyncio
 import resource
+import socket
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
+from unittest.mock import MagicMock
 
 import grpc
 import pytest
+from grpc_health.v1 import health
 from pydantic import SecretStr, ValidationError
 
 from daemon.config import AuthSettings, Settings
-from daemon.errors import TooljailError
+from daemon.errors import Overloaded, RequestError, TooljailError
 from daemon.host.descriptor_limit import reserve_descriptors
 from daemon.server.credential_gate import CredentialGate
-from daemon.server.grpc_server import listeners
+from daemon.server.grpc_server import build_servers, listeners
 from daemon.server.identity import CallerResolver
 from daemon.server.listen import ListenAddress
+from daemon.server.receipts import Receipts
 
 TOKEN = "gate-unit-token"
 
@@ -141,3 +146,83 @@ def test_connections_past_half_the_hard_limit_are_refused(monkeypatch: pytest.Mo
     with pytest.raises(TooljailError, match=r"tcp\.max_connections"):
         reserve_descriptors(2049)
     assert set_to == []
+
+
+def test_a_taken_port_is_refused_with_what_to_look_for(tmp_path: Path) -> None:
+    taken = socket.socket()
+    taken.bind(("127.0.0.1", 0))
+    taken.listen()
+    address = f"127.0.0.1:{taken.getsockname()[1]}"
+    settings = _settings(listen=f"unix://{tmp_path}/s.sock", tcp={"address": address})
+    servicer = MagicMock()
+
+    async def build() -> None:
+        build_servers(
+            settings,
+            ListenAddress.parse(settings.listen),
+            servicer,
+            servicer,
+            health.aio.HealthServicer(),
+            CallerResolver(settings.auth),
+        )
+
+    try:
+        with pytest.raises(TooljailError, match="collect the tokens"):
+            asyncio.run(build())
+    finally:
+        taken.close()
+
+
+# --- receipt turns ---------------------------------------------------------------------------
+
+
+def test_a_principals_requests_wait_for_its_turns_and_others_do_not() -> None:
+    async def scenario() -> list[str]:
+        receipts = Receipts(per_principal=2, timeout_s=30)
+        seen: list[str] = []
+        release = asyncio.Event()
+
+        async def receive(principal: str, name: str) -> None:
+            async with receipts.turn(principal):
+                seen.append(name)
+                await release.wait()
+
+        bob = [asyncio.create_task(receive("bob", f"bob{i}")) for i in range(3)]
+        await asyncio.sleep(0.05)
+        alice = asyncio.create_task(receive("alice", "alice"))
+        await asyncio.sleep(0.05)
+        assert seen == ["bob0", "bob1", "alice"]  # bob's third waits, alice does not
+        release.set()
+        await asyncio.gather(*bob, alice)
+        return seen
+
+    assert asyncio.run(scenario())[-1] == "bob2"
+
+
+def test_a_turn_waited_for_too_long_is_refused_and_forgotten() -> None:
+    async def scenario() -> Receipts:
+        receipts = Receipts(per_principal=1, timeout_s=0.05)
+        async with receipts.turn("bob"):
+            with pytest.raises(Overloaded, match="on their way in"):
+                async with receipts.turn("bob"):
+                    pass
+        return receipts
+
+    receipts = asyncio.run(scenario())
+    assert receipts._turns == {} and receipts._users == {}
+
+
+def test_a_request_that_does_not_arrive_whole_in_time_is_refused() -> None:
+    async def never() -> AsyncIterator[object]:
+        await asyncio.sleep(3600)
+        yield b""
+
+    async def nothing() -> AsyncIterator[object]:
+        return
+        yield b""
+
+    receipts = Receipts(per_principal=1, timeout_s=0.05)
+    with pytest.raises(Overloaded, match="did not arrive whole"):
+        asyncio.run(receipts.received(never()))
+    with pytest.raises(RequestError, match="exactly one request message"):
+        asyncio.run(receipts.received(nothing()))

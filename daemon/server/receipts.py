@@ -1,0 +1,161 @@
+"""How many request messages each principal may have on their way in at once.
+
+While grpc waits for a request message, its core takes in every byte the client sends of it, up
+to max_request_bytes, and nothing of tooljail's counts them before the message is whole: a
+caller with a token announcing 16 MiB messages on many streams and leaving each one byte short
+held gigabytes, without end (attacker round 165). So a call's request is read only in one of its
+principal's receipt turns (as many as max_held_request_bytes holds largest requests), the other
+calls waiting for one before anything of theirs is read; and a request must arrive whole within
+the receive timeout, or the call is ended (which lets its bytes go).
+
+This runs as a server interceptor, on every listener: a unary method's handler becomes one that
+takes its request as a stream, so that tooljail decides when the one message is read. A client
+streaming method holds a turn for as long as it is open, but ExecuteTurn, whose open streams are
+bounded per principal by the service itself (each has one message on its way in at a time).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import inspect
+from collections.abc import AsyncIterator, Awaitable, Callable, Collection
+from typing import Any, TypeAlias
+
+import grpc
+
+from daemon.errors import Overloaded, RequestError, TooljailError
+from daemon.server.identity import CallerResolver
+from daemon.server.status import status_for, status_message
+
+Context = grpc.aio.ServicerContext[Any, Any]
+Handler: TypeAlias = "grpc.RpcMethodHandler[Any, Any]"
+Continuation: TypeAlias = "Callable[[grpc.HandlerCallDetails], Awaitable[Handler | None]]"
+
+
+class Receipts:
+    """Each principal's receipt turns."""
+
+    def __init__(self, per_principal: int, timeout_s: float) -> None:
+        self._per_principal = per_principal
+        self.timeout_s = timeout_s
+        self._turns: dict[str, asyncio.Semaphore] = {}
+        self._users: dict[str, int] = {}
+
+    @contextlib.asynccontextmanager
+    async def turn(self, principal: str) -> AsyncIterator[None]:
+        """One of `principal`'s receipt turns, waited for at most the timeout (Overloaded)."""
+        turns = self._turns.setdefault(principal, asyncio.Semaphore(self._per_principal))
+        self._users[principal] = self._users.get(principal, 0) + 1
+        try:
+            try:
+                async with asyncio.timeout(self.timeout_s):
+                    await turns.acquire()
+            except TimeoutError:
+                raise Overloaded(
+                    f"{self._per_principal} of your requests have been on their way in for "
+                    f"{self.timeout_s:g} s and this one waited for them; send each request "
+                    "whole, and fewer at once"
+                ) from None
+            try:
+                yield
+            finally:
+                turns.release()
+        finally:
+            self._users[principal] -= 1
+            if not self._users[principal]:  # principals come and go: keep only those in use
+                del self._users[principal], self._turns[principal]
+
+    async def received(self, requests: AsyncIterator[object]) -> object:
+        """The one message of a unary call, within the timeout."""
+        try:
+            async with asyncio.timeout(self.timeout_s):
+                return await anext(aiter(requests))
+        except TimeoutError:
+            raise Overloaded(
+                f"the request did not arrive whole within {self.timeout_s:g} s; send it at once"
+            ) from None
+        except StopAsyncIteration:
+            raise RequestError("a unary method takes exactly one request message") from None
+
+
+async def _refuse(context: Context, exc: TooljailError) -> None:
+    await context.abort(status_for(exc), status_message(exc))
+
+
+async def _answer(result: object, context: Context) -> object:
+    """What a handler's behaviour gave: awaited, or its messages written one by one."""
+    if inspect.isasyncgen(result):
+        async for response in result:
+            await context.write(response)
+        return None
+    return await result  # type: ignore[misc]
+
+
+class ReceiptTurns(grpc.aio.ServerInterceptor):
+    """Reads each call's request in one of its principal's receipt turns."""
+
+    def __init__(
+        self, receipts: Receipts, resolver: CallerResolver, bounded_streams: Collection[str]
+    ) -> None:
+        self._receipts = receipts
+        self._resolver = resolver
+        self._bounded_streams = frozenset(bounded_streams)
+
+    async def intercept_service(
+        self, continuation: Continuation, handler_call_details: grpc.HandlerCallDetails
+    ) -> Handler | None:
+        handler = await continuation(handler_call_details)
+        if handler is None or handler_call_details.method in self._bounded_streams:
+            return handler
+        if handler.request_streaming:
+            return self._whole_stream(handler)
+        return self._one_message(handler)
+
+    def _one_message(self, handler: Handler) -> Handler:
+        behaviour: Any = handler.unary_unary or handler.unary_stream
+        receipts, resolver = self._receipts, self._resolver
+
+        async def handle(requests: AsyncIterator[object], context: Context) -> object:
+            try:
+                principal = resolver.resolve(context).principal
+                async with receipts.turn(principal):
+                    request = await receipts.received(requests)
+            except TooljailError as exc:
+                await _refuse(context, exc)
+            return await _answer(behaviour(request, context), context)
+
+        make = (
+            grpc.stream_unary_rpc_method_handler
+            if handler.unary_unary
+            else grpc.stream_stream_rpc_method_handler
+        )
+        return make(
+            handle,
+            request_deserializer=handler.request_deserializer,
+            response_serializer=handler.response_serializer,
+        )
+
+    def _whole_stream(self, handler: Handler) -> Handler:
+        behaviour: Any = handler.stream_unary or handler.stream_stream
+        receipts, resolver = self._receipts, self._resolver
+
+        async def handle(requests: AsyncIterator[object], context: Context) -> object:
+            try:
+                principal = resolver.resolve(context).principal
+                async with receipts.turn(principal):
+                    return await _answer(behaviour(requests, context), context)
+            except TooljailError as exc:
+                await _refuse(context, exc)
+            return None
+
+        make = (
+            grpc.stream_unary_rpc_method_handler
+            if handler.stream_unary
+            else grpc.stream_stream_rpc_method_handler
+        )
+        return make(
+            handle,
+            request_deserializer=handler.request_deserializer,
+            response_serializer=handler.response_serializer,
+        )
