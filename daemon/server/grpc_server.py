@@ -93,8 +93,13 @@ class Servers:
         self._servers = servers
 
     async def start(self) -> None:
-        for server in self._servers:
-            await server.start()
+        """Start them all; when one fails, the ones started are stopped again."""
+        try:
+            for server in self._servers:
+                await server.start()
+        except BaseException:
+            await self.stop(0)
+            raise
 
     async def stop(self, grace_s: float) -> None:
         """Stop them all at once, each giving its calls `grace_s` to end."""
@@ -113,11 +118,11 @@ def build_servers(
     started yet)."""
     receipts = Receipts(settings.receipts_per_principal, settings.request_receive_timeout_s)
     turns = ReceiptTurns(receipts, resolver, [_TURN_METHOD])
+    take_timeout_s = settings.answer_take_timeout_s
     servers = []
     for listener in listeners(settings, address):
         gate = [CredentialGate(resolver)] if listener.gated else []
         server = grpc.aio.server(interceptors=[*gate, turns], options=_options(settings, listener))
-        take_timeout_s = settings.answer_take_timeout_s
         add_service(server, _EXECUTOR, executor, REQUEST_CONVERTERS, take_timeout_s)
         add_service(server, _ADMIN, admin, take_timeout_s=take_timeout_s)
         health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)

@@ -123,6 +123,7 @@ class ReceiptTurns(grpc.aio.ServerInterceptor):
                     request = await receipts.received(requests)
             except TooljailError as exc:
                 await _refuse(context, exc)
+                return None
             return await _answer(behaviour(request, context), context)
 
         make = (
