@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from grpc_health.v1 import health, health_pb2
+from grpc_health.v1 import health_pb2
 
 from daemon import __version__
 from daemon.app.egress import start_egress
@@ -49,6 +49,7 @@ from daemon.policy.revision import policy_revision
 from daemon.policy.shadow import ShadowedEngine
 from daemon.server.admin import AdminService
 from daemon.server.grpc_server import SERVICE_NAMES, Servers, build_servers
+from daemon.server.health_checks import BoundedHealth
 from daemon.server.held_requests import HeldRequests
 from daemon.server.identity import CallerResolver
 from daemon.server.listen import ListenAddress
@@ -117,7 +118,8 @@ class Daemon:
         self._listing: Session | None = None
         self._catalog = ToolCatalog(settings.deferred_tools)
         self._server: Servers | None = None
-        self._health = health.aio.HealthServicer()
+        self._resolver = CallerResolver(settings.auth)
+        self._health = BoundedHealth(self._resolver)
         self._stack: contextlib.AsyncExitStack | None = None
         self._grace_s = settings.shutdown_grace_s
 
@@ -257,7 +259,7 @@ class Daemon:
             ),
         )
         await stack.enter_async_context(_running(sessions))
-        resolver = CallerResolver(settings.auth)
+        resolver = self._resolver
         server = build_servers(
             settings,
             self.address,

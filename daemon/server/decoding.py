@@ -29,7 +29,7 @@ from google.protobuf.descriptor import MethodDescriptor, ServiceDescriptor
 from google.protobuf.message_factory import GetMessageClass
 
 from daemon.errors import Overloaded, RequestError, TooljailError
-from daemon.server.status import status_for, status_message
+from daemon.server.status import Refusal
 
 Context = grpc.aio.ServicerContext[Any, Any]
 UnaryBehaviour = Callable[[Any, Context], Awaitable[Any]]
@@ -95,6 +95,7 @@ class Decoded(Generic[T]):
         else:
             async with self._large:
                 outcome = await asyncio.to_thread(self._decode, data)
+        del data  # not kept by the traceback of the error below
         if isinstance(outcome, Undecodable):
             raise RequestError(outcome.status_message())
         if isinstance(outcome, RequestError):
@@ -120,7 +121,8 @@ def _decoder(message_class: type[protobuf_message.Message], converter: Converter
         try:
             return converter(message)
         except RequestError as exc:
-            return exc
+            # Its traceback holds the converter's frames, and through them the message
+            return exc.with_traceback(None)
 
     return decode
 
@@ -132,24 +134,21 @@ def _deserializer(decode: Decode, converted: bool, large: asyncio.Semaphore) -> 
     return deserialize
 
 
-async def _abort(context: Context, exc: TooljailError) -> None:
-    """End the RPC with the status `exc` maps to."""
-    try:
-        await context.abort(status_for(exc), status_message(exc))
-    except grpc.aio.InternalError:
-        # grpc's core took no status: a message the client never took still waits (its window
-        # stays shut, attacker round 163). The call ends with its connection.
-        return
+# Each handler ends a refused call only once it let go of its request (see `Refusal`).
 
 
 def _guarded_unary(behaviour: UnaryBehaviour) -> UnaryBehaviour:
     async def handle(request: object, context: Context) -> Any:
         if isinstance(request, Undecodable):
-            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, request.status_message())
-        try:
-            return await behaviour(request, context)
-        except TooljailError as exc:
-            await context.abort(status_for(exc), status_message(exc))
+            refusal = Refusal(grpc.StatusCode.INVALID_ARGUMENT, request.status_message())
+        else:
+            try:
+                return await behaviour(request, context)
+            except TooljailError as exc:
+                refusal = Refusal.of(exc)
+        del request
+        await refusal.end(context)
+        return None
 
     return handle
 
@@ -157,11 +156,16 @@ def _guarded_unary(behaviour: UnaryBehaviour) -> UnaryBehaviour:
 def _guarded_stream(behaviour: StreamBehaviour, take_timeout_s: float) -> StreamHandler:
     async def handle(request: object, context: Context) -> None:
         if isinstance(request, Undecodable):
-            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, request.status_message())
-        try:
-            await _written(behaviour(request, context), context, take_timeout_s)
-        except TooljailError as exc:
-            await _abort(context, exc)
+            refusal = Refusal(grpc.StatusCode.INVALID_ARGUMENT, request.status_message())
+        else:
+            try:
+                await _written(behaviour(request, context), context, take_timeout_s)
+            except TooljailError as exc:
+                refusal = Refusal.of(exc)
+            else:
+                return
+        del request
+        await refusal.end(context)
 
     return handle
 
@@ -179,7 +183,11 @@ def _guarded_bidi(behaviour: StreamBehaviour, take_timeout_s: float) -> StreamHa
         try:
             await _written(behaviour(_decoded(requests), context), context, take_timeout_s)
         except TooljailError as exc:
-            await _abort(context, exc)
+            refusal = Refusal.of(exc)
+        else:
+            return
+        del requests
+        await refusal.end(context)
 
     return handle
 

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import dataclasses
+from typing import Any
+
 import grpc
 
 from daemon.errors import (
@@ -47,3 +50,30 @@ def status_message(exc: TooljailError) -> str:
     if len(text) <= MAX_STATUS_CHARS:
         return text
     return text[: MAX_STATUS_CHARS - 40] + f" ... [{len(text) - MAX_STATUS_CHARS + 40} chars cut]"
+
+
+@dataclasses.dataclass(frozen=True)
+class Refusal:
+    """The status a call is ended with, and nothing else of what ended it.
+
+    A refused call's request must not outlive it: grpc keeps the exception that ended a call
+    with the call's state for a while, and that exception's traceback keeps the frames it went
+    through, with their locals; an error keeps its own frames and the errors it was raised
+    from (attacker round 166: refused 16 MiB requests piled up until the daemon was killed at
+    its memory limit). So a handler keeps a Refusal past its `except`, lets go of its request,
+    and only then ends the call."""
+
+    code: grpc.StatusCode
+    message: str
+
+    @classmethod
+    def of(cls, exc: TooljailError) -> Refusal:
+        return cls(status_for(exc), status_message(exc))
+
+    async def end(self, context: grpc.aio.ServicerContext[Any, Any]) -> None:
+        """End the call with this status (nothing when grpc's core takes none: a message the
+        client never took still waits, and the call ends with its connection)."""
+        try:
+            await context.abort(self.code, self.message)
+        except grpc.aio.InternalError:
+            return

@@ -13,9 +13,12 @@ from pathlib import Path
 import grpc
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
+from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
 
 from daemon._generated.tooljail.v1 import executor_pb2 as pb
 from daemon._generated.tooljail.v1 import executor_pb2_grpc as pb_grpc
+from daemon.server.health_checks import MAX_WATCHES_PER_PRINCIPAL
+from daemon.server.receipts import SMALL_STREAM_MESSAGE_BYTES
 from tests.integration.harness import RunningDaemon, running_daemon, text_of
 from tests.integration.raw_http2 import (
     DATA,
@@ -286,3 +289,70 @@ def test_requests_left_unfinished_by_one_tenant_are_bounded_and_ended(
     finally:
         connection.close()
     assert "alpha" in text_of(_read_over_tcp(target, BOB_TOKEN, daemon.workspace))
+
+
+def _channel(target: str) -> grpc.Channel:
+    return grpc.insecure_channel(target, options=[("grpc.max_send_message_length", 64 << 20)])
+
+
+BOB = (("authorization", f"Bearer {BOB_TOKEN}"),)
+ALICE = (("authorization", f"Bearer {TOKEN}"),)
+
+
+def test_health_watch_streams_are_bounded_per_principal_and_take_only_short_names(
+    two_tenants: tuple[RunningDaemon, str],
+) -> None:
+    """Each Watch stream held its 16 MiB service name for as long as it stayed open, and one
+    principal could open them by the thousand (attacker round 166)."""
+    _, target = two_tenants
+    with _channel(target) as channel:
+        health = health_pb2_grpc.HealthStub(channel)
+        long_name = health_pb2.HealthCheckRequest(service="x" * 100_000)
+        for call in (health.Check, lambda r, **kw: next(iter(health.Watch(r, **kw)))):
+            with pytest.raises(grpc.RpcError) as refused:
+                call(long_name, timeout=30, metadata=BOB)
+            assert refused.value.code() == grpc.StatusCode.NOT_FOUND
+        watches = [
+            health.Watch(health_pb2.HealthCheckRequest(), timeout=120, metadata=BOB)
+            for _ in range(MAX_WATCHES_PER_PRINCIPAL)
+        ]
+        try:
+            for watch in watches:
+                assert next(watch).status == health_pb2.HealthCheckResponse.SERVING
+            with pytest.raises(grpc.RpcError) as refused:
+                next(health.Watch(health_pb2.HealthCheckRequest(), timeout=30, metadata=BOB))
+            assert refused.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+            # Another principal's are its own.
+            alice = health.Watch(health_pb2.HealthCheckRequest(), timeout=30, metadata=ALICE)
+            assert next(alice).status == health_pb2.HealthCheckResponse.SERVING
+            alice.cancel()
+        finally:
+            for watch in watches:
+                watch.cancel()
+        deadline = time.monotonic() + 60
+        while True:  # bob's are counted no more once they ended
+            try:
+                reopened = health.Watch(health_pb2.HealthCheckRequest(), timeout=30, metadata=BOB)
+                assert next(reopened).status == health_pb2.HealthCheckResponse.SERVING
+                reopened.cancel()
+                break
+            except grpc.RpcError:
+                assert time.monotonic() < deadline
+                time.sleep(0.2)
+
+
+def test_reflection_takes_only_small_messages(two_tenants: tuple[RunningDaemon, str]) -> None:
+    """Reflection's answers echo its requests: 16 MiB symbols held 1.3 GiB for one principal
+    whose client did not read (attacker round 166)."""
+    _, target = two_tenants
+    with _channel(target) as channel:
+        stub = reflection_pb2_grpc.ServerReflectionStub(channel)
+
+        def ask(symbol: str) -> reflection_pb2.ServerReflectionResponse:
+            request = reflection_pb2.ServerReflectionRequest(file_containing_symbol=symbol)
+            return next(iter(stub.ServerReflectionInfo(iter([request]), timeout=30, metadata=BOB)))
+
+        assert ask("tooljail.v1.Executor").file_descriptor_response.file_descriptor_proto
+        with pytest.raises(grpc.RpcError) as refused:
+            ask("x" * (SMALL_STREAM_MESSAGE_BYTES + 1))
+        assert refused.value.code() == grpc.StatusCode.INVALID_ARGUMENT

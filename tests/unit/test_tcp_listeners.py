@@ -7,7 +7,6 @@ from __future__ import annotations
 import asyncio
 import resource
 import socket
-from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 from unittest.mock import MagicMock
@@ -212,17 +211,21 @@ def test_a_turn_waited_for_too_long_is_refused_and_forgotten() -> None:
     assert receipts._turns == {} and receipts._users == {}
 
 
+class _Reading:
+    """A servicer context whose read gives `message` after `delay_s`."""
+
+    def __init__(self, message: object, delay_s: float = 0.0) -> None:
+        self._message, self._delay_s = message, delay_s
+
+    async def read(self) -> object:
+        await asyncio.sleep(self._delay_s)
+        return self._message
+
+
 def test_a_request_that_does_not_arrive_whole_in_time_is_refused() -> None:
-    async def never() -> AsyncIterator[object]:
-        await asyncio.sleep(3600)
-        yield b""
-
-    async def nothing() -> AsyncIterator[object]:
-        return
-        yield b""
-
     receipts = Receipts(per_principal=1, timeout_s=0.05)
+    assert asyncio.run(receipts.received(_Reading(b"whole"))) == b"whole"  # type: ignore[arg-type]
     with pytest.raises(Overloaded, match="did not arrive whole"):
-        asyncio.run(receipts.received(never()))
+        asyncio.run(receipts.received(_Reading(b"late", 3600)))  # type: ignore[arg-type]
     with pytest.raises(RequestError, match="exactly one request message"):
-        asyncio.run(receipts.received(nothing()))
+        asyncio.run(receipts.received(_Reading(grpc.aio.EOF)))  # type: ignore[arg-type]
