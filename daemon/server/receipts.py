@@ -106,6 +106,20 @@ async def _answer(result: object, context: Context) -> object:
     return await result  # type: ignore[misc]
 
 
+def _taking_a_stream(handle: Callable[..., Awaitable[object]], handler: Handler) -> Handler:
+    """A handler of `handle` in place of `handler`, its requests taken as a stream."""
+    make = (
+        grpc.stream_stream_rpc_method_handler
+        if handler.response_streaming
+        else grpc.stream_unary_rpc_method_handler
+    )
+    return make(
+        handle,
+        request_deserializer=handler.request_deserializer,
+        response_serializer=handler.response_serializer,
+    )
+
+
 class ReceiptTurns(grpc.aio.ServerInterceptor):
     """Reads each call's request in one of its principal's receipt turns."""
 
@@ -142,16 +156,7 @@ class ReceiptTurns(grpc.aio.ServerInterceptor):
             await refusal.end(context)
             return None
 
-        make = (
-            grpc.stream_unary_rpc_method_handler
-            if handler.unary_unary
-            else grpc.stream_stream_rpc_method_handler
-        )
-        return make(
-            handle,
-            request_deserializer=handler.request_deserializer,
-            response_serializer=handler.response_serializer,
-        )
+        return _taking_a_stream(handle, handler)
 
     def _whole_stream(self, handler: Handler) -> Handler:
         behaviour: Any = handler.stream_unary or handler.stream_stream
@@ -168,13 +173,4 @@ class ReceiptTurns(grpc.aio.ServerInterceptor):
             await refusal.end(context)
             return None
 
-        make = (
-            grpc.stream_unary_rpc_method_handler
-            if handler.stream_unary
-            else grpc.stream_stream_rpc_method_handler
-        )
-        return make(
-            handle,
-            request_deserializer=handler.request_deserializer,
-            response_serializer=handler.response_serializer,
-        )
+        return _taking_a_stream(handle, handler)
