@@ -117,7 +117,8 @@ def build_servers(
     """A server for each listener, with every service added and its address bound (not
     started yet)."""
     receipts = Receipts(settings.receipts_per_principal, settings.request_receive_timeout_s)
-    turns = ReceiptTurns(receipts, resolver, [_TURN_METHOD])
+    counted = [f"/{_EXECUTOR.full_name}/{name}" for name in REQUEST_CONVERTERS]
+    turns = ReceiptTurns(receipts, resolver, [_TURN_METHOD], counted)
     take_timeout_s = settings.answer_take_timeout_s
     servers = []
     for listener in listeners(settings, address):

@@ -12,12 +12,15 @@ This runs as a server interceptor, on every listener: a unary method's handler b
 takes its request as a stream, so that tooljail decides when the one message is read. A client
 streaming method holds a turn for as long as it is open, but ExecuteTurn, whose open streams are
 bounded per principal by the service itself (each has one message on its way in at a time).
+The methods whose requests are not counted against their principal's share (all but the
+Execute family) take requests of at most SMALL_MESSAGE_BYTES, refused before they are decoded.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import inspect
 from collections.abc import AsyncIterator, Awaitable, Callable, Collection
 from typing import Any, TypeAlias
@@ -81,19 +84,40 @@ class Receipts:
         return request
 
 
-SMALL_STREAM_MESSAGE_BYTES = 64 << 10
-"""The largest message of a client stream that is not tooljail's (server reflection): its
-requests name a symbol or a file, and its answers echo them (attacker round 166: 16 MiB names
-held 1.3 GiB for one principal)."""
+SMALL_MESSAGE_BYTES = 64 << 10
+"""The largest request of a method whose requests are not counted against their principal's
+share (every method but the Execute family): their requests name a session, a path, a symbol,
+a mode; nothing needs more. Larger ones were held, and copied, while their calls ran or waited
+(attacker rounds 166 and 167: 16 MiB workspace paths in OpenSession, padded ReloadPolicies
+waiting on the reload lock, reflection symbols its answers echo)."""
 
 
-async def _small_messages(requests: AsyncIterator[Any], limit: int) -> AsyncIterator[Any]:
+@dataclasses.dataclass(frozen=True)
+class _Oversized:
+    """A request past SMALL_MESSAGE_BYTES, in place of the message (never decoded)."""
+
+    size: int
+
+    def refusal(self) -> RequestError:
+        return RequestError(
+            f"this method takes requests of at most {SMALL_MESSAGE_BYTES} bytes; this one has "
+            f"{self.size}"
+        )
+
+
+def _small_only(deserialize: Callable[[bytes], object] | None) -> Callable[[bytes], object]:
+    def deserialize_small(data: bytes) -> object:
+        if len(data) > SMALL_MESSAGE_BYTES:
+            return _Oversized(len(data))
+        return deserialize(data) if deserialize else data
+
+    return deserialize_small
+
+
+async def _small_messages(requests: AsyncIterator[Any]) -> AsyncIterator[Any]:
     async for message in requests:
-        if message.ByteSize() > limit:
-            raise RequestError(
-                f"a message of this stream may take {limit} bytes; this one took "
-                f"{message.ByteSize()}"
-            )
+        if isinstance(message, _Oversized):
+            raise message.refusal()
         yield message
 
 
@@ -106,16 +130,20 @@ async def _answer(result: object, context: Context) -> object:
     return await result  # type: ignore[misc]
 
 
-def _taking_a_stream(handle: Callable[..., Awaitable[object]], handler: Handler) -> Handler:
-    """A handler of `handle` in place of `handler`, its requests taken as a stream."""
+def _taking_a_stream(
+    handle: Callable[..., Awaitable[object]], handler: Handler, small: bool
+) -> Handler:
+    """A handler of `handle` in place of `handler`, its requests taken as a stream (and
+    refused past SMALL_MESSAGE_BYTES when `small`)."""
     make = (
         grpc.stream_stream_rpc_method_handler
         if handler.response_streaming
         else grpc.stream_unary_rpc_method_handler
     )
+    deserialize = handler.request_deserializer
     return make(
         handle,
-        request_deserializer=handler.request_deserializer,
+        request_deserializer=_small_only(deserialize) if small else deserialize,
         response_serializer=handler.response_serializer,
     )
 
@@ -124,11 +152,19 @@ class ReceiptTurns(grpc.aio.ServerInterceptor):
     """Reads each call's request in one of its principal's receipt turns."""
 
     def __init__(
-        self, receipts: Receipts, resolver: CallerResolver, bounded_streams: Collection[str]
+        self,
+        receipts: Receipts,
+        resolver: CallerResolver,
+        bounded_streams: Collection[str],
+        counted: Collection[str],
     ) -> None:
+        """`bounded_streams`: client-streaming methods left as they are; `counted`: the methods
+        whose requests are counted against their principal's share (any size up to
+        max_request_bytes); the others' requests must be small."""
         self._receipts = receipts
         self._resolver = resolver
         self._bounded_streams = frozenset(bounded_streams)
+        self._counted = frozenset(counted)
 
     async def intercept_service(
         self, continuation: Continuation, handler_call_details: grpc.HandlerCallDetails
@@ -136,11 +172,12 @@ class ReceiptTurns(grpc.aio.ServerInterceptor):
         handler = await continuation(handler_call_details)
         if handler is None or handler_call_details.method in self._bounded_streams:
             return handler
+        small = handler_call_details.method not in self._counted
         if handler.request_streaming:
-            return self._whole_stream(handler)
-        return self._one_message(handler)
+            return self._whole_stream(handler, small)
+        return self._one_message(handler, small)
 
-    def _one_message(self, handler: Handler) -> Handler:
+    def _one_message(self, handler: Handler, small: bool) -> Handler:
         behaviour: Any = handler.unary_unary or handler.unary_stream
         receipts, resolver = self._receipts, self._resolver
 
@@ -148,7 +185,11 @@ class ReceiptTurns(grpc.aio.ServerInterceptor):
             try:
                 principal = resolver.resolve(context).principal
                 async with receipts.turn(principal):
-                    answer = behaviour(await receipts.received(context), context)
+                    request = await receipts.received(context)
+                if isinstance(request, _Oversized):
+                    raise request.refusal()
+                answer = behaviour(request, context)
+                del request
             except TooljailError as exc:
                 refusal = Refusal.of(exc)
             else:
@@ -156,9 +197,9 @@ class ReceiptTurns(grpc.aio.ServerInterceptor):
             await refusal.end(context)
             return None
 
-        return _taking_a_stream(handle, handler)
+        return _taking_a_stream(handle, handler, small)
 
-    def _whole_stream(self, handler: Handler) -> Handler:
+    def _whole_stream(self, handler: Handler, small: bool) -> Handler:
         behaviour: Any = handler.stream_unary or handler.stream_stream
         receipts, resolver = self._receipts, self._resolver
 
@@ -166,11 +207,11 @@ class ReceiptTurns(grpc.aio.ServerInterceptor):
             try:
                 principal = resolver.resolve(context).principal
                 async with receipts.turn(principal):
-                    small = _small_messages(requests, SMALL_STREAM_MESSAGE_BYTES)
-                    return await _answer(behaviour(small, context), context)
+                    checked = _small_messages(requests) if small else requests
+                    return await _answer(behaviour(checked, context), context)
             except TooljailError as exc:
                 refusal = Refusal.of(exc)
             await refusal.end(context)
             return None
 
-        return _taking_a_stream(handle, handler)
+        return _taking_a_stream(handle, handler, small)

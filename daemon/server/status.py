@@ -40,16 +40,22 @@ def status_for(exc: TooljailError) -> grpc.StatusCode:
     return grpc.StatusCode.INTERNAL
 
 
-#: Status messages travel in a header that clients cap (16 KB in gRPC); keep them well below.
-MAX_STATUS_CHARS = 2_000
+#: Status messages travel in a header that clients cap (8 KB soft, 16 KB hard in gRPC), percent-
+#: encoded: a byte of UTF-8 outside printable ASCII takes 3. So they are cut in UTF-8 bytes,
+#: which keeps the worst case (every byte encoded) at 6 KB (attacker round 167: 2,000 characters
+#: of 2 bytes each reached the client as "metadata size exceeds soft limit").
+MAX_STATUS_BYTES = 2_000
 
 
 def status_message(exc: TooljailError) -> str:
     """The error's text for a status, shortened so that it always reaches the caller."""
-    text = wire_safe(str(exc))
-    if len(text) <= MAX_STATUS_CHARS:
+    raw = str(exc)
+    text = wire_safe(raw[: 2 * MAX_STATUS_BYTES])  # what is past this could not be kept anyway
+    encoded = text.encode()
+    if len(raw) <= 2 * MAX_STATUS_BYTES and len(encoded) <= MAX_STATUS_BYTES:
         return text
-    return text[: MAX_STATUS_CHARS - 40] + f" ... [{len(text) - MAX_STATUS_CHARS + 40} chars cut]"
+    kept = encoded[: MAX_STATUS_BYTES - 40].decode(errors="ignore")
+    return kept + f" ... [{len(raw) - len(kept)} chars cut]"
 
 
 @dataclasses.dataclass(frozen=True)

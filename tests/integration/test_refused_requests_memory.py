@@ -34,7 +34,7 @@ def _rss(pid: int) -> int:
     return int(status.split("VmRSS:")[1].split()[0]) * 1024
 
 
-def _unknown_field(size: int) -> bytes:
+def unknown_field(size: int) -> bytes:
     """A field number no message of tooljail's has (15), `size` bytes long: kept as unknown."""
     return bytes([15 << 3 | 2]) + _VarintBytes(size) + b"u" * size
 
@@ -62,12 +62,12 @@ def daemon_process(short_tmp: Path) -> Iterator[tuple[str, int]]:
 
 def _refused_body(method: str) -> bytes:
     if method == "/tooljail.v1.Admin/Status":  # the socket's principal is no admin here
-        return _unknown_field(REQUEST_BYTES)
+        return unknown_field(REQUEST_BYTES)
     if method == "/tooljail.v1.Executor/ListTools":
         return pb.ListToolsRequest(session_id="s" * REQUEST_BYTES).SerializeToString()
     if method == "/tooljail.v1.Executor/Execute":
         use = pb.ToolUse(id="toolu_refused_memory", name="NoSuchTool")
-        return pb.ExecuteRequest(tool_use=use).SerializeToString() + _unknown_field(REQUEST_BYTES)
+        return pb.ExecuteRequest(tool_use=use).SerializeToString() + unknown_field(REQUEST_BYTES)
     return health_pb2.HealthCheckRequest(service="x" * REQUEST_BYTES).SerializeToString()
 
 

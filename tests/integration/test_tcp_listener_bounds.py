@@ -18,7 +18,7 @@ from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
 from daemon._generated.tooljail.v1 import executor_pb2 as pb
 from daemon._generated.tooljail.v1 import executor_pb2_grpc as pb_grpc
 from daemon.server.health_checks import MAX_WATCHES_PER_PRINCIPAL
-from daemon.server.receipts import SMALL_STREAM_MESSAGE_BYTES
+from daemon.server.receipts import SMALL_MESSAGE_BYTES
 from tests.integration.harness import RunningDaemon, running_daemon, text_of
 from tests.integration.raw_http2 import (
     DATA,
@@ -35,6 +35,7 @@ from tests.integration.raw_http2 import (
     message_prefix,
     request_headers,
 )
+from tests.integration.test_refused_requests_memory import unknown_field
 from tests.integration.test_service import free_port
 
 pytestmark = pytest.mark.integration
@@ -307,7 +308,7 @@ def test_health_watch_streams_are_bounded_per_principal_and_take_only_short_name
     _, target = two_tenants
     with _channel(target) as channel:
         health = health_pb2_grpc.HealthStub(channel)
-        long_name = health_pb2.HealthCheckRequest(service="x" * 100_000)
+        long_name = health_pb2.HealthCheckRequest(service="x" * 1_000)
         for call in (health.Check, lambda r, **kw: next(iter(health.Watch(r, **kw)))):
             with pytest.raises(grpc.RpcError) as refused:
                 call(long_name, timeout=30, metadata=BOB)
@@ -354,5 +355,33 @@ def test_reflection_takes_only_small_messages(two_tenants: tuple[RunningDaemon, 
 
         assert ask("tooljail.v1.Executor").file_descriptor_response.file_descriptor_proto
         with pytest.raises(grpc.RpcError) as refused:
-            ask("x" * (SMALL_STREAM_MESSAGE_BYTES + 1))
+            ask("x" * (SMALL_MESSAGE_BYTES + 1))
         assert refused.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+
+
+@pytest.mark.parametrize(
+    "method",
+    ["/tooljail.v1.Executor/OpenSession", "/tooljail.v1.Admin/ReloadPolicies"],
+)
+def test_a_method_whose_requests_are_not_counted_takes_small_ones_only(
+    two_tenants: tuple[RunningDaemon, str], method: str
+) -> None:
+    """OpenSession with a 16 MiB workspace path held and copied 173 MiB for a second each, and
+    padded ReloadPolicies waited on the reload lock holding theirs: a few dozen at once got the
+    daemon killed at its memory limit (attacker round 167)."""
+    daemon, target = two_tenants
+    if method.endswith("OpenSession"):
+        body = pb.OpenSessionRequest(workspace="/tmp/" + "a" * 100_000).SerializeToString()
+        channel, metadata = _channel(target), BOB
+    else:  # the Unix socket's caller, an admin here
+        body = unknown_field(100_000)
+        channel, metadata = grpc.insecure_channel(daemon.target), None
+    with channel:
+        with pytest.raises(grpc.RpcError) as refused:
+            channel.unary_unary(method)(body, timeout=30, metadata=metadata)
+        assert refused.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+        assert f"at most {SMALL_MESSAGE_BYTES} bytes" in (refused.value.details() or "")
+        listed = pb_grpc.ExecutorStub(channel).ListTools(
+            pb.ListToolsRequest(), timeout=30, metadata=metadata
+        )
+        assert any(tool.name == "Read" for tool in listed.tools)

@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import resource
 import socket
+import urllib.parse
 from pathlib import Path
 from typing import Any
 from unittest.mock import MagicMock
@@ -24,6 +25,7 @@ from daemon.server.grpc_server import build_servers, listeners
 from daemon.server.identity import CallerResolver
 from daemon.server.listen import ListenAddress
 from daemon.server.receipts import Receipts
+from daemon.server.status import status_message
 
 TOKEN = "gate-unit-token"
 
@@ -229,3 +231,19 @@ def test_a_request_that_does_not_arrive_whole_in_time_is_refused() -> None:
         asyncio.run(receipts.received(_Reading(b"late", 3600)))  # type: ignore[arg-type]
     with pytest.raises(RequestError, match="exactly one request message"):
         asyncio.run(receipts.received(_Reading(grpc.aio.EOF)))  # type: ignore[arg-type]
+
+
+# --- status messages -------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("char", ["a", "é", "€", "😀"])
+def test_a_status_message_fits_the_clients_metadata_limit_whatever_its_characters(
+    char: str,
+) -> None:
+    message = status_message(RequestError("bad: " + char * 5_000))
+    assert len(urllib.parse.quote(message)) < 8 * 1024  # gRPC clients' soft limit
+    assert message.startswith("bad: " + char * 10) and "chars cut" in message
+
+
+def test_a_short_status_message_is_kept_whole() -> None:
+    assert status_message(RequestError("é" * 900)) == "é" * 900
