@@ -22,12 +22,14 @@ import asyncio
 import contextlib
 import dataclasses
 import inspect
+import sys
 from collections.abc import AsyncIterator, Awaitable, Callable, Collection
 from typing import Any, TypeAlias
 
 import grpc
 
 from daemon.errors import Overloaded, RequestError, TooljailError
+from daemon.host.turns import PrincipalTurns
 from daemon.server.identity import CallerResolver
 from daemon.server.status import Refusal
 
@@ -42,32 +44,23 @@ class Receipts:
     def __init__(self, per_principal: int, timeout_s: float) -> None:
         self._per_principal = per_principal
         self.timeout_s = timeout_s
-        self._turns: dict[str, asyncio.Semaphore] = {}
-        self._users: dict[str, int] = {}
+        # No bound across principals: each one's turns bound what it makes grpc hold.
+        self._turns = PrincipalTurns(sys.maxsize, per_principal=per_principal)
 
     @contextlib.asynccontextmanager
     async def turn(self, principal: str) -> AsyncIterator[None]:
         """One of `principal`'s receipt turns, waited for at most the timeout (Overloaded)."""
-        turns = self._turns.setdefault(principal, asyncio.Semaphore(self._per_principal))
-        self._users[principal] = self._users.get(principal, 0) + 1
-        try:
+        async with contextlib.AsyncExitStack() as held:
             try:
                 async with asyncio.timeout(self.timeout_s):
-                    await turns.acquire()
+                    await held.enter_async_context(self._turns.turn(principal))
             except TimeoutError:
                 raise Overloaded(
                     f"{self._per_principal} of your requests have been on their way in for "
                     f"{self.timeout_s:g} s and this one waited for them; send each request "
                     "whole, and fewer at once"
                 ) from None
-            try:
-                yield
-            finally:
-                turns.release()
-        finally:
-            self._users[principal] -= 1
-            if not self._users[principal]:  # principals come and go: keep only those in use
-                del self._users[principal], self._turns[principal]
+            yield
 
     async def received(self, context: Context) -> object:
         """The one message of a unary call, within the timeout. Read from the context, not

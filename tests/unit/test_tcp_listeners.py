@@ -210,7 +210,7 @@ def test_a_turn_waited_for_too_long_is_refused_and_forgotten() -> None:
         return receipts
 
     receipts = asyncio.run(scenario())
-    assert receipts._turns == {} and receipts._users == {}
+    assert receipts._turns.waiting("bob") == 0 and receipts._turns._own == {}
 
 
 class _Reading:
