@@ -7,7 +7,6 @@ import io
 import json
 import logging
 import re
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -16,18 +15,6 @@ import pytest
 from daemon.ops.logs import FloodGuard, configure_logging, log_context
 
 log = logging.getLogger("tooljail.test")
-
-
-@pytest.fixture(autouse=True)
-def restore_root_logger() -> Iterator[None]:
-    root = logging.getLogger()
-    handlers, level = list(root.handlers), root.level
-    try:
-        yield
-    finally:
-        for handler in [h for h in root.handlers if h not in handlers]:
-            root.removeHandler(handler)
-        root.setLevel(level)
 
 
 def _lines(stream: io.StringIO) -> list[dict[str, Any]]:
