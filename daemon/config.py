@@ -169,6 +169,10 @@ class WorkspaceSettings(_Section):
     keep_closed_s: float = Field(default=604_800.0, ge=0)
     """How long a fresh workspace stays after its session closed without delete_workspace (a
     week); then the daemon deletes it. 0: kept until an operator removes it."""
+    max_kept_per_principal: int = Field(default=1024, ge=1)
+    """How many workspaces one principal may have kept (closed without delete_workspace) and
+    open sessions together: past it, a session over a fresh workspace is refused until some
+    are deleted, so that every close can still keep its workspace."""
     principal_share: float = Field(default=0.5, gt=0, le=1)
     """How much of that filesystem one principal's workspaces may fill together, those of its
     open sessions and those kept after their sessions closed (a quota group over all of them):

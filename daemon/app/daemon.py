@@ -256,6 +256,7 @@ class Daemon:
                 settings.state_dir / "kept-workspaces.json",
                 fresh,
                 settings.workspaces.keep_closed_s,
+                max_per_principal=settings.workspaces.max_kept_per_principal,
             ),
         )
         await stack.enter_async_context(_running(sessions))

@@ -8,19 +8,28 @@ principal's share until they go). Which are kept, whose, and since when is writt
 the state directory that only the daemon's user may read or write, so a restarted daemon still
 ends them. A file that is not what the daemon wrote is never acted on: nothing is deleted on a
 guess.
+
+A principal keeps at most `max_per_principal` of them, counted with its open sessions (attacker
+round 169: a loop of OpenSession and CloseSession kept one each, 57 a second, and every close
+rewrote the growing registry on the event loop). The registry is written in a worker thread;
+closes at once share a write.
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import math
 import os
+import threading
 import time
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from daemon.errors import Overloaded
 from daemon.host.private_file import replace_json
 from daemon.sessions.disk import FreshWorkspaces
 
@@ -42,34 +51,64 @@ class KeptWorkspaces:
         fresh: FreshWorkspaces,
         keep_s: float,
         clock: Callable[[], float] = time.time,
+        *,
+        max_per_principal: int = 1024,
     ) -> None:
         self._registry = registry
         self._fresh = fresh
         self._keep_s = keep_s
         self._clock = clock
+        self._max_per_principal = max_per_principal
         self._kept = _load(registry)
+        self._owners = Counter(kept.owner for kept in self._kept.values())
+        self._changes = 0
+        """Changes made to `_kept` so far; `_on_disk`: how many of them the file holds."""
+        self._on_disk = 0
+        self._writing = asyncio.Lock()
+        self._file = threading.Lock()
 
     def kept(self) -> dict[Path, str]:
         """Kept workspaces and their owners."""
         return {folder: kept.owner for folder, kept in self._kept.items()}
 
-    def record(self, folder: Path, owner: str) -> None:
+    def count(self, owner: str) -> int:
+        """How many workspaces of `owner`'s are kept."""
+        return self._owners[owner]
+
+    def refuse_past_room(self, principal: str, sessions: int) -> None:
+        """Overloaded unless `principal`'s kept workspaces and its `sessions` (open or opening,
+        a new fresh one among them) are within its limit: then each of those sessions can keep
+        its workspace when it closes, the idle sweeper's closes too."""
+        kept = self._owners[principal]
+        if kept + sessions <= self._max_per_principal:
+            return
+        raise Overloaded(
+            f"principal {principal!r} has {kept} workspaces kept after their sessions closed and "
+            f"{sessions - 1} open or opening besides this one; together they may be at most "
+            f"{self._max_per_principal} (workspaces.max_kept_per_principal), so no session over a "
+            "fresh workspace opens now. Close sessions with delete_workspace=true, open one over "
+            "an existing directory, or wait until kept workspaces are deleted "
+            f"({_kept_for(self._keep_s)} after their sessions closed)"
+        )
+
+    async def record(self, folder: Path, owner: str) -> None:
         """`folder`, made for a session of `owner`'s, was kept when the session closed."""
+        self._forget(folder)
         self._kept[folder] = _Kept(owner, self._clock())
-        self._save()
+        self._owners[owner] += 1
+        await self._save()
 
     async def sweep(self) -> int:
-        """Delete the workspaces kept longer than `keep_s`; how many went."""
-        if not self._keep_s:
-            return 0
+        """Delete the workspaces kept longer than `keep_s` (with 0, none: only those an operator
+        removed are forgotten); how many went."""
         due = self._clock() - self._keep_s
         gone = 0
         for folder, kept in list(self._kept.items()):
-            if kept.closed_at > due:
-                continue
             if not os.path.lexists(folder):  # gone already (an operator removed it)
-                del self._kept[folder]
+                self._forget(folder)
                 gone += 1
+                continue
+            if not self._keep_s or kept.closed_at > due:
                 continue
             try:
                 deleted = await self._fresh.delete(folder, kept.owner)
@@ -78,19 +117,49 @@ class KeptWorkspaces:
                 continue
             if deleted:
                 log.info("deleted the workspace %s, kept since its session closed", folder)
-                del self._kept[folder]
+                self._forget(folder)
                 gone += 1
         if gone:
-            self._save()
+            await self._save()
         return gone
 
-    def _save(self) -> None:
-        document = {
-            str(folder): {"owner": kept.owner, "closed_at": kept.closed_at}
-            for folder, kept in self._kept.items()
-        }
-        self._registry.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-        replace_json(self._registry, document)
+    def _forget(self, folder: Path) -> None:
+        kept = self._kept.pop(folder, None)
+        if kept is not None:
+            self._owners[kept.owner] -= 1
+            if not self._owners[kept.owner]:
+                del self._owners[kept.owner]
+
+    async def _save(self) -> None:
+        """Write the registry as it is now, in a worker thread. A change made while another
+        write runs waits for it, then one write takes every change made meanwhile."""
+        self._changes += 1
+        mine = self._changes
+        async with self._writing:
+            if self._on_disk >= mine:
+                return
+            upto, kept = self._changes, dict(self._kept)
+            await asyncio.to_thread(self._write, upto, kept)
+
+    def _write(self, upto: int, kept: dict[Path, _Kept]) -> None:
+        # Under its own lock, and never older over newer: a write whose waiter was cancelled
+        # still runs in its thread beside the next one.
+        with self._file:
+            if self._on_disk >= upto:
+                return
+            document = {
+                str(folder): {"owner": entry.owner, "closed_at": entry.closed_at}
+                for folder, entry in kept.items()
+            }
+            self._registry.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+            replace_json(self._registry, document)
+            self._on_disk = upto
+
+
+def _kept_for(keep_s: float) -> str:
+    return (
+        f"{keep_s:g} s (workspaces.keep_closed_s)" if keep_s else "until an operator removes them"
+    )
 
 
 _NOT_OURS = "%s is not what the daemon wrote: no kept workspace will be deleted"

@@ -158,6 +158,8 @@ class SessionManager:
         mode = check_mode(mode or "default")
         await self._mode_allowed(mode, "open", caller.principal, caller)
         with self._store.room_for(caller.principal):
+            if not workspace and self._kept is not None:
+                self._kept.refuse_past_room(caller.principal, self._store.held_by(caller.principal))
             session = await self._open_in_room(workspace, ttl, caller)
         session.mode = mode
         return session
@@ -249,7 +251,7 @@ class SessionManager:
                 log.exception("deleting the workspace of session %s failed", session.id)
         elif session.owns_workspace and self._kept is not None:
             try:
-                self._kept.record(session.workspace, session.owner)
+                await self._kept.record(session.workspace, session.owner)
             except OSError:  # the close goes on: the workspace stays until an operator acts
                 log.exception("recording the kept workspace of session %s failed", session.id)
         self._calls.forget_session(session.id)

@@ -380,7 +380,7 @@ class SessionStore:
         at once are counted before any of them is open (attacker round 98: 67 under a cap of
         64). The place is the session's once it is open, and given back when opening fails."""
         opening = self._opening.get(principal, 0)
-        mine = opening + sum(1 for s in self._sessions.values() if s.owner == principal)
+        mine = self.held_by(principal)
         if mine >= self._max_per_principal:
             raise Overloaded(
                 f"principal {principal!r} has {mine} sessions open or opening, the most "
@@ -401,6 +401,12 @@ class SessionStore:
                 self._opening[principal] = left
             else:
                 del self._opening[principal]
+
+    def held_by(self, principal: str) -> int:
+        """`principal`'s sessions open or opening (its default session not counted)."""
+        return self._opening.get(principal, 0) + sum(
+            1 for s in self._sessions.values() if s.owner == principal
+        )
 
     @staticmethod
     def new_id() -> str:

@@ -6,6 +6,7 @@ btrfs."""
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import time
 from collections.abc import Iterator
@@ -172,6 +173,64 @@ def test_a_kept_workspace_is_deleted_once_kept_long_enough(
         while Path(kept.workspace).exists() and time.monotonic() < deadline:
             time.sleep(0.2)
         assert not Path(kept.workspace).exists(), "still there long after keep_closed_s"
+
+
+def test_a_principal_keeps_at_most_its_limit_of_workspaces_and_others_are_not_held(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> None:
+    """Attacker round 169: alice kept a workspace per OpenSession and CloseSession, 57 a second
+    and without limit, each close rewriting the whole registry on the event loop. With her
+    kept workspaces and open sessions at the limit, her next fresh session is refused (what
+    to do is in the message) and bob's is not; a session closed with delete_workspace makes
+    room again."""
+    root = Path(tmp_path_factory.mktemp("kept-limit"))
+    (root / "ws").mkdir()
+    os.chown(root / "ws", OWNER_UID, OWNER_GID)
+    target = f"127.0.0.1:{free_port()}"
+    with running_daemon(
+        root / "ws",
+        root / "l.sock",
+        sandbox={"enabled": False},
+        tcp={"address": target},
+        auth={"tokens": TOKENS},
+        opa={"policies_dir": _policies(root)},
+        workspaces={
+            "budget_mb": BUDGET_MB,
+            "filesystem_mb": FILESYSTEM_MB,
+            "max_kept_per_principal": 3,
+        },
+    ) as daemon:
+        alice, alice_channel, as_alice = _as(target, "alice")
+        bob, bob_channel, as_bob = _as(target, "bob")
+        try:
+            kept = []
+            for _ in range(2):
+                session = alice.OpenSession(pb.OpenSessionRequest(), metadata=as_alice, timeout=60)
+                alice.CloseSession(
+                    pb.CloseSessionRequest(session_id=session.id), metadata=as_alice, timeout=60
+                )
+                kept.append(Path(session.workspace))
+            last = alice.OpenSession(pb.OpenSessionRequest(), metadata=as_alice, timeout=60)
+            with pytest.raises(grpc.RpcError) as refused:
+                alice.OpenSession(pb.OpenSessionRequest(), metadata=as_alice, timeout=60)
+            assert refused.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+            assert "2 workspaces kept" in str(refused.value.details())
+            assert "delete_workspace=true" in str(refused.value.details())
+            theirs = bob.OpenSession(pb.OpenSessionRequest(), metadata=as_bob, timeout=60)
+            assert Path(theirs.workspace).is_dir()
+            alice.CloseSession(
+                pb.CloseSessionRequest(session_id=last.id, delete_workspace=True),
+                metadata=as_alice,
+                timeout=60,
+            )
+            again = alice.OpenSession(pb.OpenSessionRequest(), metadata=as_alice, timeout=60)
+            assert all(folder.is_dir() for folder in kept), "a kept workspace went early"
+            registry = json.loads((daemon.settings.state_dir / "kept-workspaces.json").read_text())
+            assert sorted(registry) == sorted(str(folder) for folder in kept)
+            assert again.id
+        finally:
+            alice_channel.close()
+            bob_channel.close()
 
 
 SMALL_FILES = (

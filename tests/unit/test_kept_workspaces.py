@@ -3,13 +3,19 @@ restart, and never on a guess."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import stat
+import threading
+import time
 from pathlib import Path
 
 import pytest
 
+from daemon.errors import Overloaded
+from daemon.host.private_file import replace_json
+from daemon.sessions import kept_workspaces
 from daemon.sessions.disk import PlainWorkspaces
 from daemon.sessions.kept_workspaces import KeptWorkspaces
 
@@ -34,10 +40,10 @@ async def test_a_kept_workspace_goes_once_kept_long_enough_also_after_a_restart(
     kept = KeptWorkspaces(registry, fresh, DAY, clock)
     old = await fresh.create("ws_old", None, "alice")
     (old / "result.txt").write_text("alice's\n")
-    kept.record(old, "alice")
+    await kept.record(old, "alice")
     clock.now += DAY / 2
     young = await fresh.create("ws_young", None, "bob")
-    kept.record(young, "bob")
+    await kept.record(young, "bob")
     assert stat.S_IMODE(registry.stat().st_mode) == 0o600
     assert await kept.sweep() == 0 and old.exists()
 
@@ -53,7 +59,7 @@ async def test_keep_closed_s_zero_keeps_them(tmp_path: Path) -> None:
     fresh, clock = PlainWorkspaces(tmp_path / "sessions"), Clock()
     kept = KeptWorkspaces(tmp_path / "kept.json", fresh, 0, clock)
     folder = await fresh.create("ws", None, "alice")
-    kept.record(folder, "alice")
+    await kept.record(folder, "alice")
     clock.now += 1000 * DAY
     assert await kept.sweep() == 0 and folder.exists()
 
@@ -87,7 +93,94 @@ async def test_a_kept_workspace_removed_by_someone_else_is_forgotten(tmp_path: P
     fresh, clock = PlainWorkspaces(tmp_path / "sessions"), Clock()
     kept = KeptWorkspaces(tmp_path / "kept.json", fresh, 1.0, clock)
     folder = await fresh.create("ws", None, "alice")
-    kept.record(folder, "alice")
+    await kept.record(folder, "alice")
     folder.rmdir()  # an operator was first
     clock.now += 2
     assert await kept.sweep() == 1 and kept.kept() == {}
+
+
+async def test_the_registry_is_written_off_the_event_loop(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Attacker round 169: every close that kept its workspace rewrote the whole registry (one
+    entry per kept workspace, a week's worth) on the event loop every principal is served by:
+    29 ms at 10,000 entries, 280 ms at 100,000."""
+    fresh, clock = PlainWorkspaces(tmp_path / "sessions"), Clock()
+    kept = KeptWorkspaces(tmp_path / "kept.json", fresh, DAY, clock)
+    writers: list[str] = []
+
+    def slow_replace(path: Path, value: object) -> None:
+        writers.append(threading.current_thread().name)
+        time.sleep(0.3)
+        replace_json(path, value)
+
+    monkeypatch.setattr(kept_workspaces, "replace_json", slow_replace)
+    ticks = 0
+
+    async def ticking() -> None:
+        nonlocal ticks
+        while True:
+            await asyncio.sleep(0.01)
+            ticks += 1
+
+    ticker = asyncio.create_task(ticking())
+    try:
+        await kept.record(await fresh.create("ws", None, "alice"), "alice")
+    finally:
+        ticker.cancel()
+    assert writers and threading.main_thread().name not in writers
+    assert ticks >= 10, f"the event loop stood still while the registry was written ({ticks})"
+    assert set(json.loads((tmp_path / "kept.json").read_text())) == {str(tmp_path / "sessions/ws")}
+
+
+async def test_closes_at_once_share_their_writes_and_the_last_state_is_on_disk(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    fresh, clock = PlainWorkspaces(tmp_path / "sessions"), Clock()
+    registry = tmp_path / "kept.json"
+    kept = KeptWorkspaces(registry, fresh, DAY, clock)
+    writes = 0
+
+    def counted(path: Path, value: object) -> None:
+        nonlocal writes
+        writes += 1
+        time.sleep(0.05)
+        replace_json(path, value)
+
+    monkeypatch.setattr(kept_workspaces, "replace_json", counted)
+    folders = [await fresh.create(f"ws{n}", None, "alice") for n in range(40)]
+    await asyncio.gather(*(kept.record(folder, "alice") for folder in folders))
+    assert set(json.loads(registry.read_text())) == {str(f) for f in folders}
+    assert writes <= 3, f"{writes} writes for 40 closes at once"
+    assert KeptWorkspaces(registry, fresh, DAY, clock).count("alice") == 40
+
+
+async def test_a_principal_at_its_kept_limit_is_told_how_to_make_room(tmp_path: Path) -> None:
+    """Attacker round 169: OpenSession and CloseSession in a loop kept a workspace each, 57 a
+    second, without limit but the principal's disk share (an empty subvolume is a few KiB)."""
+    fresh, clock = PlainWorkspaces(tmp_path / "sessions"), Clock()
+    kept = KeptWorkspaces(tmp_path / "kept.json", fresh, DAY, clock, max_per_principal=3)
+    for n in range(2):
+        await kept.record(await fresh.create(f"ws{n}", None, "alice"), "alice")
+    kept.refuse_past_room("alice", sessions=1)  # 2 kept + 1 open: each close can keep its own
+    with pytest.raises(Overloaded, match="delete_workspace") as refused:
+        kept.refuse_past_room("alice", sessions=2)
+    assert "2 workspaces kept" in str(refused.value) and "at most 3" in str(refused.value)
+    kept.refuse_past_room("bob", sessions=3)
+    clock.now += 2 * DAY
+    assert await kept.sweep() == 2
+    kept.refuse_past_room("alice", sessions=3)
+
+
+async def test_with_keep_closed_s_zero_a_folder_an_operator_removed_is_forgotten(
+    tmp_path: Path,
+) -> None:
+    """Kept for ever, the principal's limit would never free up but through the operator."""
+    fresh, clock = PlainWorkspaces(tmp_path / "sessions"), Clock()
+    kept = KeptWorkspaces(tmp_path / "kept.json", fresh, 0, clock)
+    stays, removed = [await fresh.create(name, None, "alice") for name in ("a", "b")]
+    await kept.record(stays, "alice")
+    await kept.record(removed, "alice")
+    removed.rmdir()
+    assert await kept.sweep() == 1
+    assert kept.kept() == {stays: "alice"} and kept.count("alice") == 1

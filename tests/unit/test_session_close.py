@@ -236,6 +236,37 @@ async def test_a_fresh_workspace_closed_without_delete_is_kept_for_a_while_then_
     assert kept.kept() == {}
 
 
+async def test_kept_workspaces_and_open_sessions_together_stay_within_the_principals_limit(
+    tmp_path: Path, audit: AuditLog
+) -> None:
+    """Attacker round 169: a principal kept a workspace per OpenSession and CloseSession, without
+    limit. A fresh session is refused once the principal's kept workspaces and open sessions
+    together reach the limit, so that every close, the idle sweeper's too, can still keep its
+    workspace; another principal is not held by it, and deleting a kept one's session makes
+    room."""
+    fresh = PlainWorkspaces(tmp_path / "fresh")
+    kept = KeptWorkspaces(tmp_path / "kept.json", fresh, 60.0, max_per_principal=3)
+    manager = _manager(make_scheduler(tmp_path, audit), fresh, kept=kept)
+    alice, bob = Caller(principal="alice"), Caller(principal="bob")
+    for _ in range(2):
+        session = await manager.open("", 0, alice)
+        await manager.close(session.id, False, alice)
+    last = await manager.open("", 0, alice)
+    opened = await asyncio.gather(
+        *(manager.open("", 0, alice) for _ in range(3)), return_exceptions=True
+    )
+    assert all(isinstance(o, Overloaded) for o in opened), opened
+    assert "2 workspaces kept" in str(opened[0]) and "delete_workspace" in str(opened[0])
+    assert isinstance(await manager.open("", 0, bob), Session)
+    await manager.close(last.id, False, alice)
+    assert len(kept.kept()) == 3 and all(folder.exists() for folder in kept.kept())
+    with pytest.raises(Overloaded):
+        await manager.open("", 0, alice)
+    # An existing directory's session keeps nothing when it closes: it is not refused.
+    (tmp_path / "existing").mkdir()
+    assert isinstance(await manager.open(str(tmp_path / "existing"), 0, alice), Session)
+
+
 async def test_a_close_that_hangs_holds_up_no_other_sessions_expiry(
     tmp_path: Path, audit: AuditLog
 ) -> None:
