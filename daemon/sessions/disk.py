@@ -48,9 +48,13 @@ class FreshWorkspaces(Protocol):
     share_mb: int
     """Disk one principal's may use together (0: no share of their own)."""
 
+    def folder_for(self, name: str) -> Path:
+        """Where `create(name, ...)` makes its folder (known before it does)."""
+        ...
+
     async def create(self, name: str, owner: tuple[int, int] | None, principal: str) -> Path:
         """A new, empty workspace folder named `name` for `principal`, owned by `owner` (None:
-        as made)."""
+        as made), at `folder_for(name)`."""
         ...
 
     async def delete(self, folder: Path, owner: str) -> bool:
@@ -73,14 +77,17 @@ class PlainWorkspaces:
     def __init__(self, root: Path) -> None:
         self._root = root
 
+    def folder_for(self, name: str) -> Path:
+        return Path(os.path.realpath(self._root)) / name
+
     async def create(self, name: str, owner: tuple[int, int] | None, principal: str) -> Path:
         self._root.mkdir(parents=True, exist_ok=True, mode=0o711)
-        folder = Path(os.path.realpath(self._root)) / name
+        folder = self.folder_for(name)
         make_workspace(folder, owner)
         return folder
 
     async def lasting(self, name: str, owner: tuple[int, int] | None, principal: str) -> Path:
-        folder = Path(os.path.realpath(self._root)) / name
+        folder = self.folder_for(name)
         if os.path.lexists(folder) and not _half_made(folder, owner):
             return folder
         if os.path.lexists(folder):
@@ -292,6 +299,10 @@ class BudgetedWorkspaces:
         if os.path.lexists(folder):
             await _run("btrfs", "subvolume", "delete", str(folder))
         return await self.create(name, owner, principal)
+
+    def folder_for(self, name: str) -> Path:
+        # The mount point's path: the same before the filesystem is mounted on it and after.
+        return Path(os.path.realpath(self._root)) / name
 
     async def create(self, name: str, owner: tuple[int, int] | None, principal: str) -> Path:
         root = await self._ensure()

@@ -9,10 +9,13 @@ the state directory that only the daemon's user may read or write, so a restarte
 ends them. A file that is not what the daemon wrote is never acted on: nothing is deleted on a
 guess.
 
-A principal keeps at most `max_per_principal` of them, counted with its open sessions (attacker
-round 169: a loop of OpenSession and CloseSession kept one each, 57 a second, and every close
-rewrote the growing registry on the event loop). The registry is written in a worker thread;
-closes at once share a write.
+A fresh workspace is in the registry from before it is made, as open: one whose session was still
+open when the daemon stopped (a restart, a crash) is kept from the next start on, and deleted in
+its turn (attacker round 170: they were in no registry, never deleted, and counted against
+nobody). A principal keeps at most `max_per_principal` of them, counted with its open sessions
+(attacker round 169: a loop of OpenSession and CloseSession kept one each, 57 a second, and every
+close rewrote the growing registry on the event loop). The registry is written in a worker
+thread; changes made at once share a write.
 """
 
 from __future__ import annotations
@@ -40,6 +43,9 @@ log = logging.getLogger(__name__)
 class _Kept:
     owner: str
     closed_at: float
+    """When its session closed; while `open`, when it was registered."""
+    open: bool = False
+    """Its session is open (or opening): not kept yet, never deleted here."""
 
 
 class KeptWorkspaces:
@@ -60,6 +66,13 @@ class KeptWorkspaces:
         self._clock = clock
         self._max_per_principal = max_per_principal
         self._kept = _load(registry)
+        left_open = [folder for folder, kept in self._kept.items() if kept.open]
+        for folder in left_open:  # no session outlives the daemon: closed as it starts
+            self._kept[folder] = _Kept(self._kept[folder].owner, clock())
+        if left_open:
+            log.info(
+                "%d workspaces of sessions open when the daemon stopped are kept", len(left_open)
+            )
         self._owners = Counter(kept.owner for kept in self._kept.values())
         self._changes = 0
         """Changes made to `_kept` so far; `_on_disk`: how many of them the file holds."""
@@ -69,7 +82,7 @@ class KeptWorkspaces:
 
     def kept(self) -> dict[Path, str]:
         """Kept workspaces and their owners."""
-        return {folder: kept.owner for folder, kept in self._kept.items()}
+        return {folder: kept.owner for folder, kept in self._kept.items() if not kept.open}
 
     def count(self, owner: str) -> int:
         """How many workspaces of `owner`'s are kept."""
@@ -91,11 +104,20 @@ class KeptWorkspaces:
             f"({_kept_for(self._keep_s)} after their sessions closed)"
         )
 
-    async def record(self, folder: Path, owner: str) -> None:
-        """`folder`, made for a session of `owner`'s, was kept when the session closed."""
+    async def opening(self, folder: Path, owner: str) -> None:
+        """`folder` is about to be made for a session of `owner`'s (before it is)."""
         self._forget(folder)
-        self._kept[folder] = _Kept(owner, self._clock())
-        self._owners[owner] += 1
+        self._kept[folder] = _Kept(owner, self._clock(), open=True)
+        await self._save()
+
+    async def closed(self, folder: Path, owner: str, *, deleted: bool) -> None:
+        """The session `folder` was made for closed (or never opened): it is forgotten when it
+        was `deleted`, kept from now on otherwise (also when deleting it failed: it goes in its
+        turn)."""
+        self._forget(folder)
+        if not deleted:
+            self._kept[folder] = _Kept(owner, self._clock())
+            self._owners[owner] += 1
         await self._save()
 
     async def sweep(self) -> int:
@@ -104,6 +126,8 @@ class KeptWorkspaces:
         due = self._clock() - self._keep_s
         gone = 0
         for folder, kept in list(self._kept.items()):
+            if kept.open:  # its session's (being made, maybe)
+                continue
             if not os.path.lexists(folder):  # gone already (an operator removed it)
                 self._forget(folder)
                 gone += 1
@@ -125,7 +149,7 @@ class KeptWorkspaces:
 
     def _forget(self, folder: Path) -> None:
         kept = self._kept.pop(folder, None)
-        if kept is not None:
+        if kept is not None and not kept.open:
             self._owners[kept.owner] -= 1
             if not self._owners[kept.owner]:
                 del self._owners[kept.owner]
@@ -148,7 +172,11 @@ class KeptWorkspaces:
             if self._on_disk >= upto:
                 return
             document = {
-                str(folder): {"owner": entry.owner, "closed_at": entry.closed_at}
+                str(folder): {
+                    "owner": entry.owner,
+                    "closed_at": entry.closed_at,
+                    **({"open": True} if entry.open else {}),
+                }
                 for folder, entry in kept.items()
             }
             self._registry.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
@@ -186,8 +214,11 @@ def _load(registry: Path) -> dict[Path, _Kept]:
             and isinstance(entry.get("owner"), str)
             and type(entry.get("closed_at")) in (int, float)
             and math.isfinite(entry["closed_at"])
+            and type(entry.get("open", False)) is bool
         ):
-            kept[Path(folder)] = _Kept(entry["owner"], float(entry["closed_at"]))
+            kept[Path(folder)] = _Kept(
+                entry["owner"], float(entry["closed_at"]), entry.get("open", False)
+            )
         else:
             log.error(_NOT_OURS, registry)
             return {}

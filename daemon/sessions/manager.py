@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -164,20 +165,32 @@ class SessionManager:
         session.mode = mode
         return session
 
-    async def _open_in_room(self, workspace: str, ttl: float, caller: Caller) -> Session:
-        if not workspace:
-            name = self._store.new_workspace_name()
-            owner = self._store.fresh_owner(caller.principal)
-            folder = await self._fresh.create(name, owner, caller.principal)
-            fresh = await pin_off_loop(lambda: PinnedDirectory.pin(folder), caller.principal)
+    async def _open_fresh(self, ttl: float, principal: str) -> Session:
+        """A session over a workspace made for it, in the kept workspaces' registry before it
+        is made: one the daemon stops with (or fails to hand over) is kept, then deleted."""
+        name = self._store.new_workspace_name()
+        folder = self._fresh.folder_for(name)
+        if self._kept is not None:
+            await self._kept.opening(folder, principal)
+        try:
+            made = await self._fresh.create(name, self._store.fresh_owner(principal), principal)
+            fresh = await pin_off_loop(lambda: PinnedDirectory.pin(made), principal)
             return self._store.open(
                 fresh,
                 ttl,
-                owner=caller.principal,
+                owner=principal,
                 owns_workspace=True,
                 disk_budget_mb=self._fresh.budget_mb,
                 disk_share_mb=self._fresh.share_mb,
             )
+        except BaseException:
+            if self._kept is not None:
+                await self._kept.closed(folder, principal, deleted=not os.path.lexists(folder))
+            raise
+
+    async def _open_in_room(self, workspace: str, ttl: float, caller: Caller) -> Session:
+        if not workspace:
+            return await self._open_fresh(ttl, caller.principal)
         # The policy sees the path as written first, with the open sessions it overlaps as
         # written: one it refuses is never looked at on disk (the daemon may be root; nobody may
         # learn through it what exists where).
@@ -249,9 +262,9 @@ class SessionManager:
                 deleted = await self._fresh.delete(session.workspace, session.owner)
             except RequestError:
                 log.exception("deleting the workspace of session %s failed", session.id)
-        elif session.owns_workspace and self._kept is not None:
+        if session.owns_workspace and self._kept is not None:
             try:
-                await self._kept.record(session.workspace, session.owner)
+                await self._kept.closed(session.workspace, session.owner, deleted=deleted)
             except OSError:  # the close goes on: the workspace stays until an operator acts
                 log.exception("recording the kept workspace of session %s failed", session.id)
         self._calls.forget_session(session.id)

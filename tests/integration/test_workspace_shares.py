@@ -11,6 +11,7 @@ import os
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import grpc
 import pytest
@@ -226,11 +227,49 @@ def test_a_principal_keeps_at_most_its_limit_of_workspaces_and_others_are_not_he
             again = alice.OpenSession(pb.OpenSessionRequest(), metadata=as_alice, timeout=60)
             assert all(folder.is_dir() for folder in kept), "a kept workspace went early"
             registry = json.loads((daemon.settings.state_dir / "kept-workspaces.json").read_text())
-            assert sorted(registry) == sorted(str(folder) for folder in kept)
-            assert again.id
+            assert sorted(f for f, e in registry.items() if not e.get("open")) == sorted(
+                str(folder) for folder in kept
+            )
+            assert {f for f, e in registry.items() if e.get("open")} == {
+                theirs.workspace,
+                again.workspace,
+            }, "the workspaces of open sessions are registered as open"
         finally:
             alice_channel.close()
             bob_channel.close()
+
+
+def test_a_workspace_of_a_session_open_when_the_daemon_stopped_is_deleted_in_its_turn(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> None:
+    """Attacker round 170: the workspaces of sessions still open when the daemon stopped (a
+    restart, an upgrade) were in no registry: the restarted daemon never deleted them, and they
+    counted against nobody's limit."""
+    root = Path(tmp_path_factory.mktemp("left-open"))
+    (root / "ws").mkdir()
+    os.chown(root / "ws", OWNER_UID, OWNER_GID)
+    options: dict[str, Any] = {
+        "sandbox": {"enabled": False},
+        "workspaces": {
+            "budget_mb": BUDGET_MB,
+            "filesystem_mb": FILESYSTEM_MB,
+            "keep_closed_s": 2,
+            "max_kept_per_principal": 1,
+        },
+    }
+    with running_daemon(root / "ws", root / "o.sock", **options) as daemon:
+        left = daemon.stub.OpenSession(pb.OpenSessionRequest(), timeout=60)
+        (Path(left.workspace) / "work.txt").write_text("the model's\n")
+    assert Path(left.workspace).exists(), "deleted as the daemon stopped"
+    with running_daemon(root / "ws", root / "o.sock", **options) as daemon:
+        with pytest.raises(grpc.RpcError) as refused:
+            daemon.stub.OpenSession(pb.OpenSessionRequest(), timeout=60)
+        assert refused.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+        deadline = time.monotonic() + 60
+        while Path(left.workspace).exists() and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert not Path(left.workspace).exists(), "never deleted after the restart"
+        assert daemon.stub.OpenSession(pb.OpenSessionRequest(), timeout=60).id
 
 
 SMALL_FILES = (

@@ -40,10 +40,10 @@ async def test_a_kept_workspace_goes_once_kept_long_enough_also_after_a_restart(
     kept = KeptWorkspaces(registry, fresh, DAY, clock)
     old = await fresh.create("ws_old", None, "alice")
     (old / "result.txt").write_text("alice's\n")
-    await kept.record(old, "alice")
+    await kept.closed(old, "alice", deleted=False)
     clock.now += DAY / 2
     young = await fresh.create("ws_young", None, "bob")
-    await kept.record(young, "bob")
+    await kept.closed(young, "bob", deleted=False)
     assert stat.S_IMODE(registry.stat().st_mode) == 0o600
     assert await kept.sweep() == 0 and old.exists()
 
@@ -59,7 +59,7 @@ async def test_keep_closed_s_zero_keeps_them(tmp_path: Path) -> None:
     fresh, clock = PlainWorkspaces(tmp_path / "sessions"), Clock()
     kept = KeptWorkspaces(tmp_path / "kept.json", fresh, 0, clock)
     folder = await fresh.create("ws", None, "alice")
-    await kept.record(folder, "alice")
+    await kept.closed(folder, "alice", deleted=False)
     clock.now += 1000 * DAY
     assert await kept.sweep() == 0 and folder.exists()
 
@@ -93,7 +93,7 @@ async def test_a_kept_workspace_removed_by_someone_else_is_forgotten(tmp_path: P
     fresh, clock = PlainWorkspaces(tmp_path / "sessions"), Clock()
     kept = KeptWorkspaces(tmp_path / "kept.json", fresh, 1.0, clock)
     folder = await fresh.create("ws", None, "alice")
-    await kept.record(folder, "alice")
+    await kept.closed(folder, "alice", deleted=False)
     folder.rmdir()  # an operator was first
     clock.now += 2
     assert await kept.sweep() == 1 and kept.kept() == {}
@@ -125,7 +125,7 @@ async def test_the_registry_is_written_off_the_event_loop(
 
     ticker = asyncio.create_task(ticking())
     try:
-        await kept.record(await fresh.create("ws", None, "alice"), "alice")
+        await kept.closed(await fresh.create("ws", None, "alice"), "alice", deleted=False)
     finally:
         ticker.cancel()
     assert writers and threading.main_thread().name not in writers
@@ -149,7 +149,7 @@ async def test_closes_at_once_share_their_writes_and_the_last_state_is_on_disk(
 
     monkeypatch.setattr(kept_workspaces, "replace_json", counted)
     folders = [await fresh.create(f"ws{n}", None, "alice") for n in range(40)]
-    await asyncio.gather(*(kept.record(folder, "alice") for folder in folders))
+    await asyncio.gather(*(kept.closed(f, "alice", deleted=False) for f in folders))
     assert set(json.loads(registry.read_text())) == {str(f) for f in folders}
     assert writes <= 3, f"{writes} writes for 40 closes at once"
     assert KeptWorkspaces(registry, fresh, DAY, clock).count("alice") == 40
@@ -161,7 +161,7 @@ async def test_a_principal_at_its_kept_limit_is_told_how_to_make_room(tmp_path: 
     fresh, clock = PlainWorkspaces(tmp_path / "sessions"), Clock()
     kept = KeptWorkspaces(tmp_path / "kept.json", fresh, DAY, clock, max_per_principal=3)
     for n in range(2):
-        await kept.record(await fresh.create(f"ws{n}", None, "alice"), "alice")
+        await kept.closed(await fresh.create(f"ws{n}", None, "alice"), "alice", deleted=False)
     kept.refuse_past_room("alice", sessions=1)  # 2 kept + 1 open: each close can keep its own
     with pytest.raises(Overloaded, match="delete_workspace") as refused:
         kept.refuse_past_room("alice", sessions=2)
@@ -179,8 +179,55 @@ async def test_with_keep_closed_s_zero_a_folder_an_operator_removed_is_forgotten
     fresh, clock = PlainWorkspaces(tmp_path / "sessions"), Clock()
     kept = KeptWorkspaces(tmp_path / "kept.json", fresh, 0, clock)
     stays, removed = [await fresh.create(name, None, "alice") for name in ("a", "b")]
-    await kept.record(stays, "alice")
-    await kept.record(removed, "alice")
+    await kept.closed(stays, "alice", deleted=False)
+    await kept.closed(removed, "alice", deleted=False)
     removed.rmdir()
     assert await kept.sweep() == 1
     assert kept.kept() == {stays: "alice"} and kept.count("alice") == 1
+
+
+async def test_the_workspace_of_a_session_open_when_the_daemon_stopped_is_kept_from_the_restart(
+    tmp_path: Path,
+) -> None:
+    """Attacker round 170: the fresh workspaces of sessions still open when the daemon stopped
+    (a restart, an upgrade) were in no registry: never deleted, and counted against nobody's
+    limit after the restart. A fresh workspace is registered before it is made, as open."""
+    fresh, clock = PlainWorkspaces(tmp_path / "sessions"), Clock()
+    registry = tmp_path / "kept.json"
+    kept = KeptWorkspaces(registry, fresh, DAY, clock, max_per_principal=2)
+    folder = fresh.folder_for("ws_open")
+    await kept.opening(folder, "alice")
+    assert await fresh.create("ws_open", None, "alice") == folder
+    never_made = fresh.folder_for("ws_never_made")
+    await kept.opening(never_made, "alice")
+    assert kept.count("alice") == 0, "an open session counts as a session, not as kept"
+    assert kept.kept() == {}
+    clock.now += 2 * DAY
+    assert await kept.sweep() == 0 and folder.exists(), "an open session's workspace went"
+
+    clock.now += DAY
+    restarted = KeptWorkspaces(registry, fresh, DAY, clock, max_per_principal=2)
+    assert restarted.kept() == {folder: "alice", never_made: "alice"}
+    assert restarted.count("alice") == 2
+    with pytest.raises(Overloaded):
+        restarted.refuse_past_room("alice", sessions=1)
+    assert await restarted.sweep() == 1, "the one never made is forgotten"
+    clock.now += DAY / 2
+    assert await restarted.sweep() == 0 and folder.exists(), "kept from the restart on"
+    clock.now += DAY
+    assert await restarted.sweep() == 1 and not folder.exists()
+    assert json.loads(registry.read_text()) == {}
+
+
+async def test_a_workspace_whose_deletion_failed_is_kept_and_deleted_later(tmp_path: Path) -> None:
+    fresh, clock = PlainWorkspaces(tmp_path / "sessions"), Clock()
+    kept = KeptWorkspaces(tmp_path / "kept.json", fresh, DAY, clock)
+    folder = fresh.folder_for("ws")
+    await kept.opening(folder, "alice")
+    await fresh.create("ws", None, "alice")
+    await kept.closed(folder, "alice", deleted=False)
+    assert kept.kept() == {folder: "alice"} and kept.count("alice") == 1
+    other = fresh.folder_for("ws2")
+    await kept.opening(other, "alice")
+    await kept.closed(other, "alice", deleted=True)
+    assert kept.kept() == {folder: "alice"}

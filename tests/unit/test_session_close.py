@@ -13,7 +13,7 @@ import pytest
 
 from daemon.calls.audit import AuditLog
 from daemon.calls.scheduler import Scheduler
-from daemon.errors import NotFound, Overloaded, ToolError
+from daemon.errors import NotFound, Overloaded, RequestError, ToolError
 from daemon.host.pinned import PinnedDirectory, WorkspaceMoved
 from daemon.models import Caller
 from daemon.sessions.disk import FreshWorkspaces, PlainWorkspaces
@@ -265,6 +265,33 @@ async def test_kept_workspaces_and_open_sessions_together_stay_within_the_princi
     # An existing directory's session keeps nothing when it closes: it is not refused.
     (tmp_path / "existing").mkdir()
     assert isinstance(await manager.open(str(tmp_path / "existing"), 0, alice), Session)
+
+
+async def test_a_fresh_workspace_is_registered_before_it_is_made_and_kept_if_not_deleted(
+    tmp_path: Path, audit: AuditLog
+) -> None:
+    """Attacker round 170: the workspaces of sessions open when the daemon stopped were in no
+    registry (never deleted, counted against nobody after the restart); a deletion that failed
+    left its workspace the same way."""
+
+    class Undeletable(PlainWorkspaces):
+        async def delete(self, folder: Path, owner: str) -> bool:
+            raise RequestError("btrfs subvolume delete timed out")
+
+    fresh = Undeletable(tmp_path / "fresh")
+    registry = tmp_path / "kept.json"
+    manager = _manager(
+        make_scheduler(tmp_path, audit), fresh, kept=KeptWorkspaces(registry, fresh, 60.0)
+    )
+    alice = Caller(principal="alice")
+    left_open = await manager.open("", 0, alice)
+    undeleted = await manager.open("", 0, alice)
+    after_a_restart = KeptWorkspaces(registry, fresh, 60.0)
+    assert after_a_restart.kept() == {left_open.workspace: "alice", undeleted.workspace: "alice"}
+    assert after_a_restart.count("alice") == 2
+    closed = await manager.close(undeleted.id, True, alice)
+    assert not closed.workspace_deleted and undeleted.workspace.exists()
+    assert KeptWorkspaces(registry, fresh, 60.0).count("alice") == 2
 
 
 async def test_a_close_that_hangs_holds_up_no_other_sessions_expiry(
