@@ -31,17 +31,23 @@ FILESYSTEM_MB = 384
 SHARE = 0.5
 
 
+SANDBOX = {"pool_size": 0, "ceilings": {"memory_mb": 256, "pids": 128}}
+
+
 @contextlib.contextmanager
-def _daemon_with_shares(root: Path) -> Iterator[tuple[RunningDaemon, str]]:
-    """A sandbox daemon whose fresh workspaces have budgets and shares, reached over TCP by
-    token principals; its address."""
+def _daemon_with_shares(
+    root: Path, sandbox: dict[str, Any] = SANDBOX, **workspaces: Any
+) -> Iterator[tuple[RunningDaemon, str]]:
+    """A daemon (a sandbox one unless `sandbox` says otherwise) whose fresh workspaces have
+    budgets and shares (and the other `workspaces` settings given), reached over TCP by token
+    principals; its address."""
     (root / "ws").mkdir()
     os.chown(root / "ws", OWNER_UID, OWNER_GID)
     target = f"127.0.0.1:{free_port()}"
     with running_daemon(
         root / "ws",
         root / "s.sock",
-        sandbox={"pool_size": 0, "ceilings": {"memory_mb": 256, "pids": 128}},
+        sandbox=sandbox,
         tcp={"address": target},
         auth={"tokens": TOKENS},
         opa={"policies_dir": _policies(root)},
@@ -49,9 +55,12 @@ def _daemon_with_shares(root: Path) -> Iterator[tuple[RunningDaemon, str]]:
             "budget_mb": BUDGET_MB,
             "filesystem_mb": FILESYSTEM_MB,
             "principal_share": SHARE,
+            **workspaces,
         },
     ) as running:
-        if running.daemon.sandbox is None or running.daemon.sandbox.stats() is None:
+        if sandbox.get("enabled", True) and (
+            running.daemon.sandbox is None or running.daemon.sandbox.stats() is None
+        ):
             pytest.skip("no Docker engine answers")
         yield running, target
 
@@ -185,22 +194,10 @@ def test_a_principal_keeps_at_most_its_limit_of_workspaces_and_others_are_not_he
     to do is in the message) and bob's is not; a session closed with delete_workspace makes
     room again."""
     root = Path(tmp_path_factory.mktemp("kept-limit"))
-    (root / "ws").mkdir()
-    os.chown(root / "ws", OWNER_UID, OWNER_GID)
-    target = f"127.0.0.1:{free_port()}"
-    with running_daemon(
-        root / "ws",
-        root / "l.sock",
-        sandbox={"enabled": False},
-        tcp={"address": target},
-        auth={"tokens": TOKENS},
-        opa={"policies_dir": _policies(root)},
-        workspaces={
-            "budget_mb": BUDGET_MB,
-            "filesystem_mb": FILESYSTEM_MB,
-            "max_kept_per_principal": 3,
-        },
-    ) as daemon:
+    with _daemon_with_shares(root, sandbox={"enabled": False}, max_kept_per_principal=3) as (
+        daemon,
+        target,
+    ):
         alice, alice_channel, as_alice = _as(target, "alice")
         bob, bob_channel, as_bob = _as(target, "bob")
         try:
