@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal, Protocol, cast
 
-from daemon.errors import PermissionDenied, RequestError
+from daemon.errors import PermissionDenied, RequestError, Unavailable
 from daemon.host.pinned import PinnedDirectory
 from daemon.models import Caller
 from daemon.sessions.disk import FreshWorkspaces
@@ -171,7 +171,15 @@ class SessionManager:
         name = self._store.new_workspace_name()
         folder = self._fresh.folder_for(name)
         if self._kept is not None:
-            await self._kept.opening(folder, principal)
+            try:
+                await self._kept.opening(folder, principal)
+            except OSError as exc:
+                log.error("cannot write the kept workspaces' registry: %s", exc)
+                raise Unavailable(
+                    "the daemon cannot record the workspace it would make for the session (its "
+                    "state directory cannot be written), so none was made; retry later, or open "
+                    "the session over an existing directory"
+                ) from exc
         try:
             made = await self._fresh.create(name, self._store.fresh_owner(principal), principal)
             fresh = await pin_off_loop(lambda: PinnedDirectory.pin(made), principal)

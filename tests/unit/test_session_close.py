@@ -13,7 +13,7 @@ import pytest
 
 from daemon.calls.audit import AuditLog
 from daemon.calls.scheduler import Scheduler
-from daemon.errors import NotFound, Overloaded, RequestError, ToolError
+from daemon.errors import NotFound, Overloaded, RequestError, ToolError, Unavailable
 from daemon.host.pinned import PinnedDirectory, WorkspaceMoved
 from daemon.models import Caller
 from daemon.sessions.disk import FreshWorkspaces, PlainWorkspaces
@@ -292,6 +292,18 @@ async def test_a_fresh_workspace_is_registered_before_it_is_made_and_kept_if_not
     closed = await manager.close(undeleted.id, True, alice)
     assert not closed.workspace_deleted and undeleted.workspace.exists()
     assert KeptWorkspaces(registry, fresh, 60.0).count("alice") == 2
+
+
+async def test_no_fresh_workspace_is_made_when_the_registry_cannot_be_written(
+    tmp_path: Path, audit: AuditLog
+) -> None:
+    (tmp_path / "state").write_text("a file where the state directory should be\n")
+    fresh = PlainWorkspaces(tmp_path / "fresh")
+    kept = KeptWorkspaces(tmp_path / "state" / "kept.json", fresh, 60.0)
+    manager = _manager(make_scheduler(tmp_path, audit), fresh, kept=kept)
+    with pytest.raises(Unavailable, match="cannot record the workspace"):
+        await manager.open("", 0, Caller(principal="alice"))
+    assert not (tmp_path / "fresh").exists() or not list((tmp_path / "fresh").iterdir())
 
 
 async def test_a_close_that_hangs_holds_up_no_other_sessions_expiry(
