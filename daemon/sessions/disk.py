@@ -52,6 +52,11 @@ class FreshWorkspaces(Protocol):
         """Where `create(name, ...)` makes its folder (known before it does)."""
         ...
 
+    async def ready(self) -> None:
+        """Their folders in view (the filesystem they are on mounted), so that a folder missing
+        is gone; raises when they cannot be."""
+        ...
+
     async def create(self, name: str, owner: tuple[int, int] | None, principal: str) -> Path:
         """A new, empty workspace folder named `name` for `principal`, owned by `owner` (None:
         as made), at `folder_for(name)`."""
@@ -79,6 +84,9 @@ class PlainWorkspaces:
 
     def folder_for(self, name: str) -> Path:
         return Path(os.path.realpath(self._root)) / name
+
+    async def ready(self) -> None:
+        """Plain folders: always in view."""
 
     async def create(self, name: str, owner: tuple[int, int] | None, principal: str) -> Path:
         self._root.mkdir(parents=True, exist_ok=True, mode=0o711)
@@ -303,6 +311,9 @@ class BudgetedWorkspaces:
     def folder_for(self, name: str) -> Path:
         # The mount point's path: the same before the filesystem is mounted on it and after.
         return Path(os.path.realpath(self._root)) / name
+
+    async def ready(self) -> None:
+        await self._ensure()
 
     async def create(self, name: str, owner: tuple[int, int] | None, principal: str) -> Path:
         root = await self._ensure()

@@ -8,6 +8,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import subprocess
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -267,6 +268,39 @@ def test_a_workspace_of_a_session_open_when_the_daemon_stopped_is_deleted_in_its
             time.sleep(0.2)
         assert not Path(left.workspace).exists(), "never deleted after the restart"
         assert daemon.stub.OpenSession(pb.OpenSessionRequest(), timeout=60).id
+
+
+def test_kept_workspaces_are_deleted_after_a_start_without_their_filesystem_mounted(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> None:
+    """Attacker round 171: after a reboot (the workspaces filesystem not mounted yet), the
+    restarted daemon's sweep found every kept workspace missing on the empty mount point and
+    forgot them all: never deleted, counted against nobody. It mounts the filesystem first."""
+    root = Path(tmp_path_factory.mktemp("unmounted"))
+    (root / "ws").mkdir()
+    os.chown(root / "ws", OWNER_UID, OWNER_GID)
+    options: dict[str, Any] = {
+        "sandbox": {"enabled": False},
+        "workspaces": {
+            "budget_mb": BUDGET_MB,
+            "filesystem_mb": FILESYSTEM_MB,
+            "keep_closed_s": 2,
+        },
+    }
+    with running_daemon(root / "ws", root / "u.sock", **options) as daemon:
+        kept = daemon.stub.OpenSession(pb.OpenSessionRequest(), timeout=60)
+        daemon.stub.CloseSession(pb.CloseSessionRequest(session_id=kept.id), timeout=60)
+        sessions_root = Path(kept.workspace).parent
+        registry = daemon.settings.state_dir / "kept-workspaces.json"
+    subprocess.run(["umount", str(sessions_root)], check=True)
+    assert not Path(kept.workspace).exists()
+    with running_daemon(root / "ws", root / "u.sock", **options):
+        deadline = time.monotonic() + 60
+        while json.loads(registry.read_text()) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert os.path.ismount(sessions_root), "forgotten without looking at the filesystem"
+        assert not Path(kept.workspace).exists(), "forgotten, not deleted"
+        assert json.loads(registry.read_text()) == {}
 
 
 SMALL_FILES = (

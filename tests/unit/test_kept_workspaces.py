@@ -231,3 +231,52 @@ async def test_a_workspace_whose_deletion_failed_is_kept_and_deleted_later(tmp_p
     await kept.opening(other, "alice")
     await kept.closed(other, "alice", deleted=True)
     assert kept.kept() == {folder: "alice"}
+
+
+class Unmounted(PlainWorkspaces):
+    """Fresh workspaces on a filesystem not mounted yet: its folders show once `ready` ran."""
+
+    def __init__(self, root: Path, mounted_at_start: bool = False, mountable: bool = True) -> None:
+        super().__init__(root)
+        self._stash = root.with_name(root.name + ".unmounted")
+        self._mountable = mountable
+        self.mounted = mounted_at_start
+
+    def unmount(self) -> None:
+        self._root.rename(self._stash)
+        self._root.mkdir()
+        self.mounted = False
+
+    async def ready(self) -> None:
+        if not self._mountable:
+            raise OSError("mount: wrong fs type")
+        if not self.mounted:
+            self._root.rmdir()
+            self._stash.rename(self._root)
+            self.mounted = True
+
+
+@pytest.mark.parametrize("mountable", [True, False])
+async def test_a_sweep_looks_at_the_mounted_filesystem_never_at_the_empty_mount_point(
+    tmp_path: Path, mountable: bool
+) -> None:
+    """Attacker round 171: started with the workspaces filesystem not mounted (after a reboot),
+    the sweep found every registered folder missing on the empty mount point and forgot them
+    all: never deleted, counted against nobody. It mounts the filesystem first, and forgets
+    nothing when it cannot."""
+    fresh, clock = Unmounted(tmp_path / "sessions", mounted_at_start=True), Clock()
+    registry = tmp_path / "kept.json"
+    kept = KeptWorkspaces(registry, fresh, DAY, clock)
+    young, old = [await fresh.create(name, None, "alice") for name in ("young", "old")]
+    await kept.closed(old, "alice", deleted=False)
+    clock.now += DAY / 2
+    await kept.closed(young, "alice", deleted=False)
+    fresh.unmount()
+    fresh._mountable = mountable
+    clock.now += DAY * 0.75
+    restarted = KeptWorkspaces(registry, fresh, DAY, clock)
+    assert await restarted.sweep() == (1 if mountable else 0)
+    assert restarted.count("alice") == (1 if mountable else 2)
+    assert set(json.loads(registry.read_text())) == (
+        {str(young)} if mountable else {str(young), str(old)}
+    )
