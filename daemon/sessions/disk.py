@@ -20,6 +20,8 @@ import errno
 import json
 import logging
 import os
+import re
+import secrets
 import shutil
 import stat
 from collections.abc import Callable
@@ -52,9 +54,10 @@ class FreshWorkspaces(Protocol):
         """Where `create(name, ...)` makes its folder (known before it does)."""
         ...
 
-    async def ready(self) -> None:
+    async def ready(self) -> str:
         """Their folders in view (the filesystem they are on mounted), so that a folder missing
-        is gone; raises when they cannot be."""
+        is gone; the name of where they are (made the first time: another filesystem, or
+        another folder, has another); raises when they cannot be."""
         ...
 
     async def create(self, name: str, owner: tuple[int, int] | None, principal: str) -> Path:
@@ -85,8 +88,10 @@ class PlainWorkspaces:
     def folder_for(self, name: str) -> Path:
         return Path(os.path.realpath(self._root)) / name
 
-    async def ready(self) -> None:
-        """Plain folders: always in view."""
+    async def ready(self) -> str:
+        self._root.mkdir(parents=True, exist_ok=True, mode=0o711)
+        root = Path(os.path.realpath(self._root))
+        return await FILESYSTEM_THREADS.run(_DAEMON, lambda: _named(root))
 
     async def create(self, name: str, owner: tuple[int, int] | None, principal: str) -> Path:
         self._root.mkdir(parents=True, exist_ok=True, mode=0o711)
@@ -108,6 +113,36 @@ class PlainWorkspaces:
             return not folder.exists()
 
         return await _in_owners_thread(folder, owner, remove)
+
+
+_NAME = ".workspaces-id"
+"""In the root fresh workspaces are made in: a random name for that filesystem (or folder), made
+once, so that what is recorded of a workspace says where it was made."""
+_NAME_FORM = re.compile(r"[0-9a-f]{32}")
+
+
+def _named(root: Path) -> str:
+    """The name of `root` (`_NAME`), made the first time; RequestError for a file that is not
+    what the daemon wrote."""
+    path = root / _NAME
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
+    except FileNotFoundError:
+        name = secrets.token_hex(16)
+        try:
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+        except FileExistsError:  # made meanwhile
+            return _named(root)
+        with os.fdopen(fd, "w", encoding="ascii") as stream:
+            stream.write(name)
+            stream.flush()
+            os.fsync(stream.fileno())
+        return name
+    with os.fdopen(fd, encoding="ascii", errors="replace") as stream:
+        name = stream.read(64).strip()
+    if not _NAME_FORM.fullmatch(name):
+        raise RequestError(f"{path} is not what the daemon wrote; an operator must remove it")
+    return name
 
 
 _GROUPS = ".principal-groups.json"
@@ -241,8 +276,11 @@ class BudgetedWorkspaces:
         """The mounted filesystem's root (mounted now if needed)."""
         async with self._ready:
             root = Path(os.path.realpath(self._root))
-            if self._ok:
+            # Looked at again each time: an operator may have unmounted it under the daemon
+            # (attacker round 172: the bare folder beneath was then taken for it).
+            if self._ok and os.path.ismount(root) and _is_btrfs(root):
                 return root
+            self._ok = False
             self._root.mkdir(parents=True, exist_ok=True, mode=0o711)
             if not os.path.ismount(root):
                 await self._mount(root)
@@ -312,8 +350,9 @@ class BudgetedWorkspaces:
         # The mount point's path: the same before the filesystem is mounted on it and after.
         return Path(os.path.realpath(self._root)) / name
 
-    async def ready(self) -> None:
-        await self._ensure()
+    async def ready(self) -> str:
+        root = await self._ensure()
+        return await FILESYSTEM_THREADS.run(_DAEMON, lambda: _named(root))
 
     async def create(self, name: str, owner: tuple[int, int] | None, principal: str) -> Path:
         root = await self._ensure()

@@ -21,6 +21,7 @@ thread; changes made at once share a write.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import logging
 import math
@@ -46,6 +47,9 @@ class _Kept:
     """When its session closed; while `open`, when it was registered."""
     open: bool = False
     """Its session is open (or opening): not kept yet, never deleted here."""
+    filesystem: str = ""
+    """The name of where it was made (`FreshWorkspaces.ready`): only there is it looked for,
+    and deleted; "" for one recorded before they were named (it takes the first in view)."""
 
 
 class KeptWorkspaces:
@@ -68,7 +72,9 @@ class KeptWorkspaces:
         self._kept = _load(registry)
         left_open = [folder for folder, kept in self._kept.items() if kept.open]
         for folder in left_open:  # no session outlives the daemon: closed as it starts
-            self._kept[folder] = _Kept(self._kept[folder].owner, clock())
+            self._kept[folder] = dataclasses.replace(
+                self._kept[folder], closed_at=clock(), open=False
+            )
         if left_open:
             log.info(
                 "%d workspaces of sessions open when the daemon stopped are kept", len(left_open)
@@ -106,17 +112,20 @@ class KeptWorkspaces:
 
     async def opening(self, folder: Path, owner: str) -> None:
         """`folder` is about to be made for a session of `owner`'s (before it is)."""
+        filesystem = await self._fresh.ready()
         self._forget(folder)
-        self._kept[folder] = _Kept(owner, self._clock(), open=True)
+        self._kept[folder] = _Kept(owner, self._clock(), open=True, filesystem=filesystem)
         await self._save()
 
     async def closed(self, folder: Path, owner: str, *, deleted: bool) -> None:
         """The session `folder` was made for closed (or never opened): it is forgotten when it
         was `deleted`, kept from now on otherwise (also when deleting it failed: it goes in its
         turn)."""
+        registered = self._kept.get(folder)
         self._forget(folder)
         if not deleted:
-            self._kept[folder] = _Kept(owner, self._clock())
+            filesystem = registered.filesystem if registered is not None else ""
+            self._kept[folder] = _Kept(owner, self._clock(), filesystem=filesystem)
             self._owners[owner] += 1
         await self._save()
 
@@ -128,14 +137,22 @@ class KeptWorkspaces:
         try:
             # Before a missing folder is taken for gone: the empty mount point of a filesystem
             # not mounted yet (after a reboot) shows none of them (attacker round 171).
-            await self._fresh.ready()
+            in_view = await self._fresh.ready()
         except (OSError, TooljailError) as exc:  # nothing is forgotten, nor deleted, on a guess
             log.warning("the kept workspaces are not in view (%s): none is deleted yet", exc)
             return 0
         due = self._clock() - self._keep_s
-        gone = 0
+        gone = named = elsewhere = 0
         for folder, kept in list(self._kept.items()):
             if kept.open:  # its session's (being made, maybe)
+                continue
+            if not kept.filesystem:
+                kept = self._kept[folder] = dataclasses.replace(kept, filesystem=in_view)
+                named += 1
+            if kept.filesystem != in_view:
+                # Made on another filesystem than the one in view (the workspaces' settings
+                # changed, or it was unmounted meanwhile): left as it is (attacker round 172).
+                elsewhere += 1
                 continue
             if not os.path.lexists(folder):  # gone already (an operator removed it)
                 self._forget(folder)
@@ -152,7 +169,14 @@ class KeptWorkspaces:
                 log.info("deleted the workspace %s, kept since its session closed", folder)
                 self._forget(folder)
                 gone += 1
-        if gone:
+        if elsewhere:
+            log.warning(
+                "%d kept workspaces were made on another filesystem than the one now at %s "
+                "(workspaces settings changed?): none of them is deleted until it is back",
+                elsewhere,
+                self._fresh.folder_for(""),
+            )
+        if gone or named:
             await self._save()
         return gone
 
@@ -185,6 +209,7 @@ class KeptWorkspaces:
                     "owner": entry.owner,
                     "closed_at": entry.closed_at,
                     **({"open": True} if entry.open else {}),
+                    **({"filesystem": entry.filesystem} if entry.filesystem else {}),
                 }
                 for folder, entry in kept.items()
             }
@@ -224,9 +249,13 @@ def _load(registry: Path) -> dict[Path, _Kept]:
             and type(entry.get("closed_at")) in (int, float)
             and math.isfinite(entry["closed_at"])
             and type(entry.get("open", False)) is bool
+            and type(entry.get("filesystem", "")) is str
         ):
             kept[Path(folder)] = _Kept(
-                entry["owner"], float(entry["closed_at"]), entry.get("open", False)
+                entry["owner"],
+                float(entry["closed_at"]),
+                entry.get("open", False),
+                entry.get("filesystem", ""),
             )
         else:
             log.error(_NOT_OURS, registry)

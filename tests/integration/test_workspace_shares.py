@@ -237,24 +237,46 @@ def test_a_principal_keeps_at_most_its_limit_of_workspaces_and_others_are_not_he
             bob_channel.close()
 
 
+def _kept_one(daemon: RunningDaemon) -> tuple[Path, Path]:
+    """A fresh session opened and closed without delete_workspace: its workspace, and the
+    kept workspaces' registry."""
+    session = daemon.stub.OpenSession(pb.OpenSessionRequest(), timeout=60)
+    daemon.stub.CloseSession(pb.CloseSessionRequest(session_id=session.id), timeout=60)
+    return Path(session.workspace), daemon.settings.state_dir / "kept-workspaces.json"
+
+
+def _budgeted(
+    keep_closed_s: float, budget_mb: int = BUDGET_MB, **workspaces: Any
+) -> dict[str, Any]:
+    """A daemon's settings without a sandbox, whose fresh workspaces have budgets (with the
+    other `workspaces` settings given)."""
+    return {
+        "sandbox": {"enabled": False},
+        "workspaces": {
+            "budget_mb": budget_mb,
+            "filesystem_mb": FILESYSTEM_MB,
+            "keep_closed_s": keep_closed_s,
+            **workspaces,
+        },
+    }
+
+
+def _root(tmp_path_factory: pytest.TempPathFactory, name: str) -> Path:
+    """A folder for a daemon, with its configured workspace in it."""
+    root = Path(tmp_path_factory.mktemp(name))
+    (root / "ws").mkdir()
+    os.chown(root / "ws", OWNER_UID, OWNER_GID)
+    return root
+
+
 def test_a_workspace_of_a_session_open_when_the_daemon_stopped_is_deleted_in_its_turn(
     tmp_path_factory: pytest.TempPathFactory,
 ) -> None:
     """Attacker round 170: the workspaces of sessions still open when the daemon stopped (a
     restart, an upgrade) were in no registry: the restarted daemon never deleted them, and they
     counted against nobody's limit."""
-    root = Path(tmp_path_factory.mktemp("left-open"))
-    (root / "ws").mkdir()
-    os.chown(root / "ws", OWNER_UID, OWNER_GID)
-    options: dict[str, Any] = {
-        "sandbox": {"enabled": False},
-        "workspaces": {
-            "budget_mb": BUDGET_MB,
-            "filesystem_mb": FILESYSTEM_MB,
-            "keep_closed_s": 2,
-            "max_kept_per_principal": 1,
-        },
-    }
+    root = _root(tmp_path_factory, "left-open")
+    options = _budgeted(2, max_kept_per_principal=1)
     with running_daemon(root / "ws", root / "o.sock", **options) as daemon:
         left = daemon.stub.OpenSession(pb.OpenSessionRequest(), timeout=60)
         (Path(left.workspace) / "work.txt").write_text("the model's\n")
@@ -276,31 +298,62 @@ def test_kept_workspaces_are_deleted_after_a_start_without_their_filesystem_moun
     """Attacker round 171: after a reboot (the workspaces filesystem not mounted yet), the
     restarted daemon's sweep found every kept workspace missing on the empty mount point and
     forgot them all: never deleted, counted against nobody. It mounts the filesystem first."""
-    root = Path(tmp_path_factory.mktemp("unmounted"))
-    (root / "ws").mkdir()
-    os.chown(root / "ws", OWNER_UID, OWNER_GID)
-    options: dict[str, Any] = {
-        "sandbox": {"enabled": False},
-        "workspaces": {
-            "budget_mb": BUDGET_MB,
-            "filesystem_mb": FILESYSTEM_MB,
-            "keep_closed_s": 2,
-        },
-    }
-    with running_daemon(root / "ws", root / "u.sock", **options) as daemon:
-        kept = daemon.stub.OpenSession(pb.OpenSessionRequest(), timeout=60)
-        daemon.stub.CloseSession(pb.CloseSessionRequest(session_id=kept.id), timeout=60)
-        sessions_root = Path(kept.workspace).parent
-        registry = daemon.settings.state_dir / "kept-workspaces.json"
+    root = _root(tmp_path_factory, "unmounted")
+    with running_daemon(root / "ws", root / "u.sock", **_budgeted(2)) as daemon:
+        folder, registry = _kept_one(daemon)
+        sessions_root = folder.parent
     subprocess.run(["umount", str(sessions_root)], check=True)
-    assert not Path(kept.workspace).exists()
-    with running_daemon(root / "ws", root / "u.sock", **options):
+    assert not folder.exists()
+    with running_daemon(root / "ws", root / "u.sock", **_budgeted(2)):
         deadline = time.monotonic() + 60
         while json.loads(registry.read_text()) and time.monotonic() < deadline:
             time.sleep(0.2)
         assert os.path.ismount(sessions_root), "forgotten without looking at the filesystem"
-        assert not Path(kept.workspace).exists(), "forgotten, not deleted"
+        assert not folder.exists(), "forgotten, not deleted"
         assert json.loads(registry.read_text()) == {}
+
+
+def test_a_kept_workspace_is_deleted_even_if_its_filesystem_was_unmounted_under_the_daemon(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> None:
+    """Attacker round 172: unmounted while the daemon ran, the bare folder beneath was taken for
+    the filesystem (it was looked at once), every kept workspace was forgotten there, and fresh
+    sessions failed until a restart. The filesystem is looked at each time, mounted again."""
+    root = _root(tmp_path_factory, "unmounted-live")
+    with running_daemon(root / "ws", root / "v.sock", **_budgeted(3)) as daemon:
+        folder, registry = _kept_one(daemon)
+        subprocess.run(["umount", str(folder.parent)], check=True)
+        deadline = time.monotonic() + 60
+        while json.loads(registry.read_text()) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert os.path.ismount(folder.parent), "forgotten on the bare folder, not mounted again"
+        assert not folder.exists(), "forgotten, not deleted"
+        assert daemon.stub.OpenSession(pb.OpenSessionRequest(), timeout=60).id
+
+
+def test_kept_workspaces_stay_registered_while_another_kind_of_workspaces_is_configured(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> None:
+    """Attacker round 172: restarted with workspaces.budget_mb = 0 (plain folders where the
+    filesystem was mounted), the daemon forgot every kept workspace of the filesystem: back
+    with a budget, nothing deleted them, and they counted against nobody."""
+    root = _root(tmp_path_factory, "budget-changed")
+    with running_daemon(root / "ws", root / "b.sock", **_budgeted(3600)) as daemon:
+        folder, registry = _kept_one(daemon)
+    subprocess.run(["umount", str(folder.parent)], check=True)
+    with running_daemon(root / "ws", root / "b.sock", **_budgeted(1, budget_mb=0)) as daemon:
+        plain = daemon.stub.OpenSession(pb.OpenSessionRequest(), timeout=60)
+        daemon.stub.CloseSession(pb.CloseSessionRequest(session_id=plain.id), timeout=60)
+        deadline = time.monotonic() + 30
+        while str(plain.workspace) in json.loads(registry.read_text()):
+            assert time.monotonic() < deadline, "the plain kept workspace was never deleted"
+            time.sleep(0.2)
+        assert str(folder) in json.loads(registry.read_text()), "forgotten where it is not"
+    with running_daemon(root / "ws", root / "b.sock", **_budgeted(1)):
+        deadline = time.monotonic() + 60
+        while json.loads(registry.read_text()) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert os.path.ismount(folder.parent) and not folder.exists(), "never deleted"
 
 
 SMALL_FILES = (

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from daemon.errors import Overloaded
+from daemon.errors import Overloaded, RequestError
 from daemon.host.private_file import replace_json
 from daemon.sessions import kept_workspaces
 from daemon.sessions.disk import PlainWorkspaces
@@ -247,13 +247,14 @@ class Unmounted(PlainWorkspaces):
         self._root.mkdir()
         self.mounted = False
 
-    async def ready(self) -> None:
+    async def ready(self) -> str:
         if not self._mountable:
             raise OSError("mount: wrong fs type")
         if not self.mounted:
             self._root.rmdir()
             self._stash.rename(self._root)
             self.mounted = True
+        return await super().ready()
 
 
 @pytest.mark.parametrize("mountable", [True, False])
@@ -280,3 +281,56 @@ async def test_a_sweep_looks_at_the_mounted_filesystem_never_at_the_empty_mount_
     assert set(json.loads(registry.read_text())) == (
         {str(young)} if mountable else {str(young), str(old)}
     )
+
+
+async def test_kept_workspaces_of_another_filesystem_than_the_one_in_view_are_left_alone(
+    tmp_path: Path,
+) -> None:
+    """Attacker round 172: restarted with workspaces.budget_mb changed between 0 and a budget
+    (plain folders then, a btrfs filesystem mounted over them now, or the reverse), or with the
+    filesystem unmounted under a running daemon, the sweep found every kept workspace missing
+    where it looked and forgot them all: never deleted, counted against nobody. Each entry
+    names the filesystem it was made on; only that one's sweep forgets or deletes it."""
+    clock = Clock()
+    registry = tmp_path / "kept.json"
+    btrfs = PlainWorkspaces(tmp_path / "sessions")
+    kept = KeptWorkspaces(registry, btrfs, DAY, clock)
+    folder = btrfs.folder_for("ws")
+    await kept.opening(folder, "alice")
+    await btrfs.create("ws", None, "alice")
+    await kept.closed(folder, "alice", deleted=False)
+    (tmp_path / "sessions").rename(tmp_path / "hidden")  # out of view: another one in its place
+    plain = PlainWorkspaces(tmp_path / "sessions")
+    clock.now += 2 * DAY
+    restarted = KeptWorkspaces(registry, plain, DAY, clock)
+    assert await restarted.sweep() == 0
+    assert restarted.count("alice") == 1 and str(folder) in json.loads(registry.read_text())
+    (tmp_path / "sessions").rename(tmp_path / "plain")
+    (tmp_path / "hidden").rename(tmp_path / "sessions")  # the one it was made on, back
+    again = KeptWorkspaces(registry, PlainWorkspaces(tmp_path / "sessions"), DAY, clock)
+    assert await again.sweep() == 1 and not folder.exists()
+    assert again.count("alice") == 0
+
+
+async def test_an_entry_from_before_filesystems_were_named_takes_the_one_in_view(
+    tmp_path: Path,
+) -> None:
+    fresh, clock = PlainWorkspaces(tmp_path / "sessions"), Clock()
+    folder = await fresh.create("ws", None, "alice")
+    registry = tmp_path / "kept.json"
+    registry.write_text(json.dumps({str(folder): {"owner": "alice", "closed_at": clock.now}}))
+    kept = KeptWorkspaces(registry, fresh, DAY, clock)
+    assert await kept.sweep() == 0
+    assert json.loads(registry.read_text())[str(folder)]["filesystem"] == await fresh.ready()
+    clock.now += 2 * DAY
+    assert await kept.sweep() == 1 and not folder.exists()
+
+
+async def test_a_folder_of_fresh_workspaces_is_named_once(tmp_path: Path) -> None:
+    one, other = PlainWorkspaces(tmp_path / "a"), PlainWorkspaces(tmp_path / "b")
+    name = await one.ready()
+    assert name == await PlainWorkspaces(tmp_path / "a").ready() != await other.ready()
+    assert stat.S_IMODE((tmp_path / "a" / ".workspaces-id").stat().st_mode) == 0o600
+    (tmp_path / "a" / ".workspaces-id").write_text("not the daemon's\n")
+    with pytest.raises(RequestError, match="not what the daemon wrote"):
+        await one.ready()
