@@ -20,8 +20,6 @@ import errno
 import json
 import logging
 import os
-import re
-import secrets
 import shutil
 import stat
 from collections.abc import Callable
@@ -56,8 +54,9 @@ class FreshWorkspaces(Protocol):
 
     async def ready(self) -> str:
         """Their folders in view (the filesystem they are on mounted), so that a folder missing
-        is gone; the name of where they are (made the first time: another filesystem, or
-        another folder, has another); raises when they cannot be."""
+        is gone; the name of where they are, from the configuration: another kind of fresh
+        workspaces, or another image or folder, has another, and the same one made again (an
+        image removed to be made anew) the same. Raises when they cannot be in view."""
         ...
 
     async def create(self, name: str, owner: tuple[int, int] | None, principal: str) -> Path:
@@ -91,7 +90,11 @@ class PlainWorkspaces:
     async def ready(self) -> str:
         self._root.mkdir(parents=True, exist_ok=True, mode=0o711)
         root = Path(os.path.realpath(self._root))
-        return await FILESYSTEM_THREADS.run(_DAEMON, lambda: _named(root))
+        if os.path.ismount(root):
+            # Another filesystem over the folder (the budgeted workspaces' one, still mounted
+            # after workspaces.budget_mb was set to 0): not the folder beneath it.
+            return f"folder:{root}@{os.statvfs(root).f_fsid:x}"
+        return f"folder:{root}"
 
     async def create(self, name: str, owner: tuple[int, int] | None, principal: str) -> Path:
         self._root.mkdir(parents=True, exist_ok=True, mode=0o711)
@@ -113,36 +116,6 @@ class PlainWorkspaces:
             return not folder.exists()
 
         return await _in_owners_thread(folder, owner, remove)
-
-
-_NAME = ".workspaces-id"
-"""In the root fresh workspaces are made in: a random name for that filesystem (or folder), made
-once, so that what is recorded of a workspace says where it was made."""
-_NAME_FORM = re.compile(r"[0-9a-f]{32}")
-
-
-def _named(root: Path) -> str:
-    """The name of `root` (`_NAME`), made the first time; RequestError for a file that is not
-    what the daemon wrote."""
-    path = root / _NAME
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
-    except FileNotFoundError:
-        name = secrets.token_hex(16)
-        try:
-            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
-        except FileExistsError:  # made meanwhile
-            return _named(root)
-        with os.fdopen(fd, "w", encoding="ascii") as stream:
-            stream.write(name)
-            stream.flush()
-            os.fsync(stream.fileno())
-        return name
-    with os.fdopen(fd, encoding="ascii", errors="replace") as stream:
-        name = stream.read(64).strip()
-    if not _NAME_FORM.fullmatch(name):
-        raise RequestError(f"{path} is not what the daemon wrote; an operator must remove it")
-    return name
 
 
 _GROUPS = ".principal-groups.json"
@@ -351,8 +324,8 @@ class BudgetedWorkspaces:
         return Path(os.path.realpath(self._root)) / name
 
     async def ready(self) -> str:
-        root = await self._ensure()
-        return await FILESYSTEM_THREADS.run(_DAEMON, lambda: _named(root))
+        await self._ensure()
+        return f"btrfs:{os.path.realpath(self._image)}"
 
     async def create(self, name: str, owner: tuple[int, int] | None, principal: str) -> Path:
         root = await self._ensure()

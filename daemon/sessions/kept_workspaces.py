@@ -122,12 +122,23 @@ class KeptWorkspaces:
         was `deleted`, kept from now on otherwise (also when deleting it failed: it goes in its
         turn)."""
         registered = self._kept.get(folder)
+        filesystem = registered.filesystem if registered is not None else ""
+        if not deleted and not filesystem:  # opened before they were named
+            filesystem = await self._seen_on(folder)
         self._forget(folder)
         if not deleted:
-            filesystem = registered.filesystem if registered is not None else ""
             self._kept[folder] = _Kept(owner, self._clock(), filesystem=filesystem)
             self._owners[owner] += 1
         await self._save()
+
+    async def _seen_on(self, folder: Path) -> str:
+        """The name of the place in view when `folder` is there; "" when it is not, or the
+        place cannot be in view."""
+        try:
+            in_view = await self._fresh.ready()
+        except (OSError, TooljailError):
+            return ""
+        return in_view if os.path.lexists(folder) else ""
 
     async def sweep(self) -> int:
         """Delete the workspaces kept longer than `keep_s` (with 0, none: only those an operator
@@ -142,11 +153,17 @@ class KeptWorkspaces:
             log.warning("the kept workspaces are not in view (%s): none is deleted yet", exc)
             return 0
         due = self._clock() - self._keep_s
-        gone = named = elsewhere = 0
+        gone = named = elsewhere = unplaced = 0
         for folder, kept in list(self._kept.items()):
             if kept.open:  # its session's (being made, maybe)
                 continue
             if not kept.filesystem:
+                # Recorded before they were named: it is where it is seen, and left alone while
+                # it is not (attacker round 173: taken for the first place in view, those of a
+                # filesystem unmounted then were forgotten on the bare folder).
+                if not os.path.lexists(folder):
+                    unplaced += 1
+                    continue
                 kept = self._kept[folder] = dataclasses.replace(kept, filesystem=in_view)
                 named += 1
             if kept.filesystem != in_view:
@@ -169,12 +186,15 @@ class KeptWorkspaces:
                 log.info("deleted the workspace %s, kept since its session closed", folder)
                 self._forget(folder)
                 gone += 1
-        if elsewhere:
+        if elsewhere or unplaced:
             log.warning(
                 "%d kept workspaces were made on another filesystem than the one now at %s "
-                "(workspaces settings changed?): none of them is deleted until it is back",
+                "(workspaces settings changed?), and %d registered before filesystems were named "
+                "are not there: none of them is deleted, and they count against their "
+                "principals, until they are in view again (docs/operations.md)",
                 elsewhere,
                 self._fresh.folder_for(""),
+                unplaced,
             )
         if gone or named:
             await self._save()

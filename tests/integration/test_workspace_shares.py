@@ -12,7 +12,7 @@ import subprocess
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import grpc
 import pytest
@@ -269,6 +269,37 @@ def _root(tmp_path_factory: pytest.TempPathFactory, name: str) -> Path:
     return root
 
 
+def _emptied(registry: Path, within_s: float = 60) -> dict[str, Any]:
+    """The registry once it holds no entry (the sweeps deleted or forgot them), or as it is
+    after `within_s`."""
+    deadline = time.monotonic() + within_s
+    while (entries := json.loads(registry.read_text())) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    return cast(dict[str, Any], entries)
+
+
+def _swept(daemon: RunningDaemon, registry: Path) -> None:
+    """Returns once a sweep ran: a workspace kept now (keep_closed_s 1) is deleted by one."""
+    marker, _ = _kept_one(daemon)
+    deadline = time.monotonic() + 60
+    while str(marker) in json.loads(registry.read_text()):
+        assert time.monotonic() < deadline, "no sweep deleted a workspace kept past its time"
+        time.sleep(0.2)
+
+
+def _kept_through_plain_folders(root: Path, socket: Path, folder: Path, registry: Path) -> None:
+    """`folder`, kept on the workspaces filesystem, stays registered through a daemon with
+    budget_mb = 0 started with the filesystem unmounted (plain folders where it was), and is
+    deleted once a daemon with a budget is back."""
+    subprocess.run(["umount", str(folder.parent)], check=True)
+    with running_daemon(root / "ws", socket, **_budgeted(1, budget_mb=0)) as daemon:
+        _swept(daemon, registry)
+        assert str(folder) in json.loads(registry.read_text()), "forgotten where it is not"
+    with running_daemon(root / "ws", socket, **_budgeted(1)):
+        _emptied(registry)
+        assert os.path.ismount(folder.parent) and not folder.exists(), "never deleted"
+
+
 def test_a_workspace_of_a_session_open_when_the_daemon_stopped_is_deleted_in_its_turn(
     tmp_path_factory: pytest.TempPathFactory,
 ) -> None:
@@ -305,9 +336,7 @@ def test_kept_workspaces_are_deleted_after_a_start_without_their_filesystem_moun
     subprocess.run(["umount", str(sessions_root)], check=True)
     assert not folder.exists()
     with running_daemon(root / "ws", root / "u.sock", **_budgeted(2)):
-        deadline = time.monotonic() + 60
-        while json.loads(registry.read_text()) and time.monotonic() < deadline:
-            time.sleep(0.2)
+        _emptied(registry)
         assert os.path.ismount(sessions_root), "forgotten without looking at the filesystem"
         assert not folder.exists(), "forgotten, not deleted"
         assert json.loads(registry.read_text()) == {}
@@ -323,9 +352,7 @@ def test_a_kept_workspace_is_deleted_even_if_its_filesystem_was_unmounted_under_
     with running_daemon(root / "ws", root / "v.sock", **_budgeted(3)) as daemon:
         folder, registry = _kept_one(daemon)
         subprocess.run(["umount", str(folder.parent)], check=True)
-        deadline = time.monotonic() + 60
-        while json.loads(registry.read_text()) and time.monotonic() < deadline:
-            time.sleep(0.2)
+        _emptied(registry)
         assert os.path.ismount(folder.parent), "forgotten on the bare folder, not mounted again"
         assert not folder.exists(), "forgotten, not deleted"
         assert daemon.stub.OpenSession(pb.OpenSessionRequest(), timeout=60).id
@@ -340,20 +367,39 @@ def test_kept_workspaces_stay_registered_while_another_kind_of_workspaces_is_con
     root = _root(tmp_path_factory, "budget-changed")
     with running_daemon(root / "ws", root / "b.sock", **_budgeted(3600)) as daemon:
         folder, registry = _kept_one(daemon)
+    _kept_through_plain_folders(root, root / "b.sock", folder, registry)
+
+
+def test_an_image_made_anew_frees_what_was_kept_on_the_old_one(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> None:
+    """Attacker round 173: an image removed to be made anew (as docs/operations.md says) got a
+    new name, and the entries of the old one counted against their principal for ever."""
+    root = _root(tmp_path_factory, "remade")
+    options = _budgeted(3600, max_kept_per_principal=1)
+    with running_daemon(root / "ws", root / "r.sock", **options) as daemon:
+        folder, registry = _kept_one(daemon)
+        image = daemon.settings.workspaces.image or daemon.settings.state_dir / "workspaces.img"
     subprocess.run(["umount", str(folder.parent)], check=True)
-    with running_daemon(root / "ws", root / "b.sock", **_budgeted(1, budget_mb=0)) as daemon:
-        plain = daemon.stub.OpenSession(pb.OpenSessionRequest(), timeout=60)
-        daemon.stub.CloseSession(pb.CloseSessionRequest(session_id=plain.id), timeout=60)
-        deadline = time.monotonic() + 30
-        while str(plain.workspace) in json.loads(registry.read_text()):
-            assert time.monotonic() < deadline, "the plain kept workspace was never deleted"
-            time.sleep(0.2)
-        assert str(folder) in json.loads(registry.read_text()), "forgotten where it is not"
-    with running_daemon(root / "ws", root / "b.sock", **_budgeted(1)):
-        deadline = time.monotonic() + 60
-        while json.loads(registry.read_text()) and time.monotonic() < deadline:
-            time.sleep(0.2)
-        assert os.path.ismount(folder.parent) and not folder.exists(), "never deleted"
+    image.unlink()
+    with running_daemon(root / "ws", root / "r.sock", **options) as daemon:
+        assert _emptied(registry) == {}, "the old image's entry still counts"
+        assert daemon.stub.OpenSession(pb.OpenSessionRequest(), timeout=60).id
+
+
+def test_entries_from_before_filesystems_were_named_are_not_forgotten_where_they_are_not(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> None:
+    """Attacker round 173: an upgraded registry's entries took the first place in view, so a
+    start with budget_mb = 0 and the filesystem unmounted forgot them on the bare folder."""
+    root = _root(tmp_path_factory, "legacy")
+    with running_daemon(root / "ws", root / "g.sock", **_budgeted(3600)) as daemon:
+        folder, registry = _kept_one(daemon)
+    entries = json.loads(registry.read_text())
+    for entry in entries.values():
+        del entry["filesystem"]  # as the daemon wrote them before
+    registry.write_text(json.dumps(entries))
+    _kept_through_plain_folders(root, root / "g.sock", folder, registry)
 
 
 SMALL_FILES = (

@@ -6,6 +6,8 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import os
+import shutil
 import stat
 import threading
 import time
@@ -13,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from daemon.errors import Overloaded, RequestError
+from daemon.errors import Overloaded
 from daemon.host.private_file import replace_json
 from daemon.sessions import kept_workspaces
 from daemon.sessions.disk import PlainWorkspaces
@@ -283,6 +285,19 @@ async def test_a_sweep_looks_at_the_mounted_filesystem_never_at_the_empty_mount_
     )
 
 
+class Named(PlainWorkspaces):
+    """Plain folders that say they are on the filesystem `name` (another kind of workspaces, or
+    another image, when it changes)."""
+
+    def __init__(self, root: Path, name: str) -> None:
+        super().__init__(root)
+        self.name = name
+
+    async def ready(self) -> str:
+        await super().ready()
+        return self.name
+
+
 async def test_kept_workspaces_of_another_filesystem_than_the_one_in_view_are_left_alone(
     tmp_path: Path,
 ) -> None:
@@ -293,44 +308,67 @@ async def test_kept_workspaces_of_another_filesystem_than_the_one_in_view_are_le
     names the filesystem it was made on; only that one's sweep forgets or deletes it."""
     clock = Clock()
     registry = tmp_path / "kept.json"
-    btrfs = PlainWorkspaces(tmp_path / "sessions")
-    kept = KeptWorkspaces(registry, btrfs, DAY, clock)
-    folder = btrfs.folder_for("ws")
+    fresh = Named(tmp_path / "sessions", "btrfs:/state/workspaces.img")
+    kept = KeptWorkspaces(registry, fresh, DAY, clock)
+    folder = fresh.folder_for("ws")
     await kept.opening(folder, "alice")
-    await btrfs.create("ws", None, "alice")
+    await fresh.create("ws", None, "alice")
     await kept.closed(folder, "alice", deleted=False)
     (tmp_path / "sessions").rename(tmp_path / "hidden")  # out of view: another one in its place
-    plain = PlainWorkspaces(tmp_path / "sessions")
     clock.now += 2 * DAY
-    restarted = KeptWorkspaces(registry, plain, DAY, clock)
+    elsewhere = Named(tmp_path / "sessions", "folder:/state/sessions")
+    restarted = KeptWorkspaces(registry, elsewhere, DAY, clock)
     assert await restarted.sweep() == 0
     assert restarted.count("alice") == 1 and str(folder) in json.loads(registry.read_text())
-    (tmp_path / "sessions").rename(tmp_path / "plain")
+    (tmp_path / "sessions").rmdir()
     (tmp_path / "hidden").rename(tmp_path / "sessions")  # the one it was made on, back
-    again = KeptWorkspaces(registry, PlainWorkspaces(tmp_path / "sessions"), DAY, clock)
-    assert await again.sweep() == 1 and not folder.exists()
-    assert again.count("alice") == 0
+    back = KeptWorkspaces(registry, Named(tmp_path / "sessions", fresh.name), DAY, clock)
+    assert await back.sweep() == 1 and not folder.exists()
+    assert back.count("alice") == 0
 
 
-async def test_an_entry_from_before_filesystems_were_named_takes_the_one_in_view(
+async def test_an_image_made_anew_is_the_same_place_and_what_was_on_it_is_forgotten(
     tmp_path: Path,
 ) -> None:
-    fresh, clock = PlainWorkspaces(tmp_path / "sessions"), Clock()
+    """Attacker round 173: a name written on the filesystem changed when its image was made
+    anew (as the docs tell operators to do) or the file was removed: the entries of the old one
+    were never in view again, counted for ever. The name is the configured image's."""
+    clock = Clock()
+    registry = tmp_path / "kept.json"
+    fresh = Named(tmp_path / "sessions", "btrfs:/state/workspaces.img")
+    kept = KeptWorkspaces(registry, fresh, DAY, clock, max_per_principal=2)
+    for name in ("a", "b"):
+        await kept.opening(fresh.folder_for(name), "alice")
+        await kept.closed(await fresh.create(name, None, "alice"), "alice", deleted=False)
+    shutil.rmtree(tmp_path / "sessions")  # the image removed, and made anew
+    remade = KeptWorkspaces(registry, Named(tmp_path / "sessions", fresh.name), DAY, clock)
+    assert await remade.sweep() == 2 and remade.count("alice") == 0
+
+
+@pytest.mark.parametrize("seen", [True, False])
+async def test_an_entry_from_before_filesystems_were_named_is_placed_only_where_it_is_seen(
+    tmp_path: Path, seen: bool
+) -> None:
+    """Attacker round 173: taken for the first place in view, entries of a filesystem
+    unmounted at the upgrade were forgotten on the bare folder."""
+    fresh, clock = Named(tmp_path / "sessions", "btrfs:/state/workspaces.img"), Clock()
     folder = await fresh.create("ws", None, "alice")
     registry = tmp_path / "kept.json"
     registry.write_text(json.dumps({str(folder): {"owner": "alice", "closed_at": clock.now}}))
+    if not seen:
+        folder.rmdir()
     kept = KeptWorkspaces(registry, fresh, DAY, clock)
     assert await kept.sweep() == 0
-    assert json.loads(registry.read_text())[str(folder)]["filesystem"] == await fresh.ready()
+    entry = json.loads(registry.read_text())[str(folder)]
+    assert entry.get("filesystem") == (fresh.name if seen else None)
+    assert kept.count("alice") == 1
     clock.now += 2 * DAY
-    assert await kept.sweep() == 1 and not folder.exists()
+    assert await kept.sweep() == (1 if seen else 0)
+    assert kept.count("alice") == (0 if seen else 1)
 
 
-async def test_a_folder_of_fresh_workspaces_is_named_once(tmp_path: Path) -> None:
+async def test_plain_folders_are_named_by_where_they_are(tmp_path: Path) -> None:
     one, other = PlainWorkspaces(tmp_path / "a"), PlainWorkspaces(tmp_path / "b")
-    name = await one.ready()
-    assert name == await PlainWorkspaces(tmp_path / "a").ready() != await other.ready()
-    assert stat.S_IMODE((tmp_path / "a" / ".workspaces-id").stat().st_mode) == 0o600
-    (tmp_path / "a" / ".workspaces-id").write_text("not the daemon's\n")
-    with pytest.raises(RequestError, match="not what the daemon wrote"):
-        await one.ready()
+    assert await one.ready() == await PlainWorkspaces(tmp_path / "a").ready()
+    assert await one.ready() != await other.ready()
+    assert await one.ready() == f"folder:{os.path.realpath(tmp_path / 'a')}"
