@@ -20,6 +20,8 @@ import errno
 import json
 import logging
 import os
+import re
+import secrets
 import shutil
 import stat
 from collections.abc import Callable
@@ -90,11 +92,11 @@ class PlainWorkspaces:
     async def ready(self) -> str:
         self._root.mkdir(parents=True, exist_ok=True, mode=0o711)
         root = Path(os.path.realpath(self._root))
-        if os.path.ismount(root):
-            # Another filesystem over the folder (the budgeted workspaces' one, still mounted
-            # after workspaces.budget_mb was set to 0): not the folder beneath it.
-            return f"folder:{root}@{os.statvfs(root).f_fsid:x}"
-        return f"folder:{root}"
+        # Named by a mark made in it once, not by its path alone: the folder a bind mount or
+        # another filesystem puts at the path (still mounted, or not yet after a reboot) is
+        # another place than the one beneath (attacker round 174).
+        mark = await FILESYSTEM_THREADS.run(_DAEMON, lambda: _marked(root))
+        return f"folder:{root}#{mark}"
 
     async def create(self, name: str, owner: tuple[int, int] | None, principal: str) -> Path:
         self._root.mkdir(parents=True, exist_ok=True, mode=0o711)
@@ -116,6 +118,68 @@ class PlainWorkspaces:
             return not folder.exists()
 
         return await _in_owners_thread(folder, owner, remove)
+
+
+_MARK = ".tooljail-folder"
+"""In a folder plain fresh workspaces are made in: a random mark made once (`_marked`)."""
+_MARK_FORM = re.compile(r"[0-9a-f]{32}")
+
+
+def _marked(root: Path) -> str:
+    """The mark of `root`, made the first time whole (written beside it, then linked into
+    place: nobody ever reads half of one); RequestError for one the daemon did not write."""
+    path = root / _MARK
+    try:
+        with os.fdopen(os.open(path, os.O_RDONLY | os.O_NOFOLLOW), encoding="ascii") as stream:
+            mark = stream.read(64).strip()
+    except FileNotFoundError:
+        mark = secrets.token_hex(16)
+        partial = root / f"{_MARK}.{mark}"
+        with os.fdopen(
+            os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600), "w"
+        ) as stream:
+            stream.write(mark)
+            stream.flush()
+            os.fsync(stream.fileno())
+        try:
+            os.link(partial, path)
+        except FileExistsError:  # made meanwhile: that one is the mark
+            return _marked(root)
+        finally:
+            partial.unlink()
+        return mark
+    except UnicodeDecodeError:
+        mark = ""
+    if not _MARK_FORM.fullmatch(mark):
+        raise RequestError(
+            f"{path} is not what the daemon wrote: restore it (the kept workspaces made in "
+            f"{root} are recorded with it), or see docs/operations.md"
+        )
+    return mark
+
+
+def _backing_file(root: Path) -> str | None:
+    """The image file behind the loop device mounted at `root` (its real path), from
+    /proc/self/mountinfo and the device's sysfs; None when none is (not a loop device)."""
+    source = None
+    with Path("/proc/self/mountinfo").open(encoding="utf-8", errors="replace") as mounts:
+        for line in mounts:
+            fields = line.split()
+            if len(fields) > 4 and _unescaped(fields[4]) == str(root) and "-" in fields:
+                source = fields[fields.index("-") + 2]  # the topmost one is listed last
+    name = Path(source or "").name
+    if not (source or "").startswith("/dev/") or not re.fullmatch(r"loop\d+", name):
+        return None
+    try:
+        backing = Path(f"/sys/block/{name}/loop/backing_file").read_text().strip()
+    except OSError:
+        return None
+    return os.path.realpath(backing) if Path(backing).exists() else backing
+
+
+def _unescaped(field: str) -> str:
+    """A mountinfo path field with its octal escapes (space, tab, newline, backslash) undone."""
+    return re.sub(r"\\([0-7]{3})", lambda m: chr(int(m[1], 8)), field)
 
 
 _GROUPS = ".principal-groups.json"
@@ -252,6 +316,7 @@ class BudgetedWorkspaces:
             # Looked at again each time: an operator may have unmounted it under the daemon
             # (attacker round 172: the bare folder beneath was then taken for it).
             if self._ok and os.path.ismount(root) and _is_btrfs(root):
+                self._check_image(root)
                 return root
             self._ok = False
             self._root.mkdir(parents=True, exist_ok=True, mode=0o711)
@@ -263,10 +328,23 @@ class BudgetedWorkspaces:
                     "fresh workspaces cannot get a disk budget; unmount it, or set "
                     "workspaces.budget_mb = 0"
                 )
+            self._check_image(root)
             await _run("btrfs", "quota", "enable", str(root))
             await _metadata_once(root)
             self._ok = True
             return root
+
+    def _check_image(self, root: Path) -> None:
+        """RequestError when the filesystem at `root` is an image, but not the configured one
+        (attacker round 174: workspaces.image changed while the old one stayed mounted, and
+        workspaces made on the old one were recorded as the new one's)."""
+        backing = _backing_file(root)
+        if backing is not None and backing != os.path.realpath(self._image):
+            raise RequestError(
+                f"the filesystem mounted at {root} is the image {backing}, not the configured "
+                f"one ({self._image}, workspaces.image): an operator unmounts it (umount "
+                f"{root}), then the daemon mounts the configured one"
+            )
 
     async def _mount(self, root: Path) -> None:
         if os.geteuid() != 0:
@@ -324,7 +402,9 @@ class BudgetedWorkspaces:
         return Path(os.path.realpath(self._root)) / name
 
     async def ready(self) -> str:
-        await self._ensure()
+        root = await self._ensure()
+        if _backing_file(root) is None:  # mounted by an operator from a device of theirs
+            return f"btrfs-fsid:{os.statvfs(root).f_fsid:x}"
         return f"btrfs:{os.path.realpath(self._image)}"
 
     async def create(self, name: str, owner: tuple[int, int] | None, principal: str) -> Path:

@@ -49,7 +49,7 @@ class _Kept:
     """Its session is open (or opening): not kept yet, never deleted here."""
     filesystem: str = ""
     """The name of where it was made (`FreshWorkspaces.ready`): only there is it looked for,
-    and deleted; "" for one recorded before they were named (it takes the first in view)."""
+    and deleted; "" for one an older daemon recorded (it takes the name of where it is seen)."""
 
 
 class KeptWorkspaces:

@@ -402,6 +402,56 @@ def test_entries_from_before_filesystems_were_named_are_not_forgotten_where_they
     _kept_through_plain_folders(root, root / "g.sock", folder, registry)
 
 
+def test_kept_workspaces_of_a_bind_mounted_folder_are_not_forgotten_on_the_one_beneath(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> None:
+    """Attacker round 174: with budget_mb = 0 and the sessions folder a bind mount of a folder
+    on the same filesystem (not a mount point to os.path.ismount), a start before the bind was
+    back (a reboot) forgot every kept workspace on the bare folder beneath."""
+    root = _root(tmp_path_factory, "bind")
+    sessions, source = root / "p.state" / "sessions", root / "elsewhere"
+    sessions.mkdir(parents=True)
+    source.mkdir()
+    subprocess.run(["mount", "--bind", str(source), str(sessions)], check=True)
+    try:
+        with running_daemon(root / "ws", root / "p.sock", **_budgeted(3600, budget_mb=0)) as d:
+            folder, registry = _kept_one(d)
+        assert (source / folder.name).is_dir()
+    finally:
+        subprocess.run(["umount", str(sessions)], check=True)
+    with running_daemon(root / "ws", root / "p.sock", **_budgeted(1, budget_mb=0)) as daemon:
+        _swept(daemon, registry)
+        assert str(folder) in json.loads(registry.read_text()), "forgotten where it is not"
+    subprocess.run(["mount", "--bind", str(source), str(sessions)], check=True)
+    try:
+        with running_daemon(root / "ws", root / "p.sock", **_budgeted(1, budget_mb=0)):
+            assert str(folder) not in _emptied(registry), "never deleted"
+            assert not (source / folder.name).exists()
+    finally:
+        subprocess.run(["umount", str(sessions)], check=True)
+
+
+def test_a_filesystem_of_another_image_than_the_configured_one_is_refused(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> None:
+    """Attacker round 174: workspaces.image changed while the old image stayed mounted: new
+    workspaces were made on the old image and recorded as the new one's, then forgotten once
+    the new one was mounted."""
+    root = _root(tmp_path_factory, "image-switched")
+    with running_daemon(root / "ws", root / "i.sock", **_budgeted(3600)) as daemon:
+        folder, registry = _kept_one(daemon)
+    other = _budgeted(1, image=str(root / "other.img"))
+    try:
+        with running_daemon(root / "ws", root / "i.sock", **other) as daemon:
+            with pytest.raises(grpc.RpcError) as refused:
+                daemon.stub.OpenSession(pb.OpenSessionRequest(), timeout=60)
+            assert "not the configured one" in str(refused.value.details())
+            assert daemon._run(daemon.daemon.sessions._kept.sweep()) == 0
+            assert str(folder) in json.loads(registry.read_text()) and folder.is_dir()
+    finally:
+        subprocess.run(["umount", str(folder.parent)], check=True)
+
+
 SMALL_FILES = (
     "mkdir small && head -c 100M /dev/zero | split -b 2000 -a 6 - small/part- 2>&1 | tail -1"
 )

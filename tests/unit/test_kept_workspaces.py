@@ -6,7 +6,6 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-import os
 import shutil
 import stat
 import threading
@@ -15,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from daemon.errors import Overloaded
+from daemon.errors import Overloaded, RequestError
 from daemon.host.private_file import replace_json
 from daemon.sessions import kept_workspaces
 from daemon.sessions.disk import PlainWorkspaces
@@ -320,7 +319,7 @@ async def test_kept_workspaces_of_another_filesystem_than_the_one_in_view_are_le
     restarted = KeptWorkspaces(registry, elsewhere, DAY, clock)
     assert await restarted.sweep() == 0
     assert restarted.count("alice") == 1 and str(folder) in json.loads(registry.read_text())
-    (tmp_path / "sessions").rmdir()
+    shutil.rmtree(tmp_path / "sessions")
     (tmp_path / "hidden").rename(tmp_path / "sessions")  # the one it was made on, back
     back = KeptWorkspaces(registry, Named(tmp_path / "sessions", fresh.name), DAY, clock)
     assert await back.sweep() == 1 and not folder.exists()
@@ -367,8 +366,22 @@ async def test_an_entry_from_before_filesystems_were_named_is_placed_only_where_
     assert kept.count("alice") == (0 if seen else 1)
 
 
-async def test_plain_folders_are_named_by_where_they_are(tmp_path: Path) -> None:
+async def test_a_folder_of_plain_workspaces_is_named_by_a_mark_made_in_it_once(
+    tmp_path: Path,
+) -> None:
+    """Attacker round 174: named by its path alone, the folder a bind mount of the same
+    filesystem put there had the name of the bare folder beneath it, and a start before the
+    bind was back (a reboot) forgot every kept workspace. Attacker round 173: a mark written
+    in two steps was read half-made by concurrent opens."""
     one, other = PlainWorkspaces(tmp_path / "a"), PlainWorkspaces(tmp_path / "b")
-    assert await one.ready() == await PlainWorkspaces(tmp_path / "a").ready()
-    assert await one.ready() != await other.ready()
-    assert await one.ready() == f"folder:{os.path.realpath(tmp_path / 'a')}"
+    names = await asyncio.gather(*(PlainWorkspaces(tmp_path / "a").ready() for _ in range(16)))
+    assert set(names) == {await one.ready()} and await one.ready() != await other.ready()
+    assert [p.name for p in (tmp_path / "a").iterdir()] == [".tooljail-folder"]
+    assert stat.S_IMODE((tmp_path / "a" / ".tooljail-folder").stat().st_mode) == 0o600
+    before = await one.ready()
+    (tmp_path / "a").rename(tmp_path / "beneath")
+    (tmp_path / "a").mkdir()  # another folder at the same path
+    assert await one.ready() != before
+    (tmp_path / "a" / ".tooljail-folder").write_text("not the daemon's\n")
+    with pytest.raises(RequestError, match="not what the daemon wrote"):
+        await one.ready()
