@@ -158,15 +158,24 @@ def _marked(root: Path) -> str:
     return mark
 
 
-def _backing_file(root: Path) -> str | None:
-    """The image file behind the loop device mounted at `root` (its real path), from
-    /proc/self/mountinfo and the device's sysfs; None when none is (not a loop device)."""
-    source = None
+def _mounted_at(root: Path) -> tuple[str, str] | None:
+    """(the folder of its filesystem mounted, the source) of the topmost mount at `root`, from
+    /proc/self/mountinfo; None when nothing is mounted there."""
+    found = None
     with Path("/proc/self/mountinfo").open(encoding="utf-8", errors="replace") as mounts:
         for line in mounts:
             fields = line.split()
             if len(fields) > 4 and _unescaped(fields[4]) == str(root) and "-" in fields:
-                source = fields[fields.index("-") + 2]  # the topmost one is listed last
+                # The topmost one is listed last.
+                found = (_unescaped(fields[3]), fields[fields.index("-") + 2])
+    return found
+
+
+def _backing_file(root: Path) -> str | None:
+    """The image file behind the loop device mounted at `root` (its real path), from
+    /proc/self/mountinfo and the device's sysfs; None when none is (not a loop device)."""
+    mounted = _mounted_at(root)
+    source = mounted[1] if mounted is not None else None
     name = Path(source or "").name
     if not (source or "").startswith("/dev/") or not re.fullmatch(r"loop\d+", name):
         return None
@@ -335,9 +344,17 @@ class BudgetedWorkspaces:
             return root
 
     def _check_image(self, root: Path) -> None:
-        """RequestError when the filesystem at `root` is an image, but not the configured one
-        (attacker round 174: workspaces.image changed while the old one stayed mounted, and
-        workspaces made on the old one were recorded as the new one's)."""
+        """RequestError when the filesystem at `root` is not mounted whole, or is an image but
+        not the configured one (attacker round 174: workspaces.image changed while the old one
+        stayed mounted, and workspaces made on the old one were recorded as the new one's)."""
+        mounted = _mounted_at(root)
+        if mounted is not None and mounted[0] != "/":
+            # A subvolume of it: another tree than the one its workspaces were recorded on
+            # (attacker round 175).
+            raise RequestError(
+                f"the filesystem at {root} is mounted from its folder {mounted[0]}, not its top "
+                f"level: an operator unmounts it (umount {root}), then the daemon mounts it whole"
+            )
         backing = _backing_file(root)
         if backing is not None and backing != os.path.realpath(self._image):
             raise RequestError(

@@ -452,6 +452,30 @@ def test_a_filesystem_of_another_image_than_the_configured_one_is_refused(
         subprocess.run(["umount", str(folder.parent)], check=True)
 
 
+def test_a_subvolume_of_the_image_mounted_in_its_place_is_refused(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> None:
+    """Attacker round 175: the configured image mounted from one of its subvolumes (mount -o
+    subvol=) was named as the whole image, and the kept workspaces were forgotten there."""
+    root = _root(tmp_path_factory, "subvolume")
+    with running_daemon(root / "ws", root / "v.sock", **_budgeted(3600)) as daemon:
+        folder, registry = _kept_one(daemon)
+        image = daemon.settings.state_dir / "workspaces.img"
+    sessions = folder.parent
+    subprocess.run(["umount", str(sessions)], check=True)
+    options = "loop,nosuid,nodev,subvol=" + folder.name
+    subprocess.run(["mount", "-o", options, str(image), str(sessions)], check=True)
+    try:
+        with running_daemon(root / "ws", root / "v.sock", **_budgeted(1)) as daemon:
+            with pytest.raises(grpc.RpcError) as refused:
+                daemon.stub.OpenSession(pb.OpenSessionRequest(), timeout=60)
+            assert "not its top level" in str(refused.value.details())
+            assert daemon._run(daemon.daemon.sessions._kept.sweep()) == 0
+            assert str(folder) in json.loads(registry.read_text())
+    finally:
+        subprocess.run(["umount", str(sessions)], check=True)
+
+
 SMALL_FILES = (
     "mkdir small && head -c 100M /dev/zero | split -b 2000 -a 6 - small/part- 2>&1 | tail -1"
 )
