@@ -31,3 +31,16 @@ def mounts_below(directory: Path, mountinfo: str | None = None) -> list[str]:
             if point.startswith(root):
                 below.append(point)
     return below
+
+
+def mount_at(directory: Path, mountinfo: str | None = None) -> tuple[str, str] | None:
+    """(the folder of its filesystem that is mounted, the source) of the topmost mount at
+    `directory` (resolved), from /proc/self/mountinfo; None when nothing is mounted there."""
+    text = MOUNTINFO.read_text(errors="replace") if mountinfo is None else mountinfo
+    found = None
+    for line in text.splitlines():
+        fields = line.split(" ")
+        if len(fields) > 4 and _unescape(fields[4]) == str(directory) and "-" in fields:
+            # The topmost one is listed last.
+            found = (_unescape(fields[3]), fields[fields.index("-") + 2])
+    return found

@@ -30,6 +30,7 @@ from typing import Protocol
 
 from daemon.errors import Overloaded, RequestError
 from daemon.host.child import run_child
+from daemon.host.mounts import mount_at
 from daemon.host.private_file import replace_json
 from daemon.host.statfs import BTRFS_MAGIC, filesystem_type
 from daemon.host.threads import FILESYSTEM_THREADS
@@ -158,23 +159,9 @@ def _marked(root: Path) -> str:
     return mark
 
 
-def _mounted_at(root: Path) -> tuple[str, str] | None:
-    """(the folder of its filesystem mounted, the source) of the topmost mount at `root`, from
-    /proc/self/mountinfo; None when nothing is mounted there."""
-    found = None
-    with Path("/proc/self/mountinfo").open(encoding="utf-8", errors="replace") as mounts:
-        for line in mounts:
-            fields = line.split()
-            if len(fields) > 4 and _unescaped(fields[4]) == str(root) and "-" in fields:
-                # The topmost one is listed last.
-                found = (_unescaped(fields[3]), fields[fields.index("-") + 2])
-    return found
-
-
-def _backing_file(root: Path) -> str | None:
-    """The image file behind the loop device mounted at `root` (its real path), from
-    /proc/self/mountinfo and the device's sysfs; None when none is (not a loop device)."""
-    mounted = _mounted_at(root)
+def _backing_file(mounted: tuple[str, str] | None) -> str | None:
+    """The image file behind the loop device of a mount (`mount_at`), its real path, from
+    the device's sysfs; None when there is none (not a loop device)."""
     source = mounted[1] if mounted is not None else None
     name = Path(source or "").name
     if not (source or "").startswith("/dev/") or not re.fullmatch(r"loop\d+", name):
@@ -184,11 +171,6 @@ def _backing_file(root: Path) -> str | None:
     except OSError:
         return None
     return os.path.realpath(backing) if Path(backing).exists() else backing
-
-
-def _unescaped(field: str) -> str:
-    """A mountinfo path field with its octal escapes (space, tab, newline, backslash) undone."""
-    return re.sub(r"\\([0-7]{3})", lambda m: chr(int(m[1], 8)), field)
 
 
 _GROUPS = ".principal-groups.json"
@@ -347,7 +329,7 @@ class BudgetedWorkspaces:
         """RequestError when the filesystem at `root` is not mounted whole, or is an image but
         not the configured one (attacker round 174: workspaces.image changed while the old one
         stayed mounted, and workspaces made on the old one were recorded as the new one's)."""
-        mounted = _mounted_at(root)
+        mounted = mount_at(root)
         if mounted is not None and mounted[0] != "/":
             # A subvolume of it: another tree than the one its workspaces were recorded on
             # (attacker round 175).
@@ -355,7 +337,7 @@ class BudgetedWorkspaces:
                 f"the filesystem at {root} is mounted from its folder {mounted[0]}, not its top "
                 f"level: an operator unmounts it (umount {root}), then the daemon mounts it whole"
             )
-        backing = _backing_file(root)
+        backing = _backing_file(mounted)
         if backing is not None and backing != os.path.realpath(self._image):
             raise RequestError(
                 f"the filesystem mounted at {root} is the image {backing}, not the configured "
@@ -420,7 +402,7 @@ class BudgetedWorkspaces:
 
     async def ready(self) -> str:
         root = await self._ensure()
-        if _backing_file(root) is None:  # mounted by an operator from a device of theirs
+        if _backing_file(mount_at(root)) is None:  # an operator's device, not an image
             return f"btrfs-fsid:{os.statvfs(root).f_fsid:x}"
         return f"btrfs:{os.path.realpath(self._image)}"
 

@@ -143,7 +143,7 @@ class KeptWorkspaces:
     async def sweep(self) -> int:
         """Delete the workspaces kept longer than `keep_s` (with 0, none: only those an operator
         removed are forgotten); how many went."""
-        if not self.kept():
+        if not self._owners:  # nothing kept (open ones are their sessions')
             return 0
         try:
             # Before a missing folder is taken for gone: the empty mount point of a filesystem
