@@ -14,7 +14,6 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import grpc
 import pytest
 
 from daemon._generated.tooljail.v1 import executor_pb2 as pb
@@ -359,15 +358,17 @@ STUCK_PAST_THE_ENGINE = """
 import os, sys, time
 started = time.monotonic()
 BLOCKS = 262143  # 1 GiB less a block: under the sandbox's file-size limit
-# Written and unwritten extents alternate: freeing them (with a discard each, where the disk
-# is mounted so) holds a truncate in the kernel for seconds, killed or not.
-def big(path):
-    fd = os.open(path, os.O_CREAT | os.O_WRONLY | os.O_TRUNC, 0o644)
-    os.posix_fallocate(fd, 0, BLOCKS * 4096)
-    for block in range(0, BLOCKS, 2):
-        os.pwrite(fd, b"x" * 4096, block * 4096)
-    os.fsync(fd)
-    return fd
+if sys.argv[1] == "write":
+    # Written and unwritten extents alternate: freeing them (with a discard each, where the
+    # disk is mounted so) holds a truncate in the kernel for seconds, killed or not.
+    for n in range(2):
+        fd = os.open(f"big{n}", os.O_CREAT | os.O_WRONLY | os.O_TRUNC, 0o644)
+        os.posix_fallocate(fd, 0, BLOCKS * 4096)
+        for block in range(0, BLOCKS, 2):
+            os.pwrite(fd, b"x" * 4096, block * 4096)
+        os.fsync(fd)
+        os.close(fd)
+    sys.exit()
 def child(work):
     if os.fork() == 0:
         os.setsid()
@@ -375,16 +376,36 @@ def child(work):
             work()
         finally:
             os._exit(0)
-fds = [big(f"big{n}") for n in range(2)]
-time.sleep(max(0.0, float(sys.argv[1]) - (time.monotonic() - started)))
+fds = [os.open(f"big{n}", os.O_WRONLY) for n in range(2)]
+# Opened now: once the renames wait, making a file in the workspace would wait with them.
+armed = os.open("armed", os.O_CREAT | os.O_WRONLY | os.O_TRUNC, 0o644)
+time.sleep(max(0.0, float(sys.argv[2]) - (time.monotonic() - started)))
 for fd in fds:
     child(lambda fd=fd: os.ftruncate(fd, 0))
 time.sleep(0.3)
 child(lambda: os.rename("big0", "big0.old"))  # holds the workspace's directory, waiting
 time.sleep(0.2)
 child(lambda: os.rename("gd", ".git"))  # waits for the directory, then makes the repository
+os.write(armed, b"armed")
 time.sleep(3600)
 """
+
+
+def _stage_files_slow_to_free(daemon: RunningDaemon, workspace: Path) -> None:
+    """STUCK_PAST_THE_ENGINE and its big files, written by a call of its own: the call that
+    arms it then starts in a fixed time, however long the writing took (a loaded machine had
+    the writing outlast the armed call's timeout, and nothing was stuck when it was killed)."""
+    _stage_a_late_repository(workspace, "arm.py", STUCK_PAST_THE_ENGINE)
+    wrote = _patiently(daemon, {"command": "python3 arm.py write", "timeout": 600000})
+    assert not wrote.result.is_error, text_of(wrote)
+
+
+def _patiently(daemon: RunningDaemon, command: dict[str, Any]) -> pb.ExecuteResponse:
+    """Bash's answer, however long a loaded disk takes to write or free the big files."""
+    use = pb.ToolUse(id=f"toolu_stuck_{time.monotonic_ns()}", name="Bash")
+    use.input.update(command)
+    answer: pb.ExecuteResponse = daemon.stub.Execute(pb.ExecuteRequest(tool_use=use), timeout=900)
+    return answer
 
 
 def test_a_timed_out_call_whose_container_the_engine_cannot_kill_yet_is_answered_after_it_died(
@@ -394,14 +415,12 @@ def test_a_timed_out_call_whose_container_the_engine_cannot_kill_yet_is_answered
     truncate of alternating extents, 15 s with discards); Docker refused the removal after 12 s
     ("could not kill"), the daemon answered anyway, its look found no repository, and a rename
     waiting on the truncate put a `.git` in place 3.5 s later: no record, and host git ran its
-    configuration. The daemon now answers once the engine has the container stopped and gone.
-    (On a disk that frees extents quickly the engine kills it in time, and this passes either
-    way.)"""
+    configuration. The daemon now answers once the engine has the container stopped and gone."""
     root = short_tmp / "git-stuck-engine"
     root.mkdir()
     with daemon_for(root, {}) as (daemon, workspace):
-        _stage_a_late_repository(workspace, "arm.py", STUCK_PAST_THE_ENGINE)
-        answer = daemon.execute("Bash", {"command": "python3 arm.py 9.1", "timeout": 10000})
+        _stage_files_slow_to_free(daemon, workspace)
+        answer = _patiently(daemon, {"command": "python3 arm.py arm 4", "timeout": 5000})
         assert answer.report.timed_out, text_of(answer)
         _assert_made_before_the_answer(daemon, workspace, answer)
 
@@ -409,20 +428,26 @@ def test_a_timed_out_call_whose_container_the_engine_cannot_kill_yet_is_answered
 def test_a_call_cancelled_while_its_container_cannot_be_killed_yet_is_looked_at_after_it_died(
     short_tmp: Path,
 ) -> None:
-    """Attacker round 96: as round 95, but the client gave up (its own deadline) while the daemon
-    waited for the engine to remove the container: the call unwound at once, the repository
-    look ran, and the `.git` landed seconds later with no record. A removal is now waited for
-    through cancellations, and the look comes after it."""
+    """Attacker round 96: as round 95, but the client gave up while the daemon waited for the
+    engine to remove the container: the call unwound at once, the repository look ran, and the
+    `.git` landed seconds later with no record. A removal is now waited for through
+    cancellations, and the look comes after it. The client cancels once the call's timeout
+    has passed after the truncates began (the daemon then waits for the engine), told by the
+    file the script writes once armed, not by a clock of its own."""
     root = short_tmp / "git-stuck-cancelled"
     root.mkdir()
     with daemon_for(root, {}) as (daemon, workspace):
-        _stage_a_late_repository(workspace, "arm.py", STUCK_PAST_THE_ENGINE)
+        _stage_files_slow_to_free(daemon, workspace)
         use = pb.ToolUse(id="toolu_cancelled_stuck", name="Bash")
-        use.input.update({"command": "python3 arm.py 9.1", "timeout": 10000})
-        with pytest.raises(grpc.RpcError) as cut:  # gives up 4 s past the daemon's deadline
-            daemon.stub.Execute(pb.ExecuteRequest(tool_use=use), timeout=16)
-        assert cut.value.code() is grpc.StatusCode.DEADLINE_EXCEEDED
-        deadline = time.monotonic() + 120
+        use.input.update({"command": "python3 arm.py arm 2", "timeout": 3000})
+        call = daemon.stub.Execute.future(pb.ExecuteRequest(tool_use=use))
+        deadline = time.monotonic() + 600  # a loaded disk holds the truncates for minutes
+        while not (workspace / "armed").is_file() or not (workspace / "armed").read_bytes():
+            assert not call.done(), f"answered before it was armed: {call.result()}"
+            assert time.monotonic() < deadline, "the script never armed"
+            time.sleep(0.05)
+        time.sleep(2.0)  # past the call's timeout: the daemon is waiting for the engine
+        assert call.cancel(), "answered before the engine could remove its container"
         while not (created := daemon.audit_lines("repository_created")):
             assert time.monotonic() < deadline, "no repository_created record"
             time.sleep(0.05)
