@@ -141,6 +141,22 @@ _LOOP_INFO64 = struct.Struct("=QQ")  # lo_device, lo_inode: the start of struct 
 _LOOP_INFO64_SIZE = 232
 
 
+_LOOP_MAJOR = 7
+
+
+def loop_node_reads(node: str) -> tuple[int, int] | None:
+    """(device, inode) of the file the loop device node `node` (a mount's source, /dev/loopN)
+    reads, as the kernel records them; None when `node` is not a loop device's node or it cannot
+    be asked (not root)."""
+    try:
+        number = Path(node).stat().st_rdev
+    except OSError:
+        return None
+    if os.major(number) != _LOOP_MAJOR or not node.startswith("/dev/"):
+        return None
+    return _loop_reads(Path(node).name, (os.major(number), os.minor(number)))
+
+
 def _loop_reads(name: str, device: tuple[int, int]) -> tuple[int, int] | None:
     """(device, inode) of the file loop device `name` (number `device`) reads, as the kernel
     records them; None when its node cannot be asked (not root, no /dev node)."""

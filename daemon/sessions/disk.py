@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import errno
 import json
 import logging
@@ -30,6 +31,7 @@ from typing import Protocol
 
 from daemon.errors import Overloaded, RequestError
 from daemon.host.child import run_child
+from daemon.host.devices import loop_node_reads
 from daemon.host.mounts import mount_at
 from daemon.host.private_file import replace_json
 from daemon.host.statfs import BTRFS_MAGIC, filesystem_type
@@ -159,18 +161,41 @@ def _marked(root: Path) -> str:
     return mark
 
 
-def _backing_file(mounted: tuple[str, str] | None) -> str | None:
-    """The image file behind the loop device of a mount (`mount_at`), its real path, from
-    the device's sysfs; None when there is none (not a loop device)."""
-    source = mounted[1] if mounted is not None else None
-    name = Path(source or "").name
-    if not (source or "").startswith("/dev/") or not re.fullmatch(r"loop\d+", name):
+@dataclasses.dataclass(frozen=True)
+class _LoopImage:
+    """The image file behind the loop device a filesystem is mounted from."""
+
+    path: str
+    """Its path, as sysfs names it (for messages; it may lead elsewhere now)."""
+    reads: tuple[int, int] | None
+    """(device, inode) of the file the kernel says the device reads; None when the device
+    cannot be asked (the daemon is not root)."""
+
+    def is_file(self, image: Path) -> bool:
+        """Whether it is the file at `image`: by the kernel's identity when it answers (a path
+        string may lead to another file: a mount over it), else by sysfs's path."""
+        if self.reads is None:
+            return self.path == os.path.realpath(image)
+        try:
+            info = image.stat()
+        except OSError:
+            return False
+        return (info.st_dev, info.st_ino) == self.reads
+
+
+def _loop_image(mounted: tuple[str, str] | None) -> _LoopImage | None:
+    """The image behind the loop device of a mount (`mount_at`); None when it is not a loop
+    device (an operator's device)."""
+    source = mounted[1] if mounted is not None else ""
+    name = Path(source).name
+    if not source.startswith("/dev/") or not re.fullmatch(r"loop\d+", name):
         return None
     try:
         backing = Path(f"/sys/block/{name}/loop/backing_file").read_text().strip()
     except OSError:
         return None
-    return os.path.realpath(backing) if Path(backing).exists() else backing
+    path = os.path.realpath(backing) if Path(backing).exists() else backing
+    return _LoopImage(path=path, reads=loop_node_reads(source))
 
 
 _GROUPS = ".principal-groups.json"
@@ -337,12 +362,14 @@ class BudgetedWorkspaces:
                 f"the filesystem at {root} is mounted from its folder {mounted[0]}, not its top "
                 f"level: an operator unmounts it (umount {root}), then the daemon mounts it whole"
             )
-        backing = _backing_file(mounted)
-        if backing is not None and backing != os.path.realpath(self._image):
+        image = _loop_image(mounted)
+        if image is not None and not image.is_file(self._image):
+            moved = image.path == os.path.realpath(self._image)
+            which = " (a file that path no longer leads to)" if moved else ""
             raise RequestError(
-                f"the filesystem mounted at {root} is the image {backing}, not the configured "
-                f"one ({self._image}, workspaces.image): an operator unmounts it (umount "
-                f"{root}), then the daemon mounts the configured one"
+                f"the filesystem mounted at {root} is the image {image.path}{which}, not the "
+                f"configured one ({self._image}, workspaces.image): an operator unmounts it "
+                f"(umount {root}), then the daemon mounts the configured one"
             )
 
     async def _mount(self, root: Path) -> None:
@@ -402,7 +429,7 @@ class BudgetedWorkspaces:
 
     async def ready(self) -> str:
         root = await self._ensure()
-        if _backing_file(mount_at(root)) is None:  # an operator's device, not an image
+        if _loop_image(mount_at(root)) is None:  # an operator's device, not an image
             return f"btrfs-fsid:{os.statvfs(root).f_fsid:x}"
         return f"btrfs:{os.path.realpath(self._image)}"
 

@@ -452,6 +452,34 @@ def test_a_filesystem_of_another_image_than_the_configured_one_is_refused(
         subprocess.run(["umount", str(folder.parent)], check=True)
 
 
+def test_a_file_mounted_over_the_configured_images_path_is_not_taken_for_the_image(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> None:
+    """The image a filesystem is mounted from is told by the file the kernel says its loop
+    device reads, not by the path sysfs names it with: with another file mounted over the
+    configured image's path, that path no longer leads to the mounted filesystem (a daemon
+    mounting the configured image now would mount the other file), and workspaces made on it
+    would be recorded as that other file's, as in round 174."""
+    root = _root(tmp_path_factory, "image-shadowed")
+    with running_daemon(root / "ws", root / "s.sock", **_budgeted(3600)) as daemon:
+        folder, registry = _kept_one(daemon)
+        image = daemon.settings.state_dir / "workspaces.img"
+    other = root / "other.img"
+    other.write_bytes(b"")
+    subprocess.run(["mount", "--bind", str(other), str(image)], check=True)
+    try:
+        with running_daemon(root / "ws", root / "s.sock", **_budgeted(1)) as daemon:
+            with pytest.raises(grpc.RpcError) as refused:
+                daemon.stub.OpenSession(pb.OpenSessionRequest(), timeout=60)
+            details = str(refused.value.details())
+            assert "not the configured one" in details and "no longer leads" in details
+            assert daemon._run(daemon.daemon.sessions._kept.sweep()) == 0
+            assert str(folder) in json.loads(registry.read_text()) and folder.is_dir()
+    finally:
+        subprocess.run(["umount", str(image)], check=True)
+        subprocess.run(["umount", str(folder.parent)], check=True)
+
+
 def test_a_subvolume_of_the_image_mounted_in_its_place_is_refused(
     tmp_path_factory: pytest.TempPathFactory,
 ) -> None:

@@ -11,8 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from daemon.host.devices import served_locally
+from daemon.host.devices import loop_node_reads, served_locally
 from daemon.host.loop_safe import NeedsThread, descriptor_identity, read_cached
+from daemon.host.mounts import mount_at
 from tests.unit.conftest import write_uncached
 
 
@@ -99,6 +100,22 @@ def test_a_loop_device_is_as_local_as_its_backing_file(ext4_on_loop: tuple[Path,
     assert local(mount) == local(image.parent)
     image.unlink()  # its backing file is now "(deleted)": nobody can tell where it is
     assert not local(mount)
+
+
+def test_a_loop_device_node_names_the_file_it_reads_by_identity(
+    ext4_on_loop: tuple[Path, Path],
+) -> None:
+    """The kernel's (device, inode) of the file, whatever path leads there now; nothing for a
+    node that is not a loop device's."""
+    mount, image = ext4_on_loop
+    source = mount_at(mount)
+    assert source is not None and source[1].startswith("/dev/loop")
+    info = image.stat()
+    assert loop_node_reads(source[1]) == (info.st_dev, info.st_ino)
+    image.rename(image.with_name("moved.img"))
+    assert loop_node_reads(source[1]) == (info.st_dev, info.st_ino)
+    assert loop_node_reads("/dev/null") is None
+    assert loop_node_reads(str(image)) is None
 
 
 def test_the_event_loop_reads_only_what_the_page_cache_holds(tmp_path: Path) -> None:
