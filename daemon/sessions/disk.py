@@ -32,7 +32,7 @@ from typing import Protocol
 from daemon.errors import Overloaded, RequestError
 from daemon.host.child import run_child
 from daemon.host.devices import loop_node_reads
-from daemon.host.mounts import mount_at
+from daemon.host.mounts import Mount, mount_at, mount_id_of
 from daemon.host.private_file import replace_json
 from daemon.host.statfs import BTRFS_MAGIC, filesystem_type
 from daemon.host.threads import FILESYSTEM_THREADS
@@ -161,6 +161,11 @@ def _marked(root: Path) -> str:
     return mark
 
 
+_MOUNT_OPTIONS = "nosuid,nodev,noatime"
+_SAFE_OPTIONS = frozenset({"nosuid", "nodev"})
+"""What a filesystem found mounted at the sessions root must have been mounted with."""
+
+
 @dataclasses.dataclass(frozen=True)
 class _LoopImage:
     """The image file behind the loop device a filesystem is mounted from."""
@@ -183,10 +188,10 @@ class _LoopImage:
         return (info.st_dev, info.st_ino) == self.reads
 
 
-def _loop_image(mounted: tuple[str, str] | None) -> _LoopImage | None:
+def _loop_image(mounted: Mount | None) -> _LoopImage | None:
     """The image behind the loop device of a mount (`mount_at`); None when it is not a loop
     device (an operator's device)."""
-    source = mounted[1] if mounted is not None else ""
+    source = mounted.source if mounted is not None else ""
     name = Path(source).name
     if not source.startswith("/dev/") or not re.fullmatch(r"loop\d+", name):
         return None
@@ -351,18 +356,29 @@ class BudgetedWorkspaces:
             return root
 
     def _check_image(self, root: Path) -> None:
-        """RequestError when the filesystem at `root` is not mounted whole, or is an image but
-        not the configured one (attacker round 174: workspaces.image changed while the old one
-        stayed mounted, and workspaces made on the old one were recorded as the new one's)."""
+        """RequestError when the filesystem at `root` is not mounted whole and nosuid,nodev, or
+        is an image but not the configured one (attacker round 174: workspaces.image changed
+        while the old one stayed mounted, and workspaces made on the old one were recorded as
+        the new one's), or the configured one's path has something mounted over it."""
         mounted = mount_at(root)
-        if mounted is not None and mounted[0] != "/":
+        if mounted is None:
+            raise RequestError(f"nothing is mounted at {root} any more; try again")
+        if mounted.root != "/":
             # A subvolume of it: another tree than the one its workspaces were recorded on
             # (attacker round 175).
             raise RequestError(
-                f"the filesystem at {root} is mounted from its folder {mounted[0]}, not its top "
-                f"level: an operator unmounts it (umount {root}), then the daemon mounts it whole"
+                f"the filesystem at {root} is mounted from its folder {mounted.root}, not its "
+                f"top level: an operator unmounts it (umount {root}), then the daemon mounts it "
+                "whole"
+            )
+        if not _SAFE_OPTIONS.issubset(mounted.options):
+            raise RequestError(
+                f"the filesystem at {root} is mounted without nosuid,nodev: an operator mounts "
+                f"it again with them (mount -o remount,nosuid,nodev {root})"
             )
         image = _loop_image(mounted)
+        if image is not None:
+            self._refuse_mounted_over()
         if image is not None and not image.is_file(self._image):
             moved = image.path == os.path.realpath(self._image)
             which = " (a file that path no longer leads to)" if moved else ""
@@ -370,6 +386,24 @@ class BudgetedWorkspaces:
                 f"the filesystem mounted at {root} is the image {image.path}{which}, not the "
                 f"configured one ({self._image}, workspaces.image): an operator unmounts it "
                 f"(umount {root}), then the daemon mounts the configured one"
+            )
+
+    def _refuse_mounted_over(self) -> None:
+        """RequestError when something is mounted on the image's path: the file it leads to
+        then is not the file there beneath, whose workspaces the registry names by that path
+        (attacker round 176: another image bound over it was mounted, taken for the configured
+        one, and every workspace kept on the one beneath was forgotten)."""
+        image = Path(os.path.realpath(self._image))
+        try:
+            over = mount_id_of(image) != mount_id_of(image.parent)
+        except FileNotFoundError:
+            return
+        except OSError as exc:
+            raise RequestError(f"cannot look at the workspaces image {image}: {exc}") from exc
+        if over:
+            raise RequestError(
+                f"something is mounted over the workspaces image {image} (workspaces.image): an "
+                f"operator unmounts it (umount {image}); the daemon mounts only the image itself"
             )
 
     async def _mount(self, root: Path) -> None:
@@ -380,9 +414,10 @@ class BudgetedWorkspaces:
                 "so it cannot mount one: an operator mounts it (docs/operations.md), or set "
                 "workspaces.budget_mb = 0"
             )
+        self._refuse_mounted_over()
         if not self._image.exists():
             await self._make_image()
-        await _run("mount", "-o", "loop,nosuid,nodev,noatime", str(self._image), str(root))
+        await _run("mount", "-o", f"loop,{_MOUNT_OPTIONS}", str(self._image), str(root))
         # Others may only pass through, to a workspace they were given.
         root.chmod(0o711)
         log.info("mounted the workspaces filesystem %s on %s", self._image, root)

@@ -455,11 +455,10 @@ def test_a_filesystem_of_another_image_than_the_configured_one_is_refused(
 def test_a_file_mounted_over_the_configured_images_path_is_not_taken_for_the_image(
     tmp_path_factory: pytest.TempPathFactory,
 ) -> None:
-    """The image a filesystem is mounted from is told by the file the kernel says its loop
-    device reads, not by the path sysfs names it with: with another file mounted over the
-    configured image's path, that path no longer leads to the mounted filesystem (a daemon
-    mounting the configured image now would mount the other file), and workspaces made on it
-    would be recorded as that other file's, as in round 174."""
+    """With another file mounted over the configured image's path once the image is mounted,
+    sysfs still names the loop device's file by that path, but the path leads to the other
+    file (a daemon mounting the configured image now would mount it), and workspaces made on
+    the mounted one would be recorded as the other file's, as in round 174."""
     root = _root(tmp_path_factory, "image-shadowed")
     with running_daemon(root / "ws", root / "s.sock", **_budgeted(3600)) as daemon:
         folder, registry = _kept_one(daemon)
@@ -471,13 +470,106 @@ def test_a_file_mounted_over_the_configured_images_path_is_not_taken_for_the_ima
         with running_daemon(root / "ws", root / "s.sock", **_budgeted(1)) as daemon:
             with pytest.raises(grpc.RpcError) as refused:
                 daemon.stub.OpenSession(pb.OpenSessionRequest(), timeout=60)
-            details = str(refused.value.details())
-            assert "not the configured one" in details and "no longer leads" in details
+            assert "mounted over the workspaces image" in str(refused.value.details())
             assert daemon._run(daemon.daemon.sessions._kept.sweep()) == 0
             assert str(folder) in json.loads(registry.read_text()) and folder.is_dir()
     finally:
         subprocess.run(["umount", str(image)], check=True)
         subprocess.run(["umount", str(folder.parent)], check=True)
+
+
+def _foreign_btrfs(root: Path) -> Path:
+    """A btrfs image of nobody's configuration, made beside the daemon's."""
+    image = root / "foreign.img"
+    with image.open("wb") as made:
+        made.truncate(FILESYSTEM_MB << 20)
+    subprocess.run(["mkfs.btrfs", "-q", "-f", "--mixed", str(image)], check=True)
+    return image
+
+
+def _unmount(*paths: Path) -> None:
+    """Everything mounted at each of `paths`, in order, however many mounts are stacked."""
+    for path in paths:
+        while str(path) in _mount_points():
+            subprocess.run(["umount", str(path)], check=True)
+
+
+def _mount_points() -> set[str]:
+    lines = Path("/proc/self/mountinfo").read_text().splitlines()
+    return {line.split(" ")[4].replace("\\040", " ") for line in lines}
+
+
+def _refused_and_nothing_forgotten(root: Path, socket: Path, folder: Path, hint: str) -> None:
+    """A daemon started now refuses fresh sessions (the error names `hint`), and its sweep
+    forgets nothing: `folder` stays registered and in place."""
+    registry = folder.parents[1] / "kept-workspaces.json"
+    with running_daemon(root / "ws", socket, **_budgeted(1)) as daemon:
+        with pytest.raises(grpc.RpcError) as refused:
+            daemon.stub.OpenSession(pb.OpenSessionRequest(), timeout=60)
+        assert hint in str(refused.value.details()), refused.value.details()
+        assert daemon._run(daemon.daemon.sessions._kept.sweep()) == 0
+        assert str(folder) in json.loads(registry.read_text())
+
+
+def test_a_file_mounted_over_the_image_path_is_refused_before_the_daemon_mounts_it(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> None:
+    """Attacker round 176: with the sessions root unmounted and another btrfs image bound over
+    the configured image's path, the daemon mounted the path itself: the loop device read the
+    other file, and so did the path, so the check passed and the sweep forgot every kept
+    workspace of the image beneath. A mount at the image's path is refused."""
+    root = _root(tmp_path_factory, "image-bound")
+    with running_daemon(root / "ws", root / "b.sock", **_budgeted(3600)) as daemon:
+        folder, _ = _kept_one(daemon)
+        image = daemon.settings.state_dir / "workspaces.img"
+    subprocess.run(["umount", str(folder.parent)], check=True)
+    subprocess.run(["mount", "--bind", str(_foreign_btrfs(root)), str(image)], check=True)
+    try:
+        _refused_and_nothing_forgotten(root, root / "b.sock", folder, "mounted over")
+        assert not os.path.ismount(folder.parent), "the file over the image was mounted"
+    finally:
+        _unmount(folder.parent, image)
+
+
+def test_a_filesystem_moved_over_the_image_is_the_one_looked_at(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> None:
+    """Attacker round 176: a filesystem mounted before the image and moved on top of it
+    (mount --move) is listed before it in the mount table, and the check looked at the last
+    listed one, the image beneath, while every path reached the one on top. The mount looked
+    at is the one the kernel says the sessions root is on."""
+    root = _root(tmp_path_factory, "image-moved")
+    early = root / "early"
+    early.mkdir()
+    subprocess.run(
+        ["mount", "-o", "loop,nosuid,nodev", str(_foreign_btrfs(root)), str(early)], check=True
+    )
+    sessions = root / "m.state" / "sessions"
+    try:
+        with running_daemon(root / "ws", root / "m.sock", **_budgeted(3600)) as daemon:
+            folder, _ = _kept_one(daemon)
+        assert folder.parent == sessions
+        subprocess.run(["mount", "--move", str(early), str(sessions)], check=True)
+        _refused_and_nothing_forgotten(root, root / "m.sock", folder, "not the configured one")
+    finally:
+        _unmount(sessions, early)
+
+
+def test_the_image_mounted_without_nosuid_and_nodev_is_refused(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> None:
+    """Attacker round 176: a filesystem found mounted at the sessions root was used whatever
+    its options; the daemon mounts it nosuid,nodev, and one mounted otherwise is refused."""
+    root = _root(tmp_path_factory, "image-suid")
+    with running_daemon(root / "ws", root / "n.sock", **_budgeted(3600)) as daemon:
+        folder, _ = _kept_one(daemon)
+        image = daemon.settings.state_dir / "workspaces.img"
+    subprocess.run(["umount", str(folder.parent)], check=True)
+    subprocess.run(["mount", "-o", "loop", str(image), str(folder.parent)], check=True)
+    try:
+        _refused_and_nothing_forgotten(root, root / "n.sock", folder, "nosuid,nodev")
+    finally:
+        _unmount(folder.parent)
 
 
 def test_a_subvolume_of_the_image_mounted_in_its_place_is_refused(

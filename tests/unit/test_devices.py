@@ -108,14 +108,37 @@ def test_a_loop_device_node_names_the_file_it_reads_by_identity(
     """The kernel's (device, inode) of the file, whatever path leads there now; nothing for a
     node that is not a loop device's."""
     mount, image = ext4_on_loop
-    source = mount_at(mount)
-    assert source is not None and source[1].startswith("/dev/loop")
+    mounted = mount_at(mount)
+    assert mounted is not None and mounted.source.startswith("/dev/loop")
     info = image.stat()
-    assert loop_node_reads(source[1]) == (info.st_dev, info.st_ino)
+    assert loop_node_reads(mounted.source) == (info.st_dev, info.st_ino)
     image.rename(image.with_name("moved.img"))
-    assert loop_node_reads(source[1]) == (info.st_dev, info.st_ino)
+    assert loop_node_reads(mounted.source) == (info.st_dev, info.st_ino)
     assert loop_node_reads("/dev/null") is None
     assert loop_node_reads(str(image)) is None
+
+
+def test_the_mount_at_a_folder_is_the_one_its_paths_reach(tmp_path: Path) -> None:
+    """An older mount moved on top of another is listed before it in the mount table: the one
+    the kernel says the folder is on is the one described."""
+    if os.geteuid() != 0:
+        pytest.skip("mounting needs root")
+    early, target, plain = tmp_path / "early", tmp_path / "target", tmp_path / "plain"
+    for folder in (early, target, plain):
+        folder.mkdir()
+    assert _run("mount", "-t", "tmpfs", "-o", "size=1m", "older", str(early))
+    try:
+        assert _run("mount", "-t", "tmpfs", "-o", "nosuid,nodev,size=1m", "younger", str(target))
+        below = mount_at(target)
+        assert below is not None and below.source == "younger" and "nosuid" in below.options
+        assert _run("mount", "--move", str(early), str(target))
+        top = mount_at(target)
+        assert top is not None and top.source == "older" and "nosuid" not in top.options
+        assert top.root == "/" and mount_at(plain) is None
+    finally:
+        for _ in range(2):
+            subprocess.run(["umount", str(target)], capture_output=True, check=False)
+        subprocess.run(["umount", str(early)], capture_output=True, check=False)
 
 
 def test_the_event_loop_reads_only_what_the_page_cache_holds(tmp_path: Path) -> None:
