@@ -431,53 +431,6 @@ def test_kept_workspaces_of_a_bind_mounted_folder_are_not_forgotten_on_the_one_b
         subprocess.run(["umount", str(sessions)], check=True)
 
 
-def test_a_filesystem_of_another_image_than_the_configured_one_is_refused(
-    tmp_path_factory: pytest.TempPathFactory,
-) -> None:
-    """Attacker round 174: workspaces.image changed while the old image stayed mounted: new
-    workspaces were made on the old image and recorded as the new one's, then forgotten once
-    the new one was mounted."""
-    root = _root(tmp_path_factory, "image-switched")
-    with running_daemon(root / "ws", root / "i.sock", **_budgeted(3600)) as daemon:
-        folder, registry = _kept_one(daemon)
-    other = _budgeted(1, image=str(root / "other.img"))
-    try:
-        with running_daemon(root / "ws", root / "i.sock", **other) as daemon:
-            with pytest.raises(grpc.RpcError) as refused:
-                daemon.stub.OpenSession(pb.OpenSessionRequest(), timeout=60)
-            assert "not the configured one" in str(refused.value.details())
-            assert daemon._run(daemon.daemon.sessions._kept.sweep()) == 0
-            assert str(folder) in json.loads(registry.read_text()) and folder.is_dir()
-    finally:
-        subprocess.run(["umount", str(folder.parent)], check=True)
-
-
-def test_a_file_mounted_over_the_configured_images_path_is_not_taken_for_the_image(
-    tmp_path_factory: pytest.TempPathFactory,
-) -> None:
-    """With another file mounted over the configured image's path once the image is mounted,
-    sysfs still names the loop device's file by that path, but the path leads to the other
-    file (a daemon mounting the configured image now would mount it), and workspaces made on
-    the mounted one would be recorded as the other file's, as in round 174."""
-    root = _root(tmp_path_factory, "image-shadowed")
-    with running_daemon(root / "ws", root / "s.sock", **_budgeted(3600)) as daemon:
-        folder, registry = _kept_one(daemon)
-        image = daemon.settings.state_dir / "workspaces.img"
-    other = root / "other.img"
-    other.write_bytes(b"")
-    subprocess.run(["mount", "--bind", str(other), str(image)], check=True)
-    try:
-        with running_daemon(root / "ws", root / "s.sock", **_budgeted(1)) as daemon:
-            with pytest.raises(grpc.RpcError) as refused:
-                daemon.stub.OpenSession(pb.OpenSessionRequest(), timeout=60)
-            assert "mounted over the workspaces image" in str(refused.value.details())
-            assert daemon._run(daemon.daemon.sessions._kept.sweep()) == 0
-            assert str(folder) in json.loads(registry.read_text()) and folder.is_dir()
-    finally:
-        subprocess.run(["umount", str(image)], check=True)
-        subprocess.run(["umount", str(folder.parent)], check=True)
-
-
 def _foreign_btrfs(root: Path) -> Path:
     """A btrfs image of nobody's configuration, made beside the daemon's."""
     image = root / "foreign.img"
@@ -499,16 +452,59 @@ def _mount_points() -> set[str]:
     return {line.split(" ")[4].replace("\\040", " ") for line in lines}
 
 
-def _refused_and_nothing_forgotten(root: Path, socket: Path, folder: Path, hint: str) -> None:
-    """A daemon started now refuses fresh sessions (the error names `hint`), and its sweep
-    forgets nothing: `folder` stays registered and in place."""
+def _refused_and_nothing_forgotten(
+    root: Path, socket: Path, folder: Path, hint: str, **settings: Any
+) -> None:
+    """A daemon started now (with `settings`, else a budget and keep_closed_s 1) refuses
+    fresh sessions (the error names `hint`), and its sweep forgets nothing: `folder` stays
+    registered."""
     registry = folder.parents[1] / "kept-workspaces.json"
-    with running_daemon(root / "ws", socket, **_budgeted(1)) as daemon:
+    with running_daemon(root / "ws", socket, **(settings or _budgeted(1))) as daemon:
         with pytest.raises(grpc.RpcError) as refused:
             daemon.stub.OpenSession(pb.OpenSessionRequest(), timeout=60)
         assert hint in str(refused.value.details()), refused.value.details()
         assert daemon._run(daemon.daemon.sessions._kept.sweep()) == 0
         assert str(folder) in json.loads(registry.read_text())
+
+
+def test_a_filesystem_of_another_image_than_the_configured_one_is_refused(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> None:
+    """Attacker round 174: workspaces.image changed while the old image stayed mounted: new
+    workspaces were made on the old image and recorded as the new one's, then forgotten once
+    the new one was mounted."""
+    root = _root(tmp_path_factory, "image-switched")
+    with running_daemon(root / "ws", root / "i.sock", **_budgeted(3600)) as daemon:
+        folder, _ = _kept_one(daemon)
+    other = _budgeted(1, image=str(root / "other.img"))
+    try:
+        _refused_and_nothing_forgotten(
+            root, root / "i.sock", folder, "not the configured one", **other
+        )
+        assert folder.is_dir()
+    finally:
+        _unmount(folder.parent)
+
+
+def test_a_file_mounted_over_the_configured_images_path_is_not_taken_for_the_image(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> None:
+    """With another file mounted over the configured image's path once the image is mounted,
+    sysfs still names the loop device's file by that path, but the path leads to the other
+    file (a daemon mounting the configured image now would mount it), and workspaces made on
+    the mounted one would be recorded as the other file's, as in round 174."""
+    root = _root(tmp_path_factory, "image-shadowed")
+    with running_daemon(root / "ws", root / "s.sock", **_budgeted(3600)) as daemon:
+        folder, _ = _kept_one(daemon)
+        image = daemon.settings.state_dir / "workspaces.img"
+    other = root / "other.img"
+    other.write_bytes(b"")
+    subprocess.run(["mount", "--bind", str(other), str(image)], check=True)
+    try:
+        _refused_and_nothing_forgotten(root, root / "s.sock", folder, "mounted over")
+        assert folder.is_dir()
+    finally:
+        _unmount(image, folder.parent)
 
 
 def test_a_file_mounted_over_the_image_path_is_refused_before_the_daemon_mounts_it(
@@ -579,21 +575,16 @@ def test_a_subvolume_of_the_image_mounted_in_its_place_is_refused(
     subvol=) was named as the whole image, and the kept workspaces were forgotten there."""
     root = _root(tmp_path_factory, "subvolume")
     with running_daemon(root / "ws", root / "v.sock", **_budgeted(3600)) as daemon:
-        folder, registry = _kept_one(daemon)
+        folder, _ = _kept_one(daemon)
         image = daemon.settings.state_dir / "workspaces.img"
     sessions = folder.parent
     subprocess.run(["umount", str(sessions)], check=True)
     options = "loop,nosuid,nodev,subvol=" + folder.name
     subprocess.run(["mount", "-o", options, str(image), str(sessions)], check=True)
     try:
-        with running_daemon(root / "ws", root / "v.sock", **_budgeted(1)) as daemon:
-            with pytest.raises(grpc.RpcError) as refused:
-                daemon.stub.OpenSession(pb.OpenSessionRequest(), timeout=60)
-            assert "not its top level" in str(refused.value.details())
-            assert daemon._run(daemon.daemon.sessions._kept.sweep()) == 0
-            assert str(folder) in json.loads(registry.read_text())
+        _refused_and_nothing_forgotten(root, root / "v.sock", folder, "not its top level")
     finally:
-        subprocess.run(["umount", str(sessions)], check=True)
+        _unmount(sessions)
 
 
 SMALL_FILES = (
