@@ -304,7 +304,12 @@ class Daemon:
             return PlainWorkspaces(root)
         image = config.image or self.settings.state_dir / "workspaces.img"
         return BudgetedWorkspaces(
-            root, image, config.filesystem_mb, config.budget_mb, config.principal_share
+            root,
+            image,
+            config.filesystem_mb,
+            config.budget_mb,
+            config.principal_share,
+            marks=self.settings.state_dir / "workspaces-marks.json",
         )
 
     async def _start_policy(self, stack: contextlib.AsyncExitStack) -> _Policy:

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import fcntl
 import os
+import stat
 import struct
 from pathlib import Path
 
@@ -144,30 +145,35 @@ _LOOP_INFO64_SIZE = 232
 _LOOP_MAJOR = 7
 
 
-def loop_node_reads(node: str) -> tuple[int, int] | None:
-    """(device, inode) of the file the loop device node `node` (a mount's source, /dev/loopN)
-    reads, as the kernel records them; None when `node` is not a loop device's node or it cannot
-    be asked (not root)."""
+def loop_device_of(node: str) -> tuple[int, int] | None:
+    """The device number of the loop device `node` (a mount's source) is a node of, whatever
+    its name; None when it is not one."""
+    if not node.startswith("/"):
+        return None
     try:
-        number = Path(node).stat().st_rdev
+        info = Path(node).stat()
     except OSError:
         return None
-    if os.major(number) != _LOOP_MAJOR or not node.startswith("/dev/"):
+    number = info.st_rdev
+    if not stat.S_ISBLK(info.st_mode) or os.major(number) != _LOOP_MAJOR:
         return None
-    return _loop_reads(Path(node).name, (os.major(number), os.minor(number)))
+    return os.major(number), os.minor(number)
 
 
-def _loop_reads(name: str, device: tuple[int, int]) -> tuple[int, int] | None:
-    """(device, inode) of the file loop device `name` (number `device`) reads, as the kernel
-    records them; None when its node cannot be asked (not root, no /dev node)."""
-    node = Path("/dev") / name
+def loop_node_reads(node: str) -> tuple[int, int] | None:
+    """(device, inode) of the file the loop device node `node` reads, as the kernel records
+    them, asked through that node itself; None when it is not a loop device's node or it
+    cannot be asked (not root)."""
+    number = loop_device_of(node)
+    if number is None:  # not opened: opening some devices does something
+        return None
     try:
         fd = os.open(node, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
     except OSError:
         return None
     try:
-        number = os.fstat(fd).st_rdev
-        if (os.major(number), os.minor(number)) != device:
+        opened = os.fstat(fd)
+        if not stat.S_ISBLK(opened.st_mode) or opened.st_rdev != os.makedev(*number):
             return None
         buffer = bytearray(_LOOP_INFO64_SIZE)
         fcntl.ioctl(fd, _LOOP_GET_STATUS64, buffer)
@@ -177,3 +183,10 @@ def _loop_reads(name: str, device: tuple[int, int]) -> tuple[int, int] | None:
         os.close(fd)
     lo_device, lo_inode = _LOOP_INFO64.unpack_from(buffer)
     return lo_device, lo_inode
+
+
+def _loop_reads(name: str, device: tuple[int, int]) -> tuple[int, int] | None:
+    """(device, inode) of the file loop device `name` (number `device`) reads, as the kernel
+    records them; None when its node cannot be asked (not root, no /dev node)."""
+    node = f"/dev/{name}"
+    return loop_node_reads(node) if loop_device_of(node) == device else None

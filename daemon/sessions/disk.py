@@ -27,11 +27,11 @@ import shutil
 import stat
 from collections.abc import Callable
 from pathlib import Path
-from typing import Protocol
+from typing import Any, Protocol
 
 from daemon.errors import Overloaded, RequestError
 from daemon.host.child import run_child
-from daemon.host.devices import loop_node_reads
+from daemon.host.devices import loop_device_of, loop_node_reads
 from daemon.host.mounts import Mount, mount_at, mount_id_of
 from daemon.host.private_file import replace_json
 from daemon.host.statfs import BTRFS_MAGIC, filesystem_type
@@ -124,33 +124,20 @@ class PlainWorkspaces:
 
 
 _MARK = ".tooljail-folder"
-"""In a folder plain fresh workspaces are made in: a random mark made once (`_marked`)."""
+"""In a folder plain fresh workspaces are made in, and at the top of the workspaces filesystem:
+a random mark made once (`_marked`)."""
 _MARK_FORM = re.compile(r"[0-9a-f]{32}")
 
 
-def _marked(root: Path) -> str:
-    """The mark of `root`, made the first time whole (written beside it, then linked into
-    place: nobody ever reads half of one); RequestError for one the daemon did not write."""
+def _mark_of(root: Path) -> str | None:
+    """The mark made in `root` (`_marked`), None when it has none; RequestError for one the
+    daemon did not write."""
     path = root / _MARK
     try:
         with os.fdopen(os.open(path, os.O_RDONLY | os.O_NOFOLLOW), encoding="ascii") as stream:
             mark = stream.read(64).strip()
     except FileNotFoundError:
-        mark = secrets.token_hex(16)
-        partial = root / f"{_MARK}.{mark}"
-        with os.fdopen(
-            os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600), "w"
-        ) as stream:
-            stream.write(mark)
-            stream.flush()
-            os.fsync(stream.fileno())
-        try:
-            os.link(partial, path)
-        except FileExistsError:  # made meanwhile: that one is the mark
-            return _marked(root)
-        finally:
-            partial.unlink()
-        return mark
+        return None
     except UnicodeDecodeError:
         mark = ""
     if not _MARK_FORM.fullmatch(mark):
@@ -158,6 +145,53 @@ def _marked(root: Path) -> str:
             f"{path} is not what the daemon wrote: restore it (the kept workspaces made in "
             f"{root} are recorded with it), or see docs/operations.md"
         )
+    return mark
+
+
+def _read_map(path: Path, valid: Callable[[object, object], bool], what: str) -> dict[str, Any]:
+    """A JSON object the daemon wrote at `path` ({} when there is none), every item of it
+    `valid`; RequestError (saying it is not `what`) rather than a guess otherwise."""
+    try:
+        with path.open(encoding="utf-8") as stream:
+            found = json.load(stream)
+    except FileNotFoundError:
+        return {}
+    except (OSError, ValueError) as exc:
+        raise RequestError(f"cannot read {path}: {exc}") from exc
+    if not isinstance(found, dict) or not all(valid(k, v) for k, v in found.items()):
+        raise RequestError(f"{path} is not {what}; restore it, or remove it")
+    return found
+
+
+def _read_marks(path: Path) -> dict[str, str]:
+    """Image path -> the mark of the filesystem found there (`_check_mark`)."""
+    return _read_map(
+        path,
+        lambda _, mark: isinstance(mark, str) and bool(_MARK_FORM.fullmatch(mark)),
+        "a map of workspaces images to their filesystems' marks",
+    )
+
+
+def _marked(root: Path) -> str:
+    """The mark of `root`, made the first time whole (written beside it, then linked into
+    place: nobody ever reads half of one); RequestError for one the daemon did not write."""
+    found = _mark_of(root)
+    if found is not None:
+        return found
+    mark = secrets.token_hex(16)
+    partial = root / f"{_MARK}.{mark}"
+    with os.fdopen(
+        os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600), "w"
+    ) as stream:
+        stream.write(mark)
+        stream.flush()
+        os.fsync(stream.fileno())
+    try:
+        os.link(partial, root / _MARK)
+    except FileExistsError:  # made meanwhile: that one is the mark
+        return _marked(root)
+    finally:
+        partial.unlink()
     return mark
 
 
@@ -174,13 +208,12 @@ class _LoopImage:
     """Its path, as sysfs names it (for messages; it may lead elsewhere now)."""
     reads: tuple[int, int] | None
     """(device, inode) of the file the kernel says the device reads; None when the device
-    cannot be asked (the daemon is not root)."""
+    cannot be asked."""
 
     def is_file(self, image: Path) -> bool:
-        """Whether it is the file at `image`: by the kernel's identity when it answers (a path
-        string may lead to another file: a mount over it), else by sysfs's path."""
-        if self.reads is None:
-            return self.path == os.path.realpath(image)
+        """Whether it is the file at `image`, by the kernel's identity (a path string may lead
+        to another file: a mount over it). Not when the device cannot be asked: the daemon is
+        root wherever it has budgets, so that is a node that is not the device it names."""
         try:
             info = image.stat()
         except OSError:
@@ -189,16 +222,18 @@ class _LoopImage:
 
 
 def _loop_image(mounted: Mount | None) -> _LoopImage | None:
-    """The image behind the loop device of a mount (`mount_at`); None when it is not a loop
-    device (an operator's device)."""
+    """The image behind the loop device a mount's source is a node of (`mount_at`), found by
+    the node's device number, not its name (attacker round 177: a node named like the image's
+    loop device was another one); None when it is not a loop device (an operator's device)."""
     source = mounted.source if mounted is not None else ""
-    name = Path(source).name
-    if not source.startswith("/dev/") or not re.fullmatch(r"loop\d+", name):
+    number = loop_device_of(source)
+    if number is None:
         return None
     try:
-        backing = Path(f"/sys/block/{name}/loop/backing_file").read_text().strip()
+        backing = Path(f"/sys/dev/block/{number[0]}:{number[1]}/loop/backing_file").read_text()
     except OSError:
-        return None
+        backing = "(unknown)"
+    backing = backing.strip()
     path = os.path.realpath(backing) if Path(backing).exists() else backing
     return _LoopImage(path=path, reads=loop_node_reads(source))
 
@@ -224,20 +259,12 @@ def _half_made(folder: Path, owner: tuple[int, int] | None) -> bool:
 
 
 def _read_groups(root: Path) -> dict[str, int]:
-    """Which quota group is whose; refused (RequestError) rather than guessed when the file
-    is not what the daemon wrote."""
-    try:
-        with (root / _GROUPS).open(encoding="utf-8") as stream:
-            found = json.load(stream)
-    except FileNotFoundError:
-        return {}
-    except (OSError, ValueError) as exc:
-        raise RequestError(f"cannot read {root / _GROUPS}: {exc}") from exc
-    if not isinstance(found, dict) or not all(
-        isinstance(key, str) and type(value) is int and value > 0 for key, value in found.items()
-    ):
-        raise RequestError(f"{root / _GROUPS} is not a map of principals to group numbers")
-    return found
+    """Which quota group is whose."""
+    return _read_map(
+        root / _GROUPS,
+        lambda key, value: isinstance(key, str) and type(value) is int and value > 0,
+        "a map of principals to group numbers",
+    )
 
 
 def _out_of_room(exc: BaseException) -> bool:
@@ -318,9 +345,15 @@ class BudgetedWorkspaces:
         filesystem_mb: int,
         budget_mb: int,
         principal_share: float = 1.0,
+        *,
+        marks: Path,
     ) -> None:
+        """`marks`: a file of the daemon's own (in its state directory, not beside the image,
+        which a mount over its folder would replace too) recording the mark of the filesystem
+        each image path was found with."""
         self._root = root
         self._image = image
+        self._marks = marks
         self._filesystem_mb = filesystem_mb
         self.budget_mb = budget_mb
         self.share_mb = int(filesystem_mb * principal_share) if principal_share < 1 else 0
@@ -338,11 +371,13 @@ class BudgetedWorkspaces:
             # (attacker round 172: the bare folder beneath was then taken for it).
             if self._ok and os.path.ismount(root) and _is_btrfs(root):
                 self._check_image(root)
+                await self._check_mark(root, made=False)
                 return root
             self._ok = False
             self._root.mkdir(parents=True, exist_ok=True, mode=0o711)
+            made = False
             if not os.path.ismount(root):
-                await self._mount(root)
+                made = await self._mount(root)
             if not _is_btrfs(root):
                 raise RequestError(
                     f"the sessions root {root} is a mount point but not a btrfs filesystem, so "
@@ -350,6 +385,7 @@ class BudgetedWorkspaces:
                     "workspaces.budget_mb = 0"
                 )
             self._check_image(root)
+            await self._check_mark(root, made=made)
             await _run("btrfs", "quota", "enable", str(root))
             await _metadata_once(root)
             self._ok = True
@@ -406,7 +442,36 @@ class BudgetedWorkspaces:
                 f"operator unmounts it (umount {image}); the daemon mounts only the image itself"
             )
 
-    async def _mount(self, root: Path) -> None:
+    async def _check_mark(self, root: Path, *, made: bool) -> None:
+        """RequestError when the filesystem at `root` is not the one found at the image's path
+        before, told by the mark the daemon made on it then (`_marked`), whatever its device,
+        the path of its file or the mount table say: those can all be made to name the image
+        while another filesystem is mounted (attacker round 177: another image under the
+        image's folder mounted over, a device node named like the image's loop device, a loop
+        device pointed at the image after it was mounted). The first time an image path is
+        seen, or once the daemon `made` it anew (its file was gone, and the workspaces kept on
+        it with it), its filesystem's mark is recorded."""
+        image = os.path.realpath(self._image)
+
+        def check() -> None:
+            marks = _read_marks(self._marks)
+            if made or image not in marks:
+                marks[image] = _marked(root)
+                replace_json(self._marks, marks)
+                return
+            found = _mark_of(root)
+            if found != marks[image]:
+                raise RequestError(
+                    f"the filesystem at {root} is not the one first found at the workspaces "
+                    f"image {image} (it does not carry that one's mark, {root / _MARK}): an "
+                    f"operator unmounts it (umount {root}) and mounts the image itself, or "
+                    f"forgets the old one by removing its line from {self._marks}"
+                )
+
+        await FILESYSTEM_THREADS.run(_DAEMON, check)
+
+    async def _mount(self, root: Path) -> bool:
+        """Mount the image at `root`, made first when it is missing; whether it was made."""
         if os.geteuid() != 0:
             raise RequestError(
                 f"fresh workspaces get a disk budget (workspaces.budget_mb={self.budget_mb}) "
@@ -415,12 +480,14 @@ class BudgetedWorkspaces:
                 "workspaces.budget_mb = 0"
             )
         self._refuse_mounted_over()
-        if not self._image.exists():
+        made = not self._image.exists()
+        if made:
             await self._make_image()
         await _run("mount", "-o", f"loop,{_MOUNT_OPTIONS}", str(self._image), str(root))
         # Others may only pass through, to a workspace they were given.
         root.chmod(0o711)
         log.info("mounted the workspaces filesystem %s on %s", self._image, root)
+        return made
 
     async def _make_image(self) -> None:
         self._image.parent.mkdir(parents=True, exist_ok=True)
@@ -463,9 +530,7 @@ class BudgetedWorkspaces:
         return Path(os.path.realpath(self._root)) / name
 
     async def ready(self) -> str:
-        root = await self._ensure()
-        if _loop_image(mount_at(root)) is None:  # an operator's device, not an image
-            return f"btrfs-fsid:{os.statvfs(root).f_fsid:x}"
+        await self._ensure()  # the filesystem in view is the one the image path stands for
         return f"btrfs:{os.path.realpath(self._image)}"
 
     async def create(self, name: str, owner: tuple[int, int] | None, principal: str) -> Path:

@@ -49,7 +49,8 @@ class _Kept:
     """Its session is open (or opening): not kept yet, never deleted here."""
     filesystem: str = ""
     """The name of where it was made (`FreshWorkspaces.ready`): only there is it looked for,
-    and deleted; "" for one an older daemon recorded (it takes the name of where it is seen)."""
+    and deleted; "" for one an older daemon recorded (it takes the name of where it is seen,
+    `_unnamed`)."""
 
 
 class KeptWorkspaces:
@@ -153,24 +154,31 @@ class KeptWorkspaces:
             log.warning("the kept workspaces are not in view (%s): none is deleted yet", exc)
             return 0
         due = self._clock() - self._keep_s
-        gone = named = elsewhere = unplaced = 0
-        for folder, kept in list(self._kept.items()):
+        gone = changed = elsewhere = unplaced = 0
+        for recorded, kept in list(self._kept.items()):
             if kept.open:  # its session's (being made, maybe)
                 continue
-            if not kept.filesystem:
+            # Where its filesystem is now: the sessions root may have moved (its setting
+            # changed, or a link to it re-pointed) with the filesystem the same (attacker round
+            # 177: every workspace kept before was taken for gone).
+            folder = self._fresh.folder_for(recorded.name)
+            if _unnamed(kept.filesystem):
                 # Recorded before they were named: it is where it is seen, and left alone while
                 # it is not (attacker round 173: taken for the first place in view, those of a
                 # filesystem unmounted then were forgotten on the bare folder).
                 if not os.path.lexists(folder):
                     unplaced += 1
                     continue
-                kept = self._kept[folder] = dataclasses.replace(kept, filesystem=in_view)
-                named += 1
+                kept = self._kept[recorded] = dataclasses.replace(kept, filesystem=in_view)
+                changed += 1
             if kept.filesystem != in_view:
                 # Made on another filesystem than the one in view (the workspaces' settings
                 # changed, or it was unmounted meanwhile): left as it is (attacker round 172).
                 elsewhere += 1
                 continue
+            if folder != recorded:
+                self._kept[folder] = self._kept.pop(recorded)
+                changed += 1
             if not os.path.lexists(folder):  # gone already (an operator removed it)
                 self._forget(folder)
                 gone += 1
@@ -196,7 +204,7 @@ class KeptWorkspaces:
                 self._fresh.folder_for(""),
                 unplaced,
             )
-        if gone or named:
+        if gone or changed:
             await self._save()
         return gone
 
@@ -236,6 +244,13 @@ class KeptWorkspaces:
             self._registry.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
             replace_json(self._registry, document)
             self._on_disk = upto
+
+
+def _unnamed(filesystem: str) -> bool:
+    """Whether an entry's filesystem is not named as this daemon names them: recorded before
+    names were, or by a daemon that named a filesystem mounted from a device of an operator's by
+    its id (it is in view there under the configured image's name now)."""
+    return not filesystem or filesystem.startswith("btrfs-fsid:")
 
 
 def _kept_for(keep_s: float) -> str:

@@ -8,7 +8,10 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import shutil
+import stat
 import subprocess
+import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -19,6 +22,7 @@ import pytest
 
 from daemon._generated.tooljail.v1 import executor_pb2 as pb
 from daemon._generated.tooljail.v1 import executor_pb2_grpc as pb_grpc
+from daemon.host.mounts import mount_at
 from tests.integration.conftest import OWNER_GID, OWNER_UID
 from tests.integration.harness import RunningDaemon, running_daemon, text_of
 from tests.integration.test_principals import TOKENS, _policies
@@ -311,6 +315,7 @@ def test_a_workspace_of_a_session_open_when_the_daemon_stopped_is_deleted_in_its
     with running_daemon(root / "ws", root / "o.sock", **options) as daemon:
         left = daemon.stub.OpenSession(pb.OpenSessionRequest(), timeout=60)
         (Path(left.workspace) / "work.txt").write_text("the model's\n")
+        registry = daemon.settings.state_dir / "kept-workspaces.json"
     assert Path(left.workspace).exists(), "deleted as the daemon stopped"
     with running_daemon(root / "ws", root / "o.sock", **options) as daemon:
         with pytest.raises(grpc.RpcError) as refused:
@@ -320,6 +325,8 @@ def test_a_workspace_of_a_session_open_when_the_daemon_stopped_is_deleted_in_its
         while Path(left.workspace).exists() and time.monotonic() < deadline:
             time.sleep(0.2)
         assert not Path(left.workspace).exists(), "never deleted after the restart"
+        # Forgotten once its deletion returned (the registry written after): room again.
+        assert _emptied(registry) == {}
         assert daemon.stub.OpenSession(pb.OpenSessionRequest(), timeout=60).id
 
 
@@ -441,10 +448,11 @@ def _foreign_btrfs(root: Path) -> Path:
 
 
 def _unmount(*paths: Path) -> None:
-    """Everything mounted at each of `paths`, in order, however many mounts are stacked."""
+    """Everything mounted at each of `paths`, in order, however many mounts are stacked
+    (lazily: a test that failed may have left something using them)."""
     for path in paths:
         while str(path) in _mount_points():
-            subprocess.run(["umount", str(path)], check=True)
+            subprocess.run(["umount", "-l", str(path)], check=True)
 
 
 def _mount_points() -> set[str]:
@@ -566,6 +574,108 @@ def test_the_image_mounted_without_nosuid_and_nodev_is_refused(
         _refused_and_nothing_forgotten(root, root / "n.sock", folder, "nosuid,nodev")
     finally:
         _unmount(folder.parent)
+
+
+def test_another_image_under_a_folder_mounted_over_the_images_folder_is_refused(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> None:
+    """Attacker round 177: a folder mounted over the image's folder held another image under
+    the image's name; mounted at the sessions root (by an operator, or by the daemon itself),
+    it passed every check on paths and devices, and the sweep forgot the kept workspaces of
+    the image beneath. The filesystem must carry the mark made on the one first found there."""
+    root = _root(tmp_path_factory, "image-folder")
+    (root / "img").mkdir()
+    image = root / "img" / "ws.img"
+    settings = _budgeted(3600, image=str(image))
+    with running_daemon(root / "ws", root / "f.sock", **settings) as daemon:
+        folder, _ = _kept_one(daemon)
+    (root / "alt").mkdir()
+    _foreign_btrfs(root).rename(root / "alt" / "ws.img")
+    subprocess.run(["umount", str(folder.parent)], check=True)
+    subprocess.run(["mount", "--bind", str(root / "alt"), str(root / "img")], check=True)
+    try:
+        again = _budgeted(1, image=str(image))
+        _refused_and_nothing_forgotten(root, root / "f.sock", folder, "mark", **again)
+    finally:
+        _unmount(folder.parent, root / "img")
+
+
+def test_a_device_node_named_like_the_images_loop_device_is_not_taken_for_it(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> None:
+    """Attacker round 177: another image's loop device mounted over the image through a node
+    named like the image's loop device: the check looked the name up in /dev, found the
+    image's device, and took the other filesystem for it. The device is the node's own."""
+    root = _root(tmp_path_factory, "image-node")
+    with running_daemon(root / "ws", root / "d.sock", **_budgeted(3600)) as daemon:
+        folder, _ = _kept_one(daemon)
+    sessions = folder.parent
+    mounted = mount_at(sessions)
+    assert mounted is not None
+    other = subprocess.run(
+        ["losetup", "-f", "--show", str(_foreign_btrfs(root))],
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout.strip()
+    nodes = Path(tempfile.mkdtemp(prefix="tj-nodes-", dir="/dev"))
+    alias = nodes / Path(mounted.source).name  # named like the image's device
+    try:
+        os.mknod(alias, 0o600 | stat.S_IFBLK, os.stat(other).st_rdev)
+        options = "nosuid,nodev"
+        subprocess.run(
+            ["mount", "-t", "btrfs", "-o", options, str(alias), str(sessions)], check=True
+        )
+        _refused_and_nothing_forgotten(root, root / "d.sock", folder, "not the configured one")
+    finally:
+        _unmount(sessions)
+        shutil.rmtree(nodes)
+        subprocess.run(["losetup", "-d", other], check=True)
+
+
+def test_the_images_filesystem_keeps_its_name_when_its_device_is_named_otherwise(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> None:
+    """Attacker round 177: `btrfs device scan` of another node of the image's loop device
+    changed the mount table's source, the image was taken for an operator's device and named
+    by its id, and every workspace kept before counted for ever, undeleted."""
+    root = _root(tmp_path_factory, "image-renamed")
+    with running_daemon(root / "ws", root / "n.sock", **_budgeted(3600)) as daemon:
+        folder, registry = _kept_one(daemon)
+    mounted = mount_at(folder.parent)
+    assert mounted is not None
+    nodes = Path(tempfile.mkdtemp(prefix="tj-nodes-", dir="/dev"))
+    alias = nodes / "vol0"
+    try:
+        os.mknod(alias, 0o600 | stat.S_IFBLK, os.stat(mounted.source).st_rdev)
+        subprocess.run(["btrfs", "device", "scan", str(alias)], check=True, capture_output=True)
+        renamed = mount_at(folder.parent)
+        assert renamed is not None and renamed.source == str(alias)
+        with running_daemon(root / "ws", root / "n.sock", **_budgeted(1)):
+            assert _emptied(registry) == {}, "the kept workspace was never deleted"
+    finally:
+        subprocess.run(["btrfs", "device", "scan", mounted.source], capture_output=True)
+        shutil.rmtree(nodes)
+        _unmount(folder.parent)
+
+
+def test_kept_workspaces_follow_their_filesystem_to_another_sessions_root(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> None:
+    """Attacker round 177: with the sessions root set elsewhere and the same image mounted
+    there, every workspace kept before was taken for gone (recorded at the old root) and never
+    deleted. They are looked for where their filesystem is, and deleted in their turn."""
+    root = _root(tmp_path_factory, "root-moved")
+    with running_daemon(root / "ws", root / "r.sock", **_budgeted(3600)) as daemon:
+        folder, registry = _kept_one(daemon)
+    subprocess.run(["umount", str(folder.parent)], check=True)
+    moved = root / "moved"
+    try:
+        with running_daemon(root / "ws", root / "r.sock", sessions_root=moved, **_budgeted(1)):
+            assert _emptied(registry) == {}, "the kept workspace was never deleted"
+            assert not (moved / folder.name).exists()
+    finally:
+        _unmount(moved)
 
 
 def test_a_subvolume_of_the_image_mounted_in_its_place_is_refused(

@@ -361,7 +361,9 @@ async def test_each_principal_gets_a_quota_group_of_its_own_that_holds_its_share
         return ""
 
     monkeypatch.setattr(disk, "_run", run)
-    budgeted = disk.BudgetedWorkspaces(tmp_path, tmp_path / "img", 4096, 1024, 0.25)
+    budgeted = disk.BudgetedWorkspaces(
+        tmp_path, tmp_path / "img", 4096, 1024, 0.25, marks=tmp_path / "m"
+    )
     assert budgeted.share_mb == 1024
     groups = [await budgeted._group_of(tmp_path, who) for who in ("alice", "bob", "alice")]
     assert groups == ["1/1", "1/2", "1/1"]
@@ -378,7 +380,12 @@ async def test_each_principal_gets_a_quota_group_of_its_own_that_holds_its_share
     written.write_text('{"alice": 1, "bob": "1"}')
     with pytest.raises(RequestError, match="not a map"):
         await budgeted._group_of(tmp_path, "carol")
-    assert disk.BudgetedWorkspaces(tmp_path, tmp_path / "img", 4096, 1024, 1.0).share_mb == 0
+    assert (
+        disk.BudgetedWorkspaces(
+            tmp_path, tmp_path / "img", 4096, 1024, 1.0, marks=tmp_path / "m"
+        ).share_mb
+        == 0
+    )
 
 
 @pytest.mark.parametrize(("profile", "converted"), [("DUP", True), ("single", False)])
