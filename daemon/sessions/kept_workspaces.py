@@ -280,6 +280,7 @@ def _load(registry: Path) -> dict[Path, _Kept]:
         if (
             isinstance(entry, dict)
             and Path(folder).is_absolute()
+            and Path(folder).name not in ("", ".", "..")  # looked for by it (`sweep`)
             and isinstance(entry.get("owner"), str)
             and type(entry.get("closed_at")) in (int, float)
             and math.isfinite(entry["closed_at"])

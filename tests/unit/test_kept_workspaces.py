@@ -74,6 +74,7 @@ async def test_keep_closed_s_zero_keeps_them(tmp_path: Path) -> None:
         '{"/abs": {"owner": 7, "closed_at": 0}}',
         '{"/abs": {"owner": "a", "closed_at": "0"}}',
         '{"/abs": {"owner": "a", "closed_at": NaN}}',
+        '{"/abs/..": {"owner": "a", "closed_at": 0}}',  # looked for by its name: none
     ],
 )
 async def test_a_registry_that_is_not_the_daemons_deletes_nothing(
