@@ -133,12 +133,14 @@ def _mark_of(root: Path) -> str | None:
     """The mark made in `root` (`_marked`), None when it has none; RequestError for one the
     daemon did not write."""
     path = root / _MARK
+    flags = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC  # a FIFO does not wait
     try:
-        with os.fdopen(os.open(path, os.O_RDONLY | os.O_NOFOLLOW), encoding="ascii") as stream:
-            mark = stream.read(64).strip()
+        with os.fdopen(os.open(path, flags), encoding="ascii") as stream:
+            regular = stat.S_ISREG(os.fstat(stream.fileno()).st_mode)
+            mark = stream.read(64).strip() if regular else ""
     except FileNotFoundError:
         return None
-    except UnicodeDecodeError:
+    except (OSError, UnicodeDecodeError):  # a link, or not text
         mark = ""
     if not _MARK_FORM.fullmatch(mark):
         raise RequestError(
@@ -413,9 +415,17 @@ class BudgetedWorkspaces:
                 f"it again with them (mount -o remount,nosuid,nodev {root})"
             )
         image = _loop_image(mounted)
-        if image is not None:
-            self._refuse_mounted_over()
-        if image is not None and not image.is_file(self._image):
+        if image is None:
+            # Not a loop device, or a node that is not there any more: nothing says which
+            # file it reads (attacker round 178: a copy of the image, carrying its mark, was
+            # mounted through a node removed afterwards and taken for the image).
+            raise RequestError(
+                f"the filesystem at {root} is mounted from {mounted.source}, not from a loop "
+                f"device over the workspaces image {self._image} (workspaces.image): an "
+                f"operator unmounts it (umount {root}), then the daemon mounts the image"
+            )
+        self._refuse_mounted_over()
+        if not image.is_file(self._image):
             moved = image.path == os.path.realpath(self._image)
             which = " (a file that path no longer leads to)" if moved else ""
             raise RequestError(
@@ -482,12 +492,29 @@ class BudgetedWorkspaces:
         self._refuse_mounted_over()
         made = not self._image.exists()
         if made:
+            await self._refuse_making_a_recorded_image()
             await self._make_image()
         await _run("mount", "-o", f"loop,{_MOUNT_OPTIONS}", str(self._image), str(root))
         # Others may only pass through, to a workspace they were given.
         root.chmod(0o711)
         log.info("mounted the workspaces filesystem %s on %s", self._image, root)
         return made
+
+    async def _refuse_making_a_recorded_image(self) -> None:
+        """RequestError when the missing image is one the daemon found before: its disk may
+        not be mounted yet (attacker round 178: a daemon started before its data disk made a
+        new image in the bare folder, and forgot every workspace kept on the real one), or it
+        was moved; only an operator can say it was deleted for good."""
+        image = os.path.realpath(self._image)
+        marks = await FILESYSTEM_THREADS.run(_DAEMON, lambda: _read_marks(self._marks))
+        if image in marks:
+            raise RequestError(
+                f"the workspaces image {image} is missing, and workspaces kept on it are "
+                f"recorded: mount the disk it is on (and order the daemon after that mount: "
+                f"RequiresMountsFor=), or, if it was deleted for good, remove its line from "
+                f"{self._marks} (the daemon then makes a new one, and forgets what was kept on "
+                "the old one)"
+            )
 
     async def _make_image(self) -> None:
         self._image.parent.mkdir(parents=True, exist_ok=True)

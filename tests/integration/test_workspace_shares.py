@@ -389,9 +389,66 @@ def test_an_image_made_anew_frees_what_was_kept_on_the_old_one(
         image = daemon.settings.workspaces.image or daemon.settings.state_dir / "workspaces.img"
     subprocess.run(["umount", str(folder.parent)], check=True)
     image.unlink()
+    marks = image.parent / "workspaces-marks.json"
+    marks.write_text(json.dumps({}))  # deleted for good, as docs/operations.md says to tell it
     with running_daemon(root / "ws", root / "r.sock", **options) as daemon:
         assert _emptied(registry) == {}, "the old image's entry still counts"
         assert daemon.stub.OpenSession(pb.OpenSessionRequest(), timeout=60).id
+
+
+def test_a_missing_image_found_before_is_not_made_anew(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> None:
+    """Attacker round 178: a daemon started before the disk its image is on was mounted found
+    no image, made a new one in the bare folder and forgot every workspace kept on the real
+    one. An image the daemon found before is not made anew until an operator says it is gone."""
+    root = _root(tmp_path_factory, "image-late")
+    with running_daemon(root / "ws", root / "l.sock", **_budgeted(3600)) as daemon:
+        folder, _ = _kept_one(daemon)
+        image = daemon.settings.state_dir / "workspaces.img"
+    subprocess.run(["umount", str(folder.parent)], check=True)
+    away = image.rename(root / "away.img")  # its disk not mounted yet
+    try:
+        _refused_and_nothing_forgotten(root, root / "l.sock", folder, "is missing")
+        assert not image.exists(), "a new image was made"
+    finally:
+        away.rename(image)
+    with running_daemon(root / "ws", root / "l.sock", **_budgeted(3600)) as daemon:
+        assert daemon.stub.OpenSession(pb.OpenSessionRequest(), timeout=60).id
+        assert folder.is_dir()
+    _unmount(folder.parent)
+
+
+def test_a_copy_of_the_image_mounted_from_a_node_gone_since_is_refused(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> None:
+    """Attacker round 178: a copy of the image (carrying its mark) mounted through a device
+    node removed afterwards: nothing said which file it read, the image check was skipped,
+    and the workspaces kept since the copy was made were forgotten. A mount whose source is
+    not a loop device over the image is refused."""
+    root = _root(tmp_path_factory, "image-copy")
+    with running_daemon(root / "ws", root / "c.sock", **_budgeted(3600)) as daemon:
+        folder, _ = _kept_one(daemon)
+        image = daemon.settings.state_dir / "workspaces.img"
+    sessions = folder.parent
+    subprocess.run(["umount", str(sessions)], check=True)
+    copy = root / "copy.img"
+    subprocess.run(["cp", "--sparse=always", str(image), str(copy)], check=True)
+    other = subprocess.run(
+        ["losetup", "-f", "--show", str(copy)], check=True, capture_output=True, text=True
+    ).stdout.strip()
+    nodes = Path(tempfile.mkdtemp(prefix="tj-nodes-", dir="/dev"))
+    try:
+        node = nodes / "copy"
+        os.mknod(node, 0o600 | stat.S_IFBLK, os.stat(other).st_rdev)
+        mount = ["mount", "-t", "btrfs", "-o", "nosuid,nodev", str(node), str(sessions)]
+        subprocess.run(mount, check=True)
+        node.unlink()
+        _refused_and_nothing_forgotten(root, root / "c.sock", folder, "not from a loop device")
+    finally:
+        _unmount(sessions)
+        shutil.rmtree(nodes)
+        subprocess.run(["losetup", "-d", other], check=False)
 
 
 def test_entries_from_before_filesystems_were_named_are_not_forgotten_where_they_are_not(

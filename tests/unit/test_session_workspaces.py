@@ -407,3 +407,19 @@ async def test_metadata_stored_twice_is_converted_to_once(
     await disk._metadata_once(tmp_path)
     balanced = ("btrfs", "balance", "start", "-f", "-mconvert=single", str(tmp_path))
     assert (balanced in ran) is converted
+
+
+@pytest.mark.parametrize("kind", ["fifo", "folder", "link"])
+def test_a_mark_that_is_not_a_file_is_refused_at_once(tmp_path: Path, kind: str) -> None:
+    """Nothing but a regular file the daemon wrote is a place's mark; a FIFO in its place does
+    not hold the thread reading it."""
+    mark = tmp_path / ".tooljail-folder"
+    if kind == "fifo":
+        os.mkfifo(mark)
+    elif kind == "folder":
+        mark.mkdir()
+    else:
+        (tmp_path / "real").write_text("0" * 32)
+        mark.symlink_to(tmp_path / "real")
+    with pytest.raises(RequestError, match="not what the daemon wrote"):
+        disk._marked(tmp_path)
