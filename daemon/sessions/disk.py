@@ -627,13 +627,18 @@ class BudgetedWorkspaces:
         return group
 
     async def delete(self, folder: Path, owner: str) -> bool:
-        # Its budget goes first: removing an entry inside a full workspace needs room in it.
-        await _run("btrfs", "qgroup", "limit", "none", str(folder))
-        # Then the subvolumes inside it, deepest first: sandboxes cannot make any (their seccomp
-        # filter refuses btrfs ioctls), but an operator or an older version may have, and btrfs
-        # will not delete a subvolume that holds another.
-        for nested in await self._nested(folder):
-            await _run("btrfs", "subvolume", "delete", str(nested))
+        # The subvolumes inside it first, deepest first: sandboxes cannot make any (their
+        # seccomp filter refuses btrfs ioctls), but an operator or an older version may have,
+        # and btrfs will not delete a subvolume that holds another.
+        nested = await self._nested(folder)
+        if nested:
+            # Removing their entries inside a full workspace needs room in it: its budget
+            # goes first. Only then: lifting a limit needs room on the filesystem, and with it
+            # full (principals' shares together may fill it) no workspace could be deleted
+            # any more (attacker round 179); deleting a subvolume itself needs none.
+            await _run("btrfs", "qgroup", "limit", "none", str(folder))
+        for inside in nested:
+            await _run("btrfs", "subvolume", "delete", str(inside))
         await _run("btrfs", "subvolume", "delete", str(folder))
         return await _in_owners_thread(folder, owner, lambda: not folder.exists())
 

@@ -155,9 +155,13 @@ class KeptWorkspaces:
             return 0
         due = self._clock() - self._keep_s
         gone = changed = elsewhere = unplaced = 0
+        in_view_now = True
         for recorded, kept in list(self._kept.items()):
             if kept.open:  # its session's (being made, maybe)
                 continue
+            if not in_view_now and not await self._still_in_view(in_view):
+                break  # nothing more is taken for gone on a guess: the next sweep goes on
+            in_view_now = True
             # Where its filesystem is now: the sessions root may have moved (its setting
             # changed, or a link to it re-pointed) with the filesystem the same (attacker round
             # 177: every workspace kept before was taken for gone).
@@ -185,6 +189,9 @@ class KeptWorkspaces:
                 continue
             if not self._keep_s or kept.closed_at > due:
                 continue
+            # Unmounted meanwhile, the folders after this one would all be missing (attacker
+            # round 179: a lazy unmount during a deletion; every later entry was forgotten).
+            in_view_now = False
             try:
                 deleted = await self._fresh.delete(folder, kept.owner)
             except Exception:  # a failed deletion is tried again at the next sweep
@@ -207,6 +214,15 @@ class KeptWorkspaces:
         if gone or changed:
             await self._save()
         return gone
+
+    async def _still_in_view(self, in_view: str) -> bool:
+        """Whether the place `in_view` is still the one in view (mounted again if it was
+        unmounted), so that a folder missing there is gone."""
+        try:
+            return await self._fresh.ready() == in_view
+        except (OSError, TooljailError) as exc:
+            log.warning("the kept workspaces went out of view (%s): the sweep stops", exc)
+            return False
 
     def _forget(self, folder: Path) -> None:
         kept = self._kept.pop(folder, None)

@@ -164,6 +164,32 @@ def test_one_principals_workspaces_kept_or_open_never_take_anothers_room(
         bob_channel.close()
 
 
+def test_workspaces_are_still_deleted_once_principals_filled_the_filesystem(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> None:
+    """Attacker round 179: two principals filled the workspaces filesystem, each within its
+    share; a workspace's deletion began by lifting its budget, which needs room, so no
+    workspace could be deleted any more (neither a close with delete_workspace nor the sweep)
+    until an operator stepped in."""
+    root = Path(tmp_path_factory.mktemp("full"))
+    with _daemon_with_shares(root) as (_, target):
+        sessions = []
+        for name in ("alice", "bob"):
+            stub, _, metadata = _as(target, name)
+            for _ in range(3):  # a share is three budgets: the two fill the filesystem
+                session = stub.OpenSession(pb.OpenSessionRequest(), metadata=metadata, timeout=60)
+                _fill(stub, metadata, session)
+                sessions.append((stub, metadata, session))
+        assert shutil.disk_usage(Path(sessions[0][2].workspace).parent).free < 8 << 20
+        for stub, metadata, session in sessions:
+            closed = stub.CloseSession(
+                pb.CloseSessionRequest(session_id=session.id, delete_workspace=True),
+                metadata=metadata,
+                timeout=120,
+            )
+            assert closed.workspace_deleted and not Path(session.workspace).exists()
+
+
 def test_a_kept_workspace_is_deleted_once_kept_long_enough(
     tmp_path_factory: pytest.TempPathFactory,
 ) -> None:

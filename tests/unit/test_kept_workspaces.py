@@ -386,3 +386,45 @@ async def test_a_folder_of_plain_workspaces_is_named_by_a_mark_made_in_it_once(
     (tmp_path / "a" / ".tooljail-folder").write_text("not the daemon's\n")
     with pytest.raises(RequestError, match="not what the daemon wrote"):
         await one.ready()
+
+
+class UnmountedWhileDeleting(Named):
+    """A filesystem unmounted while its first workspace is being deleted: out of view after."""
+
+    def __init__(self, root: Path, name: str, hidden: Path) -> None:
+        super().__init__(root, name)
+        self.hidden = hidden
+        self.deleting = 0
+
+    async def ready(self) -> str:
+        if self.deleting:
+            raise RequestError("the workspaces filesystem is not mounted")
+        return await super().ready()
+
+    async def delete(self, folder: Path, owner: str) -> bool:
+        self.deleting += 1
+        gone = await super().delete(folder, owner)
+        self._root.rename(self.hidden)  # unmounted (lazily) meanwhile
+        return gone
+
+
+async def test_a_filesystem_unmounted_during_a_sweep_leaves_the_rest_registered(
+    tmp_path: Path,
+) -> None:
+    """Attacker round 179: the sweep looked at the filesystem once, then, after a deletion it
+    waited for, took every later workspace for gone: a lazy unmount during that deletion made
+    the daemon forget workspaces that were still there. It looks again after each wait."""
+    clock = Clock()
+    image = "btrfs:/state/workspaces.img"
+    fresh = UnmountedWhileDeleting(tmp_path / "sessions", image, tmp_path / "hidden")
+    kept = KeptWorkspaces(tmp_path / "kept.json", fresh, DAY, clock)
+    for name in ("a", "b", "c"):
+        folder = await fresh.create(name, None, "alice")
+        await kept.closed(folder, "alice", deleted=False)
+    clock.now += 2 * DAY
+    assert await kept.sweep() == 1
+    assert kept.count("alice") == 2
+    assert sorted(path.name for path in (tmp_path / "hidden").iterdir() if path.is_dir()) == [
+        "b",
+        "c",
+    ]
