@@ -226,7 +226,7 @@ class _LoopImage:
 def _loop_image(mounted: Mount | None) -> _LoopImage | None:
     """The image behind the loop device a mount's source is a node of (`mount_at`), found by
     the node's device number, not its name (attacker round 177: a node named like the image's
-    loop device was another one); None when it is not a loop device (an operator's device)."""
+    loop device was another one); None when it is not a loop device's node."""
     source = mounted.source if mounted is not None else ""
     number = loop_device_of(source)
     if number is None:
@@ -394,10 +394,10 @@ class BudgetedWorkspaces:
             return root
 
     def _check_image(self, root: Path) -> None:
-        """RequestError when the filesystem at `root` is not mounted whole and nosuid,nodev, or
-        is an image but not the configured one (attacker round 174: workspaces.image changed
-        while the old one stayed mounted, and workspaces made on the old one were recorded as
-        the new one's), or the configured one's path has something mounted over it."""
+        """RequestError when the filesystem at `root` is not mounted whole and nosuid,nodev
+        from a loop device over the configured image (attacker round 174: workspaces.image
+        changed while the old one stayed mounted, and workspaces made on the old one were
+        recorded as the new one's), or the image's path has something mounted over it."""
         mounted = mount_at(root)
         if mounted is None:
             raise RequestError(f"nothing is mounted at {root} any more; try again")
@@ -459,8 +459,8 @@ class BudgetedWorkspaces:
         while another filesystem is mounted (attacker round 177: another image under the
         image's folder mounted over, a device node named like the image's loop device, a loop
         device pointed at the image after it was mounted). The first time an image path is
-        seen, or once the daemon `made` it anew (its file was gone, and the workspaces kept on
-        it with it), its filesystem's mark is recorded."""
+        seen, or once the daemon `made` it anew (its file gone, and its line removed by an
+        operator: `_refuse_making_a_recorded_image`), its filesystem's mark is recorded."""
         image = os.path.realpath(self._image)
 
         def check() -> None:

@@ -181,6 +181,9 @@ class KeptWorkspaces:
                 elsewhere += 1
                 continue
             if folder != recorded:
+                if folder in self._kept:  # another entry is that folder's: this one is stale
+                    unplaced += 1
+                    continue
                 self._kept[folder] = self._kept.pop(recorded)
                 changed += 1
             if not os.path.lexists(folder):  # gone already (an operator removed it)
