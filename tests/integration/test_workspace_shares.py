@@ -452,29 +452,16 @@ def test_a_copy_of_the_image_mounted_from_a_node_gone_since_is_refused(
     node removed afterwards: nothing said which file it read, the image check was skipped,
     and the workspaces kept since the copy was made were forgotten. A mount whose source is
     not a loop device over the image is refused."""
-    root = _root(tmp_path_factory, "image-copy")
-    with running_daemon(root / "ws", root / "c.sock", **_budgeted(3600)) as daemon:
-        folder, _ = _kept_one(daemon)
-        image = daemon.settings.state_dir / "workspaces.img"
+    root, folder, image = _kept_and_unmounted(tmp_path_factory, "image-copy")
     sessions = folder.parent
-    subprocess.run(["umount", str(sessions)], check=True)
     copy = root / "copy.img"
     subprocess.run(["cp", "--sparse=always", str(image), str(copy)], check=True)
-    other = subprocess.run(
-        ["losetup", "-f", "--show", str(copy)], check=True, capture_output=True, text=True
-    ).stdout.strip()
-    nodes = Path(tempfile.mkdtemp(prefix="tj-nodes-", dir="/dev"))
     try:
-        node = nodes / "copy"
-        os.mknod(node, 0o600 | stat.S_IFBLK, os.stat(other).st_rdev)
-        mount = ["mount", "-t", "btrfs", "-o", "nosuid,nodev", str(node), str(sessions)]
-        subprocess.run(mount, check=True)
-        node.unlink()
-        _refused_and_nothing_forgotten(root, root / "c.sock", folder, "not from a loop device")
+        with _mounted_through_a_node(copy, "copy", sessions) as node:
+            node.unlink()
+            _refused_and_nothing_forgotten(root, root / "d.sock", folder, "not from a loop")
     finally:
         _unmount(sessions)
-        shutil.rmtree(nodes)
-        subprocess.run(["losetup", "-d", other], check=False)
 
 
 def test_entries_from_before_filesystems_were_named_are_not_forgotten_where_they_are_not(
@@ -541,6 +528,40 @@ def _unmount(*paths: Path) -> None:
 def _mount_points() -> set[str]:
     lines = Path("/proc/self/mountinfo").read_text().splitlines()
     return {line.split(" ")[4].replace("\\040", " ") for line in lines}
+
+
+@contextlib.contextmanager
+def _mounted_through_a_node(image: Path, name: str, at: Path) -> Iterator[Path]:
+    """`image` mounted at `at` from a loop device, through a node of its own named `name`
+    (in a folder of /dev made for it); the node, while the loop device lasts."""
+    loop = subprocess.run(
+        ["losetup", "-f", "--show", str(image)], check=True, capture_output=True, text=True
+    ).stdout.strip()
+    nodes = Path(tempfile.mkdtemp(prefix="tj-nodes-", dir="/dev"))
+    try:
+        node = nodes / name
+        os.mknod(node, 0o600 | stat.S_IFBLK, os.stat(loop).st_rdev)
+        subprocess.run(
+            ["mount", "-t", "btrfs", "-o", "nosuid,nodev", str(node), str(at)], check=True
+        )
+        yield node
+    finally:
+        _unmount(at)
+        shutil.rmtree(nodes)
+        subprocess.run(["losetup", "-d", loop], check=False)
+
+
+def _kept_and_unmounted(
+    tmp_path_factory: pytest.TempPathFactory, name: str
+) -> tuple[Path, Path, Path]:
+    """A folder for daemons (socket d.sock) where one kept a workspace on its image, which
+    was unmounted then: (the folder, the kept workspace, the image)."""
+    root = _root(tmp_path_factory, name)
+    with running_daemon(root / "ws", root / "d.sock", **_budgeted(3600)) as daemon:
+        folder, _ = _kept_one(daemon)
+        image = daemon.settings.state_dir / "workspaces.img"
+    subprocess.run(["umount", str(folder.parent)], check=True)
+    return root, folder, image
 
 
 def _refused_and_nothing_forgotten(
@@ -695,25 +716,12 @@ def test_a_device_node_named_like_the_images_loop_device_is_not_taken_for_it(
     sessions = folder.parent
     mounted = mount_at(sessions)
     assert mounted is not None
-    other = subprocess.run(
-        ["losetup", "-f", "--show", str(_foreign_btrfs(root))],
-        check=True,
-        capture_output=True,
-        text=True,
-    ).stdout.strip()
-    nodes = Path(tempfile.mkdtemp(prefix="tj-nodes-", dir="/dev"))
-    alias = nodes / Path(mounted.source).name  # named like the image's device
     try:
-        os.mknod(alias, 0o600 | stat.S_IFBLK, os.stat(other).st_rdev)
-        options = "nosuid,nodev"
-        subprocess.run(
-            ["mount", "-t", "btrfs", "-o", options, str(alias), str(sessions)], check=True
-        )
-        _refused_and_nothing_forgotten(root, root / "d.sock", folder, "not the configured one")
+        # Named like the image's device, and mounted over it.
+        with _mounted_through_a_node(_foreign_btrfs(root), Path(mounted.source).name, sessions):
+            _refused_and_nothing_forgotten(root, root / "d.sock", folder, "not the configured")
     finally:
         _unmount(sessions)
-        shutil.rmtree(nodes)
-        subprocess.run(["losetup", "-d", other], check=True)
 
 
 def test_the_images_filesystem_keeps_its_name_when_its_device_is_named_otherwise(
@@ -766,16 +774,12 @@ def test_a_subvolume_of_the_image_mounted_in_its_place_is_refused(
 ) -> None:
     """Attacker round 175: the configured image mounted from one of its subvolumes (mount -o
     subvol=) was named as the whole image, and the kept workspaces were forgotten there."""
-    root = _root(tmp_path_factory, "subvolume")
-    with running_daemon(root / "ws", root / "v.sock", **_budgeted(3600)) as daemon:
-        folder, _ = _kept_one(daemon)
-        image = daemon.settings.state_dir / "workspaces.img"
+    root, folder, image = _kept_and_unmounted(tmp_path_factory, "subvolume")
     sessions = folder.parent
-    subprocess.run(["umount", str(sessions)], check=True)
     options = "loop,nosuid,nodev,subvol=" + folder.name
     subprocess.run(["mount", "-o", options, str(image), str(sessions)], check=True)
     try:
-        _refused_and_nothing_forgotten(root, root / "v.sock", folder, "not its top level")
+        _refused_and_nothing_forgotten(root, root / "d.sock", folder, "not its top level")
     finally:
         _unmount(sessions)
 
