@@ -206,8 +206,8 @@ _SAFE_OPTIONS = frozenset({"nosuid", "nodev"})
 class _LoopImage:
     """The image file behind the loop device a filesystem is mounted from."""
 
-    path: str
-    """Its path, as sysfs names it (for messages; it may lead elsewhere now)."""
+    device: tuple[int, int]
+    """The loop device's number."""
     reads: tuple[int, int] | None
     """(device, inode) of the file the kernel says the device reads; None when the device
     cannot be asked."""
@@ -222,6 +222,16 @@ class _LoopImage:
             return False
         return (info.st_dev, info.st_ino) == self.reads
 
+    def path(self) -> str:
+        """Its path, as sysfs names it (for messages only: it may lead elsewhere now)."""
+        major, minor = self.device
+        try:
+            backing = Path(f"/sys/dev/block/{major}:{minor}/loop/backing_file").read_text()
+        except OSError:
+            return "(unknown)"
+        backing = backing.strip()
+        return os.path.realpath(backing) if Path(backing).exists() else backing
+
 
 def _loop_image(mounted: Mount | None) -> _LoopImage | None:
     """The image behind the loop device a mount's source is a node of (`mount_at`), found by
@@ -231,13 +241,7 @@ def _loop_image(mounted: Mount | None) -> _LoopImage | None:
     number = loop_device_of(source)
     if number is None:
         return None
-    try:
-        backing = Path(f"/sys/dev/block/{number[0]}:{number[1]}/loop/backing_file").read_text()
-    except OSError:
-        backing = "(unknown)"
-    backing = backing.strip()
-    path = os.path.realpath(backing) if Path(backing).exists() else backing
-    return _LoopImage(path=path, reads=loop_node_reads(source))
+    return _LoopImage(device=number, reads=loop_node_reads(source))
 
 
 _GROUPS = ".principal-groups.json"
@@ -426,10 +430,11 @@ class BudgetedWorkspaces:
             )
         self._refuse_mounted_over()
         if not image.is_file(self._image):
-            moved = image.path == os.path.realpath(self._image)
+            named = image.path()
+            moved = named == os.path.realpath(self._image)
             which = " (a file that path no longer leads to)" if moved else ""
             raise RequestError(
-                f"the filesystem mounted at {root} is the image {image.path}{which}, not the "
+                f"the filesystem mounted at {root} is the image {named}{which}, not the "
                 f"configured one ({self._image}, workspaces.image): an operator unmounts it "
                 f"(umount {root}), then the daemon mounts the configured one"
             )
