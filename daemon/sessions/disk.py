@@ -43,6 +43,8 @@ log = logging.getLogger(__name__)
 
 _COMMAND_TIMEOUT_S = 60.0
 _OUTPUT_CAP = 16 * 1024
+#: What one subvolume's list of children may print: about 50,000 lines.
+_LIST_CAP = 4 << 20
 
 
 class FreshWorkspaces(Protocol):
@@ -316,15 +318,21 @@ async def _in_owners_thread(folder: Path, owner: str, work: Callable[[], bool]) 
         return False
 
 
-async def _run(*argv: str) -> str:
-    """Run a command to its end; RequestError with its output when it fails."""
+async def _run(*argv: str, output_cap: int = _OUTPUT_CAP) -> str:
+    """Run a command to its end; RequestError with its output when it fails or prints more
+    than `output_cap` bytes."""
     try:
-        done = await run_child(argv, timeout_s=_COMMAND_TIMEOUT_S, output_cap=_OUTPUT_CAP)
+        done = await run_child(argv, timeout_s=_COMMAND_TIMEOUT_S, output_cap=output_cap)
     except OSError as exc:
         raise RequestError(f"cannot run {argv[0]}: {exc.strerror or exc}") from exc
     if done.exit_code != 0:
         said = (done.stderr.text() or done.stdout.text()).strip()
         raise RequestError(f"{' '.join(argv[:3])} failed: {said or f'exit {done.exit_code}'}")
+    if done.stdout.total > len(done.stdout.kept):
+        # Whatever reads it would act on part of the answer: refused rather than guessed.
+        raise RequestError(
+            f"{' '.join(argv[:3])} printed more than {output_cap} bytes; not read in part"
+        )
     return done.stdout.text()
 
 
@@ -648,13 +656,22 @@ class BudgetedWorkspaces:
         return await _in_owners_thread(folder, owner, lambda: not folder.exists())
 
     async def _nested(self, folder: Path) -> list[Path]:
-        """Subvolumes at any depth below `folder`, deepest first."""
+        """Subvolumes at any depth below `folder`, deepest first. Each subvolume's own children
+        are listed (`-o`), not every subvolume of the filesystem: that list grows with every
+        workspace, and read in part it hid the nested ones listed last."""
         root = await self._ensure()
-        listed = await _run("btrfs", "subvolume", "list", str(root))
-        prefix = f"{folder.relative_to(root)}/"
-        found = []
-        for line in listed.splitlines():
-            _, marker, relative = line.partition(" path ")
-            if marker and relative.startswith(prefix):
-                found.append(root / relative)
+        found: list[Path] = []
+        parents = [folder]
+        while parents:
+            parent = parents.pop()
+            listed = await _run(
+                "btrfs", "subvolume", "list", "-o", str(parent), output_cap=_LIST_CAP
+            )
+            prefix = f"{parent.relative_to(root)}/"
+            for line in listed.splitlines():
+                _, marker, relative = line.partition(" path ")
+                if marker and relative.startswith(prefix):
+                    inside = root / relative
+                    found.append(inside)
+                    parents.append(inside)
         return sorted(found, key=lambda path: len(path.parts), reverse=True)

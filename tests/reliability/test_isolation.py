@@ -488,6 +488,32 @@ def test_a_nested_subvolume_neither_escapes_the_budget_nor_blocks_deletion(
     assert closed.workspace_deleted and not Path(fresh.workspace).exists()
 
 
+def test_nested_subvolumes_listed_after_many_others_are_still_deleted_first(
+    iso_daemon: RunningDaemon,
+) -> None:
+    """The filesystem's subvolumes are many once many workspaces are: the nested ones of the
+    workspace being deleted are found however long the whole list is (it was read through a
+    16 KiB cap, about 230 subvolumes, and btrfs then refused to delete the workspace)."""
+    crowded, fresh = open_session(iso_daemon), open_session(iso_daemon)
+    for number in range(400):
+        subprocess.run(
+            ["btrfs", "subvolume", "create", f"{crowded.workspace}/s{number:03d}"],
+            check=True,
+            capture_output=True,
+        )
+    subprocess.run(
+        ["btrfs", "subvolume", "create", f"{fresh.workspace}/listed-last"],
+        check=True,
+        capture_output=True,
+    )
+    for session in (fresh, crowded):
+        closed = iso_daemon.stub.CloseSession(
+            pb.CloseSessionRequest(session_id=session.id, delete_workspace=True), timeout=300
+        )
+        assert closed.workspace_deleted, session.workspace
+        assert not Path(session.workspace).exists()
+
+
 def test_a_command_that_lowers_its_oom_score_cannot_starve_the_runner(
     iso_daemon: RunningDaemon, record: Record
 ) -> None:

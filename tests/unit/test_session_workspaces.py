@@ -388,6 +388,15 @@ async def test_each_principal_gets_a_quota_group_of_its_own_that_holds_its_share
     )
 
 
+async def test_a_btrfs_answer_longer_than_its_cap_is_refused_not_read_in_part() -> None:
+    """A list read in part hid what was listed last (nested subvolumes a deletion must remove
+    first): an answer past its cap is an error, whatever reads it."""
+    printing = ("sh", "-c", "head -c 70000 /dev/zero | tr '\\0' x")
+    assert len(await disk._run(*printing, output_cap=70_000)) == 70_000
+    with pytest.raises(RequestError, match="printed more than 69999 bytes"):
+        await disk._run(*printing, output_cap=69_999)
+
+
 @pytest.mark.parametrize(("profile", "converted"), [("DUP", True), ("single", False)])
 async def test_metadata_stored_twice_is_converted_to_once(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, profile: str, converted: bool
