@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from daemon.errors import Overloaded, RequestError
+from daemon.host.btrfs_tree import child_subvolumes, subvolume_id
 from daemon.host.child import run_child
 from daemon.host.devices import loop_device_of, loop_node_reads
 from daemon.host.mounts import Mount, mount_at, mount_id_of
@@ -37,14 +38,17 @@ from daemon.host.private_file import replace_json
 from daemon.host.statfs import BTRFS_MAGIC, filesystem_type
 from daemon.host.threads import FILESYSTEM_THREADS
 from daemon.sessions.session import VERIFY_WAIT_S
-from daemon.sessions.workspaces import give_to, make_workspace
+from daemon.sessions.workspaces import give_to, keep_others_out, make_workspace, sessions_root
 
 log = logging.getLogger(__name__)
 
 _COMMAND_TIMEOUT_S = 60.0
 _OUTPUT_CAP = 16 * 1024
-#: What one subvolume's list of children may print: about 50,000 lines.
-_LIST_CAP = 4 << 20
+#: Subvolumes inside one workspace that its deletion removes (only an operator or an older
+#: version makes any).
+_MAX_NESTED = 10_000
+#: The inode number of a subvolume's top folder.
+_SUBVOLUME_TOP = 256
 
 
 class FreshWorkspaces(Protocol):
@@ -95,8 +99,7 @@ class PlainWorkspaces:
         return Path(os.path.realpath(self._root)) / name
 
     async def ready(self) -> str:
-        self._root.mkdir(parents=True, exist_ok=True, mode=0o711)
-        root = Path(os.path.realpath(self._root))
+        root = sessions_root(self._root)
         # Named by a mark made in it once, not by its path alone: the folder a bind mount or
         # another filesystem puts at the path (still mounted, or not yet after a reboot) is
         # another place than the one beneath (attacker round 174).
@@ -104,7 +107,7 @@ class PlainWorkspaces:
         return f"folder:{root}#{mark}"
 
     async def create(self, name: str, owner: tuple[int, int] | None, principal: str) -> Path:
-        self._root.mkdir(parents=True, exist_ok=True, mode=0o711)
+        sessions_root(self._root)
         folder = self.folder_for(name)
         make_workspace(folder, owner)
         return folder
@@ -318,11 +321,42 @@ async def _in_owners_thread(folder: Path, owner: str, work: Callable[[], bool]) 
         return False
 
 
-async def _run(*argv: str, output_cap: int = _OUTPUT_CAP) -> str:
-    """Run a command to its end; RequestError with its output when it fails or prints more
-    than `output_cap` bytes."""
+def _nested_ids(root: Path, folder: Path) -> list[int]:
+    """The ids of the subvolumes at any depth inside the workspace subvolume `folder` (a folder
+    of the sessions root, which only the daemon can write), deepest first, as the filesystem's
+    own tree has them: a name inside the workspace is never read (attacker round 181: one
+    holding a newline forged a line of `btrfs subvolume list`)."""
+    if folder.parent != root:
+        raise RequestError(f"the workspace {folder} is not a folder of {root}; not deleted")
+    top = os.open(root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
     try:
-        done = await run_child(argv, timeout_s=_COMMAND_TIMEOUT_S, output_cap=output_cap)
+        fd = os.open(folder.name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=top)
+        try:
+            if os.fstat(fd).st_ino != _SUBVOLUME_TOP:
+                raise RequestError(f"the workspace {folder} is not a subvolume; not deleted")
+            workspace = subvolume_id(fd)
+        finally:
+            os.close(fd)
+        found: list[int] = []
+        level = [workspace]
+        while level:
+            level = [child for parent in level for child in child_subvolumes(top, parent)]
+            found += level
+            if len(found) > _MAX_NESTED:
+                raise RequestError(
+                    f"the workspace {folder} holds over {_MAX_NESTED} subvolumes; an operator "
+                    "deletes it (btrfs subvolume delete)"
+                )
+        return found[::-1]
+    finally:
+        os.close(top)
+
+
+async def _run(*argv: str) -> str:
+    """Run a command to its end; RequestError with its output when it fails or prints more
+    than `_OUTPUT_CAP` bytes."""
+    try:
+        done = await run_child(argv, timeout_s=_COMMAND_TIMEOUT_S, output_cap=_OUTPUT_CAP)
     except OSError as exc:
         raise RequestError(f"cannot run {argv[0]}: {exc.strerror or exc}") from exc
     if done.exit_code != 0:
@@ -331,7 +365,7 @@ async def _run(*argv: str, output_cap: int = _OUTPUT_CAP) -> str:
     if done.stdout.total > len(done.stdout.kept):
         # Whatever reads it would act on part of the answer: refused rather than guessed.
         raise RequestError(
-            f"{' '.join(argv[:3])} printed more than {output_cap} bytes; not read in part"
+            f"{' '.join(argv[:3])} printed more than {_OUTPUT_CAP} bytes; not read in part"
         )
     return done.stdout.text()
 
@@ -386,9 +420,10 @@ class BudgetedWorkspaces:
             if self._ok and os.path.ismount(root) and _is_btrfs(root):
                 self._check_image(root)
                 await self._check_mark(root, made=False)
+                keep_others_out(root)
                 return root
             self._ok = False
-            self._root.mkdir(parents=True, exist_ok=True, mode=0o711)
+            self._root.mkdir(parents=True, exist_ok=True, mode=0o700)
             made = False
             if not os.path.ismount(root):
                 made = await self._mount(root)
@@ -400,6 +435,7 @@ class BudgetedWorkspaces:
                 )
             self._check_image(root)
             await self._check_mark(root, made=made)
+            keep_others_out(root)
             await _run("btrfs", "quota", "enable", str(root))
             await _metadata_once(root)
             self._ok = True
@@ -508,8 +544,7 @@ class BudgetedWorkspaces:
             await self._refuse_making_a_recorded_image()
             await self._make_image()
         await _run("mount", "-o", f"loop,{_MOUNT_OPTIONS}", str(self._image), str(root))
-        # Others may only pass through, to a workspace they were given.
-        root.chmod(0o711)
+        root.chmod(0o700)  # the daemon's alone (attacker round 181)
         log.info("mounted the workspaces filesystem %s on %s", self._image, root)
         return made
 
@@ -643,7 +678,8 @@ class BudgetedWorkspaces:
         # The subvolumes inside it first, deepest first: sandboxes cannot make any (their
         # seccomp filter refuses btrfs ioctls), but an operator or an older version may have,
         # and btrfs will not delete a subvolume that holds another.
-        nested = await self._nested(folder)
+        root = await self._ensure()
+        nested = await FILESYSTEM_THREADS.run(_DAEMON, lambda: _nested_ids(root, folder))
         if nested:
             # Removing their entries inside a full workspace needs room in it: its budget
             # goes first. Only then: lifting a limit needs room on the filesystem, and with it
@@ -651,27 +687,8 @@ class BudgetedWorkspaces:
             # any more (attacker round 179); deleting a subvolume itself needs none.
             await _run("btrfs", "qgroup", "limit", "none", str(folder))
         for inside in nested:
-            await _run("btrfs", "subvolume", "delete", str(inside))
+            # By id: a path inside the workspace is followed through whatever links it holds
+            # when it is used (attacker round 181).
+            await _run("btrfs", "subvolume", "delete", "--subvolid", str(inside), str(root))
         await _run("btrfs", "subvolume", "delete", str(folder))
         return await _in_owners_thread(folder, owner, lambda: not folder.exists())
-
-    async def _nested(self, folder: Path) -> list[Path]:
-        """Subvolumes at any depth below `folder`, deepest first. Each subvolume's own children
-        are listed (`-o`), not every subvolume of the filesystem: that list grows with every
-        workspace, and read in part it hid the nested ones listed last."""
-        root = await self._ensure()
-        found: list[Path] = []
-        parents = [folder]
-        while parents:
-            parent = parents.pop()
-            listed = await _run(
-                "btrfs", "subvolume", "list", "-o", str(parent), output_cap=_LIST_CAP
-            )
-            prefix = f"{parent.relative_to(root)}/"
-            for line in listed.splitlines():
-                _, marker, relative = line.partition(" path ")
-                if marker and relative.startswith(prefix):
-                    inside = root / relative
-                    found.append(inside)
-                    parents.append(inside)
-        return sorted(found, key=lambda path: len(path.parts), reverse=True)

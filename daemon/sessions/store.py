@@ -35,6 +35,7 @@ from daemon.sessions.workspaces import (
     overlaps_of,
     pin_workspace,
     relation_of,
+    sessions_root,
 )
 from daemon.text import wire_safe
 
@@ -129,8 +130,7 @@ class SessionStore:
 
     def _sessions_folder(self) -> Path:
         assert self._root is not None
-        self._root.mkdir(parents=True, exist_ok=True, mode=0o711)
-        return Path(os.path.realpath(self._root))
+        return sessions_root(self._root)
 
     def _make_folder(self, folder: Path) -> tuple[int, int]:
         """The default workspace, made by tooljail: the sandbox account's to write (see

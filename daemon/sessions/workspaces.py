@@ -333,3 +333,29 @@ def _writable(root: PinnedDirectory, uid: int, gid: int) -> bool:
         or (root.gid == gid and root.mode & 0o020)
         or root.mode & 0o002
     )
+
+
+def sessions_root(path: Path) -> Path:
+    """The sessions root at `path` (made if missing), by real path: the daemon's alone. No one
+    else needs to pass through it (containers get their workspace mounted by the engine), and
+    anyone who could reached every workspace a command made world-writable (attacker round
+    181: another local user's subvolumes took unbudgeted room and steered deletions). One
+    others may enter is closed when it is the daemon's, refused otherwise."""
+    path.mkdir(parents=True, exist_ok=True, mode=0o700)
+    root = Path(os.path.realpath(path))
+    keep_others_out(root)
+    return root
+
+
+def keep_others_out(root: Path) -> None:
+    """Close `root` to everyone but its owner when it is the daemon's; RequestError otherwise."""
+    info = root.stat()
+    if not stat.S_IMODE(info.st_mode) & 0o077:
+        return
+    if info.st_uid != os.geteuid():
+        raise RequestError(
+            f"the sessions root {root} lets others than its owner in (mode "
+            f"{stat.S_IMODE(info.st_mode):o}) and is not the daemon's to close: make it the "
+            "daemon user's, mode 0700"
+        )
+    root.chmod(0o700)

@@ -514,6 +514,49 @@ def test_nested_subvolumes_listed_after_many_others_are_still_deleted_first(
         assert not Path(session.workspace).exists()
 
 
+def test_a_nested_subvolume_named_like_a_listing_line_deletes_nothing_of_anothers(
+    iso_daemon: RunningDaemon,
+) -> None:
+    """Attacker round 181: a nested subvolume whose name held a newline and a forged line of
+    `btrfs subvolume list` ("ID 1 ... path <workspace>/x/evil"), and a link there to another
+    session's workspace: deleting the workspace deleted the other one through the link. Nested
+    subvolumes are now found by id in the filesystem's own tree and deleted by id."""
+    victim, fresh = open_session(iso_daemon), open_session(iso_daemon)
+    workspace = Path(fresh.workspace)
+    (workspace / "q").mkdir()  # what the first half of the name is listed as
+    (workspace / "x").mkdir()
+    (workspace / "x" / "evil").symlink_to(victim.workspace)
+    # Listed as ".../q" and a line of its own: "ID 1 gen 1 top level 5 path <ws>/x/evil".
+    forged = workspace / f"q\nID 1 gen 1 top level 5 path {workspace.name}" / "x" / "evil"
+    forged.parent.mkdir(parents=True)
+    subprocess.run(["btrfs", "subvolume", "create", str(forged)], check=True, capture_output=True)
+    closed = iso_daemon.stub.CloseSession(
+        pb.CloseSessionRequest(session_id=fresh.id, delete_workspace=True), timeout=120
+    )
+    assert Path(victim.workspace).is_dir(), "the other session's workspace was deleted"
+    assert closed.workspace_deleted and not workspace.exists()
+    assert "still-here" in text_of(bash(iso_daemon, "echo still-here", victim.id))
+
+
+def test_no_other_local_user_can_pass_through_the_sessions_root(
+    iso_daemon: RunningDaemon,
+) -> None:
+    """Attacker round 181: the sessions root let every local user pass (0711), so a workspace a
+    command made world-writable took another user's subvolumes: unbudgeted room, and nested
+    subvolumes steering the workspace's deletion. Only the daemon's user passes now."""
+    fresh = open_session(iso_daemon)
+    root = Path(fresh.workspace).parent
+    assert stat.S_IMODE(root.stat().st_mode) & 0o077 == 0, oct(root.stat().st_mode)
+    bash(iso_daemon, "python3 -c \"import os; os.chmod('.', 0o777)\"", fresh.id)
+    assert stat.S_IMODE(Path(fresh.workspace).stat().st_mode) == 0o777
+    looked = subprocess.run(
+        ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", "stat", fresh.workspace],
+        capture_output=True,
+        text=True,
+    )
+    assert looked.returncode != 0 and "Permission denied" in looked.stderr, looked
+
+
 def test_a_command_that_lowers_its_oom_score_cannot_starve_the_runner(
     iso_daemon: RunningDaemon, record: Record
 ) -> None:

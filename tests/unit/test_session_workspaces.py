@@ -18,7 +18,7 @@ from daemon.host.pinned import PinnedDirectory
 from daemon.host.threads import FILESYSTEM_THREADS
 from daemon.sessions import disk
 from daemon.sessions.disk import PlainWorkspaces
-from daemon.sessions.workspaces import IdentityRule, overlaps_of, pin_workspace
+from daemon.sessions.workspaces import IdentityRule, overlaps_of, pin_workspace, sessions_root
 from tests.hung_mount import HungMount
 
 WATCHDOG_S = 60.0
@@ -388,13 +388,32 @@ async def test_each_principal_gets_a_quota_group_of_its_own_that_holds_its_share
     )
 
 
+def test_the_sessions_root_lets_no_one_else_in(tmp_path: Path) -> None:
+    """Attacker round 181: a sessions root others could pass through reached every workspace a
+    command made world-writable. One the daemon owns is closed; another's is refused."""
+    made = sessions_root(tmp_path / "made" / "sessions")
+    assert stat.S_IMODE(made.stat().st_mode) == 0o700
+    made.chmod(0o711)
+    assert stat.S_IMODE(sessions_root(made).stat().st_mode) == 0o700
+    theirs = tmp_path / "theirs"
+    theirs.mkdir(mode=0o711)
+    theirs.chmod(0o711)
+    os.chown(theirs, 65534, 65534)
+    with pytest.raises(RequestError, match="lets others than its owner in"):
+        sessions_root(theirs)
+    assert stat.S_IMODE(theirs.stat().st_mode) == 0o711
+
+
 async def test_a_btrfs_answer_longer_than_its_cap_is_refused_not_read_in_part() -> None:
     """A list read in part hid what was listed last (nested subvolumes a deletion must remove
     first): an answer past its cap is an error, whatever reads it."""
-    printing = ("sh", "-c", "head -c 70000 /dev/zero | tr '\\0' x")
-    assert len(await disk._run(*printing, output_cap=70_000)) == 70_000
-    with pytest.raises(RequestError, match="printed more than 69999 bytes"):
-        await disk._run(*printing, output_cap=69_999)
+
+    def printing(size: int) -> tuple[str, ...]:
+        return ("sh", "-c", f"head -c {size} /dev/zero | tr '\\0' x")
+
+    assert len(await disk._run(*printing(disk._OUTPUT_CAP))) == disk._OUTPUT_CAP
+    with pytest.raises(RequestError, match=f"printed more than {disk._OUTPUT_CAP} bytes"):
+        await disk._run(*printing(disk._OUTPUT_CAP + 1))
 
 
 @pytest.mark.parametrize(("profile", "converted"), [("DUP", True), ("single", False)])

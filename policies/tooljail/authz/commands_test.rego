@@ -1546,3 +1546,16 @@ test_their_harmless_neighbours_run if {
 	missed := not_allowed(not_attack_lines)
 	missed == set()
 }
+
+# Attacker round 181: two risky targets gave chmod_reach two values, and OPA answered the
+# decision with an error (denied, with no reason saying why).
+test_chmod_of_several_risky_targets_asks_naming_each if {
+	line := `chmod 777 "$D" "$D/x"`
+	d := authz.decision with input as bash_line(line, [simple(["chmod", "777", "$D", "$D/x"])])
+	d.outcome == "ask"
+	d.reasons == [concat("", [
+		"Bash: `chmod 777 $D $D/x` lets every user write to `$D`, a path only known when the command ",
+		"runs and `$D/x`, a path only known when the command runs; a person must approve it before ",
+		"it runs. Grant only the permissions needed, on the files that need them.",
+	])]
+}

@@ -1603,10 +1603,14 @@ chmod_reach(cmd) := "every name xargs or find hands it" if {
 	has_short_flag(options(command_args(cmd)), "R")
 	targets := [w.text | some i, w in operand_words(cmd); i > 0]
 	what := sprintf("everything under %s", [concat(" ", targets)])
-} else := what if {
-	some i, target in operand_words(cmd)
-	i > 0
-	what := risky_target(cmd, target)
+} else := concat(" and ", risks) if {
+	# Every risky target named once: one value, however many there are.
+	risks := [risk |
+		some i, target in operand_words(cmd)
+		i > 0
+		risk := risky_target(cmd, target)
+	]
+	count(risks) > 0
 }
 
 # --- Program text the policy cannot read ------------------------------------------------------
