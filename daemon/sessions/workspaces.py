@@ -16,6 +16,7 @@ and how workspaces of open sessions may not overlap.
 
 from __future__ import annotations
 
+import logging
 import os
 import pwd
 import stat
@@ -31,6 +32,8 @@ from daemon.sessions.principal_uids import PrincipalUids
 from daemon.text import wire_safe
 from sandbox.backend import WayFolder
 from sandbox.posix_acl import access_acl, acl_writers
+
+log = logging.getLogger(__name__)
 
 Relation = Literal["same", "inside", "contains"]
 
@@ -359,3 +362,14 @@ def keep_others_out(root: Path) -> None:
             "daemon user's, mode 0700"
         )
     root.chmod(0o700)
+    # A process that entered a workspace before keeps its way in (attacker round 182: one of
+    # another user's, in a workspace a command had made world-writable, made subvolumes there
+    # after an upgrade from 0711). Only the operator can tell them from the daemon's own.
+    log.warning(
+        "the sessions root %s let others than its owner in (mode %o) and is now 0700; processes "
+        "of other users that entered a workspace before keep their way in until they end: "
+        "look for them with `fuser -vm %s` (the daemon's and its sandboxes' are listed too)",
+        root,
+        stat.S_IMODE(info.st_mode),
+        root,
+    )

@@ -388,13 +388,18 @@ async def test_each_principal_gets_a_quota_group_of_its_own_that_holds_its_share
     )
 
 
-def test_the_sessions_root_lets_no_one_else_in(tmp_path: Path) -> None:
+def test_the_sessions_root_lets_no_one_else_in(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
     """Attacker round 181: a sessions root others could pass through reached every workspace a
-    command made world-writable. One the daemon owns is closed; another's is refused."""
+    command made world-writable. One the daemon owns is closed (and the operator told that
+    processes already inside keep their way in: round 182); another's is refused."""
     made = sessions_root(tmp_path / "made" / "sessions")
     assert stat.S_IMODE(made.stat().st_mode) == 0o700
+    assert not caplog.records
     made.chmod(0o711)
     assert stat.S_IMODE(sessions_root(made).stat().st_mode) == 0o700
+    assert "(mode 711) and is now 0700" in caplog.text and "fuser -vm" in caplog.text
     theirs = tmp_path / "theirs"
     theirs.mkdir(mode=0o711)
     theirs.chmod(0o711)
