@@ -61,11 +61,11 @@ def child_subvolumes(fd: int, parent: int) -> list[int]:
             return children
         position = _SEARCH_KEY.size
         for _ in range(found):
-            _, objectid, offset, kind, length = _ITEM_HEADER.unpack_from(args, position)
+            _, objectid, child, kind, length = _ITEM_HEADER.unpack_from(args, position)
             position += _ITEM_HEADER.size + length
             if objectid != parent or kind != _ROOT_REF_KEY:
                 return children  # past the range asked for: nothing of `parent` follows
-            children.append(int(offset))
-        if offset >= _U64_MAX:
+            children.append(int(child))
+        if children[-1] >= _U64_MAX:
             return children
-        offset += 1
+        offset = children[-1] + 1  # the next search starts after the last child found
