@@ -547,7 +547,7 @@ def test_no_other_local_user_can_pass_through_the_sessions_root(
     fresh = open_session(iso_daemon)
     root = Path(fresh.workspace).parent
     assert stat.S_IMODE(root.stat().st_mode) & 0o077 == 0, oct(root.stat().st_mode)
-    bash(iso_daemon, "python3 -c \"import os; os.chmod('.', 0o777)\"", fresh.id)
+    bash(iso_daemon, _python_file("open", "import os; os.chmod('.', 0o777)"), fresh.id)
     assert stat.S_IMODE(Path(fresh.workspace).stat().st_mode) == 0o777
     looked = subprocess.run(
         ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", "stat", fresh.workspace],

@@ -1559,3 +1559,20 @@ test_chmod_of_several_risky_targets_asks_naming_each if {
 		"it runs. Grant only the permissions needed, on the files that need them.",
 	])]
 }
+
+# Attacker round 181: `chmod 777 .` is asked about, and the same through an interpreter's code
+# was not (a workspace opened to every local user).
+test_inline_code_changing_who_may_use_files_asks if {
+	missed := missed_by(
+		{
+			"python3 -c os.chmod": [simple(["python3", "-c", "import os; os.chmod('.', 0o777)"])],
+			"python3 -c Path.chmod": [simple(["python3", "-c", "import pathlib; pathlib.Path('.').chmod(511)"])],
+			"perl -e chmod": [simple(["perl", "-e", "chmod 0777, '.'"])],
+			"node -e fs.chmodSync": [simple(["node", "-e", "require('fs').chmodSync('.', 0o777)"])],
+			"python3 -c os.chown": [simple(["python3", "-c", "import os; os.chown('x', 0, 0)"])],
+		},
+		"ask",
+		"change who may use files",
+	)
+	missed == set()
+}
