@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from daemon.errors import Overloaded, RequestError
-from daemon.host.btrfs_tree import child_subvolumes, subvolume_id
+from daemon.host.btrfs_tree import SUBVOLUME_TOP_FOLDER, TOP_SUBVOLUME, children
 from daemon.host.child import run_child
 from daemon.host.devices import loop_device_of, loop_node_reads
 from daemon.host.mounts import Mount, mount_at, mount_id_of
@@ -38,7 +38,12 @@ from daemon.host.private_file import replace_json
 from daemon.host.statfs import BTRFS_MAGIC, filesystem_type
 from daemon.host.threads import FILESYSTEM_THREADS
 from daemon.sessions.session import VERIFY_WAIT_S
-from daemon.sessions.workspaces import give_to, keep_others_out, make_workspace, sessions_root
+from daemon.sessions.workspaces import (
+    give_to,
+    keep_others_out,
+    made_sessions_root,
+    make_workspace,
+)
 
 log = logging.getLogger(__name__)
 
@@ -47,8 +52,8 @@ _OUTPUT_CAP = 16 * 1024
 #: Subvolumes inside one workspace that its deletion removes (only an operator or an older
 #: version makes any).
 _MAX_NESTED = 10_000
-#: The inode number of a subvolume's top folder.
-_SUBVOLUME_TOP = 256
+#: Subvolumes at the filesystem's top looked through for a workspace's id.
+_MAX_WORKSPACES = 1_000_000
 
 
 class FreshWorkspaces(Protocol):
@@ -99,7 +104,8 @@ class PlainWorkspaces:
         return Path(os.path.realpath(self._root)) / name
 
     async def ready(self) -> str:
-        root = sessions_root(self._root)
+        root = made_sessions_root(self._root)
+        keep_others_out(root)
         # Named by a mark made in it once, not by its path alone: the folder a bind mount or
         # another filesystem puts at the path (still mounted, or not yet after a reboot) is
         # another place than the one beneath (attacker round 174).
@@ -107,7 +113,7 @@ class PlainWorkspaces:
         return f"folder:{root}#{mark}"
 
     async def create(self, name: str, owner: tuple[int, int] | None, principal: str) -> Path:
-        sessions_root(self._root)
+        keep_others_out(made_sessions_root(self._root))
         folder = self.folder_for(name)
         make_workspace(folder, owner)
         return folder
@@ -322,34 +328,48 @@ async def _in_owners_thread(folder: Path, owner: str, work: Callable[[], bool]) 
 
 
 def _nested_ids(root: Path, folder: Path) -> list[int]:
-    """The ids of the subvolumes at any depth inside the workspace subvolume `folder` (a folder
-    of the sessions root, which only the daemon can write), deepest first, as the filesystem's
-    own tree has them: a name inside the workspace is never read (attacker round 181: one
-    holding a newline forged a line of `btrfs subvolume list`)."""
+    """The ids of the subvolumes at any depth inside the workspace subvolume `folder` (a
+    subvolume in the top folder of the filesystem mounted whole at `root`), deepest first, as
+    the filesystem's root tree has them: no name inside the workspace is read (attacker round
+    181: one holding a newline forged a line of `btrfs subvolume list`), and the workspace is
+    not entered (something mounted over it may never answer)."""
     if folder.parent != root:
         raise RequestError(f"the workspace {folder} is not a folder of {root}; not deleted")
-    top = os.open(root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
     try:
-        fd = os.open(folder.name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=top)
+        top = os.open(root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
         try:
-            if os.fstat(fd).st_ino != _SUBVOLUME_TOP:
-                raise RequestError(f"the workspace {folder} is not a subvolume; not deleted")
-            workspace = subvolume_id(fd)
+            return _nested_below(top, folder)
         finally:
-            os.close(fd)
-        found: list[int] = []
-        level = [workspace]
-        while level:
-            level = [child for parent in level for child in child_subvolumes(top, parent)]
-            found += level
-            if len(found) > _MAX_NESTED:
-                raise RequestError(
-                    f"the workspace {folder} holds over {_MAX_NESTED} subvolumes; an operator "
-                    "deletes it (btrfs subvolume delete)"
-                )
-        return found[::-1]
-    finally:
-        os.close(top)
+            os.close(top)
+    except OSError as exc:
+        raise RequestError(f"cannot look for subvolumes inside {folder}: {exc}") from exc
+
+
+def _nested_below(top: int, folder: Path) -> list[int]:
+    at_top = children(top, TOP_SUBVOLUME, _MAX_WORKSPACES)
+    if len(at_top) > _MAX_WORKSPACES:
+        raise RequestError(f"over {_MAX_WORKSPACES} subvolumes beside {folder}; not deleted")
+    name = os.fsencode(folder.name)
+    workspace = [
+        child.id for child in at_top if child.name == name and child.folder == SUBVOLUME_TOP_FOLDER
+    ]
+    if not workspace:
+        raise RequestError(f"the workspace {folder} is not a subvolume; not deleted")
+    found: list[int] = []
+    level = workspace
+    while level:
+        level = [
+            child.id
+            for parent in level
+            for child in children(top, parent, _MAX_NESTED - len(found))
+        ]
+        found += level
+        if len(found) > _MAX_NESTED:
+            raise RequestError(
+                f"the workspace {folder} holds over {_MAX_NESTED} subvolumes: an operator "
+                "deletes the nested ones, deepest first, then the workspace"
+            )
+    return found[::-1]
 
 
 async def _run(*argv: str) -> str:
@@ -419,8 +439,8 @@ class BudgetedWorkspaces:
             # (attacker round 172: the bare folder beneath was then taken for it).
             if self._ok and os.path.ismount(root) and _is_btrfs(root):
                 self._check_image(root)
-                await self._check_mark(root, made=False)
                 keep_others_out(root)
+                await self._check_mark(root, made=False)
                 return root
             self._ok = False
             self._root.mkdir(parents=True, exist_ok=True, mode=0o700)
@@ -434,8 +454,8 @@ class BudgetedWorkspaces:
                     "workspaces.budget_mb = 0"
                 )
             self._check_image(root)
-            await self._check_mark(root, made=made)
             keep_others_out(root)
+            await self._check_mark(root, made=made)
             await _run("btrfs", "quota", "enable", str(root))
             await _metadata_once(root)
             self._ok = True

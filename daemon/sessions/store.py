@@ -31,11 +31,11 @@ from daemon.sessions.workspaces import (
     HostLook,
     IdentityRule,
     Overlap,
+    made_sessions_root,
     make_workspace,
     overlaps_of,
     pin_workspace,
     relation_of,
-    sessions_root,
 )
 from daemon.text import wire_safe
 
@@ -130,7 +130,7 @@ class SessionStore:
 
     def _sessions_folder(self) -> Path:
         assert self._root is not None
-        return sessions_root(self._root)
+        return made_sessions_root(self._root)
 
     def _make_folder(self, folder: Path) -> tuple[int, int]:
         """The default workspace, made by tooljail: the sandbox account's to write (see

@@ -338,38 +338,41 @@ def _writable(root: PinnedDirectory, uid: int, gid: int) -> bool:
     )
 
 
-def sessions_root(path: Path) -> Path:
-    """The sessions root at `path` (made if missing), by real path: the daemon's alone. No one
-    else needs to pass through it (containers get their workspace mounted by the engine), and
-    anyone who could reached every workspace a command made world-writable (attacker round
-    181: another local user's subvolumes took unbudgeted room and steered deletions). One
-    others may enter is closed when it is the daemon's, refused otherwise."""
+def made_sessions_root(path: Path) -> Path:
+    """The sessions root at `path` by real path, made (the daemon's alone) if missing."""
     path.mkdir(parents=True, exist_ok=True, mode=0o700)
-    root = Path(os.path.realpath(path))
-    keep_others_out(root)
-    return root
+    return Path(os.path.realpath(path))
 
 
 def keep_others_out(root: Path) -> None:
-    """Close `root` to everyone but its owner when it is the daemon's; RequestError otherwise."""
-    info = root.stat()
-    if not stat.S_IMODE(info.st_mode) & 0o077:
-        return
-    if info.st_uid != os.geteuid():
-        raise RequestError(
-            f"the sessions root {root} lets others than its owner in (mode "
-            f"{stat.S_IMODE(info.st_mode):o}) and is not the daemon's to close: make it the "
-            "daemon user's, mode 0700"
-        )
-    root.chmod(0o700)
+    """Close the sessions root `root` to everyone but the daemon's user when it is theirs;
+    RequestError when it is someone else's and lets others in. No one else needs to pass (the
+    engine mounts each container's workspace), and anyone who could reached every workspace a
+    command made world-writable (attacker round 181: another local user's subvolumes took
+    unbudgeted room and steered deletions)."""
+    fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    try:
+        info = os.fstat(fd)
+        mode = stat.S_IMODE(info.st_mode)
+        if not mode & 0o077:
+            return
+        if info.st_uid != os.geteuid():
+            raise RequestError(
+                f"the sessions root {root} lets others than its owner in (mode {mode:o}) and "
+                "is not the daemon's to close: make it the daemon user's, mode 0700"
+            )
+        os.fchmod(fd, 0o700)
+    finally:
+        os.close(fd)
     # A process that entered a workspace before keeps its way in (attacker round 182: one of
     # another user's, in a workspace a command had made world-writable, made subvolumes there
     # after an upgrade from 0711). Only the operator can tell them from the daemon's own.
     log.warning(
         "the sessions root %s let others than its owner in (mode %o) and is now 0700; processes "
         "of other users that entered a workspace before keep their way in until they end: "
-        "look for them with `fuser -vm %s` (the daemon's and its sandboxes' are listed too)",
+        "list them with `ls -l /proc/*/cwd /proc/*/fd 2>/dev/null | grep -F %s/` (the daemon's "
+        "and its sandboxes' are listed too)",
         root,
-        stat.S_IMODE(info.st_mode),
+        mode,
         root,
     )

@@ -553,6 +553,7 @@ def test_no_other_local_user_can_pass_through_the_sessions_root(
         ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", "stat", fresh.workspace],
         capture_output=True,
         text=True,
+        env={**os.environ, "LC_ALL": "C"},
     )
     assert looked.returncode != 0 and "Permission denied" in looked.stderr, looked
 

@@ -14,11 +14,18 @@ from pathlib import Path
 import pytest
 
 from daemon.errors import NotFound, RequestError
+from daemon.host import btrfs_tree
 from daemon.host.pinned import PinnedDirectory
 from daemon.host.threads import FILESYSTEM_THREADS
 from daemon.sessions import disk
 from daemon.sessions.disk import PlainWorkspaces
-from daemon.sessions.workspaces import IdentityRule, overlaps_of, pin_workspace, sessions_root
+from daemon.sessions.workspaces import (
+    IdentityRule,
+    keep_others_out,
+    made_sessions_root,
+    overlaps_of,
+    pin_workspace,
+)
 from tests.hung_mount import HungMount
 
 WATCHDOG_S = 60.0
@@ -388,25 +395,65 @@ async def test_each_principal_gets_a_quota_group_of_its_own_that_holds_its_share
     )
 
 
+@pytest.mark.skipif(os.geteuid() != 0, reason="hands a folder to another user")
 def test_the_sessions_root_lets_no_one_else_in(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     """Attacker round 181: a sessions root others could pass through reached every workspace a
     command made world-writable. One the daemon owns is closed (and the operator told that
     processes already inside keep their way in: round 182); another's is refused."""
-    made = sessions_root(tmp_path / "made" / "sessions")
+    made = made_sessions_root(tmp_path / "made" / "sessions")
+    keep_others_out(made)
     assert stat.S_IMODE(made.stat().st_mode) == 0o700
     assert not caplog.records
     made.chmod(0o711)
-    assert stat.S_IMODE(sessions_root(made).stat().st_mode) == 0o700
-    assert "(mode 711) and is now 0700" in caplog.text and "fuser -vm" in caplog.text
+    keep_others_out(made)
+    assert stat.S_IMODE(made.stat().st_mode) == 0o700
+    assert "(mode 711) and is now 0700" in caplog.text and "/proc/*/cwd" in caplog.text
     theirs = tmp_path / "theirs"
     theirs.mkdir(mode=0o711)
     theirs.chmod(0o711)
     os.chown(theirs, 65534, 65534)
     with pytest.raises(RequestError, match="lets others than its owner in"):
-        sessions_root(theirs)
+        keep_others_out(theirs)
     assert stat.S_IMODE(theirs.stat().st_mode) == 0o711
+
+
+def test_subvolumes_that_cannot_be_looked_for_are_a_request_error(tmp_path: Path) -> None:
+    """The root tree cannot be searched (not btrfs here; not root elsewhere): the deletion
+    says so as any failed btrfs step does, and the close goes on."""
+    (tmp_path / "ws").mkdir()
+    with pytest.raises(RequestError, match="cannot look for subvolumes inside"):
+        disk._nested_ids(tmp_path, tmp_path / "ws")
+    with pytest.raises(RequestError, match="not a folder of"):
+        disk._nested_ids(tmp_path, tmp_path / "ws" / "inner")
+
+
+def test_nested_subvolumes_are_listed_deepest_first_and_bounded(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Children before their parents, by id from the root tree; past the bound, refused."""
+    tree = {
+        btrfs_tree.TOP_SUBVOLUME: [
+            btrfs_tree.Child(300, btrfs_tree.SUBVOLUME_TOP_FOLDER, b"other"),
+            btrfs_tree.Child(301, 999, b"ws"),  # a folder named so deeper down: not it
+            btrfs_tree.Child(302, btrfs_tree.SUBVOLUME_TOP_FOLDER, b"ws"),
+        ],
+        302: [btrfs_tree.Child(310, 257, b"a"), btrfs_tree.Child(311, 258, b"b")],
+        310: [btrfs_tree.Child(320, 256, b"deeper")],
+        300: [btrfs_tree.Child(330, 256, b"anothers")],
+    }
+
+    def children(fd: int, parent: int, limit: int) -> list[btrfs_tree.Child]:
+        return tree.get(parent, [])[: limit + 1]
+
+    monkeypatch.setattr(disk, "children", children)
+    assert disk._nested_below(0, Path("/r/ws")) == [320, 311, 310]
+    monkeypatch.setattr(disk, "_MAX_NESTED", 2)
+    with pytest.raises(RequestError, match="holds over 2 subvolumes"):
+        disk._nested_below(0, Path("/r/ws"))
+    with pytest.raises(RequestError, match="is not a subvolume"):
+        disk._nested_below(0, Path("/r/missing"))
 
 
 async def test_a_btrfs_answer_longer_than_its_cap_is_refused_not_read_in_part() -> None:

@@ -1604,7 +1604,7 @@ chmod_reach(cmd) := "every name xargs or find hands it" if {
 	targets := [w.text | some i, w in operand_words(cmd); i > 0]
 	what := sprintf("everything under %s", [concat(" ", targets)])
 } else := concat(" and ", risks) if {
-	# Every risky target named once: one value, however many there are.
+	# Every risky target named, in one value however many there are.
 	risks := [risk |
 		some i, target in operand_words(cmd)
 		i > 0
