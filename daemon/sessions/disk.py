@@ -707,8 +707,11 @@ class BudgetedWorkspaces:
             # any more (attacker round 179); deleting a subvolume itself needs none.
             await _run("btrfs", "qgroup", "limit", "none", str(folder))
         for inside in nested:
-            # By id: a path inside the workspace is followed through whatever links it holds
-            # when it is used (attacker round 181).
+            # By id, not by a path through the workspace, which is followed through whatever
+            # links it holds when it is used (attacker round 181). The kernel still finds it
+            # again by its name in its folder (round 183: a rename racing the deletion swapped
+            # it for a sibling): only in the same workspace, and only its own processes, of
+            # which none runs now, could rename there.
             await _run("btrfs", "subvolume", "delete", "--subvolid", str(inside), str(root))
         await _run("btrfs", "subvolume", "delete", str(folder))
         return await _in_owners_thread(folder, owner, lambda: not folder.exists())
