@@ -358,17 +358,17 @@ def _nested_below(top: int, folder: Path) -> list[int]:
     found: list[int] = []
     level = workspace
     while level:
-        level = [
-            child.id
-            for parent in level
-            for child in children(top, parent, _MAX_NESTED - len(found))
-        ]
+        parents, level = level, []
+        for parent in parents:
+            # What is left of the bound, so that no search reads far past it.
+            room = _MAX_NESTED - len(found) - len(level)
+            level += [child.id for child in children(top, parent, room)]
+            if len(found) + len(level) > _MAX_NESTED:
+                raise RequestError(
+                    f"the workspace {folder} holds over {_MAX_NESTED} subvolumes: an operator "
+                    "deletes the nested ones, deepest first, then the workspace"
+                )
         found += level
-        if len(found) > _MAX_NESTED:
-            raise RequestError(
-                f"the workspace {folder} holds over {_MAX_NESTED} subvolumes: an operator "
-                "deletes the nested ones, deepest first, then the workspace"
-            )
     return found[::-1]
 
 
