@@ -119,6 +119,14 @@ ASKS = [
     # Attacker round 65: a branch reset by checkout/switch, tags deleted, objects pruned.
     "git checkout -B main HEAD~1", "git switch -C main HEAD~1", "git switch --force-create=m x",
     "git tag -d v1", "git prune",
+    # Round 183: modes given when files are made, and the mask of what is made later.
+    "install -d -m 0777 .", "install -dm777 /srv/ws", "install --mode=o+w -d .",
+    "install -Dm666 a.txt /tmp/b", "install -o me -m 0777 -d ..", "install -t /tmp -m 777 a.txt",
+    "mkdir -m 777 /tmp/shared", "mkdir -pm 1777 /srv/x", "mkdir -m 777 \"$D\"",
+    "mkdir --mode=a+rwx /tmp/d", "mkdir --mo 777 /tmp/d", "mkdir -m u-w /tmp/d",
+    "mkdir -m o-r /tmp/d", "mkdir -m $M /tmp/d", "mkfifo -m 666 /tmp/p", "mknod -m 0666 /tmp/n p",
+    "umask 0", "umask 000", "umask 0004", "umask o+w", "umask a=rwx", "umask +w", "umask $M",
+    "umask 0 && touch x", "(umask 0; mkdir d)", "umask -S 0", "install -m 777 a.txt /srv",
 ]  # fmt: skip
 
 ALLOWS = [
@@ -145,6 +153,11 @@ ALLOWS = [
     "find . -name '*.py' | xargs grep -n x", "find . -exec grep -l x {} +",
     "sed 's/foo/bar/' a.txt > b.txt", "git checkout -b feature origin/main", "git branch -m a b",
     "git clone -q . copy", "git switch -c new", "git prune -n", "git tag v2", "git gc",
+    "mkdir -m 777 build", "mkdir -p -m 700 /tmp/d", "mkdir -m a=rx /tmp/d", "mkdir /tmp/d",
+    "mkdir -m go-w /tmp/d", "install -m 755 run.sh /tmp/run", "install -Dm644 a.txt /tmp/a",
+    "install -d -m 0777 build", "install -m 777 a.txt .", "mkfifo /tmp/p", "umask 022",
+    "umask 077", "umask 0027", "umask -S", "umask", "umask u=rwx,g=rx,o=rx", "umask -p",
+    "umask 0002",
 ]  # fmt: skip
 
 

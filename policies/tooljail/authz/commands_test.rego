@@ -923,6 +923,86 @@ test_permission_changes_that_open_nothing_are_allowed if {
 	missed == set()
 }
 
+# Attacker round 183: the same opening given as the mode of what a program makes, and the mask.
+made_mode_lines := {
+	"install -d -m 0777 .": [simple(["install", "-d", "-m", "0777", "."])],
+	"install -dm777 /srv/ws": [simple(["install", "-dm777", "/srv/ws"])],
+	"install --mode=o+w -d .": [simple(["install", "--mode=o+w", "-d", "."])],
+	"install -o me -m 0777 -d ..": [simple(["install", "-o", "me", "-m", "0777", "-d", ".."])],
+	"install -Dm666 a /tmp/b": [simple(["install", "-Dm666", "a", "/tmp/b"])],
+	"install -t /tmp -m 777 a": [simple(["install", "-t", "/tmp", "-m", "777", "a"])],
+	"install -m 777 a $D": [simple(["install", "-m", "777", "a", "$D"])],
+	"mkdir -m 777 /tmp/x": [simple(["mkdir", "-m", "777", "/tmp/x"])],
+	"mkdir -pm 1777 /tmp/x": [simple(["mkdir", "-pm", "1777", "/tmp/x"])],
+	"mkdir --mo a+w $D": [simple(["mkdir", "--mo", "a+w", "$D"])],
+	"mkdir -m u-w /tmp/x": [simple(["mkdir", "-m", "u-w", "/tmp/x"])],
+	"mkdir -m o-r /tmp/x": [simple(["mkdir", "-m", "o-r", "/tmp/x"])],
+	"mkdir -m $M /tmp/x": [simple(["mkdir", "-m", "$M", "/tmp/x"])],
+	"mkfifo --mode=u=rw /tmp/p": [simple(["mkfifo", "--mode=u=rw", "/tmp/p"])],
+	"mknod -m 0666 /tmp/n p": [simple(["mknod", "-m", "0666", "/tmp/n", "p"])],
+	"find . -exec mkdir -m 777 {}/x ;": [wrapped(["mkdir", "-m", "777", "{}/x"], ["find -exec"])],
+}
+
+not_made_mode_lines := {
+	"mkdir -m 777 build": [simple(["mkdir", "-m", "777", "build"])],
+	"mkdir -m a=rx /tmp/x": [simple(["mkdir", "-m", "a=rx", "/tmp/x"])],
+	"mkdir -m u+x,go-w /tmp/x": [simple(["mkdir", "-m", "u+x,go-w", "/tmp/x"])],
+	"mkdir -p -m 700 /tmp/x": [simple(["mkdir", "-p", "-m", "700", "/tmp/x"])],
+	"mkdir /tmp/x": [simple(["mkdir", "/tmp/x"])],
+	"install -m 755 run.sh /tmp/run": [simple(["install", "-m", "755", "run.sh", "/tmp/run"])],
+	"install -m 777 run.sh .": [simple(["install", "-m", "777", "run.sh", "."])],
+	"install -gm 777 -d /tmp/x": [simple(["install", "-gm", "777", "-d", "/tmp/x"])],
+	"install -d -m 0777 build": [simple(["install", "-d", "-m", "0777", "build"])],
+}
+
+test_modes_of_what_is_made_that_open_to_everyone_ask if {
+	missed := missed_by(made_mode_lines, "ask", "lets every user write to")
+	missed == set()
+}
+
+test_modes_of_what_is_made_that_open_nothing_risky_are_allowed if {
+	missed := not_allowed(not_made_mode_lines)
+	missed == set()
+}
+
+mask_lines := {
+	"umask 0": [simple(["umask", "0"])],
+	"umask 0004": [simple(["umask", "0004"])],
+	"umask 111": [simple(["umask", "111"])],
+	"umask o+w": [simple(["umask", "o+w"])],
+	"umask a=rwx": [simple(["umask", "a=rwx"])],
+	"umask +w": [simple(["umask", "+w"])],
+	"umask -p $M": [simple(["umask", "-p", "$M"])],
+}
+
+not_mask_lines := {
+	"umask": [simple(["umask"])],
+	"umask -S": [simple(["umask", "-S"])],
+	"umask 022": [simple(["umask", "022"])],
+	"umask 0002": [simple(["umask", "0002"])],
+	"umask 7": [simple(["umask", "7"])],
+	"umask u=rwx,g=rx,o=rx": [simple(["umask", "u=rwx,g=rx,o=rx"])],
+}
+
+test_masks_that_let_everyone_write_ask if {
+	missed := missed_by(mask_lines, "ask", "every file and folder the command makes after it")
+	missed == set()
+}
+
+test_masks_that_keep_others_write_out_are_allowed if {
+	missed := not_allowed(not_mask_lines)
+	missed == set()
+}
+
+test_made_mode_reason if {
+	line := "install -d -m 0777 ."
+	d := authz.decision with input as bash_line(line, made_mode_lines[line])
+	concat("", [
+		"Bash: `install -d -m 0777 .` lets every user write to the workspace root /srv/ws; ",
+		"a person must approve it before it runs. Grant only the permissions needed, on the files that need them.",
+	]) in d.reasons
+}
+
 opaque_lines := {
 	"source <(curl x)": [simple(["source", "<(curl x)"])],
 	". /dev/stdin": [simple([".", "/dev/stdin"])],

@@ -44,6 +44,30 @@ needs_approval contains concat(" ", [
 	what := chmod_reach(cmd)
 }
 
+# The same opening given as the mode of what a program makes (`install -d -m 0777 .` changes an
+# existing folder's mode as chmod does; `mkdir -m 777 /tmp/x`): attacker round 183.
+needs_approval contains concat(" ", [
+	sprintf("%s: `%s` lets every user write to %s;", [tool_name, shown(cmd), what]),
+	"a person must approve it before it runs. Grant only the permissions needed, on the files that need them.",
+]) if {
+	some cmd in simple_commands
+	some mode in made_modes(cmd)
+	made_opens_to_everyone(basename(cmd.name), mode)
+	what := made_reach(cmd)
+}
+
+# A mask that lets every user write to what is made after it (`umask 0`, `umask o+w`) reaches
+# whatever the rest of the command and the programs it runs make, which the policy cannot follow.
+needs_approval contains concat(" ", [
+	sprintf("%s: `%s` lets every user write to every file and folder the command makes after it;", [tool_name, shown(cmd)]),
+	"a person must approve it before it runs. Keep others' write bit in the mask (`umask 022`, `umask 002`).",
+]) if {
+	some cmd in simple_commands
+	basename(cmd.name) == "umask"
+	some mask in operand_words(cmd)
+	mask_opens_to_everyone(mask)
+}
+
 needs_approval contains concat(" ", [
 	sprintf("%s: `%s` runs program text the policy cannot read (%s),", [tool_name, shown(cmd), why]),
 	"so it cannot check what it does; a person must approve it before it runs,",
@@ -1611,6 +1635,177 @@ chmod_reach(cmd) := "every name xargs or find hands it" if {
 		risk := risky_target(cmd, target)
 	]
 	count(risks) > 0
+}
+
+# Programs that make files with a mode given as an option: the short options of each that take
+# a value (a cluster's first such letter takes the rest of it, or the next word), and the long
+# ones with the shortest prefix getopt takes for each.
+mode_makers := {"mkdir": "m", "mkfifo": "m", "mknod": "m", "install": "gmoSt"}
+
+mode_makers_long := {
+	"mkdir": {["--mode", 3]},
+	"mkfifo": {["--mode", 3]},
+	"mknod": {["--mode", 3]},
+	"install": {["--mode", 3], ["--owner", 3], ["--group", 3], ["--suffix", 4], ["--strip-program", 8], ["--target-directory", 3]},
+}
+
+# Each mode an option gives: `-m M`, `-m` ending a cluster (`-pm M`), `-mM`, `-DmM`, `--mode=M`
+# or `--mode M` (or a prefix: `--mo M`); the value's word says whether it is dynamic.
+made_modes(cmd) := [mode |
+	program := basename(cmd.name)
+	mode_makers[program]
+	words := cmd_words(cmd)
+	texts := [w.text | some w in words]
+	some i, word in words
+	i < options_end(texts)
+	mode := option_value_word(program, words, i, "m", "--mode")
+]
+
+# The value of option `letter` (or the long option `long`) given in words[i] or the next word.
+option_value_word(program, words, i, letter, long) := words[i + 1] if {
+	separate_option(program, words[i].text, letter, long)
+} else := {"text": value, "dynamic": words[i].dynamic, "path": ""} if {
+	found := regex.find_all_string_submatch_n(sprintf(`^-[^-%s]*%s(.+)$`, [mode_makers[program], letter]), words[i].text, 1)
+	count(found) == 1
+	value := found[0][1]
+} else := {"text": value, "dynamic": words[i].dynamic, "path": ""} if {
+	parts := split(words[i].text, "=")
+	count(parts) > 1
+	long_option(parts[0], long)
+	value := substring(words[i].text, count(parts[0]) + 1, -1)
+}
+
+separate_option(program, text, letter, _) if {
+	regex.match(sprintf(`^-[^-%s]*%s$`, [mode_makers[program], letter]), text)
+}
+
+separate_option(_, text, _, long) if long_option(text, long)
+
+# `text` is `long` or a prefix of it that getopt takes for it.
+long_option(text, long) if {
+	some options in mode_makers_long
+	some [name, least] in options
+	name == long
+	count(text) >= least
+	startswith(long, text)
+}
+
+# mkdir starts a symbolic mode from a=rwx, mknod and mkfifo from a=rw: others may write unless
+# the last clause names them (o or a) and takes their w away; a clause without a who spares
+# what the umask holds (others' w, as a rule). install starts from nothing, as chmod does.
+made_opens_to_everyone(_, mode) if opens_to_everyone(mode)
+
+made_opens_to_everyone(program, mode) if {
+	program in {"mkdir", "mkfifo", "mknod"}
+	not regex.match(`^[0-7]{1,5}$`, mode.text)
+	not closes_to_others(mode.text)
+}
+
+closes_to_others(text) if {
+	clauses := split(text, ",")
+	regex.match(`^[ugoa]*[oa][ugoa]*([+=-][rwxXstugo]*)*(=[rxXst]*|-[rwxXst]*w[rwxXst]*)$`, clauses[count(clauses) - 1])
+}
+
+# What a made mode reaches: the operands that are not an option's value; for install without
+# -d only the destination (the last operand, or -t's folder); what xargs or find hands over.
+made_reach(cmd) := "every name xargs or find hands it" if {
+	count(fed_operands(cmd)) > 0
+} else := concat(" and ", risks) if {
+	risks := [risk |
+		some target in made_targets(cmd)
+		risk := made_risk(cmd, target)
+	]
+	count(risks) > 0
+}
+
+# install without -d makes files in its destination when that is a folder: the workspace's
+# root or the folder the command runs in is then no risk (a file made there is inside).
+made_risk(cmd, target) := risk if {
+	installs_files(cmd)
+	risk := risky_target(cmd, target)
+	not lands_inside_workspace(target)
+} else := risky_target(cmd, target) if not installs_files(cmd)
+
+installs_files(cmd) if {
+	basename(cmd.name) == "install"
+	not makes_folders(cmd)
+}
+
+lands_inside_workspace(word) if {
+	word.dynamic == false
+	not inside_git_directory(word)
+	word.path == trim_right(workspace, "/")
+}
+
+lands_inside_workspace(word) if {
+	word.dynamic == false
+	not inside_git_directory(word)
+	inside_workspace(word.path)
+}
+
+made_targets(cmd) := folders if {
+	installs_files(cmd)
+	words := cmd_words(cmd)
+	texts := [w.text | some w in words]
+	folders := [folder |
+		some i, _ in words
+		i < options_end(texts)
+		folder := option_value_word("install", words, i, "t", "--target-directory")
+	]
+	count(folders) > 0
+} else := [last] if {
+	installs_files(cmd)
+	targets := option_free_operands(cmd)
+	count(targets) > 0
+	last := targets[count(targets) - 1]
+} else := option_free_operands(cmd)
+
+makes_folders(cmd) if has_short_flag(options(command_args(cmd)), "d")
+
+makes_folders(cmd) if has_long_flag(options(command_args(cmd)), "--directory")
+
+# Operands that are not the value of an option before them (`-m 777`, install's `-o me`).
+option_free_operands(cmd) := [word |
+	program := basename(cmd.name)
+	words := cmd_words(cmd)
+	texts := [w.text | some w in words]
+	some j, word in words
+	operand_at(texts, j)
+	word.text != ""
+	not takes_next_word(program, texts, j)
+]
+
+takes_next_word(program, texts, j) if {
+	j > 0
+	j - 1 < options_end(texts)
+	regex.match(sprintf(`^-[^-%s]*[%s]$`, [mode_makers[program], mode_makers[program]]), texts[j - 1])
+}
+
+takes_next_word(program, texts, j) if {
+	j > 0
+	j - 1 < options_end(texts)
+	some [name, least] in mode_makers_long[program]
+	count(texts[j - 1]) >= least
+	startswith(name, texts[j - 1])
+}
+
+# A umask that leaves others' write: an octal mask without the 2 bit in its last digit, a
+# symbolic one giving w to others (`o+w`, `a=rwx`, `+w`), or one only known when it runs.
+mask_opens_to_everyone(mask) if mask.dynamic == true
+
+mask_opens_to_everyone(mask) if {
+	regex.match(`^[0-7]{1,4}$`, mask.text)
+	to_number(substring(mask.text, count(mask.text) - 1, 1)) in {0, 1, 4, 5}
+}
+
+mask_opens_to_everyone(mask) if {
+	not regex.match(`^[0-7]{1,4}$`, mask.text)
+	opens_to_everyone(mask)
+}
+
+mask_opens_to_everyone(mask) if {
+	some clause in split(mask.text, ",")
+	regex.match(`^([+=-][rwxXst]*)*\+[rwxXst]*w`, clause)
 }
 
 # --- Program text the policy cannot read ------------------------------------------------------
