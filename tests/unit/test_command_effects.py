@@ -127,6 +127,21 @@ ASKS = [
     "mkdir -m o-r /tmp/d", "mkdir -m $M /tmp/d", "mkfifo -m 666 /tmp/p", "mknod -m 0666 /tmp/n p",
     "umask 0", "umask 000", "umask 0004", "umask o+w", "umask a=rwx", "umask +w", "umask $M",
     "umask 0 && touch x", "(umask 0; mkdir d)", "umask -S 0", "install -m 777 a.txt /srv",
+    # Attacker round 184 (each decided allow before the fix, each opened a folder in bash).
+    "chmod -t,o+w .", "chmod -x,o+w /srv/ws", "chmod 0000777 .", "chmod 007777 .",
+    "chmod =777 /srv/ws", "chmod +777 .", "install -d -m =777 .", "install -d -m 0000777 /srv/ws",
+    "chmod --ref=/var/tmp .", "chmod --ref /var/tmp /srv/ws", "chmod --reference=/var/tmp .",
+    "install -S -- -d -m 777 /srv/ws", "install --suffix -- -dm777 /tmp/q",
+    "umask 00000; mkdir /tmp/q", "umask 000000", "chmod {777,.}", "set -- 777 .; chmod \"$@\"",
+    "X=\"777 .\"; chmod $X", "a=(777 .); chmod \"${a[@]}\"", "f(){ chmod \"$@\"; }; f 777 .",
+    "install -d {-m777,/srv/ws}", "A=\"-d -m 777 a.txt .\"; install $A",
+    "shopt -s expand_aliases\nalias c='chmod 777'\nc .",
+    "shopt -s expand_aliases\nalias u=umask\nu 0; mkdir /tmp/q",
+    "shopt -s expand_aliases\nalias i=install\ni -d -m 777 .",
+    "start-stop-daemon -S -k 0 -x /usr/bin/mkdir -- /tmp/q", "cp -a /var/tmp/. /srv/ws",
+    "cp -rT --preserve=mode /var/tmp .", "cp -a --attributes-only -T /var/tmp .",
+    "cp -rp /var/tmp/. .", "cp --archive /var/tmp/. ..", "cp -a \"$S\" .",
+    "git init -q --shared=0777 .", "git init --bare --shared=0666 /tmp/r", "git init --shared=$M",
 ]  # fmt: skip
 
 ALLOWS = [
@@ -157,7 +172,9 @@ ALLOWS = [
     "mkdir -m go-w /tmp/d", "install -m 755 run.sh /tmp/run", "install -Dm644 a.txt /tmp/a",
     "install -d -m 0777 build", "install -m 777 a.txt .", "mkfifo /tmp/p", "umask 022",
     "umask 077", "umask 0027", "umask -S", "umask", "umask u=rwx,g=rx,o=rx", "umask -p",
-    "umask 0002",
+    "umask 0002", "mkdir -p \"$D\"", "for d in a b; do mkdir -p \"$d\"; done", "chmod 0755 run.sh",
+    "chmod -w notes.txt", "cp -a src/. backup/", "cp -a src backup", "cp -r src/. .", "cp -p a.txt .",
+    "git init --shared=group", "git init --shared=0640 r", "chmod --reference=a.txt b.txt",
 ]  # fmt: skip
 
 

@@ -32,7 +32,8 @@ fact_cwd := "/srv/ws"
 
 fact_word(text) := {"text": text, "dynamic": fact_dynamic(text), "path": fact_path(text)}
 
-fact_dynamic(text) := regex.match(`[$\x60*?\[]|^~`, text)
+# A brace expands only with a comma or a range inside (`{777,.}`, `{1..3}`; `{}` stays as it is).
+fact_dynamic(text) := regex.match(`[$\x60*?\[]|^~|\{[^}]*(,|\.\.)[^}]*\}`, text)
 
 fact_path(text) := "" if {
 	fact_dynamic(text)
@@ -991,6 +992,54 @@ test_masks_that_let_everyone_write_ask if {
 
 test_masks_that_keep_others_write_out_are_allowed if {
 	missed := not_allowed(not_mask_lines)
+	missed == set()
+}
+
+# Attacker round 184: each opened a folder in bash, and was allowed.
+round_184_lines := {
+	"chmod -t,o+w .": [simple(["chmod", "-t,o+w", "."])],
+	"chmod 0000777 .": [simple(["chmod", "0000777", "."])],
+	"chmod =777 /srv/ws": [simple(["chmod", "=777", "/srv/ws"])],
+	"chmod +777 .": [simple(["chmod", "+777", "."])],
+	"chmod --ref /var/tmp /srv/ws": [simple(["chmod", "--ref", "/var/tmp", "/srv/ws"])],
+	"chmod --reference=/var/tmp .": [simple(["chmod", "--reference=/var/tmp", "."])],
+	"chmod {777,.}": [simple(["chmod", "{777,.}"])],
+	"install -d -m =777 .": [simple(["install", "-d", "-m", "=777", "."])],
+	"install -S -- -d -m 777 /srv/ws": [simple(["install", "-S", "--", "-d", "-m", "777", "/srv/ws"])],
+	"install -d {-m777,/srv/ws}": [simple(["install", "-d", "{-m777,/srv/ws}"])],
+	"umask 00000": [simple(["umask", "00000"])],
+	"alias c='chmod 777'; c .": [wrapped(["chmod", "777"], ["alias"])],
+	"alias u=umask; u 0": [wrapped(["umask"], ["alias"])],
+	"cp -a /var/tmp/. /srv/ws": [simple(["cp", "-a", "/var/tmp/.", "/srv/ws"])],
+	"cp -rT --preserve=mode /var/tmp .": [simple(["cp", "-rT", "--preserve=mode", "/var/tmp", "."])],
+	"rsync -a /var/tmp/ .": [simple(["rsync", "-a", "/var/tmp/", "."])],
+	"start-stop-daemon -S -k 0 -x /usr/bin/mkdir -- /tmp/q": [wrapped(["/usr/bin/mkdir", "/tmp/q"], ["start-stop-daemon"])],
+	"git init -q --shared=0777 .": [simple(["git", "init", "-q", "--shared=0777", "."])],
+}
+
+not_round_184_lines := {
+	"chmod -w,o-w run.sh": [simple(["chmod", "-w,o-w", "run.sh"])],
+	"chmod =755 .": [simple(["chmod", "=755", "."])],
+	"chmod --reference=a.txt b.txt": [simple(["chmod", "--reference=a.txt", "b.txt"])],
+	"umask 00022": [simple(["umask", "00022"])],
+	"cp -a src/. backup": [simple(["cp", "-a", "src/.", "backup"])],
+	"cp -r /var/tmp/. .": [simple(["cp", "-r", "/var/tmp/.", "."])],
+	"cp --preserve=links -T /var/tmp .": [simple(["cp", "--preserve=links", "-T", "/var/tmp", "."])],
+	"rsync -a src/ backup/": [simple(["rsync", "-a", "src/", "backup/"])],
+	"git init --shared=group": [simple(["git", "init", "--shared=group"])],
+	"install -o -m 777 -d build": [simple(["install", "-o", "-m", "777", "-d", "build"])],
+}
+
+test_round_184_openings_ask if {
+	missed := {line |
+		some line, commands in round_184_lines
+		decided(bash_line(line, commands)).outcome != "ask"
+	}
+	missed == set()
+}
+
+test_round_184_lookalikes_that_open_nothing_are_allowed if {
+	missed := not_allowed(not_round_184_lines)
 	missed == set()
 }
 

@@ -40,7 +40,8 @@ needs_approval contains concat(" ", [
 ]) if {
 	some cmd in simple_commands
 	basename(cmd.name) == "chmod"
-	opens_to_everyone(chmod_mode(cmd))
+	some mode in chmod_modes(cmd)
+	opens_to_everyone(mode)
 	what := chmod_reach(cmd)
 }
 
@@ -66,6 +67,28 @@ needs_approval contains concat(" ", [
 	basename(cmd.name) == "umask"
 	some mask in operand_words(cmd)
 	mask_opens_to_everyone(mask)
+}
+
+# A copy that keeps modes, of a folder's contents onto a risky folder (round 184).
+needs_approval contains concat(" ", [
+	sprintf("%s: `%s` copies a folder's mode onto %s, which may let every user write to it;", [tool_name, shown(cmd), what]),
+	"a person must approve it before it runs. Copy without keeping modes (`cp -r`), or into a folder inside the workspace.",
+]) if {
+	some cmd in simple_commands
+	copies_modes(cmd)
+	copies_onto_destination(cmd)
+	what := risky_target(cmd, copy_destination(cmd))
+}
+
+# Programs that start others with a umask of their choosing, among other things the policy
+# does not read (`start-stop-daemon -k 0`: round 184).
+needs_approval contains sprintf(
+	"%s: `%s` runs under %s, whose options (a umask, a user, a root folder) the policy does not read; a person must approve it before it runs.",
+	[tool_name, shown(cmd), wrapper],
+) if {
+	some cmd in simple_commands
+	some wrapper in cmd.wrappers
+	wrapper in {"start-stop-daemon", "systemd-run"}
 }
 
 needs_approval contains concat(" ", [
@@ -308,6 +331,20 @@ git_effect contains [i, "installs hooks and configuration from a template direct
 	some i, git in git_lines
 	git.subcommand in {"init", "clone"}
 	has_long_flag(git.options, "--template")
+}
+
+# A repository shared with a mode that lets every user write (`git init --shared=0777`): git
+# makes its folders so and keeps the mode in core.sharedRepository for every later write
+# (attacker round 184; `git config core.sharedRepository` already asks).
+git_effect contains [i, sprintf("makes the repository writable by every user (%s)", [opt])] if {
+	some i, git in git_lines
+	git.subcommand == "init"
+	some opt in git.options
+	key := split(opt, "=")[0]
+	count(key) >= 4
+	startswith("--shared", key)
+	value := substring(opt, count(key) + 1, -1)
+	opens_to_everyone({"text": value, "dynamic": regex.match("[$`*?\\[{~]", value), "path": ""})
 }
 
 # A git directory elsewhere (`--separate-git-dir=g`) holds hooks and configuration where a
@@ -870,11 +907,20 @@ git_control_path(path) if regex.match(`(^|/)\.gitattributes$|(^|/)\.gitmodules$`
 
 # --- Words ------------------------------------------------------------------------------------
 
-# The words after the program, with what the parser knows of them.
-cmd_words(cmd) := cmd.words if {
+# The words after the program, with what the parser knows of them. A command written as an
+# alias's value gets the words written after the alias where it is used, which the parser does
+# not join to it (`alias c='chmod 777'` then `c .`: attacker round 184): one more word, only
+# known when it runs.
+cmd_words(cmd) := array.concat(parsed_words(cmd), alias_words(cmd))
+
+parsed_words(cmd) := cmd.words if {
 	is_array(cmd.words)
 	count(cmd.words) == count(cmd.argv) - 1
 } else := [{"text": word, "dynamic": true, "path": ""} | some word in command_args(cmd)]
+
+alias_words(cmd) := [{"text": "(the words after the alias where it is used)", "dynamic": true, "path": ""}] if {
+	"alias" in object.get(cmd, "wrappers", [])
+} else := []
 
 # Words that are not options: before `--` those not starting with `-`, and all after it.
 operand_words(cmd) := [word |
@@ -1583,23 +1629,174 @@ git_forced(git) if has_long_flag(git.options, "--discard-changes")
 
 # --- Permissions -------------------------------------------------------------------------------
 
-# The mode word: chmod's first operand, or its --reference= option (another file's mode).
-chmod_mode(cmd) := {"text": opt, "dynamic": false, "path": ""} if {
-	some opt in options(command_args(cmd))
-	startswith(opt, "--reference")
-} else := operand_words(cmd)[0]
+# Options that take a value, per program, read as getopt reads them: a cluster's first such
+# letter takes the rest of the word or the next word; a long option (any prefix getopt takes,
+# down to the length given) takes `=value` or the next word. A value is never an option and
+# never ends the options (`install -S -- -d -m 777 .`: `--` is -S's suffix; attacker round 184).
+valued_options := {
+	"chmod": {"short": "", "long": {["--reference", 5]}},
+	"mkdir": {"short": "m", "long": {["--mode", 3]}},
+	"mkfifo": {"short": "m", "long": {["--mode", 3]}},
+	"mknod": {"short": "m", "long": {["--mode", 3]}},
+	"install": {"short": "gmoSt", "long": {
+		["--mode", 3], ["--owner", 3], ["--group", 3], ["--suffix", 4],
+		["--strip-program", 8], ["--target-directory", 3],
+	}},
+	"cp": {"short": "St", "long": {["--suffix", 4], ["--target-directory", 3]}},
+	"rsync": {"short": "eBfTM", "long": {["--rsh", 4], ["--filter", 4], ["--temp-dir", 4], ["--chmod", 4]}},
+}
 
-# Write for others: an octal mode whose last digit has the 2 bit, or a symbolic clause giving
-# w to o or a (or to all with `=`/`+` and no who, which may still be limited by the umask only
-# for `+`); a dynamic mode could be anything.
+# words[i] is the value of the option before it.
+value_at(program, texts, i) if {
+	i > 0
+	takes_value(program, texts[i - 1])
+}
+
+takes_value(program, text) if {
+	letters := valued_options[program].short
+	letters != ""
+	regex.match(sprintf(`^-[^-%s]*[%s]$`, [letters, letters]), text)
+}
+
+takes_value(program, text) if {
+	some [name, _] in valued_options[program].long
+	long_option_of(program, text, name)
+}
+
+# `text` is a prefix getopt takes for the long option `long` of `program`, without a value.
+long_option_of(program, text, long) if {
+	some [name, least] in valued_options[program].long
+	name == long
+	not contains(text, "=")
+	count(text) >= least
+	startswith(long, text)
+}
+
+# The value attached to the long option `long` of `program` (`--mode=777`, `--mo=777`).
+attached_long_value(program, text, long) := substring(text, count(key) + 1, -1) if {
+	some [name, least] in valued_options[program].long
+	name == long
+	key := split(text, "=")[0]
+	contains(text, "=")
+	count(key) >= least
+	startswith(long, key)
+}
+
+getopt_end(program, texts) := min(array.concat([i | some i, text in texts; text == "--"; not value_at(program, texts, i)], [count(texts)]))
+
+getopt_option_at(program, texts, i) if {
+	i < getopt_end(program, texts)
+	option_word(texts[i])
+	not value_at(program, texts, i)
+}
+
+getopt_operand_at(program, texts, i) if {
+	i < getopt_end(program, texts)
+	not option_word(texts[i])
+	not value_at(program, texts, i)
+}
+
+getopt_operand_at(program, texts, i) if i > getopt_end(program, texts)
+
+getopt_operands(cmd) := [word |
+	program := basename(cmd.name)
+	words := cmd_words(cmd)
+	texts := [w.text | some w in words]
+	some i, word in words
+	getopt_operand_at(program, texts, i)
+	word.text != ""
+]
+
+# A short flag of `program` given in a cluster before any letter that takes a value.
+getopt_flag(cmd, letter) if {
+	program := basename(cmd.name)
+	words := cmd_words(cmd)
+	texts := [w.text | some w in words]
+	some i, text in texts
+	getopt_option_at(program, texts, i)
+	not startswith(text, "--")
+	regex.match(sprintf(`^-[^-%s]*[%s]`, [valued_options[program].short, letter]), text)
+}
+
+# A long flag, by any prefix of at least `least` characters.
+getopt_long_flag(cmd, name, least) if {
+	program := basename(cmd.name)
+	words := cmd_words(cmd)
+	texts := [w.text | some w in words]
+	some i, text in texts
+	getopt_option_at(program, texts, i)
+	key := split(text, "=")[0]
+	count(key) >= least
+	startswith(name, key)
+}
+
+# The value of option `letter` or of the long option `long` in words[i]: the next word, the rest
+# of a cluster (`-mM`, `-DmM`) or `--long=V`.
+option_value_word(program, words, i, letter, long) := words[i + 1] if {
+	regex.match(sprintf(`^-[^-%s]*%s$`, [valued_options[program].short, letter]), words[i].text)
+} else := words[i + 1] if {
+	long_option_of(program, words[i].text, long)
+} else := {"text": value, "dynamic": words[i].dynamic, "path": ""} if {
+	found := regex.find_all_string_submatch_n(sprintf(`^-[^-%s]*%s(.+)$`, [valued_options[program].short, letter]), words[i].text, 1)
+	count(found) == 1
+	value := found[0][1]
+} else := {"text": value, "dynamic": words[i].dynamic, "path": ""} if {
+	value := attached_long_value(program, words[i].text, long)
+}
+
+# chmod's modes: each option word that is a mode (GNU chmod takes `-w`, `-t,o+w`, `-x,o+w` as
+# modes: attacker round 184), --reference (another file's mode, any prefix: `--ref`), else its
+# first operand.
+chmod_modes(cmd) := modes if {
+	modes := [mode |
+		words := cmd_words(cmd)
+		texts := [w.text | some w in words]
+		some i, word in words
+		getopt_option_at("chmod", texts, i)
+		mode := chmod_option_mode(word)
+	]
+	count(modes) > 0
+} else := [operand] if {
+	operand := getopt_operands(cmd)[0]
+}
+
+chmod_option_mode(word) := {"text": "--reference", "dynamic": false, "path": ""} if {
+	startswith(word.text, "--")
+	startswith("--reference", split(word.text, "=")[0])
+	count(split(word.text, "=")[0]) >= 5
+} else := word if regex.match("^-[rwxXstugoa,+=0-7]", word.text)
+
+# What chmod changes: its operands but the mode, and the mode itself when it is only known at
+# run time (`chmod {777,.}`, `chmod "$@"`, `chmod $X` may hold targets too: round 184).
+chmod_targets(cmd) := array.concat(rest, dynamic_mode) if {
+	operands := getopt_operands(cmd)
+	modes := chmod_modes(cmd)
+	rest := [word |
+		some i, word in operands
+		not mode_operand_at(modes, operands, i)
+	]
+	dynamic_mode := [mode | some mode in modes; mode.dynamic == true]
+}
+
+mode_operand_at(modes, operands, 0) if {
+	count(operands) > 0
+	modes == [operands[0]]
+}
+
+# Write for others: a number whose last digit has the 2 bit (any number of digits: `0000777`,
+# also after an operator with no who: `=777`, `+777`), or a symbolic clause giving w to o or a
+# (or to all with `=` and no who: with `+` the umask may still keep it out); a dynamic mode
+# could be anything, and so could another file's (--reference).
 opens_to_everyone(mode) if mode.dynamic == true
 
-# --reference=FILE copies another file's mode: could be anything.
 opens_to_everyone(mode) if startswith(mode.text, "--reference")
 
+opens_to_everyone(mode) if octal_gives_others_write(mode.text)
+
 opens_to_everyone(mode) if {
-	regex.match(`^[0-7]{1,5}$`, mode.text)
-	to_number(substring(mode.text, count(mode.text) - 1, 1)) in {2, 3, 6, 7}
+	some clause in split(mode.text, ",")
+	regex.match(`^[+=][0-7]+$`, clause)
+	octal_gives_others_write(substring(clause, 1, -1))
 }
 
 # A clause for others (o, a, or no who) that adds or sets w, or copies another class's bits
@@ -1619,75 +1816,51 @@ opens_to_everyone(mode) if {
 	regex.match(`^([+=-][rwxXst]*)*=[rwxXst]*w`, clause)
 }
 
+octal_gives_others_write(text) if {
+	regex.match(`^[0-7]+$`, text)
+	to_number(substring(text, count(text) - 1, 1)) in {2, 3, 6, 7}
+}
+
 # How far it reaches: recursively (also over what xargs or find -exec hand it), or onto a
 # risky target.
 chmod_reach(cmd) := "every name xargs or find hands it" if {
 	count(fed_operands(cmd)) > 0
 } else := what if {
 	has_short_flag(options(command_args(cmd)), "R")
-	targets := [w.text | some i, w in operand_words(cmd); i > 0]
+	targets := [w.text | some w in chmod_targets(cmd)]
 	what := sprintf("everything under %s", [concat(" ", targets)])
 } else := concat(" and ", risks) if {
 	# Every risky target named, in one value however many there are.
 	risks := [risk |
-		some i, target in operand_words(cmd)
-		i > 0
+		some target in chmod_targets(cmd)
 		risk := risky_target(cmd, target)
 	]
 	count(risks) > 0
 }
 
-# Programs that make files with a mode given as an option: the short options of each that take
-# a value (a cluster's first such letter takes the rest of it, or the next word), and the long
-# ones with the shortest prefix getopt takes for each.
-mode_makers := {"mkdir": "m", "mkfifo": "m", "mknod": "m", "install": "gmoSt"}
-
-mode_makers_long := {
-	"mkdir": {["--mode", 3]},
-	"mkfifo": {["--mode", 3]},
-	"mknod": {["--mode", 3]},
-	"install": {["--mode", 3], ["--owner", 3], ["--group", 3], ["--suffix", 4], ["--strip-program", 8], ["--target-directory", 3]},
-}
-
-# Each mode an option gives: `-m M`, `-m` ending a cluster (`-pm M`), `-mM`, `-DmM`, `--mode=M`
-# or `--mode M` (or a prefix: `--mo M`); the value's word says whether it is dynamic.
+# Each mode an option of mkdir, mkfifo, mknod or install gives: `-m M`, `-m` ending a cluster
+# (`-pm M`), `-mM`, `-DmM`, `--mode=M`, `--mode M` or a prefix (`--mo M`). For install, a word
+# only known at run time where options are may hold one (`install -d {-m777,.}`: round 184);
+# mkdir, mkfifo and mknod only make new names, which the policy lets be made open inside the
+# workspace, so theirs are not followed (`mkdir -p "$D"` is not asked about).
 made_modes(cmd) := [mode |
 	program := basename(cmd.name)
-	mode_makers[program]
+	program in mode_makers
 	words := cmd_words(cmd)
 	texts := [w.text | some w in words]
 	some i, word in words
-	i < options_end(texts)
-	mode := option_value_word(program, words, i, "m", "--mode")
+	mode := made_mode_at(program, words, texts, i)
 ]
 
-# The value of option `letter` (or the long option `long`) given in words[i] or the next word.
-option_value_word(program, words, i, letter, long) := words[i + 1] if {
-	separate_option(program, words[i].text, letter, long)
-} else := {"text": value, "dynamic": words[i].dynamic, "path": ""} if {
-	found := regex.find_all_string_submatch_n(sprintf(`^-[^-%s]*%s(.+)$`, [mode_makers[program], letter]), words[i].text, 1)
-	count(found) == 1
-	value := found[0][1]
-} else := {"text": value, "dynamic": words[i].dynamic, "path": ""} if {
-	parts := split(words[i].text, "=")
-	count(parts) > 1
-	long_option(parts[0], long)
-	value := substring(words[i].text, count(parts[0]) + 1, -1)
-}
+mode_makers := {"mkdir", "mkfifo", "mknod", "install"}
 
-separate_option(program, text, letter, _) if {
-	regex.match(sprintf(`^-[^-%s]*%s$`, [mode_makers[program], letter]), text)
-}
-
-separate_option(_, text, _, long) if long_option(text, long)
-
-# `text` is `long` or a prefix of it that getopt takes for it.
-long_option(text, long) if {
-	some options in mode_makers_long
-	some [name, least] in options
-	name == long
-	count(text) >= least
-	startswith(long, text)
+made_mode_at(program, words, texts, i) := option_value_word(program, words, i, "m", "--mode") if {
+	getopt_option_at(program, texts, i)
+} else := words[i] if {
+	program == "install"
+	words[i].dynamic == true
+	i < getopt_end(program, texts)
+	not value_at(program, texts, i)
 }
 
 # mkdir starts a symbolic mode from a=rwx, mknod and mkfifo from a=rw: others may write unless
@@ -1697,7 +1870,7 @@ made_opens_to_everyone(_, mode) if opens_to_everyone(mode)
 
 made_opens_to_everyone(program, mode) if {
 	program in {"mkdir", "mkfifo", "mknod"}
-	not regex.match(`^[0-7]{1,5}$`, mode.text)
+	not regex.match(`^[0-7]+$`, mode.text)
 	not closes_to_others(mode.text)
 }
 
@@ -1706,8 +1879,8 @@ closes_to_others(text) if {
 	regex.match(`^[ugoa]*[oa][ugoa]*([+=-][rwxXstugo]*)*(=[rxXst]*|-[rwxXst]*w[rwxXst]*)$`, clauses[count(clauses) - 1])
 }
 
-# What a made mode reaches: the operands that are not an option's value; for install without
-# -d only the destination (the last operand, or -t's folder); what xargs or find hands over.
+# What a made mode reaches: the operands; for install making files only the destination (the
+# last operand, or -t's folder); what xargs or find hands over.
 made_reach(cmd) := "every name xargs or find hands it" if {
 	count(fed_operands(cmd)) > 0
 } else := concat(" and ", risks) if {
@@ -1726,9 +1899,22 @@ made_risk(cmd, target) := risk if {
 	not lands_inside_workspace(target)
 } else := risky_target(cmd, target) if not installs_files(cmd)
 
+# install making files, not folders: no -d, and no word only known at run time that may be -d.
 installs_files(cmd) if {
 	basename(cmd.name) == "install"
-	not makes_folders(cmd)
+	not getopt_flag(cmd, "d")
+	not getopt_long_flag(cmd, "--directory", 4)
+	not dynamic_option_word(cmd)
+}
+
+dynamic_option_word(cmd) if {
+	program := basename(cmd.name)
+	words := cmd_words(cmd)
+	texts := [w.text | some w in words]
+	some i, word in words
+	word.dynamic == true
+	i < getopt_end(program, texts)
+	not value_at(program, texts, i)
 }
 
 lands_inside_workspace(word) if {
@@ -1749,57 +1935,29 @@ made_targets(cmd) := folders if {
 	texts := [w.text | some w in words]
 	folders := [folder |
 		some i, _ in words
-		i < options_end(texts)
+		getopt_option_at("install", texts, i)
 		folder := option_value_word("install", words, i, "t", "--target-directory")
 	]
 	count(folders) > 0
 } else := [last] if {
 	installs_files(cmd)
-	targets := option_free_operands(cmd)
+	targets := getopt_operands(cmd)
 	count(targets) > 0
 	last := targets[count(targets) - 1]
-} else := option_free_operands(cmd)
+} else := getopt_operands(cmd)
 
-makes_folders(cmd) if has_short_flag(options(command_args(cmd)), "d")
-
-makes_folders(cmd) if has_long_flag(options(command_args(cmd)), "--directory")
-
-# Operands that are not the value of an option before them (`-m 777`, install's `-o me`).
-option_free_operands(cmd) := [word |
-	program := basename(cmd.name)
-	words := cmd_words(cmd)
-	texts := [w.text | some w in words]
-	some j, word in words
-	operand_at(texts, j)
-	word.text != ""
-	not takes_next_word(program, texts, j)
-]
-
-takes_next_word(program, texts, j) if {
-	j > 0
-	j - 1 < options_end(texts)
-	regex.match(sprintf(`^-[^-%s]*[%s]$`, [mode_makers[program], mode_makers[program]]), texts[j - 1])
-}
-
-takes_next_word(program, texts, j) if {
-	j > 0
-	j - 1 < options_end(texts)
-	some [name, least] in mode_makers_long[program]
-	count(texts[j - 1]) >= least
-	startswith(name, texts[j - 1])
-}
-
-# A umask that leaves others' write: an octal mask without the 2 bit in its last digit, a
-# symbolic one giving w to others (`o+w`, `a=rwx`, `+w`), or one only known when it runs.
+# A umask that leaves others' write: a number without the 2 bit in its last digit (bash takes
+# any number of digits: `umask 00000`), a symbolic one giving w to others (`o+w`, `a=rwx`,
+# `+w`), or one only known when it runs.
 mask_opens_to_everyone(mask) if mask.dynamic == true
 
 mask_opens_to_everyone(mask) if {
-	regex.match(`^[0-7]{1,4}$`, mask.text)
+	regex.match(`^[0-7]+$`, mask.text)
 	to_number(substring(mask.text, count(mask.text) - 1, 1)) in {0, 1, 4, 5}
 }
 
 mask_opens_to_everyone(mask) if {
-	not regex.match(`^[0-7]{1,4}$`, mask.text)
+	not regex.match(`^[0-7]+$`, mask.text)
 	opens_to_everyone(mask)
 }
 
@@ -1807,6 +1965,97 @@ mask_opens_to_everyone(mask) if {
 	some clause in split(mask.text, ",")
 	regex.match(`^([+=-][rwxXst]*)*\+[rwxXst]*w`, clause)
 }
+
+# A copy that keeps modes (`cp -a`, `cp -p`, `cp --preserve=mode`, `rsync -a`, `rsync -p`) gives
+# its destination folder itself the mode of the folder it copies when it copies a folder's
+# contents onto it (`cp -a /var/tmp/. .`, `cp -aT /var/tmp .`, `rsync -a src/ .`): like
+# `chmod --reference`, onto a risky folder (round 184).
+copies_modes(cmd) if {
+	basename(cmd.name) in {"cp", "rsync"}
+	getopt_flag(cmd, "ap")
+}
+
+copies_modes(cmd) if {
+	basename(cmd.name) == "cp"
+	getopt_long_flag(cmd, "--archive", 4)
+}
+
+copies_modes(cmd) if {
+	basename(cmd.name) == "cp"
+	some word in cmd_words(cmd)
+	key := split(word.text, "=")[0]
+	count(key) >= 4
+	startswith("--preserve", key)
+	not regex.match(`^[^=]*=([a-z_]+,)*[a-z_]+$`, word.text)
+}
+
+copies_modes(cmd) if {
+	basename(cmd.name) == "cp"
+	some word in cmd_words(cmd)
+	regex.match(`^--pr[a-z]*=(.*,)?(mode|all)(,|$)`, word.text)
+}
+
+copies_modes(cmd) if {
+	basename(cmd.name) == "rsync"
+	getopt_long_flag(cmd, "--archive", 4)
+}
+
+copies_modes(cmd) if {
+	basename(cmd.name) == "rsync"
+	getopt_long_flag(cmd, "--perms", 4)
+}
+
+# rsync's --chmod sets the modes it gives: any.
+copies_modes(cmd) if {
+	basename(cmd.name) == "rsync"
+	getopt_long_flag(cmd, "--chmod", 4)
+}
+
+# Copying onto the destination itself: cp's -T (--no-target-directory), a source that is a
+# folder's contents (`src/.`, `.`, rsync's `src/`), or one only known when it runs.
+copies_onto_destination(cmd) if {
+	basename(cmd.name) == "cp"
+	getopt_flag(cmd, "T")
+}
+
+copies_onto_destination(cmd) if {
+	basename(cmd.name) == "cp"
+	getopt_long_flag(cmd, "--no-target-directory", 6)
+}
+
+copies_onto_destination(cmd) if {
+	some source in copy_sources(cmd)
+	contents_source(basename(cmd.name), source)
+}
+
+contents_source(_, word) if word.dynamic == true
+
+contents_source(_, word) if regex.match(`(^|/)\.$`, word.text)
+
+contents_source("rsync", word) if endswith(word.text, "/")
+
+# The destination: -t's folder, or the last operand (the others are the sources).
+copy_destination(cmd) := folder if {
+	folder := copy_target_folder(cmd)
+} else := last if {
+	operands := getopt_operands(cmd)
+	last := operands[count(operands) - 1]
+}
+
+# cp's -t (rsync's -t keeps times).
+copy_target_folder(cmd) := folder if {
+	program := basename(cmd.name)
+	program == "cp"
+	words := cmd_words(cmd)
+	texts := [w.text | some w in words]
+	some i, _ in words
+	getopt_option_at(program, texts, i)
+	folder := option_value_word(program, words, i, "t", "--target-directory")
+}
+
+copy_sources(cmd) := getopt_operands(cmd) if {
+	copy_target_folder(cmd)
+} else := array.slice(getopt_operands(cmd), 0, count(getopt_operands(cmd)) - 1)
 
 # --- Program text the policy cannot read ------------------------------------------------------
 
