@@ -474,6 +474,7 @@ class _Analyser:
     ) -> None:
         data = line.data
         words: list[Word] = []
+        word_end = -1
         assignments: list[str] = []
         scripts: list[Word] = []
         if self.words + node.child_count > MAX_WORDS:
@@ -502,8 +503,12 @@ class _Analyser:
                 continue  # `c 0<f x`: the 0 is the redirection's, not an argument
             if role in ("name", "argument"):
                 word = render_word(child, data)
-                if word.text or not child.has_error:  # not a word tree-sitter made up
+                if words and child.start_byte == word_end:
+                    # One word to bash: tree-sitter splits `$"777"` into `$` and a string.
+                    words[-1] = Word(words[-1].text + word.text, words[-1].dynamic or word.dynamic)
+                elif word.text or not child.has_error:  # not a word tree-sitter made up
                     words.append(word)
+                word_end = child.end_byte
             elif child.type == "variable_assignment" and not words:
                 assignments.append(render_word(child, data).text)
             elif child.type == "file_redirect":

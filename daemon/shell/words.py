@@ -140,11 +140,17 @@ def render_word(node: tree_sitter.Node, data: bytes, depth: int = 0) -> Word:
     kind = node.type
     if kind in EXPANSIONS:
         return Word(node_text(node, data), True)
+    if kind == "$" and not node.is_named:
+        # The `$` of a `$"..."` that tree-sitter did not read as a translated string: bash
+        # translates the string through the message catalogues the line may choose
+        # (TEXTDOMAINDIR), so its value is only known at run time (attacker round 185).
+        return Word(node_text(node, data), True)
     if kind == "string":
         return _render_string(node, data)
     if kind == "translated_string":
         inner = next((c for c in node.named_children if c.type == "string"), None)
-        return _render_string(inner, data) if inner else scan_unquoted(node_text(node, data))
+        text = _render_string(inner, data) if inner else scan_unquoted(node_text(node, data))
+        return Word(text.text, True)
     if kind in ("raw_string", "ansi_c_string") or node.child_count == 0 or depth > 8:
         return scan_unquoted(node_text(node, data))
     parts: list[str] = []
@@ -154,7 +160,7 @@ def render_word(node: tree_sitter.Node, data: bytes, depth: int = 0) -> Word:
         gap = data[pos : child.start_byte].decode("utf-8", "replace")
         word = (
             render_word(child, data, depth + 1)
-            if child.is_named
+            if child.is_named or child.type == "$"
             else scan_unquoted(node_text(child, data))
         )
         gap_word = scan_unquoted(gap)

@@ -142,6 +142,30 @@ ASKS = [
     "cp -rT --preserve=mode /var/tmp .", "cp -a --attributes-only -T /var/tmp .",
     "cp -rp /var/tmp/. .", "cp --archive /var/tmp/. ..", "cp -a \"$S\" .",
     "git init -q --shared=0777 .", "git init --bare --shared=0666 /tmp/r", "git init --shared=$M",
+    # Attacker round 185 (each decided allow before the fix, each opened a folder in bash).
+    "chmod +r=777 .", "chmod =+777 .", "chmod ++777 .", "chmod -- -+777 .", "chmod -w+777 .",
+    "install -d -m +r=777 .", "install -d -m=+777 .", "POSIXLY_CORRECT=1 chmod 777 . -w",
+    "env POSIXLY_CORRECT=1 chmod 777 . -w", "export POSIXLY_CORRECT=1; chmod 777 . -w",
+    "chmod $\"777\" .", "chmod $\"o+w\" .", "install -d -m$\"777\" .", "install -d -m $\"777\" .",
+    "start-stop-daemon -d . -Sx /bin/chmod -- 777 .",
+    "start-stop-daemon -d . -S --exe /bin/chmod -- 777 .",
+    "start-stop-daemon -d . -k 0 -Sx /bin/mkdir -- d",
+    "/usr/lib/git-core/git-init --bare --shared=0777 .",
+    "/usr/lib/git-core/git-config core.sharedRepository 0777",
+    "PATH=/usr/lib/git-core:$PATH git-init --shared=0777", "git-push --force origin main",
+    "git init --bare --shared=\" 0777\" .", "git init --sha=\" 0777\" .", "git init --shared=+0777",
+    "git init --shared=-1",
+    "mkdir -p t/app && chmod 777 t/app && cp -a t/app ..", "cp -at .. t/app", "cp -rp t/app ..",
+    "cp -a t/app /srv/ws", "cp -a t/ws /srv", "cp -r --preserve=m t/. ..",
+    "cp -r --preserve=al t/. .",
+    "cp -a t/. . --sparse always", "cp -a t/. . --no-preserve xattr", "mv -T ../n ../app",
+    "mkdir -m 777 ../n && mv -T ../n ../app", "mv t/app ..",
+    "hash -p /bin/chmod foo; foo 777 .", "BASH_CMDS[foo]=/bin/chmod; foo 777 .",
+    "shopt -s expand_aliases\nBASH_ALIASES[c]=\"chmod 777\"\nc .", "enable -f ./x.so ls",
+    "python3 -c \"import os; os.\uff43hmod('.', 0o777)\"",
+    "python3 -c \"import os; os.\uff55mask(0); os.mkdir('d')\"",
+    "python3 -c \"import os; os.setxattr('.', 'sys' 'tem.posix_acl_access', b'')\"",
+    "perl -e '$d=\".\"; syscall 90, $d, 511'",
 ]  # fmt: skip
 
 ALLOWS = [
@@ -173,8 +197,12 @@ ALLOWS = [
     "install -d -m 0777 build", "install -m 777 a.txt .", "mkfifo /tmp/p", "umask 022",
     "umask 077", "umask 0027", "umask -S", "umask", "umask u=rwx,g=rx,o=rx", "umask -p",
     "umask 0002", "mkdir -p \"$D\"", "for d in a b; do mkdir -p \"$d\"; done", "chmod 0755 run.sh",
-    "chmod -w notes.txt", "cp -a src/. backup/", "cp -a src backup", "cp -r src/. .", "cp -p a.txt .",
+    "chmod -w notes.txt", "cp -a src/. backup/", "cp -a src backup", "cp -r src/. .",
+    "cp -p a.txt .",
     "git init --shared=group", "git init --shared=0640 r", "chmod --reference=a.txt b.txt",
+    "cp -a src backup", "cp -a src/app backup/", "mv src/app.py .", "mv a b", "cp -r t/app ..",
+    "git init --shared=true", "git init --shared=0644", "chmod =+755 run.sh",
+    "hash -r", "hash", "alias", "chmod u+x,g=u run.sh",
 ]  # fmt: skip
 
 

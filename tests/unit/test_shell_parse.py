@@ -419,6 +419,24 @@ def test_executable_known_only_at_run_time_is_marked_dynamic(
     assert (first["name"], first["dynamic"]) == (name, dynamic)
 
 
+@pytest.mark.parametrize(
+    ("line", "argv", "translated"),
+    [
+        ('chmod $"777" .', ["chmod", "$777", "."], 1),
+        ('install -m$"777" -d .', ["install", "-m$777", "-d", "."], 1),
+        ('echo x$"7"y', ["echo", "x$7y"], 1),
+    ],
+)
+def test_a_translated_string_is_one_word_known_only_at_run_time(
+    line: str, argv: list[str], translated: int
+) -> None:
+    # tree-sitter splits `$"..."` into `$` and a string; bash reads one word, translated
+    # through the message catalogues the line may choose (TEXTDOMAINDIR): attacker round 185.
+    command = parse_command(line).simple_commands[0]
+    assert list(command.argv) == argv
+    assert [i for i, d in enumerate(command.dynamic_words) if d] == [translated]
+
+
 def test_redirects_list_every_operator_and_only_outputs_are_written() -> None:
     doc = policy("cmd <<<word <in.txt >out.txt 2>&1 &>>all.log >|forced 3>>fd3 2>/dev/null")
     assert doc["redirects"] == [

@@ -1030,6 +1030,52 @@ not_round_184_lines := {
 	"install -o -m 777 -d build": [simple(["install", "-o", "-m", "777", "-d", "build"])],
 }
 
+# Attacker round 185: each opened a folder in bash, and was allowed.
+round_185_lines := {
+	"chmod +r=777 .": [simple(["chmod", "+r=777", "."])],
+	"chmod -w+777 .": [simple(["chmod", "-w+777", "."])],
+	"install -d -m=+777 .": [simple(["install", "-d", "-m=+777", "."])],
+	"POSIXLY_CORRECT=1 chmod 777 . -w": [object.union(simple(["chmod", "777", ".", "-w"]), {"assignments": ["POSIXLY_CORRECT=1"]})],
+	"start-stop-daemon -d . -Sx /bin/chmod -- 777 .": [simple(["start-stop-daemon", "-d", ".", "-Sx", "/bin/chmod", "--", "777", "."])],
+	"/usr/lib/git-core/git-init --shared=0777 .": [simple(["/usr/lib/git-core/git-init", "--shared=0777", "."])],
+	"git init --shared=\" 0777\" .": [simple(["git", "init", "--shared= 0777", "."])],
+	"cp -a t/ws ..": [simple(["cp", "-a", "t/ws", ".."])],
+	"cp -at .. t/ws": [simple(["cp", "-at", "..", "t/ws"])],
+	"cp -a t/ws /srv": [simple(["cp", "-a", "t/ws", "/srv"])],
+	"cp -r --preserve=m t/. ..": [simple(["cp", "-r", "--preserve=m", "t/.", ".."])],
+	"cp -a t/. . --sparse always": [simple(["cp", "-a", "t/.", ".", "--sparse", "always"])],
+	"mv -T ../n ../app": [simple(["mv", "-T", "../n", "../app"])],
+	"hash -p /bin/chmod foo": [simple(["hash", "-p", "/bin/chmod", "foo"])],
+	"BASH_CMDS[foo]=/bin/chmod": [simple(["true"])],
+	"enable -f ./x.so ls": [simple(["enable", "-f", "./x.so", "ls"])],
+	"python3 -c os.\uff43hmod": [simple(["python3", "-c", "import os; os.\uff43hmod('.', 0o777)"])],
+	"perl -e syscall": [simple(["perl", "-e", "syscall 90, '.', 511"])],
+}
+
+not_round_185_lines := {
+	"cp -a . /tmp/backup": [simple(["cp", "-a", ".", "/tmp/backup"])],
+	"cp -a src/app backup": [simple(["cp", "-a", "src/app", "backup"])],
+	"cp -r t/app ..": [simple(["cp", "-r", "t/app", ".."])],
+	"mv x ..": [simple(["mv", "x", ".."])],
+	"chmod =+755 run.sh": [simple(["chmod", "=+755", "run.sh"])],
+	"git init --shared=true": [simple(["git", "init", "--shared=true"])],
+	"git init --shared=0644": [simple(["git", "init", "--shared=0644"])],
+	"hash -r": [simple(["hash", "-r"])],
+}
+
+test_round_185_openings_ask if {
+	missed := {line |
+		some line, commands in round_185_lines
+		decided(bash_line(line, commands)).outcome != "ask"
+	}
+	missed == set()
+}
+
+test_round_185_lookalikes_are_allowed if {
+	missed := not_allowed(not_round_185_lines)
+	missed == set()
+}
+
 test_round_184_openings_ask if {
 	missed := {line |
 		some line, commands in round_184_lines

@@ -69,15 +69,15 @@ needs_approval contains concat(" ", [
 	mask_opens_to_everyone(mask)
 }
 
-# A copy that keeps modes, of a folder's contents onto a risky folder (round 184).
+# A copy that keeps modes, or a move, that puts another folder's mode onto a risky folder
+# (rounds 184 and 185).
 needs_approval contains concat(" ", [
-	sprintf("%s: `%s` copies a folder's mode onto %s, which may let every user write to it;", [tool_name, shown(cmd), what]),
+	sprintf("%s: `%s` puts another folder's mode onto %s, which may let every user write to it;", [tool_name, shown(cmd), what]),
 	"a person must approve it before it runs. Copy without keeping modes (`cp -r`), or into a folder inside the workspace.",
 ]) if {
 	some cmd in simple_commands
-	copies_modes(cmd)
-	copies_onto_destination(cmd)
-	what := risky_target(cmd, copy_destination(cmd))
+	basename(cmd.name) in {"cp", "rsync", "mv"}
+	some what in mode_landings(cmd)
 }
 
 # Programs that start others with a umask of their choosing, among other things the policy
@@ -87,7 +87,7 @@ needs_approval contains sprintf(
 	[tool_name, shown(cmd), wrapper],
 ) if {
 	some cmd in simple_commands
-	some wrapper in cmd.wrappers
+	some wrapper in array.concat(cmd.wrappers, [basename(cmd.name)])
 	wrapper in {"start-stop-daemon", "systemd-run"}
 }
 
@@ -335,7 +335,9 @@ git_effect contains [i, "installs hooks and configuration from a template direct
 
 # A repository shared with a mode that lets every user write (`git init --shared=0777`): git
 # makes its folders so and keeps the mode in core.sharedRepository for every later write
-# (attacker round 184; `git config core.sharedRepository` already asks).
+# (attacker round 184; `git config core.sharedRepository` already asks). Git reads a value
+# that is not one of its words as a number with strtol (leading blanks and a sign taken:
+# `--shared=" 0777"`, round 185); any other value asks.
 git_effect contains [i, sprintf("makes the repository writable by every user (%s)", [opt])] if {
 	some i, git in git_lines
 	git.subcommand == "init"
@@ -343,8 +345,30 @@ git_effect contains [i, sprintf("makes the repository writable by every user (%s
 	key := split(opt, "=")[0]
 	count(key) >= 4
 	startswith("--shared", key)
-	value := substring(opt, count(key) + 1, -1)
-	opens_to_everyone({"text": value, "dynamic": regex.match("[$`*?\\[{~]", value), "path": ""})
+	contains(opt, "=")
+	not shared_keeps_others_out(substring(opt, count(key) + 1, -1))
+}
+
+shared_keeps_others_out(value) if lower(value) in {
+	"", "false", "no", "off", "true", "yes", "on", "0", "1", "umask", "group", "all", "world",
+	"everybody",
+}
+
+shared_keeps_others_out(value) if {
+	number := trim_left(trim_left(value, " \t\n\u000b\f\r"), "+")
+	regex.match(`^[0-7]+$`, number)
+	not octal_gives_others_write(number)
+	not startswith(trim_left(value, " \t\n\u000b\f\r"), "++")
+}
+
+# Git's own programs run directly (`/usr/lib/git-core/git-init`, `git-push` found through PATH):
+# the git rules read only `git SUBCOMMAND` (round 185).
+needs_approval contains sprintf(
+	"%s: `%s` runs one of git's own programs directly, which the policy does not read as git; a person must approve it before it runs. Run it as `git %s` instead.",
+	[tool_name, shown(cmd), trim_prefix(basename(cmd.name), "git-")],
+) if {
+	some cmd in simple_commands
+	startswith(basename(cmd.name), "git-")
 }
 
 # A git directory elsewhere (`--separate-git-dir=g`) holds hooks and configuration where a
@@ -530,6 +554,36 @@ no_pager(name, assigned) if {
 	name in {"PAGER", "MANPAGER"}
 	startswith(assigned, "=")
 	trim_suffix(substring(assigned, 1, -1), ";") in {"", "cat", "''", `""`, "'cat'", `"cat"`}
+}
+
+# Names bash or GNU programs take behaviour from, named anywhere in the line: BASH_CMDS and
+# BASH_ALIASES give a name another program or command (`BASH_CMDS[ls]=/bin/chmod`), and
+# POSIXLY_CORRECT makes GNU programs stop reading options at the first operand, where the
+# rules read them the GNU way (`POSIXLY_CORRECT=1 chmod 777 . -w`: attacker round 185).
+needs_approval contains sprintf(
+	"%s: the command names %s, which changes %s; a person must approve it before it runs.",
+	[tool_name, name, what],
+) if {
+	command_tool
+	some name, what in {
+		"BASH_CMDS": "which program a name runs",
+		"BASH_ALIASES": "which command a name runs",
+		"POSIXLY_CORRECT": "where programs stop reading their options, which the policy reads otherwise",
+	}
+	contains(command_text_unquoted, name)
+}
+
+# `hash -p PROGRAM NAME` and `enable -f LIBRARY NAME` give a name another program or a builtin
+# loaded from a file (round 185).
+needs_approval contains sprintf(
+	"%s: `%s` makes a name run another program, which the policy cannot follow; a person must approve it before it runs.",
+	[tool_name, shown(cmd)],
+) if {
+	some cmd in simple_commands
+	some [program, letter] in [["hash", "p"], ["enable", "f"]]
+	basename(cmd.name) == program
+	some word in cmd_words(cmd)
+	regex.match(sprintf(`^-[A-Za-z]*%s`, [letter]), word.text)
 }
 
 # A reference to a variable named when it runs, or not named yet (`declare -n r=${n}T`,
@@ -1642,7 +1696,8 @@ valued_options := {
 		["--mode", 3], ["--owner", 3], ["--group", 3], ["--suffix", 4],
 		["--strip-program", 8], ["--target-directory", 3],
 	}},
-	"cp": {"short": "St", "long": {["--suffix", 4], ["--target-directory", 3]}},
+	"cp": {"short": "St", "long": {["--suffix", 4], ["--target-directory", 3], ["--no-preserve", 6], ["--sparse", 4]}},
+	"mv": {"short": "St", "long": {["--suffix", 4], ["--target-directory", 3]}},
 	"rsync": {"short": "eBfTM", "long": {["--rsh", 4], ["--filter", 4], ["--temp-dir", 4], ["--chmod", 4]}},
 }
 
@@ -1793,10 +1848,13 @@ opens_to_everyone(mode) if startswith(mode.text, "--reference")
 
 opens_to_everyone(mode) if octal_gives_others_write(mode.text)
 
+# A clause without a who may set a number after other operations (`+r=777`, `=+777`, `-w+777`:
+# attacker round 185): each number after `+` or `=`.
 opens_to_everyone(mode) if {
 	some clause in split(mode.text, ",")
-	regex.match(`^[+=][0-7]+$`, clause)
-	octal_gives_others_write(substring(clause, 1, -1))
+	regex.match(`^[+=-]`, clause)
+	some number in regex.find_all_string_submatch_n(`[+=]([0-7]+)`, clause, -1)
+	octal_gives_others_write(number[1])
 }
 
 # A clause for others (o, a, or no who) that adds or sets w, or copies another class's bits
@@ -1966,64 +2024,83 @@ mask_opens_to_everyone(mask) if {
 	regex.match(`^([+=-][rwxXst]*)*\+[rwxXst]*w`, clause)
 }
 
-# A copy that keeps modes (`cp -a`, `cp -p`, `cp --preserve=mode`, `rsync -a`, `rsync -p`) gives
-# its destination folder itself the mode of the folder it copies when it copies a folder's
-# contents onto it (`cp -a /var/tmp/. .`, `cp -aT /var/tmp .`, `rsync -a src/ .`): like
-# `chmod --reference`, onto a risky folder (round 184).
+# Where a copy that keeps modes (`cp -a`, `-p`, `--preserve=mode`; `rsync -a`, `-p`, `--chmod`)
+# or a move (which always keeps them) puts a folder's mode on a folder that already exists:
+# - the destination itself, when it copies a folder's contents onto it (`cp -a /var/tmp/. .`,
+#   `rsync -a /var/tmp/ .`, a source only known when it runs) or with -T (`mv -T ../n ../app`);
+#   every operand after the first may be the destination (an option's value the table does
+#   not know may stand last: `cp -a t/. . --sparse always`);
+# - the folder of the source's name inside the destination (`cp -a t/app ..` over the folder
+#   the command runs in, `cp -a t/ws /srv` over the workspace).
+mode_landings(cmd) := {what |
+	keeps_modes(cmd)
+	lands_on_destination(cmd)
+	some target in copy_destinations(cmd)
+	what := landing_risk(cmd, target)
+} | {what |
+	keeps_modes(cmd)
+	some source in copy_sources(cmd)
+	source.dynamic == false
+	name := regex.replace(trim_right(source.text, "/"), `^.*/`, "")
+	not name in {"", ".", ".."}
+	some target in copy_destinations(cmd)
+	target.path != ""
+	landing := concat("/", [trim_right(target.path, "/"), name])
+	what := important_folder(cmd, landing)
+}
+
+keeps_modes(cmd) if copies_modes(cmd)
+
+keeps_modes(cmd) if basename(cmd.name) == "mv"
+
 copies_modes(cmd) if {
 	basename(cmd.name) in {"cp", "rsync"}
 	getopt_flag(cmd, "ap")
 }
 
 copies_modes(cmd) if {
-	basename(cmd.name) == "cp"
+	basename(cmd.name) in {"cp", "rsync"}
 	getopt_long_flag(cmd, "--archive", 4)
 }
 
+copies_modes(cmd) if {
+	basename(cmd.name) == "rsync"
+	some name in ["--perms", "--chmod"]
+	getopt_long_flag(cmd, name, 4)
+}
+
+# cp's --preserve without a list keeps the mode; with one, an item naming mode or all, in any
+# abbreviation cp takes (`--preserve=m`, `=al`: round 185).
 copies_modes(cmd) if {
 	basename(cmd.name) == "cp"
 	some word in cmd_words(cmd)
 	key := split(word.text, "=")[0]
 	count(key) >= 4
 	startswith("--preserve", key)
-	not regex.match(`^[^=]*=([a-z_]+,)*[a-z_]+$`, word.text)
+	preserves_mode(word.text)
 }
 
-copies_modes(cmd) if {
-	basename(cmd.name) == "cp"
-	some word in cmd_words(cmd)
-	regex.match(`^--pr[a-z]*=(.*,)?(mode|all)(,|$)`, word.text)
+preserves_mode(text) if not contains(text, "=")
+
+preserves_mode(text) if {
+	some item in split(substring(text, indexof(text, "=") + 1, -1), ",")
+	item != ""
+	some kept in ["mode", "all"]
+	startswith(kept, item)
 }
 
-copies_modes(cmd) if {
-	basename(cmd.name) == "rsync"
-	getopt_long_flag(cmd, "--archive", 4)
-}
-
-copies_modes(cmd) if {
-	basename(cmd.name) == "rsync"
-	getopt_long_flag(cmd, "--perms", 4)
-}
-
-# rsync's --chmod sets the modes it gives: any.
-copies_modes(cmd) if {
-	basename(cmd.name) == "rsync"
-	getopt_long_flag(cmd, "--chmod", 4)
-}
-
-# Copying onto the destination itself: cp's -T (--no-target-directory), a source that is a
-# folder's contents (`src/.`, `.`, rsync's `src/`), or one only known when it runs.
-copies_onto_destination(cmd) if {
-	basename(cmd.name) == "cp"
+lands_on_destination(cmd) if {
+	basename(cmd.name) in {"cp", "mv"}
 	getopt_flag(cmd, "T")
 }
 
-copies_onto_destination(cmd) if {
-	basename(cmd.name) == "cp"
+lands_on_destination(cmd) if {
+	basename(cmd.name) in {"cp", "mv"}
 	getopt_long_flag(cmd, "--no-target-directory", 6)
 }
 
-copies_onto_destination(cmd) if {
+lands_on_destination(cmd) if {
+	basename(cmd.name) in {"cp", "rsync"}
 	some source in copy_sources(cmd)
 	contents_source(basename(cmd.name), source)
 }
@@ -2034,18 +2111,15 @@ contents_source(_, word) if regex.match(`(^|/)\.$`, word.text)
 
 contents_source("rsync", word) if endswith(word.text, "/")
 
-# The destination: -t's folder, or the last operand (the others are the sources).
-copy_destination(cmd) := folder if {
+# The destinations: -t's folder, or each operand after the first.
+copy_destinations(cmd) := [folder] if {
 	folder := copy_target_folder(cmd)
-} else := last if {
-	operands := getopt_operands(cmd)
-	last := operands[count(operands) - 1]
-}
+} else := array.slice(getopt_operands(cmd), 1, count(getopt_operands(cmd)))
 
-# cp's -t (rsync's -t keeps times).
+# cp's and mv's -t (rsync's -t keeps times).
 copy_target_folder(cmd) := folder if {
 	program := basename(cmd.name)
-	program == "cp"
+	program in {"cp", "mv"}
 	words := cmd_words(cmd)
 	texts := [w.text | some w in words]
 	some i, _ in words
@@ -2053,9 +2127,28 @@ copy_target_folder(cmd) := folder if {
 	folder := option_value_word(program, words, i, "t", "--target-directory")
 }
 
+# The sources: every operand with -t, else all but the last.
 copy_sources(cmd) := getopt_operands(cmd) if {
 	copy_target_folder(cmd)
 } else := array.slice(getopt_operands(cmd), 0, count(getopt_operands(cmd)) - 1)
+
+# A destination that may be a folder that matters: one only known when it runs or relative to
+# an uncertain folder, or one that matters (a path outside the workspace is the sandbox's own).
+landing_risk(cmd, target) := risky_target(cmd, target) if {
+	target.path == ""
+} else := important_folder(cmd, target.path)
+
+# A folder that exists and matters: the workspace's root, the folder the command runs in, the
+# session's working directory, or a folder holding the workspace.
+important_folder(cmd, path) := sprintf("the workspace root %s", [path]) if {
+	path == trim_right(workspace, "/")
+} else := sprintf("%s, the directory it runs in", [path]) if {
+	path == cmd_cwd(cmd)
+} else := sprintf("%s, the session's working directory", [path]) if {
+	path == input.command.cwd
+} else := sprintf("%s, a folder that holds the workspace", [path]) if {
+	holds_workspace(path)
+}
 
 # --- Program text the policy cannot read ------------------------------------------------------
 
@@ -2085,6 +2178,15 @@ opaque_code contains [i, sprintf("%s code that can %s", [basename(cmd.name), eff
 	some code in inline_code(cmd)
 	some effect, pattern in code_effects
 	regex.match(pattern, code)
+}
+
+# Code whose names may be spelt with other characters: Python reads `ｃhmod` (fullwidth, and
+# other letters NFKC folds to ASCII) as `chmod`, JavaScript `\u0063hmod` (attacker round 185).
+opaque_code contains [i, sprintf("%s code with characters outside ASCII or \\u escapes, which the interpreter may read as other names", [basename(cmd.name)])] if {
+	some i, cmd in simple_commands
+	inline_code_runner(basename(cmd.name))
+	some code in inline_code(cmd)
+	regex.match(`[^\x00-\x7F]|\\[uU][0-9A-Fa-f{]|\\N\{`, code)
 }
 
 # Words that may be program text: the word of a code option and the one after it, as the code
@@ -2292,9 +2394,9 @@ inline_code_runner(name) if regex.match(`^pdb3?(?:\.[0-9]+)?$`, name)
 # "run other programs" includes functions found by a name built when it runs (`vars(os)[...]`).
 default code_effects := {
 	"write files": `\.write|pwrite|O_WRONLY|O_RDWR|O_CREAT|O_APPEND|O_TRUNC|mknod|write_text|write_bytes|writeFile|appendFile|open\([^;\n]*,\s*(mode\s*=\s*)?['"][^'"]*[wax+]|copyfile|copy2|copytree|\brename|\breplace\s*\(|symlink|\blink|fopen|File\.open|IO\.write|>\s*["']|(^|[^.\w]|\bio\.|\bcodecs\.)open\([^;\n]*,\s*(mode\s*=\s*)?[A-Za-z_][A-Za-z0-9_.]*\s*[^A-Za-z0-9_.=\s]|open\([^;\n]*,\s*(mode\s*=\s*)?['"][^'"]*['"]\s*[+%.]|open\([^;\n]*,\s*(mode\s*=\s*)?[fF][rR]?['"]|\bopen\s*\(?\s*(my\s+\$\w+|\$\w+|[A-Z][A-Z0-9_]*)\s*,\s*([^'"\s]|['"]\s*(\+[<>]|>|\||-\|))|\.open\(\s*(mode\s*=\s*)?['"][^'"]*[wax+]|\.open\(\s*(mode\s*=\s*)?[A-Za-z_][A-Za-z0-9_.]*\s*\)|open\([^)]*[,(]\s*\*|sysopen|FileIO\([^)]*,|copyFile|WriteStream|openSync\([^;\n]*,\s*[^\s)]|file_put_contents|fwrite|FileUtils|io\.output|\bfile\s*=\s*open|os\.open\([^;\n,]*,\s*([^oO0\s]|0[^,)\s]|[oO][^sS_]|os[^.]|os\.[^O]|os\.O[^_]|os\.O_[^R]|os\.O_R[^D]|O[^_]|O_[^R]|O_R[^D])|O_RDONLY\s*[|+^]|from\s+os\s+import\s+[^;\n]*(\*|\bopen\b)|import\s+os\s+as\b|sys\.modules|extract|FileHandler|\bfilename\s*=|dup2|hardlink|open\([^;\n]*,\s*(mode\s*=\s*)?['"][^'"]*\\|\$\^I|\$\{\^I\}|\$-i\b|inplace`,
-	"change who may use files": `chmod|chown|setfacl|\bumask\b`,
+	"change who may use files": `chmod|chown|setfacl|\bumask\b|xattr|acl`,
 	"delete files": `rm_rf|rm_f\b|ExtUtils|rmtree|unlink|remove|rmdir|truncate|\brm\b|shutil|fs\.rm|rimraf|File\.delete|delete_file|os\.remove|\bdel\b`,
-	"run other programs": `system|popen|subprocess|spawn|exec|\beval\b|fork|child_process|pty|__import__|importlib|getattr|compile|\bopen3\b|backtick|Kernel|%x|qx|\bvars\s*\(|__dict__|\bglobals\s*\(|attrgetter|methodcaller|\boperator\b|builtins|__getattribute__|\binspect\b|ctypes|\bpickle\b|\bmarshal\b`,
+	"run other programs": `system|popen|subprocess|spawn|exec|\beval\b|fork|child_process|pty|__import__|importlib|getattr|compile|\bopen3\b|backtick|Kernel|%x|qx|\bvars\s*\(|__dict__|\bglobals\s*\(|attrgetter|methodcaller|\boperator\b|builtins|__getattribute__|\binspect\b|ctypes|\bpickle\b|\bmarshal\b|\bsyscall\b`,
 }
 
 code_effects := data.tooljail.commands.code_effects if is_object(data.tooljail.commands.code_effects)
