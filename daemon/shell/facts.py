@@ -71,6 +71,9 @@ _SETS_SHELL_STATE = frozenset(
 #: into a folder, so where one runs in the line, a path the disk resolves through a link may
 #: lead elsewhere when the line runs (attacker round 81).
 _RESHAPES = frozenset({"rm", "rmdir", "unlink", "mkdir"})
+#: Wrappers that run their command in another directory than the line's: its relative paths
+#: are not known here (attacker round 186: `env -C .. chmod 777 app`).
+_MOVING_WRAPPERS = frozenset({"env -C", "find -execdir", "find -okdir"})
 #: Characters that make a word's value known only at run time (expansions, globs, braces, ~).
 _RUN_TIME_CHARACTERS = frozenset("$`*?[{~")
 _RUN_TIME = re.compile(f"[{re.escape(''.join(sorted(_RUN_TIME_CHARACTERS)))}]")
@@ -222,9 +225,10 @@ def command_facts(
         # command that does may change where they lead.
         reshaped = reshapers > (1 if reshapes_names(command) else 0)
         entry = command.to_policy()
-        entry["cwd"] = current
+        here = "" if _MOVING_WRAPPERS.intersection(command.wrappers) else current
+        entry["cwd"] = here
         resolve = resolved < _MAX_RESOLVED
-        words = word_facts(command, current, workspace if resolve else None, reshaped)
+        words = word_facts(command, here, workspace if resolve else None, reshaped)
         resolved += len(words)
         if linked or late or not resolve:
             # A link made earlier in the line (or later, where this runs after it), or one not
@@ -238,7 +242,7 @@ def command_facts(
             else entry["reads_only"]
         )
         if command.name == "git" and not command.dynamic:
-            git: GitInvocation = parse_git(command.argv, command.dynamic_words, current)
+            git: GitInvocation = parse_git(command.argv, command.dynamic_words, here)
             entry["git"] = git.to_policy()
         facts.append(entry)
         if command.dynamic or (command.path == command.name and command.name in _CHANGES_DIRECTORY):

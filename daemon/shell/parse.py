@@ -556,8 +556,8 @@ class _Analyser:
         for script in deferred_scripts(found.argv):
             self._nested(script.label, script.text, chain, depth, ctx)
         if basename(argv0.text) == "find" and not argv0.dynamic:
-            for action in find_exec_commands(found.argv):
-                self._emit(action, (), ctx, (*chain, "find -exec"), depth, [])
+            for label, action in find_exec_commands(found.argv):
+                self._emit(action, (), ctx, (*chain, label), depth, [])
 
     def _nested_fed(
         self,

@@ -25,7 +25,9 @@ _PARSER = tree_sitter.Parser(tree_sitter.Language(tree_sitter_bash.language()))
 _SEARCHES = frozenset({"grep", "egrep", "fgrep", "zgrep", "rg", "ag", "ack"})
 _COMPARES = frozenset({"diff", "cmp"})
 _TESTS = frozenset({"test", "["})
-_STATUS_KEEPING_WRAPPERS = frozenset({"sudo", "env", "nice", "nohup", "timeout", "stdbuf", "time"})
+_STATUS_KEEPING_WRAPPERS = frozenset(
+    {"sudo", "env", "env -C", "nice", "nohup", "timeout", "stdbuf", "time"}
+)
 """Wrappers whose own status is the wrapped command's (xargs, find -exec and bash -c are not:
 they run it many times, or it is a line of its own; builtin and exec fail on their own)."""
 _SUBSTITUTIONS = frozenset({"command_substitution", "process_substitution"})

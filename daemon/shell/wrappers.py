@@ -72,6 +72,8 @@ class _Peel:
     assignments: tuple[str, ...] = ()
     script: Script | None = None
     stdin_shell: bool = False
+    label: str = ""
+    """The wrapper's label when it is not its name (`env -C`: it runs the command elsewhere)."""
 
 
 _Peeler = Callable[[tuple[Word, ...]], _Peel | None]
@@ -288,9 +290,11 @@ _ENV_LONG_FLAG = frozenset(
 
 
 def _env(words: tuple[Word, ...]) -> _Peel | None:
-    """env [-i] [-u NAME] [-C DIR] [-S STRING] [NAME=VALUE]... [COMMAND]; -S splits STRING."""
+    """env [-i] [-u NAME] [-C DIR] [-S STRING] [NAME=VALUE]... [COMMAND]; -S splits STRING.
+    With -C (--chdir) the command runs in another directory: labelled `env -C`."""
     rest = list(words[1:])
     i = 0
+    moves = False
     while i < len(rest):
         word = rest[i]
         text = word.text
@@ -312,8 +316,10 @@ def _env(words: tuple[Word, ...]) -> _Peel | None:
                 consumed = 1 if eq else 2
             elif takes and not eq:
                 consumed = 2
+            moves = moves or bool(takes and "chdir".startswith(name))
         else:
             for k, ch in enumerate(text[1:], start=1):
+                moves = moves or ch == "C"
                 if ch in "uCS":
                     attached = text[k + 1 :]
                     value = attached or (rest[i + 1].text if i + 1 < len(rest) else "")
@@ -332,7 +338,7 @@ def _env(words: tuple[Word, ...]) -> _Peel | None:
     start, assignments = _take_assignments(tuple(rest), min(i, len(rest)))
     if start >= len(rest):
         return None
-    return _Peel(tuple(rest[start:]), assignments)
+    return _Peel(tuple(rest[start:]), assignments, label="env -C" if moves else "")
 
 
 def _eval(words: tuple[Word, ...]) -> _Peel | None:
@@ -565,7 +571,7 @@ def unwrap(words: Sequence[Word]) -> Unwrapped:
             return Unwrapped(
                 current, tuple(wrappers), tuple(assignments), peel.script, peel.stdin_shell
             )
-        wrappers.append(name)
+        wrappers.append(peel.label or name)
         current = peel.rest
     return Unwrapped(current, tuple(wrappers), tuple(assignments))
 
@@ -573,9 +579,10 @@ def unwrap(words: Sequence[Word]) -> Unwrapped:
 _FIND_EXEC = frozenset({"-exec", "-execdir", "-ok", "-okdir"})
 
 
-def find_exec_commands(argv: Sequence[Word]) -> list[tuple[Word, ...]]:
-    """The commands of find's -exec/-execdir/-ok/-okdir actions, each ending at `;` or `{} +`."""
-    found: list[tuple[Word, ...]] = []
+def find_exec_commands(argv: Sequence[Word]) -> list[tuple[str, tuple[Word, ...]]]:
+    """The commands of find's -exec/-execdir/-ok/-okdir actions, each ending at `;` or `{} +`,
+    with its wrapper's label (`find -execdir`: it runs in each found file's folder)."""
+    found: list[tuple[str, tuple[Word, ...]]] = []
     i = 1
     while i < len(argv):
         if argv[i].text not in _FIND_EXEC:
@@ -588,7 +595,7 @@ def find_exec_commands(argv: Sequence[Word]) -> list[tuple[Word, ...]]:
                 break
             j += 1
         if j > i + 1:
-            found.append(tuple(argv[i + 1 : j]))
+            found.append((f"find {argv[i].text}", tuple(argv[i + 1 : j])))
         i = j + 1
     return found
 
@@ -636,9 +643,14 @@ _TAR_VALUED_SHORT = "bCfFgHIKLNTVX"
 
 
 def _tar_command_value(name: str, value: str) -> str | None:
-    """The command a long option's value holds, if any (`exec=CMD` for checkpoint actions)."""
+    """The command a long option's value holds, if any (`exec=CMD` for checkpoint actions).
+    tar runs the remote shell with words of its own after it (the host of an archive named
+    `host:file`, --rmt-command's program): words only known when it runs (attacker round 186:
+    `tar -cf 777:x --rsh-command=/bin/chmod --rmt-command=. f` ran `chmod 777 .`)."""
     if "checkpoint-action".startswith(name):
         return value.removeprefix("exec=") if value.startswith("exec=") else None
+    if "rsh-command".startswith(name):
+        return f'{value} "$@"'
     return value
 
 

@@ -166,6 +166,21 @@ ASKS = [
     "python3 -c \"import os; os.\uff55mask(0); os.mkdir('d')\"",
     "python3 -c \"import os; os.setxattr('.', 'sys' 'tem.posix_acl_access', b'')\"",
     "perl -e '$d=\".\"; syscall 90, $d, 511'",
+    # Attacker round 186 (each decided allow before the fix, each opened a folder in bash).
+    "mkdir -p -m 777 t/app && cp -a t/app ~+/..", "ln -s .. L && cp -a t/app L",
+    "cd t; cp -a app ../..", "cp -a t/ws ~+/../..", "cp -a t/./ .", "cd t/x && cp -a ./ ../../..",
+    "cp -a t/x/.. .", "cp -a t/x/.. ..", "cp -a t/x/../ .", "cp -a t/x/.// .", "cp -a -t.. t/app",
+    "cp -a --target-directory=.. t/app", "cp -a --t=.. t/app", "mv -t/srv t/ws",
+    "env -C .. chmod 777 app", "env --chdir=.. chmod 777 .", "env -C .. install -d -m 777 app",
+    "env -C .. cp -a app/t/x/. app", "env -C /srv chmod 777 ws", "env -C .. rm -rf app",
+    "tar -cf a.tar -C t . && tar --ext -pf a.tar", "tar --ge -pf a.tar",
+    "touch f && tar -cf 777:x --rsh-command=/bin/chmod --rmt-command=. f",
+    "O=-p; hash $O /bin/chmod ls && ls 777 .", "O=-f; enable $O ./x.so chmod",
+    "declare $'BASH_\\x43MDS[ls]=/bin/chmod'; ls 777 .",
+    "export $'POSIXLY_\\x43ORRECT=1'; chmod 777 . -w", "export $'POSIXLY_\\103ORRECT'=1",
+    "python3 -c \"from posix import *; locals()['ch'+'mod']('.', 0o777)\"",
+    "printf '[core]\\n\\tsharedRepository = 0777\\n' > ~/.gitconfig && git init x",
+    "printf '[core]\\n\\tsharedRepository = 0777\\n' > /tmp/.gitconfig && git init x",
 ]  # fmt: skip
 
 ALLOWS = [
@@ -202,7 +217,8 @@ ALLOWS = [
     "git init --shared=group", "git init --shared=0640 r", "chmod --reference=a.txt b.txt",
     "cp -a src backup", "cp -a src/app backup/", "mv src/app.py .", "mv a b", "cp -r t/app ..",
     "git init --shared=true", "git init --shared=0644", "chmod =+755 run.sh",
-    "hash -r", "hash", "alias", "chmod u+x,g=u run.sh",
+    "hash -r", "hash", "alias", "chmod u+x,g=u run.sh", "env -C sub ls", "tar -cf x.tar src",
+    "cp -a src/. backup/", "cp -a ./src backup",
 ]  # fmt: skip
 
 

@@ -118,6 +118,19 @@ def test_cdpath_or_an_assignment_makes_a_cd_uncertain() -> None:
     assert [f["cwd"] for f in facts("export CDPATH=/; cd srv && rm -rf ws")] == [CWD, CWD, ""]
 
 
+@pytest.mark.parametrize(
+    "line",
+    ["env -C .. chmod 777 app", "env --chdir=.. chmod 777 app", "env -iC.. chmod 777 app",
+     "env --ch .. chmod 777 app", "find . -execdir chmod 777 app ;"],
+)  # fmt: skip
+def test_a_command_a_wrapper_runs_elsewhere_has_no_known_place(line: str) -> None:
+    """Attack (round 186): `env -C .. chmod 777 app` opened the directory the line runs in,
+    which the facts placed below it."""
+    chmod = next(f for f in facts(line) if f["name"] == "chmod")
+    assert chmod["cwd"] == ""
+    assert [w["path"] for w in chmod["words"]] == ["", ""]
+
+
 def test_paths_after_a_link_is_made_are_unknown() -> None:
     """Attack: `ln -s . L && rm -rf L/` deleted the workspace through a link the line made."""
     assert words("ln -s . L && rm -rf L/", 1) == [("-rf", False, ""), ("L/", False, "")]

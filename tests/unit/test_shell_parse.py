@@ -228,7 +228,7 @@ TABLE: list[tuple[str, bool, list[Cmd], list[str]]] = [
         True,
         [
             (["find", "/", "-execdir", "sh", "-c", 'rm "$1"', "_", "{}", ";"], ["sudo"]),
-            (["rm", "$1"], ["sudo", "find -exec", "sh -c"]),
+            (["rm", "$1"], ["sudo", "find -execdir", "sh -c"]),
         ],
         [],
     ),
@@ -437,6 +437,15 @@ def test_a_translated_string_is_one_word_known_only_at_run_time(
     assert [i for i, d in enumerate(command.dynamic_words) if d] == [translated]
 
 
+def test_the_remote_shell_tar_runs_gets_words_only_known_at_run_time() -> None:
+    """Attack (round 186): tar ran `chmod 777 .` from `--rsh-command=/bin/chmod`, the archive's
+    host `777` and `--rmt-command=.`, while the parser saw chmod with no operand."""
+    line = "tar -cf 777:x --rsh-command=/bin/chmod --rmt-command=. f"
+    nested = [c for c in parse_command(line).simple_commands if c.wrappers == ("tar",)]
+    assert [list(c.argv) for c in nested] == [["/bin/chmod", "$@"]]
+    assert nested[0].dynamic_words[1]
+
+
 def test_redirects_list_every_operator_and_only_outputs_are_written() -> None:
     doc = policy("cmd <<<word <in.txt >out.txt 2>&1 &>>all.log >|forced 3>>fd3 2>/dev/null")
     assert doc["redirects"] == [
@@ -609,7 +618,7 @@ def words(line: str) -> list[Word]:
         ("sudo -l", ["sudo", "-l"], []),
         ("doas -u root rm x", ["rm", "x"], ["doas"]),
         ("env - rm x", ["rm", "x"], ["env"]),
-        ("env -C /tmp -u HOME rm x", ["rm", "x"], ["env"]),
+        ("env -C /tmp -u HOME rm x", ["rm", "x"], ["env -C"]),
         ("env --split-string='rm -rf /'", ["rm", "-rf", "/"], ["env"]),
         ("timeout --kill-after 1 --signal=TERM 5 rm", ["rm"], ["timeout"]),
         ("timeout 5", ["timeout", "5"], []),

@@ -1063,6 +1063,32 @@ not_round_185_lines := {
 	"hash -r": [simple(["hash", "-r"])],
 }
 
+# Attacker round 186: each opened a folder in bash, and was allowed.
+round_186_lines := {
+	"cp -a t/ws ~+/..": [simple(["cp", "-a", "t/ws", "~+/.."])],
+	"cp -a t/./ .": [simple(["cp", "-a", "t/./", "."])],
+	"cp -a t/x/.. .": [simple(["cp", "-a", "t/x/..", "."])],
+	"cp -a -t.. t/ws": [simple(["cp", "-a", "-t..", "t/ws"])],
+	"tar --ext -pf a.tar": [simple(["tar", "--ext", "-pf", "a.tar"])],
+	"O=-p; hash $O /bin/chmod ls": [simple(["hash", "$O", "/bin/chmod", "ls"])],
+	"declare $'BASH_\\x43MDS[ls]=/bin/chmod'": [simple(["declare", "BASH_CMDS[ls]=/bin/chmod"])],
+	"export $'POSIXLY_\\x43ORRECT=1'": [simple(["export", "POSIXLY_CORRECT=1"])],
+	"python3 -c locals()": [simple(["python3", "-c", "from posix import *; locals()['ch'+'mod']('.', 0o777)"])],
+}
+
+test_round_186_openings_ask if {
+	missed := {line |
+		some line, commands in round_186_lines
+		decided(bash_line(line, commands)).outcome != "ask"
+	}
+	missed == set()
+}
+
+test_a_global_git_configuration_written_asks if {
+	doc := object.union(bash_line("printf x > /tmp/.gitconfig", [simple(["printf", "x"])]), {"command": {"written_paths": ["/tmp/.gitconfig"]}})
+	decides(doc, "ask", "from which git takes programs to run")
+}
+
 test_round_185_openings_ask if {
 	missed := {line |
 		some line, commands in round_185_lines

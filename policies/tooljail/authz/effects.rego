@@ -317,7 +317,7 @@ may_name_git_control(fact) if {
 # git's files from which it takes programs: configuration, attributes, and the hooks it runs
 # (githooks(5); a file of another name in hooks/ is never run).
 git_control_names := {
-	".git", "config", "config.worktree", "attributes", ".gitattributes", ".gitmodules", "applypatch-msg", "pre-applypatch",
+	".git", "config", "config.worktree", "attributes", ".gitattributes", ".gitmodules", ".gitconfig", "gitconfig", "applypatch-msg", "pre-applypatch",
 	"post-applypatch", "pre-commit", "pre-merge-commit", "prepare-commit-msg", "commit-msg",
 	"post-commit", "pre-rebase", "post-checkout", "post-merge", "pre-push", "pre-receive", "update",
 	"proc-receive", "post-receive", "post-update", "reference-transaction", "push-to-checkout",
@@ -565,12 +565,25 @@ needs_approval contains sprintf(
 	[tool_name, name, what],
 ) if {
 	command_tool
-	some name, what in {
-		"BASH_CMDS": "which program a name runs",
-		"BASH_ALIASES": "which command a name runs",
-		"POSIXLY_CORRECT": "where programs stop reading their options, which the policy reads otherwise",
-	}
+	some name, what in behaviour_names
 	contains(command_text_unquoted, name)
+}
+
+# The same names as the parser decodes the words (`export $'POSIXLY_\x43ORRECT=1'`: round 186).
+needs_approval contains sprintf(
+	"%s: the command names %s, which changes %s; a person must approve it before it runs.",
+	[tool_name, name, what],
+) if {
+	some cmd in simple_commands
+	some word in code_environment_cmd_words(cmd)
+	some name, what in behaviour_names
+	contains(word, name)
+}
+
+behaviour_names := {
+	"BASH_CMDS": "which program a name runs",
+	"BASH_ALIASES": "which command a name runs",
+	"POSIXLY_CORRECT": "where programs stop reading their options, which the policy reads otherwise",
 }
 
 # `hash -p PROGRAM NAME` and `enable -f LIBRARY NAME` give a name another program or a builtin
@@ -583,8 +596,13 @@ needs_approval contains sprintf(
 	some [program, letter] in [["hash", "p"], ["enable", "f"]]
 	basename(cmd.name) == program
 	some word in cmd_words(cmd)
-	regex.match(sprintf(`^-[A-Za-z]*%s`, [letter]), word.text)
+	gives_option(word, letter)
 }
+
+gives_option(word, letter) if regex.match(sprintf(`^-[A-Za-z]*%s`, [letter]), word.text)
+
+# A word only known when it runs may be the option (`O=-p; hash $O /bin/chmod ls`: round 186).
+gives_option(word, _) if word.dynamic == true
 
 # A reference to a variable named when it runs, or not named yet (`declare -n r=${n}T`,
 # `declare -n r; r=$n`): what is assigned through it reaches any variable, those programs take
@@ -858,6 +876,15 @@ tar_extracts(cmd) if {
 	regex.match(`^-[A-Za-z0-9]*x|^--(extract|get)`, opt)
 }
 
+# GNU tar takes a prefix of a long option (`--ext`, `--ge`: attacker round 186).
+tar_extracts(cmd) if {
+	some opt in options(command_args(cmd))
+	key := split(opt, "=")[0]
+	some [name, least] in [["--extract", 5], ["--get", 4]]
+	count(key) >= least
+	startswith(name, key)
+}
+
 # The old style: the first word is the letters without a dash (`tar xzf a.tgz`).
 tar_extracts(cmd) if {
 	first := command_args(cmd)[0]
@@ -958,6 +985,11 @@ git_control_path(path) if regex.match(`(^|/)\.git$`, path)
 git_control_path(path) if regex.match(`(^|/)\.git/(.+/)?(rebase-merge|rebase-apply|sequencer)(/|$)`, path)
 
 git_control_path(path) if regex.match(`(^|/)\.gitattributes$|(^|/)\.gitmodules$`, path)
+
+# git's global and system configuration (`~/.gitconfig`, `$XDG_CONFIG_HOME/git/config`,
+# `/etc/gitconfig`): read by every git the line runs after it (attacker round 186:
+# `core.sharedRepository = 0777` written there, then `git init`).
+git_control_path(path) if regex.match(`(^|/)\.?gitconfig$|(^|/)git/(config|attributes)$`, path)
 
 # --- Words ------------------------------------------------------------------------------------
 
@@ -2044,10 +2076,15 @@ mode_landings(cmd) := {what |
 	name := regex.replace(trim_right(source.text, "/"), `^.*/`, "")
 	not name in {"", ".", ".."}
 	some target in copy_destinations(cmd)
-	target.path != ""
-	landing := concat("/", [trim_right(target.path, "/"), name])
-	what := important_folder(cmd, landing)
+	what := named_landing(cmd, target, name)
 }
+
+# Where the source's name lands in the destination; a destination whose place is not known
+# here (a name only known at run time, `~+/..`, a link the line made, after an uncertain `cd`,
+# an attached `-t..`) may hold any folder (round 186).
+named_landing(cmd, target, name) := risky_target(cmd, target) if {
+	target.path == ""
+} else := important_folder(cmd, concat("/", [trim_right(target.path, "/"), name]))
 
 keeps_modes(cmd) if copies_modes(cmd)
 
@@ -2107,7 +2144,9 @@ lands_on_destination(cmd) if {
 
 contents_source(_, word) if word.dynamic == true
 
-contents_source(_, word) if regex.match(`(^|/)\.$`, word.text)
+# A folder's contents: a last component `.` or `..`, with or without slashes after it (`t/./`,
+# `./`, `t/x/..`: round 186).
+contents_source(_, word) if regex.match(`(^|/)\.\.?/*$`, word.text)
 
 contents_source("rsync", word) if endswith(word.text, "/")
 
@@ -2396,7 +2435,7 @@ default code_effects := {
 	"write files": `\.write|pwrite|O_WRONLY|O_RDWR|O_CREAT|O_APPEND|O_TRUNC|mknod|write_text|write_bytes|writeFile|appendFile|open\([^;\n]*,\s*(mode\s*=\s*)?['"][^'"]*[wax+]|copyfile|copy2|copytree|\brename|\breplace\s*\(|symlink|\blink|fopen|File\.open|IO\.write|>\s*["']|(^|[^.\w]|\bio\.|\bcodecs\.)open\([^;\n]*,\s*(mode\s*=\s*)?[A-Za-z_][A-Za-z0-9_.]*\s*[^A-Za-z0-9_.=\s]|open\([^;\n]*,\s*(mode\s*=\s*)?['"][^'"]*['"]\s*[+%.]|open\([^;\n]*,\s*(mode\s*=\s*)?[fF][rR]?['"]|\bopen\s*\(?\s*(my\s+\$\w+|\$\w+|[A-Z][A-Z0-9_]*)\s*,\s*([^'"\s]|['"]\s*(\+[<>]|>|\||-\|))|\.open\(\s*(mode\s*=\s*)?['"][^'"]*[wax+]|\.open\(\s*(mode\s*=\s*)?[A-Za-z_][A-Za-z0-9_.]*\s*\)|open\([^)]*[,(]\s*\*|sysopen|FileIO\([^)]*,|copyFile|WriteStream|openSync\([^;\n]*,\s*[^\s)]|file_put_contents|fwrite|FileUtils|io\.output|\bfile\s*=\s*open|os\.open\([^;\n,]*,\s*([^oO0\s]|0[^,)\s]|[oO][^sS_]|os[^.]|os\.[^O]|os\.O[^_]|os\.O_[^R]|os\.O_R[^D]|O[^_]|O_[^R]|O_R[^D])|O_RDONLY\s*[|+^]|from\s+os\s+import\s+[^;\n]*(\*|\bopen\b)|import\s+os\s+as\b|sys\.modules|extract|FileHandler|\bfilename\s*=|dup2|hardlink|open\([^;\n]*,\s*(mode\s*=\s*)?['"][^'"]*\\|\$\^I|\$\{\^I\}|\$-i\b|inplace`,
 	"change who may use files": `chmod|chown|setfacl|\bumask\b|xattr|acl`,
 	"delete files": `rm_rf|rm_f\b|ExtUtils|rmtree|unlink|remove|rmdir|truncate|\brm\b|shutil|fs\.rm|rimraf|File\.delete|delete_file|os\.remove|\bdel\b`,
-	"run other programs": `system|popen|subprocess|spawn|exec|\beval\b|fork|child_process|pty|__import__|importlib|getattr|compile|\bopen3\b|backtick|Kernel|%x|qx|\bvars\s*\(|__dict__|\bglobals\s*\(|attrgetter|methodcaller|\boperator\b|builtins|__getattribute__|\binspect\b|ctypes|\bpickle\b|\bmarshal\b|\bsyscall\b`,
+	"run other programs": `system|popen|subprocess|spawn|exec|\beval\b|fork|child_process|pty|__import__|importlib|getattr|compile|\bopen3\b|backtick|Kernel|%x|qx|\bvars\s*\(|__dict__|\bglobals\s*\(|attrgetter|methodcaller|\boperator\b|builtins|__getattribute__|\binspect\b|ctypes|\bpickle\b|\bmarshal\b|\bsyscall\b|\bposix\b|\blocals\s*\(`,
 }
 
 code_effects := data.tooljail.commands.code_effects if is_object(data.tooljail.commands.code_effects)
