@@ -12,7 +12,7 @@ import posixpath
 import re
 import shlex
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 SHELLS = frozenset({"bash", "sh", "dash", "zsh", "ksh", "ash", "mksh", "rbash", "yash", "posh"})
 """Shells whose `-c STRING` (and script on standard input) are parsed recursively."""
@@ -192,11 +192,28 @@ def _setarch(words: tuple[Word, ...]) -> _Peel | None:
 
 def _loader(words: tuple[Word, ...]) -> _Peel | None:
     """The dynamic loader run as a program (`ld.so [options] PROGRAM [args]`) runs PROGRAM
-    (round 150); --list, --verify and the like only look at it."""
+    (round 150); --list, --verify and the like only look at it. With --argv0 the program runs
+    under another name: labelled `ld.so --argv0` (see `_exec`)."""
     given = _options_given(words, 1, _LOADER_OPTS)
     if given & {"list", "verify", "help", "version", "list-tunables", "list-diagnostics"}:
         return None
-    return _LOADER_RUNS(words)
+    peel = _LOADER_RUNS(words)
+    if peel is not None and any("argv0".startswith(o) for o in given if len(o) > 1):
+        return replace(peel, label="ld.so --argv0")
+    return peel
+
+
+_EXEC_OPTS = _Opts(short_arg="a")
+
+
+def _exec(words: tuple[Word, ...]) -> _Peel | None:
+    """exec [-cl] [-a NAME] PROGRAM [args]; with -a the program runs under another name, which
+    some take as what to do (`exec -a git-init git status --shared=0777` ran git init, and
+    `exec -a linux64 setarch chmod 777 .` ran chmod: attacker round 187): labelled `exec -a`."""
+    peel = _simple(_EXEC_OPTS)(words)
+    if peel is not None and "a" in _options_given(words, 1, _EXEC_OPTS):
+        return replace(peel, label="exec -a")
+    return peel
 
 
 _LOADER_OPTS = _Opts(
@@ -440,7 +457,7 @@ PEELERS: dict[str, _Peeler] = {
     ),
     "command": _command,
     "builtin": _simple(_NO_OPTS),
-    "exec": _simple(_Opts(short_arg="a")),
+    "exec": _exec,
     # Keywords, after which assignments are the command's (`time V=1 rm x`).
     "time": _sudo_like(
         _Opts(

@@ -181,6 +181,29 @@ ASKS = [
     "python3 -c \"from posix import *; locals()['ch'+'mod']('.', 0o777)\"",
     "printf '[core]\\n\\tsharedRepository = 0777\\n' > ~/.gitconfig && git init x",
     "printf '[core]\\n\\tsharedRepository = 0777\\n' > /tmp/.gitconfig && git init x",
+    # Attacker round 187 (each decided allow before the fix, each opened a folder in bash).
+    "exec -a git-init git status --shared=0777", "(exec -a git-init git status --shared=0777)",
+    "/lib64/ld-linux-x86-64.so.2 --argv0 git-init /usr/bin/git status --shared=0777",
+    "exec -a linux64 setarch chmod 777 .", "exec -a x86_64 setarch umask 0",
+    "/lib64/ld-linux-x86-64.so.2 --argv0 linux64 /usr/bin/setarch chmod 777 ..",
+    "set -ao posix; chmod 777 . -w", "set -a -o posix && chmod 777 .. -w",
+    "bash -ac 'set -o posix; chmod 777 . -w'", "script -q /dev/null <<< 'chmod 777 .'",
+    "printf 'chmod 777 .\\nexit\\n' | script -q /dev/null",
+    "awk -f - <<< 'BEGIN{system(\"chmod 777 .\")}'", "echo 'BEGIN{}' | awk -f -",
+    "awk -f /dev/stdin <<< 'BEGIN{}'", "gawk -f /dev/fd/0 <<< 'BEGIN{}'",
+    "dpkg-statoverride --update --add \"#$(id -u)\" \"#$(id -g)\" 0777 \"$PWD\"",
+    "dpkg-statoverride --update --add root root 0777 /srv/ws",
+    "python3 -c 'import timeit;timeit.timeit(\"import os;os.ch\"+\"mod(\\\".\\\",511)\",number=1)'",
+    "python3 -c 'import cProfile;cProfile.run(\"import os\")'",
+    "python3 -c 'import code;code.InteractiveInterpreter().runsource(\"x\")'",
+    "python3 -c 'import pkgutil;pkgutil.resolve_name(\"os:ch\"+\"mod\")(\".\",511)'",
+    "python3 -c 'import pydoc;pydoc.locate(\"os.chmo\" \"d\")(\".\",511)'",
+    "python3 -c 'import logging.config as c;c.dictConfig({})'",
+    "python3 -c 'import pydoc;pydoc.pipepager(\"\",\"ch\"\"mod 777 .\")'",
+    "python3 -c 'import uuid;uuid._get_command_stdout(\"ch\"+\"mod\",\"777\",\".\")'",
+    "perl -e '$c=\"ch\".\"mod 777 .\";`$c`'", "perl -e 'readpipe(\"ch\".\"mod 777 .\")'",
+    "perl -e '$_=\"x\";s/x/\"ch\".\"mod 0777,q(.)\"/ee'",
+    "perl -e '&{\"CORE::ch\".\"mod\"}(0777,\".\")'",
 ]  # fmt: skip
 
 ALLOWS = [
@@ -218,7 +241,9 @@ ALLOWS = [
     "cp -a src backup", "cp -a src/app backup/", "mv src/app.py .", "mv a b", "cp -r t/app ..",
     "git init --shared=true", "git init --shared=0644", "chmod =+755 run.sh",
     "hash -r", "hash", "alias", "chmod u+x,g=u run.sh", "env -C sub ls", "tar -cf x.tar src",
-    "cp -a src/. backup/", "cp -a ./src backup",
+    "cp -a src/. backup/", "cp -a ./src backup", "exec ls", "script -q -c 'ls' /dev/null",
+    "awk -f prog.awk data.txt", "dpkg-statoverride --list", "python3 -m timeit 'sum(range(9))'",
+    "python3 -c 'print(\"a\", \"b\")'",
 ]  # fmt: skip
 
 

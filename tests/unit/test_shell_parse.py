@@ -630,7 +630,7 @@ def words(line: str) -> list[Word]:
         ("xargs -i rm {}", ["rm", "{}"], ["xargs"]),
         ("command -p rm", ["rm"], ["command"]),
         ("command -V rm", ["command", "-V", "rm"], []),
-        ("exec -a name rm", ["rm"], ["exec"]),
+        ("exec -a name rm", ["rm"], ["exec -a"]),
         ("time -f %e -o t.txt rm", ["rm"], ["time"]),
         ("builtin echo", ["echo"], ["builtin"]),
         ("busybox rm -rf /", ["rm", "-rf", "/"], ["busybox"]),
@@ -723,7 +723,11 @@ def test_unwrap_peels_the_other_wrappers_of_a_linux_system(
             ["/bin/rm", "-rf", "/w"],
             "ld-linux-x86-64.so.2",
         ),
-        ("ld.so --library-path /x --argv0 y /bin/rm -rf /w", ["/bin/rm", "-rf", "/w"], "ld.so"),
+        (
+            "ld.so --library-path /x --argv0 y /bin/rm -rf /w",
+            ["/bin/rm", "-rf", "/w"],
+            "ld.so --argv0",
+        ),
         (
             "start-stop-daemon -S -x /bin/rm -- -rf /w",
             ["/bin/rm", "-rf", "/w"],

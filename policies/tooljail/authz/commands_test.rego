@@ -1076,6 +1076,26 @@ round_186_lines := {
 	"python3 -c locals()": [simple(["python3", "-c", "from posix import *; locals()['ch'+'mod']('.', 0o777)"])],
 }
 
+# Attacker round 187: each opened a folder in bash, and was allowed.
+round_187_lines := {
+	"exec -a git-init git status --shared=0777": [wrapped(["git", "status", "--shared=0777"], ["exec -a"])],
+	"set -ao posix; chmod 777 . -w": [simple(["set", "-ao", "posix"]), simple(["chmod", "777", ".", "-w"])],
+	"script -q /dev/null <<< 'chmod 777 .'": [object.union(simple(["script", "-q", "/dev/null"]), {"stdin_texts": ["chmod 777 ."]})],
+	"awk -f - <<< BEGIN": [object.union(simple(["awk", "-f", "-"]), {"stdin_texts": ["BEGIN{}"]})],
+	"dpkg-statoverride --update --add root root 0777 /srv/ws": [simple(["dpkg-statoverride", "--update", "--add", "root", "root", "0777", "/srv/ws"])],
+	"python3 -c timeit": [simple(["python3", "-c", "import timeit; timeit.timeit('x')"])],
+	"python3 -c joined": [simple(["python3", "-c", "import os; f = getattr; x = 'ch' + 'mod'"])],
+	"perl -e readpipe": [simple(["perl", "-e", "readpipe(q(ls))"])],
+}
+
+test_round_187_openings_ask if {
+	missed := {line |
+		some line, commands in round_187_lines
+		decided(bash_line(line, commands)).outcome != "ask"
+	}
+	missed == set()
+}
+
 test_round_186_openings_ask if {
 	missed := {line |
 		some line, commands in round_186_lines

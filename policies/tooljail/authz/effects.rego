@@ -580,6 +580,90 @@ needs_approval contains sprintf(
 	contains(word, name)
 }
 
+# bash's POSIX mode sets POSIXLY_CORRECT, which `set -a` exports to every program after it
+# (`set -ao posix; chmod 777 . -w`: attacker round 187).
+needs_approval contains sprintf(
+	"%s: the command names posix: bash's POSIX mode sets POSIXLY_CORRECT, which changes %s; a person must approve it before it runs.",
+	[tool_name, behaviour_names.POSIXLY_CORRECT],
+) if {
+	command_tool
+	regex.match(`(^|[^A-Za-z0-9_])posix([^A-Za-z0-9_]|$)`, command_text_unquoted)
+}
+
+# A program run under another name (`exec -a NAME`, the loader's --argv0): git and setarch take
+# what to do from that name (`exec -a git-init git status --shared=0777` ran git init: round 187).
+needs_approval contains sprintf(
+	"%s: `%s` runs under another name (%s), which some programs take as what to do; a person must approve it before it runs.",
+	[tool_name, shown(cmd), wrapper],
+) if {
+	some cmd in simple_commands
+	some wrapper in cmd.wrappers
+	wrapper in {"exec -a", "ld.so --argv0"}
+}
+
+# `script` without -c starts a shell that reads its commands from its input, which the policy
+# does not parse (`script -q /dev/null <<< 'chmod 777 .'`: round 187).
+needs_approval contains sprintf(
+	"%s: `%s` starts a shell that reads its commands from its input, which the policy does not read; a person must approve it before it runs. Give the command with -c instead.",
+	[tool_name, shown(cmd)],
+) if {
+	some cmd in simple_commands
+	basename(cmd.name) == "script"
+	not script_given_a_command(cmd)
+}
+
+script_given_a_command(cmd) if {
+	some word in cmd_words(cmd)
+	regex.match(`^-[A-Za-z]*c|^--c(o(m(m(a(n(d)?)?)?)?)?)?(=|$)`, word.text)
+}
+
+# dpkg-statoverride --update sets the mode it records at once (round 187).
+needs_approval contains sprintf(
+	"%s: `%s` sets owners and modes of files; a person must approve it before it runs.",
+	[tool_name, shown(cmd)],
+) if {
+	some cmd in simple_commands
+	basename(cmd.name) == "dpkg-statoverride"
+	not every_word_lists(cmd)
+}
+
+every_word_lists(cmd) if {
+	words := cmd_words(cmd)
+	count(words) > 0
+	every word in words {
+		word.dynamic == false
+		word.text in {"--list", "-l", "--help", "-?", "--version", "--force", "--quiet", "--root", "--admindir"}
+	}
+}
+
+# awk reading its program from its input or a descriptor (`awk -f - <<< 'BEGIN{system(...)}'`):
+# the policy cannot read it (round 187).
+needs_approval contains sprintf(
+	"%s: `%s` reads its program from %s, which the policy cannot read; a person must approve it before it runs. Give the program as its first operand.",
+	[tool_name, shown(cmd), source],
+) if {
+	some cmd in simple_commands
+	basename(cmd.name) in stream_programs
+	stream_family(basename(cmd.name)) == "awk"
+	some source in awk_program_files(cmd)
+	regex.match(`^-$|^/dev/|^/proc/|^<\(`, source)
+}
+
+awk_program_files(cmd) := [value |
+	words := cmd_words(cmd)
+	some j, word in words
+	value := awk_file_value(words, j)
+]
+
+awk_file_value(words, j) := words[j + 1].text if {
+	regex.match(`^-[A-Za-z]*[fE]$|^--(fi(l(e)?)?|exe(c)?)$`, words[j].text)
+} else := substring(words[j].text, 2, -1) if {
+	regex.match(`^-[fE].`, words[j].text)
+} else := value if {
+	regex.match(`^--(fi(l(e)?)?|exe(c)?)=`, words[j].text)
+	value := substring(words[j].text, indexof(words[j].text, "=") + 1, -1)
+}
+
 behaviour_names := {
 	"BASH_CMDS": "which program a name runs",
 	"BASH_ALIASES": "which command a name runs",
@@ -2228,6 +2312,15 @@ opaque_code contains [i, sprintf("%s code with characters outside ASCII or \\u e
 	regex.match(`[^\x00-\x7F]|\\[uU][0-9A-Fa-f{]|\\N\{`, code)
 }
 
+# Code that joins pieces of text into a name or code (`"ch"+"mod"`, `"ch" "mod"`, perl's
+# `"ch"."mod"`): what it builds is what the effects above look for (round 187).
+opaque_code contains [i, sprintf("%s code that joins pieces of text, which may spell a name or code the policy would ask about", [basename(cmd.name)])] if {
+	some i, cmd in simple_commands
+	inline_code_runner(basename(cmd.name))
+	some code in inline_code(cmd)
+	regex.match(`[A-Za-z0-9_]['"]\s*[+.]?\s*['"][A-Za-z0-9_]`, code)
+}
+
 # Words that may be program text: the word of a code option and the one after it, as the code
 # may be attached (`-cCODE`, `--eval=CODE`) or follow; the option may end a cluster (`python3
 # -Ic`, `perl -le`: attacker round 88). Any text fed on the input, whether or not the program
@@ -2435,7 +2528,7 @@ default code_effects := {
 	"write files": `\.write|pwrite|O_WRONLY|O_RDWR|O_CREAT|O_APPEND|O_TRUNC|mknod|write_text|write_bytes|writeFile|appendFile|open\([^;\n]*,\s*(mode\s*=\s*)?['"][^'"]*[wax+]|copyfile|copy2|copytree|\brename|\breplace\s*\(|symlink|\blink|fopen|File\.open|IO\.write|>\s*["']|(^|[^.\w]|\bio\.|\bcodecs\.)open\([^;\n]*,\s*(mode\s*=\s*)?[A-Za-z_][A-Za-z0-9_.]*\s*[^A-Za-z0-9_.=\s]|open\([^;\n]*,\s*(mode\s*=\s*)?['"][^'"]*['"]\s*[+%.]|open\([^;\n]*,\s*(mode\s*=\s*)?[fF][rR]?['"]|\bopen\s*\(?\s*(my\s+\$\w+|\$\w+|[A-Z][A-Z0-9_]*)\s*,\s*([^'"\s]|['"]\s*(\+[<>]|>|\||-\|))|\.open\(\s*(mode\s*=\s*)?['"][^'"]*[wax+]|\.open\(\s*(mode\s*=\s*)?[A-Za-z_][A-Za-z0-9_.]*\s*\)|open\([^)]*[,(]\s*\*|sysopen|FileIO\([^)]*,|copyFile|WriteStream|openSync\([^;\n]*,\s*[^\s)]|file_put_contents|fwrite|FileUtils|io\.output|\bfile\s*=\s*open|os\.open\([^;\n,]*,\s*([^oO0\s]|0[^,)\s]|[oO][^sS_]|os[^.]|os\.[^O]|os\.O[^_]|os\.O_[^R]|os\.O_R[^D]|O[^_]|O_[^R]|O_R[^D])|O_RDONLY\s*[|+^]|from\s+os\s+import\s+[^;\n]*(\*|\bopen\b)|import\s+os\s+as\b|sys\.modules|extract|FileHandler|\bfilename\s*=|dup2|hardlink|open\([^;\n]*,\s*(mode\s*=\s*)?['"][^'"]*\\|\$\^I|\$\{\^I\}|\$-i\b|inplace`,
 	"change who may use files": `chmod|chown|setfacl|\bumask\b|xattr|acl`,
 	"delete files": `rm_rf|rm_f\b|ExtUtils|rmtree|unlink|remove|rmdir|truncate|\brm\b|shutil|fs\.rm|rimraf|File\.delete|delete_file|os\.remove|\bdel\b`,
-	"run other programs": `system|popen|subprocess|spawn|exec|\beval\b|fork|child_process|pty|__import__|importlib|getattr|compile|\bopen3\b|backtick|Kernel|%x|qx|\bvars\s*\(|__dict__|\bglobals\s*\(|attrgetter|methodcaller|\boperator\b|builtins|__getattribute__|\binspect\b|ctypes|\bpickle\b|\bmarshal\b|\bsyscall\b|\bposix\b|\blocals\s*\(`,
+	"run other programs": `system|popen|subprocess|spawn|exec|\beval\b|fork|child_process|pty|__import__|importlib|getattr|compile|\bopen3\b|backtick|Kernel|%x|qx|\bvars\s*\(|__dict__|\bglobals\s*\(|attrgetter|methodcaller|\boperator\b|builtins|__getattribute__|\binspect\b|ctypes|\bpickle\b|\bmarshal\b|\bsyscall\b|\bposix\b|\blocals\s*\(|\b(timeit|cProfile|profile|pdb|pydoc|pkgutil|runpy|code)\s*\.|\bimport\s+[^;\n]*\b(timeit|cProfile|profile|pdb|pydoc|pkgutil|runpy|code)\b|\bfrom\s+(timeit|cProfile|profile|pdb|pydoc|pkgutil|runpy|code)\b|Interactive(Interpreter|Console)|runsource|runcode|compile_command|resolve_name|\blocate\b|dictConfig|fileConfig|pager|_get_command_stdout|run_module|run_path|\x60|readpipe|CORE::|&\s*\{|/ee\b`,
 }
 
 code_effects := data.tooljail.commands.code_effects if is_object(data.tooljail.commands.code_effects)
