@@ -1072,8 +1072,13 @@ git_control_path(path) if regex.match(`(^|/)\.gitattributes$|(^|/)\.gitmodules$`
 
 # git's global and system configuration (`~/.gitconfig`, `$XDG_CONFIG_HOME/git/config`,
 # `/etc/gitconfig`): read by every git the line runs after it (attacker round 186:
-# `core.sharedRepository = 0777` written there, then `git init`).
-git_control_path(path) if regex.match(`(^|/)\.?gitconfig$|(^|/)git/(config|attributes)$`, path)
+# `core.sharedRepository = 0777` written there, then `git init`). Files of those names inside
+# the workspace are read only where a configuration git reads names them (an include, HOME
+# set in the line: both asked about), and the workspace's own are kept read-only then.
+git_control_path(path) if {
+	regex.match(`(^|/)\.?gitconfig$|(^|/)git/(config|attributes)$`, path)
+	not inside_workspace(path)
+}
 
 # --- Words ------------------------------------------------------------------------------------
 
