@@ -6,6 +6,13 @@
   the ways around those checks: 32-bit and x32 system calls (other numbers, other arguments),
   io_uring (opens files without system calls) and openat2 (its mode sits behind a pointer the
   filter cannot read; programs fall back to openat).
+- Nothing it makes or changes is writable by every user: the chmod calls refuse a mode that
+  gives others write (EPERM), umask refuses a mask that lets new files and folders be made so
+  (EPERM: the mask stays), and setting extended attributes, where access lists live, is refused
+  as on a filesystem without them (EOPNOTSUPP; programs that copy them go on without). Attacker
+  rounds 183 to 188 found one spelling after another of `chmod 777 .` that the policy's reading
+  of a command missed (options, copies that keep modes, code that builds the name `chmod`);
+  here the kernel refuses the effect whatever the spelling.
 - Netlink sockets (socket(AF_NETLINK, ...)), refused with EAFNOSUPPORT as in a kernel without
   them: messages queued on them are kernel memory no memory cgroup is charged for (attacker
   round 106 held 640 MB of the host's slab from a 512 MB container through NETLINK_USERSOCK).
@@ -62,6 +69,7 @@ _PR_SET_DUMPABLE = 4
 _SECCOMP_MODE_FILTER = 2
 
 _SPECIAL_BITS = 0o6000
+_OTHERS_WRITE = 0o002
 _FILE_TYPE = 0o170000
 _DEVICES = (0o020000, 0o060000)  # S_IFCHR, S_IFBLK
 _X32_BIT = 0x40000000
@@ -85,7 +93,16 @@ class _Arch:
     """One architecture's system calls, as the filter needs them (a plain class: dataclasses
     would cost every container 13 ms of CPU to import)."""
 
-    __slots__ = ("audit", "masked", "mknods", "mode_arg", "refused", "setsockopt")
+    __slots__ = (
+        "audit",
+        "chmods",
+        "masked",
+        "mknods",
+        "mode_arg",
+        "refused",
+        "setsockopt",
+        "unsupported",
+    )
 
     def __init__(
         self,
@@ -95,6 +112,8 @@ class _Arch:
         refused: frozenset[int],
         masked: dict[int, tuple[int, int, tuple[int, ...], int]],
         setsockopt: int,
+        chmods: frozenset[int],
+        unsupported: frozenset[int],
     ) -> None:
         self.audit = audit
         """AUDIT_ARCH_* of the native system calls."""
@@ -102,6 +121,10 @@ class _Arch:
         """Calls that take a file mode: the index of that argument."""
         self.mknods = mknods
         """Those of them that can also make devices."""
+        self.chmods = chmods
+        """Those of them that change a mode as given (no umask): others' write is refused too."""
+        self.unsupported = unsupported
+        """Calls refused with EOPNOTSUPP (setting extended attributes, where ACLs live)."""
         self.refused = refused
         """Calls refused outright with ENOSYS."""
         self.masked = masked
@@ -122,8 +145,11 @@ _ARCHES = {
             16: (1, _IOCTL_TYPE, (_BTRFS_IOCTLS,), errno.ENOTTY),
             41: (0, _ALL_BITS, _UNCHARGED_FAMILIES, errno.EAFNOSUPPORT),
             72: (1, _ALL_BITS, (_F_SETPIPE_SZ, _F_SETLEASE), errno.EPERM),
+            95: (0, _OTHERS_WRITE, (0,), errno.EPERM),  # umask without others' write
         },
         54,
+        frozenset({90, 91, 268, 452}),  # chmod, fchmod, fchmodat, fchmodat2
+        frozenset({188, 189, 190, 463}),  # setxattr, lsetxattr, fsetxattr, setxattrat
     ),
     "aarch64": _Arch(
         0xC00000B7,
@@ -135,8 +161,11 @@ _ARCHES = {
             29: (1, _IOCTL_TYPE, (_BTRFS_IOCTLS,), errno.ENOTTY),
             198: (0, _ALL_BITS, _UNCHARGED_FAMILIES, errno.EAFNOSUPPORT),
             25: (1, _ALL_BITS, (_F_SETPIPE_SZ, _F_SETLEASE), errno.EPERM),
+            166: (0, _OTHERS_WRITE, (0,), errno.EPERM),  # umask without others' write
         },
         208,
+        frozenset({52, 53, 452}),  # fchmod, fchmodat, fchmodat2
+        frozenset({5, 6, 7, 463}),  # setxattr, lsetxattr, fsetxattr, setxattrat
     ),
 }
 
@@ -188,7 +217,10 @@ def build_filter(machine: str | None = None) -> bytes:
     for number in sorted(arch.refused):
         prog.op(_JEQ, number, "nosys", 0)
     for number, arg in sorted(arch.mode_arg.items()):
-        prog.op(_JEQ, number, f"mknod{arg}" if number in arch.mknods else f"mode{arg}", 0)
+        kind = "mknod" if number in arch.mknods else "chmod" if number in arch.chmods else "mode"
+        prog.op(_JEQ, number, f"{kind}{arg}", 0)
+    for number in sorted(arch.unsupported):
+        prog.op(_JEQ, number, "notsup", 0)
     for number in sorted(arch.masked):
         prog.op(_JEQ, number, f"masked{number}", 0)
     prog.op(_JEQ, arch.setsockopt, "setsockopt", 0)
@@ -213,6 +245,11 @@ def build_filter(machine: str | None = None) -> bytes:
         prog.op(_LD_W_ABS, _ARGS + 8 * arg)  # the low 32 bits: little-endian
         prog.op(_JSET, _SPECIAL_BITS, "eperm", 0)
         prog.op(_RET, _ALLOW)
+    for arg in sorted({arch.mode_arg[n] for n in arch.chmods}):
+        prog.label(f"chmod{arg}")
+        prog.op(_LD_W_ABS, _ARGS + 8 * arg)
+        prog.op(_JSET, _SPECIAL_BITS | _OTHERS_WRITE, "eperm", 0)
+        prog.op(_RET, _ALLOW)
     for arg in sorted({arch.mode_arg[n] for n in arch.mknods}):
         prog.label(f"mknod{arg}")
         prog.op(_LD_W_ABS, _ARGS + 8 * arg)
@@ -232,6 +269,8 @@ def build_filter(machine: str | None = None) -> bytes:
         prog.op(_RET, _ERRNO | refusal)
     prog.label("noprotoopt")
     prog.op(_RET, _ERRNO | errno.ENOPROTOOPT)
+    prog.label("notsup")
+    prog.op(_RET, _ERRNO | errno.EOPNOTSUPP)
     prog.label("unchanged")
     prog.op(_RET, _ERRNO | 0)  # returns 0: success, and nothing done
     prog.label("eperm")

@@ -290,9 +290,9 @@ async def test_a_workspace_opened_to_everyone_after_its_judgement_gets_no_contai
     executor: SandboxExecutor, docker_client: Any, instance_id: str, workspace: Path
 ) -> None:
     """Who on the host could race a container's mounts is judged when the call's container is
-    asked for; a sandbox of the workspace that opens it to everyone (chmod 0777) before that
-    container's turn would let any local user race it, judged safe. Looked at again in the
-    turn, it makes nothing until the workspace is closed again."""
+    asked for; the workspace opened to everyone (chmod 0777: by a host process, a sandbox can
+    no longer) before that container's turn would let any local user race it, judged safe.
+    Looked at again in the turn, it makes nothing until the workspace is closed again."""
     repository(workspace)
     way = tuple(
         WayFolder(path=str(f), uid=i.st_uid, gid=i.st_gid, mode=i.st_mode)
@@ -300,11 +300,12 @@ async def test_a_workspace_opened_to_everyone_after_its_judgement_gets_no_contai
         for i in [f.lstat()]
     )
     spec = pinned_spec(workspace).model_copy(update={"host_way": way})
-    opened = await executor.run(spec_for(workspace), bash(workspace, "chmod 0777 ."))
-    assert opened.exit_code == 0, opened
-    with pytest.raises(SandboxStartError) as refused:
+    refused = await executor.run(spec_for(workspace), bash(workspace, "chmod 0777 ."))
+    assert refused.exit_code != 0 and "Operation not permitted" in refused.output, refused
+    workspace.chmod(0o777)
+    with pytest.raises(SandboxStartError) as not_made:
         await executor.run(spec, bash(workspace, "touch ran"))
-    assert str(refused.value) == SET_UP_CHANGED
+    assert str(not_made.value) == SET_UP_CHANGED
     assert not (workspace / "ran").exists()
     pinned_mounts = [  # the warm pool refills for the unpinned spec meanwhile; none is pinned
         m

@@ -174,6 +174,60 @@ def test_no_setuid_file_or_device_reaches_the_host_by_any_route(
     assert planted == []
 
 
+def world_writable(root: Path) -> list[str]:
+    """Files and folders at or below `root` (links aside) that every local user may write, by
+    their mode or by an access list (the kernel reads the list's `other` entry into the mode)."""
+    found = []
+    for dirpath, dirnames, filenames in os.walk(root):
+        for path in [dirpath, *(os.path.join(dirpath, n) for n in (*dirnames, *filenames))]:
+            info = os.lstat(path)
+            if not stat.S_ISLNK(info.st_mode) and info.st_mode & stat.S_IWOTH:
+                found.append(f"{os.path.relpath(path, root)}: mode {oct(info.st_mode)}")
+    return sorted(set(found))
+
+
+# Every way found to leave the workspace, its folder or a file in it writable by every user
+# (attacker rounds 183 to 188), each run from a file the policy does not read: the kernel refuses
+# them whatever the spelling.
+OPENING_ROUTES = {
+    "chmod 777 .": "printf 'chmod 777 . f; chmod o+w .' > o.sh && touch f && bash o.sh",
+    "chmod(2)": _python_file("chm", "import os; open('g','w').close(); os.chmod('g', 0o666)"),
+    "fchmod": _python_file("fchm", "import os; os.fchmod(os.open('.', os.O_RDONLY), 0o777)"),
+    "umask 0": "printf 'umask 0; touch u; mkdir ud; mkfifo up' > u.sh && bash u.sh",
+    "os.umask(0)": _python_file(
+        "um", "import os\ntry: os.umask(0)\nexcept OSError: pass\nopen('pu','w').close()"
+    ),
+    "access list": _python_file(
+        "acl",
+        "import os, struct; e = struct.pack('<IHHIHHIHHIHHI', 2, 1, 7, 0xFFFFFFFF, 4, 7, "
+        "0xFFFFFFFF, 0x10, 7, 0xFFFFFFFF, 0x20, 7, 0xFFFFFFFF)\n"
+        "for name in ('system.posix_acl_access', 'system.posix_acl_default'):\n"
+        "  try: os.setxattr('.', name, e)\n  except OSError as x: print(name, x)",
+    ),
+    "cp -a of an open folder": "printf 'cp -a /tmp/. .; cp -a /tmp ct' > c.sh && bash c.sh",
+    "git init --shared=0777": "printf 'git init -q --shared=0777 gs' > g.sh && bash g.sh",
+    "install -d -m 0777": "printf 'install -d -m 0777 . idir' > i.sh && bash i.sh",
+}
+
+
+def test_nothing_a_command_makes_or_changes_is_writable_by_every_user(
+    iso_daemon: RunningDaemon, iso_root: Path, record: Record
+) -> None:
+    owned = owned_workspace(iso_root / "roots" / "opening-owned")
+    fresh = open_session(iso_daemon)
+    by_owner = open_session(iso_daemon, str(owned))
+    attempts = 0
+    for session in (fresh, by_owner):
+        for route, command in OPENING_ROUTES.items():
+            answer = bash(iso_daemon, command, session.id)
+            # A route the policy asks about never reaches the kernel's defences.
+            assert answer.decision.outcome == pb.ALLOW, (route, text_of(answer))
+            attempts += 1
+    opened = world_writable(Path(fresh.workspace)) + world_writable(owned)
+    record("world-writable files and folders, every route", attempts, attempts - len(opened))
+    assert opened == []
+
+
 def test_the_sandbox_never_runs_as_root_or_below_the_floor(
     iso_daemon: RunningDaemon, iso_root: Path
 ) -> None:
@@ -543,12 +597,17 @@ def test_no_other_local_user_can_pass_through_the_sessions_root(
 ) -> None:
     """Attacker round 181: the sessions root let every local user pass (0711), so a workspace a
     command made world-writable took another user's subvolumes: unbudgeted room, and nested
-    subvolumes steering the workspace's deletion. Only the daemon's user passes now."""
+    subvolumes steering the workspace's deletion. Only the daemon's user passes now; and no
+    command can make a workspace world-writable any more (round 188: the kernel refuses it)."""
     fresh = open_session(iso_daemon)
     root = Path(fresh.workspace).parent
     assert stat.S_IMODE(root.stat().st_mode) & 0o077 == 0, oct(root.stat().st_mode)
-    bash(iso_daemon, _python_file("open", "import os; os.chmod('.', 0o777)"), fresh.id)
-    assert stat.S_IMODE(Path(fresh.workspace).stat().st_mode) == 0o777
+    before = stat.S_IMODE(Path(fresh.workspace).stat().st_mode)
+    tried = bash(iso_daemon, _python_file("open", "import os; os.chmod('.', 0o777)"), fresh.id)
+    assert "PermissionError" in text_of(tried), text_of(tried)
+    assert stat.S_IMODE(Path(fresh.workspace).stat().st_mode) == before
+    # Opened all the same (by an older version, or its owner): the sessions root still holds.
+    os.chmod(fresh.workspace, 0o777)
     looked = subprocess.run(
         ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", "stat", fresh.workspace],
         capture_output=True,

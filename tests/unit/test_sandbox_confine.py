@@ -42,6 +42,26 @@ attempt("mknod char", lambda: os.mknod("char", 0o020666, os.makedev(1, 3)))
 attempt("mknod block", lambda: os.mknod("block", 0o060666, os.makedev(7, 0)))
 attempt("mkfifo", lambda: os.mkfifo("fifo"))
 attempt("mkdir", lambda: os.mkdir("dir"))
+# Nothing made or changed writable by every user (attacker rounds 183 to 188).
+open("shared", "w").close()
+attempt("chmod 0777", lambda: os.chmod("shared", 0o777))
+attempt("chmod 0666", lambda: os.chmod("shared", 0o666))
+attempt("chmod 0775", lambda: os.chmod("shared", 0o775))
+attempt("chmod folder 1777", lambda: os.chmod("dir", 0o1777))
+attempt("fchmod 0757", lambda: os.fchmod(fd, 0o757))
+attempt("fchmodat 0777", lambda: os.chmod("shared", 0o777, dir_fd=os.open(".", os.O_RDONLY)))
+attempt("umask 0", lambda: os.umask(0))
+attempt("umask 0o020", lambda: os.umask(0o020))
+attempt("umask 0o027", lambda: os.umask(0o027))
+os.umask(0o022)
+os.close(os.open("made 0666", os.O_CREAT | os.O_WRONLY, 0o666))
+os.mkdir("made 0777", 0o777)
+attempt("setxattr acl", lambda: os.setxattr("shared", "system.posix_acl_access", bytes(28)))
+attempt("setxattr default acl", lambda: os.setxattr("dir", "system.posix_acl_default", bytes(4)))
+attempt("setxattr user", lambda: os.setxattr("shared", "user.x", b"1"))
+attempt("fsetxattr", lambda: os.setxattr(fd, "system.posix_acl_access", bytes(4)))
+attempt("lsetxattr", lambda: os.setxattr("shared", "user.x", b"1", follow_symlinks=False))
+attempt("getxattr", lambda: os.listxattr("shared"))
 import socket
 attempt("netlink usersock", lambda: socket.socket(socket.AF_NETLINK, socket.SOCK_RAW, 2).close())
 attempt("netlink route", lambda: socket.socket(socket.AF_NETLINK, socket.SOCK_DGRAM, 0).close())
@@ -118,6 +138,27 @@ def test_special_bits_and_devices_are_refused_by_every_call(
         mode = path.lstat().st_mode
         assert not mode & (stat.S_ISUID | stat.S_ISGID), path
         assert not (stat.S_ISCHR(mode) or stat.S_ISBLK(mode)), path
+
+
+def test_nothing_is_made_or_changed_writable_by_every_user(
+    outcomes: dict[str, str], tmp_path: Path
+) -> None:
+    for refused in ("chmod 0777", "chmod 0666", "chmod folder 1777", "fchmod 0757"):
+        assert outcomes[refused] == "EPERM", refused
+    assert outcomes["fchmodat 0777"] == "EPERM"
+    assert outcomes["chmod 0775"] == "ok"  # the group's write is the workspace's to give
+    # A mask that lets others write is refused; the mask stays as it was.
+    assert outcomes["umask 0"] == outcomes["umask 0o020"] == "EPERM"
+    assert outcomes["umask 0o027"] == "ok"
+    for made in ("made 0666", "made 0777"):
+        assert not (tmp_path / made).stat().st_mode & stat.S_IWOTH, made
+    # Access lists live in extended attributes: setting any is refused as by a filesystem
+    # without them; reading them works.
+    for name in ("setxattr acl", "setxattr default acl", "setxattr user", "fsetxattr", "lsetxattr"):
+        assert outcomes[name] == "ENOTSUP", name  # EOPNOTSUPP, the same number
+    assert outcomes["getxattr"] == "ok"
+    for path in tmp_path.iterdir():
+        assert not path.lstat().st_mode & stat.S_IWOTH, path
 
 
 def test_ordinary_file_work_goes_on(outcomes: dict[str, str], tmp_path: Path) -> None:
