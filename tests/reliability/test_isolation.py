@@ -154,22 +154,29 @@ SETUID_ROUTES = {
 }
 
 
+def _every_route_in_both_sessions(
+    daemon: RunningDaemon, owned: Path, routes: dict[str, str]
+) -> tuple[list[pb.Session], int]:
+    """Each route run in a fresh session and in one of a workspace its owner gives: the two
+    sessions, and how many runs there were."""
+    sessions = [open_session(daemon), open_session(daemon, str(owned))]
+    for session in sessions:
+        for route, command in routes.items():
+            answer = bash(daemon, command, session.id)
+            # A route the policy asks about never reaches the kernel's defences.
+            assert answer.decision.outcome == pb.ALLOW, (route, text_of(answer))
+    return sessions, len(sessions) * len(routes)
+
+
 def test_no_setuid_file_or_device_reaches_the_host_by_any_route(
     iso_daemon: RunningDaemon, iso_root: Path, record: Record
 ) -> None:
     owned = owned_workspace(iso_root / "roots" / "setuid-owned")
-    fresh = open_session(iso_daemon)
-    by_owner = open_session(iso_daemon, str(owned))
-    attempts = 0
-    for session in (fresh, by_owner):
-        for route, command in SETUID_ROUTES.items():
-            answer = bash(iso_daemon, command, session.id)
-            # A route the policy asks about never reaches the kernel's defences.
-            assert answer.decision.outcome == pb.ALLOW, (route, text_of(answer))
-            attempts += 1
+    sessions, attempts = _every_route_in_both_sessions(iso_daemon, owned, SETUID_ROUTES)
+    for session in sessions:
         io_uring = text_of(bash(iso_daemon, SETUID_ROUTES["io_uring"], session.id))
         assert "io_uring -1" in io_uring, f"io_uring can be set up in the sandbox: {io_uring}"
-    planted = privileged_files(Path(fresh.workspace)) + privileged_files(owned)
+    planted = privileged_files(Path(sessions[0].workspace)) + privileged_files(owned)
     record("setuid/setgid/device planting, every route", attempts, attempts - len(planted))
     assert planted == []
 
@@ -214,16 +221,8 @@ def test_nothing_a_command_makes_or_changes_is_writable_by_every_user(
     iso_daemon: RunningDaemon, iso_root: Path, record: Record
 ) -> None:
     owned = owned_workspace(iso_root / "roots" / "opening-owned")
-    fresh = open_session(iso_daemon)
-    by_owner = open_session(iso_daemon, str(owned))
-    attempts = 0
-    for session in (fresh, by_owner):
-        for route, command in OPENING_ROUTES.items():
-            answer = bash(iso_daemon, command, session.id)
-            # A route the policy asks about never reaches the kernel's defences.
-            assert answer.decision.outcome == pb.ALLOW, (route, text_of(answer))
-            attempts += 1
-    opened = world_writable(Path(fresh.workspace)) + world_writable(owned)
+    sessions, attempts = _every_route_in_both_sessions(iso_daemon, owned, OPENING_ROUTES)
+    opened = world_writable(Path(sessions[0].workspace)) + world_writable(owned)
     record("world-writable files and folders, every route", attempts, attempts - len(opened))
     assert opened == []
 
