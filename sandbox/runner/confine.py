@@ -6,13 +6,14 @@
   the ways around those checks: 32-bit and x32 system calls (other numbers, other arguments),
   io_uring (opens files without system calls) and openat2 (its mode sits behind a pointer the
   filter cannot read; programs fall back to openat).
-- Nothing it makes or changes is writable by every user: the chmod calls refuse a mode that
-  gives others write (EPERM), umask refuses a mask that lets new files and folders be made so
-  (EPERM: the mask stays), and setting extended attributes, where access lists live, is refused
-  as on a filesystem without them (EOPNOTSUPP; programs that copy them go on without). Attacker
-  rounds 183 to 188 found one spelling after another of `chmod 777 .` that the policy's reading
-  of a command missed (options, copies that keep modes, code that builds the name `chmod`);
-  here the kernel refuses the effect whatever the spelling.
+- Nothing already there is made writable by every user: the chmod calls refuse a mode that
+  gives others write (EPERM), and setting extended attributes, where access lists live, is
+  refused as on a filesystem without them (EOPNOTSUPP; programs that copy them go on without).
+  Attacker rounds 183 to 188 found one spelling after another of `chmod 777 .` that the policy's
+  reading of a command missed (options, copies that keep modes, code that builds the name
+  `chmod`); here the kernel refuses the effect whatever the spelling. umask is left alone:
+  programs read it with `umask(0)` and put back what that returned, so refusing that call gave
+  them a mask of 0777 (every new folder unusable; CI at 4ddedb9), and pip reads it so too.
 - Netlink sockets (socket(AF_NETLINK, ...)), refused with EAFNOSUPPORT as in a kernel without
   them: messages queued on them are kernel memory no memory cgroup is charged for (attacker
   round 106 held 640 MB of the host's slab from a 512 MB container through NETLINK_USERSOCK).
@@ -145,7 +146,6 @@ _ARCHES = {
             16: (1, _IOCTL_TYPE, (_BTRFS_IOCTLS,), errno.ENOTTY),
             41: (0, _ALL_BITS, _UNCHARGED_FAMILIES, errno.EAFNOSUPPORT),
             72: (1, _ALL_BITS, (_F_SETPIPE_SZ, _F_SETLEASE), errno.EPERM),
-            95: (0, _OTHERS_WRITE, (0,), errno.EPERM),  # umask without others' write
         },
         54,
         frozenset({90, 91, 268, 452}),  # chmod, fchmod, fchmodat, fchmodat2
@@ -161,7 +161,6 @@ _ARCHES = {
             29: (1, _IOCTL_TYPE, (_BTRFS_IOCTLS,), errno.ENOTTY),
             198: (0, _ALL_BITS, _UNCHARGED_FAMILIES, errno.EAFNOSUPPORT),
             25: (1, _ALL_BITS, (_F_SETPIPE_SZ, _F_SETLEASE), errno.EPERM),
-            166: (0, _OTHERS_WRITE, (0,), errno.EPERM),  # umask without others' write
         },
         208,
         frozenset({52, 53, 452}),  # fchmod, fchmodat, fchmodat2

@@ -1086,24 +1086,13 @@ def _check_expected(found: tuple[str, os.stat_result] | None, expected: str | No
         raise _Stale("the file changed since it was read; Read it again, then retry")
 
 
-def _current_umask() -> int:
-    """The umask, read without changing it: the confinement filter refuses a mask that lets
-    every user write what is made (`umask(0)`, the usual way to read it, included)."""
-    with open("/proc/self/status", "rb") as status:
-        for line in status:
-            if line.startswith(b"Umask:"):
-                return int(line.split()[1], 8)
-    mask = os.umask(0o077)  # keeps others' write out, so the filter lets it; undone at once
-    os.umask(mask)
-    return mask
-
-
 def _mode_for(found: tuple[str, os.stat_result] | None) -> int:
     """The replaced file's permissions, without setuid, setgid and sticky bits (the kernel drops
     the first two when a file is written to, and a file swapped in at the name must not lend
     them: attacker round 114) and never more open to others than the umask allows (round 115:
     a file swapped in with 0777 lent that); a new file's from the umask."""
-    umask = _current_umask()
+    umask = os.umask(0)
+    os.umask(umask)
     if found is not None:
         return found[1].st_mode & 0o777 & ~(umask & 0o007)
     return 0o666 & ~umask
@@ -1452,8 +1441,6 @@ def main(argv: list[str] | None = None) -> int:
         sys.stderr.write(f"runner.py: {exc}\n")
         return 2
     spawn.ignore_interrupts()
-    if args.umask is not None:
-        os.umask(args.umask)  # before the filter, which refuses a mask letting others write
     try:
         identity = _identity(args.run_as)
         confine.forbid_inspection()
@@ -1461,6 +1448,8 @@ def main(argv: list[str] | None = None) -> int:
     except (confine.ConfinementError, ValueError, OSError) as exc:
         write_message(1, {"type": "result", "exit_code": -1, "error": f"not confined: {exc}"})
         return 3
+    if args.umask is not None:
+        os.umask(args.umask)
     if args.egress_socket:
         try:
             _start_forwarder(args.egress_socket)

@@ -243,7 +243,7 @@ ALLOWS = [
     "hash -r", "hash", "alias", "chmod u+x,g=u run.sh", "env -C sub ls", "tar -cf x.tar src",
     "cp -a src/. backup/", "cp -a ./src backup", "exec ls", "script -q -c 'ls' /dev/null",
     "awk -f prog.awk data.txt", "dpkg-statoverride --list", "python3 -m timeit 'sum(range(9))'",
-    "python3 -c 'print(\"a\", \"b\")'",
+    "python3 -c 'print(\"a\", \"b\")'", "python3 -c 'print(\"a\" + \"b\")'",
 ]  # fmt: skip
 
 

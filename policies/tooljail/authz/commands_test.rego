@@ -1084,7 +1084,6 @@ round_187_lines := {
 	"awk -f - <<< BEGIN": [object.union(simple(["awk", "-f", "-"]), {"stdin_texts": ["BEGIN{}"]})],
 	"dpkg-statoverride --update --add root root 0777 /srv/ws": [simple(["dpkg-statoverride", "--update", "--add", "root", "root", "0777", "/srv/ws"])],
 	"python3 -c timeit": [simple(["python3", "-c", "import timeit; timeit.timeit('x')"])],
-	"python3 -c joined": [simple(["python3", "-c", "import os; f = getattr; x = 'ch' + 'mod'"])],
 	"perl -e readpipe": [simple(["perl", "-e", "readpipe(q(ls))"])],
 }
 

@@ -2317,15 +2317,6 @@ opaque_code contains [i, sprintf("%s code with characters outside ASCII or \\u e
 	regex.match(`[^\x00-\x7F]|\\[uU][0-9A-Fa-f{]|\\N\{`, code)
 }
 
-# Code that joins pieces of text into a name or code (`"ch"+"mod"`, `"ch" "mod"`, perl's
-# `"ch"."mod"`): what it builds is what the effects above look for (round 187).
-opaque_code contains [i, sprintf("%s code that joins pieces of text, which may spell a name or code the policy would ask about", [basename(cmd.name)])] if {
-	some i, cmd in simple_commands
-	inline_code_runner(basename(cmd.name))
-	some code in inline_code(cmd)
-	regex.match(`[A-Za-z0-9_]['"]\s*[+.]?\s*['"][A-Za-z0-9_]`, code)
-}
-
 # Words that may be program text: the word of a code option and the one after it, as the code
 # may be attached (`-cCODE`, `--eval=CODE`) or follow; the option may end a cluster (`python3
 # -Ic`, `perl -le`: attacker round 88). Any text fed on the input, whether or not the program
