@@ -1117,16 +1117,22 @@ risky_target(cmd, word) := sprintf("`%s`, a path only known when the command run
 	inside_git_directory(word)
 } else := sprintf("`%s`, relative to a directory that is not certain (after a `cd` that may fail or stay in a subshell)", [word.text]) if {
 	word.path == ""
-} else := sprintf("the workspace root %s", [word.path]) if {
-	word.path == trim_right(workspace, "/")
-} else := sprintf("%s, the directory it runs in", [word.path]) if {
-	word.path == cmd_cwd(cmd)
-} else := sprintf("%s, the session's working directory", [word.path]) if {
-	word.path == input.command.cwd
-} else := sprintf("%s, a folder that holds the workspace", [word.path]) if {
-	holds_workspace(word.path)
+} else := folder if {
+	folder := important_folder(cmd, word.path)
 } else := sprintf("%s, outside the workspace %s", [word.path, workspace]) if {
 	not inside_workspace(word.path)
+}
+
+# A folder that exists and matters: the workspace's root, the folder the command runs in, the
+# session's working directory, or a folder holding the workspace: risky_target's phrases for them.
+important_folder(cmd, path) := sprintf("the workspace root %s", [path]) if {
+	path == trim_right(workspace, "/")
+} else := sprintf("%s, the directory it runs in", [path]) if {
+	path == cmd_cwd(cmd)
+} else := sprintf("%s, the session's working directory", [path]) if {
+	path == input.command.cwd
+} else := sprintf("%s, a folder that holds the workspace", [path]) if {
+	holds_workspace(path)
 }
 
 # Deleting any of git's directory loses history: `rm -rf .git/objects`, `rm .git/index`.
@@ -2265,18 +2271,6 @@ copy_sources(cmd) := getopt_operands(cmd) if {
 landing_risk(cmd, target) := risky_target(cmd, target) if {
 	target.path == ""
 } else := important_folder(cmd, target.path)
-
-# A folder that exists and matters: the workspace's root, the folder the command runs in, the
-# session's working directory, or a folder holding the workspace.
-important_folder(cmd, path) := sprintf("the workspace root %s", [path]) if {
-	path == trim_right(workspace, "/")
-} else := sprintf("%s, the directory it runs in", [path]) if {
-	path == cmd_cwd(cmd)
-} else := sprintf("%s, the session's working directory", [path]) if {
-	path == input.command.cwd
-} else := sprintf("%s, a folder that holds the workspace", [path]) if {
-	holds_workspace(path)
-}
 
 # --- Program text the policy cannot read ------------------------------------------------------
 
