@@ -325,6 +325,12 @@ class SimpleCommand(_Part):
         description='One of stdin_texts is only known when it runs (`python3 <<< "$C"`, a '
         "heredoc whose delimiter is not quoted that expands something).",
     )
+    stdin_read_as: list[str] = Field(
+        default=[],
+        description="Those of stdin_texts an interpreter may read otherwise than written, as "
+        "it may read them: escapes such as \\u0063 decoded and NFKC applied (Python reads "
+        "`ｃhmod` as `chmod`).",
+    )
     cwd: str = Field(
         default="",
         description="The directory it runs in: the call's working directory, followed through "
@@ -367,6 +373,12 @@ class WordFact(_Part):
         default=False,
         description="A word without a `path` only: `basename` is the whole name (`$D/config`, "
         "`pre-commit`), not only its end (`conf?g`: `g`).",
+    )
+    read_as: str = Field(
+        default="",
+        description="Only when an interpreter may read it otherwise than written: the word as it "
+        "may read it, escapes such as \\u0063 decoded and NFKC applied (Python reads `ｃhmod` "
+        "as `chmod`).",
     )
 
 

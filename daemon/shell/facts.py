@@ -22,6 +22,7 @@ from daemon.host.confine import realpath_within
 from daemon.shell.git import GitInvocation, parse_git
 from daemon.shell.model import ParsedCommand, SimpleCommand
 from daemon.shell.paths import normalised
+from daemon.shell.read_as import read_as
 from daemon.shell.readonly import command_reads_only
 
 _CHANGES_DIRECTORY = frozenset({"cd", "pushd", "popd"})
@@ -46,6 +47,9 @@ class WordFact:
 
     def to_policy(self) -> dict[str, Any]:
         fact: dict[str, Any] = {"text": self.text, "dynamic": self.dynamic, "path": self.path}
+        folded = read_as(self.text)
+        if folded is not None:
+            fact["read_as"] = folded
         if not self.path:
             # Where it is cannot be told (a dynamic word, a `cd` that may fail, a link the line
             # made), but its name can, as far as it is known: `cd .git/hooks; cp h pre-commit`.
@@ -235,6 +239,9 @@ def command_facts(
             # looked up, may stand anywhere in these paths.
             words = [WordFact(w.text, w.dynamic, "") if w.path else w for w in words]
         entry["words"] = [w.to_policy() for w in words]
+        stdin_read_as = [f for text in command.stdin_texts if (f := read_as(text)) is not None]
+        if stdin_read_as:
+            entry["stdin_read_as"] = stdin_read_as
         entry["reads_only"] = lookup.reads_only(command)
         entry["program_reads_only"] = (
             lookup.reads_only(replace(command, wrappers=()))

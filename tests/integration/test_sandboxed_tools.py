@@ -283,6 +283,28 @@ def test_a_shell_fed_by_a_pipe_asks_wherever_the_pipeline_ends(short_tmp: Path, 
 
 
 @pytest.mark.docker
+def test_code_with_other_scripts_runs_and_names_spelt_otherwise_are_read_as_spelt(
+    short_tmp: Path,
+) -> None:
+    """Code with text outside ASCII asked a person whatever it did (round 185's rule); now the
+    policy reads it as the interpreter does: `print("été")` runs, while a fullwidth `ｒemove`,
+    which Python reads as `remove`, still asks, given as a word or on the input."""
+    fullwidth = "import os; os.\uff52emove('keep.txt')"
+    with _own_workspace(short_tmp) as (workspace, daemon):
+        printed = daemon.execute(
+            "Bash", {"command": "python3 -c 'print(\"\u00e9t\u00e9 \u65e5\")'"}
+        )
+        as_word = daemon.execute("Bash", {"command": f'python3 -c "{fullwidth}"'})
+        on_input = daemon.execute("Bash", {"command": f"python3 - <<'PY'\n{fullwidth}\nPY"})
+    assert printed.decision.outcome == pb.ALLOW, text_of(printed)
+    assert "\u00e9t\u00e9 \u65e5" in text_of(printed)
+    for answer in (as_word, on_input):
+        assert answer.decision.outcome == pb.ASK, text_of(answer)
+        assert "code that can delete files" in text_of(answer)
+    assert (workspace / "keep.txt").read_text() == "kept\n"
+
+
+@pytest.mark.docker
 def test_an_approval_covers_only_the_risks_the_approver_was_shown(short_tmp: Path) -> None:
     """Attacker round 57: `git push --force origin main; rm -rf d/` asked about the push only
     (here a chmod: git now makes every later path uncertain). Once approved, d was swapped for a

@@ -204,6 +204,14 @@ ASKS = [
     "perl -e '$c=\"ch\".\"mod 777 .\";`$c`'", "perl -e 'readpipe(\"ch\".\"mod 777 .\")'",
     "perl -e '$_=\"x\";s/x/\"ch\".\"mod 0777,q(.)\"/ee'",
     "perl -e '&{\"CORE::ch\".\"mod\"}(0777,\".\")'",
+    # Names an interpreter reads through escapes or NFKC (round 185), now read as it does.
+    "node -e 'require(\"fs\").\\u{63}hmodSync(\".\", 0o777)'",
+    "ruby -e 'File.send(\"\\u{63 68 6d 6f 64}\", 0777, \".\")'",
+    "python3 - <<'PY'\nimport os\nos.\uff52emove('a.txt')\nPY",
+    "python3 -c 'import os; os.\U0001d42bmdir(\"d\")'",
+    # node's rm reached through the module, not a name `fs` (found writing the test above).
+    "node -e 'require(\"fs\").rmSync(\".git\", {recursive: true})'",
+    "node -e 'require(\"fs\").\\u{72}mSync(\"keep.txt\")'",
 ]  # fmt: skip
 
 ALLOWS = [
@@ -244,6 +252,9 @@ ALLOWS = [
     "cp -a src/. backup/", "cp -a ./src backup", "exec ls", "script -q -c 'ls' /dev/null",
     "awk -f prog.awk data.txt", "dpkg-statoverride --list", "python3 -m timeit 'sum(range(9))'",
     "python3 -c 'print(\"a\", \"b\")'", "python3 -c 'print(\"a\" + \"b\")'",
+    # Code with text in other scripts is read as any other (it asked before).
+    "python3 -c 'print(\"\u00e9t\u00e9\")'", "node -e 'console.log(\"\u65e5\u672c\u8a9e\")'",
+    "python3 - <<'PY'\nprint('\u00fcber', \"\\N{BULLET}\")\nPY", "perl -e 'print \"\u00e7a\\n\"'",
 ]  # fmt: skip
 
 

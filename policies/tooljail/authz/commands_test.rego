@@ -1048,11 +1048,25 @@ round_185_lines := {
 	"hash -p /bin/chmod foo": [simple(["hash", "-p", "/bin/chmod", "foo"])],
 	"BASH_CMDS[foo]=/bin/chmod": [simple(["true"])],
 	"enable -f ./x.so ls": [simple(["enable", "-f", "./x.so", "ls"])],
-	"python3 -c os.\uff43hmod": [simple(["python3", "-c", "import os; os.\uff43hmod('.', 0o777)"])],
+	"python3 -c os.\uff43hmod": [read_as(simple(["python3", "-c", "import os; os.\uff43hmod('.', 0o777)"]), 1, "import os; os.chmod('.', 0o777)")],
+	"node -e \\u0063hmodSync": [read_as(simple(["node", "-e", "fs.\\u0063hmodSync('.', 0o777)"]), 1, "fs.chmodSync('.', 0o777)")],
+	"python3 <<< os.\uff43hmod": [object.union(simple(["python3"]), {"stdin_texts": ["import os; os.\uff43hmod('.', 0o777)"], "stdin_read_as": ["import os; os.chmod('.', 0o777)"]})],
 	"perl -e syscall": [simple(["perl", "-e", "syscall 90, '.', 511"])],
 }
 
+# The daemon's reading of a word of code, where it differs from the text (`read_as`).
+read_as(command, index, text) := object.union(command, {"words": array.concat(
+	array.concat(
+		array.slice(command.words, 0, index),
+		[object.union(command.words[index], {"read_as": text})],
+	),
+	array.slice(command.words, index + 1, count(command.words)),
+)})
+
 not_round_185_lines := {
+	"python3 -c print(\"\u00e9t\u00e9\")": [simple(["python3", "-c", "print(\"\u00e9t\u00e9\")"])],
+	"node -e console.log(\"\u65e5\u672c\")": [simple(["node", "-e", "console.log(\"\u65e5\u672c\")"])],
+	"python3 <<< print(\"\u00e9\")": [object.union(simple(["python3"]), {"stdin_texts": ["print(\"\u00e9\")"]})],
 	"cp -a . /tmp/backup": [simple(["cp", "-a", ".", "/tmp/backup"])],
 	"cp -a src/app backup": [simple(["cp", "-a", "src/app", "backup"])],
 	"cp -r t/app ..": [simple(["cp", "-r", "t/app", ".."])],
