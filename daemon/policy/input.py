@@ -331,6 +331,11 @@ class SimpleCommand(_Part):
         "it may read them: escapes such as \\u0063 decoded and NFKC applied (Python reads "
         "`ｃhmod` as `chmod`).",
     )
+    stdin_unread_escape: bool = Field(
+        default=False,
+        description="One of stdin_texts holds an escape that may stand for a letter and that "
+        "could not be read (a \\N{...} under a name Unicode does not give, Perl's \\L, \\c).",
+    )
     cwd: str = Field(
         default="",
         description="The directory it runs in: the call's working directory, followed through "
@@ -379,6 +384,11 @@ class WordFact(_Part):
         description="Only when an interpreter may read it otherwise than written: the word as it "
         "may read it, escapes such as \\u0063 decoded and NFKC applied (Python reads `ｃhmod` "
         "as `chmod`).",
+    )
+    unread_escape: bool = Field(
+        default=False,
+        description="It holds an escape that may stand for a letter and that could not be read "
+        "(a \\N{...} under a name Unicode does not give, Perl's \\L, \\c).",
     )
 
 

@@ -47,9 +47,11 @@ class WordFact:
 
     def to_policy(self) -> dict[str, Any]:
         fact: dict[str, Any] = {"text": self.text, "dynamic": self.dynamic, "path": self.path}
-        folded = read_as(self.text)
-        if folded is not None:
-            fact["read_as"] = folded
+        reading = read_as(self.text)
+        if reading.text is not None:
+            fact["read_as"] = reading.text
+        if reading.unsure:
+            fact["unread_escape"] = True
         if not self.path:
             # Where it is cannot be told (a dynamic word, a `cd` that may fail, a link the line
             # made), but its name can, as far as it is known: `cd .git/hooks; cp h pre-commit`.
@@ -239,9 +241,11 @@ def command_facts(
             # looked up, may stand anywhere in these paths.
             words = [WordFact(w.text, w.dynamic, "") if w.path else w for w in words]
         entry["words"] = [w.to_policy() for w in words]
-        stdin_read_as = [f for text in command.stdin_texts if (f := read_as(text)) is not None]
-        if stdin_read_as:
-            entry["stdin_read_as"] = stdin_read_as
+        readings = [read_as(text) for text in command.stdin_texts]
+        if any(reading.text is not None for reading in readings):
+            entry["stdin_read_as"] = [r.text for r in readings if r.text is not None]
+        if any(reading.unsure for reading in readings):
+            entry["stdin_unread_escape"] = True
         entry["reads_only"] = lookup.reads_only(command)
         entry["program_reads_only"] = (
             lookup.reads_only(replace(command, wrappers=()))

@@ -212,6 +212,27 @@ ASKS = [
     # node's rm reached through the module, not a name `fs` (found writing the test above).
     "node -e 'require(\"fs\").rmSync(\".git\", {recursive: true})'",
     "node -e 'require(\"fs\").\\u{72}mSync(\"keep.txt\")'",
+    # Attacker round 190 (each decided allow, each deleted .git or ran a program in the sandbox).
+    "python3 -c 'import os,string; r\"\\N{\"; "
+    "f=string.Formatter().get_field(\"0.\\x73ystem\",[os],dict())[0]; r\"}\"; f(\"id\")'",
+    "python3 -c 'import os; r\"\\N{\"; os.\\x73ystem; r\"}\"'",
+    "python3 -c 's=\"\uff3cN\uff5b\"; c=\"r\\x6d -rf .git\"; t=\"\uff5d\"'",
+    "python3 - <<'EOF'\nr\"\\N{\"; c = \"r\\x6d -rf .git\"; r\"}\"\nEOF",
+    "perl -e 'use File::Path; q(\\N{); File::Path->can(\"\\x72mtree\")->(\".git\"); q(})'",
+    "perl -e 'use File::Path; File::Path->can(\"\\N{latin:r}mtree\")->(\".git\")'",
+    "perl -e 'use charnames qw(:full latin); F->can(\"\\N{r}mtree\")->(\".git\")'",
+    "perl -e 'use charnames \":loose\"; F->can(\"\\N{latin_small_letter_r}mtree\")->(\".git\")'",
+    "perl -e 'use charnames \":alias\", {\"X\", \"LATIN SMALL LETTER R\"}; F->can(\"\\N{X}mt\")'",
+    "perl -e 'use File::Path; File::Path->can(\"\\N{U+7_2}mtree\")->(\".git\")'",
+    "perl -e 'use File::Path; File::Path->can(\"\\o{162}mtree\")->(\".git\")'",
+    "perl -e 'use File::Path; File::Path->can(\"\\x{7_2}mtree\")->(\".git\")'",
+    "perl -e 'use File::Path; File::Path->can(\"\\x{" + "0" * 70 + "72}mtree\")->(\".git\")'",
+    "perl -e 'use File::Path; File::Path->can(\"\\c2mtree\")->(\".git\")'",
+    "perl -e 'use File::Path; File::Path->can(\"\\lRmtree\")->(\".git\")'",
+    "perl -e 'use File::Path; File::Path->can(\"\\LRMTREE\")->(\".git\")'",
+    "perl -e 'use POSIX; my $f = POSIX->can(\"\\o{163}ystem\"); $f->(\"id\")'",
+    "node -e 'require(\"fs\").\\u{" + "0" * 70 + "72}mSync(\".git\",{recursive:true})'",
+    "php -r 'SYSTEM(\"id\");'", "php -r 'Unlink(\"a\");'",
 ]  # fmt: skip
 
 ALLOWS = [
@@ -255,6 +276,7 @@ ALLOWS = [
     # Code with text in other scripts is read as any other (it asked before).
     "python3 -c 'print(\"\u00e9t\u00e9\")'", "node -e 'console.log(\"\u65e5\u672c\u8a9e\")'",
     "python3 - <<'PY'\nprint('\u00fcber', \"\\N{BULLET}\")\nPY", "perl -e 'print \"\u00e7a\\n\"'",
+    "python3 -c 'print(\"\\x1b[31mred\\033[0m\")'", "php -r 'echo strtoupper(\"abc\");'",
 ]  # fmt: skip
 
 

@@ -7,7 +7,7 @@ import pytest
 
 from daemon.shell.facts import command_facts
 from daemon.shell.parse import parse_command
-from daemon.shell.read_as import read_as
+from daemon.shell.read_as import Reading, read_as
 
 
 @pytest.mark.parametrize(
@@ -22,16 +22,21 @@ from daemon.shell.read_as import read_as
         ("\\U00000063hmod", "chmod"),
         ("\\N{LATIN SMALL LETTER C}hmod", "chmod"),  # Python's strings
         ("\\N{U+63}hmod \\x{68}", "chmod h"),  # Perl's
+        ("\\N{U+7_2}mtree \\x{7_2}mtree", "rmtree rmtree"),  # with `_` (attacker round 190)
+        ("\\o{162}mtree", "rmtree"),
+        ("\\x{" + "0" * 70 + "72}mtree", "rmtree"),  # any number of digits
+        # A `\\N{` under no name does not stop what follows from being read (round 190).
+        ("\\x6d \\\\N{ \\x73ystem }", "m \\N{ system }"),
         ("\\x63hmod", "chmod"),
         ("\\143hmod", "chmod"),
-        ("\\u005cu0063hmod", "chmod"),  # an escape that spells another
+        ("\\u005cu0063hmod", "\\u0063hmod"),  # read once, as the interpreters do
         ("\\uff43hmod", "chmod"),  # an escape that spells a letter NFKC folds
     ],
 )
 def test_a_name_hidden_in_escapes_or_other_letters_is_read_as_the_interpreter_reads_it(
     written: str, read: str
 ) -> None:
-    assert read_as(written) == read
+    assert read_as(written) == Reading(read, False)
 
 
 @pytest.mark.parametrize(
@@ -42,16 +47,55 @@ def test_a_name_hidden_in_escapes_or_other_letters_is_read_as_the_interpreter_re
         "console.log('\u65e5\u672c\u8a9e')",
         "s\u0441hmod",  # a Cyrillic letter that looks alike is another name
         "a\\nb\\t",  # escapes of no interest
-        "\\N{NO SUCH CHARACTER}",
         "\\uD83D\\uDE00",  # surrogates: halves of a pair, never sent
-        "\\u{110000}",  # past Unicode
-        # Never closed: with digits that could be split two ways, this took exponential time.
-        "\\u{" + "a" * 5000,
-        ("\\u{" + "a " * 63 + "a") * 200,
     ],
 )
 def test_text_read_as_written_has_no_other_reading(written: str) -> None:
-    assert read_as(written) is None
+    assert read_as(written) == Reading(None, False)
+
+
+@pytest.mark.parametrize(
+    ("written", "read"),
+    [
+        ("\\\\N{x} \\\\L \\\\c2", "\\N{x} \\L \\c2"),  # a backslash escaped: no escape follows
+        ("\\033[31m \\0", "\x1b[31m \x00"),  # octal that is no letter, read either way
+    ],
+)
+def test_escapes_that_spell_no_letter_are_read_and_sure(written: str, read: str) -> None:
+    assert read_as(written) == Reading(read, False)
+
+
+@pytest.mark.parametrize(
+    "written",
+    [
+        # Perl's forms of \\N{...} that Unicode's names do not give (attacker round 190).
+        "\\N{latin:r}mtree",
+        "\\N{latin_small_letter_r}mtree",
+        "\\N{X}mtree",
+        # A `\\N{` shielding what follows up to a `}` (round 190).
+        'r"\\N{"; x("\\x73ystem"); r"}"',
+        # Perl's case escapes and control characters.
+        "\\LRMTREE",
+        "\\lRmtree",
+        "\\Frmtree",
+        "\\urmtree",
+        "\\Usystem",
+        "\\c2mtree",
+        # Digits Lua reads as a decimal letter (`\\114` is `r`; octal `L`).
+        "\\114mtree",
+        "\\1189",
+        # Braced escapes that are no numbers or characters, or never closed.
+        "\\x{zz}",
+        "\\u{110000}",
+        "\\o{9}",
+        "\\N{NO SUCH CHARACTER}",
+        "\\u{" + "a" * 5000,
+        ("\\u{" + "a " * 63 + "a") * 200,
+        "\\x{" + "0" * 5000 + "72}",
+    ],
+)
+def test_an_escape_that_may_spell_a_letter_and_cannot_be_read_is_unsure(written: str) -> None:
+    assert read_as(written).unsure
 
 
 def test_the_policy_is_given_the_reading_beside_the_written_word_and_input() -> None:
@@ -61,6 +105,15 @@ def test_the_policy_is_given_the_reading_beside_the_written_word_and_input() -> 
     assert code["read_as"] == 'import os; os.chmod(".", 511)'
     assert "read_as" not in plain
     assert command["stdin_read_as"] == ["os.remove(1)"]
+    assert "unread_escape" not in code
+    assert "stdin_unread_escape" not in command
+
+
+def test_the_policy_is_told_of_escapes_that_could_not_be_read() -> None:
+    line = "perl -e 'F->can(\"\\LRMTREE\")' <<< '\\N{latin:r}'"
+    (command,) = command_facts(parse_command(line), "/srv/ws", "/srv/ws")
+    assert command["words"][1]["unread_escape"] is True
+    assert command["stdin_unread_escape"] is True
 
 
 def test_a_command_with_nothing_to_read_otherwise_gets_no_reading() -> None:

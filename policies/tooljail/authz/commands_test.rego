@@ -1064,6 +1064,7 @@ read_as(command, index, text) := object.union(command, {"words": array.concat(
 )})
 
 not_round_185_lines := {
+	"php -r strtoupper": [simple(["php", "-r", "echo strtoupper(\"abc\");"])],
 	"python3 -c print(\"\u00e9t\u00e9\")": [simple(["python3", "-c", "print(\"\u00e9t\u00e9\")"])],
 	"node -e console.log(\"\u65e5\u672c\")": [simple(["node", "-e", "console.log(\"\u65e5\u672c\")"])],
 	"python3 <<< print(\"\u00e9\")": [object.union(simple(["python3"]), {"stdin_texts": ["print(\"\u00e9\")"]})],
@@ -1120,6 +1121,22 @@ test_round_186_openings_ask if {
 test_a_global_git_configuration_written_asks if {
 	doc := object.union(bash_line("printf x > /tmp/.gitconfig", [simple(["printf", "x"])]), {"command": {"written_paths": ["/tmp/.gitconfig"]}})
 	decides(doc, "ask", "from which git takes programs to run")
+}
+
+# Attacker round 190: each deleted .git or ran a program in the sandbox, and was allowed.
+round_190_lines := {
+	"perl \\N{latin:r}mtree": [object.union(simple(["perl", "-e", "F->can(\"\\N{latin:r}mtree\")"]), {"words": [fact_word("-e"), object.union(fact_word("F->can(\"\\N{latin:r}mtree\")"), {"unread_escape": true})]})],
+	"perl <<< \\LRMTREE": [object.union(simple(["perl"]), {"stdin_texts": ["F->can(\"\\LRMTREE\")"], "stdin_unread_escape": true})],
+	"php -r SYSTEM": [simple(["php", "-r", "SYSTEM(\"id\");"])],
+	"python3 -c Formatter().get_field": [simple(["python3", "-c", "import os,string; string.Formatter().get_field(\"0.system\",[os],{})[0](\"id\")"])],
+}
+
+test_round_190_escapes_and_lookups_ask if {
+	missed := {line |
+		some line, commands in round_190_lines
+		decided(bash_line(line, commands)).outcome != "ask"
+	}
+	missed == set()
 }
 
 test_round_185_openings_ask if {

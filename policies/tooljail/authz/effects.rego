@@ -2306,13 +2306,35 @@ opaque_code contains [i, sprintf("%s code that can %s", [basename(cmd.name), eff
 # may be attached (`-cCODE`, `--eval=CODE`) or follow; the option may end a cluster (`python3
 # -Ic`, `perl -le`: attacker round 88). Any text fed on the input, whether or not the program
 # reads its program there (`python3 $S <<EOF` with S=/dev/stdin).
-inline_code(cmd) := array.concat(
+inline_code(cmd) := array.concat(code, [lower(text) | some text in code]) if {
+	# PHP's function names ignore case (`SYSTEM("id")`: attacker round 190).
+	regex.match(`^php`, basename(cmd.name))
+	code := code_texts(cmd)
+} else := code_texts(cmd)
+
+code_texts(cmd) := array.concat(
 	[text |
 		some word in array.concat(code_words(cmd), module_code_words(cmd))
 		some text in code_forms(word)
 	],
 	array.concat(object.get(cmd, "stdin_texts", []), object.get(cmd, "stdin_read_as", [])),
 )
+
+# Code with an escape that may stand for a letter and that the daemon could not read: a
+# `\N{...}` under a name only Perl's charnames knows, Perl's case escapes (`"\LRMTREE"`), `\c2`
+# (attacker round 190). The policy cannot tell what name it spells.
+opaque_code contains [i, sprintf("%s code with escapes the policy cannot read (such as \\N{...} under a name Unicode does not give, or Perl's \\L, \\l, \\u, \\c), which may spell other names", [basename(cmd.name)])] if {
+	some i, cmd in simple_commands
+	inline_code_runner(basename(cmd.name))
+	unread_escape(cmd)
+}
+
+unread_escape(cmd) if {
+	some word in array.concat(code_words(cmd), module_code_words(cmd))
+	object.get(word, "unread_escape", false) == true
+}
+
+unread_escape(cmd) if object.get(cmd, "stdin_unread_escape", false) == true
 
 # A word of code as written, and as the interpreter may read it where that differs: the daemon
 # decodes escapes and applies NFKC (`read_as`), as Python reads `ｃhmod` as `chmod` and
@@ -2520,7 +2542,7 @@ default code_effects := {
 	"write files": `\.write|pwrite|O_WRONLY|O_RDWR|O_CREAT|O_APPEND|O_TRUNC|mknod|write_text|write_bytes|writeFile|appendFile|open\([^;\n]*,\s*(mode\s*=\s*)?['"][^'"]*[wax+]|copyfile|copy2|copytree|\brename|\breplace\s*\(|symlink|\blink|fopen|File\.open|IO\.write|>\s*["']|(^|[^.\w]|\bio\.|\bcodecs\.)open\([^;\n]*,\s*(mode\s*=\s*)?[A-Za-z_][A-Za-z0-9_.]*\s*[^A-Za-z0-9_.=\s]|open\([^;\n]*,\s*(mode\s*=\s*)?['"][^'"]*['"]\s*[+%.]|open\([^;\n]*,\s*(mode\s*=\s*)?[fF][rR]?['"]|\bopen\s*\(?\s*(my\s+\$\w+|\$\w+|[A-Z][A-Z0-9_]*)\s*,\s*([^'"\s]|['"]\s*(\+[<>]|>|\||-\|))|\.open\(\s*(mode\s*=\s*)?['"][^'"]*[wax+]|\.open\(\s*(mode\s*=\s*)?[A-Za-z_][A-Za-z0-9_.]*\s*\)|open\([^)]*[,(]\s*\*|sysopen|FileIO\([^)]*,|copyFile|WriteStream|openSync\([^;\n]*,\s*[^\s)]|file_put_contents|fwrite|FileUtils|io\.output|\bfile\s*=\s*open|os\.open\([^;\n,]*,\s*([^oO0\s]|0[^,)\s]|[oO][^sS_]|os[^.]|os\.[^O]|os\.O[^_]|os\.O_[^R]|os\.O_R[^D]|O[^_]|O_[^R]|O_R[^D])|O_RDONLY\s*[|+^]|from\s+os\s+import\s+[^;\n]*(\*|\bopen\b)|import\s+os\s+as\b|sys\.modules|extract|FileHandler|\bfilename\s*=|dup2|hardlink|open\([^;\n]*,\s*(mode\s*=\s*)?['"][^'"]*\\|\$\^I|\$\{\^I\}|\$-i\b|inplace`,
 	"change who may use files": `chmod|chown|setfacl|\bumask\b|xattr|acl`,
 	"delete files": `rm_rf|rm_f\b|ExtUtils|rmtree|unlink|remove|rmdir|truncate|\brm\b|shutil|fs\.rm|\.rm(Sync)?\b|rimraf|File\.delete|delete_file|os\.remove|\bdel\b`,
-	"run other programs": `system|popen|subprocess|spawn|exec|\beval\b|fork|child_process|pty|__import__|importlib|getattr|compile|\bopen3\b|backtick|Kernel|%x|qx|\bvars\s*\(|__dict__|\bglobals\s*\(|attrgetter|methodcaller|\boperator\b|builtins|__getattribute__|\binspect\b|ctypes|\bpickle\b|\bmarshal\b|\bsyscall\b|\bposix\b|\blocals\s*\(|\b(timeit|cProfile|profile|pdb|pydoc|pkgutil|runpy|code)\s*\.|\bimport\s+[^;\n]*\b(timeit|cProfile|profile|pdb|pydoc|pkgutil|runpy|code)\b|\bfrom\s+(timeit|cProfile|profile|pdb|pydoc|pkgutil|runpy|code)\b|Interactive(Interpreter|Console)|runsource|runcode|compile_command|resolve_name|\blocate\b|dictConfig|fileConfig|pager|_get_command_stdout|run_module|run_path|\x60|readpipe|CORE::|&\s*\{|/ee\b`,
+	"run other programs": `system|popen|subprocess|spawn|exec|\beval\b|fork|child_process|pty|__import__|importlib|getattr|compile|\bopen3\b|backtick|Kernel|%x|qx|\bvars\s*\(|__dict__|\bglobals\s*\(|attrgetter|methodcaller|get_field|Formatter|\boperator\b|builtins|__getattribute__|\binspect\b|ctypes|\bpickle\b|\bmarshal\b|\bsyscall\b|\bposix\b|\blocals\s*\(|\b(timeit|cProfile|profile|pdb|pydoc|pkgutil|runpy|code)\s*\.|\bimport\s+[^;\n]*\b(timeit|cProfile|profile|pdb|pydoc|pkgutil|runpy|code)\b|\bfrom\s+(timeit|cProfile|profile|pdb|pydoc|pkgutil|runpy|code)\b|Interactive(Interpreter|Console)|runsource|runcode|compile_command|resolve_name|\blocate\b|dictConfig|fileConfig|pager|_get_command_stdout|run_module|run_path|\x60|readpipe|CORE::|&\s*\{|/ee\b`,
 }
 
 code_effects := data.tooljail.commands.code_effects if is_object(data.tooljail.commands.code_effects)
