@@ -41,6 +41,7 @@ _PLAIN = Reading(None, False)
 _BRACED = re.compile(r"([xuo])\{([^}\\]{0,4096})\}|N\{([^}\\]{0,4096})\}")
 _HEX = re.compile(r"x([0-9A-Fa-f]{1,2})|u([0-9A-Fa-f]{4})|U([0-9A-Fa-f]{8})")
 _OCTAL = re.compile(r"[0-7]{1,3}")
+_DIGITS_OF = {8: re.compile(r"[0-7]+"), 16: re.compile(r"[0-9A-Fa-f]+")}
 _DECIMAL = re.compile(r"[0-9]{1,3}")
 #: Escapes that change the case of what follows (Perl), or make a control character of it.
 _CASE_OR_CONTROL = frozenset("lLFuUc")
@@ -90,7 +91,10 @@ def _escape(text: str, at: int) -> tuple[str, int, bool]:
     numbered = _HEX.match(text, at)
     if numbered is not None:
         read = _numbered(next(d for d in numbered.groups() if d is not None), 16)
-        return (read, numbered.end() - at, False) if read is not None else ("\\", 0, False)
+        if read is None:
+            # Past Unicode: a syntax error in Python; Perl's \U (upper case) in Perl.
+            return "\\", 0, text[at] == "U"
+        return read, numbered.end() - at, False
     decimal = _DECIMAL.match(text, at)
     if decimal is not None:
         # Octal in most interpreters; decimal in Lua (`\114` is `L`, and `r` in Lua).
@@ -110,10 +114,10 @@ def _numbered(digits: str, base: int) -> str | None:
     Perl's may hold `_`); None when they are not numbers or not characters."""
     points = []
     for number in digits.replace("_", "").split():
-        try:
-            point = int(number, base)
-        except ValueError:
+        # Digits only: int() would also take a sign, `0x` and spaces, none of them an escape's.
+        if not _DIGITS_OF[base].fullmatch(number):
             return None
+        point = int(number, base)
         if point > 0x10FFFF or 0xD800 <= point <= 0xDFFF:
             return None  # past Unicode, or half of a pair: no ASCII name is made of one
         points.append(chr(point))

@@ -4,6 +4,8 @@ given it: beside each word of a command and each text fed on its input."""
 from __future__ import annotations
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from daemon.shell.facts import command_facts
 from daemon.shell.parse import parse_command
@@ -92,6 +94,12 @@ def test_escapes_that_spell_no_letter_are_read_and_sure(written: str, read: str)
         "\\u{" + "a" * 5000,
         ("\\u{" + "a " * 63 + "a") * 200,
         "\\x{" + "0" * 5000 + "72}",
+        # Signs and prefixes int() would take (a negative one crashed the reading).
+        "\\x{-72}",
+        "\\o{-1}",
+        "\\u{+72}",
+        "\\x{0x72}",
+        "\\UFFFFFFFF",
     ],
 )
 def test_an_escape_that_may_spell_a_letter_and_cannot_be_read_is_unsure(written: str) -> None:
@@ -120,3 +128,19 @@ def test_a_command_with_nothing_to_read_otherwise_gets_no_reading() -> None:
     (command,) = command_facts(parse_command("python3 -c 'print(\"\u00e9\")' <<< x"), "/w", "/w")
     assert all("read_as" not in word for word in command["words"])
     assert "stdin_read_as" not in command
+
+
+#: Random escapes: a backslash, what may follow it, something in braces or not, closed or not.
+_ESCAPES = st.tuples(
+    st.sampled_from(["x{", "u{", "o{", "N{", "N{U+", "x", "u", "U", "c", "L", "0", ""]),
+    st.text(alphabet="-+_ 0x72fF:\u00e9", max_size=6),
+    st.sampled_from(["}", ""]),
+).map(lambda parts: "\\" + "".join(parts))
+_TEXTS = st.lists(st.one_of(_ESCAPES, st.sampled_from(["a", "\\\\", "\uff3c"])), max_size=8)
+
+
+@settings(max_examples=3000, deadline=None)
+@given(_TEXTS.map("".join))
+def test_any_text_is_read_without_failing(text: str) -> None:
+    reading = read_as(text)
+    assert reading.text is None or reading.text.encode()  # something that can be sent
