@@ -10,6 +10,7 @@ output are bounded too, so no input crashes or hangs this.
 
 from __future__ import annotations
 
+import re
 import time
 from dataclasses import dataclass, field
 
@@ -175,10 +176,25 @@ def _first_error(root: tree_sitter.Node) -> tree_sitter.Node:
 
 def _heredoc_bodies(heredoc: tree_sitter.Node, data: bytes) -> list[Word]:
     """A heredoc's bodies as the command reads them: known as written when its delimiter is
-    quoted or the body expands nothing, only when it runs otherwise (`python3 <<E` with `$C`)."""
+    quoted; when it is not, known once bash has taken the backslashes before `\\`, `$`, a
+    backquote and a line's end (attacker round 191: `"\\\\x73ystem"` reached python3 as
+    `"\\x73ystem"`) if the body expands nothing, only when it runs otherwise (`python3 <<E`
+    with `$C`)."""
     quoted = grammar.heredoc_is_quoted(heredoc, data)
     bodies = [node_text(c, data) for c in heredoc.children if c.type == "heredoc_body"]
-    return [Word(body, not quoted and ("$" in body or "`" in body)) for body in bodies]
+    if quoted:
+        return [Word(body, False) for body in bodies]
+    return [
+        Word(_UNQUOTED_BODY.sub(_unescaped, body), "$" in body or "`" in body) for body in bodies
+    ]
+
+
+#: What a backslash quotes in the body of a heredoc whose delimiter is not quoted.
+_UNQUOTED_BODY = re.compile(r"\\([\\$`\n])")
+
+
+def _unescaped(escape: re.Match[str]) -> str:
+    return "" if escape.group(1) == "\n" else escape.group(1)
 
 
 def _where(node: tree_sitter.Node) -> str:

@@ -301,9 +301,18 @@ def test_code_with_other_scripts_runs_and_names_spelt_otherwise_are_read_as_spel
         # Attacker round 190: Perl's octal and case escapes spelt rmtree, and deleted .git.
         octal = daemon.execute("Bash", {"command": rmtree.format("\\o{162}mtree")})
         cased = daemon.execute("Bash", {"command": rmtree.format("\\LRMTREE")})
+        # Round 191: a backslash Perl drops, and one bash takes from an unquoted heredoc.
+        dropped = daemon.execute("Bash", {"command": rmtree.format("r\\mtree")})
+        heredoc = daemon.execute(
+            "Bash",
+            {
+                "command": "perl <<E\n"
+                'use File::Path; File::Path->can("\\\\x72mtree")->("keep.txt")\nE'
+            },
+        )
     assert printed.decision.outcome == pb.ALLOW, text_of(printed)
     assert "\u00e9t\u00e9 \u65e5" in text_of(printed)
-    for answer in (as_word, on_input, octal):
+    for answer in (as_word, on_input, octal, dropped, heredoc):
         assert answer.decision.outcome == pb.ASK, text_of(answer)
         assert "code that can delete files" in text_of(answer)
     assert cased.decision.outcome == pb.ASK, text_of(cased)

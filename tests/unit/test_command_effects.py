@@ -233,6 +233,23 @@ ASKS = [
     "perl -e 'use POSIX; my $f = POSIX->can(\"\\o{163}ystem\"); $f->(\"id\")'",
     "node -e 'require(\"fs\").\\u{" + "0" * 70 + "72}mSync(\".git\",{recursive:true})'",
     "php -r 'SYSTEM(\"id\");'", "php -r 'Unlink(\"a\");'",
+    # Attacker round 191 (each decided allow, each deleted .git or ran a program in the sandbox).
+    "perl -e 'use File::Path; File::Path->can(\"r\\mtree\")->(\".git\")'",
+    "perl -e 'use POSIX; POSIX->can(\"sy\\stem\")->(\"id\")'",
+    "perl -e 'use File::Path; File::Path->can(\"r\\Qmtree\\E\")->(\".git\")'",
+    "perl -e 'use File::Path; File::Path->can(\"rmt\\Eree\")->(\".git\")'",
+    "perl -e 'use File::Path; File::Path->can(\"\\x{72 0}mtree\")->(\".git\")'",
+    "perl -e 'use File::Path; File::Path->can(\"\\o{162 0}mtree\")->(\".git\")'",
+    "perl -e 'BEGIN{$^H{charnames}=sub{\"r\"}} F->can(\"\\N{LATIN SMALL LETTER Q}mtree\")'",
+    "python3 -c 'import os; os.walk.__globals__[\"sys\\\ntem\"](\"id\")'",
+    "python3 -c 'import os; f=os.walk; f.__globals__[\"sys\\\rtem\"](\"id\")'",
+    "python3 - <<EOF\nimport os; os.walk.__globals__[\"\\\\x73ystem\"](\"id\")\nEOF",
+    "perl - <<EOF\nuse File::Path; File::Path->can(\"\\\\x72mtree\")->('.git');\nEOF",
+    "BASH_COMPAT=50; python3 - <<'EOF'\n# coding: utf_7\nimport os\nos.sys+AHQ-em('id')\nEOF",
+    "BASH_COMPAT=50; python3 - <<'EOF'\n# coding: shift_jis\nx = 1\nEOF",
+    "php -r '$f = \"sy\\563tem\"; $f(\"id\");'",
+    "node -e 'require(\"fs\")[\"r\\mSync\"](\".git\", {recursive: true})'",
+    "ruby -e 'Object.send(\"s\\ystem\", \"id\")'", "lua -e 'os[\"ex\\z   ecute\"](\"id\")'",
 ]  # fmt: skip
 
 ALLOWS = [
@@ -275,7 +292,7 @@ ALLOWS = [
     "python3 -c 'print(\"a\", \"b\")'", "python3 -c 'print(\"a\" + \"b\")'",
     # Code with text in other scripts is read as any other (it asked before).
     "python3 -c 'print(\"\u00e9t\u00e9\")'", "node -e 'console.log(\"\u65e5\u672c\u8a9e\")'",
-    "python3 - <<'PY'\nprint('\u00fcber', \"\\N{BULLET}\")\nPY", "perl -e 'print \"\u00e7a\\n\"'",
+    "python3 - <<'PY'\nprint('\u00fcber', \"\\u2022\")\nPY", "perl -e 'print \"\u00e7a\\n\"'",
     "python3 -c 'print(\"\\x1b[31mred\\033[0m\")'", "php -r 'echo strtoupper(\"abc\");'",
 ]  # fmt: skip
 

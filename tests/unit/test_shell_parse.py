@@ -287,6 +287,11 @@ def test_table(line: str, parsed: bool, expected: list[Cmd], written: list[str])
         ("bash -c 'python3' <<< 'import os'", ["import os"]),
         # A program bash runs from the script it reads on its input reads the script's rest.
         ("bash <<'E'\nperl\nunlink q{keep.txt}\nE", ["perl\nunlink q{keep.txt}\n"]),
+        # An unquoted delimiter: bash takes the backslash before \\, $, ` and a line's end
+        # (attacker round 191: `\\\\x73ystem` reached python3 as `\\x73ystem`); a quoted one
+        # gives the body as written.
+        ('python3 <<EOF\nf("\\\\x73ys\\\ntem")\nEOF', ['f("\\x73ystem")\n']),
+        ("python3 <<'EOF'\nf(\"\\\\x73ys\\\ntem\")\nEOF", ['f("\\\\x73ys\\\ntem")\n']),
     ],
 )
 def test_what_a_program_is_fed_on_its_input_is_kept(line: str, texts: list[str]) -> None:

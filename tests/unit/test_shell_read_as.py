@@ -3,10 +3,13 @@ given it: beside each word of a command and each text fed on its input."""
 
 from __future__ import annotations
 
+import unicodedata
+
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from daemon.shell import read_as as read_as_module
 from daemon.shell.facts import command_facts
 from daemon.shell.parse import parse_command
 from daemon.shell.read_as import Reading, read_as
@@ -20,9 +23,7 @@ from daemon.shell.read_as import Reading, read_as
         ("fs.\\u0063hmodSync", "fs.chmodSync"),  # JavaScript's escapes in a name
         ("\\u{63}hmod", "chmod"),
         ("\\u{0000000063}hmod", "chmod"),
-        ('send("\\u{63 68 6d 6f 64}")', 'send("chmod")'),  # Ruby: several in one
         ("\\U00000063hmod", "chmod"),
-        ("\\N{LATIN SMALL LETTER C}hmod", "chmod"),  # Python's strings
         ("\\N{U+63}hmod \\x{68}", "chmod h"),  # Perl's
         ("\\N{U+7_2}mtree \\x{7_2}mtree", "rmtree rmtree"),  # with `_` (attacker round 190)
         ("\\o{162}mtree", "rmtree"),
@@ -33,6 +34,12 @@ from daemon.shell.read_as import Reading, read_as
         ("\\143hmod", "chmod"),
         ("\\u005cu0063hmod", "\\u0063hmod"),  # read once, as the interpreters do
         ("\\uff43hmod", "chmod"),  # an escape that spells a letter NFKC folds
+        # Attacker round 191: a backslash before another letter is that letter (Perl, Ruby,
+        # JavaScript), Perl's \Q and \E leave letters, a backslash before a line's end goes.
+        ("r\\mtree sy\\stem", "rmtree system"),
+        ("r\\Qmtree\\E rmt\\Eree", "rmtree rmtree"),
+        ("sys\\\ntem r\\\r\nm r\\\rm", "system rm rm"),
+        ("a\\nb\\t\\e", "a\nb\t\x1b"),
     ],
 )
 def test_a_name_hidden_in_escapes_or_other_letters_is_read_as_the_interpreter_reads_it(
@@ -48,7 +55,8 @@ def test_a_name_hidden_in_escapes_or_other_letters_is_read_as_the_interpreter_re
         "print('\u00e9t\u00e9')",  # composed letters stay what they are
         "console.log('\u65e5\u672c\u8a9e')",
         "s\u0441hmod",  # a Cyrillic letter that looks alike is another name
-        "a\\nb\\t",  # escapes of no interest
+        "# -*- coding: utf-8 -*-\nprint('\u00e9')",  # UTF-8 named as the encoding
+        "# coding: UTF_8\nx = 1",
         "\\uD83D\\uDE00",  # surrogates: halves of a pair, never sent
     ],
 )
@@ -70,7 +78,9 @@ def test_escapes_that_spell_no_letter_are_read_and_sure(written: str, read: str)
 @pytest.mark.parametrize(
     "written",
     [
-        # Perl's forms of \\N{...} that Unicode's names do not give (attacker round 190).
+        # Any \\N{NAME}: Perl's charnames may give any name another meaning (round 191), and
+        # its forms that Unicode's names do not give (round 190).
+        "\\N{LATIN SMALL LETTER Q}mtree",
         "\\N{latin:r}mtree",
         "\\N{latin_small_letter_r}mtree",
         "\\N{X}mtree",
@@ -94,6 +104,22 @@ def test_escapes_that_spell_no_letter_are_read_and_sure(written: str, read: str)
         "\\u{" + "a" * 5000,
         ("\\u{" + "a " * 63 + "a") * 200,
         "\\x{" + "0" * 5000 + "72}",
+        # Several numbers in braces: Ruby reads each, Perl the first (round 191).
+        "\\x{72 0}mtree",
+        "\\o{162 0}mtree",
+        "\\u{63 68 6d 6f 64}",
+        # PHP's octal past 255 (`\\563` is `s`), Lua's `\\z` (skips the blanks after it).
+        "sy\\563tem",
+        "ex\\z   ecute",
+        # A source encoding other than UTF-8 (Python honours it for a program read from a file).
+        "# coding: utf_7\nimport os\nos.sys+AHQ-em('id')",
+        "#!/usr/bin/python3\n# -*- coding: shift_jis -*-\nx = 1",
+        # Readings that would cost too much: a long run of combining marks (NFKC sorts them in
+        # quadratic time), a text NFKC makes much longer (U+FDFA is 18 characters).
+        "a" + "\u0316\u0301" * 8000,
+        "a" + "\u0f73" * 10000,  # each NFKC makes two marks of
+        "a" + "\u0301\uff9e" * 8000,
+        "#" + "\ufdfa" * 1000,
         # Signs and prefixes int() would take (a negative one crashed the reading).
         "\\x{-72}",
         "\\o{-1}",
@@ -144,3 +170,16 @@ _TEXTS = st.lists(st.one_of(_ESCAPES, st.sampled_from(["a", "\\\\", "\uff3c"])),
 def test_any_text_is_read_without_failing(text: str) -> None:
     reading = read_as(text)
     assert reading.text is None or reading.text.encode()  # something that can be sent
+
+
+def test_every_character_nfkc_makes_a_mark_of_counts_as_one() -> None:
+    """The run of marks NFKC would sort is bounded only if each character that NFKC begins
+    with a combining mark counts as one (attacker round 191's quadratic NFKC)."""
+    starts_with_a_mark = {
+        char
+        for char in map(chr, range(0x300, 0x110000))
+        if not unicodedata.combining(char)
+        and (folded := unicodedata.normalize("NFKD", char))
+        and unicodedata.combining(folded[0])
+    }
+    assert starts_with_a_mark <= read_as_module._BECOME_MARKS
