@@ -45,9 +45,11 @@ class WordFact:
     """For a static word that is not an option: the absolute, normalised path it would name
     from the command's working directory; empty when unknown or not applicable."""
 
-    def to_policy(self) -> dict[str, Any]:
+    def to_policy(self, perl: bool = False) -> dict[str, Any]:
+        """Its JSON object in input.command.simple_commands[i].words (`perl`: the command is
+        Perl, whose code is read as Perl reads it)."""
         fact: dict[str, Any] = {"text": self.text, "dynamic": self.dynamic, "path": self.path}
-        reading = read_as(self.text)
+        reading = read_as(self.text, perl)
         if reading.text is not None:
             fact["read_as"] = reading.text
         if reading.unsure:
@@ -240,8 +242,9 @@ def command_facts(
             # A link made earlier in the line (or later, where this runs after it), or one not
             # looked up, may stand anywhere in these paths.
             words = [WordFact(w.text, w.dynamic, "") if w.path else w for w in words]
-        entry["words"] = [w.to_policy() for w in words]
-        readings = [read_as(text) for text in command.stdin_texts]
+        perl = command.name.startswith("perl")
+        entry["words"] = [w.to_policy(perl) for w in words]
+        readings = [read_as(text, perl) for text in command.stdin_texts]
         if any(reading.text is not None for reading in readings):
             entry["stdin_read_as"] = [r.text for r in readings if r.text is not None]
         if any(reading.unsure for reading in readings):

@@ -277,7 +277,15 @@ def heredoc_trusted(heredoc: tree_sitter.Node, data: bytes) -> bool:
     if plain is None:
         return False
     delimiter = next(group for group in plain.groups() if group is not None)
-    return data[end.start_byte : end.end_byte].strip(b"\t\n") == delimiter
+    # The whole line the grammar ended it on: bash ends a heredoc only on a line that is the
+    # delimiter, after leading tabs for `<<-` (attacker round 192: the grammar also ended
+    # `<<EOF` on `\tEOF` and `EOF\t`, and the rest of the body went unread).
+    line_start = data.rfind(b"\n", 0, end.start_byte) + 1
+    line_end = data.find(b"\n", end.end_byte)
+    end_line = data[line_start : len(data) if line_end == -1 else line_end]
+    if any(c.type == "<<-" for c in heredoc.children):
+        end_line = end_line.lstrip(b"\t")
+    return end_line == delimiter
 
 
 #: A command name that is a file descriptor of a redirection written against it (quirk 13).

@@ -94,6 +94,13 @@ def parse_command(raw: str) -> ParsedCommand:
         )
     analyser = _Analyser(errors)
     analyser.line(data, (), 0, _Ctx("simple"), "")
+    if any(c.stdin_texts and c.path in analyser.functions for c in analyser.commands):
+        # Its commands were listed where it was defined, without what it is given.
+        errors.append(
+            "A function the command defines is given text on its input (a heredoc or a "
+            "here-string), which the commands in it may run as a program (attacker round 192); "
+            "give that text to those commands directly."
+        )
     return ParsedCommand(
         raw,
         not errors,
@@ -137,6 +144,9 @@ class _Line:
     """Words tree-sitter put after a redirection target; bash gives them to the command."""
     stdin: dict[int, list[Word]] = field(default_factory=dict)
     """Heredoc bodies and here-strings a command reads, by command node id."""
+    stdin_around: dict[int, list[Word]] = field(default_factory=dict)
+    """Those given to a compound command (`{ bash; } <<E`, a loop, a subshell), by the node id
+    of its body: every command inside may read them (attacker round 192)."""
     pipeline_start: dict[int, tuple[int, int]] = field(default_factory=dict)
     skipped: list[tuple[int, int]] = field(default_factory=list)
     """Byte spans already analysed (substitutions) or literal (quotes, comments)."""
@@ -197,6 +207,18 @@ def _unescaped(escape: re.Match[str]) -> str:
     return "" if escape.group(1) == "\n" else escape.group(1)
 
 
+def _fed_around(node: tree_sitter.Node, line: _Line) -> list[Word]:
+    """What the compound commands around `node` are given on their input."""
+    fed: list[Word] = []
+    around = node.parent
+    for _ in range(grammar.MAX_DEPTH):
+        if around is None or not line.stdin_around:
+            break
+        fed += line.stdin_around.get(around.id, [])
+        around = around.parent
+    return fed
+
+
 def _where(node: tree_sitter.Node) -> str:
     row, column = node.start_point
     return f"line {row + 1}, column {column + 1}"
@@ -210,6 +232,8 @@ class _Analyser:
         self.commands: list[SimpleCommand] = []
         self.redirects: list[Redirect] = []
         self.defines_functions = False
+        self.functions: set[str] = set()
+        """The names of the functions the line defines."""
         self.backgrounds = False
         self.deadline = time.monotonic() + TIME_BUDGET_S
         self.pipelines = 0
@@ -378,6 +402,9 @@ class _Analyser:
                     continue
             elif kind == "function_definition":
                 self.defines_functions = True
+                name = node.child_by_field_name("name")
+                if name is not None:
+                    self.functions.add(node_text(name, line.data))
                 child_ctx = _Ctx(_CONTEXTS[kind], ctx.pipeline, ctx.stage, True)
             elif kind == "negated_command":
                 # `! cd nope && x`: x runs although the cd failed (attacker round 82): like a
@@ -468,6 +495,9 @@ class _Analyser:
                     number = self._new_pipeline()
                     line.pipeline_start[child.id] = (number, 1)
                     body_ctx = _Ctx("pipeline", number, 0, True)
+        body = node.child_by_field_name("body")
+        if target is None and scripts and body is not None:
+            line.stdin_around.setdefault(body.id, []).extend(scripts)
         if target is not None:
             line.extras.setdefault(target.id, []).extend(extras)
             line.stdin.setdefault(target.id, []).extend(scripts)
@@ -536,6 +566,7 @@ class _Analyser:
                 scripts += _heredoc_bodies(child, data)
         words += [render_word(d, data) for d in line.extras.pop(node.id, [])]
         scripts += line.stdin.pop(node.id, [])
+        scripts += _fed_around(node, line)
         if words:
             self._emit(words, tuple(assignments), ctx, wrappers, depth, scripts)
 

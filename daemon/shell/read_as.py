@@ -55,36 +55,55 @@ _CONTROL = {"n": "\n", "t": "\t", "r": "\r", "a": "\a", "b": "\b", "f": "\f", "v
 _CONTROL |= {"e": "\x1b"}
 #: A line's end after a backslash: dropped inside strings (Python, JavaScript, Ruby).
 _LINE_ENDS = ("\r\n", "\n", "\r", "\u2028", "\u2029")
-#: What makes a reading unsure at once: Perl's names and case escapes, control letters, Lua's
-#: \z, and `\N` without the `{U+` of a code point.
+#: What makes a reading unsure at once: Perl's case escapes, control letters, Lua's \z, and
+#: `\N` that names no character Unicode gives.
 _UNKNOWABLE = frozenset("NlLFuUcz")
+_NAMED = re.compile(r"N\{([^}\\]{1,100})\}")
 #: Perl's quoting escapes, which leave letters as they are.
 _DROPPED = frozenset("QE")
 _LETTERS = frozenset(range(ord("A"), ord("Z") + 1)) | frozenset(range(ord("a"), ord("z") + 1))
-#: A source encoding named on one of the first two lines (PEP 263; Ruby's magic comment too).
-_COOKIE = re.compile(r"\A(?:[^\n]*\n)?[ \t\f]*#[^\n]*?coding[:=][ \t]*([-\w.]+)")
+#: A source encoding named on one of the first two lines (PEP 263; Ruby's magic comment too),
+#: which end at a CR as well as at a LF (attacker round 192: `\r# coding: utf_7\n`).
+_COOKIE = re.compile(r"\A(?:[^\r\n]*(?:\r\n|\r|\n))?[ \t\f]*#[^\r\n]*?coding[:=][ \t]*([-\w.]+)")
+#: Perl code whose reading the text does not give (attacker round 192): a quote whose delimiter
+#: is a letter or a digit (`q ermtr\ee`: there `\e` is the delimiter, `e`), a source filter or
+#: `use encoding` (which may decode the rest of the program from UTF-7).
+_PERL_UNREAD = re.compile(
+    r"(?<![\w$@%&*>:-])(?:qq|qw|qx|qr|q|m|s|tr|y)\s+\w"
+    r"|\b(?:use|no|require)\s+(?:encoding|Filter)\b|\bFilter::|\bencoding\s*->"
+)
 _UTF8_NAMES = frozenset({"utf-8", "utf8", "u8", "utf", "utf-8-sig", "cp65001"})
 #: Combining marks in a row past which NFKC is not asked (it sorts them in quadratic time).
 _MAX_MARKS = 32
 #: Characters of combining class 0 that NFKC makes combining marks of (Tibetan vowel signs,
 #: halfwidth sound marks): they join a run as marks do.
 _BECOME_MARKS = frozenset("\u0f73\u0f75\u0f81\uff9e\uff9f")
-#: How much longer than the text its reading may be (NFKC makes 18 characters of U+FDFA).
+#: How much longer than twice the text its reading may be (NFKC makes 18 characters of U+FDFA).
 _MAX_GROWTH = 4096
 
 
-def read_as(text: str) -> Reading:
+def read_as(text: str, perl: bool = False) -> Reading:
     """`text` with its escapes decoded and NFKC applied, when that changes it, and whether an
-    escape in it could not be read (at once for ASCII text without a backslash)."""
+    escape in it could not be read (at once for ASCII text without a backslash). `perl`: the
+    text is Perl's, whose charnames may give any `\\N{NAME}` another meaning."""
+    if perl and _PERL_UNREAD.search(text):
+        return _UNSURE
     if text.isascii() and "\\" not in text:
         return _PLAIN if "coding" not in text or not _foreign_encoding(text) else _UNSURE
     if _foreign_encoding(text):
         return _UNSURE
-    decoded, unsure = _decoded(text)
+    decoded, unsure = _decoded(text, perl)
+    if "\\" in decoded:
+        # Text decoded twice: JSON or `unicode_escape` reading what a string holds (attacker
+        # round 192: `json.loads("\"sh\\\\u0075til...\"")`). Beside the first reading, not in
+        # its place: the second may take a letter a name begins with (`\\rmtree`).
+        again, _ = _decoded(decoded, perl)
+        if again != decoded:
+            decoded = f"{decoded}\n{again}"
     if _long_mark_run(decoded):
         return _UNSURE
     folded = unicodedata.normalize("NFKC", decoded)
-    if len(folded) > len(text) + _MAX_GROWTH:
+    if len(folded) > 2 * len(text) + _MAX_GROWTH:
         return _UNSURE
     return Reading(folded if folded != text else None, unsure)
 
@@ -109,14 +128,14 @@ def _long_mark_run(text: str) -> bool:
     return False
 
 
-def _decoded(text: str) -> tuple[str, bool]:
+def _decoded(text: str, perl: bool) -> tuple[str, bool]:
     out: list[str] = []
     unsure = False
     start = 0
     at = text.find("\\")
     while at != -1:
         out.append(text[start:at])
-        read, length, doubt = _escape(text, at + 1)
+        read, length, doubt = _escape(text, at + 1, perl)
         out.append(read)
         unsure = unsure or doubt
         start = at + 1 + length
@@ -125,7 +144,7 @@ def _decoded(text: str) -> tuple[str, bool]:
     return "".join(out), unsure
 
 
-def _escape(text: str, at: int) -> tuple[str, int, bool]:
+def _escape(text: str, at: int, perl: bool) -> tuple[str, int, bool]:
     """The escape after the backslash at `at - 1`: what it reads as, how many characters after
     the backslash it takes, and whether it may stand for a letter that could not be read."""
     if at >= len(text):
@@ -150,6 +169,13 @@ def _escape(text: str, at: int) -> tuple[str, int, bool]:
         return "\\", 0, char == "U"  # past Unicode: Perl's \U (upper case) in Perl
     if char.isdigit():
         return _digits(text, at)
+    named = _NAMED.match(text, at)
+    if named is not None:
+        # Python's names are Unicode's; Perl's charnames may give one another meaning.
+        try:
+            return unicodedata.lookup(named.group(1).strip()), named.end() - at, perl
+        except KeyError:
+            return "\\", 0, True
     if char in _UNKNOWABLE or char in "xo":
         return "\\", 0, True
     if char in _DROPPED:

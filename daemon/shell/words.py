@@ -27,38 +27,51 @@ def node_text(node: tree_sitter.Node, data: bytes) -> str:
 
 
 def _decode_ansi_c(body: str) -> str:
-    """The value of $'...' (body without the quotes)."""
-    out: list[str] = []
+    """The value of $'...' (body without the quotes), as the bytes bash makes of it read as
+    UTF-8: `\\xHH`, `\\x{H...}` and octal escapes are bytes (`$'\\xef\\xbd\\x93'` is the
+    fullwidth `ｓ`, which Python reads as `s`: attacker round 192), `\\u` and `\\U` characters;
+    bash ends the value at its first NUL byte (`rm -rf $'.git\\0x'` removes `.git`)."""
+    out = bytearray()
     i = 0
     while i < len(body):
         ch = body[i]
         if ch != "\\" or i + 1 >= len(body):
-            out.append(ch)
+            out += ch.encode("utf-8", "replace")
             i += 1
             continue
         nxt = body[i + 1]
         i += 2
         if nxt in _ANSI_C_SIMPLE:
-            out.append(_ANSI_C_SIMPLE[nxt])
+            out += _ANSI_C_SIMPLE[nxt].encode()
         elif nxt in "01234567":
             digits = re.match(r"[0-7]{0,2}", body[i:])
             code = nxt + (digits.group() if digits else "")
             i += len(code) - 1
-            out.append(chr(int(code, 8) & 0xFF))
+            out.append(int(code, 8) & 0xFF)
+        elif nxt == "x" and body.startswith("{", i):
+            # bash 5.2: any number of digits, the value modulo 256; the brace may stay open.
+            digits = re.match(r"[0-9a-fA-F]*", body[i + 1 :])
+            hexes = digits.group() if digits else ""
+            i += 1 + len(hexes) + (1 if body.startswith("}", i + 1 + len(hexes)) else 0)
+            out.append(int(hexes or "0", 16) & 0xFF)
         elif nxt in "xuU":
             width = {"x": 2, "u": 4, "U": 8}[nxt]
             digits = re.match(rf"[0-9a-fA-F]{{1,{width}}}", body[i:])
             if digits is None:
-                out.append("\\" + nxt)
+                out += ("\\" + nxt).encode()
                 continue
             i += len(digits.group())
-            out.append(chr(min(int(digits.group(), 16), 0x10FFFF)))
+            value = int(digits.group(), 16)
+            if nxt == "x":
+                out.append(value)
+            else:
+                out += chr(min(value, 0x10FFFF)).encode("utf-8", "replace")
         elif nxt == "c" and i < len(body):
-            out.append(chr(ord(body[i]) & 0x1F))
+            out.append(ord(body[i]) & 0x1F if body[i] != "?" else 0x7F)
             i += 1
         else:
-            out.append("\\" + nxt)
-    return "".join(out)
+            out += ("\\" + nxt).encode("utf-8", "replace")
+    return bytes(out).split(b"\0", 1)[0].decode("utf-8", "replace")
 
 
 def _dq_unescape(text: str) -> str:

@@ -310,9 +310,16 @@ def test_code_with_other_scripts_runs_and_names_spelt_otherwise_are_read_as_spel
                 'use File::Path; File::Path->can("\\\\x72mtree")->("keep.txt")\nE'
             },
         )
+        # Round 192: the UTF-8 bytes of `ｒ` from bash's $'\x..', and a heredoc on a group.
+        as_bytes = daemon.execute(
+            "Bash", {"command": "python3 -c $'import os; os.\\xef\\xbd\\x92emove(\"keep.txt\")'"}
+        )
+        grouped = daemon.execute(
+            "Bash", {"command": "{ python3 -; } <<'PY'\nimport os; os.remove('keep.txt')\nPY"}
+        )
     assert printed.decision.outcome == pb.ALLOW, text_of(printed)
     assert "\u00e9t\u00e9 \u65e5" in text_of(printed)
-    for answer in (as_word, on_input, octal, dropped, heredoc):
+    for answer in (as_word, on_input, octal, dropped, heredoc, as_bytes, grouped):
         assert answer.decision.outcome == pb.ASK, text_of(answer)
         assert "code that can delete files" in text_of(answer)
     assert cased.decision.outcome == pb.ASK, text_of(cased)

@@ -250,6 +250,66 @@ ASKS = [
     "php -r '$f = \"sy\\563tem\"; $f(\"id\");'",
     "node -e 'require(\"fs\")[\"r\\mSync\"](\".git\", {recursive: true})'",
     "ruby -e 'Object.send(\"s\\ystem\", \"id\")'", "lua -e 'os[\"ex\\z   ecute\"](\"id\")'",
+    # Attacker round 192 (each decided allow; each deleted .git or ran a program in the sandbox).
+    'python3 -c $\'import os; os.\\xef\\xbd\\x93ystem("id > p-py-bytes; r"+"m -'
+    'rf .git")\'',
+    'python3 -c $\'import \\xef\\xbd\\x93hutil as q; q.\\xef\\xbd\\x92mtree(".git"'
+    ")'",
+    'python3 -c $\'import \\357\\275\\223hutil as q; q.\\357\\275\\222mtree(".git"'
+    ")'",
+    'python3 <<< $\'import \\xef\\xbd\\x93hutil as q; q.\\xef\\xbd\\x92mtree(".git'
+    '")\'',
+    'python3 -c $\'import os; os.\\x{173}ystem("id > p-xbrace; \\x{172}m -rf .'
+    'git")\'',
+    'python3 <<< $\'import os; os.\\x{173}ystem("id > p-xbrace-hs; \\x{172}m -'
+    'rf .git")\'',
+    'perl -e $\'use File::Path; File::Path::\\x{172}mtree(".git")\'',
+    'perl -e $\'\\x{173}ystem("id > p-plxbrace; \\x{172}m -rf .git")\'',
+    "rm -rf $'\\x{2e}git'",
+    "find $'\\x{2e}' -mindepth 1 -delete",
+    "$'\\x{172}m' -rf $'\\x{2e}git'",
+    "BASH_COMPAT=50; python3 - <<< $' \\r# coding: utf_7\\rimport os\\ros.sys+"
+    "AHQ-em(\\'id > p-utf7cr; r+AG0- -rf .git\\')'",
+    "BASH_COMPAT=50; python3 - <<< $'\\r# coding: utf_7\\nimport os\\nos.sys+A"
+    "HQ-em(\\'id > p-utf7cr; r+AG0- -rf .git\\')'",
+    'perl -e \'use File::Path; File::Path->can(q ermtr\\e\\ee)->(".git")\'',
+    'perl -e \'use POSIX; POSIX->can(q tsys\\temt)->("id > p-pl-delim; r\\\\m -'
+    'rf .git")\'',
+    'perl -e \'use File::Path; File::Path->can(qq 6\\1\\62mtree6)->(".git")\'',
+    'perl -e \'use encoding "UTF-7", Filter => 1;\' -e \'use File::Path; File:'
+    ':Path::+AHI-mtree(".git"); +AHM-ystem("id > p-pl-utf7")\'',
+    "perl - <<'EOF'\nuse encoding 'UTF-7', Filter => 1;\nuse File::Path; File"
+    "::Path::+AHI-mtree('.git'); +AHM-ystem('id > p-pl-utf7-hd');\nEOF",
+    "python3 - <<'EOF'\nz = '''\n\tEOF\n#'''; import shutil; shutil.rmtree('.gi"
+    "t'); import os; os.system('id > p-hd-tab')\nEOF",
+    "perl - <<'EOF'\nuse File::Path; my $z = q#\n\tEOF\n#; File::Path::rmtree('"
+    ".git'); system('id > p-pl-hd-tab');\nEOF",
+    "python3 - <<'EOF'\nz = '''\nEOF\t\n#'''; import shutil; shutil.rmtree('.gi"
+    "t'); import os; os.system('id > p-hd-tab2')\nEOF",
+    "{ python3 - ; } <<'EOF'\nimport os; os.system('id > p-group'); import s"
+    "hutil; shutil.rmtree('.git')\nEOF",
+    "( python3 - ) <<'EOF'\nimport os; os.system('id > p-group'); import shu"
+    "til; shutil.rmtree('.git')\nEOF",
+    "if true; then python3 -; fi <<'EOF'\nimport os; os.system('id > p-v'); "
+    "import shutil; shutil.rmtree('.git')\nEOF",
+    "f() { python3 -; }; f <<'EOF'\nimport os; os.system('id > p-v'); import"
+    " shutil; shutil.rmtree('.git')\nEOF",
+    "while python3 -; do break; done <<'EOF'\nimport os; os.system('id > p-v"
+    "'); import shutil; shutil.rmtree('.git')\nEOF",
+    "cat <<'EOF' | { python3 -; }\nimport os; os.system('id > p-v'); import "
+    "shutil; shutil.rmtree('.git')\nEOF",
+    "{ perl; } <<'EOF'\nuse File::Path; File::Path::rmtree('.git'); system('"
+    "id > p-plg');\nEOF",
+    "{ bash; } <<'EOF'\nid > p-shgroup; rm -rf .git\nEOF",
+    "cat <<'EOF' | { bash; }\nid > p-shpipe; rm -rf .git\nEOF",
+    'python3 -c \'from unittest import mock; f = mock.patch("os.\\\\x73ystem".'
+    'encode().decode("unicode_escape")).get_original()[0]; f("id > p-dbl")\'',
+    "python3 -c 'import json; from unittest import mock; f = mock.patch(jso"
+    'n.loads("\\"sh\\\\u0075til.\\\\u0072mtree\\"")).get_original()[0]; f(".git")'
+    "'",
+    "perl -MJSON::PP -e 'use File::Path; File::Path->can(JSON::PP->new->all"
+    'ow_nonref->decode(q("\\\\u0072mtree")))->(".git")\'',
+    "rm -rf $'.git\\0x'",
 ]  # fmt: skip
 
 ALLOWS = [

@@ -1030,3 +1030,75 @@ def test_a_descriptor_that_is_not_a_number_is_not_trusted(line: str) -> None:
     """Attacker round 58: bash gives `-2` to the command; the grammar made it the descriptor of
     the redirection, so the word was dropped from what the policy saw."""
     assert not parse_command(line).parsed
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        "python3 - <<'EOF'\nz = '''\n\tEOF\n#'''; import shutil; shutil.rmtree('.git')\nEOF",
+        "python3 - <<'EOF'\nz = '''\nEOF\t\n#'''; import shutil; shutil.rmtree('.git')\nEOF",
+    ],
+)
+def test_a_heredoc_ends_only_on_its_delimiter_alone(line: str) -> None:
+    """Attacker round 192: the grammar ended `<<EOF` on `\\tEOF` and on `EOF\\t`, where bash
+    reads on, and the rest of the body (rmtree) reached python3 unread."""
+    assert not parse_command(line).parsed
+
+
+def test_a_dashed_heredoc_ends_on_its_delimiter_after_tabs() -> None:
+    parsed = parse_command("cat <<-EOF\n\tx\n\tEOF")
+    assert parsed.parsed, parsed.parse_error
+
+
+@pytest.mark.parametrize(
+    ("line", "reader"),
+    [
+        ("{ python3 -; } <<'EOF'\nimport os\nEOF", "python3"),
+        ("( python3 - ) <<'EOF'\nimport os\nEOF", "python3"),
+        ("if true; then python3 -; fi <<'EOF'\nimport os\nEOF", "python3"),
+        ("while python3 -; do break; done <<'EOF'\nimport os\nEOF", "python3"),
+        ("for i in 1; do perl; done <<'E'\nunlink q{.git}\nE", "perl"),
+    ],
+)
+def test_what_a_compound_command_is_given_reaches_each_command_in_it(
+    line: str, reader: str
+) -> None:
+    """Attacker round 192: a heredoc or here-string on a group, subshell, condition or loop
+    reached none of the commands inside, so a shell or python3 there ran it unread."""
+    parsed = parse_command(line)
+    fed = {c.name: c.stdin_texts for c in parsed.simple_commands}
+    assert fed[reader] and fed[reader][0].strip() in ("import os", "unlink q{.git}")
+
+
+def test_a_shell_in_a_group_given_a_heredoc_has_its_commands_judged() -> None:
+    parsed = parse_command("{ bash; } <<'EOF'\nrm -rf .git\nEOF")
+    assert ("rm", "-rf", ".git") in [c.argv for c in parsed.simple_commands]
+    # The grammar reads no here-string on a group: not parsed, so asked about.
+    assert not parse_command("{ perl; } <<< 'unlink q{.git}'").parsed
+
+
+def test_a_function_the_line_defines_given_input_is_not_parsed() -> None:
+    """Its commands are listed where it is defined, without what a call gives it (round 192:
+    `f() { python3 -; }; f <<'EOF'` ran the heredoc unread)."""
+    parsed = parse_command("f() { python3 -; }; f <<'EOF'\nimport os\nEOF")
+    assert not parsed.parsed
+    assert "function the command defines" in parsed.parse_error
+    assert parse_command("f() { python3 -; }; cat <<'EOF'\nx\nEOF").parsed
+
+
+@pytest.mark.parametrize(
+    ("line", "argv"),
+    [
+        # Bytes of UTF-8 read as the characters they make (round 192: the fullwidth `ｓ`).
+        ("python3 -c $'\\xef\\xbd\\x93'", ["python3", "-c", "\uff53"]),
+        ("python3 -c $'\\357\\275\\223'", ["python3", "-c", "\uff53"]),
+        # bash 5.2's braced hex: any digits, modulo 256, the brace may stay open.
+        ("rm -rf $'\\x{2e}git'", ["rm", "-rf", ".git"]),
+        ("echo $'\\x{173}' $'\\x{2e'", ["echo", "s", "."]),
+        # bash ends the value at its first NUL byte.
+        ("rm -rf $'.git\\0x'", ["rm", "-rf", ".git"]),
+        ("echo $'a\\x00b'c $'\\x{}x'", ["echo", "ac", ""]),
+    ],
+)
+def test_ansi_c_quotes_are_read_as_the_bytes_bash_makes(line: str, argv: list[str]) -> None:
+    assert list(parse_command(line).simple_commands[0].argv) == argv

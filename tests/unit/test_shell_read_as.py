@@ -32,7 +32,10 @@ from daemon.shell.read_as import Reading, read_as
         ("\\x6d \\\\N{ \\x73ystem }", "m \\N{ system }"),
         ("\\x63hmod", "chmod"),
         ("\\143hmod", "chmod"),
-        ("\\u005cu0063hmod", "\\u0063hmod"),  # read once, as the interpreters do
+        # Read once, as the interpreters do, and twice beside it (JSON, `unicode_escape`).
+        ("\\u005cu0063hmod", "\\u0063hmod\nchmod"),
+        ('loads("\\"sh\\\\u0075til\\"")', 'loads(""sh\\u0075til"")\nloads(""shutil"")'),
+        ("\\\\rmtree", "\\rmtree\n\rmtree"),
         ("\\uff43hmod", "chmod"),  # an escape that spells a letter NFKC folds
         # Attacker round 191: a backslash before another letter is that letter (Perl, Ruby,
         # JavaScript), Perl's \Q and \E leave letters, a backslash before a line's end goes.
@@ -78,9 +81,7 @@ def test_escapes_that_spell_no_letter_are_read_and_sure(written: str, read: str)
 @pytest.mark.parametrize(
     "written",
     [
-        # Any \\N{NAME}: Perl's charnames may give any name another meaning (round 191), and
-        # its forms that Unicode's names do not give (round 190).
-        "\\N{LATIN SMALL LETTER Q}mtree",
+        # Perl's forms of \\N{...} that Unicode's names do not give (round 190).
         "\\N{latin:r}mtree",
         "\\N{latin_small_letter_r}mtree",
         "\\N{X}mtree",
@@ -183,3 +184,44 @@ def test_every_character_nfkc_makes_a_mark_of_counts_as_one() -> None:
         and unicodedata.combining(folded[0])
     }
     assert starts_with_a_mark <= read_as_module._BECOME_MARKS
+
+
+def test_a_unicode_name_is_read_as_python_reads_it_and_unsure_in_perl() -> None:
+    """Python's `\\N{NAME}` is Unicode's; Perl's charnames may give a name another meaning
+    (attacker round 191: `use charnames ":alias", {"LATIN SMALL LETTER Q", ...}`)."""
+    assert read_as("\\N{LATIN SMALL LETTER C}hmod") == Reading("chmod", False)
+    assert read_as("\\N{LATIN SMALL LETTER Q}mtree", perl=True) == Reading("qmtree", True)
+
+
+@pytest.mark.parametrize(
+    "written",
+    [
+        # Attacker round 192: a quote whose delimiter is a letter or a digit, where `\e` is `e`.
+        'File::Path->can(q ermtr\\e\\ee)->(".git")',
+        "POSIX->can(q tsys\\temt)",
+        'File::Path->can(qq 6\\1\\62mtree6)->(".git")',
+        # A source filter or `use encoding`, which may decode the rest of the program.
+        'use encoding "UTF-7", Filter => 1; File::Path::+AHI-mtree(".git")',
+        "use Filter::Util::Call; x()",
+    ],
+)
+def test_perl_that_reads_otherwise_than_written_is_unsure(written: str) -> None:
+    assert read_as(written, perl=True).unsure
+
+
+@pytest.mark.parametrize(
+    "written",
+    [
+        "print q(x), qw(a b)",
+        'binmode(STDOUT, ":encoding(UTF-8)"); print "\\x{e9}\\n"',
+        "$s =~ s/a/b/",
+    ],
+)
+def test_ordinary_perl_is_read_surely(written: str) -> None:
+    assert not read_as(written, perl=True).unsure
+
+
+def test_a_source_encoding_after_a_lone_carriage_return_is_seen() -> None:
+    """Python ends a line at a CR too (attacker round 192: `$'\\r# coding: utf_7\\n...'`)."""
+    assert read_as("\r# coding: utf_7\nimport os").unsure
+    assert read_as("#!/bin/python3\r\n# coding: latin-1\r\nx = 1").unsure

@@ -353,6 +353,13 @@ fed_by_pipe(cmd) if {
 	startswith(word, "<(")
 }
 
+# A command inside a compound command that is a later stage (`cat x | { python3 -; }`, a loop,
+# a subshell) reads that pipe too (attacker round 192).
+fed_by_pipe(cmd) if {
+	object.get(cmd, "pipeline", 0) > 0
+	object.get(cmd, "stage", 0) > 0
+}
+
 # The parser marks such programs `dynamic`; the pattern covers inputs without that field.
 dynamic_program(cmd) if cmd.dynamic == true
 

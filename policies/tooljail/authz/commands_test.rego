@@ -1709,6 +1709,12 @@ test_shells_fed_their_commands_by_a_descriptor_or_a_name_known_at_run_time_ask i
 	piped := [stage(["printf", "x"], 0), stage(["python3"], 1)]
 	decides(bash_line("printf x | python3", piped), "ask", "reads the commands it runs from a pipe")
 
+	# Attacker round 192: inside a group (a loop, a subshell) that is a later stage.
+	grouped := [stage(["cat"], 0), object.union(stage(["python3", "-"], 1), {"context": "group"})]
+	decides(bash_line("cat x | { python3 -; }", grouped), "ask", "reads the commands it runs from a pipe")
+	first := [object.union(stage(["python3", "x.py"], 0), {"context": "group"}), stage(["cat"], 1)]
+	decided(bash_line("{ python3 x.py; } | cat", first)).outcome == "allow"
+
 	decided(bash_line("bash build.sh", [simple(["bash", "build.sh"])])).outcome == "allow"
 	decided(bash_line("bash run.sh \"$f\"", [simple(["bash", "run.sh", "$f"])])).outcome == "allow"
 	decided(bash_line("bash x.sh /proc/1", [simple(["bash", "x.sh", "/proc/1"])])).outcome == "allow"
