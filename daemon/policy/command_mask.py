@@ -185,7 +185,7 @@ def _secrets_hidden(before: ParsedCommand, after: ParsedCommand, masked: str) ->
 
 _FIXED = (
     "name", "path", "wrappers", "context", "pipeline", "stage", "dynamic", "then_and",
-    "after_or", "stdin_texts", "stdin_dynamic",
+    "after_or", "stdin_texts", "stdin_dynamic", "stdin_stream",
 )  # fmt: skip
 """What a simple command must keep whatever is masked in it."""
 

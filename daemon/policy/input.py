@@ -325,6 +325,11 @@ class SimpleCommand(_Part):
         description='One of stdin_texts is only known when it runs (`python3 <<< "$C"`, a '
         "heredoc whose delimiter is not quoted that expands something).",
     )
+    stdin_stream: bool = Field(
+        default=False,
+        description="Its input is a stream another command writes, as a later pipeline stage's "
+        "is: a process substitution (`bash < <(echo ...)`) or a descriptor it was given (`<&3`).",
+    )
     stdin_read_as: list[str] = Field(
         default=[],
         description="Those of stdin_texts an interpreter may read otherwise than written, as "

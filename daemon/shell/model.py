@@ -44,6 +44,9 @@ class SimpleCommand:
     program named reads its program there (`python3 <<EOF`)."""
     stdin_dynamic: bool = False
     """One of them is only known when it runs (`python3 <<< "$C"`, a heredoc that expands)."""
+    stdin_stream: bool = False
+    """Its input is a stream another command writes, as a later pipeline stage's is: a process
+    substitution (`bash < <(echo ...)`), or a descriptor it was given (`<&3`, `< /dev/fd/3`)."""
 
     def to_policy(self) -> dict[str, Any]:
         """The JSON object of input.command.simple_commands[i]."""
@@ -59,6 +62,7 @@ class SimpleCommand:
             "dynamic": self.dynamic,
             **({"stdin_texts": list(self.stdin_texts)} if self.stdin_texts else {}),
             **({"stdin_dynamic": True} if self.stdin_dynamic else {}),
+            **({"stdin_stream": True} if self.stdin_stream else {}),
         }
 
 

@@ -19,7 +19,7 @@ import tree_sitter_bash
 
 from daemon.shell import grammar
 from daemon.shell.model import ParsedCommand, Redirect, SimpleCommand
-from daemon.shell.words import node_text, render_word, scan_unquoted
+from daemon.shell.words import EXPANSIONS, node_text, render_word, scan_unquoted
 from daemon.shell.wrappers import (
     SHELLS,
     Word,
@@ -94,12 +94,12 @@ def parse_command(raw: str) -> ParsedCommand:
         )
     analyser = _Analyser(errors)
     analyser.line(data, (), 0, _Ctx("simple"), "")
-    if any(c.stdin_texts and c.path in analyser.functions for c in analyser.commands):
+    if any(_given_input(c) and c.path in analyser.functions for c in analyser.commands):
         # Its commands were listed where it was defined, without what it is given.
         errors.append(
-            "A function the command defines is given text on its input (a heredoc or a "
-            "here-string), which the commands in it may run as a program (attacker round 192); "
-            "give that text to those commands directly."
+            "A function the command defines is given its input (a heredoc, a here-string, a "
+            "pipe or a stream), which the commands in it may run as a program (attacker rounds "
+            "192 and 193); give that input to those commands directly."
         )
     return ParsedCommand(
         raw,
@@ -144,6 +144,8 @@ class _Line:
     """Words tree-sitter put after a redirection target; bash gives them to the command."""
     stdin: dict[int, list[Word]] = field(default_factory=dict)
     """Heredoc bodies and here-strings a command reads, by command node id."""
+    streams: set[int] = field(default_factory=set)
+    """Commands, and bodies of compound commands, whose input is a stream (`stdin_stream`)."""
     stdin_around: dict[int, list[Word]] = field(default_factory=dict)
     """Those given to a compound command (`{ bash; } <<E`, a loop, a subshell), by the node id
     of its body: every command inside may read them (attacker round 192)."""
@@ -207,6 +209,50 @@ def _unescaped(escape: re.Match[str]) -> str:
     return "" if escape.group(1) == "\n" else escape.group(1)
 
 
+#: What names a descriptor: reading it reads whatever stream it was given.
+_DESCRIPTOR_PATH = re.compile(
+    r"/dev/(?:stdin|fd/[0-9]+)|/proc/(?:self|thread-self|[0-9]+)/fd/[0-9]+"
+)
+
+
+def _reads_a_stream(redirect: tree_sitter.Node, data: bytes) -> bool:
+    """Whether a redirection gives standard input a stream (attacker round 193): a process
+    substitution (`< <(echo ...)`), another descriptor (`<&3`), a descriptor's path, or a
+    source only known when it runs (`< $F`, which may be one)."""
+    descriptor = next((c for c in redirect.children if c.type == "file_descriptor"), None)
+    if descriptor is not None and node_text(descriptor, data) != "0":
+        return False
+    operator = next((c.type for c in redirect.children if not c.is_named), "")
+    source = redirect.child_by_field_name("destination")
+    if source is None or operator not in ("<", "<&", "<>"):
+        return False
+    text = node_text(source, data)
+    if operator == "<&":
+        return text not in ("0", "-")
+    return (
+        source.type in EXPANSIONS
+        or (source.type in ("string", "concatenation") and "$" in text)
+        or _DESCRIPTOR_PATH.fullmatch(text.strip("'\"")) is not None
+    )
+
+
+def _streamed(node: tree_sitter.Node, line: _Line) -> bool:
+    """Whether the command at `node`, or a compound command around it, reads a stream."""
+    around: tree_sitter.Node | None = node
+    for _ in range(grammar.MAX_DEPTH):
+        if around is None or not line.streams:
+            return False
+        if around.id in line.streams:
+            return True
+        around = around.parent
+    return False
+
+
+def _given_input(command: SimpleCommand) -> bool:
+    """Whether a command is given input: fed text, a stream, or a pipe as a later stage."""
+    return bool(command.stdin_texts) or command.stdin_stream or command.stage > 0
+
+
 def _fed_around(node: tree_sitter.Node, line: _Line) -> list[Word]:
     """What the compound commands around `node` are given on their input."""
     fed: list[Word] = []
@@ -241,6 +287,8 @@ class _Analyser:
         self.words = 0
         self.chars = 0
         """Set once the command limit is reached: the walks stop there."""
+        self.streamed = False
+        """The command being recorded (and those of a string it runs) reads a stream."""
         self.fed: tuple[Word, ...] = ()
         """What the command whose string is being parsed again (`bash -c`, eval) is fed on its
         input: each command of that string may read it (`bash -c bash <<< ...`)."""
@@ -477,6 +525,8 @@ class _Analyser:
         Returns the context of the body when a heredoc continues it into a pipeline.
         """
         target = grammar.last_command(node.child_by_field_name("body"))
+        body_node = node.child_by_field_name("body")
+        body_id = body_node.id if body_node is not None else -1
         extras: list[tree_sitter.Node] = []
         scripts: list[Word] = []
         body_ctx: _Ctx | None = None
@@ -485,6 +535,8 @@ class _Analyser:
             for sub in inner:
                 if sub.type in ("file_redirect", "heredoc_redirect"):
                     extras += grammar.words_after_target(sub)
+            if redirect.type == "file_redirect" and _reads_a_stream(redirect, line.data):
+                line.streams.add(target.id if target is not None else body_id)
             if redirect.type == "herestring_redirect" and redirect.named_children:
                 scripts.append(render_word(redirect.named_children[-1], line.data))
             if redirect.type != "heredoc_redirect":
@@ -567,8 +619,19 @@ class _Analyser:
         words += [render_word(d, data) for d in line.extras.pop(node.id, [])]
         scripts += line.stdin.pop(node.id, [])
         scripts += _fed_around(node, line)
-        if words:
+        if not words:
+            return
+        if [w.text for w in words] == ["exec"] and node.id in line.streams:
+            self.error(
+                f"{line.where}At {_where(node)}: `exec` gives the rest of the command a stream "
+                "for its input, which any program after it may run as its commands; feed that "
+                "stream to the one command that reads it."
+            )
+        outer, self.streamed = self.streamed, self.streamed or _streamed(node, line)
+        try:
             self._emit(words, tuple(assignments), ctx, wrappers, depth, scripts)
+        finally:
+            self.streamed = outer
 
     def _emit(
         self,
@@ -683,6 +746,7 @@ class _Analyser:
                 after_or=ctx.after_or,
                 stdin_texts=tuple(w.text for w in fed),
                 stdin_dynamic=any(w.dynamic for w in fed),
+                stdin_stream=self.streamed,
             )
         )
 

@@ -250,6 +250,11 @@ ASKS = [
     "php -r '$f = \"sy\\563tem\"; $f(\"id\");'",
     "node -e 'require(\"fs\")[\"r\\mSync\"](\".git\", {recursive: true})'",
     "ruby -e 'Object.send(\"s\\ystem\", \"id\")'", "lua -e 'os[\"ex\\z   ecute\"](\"id\")'",
+    # Attacker round 193: a shell or interpreter reading a stream on its input.
+    "bash < <(echo 'rm -rf .git')", "{ bash; } < <(echo 'rm -rf .git')", "bash <&3 3< <(echo x)",
+    "python3 < <(echo 'import shutil')", "exec < <(echo 'rm -rf .git'); bash",
+    "f() { bash; }; echo 'rm -rf .git' | f", "f() { python3 -; }; f < <(echo 'import os')",
+    "echo 'rm -rf .git' | { bash; }", "echo 'rm -rf .git' | while read -r l; do bash; done",
     # Attacker round 192 (each decided allow; each deleted .git or ran a program in the sandbox).
     'python3 -c $\'import os; os.\\xef\\xbd\\x93ystem("id > p-py-bytes; r"+"m -'
     'rf .git")\'',
@@ -354,6 +359,8 @@ ALLOWS = [
     "python3 -c 'print(\"\u00e9t\u00e9\")'", "node -e 'console.log(\"\u65e5\u672c\u8a9e\")'",
     "python3 - <<'PY'\nprint('\u00fcber', \"\\u2022\")\nPY", "perl -e 'print \"\u00e7a\\n\"'",
     "python3 -c 'print(\"\\x1b[31mred\\033[0m\")'", "php -r 'echo strtoupper(\"abc\");'",
+    "while read -r f; do python3 x.py \"$f\"; done < <(ls)",
+    "ls | while read -r f; do wc -l \"$f\"; done",
 ]  # fmt: skip
 
 

@@ -1102,3 +1102,40 @@ def test_a_function_the_line_defines_given_input_is_not_parsed() -> None:
 )
 def test_ansi_c_quotes_are_read_as_the_bytes_bash_makes(line: str, argv: list[str]) -> None:
     assert list(parse_command(line).simple_commands[0].argv) == argv
+
+
+@pytest.mark.parametrize(
+    ("line", "reader"),
+    [
+        ("bash < <(echo 'rm -rf .git')", "bash"),
+        ("python3 0< <(echo 'import os')", "python3"),
+        ("{ bash; } < <(echo 'rm -rf .git')", "bash"),
+        ("while read -r l; do bash; done < <(ls)", "bash"),
+        ("bash <&3", "bash"),
+        ("bash < /dev/fd/3", "bash"),
+        ("bash < /proc/self/fd/3", "bash"),
+        ('bash < "$F"', "bash"),
+    ],
+)
+def test_input_redirected_from_a_stream_is_said_to_be_one(line: str, reader: str) -> None:
+    """Attacker round 193: `bash < <(echo ...)` read its commands from a process substitution
+    that no rule saw (a later pipeline stage's input was the only stream the policy knew)."""
+    commands = {c.name: c for c in parse_command(line).simple_commands}
+    assert commands[reader].stdin_stream
+
+
+@pytest.mark.parametrize("line", ["bash < x.sh", "cat < a.txt", "bash 2< <(echo)", "bash <&0"])
+def test_a_file_or_another_descriptor_is_no_stream_on_the_input(line: str) -> None:
+    assert not parse_command(line).simple_commands[0].stdin_stream
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        "exec < <(echo 'rm -rf .git'); bash",
+        "f() { bash; }; echo 'rm -rf .git' | f",
+        "f() { bash; }; f < <(echo 'rm -rf .git')",
+    ],
+)
+def test_a_stream_given_to_the_rest_of_the_line_or_a_function_is_not_parsed(line: str) -> None:
+    assert not parse_command(line).parsed

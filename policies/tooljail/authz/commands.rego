@@ -353,6 +353,10 @@ fed_by_pipe(cmd) if {
 	startswith(word, "<(")
 }
 
+# Input redirected from a stream another command writes (`bash < <(echo ...)`, `<&3`, a
+# descriptor's path), on the command or a compound command around it (attacker round 193).
+fed_by_pipe(cmd) if object.get(cmd, "stdin_stream", false) == true
+
 # A command inside a compound command that is a later stage (`cat x | { python3 -; }`, a loop,
 # a subshell) reads that pipe too (attacker round 192).
 fed_by_pipe(cmd) if {

@@ -1715,6 +1715,12 @@ test_shells_fed_their_commands_by_a_descriptor_or_a_name_known_at_run_time_ask i
 	first := [object.union(stage(["python3", "x.py"], 0), {"context": "group"}), stage(["cat"], 1)]
 	decided(bash_line("{ python3 x.py; } | cat", first)).outcome == "allow"
 
+	# Attacker round 193: input redirected from a process substitution or a descriptor.
+	streamed := object.union(simple(["bash"]), {"stdin_stream": true})
+	decides(bash_line("bash < <(echo rm -rf .git)", [streamed]), "ask", "reads the commands it runs from a pipe")
+	script := object.union(simple(["python3", "x.py"]), {"stdin_stream": true})
+	decided(bash_line("python3 x.py < <(ls)", [script])).outcome == "allow"
+
 	decided(bash_line("bash build.sh", [simple(["bash", "build.sh"])])).outcome == "allow"
 	decided(bash_line("bash run.sh \"$f\"", [simple(["bash", "run.sh", "$f"])])).outcome == "allow"
 	decided(bash_line("bash x.sh /proc/1", [simple(["bash", "x.sh", "/proc/1"])])).outcome == "allow"
