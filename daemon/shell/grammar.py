@@ -266,6 +266,22 @@ _PLAIN_DELIMITER = re.compile(
 )
 
 
+def ansi_c_ends_as_bash(node: tree_sitter.Node, data: bytes) -> bool:
+    """Whether a $'...' string ends where bash ends it: the grammar takes `\\'` for an escaped
+    quote even after an escaped backslash (`$'a\\\\'` runs on to the next quote; attacker round
+    193 hid `; id; rm -rf ...` in what it read as one word)."""
+    text = data[node.start_byte : node.end_byte]
+    index = 2
+    while index < len(text):
+        if text[index : index + 1] == b"\\":
+            index += 2
+        elif text[index : index + 1] == b"'":
+            return index == len(text) - 1
+        else:
+            index += 1
+    return False
+
+
 def heredoc_trusted(heredoc: tree_sitter.Node, data: bytes) -> bool:
     """Whether the grammar read the heredoc as bash does (quirk 12): a plain delimiter, and an
     end line that is exactly it."""

@@ -11,6 +11,7 @@ import re
 
 from daemon.shell.model import ParsedCommand
 from daemon.shell.parse import MAX_COMMAND_BYTES
+from daemon.shell.words import decode_ansi_c
 
 _SUBSTITUTIONS = ("$(", "`")
 #: What a subscript runs when bash evaluates it (printf -v, test -v, [[ -v ]], declare, read,
@@ -20,6 +21,8 @@ _SUBSCRIPT_CODE = (*_SUBSTITUTIONS, "${")
 #: `printf -v PS4`) and whatever it is set from (a file the line reads).
 _PROMPT = re.compile(r"\b(?:PS[0-4]|PROMPT_COMMAND)\b")
 MAX_SHOWN = 20
+#: bash's $'...' strings, their bodies.
+_ANSI_C = re.compile(r"\$'((?:[^'\\]|\\.)*)'", re.DOTALL)
 
 
 def hidden_code(line: ParsedCommand) -> list[str]:
@@ -40,6 +43,10 @@ def hidden_code(line: ParsedCommand) -> list[str]:
     for quote in "'\"":
         for piece in raw.split(quote)[1:]:
             found += _subscript_code(piece, _SUBSTITUTIONS, named=False)
+    # Its escapes decoded, as an assignment alone keeps it (attacker round 193:
+    # `x=$'a\x5b\x24(id)\x5d'; echo $((x))`, no command to list its words).
+    for ansi_c in _ANSI_C.finditer(raw):
+        found += _subscript_code(decode_ansi_c(ansi_c.group(1)), _SUBSCRIPT_CODE, named=False)
     found += _subscript_code(raw, _SUBSTITUTIONS, named=True)
     found += [
         f"{piece[piece.rfind('${') :]}}}" for piece in raw.split("}") if _prompt_expansion(piece)

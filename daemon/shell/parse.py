@@ -10,6 +10,7 @@ output are bounded too, so no input crashes or hangs this.
 
 from __future__ import annotations
 
+import posixpath
 import re
 import time
 from dataclasses import dataclass, field
@@ -19,7 +20,7 @@ import tree_sitter_bash
 
 from daemon.shell import grammar
 from daemon.shell.model import ParsedCommand, Redirect, SimpleCommand
-from daemon.shell.words import EXPANSIONS, node_text, render_word, scan_unquoted
+from daemon.shell.words import node_text, render_word, scan_unquoted
 from daemon.shell.wrappers import (
     SHELLS,
     Word,
@@ -94,6 +95,7 @@ def parse_command(raw: str) -> ParsedCommand:
         )
     analyser = _Analyser(errors)
     analyser.line(data, (), 0, _Ctx("simple"), "")
+    _unparsed_input(analyser, errors)
     if any(_given_input(c) and c.path in analyser.functions for c in analyser.commands):
         # Its commands were listed where it was defined, without what it is given.
         errors.append(
@@ -210,30 +212,24 @@ def _unescaped(escape: re.Match[str]) -> str:
 
 
 #: What names a descriptor: reading it reads whatever stream it was given.
-_DESCRIPTOR_PATH = re.compile(
-    r"/dev/(?:stdin|fd/[0-9]+)|/proc/(?:self|thread-self|[0-9]+)/fd/[0-9]+"
-)
+_DESCRIPTOR_PATH = re.compile(r"(?:.*/)?(?:fd/[0-9]+|stdin)|/proc/.+/fd/[0-9]+")
 
 
 def _reads_a_stream(redirect: tree_sitter.Node, data: bytes) -> bool:
-    """Whether a redirection gives standard input a stream (attacker round 193): a process
-    substitution (`< <(echo ...)`), another descriptor (`<&3`), a descriptor's path, or a
-    source only known when it runs (`< $F`, which may be one)."""
-    descriptor = next((c for c in redirect.children if c.type == "file_descriptor"), None)
-    if descriptor is not None and node_text(descriptor, data) != "0":
-        return False
+    """Whether a redirection gives the command a stream to read (attacker round 193), on its
+    input or on another descriptor, which it may read as its input or through a path
+    (`bash s 3< <(...)` with s a link to /dev/fd/3): a process substitution (`< <(echo ...)`),
+    another descriptor (`<&3`), a descriptor's path however spelt, or a source only known when
+    it runs (`< $F`, which may be one)."""
     operator = next((c.type for c in redirect.children if not c.is_named), "")
     source = redirect.child_by_field_name("destination")
     if source is None or operator not in ("<", "<&", "<>"):
         return False
-    text = node_text(source, data)
+    word = render_word(source, data)
     if operator == "<&":
-        return text not in ("0", "-")
-    return (
-        source.type in EXPANSIONS
-        or (source.type in ("string", "concatenation") and "$" in text)
-        or _DESCRIPTOR_PATH.fullmatch(text.strip("'\"")) is not None
-    )
+        return word.text not in ("0", "-") or word.dynamic
+    path = posixpath.normpath(re.sub("/+", "/", word.text))
+    return word.dynamic or _DESCRIPTOR_PATH.fullmatch(path) is not None
 
 
 def _streamed(node: tree_sitter.Node, line: _Line) -> bool:
@@ -246,6 +242,42 @@ def _streamed(node: tree_sitter.Node, line: _Line) -> bool:
             return True
         around = around.parent
     return False
+
+
+def _unparsed_input(analyser: _Analyser, errors: list[str]) -> None:
+    """Lines whose input may reach commands no parse attributes it to (attacker round 193):
+    bash's handler of unknown commands, mapfile's callback, an alias, when any command of the
+    line is given input."""
+    given = any(_given_input(c) for c in analyser.commands)
+    callback = any(
+        c.name in ("mapfile", "readarray") and any(re.match(r"-[A-Za-z]*C", a) for a in c.argv)
+        for c in analyser.commands
+    )
+    names = {c.name for c in analyser.commands}
+    if "command_not_found_handle" in analyser.functions or (
+        given and ((callback and analyser.functions) or "alias" in names)
+    ):
+        errors.append(
+            "The command defines bash's command_not_found_handle, or gives input to a line that "
+            "defines an alias or a mapfile callback, which may run it as commands the policy "
+            "does not see; run those commands directly."
+        )
+
+
+def _exec_alone(words: list[Word]) -> bool:
+    """`exec` with no command (only its options): what it redirects is the shell's own, for
+    every command after it."""
+    texts = [w.text for w in words]
+    while texts and texts[0] in ("command", "builtin"):  # `command exec <&3` (round 193)
+        texts = texts[1:]
+        while texts and texts[0].startswith("-") and texts[0] != "--":
+            texts = texts[1:]
+    if not texts or texts[0] != "exec":
+        return False
+    rest = texts[1:]
+    while rest and rest[0].startswith("-"):
+        rest = rest[2:] if rest[0] == "-a" else rest[1:]
+    return not rest
 
 
 def _given_input(command: SimpleCommand) -> bool:
@@ -288,6 +320,9 @@ class _Analyser:
         self.chars = 0
         """Set once the command limit is reached: the walks stop there."""
         self.streamed = False
+        self.coproc = False
+        """The line starts a coprocess, which the rest of it may write commands to through a
+        descriptor (`coproc { bash; }; echo ... >&60`: attacker round 193)."""
         """The command being recorded (and those of a string it runs) reads a stream."""
         self.fed: tuple[Word, ...] = ()
         """What the command whose string is being parsed again (`bash -c`, eval) is fed on its
@@ -301,6 +336,7 @@ class _Analyser:
         self, data: bytes, wrappers: tuple[str, ...], depth: int, ctx: _Ctx, where: str
     ) -> None:
         """Parse one line (or nested command string) and walk it."""
+        self.coproc = self.coproc or re.search(rb"\bcoproc\b", data) is not None
         repaired = self._repaired(data, where)
         if repaired is None:
             return
@@ -407,6 +443,12 @@ class _Analyser:
                 continue
             kind = node.type
             if kind in grammar.LITERAL_NODES:
+                if kind == "ansi_c_string" and not grammar.ansi_c_ends_as_bash(node, line.data):
+                    self.error(
+                        f"{line.where}At {_where(node)}: a $'...' string ending in an escaped "
+                        "backslash, which bash ends sooner than it could be read; write the "
+                        "backslash another way (\\x5c)."
+                    )
                 line.skipped.append((node.start_byte, node.end_byte))
                 continue
             children = [c for c in node.children if c.is_named]
@@ -453,6 +495,12 @@ class _Analyser:
                 name = node.child_by_field_name("name")
                 if name is not None:
                     self.functions.add(node_text(name, line.data))
+                if any("redirect" in c.type for c in node.children):
+                    self.error(
+                        f"{line.where}At {_where(node)}: a function defined with a redirection "
+                        "of its own, which every call of it reads; write the redirection on the "
+                        "commands in it."
+                    )
                 child_ctx = _Ctx(_CONTEXTS[kind], ctx.pipeline, ctx.stage, True)
             elif kind == "negated_command":
                 # `! cd nope && x`: x runs although the cd failed (attacker round 82): like a
@@ -621,13 +669,16 @@ class _Analyser:
         scripts += _fed_around(node, line)
         if not words:
             return
-        if [w.text for w in words] == ["exec"] and node.id in line.streams:
+        if any(c.type == "file_redirect" and _reads_a_stream(c, data) for c in node.children):
+            line.streams.add(node.id)  # written before the command (`< <(...) bash`)
+        streamed = _streamed(node, line)
+        if _exec_alone(words) and (streamed or scripts):
             self.error(
                 f"{line.where}At {_where(node)}: `exec` gives the rest of the command a stream "
-                "for its input, which any program after it may run as its commands; feed that "
-                "stream to the one command that reads it."
+                "or text for its input, which any program after it may run as its commands; "
+                "give it to the one command that reads it."
             )
-        outer, self.streamed = self.streamed, self.streamed or _streamed(node, line)
+        outer, self.streamed = self.streamed, self.streamed or streamed
         try:
             self._emit(words, tuple(assignments), ctx, wrappers, depth, scripts)
         finally:
@@ -746,7 +797,7 @@ class _Analyser:
                 after_or=ctx.after_or,
                 stdin_texts=tuple(w.text for w in fed),
                 stdin_dynamic=any(w.dynamic for w in fed),
-                stdin_stream=self.streamed,
+                stdin_stream=self.streamed or self.coproc,
             )
         )
 

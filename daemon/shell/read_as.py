@@ -66,10 +66,11 @@ _LETTERS = frozenset(range(ord("A"), ord("Z") + 1)) | frozenset(range(ord("a"), 
 #: which end at a CR as well as at a LF (attacker round 192: `\r# coding: utf_7\n`).
 _COOKIE = re.compile(r"\A(?:[^\r\n]*(?:\r\n|\r|\n))?[ \t\f]*#[^\r\n]*?coding[:=][ \t]*([-\w.]+)")
 #: Perl code whose reading the text does not give (attacker round 192): a quote whose delimiter
-#: is a letter or a digit (`q ermtr\ee`: there `\e` is the delimiter, `e`), a source filter or
+#: is a letter or a digit (`q ermtr\ee`: there `\e` is the delimiter, `e`), also after comments
+#: between the two (round 193: `qq #c` and a new line), a source filter or
 #: `use encoding` (which may decode the rest of the program from UTF-7).
 _PERL_UNREAD = re.compile(
-    r"(?<![\w$@%&*>:-])(?:qq|qw|qx|qr|q|m|s|tr|y)\s+\w"
+    r"(?<![\w$@%&*>:-])(?:qq|qw|qx|qr|q|m|s|tr|y)\s+(?:#[^\n]*\n\s*)*\w"
     r"|\b(?:use|no|require)\s+(?:encoding|Filter)\b|\bFilter::|\bencoding\s*->"
 )
 _UTF8_NAMES = frozenset({"utf-8", "utf8", "u8", "utf", "utf-8-sig", "cp65001"})

@@ -26,7 +26,7 @@ def node_text(node: tree_sitter.Node, data: bytes) -> str:
     return data[node.start_byte : node.end_byte].decode("utf-8", "replace")
 
 
-def _decode_ansi_c(body: str) -> str:
+def decode_ansi_c(body: str) -> str:
     """The value of $'...' (body without the quotes), as the bytes bash makes of it read as
     UTF-8: `\\xHH`, `\\x{H...}` and octal escapes are bytes (`$'\\xef\\xbd\\x93'` is the
     fullwidth `ｓ`, which Python reads as `s`: attacker round 192), `\\u` and `\\U` characters;
@@ -67,8 +67,11 @@ def _decode_ansi_c(body: str) -> str:
             else:
                 out += chr(min(value, 0x10FFFF)).encode("utf-8", "replace")
         elif nxt == "c" and i < len(body):
-            out.append(ord(body[i]) & 0x1F if body[i] != "?" else 0x7F)
-            i += 1
+            # bash takes `\c\\` as control-backslash, both backslashes (attacker round 193: read
+            # as one, the other made `\x00` of what followed, and the value was cut there).
+            control = body[i]
+            i += 2 if body.startswith("\\\\", i) else 1
+            out.append(0x7F if control == "?" else ord(control.upper()) & 0x1F)
         else:
             out += ("\\" + nxt).encode("utf-8", "replace")
     return bytes(out).split(b"\0", 1)[0].decode("utf-8", "replace")
@@ -97,7 +100,7 @@ def scan_unquoted(text: str) -> Word:
             end = text.find("'", start) if ch == "'" else _ansi_c_end(text, start)
             end = len(text) if end < 0 else end
             body = text[start:end]
-            out.append(_decode_ansi_c(body) if ch == "$" else body)
+            out.append(decode_ansi_c(body) if ch == "$" else body)
             bare.append(" ")
             i = end + 1
         elif ch == '"':

@@ -250,6 +250,70 @@ ASKS = [
     "php -r '$f = \"sy\\563tem\"; $f(\"id\");'",
     "node -e 'require(\"fs\")[\"r\\mSync\"](\".git\", {recursive: true})'",
     "ruby -e 'Object.send(\"s\\ystem\", \"id\")'", "lua -e 'os[\"ex\\z   ecute\"](\"id\")'",
+    # Attacker round 193 (each decided allow; each ran hidden code in the sandbox).
+    "echo $'a\\\\' ; id > p-ts; rm -rf src README .git #'",
+    "x=$'a\\\\'; id > p-tsa; rm -rf src README #'",
+    "echo ${x:-$'a\\\\'} ; id > p-tse; rm -rf src README #'}",
+    "bash -c $'#\\c\\\\x00\\nid > p-cbs-bash; rm -rf src README'",
+    "eval $'#\\c\\\\x00\\nid > p-cbs-eval; rm -rf src README'",
+    'python3 -c $\'print(1)#\\c\\\\x00\\nimport os; os.system("id > p-cbs-py; rm'
+    ' -rf src README")\'',
+    'perl -e $\'#\\c\\\\x00\\nsystem("id > p-cbs-pl")\'',
+    'python3 <<< $\'print(1)#\\c\\\\x00\\nimport os; os.system("id > p-cbshs; rm'
+    ' -rf src README")\'',
+    "echo 'id > p-bopt; rm -rf src README' | bash -o pipefail",
+    "bash -O extglob < <(echo 'id > p-bO; rm -rf src README')",
+    'echo \'import os; os.system("id > p-pyW; rm -rf src README")\' | python3'
+    ' -W ignore',
+    'python3 -X dev < <(echo \'import os; os.system("id > p-pyX; rm -rf src '
+    'README")\')',
+    'echo \'system("id > p-plI; rm -rf src README")\' | perl -I lib',
+    'exec 3< <(echo \'id > p-fdq; rm -rf src README\'); bash < "/dev/"fd/3',
+    "exec 3< <(echo 'id > p-fddot; rm -rf src README'); bash < /dev/./fd/3",
+    "exec 3< <(echo 'id > p-fdsl; rm -rf src README'); bash < //dev/fd/3",
+    'exec 3< <(echo \'import os; os.system("id > p-pydot; rm -rf src README"'
+    ")'); python3 < /dev/./fd/3",
+    "ln -s /dev/fd/3 s; bash 3< <(echo 'id > p-lnfd; rm -rf src README') < "
+    's',
+    "< <(echo 'id > p-prefix; rm -rf src README') bash",
+    "exec 3< <(echo 'id > p-prefixfd; rm -rf src README'); <&3 bash",
+    "exec 3< <(echo 'id > p-cmdexec; rm -rf src README'); command exec <&3;"
+    ' bash',
+    "exec -- < <(echo 'id > p-execdd; rm -rf src README'); bash",
+    "exec -c < <(echo 'id > p-execc; rm -rf src README'); bash",
+    "exec -a x < <(echo 'id > p-execa; rm -rf src README'); bash",
+    "exec <<< 'id > p-exechs; rm -rf src README'; bash",
+    "exec <<'EOF'\nid > p-exechd; rm -rf src README\nEOF\nbash",
+    "f() { bash; } <<< 'id > p-funcdef; rm -rf src README'; f",
+    "command_not_found_handle() { bash; }; nosuchcmd <<< 'id > p-cnf; rm -r"
+    "f src README'",
+    "command_not_found_handle() { bash; }; nosuchcmd < <(echo 'id > p-cnfps"
+    "; rm -rf src README')",
+    "f() { bash; }; mapfile -C f -c 1 <<< $'x\\nid > p-mapfile; rm -rf src R"
+    "EADME'",
+    "shopt -s expand_aliases; alias f=bash\nf <<< 'id > p-alias; rm -rf src "
+    "README'",
+    "coproc bash; echo 'id > p-coproc; rm -rf src README' >&60; exec 60>&-;"
+    ' wait',
+    "coproc { bash; }; echo 'id > p-coprocg; rm -rf src README' >&60; exec "
+    '60>&-; wait',
+    "exec 3< <(echo 'id > p-srcproc; rm -rf src README'); source /proc/self"
+    '/fd/3',
+    ". /dev/fd/3 3< <(echo 'id > p-dotfd; rm -rf src README')",
+    ". /proc/self/fd/0 < <(echo 'id > p-dotfd0; rm -rf src README')",
+    ". /proc/self/fd/0 <<< 'id > p-dotfd0hs; rm -rf src README'",
+    "bash /../dev/fd/3 3< <(echo 'id > p-dotdot; rm -rf src README')",
+    'cd /dev && bash fd/3 3< <(echo \'cd "$OLDPWD"; id > p-relfd; rm -rf src'
+    " README')",
+    'python3 /dev/fd/3 3< <(echo \'import os; os.system("id > p-pyfd; rm -rf'
+    ' src README")\')',
+    'perl /dev/fd/3 3< <(echo \'system("id > p-plfd; rm -rf src README")\')',
+    'perl -e \'use POSIX; POSIX->can(qq #c\ntsys\\temt)->("id > p-plqc")\'',
+    'perl -e \'use File::Path; File::Path->can(q #c\nermtr\\e\\ee)->("src"); Fi'
+    'le::Path->can(q #c\nermtr\\e\\ee)->(".git")\'',
+    "x=$'a\\x5b\\x24(id > p-arith; rm -rf src README)\\x5d'; echo $((x))",
+    'x=$\'a\\x5b\\x24(id > p-testv; rm -rf src README)\\x5d\'; test -v "$x"',
+    'ln -s /usr/bin/perl p; ./p -e \'system("id > p-ln; rm -rf src README")\'',
     # Attacker round 193: a shell or interpreter reading a stream on its input.
     "bash < <(echo 'rm -rf .git')", "{ bash; } < <(echo 'rm -rf .git')", "bash <&3 3< <(echo x)",
     "python3 < <(echo 'import shutil')", "exec < <(echo 'rm -rf .git'); bash",

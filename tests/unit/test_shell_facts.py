@@ -158,13 +158,18 @@ def test_links_already_on_the_disk_are_followed(tmp_path: Path) -> None:
         # Attacker round 150: a name built at run time, its subscript evaluated by `${!x}`.
         "x=$(printf 'a\\x5b\\x24\\x28rm -rf w\\x29]'); echo ${!x}",
         "echo ${!x}",
+        # Attacker round 193: the subscript spelt with $'...' escapes, in an assignment alone.
+        "x=$'a\\x5b\\x24(id; rm -rf src)\\x5d'; echo $((x))",
+        "x=$'a\\x5b\\x60id\\x60\\x5d'; test -v \"$x\"",
     ],
 )
 def test_code_hidden_in_a_subscript_is_found(line: str) -> None:
     assert hidden_code(parse_command(line))
 
 
-@pytest.mark.parametrize("line", ['[ -n "$(ls)" ]', "echo $((1 + 2))", "arr[$i]=1", "ls"])
+@pytest.mark.parametrize(
+    "line", ['[ -n "$(ls)" ]', "echo $((1 + 2))", "arr[$i]=1", "ls", "echo $'a\\x5b1\\x5d'"]
+)
 def test_ordinary_lines_hide_no_code(line: str) -> None:
     assert not hidden_code(parse_command(line))
 

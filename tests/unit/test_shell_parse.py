@@ -19,6 +19,7 @@ from daemon.shell.parse import (
     TIME_BUDGET_S,
     parse_command,
 )
+from daemon.shell.words import decode_ansi_c
 from daemon.shell.wrappers import Word, deferred_scripts, unwrap
 
 Cmd = tuple[list[str], list[str]]
@@ -1124,7 +1125,7 @@ def test_input_redirected_from_a_stream_is_said_to_be_one(line: str, reader: str
     assert commands[reader].stdin_stream
 
 
-@pytest.mark.parametrize("line", ["bash < x.sh", "cat < a.txt", "bash 2< <(echo)", "bash <&0"])
+@pytest.mark.parametrize("line", ["bash < x.sh", "cat < a.txt", "bash 3> >(cat)", "bash <&0"])
 def test_a_file_or_another_descriptor_is_no_stream_on_the_input(line: str) -> None:
     assert not parse_command(line).simple_commands[0].stdin_stream
 
@@ -1139,3 +1140,76 @@ def test_a_file_or_another_descriptor_is_no_stream_on_the_input(line: str) -> No
 )
 def test_a_stream_given_to_the_rest_of_the_line_or_a_function_is_not_parsed(line: str) -> None:
     assert not parse_command(line).parsed
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        "echo $'a\\\\' ; id; rm -rf .git #'",
+        "x=$'a\\\\'; id; rm -rf .git #'",
+        "echo ${x:-$'a\\\\'} ; id #'}",
+    ],
+)
+def test_an_ansi_c_string_the_grammar_runs_past_its_end_is_not_parsed(line: str) -> None:
+    """Attacker round 193: the grammar read `$'a\\\\'` on to the next quote, so the commands
+    after it were one word of an echo."""
+    assert not parse_command(line).parsed
+
+
+def test_an_ansi_c_string_with_an_escaped_quote_or_backslash_is_read() -> None:
+    parsed = parse_command("echo $'it\\'s' $'a\\\\'")
+    assert parsed.parsed, parsed.parse_error
+    assert parsed.simple_commands[0].argv == ("echo", "it's", "a\\")
+
+
+@pytest.mark.parametrize(
+    ("body", "value"),
+    [
+        # bash takes `\c\\` as control-backslash with both backslashes (round 193: read as one,
+        # the other made `\x00` of what followed and cut the value there).
+        ("\\c\\\\x00; id", "\x1cx00; id"),
+        ("\\c\\x41", "\x1cx41"),
+        ("\\ca\\c?", "\x01\x7f"),
+    ],
+)
+def test_ansi_c_control_escapes_take_what_bash_takes(body: str, value: str) -> None:
+    assert decode_ansi_c(body) == value
+
+
+@pytest.mark.parametrize(
+    ("line", "reader"),
+    [
+        ("< <(echo 'rm -rf .git') bash", "bash"),
+        ("<&3 bash", "bash"),
+        ('bash < "/dev/"fd/3', "bash"),
+        ("bash < //dev/./fd/3", "bash"),
+        ("bash s 3< <(echo 'rm -rf .git')", "bash"),
+        ("coproc { bash; }; echo 'rm -rf .git' >&60", "bash"),
+    ],
+)
+def test_streams_given_however_written_are_said_to_be_streams(line: str, reader: str) -> None:
+    """Attacker round 193: a redirection before the command, a descriptor's path spelt
+    otherwise, a stream on another descriptor (a link to /dev/fd/3), a coprocess."""
+    commands = {c.name: c for c in parse_command(line).simple_commands}
+    assert commands[reader].stdin_stream
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        "command exec <&3; bash",
+        "exec -- <&3; bash",
+        "exec -a x < <(echo rm); bash",
+        "exec <<< 'rm -rf .git'; bash",
+        "f() { bash; } < <(echo 'rm -rf .git'); f",
+        "command_not_found_handle() { bash; }; echo 'rm -rf .git' | nosuch",
+        "f() { bash -c \"$2\"; }; echo 'rm -rf .git' | mapfile -C f -c 1",
+        "shopt -s expand_aliases; alias b=bash; echo 'rm -rf .git' | b",
+    ],
+)
+def test_input_the_parse_cannot_attribute_leaves_the_line_unparsed(line: str) -> None:
+    assert not parse_command(line).parsed
+
+
+def test_exec_redirecting_only_output_stays_parsed() -> None:
+    assert parse_command("exec 2>/dev/null; ls").parsed

@@ -203,6 +203,8 @@ def test_a_unicode_name_is_read_as_python_reads_it_and_unsure_in_perl() -> None:
         # A source filter or `use encoding`, which may decode the rest of the program.
         'use encoding "UTF-7", Filter => 1; File::Path::+AHI-mtree(".git")',
         "use Filter::Util::Call; x()",
+        # Round 193: a comment between the quote and its letter delimiter.
+        "POSIX->can(qq #c\ntsys\\temt)",
     ],
 )
 def test_perl_that_reads_otherwise_than_written_is_unsure(written: str) -> None:

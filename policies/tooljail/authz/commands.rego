@@ -317,10 +317,45 @@ code_runners contains wrapper if {
 }
 
 # No script file or program text among the arguments, or an explicit stream: `-`, `-s`, `<(...)`.
+# A word that is an option's value is no script (`bash -o pipefail`, `python3 -W ignore`, `perl
+# -I lib`: attacker round 193).
 reads_program_from_stream(cmd) if {
-	every word in command_args(cmd) {
-		not script_word(word)
+	args := command_args(cmd)
+	every i, word in args {
+		not script_at(basename(cmd.name), args, i, word)
 	}
+}
+
+script_at(_, _, 0, word) := script_word(word)
+
+script_at(program, args, i, word) if {
+	i > 0
+	script_word(word)
+	not takes_a_value(program, args[i - 1])
+}
+
+# Options whose value may be the next word, by program: the shells' -o/-O (also ending a
+# cluster, and with +), python's -W and -X, perl's -I; any other interpreter's option may.
+takes_a_value(program, option) if {
+	program in shells
+	regex.match(`^[-+][A-Za-z]*[oO]$|^--(rcfile|init-file)$`, option)
+}
+
+takes_a_value(program, option) if {
+	regex.match(`^python`, program)
+	regex.match(`^-[A-Za-z]*[WX]$|^--check-hash-based-pycs$`, option)
+}
+
+takes_a_value(program, option) if {
+	regex.match(`^perl`, program)
+	regex.match(`^-[A-Za-z]*[IF]$`, option)
+}
+
+takes_a_value(program, option) if {
+	not program in shells
+	not regex.match(`^(python|perl)`, program)
+	regex.match(`^-[^=]+$`, option)
+	option != "--"
 }
 
 reads_program_from_stream(cmd) if {
@@ -341,6 +376,15 @@ script_word(word) if {
 stream_word(word) if word in {"-", "/dev/stdin", "/dev/fd/0"}
 
 stream_word(word) if startswith(word, "<(")
+
+# A script that is a descriptor however its path is spelt (`/../dev/fd/3`, `//dev/./fd/3`,
+# `fd/3` from /dev: attacker round 193), where the program reads a stream.
+reads_program_from_stream(cmd) if {
+	some word in command_args(cmd)
+	descriptor_path(word)
+}
+
+descriptor_path(word) if regex.match(`(^|/)(fd/[0-9]+|stdin)$|^/+(\.{0,2}/+)*(dev|proc)/`, word)
 
 # A later stage of a pipeline (stage is optional in the input; without it any stage counts).
 fed_by_pipe(cmd) if {

@@ -1123,6 +1123,15 @@ test_a_global_git_configuration_written_asks if {
 	decides(doc, "ask", "from which git takes programs to run")
 }
 
+# Attacker round 193: an interpreter linked under a name the policy does not know.
+test_an_interpreter_under_another_name_asks if {
+	decides(bash_line("ln -s /usr/bin/perl p", [simple(["ln", "-s", "/usr/bin/perl", "p"])]), "ask", "gives perl another name")
+	decides(bash_line("cp /bin/bash x", [simple(["cp", "/bin/bash", "x"])]), "ask", "gives bash another name")
+	decided(bash_line("ln -s /usr/bin/python3 python", [simple(["ln", "-s", "/usr/bin/python3", "python"])])).outcome == "allow"
+	decided(bash_line("cp /bin/bash bin/", [simple(["cp", "/bin/bash", "bin/"])])).outcome == "allow"
+	decided(bash_line("cp run.sh b.sh", [simple(["cp", "run.sh", "b.sh"])])).outcome == "allow"
+}
+
 # Attacker round 190: each deleted .git or ran a program in the sandbox, and was allowed.
 round_190_lines := {
 	"perl \\N{latin:r}mtree": [object.union(simple(["perl", "-e", "F->can(\"\\N{latin:r}mtree\")"]), {"words": [fact_word("-e"), object.union(fact_word("F->can(\"\\N{latin:r}mtree\")"), {"unread_escape": true})]})],
@@ -1720,6 +1729,22 @@ test_shells_fed_their_commands_by_a_descriptor_or_a_name_known_at_run_time_ask i
 	decides(bash_line("bash < <(echo rm -rf .git)", [streamed]), "ask", "reads the commands it runs from a pipe")
 	script := object.union(simple(["python3", "x.py"]), {"stdin_stream": true})
 	decided(bash_line("python3 x.py < <(ls)", [script])).outcome == "allow"
+
+	# Round 193: an option's value is no script, and a descriptor's path however spelt is one.
+	valued := [stage(["echo", "x"], 0), stage(["bash", "-o", "pipefail"], 1)]
+	decides(bash_line("echo x | bash -o pipefail", valued), "ask", "reads the commands it runs from a pipe")
+	warned := [stage(["echo", "x"], 0), stage(["python3", "-W", "ignore"], 1)]
+	decides(bash_line("echo x | python3 -W ignore", warned), "ask", "reads the commands it runs from a pipe")
+	included := [stage(["echo", "x"], 0), stage(["perl", "-I", "lib"], 1)]
+	decides(bash_line("echo x | perl -I lib", included), "ask", "reads the commands it runs from a pipe")
+	unbuffered := [stage(["cat", "d"], 0), stage(["python3", "-u", "x.py"], 1)]
+	decided(bash_line("cat d | python3 -u x.py", unbuffered)).outcome == "allow"
+	tool := [stage(["cat", "d"], 0), stage(["python3", "-m", "json.tool"], 1)]
+	decided(bash_line("cat d | python3 -m json.tool", tool)).outcome == "allow"
+	dotted := object.union(simple(["python3", "/../dev/fd/3"]), {"stdin_stream": true})
+	decides(bash_line("python3 /../dev/fd/3 3< <(echo x)", [dotted]), "ask", "reads the commands it runs from a pipe")
+	decides(bash_line("bash /../dev/fd/3", [simple(["bash", "/../dev/fd/3"])]), "ask", "reads its commands from `/../dev/fd/3`")
+	decides(bash_line(". /proc/self/fd/0 <<< x", [object.union(simple([".", "/proc/self/fd/0"]), {"stdin_texts": ["x"]})]), "ask", "reads its commands from `/proc/self/fd/0`")
 
 	decided(bash_line("bash build.sh", [simple(["bash", "build.sh"])])).outcome == "allow"
 	decided(bash_line("bash run.sh \"$f\"", [simple(["bash", "run.sh", "$f"])])).outcome == "allow"

@@ -601,6 +601,28 @@ needs_approval contains sprintf(
 	wrapper in {"exec -a", "ld.so --argv0"}
 }
 
+# A shell or an interpreter copied or linked under another name (`ln -s /usr/bin/perl p; ./p
+# -e ...`: attacker round 193): the policy reads code only for the names it knows.
+needs_approval contains sprintf(
+	"%s: `%s` gives %s another name, under which the policy does not read the code it runs; a person must approve it before it runs.",
+	[tool_name, shown(cmd), basename(word.text)],
+) if {
+	some cmd in simple_commands
+	basename(cmd.name) in {"ln", "cp", "install", "link", "mv", "rsync"}
+	operands := getopt_operands(cmd)
+	some i, word in operands
+	i < count(operands) - 1
+	program_reader(basename(word.text))
+	not program_reader(new_name(operands[count(operands) - 1].text, word.text))
+	not copy_target_folder(cmd)
+}
+
+# The name a copy or link is made under: the destination's, or the source's in a folder
+# written with a trailing slash.
+new_name(destination, source) := basename(source) if endswith(destination, "/")
+
+else := basename(destination)
+
 # `script` without -c starts a shell that reads its commands from its input, which the policy
 # does not parse (`script -q /dev/null <<< 'chmod 777 .'`: round 187).
 needs_approval contains sprintf(
@@ -2496,7 +2518,7 @@ shell_option_at(texts, j) if regex.match(`^[-+]`, texts[j])
 shell_option_at(texts, j) if regex.match(`^[-+][A-Za-z]*[oO]$|^--(rcfile|init-file)$`, texts[j - 1])
 
 opaque_script(_, word) if {
-	regex.match(`^/+(\./+)*(dev|proc)/`, word.text)
+	regex.match(`^/+(\.{1,2}/+)*(dev|proc)/|(^|/)fd/[0-9]+$`, word.text)
 	not stream_word(word.text)
 	not word.text in harmless_devices
 }
@@ -2515,6 +2537,10 @@ opaque_source(word) if word.dynamic == true
 opaque_source(word) if word.text in {"-", "/dev/stdin", "/dev/fd/0"}
 
 opaque_source(word) if startswith(word.text, "<(")
+
+# A descriptor however its path is spelt (`. /proc/self/fd/0 <<< ...`, `. /dev/fd/3 3< <(...)`:
+# attacker round 193).
+opaque_source(word) if regex.match(`(^|/)(fd/[0-9]+|stdin)$|^/+(\.{0,2}/+)*(dev|proc)/`, word.text)
 
 inline_code_runner(name) if name in {"python", "python2", "python3", "perl", "ruby", "node", "nodejs", "deno", "bun", "php", "lua", "Rscript"}
 
