@@ -372,6 +372,14 @@ def _names_stdin(word: Word) -> bool:
     return not word.dynamic and posixpath.normpath("/" + word.text.lstrip("/")) in _STDIN_NAMES
 
 
+#: bash's long options, which it also takes after one dash.
+_BASH_LONG = frozenset(
+    {"debug", "debugger", "dump-po-strings", "dump-strings", "help", "init-file", "login"}
+    | {"noediting", "noprofile", "norc", "posix", "pretty-print", "rcfile", "restricted"}
+    | {"verbose", "version", "wordexp"}
+)
+
+
 def _shell(words: tuple[Word, ...]) -> _Peel | None:
     """bash [options] -c STRING [name [args]]: the first operand after the options is STRING.
     Without -c the commands come from standard input when no operand follows, with -s (the
@@ -389,6 +397,11 @@ def _shell(words: tuple[Word, ...]) -> _Peel | None:
             break
         if text.startswith("--"):
             i += 2 if text in ("--rcfile", "--init-file") else 1
+            continue
+        if basename(words[0].text) in ("bash", "rbash") and text[1:] in _BASH_LONG:
+            # bash takes its long options with one dash too (`-rcfile FILE`: attacker round
+            # 194 read it as `-r -c -f ...`, with FILE for the command string).
+            i += 2 if text[1:] in ("rcfile", "init-file") else 1
             continue
         i += 1
         for ch in text[1:]:

@@ -250,6 +250,52 @@ ASKS = [
     "php -r '$f = \"sy\\563tem\"; $f(\"id\");'",
     "node -e 'require(\"fs\")[\"r\\mSync\"](\".git\", {recursive: true})'",
     "ruby -e 'Object.send(\"s\\ystem\", \"id\")'", "lua -e 'os[\"ex\\z   ecute\"](\"id\")'",
+    # Attacker round 194 (each decided allow; each ran hidden code in the sandbox).
+    "echo 'id > p-ox; rm -rf src README .git' | bash -ox pipefail",
+    "echo 'id > p-Ox; rm -rf src README .git' | bash -Ox extglob",
+    "echo 'id > p-pox; rm -rf src README .git' | bash +ox pipefail",
+    "echo 'id > p-Oox; rm -rf src README .git' | bash -O extglob -ox pipefa"
+    'il',
+    "echo 'id > p-shox; rm -rf src README .git' | sh -ox errexit",
+    "echo 'id > p-rcf; rm -rf src README .git' | bash -rcfile foo",
+    "echo 'id > p-initf; rm -rf src README .git' | bash -init-file foo",
+    "bash -rcfile foo < <(echo 'id > p-rcfps; rm -rf src README .git')",
+    "bash -rcfile x <<< 'id > p-rcfhs; rm -rf src README .git'",
+    'echo \'import os; os.system("id > p-pyi; rm -rf src README .git")\' | py'
+    'thon3 -i -c pass',
+    'echo \'import os; os.system("id > p-pyic; rm -rf src README .git")\' | p'
+    'ython3 -ic pass',
+    'echo \'import os; os.system("id > p-pyiw; rm -rf src README .git")\' | p'
+    'ython3 -i -W ignore -c pass',
+    'echo \'import os; os.system("id > p-pyim; rm -rf src README .git")\' | p'
+    'ython3 -i -m site',
+    'echo \'!import os; os.system("id > p-bp; rm -rf src README .git")\' | py'
+    "thon3 -c 'breakpoint()'",
+    'echo \'system("id > p-pldo; rm -rf src README .git")\' | perl -e \'do "/d'
+    'ev/stdin"\'',
+    'echo \'system("id > p-plrq; rm -rf src README .git"); 1\' | perl -e \'req'
+    'uire "/dev/stdin"\'',
+    'perl -e \'do "/dev/fd/3"\' 3< <(echo \'system("id > p-pldo3; rm -rf src R'
+    'EADME .git")\')',
+    'echo \'system("id > p-pld; rm -rf src README .git")\' | perl -de 0',
+    'cd /dev/fd && source 3 3< <(echo \'cd "$OLDPWD"; id > p-cdsrc; rm -rf s'
+    "rc README .git')",
+    'cd /dev/fd && . 3 3< <(echo \'cd "$OLDPWD"; id > p-cddot3; rm -rf src R'
+    "EADME .git')",
+    'cd /dev/fd && source 0 <<< \'cd "$OLDPWD"; id > p-cdsrc0; rm -rf src RE'
+    "ADME .git'",
+    '{ cd /dev/fd && bash 3; } 3< <(echo \'cd "$OLDPWD"; id > p-cdgrp; rm -r'
+    "f src README .git')",
+    'cat /usr/bin/perl > p; chmod +x p; ./p -e \'system("id > p-catcp; rm -r'
+    'f src README .git")\'',
+    'ln -s /usr/bin/env e; ./e perl -e \'system("id > p-lnenv; rm -rf src RE'
+    'ADME .git")\'',
+    'cp /usr/bin/env e; ./e python3 -c \'import os; os.system("id > p-cpenv;'
+    ' rm -rf src README .git")\'',
+    "ln -s /usr/bin/timeout t; ./t 9 bash -c 'id > p-lnto; rm -rf src READM"
+    "E .git'",
+    "ln -s /usr/bin/xargs x; echo 'id > p-lnxa; rm -rf src README .git' | ."
+    '/x -0 bash -c',
     # Attacker round 193 (each decided allow; each ran hidden code in the sandbox).
     "echo $'a\\\\' ; id > p-ts; rm -rf src README .git #'",
     "x=$'a\\\\'; id > p-tsa; rm -rf src README #'",
@@ -424,6 +470,7 @@ ALLOWS = [
     "python3 - <<'PY'\nprint('\u00fcber', \"\\u2022\")\nPY", "perl -e 'print \"\u00e7a\\n\"'",
     "python3 -c 'print(\"\\x1b[31mred\\033[0m\")'", "php -r 'echo strtoupper(\"abc\");'",
     "while read -r f; do python3 x.py \"$f\"; done < <(ls)",
+    "cat d.json | python3 -Wignore x.py", "cat d | python3 -u x.py", "cp /bin/ls bin/",
     "ls | while read -r f; do wc -l \"$f\"; done",
 ]  # fmt: skip
 

@@ -1213,3 +1213,13 @@ def test_input_the_parse_cannot_attribute_leaves_the_line_unparsed(line: str) ->
 
 def test_exec_redirecting_only_output_stays_parsed() -> None:
     assert parse_command("exec 2>/dev/null; ls").parsed
+
+
+@pytest.mark.parametrize(
+    "line", ["bash -rcfile f <<< 'rm -rf .git'", "bash -init-file f <<< 'rm -rf .git'"]
+)
+def test_bash_long_options_after_one_dash_are_read_as_bash_reads_them(line: str) -> None:
+    """Attacker round 194: `-rcfile f` was read as `-r -c ...` with f for the command string,
+    and the here-string bash runs went unparsed."""
+    argvs = [c.argv for c in parse_command(line).simple_commands]
+    assert ("rm", "-rf", ".git") in argvs, argvs

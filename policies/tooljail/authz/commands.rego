@@ -338,7 +338,7 @@ script_at(program, args, i, word) if {
 # cluster, and with +), python's -W and -X, perl's -I; any other interpreter's option may.
 takes_a_value(program, option) if {
 	program in shells
-	regex.match(`^[-+][A-Za-z]*[oO]$|^--(rcfile|init-file)$`, option)
+	regex.match(`^[-+][A-Za-z]*[oO][A-Za-z]*$|^--?(rcfile|init-file)$`, option)
 }
 
 takes_a_value(program, option) if {
@@ -369,7 +369,7 @@ reads_program_from_stream(cmd) if {
 }
 
 script_word(word) if {
-	not startswith(word, "-")
+	not regex.match(`^[-+]`, word)
 	not stream_word(word)
 }
 
@@ -377,11 +377,44 @@ stream_word(word) if word in {"-", "/dev/stdin", "/dev/fd/0"}
 
 stream_word(word) if startswith(word, "<(")
 
+# Each -o or -O of a cluster takes a word (`bash -oo a b`); with two, the script cannot be told.
+reads_program_from_stream(cmd) if {
+	basename(cmd.name) in shells
+	some word in command_args(cmd)
+	regex.match(`^[-+][A-Za-z]*[oO][A-Za-z]*[oO]`, word)
+}
+
+# python's -i, then perl's debugger, read statements from the input after the program
+# (attacker round 194: `echo ... | python3 -i -c pass`, `echo ... | perl -de 0`).
+reads_program_from_stream(cmd) if {
+	regex.match(`^python`, basename(cmd.name))
+	some word in command_args(cmd)
+	regex.match(`^-[bBdEhIOPqsSuvVx]*i`, word)
+}
+
+reads_program_from_stream(cmd) if {
+	regex.match(`^perl`, basename(cmd.name))
+	some word in command_args(cmd)
+	regex.match(`^-[acnpsStTuUwWl]*d($|[A-Za-z])`, word)
+}
+
 # A script that is a descriptor however its path is spelt (`/../dev/fd/3`, `//dev/./fd/3`,
 # `fd/3` from /dev: attacker round 193), where the program reads a stream.
 reads_program_from_stream(cmd) if {
 	some word in command_args(cmd)
 	descriptor_path(word)
+}
+
+# ... or a name that leads to one from where it runs (`cd /dev/fd && bash 3`: round 194).
+reads_program_from_stream(cmd) if {
+	some word in object.get(cmd, "words", [])
+	descriptor_path(object.get(word, "path", ""))
+}
+
+reads_program_from_stream(cmd) if {
+	some word in object.get(cmd, "words", [])
+	regex.match(`^([0-9]+|stdin)$`, word.text)
+	object.get(word, "path", "") == ""
 }
 
 descriptor_path(word) if regex.match(`(^|/)(fd/[0-9]+|stdin)$|^/+(\.{0,2}/+)*(dev|proc)/`, word)

@@ -1130,6 +1130,9 @@ test_an_interpreter_under_another_name_asks if {
 	decided(bash_line("ln -s /usr/bin/python3 python", [simple(["ln", "-s", "/usr/bin/python3", "python"])])).outcome == "allow"
 	decided(bash_line("cp /bin/bash bin/", [simple(["cp", "/bin/bash", "bin/"])])).outcome == "allow"
 	decided(bash_line("cp run.sh b.sh", [simple(["cp", "run.sh", "b.sh"])])).outcome == "allow"
+	decides(bash_line("cat /usr/bin/perl > p", [simple(["cat", "/usr/bin/perl"])]), "ask", "reads the program /usr/bin/perl")
+	decides(bash_line("ln -s /usr/bin/env e", [simple(["ln", "-s", "/usr/bin/env", "e"])]), "ask", "gives env another name")
+	decided(bash_line("cat /etc/os-release", [simple(["cat", "/etc/os-release"])])).outcome == "allow"
 }
 
 # Attacker round 190: each deleted .git or ran a program in the sandbox, and was allowed.
@@ -1745,6 +1748,21 @@ test_shells_fed_their_commands_by_a_descriptor_or_a_name_known_at_run_time_ask i
 	decides(bash_line("python3 /../dev/fd/3 3< <(echo x)", [dotted]), "ask", "reads the commands it runs from a pipe")
 	decides(bash_line("bash /../dev/fd/3", [simple(["bash", "/../dev/fd/3"])]), "ask", "reads its commands from `/../dev/fd/3`")
 	decides(bash_line(". /proc/self/fd/0 <<< x", [object.union(simple([".", "/proc/self/fd/0"]), {"stdin_texts": ["x"]})]), "ask", "reads its commands from `/proc/self/fd/0`")
+
+	# Round 194: -o inside a cluster and with +, python's -i, perl's debugger, a name that
+	# leads to a descriptor from where it runs.
+	mid := [stage(["echo", "x"], 0), stage(["bash", "+ox", "pipefail"], 1)]
+	decides(bash_line("echo x | bash +ox pipefail", mid), "ask", "reads the commands it runs from a pipe")
+	rc := [stage(["echo", "x"], 0), stage(["bash", "-rcfile", "f"], 1)]
+	decides(bash_line("echo x | bash -rcfile f", rc), "ask", "reads the commands it runs from a pipe")
+	inspect := [stage(["echo", "x"], 0), stage(["python3", "-i", "-c", "pass"], 1)]
+	decides(bash_line("echo x | python3 -i -c pass", inspect), "ask", "reads the commands it runs from a pipe")
+	debugger := [stage(["echo", "x"], 0), stage(["perl", "-de", "0"], 1)]
+	decides(bash_line("echo x | perl -de 0", debugger), "ask", "reads the commands it runs from a pipe")
+	three := object.union(simple(["bash", "3"]), {"cwd": "/dev/fd", "words": [{"text": "3", "dynamic": false, "path": "/dev/fd/3"}]})
+	decides(bash_line("cd /dev/fd && bash 3", [three]), "ask", "reads its commands from `3`")
+	unknown := object.union(simple(["source", "0"]), {"cwd": "", "words": [{"text": "0", "dynamic": false, "path": ""}]})
+	decides(bash_line("cd \"$D\" && source 0", [unknown]), "ask", "reads its commands from `0`")
 
 	decided(bash_line("bash build.sh", [simple(["bash", "build.sh"])])).outcome == "allow"
 	decided(bash_line("bash run.sh \"$f\"", [simple(["bash", "run.sh", "$f"])])).outcome == "allow"

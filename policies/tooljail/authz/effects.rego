@@ -612,9 +612,32 @@ needs_approval contains sprintf(
 	operands := getopt_operands(cmd)
 	some i, word in operands
 	i < count(operands) - 1
-	program_reader(basename(word.text))
-	not program_reader(new_name(operands[count(operands) - 1].text, word.text))
+	runs_others(basename(word.text))
+	not runs_others(new_name(operands[count(operands) - 1].text, word.text))
 	not copy_target_folder(cmd)
+}
+
+# ... or read out of its file into another (`cat /usr/bin/perl > p`: round 194).
+needs_approval contains sprintf(
+	"%s: `%s` reads the program %s, which may become another name for it; a person must approve it before it runs.",
+	[tool_name, shown(cmd), word],
+) if {
+	some cmd in simple_commands
+	basename(cmd.name) in {"cat", "dd", "head", "tail", "tee", "tar", "cpio", "zip", "busybox", "base64", "xxd", "od", "gzip"}
+	some word in command_args(cmd)
+	regex.match(`^(if=)?/(usr/)?(local/)?s?bin/[^/]+$`, word)
+	runs_others(basename(word))
+}
+
+# Programs that run what they are given: shells, interpreters and the wrappers that run
+# another program (`ln -s /usr/bin/env e; ./e bash -c ...`: round 194).
+runs_others(name) if program_reader(name)
+
+runs_others(name) if name in {
+	"env", "timeout", "xargs", "nice", "nohup", "stdbuf", "setsid", "busybox", "find", "chroot",
+	"unshare", "nsenter", "script", "su", "runuser", "sudo", "doas", "flock", "watch",
+	"parallel", "strace", "ltrace", "taskset", "ionice", "chrt", "setpriv", "prlimit", "sg",
+	"newgrp", "start-stop-daemon", "systemd-run", "awk", "gawk", "mawk", "sed", "make",
 }
 
 # The name a copy or link is made under: the destination's, or the source's in a folder
@@ -2515,7 +2538,19 @@ shell_script(cmd) := words[min(scripts)] if {
 
 shell_option_at(texts, j) if regex.match(`^[-+]`, texts[j])
 
-shell_option_at(texts, j) if regex.match(`^[-+][A-Za-z]*[oO]$|^--(rcfile|init-file)$`, texts[j - 1])
+shell_option_at(texts, j) if regex.match(`^[-+][A-Za-z]*[oO][A-Za-z]*$|^--?(rcfile|init-file)$`, texts[j - 1])
+
+opaque_script(_, word) if {
+	regex.match(`^/(dev|proc)/`, object.get(word, "path", ""))
+	not stream_word(word.text)
+	not word.text in harmless_devices
+	not object.get(word, "path", "") in harmless_devices
+}
+
+opaque_script(_, word) if {
+	regex.match(`^([0-9]+|stdin)$`, word.text)
+	object.get(word, "path", "") == ""
+}
 
 opaque_script(_, word) if {
 	regex.match(`^/+(\.{1,2}/+)*(dev|proc)/|(^|/)fd/[0-9]+$`, word.text)
@@ -2541,6 +2576,15 @@ opaque_source(word) if startswith(word.text, "<(")
 # A descriptor however its path is spelt (`. /proc/self/fd/0 <<< ...`, `. /dev/fd/3 3< <(...)`:
 # attacker round 193).
 opaque_source(word) if regex.match(`(^|/)(fd/[0-9]+|stdin)$|^/+(\.{0,2}/+)*(dev|proc)/`, word.text)
+
+# A name that leads to a descriptor from where it runs, or may (`cd /dev/fd && source 3`, a
+# number or `stdin` where the folder is not known: round 194).
+opaque_source(word) if regex.match(`^/(dev|proc)/`, object.get(word, "path", ""))
+
+opaque_source(word) if {
+	regex.match(`^([0-9]+|stdin)$`, word.text)
+	object.get(word, "path", "") == ""
+}
 
 inline_code_runner(name) if name in {"python", "python2", "python3", "perl", "ruby", "node", "nodejs", "deno", "bun", "php", "lua", "Rscript"}
 
@@ -2568,7 +2612,7 @@ default code_effects := {
 	"write files": `\.write|pwrite|O_WRONLY|O_RDWR|O_CREAT|O_APPEND|O_TRUNC|mknod|write_text|write_bytes|writeFile|appendFile|open\([^;\n]*,\s*(mode\s*=\s*)?['"][^'"]*[wax+]|copyfile|copy2|copytree|\brename|\breplace\s*\(|symlink|\blink|fopen|File\.open|IO\.write|>\s*["']|(^|[^.\w]|\bio\.|\bcodecs\.)open\([^;\n]*,\s*(mode\s*=\s*)?[A-Za-z_][A-Za-z0-9_.]*\s*[^A-Za-z0-9_.=\s]|open\([^;\n]*,\s*(mode\s*=\s*)?['"][^'"]*['"]\s*[+%.]|open\([^;\n]*,\s*(mode\s*=\s*)?[fF][rR]?['"]|\bopen\s*\(?\s*(my\s+\$\w+|\$\w+|[A-Z][A-Z0-9_]*)\s*,\s*([^'"\s]|['"]\s*(\+[<>]|>|\||-\|))|\.open\(\s*(mode\s*=\s*)?['"][^'"]*[wax+]|\.open\(\s*(mode\s*=\s*)?[A-Za-z_][A-Za-z0-9_.]*\s*\)|open\([^)]*[,(]\s*\*|sysopen|FileIO\([^)]*,|copyFile|WriteStream|openSync\([^;\n]*,\s*[^\s)]|file_put_contents|fwrite|FileUtils|io\.output|\bfile\s*=\s*open|os\.open\([^;\n,]*,\s*([^oO0\s]|0[^,)\s]|[oO][^sS_]|os[^.]|os\.[^O]|os\.O[^_]|os\.O_[^R]|os\.O_R[^D]|O[^_]|O_[^R]|O_R[^D])|O_RDONLY\s*[|+^]|from\s+os\s+import\s+[^;\n]*(\*|\bopen\b)|import\s+os\s+as\b|sys\.modules|extract|FileHandler|\bfilename\s*=|dup2|hardlink|open\([^;\n]*,\s*(mode\s*=\s*)?['"][^'"]*\\|\$\^I|\$\{\^I\}|\$-i\b|inplace`,
 	"change who may use files": `chmod|chown|setfacl|\bumask\b|xattr|acl`,
 	"delete files": `rm_rf|rm_f\b|ExtUtils|rmtree|unlink|remove|rmdir|truncate|\brm\b|shutil|fs\.rm|\.rm\b|rmSync|rimraf|File\.delete|delete_file|os\.remove|\bdel\b`,
-	"run other programs": `system|popen|subprocess|spawn|exec|\beval\b|fork|child_process|pty|__import__|importlib|getattr|compile|\bopen3\b|backtick|Kernel|%x|qx|\bvars\s*\(|__dict__|\bglobals\s*\(|attrgetter|methodcaller|get_field|Formatter|__globals__|\boperator\b|builtins|__getattribute__|\binspect\b|ctypes|\bpickle\b|\bmarshal\b|\bsyscall\b|\bposix\b|\blocals\s*\(|\b(timeit|cProfile|profile|pdb|pydoc|pkgutil|runpy|code)\s*\.|\bimport\s+[^;\n]*\b(timeit|cProfile|profile|pdb|pydoc|pkgutil|runpy|code)\b|\bfrom\s+(timeit|cProfile|profile|pdb|pydoc|pkgutil|runpy|code)\b|Interactive(Interpreter|Console)|runsource|runcode|compile_command|resolve_name|\blocate\b|dictConfig|fileConfig|pager|_get_command_stdout|run_module|run_path|\x60|readpipe|CORE::|&\s*\{|/ee\b`,
+	"run other programs": `\bbreakpoint\s*\(|set_trace|/dev/(stdin|fd/)|/proc/[^/\s'"]*/fd/|system|popen|subprocess|spawn|exec|\beval\b|fork|child_process|pty|__import__|importlib|getattr|compile|\bopen3\b|backtick|Kernel|%x|qx|\bvars\s*\(|__dict__|\bglobals\s*\(|attrgetter|methodcaller|get_field|Formatter|__globals__|\boperator\b|builtins|__getattribute__|\binspect\b|ctypes|\bpickle\b|\bmarshal\b|\bsyscall\b|\bposix\b|\blocals\s*\(|\b(timeit|cProfile|profile|pdb|pydoc|pkgutil|runpy|code)\s*\.|\bimport\s+[^;\n]*\b(timeit|cProfile|profile|pdb|pydoc|pkgutil|runpy|code)\b|\bfrom\s+(timeit|cProfile|profile|pdb|pydoc|pkgutil|runpy|code)\b|Interactive(Interpreter|Console)|runsource|runcode|compile_command|resolve_name|\blocate\b|dictConfig|fileConfig|pager|_get_command_stdout|run_module|run_path|\x60|readpipe|CORE::|&\s*\{|/ee\b`,
 }
 
 code_effects := data.tooljail.commands.code_effects if is_object(data.tooljail.commands.code_effects)
