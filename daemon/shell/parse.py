@@ -13,7 +13,7 @@ from __future__ import annotations
 import posixpath
 import re
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import tree_sitter
 import tree_sitter_bash
@@ -96,13 +96,7 @@ def parse_command(raw: str) -> ParsedCommand:
     analyser = _Analyser(errors)
     analyser.line(data, (), 0, _Ctx("simple"), "")
     _unparsed_input(analyser, errors)
-    if any(_given_input(c) and c.path in analyser.functions for c in analyser.commands):
-        # Its commands were listed where it was defined, without what it is given.
-        errors.append(
-            "A function the command defines is given its input (a heredoc, a here-string, a "
-            "pipe or a stream), which the commands in it may run as a program (attacker rounds "
-            "192 and 193); give that input to those commands directly."
-        )
+    _feed_functions(analyser)
     return ParsedCommand(
         raw,
         not errors,
@@ -232,6 +226,19 @@ def _reads_a_stream(redirect: tree_sitter.Node, data: bytes) -> bool:
     return word.dynamic or _DESCRIPTOR_PATH.fullmatch(path) is not None
 
 
+def _enclosing(node: tree_sitter.Node, line: _Line) -> str:
+    """The name of the innermost function whose body holds `node` ("" for none)."""
+    around = node.parent
+    for _ in range(grammar.MAX_DEPTH):
+        if around is None:
+            return ""
+        if around.type == "function_definition":
+            name = around.child_by_field_name("name")
+            return node_text(name, line.data) if name is not None else ""
+        around = around.parent
+    return ""
+
+
 def _streamed(node: tree_sitter.Node, line: _Line) -> bool:
     """Whether the command at `node`, or a compound command around it, reads a stream."""
     around: tree_sitter.Node | None = node
@@ -242,6 +249,29 @@ def _streamed(node: tree_sitter.Node, line: _Line) -> bool:
             return True
         around = around.parent
     return False
+
+
+def _feed_functions(analyser: _Analyser) -> None:
+    """The commands of a function the line defines read what a call of it is given (a heredoc,
+    a pipe, a stream), and so on through the functions they call: they were listed where it
+    was defined, without it (attacker rounds 192 and 193: `f() { python3 -; }; f <<'EOF'`).
+    Said to read a stream: a reader with no script there asks, the rest runs (a fork bomb's
+    `:|:` is given a pipe)."""
+    commands = analyser.commands
+    fed: set[str] = set()
+    while True:
+        called = {
+            c.path
+            for c, inside in zip(commands, analyser.inside, strict=True)
+            if c.path in analyser.functions and (_given_input(c) or inside in fed)
+        }
+        if called <= fed:
+            break
+        fed |= called
+    analyser.commands = [
+        replace(c, stdin_stream=True) if inside in fed else c
+        for c, inside in zip(commands, analyser.inside, strict=True)
+    ]
 
 
 def _unparsed_input(analyser: _Analyser, errors: list[str]) -> None:
@@ -312,6 +342,10 @@ class _Analyser:
         self.defines_functions = False
         self.functions: set[str] = set()
         """The names of the functions the line defines."""
+        self.function = ""
+        """The function whose body holds the command being recorded ("" for none)."""
+        self.inside: list[str] = []
+        """For each of `commands`, the function whose body holds it."""
         self.backgrounds = False
         self.deadline = time.monotonic() + TIME_BUDGET_S
         self.pipelines = 0
@@ -679,10 +713,11 @@ class _Analyser:
                 "give it to the one command that reads it."
             )
         outer, self.streamed = self.streamed, self.streamed or streamed
+        outer_function, self.function = self.function, self.function or _enclosing(node, line)
         try:
             self._emit(words, tuple(assignments), ctx, wrappers, depth, scripts)
         finally:
-            self.streamed = outer
+            self.streamed, self.function = outer, outer_function
 
     def _emit(
         self,
@@ -780,6 +815,7 @@ class _Analyser:
             )
             return
         first = argv[0]
+        self.inside.append(self.function)
         self.commands.append(
             SimpleCommand(
                 argv=tuple(w.text for w in argv),

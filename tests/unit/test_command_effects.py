@@ -250,6 +250,32 @@ ASKS = [
     "php -r '$f = \"sy\\563tem\"; $f(\"id\");'",
     "node -e 'require(\"fs\")[\"r\\mSync\"](\".git\", {recursive: true})'",
     "ruby -e 'Object.send(\"s\\ystem\", \"id\")'", "lua -e 'os[\"ex\\z   ecute\"](\"id\")'",
+    # Attacker round 195 (each decided allow; each ran hidden code in the sandbox).
+    'echo \'import os; os.system("id > p-mcode; rm -rf src README .git")\' | '
+    'python3 -m code',
+    'echo \'import os; os.system("id > p-masync; rm -rf src README .git")\' |'
+    ' python3 -m asyncio',
+    'echo \'!import os; os.system("id > p-mpdb; rm -rf src README .git")\' | '
+    'python3 -mpdb -m this',
+    'echo \'import os; os.system("id > p-Ri; rm -rf src README .git")\' | pyt'
+    'hon3 -Ri -c pass',
+    'echo \'system("id > p-Xde; rm -rf src README .git")\' | perl -Xde 0',
+    'echo \'system("id > p-0de; rm -rf src README .git")\' | perl -0de 0',
+    'echo \'system("id > p-l0de; rm -rf src README .git")\' | perl -l0de 0',
+    'echo \'eval "system(\\"id > p-gawkD; rm -rf src README .git\\")"\' | gawk '
+    '-D -f /usr/share/awk/ord.awk',
+    'awk --debug -f /usr/share/awk/ord.awk <<< \'eval "system(\\"id > p-awkdb'
+    'g; rm -rf src README .git\\")"\'',
+    "ln -s /lib64/ld-linux-x86-64.so.2 l; ./l /bin/bash -c 'id > p-ldso; rm"
+    " -rf src README .git'",
+    "ln -s /usr/bin/choom c; ./c -n 0 -- bash -c 'id > p-choom; rm -rf src "
+    "README .git'",
+    "ln -s /usr/sbin/logsave c; ./c /dev/null bash -c 'id > p-logsave; rm -"
+    "rf src README .git'",
+    'cat /bin//perl > p; chmod +x p; ./p -e \'system("id > p-catss; rm -rf s'
+    'rc README .git")\'',
+    'cat < /usr/bin/perl > p; chmod +x p; ./p -e \'system("id > p-catrd; rm '
+    '-rf src README .git")\'',
     # Attacker round 194 (each decided allow; each ran hidden code in the sandbox).
     "echo 'id > p-ox; rm -rf src README .git' | bash -ox pipefail",
     "echo 'id > p-Ox; rm -rf src README .git' | bash -Ox extglob",
@@ -471,6 +497,7 @@ ALLOWS = [
     "python3 -c 'print(\"\\x1b[31mred\\033[0m\")'", "php -r 'echo strtoupper(\"abc\");'",
     "while read -r f; do python3 x.py \"$f\"; done < <(ls)",
     "cat d.json | python3 -Wignore x.py", "cat d | python3 -u x.py", "cp /bin/ls bin/",
+    "cat d.json | python3 -m json.tool", "python3 -m pdb -m this", ":(){ :|:& };:",
     "ls | while read -r f; do wc -l \"$f\"; done",
 ]  # fmt: skip
 

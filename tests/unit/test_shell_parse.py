@@ -1078,13 +1078,18 @@ def test_a_shell_in_a_group_given_a_heredoc_has_its_commands_judged() -> None:
     assert not parse_command("{ perl; } <<< 'unlink q{.git}'").parsed
 
 
-def test_a_function_the_line_defines_given_input_is_not_parsed() -> None:
-    """Its commands are listed where it is defined, without what a call gives it (round 192:
-    `f() { python3 -; }; f <<'EOF'` ran the heredoc unread)."""
+def test_what_a_function_of_the_line_is_given_reaches_the_commands_in_it() -> None:
+    """Its commands are listed where it is defined (round 192: `f() { python3 -; }; f <<'EOF'`
+    ran the heredoc unread): a call given input makes them read a stream, through the
+    functions they call too, and a fork bomb's `:|:` reads one and stays parsed."""
     parsed = parse_command("f() { python3 -; }; f <<'EOF'\nimport os\nEOF")
-    assert not parsed.parsed
-    assert "function the command defines" in parsed.parse_error
-    assert parse_command("f() { python3 -; }; cat <<'EOF'\nx\nEOF").parsed
+    assert parsed.parsed, parsed.parse_error
+    assert {c.name: c.stdin_stream for c in parsed.simple_commands}["python3"]
+    chained = parse_command("f() { g; }; g() { bash; }; echo x | f").simple_commands
+    assert {c.name: c.stdin_stream for c in chained}["bash"]
+    called = parse_command("f() { bash; }; f").simple_commands
+    assert not any(c.stdin_stream for c in called)
+    assert parse_command(":(){ :|:& };:").parsed
 
 
 @pytest.mark.parametrize(
@@ -1134,11 +1139,9 @@ def test_a_file_or_another_descriptor_is_no_stream_on_the_input(line: str) -> No
     "line",
     [
         "exec < <(echo 'rm -rf .git'); bash",
-        "f() { bash; }; echo 'rm -rf .git' | f",
-        "f() { bash; }; f < <(echo 'rm -rf .git')",
     ],
 )
-def test_a_stream_given_to_the_rest_of_the_line_or_a_function_is_not_parsed(line: str) -> None:
+def test_a_stream_given_to_the_rest_of_the_line_is_not_parsed(line: str) -> None:
     assert not parse_command(line).parsed
 
 

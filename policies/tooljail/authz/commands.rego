@@ -389,13 +389,13 @@ reads_program_from_stream(cmd) if {
 reads_program_from_stream(cmd) if {
 	regex.match(`^python`, basename(cmd.name))
 	some word in command_args(cmd)
-	regex.match(`^-[bBdEhIOPqsSuvVx]*i`, word)
+	regex.match(`^-[^-WXcm]*i`, word)
 }
 
 reads_program_from_stream(cmd) if {
 	regex.match(`^perl`, basename(cmd.name))
 	some word in command_args(cmd)
-	regex.match(`^-[acnpsStTuUwWl]*d($|[A-Za-z])`, word)
+	regex.match(`^-[^-eEIMmxiFD]*d($|[A-Za-z])`, word)
 }
 
 # A script that is a descriptor however its path is spelt (`/../dev/fd/3`, `//dev/./fd/3`,

@@ -1133,6 +1133,11 @@ test_an_interpreter_under_another_name_asks if {
 	decides(bash_line("cat /usr/bin/perl > p", [simple(["cat", "/usr/bin/perl"])]), "ask", "reads the program /usr/bin/perl")
 	decides(bash_line("ln -s /usr/bin/env e", [simple(["ln", "-s", "/usr/bin/env", "e"])]), "ask", "gives env another name")
 	decided(bash_line("cat /etc/os-release", [simple(["cat", "/etc/os-release"])])).outcome == "allow"
+	decides(bash_line("ln -s /usr/bin/choom c", [simple(["ln", "-s", "/usr/bin/choom", "c"])]), "ask", "gives choom another name")
+	decides(bash_line("ln -s /lib64/ld-linux-x86-64.so.2 l", [simple(["ln", "-s", "/lib64/ld-linux-x86-64.so.2", "l"])]), "ask", "another name")
+	decides(bash_line("cat /bin//perl > p", [simple(["cat", "/bin//perl"])]), "ask", "reads the program /bin//perl")
+	from_redirect := object.union(bash_line("cat < /usr/bin/perl > p", [simple(["cat"])]), {"command": {"redirects": [{"op": "<", "target": "/usr/bin/perl"}, {"op": ">", "target": "p"}]}})
+	decides(from_redirect, "ask", "reads the program /usr/bin/perl")
 }
 
 # Attacker round 190: each deleted .git or ran a program in the sandbox, and was allowed.
@@ -1763,6 +1768,17 @@ test_shells_fed_their_commands_by_a_descriptor_or_a_name_known_at_run_time_ask i
 	decides(bash_line("cd /dev/fd && bash 3", [three]), "ask", "reads its commands from `3`")
 	unknown := object.union(simple(["source", "0"]), {"cwd": "", "words": [{"text": "0", "dynamic": false, "path": ""}]})
 	decides(bash_line("cd \"$D\" && source 0", [unknown]), "ask", "reads its commands from `0`")
+
+	# Round 195: python's modules that read statements, flags before -i and -d.
+	repl := [stage(["echo", "x"], 0), stage(["python3", "-m", "code"], 1)]
+	decides(bash_line("echo x | python3 -m code", repl), "ask", "reads the commands it runs from a pipe")
+	pdb := [stage(["echo", "x"], 0), stage(["python3", "-mpdb", "-m", "this"], 1)]
+	decides(bash_line("echo x | python3 -mpdb -m this", pdb), "ask", "reads the commands it runs from a pipe")
+	ri := [stage(["echo", "x"], 0), stage(["python3", "-Ri", "-c", "pass"], 1)]
+	decides(bash_line("echo x | python3 -Ri -c pass", ri), "ask", "reads the commands it runs from a pipe")
+	xde := [stage(["echo", "x"], 0), stage(["perl", "-Xde", "0"], 1)]
+	decides(bash_line("echo x | perl -Xde 0", xde), "ask", "reads the commands it runs from a pipe")
+	decides(bash_line("gawk -D -f x.awk", [simple(["gawk", "-D", "-f", "x.awk"])]), "ask", "starts gawk's debugger")
 
 	decided(bash_line("bash build.sh", [simple(["bash", "build.sh"])])).outcome == "allow"
 	decided(bash_line("bash run.sh \"$f\"", [simple(["bash", "run.sh", "$f"])])).outcome == "allow"

@@ -625,9 +625,24 @@ needs_approval contains sprintf(
 	some cmd in simple_commands
 	basename(cmd.name) in {"cat", "dd", "head", "tail", "tee", "tar", "cpio", "zip", "busybox", "base64", "xxd", "od", "gzip"}
 	some word in command_args(cmd)
-	regex.match(`^(if=)?/(usr/)?(local/)?s?bin/[^/]+$`, word)
+	program_file(word)
 	runs_others(basename(word))
 }
+
+# ... also as a redirection's source (`cat < /usr/bin/perl > p`: round 195).
+needs_approval contains sprintf(
+	"%s: the command reads the program %s, which may become another name for it; a person must approve it before it runs.",
+	[tool_name, redirect.target],
+) if {
+	command_tool
+	some redirect in object.get(input.command, "redirects", [])
+	startswith(redirect.op, "<")
+	program_file(redirect.target)
+	runs_others(basename(redirect.target))
+}
+
+# A program's file however its path is spelt (`/bin//perl`, `/usr/./bin/perl`: round 195).
+program_file(word) if regex.match(`^(if=)?/+((\.|usr|local)/+)*s?bin/+[^/]+$`, word)
 
 # Programs that run what they are given: shells, interpreters and the wrappers that run
 # another program (`ln -s /usr/bin/env e; ./e bash -c ...`: round 194).
@@ -638,7 +653,14 @@ runs_others(name) if name in {
 	"unshare", "nsenter", "script", "su", "runuser", "sudo", "doas", "flock", "watch",
 	"parallel", "strace", "ltrace", "taskset", "ionice", "chrt", "setpriv", "prlimit", "sg",
 	"newgrp", "start-stop-daemon", "systemd-run", "awk", "gawk", "mawk", "sed", "make",
+	# The daemon's own list of wrappers it peels (daemon/shell/wrappers.py, round 195).
+	"catchsegv", "cgexec", "choom", "cpulimit", "eatmydata", "fakeroot", "faketime", "logsave",
+	"numactl", "runcon", "setarch", "sshpass", "uclampset", "valgrind", "ld.so", "linux32",
+	"linux64", "i386", "i686", "x86_64", "uname26", "arm64", "aarch64",
 }
+
+# The dynamic loader runs the program it is given (`ln -s /lib64/ld-linux-x86-64.so.2 l`).
+runs_others(name) if regex.match(`^ld(-linux.*)?\.so`, name)
 
 # The name a copy or link is made under: the destination's, or the source's in a folder
 # written with a trailing slash.
@@ -944,19 +966,35 @@ writes_named_by_input(cmd) := "the archive it extracts" if {
 	regex.match(`^-[A-Za-z]*[xXR]|^--(ex|vex|unp)`, opt)
 }
 
+# python's modules that read statements from the input (`echo ... | python3 -m code`, also
+# `-m asyncio`, pdb: attacker round 195).
+reads_program_from_stream(cmd) if python_module(cmd) in {"code", "asyncio", "pdb", "idlelib", "idlelib.idle", "cmd", "sqlite3"}
+
+# gawk's debugger reads its commands from the input, and its `eval` runs awk code (round 195).
+needs_approval contains sprintf(
+	"%s: `%s` starts gawk's debugger, which reads its commands (and awk code to run) from its input; a person must approve it before it runs.",
+	[tool_name, shown(cmd)],
+) if {
+	some cmd in simple_commands
+	regex.match(`^(g|m|n)?awk`, basename(cmd.name))
+	some word in command_args(cmd)
+	regex.match(`^-D|^--debug`, word)
+}
+
 # The module `python -m` runs (`-m json.tool`, `-mjson.tool`).
+# The first one: python passes the words after it to the module (`-mpdb -m this` runs pdb;
+# two were two values, an error: attacker round 195).
 python_module(cmd) := module if {
 	regex.match(`^python[0-9.]*$`, basename(cmd.name))
 	args := command_args(cmd)
-	some j, arg in args
-	arg == "-m"
-	module := args[j + 1]
-} else := module if {
-	regex.match(`^python[0-9.]*$`, basename(cmd.name))
-	some arg in command_args(cmd)
-	regex.match(`^-m.`, arg)
-	module := substring(arg, 2, -1)
+	firsts := [j | some j, arg in args; regex.match(`^-m`, arg)]
+	count(firsts) > 0
+	module := module_at(args, min(firsts))
 }
+
+module_at(args, j) := args[j + 1] if args[j] == "-m"
+
+else := substring(args[j], 2, -1)
 
 # The operands after the module's name.
 module_operands(cmd) := [word |
