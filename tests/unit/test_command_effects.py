@@ -250,6 +250,32 @@ ASKS = [
     "php -r '$f = \"sy\\563tem\"; $f(\"id\");'",
     "node -e 'require(\"fs\")[\"r\\mSync\"](\".git\", {recursive: true})'",
     "ruby -e 'Object.send(\"s\\ystem\", \"id\")'", "lua -e 'os[\"ex\\z   ecute\"](\"id\")'",
+    # Attacker round 196 (each decided allow; each ran hidden code in the sandbox).
+    'echo \'system("id > p-ddst; rm -rf src README .git")\' | perl -e \'do "/d'
+    'ev//stdin"\'',
+    'echo \'system("id > p-ddfd; rm -rf src README .git")\' | perl -e \'do "/d'
+    'ev//fd/0"\'',
+    'echo \'system("id > p-rqss; rm -rf src README .git"); 1\' | perl -e \'req'
+    'uire "/dev//fd/0"\'',
+    'echo \'system("id > p-doq; rm -rf src README .git")\' | perl -e \'do q(/d'
+    "ev//stdin)'",
+    'echo \'chdir $w; system("id > p-chdo; rm -rf src README .git")\' | perl '
+    '-e \'$w=$ENV{PWD}; chdir "/dev/fd"; do "./0"\'',
+    'gawk -f //dev/stdin <<< \'BEGIN{system("id > p-awkss; rm -rf src README'
+    ' .git")}\'',
+    'gawk -f /tmp/../dev/stdin <<< \'BEGIN{system("id > p-a; rm -rf src READ'
+    'ME .git")}\'',
+    'gawk -E //dev/stdin <<< \'BEGIN{system("id > p-a; rm -rf src README .gi'
+    't")}\'',
+    'echo \'BEGIN{system("id > p-a; rm -rf src README .git")}\' | awk -f //de'
+    'v/stdin',
+    'gawk --file=//dev/stdin <<< \'BEGIN{system("id > p-awkfeq; rm -rf src R'
+    'EADME .git")}\'',
+    "echo 'id > p-bfs; rm -rf src README .git' | bash /usr/../proc/self/fd/"
+    '/0',
+    "echo 'id > p-bfsd; rm -rf src README .git' | bash /usr/../dev/fd//0",
+    "source /usr/../proc/self/fd//0 <<< 'id > p-sfs; rm -rf src README .git"
+    "'",
     # Attacker round 195 (each decided allow; each ran hidden code in the sandbox).
     'echo \'import os; os.system("id > p-mcode; rm -rf src README .git")\' | '
     'python3 -m code',
@@ -498,6 +524,7 @@ ALLOWS = [
     "while read -r f; do python3 x.py \"$f\"; done < <(ls)",
     "cat d.json | python3 -Wignore x.py", "cat d | python3 -u x.py", "cp /bin/ls bin/",
     "cat d.json | python3 -m json.tool", "python3 -m pdb -m this", ":(){ :|:& };:",
+    "python3 x.py < /dev/null", "python3 -c 'import sys; print(sys.stdin.read())' < a.txt",
     "ls | while read -r f; do wc -l \"$f\"; done",
 ]  # fmt: skip
 

@@ -417,7 +417,11 @@ reads_program_from_stream(cmd) if {
 	object.get(word, "path", "") == ""
 }
 
-descriptor_path(word) if regex.match(`(^|/)(fd/[0-9]+|stdin)$|^/+(\.{0,2}/+)*(dev|proc)/`, word)
+descriptor_path(word) if regex.match(`^/+(\.{0,2}/+)*(dev|proc)/`, word)
+
+# Its end, slashes collapsed: `..` before it may lead anywhere (`/usr/../proc/self/fd//0`,
+# `/dev//stdin`: attacker round 196).
+descriptor_path(word) if regex.match(`(^|/)(fd/[0-9]+|stdin)/*$`, regex.replace(word, `/+`, "/"))
 
 # A later stage of a pipeline (stage is optional in the input; without it any stage counts).
 fed_by_pipe(cmd) if {

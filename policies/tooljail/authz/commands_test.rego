@@ -1780,6 +1780,12 @@ test_shells_fed_their_commands_by_a_descriptor_or_a_name_known_at_run_time_ask i
 	decides(bash_line("echo x | perl -Xde 0", xde), "ask", "reads the commands it runs from a pipe")
 	decides(bash_line("gawk -D -f x.awk", [simple(["gawk", "-D", "-f", "x.awk"])]), "ask", "starts gawk's debugger")
 
+	# Round 196: a descriptor's path with `//` or `..` before it.
+	spelt := [stage(["echo", "x"], 0), stage(["bash", "/usr/../proc/self/fd//0"], 1)]
+	decides(bash_line("echo x | bash /usr/../proc/self/fd//0", spelt), "ask", "reads the commands it runs from a pipe")
+	decides(bash_line("gawk -f //dev/stdin <<< x", [object.union(simple(["gawk", "-f", "//dev/stdin"]), {"stdin_texts": ["x"]})]), "ask", "reads its program from //dev/stdin")
+	decides(bash_line("source /usr/../proc/self/fd//0 <<< x", [object.union(simple(["source", "/usr/../proc/self/fd//0"]), {"stdin_texts": ["x"]})]), "ask", "reads its commands from")
+
 	decided(bash_line("bash build.sh", [simple(["bash", "build.sh"])])).outcome == "allow"
 	decided(bash_line("bash run.sh \"$f\"", [simple(["bash", "run.sh", "$f"])])).outcome == "allow"
 	decided(bash_line("bash x.sh /proc/1", [simple(["bash", "x.sh", "/proc/1"])])).outcome == "allow"

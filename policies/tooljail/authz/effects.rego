@@ -713,8 +713,15 @@ needs_approval contains sprintf(
 	basename(cmd.name) in stream_programs
 	stream_family(basename(cmd.name)) == "awk"
 	some source in awk_program_files(cmd)
-	regex.match(`^-$|^/dev/|^/proc/|^<\(`, source)
+	awk_stream_source(source)
 }
+
+# `-` or a descriptor however its path is spelt (`//dev/stdin`, `/tmp/../dev/stdin`: round 196).
+awk_stream_source(source) if source == "-"
+
+awk_stream_source(source) if startswith(source, "<(")
+
+awk_stream_source(source) if descriptor_path(source)
 
 awk_program_files(cmd) := [value |
 	words := cmd_words(cmd)
@@ -2591,7 +2598,7 @@ opaque_script(_, word) if {
 }
 
 opaque_script(_, word) if {
-	regex.match(`^/+(\.{1,2}/+)*(dev|proc)/|(^|/)fd/[0-9]+$`, word.text)
+	descriptor_path(word.text)
 	not stream_word(word.text)
 	not word.text in harmless_devices
 }
@@ -2613,7 +2620,7 @@ opaque_source(word) if startswith(word.text, "<(")
 
 # A descriptor however its path is spelt (`. /proc/self/fd/0 <<< ...`, `. /dev/fd/3 3< <(...)`:
 # attacker round 193).
-opaque_source(word) if regex.match(`(^|/)(fd/[0-9]+|stdin)$|^/+(\.{0,2}/+)*(dev|proc)/`, word.text)
+opaque_source(word) if descriptor_path(word.text)
 
 # A name that leads to a descriptor from where it runs, or may (`cd /dev/fd && source 3`, a
 # number or `stdin` where the folder is not known: round 194).
@@ -2650,7 +2657,7 @@ default code_effects := {
 	"write files": `\.write|pwrite|O_WRONLY|O_RDWR|O_CREAT|O_APPEND|O_TRUNC|mknod|write_text|write_bytes|writeFile|appendFile|open\([^;\n]*,\s*(mode\s*=\s*)?['"][^'"]*[wax+]|copyfile|copy2|copytree|\brename|\breplace\s*\(|symlink|\blink|fopen|File\.open|IO\.write|>\s*["']|(^|[^.\w]|\bio\.|\bcodecs\.)open\([^;\n]*,\s*(mode\s*=\s*)?[A-Za-z_][A-Za-z0-9_.]*\s*[^A-Za-z0-9_.=\s]|open\([^;\n]*,\s*(mode\s*=\s*)?['"][^'"]*['"]\s*[+%.]|open\([^;\n]*,\s*(mode\s*=\s*)?[fF][rR]?['"]|\bopen\s*\(?\s*(my\s+\$\w+|\$\w+|[A-Z][A-Z0-9_]*)\s*,\s*([^'"\s]|['"]\s*(\+[<>]|>|\||-\|))|\.open\(\s*(mode\s*=\s*)?['"][^'"]*[wax+]|\.open\(\s*(mode\s*=\s*)?[A-Za-z_][A-Za-z0-9_.]*\s*\)|open\([^)]*[,(]\s*\*|sysopen|FileIO\([^)]*,|copyFile|WriteStream|openSync\([^;\n]*,\s*[^\s)]|file_put_contents|fwrite|FileUtils|io\.output|\bfile\s*=\s*open|os\.open\([^;\n,]*,\s*([^oO0\s]|0[^,)\s]|[oO][^sS_]|os[^.]|os\.[^O]|os\.O[^_]|os\.O_[^R]|os\.O_R[^D]|O[^_]|O_[^R]|O_R[^D])|O_RDONLY\s*[|+^]|from\s+os\s+import\s+[^;\n]*(\*|\bopen\b)|import\s+os\s+as\b|sys\.modules|extract|FileHandler|\bfilename\s*=|dup2|hardlink|open\([^;\n]*,\s*(mode\s*=\s*)?['"][^'"]*\\|\$\^I|\$\{\^I\}|\$-i\b|inplace`,
 	"change who may use files": `chmod|chown|setfacl|\bumask\b|xattr|acl`,
 	"delete files": `rm_rf|rm_f\b|ExtUtils|rmtree|unlink|remove|rmdir|truncate|\brm\b|shutil|fs\.rm|\.rm\b|rmSync|rimraf|File\.delete|delete_file|os\.remove|\bdel\b`,
-	"run other programs": `\bbreakpoint\s*\(|set_trace|/dev/(stdin|fd/)|/proc/[^/\s'"]*/fd/|system|popen|subprocess|spawn|exec|\beval\b|fork|child_process|pty|__import__|importlib|getattr|compile|\bopen3\b|backtick|Kernel|%x|qx|\bvars\s*\(|__dict__|\bglobals\s*\(|attrgetter|methodcaller|get_field|Formatter|__globals__|\boperator\b|builtins|__getattribute__|\binspect\b|ctypes|\bpickle\b|\bmarshal\b|\bsyscall\b|\bposix\b|\blocals\s*\(|\b(timeit|cProfile|profile|pdb|pydoc|pkgutil|runpy|code)\s*\.|\bimport\s+[^;\n]*\b(timeit|cProfile|profile|pdb|pydoc|pkgutil|runpy|code)\b|\bfrom\s+(timeit|cProfile|profile|pdb|pydoc|pkgutil|runpy|code)\b|Interactive(Interpreter|Console)|runsource|runcode|compile_command|resolve_name|\blocate\b|dictConfig|fileConfig|pager|_get_command_stdout|run_module|run_path|\x60|readpipe|CORE::|&\s*\{|/ee\b`,
+	"run other programs": `\bbreakpoint\s*\(|set_trace|/dev/+(stdin|fd\b)|/proc/+[^\s'"]*/+fd\b|chdir\s*\(?\s*["']/+(dev|proc)|system|popen|subprocess|spawn|exec|\beval\b|fork|child_process|pty|__import__|importlib|getattr|compile|\bopen3\b|backtick|Kernel|%x|qx|\bvars\s*\(|__dict__|\bglobals\s*\(|attrgetter|methodcaller|get_field|Formatter|__globals__|\boperator\b|builtins|__getattribute__|\binspect\b|ctypes|\bpickle\b|\bmarshal\b|\bsyscall\b|\bposix\b|\blocals\s*\(|\b(timeit|cProfile|profile|pdb|pydoc|pkgutil|runpy|code)\s*\.|\bimport\s+[^;\n]*\b(timeit|cProfile|profile|pdb|pydoc|pkgutil|runpy|code)\b|\bfrom\s+(timeit|cProfile|profile|pdb|pydoc|pkgutil|runpy|code)\b|Interactive(Interpreter|Console)|runsource|runcode|compile_command|resolve_name|\blocate\b|dictConfig|fileConfig|pager|_get_command_stdout|run_module|run_path|\x60|readpipe|CORE::|&\s*\{|/ee\b`,
 }
 
 code_effects := data.tooljail.commands.code_effects if is_object(data.tooljail.commands.code_effects)
