@@ -525,6 +525,7 @@ ALLOWS = [
     "cat d.json | python3 -Wignore x.py", "cat d | python3 -u x.py", "cp /bin/ls bin/",
     "cat d.json | python3 -m json.tool", "python3 -m pdb -m this", ":(){ :|:& };:",
     "python3 x.py < /dev/null", "python3 -c 'import sys; print(sys.stdin.read())' < a.txt",
+    "cp find cat", "ln -s run.sh python",
     "ls | while read -r f; do wc -l \"$f\"; done",
 ]  # fmt: skip
 

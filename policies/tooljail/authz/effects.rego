@@ -613,6 +613,9 @@ needs_approval contains sprintf(
 	some i, word in operands
 	i < count(operands) - 1
 	runs_others(basename(word.text))
+
+	# The system's program, not a file of the workspace that has its name (`cp find cat`).
+	program_file(known_path(word))
 	not runs_others(new_name(operands[count(operands) - 1].text, word.text))
 	not copy_target_folder(cmd)
 }
@@ -641,8 +644,13 @@ needs_approval contains sprintf(
 	runs_others(basename(redirect.target))
 }
 
+# A word's path where the facts know it, else the word as written.
+known_path(word) := word.path if {
+	object.get(word, "path", "") != ""
+} else := word.text
+
 # A program's file however its path is spelt (`/bin//perl`, `/usr/./bin/perl`: round 195).
-program_file(word) if regex.match(`^(if=)?/+((\.|usr|local)/+)*s?bin/+[^/]+$`, word)
+program_file(word) if regex.match(`^(if=)?/+((\.|usr|local)/+)*(s?bin|lib[^/]*(/+[^/]+)*)/+[^/]+$`, word)
 
 # Programs that run what they are given: shells, interpreters and the wrappers that run
 # another program (`ln -s /usr/bin/env e; ./e bash -c ...`: round 194).
