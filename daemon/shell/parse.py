@@ -10,15 +10,14 @@ output are bounded too, so no input crashes or hangs this.
 
 from __future__ import annotations
 
-import posixpath
 import re
 import time
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 
 import tree_sitter
 import tree_sitter_bash
 
-from daemon.shell import grammar
+from daemon.shell import grammar, inputs
 from daemon.shell.model import ParsedCommand, Redirect, SimpleCommand
 from daemon.shell.words import node_text, render_word, scan_unquoted
 from daemon.shell.wrappers import (
@@ -95,8 +94,12 @@ def parse_command(raw: str) -> ParsedCommand:
         )
     analyser = _Analyser(errors)
     analyser.line(data, (), 0, _Ctx("simple"), "")
-    _unparsed_input(analyser, errors)
-    _feed_functions(analyser)
+    unattributed = inputs.unattributed_input(analyser.commands, analyser.functions)
+    if unattributed:
+        errors.append(unattributed)
+    analyser.commands = inputs.feed_functions(
+        analyser.commands, analyser.inside, analyser.functions
+    )
     return ParsedCommand(
         raw,
         not errors,
@@ -205,128 +208,6 @@ def _unescaped(escape: re.Match[str]) -> str:
     return "" if escape.group(1) == "\n" else escape.group(1)
 
 
-#: What names a descriptor: reading it reads whatever stream it was given.
-_DESCRIPTOR_PATH = re.compile(r"(?:.*/)?(?:fd/[0-9]+|stdin)|/proc/.+/fd/[0-9]+")
-
-
-def _reads_a_stream(redirect: tree_sitter.Node, data: bytes) -> bool:
-    """Whether a redirection gives the command a stream to read (attacker round 193), on its
-    input or on another descriptor, which it may read as its input or through a path
-    (`bash s 3< <(...)` with s a link to /dev/fd/3): a process substitution (`< <(echo ...)`),
-    another descriptor (`<&3`), a descriptor's path however spelt, or a source only known when
-    it runs (`< $F`, which may be one)."""
-    operator = next((c.type for c in redirect.children if not c.is_named), "")
-    source = redirect.child_by_field_name("destination")
-    if source is None or operator not in ("<", "<&", "<>"):
-        return False
-    word = render_word(source, data)
-    if operator == "<&":
-        return word.text not in ("0", "-") or word.dynamic
-    path = posixpath.normpath(re.sub("/+", "/", word.text))
-    return word.dynamic or _DESCRIPTOR_PATH.fullmatch(path) is not None
-
-
-def _enclosing(node: tree_sitter.Node, line: _Line) -> str:
-    """The name of the innermost function whose body holds `node` ("" for none)."""
-    around = node.parent
-    for _ in range(grammar.MAX_DEPTH):
-        if around is None:
-            return ""
-        if around.type == "function_definition":
-            name = around.child_by_field_name("name")
-            return node_text(name, line.data) if name is not None else ""
-        around = around.parent
-    return ""
-
-
-def _streamed(node: tree_sitter.Node, line: _Line) -> bool:
-    """Whether the command at `node`, or a compound command around it, reads a stream."""
-    around: tree_sitter.Node | None = node
-    for _ in range(grammar.MAX_DEPTH):
-        if around is None or not line.streams:
-            return False
-        if around.id in line.streams:
-            return True
-        around = around.parent
-    return False
-
-
-def _feed_functions(analyser: _Analyser) -> None:
-    """The commands of a function the line defines read what a call of it is given (a heredoc,
-    a pipe, a stream), and so on through the functions they call: they were listed where it
-    was defined, without it (attacker rounds 192 and 193: `f() { python3 -; }; f <<'EOF'`).
-    Said to read a stream: a reader with no script there asks, the rest runs (a fork bomb's
-    `:|:` is given a pipe)."""
-    commands = analyser.commands
-    fed: set[str] = set()
-    while True:
-        called = {
-            c.path
-            for c, inside in zip(commands, analyser.inside, strict=True)
-            if c.path in analyser.functions and (_given_input(c) or inside in fed)
-        }
-        if called <= fed:
-            break
-        fed |= called
-    analyser.commands = [
-        replace(c, stdin_stream=True) if inside in fed else c
-        for c, inside in zip(commands, analyser.inside, strict=True)
-    ]
-
-
-def _unparsed_input(analyser: _Analyser, errors: list[str]) -> None:
-    """Lines whose input may reach commands no parse attributes it to (attacker round 193):
-    bash's handler of unknown commands, mapfile's callback, an alias, when any command of the
-    line is given input."""
-    given = any(_given_input(c) for c in analyser.commands)
-    callback = any(
-        c.name in ("mapfile", "readarray") and any(re.match(r"-[A-Za-z]*C", a) for a in c.argv)
-        for c in analyser.commands
-    )
-    names = {c.name for c in analyser.commands}
-    if "command_not_found_handle" in analyser.functions or (
-        given and ((callback and analyser.functions) or "alias" in names)
-    ):
-        errors.append(
-            "The command defines bash's command_not_found_handle, or gives input to a line that "
-            "defines an alias or a mapfile callback, which may run it as commands the policy "
-            "does not see; run those commands directly."
-        )
-
-
-def _exec_alone(words: list[Word]) -> bool:
-    """`exec` with no command (only its options): what it redirects is the shell's own, for
-    every command after it."""
-    texts = [w.text for w in words]
-    while texts and texts[0] in ("command", "builtin"):  # `command exec <&3` (round 193)
-        texts = texts[1:]
-        while texts and texts[0].startswith("-") and texts[0] != "--":
-            texts = texts[1:]
-    if not texts or texts[0] != "exec":
-        return False
-    rest = texts[1:]
-    while rest and rest[0].startswith("-"):
-        rest = rest[2:] if rest[0] == "-a" else rest[1:]
-    return not rest
-
-
-def _given_input(command: SimpleCommand) -> bool:
-    """Whether a command is given input: fed text, a stream, or a pipe as a later stage."""
-    return bool(command.stdin_texts) or command.stdin_stream or command.stage > 0
-
-
-def _fed_around(node: tree_sitter.Node, line: _Line) -> list[Word]:
-    """What the compound commands around `node` are given on their input."""
-    fed: list[Word] = []
-    around = node.parent
-    for _ in range(grammar.MAX_DEPTH):
-        if around is None or not line.stdin_around:
-            break
-        fed += line.stdin_around.get(around.id, [])
-        around = around.parent
-    return fed
-
-
 def _where(node: tree_sitter.Node) -> str:
     row, column = node.start_point
     return f"line {row + 1}, column {column + 1}"
@@ -354,10 +235,10 @@ class _Analyser:
         self.chars = 0
         """Set once the command limit is reached: the walks stop there."""
         self.streamed = False
+        """The command being recorded (and those of a string it runs) reads a stream."""
         self.coproc = False
         """The line starts a coprocess, which the rest of it may write commands to through a
         descriptor (`coproc { bash; }; echo ... >&60`: attacker round 193)."""
-        """The command being recorded (and those of a string it runs) reads a stream."""
         self.fed: tuple[Word, ...] = ()
         """What the command whose string is being parsed again (`bash -c`, eval) is fed on its
         input: each command of that string may read it (`bash -c bash <<< ...`)."""
@@ -606,9 +487,9 @@ class _Analyser:
 
         Returns the context of the body when a heredoc continues it into a pipeline.
         """
-        target = grammar.last_command(node.child_by_field_name("body"))
-        body_node = node.child_by_field_name("body")
-        body_id = body_node.id if body_node is not None else -1
+        body = node.child_by_field_name("body")
+        target = grammar.last_command(body)
+        body_id = body.id if body is not None else -1
         extras: list[tree_sitter.Node] = []
         scripts: list[Word] = []
         body_ctx: _Ctx | None = None
@@ -617,7 +498,7 @@ class _Analyser:
             for sub in inner:
                 if sub.type in ("file_redirect", "heredoc_redirect"):
                     extras += grammar.words_after_target(sub)
-            if redirect.type == "file_redirect" and _reads_a_stream(redirect, line.data):
+            if redirect.type == "file_redirect" and inputs.reads_a_stream(redirect, line.data):
                 line.streams.add(target.id if target is not None else body_id)
             if redirect.type == "herestring_redirect" and redirect.named_children:
                 scripts.append(render_word(redirect.named_children[-1], line.data))
@@ -629,7 +510,6 @@ class _Analyser:
                     number = self._new_pipeline()
                     line.pipeline_start[child.id] = (number, 1)
                     body_ctx = _Ctx("pipeline", number, 0, True)
-        body = node.child_by_field_name("body")
         if target is None and scripts and body is not None:
             line.stdin_around.setdefault(body.id, []).extend(scripts)
         if target is not None:
@@ -700,20 +580,21 @@ class _Analyser:
                 scripts += _heredoc_bodies(child, data)
         words += [render_word(d, data) for d in line.extras.pop(node.id, [])]
         scripts += line.stdin.pop(node.id, [])
-        scripts += _fed_around(node, line)
+        scripts += inputs.fed_around(node, line.stdin_around)
         if not words:
             return
-        if any(c.type == "file_redirect" and _reads_a_stream(c, data) for c in node.children):
+        if any(c.type == "file_redirect" and inputs.reads_a_stream(c, data) for c in node.children):
             line.streams.add(node.id)  # written before the command (`< <(...) bash`)
-        streamed = _streamed(node, line)
-        if _exec_alone(words) and (streamed or scripts):
+        streamed = inputs.streamed(node, line.streams)
+        if inputs.exec_alone(words) and (streamed or scripts):
             self.error(
                 f"{line.where}At {_where(node)}: `exec` gives the rest of the command a stream "
                 "or text for its input, which any program after it may run as its commands; "
                 "give it to the one command that reads it."
             )
         outer, self.streamed = self.streamed, self.streamed or streamed
-        outer_function, self.function = self.function, self.function or _enclosing(node, line)
+        function = self.function or inputs.enclosing_function(node, data)
+        outer_function, self.function = self.function, function
         try:
             self._emit(words, tuple(assignments), ctx, wrappers, depth, scripts)
         finally:
