@@ -400,6 +400,10 @@ class _Analyser:
                 continue
             elif kind in ("command_substitution", "process_substitution"):
                 line.skipped.append((node.start_byte, node.end_byte))
+                if line.data.startswith(b">(", node.start_byte):
+                    # What it runs reads what the command writes, as a pipe's next stage does
+                    # (attacker round 198: `echo ... > >(bash)`).
+                    line.streams.add(node.id)
                 child_ctx = _Ctx(_CONTEXTS[kind], nested=True)
                 inner = grammar.backquoted_body(node_text(node, line.data))
                 if inner is not None:

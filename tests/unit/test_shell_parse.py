@@ -1188,6 +1188,9 @@ def test_ansi_c_control_escapes_take_what_bash_takes(body: str, value: str) -> N
         ("bash < //dev/./fd/3", "bash"),
         ("bash s 3< <(echo 'rm -rf .git')", "bash"),
         ("coproc { bash; }; echo 'rm -rf .git' >&60", "bash"),
+        # Round 198: what an output process substitution runs reads what is written to it.
+        ("echo 'rm -rf .git' > >(bash)", "bash"),
+        ("exec > >(bash); echo 'rm -rf .git'", "bash"),
     ],
 )
 def test_streams_given_however_written_are_said_to_be_streams(line: str, reader: str) -> None:
