@@ -87,12 +87,10 @@ def read_as(text: str, perl: bool = False) -> Reading:
     """`text` with its escapes decoded and NFKC applied, when that changes it, and whether an
     escape in it could not be read (at once for ASCII text without a backslash). `perl`: the
     text is Perl's, whose charnames may give any `\\N{NAME}` another meaning."""
-    if perl and _PERL_UNREAD.search(text):
+    if (perl and _PERL_UNREAD.search(text)) or ("coding" in text and _foreign_encoding(text)):
         return _UNSURE
     if text.isascii() and "\\" not in text:
-        return _PLAIN if "coding" not in text or not _foreign_encoding(text) else _UNSURE
-    if _foreign_encoding(text):
-        return _UNSURE
+        return _PLAIN
     decoded, unsure = _decoded(text, perl)
     if "\\" in decoded:
         # Text decoded twice: JSON or `unicode_escape` reading what a string holds (attacker

@@ -2591,7 +2591,7 @@ shell_script(cmd) := words[min(scripts)] if {
 
 shell_option_at(texts, j) if regex.match(`^[-+]`, texts[j])
 
-shell_option_at(texts, j) if regex.match(`^[-+][A-Za-z]*[oO][A-Za-z]*$|^--?(rcfile|init-file)$`, texts[j - 1])
+shell_option_at(texts, j) if takes_a_value("bash", texts[j - 1])
 
 opaque_script(_, word) if {
 	regex.match(`^/(dev|proc)/`, object.get(word, "path", ""))
